@@ -1,0 +1,207 @@
+//! A balancer's live state: its servers with their counters and health, the selection policy,
+//! and the lease that counts a connection against its server while it lives.
+//!
+//! The pool (servers, weights, settings) sits behind an [`ArcSwap`] so a connection takes one
+//! snapshot and the hot path never waits for a lock other than the selection's own, which is
+//! held for one scan of the servers.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+use tokio::sync::Notify;
+
+use crate::clock::Clock;
+use crate::config::{BalancerConfig, ServerConfig};
+use crate::health::Health;
+use crate::select::{Load, Selector};
+use crate::throttle::Throttle;
+
+/// One configured server and everything counted about it. Shared by the pool, the leases of
+/// its connections, the monitor and the query interface.
+#[derive(Debug)]
+pub struct Server {
+    /// Its configuration (id, host, port, weight).
+    pub config: ServerConfig,
+    /// `host:port` as configured, the name logs and pages use.
+    pub address: String,
+    /// Connections counted against it now (chosen, connecting or relaying).
+    pub active: AtomicU64,
+    /// Connections relayed since start.
+    pub total: AtomicU64,
+    /// Connects by clients that failed.
+    pub failed_connects: AtomicU64,
+    /// Bytes from clients to this server.
+    pub bytes_to_server: AtomicU64,
+    /// Bytes from this server to clients.
+    pub bytes_to_client: AtomicU64,
+    /// Quarantine state and check results.
+    pub health: Health,
+}
+
+impl Server {
+    /// A server with zeroed counters, available.
+    pub fn new(config: ServerConfig) -> Self {
+        Server {
+            address: config.address(),
+            config,
+            active: AtomicU64::new(0),
+            total: AtomicU64::new(0),
+            failed_connects: AtomicU64::new(0),
+            bytes_to_server: AtomicU64::new(0),
+            bytes_to_client: AtomicU64::new(0),
+            health: Health::default(),
+        }
+    }
+}
+
+/// The servers of one configuration generation and the policy's state over them.
+#[derive(Debug)]
+pub struct Pool {
+    /// The balancer's settings for this generation.
+    pub config: BalancerConfig,
+    /// The servers, in configuration order.
+    pub servers: Vec<Arc<Server>>,
+    /// The policy's state, and a scratch list of loads reused by every pick.
+    selector: Mutex<(Selector, Vec<Option<Load>>)>,
+}
+
+/// Counters of a balancer as a whole.
+#[derive(Debug, Default)]
+pub struct BalancerStats {
+    /// Clients accepted and handed to a server (or answered as queries).
+    pub accepted: AtomicU64,
+    /// Clients refused because `MAX_CONNECTIONS` was reached.
+    pub rejected: AtomicU64,
+    /// Clients closed because no server could be reached.
+    pub unserved: AtomicU64,
+    /// Client connections open now.
+    pub active: AtomicU64,
+    /// Highest `active` seen.
+    pub peak: AtomicU64,
+    /// Wall-clock time of the last accepted client, in ms since the Unix epoch (0: none yet).
+    pub last_connection_ms: AtomicU64,
+}
+
+/// One `[BALANCE_*]` section at run time.
+#[derive(Debug)]
+pub struct Balancer {
+    pool: ArcSwap<Pool>,
+    /// Counters of the balancer as a whole.
+    pub stats: BalancerStats,
+    /// The time base of quarantine deadlines.
+    pub clock: Clock,
+    /// Wakes the monitor when a quarantine starts, so it can log the release on time.
+    pub health_changed: Notify,
+    /// Throttles "no remote servers available", which would otherwise repeat per client.
+    pub no_servers_log: Throttle,
+}
+
+impl Balancer {
+    /// A balancer over `config`'s servers, all available.
+    pub fn new(config: BalancerConfig) -> Self {
+        let servers = config
+            .servers
+            .iter()
+            .map(|s| Arc::new(Server::new(s.clone())))
+            .collect();
+        Balancer {
+            pool: ArcSwap::from_pointee(Pool::new(config, servers)),
+            stats: BalancerStats::default(),
+            clock: Clock::new(),
+            health_changed: Notify::new(),
+            no_servers_log: Throttle::new(1000),
+        }
+    }
+
+    /// The current pool; a connection keeps the snapshot it started with.
+    pub fn pool(&self) -> Arc<Pool> {
+        self.pool.load_full()
+    }
+
+    /// Counts a newly accepted client.
+    pub fn client_opened(&self) {
+        self.stats.accepted.fetch_add(1, Relaxed);
+        let active = self.stats.active.fetch_add(1, Relaxed) + 1;
+        self.stats.peak.fetch_max(active, Relaxed);
+        self.stats
+            .last_connection_ms
+            .store(crate::clock::wall_ms(), Relaxed);
+    }
+
+    /// Counts a client that has gone.
+    pub fn client_closed(&self) {
+        self.stats.active.fetch_sub(1, Relaxed);
+    }
+}
+
+/// Whether a pick may fall back to quarantined servers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Eligible {
+    /// Only servers that are not in quarantine.
+    Available,
+    /// Servers in quarantine too: every server is quarantined, and a quarantine may be stale.
+    EvenQuarantined,
+}
+
+impl Pool {
+    /// A pool over `servers` (built from `config.servers`, same order).
+    pub fn new(config: BalancerConfig, servers: Vec<Arc<Server>>) -> Self {
+        Pool {
+            selector: Mutex::new((
+                Selector::new(config.sort_method, servers.len()),
+                Vec::with_capacity(servers.len()),
+            )),
+            config,
+            servers,
+        }
+    }
+
+    /// Chooses the next server for a client, skipping those already `tried` for it and
+    /// weight-0 (draining) servers, and counts the connection against it at once.
+    pub fn pick(&self, clock: &Clock, tried: &[usize], eligible: Eligible) -> Option<Lease> {
+        let now = clock.now_ms();
+        // Choosing and counting are one step under the lock, so concurrent clients see each
+        // other's choices and spreads stay exact. The lock is held for one scan.
+        let mut guard = self.selector.lock().unwrap_or_else(|p| p.into_inner());
+        let (selector, loads) = &mut *guard;
+        loads.clear();
+        loads.extend(self.servers.iter().enumerate().map(|(i, s)| {
+            let ok = s.config.weight > 0
+                && !tried.contains(&i)
+                && (eligible == Eligible::EvenQuarantined || s.health.is_available(now));
+            ok.then(|| Load {
+                weight: s.config.weight,
+                active: s.active.load(Relaxed),
+            })
+        }));
+        let index = selector.pick(loads)?;
+        let server = Arc::clone(&self.servers[index]);
+        server.active.fetch_add(1, Relaxed);
+        drop(guard);
+        Some(Lease { index, server })
+    }
+
+    /// True when at least one server with a weight is out of quarantine.
+    pub fn any_available(&self, clock: &Clock) -> bool {
+        let now = clock.now_ms();
+        self.servers
+            .iter()
+            .any(|s| s.config.weight > 0 && s.health.is_available(now))
+    }
+}
+
+/// A connection counted against a server; the count ends when the lease is dropped.
+#[derive(Debug)]
+pub struct Lease {
+    /// Index of the server in its pool.
+    pub index: usize,
+    /// The server.
+    pub server: Arc<Server>,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.server.active.fetch_sub(1, Relaxed);
+    }
+}

@@ -1,0 +1,45 @@
+//! Time as the broker counts it: a monotonic millisecond clock for quarantine deadlines (read
+//! lock-free on the hot path; tokio's clock, so tests can pause it) and wall-clock helpers for
+//! the epoch times operators read in logs and pages.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::time::Instant;
+
+/// Milliseconds since the clock was made, never 0 (0 means "no deadline" in atomics).
+#[derive(Debug, Clone, Copy)]
+pub struct Clock {
+    base: Instant,
+}
+
+impl Clock {
+    /// A clock starting now.
+    pub fn new() -> Self {
+        Clock {
+            base: Instant::now(),
+        }
+    }
+
+    /// Milliseconds since the clock started, plus one.
+    pub fn now_ms(&self) -> u64 {
+        self.base.elapsed().as_millis() as u64 + 1
+    }
+
+    /// The instant `ms` on this clock stands for, to sleep until it.
+    pub fn instant(&self, ms: u64) -> Instant {
+        self.base + Duration::from_millis(ms.saturating_sub(1))
+    }
+}
+
+impl Default for Clock {
+    fn default() -> Self {
+        Clock::new()
+    }
+}
+
+/// Wall-clock milliseconds since the Unix epoch.
+pub fn wall_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}

@@ -1,0 +1,156 @@
+//! The line scanner: `appserver.ini` text to sections and entries, each with its line number.
+//!
+//! Why not rust-ini: it stops at the first syntax error and keeps no line numbers, while every
+//! message here must name its line and all of them must be reported at once (docs/architecture.md).
+//! The dialect is the TOTVS one: `[SECTION]` headers, `KEY=VALUE` entries, whole-line comments
+//! with `;` or `#`, names case-insensitive, backslashes literal, no quotes or escapes, and no
+//! comment after a value.
+
+/// One `KEY=VALUE` line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// The key in upper case, for lookups.
+    pub key: String,
+    /// The key as written, for messages.
+    pub written: String,
+    /// The value with surrounding blanks removed.
+    pub value: String,
+    /// 1-based line number.
+    pub line: usize,
+}
+
+/// One `[SECTION]` and the entries under it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Section {
+    /// The name in upper case.
+    pub name: String,
+    /// The name as written.
+    pub written: String,
+    /// Line of the `[SECTION]` header.
+    pub line: usize,
+    /// Entries in file order.
+    pub entries: Vec<Entry>,
+}
+
+/// A syntax error on one line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyntaxError {
+    /// 1-based line number.
+    pub line: usize,
+    /// The section the line is in, when there is one.
+    pub section: Option<String>,
+    /// What is wrong and what was expected.
+    pub message: String,
+}
+
+/// Scans the whole text; syntax errors are collected, never fatal, so the caller reports all.
+pub fn scan(text: &str) -> (Vec<Section>, Vec<SyntaxError>) {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let mut sections: Vec<Section> = Vec::new();
+    let mut errors = Vec::new();
+    for (index, raw) in text.lines().enumerate() {
+        let line = index + 1;
+        let trimmed = raw.trim();
+        if trimmed.is_empty() || trimmed.starts_with(';') || trimmed.starts_with('#') {
+            continue;
+        }
+        let current = sections.last().map(|s| s.written.clone());
+        let error = |message: String| SyntaxError {
+            line,
+            section: current.clone(),
+            message,
+        };
+        if let Some(rest) = trimmed.strip_prefix('[') {
+            match rest.strip_suffix(']') {
+                Some(name) if !name.trim().is_empty() && !name.contains([']', '[']) => {
+                    let written = name.trim().to_string();
+                    sections.push(Section {
+                        name: written.to_ascii_uppercase(),
+                        written,
+                        line,
+                        entries: Vec::new(),
+                    });
+                }
+                _ => errors.push(error(format!(
+                    "`{trimmed}` is not a section header; expected `[NAME]` alone on the line"
+                ))),
+            }
+            continue;
+        }
+        let Some((key, value)) = trimmed.split_once('=') else {
+            errors.push(error(format!(
+                "`{trimmed}` is neither `KEY=VALUE`, a `[SECTION]` header nor a comment"
+            )));
+            continue;
+        };
+        let (key, value) = (key.trim(), value.trim());
+        if key.is_empty() {
+            errors.push(error("a line starts with `=`; expected `KEY=VALUE`".into()));
+            continue;
+        }
+        if value.contains(';') {
+            errors.push(SyntaxError {
+                line,
+                section: current.clone(),
+                message: format!(
+                    "{key}: `;` after a value is not a comment in appserver.ini (the TOTVS \
+                     broker does not support it either); put the comment on a line of its own"
+                ),
+            });
+            continue;
+        }
+        match sections.last_mut() {
+            Some(section) => section.entries.push(Entry {
+                key: key.to_ascii_uppercase(),
+                written: key.to_string(),
+                value: value.to_string(),
+                line,
+            }),
+            None => errors.push(error(format!(
+                "{key} comes before any [SECTION] header; put it under the section it belongs to"
+            ))),
+        }
+    }
+    (sections, errors)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sections_entries_and_comments() {
+        let text = "\u{feff}; comment\n# other\n[General]\nConsoleLog = 1\n\n[balance_x]\n  Key=C:\\totvs\\logs  \n";
+        let (sections, errors) = scan(text);
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(sections.len(), 2);
+        assert_eq!(sections[0].name, "GENERAL");
+        assert_eq!(sections[0].entries[0].key, "CONSOLELOG");
+        assert_eq!(sections[0].entries[0].line, 4);
+        assert_eq!(sections[1].name, "BALANCE_X");
+        assert_eq!(sections[1].written, "balance_x");
+        assert_eq!(sections[1].entries[0].value, "C:\\totvs\\logs");
+        assert_eq!(sections[1].entries[0].line, 7);
+    }
+
+    #[test]
+    fn every_syntax_error_is_reported_with_its_line() {
+        let text = "orphan=1\n[A]\nno equals here\n=5\nK=1 ; note\n[broken\nOK=2\n";
+        let (sections, errors) = scan(text);
+        let lines: Vec<usize> = errors.iter().map(|e| e.line).collect();
+        assert_eq!(lines, vec![1, 3, 4, 5, 6]);
+        assert!(errors[3].message.contains("`;` after a value"));
+        assert_eq!(errors[3].section.as_deref(), Some("A"));
+        // The good entry after the bad header still lands in the last good section.
+        assert_eq!(sections[0].entries.len(), 1);
+        assert_eq!(sections[0].entries[0].key, "OK");
+    }
+
+    #[test]
+    fn value_may_be_empty_and_may_contain_equals() {
+        let (sections, errors) = scan("[A]\nK=\nL=a=b\n");
+        assert!(errors.is_empty());
+        assert_eq!(sections[0].entries[0].value, "");
+        assert_eq!(sections[0].entries[1].value, "a=b");
+    }
+}

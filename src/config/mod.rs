@@ -1,0 +1,934 @@
+//! `appserver.ini` to a validated [`Config`]: typed ports, durations and addresses, TOTVS keys
+//! accepted with notices, and every error naming file, line, section and key.
+//!
+//! Reading goes in three steps: [`ini::scan`] turns text into sections and entries with line
+//! numbers, [`Config::from_text`] validates them into typed values (collecting every error
+//! rather than stopping at the first), and [`Config::to_ini`] prints the effective
+//! configuration back, which parses to the same [`Config`].
+
+mod ini;
+mod render;
+mod value;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ini::{Entry, Section};
+pub use value::{Host, ServerId, show_duration};
+
+/// The whole configuration of one broker process.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The file it was read from, for messages and the status pages.
+    pub source: PathBuf,
+    /// Process-wide settings from `[General]`.
+    pub general: General,
+    /// One entry per `[BALANCE_*]` section, in file order.
+    pub balancers: Vec<BalancerConfig>,
+    /// Where each effective value came from, so printouts can mark defaults.
+    pub origins: Origins,
+}
+
+impl Config {
+    /// True when both hold the same settings, wherever each value came from.
+    pub fn same_settings(&self, other: &Config) -> bool {
+        self.general == other.general && self.balancers == other.balancers
+    }
+}
+
+/// Process-wide settings (`[General]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct General {
+    /// `ConsoleLog`: write the log to standard output.
+    pub console_log: bool,
+    /// `ConsoleFile`: also write the log to this file.
+    pub console_file: Option<PathBuf>,
+    /// `ConsoleMaxSize`: rotate the log file to `<file>.1` past this many bytes (0: never).
+    pub console_max_size: u64,
+    /// `ConsoleLogDate`: start each log line with the local date and time.
+    pub console_log_date: bool,
+    /// `SHUTDOWN_GRACE`: after SIGTERM, keep serving this long while PING reports draining.
+    pub shutdown_grace: Duration,
+    /// `SHUTDOWN_TIMEOUT`: after the listeners close, how long connections may take to finish.
+    pub shutdown_timeout: Duration,
+}
+
+/// Which TCP broker a `[BALANCE_*]` section configures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum BalancerKind {
+    /// `[BALANCE_SMART_CLIENT_DESKTOP]`: SmartClient Desktop connections.
+    SmartClientDesktop,
+    /// `[BALANCE_WEB_SERVICES]`: stateless web-service callers.
+    WebServices,
+}
+
+impl BalancerKind {
+    /// The section name as TOTVS writes it.
+    pub fn section(self) -> &'static str {
+        match self {
+            BalancerKind::SmartClientDesktop => "BALANCE_SMART_CLIENT_DESKTOP",
+            BalancerKind::WebServices => "BALANCE_WEB_SERVICES",
+        }
+    }
+
+    fn from_section(name: &str) -> Option<Self> {
+        match name {
+            "BALANCE_SMART_CLIENT_DESKTOP" => Some(BalancerKind::SmartClientDesktop),
+            "BALANCE_WEB_SERVICES" => Some(BalancerKind::WebServices),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for BalancerKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "[{}]", self.section())
+    }
+}
+
+/// One TCP balancer: a listener and the pool of servers it forwards to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BalancerConfig {
+    /// Which section this is.
+    pub kind: BalancerKind,
+    /// `LOCAL_SERVER_ADDRESS` and `LOCAL_SERVER_PORT`.
+    pub listen: SocketAddr,
+    /// `REMOTE_SERVER_xx`, in file order (the order ties are broken in).
+    pub servers: Vec<ServerConfig>,
+    /// `SORT_METHOD`.
+    pub sort_method: SortMethod,
+    /// `MONITORING_TYPE`.
+    pub monitoring: Monitoring,
+    /// `MONITOR_INTERVAL`: time between monitor rounds.
+    pub monitor_interval: Duration,
+    /// `QUARANTINE_TIME`: how long a failed server gets no new clients.
+    pub quarantine_time: Duration,
+    /// `CONNECT_TIMEOUT`: bound on each TCP connect, by clients and by the monitor.
+    pub connect_timeout: Duration,
+    /// `MAX_ATTEMPTS`: servers tried for one client before it is closed.
+    pub max_attempts: u32,
+    /// `MAX_CONNECTIONS`: simultaneous clients; more are accepted and closed at once.
+    pub max_connections: u32,
+    /// `LOG_CONNECTIONS`: one info line per finished connection.
+    pub log_connections: bool,
+}
+
+/// One `REMOTE_SERVER_xx = host port [weight]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerConfig {
+    /// The two-character id after `REMOTE_SERVER_`.
+    pub id: ServerId,
+    /// Address or name, resolved at each connect.
+    pub host: Host,
+    /// TCP port.
+    pub port: u16,
+    /// Share of new clients; 0 drains the server.
+    pub weight: u32,
+}
+
+impl ServerConfig {
+    /// `host:port` with the host as configured (IPv6 in brackets), as the status page shows it.
+    pub fn address(&self) -> String {
+        self.host.with_port(self.port)
+    }
+}
+
+/// `SORT_METHOD`: how the next server is chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SortMethod {
+    /// Fewest active connections per unit of weight.
+    Connection,
+    /// Smooth weighted round robin, as nginx does it.
+    RoundRobin,
+}
+
+impl SortMethod {
+    /// The value as written in the file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SortMethod::Connection => "CONNECTION",
+            SortMethod::RoundRobin => "ROUND_ROBIN",
+        }
+    }
+}
+
+/// `MONITORING_TYPE`: how the monitor checks each server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Monitoring {
+    /// A TCP connect to every server each round.
+    Connection,
+    /// No checks; quarantines end only when their time is up.
+    Disabled,
+}
+
+impl Monitoring {
+    /// The value as written in the file.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Monitoring::Connection => "CONNECTION",
+            Monitoring::Disabled => "DISABLED",
+        }
+    }
+}
+
+/// Where an effective value came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// Set in its own section, at this line.
+    Section(usize),
+    /// Inherited from `[General]`, set at this line.
+    General(usize),
+    /// Not set anywhere: the built-in default.
+    Default,
+}
+
+/// Origin of every effective value, keyed by (section, key), both upper case.
+#[derive(Debug, Clone, Default)]
+pub struct Origins(BTreeMap<(String, String), Origin>);
+
+impl Origins {
+    /// Where `key` of `section` came from (`Default` when never recorded).
+    pub fn get(&self, section: &str, key: &str) -> Origin {
+        self.0
+            .get(&(section.to_string(), key.to_string()))
+            .copied()
+            .unwrap_or(Origin::Default)
+    }
+
+    fn set(&mut self, section: &str, key: &str, origin: Origin) {
+        self.0
+            .insert((section.to_string(), key.to_string()), origin);
+    }
+}
+
+/// A configuration error, naming where it is and what was expected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// 1-based line, when the error belongs to one.
+    pub line: Option<usize>,
+    /// The section as written.
+    pub section: Option<String>,
+    /// The key as written.
+    pub key: Option<String>,
+    /// What is wrong and what is expected.
+    pub message: String,
+}
+
+/// Something accepted but worth telling the operator (a TOTVS key appbroker does not use, ...).
+pub type Notice = ConfigError;
+
+impl ConfigError {
+    fn new(line: usize, section: &str, key: Option<&str>, message: impl Into<String>) -> Self {
+        ConfigError {
+            line: Some(line),
+            section: Some(section.to_string()),
+            key: key.map(str::to_string),
+            message: message.into(),
+        }
+    }
+
+    /// Formats the error with the file name first, as `file:line: [SECTION] KEY: message`.
+    pub fn located(&self, file: &str) -> String {
+        let mut out = file.to_string();
+        if let Some(line) = self.line {
+            out.push_str(&format!(":{line}"));
+        }
+        out.push_str(": ");
+        if let Some(section) = &self.section {
+            out.push_str(&format!("[{section}] "));
+        }
+        if let Some(key) = &self.key {
+            out.push_str(&format!("{key}: "));
+        }
+        out.push_str(&self.message);
+        out
+    }
+}
+
+/// Why a configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The file could not be read at all.
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file was read and holds errors; all of them are here.
+    #[error("{} in {}", plural(errors.len(), "error"), path.display())]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// Every error, in line order.
+        errors: Vec<ConfigError>,
+    },
+}
+
+impl LoadError {
+    /// Every message, one per line, each starting with the file name.
+    pub fn report(&self) -> String {
+        match self {
+            LoadError::Read { .. } => self.to_string(),
+            LoadError::Invalid { path, errors } => {
+                let file = path.display().to_string();
+                let mut out = format!("{self}:");
+                for error in errors {
+                    out.push_str("\n  ");
+                    out.push_str(&error.located(&file));
+                }
+                out
+            }
+        }
+    }
+}
+
+/// A loaded configuration and what the operator should be told about it.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    /// The validated configuration.
+    pub config: Config,
+    /// Notices to log once at start (accepted TOTVS keys, substitutions, ignored sections).
+    pub notices: Vec<Notice>,
+}
+
+/// `n thing` or `n things`.
+pub fn plural(n: usize, thing: &str) -> String {
+    if n == 1 {
+        format!("{n} {thing}")
+    } else {
+        format!("{n} {thing}s")
+    }
+}
+
+/// Keys of a balancer section (besides `REMOTE_SERVER_xx`); all but `LOCAL_SERVER_*` may stand
+/// in `[General]` as the default for every balancer.
+const BALANCER_KEYS: &[&str] = &[
+    "LOCAL_SERVER_PORT",
+    "LOCAL_SERVER_ADDRESS",
+    "SORT_METHOD",
+    "MONITORING_TYPE",
+    "MONITOR_INTERVAL",
+    "QUARANTINE_TIME",
+    "CONNECT_TIMEOUT",
+    "MAX_ATTEMPTS",
+    "MAX_CONNECTIONS",
+    "LOG_CONNECTIONS",
+];
+
+/// `[General]` keys of appbroker's own.
+const GENERAL_KEYS: &[&str] = &[
+    "CONSOLELOG",
+    "CONSOLEFILE",
+    "CONSOLEMAXSIZE",
+    "CONSOLELOGDATE",
+    "SHUTDOWN_GRACE",
+    "SHUTDOWN_TIMEOUT",
+];
+
+/// Keys TOTVS broker files carry that appbroker accepts without using, and what it does instead.
+const TOTVS_UNUSED_KEYS: &[(&str, &str)] = &[
+    (
+        "SERVICE_NAME",
+        "run appbroker as a systemd service instead (docs/operations.md)",
+    ),
+    (
+        "SERVICE_DISPLAY_NAME",
+        "run appbroker as a systemd service instead (docs/operations.md)",
+    ),
+    (
+        "STANDBY_TIME",
+        "a client's server connection ends when the client's does (no SmartClient standby)",
+    ),
+    (
+        "SESSION_TIMEOUT",
+        "it belongs to the HTTP broker, which appbroker does not run yet",
+    ),
+    (
+        "PROTHEUS_MONITOR_EMBEDDED",
+        "TOTVS Monitor connects to the AppServers directly",
+    ),
+    (
+        "PROTHEUS_MONITOR_ADDRESS",
+        "TOTVS Monitor connects to the AppServers directly",
+    ),
+    (
+        "PROTHEUS_MONITOR_PORT",
+        "TOTVS Monitor connects to the AppServers directly",
+    ),
+    (
+        "SSL_ENCRYPT_UPSTREAM",
+        "bytes are relayed as they are; TLS between client and server passes through",
+    ),
+];
+
+const DEFAULT_LISTEN_ADDRESS: IpAddr = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+const MAX_SERVERS: usize = 36 * 36;
+
+impl Config {
+    /// Reads and validates a file (UTF-8, or Windows-1252 when it is not valid UTF-8).
+    pub fn from_path(path: &Path) -> Result<Loaded, LoadError> {
+        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Config::from_text(&decode(&bytes), path)
+    }
+
+    /// Validates configuration text; `path` is only used to name the file in messages.
+    pub fn from_text(text: &str, path: &Path) -> Result<Loaded, LoadError> {
+        let (sections, syntax) = ini::scan(text);
+        let mut v = Validator::default();
+        for e in syntax {
+            v.errors.push(ConfigError {
+                line: Some(e.line),
+                section: e.section,
+                key: None,
+                message: e.message,
+            });
+        }
+
+        let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+        let mut general: Option<&Section> = None;
+        let mut balancer_sections = Vec::new();
+        let mut ignored = Vec::new();
+        for section in &sections {
+            if let Some(first) = seen.insert(section.name.clone(), section.line) {
+                v.errors.push(ConfigError::new(
+                    section.line,
+                    &section.written,
+                    None,
+                    format!(
+                        "the section appears twice (first at line {first}); merge them into one"
+                    ),
+                ));
+                continue;
+            }
+            match section.name.as_str() {
+                "GENERAL" => general = Some(section),
+                "BALANCE_HTTP" | "BALANCE_HTML" => v.errors.push(ConfigError::new(
+                    section.line,
+                    &section.written,
+                    None,
+                    "the HTTP broker (session affinity by cookie) is not available in appbroker yet; \
+                     balance HTTP traffic as plain TCP with [BALANCE_WEB_SERVICES], or remove the section",
+                )),
+                name => match BalancerKind::from_section(name) {
+                    Some(kind) => balancer_sections.push((kind, section)),
+                    None if name.starts_with("BALANCE_") => {
+                        let hint = suggest(name, &["BALANCE_SMART_CLIENT_DESKTOP", "BALANCE_WEB_SERVICES"])
+                            .map(|s| format!("did you mean [{s}]?"))
+                            .unwrap_or_else(|| {
+                                "expected [BALANCE_SMART_CLIENT_DESKTOP] or [BALANCE_WEB_SERVICES]".into()
+                            });
+                        v.errors.push(ConfigError::new(
+                            section.line,
+                            &section.written,
+                            None,
+                            format!("unknown balancer section; {hint}"),
+                        ));
+                    }
+                    None => ignored.push(format!("[{}]", section.written)),
+                },
+            }
+        }
+        if !ignored.is_empty() {
+            v.notices.push(ConfigError {
+                line: None,
+                section: None,
+                key: None,
+                message: format!(
+                    "ignoring sections appbroker does not use: {}",
+                    ignored.join(", ")
+                ),
+            });
+        }
+
+        let general_config = v.general(general);
+        let mut balancers = Vec::new();
+        for (kind, section) in &balancer_sections {
+            if let Some(balancer) = v.balancer(*kind, section, general) {
+                balancers.push(balancer);
+            }
+        }
+        if balancer_sections.is_empty() {
+            v.errors.push(ConfigError {
+                line: None,
+                section: None,
+                key: None,
+                message: "no balancer section; add [BALANCE_SMART_CLIENT_DESKTOP] or \
+                          [BALANCE_WEB_SERVICES] with LOCAL_SERVER_PORT and REMOTE_SERVER_01"
+                    .into(),
+            });
+        }
+        for (i, a) in balancers.iter().enumerate() {
+            for b in &balancers[..i] {
+                if a.listen.port() == b.listen.port()
+                    && (a.listen.ip() == b.listen.ip()
+                        || a.listen.ip().is_unspecified()
+                        || b.listen.ip().is_unspecified())
+                {
+                    let line = balancer_sections
+                        .iter()
+                        .find(|(k, _)| *k == a.kind)
+                        .map(|(_, s)| s.line)
+                        .unwrap_or(0);
+                    v.errors.push(ConfigError::new(
+                        line,
+                        a.kind.section(),
+                        Some("LOCAL_SERVER_PORT"),
+                        format!(
+                            "{} is also the port of {}; each balancer needs its own port",
+                            a.listen, b.kind
+                        ),
+                    ));
+                }
+            }
+        }
+
+        if !v.errors.is_empty() {
+            let mut errors = v.errors;
+            errors.sort_by_key(|e| e.line.unwrap_or(usize::MAX));
+            errors.dedup();
+            return Err(LoadError::Invalid {
+                path: path.to_path_buf(),
+                errors,
+            });
+        }
+        Ok(Loaded {
+            config: Config {
+                source: path.to_path_buf(),
+                general: general_config,
+                balancers,
+                origins: v.origins,
+            },
+            notices: v.notices,
+        })
+    }
+}
+
+/// UTF-8 when it is valid, else Windows-1252 (Brazilian files carry Portuguese comments in it).
+fn decode(bytes: &[u8]) -> String {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => text.to_string(),
+        Err(_) => encoding_rs::WINDOWS_1252.decode(bytes).0.into_owned(),
+    }
+}
+
+#[derive(Default)]
+struct Validator {
+    errors: Vec<ConfigError>,
+    notices: Vec<Notice>,
+    origins: Origins,
+}
+
+/// One section's lookups, with `[General]` as the fallback for balancer keys.
+struct Lookup<'a> {
+    section: &'a Section,
+    general: Option<&'a Section>,
+}
+
+impl Lookup<'_> {
+    fn find(&self, key: &str) -> Option<(&Entry, Origin)> {
+        if let Some(e) = self.section.entries.iter().find(|e| e.key == key) {
+            return Some((e, Origin::Section(e.line)));
+        }
+        let general = self.general?;
+        general
+            .entries
+            .iter()
+            .find(|e| e.key == key)
+            .map(|e| (e, Origin::General(e.line)))
+    }
+}
+
+impl Validator {
+    /// Parses one setting: from its section, else `[General]`, else `default`. A bad value is
+    /// recorded as an error (at the line it is on) and the default is returned so validation
+    /// can go on and report everything at once.
+    fn setting<T>(
+        &mut self,
+        lookup: &Lookup<'_>,
+        key: &str,
+        default: T,
+        parse: impl Fn(&str) -> Result<T, String>,
+    ) -> T {
+        let section = lookup.section.name.as_str();
+        match lookup.find(key) {
+            None => {
+                self.origins.set(section, key, Origin::Default);
+                default
+            }
+            Some((entry, origin)) => {
+                self.origins.set(section, key, origin);
+                match parse(&entry.value) {
+                    Ok(value) => value,
+                    Err(message) => {
+                        let where_ = match origin {
+                            Origin::General(_) => "General",
+                            _ => &lookup.section.written,
+                        };
+                        self.errors.push(ConfigError::new(
+                            entry.line,
+                            where_,
+                            Some(&entry.written),
+                            format!("`{}` {message}", entry.value),
+                        ));
+                        default
+                    }
+                }
+            }
+        }
+    }
+
+    fn duplicates(&mut self, section: &Section) {
+        let mut first: BTreeMap<String, usize> = BTreeMap::new();
+        for entry in &section.entries {
+            let key = match value::server_id_of_key(&entry.key) {
+                Some(Ok(id)) => format!("REMOTE_SERVER_{id}"),
+                _ => entry.key.clone(),
+            };
+            if let Some(line) = first.insert(key, entry.line) {
+                self.errors.push(ConfigError::new(
+                    entry.line,
+                    &section.written,
+                    Some(&entry.written),
+                    format!("given twice (first at line {line}); keep one"),
+                ));
+            }
+        }
+    }
+
+    fn general(&mut self, section: Option<&Section>) -> General {
+        let defaults = General {
+            console_log: true,
+            console_file: None,
+            console_max_size: 10 * 1024 * 1024,
+            console_log_date: true,
+            shutdown_grace: Duration::ZERO,
+            shutdown_timeout: Duration::from_secs(30),
+        };
+        let Some(section) = section else {
+            return defaults;
+        };
+        self.duplicates(section);
+        let mut unused = Vec::new();
+        for entry in &section.entries {
+            let known = GENERAL_KEYS.contains(&entry.key.as_str())
+                || (BALANCER_KEYS.contains(&entry.key.as_str())
+                    && !entry.key.starts_with("LOCAL_SERVER_"));
+            if !known {
+                let mut name = entry.written.clone();
+                let all: Vec<&str> = GENERAL_KEYS.iter().chain(BALANCER_KEYS).copied().collect();
+                if let Some(s) = suggest(&entry.key, &all) {
+                    name.push_str(&format!(" (did you mean {s}?)"));
+                }
+                unused.push(name);
+            }
+        }
+        if !unused.is_empty() {
+            self.notices.push(ConfigError {
+                line: Some(section.line),
+                section: Some(section.written.clone()),
+                key: None,
+                message: format!(
+                    "ignoring keys appbroker does not use: {}",
+                    unused.join(", ")
+                ),
+            });
+        }
+        let lookup = Lookup {
+            section,
+            general: None,
+        };
+        General {
+            console_log: self.setting(&lookup, "CONSOLELOG", defaults.console_log, value::flag),
+            console_file: self.setting(&lookup, "CONSOLEFILE", None, |s| {
+                Ok((!s.is_empty()).then(|| PathBuf::from(s)))
+            }),
+            console_max_size: self.setting(
+                &lookup,
+                "CONSOLEMAXSIZE",
+                defaults.console_max_size,
+                |s| value::integer(s, 0, u64::MAX, "a size in bytes (0: never rotate)"),
+            ),
+            console_log_date: self.setting(&lookup, "CONSOLELOGDATE", true, value::flag),
+            shutdown_grace: self.setting(&lookup, "SHUTDOWN_GRACE", defaults.shutdown_grace, |s| {
+                value::duration(s, Duration::ZERO)
+            }),
+            shutdown_timeout: self.setting(
+                &lookup,
+                "SHUTDOWN_TIMEOUT",
+                defaults.shutdown_timeout,
+                |s| value::duration(s, Duration::ZERO),
+            ),
+        }
+    }
+
+    fn balancer(
+        &mut self,
+        kind: BalancerKind,
+        section: &Section,
+        general: Option<&Section>,
+    ) -> Option<BalancerConfig> {
+        let errors_before = self.errors.len();
+        self.duplicates(section);
+        let name = section.written.as_str();
+
+        let mut servers = Vec::new();
+        let mut unused = Vec::new();
+        for entry in &section.entries {
+            match value::server_id_of_key(&entry.key) {
+                Some(Ok(id)) => match value::server(&entry.value) {
+                    Ok((host, port, weight)) => servers.push((
+                        ServerConfig {
+                            id,
+                            host,
+                            port,
+                            weight,
+                        },
+                        entry.line,
+                    )),
+                    Err(message) => self.errors.push(ConfigError::new(
+                        entry.line,
+                        name,
+                        Some(&entry.written),
+                        format!("`{}` {message}", entry.value),
+                    )),
+                },
+                Some(Err(message)) => self.errors.push(ConfigError::new(
+                    entry.line,
+                    name,
+                    Some(&entry.written),
+                    message,
+                )),
+                None if BALANCER_KEYS.contains(&entry.key.as_str()) => {}
+                None => {
+                    match TOTVS_UNUSED_KEYS.iter().find(|(k, _)| *k == entry.key) {
+                        Some((_, instead)) => unused.push(format!("{} ({instead})", entry.written)),
+                        None => {
+                            let known: Vec<&str> = BALANCER_KEYS
+                                .iter()
+                                .chain(TOTVS_UNUSED_KEYS.iter().map(|(k, _)| k))
+                                .copied()
+                                .chain(["REMOTE_SERVER_01"])
+                                .collect();
+                            let hint = match suggest(&entry.key, &known) {
+                            Some(s) => format!("unknown key; did you mean {s}?"),
+                            None => "unknown key; docs/configuration.md lists the keys of a balancer \
+                                     section"
+                                .to_string(),
+                        };
+                            self.errors.push(ConfigError::new(
+                                entry.line,
+                                name,
+                                Some(&entry.written),
+                                hint,
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        if !unused.is_empty() {
+            self.notices.push(ConfigError {
+                line: Some(section.line),
+                section: Some(name.to_string()),
+                key: None,
+                message: format!(
+                    "accepting TOTVS keys appbroker does not use: {}",
+                    unused.join("; ")
+                ),
+            });
+        }
+
+        if servers.is_empty() && self.errors.len() == errors_before {
+            self.errors.push(ConfigError::new(
+                section.line,
+                name,
+                None,
+                "no servers; add at least one `REMOTE_SERVER_01 = <host> <port> [<weight>]`",
+            ));
+        }
+        if servers.len() > MAX_SERVERS {
+            self.errors.push(ConfigError::new(
+                section.line,
+                name,
+                None,
+                format!("{} servers; at most {MAX_SERVERS} ids exist", servers.len()),
+            ));
+        }
+        let mut by_address: BTreeMap<String, (ServerId, usize)> = BTreeMap::new();
+        for (server, line) in &servers {
+            if let Some((other, other_line)) =
+                by_address.insert(server.address().to_ascii_lowercase(), (server.id, *line))
+            {
+                self.notices.push(ConfigError::new(
+                    *line,
+                    name,
+                    Some(&format!("REMOTE_SERVER_{}", server.id)),
+                    format!(
+                        "{} is also REMOTE_SERVER_{other} (line {other_line}); each id is its own \
+                         entry with its own connections and counters",
+                        server.address()
+                    ),
+                ));
+            }
+        }
+
+        let own = Lookup {
+            section,
+            general: None,
+        };
+        let inherited = Lookup { section, general };
+        let port = match own.find("LOCAL_SERVER_PORT") {
+            None => {
+                self.errors.push(ConfigError::new(
+                    section.line,
+                    name,
+                    Some("LOCAL_SERVER_PORT"),
+                    "missing; it is required: the TCP port clients connect to (1-65535)",
+                ));
+                None
+            }
+            Some(_) => Some(self.setting(&own, "LOCAL_SERVER_PORT", 0, |s| {
+                value::integer(s, 1, 65535, "a port number from 1 to 65535").map(|p| p as u16)
+            })),
+        };
+        let address = self.setting(
+            &own,
+            "LOCAL_SERVER_ADDRESS",
+            DEFAULT_LISTEN_ADDRESS,
+            value::ip,
+        );
+
+        let sort_method =
+            self.setting(
+                &inherited,
+                "SORT_METHOD",
+                SortMethod::Connection,
+                |s| match s.to_ascii_uppercase().as_str() {
+                    "CONNECTION" => Ok(SortMethod::Connection),
+                    "ROUND_ROBIN" => Ok(SortMethod::RoundRobin),
+                    "SESSION" | "SERVER_MEMORY" | "SERVER_USERS" | "SERVER_THREADS"
+                    | "SERVER_CPU" => Ok(SortMethod::Connection),
+                    _ => Err("is not a sort method; expected CONNECTION or ROUND_ROBIN".into()),
+                },
+            );
+        if let Some((entry, _)) = inherited.find("SORT_METHOD") {
+            let upper = entry.value.to_ascii_uppercase();
+            if [
+                "SESSION",
+                "SERVER_MEMORY",
+                "SERVER_USERS",
+                "SERVER_THREADS",
+                "SERVER_CPU",
+            ]
+            .contains(&upper.as_str())
+            {
+                self.notices.push(ConfigError::new(
+                    entry.line,
+                    name,
+                    Some("SORT_METHOD"),
+                    format!(
+                        "{upper} needs figures only a TOTVS AppServer reports; CONNECTION (fewest \
+                         connections per weight) is used instead"
+                    ),
+                ));
+            }
+        }
+        let monitoring =
+            self.setting(
+                &inherited,
+                "MONITORING_TYPE",
+                Monitoring::Connection,
+                |s| match s.to_ascii_uppercase().as_str() {
+                    "CONNECTION" => Ok(Monitoring::Connection),
+                    "DISABLED" | "DISABLE" => Ok(Monitoring::Disabled),
+                    "SMARTCLIENT"
+                    | "SMARTCLIENT_SSL"
+                    | "SMARTCLIENT_ACTIVE"
+                    | "SMARTCLIENT_SSL_ACTIVE" => Ok(Monitoring::Connection),
+                    _ => Err("is not a monitoring type; expected CONNECTION or DISABLED".into()),
+                },
+            );
+        if let Some((entry, _)) = inherited.find("MONITORING_TYPE") {
+            let upper = entry.value.to_ascii_uppercase();
+            if upper.starts_with("SMARTCLIENT") {
+                self.notices.push(ConfigError::new(
+                    entry.line,
+                    name,
+                    Some("MONITORING_TYPE"),
+                    format!(
+                        "{upper} logs in with SmartClient's undocumented protocol; CONNECTION (a \
+                         TCP connect to each server) is used instead"
+                    ),
+                ));
+            }
+        }
+        let monitor_interval = self.setting(
+            &inherited,
+            "MONITOR_INTERVAL",
+            Duration::from_secs(60),
+            |s| value::duration(s, Duration::from_millis(100)),
+        );
+        let quarantine_time = self.setting(
+            &inherited,
+            "QUARANTINE_TIME",
+            Duration::from_secs(120),
+            |s| value::duration(s, Duration::from_millis(100)),
+        );
+        let connect_timeout =
+            self.setting(&inherited, "CONNECT_TIMEOUT", Duration::from_secs(5), |s| {
+                value::duration(s, Duration::from_millis(10))
+            });
+        let max_attempts = self.setting(&inherited, "MAX_ATTEMPTS", 3, |s| {
+            value::integer(
+                s,
+                1,
+                MAX_SERVERS as u64,
+                "a count of servers from 1 to 1296",
+            )
+            .map(|n| n as u32)
+        });
+        let max_connections = self.setting(&inherited, "MAX_CONNECTIONS", 10_000, |s| {
+            value::integer(s, 1, 1_000_000, "a number of connections from 1 to 1000000")
+                .map(|n| n as u32)
+        });
+        let log_connections = self.setting(&inherited, "LOG_CONNECTIONS", true, value::flag);
+
+        if self.errors.len() > errors_before {
+            return None;
+        }
+        Some(BalancerConfig {
+            kind,
+            listen: SocketAddr::new(address, port?),
+            servers: servers.into_iter().map(|(s, _)| s).collect(),
+            sort_method,
+            monitoring,
+            monitor_interval,
+            quarantine_time,
+            connect_timeout,
+            max_attempts,
+            max_connections,
+            log_connections,
+        })
+    }
+}
+
+/// The known name closest to `name`, when it is close enough to be a typo.
+fn suggest<'a>(name: &str, known: &[&'a str]) -> Option<&'a str> {
+    known
+        .iter()
+        .map(|k| (value::edit_distance(name, k), *k))
+        .filter(|(d, k)| *d <= (k.len() / 4).max(2))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,160 @@
+//! Validation rules, table-driven: what each input must produce.
+
+use super::*;
+
+fn load(text: &str) -> Result<Loaded, Vec<String>> {
+    Config::from_text(text, Path::new("t.ini")).map_err(|e| match e {
+        LoadError::Invalid { errors, .. } => errors.iter().map(|e| e.located("t.ini")).collect(),
+        other => vec![other.to_string()],
+    })
+}
+
+const MINIMAL: &str =
+    "[BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_PORT=5000\nREMOTE_SERVER_01=127.0.0.1 6001\n";
+
+#[test]
+fn minimal_file_gets_every_default() {
+    let loaded = load(MINIMAL).unwrap();
+    assert!(loaded.notices.is_empty());
+    let b = &loaded.config.balancers[0];
+    assert_eq!(b.kind, BalancerKind::SmartClientDesktop);
+    assert_eq!(b.listen, "0.0.0.0:5000".parse().unwrap());
+    assert_eq!(b.sort_method, SortMethod::Connection);
+    assert_eq!(b.monitoring, Monitoring::Connection);
+    assert_eq!(b.monitor_interval, Duration::from_secs(60));
+    assert_eq!(b.quarantine_time, Duration::from_secs(120));
+    assert_eq!(b.connect_timeout, Duration::from_secs(5));
+    assert_eq!(b.max_attempts, 3);
+    assert_eq!(b.max_connections, 10_000);
+    assert!(b.log_connections);
+    assert_eq!(b.servers[0].weight, 1);
+    let g = &loaded.config.general;
+    assert!(g.console_log && g.console_log_date);
+    assert_eq!(g.shutdown_timeout, Duration::from_secs(30));
+}
+
+#[test]
+fn general_supplies_defaults_and_the_section_wins() {
+    let text = "[general]\nsort_method=round_robin\nMONITOR_INTERVAL=500ms\n\
+                [BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_PORT=5000\nMonitor_Interval=2m\n\
+                REMOTE_SERVER_01=h 1\n[BALANCE_WEB_SERVICES]\nLOCAL_SERVER_PORT=5001\nREMOTE_SERVER_aa=h 2 0\n";
+    let config = load(text).unwrap().config;
+    let (desk, ws) = (&config.balancers[0], &config.balancers[1]);
+    assert_eq!(desk.sort_method, SortMethod::RoundRobin);
+    assert_eq!(desk.monitor_interval, Duration::from_secs(120));
+    assert_eq!(ws.monitor_interval, Duration::from_millis(500));
+    assert_eq!(ws.servers[0].id.as_str(), "AA");
+    assert_eq!(ws.servers[0].weight, 0);
+    assert_eq!(
+        config
+            .origins
+            .get("BALANCE_WEB_SERVICES", "MONITOR_INTERVAL"),
+        Origin::General(3)
+    );
+    assert_eq!(
+        config
+            .origins
+            .get("BALANCE_SMART_CLIENT_DESKTOP", "MONITOR_INTERVAL"),
+        Origin::Section(6)
+    );
+    assert_eq!(
+        config
+            .origins
+            .get("BALANCE_WEB_SERVICES", "QUARANTINE_TIME"),
+        Origin::Default
+    );
+}
+
+#[test]
+fn printed_configuration_parses_back_to_the_same() {
+    let text = "[General]\nConsoleFile=C:\\totvs\\logs\\broker.log\nSHUTDOWN_GRACE=1500ms\n\
+                [BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_ADDRESS=::1\nLOCAL_SERVER_PORT=5000\n\
+                REMOTE_SERVER_01=::1 6001 3\nREMOTE_SERVER_X9=app.example 6002\nSORT_METHOD=SERVER_MEMORY\n";
+    let first = load(text).unwrap().config;
+    let printed = first.to_ini();
+    let second = load(&printed)
+        .unwrap_or_else(|e| panic!("{printed}\n{e:?}"))
+        .config;
+    assert!(first.same_settings(&second), "{printed}");
+    assert!(printed.contains("CONSOLEFILE=C:\\totvs\\logs\\broker.log"));
+    assert!(
+        printed.contains("\nLOCAL_SERVER_ADDRESS=::1\n"),
+        "{printed}"
+    );
+}
+
+#[test]
+fn totvs_values_and_keys_are_accepted_with_notices() {
+    let text = format!(
+        "{MINIMAL}SORT_METHOD=SERVER_MEMORY\nMONITORING_TYPE=SMARTCLIENT_ACTIVE\nSERVICE_NAME=broker\n\
+         STANDBY_TIME=200\n[Drivers]\nACTIVE=TCP\n[General]\nConsoleLog=1\nMaxStringSize=10\n"
+    );
+    let loaded = load(&text).unwrap();
+    let notices: Vec<String> = loaded.notices.iter().map(|n| n.located("t.ini")).collect();
+    let all = notices.join("\n");
+    assert!(
+        all.contains("SERVER_MEMORY needs figures only a TOTVS AppServer reports"),
+        "{all}"
+    );
+    assert!(
+        all.contains("SMARTCLIENT_ACTIVE logs in with SmartClient's undocumented protocol"),
+        "{all}"
+    );
+    assert!(
+        all.contains("SERVICE_NAME (") && all.contains("STANDBY_TIME ("),
+        "{all}"
+    );
+    assert!(
+        all.contains("ignoring sections appbroker does not use: [Drivers]"),
+        "{all}"
+    );
+    assert!(
+        all.contains("ignoring keys appbroker does not use: MaxStringSize"),
+        "{all}"
+    );
+    assert_eq!(
+        loaded.config.balancers[0].sort_method,
+        SortMethod::Connection
+    );
+}
+
+#[test]
+fn every_error_is_reported_at_once_with_file_line_section_and_key() {
+    let text = "[BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_PORT=70000\nSORT_METOD=CONNECTION\n\
+                REMOTE_SERVER_1=h 1\nREMOTE_SERVER_02=h\nMONITOR_INTERVAL=soon\n";
+    let errors = load(text).unwrap_err();
+    assert_eq!(errors.len(), 5, "{errors:#?}");
+    assert!(errors[0].starts_with(
+        "t.ini:2: [BALANCE_SMART_CLIENT_DESKTOP] LOCAL_SERVER_PORT: `70000` expected a port"
+    ));
+    assert!(errors[1].contains(":3:") && errors[1].contains("did you mean SORT_METHOD?"));
+    assert!(errors[2].contains(":4:") && errors[2].contains("exactly two letters or digits"));
+    assert!(errors[3].contains(":5:") && errors[3].contains("expected `<host> <port> [<weight>]`"));
+    assert!(errors[4].contains(":6:") && errors[4].contains("expected a duration"));
+}
+
+#[test]
+fn duplicates_are_errors_and_same_address_is_a_notice() {
+    let errors = load(&format!("{MINIMAL}remote_server_01=h 2\n")).unwrap_err();
+    assert!(
+        errors[0].contains("given twice (first at line 3)"),
+        "{errors:?}"
+    );
+    let loaded = load(&format!("{MINIMAL}REMOTE_SERVER_02=127.0.0.1 6001\n")).unwrap();
+    assert!(
+        loaded.notices[0]
+            .message
+            .contains("is also REMOTE_SERVER_01")
+    );
+    assert_eq!(loaded.config.balancers[0].servers.len(), 2);
+}
+
+#[test]
+fn windows_1252_is_read() {
+    let mut bytes = b"; configura\xe7\xe3o do broker\n".to_vec();
+    bytes.extend_from_slice(MINIMAL.as_bytes());
+    assert_eq!(
+        decode(&bytes).lines().next(),
+        Some("; configuração do broker")
+    );
+}

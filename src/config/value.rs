@@ -1,0 +1,311 @@
+//! Parsers for single values (flags, counts, durations, addresses, `REMOTE_SERVER_xx`) and their
+//! canonical printed forms. Each parser's error completes the sentence "`value` ...".
+
+use std::fmt;
+use std::net::IpAddr;
+use std::time::Duration;
+
+/// The two-character id of `REMOTE_SERVER_xx`: letters or digits, stored in upper case so `aa`
+/// and `AA` are the same id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ServerId([u8; 2]);
+
+impl ServerId {
+    /// Parses exactly two ASCII letters or digits.
+    pub fn parse(text: &str) -> Option<ServerId> {
+        match text.as_bytes() {
+            [a, b] if a.is_ascii_alphanumeric() && b.is_ascii_alphanumeric() => {
+                Some(ServerId([a.to_ascii_uppercase(), b.to_ascii_uppercase()]))
+            }
+            _ => None,
+        }
+    }
+
+    /// The id as text (always two upper-case characters).
+    pub fn as_str(&self) -> &str {
+        // Both bytes are ASCII alphanumerics by construction.
+        std::str::from_utf8(&self.0).unwrap_or("??")
+    }
+}
+
+impl fmt::Display for ServerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A server's host: an IP address, or a name resolved at each connect.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Host {
+    /// An IPv4 or IPv6 address: connects go straight to it.
+    Ip(IpAddr),
+    /// A host name, as written; every address it resolves to is tried in turn.
+    Name(String),
+}
+
+impl Host {
+    /// `host:port`, with an IPv6 address in brackets.
+    pub fn with_port(&self, port: u16) -> String {
+        match self {
+            Host::Ip(IpAddr::V6(ip)) => format!("[{ip}]:{port}"),
+            Host::Ip(ip) => format!("{ip}:{port}"),
+            Host::Name(name) => format!("{name}:{port}"),
+        }
+    }
+}
+
+impl fmt::Display for Host {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Host::Ip(ip) => write!(f, "{ip}"),
+            Host::Name(name) => f.write_str(name),
+        }
+    }
+}
+
+/// For a key `REMOTE_SERVER_<id>`: `Some(Ok(id))`, or `Some(Err)` when the id is malformed;
+/// `None` for any other key.
+pub fn server_id_of_key(key: &str) -> Option<Result<ServerId, String>> {
+    let id = key.strip_prefix("REMOTE_SERVER_")?;
+    Some(ServerId::parse(id).ok_or_else(|| {
+        format!(
+            "the id `{id}` must be exactly two letters or digits (01..99, then AA, 0A, X9, ...: \
+             1296 ids in all)"
+        )
+    }))
+}
+
+/// `<host> <port> [<weight>]`.
+pub fn server(text: &str) -> Result<(Host, u16, u32), String> {
+    const FORM: &str = "expected `<host> <port> [<weight>]`, e.g. `10.0.0.5 1234` or `app1 1234 2`";
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let (host, port, weight) = match words.as_slice() {
+        [host, port] => (*host, *port, None),
+        [host, port, weight] => (*host, *port, Some(*weight)),
+        _ => return Err(FORM.into()),
+    };
+    let host = self::host(host)?;
+    let port = match port.parse::<u16>() {
+        Ok(p) if p > 0 => p,
+        _ => {
+            return Err(format!(
+                "has port `{port}`; expected a port number from 1 to 65535"
+            ));
+        }
+    };
+    let weight = match weight {
+        None => 1,
+        Some(w) => match w.parse::<u32>() {
+            Ok(w) if w <= 1000 => w,
+            _ => {
+                return Err(format!(
+                    "has weight `{w}`; expected a weight from 0 to 1000 (0 drains the server)"
+                ));
+            }
+        },
+    };
+    Ok((host, port, weight))
+}
+
+fn host(text: &str) -> Result<Host, String> {
+    let bare = text
+        .strip_prefix('[')
+        .and_then(|t| t.strip_suffix(']'))
+        .unwrap_or(text);
+    if let Ok(ip) = bare.parse::<IpAddr>() {
+        return Ok(Host::Ip(ip));
+    }
+    let valid_name = !text.is_empty()
+        && text.len() <= 253
+        && text.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        });
+    if valid_name {
+        Ok(Host::Name(text.to_string()))
+    } else {
+        Err(format!(
+            "has host `{text}`; expected an IPv4 or IPv6 address or a host name (letters, digits, \
+             `-` and `.`), separated from the port by a space"
+        ))
+    }
+}
+
+/// `0` or `1`.
+pub fn flag(text: &str) -> Result<bool, String> {
+    match text {
+        "0" => Ok(false),
+        "1" => Ok(true),
+        _ => Err("expected 0 or 1".into()),
+    }
+}
+
+/// An integer within `min..=max`; `what` describes the expected value.
+pub fn integer(text: &str, min: u64, max: u64, what: &str) -> Result<u64, String> {
+    match text.parse::<u64>() {
+        Ok(n) if (min..=max).contains(&n) => Ok(n),
+        _ => Err(format!("expected {what}")),
+    }
+}
+
+/// An IP address to listen on (IPv6 with or without brackets).
+pub fn ip(text: &str) -> Result<IpAddr, String> {
+    let bare = text
+        .strip_prefix('[')
+        .and_then(|t| t.strip_suffix(']'))
+        .unwrap_or(text);
+    bare.parse()
+        .map_err(|_| "expected an IP address of this machine, e.g. 0.0.0.0, 10.0.0.2 or ::".into())
+}
+
+/// Longest duration any setting accepts: a day.
+const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
+
+/// A duration: a plain integer is seconds; `ms`, `s` and `m` suffixes are accepted.
+pub fn duration(text: &str, min: Duration) -> Result<Duration, String> {
+    let lower = text.to_ascii_lowercase();
+    let digits_end = lower
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(lower.len());
+    let (digits, unit) = lower.split_at(digits_end);
+    let per_unit_ms: u64 = match unit.trim() {
+        "" | "s" => 1000,
+        "ms" => 1,
+        "m" => 60_000,
+        _ => u64::MAX,
+    };
+    let parsed = digits
+        .parse::<u64>()
+        .ok()
+        .filter(|_| per_unit_ms != u64::MAX)
+        .and_then(|n| n.checked_mul(per_unit_ms))
+        .map(Duration::from_millis);
+    match parsed {
+        Some(d) if d >= min && d <= MAX_DURATION => Ok(d),
+        _ => Err(format!(
+            "expected a duration from {} to 24h: seconds, or a number with ms, s or m (`500ms`, \
+             `30s`, `2m`)",
+            show_duration(min)
+        )),
+    }
+}
+
+/// The canonical form [`duration`] reads back: whole seconds as `Ns`, anything else as `Nms`.
+pub fn show_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms.is_multiple_of(1000) {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{ms}ms")
+    }
+}
+
+/// Levenshtein distance, for "did you mean" suggestions.
+pub fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut previous: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut current = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let substitution = previous[j] + usize::from(ca != *cb);
+            current.push(substitution.min(previous[j + 1] + 1).min(current[j] + 1));
+        }
+        previous = current;
+    }
+    previous[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        let min = Duration::from_millis(10);
+        for (text, ms) in [
+            ("60", 60_000),
+            ("500ms", 500),
+            ("2m", 120_000),
+            ("30s", 30_000),
+            ("5 S", 5000),
+        ] {
+            assert_eq!(duration(text, min), Ok(Duration::from_millis(ms)), "{text}");
+        }
+        for text in [
+            "",
+            "ms",
+            "-1",
+            "1h",
+            "1.5",
+            "5ms",
+            "25h",
+            "99999999999999999999",
+        ] {
+            assert!(duration(text, min).is_err(), "{text} should be rejected");
+        }
+        for ms in [10, 500, 1000, 61_500, 120_000] {
+            let d = Duration::from_millis(ms);
+            assert_eq!(duration(&show_duration(d), min), Ok(d));
+        }
+    }
+
+    #[test]
+    fn servers() {
+        assert_eq!(
+            server("10.0.0.1 1234"),
+            Ok((Host::Ip("10.0.0.1".parse().unwrap()), 1234, 1))
+        );
+        assert_eq!(
+            server("app-1.example  80\t7"),
+            Ok((Host::Name("app-1.example".into()), 80, 7))
+        );
+        assert_eq!(
+            server("::1 80 0"),
+            Ok((Host::Ip("::1".parse().unwrap()), 80, 0))
+        );
+        assert_eq!(
+            server("[::1] 80"),
+            Ok((Host::Ip("::1".parse().unwrap()), 80, 1))
+        );
+        for bad in [
+            "",
+            "host",
+            "host 0",
+            "host 65536",
+            "host 1 1001",
+            "host 1 2 3",
+            "a,b 1",
+            "h:1 2",
+        ] {
+            assert!(server(bad).is_err(), "{bad} should be rejected");
+        }
+    }
+
+    #[test]
+    fn ids() {
+        assert_eq!(ServerId::parse("aa"), ServerId::parse("AA"));
+        assert_eq!(
+            ServerId::parse("0a").map(|i| i.to_string()),
+            Some("0A".into())
+        );
+        assert!(ServerId::parse("1").is_none());
+        assert!(ServerId::parse("100").is_none());
+        assert!(ServerId::parse("a_").is_none());
+        assert!(matches!(server_id_of_key("REMOTE_SERVER_X9"), Some(Ok(_))));
+        assert!(matches!(
+            server_id_of_key("REMOTE_SERVER_100"),
+            Some(Err(_))
+        ));
+        assert!(server_id_of_key("REMOTE_SERVERS").is_none());
+    }
+
+    #[test]
+    fn distance() {
+        assert_eq!(edit_distance("SORT_METOD", "SORT_METHOD"), 1);
+        assert_eq!(edit_distance("", "ABC"), 3);
+        assert_eq!(edit_distance("KITTEN", "SITTING"), 3);
+    }
+}

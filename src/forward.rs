@@ -1,0 +1,163 @@
+//! One client's way through the broker: choose a server, connect (quarantining servers that
+//! fail and trying the next candidate), relay, and account for it.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{Span, debug, error, info};
+
+use crate::balancer::{Balancer, Eligible, Lease};
+use crate::config::Host;
+use crate::config::show_duration;
+use crate::health::{Reason, quarantine, release};
+use crate::os_error::{PointsAt, explain_connect};
+use crate::relay::{Counters, relay};
+
+/// Connects to `host:port`, trying each address the host resolves to in turn, each connect
+/// bounded by `timeout`. The error returned is the last address's.
+pub async fn connect(host: &Host, port: u16, timeout: Duration) -> io::Result<TcpStream> {
+    let addresses: Vec<SocketAddr> = match host {
+        Host::Ip(ip) => vec![SocketAddr::new(*ip, port)],
+        Host::Name(name) => {
+            let resolved =
+                tokio::time::timeout(timeout, tokio::net::lookup_host((name.as_str(), port)))
+                    .await
+                    .map_err(|_| timed_out(timeout))?;
+            let resolved = resolved.map_err(|e| {
+                io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!("cannot resolve {name}: {e}"),
+                )
+            })?;
+            resolved.collect()
+        }
+    };
+    let mut last = io::Error::new(
+        io::ErrorKind::NotFound,
+        format!("{host} resolves to no address"),
+    );
+    for address in addresses {
+        match tokio::time::timeout(timeout, TcpStream::connect(address)).await {
+            Ok(Ok(stream)) => {
+                stream.set_nodelay(true)?;
+                return Ok(stream);
+            }
+            Ok(Err(e)) => last = e,
+            Err(_) => last = timed_out(timeout),
+        }
+    }
+    Err(last)
+}
+
+fn timed_out(after: Duration) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::TimedOut,
+        format!("timed out after {}", show_duration(after)),
+    )
+}
+
+/// Serves one accepted client to the end: forwards it to a server, or closes it when none
+/// can be reached. `stop` cuts the relay short (shutdown timeout).
+pub async fn serve(balancer: Arc<Balancer>, mut client: TcpStream, stop: CancellationToken) {
+    let started = Instant::now();
+    let Some((lease, mut upstream)) = choose_and_connect(&balancer).await else {
+        return;
+    };
+    let server = &lease.server;
+    server.total.fetch_add(1, Relaxed);
+    Span::current().record("server", tracing::field::display(&server.address));
+    let outcome = relay(
+        &mut client,
+        &mut upstream,
+        Counters {
+            to_server: &server.bytes_to_server,
+            to_client: &server.bytes_to_client,
+        },
+        stop.cancelled(),
+    )
+    .await;
+    if balancer.pool().config.log_connections {
+        info!(
+            duration = %format_args!("{:.3}s", started.elapsed().as_secs_f64()),
+            bytes_from_client = outcome.to_server,
+            bytes_to_client = outcome.to_client,
+            ended_by = %outcome.end,
+            "connection closed"
+        );
+    }
+}
+
+/// Picks candidates and connects until one answers or `MAX_ATTEMPTS` are used. A server that
+/// fails for a server-side cause is quarantined; a failure that is the broker's own blames no
+/// server and closes the client.
+async fn choose_and_connect(balancer: &Balancer) -> Option<(Lease, TcpStream)> {
+    let pool = balancer.pool();
+    let config = &pool.config;
+    let mut tried = Vec::with_capacity(config.max_attempts as usize);
+    while tried.len() < config.max_attempts as usize {
+        let (lease, stale) = match pool.pick(&balancer.clock, &tried, Eligible::Available) {
+            Some(lease) => (lease, false),
+            // Every server is in quarantine, and a quarantine may be stale (a short glitch can
+            // put them all there): try them anyway.
+            None => (
+                pool.pick(&balancer.clock, &tried, Eligible::EvenQuarantined)?,
+                true,
+            ),
+        };
+        tried.push(lease.index);
+        let server = &lease.server;
+        match connect(
+            &server.config.host,
+            server.config.port,
+            config.connect_timeout,
+        )
+        .await
+        {
+            Ok(stream) => {
+                if stale {
+                    release(server, "a client connected to it");
+                }
+                return Some((lease, stream));
+            }
+            Err(e) => {
+                let explained = explain_connect(&e);
+                if explained.points_at == PointsAt::Broker {
+                    error!(
+                        server = %server.address,
+                        "cannot connect a client: {explained}; the client is closed and no server is blamed"
+                    );
+                    return None;
+                }
+                server.failed_connects.fetch_add(1, Relaxed);
+                if stale {
+                    // Already quarantined; the monitor keeps it there. One line per client
+                    // and server here would flood the log during an outage.
+                    debug!("server {} still unreachable: {explained}", server.address);
+                } else {
+                    error!("cannot connect to server {}: {explained}", server.address);
+                    quarantine(
+                        balancer,
+                        server,
+                        config.quarantine_time,
+                        Reason::Connect,
+                        &explained.words,
+                    );
+                }
+            }
+        }
+    }
+    balancer.stats.unserved.fetch_add(1, Relaxed);
+    if let Some(suppressed) = balancer.no_servers_log.allow() {
+        error!(
+            more_since_last_line = suppressed,
+            "no remote servers available; the client is closed"
+        );
+    }
+    None
+}

@@ -1,0 +1,363 @@
+//! Health: each server's quarantine state, the monitor that checks every server each
+//! `MONITOR_INTERVAL`, and the transitions with the log lines operators grep.
+//!
+//! The TOTVS semantics: a server that fails a check, or refuses a client's connection, is put
+//! in quarantine until now + `QUARANTINE_TIME` (an existing quarantine has its end moved out);
+//! a quarantined server that passes a check is released at once; a quarantine also ends when
+//! its time is up. Quarantined servers get no new clients; their connections are left alone.
+
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, error, info, info_span, warn};
+
+use crate::balancer::{Balancer, Pool, Server};
+use crate::clock::{Clock, wall_ms};
+use crate::config::{Monitoring, plural};
+use crate::forward::connect;
+use crate::os_error::explain_connect;
+
+/// Why a server was put in quarantine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// It failed a monitor check.
+    Monitor,
+    /// A client's connect to it failed.
+    Connect,
+}
+
+impl Reason {
+    /// The word in the quarantine log line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Monitor => "monitor",
+            Reason::Connect => "connect",
+        }
+    }
+}
+
+/// The outcome of one monitor check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    /// Wall-clock time of the check, ms since the Unix epoch.
+    pub at_wall_ms: u64,
+    /// How long it took.
+    pub duration: Duration,
+    /// `None` when it passed, else the error in words.
+    pub error: Option<String>,
+}
+
+/// What is known of a server's quarantine beyond its deadline, for logs and pages.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Detail {
+    /// When the current quarantine started (wall ms), 0 when not quarantined.
+    pub since_wall_ms: u64,
+    /// When the current quarantine ends (wall ms), 0 when not quarantined.
+    pub until_wall_ms: u64,
+    /// Why the current (or last) quarantine started.
+    pub reason: Option<Reason>,
+    /// The last connect error, in words.
+    pub last_error: Option<String>,
+    /// Quarantines started since the broker started.
+    pub quarantines: u64,
+    /// The last monitor check.
+    pub last_check: Option<Check>,
+}
+
+/// A server's quarantine state. The deadline is an atomic so selection reads it without a lock;
+/// the rest changes rarely and sits behind a small mutex.
+#[derive(Debug, Default)]
+pub struct Health {
+    /// Quarantine end on the balancer's [`Clock`], in ms; 0 when not in quarantine.
+    until_ms: AtomicU64,
+    detail: Mutex<Detail>,
+}
+
+impl Health {
+    /// True when the server may get new clients at `now_ms` (no quarantine, or it is over).
+    pub fn is_available(&self, now_ms: u64) -> bool {
+        let until = self.until_ms.load(Relaxed);
+        until == 0 || until <= now_ms
+    }
+
+    /// True while a quarantine is recorded (it may have run out and await its release line).
+    pub fn is_quarantined(&self) -> bool {
+        self.until_ms.load(Relaxed) != 0
+    }
+
+    /// The quarantine deadline on the balancer's clock (0: none).
+    pub fn until_ms(&self) -> u64 {
+        self.until_ms.load(Relaxed)
+    }
+
+    /// A copy of the details.
+    pub fn detail(&self) -> Detail {
+        self.lock().clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Detail> {
+        self.detail.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts or extends a quarantine until now + `duration`. Returns its (start, stop) in
+    /// wall-clock seconds since the Unix epoch, as the log line prints them.
+    fn enter(&self, clock: &Clock, duration: Duration, reason: Reason, error: &str) -> (u64, u64) {
+        let mut detail = self.lock();
+        let now_wall = wall_ms();
+        let until_wall = now_wall + duration.as_millis() as u64;
+        if self.until_ms.load(Relaxed) == 0 {
+            detail.since_wall_ms = now_wall;
+            detail.quarantines += 1;
+        }
+        detail.until_wall_ms = until_wall;
+        detail.reason = Some(reason);
+        detail.last_error = Some(error.to_string());
+        self.until_ms
+            .store(clock.now_ms() + duration.as_millis() as u64, Relaxed);
+        (now_wall / 1000, until_wall / 1000)
+    }
+
+    /// Ends the quarantine, if any; true when there was one.
+    fn leave(&self) -> bool {
+        let mut detail = self.lock();
+        let was = self.until_ms.swap(0, Relaxed) != 0;
+        detail.since_wall_ms = 0;
+        detail.until_wall_ms = 0;
+        was
+    }
+
+    /// Ends the quarantine if its time is up at `now_ms`; true when it did.
+    fn leave_if_expired(&self, now_ms: u64) -> bool {
+        let mut detail = self.lock();
+        let until = self.until_ms.load(Relaxed);
+        if until == 0 || until > now_ms {
+            return false;
+        }
+        self.until_ms.store(0, Relaxed);
+        detail.since_wall_ms = 0;
+        detail.until_wall_ms = 0;
+        true
+    }
+
+    fn record_check(&self, check: Check) {
+        self.lock().last_check = Some(check);
+    }
+}
+
+/// Puts `server` in quarantine (or moves its end out) and logs it.
+pub fn quarantine(
+    balancer: &Balancer,
+    server: &Server,
+    duration: Duration,
+    reason: Reason,
+    error: &str,
+) {
+    let (start, stop) = server
+        .health
+        .enter(&balancer.clock, duration, reason, error);
+    warn!(
+        "putting server {} in quarantine start={start} stop={stop} ({})",
+        server.address,
+        reason.as_str()
+    );
+    // The monitor sleeps until the earliest deadline; a new one may be earlier.
+    balancer.health_changed.notify_one();
+}
+
+/// Releases `server` from quarantine, if it is in one, and logs why.
+pub fn release(server: &Server, why: &str) {
+    if server.health.leave() {
+        info!(
+            "releasing server {} from quarantine ({why})",
+            server.address
+        );
+    }
+}
+
+/// Runs monitor rounds (unless monitoring is disabled) and releases quarantines whose time is
+/// up, until `stop` is cancelled.
+pub async fn run_monitor(balancer: Arc<Balancer>, stop: CancellationToken) {
+    let mut next_round = Instant::now();
+    loop {
+        let pool = balancer.pool();
+        let monitoring = pool.config.monitoring != Monitoring::Disabled;
+        if monitoring && Instant::now() >= next_round {
+            round(&balancer, &pool).await;
+            next_round = Instant::now() + pool.config.monitor_interval;
+        }
+        let now = balancer.clock.now_ms();
+        let mut wake = monitoring.then_some(next_round);
+        for server in &pool.servers {
+            if server.health.leave_if_expired(now) {
+                info!(
+                    "releasing server {} from quarantine (quarantine time is up)",
+                    server.address
+                );
+            }
+            let until = server.health.until_ms();
+            if until != 0 {
+                let at = balancer.clock.instant(until);
+                wake = Some(wake.map_or(at, |w| w.min(at)));
+            }
+        }
+        let sleep = async {
+            match wake {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = sleep => {}
+            _ = balancer.health_changed.notified() => {}
+        }
+    }
+}
+
+/// One monitor round: every server checked in parallel, then the results logged in
+/// configuration order.
+async fn round(balancer: &Balancer, pool: &Pool) {
+    let timeout = pool.config.connect_timeout;
+    let mut checks = JoinSet::new();
+    for (index, server) in pool.servers.iter().enumerate() {
+        let server = Arc::clone(server);
+        checks.spawn(
+            async move {
+                let started = Instant::now();
+                let result = connect(&server.config.host, server.config.port, timeout)
+                    .await
+                    .map(drop);
+                (index, started.elapsed(), result)
+            }
+            .in_current_span(),
+        );
+    }
+    let mut results: Vec<Option<(Duration, io::Result<()>)>> =
+        (0..pool.servers.len()).map(|_| None).collect();
+    while let Some(joined) = checks.join_next().await {
+        if let Ok((index, took, result)) = joined {
+            results[index] = Some((took, result));
+        }
+    }
+
+    let mut unavailable = Vec::new();
+    for (server, result) in pool.servers.iter().zip(results) {
+        let (took, result) = result.unwrap_or_else(|| {
+            (
+                Duration::ZERO,
+                Err(io::Error::other("the check task failed")),
+            )
+        });
+        match result {
+            Ok(()) => {
+                server.health.record_check(Check {
+                    at_wall_ms: wall_ms(),
+                    duration: took,
+                    error: None,
+                });
+                release(server, "monitor check passed");
+            }
+            Err(e) => {
+                let explained = explain_connect(&e);
+                server.health.record_check(Check {
+                    at_wall_ms: wall_ms(),
+                    duration: took,
+                    error: Some(explained.words.clone()),
+                });
+                error!(
+                    "server {} failed the monitor check: {explained}",
+                    server.address
+                );
+                quarantine(
+                    balancer,
+                    server,
+                    pool.config.quarantine_time,
+                    Reason::Monitor,
+                    &explained.words,
+                );
+                unavailable.push(&server.address);
+            }
+        }
+    }
+    let available = pool.servers.len() - unavailable.len();
+    info!(
+        "monitor: OK - {} available, {} unavailable",
+        plural(available, "server"),
+        plural(unavailable.len(), "server")
+    );
+    for address in &unavailable {
+        warn!("monitor: server {address} unavailable");
+    }
+    if available == 0 {
+        error!("monitor: attention, there are no remote servers available");
+    }
+}
+
+/// The span monitor lines are logged in, naming the balancer.
+pub fn span(balancer: &str) -> tracing::Span {
+    info_span!("monitor", balancer = %balancer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn quarantine_ends_when_its_time_is_up_or_on_release() {
+        let clock = Clock::new();
+        let health = Health::default();
+        assert!(health.is_available(clock.now_ms()));
+        health.enter(&clock, Duration::from_secs(120), Reason::Monitor, "refused");
+        assert!(!health.is_available(clock.now_ms()));
+        tokio::time::advance(Duration::from_secs(119)).await;
+        assert!(!health.is_available(clock.now_ms()));
+        assert!(!health.leave_if_expired(clock.now_ms()));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(health.is_available(clock.now_ms()));
+        assert!(
+            health.is_quarantined(),
+            "recorded until its release is logged"
+        );
+        assert!(health.leave_if_expired(clock.now_ms()));
+        assert!(!health.is_quarantined());
+        assert!(!health.leave(), "nothing left to release");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_second_failure_moves_the_end_out_and_keeps_the_start() {
+        let clock = Clock::new();
+        let health = Health::default();
+        health.enter(&clock, Duration::from_secs(120), Reason::Monitor, "refused");
+        let since = health.detail().since_wall_ms;
+        tokio::time::advance(Duration::from_secs(60)).await;
+        health.enter(
+            &clock,
+            Duration::from_secs(120),
+            Reason::Connect,
+            "timed out",
+        );
+        tokio::time::advance(Duration::from_secs(119)).await;
+        assert!(!health.is_available(clock.now_ms()), "end moved to 180 s");
+        let detail = health.detail();
+        assert_eq!(detail.quarantines, 1);
+        assert_eq!(detail.since_wall_ms, since);
+        assert_eq!(detail.reason, Some(Reason::Connect));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(health.is_available(clock.now_ms()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn release_makes_it_available_at_once() {
+        let clock = Clock::new();
+        let health = Health::default();
+        health.enter(&clock, Duration::from_secs(120), Reason::Connect, "refused");
+        assert!(health.leave());
+        assert!(health.is_available(clock.now_ms()));
+        assert_eq!(health.detail().since_wall_ms, 0);
+    }
+}

@@ -1,0 +1,180 @@
+//! Listening: bind a balancer's port, and the accept loop that never dies. Each client gets
+//! its own task and span; past `MAX_CONNECTIONS` a client is accepted and closed at once.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+use socket2::{Domain, Protocol, Socket, Type};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{Instrument, error, field, info, info_span, warn};
+
+use crate::balancer::Balancer;
+use crate::config::BalancerConfig;
+use crate::forward;
+use crate::os_error::{explain_bind, words};
+
+/// Pending connections the kernel may queue before `accept`; the kernel caps it at
+/// `net.core.somaxconn`. Large, because clients arrive in bursts (a shift starting).
+const BACKLOG: i32 = 4096;
+
+/// How long the accept loop waits after an error that is not one connection's (out of file
+/// descriptors, out of memory) before accepting again: long enough not to spin, short enough
+/// that service resumes as soon as descriptors are free.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+
+/// A port that could not be bound; the broker does not start.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot listen on {address} for {balancer}: {reason}")]
+pub struct BindError {
+    /// `[SECTION]` of the balancer.
+    pub balancer: String,
+    /// The address it should listen on.
+    pub address: SocketAddr,
+    /// The cause in words, with what to do.
+    pub reason: String,
+}
+
+/// Binds the balancer's listening socket. `SO_REUSEADDR` lets a restarted broker bind while
+/// old connections linger in TIME_WAIT; `SO_REUSEPORT` is not set, so a second broker on the
+/// same port gets "address already in use".
+pub fn bind(config: &BalancerConfig) -> Result<TcpListener, BindError> {
+    let address = config.listen;
+    let fail = |e: io::Error| BindError {
+        balancer: config.kind.to_string(),
+        address,
+        reason: explain_bind(&e, address.port()),
+    };
+    let socket = Socket::new(
+        Domain::for_address(address),
+        Type::STREAM,
+        Some(Protocol::TCP),
+    )
+    .map_err(fail)?;
+    #[cfg(unix)]
+    socket.set_reuse_address(true).map_err(fail)?;
+    if address.is_ipv6() && address.ip().is_unspecified() {
+        // `::` serves IPv4 clients too, as operators expect from "all addresses".
+        socket.set_only_v6(false).map_err(fail)?;
+    }
+    socket.set_nonblocking(true).map_err(fail)?;
+    socket.bind(&address.into()).map_err(fail)?;
+    socket.listen(BACKLOG).map_err(fail)?;
+    TcpListener::from_std(socket.into()).map_err(fail)
+}
+
+/// Errors that belong to one connection (it went away before it was accepted): accept the next
+/// at once. Anything else is the broker's (descriptors, memory) and gets a back-off.
+fn is_connection_error(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionRefused
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+    )
+}
+
+/// Accepts clients until `stop_accepting` is cancelled, spawning each on `tasks`. `cut` ends
+/// the relays still running when the shutdown timeout is over.
+pub async fn accept_loop(
+    listener: TcpListener,
+    balancer: Arc<Balancer>,
+    tasks: TaskTracker,
+    stop_accepting: CancellationToken,
+    cut: CancellationToken,
+) {
+    let local = listener.local_addr().ok();
+    let mut failed_accepts: u64 = 0;
+    let mut refused_at_limit: u64 = 0;
+    loop {
+        let accepted = tokio::select! {
+            _ = stop_accepting.cancelled() => return,
+            accepted = listener.accept() => accepted,
+        };
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(e) if is_connection_error(&e) => continue,
+            Err(e) => {
+                if failed_accepts == 0 {
+                    error!(
+                        "cannot accept clients: {} ({}); retrying every {} ms, connections in \
+                         progress are unaffected",
+                        words(&e),
+                        crate::sys::errno_name(&e).unwrap_or("error"),
+                        ACCEPT_BACKOFF.as_millis()
+                    );
+                }
+                failed_accepts += 1;
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
+                continue;
+            }
+        };
+        if failed_accepts > 0 {
+            info!("accepting clients again after {failed_accepts} failed accepts");
+            failed_accepts = 0;
+        }
+        let max = u64::from(balancer.pool().config.max_connections);
+        if balancer.stats.active.load(Relaxed) >= max {
+            // A clear refusal beats a hang in the backlog.
+            balancer.stats.rejected.fetch_add(1, Relaxed);
+            if refused_at_limit == 0 {
+                warn!(
+                    "MAX_CONNECTIONS ({max}) reached on {}: new clients are closed at once until \
+                     some leave",
+                    local.map_or_else(|| "?".into(), |a| a.to_string())
+                );
+            }
+            refused_at_limit += 1;
+            drop(stream);
+            continue;
+        }
+        if refused_at_limit > 0 {
+            info!(
+                "accepting clients again: {refused_at_limit} refused while MAX_CONNECTIONS was reached"
+            );
+            refused_at_limit = 0;
+        }
+        spawn_client(&balancer, &tasks, &cut, stream, peer);
+    }
+}
+
+/// Starts the task that serves one client, counted in the balancer's stats while it lives.
+fn spawn_client(
+    balancer: &Arc<Balancer>,
+    tasks: &TaskTracker,
+    cut: &CancellationToken,
+    stream: TcpStream,
+    peer: SocketAddr,
+) {
+    let _ = stream.set_nodelay(true);
+    let open = OpenClient::new(Arc::clone(balancer));
+    let cut = cut.clone();
+    let span = info_span!("conn", client = %peer, server = field::Empty);
+    tasks.spawn(
+        async move {
+            forward::serve(Arc::clone(&open.0), stream, cut).await;
+            drop(open);
+        }
+        .instrument(span),
+    );
+}
+
+/// Counts a client as open from accept until its task ends, however it ends.
+struct OpenClient(Arc<Balancer>);
+
+impl OpenClient {
+    fn new(balancer: Arc<Balancer>) -> Self {
+        balancer.client_opened();
+        OpenClient(balancer)
+    }
+}
+
+impl Drop for OpenClient {
+    fn drop(&mut self) {
+        self.0.client_closed();
+    }
+}

@@ -1,0 +1,134 @@
+//! The `appbroker` command: parse the command line, load the configuration, set up logging,
+//! bind, and run until a signal says stop.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use appbroker::config::{Config, Loaded};
+use appbroker::shutdown::{Shutdown, handle_signals};
+use appbroker::{Broker, demo, logging, sys};
+use clap::{Parser, Subcommand};
+use tracing::{info, warn};
+
+/// A load-balancing TCP broker for application-server fleets (TOTVS Protheus AppServer and
+/// the like).
+///
+/// appbroker reads an appserver.ini whose [BALANCE_SMART_CLIENT_DESKTOP] and
+/// [BALANCE_WEB_SERVICES] sections each name a LOCAL_SERVER_PORT and REMOTE_SERVER_xx servers,
+/// forwards every client to a chosen server, checks the servers every MONITOR_INTERVAL and
+/// keeps failed ones in quarantine.
+///
+/// Exit codes: 0 after a clean shutdown or a valid --check; 1 when a port cannot be bound or
+/// on a second SIGTERM/SIGINT; 2 when the configuration is invalid.
+///
+/// Signals: SIGTERM or SIGINT shut down gracefully (SHUTDOWN_GRACE, then SHUTDOWN_TIMEOUT);
+/// sending one again exits at once. SIGHUP is logged and ignored.
+#[derive(Debug, Parser)]
+#[command(name = "appbroker", version, verbatim_doc_comment)]
+struct Cli {
+    /// The configuration file.
+    #[arg(long, short, value_name = "PATH", default_value = "appserver.ini")]
+    config: PathBuf,
+
+    /// Validate the configuration without binding or resolving anything, print the effective
+    /// configuration as INI (defaults included) and exit: 0 when valid, 2 with every error.
+    #[arg(long)]
+    check: bool,
+
+    /// Log level (error, warn, info, debug, trace); wins over RUST_LOG. Default: info.
+    #[arg(long, value_name = "LEVEL")]
+    log_level: Option<String>,
+
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the built-in appserver.ini.example with echo servers standing in for its
+    /// REMOTE_SERVERs (127.0.0.1:6001-6003 and 6011-6012). Connect with `telnet 127.0.0.1 5000`:
+    /// typed lines come back prefixed with the name of the server that answered. Type a
+    /// server's id (e.g. 02) and Enter on the demo's console to stop that server or start it
+    /// again; Enter alone lists them. Ctrl-C stops the demo.
+    Demo,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let demo = matches!(cli.command, Some(Command::Demo));
+    let loaded = if demo {
+        Config::from_text(demo::EXAMPLE, Path::new("appserver.ini.example (built in)"))
+    } else {
+        Config::from_path(&cli.config)
+    };
+    let Loaded { config, notices } = match loaded {
+        Ok(loaded) => loaded,
+        Err(e) => {
+            eprintln!("appbroker: {}", e.report());
+            return ExitCode::from(2);
+        }
+    };
+    let file = config.source.display().to_string();
+    if cli.check {
+        for notice in &notices {
+            eprintln!("notice: {}", notice.located(&file));
+        }
+        print!("{}", config.to_ini());
+        return ExitCode::SUCCESS;
+    }
+    if let Err(e) = logging::init(&config.general, cli.log_level.as_deref()) {
+        eprintln!("appbroker: {e}");
+        return ExitCode::from(2);
+    }
+    info!(
+        "appbroker {} starting with {file}",
+        env!("CARGO_PKG_VERSION")
+    );
+    for notice in &notices {
+        warn!("{}", notice.located(&file));
+    }
+    match run(config, demo) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run(config: Config, demo: bool) -> anyhow::Result<()> {
+    match sys::raise_open_file_limit() {
+        Ok(limit) => info!(
+            "open-file limit {limit}: room for about {} clients",
+            limit / 2
+        ),
+        Err(e) => warn!("cannot raise the open-file limit: {e}"),
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("appbroker")
+        .build()
+        .context("cannot start the runtime")?;
+    runtime.block_on(async {
+        let servers = if demo {
+            let servers = demo::start_servers(&config).await?;
+            info!(
+                "demo: {} echo servers stand in for the REMOTE_SERVERs. Try `telnet 127.0.0.1 5000` and \
+                 type a line; type a server id (01, 02, 03) and Enter here to stop or start that server",
+                servers.len()
+            );
+            Some(servers)
+        } else {
+            None
+        };
+        let broker = Broker::bind(config)?;
+        let shutdown = Shutdown::new();
+        handle_signals(shutdown.clone()).context("cannot install the signal handlers")?;
+        if let Some(servers) = servers {
+            tokio::spawn(demo::console(servers));
+        }
+        broker.run(shutdown).await;
+        Ok(())
+    })
+}

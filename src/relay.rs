@@ -1,0 +1,226 @@
+//! Bytes both ways between a client and its server until both directions are finished.
+//!
+//! A half-close is passed on (EOF from one side becomes a shutdown of the write side towards
+//! the other, while the other direction keeps flowing); an error on either side ends both.
+//! Buffers are taken when a side has data and given back when it has none, so an idle
+//! connection holds no buffer memory. Bytes are counted as they go, so pages show live figures.
+
+use std::fmt;
+use std::future::{Future, poll_fn};
+use std::io;
+use std::pin::{Pin, pin};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+
+/// Bytes moved per read. 16 KiB is what HAProxy (tune.bufsize) and nginx (proxy_buffer_size)
+/// use for TCP; small reads cost many more wake-ups at bulk rates.
+const BUFFER_SIZE: usize = 16 * 1024;
+
+/// One side of a relayed connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// The client that connected to the broker.
+    Client,
+    /// The server the broker connected to.
+    Server,
+}
+
+impl Side {
+    /// The word used in log lines.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Side::Client => "client",
+            Side::Server => "server",
+        }
+    }
+}
+
+/// Why a relay ended.
+#[derive(Debug)]
+pub enum End {
+    /// Both directions finished; the side that closed first.
+    Closed(Side),
+    /// An error on one side's socket; the other side was closed too.
+    Error(Side, io::Error),
+    /// The broker stopped it (shutdown timeout).
+    Stopped,
+}
+
+impl fmt::Display for End {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            End::Closed(side) => f.write_str(side.as_str()),
+            End::Error(side, e) => write!(
+                f,
+                "error ({} side: {})",
+                side.as_str(),
+                crate::os_error::words(e)
+            ),
+            End::Stopped => f.write_str("shutdown"),
+        }
+    }
+}
+
+/// What a finished relay did.
+#[derive(Debug)]
+pub struct Outcome {
+    /// Bytes from the client to the server.
+    pub to_server: u64,
+    /// Bytes from the server to the client.
+    pub to_client: u64,
+    /// How it ended.
+    pub end: End,
+}
+
+/// Live byte counters to add to as data moves (the server's totals).
+pub struct Counters<'a> {
+    /// Client to server.
+    pub to_server: &'a AtomicU64,
+    /// Server to client.
+    pub to_client: &'a AtomicU64,
+}
+
+/// One direction's copy state.
+#[derive(Default)]
+struct Half {
+    /// Taken when the reader has data, given back when it has none.
+    buf: Option<Box<[u8]>>,
+    /// Bytes of `buf` already written.
+    pos: usize,
+    /// Bytes of `buf` filled by the last read.
+    cap: usize,
+    /// The reader sent EOF.
+    eof: bool,
+    /// EOF was passed on: the writer's write side is shut down.
+    done: bool,
+    /// Bytes written.
+    moved: u64,
+}
+
+/// A failure in one direction, by which socket failed.
+enum Failure {
+    Read(io::Error),
+    Write(io::Error),
+}
+
+impl Half {
+    /// Moves bytes from `from` to `to` until it would block, or the direction is finished.
+    fn poll_copy(
+        &mut self,
+        cx: &mut Context<'_>,
+        from: &mut TcpStream,
+        to: &mut TcpStream,
+        counter: &AtomicU64,
+    ) -> Poll<Result<(), Failure>> {
+        loop {
+            if let Some(buf) = self.buf.as_deref().filter(|_| self.pos < self.cap) {
+                let n = ready!(Pin::new(&mut *to).poll_write(cx, &buf[self.pos..self.cap]))
+                    .map_err(Failure::Write)?;
+                if n == 0 {
+                    return Poll::Ready(Err(Failure::Write(io::ErrorKind::WriteZero.into())));
+                }
+                self.pos += n;
+                self.moved += n as u64;
+                counter.fetch_add(n as u64, Relaxed);
+                continue;
+            }
+            if self.eof {
+                ready!(Pin::new(&mut *to).poll_shutdown(cx)).map_err(Failure::Write)?;
+                self.done = true;
+                self.buf = None;
+                return Poll::Ready(Ok(()));
+            }
+            if self.buf.is_none() {
+                ready!(from.poll_read_ready(cx)).map_err(Failure::Read)?;
+                self.buf = Some(vec![0; BUFFER_SIZE].into_boxed_slice());
+            }
+            let Some(buf) = self.buf.as_deref_mut() else {
+                continue;
+            };
+            let mut read = ReadBuf::new(buf);
+            match Pin::new(&mut *from).poll_read(cx, &mut read) {
+                Poll::Pending => {
+                    // Nothing to read: give the memory back while the connection idles.
+                    self.buf = None;
+                    return Poll::Pending;
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(Failure::Read(e))),
+                Poll::Ready(Ok(())) => {
+                    let n = read.filled().len();
+                    self.pos = 0;
+                    self.cap = n;
+                    self.eof = n == 0;
+                }
+            }
+        }
+    }
+}
+
+/// Relays until both directions are finished, an error ends it, or `stop` completes.
+pub async fn relay(
+    client: &mut TcpStream,
+    server: &mut TcpStream,
+    counters: Counters<'_>,
+    stop: impl Future<Output = ()>,
+) -> Outcome {
+    let mut stop = pin!(stop);
+    let mut up = Half::default();
+    let mut down = Half::default();
+    let mut first_closed: Option<Side> = None;
+    let end = poll_fn(|cx| {
+        if stop.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(End::Stopped);
+        }
+        if !up.done {
+            match up.poll_copy(cx, client, server, counters.to_server) {
+                Poll::Ready(Err(Failure::Read(e))) => {
+                    return Poll::Ready(End::Error(Side::Client, e));
+                }
+                Poll::Ready(Err(Failure::Write(e))) => {
+                    return Poll::Ready(End::Error(Side::Server, e));
+                }
+                Poll::Ready(Ok(())) | Poll::Pending => {}
+            }
+            if up.eof {
+                first_closed.get_or_insert(Side::Client);
+            }
+        }
+        if !down.done {
+            match down.poll_copy(cx, server, client, counters.to_client) {
+                Poll::Ready(Err(Failure::Read(e))) => {
+                    return Poll::Ready(End::Error(Side::Server, e));
+                }
+                Poll::Ready(Err(Failure::Write(e))) => {
+                    return Poll::Ready(End::Error(Side::Client, e));
+                }
+                Poll::Ready(Ok(())) | Poll::Pending => {}
+            }
+            if down.eof {
+                first_closed.get_or_insert(Side::Server);
+            }
+        }
+        if up.done && down.done {
+            return Poll::Ready(End::Closed(first_closed.unwrap_or(Side::Client)));
+        }
+        Poll::Pending
+    })
+    .await;
+    if let End::Error(side, _) = &end {
+        // Pass the abort on: the other side gets a reset, not a clean end of stream that could
+        // pass for a complete answer.
+        let other = match side {
+            Side::Client => &*server,
+            Side::Server => &*client,
+        };
+        let _ = socket2::SockRef::from(other).set_linger(Some(Duration::ZERO));
+    }
+    Outcome {
+        to_server: up.moved,
+        to_client: down.moved,
+        end,
+    }
+}

@@ -1,0 +1,480 @@
+//! The integration-test harness: the real `appbroker` binary started on a generated
+//! `appserver.ini`, loopback servers that can be stopped and started again on the same port,
+//! and clients. Everything binds port 0 (the broker's port is found the same way) and waits by
+//! polling for a condition with a deadline, never by sleeping.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader as AsyncBufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+
+/// How long any wait in a test may take before the test fails. Generous: it only bounds a
+/// failing test, a passing one returns as soon as its condition holds.
+pub const DEADLINE: Duration = Duration::from_secs(20);
+
+/// Polls `condition` until it holds or [`DEADLINE`] passes.
+pub async fn eventually<F: FnMut() -> bool>(what: &str, mut condition: F) {
+    let end = Instant::now() + DEADLINE;
+    while !condition() {
+        assert!(Instant::now() < end, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A port that was free a moment ago (bound to port 0, then released). The broker's port must
+/// be written in its file, so it cannot take port 0 itself; [`Broker::start`] retries with
+/// another port in the rare case something took this one in between.
+pub fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind port 0");
+    listener.local_addr().expect("local addr").port()
+}
+
+/// A running `appbroker` process and everything it has logged.
+pub struct Broker {
+    pub child: Child,
+    /// Ports of the balancers, in the order of the `@PORT@`, `@PORT2@` placeholders.
+    pub ports: Vec<u16>,
+    pub dir: tempfile::TempDir,
+    pub config_path: PathBuf,
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+/// The path of the binary under test.
+pub fn binary() -> &'static str {
+    env!("CARGO_BIN_EXE_appbroker")
+}
+
+impl Broker {
+    /// Starts the broker on `ini`, where `@PORT@` (and `@PORT2@` for a second balancer) stand
+    /// for free ports, and waits for `broker ready`.
+    pub async fn start(ini: &str) -> Broker {
+        Broker::start_with(ini, &[]).await
+    }
+
+    /// As [`Broker::start`], with extra command-line arguments.
+    pub async fn start_with(ini: &str, args: &[&str]) -> Broker {
+        for _ in 0..5 {
+            let mut broker = Broker::spawn(ini, args);
+            let ready = broker.wait_until(|lines| {
+                lines
+                    .iter()
+                    .any(|l| l.contains("broker ready") || l.contains("cannot listen on"))
+            });
+            if ready.await {
+                if broker.has_log("broker ready") {
+                    return broker;
+                }
+                if broker.has_log("address already in use") {
+                    let _ = broker.child.kill();
+                    let _ = broker.child.wait();
+                    continue; // someone took the port between free_port() and the bind
+                }
+            }
+            panic!("broker did not start:\n{}", broker.log_text());
+        }
+        panic!("no free port after 5 tries");
+    }
+
+    /// Spawns the broker without waiting for anything.
+    pub fn spawn(ini: &str, args: &[&str]) -> Broker {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let ports = vec![free_port(), free_port()];
+        let text = ini
+            .replace("@PORT@", &ports[0].to_string())
+            .replace("@PORT2@", &ports[1].to_string())
+            .replace("@DIR@", &dir.path().display().to_string());
+        let config_path = dir.path().join("appserver.ini");
+        std::fs::write(&config_path, text).expect("write ini");
+        Broker::spawn_file(dir, config_path, ports, args)
+    }
+
+    /// Spawns the broker on a file already written.
+    pub fn spawn_file(
+        dir: tempfile::TempDir,
+        config_path: PathBuf,
+        ports: Vec<u16>,
+        args: &[&str],
+    ) -> Broker {
+        let mut command = Command::new(binary());
+        command
+            .arg("--config")
+            .arg(&config_path)
+            .args(args)
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn().expect("spawn appbroker");
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        for stream in [
+            child
+                .stdout
+                .take()
+                .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+            child
+                .stderr
+                .take()
+                .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            let lines = Arc::clone(&lines);
+            std::thread::spawn(move || {
+                for line in BufReader::new(stream).lines() {
+                    let Ok(line) = line else { break };
+                    lines.lock().unwrap().push(line);
+                }
+            });
+        }
+        Broker {
+            child,
+            ports,
+            dir,
+            config_path,
+            lines,
+        }
+    }
+
+    /// The first balancer's address.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.ports[0]))
+    }
+
+    /// The second balancer's address.
+    pub fn addr2(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.ports[1]))
+    }
+
+    /// Every line logged so far (stdout and stderr).
+    pub fn logs(&self) -> Vec<String> {
+        self.lines.lock().unwrap().clone()
+    }
+
+    /// The log as one text, for assertion messages.
+    pub fn log_text(&self) -> String {
+        self.logs().join("\n")
+    }
+
+    pub fn has_log(&self, needle: &str) -> bool {
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.contains(needle))
+    }
+
+    pub fn count_logs(&self, needle: &str) -> usize {
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains(needle))
+            .count()
+    }
+
+    /// Waits until a line containing `needle` is logged; returns it.
+    pub async fn wait_for_log(&self, needle: &str) -> String {
+        let end = Instant::now() + DEADLINE;
+        loop {
+            if let Some(line) = self
+                .lines
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|l| l.contains(needle))
+            {
+                return line.clone();
+            }
+            assert!(
+                Instant::now() < end,
+                "timed out waiting for log line containing {needle:?}; log:\n{}",
+                self.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Waits until `count` lines contain `needle`.
+    pub async fn wait_for_logs(&self, needle: &str, count: usize) {
+        let end = Instant::now() + DEADLINE;
+        while self.count_logs(needle) < count {
+            assert!(
+                Instant::now() < end,
+                "timed out waiting for {count} log lines containing {needle:?}; log:\n{}",
+                self.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Waits until `condition` holds for the log, or the process exits, or the deadline passes.
+    /// True when the condition held.
+    async fn wait_until(&mut self, condition: impl Fn(&[String]) -> bool) -> bool {
+        let end = Instant::now() + DEADLINE;
+        loop {
+            if condition(&self.lines.lock().unwrap()) {
+                return true;
+            }
+            if let Ok(Some(_)) = self.child.try_wait() {
+                // Let the reader threads drain what the process wrote before it exited.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                return condition(&self.lines.lock().unwrap());
+            }
+            if Instant::now() >= end {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Sends a signal to the broker.
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        nix::sys::signal::kill(pid, signal).expect("send signal");
+    }
+
+    /// Waits for the broker to exit.
+    pub async fn wait_exit(&mut self) -> ExitStatus {
+        let end = Instant::now() + DEADLINE;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                tokio::time::sleep(Duration::from_millis(50)).await; // drain the pipes
+                return status;
+            }
+            assert!(
+                Instant::now() < end,
+                "broker did not exit; log:\n{}",
+                self.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A loopback server that answers each line with `<name>: <line>`, optionally greeting first,
+/// and can be stopped (port closed, connections dropped) and started again on the same port.
+pub struct TestServer {
+    pub name: String,
+    pub addr: SocketAddr,
+    pub banner: Option<String>,
+    /// Connections accepted since start.
+    pub accepted: Arc<AtomicUsize>,
+    running: Option<CancellationToken>,
+}
+
+impl TestServer {
+    /// An echo server named `name` on a fresh port.
+    pub async fn start(name: &str) -> TestServer {
+        TestServer::start_at(name, "127.0.0.1:0".parse().unwrap(), None).await
+    }
+
+    /// A server that sends `banner` as soon as a client connects (a server-first protocol).
+    pub async fn with_banner(name: &str, banner: &str) -> TestServer {
+        TestServer::start_at(
+            name,
+            "127.0.0.1:0".parse().unwrap(),
+            Some(banner.to_string()),
+        )
+        .await
+    }
+
+    async fn start_at(name: &str, addr: SocketAddr, banner: Option<String>) -> TestServer {
+        let mut server = TestServer {
+            name: name.to_string(),
+            addr,
+            banner,
+            accepted: Arc::new(AtomicUsize::new(0)),
+            running: None,
+        };
+        server.resume().await;
+        server
+    }
+
+    /// `REMOTE_SERVER` value for this server: `127.0.0.1 <port>`.
+    pub fn ini(&self) -> String {
+        format!("127.0.0.1 {}", self.addr.port())
+    }
+
+    /// `host:port` as the broker names it.
+    pub fn address(&self) -> String {
+        self.addr.to_string()
+    }
+
+    pub fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+
+    /// Closes the port and drops every connection.
+    pub fn stop(&mut self) {
+        if let Some(token) = self.running.take() {
+            token.cancel();
+        }
+    }
+
+    /// Listens again on the same port.
+    pub async fn resume(&mut self) {
+        let listener = {
+            let end = Instant::now() + DEADLINE;
+            loop {
+                match TcpListener::bind(self.addr).await {
+                    Ok(l) => break l,
+                    Err(e) => {
+                        assert!(Instant::now() < end, "cannot bind {} again: {e}", self.addr);
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                }
+            }
+        };
+        self.addr = listener.local_addr().unwrap();
+        let token = CancellationToken::new();
+        let (name, banner, accepted, stop) = (
+            self.name.clone(),
+            self.banner.clone(),
+            Arc::clone(&self.accepted),
+            token.clone(),
+        );
+        tokio::spawn(async move {
+            loop {
+                let (stream, _) = tokio::select! {
+                    _ = stop.cancelled() => return,
+                    a = listener.accept() => match a { Ok(a) => a, Err(_) => continue },
+                };
+                accepted.fetch_add(1, Ordering::SeqCst);
+                let (name, banner) = (name.clone(), banner.clone());
+                tokio::spawn(
+                    stop.clone()
+                        .run_until_cancelled_owned(answer(stream, name, banner)),
+                );
+            }
+        });
+        self.running = Some(token);
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+async fn answer(stream: TcpStream, name: String, banner: Option<String>) -> std::io::Result<()> {
+    let (read, mut write) = stream.into_split();
+    if let Some(banner) = banner {
+        write.write_all(banner.as_bytes()).await?;
+    }
+    let mut reader = AsyncBufReader::new(read);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        if reader.read_until(b'\n', &mut line).await? == 0 {
+            return write.shutdown().await;
+        }
+        write.write_all(format!("{name}: ").as_bytes()).await?;
+        write.write_all(&line).await?;
+    }
+}
+
+/// Connects through `addr`, sends one line, and returns the name of the server that answered.
+pub async fn ask(addr: SocketAddr) -> std::io::Result<String> {
+    let mut stream = TcpStream::connect(addr).await?;
+    let reply = exchange(&mut stream, "ping").await?;
+    Ok(reply)
+}
+
+/// Sends `line` on an open connection and returns the name of the server that answered it.
+pub async fn exchange(stream: &mut TcpStream, line: &str) -> std::io::Result<String> {
+    stream.write_all(format!("{line}\n").as_bytes()).await?;
+    let mut reply = Vec::new();
+    let mut byte = [0u8; 1];
+    loop {
+        let n = tokio::time::timeout(DEADLINE, stream.read(&mut byte))
+            .await
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "no reply"))??;
+        if n == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!("closed after {:?}", String::from_utf8_lossy(&reply)),
+            ));
+        }
+        if byte[0] == b'\n' {
+            break;
+        }
+        reply.push(byte[0]);
+    }
+    let reply = String::from_utf8_lossy(&reply).to_string();
+    let expected_tail = format!(": {line}");
+    assert!(
+        reply.ends_with(&expected_tail),
+        "reply {reply:?} does not echo {line:?}"
+    );
+    Ok(reply[..reply.len() - expected_tail.len()].to_string())
+}
+
+/// Opens a connection through `addr` and proves it reached a server; returns the stream
+/// (held open, it counts against its server) and the server's name.
+pub async fn hold(addr: SocketAddr) -> (TcpStream, String) {
+    let mut stream = TcpStream::connect(addr).await.expect("connect to broker");
+    let name = exchange(&mut stream, "hold")
+        .await
+        .expect("held connection answers");
+    (stream, name)
+}
+
+/// True when the broker closed `stream` without sending anything.
+pub async fn closed_at_once(mut stream: TcpStream) -> bool {
+    let mut buf = [0u8; 64];
+    matches!(
+        tokio::time::timeout(DEADLINE, stream.read(&mut buf)).await,
+        Ok(Ok(0)) | Ok(Err(_))
+    )
+}
+
+/// An ini with one `[BALANCE_SMART_CLIENT_DESKTOP]` on `@PORT@` over `servers`, plus `extra`
+/// lines in the section. Monitoring is disabled unless `extra` sets it, so tests decide when
+/// checks happen.
+pub fn ini_for(servers: &[&TestServer], extra: &str) -> String {
+    let mut text = String::from(
+        "[General]\nSHUTDOWN_TIMEOUT=5\n[BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT=@PORT@\n",
+    );
+    if !extra.to_ascii_uppercase().contains("MONITORING_TYPE") {
+        text.push_str("MONITORING_TYPE=DISABLED\n");
+    }
+    text.push_str(extra);
+    if !extra.is_empty() && !extra.ends_with('\n') {
+        text.push('\n');
+    }
+    for (i, s) in servers.iter().enumerate() {
+        text.push_str(&format!("REMOTE_SERVER_{:02}={}\n", i + 1, s.ini()));
+    }
+    text
+}
+
+/// Runs the binary with `args` to completion, returning (exit code, stdout, stderr).
+pub fn run_cli(args: &[&str]) -> (i32, String, String) {
+    let output = Command::new(binary())
+        .args(args)
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run appbroker");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).to_string(),
+        String::from_utf8_lossy(&output.stderr).to_string(),
+    )
+}
