@@ -645,7 +645,7 @@ impl Validator {
             section,
             general: None,
         };
-        General {
+        let general = General {
             console_log: self.setting(&lookup, "CONSOLELOG", defaults.console_log, value::flag),
             console_file: self.setting(&lookup, "CONSOLEFILE", None, |s| {
                 Ok((!s.is_empty()).then(|| PathBuf::from(s)))
@@ -666,7 +666,16 @@ impl Validator {
                 defaults.shutdown_timeout,
                 |s| value::duration(s, Duration::ZERO),
             ),
+        };
+        if !general.console_log && general.console_file.is_none() {
+            self.notices.push(ConfigError::new(
+                section.line,
+                &section.written,
+                Some("ConsoleLog"),
+                "is 0 and there is no ConsoleFile: the broker will log nothing",
+            ));
         }
+        general
     }
 
     fn balancer(
