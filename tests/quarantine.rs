@@ -1,0 +1,351 @@
+//! Quarantine through the real broker: passive failover, the monitor's rounds and log lines,
+//! release by time, by the monitor and by a client, all servers down, and connect time-outs.
+
+// The helpers below are not #[test] functions, so clippy's allowance for tests misses them;
+// a panic in them is a failed assertion, as in tests/common.
+#![allow(clippy::expect_used)]
+
+mod common;
+
+use std::io::ErrorKind;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// One log line split as operators read it: `YYYY-MM-DD HH:MM:SS.mmm LEVEL message fields...`.
+#[derive(Debug, Clone)]
+struct Line {
+    level: String,
+    /// The message and the fields after it.
+    text: String,
+}
+
+impl Line {
+    /// Splits `raw`, or `None` when it does not start with the timestamp and a level.
+    fn parse(raw: &str) -> Option<Line> {
+        let (stamp, rest) = (raw.get(..23)?, raw.get(23..)?);
+        let shape_ok = stamp
+            .bytes()
+            .zip("dddd-dd-dd dd:dd:dd.ddd".bytes())
+            .all(|(c, p)| {
+                if p == b'd' {
+                    c.is_ascii_digit()
+                } else {
+                    c == p
+                }
+            });
+        let rest = rest.strip_prefix(' ')?;
+        let (level, text) = rest.split_once(' ')?;
+        let levels = ["ERROR", "WARN", "INFO", "DEBUG", "TRACE"];
+        if !shape_ok || !levels.contains(&level) {
+            return None;
+        }
+        // The level is padded to five characters ("INFO  message").
+        let text = text.trim_start_matches(' ');
+        Some(Line {
+            level: level.to_string(),
+            text: text.to_string(),
+        })
+    }
+
+    /// True when the message is exactly `message`, followed only by the event's fields.
+    fn message_is(&self, message: &str) -> bool {
+        self.text
+            .strip_prefix(message)
+            .is_some_and(|tail| tail.is_empty() || tail.starts_with(' '))
+    }
+}
+
+/// Every line logged so far, each of which must have the operator's format.
+fn lines(broker: &Broker) -> Vec<Line> {
+    broker
+        .logs()
+        .iter()
+        .map(|raw| {
+            Line::parse(raw).unwrap_or_else(|| {
+                panic!(
+                    "line without `date time LEVEL message`: {raw:?}\n{}",
+                    broker.log_text()
+                )
+            })
+        })
+        .collect()
+}
+
+/// Waits until a line satisfies `wanted`; returns it.
+async fn wait_for_line(broker: &Broker, what: &str, wanted: impl Fn(&Line) -> bool) -> Line {
+    let end = Instant::now() + DEADLINE;
+    loop {
+        if let Some(line) = lines(broker).into_iter().find(&wanted) {
+            return line;
+        }
+        assert!(
+            Instant::now() < end,
+            "timed out waiting for {what}; log:\n{}",
+            broker.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Waits for a line whose message is exactly `message`.
+async fn wait_for_message(broker: &Broker, message: &str) -> Line {
+    wait_for_line(broker, &format!("the message {message:?}"), |l| {
+        l.message_is(message)
+    })
+    .await
+}
+
+/// A `putting server ... in quarantine` line: its start and stop epochs and its reason.
+#[derive(Debug, PartialEq, Eq)]
+struct Quarantined {
+    start: u64,
+    stop: u64,
+    reason: String,
+}
+
+/// Parses `putting server <address> in quarantine start=<s> stop=<t> (<reason>)`.
+fn quarantined(line: &Line, address: &str) -> Option<Quarantined> {
+    let rest = line
+        .text
+        .strip_prefix(&format!("putting server {address} in quarantine start="))?;
+    let (start, rest) = rest.split_once(" stop=")?;
+    let (stop, rest) = rest.split_once(" (")?;
+    let (reason, tail) = rest.split_once(')')?;
+    if !(tail.is_empty() || tail.starts_with(' ')) {
+        return None;
+    }
+    Some(Quarantined {
+        start: start.parse().ok()?,
+        stop: stop.parse().ok()?,
+        reason: reason.to_string(),
+    })
+}
+
+/// Every quarantine logged for `address`, in order.
+fn quarantines(broker: &Broker, address: &str) -> Vec<Quarantined> {
+    lines(broker)
+        .iter()
+        .filter_map(|l| quarantined(l, address))
+        .collect()
+}
+
+/// Waits for a quarantine of `address` for `reason`.
+async fn wait_for_quarantine(broker: &Broker, address: &str, reason: &str) -> Quarantined {
+    let line = wait_for_line(
+        broker,
+        &format!("a quarantine of {address} ({reason})"),
+        |l| quarantined(l, address).is_some_and(|q| q.reason == reason),
+    )
+    .await;
+    quarantined(&line, address).expect("matched above")
+}
+
+/// The ERROR lines naming `address`, as a client's failed connect logs them (monitor checks
+/// excluded: they have their own line).
+fn connect_errors(broker: &Broker, address: &str) -> Vec<Line> {
+    let named = format!("server {address}");
+    lines(broker)
+        .into_iter()
+        .filter(|l| {
+            l.level == "ERROR"
+                && l.text.contains(&named)
+                && !l.text.contains("failed the monitor check")
+        })
+        .collect()
+}
+
+/// Stops `server` and waits until its port refuses connections, so the broker meets a closed
+/// port rather than a listener on its way out (which would accept and then reset a client).
+async fn stop_and_wait(server: &mut TestServer) {
+    server.stop();
+    let addr = server.addr;
+    eventually(&format!("{addr} refuses connections"), || {
+        matches!(std::net::TcpStream::connect(addr), Err(e) if e.kind() == ErrorKind::ConnectionRefused)
+    })
+    .await;
+}
+
+/// Waits until the broker has logged the end of `clients` connections in all. A client's
+/// lines (failed connects, quarantines) are written before its end line on the same output,
+/// so afterwards every line those clients caused is in: counting lines, or asserting one is
+/// absent, is then safe from the lag of the log pipe.
+async fn wait_for_clients_logged(broker: &Broker, clients: usize) {
+    let what = format!("{clients} `connection closed` lines");
+    eventually(&what, || {
+        lines(broker)
+            .iter()
+            .filter(|l| l.text.starts_with("connection closed"))
+            .count()
+            >= clients
+    })
+    .await;
+}
+
+/// Asks through the broker `count` times in a row; every client must be answered.
+async fn ask_many(broker: &Broker, count: usize) -> Vec<String> {
+    let mut answers = Vec::with_capacity(count);
+    for i in 0..count {
+        match ask(broker.addr()).await {
+            Ok(name) => answers.push(name),
+            Err(e) => panic!(
+                "client {i} got an error: {e}; answers so far {answers:?}; log:\n{}",
+                broker.log_text()
+            ),
+        }
+    }
+    answers
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_dying_between_monitor_rounds_costs_clients_nothing() {
+    let a = TestServer::start("a").await;
+    let mut b = TestServer::start("b").await;
+    // A round at start, then none for a minute: only clients can find b dead.
+    let ini = ini_for(
+        &[&a, &b],
+        "MONITORING_TYPE=CONNECTION\nMONITOR_INTERVAL=60\nQUARANTINE_TIME=120",
+    );
+    let broker = Broker::start(&ini).await;
+    wait_for_message(
+        &broker,
+        "monitor: OK - 2 servers available, 0 servers unavailable",
+    )
+    .await;
+    stop_and_wait(&mut b).await;
+
+    let answers = ask_many(&broker, 20).await;
+    assert!(answers.iter().all(|n| n == "a"), "{answers:?}");
+    wait_for_clients_logged(&broker, 20).await;
+
+    let q = quarantines(&broker, &b.address());
+    assert_eq!(
+        q.len(),
+        1,
+        "one quarantine for b; log:\n{}",
+        broker.log_text()
+    );
+    assert_eq!(q[0].reason, "connect");
+    assert_eq!(
+        q[0].stop - q[0].start,
+        120,
+        "stop - start is QUARANTINE_TIME"
+    );
+
+    let errors = connect_errors(&broker, &b.address());
+    assert_eq!(errors.len(), 1, "one failed connect: {errors:?}");
+    for needed in [
+        "connection refused",
+        "ECONNREFUSED",
+        "Windows 10061/1225",
+        "configuration/operation",
+    ] {
+        assert!(errors[0].text.contains(needed), "{needed:?} in {errors:?}");
+    }
+    assert!(
+        quarantines(&broker, &a.address()).is_empty(),
+        "a was never blamed; log:\n{}",
+        broker.log_text()
+    );
+
+    // b is back, but its quarantine runs for two minutes and no monitor round comes to end
+    // it: it must get no new client.
+    b.resume().await;
+    let before = b.accepted();
+    let answers = ask_many(&broker, 10).await;
+    assert!(answers.iter().all(|n| n == "a"), "{answers:?}");
+    assert_eq!(b.accepted(), before, "a quarantined server got clients");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_monitor_quarantines_a_stopped_server_and_releases_it_when_it_returns() {
+    let a = TestServer::start("a").await;
+    let mut b = TestServer::start("b").await;
+    let ini = ini_for(
+        &[&a, &b],
+        "MONITORING_TYPE=CONNECTION\nMONITOR_INTERVAL=200ms\nQUARANTINE_TIME=120",
+    );
+    let broker = Broker::start(&ini).await;
+    wait_for_message(
+        &broker,
+        "monitor: OK - 2 servers available, 0 servers unavailable",
+    )
+    .await;
+    stop_and_wait(&mut b).await;
+
+    let q = wait_for_quarantine(&broker, &b.address(), "monitor").await;
+    assert_eq!(q.stop - q.start, 120, "stop - start is QUARANTINE_TIME");
+    let summary = wait_for_message(
+        &broker,
+        "monitor: OK - 1 server available, 1 server unavailable",
+    )
+    .await;
+    assert_eq!(summary.level, "INFO");
+    wait_for_message(
+        &broker,
+        &format!("monitor: server {} unavailable", b.address()),
+    )
+    .await;
+
+    // Quarantined, b is not tried by clients at all: no failed connect, no client error.
+    let answers = ask_many(&broker, 6).await;
+    assert!(answers.iter().all(|n| n == "a"), "{answers:?}");
+    wait_for_clients_logged(&broker, 6).await;
+    assert!(
+        connect_errors(&broker, &b.address()).is_empty(),
+        "a client was sent to the quarantined server; log:\n{}",
+        broker.log_text()
+    );
+
+    b.resume().await;
+    wait_for_message(
+        &broker,
+        &format!(
+            "releasing server {} from quarantine (monitor check passed)",
+            b.address()
+        ),
+    )
+    .await;
+    let answers = ask_many(&broker, 6).await;
+    assert!(answers.iter().any(|n| n == "b"), "{answers:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_monitor_raises_the_alarm_when_no_server_answers() {
+    let mut a = TestServer::start("a").await;
+    let mut b = TestServer::start("b").await;
+    let ini = ini_for(
+        &[&a, &b],
+        "MONITORING_TYPE=CONNECTION\nMONITOR_INTERVAL=200ms",
+    );
+    let broker = Broker::start(&ini).await;
+    wait_for_message(
+        &broker,
+        "monitor: OK - 2 servers available, 0 servers unavailable",
+    )
+    .await;
+    assert!(!broker.has_log("there are no remote servers available"));
+    stop_and_wait(&mut a).await;
+    stop_and_wait(&mut b).await;
+
+    let summary = wait_for_message(
+        &broker,
+        "monitor: OK - 0 servers available, 2 servers unavailable",
+    )
+    .await;
+    assert_eq!(summary.level, "INFO");
+    let alarm = wait_for_message(
+        &broker,
+        "monitor: attention, there are no remote servers available",
+    )
+    .await;
+    assert_eq!(alarm.level, "ERROR");
+    for server in [&a, &b] {
+        wait_for_message(
+            &broker,
+            &format!("monitor: server {} unavailable", server.address()),
+        )
+        .await;
+        wait_for_quarantine(&broker, &server.address(), "monitor").await;
+    }
+}
