@@ -11,6 +11,7 @@ use std::io::ErrorKind;
 use std::time::{Duration, Instant};
 
 use common::*;
+use tokio::net::TcpStream;
 
 /// One log line split as operators read it: `YYYY-MM-DD HH:MM:SS.mmm LEVEL message fields...`.
 #[derive(Debug, Clone)]
@@ -348,4 +349,136 @@ async fn the_monitor_raises_the_alarm_when_no_server_answers() {
         .await;
         wait_for_quarantine(&broker, &server.address(), "monitor").await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quarantine_ends_when_its_time_is_up_without_a_monitor() {
+    let a = TestServer::start("a").await;
+    let mut b = TestServer::start("b").await;
+    let broker = Broker::start(&ini_for(&[&a, &b], "QUARANTINE_TIME=300ms")).await;
+    stop_and_wait(&mut b).await;
+
+    // Clients until one meets b dead (CONNECTION alternates, so the first or second does).
+    for _ in 0..10 {
+        assert_eq!(ask(broker.addr()).await.expect("client served"), "a");
+        if !quarantines(&broker, &b.address()).is_empty() {
+            break;
+        }
+    }
+    wait_for_quarantine(&broker, &b.address(), "connect").await;
+    b.resume().await;
+
+    // Once b is back no client can quarantine it again, so waiting for as many time-up
+    // releases as quarantines leaves it free (a slow machine may have let a client meet it
+    // dead twice before the resume).
+    let released = format!(
+        "releasing server {} from quarantine (quarantine time is up)",
+        b.address()
+    );
+    wait_for_message(&broker, &released).await;
+    eventually("a time-up release for every quarantine of b", || {
+        lines(&broker)
+            .iter()
+            .filter(|l| l.message_is(&released))
+            .count()
+            >= quarantines(&broker, &b.address()).len()
+    })
+    .await;
+    assert!(
+        !broker.has_log("monitor:"),
+        "monitoring is disabled, no round may run; log:\n{}",
+        broker.log_text()
+    );
+    let answers = ask_many(&broker, 6).await;
+    assert!(answers.iter().any(|n| n == "b"), "{answers:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_is_closed_at_once_when_every_server_is_down() {
+    let mut a = TestServer::start("a").await;
+    let mut b = TestServer::start("b").await;
+    let broker = Broker::start(&ini_for(&[&a, &b], "")).await;
+    stop_and_wait(&mut a).await;
+    stop_and_wait(&mut b).await;
+
+    let client = TcpStream::connect(broker.addr()).await.expect("connect");
+    assert!(closed_at_once(client).await, "the client was not closed");
+    let line = wait_for_line(&broker, "no remote servers available", |l| {
+        l.text.starts_with("no remote servers available")
+    })
+    .await;
+    assert_eq!(line.level, "ERROR");
+    for server in [&a, &b] {
+        wait_for_quarantine(&broker, &server.address(), "connect").await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_quarantine_is_released_by_the_client_that_reaches_the_server() {
+    let mut a = TestServer::start("a").await;
+    let mut b = TestServer::start("b").await;
+    // Monitoring disabled and a long quarantine: only a client's attempt can end it.
+    let broker = Broker::start(&ini_for(&[&a, &b], "QUARANTINE_TIME=120")).await;
+    stop_and_wait(&mut a).await;
+    stop_and_wait(&mut b).await;
+    let client = TcpStream::connect(broker.addr()).await.expect("connect");
+    assert!(closed_at_once(client).await, "the client was not closed");
+    wait_for_quarantine(&broker, &a.address(), "connect").await;
+    wait_for_quarantine(&broker, &b.address(), "connect").await;
+
+    a.resume().await;
+    assert_eq!(ask(broker.addr()).await.expect("client served"), "a");
+    wait_for_message(
+        &broker,
+        &format!(
+            "releasing server {} from quarantine (a client connected to it)",
+            a.address()
+        ),
+    )
+    .await;
+    // Released, a is an ordinary candidate again; b stays quarantined.
+    let answers = ask_many(&broker, 4).await;
+    assert!(answers.iter().all(|n| n == "a"), "{answers:?}");
+    wait_for_clients_logged(&broker, 5).await;
+    assert!(
+        !broker.has_log(&format!("releasing server {}", b.address())),
+        "b never answered; log:\n{}",
+        broker.log_text()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_attempts_limits_the_servers_tried_for_one_client() {
+    let mut servers = Vec::new();
+    for name in ["a", "b", "c"] {
+        let mut server = TestServer::start(name).await;
+        stop_and_wait(&mut server).await;
+        servers.push(server);
+    }
+    let refs: Vec<&TestServer> = servers.iter().collect();
+    let broker = Broker::start(&ini_for(&refs, "MAX_ATTEMPTS=2")).await;
+
+    let client = TcpStream::connect(broker.addr()).await.expect("connect");
+    assert!(closed_at_once(client).await, "the client was not closed");
+    // Logged after the client's last attempt, so every attempt's line is in by then.
+    wait_for_line(&broker, "no remote servers available", |l| {
+        l.text.starts_with("no remote servers available")
+    })
+    .await;
+    let tried: Vec<&TestServer> = servers
+        .iter()
+        .filter(|s| !connect_errors(&broker, &s.address()).is_empty())
+        .collect();
+    assert_eq!(
+        tried.len(),
+        2,
+        "MAX_ATTEMPTS=2 but {} servers tried; log:\n{}",
+        tried.len(),
+        broker.log_text()
+    );
+    let quarantined = servers
+        .iter()
+        .filter(|s| !quarantines(&broker, &s.address()).is_empty())
+        .count();
+    assert_eq!(quarantined, 2, "log:\n{}", broker.log_text());
 }
