@@ -5,11 +5,14 @@
 //! snapshot and the hot path never waits for a lock other than the selection's own, which is
 //! held for one scan of the servers.
 
+use std::collections::VecDeque;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, Semaphore};
+use tracing::{info, warn};
 
 use crate::clock::Clock;
 use crate::config::{BalancerConfig, ServerConfig};
@@ -29,6 +32,11 @@ pub struct Server {
     pub active: AtomicU64,
     /// Connections relayed since start.
     pub total: AtomicU64,
+    /// Most connections counted against it at once.
+    pub peak: AtomicU64,
+    /// Active connections sampled each minute over the last hour (wall ms, count), oldest
+    /// first, for the status page's chart.
+    pub samples: Mutex<VecDeque<(u64, u64)>>,
     /// Connects by clients that failed.
     pub failed_connects: AtomicU64,
     /// Bytes from clients to this server.
@@ -39,7 +47,19 @@ pub struct Server {
     pub health: Health,
 }
 
+/// Minutes of samples kept: one hour, plus the sample that starts it.
+const SAMPLES: usize = 61;
+
 impl Server {
+    /// Records the active count now as this minute's sample, dropping those over an hour old.
+    pub fn sample(&self) {
+        let mut samples = self.samples.lock().unwrap_or_else(|p| p.into_inner());
+        if samples.len() == SAMPLES {
+            samples.pop_front();
+        }
+        samples.push_back((crate::clock::wall_ms(), self.active.load(Relaxed)));
+    }
+
     /// A server with zeroed counters, available.
     pub fn new(config: ServerConfig) -> Self {
         Server {
@@ -47,6 +67,8 @@ impl Server {
             config,
             active: AtomicU64::new(0),
             total: AtomicU64::new(0),
+            peak: AtomicU64::new(0),
+            samples: Mutex::new(VecDeque::with_capacity(SAMPLES)),
             failed_connects: AtomicU64::new(0),
             bytes_to_server: AtomicU64::new(0),
             bytes_to_client: AtomicU64::new(0),
@@ -69,7 +91,7 @@ pub struct Pool {
 /// Counters of a balancer as a whole.
 #[derive(Debug, Default)]
 pub struct BalancerStats {
-    /// Clients accepted and handed to a server (or answered as queries).
+    /// Clients forwarded (queries are not counted).
     pub accepted: AtomicU64,
     /// Clients refused because `MAX_CONNECTIONS` was reached.
     pub rejected: AtomicU64,
@@ -95,6 +117,11 @@ pub struct Balancer {
     pub health_changed: Notify,
     /// Throttles "no remote servers available", which would otherwise repeat per client.
     pub no_servers_log: Throttle,
+    /// Query connections at once (`QUERY_MAX_CONNECTIONS`), apart from `MAX_CONNECTIONS`.
+    pub query_permits: Arc<Semaphore>,
+    /// Clients refused since `MAX_CONNECTIONS` was last reached (0: not at the limit), so the
+    /// episode is logged once when it starts and once when it ends.
+    refused_in_episode: AtomicU64,
 }
 
 impl Balancer {
@@ -105,12 +132,15 @@ impl Balancer {
             .iter()
             .map(|s| Arc::new(Server::new(s.clone())))
             .collect();
+        let query_permits = config.query.max_connections as usize;
         Balancer {
             pool: ArcSwap::from_pointee(Pool::new(config, servers)),
             stats: BalancerStats::default(),
             clock: Clock::new(),
             health_changed: Notify::new(),
             no_servers_log: Throttle::new(1000),
+            query_permits: Arc::new(Semaphore::new(query_permits)),
+            refused_in_episode: AtomicU64::new(0),
         }
     }
 
@@ -119,19 +149,64 @@ impl Balancer {
         self.pool.load_full()
     }
 
-    /// Counts a newly accepted client.
-    pub fn client_opened(&self) {
-        self.stats.accepted.fetch_add(1, Relaxed);
+    /// Takes a client slot (counted against `MAX_CONNECTIONS`) for a connection just
+    /// accepted; it is given back when the returned slot is dropped.
+    pub fn take_slot(self: &Arc<Self>) -> ClientSlot {
         let active = self.stats.active.fetch_add(1, Relaxed) + 1;
         self.stats.peak.fetch_max(active, Relaxed);
-        self.stats
+        ClientSlot(Arc::clone(self))
+    }
+
+    /// True when `MAX_CONNECTIONS` clients are open.
+    pub fn at_limit(&self) -> bool {
+        self.stats.active.load(Relaxed) >= u64::from(self.pool().config.max_connections)
+    }
+
+    /// Counts a client refused at `MAX_CONNECTIONS`; the first of an episode is logged.
+    pub fn refuse(&self, local: Option<SocketAddr>) {
+        self.stats.rejected.fetch_add(1, Relaxed);
+        if self.refused_in_episode.fetch_add(1, Relaxed) == 0 {
+            warn!(
+                "MAX_CONNECTIONS ({}) reached on {}: new clients are closed at once until some leave",
+                self.pool().config.max_connections,
+                local.map_or_else(|| "?".into(), |a| a.to_string())
+            );
+        }
+    }
+
+    /// A client was admitted below the limit: ends a refusal episode, if any, with a line.
+    pub fn below_limit(&self) {
+        // Read first: this runs for every client, and a write would bounce the cache line
+        // between cores for nothing.
+        if self.refused_in_episode.load(Relaxed) == 0 {
+            return;
+        }
+        let refused = self.refused_in_episode.swap(0, Relaxed);
+        if refused > 0 {
+            info!("accepting clients again: {refused} refused while MAX_CONNECTIONS was reached");
+        }
+    }
+}
+
+/// A client counted as open (against `MAX_CONNECTIONS`) from accept until dropped, however
+/// its task ends. A connection that turns out to be a query drops it early.
+#[derive(Debug)]
+pub struct ClientSlot(Arc<Balancer>);
+
+impl ClientSlot {
+    /// Counts the client as forwarded: it is no query.
+    pub fn admit(&self) {
+        let stats = &self.0.stats;
+        stats.accepted.fetch_add(1, Relaxed);
+        stats
             .last_connection_ms
             .store(crate::clock::wall_ms(), Relaxed);
     }
+}
 
-    /// Counts a client that has gone.
-    pub fn client_closed(&self) {
-        self.stats.active.fetch_sub(1, Relaxed);
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        self.0.stats.active.fetch_sub(1, Relaxed);
     }
 }
 
@@ -177,7 +252,8 @@ impl Pool {
         }));
         let index = selector.pick(loads)?;
         let server = Arc::clone(&self.servers[index]);
-        server.active.fetch_add(1, Relaxed);
+        let active = server.active.fetch_add(1, Relaxed) + 1;
+        server.peak.fetch_max(active, Relaxed);
         drop(guard);
         Some(Lease { index, server })
     }

@@ -12,11 +12,15 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Span, debug, error, info};
 
-use crate::balancer::{Balancer, Eligible, Lease};
+use crate::balancer::{Balancer, ClientSlot, Eligible, Lease};
 use crate::config::Host;
 use crate::config::show_duration;
 use crate::health::{Reason, quarantine, release};
-use crate::os_error::{PointsAt, explain_connect};
+use crate::os_error::{PointsAt, explain_connect, words};
+use crate::query::{
+    self,
+    sniff::{Verdict, sniff},
+};
 use crate::relay::{Counters, relay};
 
 /// Connects to `host:port`, trying each address the host resolves to in turn, each connect
@@ -62,19 +66,53 @@ fn timed_out(after: Duration) -> io::Error {
     )
 }
 
-/// Serves one accepted client to the end: forwards it to a server, or closes it when none
-/// can be reached. `stop` cuts the relay short (shutdown timeout).
-pub async fn serve(balancer: Arc<Balancer>, mut client: TcpStream, stop: CancellationToken) {
+/// How long a client whose first bytes could still be a query has to finish its request line.
+const QUERY_LINE_WAIT: Duration = Duration::from_secs(10);
+
+/// Serves one accepted client to the end: forwards it to a server (or closes it when none can
+/// be reached), or answers it when it is a query. `slot` counts it against `MAX_CONNECTIONS`;
+/// `stop` cuts the relay short (shutdown timeout).
+///
+/// With the query interface on, the client's first bytes are read before a server is chosen
+/// (docs/architecture.md weighs this against connecting at once): a client that sends nothing
+/// for `QUERY_SNIFF_TIMEOUT` is taken for a server-first protocol client and forwarded then.
+pub async fn serve(
+    ctx: Arc<query::Context>,
+    balancer: Arc<Balancer>,
+    mut client: TcpStream,
+    peer: SocketAddr,
+    slot: ClientSlot,
+    stop: CancellationToken,
+) {
     let started = Instant::now();
+    let pool = balancer.pool();
+    let mut first = Vec::new();
+    if pool.config.query.enabled {
+        let query = &pool.config.query;
+        match sniff(&client, &mut first, query.sniff_timeout, QUERY_LINE_WAIT).await {
+            Ok(Verdict::Forward) => {}
+            Ok(Verdict::Query) => {
+                drop(slot); // a query is not a client connection
+                query::serve(ctx, balancer, client, first, peer).await;
+                return;
+            }
+            Err(e) => {
+                debug!("client gone before sending anything: {}", words(&e));
+                return;
+            }
+        }
+    }
     let Some((lease, mut upstream)) = choose_and_connect(&balancer).await else {
         return;
     };
+    slot.admit();
     let server = &lease.server;
     server.total.fetch_add(1, Relaxed);
     Span::current().record("server", tracing::field::display(&server.address));
     let outcome = relay(
         &mut client,
         &mut upstream,
+        first,
         Counters {
             to_server: &server.bytes_to_server,
             to_client: &server.bytes_to_client,
@@ -82,7 +120,7 @@ pub async fn serve(balancer: Arc<Balancer>, mut client: TcpStream, stop: Cancell
         stop.cancelled(),
     )
     .await;
-    if balancer.pool().config.log_connections {
+    if pool.config.log_connections {
         info!(
             duration = %format_args!("{:.3}s", started.elapsed().as_secs_f64()),
             bytes_from_client = outcome.to_server,
@@ -91,6 +129,27 @@ pub async fn serve(balancer: Arc<Balancer>, mut client: TcpStream, stop: Cancell
             "connection closed"
         );
     }
+}
+
+/// A client that arrived while `MAX_CONNECTIONS` clients are open: answered when it is a
+/// query (operators look when things are busy), refused and closed otherwise.
+pub async fn serve_at_limit(
+    ctx: Arc<query::Context>,
+    balancer: Arc<Balancer>,
+    client: TcpStream,
+    peer: SocketAddr,
+    local: Option<SocketAddr>,
+) {
+    if balancer.query_permits.available_permits() > 0 {
+        let sniff_timeout = balancer.pool().config.query.sniff_timeout;
+        let mut first = Vec::new();
+        if let Ok(Verdict::Query) = sniff(&client, &mut first, sniff_timeout, QUERY_LINE_WAIT).await
+        {
+            query::serve(ctx, balancer, client, first, peer).await;
+            return;
+        }
+    }
+    balancer.refuse(local);
 }
 
 /// Picks candidates and connects until one answers or `MAX_ATTEMPTS` are used. A server that
@@ -105,10 +164,10 @@ async fn choose_and_connect(balancer: &Balancer) -> Option<(Lease, TcpStream)> {
             Some(lease) => (lease, false),
             // Every server is in quarantine, and a quarantine may be stale (a short glitch can
             // put them all there): try them anyway.
-            None => (
-                pool.pick(&balancer.clock, &tried, Eligible::EvenQuarantined)?,
-                true,
-            ),
+            None => match pool.pick(&balancer.clock, &tried, Eligible::EvenQuarantined) {
+                Some(lease) => (lease, true),
+                None => break, // every server was tried
+            },
         };
         tried.push(lease.index);
         let server = &lease.server;

@@ -52,6 +52,24 @@ pub struct Check {
     pub error: Option<String>,
 }
 
+/// One quarantine of a server, for its detail page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Episode {
+    /// When it started (wall ms).
+    pub start_wall_ms: u64,
+    /// When it ended (wall ms); `None` while it lasts.
+    pub end_wall_ms: Option<u64>,
+    /// Why it started.
+    pub reason: Reason,
+    /// The error that started it, in words.
+    pub error: String,
+    /// Why it ended, as the release line says it.
+    pub released: Option<String>,
+}
+
+/// Quarantines kept per server for its detail page.
+const HISTORY: usize = 20;
+
 /// What is known of a server's quarantine beyond its deadline, for logs and pages.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Detail {
@@ -67,6 +85,8 @@ pub struct Detail {
     pub quarantines: u64,
     /// The last monitor check.
     pub last_check: Option<Check>,
+    /// The last quarantines, oldest first.
+    pub history: std::collections::VecDeque<Episode>,
 }
 
 /// A server's quarantine state. The deadline is an atomic so selection reads it without a lock;
@@ -113,6 +133,16 @@ impl Health {
         if self.until_ms.load(Relaxed) == 0 {
             detail.since_wall_ms = now_wall;
             detail.quarantines += 1;
+            if detail.history.len() == HISTORY {
+                detail.history.pop_front();
+            }
+            detail.history.push_back(Episode {
+                start_wall_ms: now_wall,
+                end_wall_ms: None,
+                reason,
+                error: error.to_string(),
+                released: None,
+            });
         }
         detail.until_wall_ms = until_wall;
         detail.reason = Some(reason);
@@ -122,13 +152,14 @@ impl Health {
         (now_wall / 1000, until_wall / 1000)
     }
 
-    /// Ends the quarantine, if any; true when there was one.
-    fn leave(&self) -> bool {
+    /// Ends the quarantine, if any, for `why`; true when there was one.
+    fn leave(&self, why: &str) -> bool {
         let mut detail = self.lock();
-        let was = self.until_ms.swap(0, Relaxed) != 0;
-        detail.since_wall_ms = 0;
-        detail.until_wall_ms = 0;
-        was
+        if self.until_ms.swap(0, Relaxed) == 0 {
+            return false;
+        }
+        close_episode(&mut detail, why);
+        true
     }
 
     /// Ends the quarantine if its time is up at `now_ms`; true when it did.
@@ -139,13 +170,28 @@ impl Health {
             return false;
         }
         self.until_ms.store(0, Relaxed);
-        detail.since_wall_ms = 0;
-        detail.until_wall_ms = 0;
+        close_episode(&mut detail, EXPIRED);
         true
     }
 
     fn record_check(&self, check: Check) {
         self.lock().last_check = Some(check);
+    }
+}
+
+/// Why a quarantine ended when its time was up.
+const EXPIRED: &str = "quarantine time is up";
+
+fn close_episode(detail: &mut Detail, why: &str) {
+    detail.since_wall_ms = 0;
+    detail.until_wall_ms = 0;
+    if let Some(last) = detail
+        .history
+        .back_mut()
+        .filter(|e| e.end_wall_ms.is_none())
+    {
+        last.end_wall_ms = Some(wall_ms());
+        last.released = Some(why.to_string());
     }
 }
 
@@ -171,7 +217,7 @@ pub fn quarantine(
 
 /// Releases `server` from quarantine, if it is in one, and logs why.
 pub fn release(server: &Server, why: &str) {
-    if server.health.leave() {
+    if server.health.leave(why) {
         info!(
             "releasing server {} from quarantine ({why})",
             server.address
@@ -195,7 +241,7 @@ pub async fn run_monitor(balancer: Arc<Balancer>, stop: CancellationToken) {
         for server in &pool.servers {
             if server.health.leave_if_expired(now) {
                 info!(
-                    "releasing server {} from quarantine (quarantine time is up)",
+                    "releasing server {} from quarantine ({EXPIRED})",
                     server.address
                 );
             }
@@ -325,7 +371,10 @@ mod tests {
         );
         assert!(health.leave_if_expired(clock.now_ms()));
         assert!(!health.is_quarantined());
-        assert!(!health.leave(), "nothing left to release");
+        assert!(!health.leave("test"), "nothing left to release");
+        let episode = &health.detail().history[0];
+        assert_eq!(episode.released.as_deref(), Some(EXPIRED));
+        assert!(episode.end_wall_ms.is_some());
     }
 
     #[tokio::test(start_paused = true)]
@@ -356,7 +405,7 @@ mod tests {
         let clock = Clock::new();
         let health = Health::default();
         health.enter(&clock, Duration::from_secs(120), Reason::Connect, "refused");
-        assert!(health.leave());
+        assert!(health.leave("monitor check passed"));
         assert!(health.is_available(clock.now_ms()));
         assert_eq!(health.detail().since_wall_ms, 0);
     }

@@ -16,6 +16,8 @@
 //!   connection against its server.
 //! - [`health`]: quarantine state, the monitor, and their log lines.
 //! - [`relay`]: bytes both ways with half-close.
+//! - [`query`]: `/TOTVS_BROKER_QUERY` on the balancers' ports: telling queries from clients
+//!   (sniff), and the STATUS, CFG, PING, JSON, METRICS and ServerStatus answers.
 //! - [`shutdown`]: signals, grace period, drain with a deadline.
 //! - [`logging`]: the log line format, console and rotated file.
 //! - [`os_error`]: what an OS error means to an operator.
@@ -32,6 +34,7 @@ pub mod health;
 pub mod listener;
 pub mod logging;
 pub mod os_error;
+pub mod query;
 pub mod relay;
 pub mod select;
 pub mod shutdown;
@@ -85,6 +88,12 @@ impl Broker {
         let stop_accepting = CancellationToken::new();
         let cut = CancellationToken::new();
         let stop_monitors = CancellationToken::new();
+        let ctx = Arc::new(query::Context {
+            config: Arc::new(self.config.clone()),
+            balancers: self.balancers.iter().map(|(b, _)| Arc::clone(b)).collect(),
+            started_wall_ms: clock::wall_ms(),
+            shutdown: shutdown.clone(),
+        });
         let mut accept_loops = Vec::new();
         for (balancer, listener) in self.balancers {
             let pool = balancer.pool();
@@ -104,10 +113,15 @@ impl Broker {
                 health::run_monitor(Arc::clone(&balancer), stop_monitors.clone())
                     .instrument(span.clone()),
             );
+            tokio::spawn(query::sample_every_minute(
+                Arc::clone(&balancer),
+                stop_monitors.clone(),
+            ));
             accept_loops.push(tokio::spawn(
                 listener::accept_loop(
                     listener,
                     balancer,
+                    Arc::clone(&ctx),
                     tasks.clone(),
                     stop_accepting.clone(),
                     cut.clone(),

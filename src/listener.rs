@@ -4,19 +4,18 @@
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{Instrument, error, field, info, info_span, warn};
+use tracing::{Instrument, error, field, info, info_span};
 
 use crate::balancer::Balancer;
 use crate::config::BalancerConfig;
-use crate::forward;
 use crate::os_error::{explain_bind, words};
+use crate::{forward, query};
 
 /// Pending connections the kernel may queue before `accept`; the kernel caps it at
 /// `net.core.somaxconn`. Large, because clients arrive in bursts (a shift starting).
@@ -83,13 +82,13 @@ fn is_connection_error(e: &io::Error) -> bool {
 pub async fn accept_loop(
     listener: TcpListener,
     balancer: Arc<Balancer>,
+    ctx: Arc<query::Context>,
     tasks: TaskTracker,
     stop_accepting: CancellationToken,
     cut: CancellationToken,
 ) {
     let local = listener.local_addr().ok();
     let mut failed_accepts: u64 = 0;
-    let mut refused_at_limit: u64 = 0;
     loop {
         let accepted = tokio::select! {
             _ = stop_accepting.cancelled() => return,
@@ -117,64 +116,22 @@ pub async fn accept_loop(
             info!("accepting clients again after {failed_accepts} failed accepts");
             failed_accepts = 0;
         }
-        let max = u64::from(balancer.pool().config.max_connections);
-        if balancer.stats.active.load(Relaxed) >= max {
-            // A clear refusal beats a hang in the backlog.
-            balancer.stats.rejected.fetch_add(1, Relaxed);
-            if refused_at_limit == 0 {
-                warn!(
-                    "MAX_CONNECTIONS ({max}) reached on {}: new clients are closed at once until \
-                     some leave",
-                    local.map_or_else(|| "?".into(), |a| a.to_string())
-                );
+        let _ = stream.set_nodelay(true);
+        let span = info_span!("conn", client = %peer, server = field::Empty);
+        if balancer.at_limit() {
+            // Past MAX_CONNECTIONS a client is closed at once (a clear refusal beats a hang in
+            // the backlog), unless it turns out to be a query: operators look then.
+            if balancer.pool().config.query.enabled {
+                let (b, ctx) = (Arc::clone(&balancer), Arc::clone(&ctx));
+                tasks.spawn(forward::serve_at_limit(ctx, b, stream, peer, local).instrument(span));
+            } else {
+                balancer.refuse(local);
             }
-            refused_at_limit += 1;
-            drop(stream);
             continue;
         }
-        if refused_at_limit > 0 {
-            info!(
-                "accepting clients again: {refused_at_limit} refused while MAX_CONNECTIONS was reached"
-            );
-            refused_at_limit = 0;
-        }
-        spawn_client(&balancer, &tasks, &cut, stream, peer);
-    }
-}
-
-/// Starts the task that serves one client, counted in the balancer's stats while it lives.
-fn spawn_client(
-    balancer: &Arc<Balancer>,
-    tasks: &TaskTracker,
-    cut: &CancellationToken,
-    stream: TcpStream,
-    peer: SocketAddr,
-) {
-    let _ = stream.set_nodelay(true);
-    let open = OpenClient::new(Arc::clone(balancer));
-    let cut = cut.clone();
-    let span = info_span!("conn", client = %peer, server = field::Empty);
-    tasks.spawn(
-        async move {
-            forward::serve(Arc::clone(&open.0), stream, cut).await;
-            drop(open);
-        }
-        .instrument(span),
-    );
-}
-
-/// Counts a client as open from accept until its task ends, however it ends.
-struct OpenClient(Arc<Balancer>);
-
-impl OpenClient {
-    fn new(balancer: Arc<Balancer>) -> Self {
-        balancer.client_opened();
-        OpenClient(balancer)
-    }
-}
-
-impl Drop for OpenClient {
-    fn drop(&mut self) {
-        self.0.client_closed();
+        balancer.below_limit();
+        let slot = balancer.take_slot();
+        let (b, ctx, cut) = (Arc::clone(&balancer), Arc::clone(&ctx), cut.clone());
+        tasks.spawn(forward::serve(ctx, b, stream, peer, slot, cut).instrument(span));
     }
 }

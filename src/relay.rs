@@ -161,14 +161,20 @@ impl Half {
 }
 
 /// Relays until both directions are finished, an error ends it, or `stop` completes.
+/// `first` holds bytes already read from the client, sent to the server before anything else.
 pub async fn relay(
     client: &mut TcpStream,
     server: &mut TcpStream,
+    first: Vec<u8>,
     counters: Counters<'_>,
     stop: impl Future<Output = ()>,
 ) -> Outcome {
     let mut stop = pin!(stop);
     let mut up = Half::default();
+    if !first.is_empty() {
+        up.cap = first.len();
+        up.buf = Some(first.into_boxed_slice());
+    }
     let mut down = Half::default();
     let mut first_closed: Option<Side> = None;
     let end = poll_fn(|cx| {

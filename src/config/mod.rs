@@ -17,7 +17,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ini::{Entry, Section};
-pub use value::{Host, ServerId, show_duration};
+pub use render::EffectiveSection;
+pub use value::{Cidr, Host, ServerId, show_duration};
 
 /// The whole configuration of one broker process.
 #[derive(Debug, Clone)]
@@ -54,6 +55,27 @@ pub struct General {
     pub shutdown_grace: Duration,
     /// `SHUTDOWN_TIMEOUT`: after the listeners close, how long connections may take to finish.
     pub shutdown_timeout: Duration,
+    /// `LANGUAGE`: labels of the status pages.
+    pub language: Language,
+}
+
+/// `LANGUAGE`: the language of the status pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Language {
+    /// `en`
+    English,
+    /// `pt-BR`, with the TOTVS page's labels.
+    Portuguese,
+}
+
+impl Language {
+    /// The value as written in the file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Language::English => "en",
+            Language::Portuguese => "pt-BR",
+        }
+    }
 }
 
 /// Which TCP broker a `[BALANCE_*]` section configures.
@@ -114,6 +136,22 @@ pub struct BalancerConfig {
     pub max_connections: u32,
     /// `LOG_CONNECTIONS`: one info line per finished connection.
     pub log_connections: bool,
+    /// `QUERY_*`: the `/TOTVS_BROKER_QUERY` interface on this balancer's port.
+    pub query: QuerySettings,
+}
+
+/// How the balancer's port answers `/TOTVS_BROKER_QUERY` requests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuerySettings {
+    /// `QUERY_ENABLED`: answer queries; when off, such connections are proxied like any other.
+    pub enabled: bool,
+    /// `QUERY_ALLOW`: who may query; by default everyone (the TOTVS behaviour).
+    pub allow: Vec<Cidr>,
+    /// `QUERY_MAX_CONNECTIONS`: query connections at once, apart from `MAX_CONNECTIONS`.
+    pub max_connections: u32,
+    /// `QUERY_SNIFF_TIMEOUT`: how long a client that has sent nothing is waited for before it
+    /// is taken for a server-first protocol client (its server's bytes are held that long).
+    pub sniff_timeout: Duration,
 }
 
 /// One `REMOTE_SERVER_xx = host port [weight]`.
@@ -318,6 +356,10 @@ const BALANCER_KEYS: &[&str] = &[
     "MAX_ATTEMPTS",
     "MAX_CONNECTIONS",
     "LOG_CONNECTIONS",
+    "QUERY_ENABLED",
+    "QUERY_ALLOW",
+    "QUERY_MAX_CONNECTIONS",
+    "QUERY_SNIFF_TIMEOUT",
 ];
 
 /// `[General]` keys of appbroker's own.
@@ -328,6 +370,7 @@ const GENERAL_KEYS: &[&str] = &[
     "CONSOLELOGDATE",
     "SHUTDOWN_GRACE",
     "SHUTDOWN_TIMEOUT",
+    "LANGUAGE",
 ];
 
 /// Keys TOTVS broker files carry that appbroker accepts without using, and what it does instead.
@@ -611,6 +654,7 @@ impl Validator {
             console_log_date: true,
             shutdown_grace: Duration::ZERO,
             shutdown_timeout: Duration::from_secs(30),
+            language: Language::English,
         };
         let Some(section) = section else {
             return defaults;
@@ -666,6 +710,13 @@ impl Validator {
                 defaults.shutdown_timeout,
                 |s| value::duration(s, Duration::ZERO),
             ),
+            language: self.setting(&lookup, "LANGUAGE", defaults.language, |s| {
+                match s.to_ascii_lowercase().as_str() {
+                    "en" => Ok(Language::English),
+                    "pt-br" | "pt_br" | "pt" => Ok(Language::Portuguese),
+                    _ => Err("expected en or pt-BR".into()),
+                }
+            }),
         };
         if !general.console_log && general.console_file.is_none() {
             self.notices.push(ConfigError::new(
@@ -693,15 +744,20 @@ impl Validator {
         for entry in &section.entries {
             match value::server_id_of_key(&entry.key) {
                 Some(Ok(id)) => match value::server(&entry.value) {
-                    Ok((host, port, weight)) => servers.push((
-                        ServerConfig {
-                            id,
-                            host,
-                            port,
-                            weight,
-                        },
-                        entry.line,
-                    )),
+                    Ok((host, port, weight)) => {
+                        let key = format!("REMOTE_SERVER_{id}");
+                        self.origins
+                            .set(&section.name, &key, Origin::Section(entry.line));
+                        servers.push((
+                            ServerConfig {
+                                id,
+                                host,
+                                port,
+                                weight,
+                            },
+                            entry.line,
+                        ));
+                    }
                     Err(message) => self.errors.push(ConfigError::new(
                         entry.line,
                         name,
@@ -909,6 +965,34 @@ impl Validator {
                 .map(|n| n as u32)
         });
         let log_connections = self.setting(&inherited, "LOG_CONNECTIONS", true, value::flag);
+        let query = QuerySettings {
+            enabled: self.setting(&inherited, "QUERY_ENABLED", true, value::flag),
+            allow: self.setting(&inherited, "QUERY_ALLOW", Cidr::everyone(), value::cidrs),
+            max_connections: self.setting(&inherited, "QUERY_MAX_CONNECTIONS", 64, |s| {
+                value::integer(
+                    s,
+                    1,
+                    10_000,
+                    "a number of query connections from 1 to 10000",
+                )
+                .map(|n| n as u32)
+            }),
+            sniff_timeout: self.setting(
+                &inherited,
+                "QUERY_SNIFF_TIMEOUT",
+                Duration::from_millis(200),
+                |s| value::duration_within(s, Duration::from_millis(10), Duration::from_secs(5)),
+            ),
+        };
+        if query.enabled && query.allow.iter().any(|c| c.prefix == 0) {
+            self.notices.push(ConfigError::new(
+                section.line,
+                name,
+                Some("QUERY_ALLOW"),
+                "allows everyone: anyone who reaches this port can read the server addresses at \
+                 /TOTVS_BROKER_QUERY; set QUERY_ALLOW (addresses or CIDRs) to restrict it",
+            ));
+        }
 
         if self.errors.len() > errors_before {
             return None;
@@ -925,6 +1009,7 @@ impl Validator {
             max_attempts,
             max_connections,
             log_connections,
+            query,
         })
     }
 }

@@ -6,15 +6,19 @@ use std::fmt::Write;
 use super::value::show_duration;
 use super::{BalancerConfig, Config, Origin};
 
+/// One section of the effective configuration.
+#[derive(Debug, Clone)]
+pub struct EffectiveSection {
+    /// The section name as printed (`General`, `BALANCE_SMART_CLIENT_DESKTOP`).
+    pub name: String,
+    /// Every key with its effective value and where that value came from.
+    pub keys: Vec<(String, String, Origin)>,
+}
+
 impl Config {
-    /// Every effective setting as `appserver.ini` text. Keys not set in the file are listed
-    /// after a `; defaults` comment in each section.
-    pub fn to_ini(&self) -> String {
-        let mut out = format!(
-            "; Effective configuration of {}, as appbroker {} reads it.\n",
-            self.source.display(),
-            env!("CARGO_PKG_VERSION")
-        );
+    /// Every effective setting, section by section: what `--check` prints and the CFG page
+    /// shows.
+    pub fn effective(&self) -> Vec<EffectiveSection> {
         let g = &self.general;
         let general = [
             ("CONSOLELOG", flag(g.console_log)),
@@ -29,32 +33,56 @@ impl Config {
             ("CONSOLELOGDATE", flag(g.console_log_date)),
             ("SHUTDOWN_GRACE", show_duration(g.shutdown_grace)),
             ("SHUTDOWN_TIMEOUT", show_duration(g.shutdown_timeout)),
+            ("LANGUAGE", g.language.as_str().to_string()),
         ]
         .map(|(k, v)| (k.to_string(), v));
-        self.section(&mut out, "General", &general);
+        let mut sections = vec![self.effective_section("General", general.into())];
         for b in &self.balancers {
-            self.section(&mut out, b.kind.section(), &balancer_keys(b));
+            sections.push(self.effective_section(b.kind.section(), balancer_keys(b)));
         }
-        out
+        sections
     }
 
-    /// Writes one section: keys with a value from the file first, then the defaults.
-    fn section(&self, out: &mut String, name: &str, keys: &[(String, String)]) {
+    fn effective_section(&self, name: &str, keys: Vec<(String, String)>) -> EffectiveSection {
         let upper = name.to_ascii_uppercase();
-        let _ = writeln!(out, "\n[{name}]");
-        let is_default = |key: &str| {
-            !key.starts_with("REMOTE_SERVER_") && self.origins.get(&upper, key) == Origin::Default
-        };
-        for (key, value) in keys.iter().filter(|(k, _)| !is_default(k)) {
-            let _ = writeln!(out, "{key}={value}");
+        let keys = keys
+            .into_iter()
+            .map(|(key, value)| {
+                let origin = self.origins.get(&upper, &key);
+                (key, value, origin)
+            })
+            .collect();
+        EffectiveSection {
+            name: name.to_string(),
+            keys,
         }
-        let defaults: Vec<_> = keys.iter().filter(|(k, _)| is_default(k)).collect();
-        if !defaults.is_empty() {
-            out.push_str("; defaults (not set in the file):\n");
-            for (key, value) in defaults {
+    }
+
+    /// Every effective setting as `appserver.ini` text. Keys not set in the file are listed
+    /// after a `; defaults` comment in each section.
+    pub fn to_ini(&self) -> String {
+        let mut out = format!(
+            "; Effective configuration of {}, as appbroker {} reads it.\n",
+            self.source.display(),
+            env!("CARGO_PKG_VERSION")
+        );
+        for section in self.effective() {
+            let _ = writeln!(out, "\n[{}]", section.name);
+            let (defaults, set): (Vec<_>, Vec<_>) = section
+                .keys
+                .iter()
+                .partition(|(_, _, origin)| *origin == Origin::Default);
+            for (key, value, _) in set {
                 let _ = writeln!(out, "{key}={value}");
             }
+            if !defaults.is_empty() {
+                out.push_str("; defaults (not set in the file):\n");
+                for (key, value, _) in defaults {
+                    let _ = writeln!(out, "{key}={value}");
+                }
+            }
         }
+        out
     }
 }
 
@@ -71,6 +99,18 @@ fn balancer_keys(b: &BalancerConfig) -> Vec<(String, String)> {
         ("MAX_ATTEMPTS", b.max_attempts.to_string()),
         ("MAX_CONNECTIONS", b.max_connections.to_string()),
         ("LOG_CONNECTIONS", flag(b.log_connections)),
+        ("QUERY_ENABLED", flag(b.query.enabled)),
+        (
+            "QUERY_ALLOW",
+            b.query
+                .allow
+                .iter()
+                .map(|c| c.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+        ),
+        ("QUERY_MAX_CONNECTIONS", b.query.max_connections.to_string()),
+        ("QUERY_SNIFF_TIMEOUT", show_duration(b.query.sniff_timeout)),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))

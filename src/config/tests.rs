@@ -15,7 +15,9 @@ const MINIMAL: &str =
 #[test]
 fn minimal_file_gets_every_default() {
     let loaded = load(MINIMAL).unwrap();
-    assert!(loaded.notices.is_empty());
+    // The one notice: the query interface answers everyone, as the TOTVS broker does.
+    assert_eq!(loaded.notices.len(), 1, "{:?}", loaded.notices);
+    assert_eq!(loaded.notices[0].key.as_deref(), Some("QUERY_ALLOW"));
     let b = &loaded.config.balancers[0];
     assert_eq!(b.kind, BalancerKind::SmartClientDesktop);
     assert_eq!(b.listen, "0.0.0.0:5000".parse().unwrap());
@@ -27,6 +29,11 @@ fn minimal_file_gets_every_default() {
     assert_eq!(b.max_attempts, 3);
     assert_eq!(b.max_connections, 10_000);
     assert!(b.log_connections);
+    assert!(b.query.enabled);
+    assert_eq!(b.query.allow, Cidr::everyone());
+    assert_eq!(b.query.max_connections, 64);
+    assert_eq!(b.query.sniff_timeout, Duration::from_millis(200));
+    assert_eq!(loaded.config.general.language, Language::English);
     assert_eq!(b.servers[0].weight, 1);
     let g = &loaded.config.general;
     assert!(g.console_log && g.console_log_date);
@@ -67,9 +74,10 @@ fn general_supplies_defaults_and_the_section_wins() {
 
 #[test]
 fn printed_configuration_parses_back_to_the_same() {
-    let text = "[General]\nConsoleFile=C:\\totvs\\logs\\broker.log\nSHUTDOWN_GRACE=1500ms\n\
+    let text = "[General]\nConsoleFile=C:\\totvs\\logs\\broker.log\nSHUTDOWN_GRACE=1500ms\nLANGUAGE=pt-BR\n\
                 [BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_ADDRESS=::1\nLOCAL_SERVER_PORT=5000\n\
-                REMOTE_SERVER_01=::1 6001 3\nREMOTE_SERVER_X9=app.example 6002\nSORT_METHOD=SERVER_MEMORY\n";
+                REMOTE_SERVER_01=::1 6001 3\nREMOTE_SERVER_X9=app.example 6002\nSORT_METHOD=SERVER_MEMORY\n\
+                QUERY_ALLOW=10.0.0.0/8 ::1\n";
     let first = load(text).unwrap().config;
     let printed = first.to_ini();
     let second = load(&printed)

@@ -164,8 +164,14 @@ pub fn ip(text: &str) -> Result<IpAddr, String> {
 /// Longest duration any setting accepts: a day.
 const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
 
-/// A duration: a plain integer is seconds; `ms`, `s` and `m` suffixes are accepted.
+/// A duration from `min` to a day: a plain integer is seconds; `ms`, `s` and `m` suffixes are
+/// accepted.
 pub fn duration(text: &str, min: Duration) -> Result<Duration, String> {
+    duration_within(text, min, MAX_DURATION)
+}
+
+/// A duration from `min` to `max`.
+pub fn duration_within(text: &str, min: Duration, max: Duration) -> Result<Duration, String> {
     let lower = text.to_ascii_lowercase();
     let digits_end = lower
         .find(|c: char| !c.is_ascii_digit())
@@ -184,11 +190,16 @@ pub fn duration(text: &str, min: Duration) -> Result<Duration, String> {
         .and_then(|n| n.checked_mul(per_unit_ms))
         .map(Duration::from_millis);
     match parsed {
-        Some(d) if d >= min && d <= MAX_DURATION => Ok(d),
+        Some(d) if d >= min && d <= max => Ok(d),
         _ => Err(format!(
-            "expected a duration from {} to 24h: seconds, or a number with ms, s or m (`500ms`, \
+            "expected a duration from {} to {}: seconds, or a number with ms, s or m (`500ms`, \
              `30s`, `2m`)",
-            show_duration(min)
+            show_duration(min),
+            if max == MAX_DURATION {
+                "24h".to_string()
+            } else {
+                show_duration(max)
+            }
         )),
     }
 }
@@ -201,6 +212,106 @@ pub fn show_duration(d: Duration) -> String {
     } else {
         format!("{ms}ms")
     }
+}
+
+/// An address or a network (`10.0.0.0/8`, `::1`), for `QUERY_ALLOW`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    /// The network address (host bits cleared).
+    pub network: IpAddr,
+    /// Prefix length: 32 or 128 for a single address.
+    pub prefix: u8,
+}
+
+impl Cidr {
+    /// Everyone: `0.0.0.0/0` and `::/0`, the default of `QUERY_ALLOW`.
+    pub fn everyone() -> Vec<Cidr> {
+        vec![
+            Cidr {
+                network: IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+                prefix: 0,
+            },
+            Cidr {
+                network: IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+                prefix: 0,
+            },
+        ]
+    }
+
+    /// True when `ip` is in the network. IPv4 clients seen as IPv4-mapped IPv6 (`::ffff:a.b.c.d`,
+    /// on a `::` listener) match IPv4 entries.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        match (self.network, ip.to_canonical()) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => {
+                mask(u128::from(u32::from(ip)), self.prefix, 32) == u128::from(u32::from(net))
+            }
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                mask(u128::from(ip), self.prefix, 128) == u128::from(net)
+            }
+            _ => false,
+        }
+    }
+}
+
+/// `bits` (a `width`-bit address) with all but the first `prefix` bits cleared.
+fn mask(bits: u128, prefix: u8, width: u8) -> u128 {
+    let host_bits = u32::from(width.saturating_sub(prefix));
+    if host_bits >= 128 {
+        0
+    } else {
+        bits & !((1u128 << host_bits) - 1)
+    }
+}
+
+impl fmt::Display for Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let full = if self.network.is_ipv4() { 32 } else { 128 };
+        if self.prefix == full {
+            write!(f, "{}", self.network)
+        } else {
+            write!(f, "{}/{}", self.network, self.prefix)
+        }
+    }
+}
+
+/// A list of addresses or CIDRs, separated by commas or blanks.
+pub fn cidrs(text: &str) -> Result<Vec<Cidr>, String> {
+    let mut list = Vec::new();
+    for item in text.split([',', ' ', '\t']).filter(|i| !i.is_empty()) {
+        let (address, prefix) = match item.split_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (item, None),
+        };
+        let Ok(network) = address.parse::<IpAddr>() else {
+            return Err(format!(
+                "has `{item}`; expected addresses or CIDRs like 10.0.0.0/8, 192.168.1.7, ::1"
+            ));
+        };
+        let full: u8 = if network.is_ipv4() { 32 } else { 128 };
+        let prefix = match prefix.map(str::parse::<u8>) {
+            None => full,
+            Some(Ok(p)) if p <= full => p,
+            Some(_) => {
+                return Err(format!(
+                    "has `{item}`; the prefix length must be 0 to {full}"
+                ));
+            }
+        };
+        let bits = match network {
+            IpAddr::V4(ip) => u128::from(u32::from(ip)),
+            IpAddr::V6(ip) => u128::from(ip),
+        };
+        let masked = mask(bits, prefix, full);
+        let network = match network {
+            IpAddr::V4(_) => IpAddr::V4((masked as u32).into()),
+            IpAddr::V6(_) => IpAddr::V6(masked.into()),
+        };
+        list.push(Cidr { network, prefix });
+    }
+    if list.is_empty() {
+        return Err("expected addresses or CIDRs like 10.0.0.0/8, 192.168.1.7, ::1".into());
+    }
+    Ok(list)
 }
 
 /// Levenshtein distance, for "did you mean" suggestions.
@@ -300,6 +411,26 @@ mod tests {
             Some(Err(_))
         ));
         assert!(server_id_of_key("REMOTE_SERVERS").is_none());
+    }
+
+    #[test]
+    fn cidr_lists() {
+        let list = cidrs("10.0.0.0/8, 192.168.1.7 ::1,2001:db8::/32").unwrap();
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert!(list[0].contains(ip("10.200.3.4")));
+        assert!(!list[0].contains(ip("11.0.0.1")));
+        assert!(list[1].contains(ip("192.168.1.7")) && !list[1].contains(ip("192.168.1.8")));
+        assert!(
+            list[1].contains(ip("::ffff:192.168.1.7")),
+            "IPv4-mapped peers match IPv4 rules"
+        );
+        assert!(list[2].contains(ip("::1")));
+        assert!(list[3].contains(ip("2001:db8:1::5")) && !list[3].contains(ip("2001:db9::1")));
+        assert_eq!(cidrs("10.1.2.3/8").unwrap()[0].to_string(), "10.0.0.0/8");
+        assert!(cidrs("0.0.0.0/0").unwrap()[0].contains(ip("8.8.8.8")));
+        for bad in ["", "10.0.0.0/33", "example.com", "10.0.0.0/x", "::1/129"] {
+            assert!(cidrs(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

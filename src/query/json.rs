@@ -1,0 +1,210 @@
+//! The JSON answer: a superset of the TOTVS HTTP broker's 24.3.1.9 schema (same field names
+//! and types, so existing monitors parse it unchanged), plus appbroker's own fields in
+//! snake_case. Figures a TOTVS AppServer reports about itself (users, threads, memory, cpu,
+//! pid, uptime) cannot be known here: they carry the neutral values documented in
+//! docs/operations.md (0, or "-" for strings), never invented ones.
+
+use serde::Serialize;
+
+use super::page::{clock, date};
+use super::snapshot::{ServerSnapshot, Snapshot, State};
+use crate::config::SortMethod;
+
+#[derive(Serialize)]
+#[allow(non_snake_case)]
+struct Status<'a> {
+    // The TOTVS fields.
+    serviceDescription: String,
+    brokerType: &'static str,
+    apiVersion: &'static str,
+    fullVersion: String,
+    version: &'static str,
+    useSSL: u8,
+    instanceId: &'a str,
+    balanceMethod: u8,
+    date: String,
+    time: String,
+    startedDate: String,
+    startedTime: String,
+    totalConnectionsHistory: u64,
+    totalSessionsHistory: u64,
+    lastConnectionDate: String,
+    lastConnectionTime: String,
+    ID: String,
+    servers: Vec<Server<'a>>,
+    total: Total,
+    // appbroker's own.
+    balancer: &'static str,
+    listen: String,
+    sort_method: &'static str,
+    monitoring_type: &'static str,
+    monitor_interval_ms: u64,
+    quarantine_time_ms: u64,
+    max_connections: u32,
+    active_connections: u64,
+    peak_connections: u64,
+    rejected_connections: u64,
+    unserved_connections: u64,
+    draining: bool,
+    started_epoch_ms: u64,
+    now_epoch_ms: u64,
+    queried_by: String,
+}
+
+#[derive(Serialize)]
+struct Total {
+    connections: u64,
+    sessions: u64,
+    users: u64,
+}
+
+#[derive(Serialize)]
+struct Server<'a> {
+    // The TOTVS fields.
+    server: &'a str,
+    connections: u64,
+    sessions: u64,
+    connections_max: String,
+    sessions_max: String,
+    quarantine_entry_time: String,
+    quarantine: String,
+    standby: u64,
+    inquarantine: bool,
+    disabled: bool,
+    disabled_entry_time: &'static str,
+    disabled_reasons: &'static str,
+    users: u64,
+    threads: u64,
+    memory: u64,
+    cpu: u64,
+    uptime: &'static str,
+    pid: u64,
+    // appbroker's own.
+    id: &'a str,
+    weight: u32,
+    state: &'static str,
+    reason: Option<&'static str>,
+    last_error: Option<&'a str>,
+    quarantine_start_epoch_ms: Option<u64>,
+    quarantine_end_epoch_ms: Option<u64>,
+    quarantines: u64,
+    total_connections: u64,
+    failed_connects: u64,
+    bytes_to_server: u64,
+    bytes_to_client: u64,
+    last_check: Option<Check<'a>>,
+}
+
+#[derive(Serialize)]
+struct Check<'a> {
+    ok: bool,
+    epoch_ms: u64,
+    duration_ms: f64,
+    error: Option<&'a str>,
+}
+
+/// The JSON text of `snap`.
+pub fn render(snap: &Snapshot) -> String {
+    let servers: Vec<Server<'_>> = snap.servers.iter().map(server).collect();
+    let status = Status {
+        serviceDescription: format!("appbroker TCP broker [{}]", snap.kind.section()),
+        brokerType: snap.kind.section(),
+        apiVersion: "1.1",
+        fullVersion: format!("appbroker {}", env!("CARGO_PKG_VERSION")),
+        version: env!("CARGO_PKG_VERSION"),
+        useSSL: 0,
+        instanceId: &snap.instance,
+        balanceMethod: match snap.sort_method {
+            SortMethod::Connection => 1,
+            SortMethod::RoundRobin => 2,
+        },
+        date: date(snap.now_wall_ms),
+        time: clock(snap.now_wall_ms),
+        startedDate: date(snap.started_wall_ms),
+        startedTime: clock(snap.started_wall_ms),
+        totalConnectionsHistory: snap.accepted,
+        totalSessionsHistory: 0,
+        lastConnectionDate: when(snap.last_connection_wall_ms, date),
+        lastConnectionTime: when(snap.last_connection_wall_ms, clock),
+        ID: snap.pid.to_string(),
+        total: Total {
+            connections: snap.servers.iter().map(|s| s.active).sum(),
+            sessions: 0,
+            users: 0,
+        },
+        servers,
+        balancer: snap.kind.section(),
+        listen: snap.listen.to_string(),
+        sort_method: snap.sort_method.as_str(),
+        monitoring_type: snap.monitoring.as_str(),
+        monitor_interval_ms: snap.monitor_interval.as_millis() as u64,
+        quarantine_time_ms: snap.quarantine_time.as_millis() as u64,
+        max_connections: snap.max_connections,
+        active_connections: snap.active,
+        peak_connections: snap.peak,
+        rejected_connections: snap.rejected,
+        unserved_connections: snap.unserved,
+        draining: snap.draining,
+        started_epoch_ms: snap.started_wall_ms,
+        now_epoch_ms: snap.now_wall_ms,
+        queried_by: snap.peer.to_string(),
+    };
+    serde_json::to_string_pretty(&status).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+}
+
+fn when(wall_ms: u64, format: fn(u64) -> String) -> String {
+    if wall_ms == 0 {
+        "-".into()
+    } else {
+        format(wall_ms)
+    }
+}
+
+fn server(s: &ServerSnapshot) -> Server<'_> {
+    Server {
+        server: &s.address,
+        connections: s.active,
+        sessions: 0,
+        connections_max: s.peak.to_string(),
+        sessions_max: "0".into(),
+        quarantine_entry_time: s
+            .quarantine
+            .map_or_else(|| "-".into(), |(since, _)| clock(since)),
+        quarantine: s
+            .quarantine
+            .map_or_else(|| "-".into(), |(_, until)| clock(until)),
+        standby: 0,
+        inquarantine: s.state == State::Quarantined,
+        disabled: s.weight == 0,
+        disabled_entry_time: "-",
+        disabled_reasons: if s.weight == 0 { "weight 0" } else { "" },
+        users: 0,
+        threads: 0,
+        memory: 0,
+        cpu: 0,
+        uptime: "-",
+        pid: 0,
+        id: &s.id,
+        weight: s.weight,
+        state: match s.state {
+            State::Available => "available",
+            State::Quarantined => "quarantined",
+            State::Draining => "draining",
+        },
+        reason: s.reason.map(|r| r.as_str()),
+        last_error: s.last_error.as_deref(),
+        quarantine_start_epoch_ms: s.quarantine.map(|(since, _)| since),
+        quarantine_end_epoch_ms: s.quarantine.map(|(_, until)| until),
+        quarantines: s.quarantines,
+        total_connections: s.total,
+        failed_connects: s.failed_connects,
+        bytes_to_server: s.bytes_to_server,
+        bytes_to_client: s.bytes_to_client,
+        last_check: s.last_check.as_ref().map(|c| Check {
+            ok: c.error.is_none(),
+            epoch_ms: c.at_wall_ms,
+            duration_ms: c.duration.as_secs_f64() * 1000.0,
+            error: c.error.as_deref(),
+        }),
+    }
+}

@@ -1,0 +1,139 @@
+//! Telling a query from a client: a connection whose first bytes are `GET` or `HEAD` for
+//! `/TOTVS_BROKER_QUERY` (the path exactly that, or going on with `/`, `?` or a blank) is
+//! answered by the broker; anything else is forwarded, its first bytes included.
+
+use std::io;
+use std::time::Duration;
+
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+/// What the first bytes say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// A request for the query interface.
+    Query,
+    /// Anything else: forward it (with the bytes read so far).
+    Forward,
+}
+
+const PATH: &[u8] = b"/TOTVS_BROKER_QUERY";
+
+/// Classifies the bytes a client has sent so far: `None` while they could still be either.
+pub fn classify(bytes: &[u8]) -> Option<Verdict> {
+    let mut best: Option<Verdict> = Some(Verdict::Forward);
+    for method in [&b"GET "[..], &b"HEAD "[..]] {
+        match classify_with(bytes, method) {
+            Some(Verdict::Query) => return Some(Verdict::Query),
+            None => best = None,
+            Some(Verdict::Forward) => {}
+        }
+    }
+    best
+}
+
+/// The same for one method. Methods and path are compared without regard to case.
+fn classify_with(bytes: &[u8], method: &[u8]) -> Option<Verdict> {
+    let expected = method.iter().chain(PATH);
+    let mut matched = 0;
+    for (have, want) in bytes.iter().zip(expected) {
+        if !have.eq_ignore_ascii_case(want) {
+            return Some(Verdict::Forward);
+        }
+        matched += 1;
+    }
+    let whole = method.len() + PATH.len();
+    if matched < whole {
+        return None; // a prefix of the query request line so far
+    }
+    match bytes.get(whole) {
+        None => None,
+        Some(b'/' | b'?' | b' ') => Some(Verdict::Query),
+        Some(_) => Some(Verdict::Forward), // `/TOTVS_BROKER_QUERYX`: another path
+    }
+}
+
+/// How much of a client's first bytes is read while classifying; the rest waits in the
+/// socket. Large enough to hold any request line's start.
+const SNIFF_READ: usize = 4096;
+
+/// Reads a client's first bytes into `first` until they classify. A client that sends nothing
+/// within `silence` is taken for a server-first protocol client and forwarded; one whose bytes
+/// so far could be a query is given up to `partial` to finish its request line.
+pub async fn sniff(
+    stream: &TcpStream,
+    first: &mut Vec<u8>,
+    silence: Duration,
+    partial: Duration,
+) -> io::Result<Verdict> {
+    let started = Instant::now();
+    loop {
+        let limit = if first.is_empty() { silence } else { partial };
+        let deadline = started + limit;
+        match tokio::time::timeout_at(deadline, stream.readable()).await {
+            Err(_) => return Ok(Verdict::Forward),
+            Ok(ready) => ready?,
+        }
+        let have = first.len();
+        first.resize(have + SNIFF_READ, 0);
+        match stream.try_read(&mut first[have..]) {
+            Ok(0) => {
+                first.truncate(have);
+                return Ok(Verdict::Forward); // the client closed; forwarding passes that on
+            }
+            Ok(n) => first.truncate(have + n),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                first.truncate(have);
+                continue;
+            }
+            Err(e) => {
+                first.truncate(have);
+                return Err(e);
+            }
+        }
+        if let Some(verdict) = classify(first) {
+            return Ok(verdict);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classification() {
+        let cases: &[(&[u8], Option<Verdict>)] = &[
+            (b"", None),
+            (b"G", None),
+            (b"get /totvs_broker_q", None),
+            (b"GET /TOTVS_BROKER_QUERY", None),
+            (b"GET /TOTVS_BROKER_QUERY ", Some(Verdict::Query)),
+            (
+                b"GET /TOTVS_BROKER_QUERY/STATUS HTTP/1.1\r\n",
+                Some(Verdict::Query),
+            ),
+            (
+                b"GET /totvs_broker_query?x=1 HTTP/1.1",
+                Some(Verdict::Query),
+            ),
+            (b"HEAD /TOTVS_BROKER_QUERY/PING", Some(Verdict::Query)),
+            (b"GET /TOTVS_BROKER_QUERYX HTTP/1.1", Some(Verdict::Forward)),
+            (b"GET /rest/api HTTP/1.1", Some(Verdict::Forward)),
+            (b"POST /TOTVS_BROKER_QUERY HTTP/1.1", Some(Verdict::Forward)),
+            (b"GE", None),
+            (b"GEX", Some(Verdict::Forward)),
+            (b"HEA", None),
+            (b"\x00\x01SmartClient", Some(Verdict::Forward)),
+            (b"SSH-2.0-OpenSSH", Some(Verdict::Forward)),
+        ];
+        for (bytes, verdict) in cases {
+            assert_eq!(
+                classify(bytes),
+                *verdict,
+                "{:?}",
+                String::from_utf8_lossy(bytes)
+            );
+        }
+    }
+}
