@@ -254,6 +254,29 @@ fn the_printed_configuration_parses_back_to_the_same() {
 }
 
 #[test]
+fn check_neither_binds_nor_resolves() {
+    // The port is held here and the server's name cannot resolve: --check must not care.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind port 0");
+    let port = taken.local_addr().expect("local addr").port();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("appserver.ini");
+    std::fs::write(
+        &path,
+        format!(
+            "[BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT={port}\n\
+             REMOTE_SERVER_01=no-such-host.invalid 6001\n"
+        ),
+    )
+    .expect("write ini");
+    let (code, stdout, stderr) = check(&path);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("\nREMOTE_SERVER_01=no-such-host.invalid 6001 1\n"),
+        "{stdout}"
+    );
+}
+
+#[test]
 fn every_key_is_printed_with_its_default() {
     let (code, stdout, stderr) = check(&Path::new(VALID).join("minimal.ini"));
     assert_eq!(code, 0, "{stderr}");
