@@ -1,0 +1,488 @@
+//! `appbroker --check` and `--help` through the real binary: every invalid fixture gives exit 2
+//! and the messages it states (file, line, section, key), every valid file gives exit 0, and
+//! the printed configuration parses back to the same configuration.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test that cannot go on should panic
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use common::run_cli;
+
+const VALID: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/valid");
+const INVALID: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/invalid");
+const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/appserver.ini.example");
+
+/// The `.ini` files of a fixture folder, sorted. Fails when there are none: a filter that
+/// matches nothing would test nothing (the rathole bug).
+fn fixtures(dir: &str) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("cannot list {dir}: {e}"))
+        .map(|entry| entry.expect("directory entry").path())
+        .filter(|p| p.extension().is_some_and(|ext| ext == "ini"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no .ini fixtures found in {dir}");
+    files
+}
+
+/// `appbroker --check --config <path>`: (exit code, stdout, stderr).
+fn check(path: &Path) -> (i32, String, String) {
+    run_cli(&["--check", "--config", path.to_str().expect("UTF-8 path")])
+}
+
+/// One `; expect: <line>: <message>` of an invalid fixture; `-` for an error of the whole file.
+struct Expected {
+    line: Option<usize>,
+    message: String,
+}
+
+fn expectations(path: &Path) -> Vec<Expected> {
+    let text = std::fs::read_to_string(path).expect("read fixture");
+    text.lines()
+        .filter_map(|l| l.strip_prefix("; expect:"))
+        .map(|rest| {
+            let (line, message) = rest
+                .trim()
+                .split_once(": ")
+                .unwrap_or_else(|| panic!("{}: malformed `; expect:` line", path.display()));
+            Expected {
+                line: (line != "-").then(|| line.parse().expect("expect line number")),
+                message: message.to_string(),
+            }
+        })
+        .collect()
+}
+
+/// What is wrong with how `--check` treats one invalid fixture; empty when all is right.
+fn invalid_fixture_problems(path: &Path) -> Vec<String> {
+    let file = path.display().to_string();
+    let expected = expectations(path);
+    let mut problems = Vec::new();
+    if expected.is_empty() {
+        problems.push("states no `; expect:` message".to_string());
+    }
+    let (code, stdout, stderr) = check(path);
+    if code != 2 {
+        problems.push(format!("exit code {code}, expected 2"));
+    }
+    if !stdout.is_empty() {
+        problems.push(format!("printed a configuration:\n{stdout}"));
+    }
+    // Each error is one line starting with the file name, then its line number (none for an
+    // error of the whole file).
+    let errors: Vec<&str> = stderr
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with(&format!("{file}:")))
+        .collect();
+    for e in &expected {
+        let at = match e.line {
+            Some(line) => format!("{file}:{line}: "),
+            None => format!("{file}: "),
+        };
+        if !errors
+            .iter()
+            .any(|l| l.starts_with(&at) && l.contains(&e.message))
+        {
+            problems.push(format!("no error `{at}... {}`", e.message));
+        }
+    }
+    // Every error is stated in the fixture: nothing spurious, nothing unreported.
+    if errors.len() != expected.len() {
+        problems.push(format!(
+            "{} errors reported, the fixture states {}",
+            errors.len(),
+            expected.len()
+        ));
+    }
+    if !stderr.contains(&format!("in {file}:")) {
+        problems.push("no summary line naming the file".into());
+    }
+    if !problems.is_empty() {
+        problems.push(format!("stderr was:\n{stderr}"));
+    }
+    problems
+        .into_iter()
+        .map(|p| {
+            format!(
+                "{}: {p}",
+                path.file_name().unwrap_or_default().to_string_lossy()
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn every_invalid_fixture_exits_2_with_the_messages_it_states() {
+    let mut failures = Vec::new();
+    for path in fixtures(INVALID) {
+        let problems = invalid_fixture_problems(&path);
+        failures.extend(problems);
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn the_several_errors_fixture_reports_each_on_its_own_line() {
+    // All errors at once, in line order, one line each. The fixture must stay rich enough to
+    // show it.
+    let path = Path::new(INVALID).join("many_errors.ini");
+    let expected = expectations(&path);
+    assert!(expected.len() >= 5, "many_errors.ini lost its errors");
+    let (code, _, stderr) = check(&path);
+    assert_eq!(code, 2, "{stderr}");
+    let file = path.display().to_string();
+    assert!(
+        stderr.contains(&format!("{} errors in {file}", expected.len())),
+        "{stderr}"
+    );
+    let lines: Vec<usize> = stderr
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix(&format!("{file}:")))
+        .filter_map(|rest| rest.split(':').next()?.parse().ok())
+        .collect();
+    let wanted: Vec<usize> = expected.iter().filter_map(|e| e.line).collect();
+    assert_eq!(lines, wanted, "errors in line order, one each:\n{stderr}");
+}
+
+#[test]
+fn every_valid_fixture_passes_the_check() {
+    for path in fixtures(VALID) {
+        let (code, stdout, stderr) = check(&path);
+        assert_eq!(code, 0, "{}:\n{stderr}", path.display());
+        assert!(
+            stdout.starts_with(&format!("; Effective configuration of {}", path.display())),
+            "{}:\n{stdout}",
+            path.display()
+        );
+        assert!(
+            stderr.lines().all(|l| l.starts_with("notice: ")),
+            "{}: only notices may go to stderr:\n{stderr}",
+            path.display()
+        );
+    }
+}
+
+#[test]
+fn the_shipped_example_passes_the_check_without_notices() {
+    let (code, stdout, stderr) = check(Path::new(EXAMPLE));
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stderr, "", "the example should need no notice");
+    let printed = sections(&stdout);
+    let names: Vec<&str> = printed.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "General",
+            "BALANCE_SMART_CLIENT_DESKTOP",
+            "BALANCE_WEB_SERVICES"
+        ]
+    );
+}
+
+/// A printout as (section, keys other than REMOTE_SERVER_*, REMOTE_SERVER_* lines in order),
+/// comments dropped: what makes two printouts the same configuration.
+type Printed = Vec<(String, (BTreeMap<String, String>, Vec<String>))>;
+
+fn sections(ini: &str) -> Printed {
+    let mut out: Printed = Vec::new();
+    for line in ini.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with(';') {
+            continue;
+        }
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            out.push((name.to_string(), Default::default()));
+            continue;
+        }
+        let (key, value) = line
+            .split_once('=')
+            .unwrap_or_else(|| panic!("not KEY=VALUE: {line}"));
+        let (_, (keys, servers)) = out.last_mut().expect("key before a section");
+        if key.starts_with("REMOTE_SERVER_") {
+            // Server order matters: ties are broken in configuration order.
+            servers.push(line.to_string());
+        } else {
+            assert!(
+                keys.insert(key.to_string(), value.to_string()).is_none(),
+                "{key} printed twice"
+            );
+        }
+    }
+    out
+}
+
+/// Runs `--check` on `text` written to a temporary file; returns its stdout.
+fn check_text(dir: &Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("write printout");
+    let (code, stdout, stderr) = check(&path);
+    assert_eq!(code, 0, "{name} does not pass --check:\n{stderr}\n{text}");
+    stdout
+}
+
+fn without_first_line(text: &str) -> &str {
+    text.split_once('\n').map_or("", |(_, rest)| rest)
+}
+
+#[test]
+fn the_printed_configuration_parses_back_to_the_same() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut files = fixtures(VALID);
+    files.push(PathBuf::from(EXAMPLE));
+    for path in files {
+        let (code, first, stderr) = check(&path);
+        assert_eq!(code, 0, "{}:\n{stderr}", path.display());
+        let second = check_text(dir.path(), "printed.ini", &first);
+        assert_eq!(
+            sections(&first),
+            sections(&second),
+            "{}: the printout does not read back to the same configuration:\n{first}\n---\n{second}",
+            path.display()
+        );
+        // Once every key is written out, printing is a fixed point: --check on a printout
+        // prints it again, apart from the line naming the file.
+        let third = check_text(dir.path(), "printed-again.ini", &second);
+        assert_eq!(
+            without_first_line(&second),
+            without_first_line(&third),
+            "{}",
+            path.display()
+        );
+    }
+}
+
+#[test]
+fn check_neither_binds_nor_resolves() {
+    // The port is held here and the server's name cannot resolve: --check must not care.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind port 0");
+    let port = taken.local_addr().expect("local addr").port();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("appserver.ini");
+    std::fs::write(
+        &path,
+        format!(
+            "[BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT={port}\n\
+             REMOTE_SERVER_01=no-such-host.invalid 6001\n"
+        ),
+    )
+    .expect("write ini");
+    let (code, stdout, stderr) = check(&path);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("\nREMOTE_SERVER_01=no-such-host.invalid 6001 1\n"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn every_key_is_printed_with_its_default() {
+    let (code, stdout, stderr) = check(&Path::new(VALID).join("minimal.ini"));
+    assert_eq!(code, 0, "{stderr}");
+    let printed = sections(&stdout);
+    let general: BTreeMap<String, String> = [
+        ("CONSOLELOG", "1"),
+        ("CONSOLEFILE", ""),
+        ("CONSOLEMAXSIZE", "10485760"),
+        ("CONSOLELOGDATE", "1"),
+        ("SHUTDOWN_GRACE", "0s"),
+        ("SHUTDOWN_TIMEOUT", "30s"),
+    ]
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .into();
+    let balancer: BTreeMap<String, String> = [
+        ("LOCAL_SERVER_ADDRESS", "0.0.0.0"),
+        ("LOCAL_SERVER_PORT", "5000"),
+        ("SORT_METHOD", "CONNECTION"),
+        ("MONITORING_TYPE", "CONNECTION"),
+        ("MONITOR_INTERVAL", "60s"),
+        ("QUARANTINE_TIME", "120s"),
+        ("CONNECT_TIMEOUT", "5s"),
+        ("MAX_ATTEMPTS", "3"),
+        ("MAX_CONNECTIONS", "10000"),
+        ("LOG_CONNECTIONS", "1"),
+    ]
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .into();
+    assert_eq!(
+        printed,
+        vec![
+            ("General".to_string(), (general, vec![])),
+            (
+                "BALANCE_SMART_CLIENT_DESKTOP".to_string(),
+                (
+                    balancer,
+                    vec!["REMOTE_SERVER_01=127.0.0.1 6001 1".to_string()]
+                )
+            ),
+        ],
+        "{stdout}"
+    );
+}
+
+#[test]
+fn totvs_keys_and_values_are_accepted_with_notices() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("appserver.ini");
+    std::fs::write(
+        &path,
+        "[General]\n\
+         ConsoleLog=1\n\
+         MaxStringSize=10\n\
+         [Drivers]\n\
+         Active=TCP\n\
+         [BALANCE_SMART_CLIENT_DESKTOP]\n\
+         SERVICE_NAME=TOTVSBroker\n\
+         LOCAL_SERVER_PORT=5000\n\
+         STANDBY_TIME=200\n\
+         SORT_METHOD=SERVER_MEMORY\n\
+         MONITORING_TYPE=SMARTCLIENT_ACTIVE\n\
+         REMOTE_SERVER_01=10.0.0.11 1234\n",
+    )
+    .expect("write ini");
+    let (code, stdout, stderr) = check(&path);
+    assert_eq!(code, 0, "{stderr}");
+    let file = path.display().to_string();
+    let notice = |needles: &[&str]| {
+        assert!(
+            stderr
+                .lines()
+                .any(|l| l.starts_with(&format!("notice: {file}"))
+                    && needles.iter().all(|n| l.contains(n))),
+            "no notice with {needles:?}:\n{stderr}"
+        );
+    };
+    notice(&[":10:", "SORT_METHOD", "SERVER_MEMORY", "CONNECTION"]);
+    notice(&[
+        ":11:",
+        "MONITORING_TYPE",
+        "SMARTCLIENT_ACTIVE",
+        "CONNECTION",
+    ]);
+    notice(&["SERVICE_NAME", "STANDBY_TIME"]);
+    notice(&["[Drivers]"]);
+    notice(&["MaxStringSize"]);
+    // The substitutes are what runs, and the printout says so.
+    assert!(stdout.contains("\nSORT_METHOD=CONNECTION\n"), "{stdout}");
+    assert!(
+        stdout.contains("\nMONITORING_TYPE=CONNECTION\n"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("SERVICE_NAME"), "{stdout}");
+}
+
+#[test]
+fn a_windows_1252_file_is_accepted() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("appserver.ini");
+    // "configuração do broker" and "produção" in Windows-1252: 0xE7 0xE3 are not valid UTF-8.
+    let mut bytes = b"; configura\xe7\xe3o do broker de produ\xe7\xe3o\n".to_vec();
+    bytes.extend_from_slice(
+        b"[BALANCE_SMART_CLIENT_DESKTOP]\n; servidores da f\xe1brica\nLOCAL_SERVER_PORT=5000\n\
+          REMOTE_SERVER_01=127.0.0.1 6001\n",
+    );
+    std::fs::write(&path, &bytes).expect("write ini");
+    let (code, stdout, stderr) = check(&path);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("\nLOCAL_SERVER_PORT=5000\n"), "{stdout}");
+    assert!(
+        stdout.contains("\nREMOTE_SERVER_01=127.0.0.1 6001 1\n"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn errors_in_a_windows_1252_file_still_name_their_line() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("appserver.ini");
+    let bytes = b"; configura\xe7\xe3o\n[BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_PORT=5000\n\
+                  REMOTE_SERVER_01=127.0.0.1 6001\nSORT_METOD=CONNECTION\n";
+    std::fs::write(&path, bytes).expect("write ini");
+    let (code, _, stderr) = check(&path);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "{}:5: [BALANCE_SMART_CLIENT_DESKTOP] SORT_METOD: unknown key; did you mean SORT_METHOD?",
+            path.display()
+        )),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_file_with_windows_line_endings_is_accepted() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("appserver.ini");
+    std::fs::write(
+        &path,
+        "[General]\r\nConsoleFile=C:\\totvs\\logs\\console.log\r\n\
+         [BALANCE_SMART_CLIENT_DESKTOP]\r\nLOCAL_SERVER_PORT=5000\r\n\
+         REMOTE_SERVER_01=127.0.0.1 6001\r\n",
+    )
+    .expect("write ini");
+    let (code, stdout, stderr) = check(&path);
+    assert_eq!(code, 0, "{stderr}");
+    // The carriage return is no part of any value.
+    assert!(!stdout.contains('\r'), "{stdout:?}");
+    assert!(
+        stdout.contains("\nCONSOLEFILE=C:\\totvs\\logs\\console.log\n"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn backslashes_are_kept_literally() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("appserver.ini");
+    std::fs::write(
+        &path,
+        "[General]\nConsoleFile=C:\\totvs\\logs\\console.log\n\
+         [BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_PORT=5000\nREMOTE_SERVER_01=127.0.0.1 6001\n",
+    )
+    .expect("write ini");
+    let (code, stdout, stderr) = check(&path);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l == "CONSOLEFILE=C:\\totvs\\logs\\console.log"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn help_explains_the_commands_and_exit_codes() {
+    let (code, stdout, stderr) = run_cli(&["--help"]);
+    assert_eq!(code, 0, "{stderr}");
+    for needle in ["demo", "--check", "--config", "--log-level", "Exit codes"] {
+        assert!(
+            stdout.contains(needle),
+            "--help lacks {needle:?}:\n{stdout}"
+        );
+    }
+    // Each exit code with its meaning.
+    let codes = stdout
+        .split_once("Exit codes")
+        .map(|(_, rest)| rest.split("\n\n").next().unwrap_or(""))
+        .unwrap_or("");
+    for needle in ["0 ", "1 ", "2 ", "--check", "bound", "invalid"] {
+        assert!(
+            codes.contains(needle),
+            "exit codes paragraph lacks {needle:?}:\n{codes}"
+        );
+    }
+}
+
+#[test]
+fn a_missing_file_is_a_clear_error() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("appserver.ini");
+    let (code, stdout, stderr) = check(&path);
+    assert_eq!(code, 2, "{stderr}");
+    assert_eq!(stdout, "");
+    assert!(
+        stderr.contains(&format!("cannot read {}", path.display())),
+        "{stderr}"
+    );
+}

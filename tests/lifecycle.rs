@@ -1,0 +1,598 @@
+//! Start-up and shutdown through the real binary: ports that cannot be bound, SIGTERM with
+//! connections in flight (grace, drain, cut), a second signal, SIGHUP, the log file and log
+//! level, and `appbroker demo`.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test that cannot go on should panic
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use nix::sys::signal::Signal;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader as AsyncBufReader};
+use tokio::net::TcpStream;
+
+/// One `[BALANCE_SMART_CLIENT_DESKTOP]` on 127.0.0.1:`@PORT@` over `servers`, with `general`
+/// lines in `[General]`. No monitor: these tests are about the process, not the servers.
+fn ini(general: &str, servers: &[&TestServer]) -> String {
+    let mut text = format!(
+        "[General]\n{general}\n[BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_ADDRESS=127.0.0.1\n\
+         LOCAL_SERVER_PORT=@PORT@\nMONITORING_TYPE=DISABLED\n"
+    );
+    for (i, s) in servers.iter().enumerate() {
+        text.push_str(&format!("REMOTE_SERVER_{:02}={}\n", i + 1, s.ini()));
+    }
+    text
+}
+
+/// True when nothing listens on `addr` any more: the connect is refused.
+async fn refused(addr: SocketAddr) -> bool {
+    matches!(
+        TcpStream::connect(addr).await,
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused
+    )
+}
+
+/// The only line containing `needle`; fails when there are none or several.
+fn one_line(broker: &Broker, needle: &str) -> String {
+    let lines: Vec<String> = broker
+        .logs()
+        .into_iter()
+        .filter(|l| l.contains(needle))
+        .collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "expected one line with {needle:?}; log:\n{}",
+        broker.log_text()
+    );
+    lines[0].clone()
+}
+
+fn assert_mentions(line: &str, needles: &[&str]) {
+    for needle in needles {
+        assert!(line.contains(needle), "{needle:?} missing from: {line}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_port_in_use_stops_the_broker_with_exit_1_and_one_clear_line() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let server = TestServer::start("a").await;
+    // The taken port is the second balancer's, so the first must not be left half-started.
+    let text = format!(
+        "{}[BALANCE_WEB_SERVICES]\nLOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT={port}\n\
+         REMOTE_SERVER_01={}\n",
+        ini("", &[&server]),
+        server.ini()
+    );
+    let mut broker = Broker::spawn(&text, &[]);
+    let status = broker.wait_exit().await;
+    assert_eq!(status.code(), Some(1), "{}", broker.log_text());
+    let line = one_line(&broker, "cannot listen on");
+    assert_mentions(
+        &line,
+        &[
+            "[BALANCE_WEB_SERVICES]",
+            &format!("127.0.0.1:{port}"),
+            "address already in use",
+            "EADDRINUSE",
+            &format!("port {port}"),
+        ],
+    );
+    assert!(!broker.has_log("listening on"), "{}", broker.log_text());
+    assert!(!broker.has_log("broker ready"), "{}", broker.log_text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_broker_on_the_same_port_fails_and_the_first_keeps_serving() {
+    let server = TestServer::start("a").await;
+    let text = ini("", &[&server]);
+    let first = Broker::start(&text).await;
+    let port = first.ports[0];
+    let mut second = Broker::spawn(&text.replace("@PORT@", &port.to_string()), &[]);
+    let status = second.wait_exit().await;
+    assert_eq!(status.code(), Some(1), "{}", second.log_text());
+    let line = one_line(&second, "cannot listen on");
+    assert_mentions(
+        &line,
+        &[
+            "[BALANCE_SMART_CLIENT_DESKTOP]",
+            &format!("127.0.0.1:{port}"),
+            "address already in use",
+            "EADDRINUSE",
+            &format!("port {port}"),
+        ],
+    );
+    assert_eq!(ask(first.addr()).await.unwrap(), "a");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_address_not_on_this_machine_fails_with_exit_1() {
+    // Documentation addresses (RFC 5737); use one this machine really does not have.
+    let Some(foreign) = ["192.0.2.1", "198.51.100.1", "203.0.113.1"]
+        .into_iter()
+        .find(|ip| std::net::TcpListener::bind((*ip, 0)).is_err())
+    else {
+        eprintln!("skipped: every documentation address is assigned to this machine");
+        return;
+    };
+    let server = TestServer::start("a").await;
+    let text = ini("", &[&server]).replace(
+        "LOCAL_SERVER_ADDRESS=127.0.0.1",
+        &format!("LOCAL_SERVER_ADDRESS={foreign}"),
+    );
+    let mut broker = Broker::spawn(&text, &[]);
+    let status = broker.wait_exit().await;
+    assert_eq!(status.code(), Some(1), "{}", broker.log_text());
+    let line = one_line(&broker, "cannot listen on");
+    assert_mentions(
+        &line,
+        &[
+            "[BALANCE_SMART_CLIENT_DESKTOP]",
+            &format!("{foreign}:{}", broker.ports[0]),
+            "EADDRNOTAVAIL",
+            "not an address of this machine",
+        ],
+    );
+    assert!(!broker.has_log("broker ready"), "{}", broker.log_text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_port_below_1024_without_privilege_fails_with_permission_denied() {
+    match std::net::TcpListener::bind("127.0.0.1:1") {
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {}
+        _ => {
+            eprintln!("skipped: this process may bind port 1 (root or CAP_NET_BIND_SERVICE)");
+            return;
+        }
+    }
+    let server = TestServer::start("a").await;
+    let text = ini("", &[&server]).replace("LOCAL_SERVER_PORT=@PORT@", "LOCAL_SERVER_PORT=1");
+    let mut broker = Broker::spawn(&text, &[]);
+    let status = broker.wait_exit().await;
+    assert_eq!(status.code(), Some(1), "{}", broker.log_text());
+    let line = one_line(&broker, "cannot listen on");
+    assert_mentions(
+        &line,
+        &[
+            "[BALANCE_SMART_CLIENT_DESKTOP]",
+            "127.0.0.1:1 ",
+            "permission denied",
+            "EACCES",
+            "below 1024",
+        ],
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_accepting_and_lets_the_connection_in_flight_finish() {
+    let server = TestServer::start("a").await;
+    let mut broker = Broker::start(&ini("SHUTDOWN_TIMEOUT=60", &[&server])).await;
+    let (mut held, name) = hold(broker.addr()).await;
+    assert_eq!(name, "a");
+    let client = held.local_addr().unwrap();
+
+    broker.signal(Signal::SIGTERM);
+    let waiting = broker.wait_for_log("listeners closed").await;
+    assert_mentions(&waiting, &["1 connection"]);
+    assert!(refused(broker.addr()).await, "new clients must be refused");
+
+    // The connection in flight is still served, to its end.
+    assert_eq!(exchange(&mut held, "after SIGTERM").await.unwrap(), "a");
+    drop(held);
+    let closed = broker.wait_for_log(&format!("client={client}")).await;
+    assert_mentions(&closed, &["connection closed", "ended_by=client"]);
+
+    let status = broker.wait_exit().await;
+    assert_eq!(status.code(), Some(0), "{}", broker.log_text());
+    assert!(broker.has_log("broker stopped"), "{}", broker.log_text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_shuts_down_like_sigterm() {
+    let server = TestServer::start("a").await;
+    let mut broker = Broker::start(&ini("", &[&server])).await;
+    broker.signal(Signal::SIGINT);
+    let status = broker.wait_exit().await;
+    assert_eq!(status.code(), Some(0), "{}", broker.log_text());
+    assert!(broker.has_log("received SIGINT"), "{}", broker.log_text());
+    assert!(broker.has_log("broker stopped"), "{}", broker.log_text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_timeout_cuts_a_connection_still_open() {
+    let server = TestServer::start("a").await;
+    let mut broker = Broker::start(&ini("SHUTDOWN_TIMEOUT=300ms", &[&server])).await;
+    let (held, _) = hold(broker.addr()).await;
+    let client = held.local_addr().unwrap();
+
+    broker.signal(Signal::SIGTERM);
+    let cut = broker.wait_for_log("SHUTDOWN_TIMEOUT").await;
+    assert_mentions(&cut, &["300ms", "cutting 1 connection"]);
+    assert!(closed_at_once(held).await, "the idle client must be cut");
+    let closed = broker.wait_for_log(&format!("client={client}")).await;
+    assert_mentions(&closed, &["connection closed", "ended_by=shutdown"]);
+
+    let status = broker.wait_exit().await;
+    assert_eq!(status.code(), Some(0), "{}", broker.log_text());
+    assert!(broker.has_log("broker stopped"), "{}", broker.log_text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_sigterm_during_the_drain_exits_at_once_with_1() {
+    let server = TestServer::start("a").await;
+    // A drain that would outlast the test's deadline: only the second signal can end it.
+    let mut broker = Broker::start(&ini("SHUTDOWN_TIMEOUT=10m", &[&server])).await;
+    let (_held, _) = hold(broker.addr()).await;
+    broker.signal(Signal::SIGTERM);
+    broker.wait_for_log("listeners closed").await;
+    broker.signal(Signal::SIGTERM);
+    let status = broker.wait_exit().await;
+    assert_eq!(status.code(), Some(1), "{}", broker.log_text());
+    assert!(broker.has_log("exiting at once"), "{}", broker.log_text());
+    assert!(!broker.has_log("broker stopped"), "{}", broker.log_text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_grace_keeps_serving_then_closes_the_port() {
+    let server = TestServer::start("a").await;
+    // Long enough that the client below surely connects within it on a loaded machine.
+    let mut broker = Broker::start(&ini("SHUTDOWN_GRACE=3s", &[&server])).await;
+    broker.signal(Signal::SIGTERM);
+    broker.wait_for_log("draining").await;
+    assert_eq!(
+        ask(broker.addr()).await.unwrap(),
+        "a",
+        "a new client during SHUTDOWN_GRACE must be served"
+    );
+    broker.wait_for_log("listeners closed").await;
+    assert!(
+        refused(broker.addr()).await,
+        "the port must close after the grace"
+    );
+    let status = broker.wait_exit().await;
+    assert_eq!(status.code(), Some(0), "{}", broker.log_text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_is_logged_and_the_broker_keeps_serving() {
+    let server = TestServer::start("a").await;
+    let mut broker = Broker::start(&ini("", &[&server])).await;
+    broker.signal(Signal::SIGHUP);
+    broker.wait_for_log("reload not supported yet").await;
+    assert_eq!(ask(broker.addr()).await.unwrap(), "a");
+    assert!(
+        broker.child.try_wait().unwrap().is_none(),
+        "SIGHUP must not stop the broker"
+    );
+    assert!(!broker.has_log("shutting down"), "{}", broker.log_text());
+}
+
+/// Lines of a log file; empty when it does not exist.
+fn file_lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .map(|t| t.lines().map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_file_gets_every_line_and_is_rotated_past_its_size() {
+    const MAX: u64 = 1000;
+    let server = TestServer::start("a").await;
+    let broker = Broker::start(&ini(
+        &format!("ConsoleFile=@DIR@/console.log\nConsoleMaxSize={MAX}"),
+        &[&server],
+    ))
+    .await;
+    let log = broker.dir.path().join("console.log");
+    let rotated = broker.dir.path().join("console.log.1");
+    // Each finished connection adds a line; add lines until the file has been rotated.
+    for n in 1..=50 {
+        if rotated.exists() {
+            break;
+        }
+        ask(broker.addr()).await.unwrap();
+        broker.wait_for_logs("connection closed", n).await;
+    }
+    eventually("console.log rotated to console.log.1", || rotated.exists()).await;
+
+    // A line logged now goes to the new file (as well as to the console).
+    let mut stream = TcpStream::connect(broker.addr()).await.unwrap();
+    let client = stream.local_addr().unwrap();
+    exchange(&mut stream, "last").await.unwrap();
+    drop(stream);
+    let marker = format!("client={client}");
+    broker.wait_for_log(&marker).await;
+    eventually("the last connection's line in console.log", || {
+        file_lines(&log).iter().any(|l| l.contains(&marker))
+    })
+    .await;
+
+    for path in [&log, &rotated] {
+        let size = std::fs::metadata(path).unwrap().len();
+        assert!(
+            size <= MAX,
+            "{} is {size} bytes, over {MAX}",
+            path.display()
+        );
+        let lines = file_lines(path);
+        assert!(!lines.is_empty(), "{} is empty", path.display());
+        for line in lines {
+            // Whole lines, dated (ConsoleLogDate defaults to 1), never coloured.
+            assert!(
+                line.starts_with(|c: char| c.is_ascii_digit()),
+                "{}: {line:?}",
+                path.display()
+            );
+            assert!(!line.contains('\x1b'), "{}: {line:?}", path.display());
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_log_date_0_starts_each_line_with_its_level() {
+    let server = TestServer::start("a").await;
+    let broker = Broker::start(&ini("ConsoleLogDate=0", &[&server])).await;
+    ask(broker.addr()).await.unwrap();
+    broker.wait_for_log("connection closed").await;
+    let logs = broker.logs();
+    for line in &logs {
+        assert!(
+            ["ERROR", "WARN", "INFO", "DEBUG", "TRACE"]
+                .iter()
+                .any(|level| line.starts_with(level)),
+            "line does not start with its level: {line:?}"
+        );
+    }
+    let ready = logs.iter().find(|l| l.contains("broker ready")).unwrap();
+    assert_eq!(
+        ready.split_whitespace().collect::<Vec<_>>(),
+        ["INFO", "broker", "ready"]
+    );
+}
+
+/// An `appbroker` started by the test itself, for what the harness's [`Broker`] does not
+/// offer: an environment variable of our choosing, and a console (stdin) to type into.
+struct Process {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl Process {
+    fn spawn(mut command: Command) -> Process {
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn appbroker");
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let outputs: [Box<dyn std::io::Read + Send>; 2] = [
+            Box::new(child.stdout.take().unwrap()),
+            Box::new(child.stderr.take().unwrap()),
+        ];
+        for output in outputs {
+            let lines = Arc::clone(&lines);
+            std::thread::spawn(move || {
+                for line in BufReader::new(output).lines() {
+                    let Ok(line) = line else { break };
+                    lines.lock().unwrap().push(line);
+                }
+            });
+        }
+        Process {
+            stdin: child.stdin.take(),
+            child,
+            lines,
+        }
+    }
+
+    fn log_text(&self) -> String {
+        self.lines.lock().unwrap().join("\n")
+    }
+
+    fn has_log(&self, needle: &str) -> bool {
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.contains(needle))
+    }
+
+    async fn wait_for_log(&self, needle: &str) -> String {
+        let end = Instant::now() + DEADLINE;
+        loop {
+            let found = self
+                .lines
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|l| l.contains(needle))
+                .cloned();
+            if let Some(line) = found {
+                return line;
+            }
+            assert!(
+                Instant::now() < end,
+                "timed out waiting for {needle:?}; log:\n{}",
+                self.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    async fn wait_exit(&mut self) -> ExitStatus {
+        let end = Instant::now() + DEADLINE;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < end,
+                "appbroker did not exit; log:\n{}",
+                self.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    fn signal(&self, signal: Signal) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        nix::sys::signal::kill(pid, signal).expect("send signal");
+    }
+
+    fn type_line(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        stdin.write_all(format!("{line}\n").as_bytes()).unwrap();
+        stdin.flush().unwrap();
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_level_flag_wins_over_rust_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("appserver.ini");
+    let port = free_port();
+    // A server nobody listens on: the second client's attempt on it is logged at debug level.
+    let text = format!(
+        "[General]\nConsoleLogDate=0\n[BALANCE_SMART_CLIENT_DESKTOP]\n\
+         LOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT={port}\nMONITORING_TYPE=DISABLED\n\
+         REMOTE_SERVER_01=127.0.0.1 {}\n",
+        free_port()
+    );
+    std::fs::write(&path, text).unwrap();
+    let mut command = Command::new(binary());
+    command
+        .arg("--config")
+        .arg(&path)
+        .args(["--log-level", "debug"])
+        .env("RUST_LOG", "error");
+    let broker = Process::spawn(command);
+    // Info lines are there: RUST_LOG=error did not win.
+    broker.wait_for_log("broker ready").await;
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    assert!(closed_at_once(TcpStream::connect(addr).await.unwrap()).await);
+    broker.wait_for_log("in quarantine").await;
+    assert!(closed_at_once(TcpStream::connect(addr).await.unwrap()).await);
+    let debug = broker.wait_for_log("still unreachable").await;
+    assert!(debug.starts_with("DEBUG"), "{debug}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_log_level_is_refused_before_starting() {
+    // `verbose` is no level: taken as a filter directive it would match no target, and the
+    // broker would run with every line, errors included, silenced.
+    let server = TestServer::start("a").await;
+    let mut broker = Broker::spawn(&ini("", &[&server]), &["--log-level", "verbose"]);
+    let status = broker.wait_exit().await;
+    assert_eq!(status.code(), Some(2), "{}", broker.log_text());
+    let line = one_line(&broker, "invalid log level");
+    assert_mentions(&line, &["verbose", "error, warn, info, debug or trace"]);
+}
+
+/// The demo listens on the shipped example's fixed ports; one demo at a time.
+static DEMO: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+const DEMO_PORTS: [u16; 7] = [5000, 5001, 6001, 6002, 6003, 6011, 6012];
+
+/// Starts `appbroker demo` and waits until it is ready; `None` (after saying why) when a port
+/// it needs is taken on this machine.
+async fn start_demo() -> Option<Process> {
+    for port in DEMO_PORTS {
+        if let Err(e) = std::net::TcpListener::bind(("0.0.0.0", port)) {
+            eprintln!("skipped: the demo needs port {port}, which is taken: {e}");
+            return None;
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = Command::new(binary());
+    // From an empty directory: the demo needs no appserver.ini of its own.
+    command
+        .arg("demo")
+        .current_dir(dir.path())
+        .env_remove("RUST_LOG");
+    let demo = Process::spawn(command);
+    demo.wait_for_log("broker ready").await;
+    Some(demo)
+}
+
+/// Sends `line` through the demo's first balancer; returns the prefix of the reply: the name
+/// of the server that answered.
+async fn demo_ask(line: &str) -> String {
+    let stream = TcpStream::connect("127.0.0.1:5000").await.unwrap();
+    let (read, mut write) = stream.into_split();
+    write
+        .write_all(format!("{line}\n").as_bytes())
+        .await
+        .unwrap();
+    let mut reply = String::new();
+    tokio::time::timeout(DEADLINE, AsyncBufReader::new(read).read_line(&mut reply))
+        .await
+        .expect("demo reply in time")
+        .unwrap();
+    let prefix = reply
+        .strip_suffix(&format!(" {line}\n"))
+        .unwrap_or_else(|| panic!("reply {reply:?} does not echo {line:?}"));
+    prefix.to_string()
+}
+
+/// `[server 0N 127.0.0.1:600N]` for the desktop balancer's servers 1 to 3.
+fn demo_server_name(n: u8) -> String {
+    format!("[server 0{n} 127.0.0.1:600{n}]")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_answers_and_a_server_stopped_on_its_console_is_avoided() {
+    let _one_at_a_time = DEMO.lock().await;
+    let Some(mut demo) = start_demo().await else {
+        return;
+    };
+    let names: Vec<String> = (1..=3).map(demo_server_name).collect();
+    let first = demo_ask("hello demo").await;
+    assert!(names.contains(&first), "unexpected reply prefix {first:?}");
+
+    demo.type_line("01");
+    demo.wait_for_log("demo: stopped BALANCE_SMART_CLIENT_DESKTOP/01")
+        .await;
+    // Every client is still served, never by the stopped server.
+    for i in 0..4 {
+        let name = demo_ask(&format!("after stop {i}")).await;
+        assert!(
+            name == names[1] || name == names[2],
+            "served by {name:?} after 01 was stopped; log:\n{}",
+            demo.log_text()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_stops_on_ctrl_c_with_its_console_open() {
+    let _one_at_a_time = DEMO.lock().await;
+    let Some(mut demo) = start_demo().await else {
+        return;
+    };
+    // The console (stdin) stays open, as a terminal's does. Enter alone lists the servers:
+    // once it has, the console is reading again.
+    demo.type_line("");
+    demo.wait_for_log("demo: BALANCE_SMART_CLIENT_DESKTOP/01 on 127.0.0.1:6001 is running")
+        .await;
+    demo.signal(Signal::SIGINT);
+    demo.wait_for_log("broker stopped").await;
+    let status = demo.wait_exit().await;
+    assert_eq!(status.code(), Some(0), "{}", demo.log_text());
+    assert!(demo.has_log("received SIGINT"), "{}", demo.log_text());
+}
