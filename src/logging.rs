@@ -42,11 +42,9 @@ pub enum LogError {
 /// default is `info`.
 pub fn init(general: &General, level: Option<&str>) -> Result<(), LogError> {
     let filter = match level {
-        Some(level) => EnvFilter::try_new(level).map_err(|_| LogError::Level(level.into()))?,
+        Some(level) => filter(level)?,
         None => match std::env::var("RUST_LOG") {
-            Ok(directives) if !directives.is_empty() => {
-                EnvFilter::try_new(&directives).map_err(|_| LogError::Level(directives))?
-            }
+            Ok(directives) if !directives.is_empty() => filter(&directives)?,
             _ => EnvFilter::new("info"),
         },
     };
@@ -73,6 +71,24 @@ pub fn init(general: &General, level: Option<&str>) -> Result<(), LogError> {
         .with(file)
         .try_init();
     Ok(())
+}
+
+/// A level (`info`) or `RUST_LOG` directives (`appbroker=debug,hyper=warn`). A bare word that
+/// is no level is refused: EnvFilter would take it for a module name and silence everything.
+fn filter(directives: &str) -> Result<EnvFilter, LogError> {
+    const LEVELS: [&str; 6] = ["error", "warn", "info", "debug", "trace", "off"];
+    let refused = || LogError::Level(directives.to_string());
+    for directive in directives
+        .split(',')
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+    {
+        let bare = !directive.contains(['=', ':', '[']);
+        if bare && !LEVELS.contains(&directive.to_ascii_lowercase().as_str()) {
+            return Err(refused());
+        }
+    }
+    EnvFilter::try_new(directives).map_err(|_| refused())
 }
 
 /// The line format: message first.
@@ -280,6 +296,26 @@ impl<'a> MakeWriter<'a> for RotatingFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn levels_and_directives_are_accepted_and_other_words_refused() {
+        for good in [
+            "info",
+            "DEBUG",
+            "warn",
+            "off",
+            "appbroker=debug",
+            "info,hyper=warn",
+            "appbroker::relay=trace",
+        ] {
+            assert!(filter(good).is_ok(), "{good}");
+        }
+        for bad in ["verbose", "warning", "info,loud", ""] {
+            if !bad.is_empty() {
+                assert!(filter(bad).is_err(), "{bad}");
+            }
+        }
+    }
 
     #[test]
     fn the_file_is_rotated_past_its_size() {

@@ -110,7 +110,7 @@ fn run(config: Config, demo: bool) -> anyhow::Result<()> {
         .thread_name("appbroker")
         .build()
         .context("cannot start the runtime")?;
-    runtime.block_on(async {
+    let result = runtime.block_on(async {
         let servers = if demo {
             let servers = demo::start_servers(&config).await?;
             info!(
@@ -130,5 +130,9 @@ fn run(config: Config, demo: bool) -> anyhow::Result<()> {
         }
         broker.run(shutdown).await;
         Ok(())
-    })
+    });
+    // The demo's console waits on a blocking read of standard input, which nothing can
+    // cancel: do not wait for it.
+    runtime.shutdown_background();
+    result
 }

@@ -182,7 +182,7 @@ async fn connection_gives_a_weight_zero_server_no_client() {
     assert_eq!(drained.accepted(), 0, "a weight-0 server got a client");
 
     // With a gone, b takes everything; the drained server still gets nothing.
-    a.stop();
+    a.stop().await;
     port_closed(&a).await;
     names = ask_many(&broker, 4).await;
     assert_eq!(names, ["b", "b", "b", "b"]);

@@ -288,6 +288,7 @@ fn every_key_is_printed_with_its_default() {
         ("CONSOLELOGDATE", "1"),
         ("SHUTDOWN_GRACE", "0s"),
         ("SHUTDOWN_TIMEOUT", "30s"),
+        ("LANGUAGE", "en"),
     ]
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .into();
@@ -302,6 +303,10 @@ fn every_key_is_printed_with_its_default() {
         ("MAX_ATTEMPTS", "3"),
         ("MAX_CONNECTIONS", "10000"),
         ("LOG_CONNECTIONS", "1"),
+        ("QUERY_ENABLED", "1"),
+        ("QUERY_ALLOW", "0.0.0.0/0, ::/0"),
+        ("QUERY_MAX_CONNECTIONS", "64"),
+        ("QUERY_SNIFF_TIMEOUT", "200ms"),
     ]
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .into();

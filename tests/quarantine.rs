@@ -7,7 +7,6 @@
 
 mod common;
 
-use std::io::ErrorKind;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -157,17 +156,6 @@ fn connect_errors(broker: &Broker, address: &str) -> Vec<Line> {
         .collect()
 }
 
-/// Stops `server` and waits until its port refuses connections, so the broker meets a closed
-/// port rather than a listener on its way out (which would accept and then reset a client).
-async fn stop_and_wait(server: &mut TestServer) {
-    server.stop();
-    let addr = server.addr;
-    eventually(&format!("{addr} refuses connections"), || {
-        matches!(std::net::TcpStream::connect(addr), Err(e) if e.kind() == ErrorKind::ConnectionRefused)
-    })
-    .await;
-}
-
 /// Waits until the broker has logged the end of `clients` connections in all. A client's
 /// lines (failed connects, quarantines) are written before its end line on the same output,
 /// so afterwards every line those clients caused is in: counting lines, or asserting one is
@@ -214,7 +202,7 @@ async fn a_server_dying_between_monitor_rounds_costs_clients_nothing() {
         "monitor: OK - 2 servers available, 0 servers unavailable",
     )
     .await;
-    stop_and_wait(&mut b).await;
+    b.stop().await;
 
     let answers = ask_many(&broker, 20).await;
     assert!(answers.iter().all(|n| n == "a"), "{answers:?}");
@@ -273,7 +261,7 @@ async fn the_monitor_quarantines_a_stopped_server_and_releases_it_when_it_return
         "monitor: OK - 2 servers available, 0 servers unavailable",
     )
     .await;
-    stop_and_wait(&mut b).await;
+    b.stop().await;
 
     let q = wait_for_quarantine(&broker, &b.address(), "monitor").await;
     assert_eq!(q.stop - q.start, 120, "stop - start is QUARANTINE_TIME");
@@ -327,8 +315,8 @@ async fn the_monitor_raises_the_alarm_when_no_server_answers() {
     )
     .await;
     assert!(!broker.has_log("there are no remote servers available"));
-    stop_and_wait(&mut a).await;
-    stop_and_wait(&mut b).await;
+    a.stop().await;
+    b.stop().await;
 
     let summary = wait_for_message(
         &broker,
@@ -357,7 +345,7 @@ async fn a_quarantine_ends_when_its_time_is_up_without_a_monitor() {
     let a = TestServer::start("a").await;
     let mut b = TestServer::start("b").await;
     let broker = Broker::start(&ini_for(&[&a, &b], "QUARANTINE_TIME=300ms")).await;
-    stop_and_wait(&mut b).await;
+    b.stop().await;
 
     // Clients until one meets b dead (CONNECTION alternates, so the first or second does).
     for _ in 0..10 {
@@ -399,8 +387,8 @@ async fn a_client_is_closed_at_once_when_every_server_is_down() {
     let mut a = TestServer::start("a").await;
     let mut b = TestServer::start("b").await;
     let broker = Broker::start(&ini_for(&[&a, &b], "")).await;
-    stop_and_wait(&mut a).await;
-    stop_and_wait(&mut b).await;
+    a.stop().await;
+    b.stop().await;
 
     let client = TcpStream::connect(broker.addr()).await.expect("connect");
     assert!(closed_at_once(client).await, "the client was not closed");
@@ -420,8 +408,8 @@ async fn a_stale_quarantine_is_released_by_the_client_that_reaches_the_server() 
     let mut b = TestServer::start("b").await;
     // Monitoring disabled and a long quarantine: only a client's attempt can end it.
     let broker = Broker::start(&ini_for(&[&a, &b], "QUARANTINE_TIME=120")).await;
-    stop_and_wait(&mut a).await;
-    stop_and_wait(&mut b).await;
+    a.stop().await;
+    b.stop().await;
     let client = TcpStream::connect(broker.addr()).await.expect("connect");
     assert!(closed_at_once(client).await, "the client was not closed");
     wait_for_quarantine(&broker, &a.address(), "connect").await;
@@ -453,7 +441,7 @@ async fn max_attempts_limits_the_servers_tried_for_one_client() {
     let mut servers = Vec::new();
     for name in ["a", "b", "c"] {
         let mut server = TestServer::start(name).await;
-        stop_and_wait(&mut server).await;
+        server.stop().await;
         servers.push(server);
     }
     let refs: Vec<&TestServer> = servers.iter().collect();

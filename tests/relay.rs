@@ -286,7 +286,7 @@ async fn a_server_killed_mid_connection_closes_its_client_only() {
         answered.load(Ordering::SeqCst) >= 5
     })
     .await;
-    a.stop();
+    a.stop().await;
     let error = within("a's client to see the end", talking).await.unwrap();
     // `exchange` gives TimedOut when no reply came and the connection stayed open: a hang.
     assert!(

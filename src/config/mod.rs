@@ -515,11 +515,12 @@ impl Config {
                         || a.listen.ip().is_unspecified()
                         || b.listen.ip().is_unspecified())
                 {
+                    // The line of the clashing LOCAL_SERVER_PORT (it was parsed, so it is there).
                     let line = balancer_sections
                         .iter()
                         .find(|(k, _)| *k == a.kind)
-                        .map(|(_, s)| s.line)
-                        .unwrap_or(0);
+                        .and_then(|(_, s)| s.entries.iter().find(|e| e.key == "LOCAL_SERVER_PORT"))
+                        .map_or(0, |e| e.line);
                     v.errors.push(ConfigError::new(
                         line,
                         a.kind.section(),
@@ -984,12 +985,13 @@ impl Validator {
                 |s| value::duration_within(s, Duration::from_millis(10), Duration::from_secs(5)),
             ),
         };
-        if query.enabled && query.allow.iter().any(|c| c.prefix == 0) {
+        // Answering everyone is the TOTVS behaviour; say so once unless the file chose it.
+        if query.enabled && inherited.find("QUERY_ALLOW").is_none() {
             self.notices.push(ConfigError::new(
                 section.line,
                 name,
                 Some("QUERY_ALLOW"),
-                "allows everyone: anyone who reaches this port can read the server addresses at \
+                "is not set: anyone who reaches this port can read the server addresses at \
                  /TOTVS_BROKER_QUERY; set QUERY_ALLOW (addresses or CIDRs) to restrict it",
             ));
         }

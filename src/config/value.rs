@@ -196,7 +196,7 @@ pub fn duration_within(text: &str, min: Duration, max: Duration) -> Result<Durat
              `30s`, `2m`)",
             show_duration(min),
             if max == MAX_DURATION {
-                "24h".to_string()
+                "86400s (a day)".to_string()
             } else {
                 show_duration(max)
             }

@@ -45,6 +45,8 @@ pub struct Broker {
     pub dir: tempfile::TempDir,
     pub config_path: PathBuf,
     lines: Arc<Mutex<Vec<String>>>,
+    /// The threads reading the process's output; joined once it exits, so no line is lost.
+    readers: Vec<std::thread::JoinHandle<()>>,
 }
 
 /// The path of the binary under test.
@@ -114,6 +116,7 @@ impl Broker {
             .stderr(Stdio::piped());
         let mut child = command.spawn().expect("spawn appbroker");
         let lines = Arc::new(Mutex::new(Vec::new()));
+        let mut readers = Vec::new();
         for stream in [
             child
                 .stdout
@@ -128,12 +131,12 @@ impl Broker {
         .flatten()
         {
             let lines = Arc::clone(&lines);
-            std::thread::spawn(move || {
+            readers.push(std::thread::spawn(move || {
                 for line in BufReader::new(stream).lines() {
                     let Ok(line) = line else { break };
                     lines.lock().unwrap().push(line);
                 }
-            });
+            }));
         }
         Broker {
             child,
@@ -141,6 +144,7 @@ impl Broker {
             dir,
             config_path,
             lines,
+            readers,
         }
     }
 
@@ -225,14 +229,20 @@ impl Broker {
                 return true;
             }
             if let Ok(Some(_)) = self.child.try_wait() {
-                // Let the reader threads drain what the process wrote before it exited.
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                self.drain_output();
                 return condition(&self.lines.lock().unwrap());
             }
             if Instant::now() >= end {
                 return false;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Once the process has exited: waits until its output is read to the end.
+    fn drain_output(&mut self) {
+        for reader in self.readers.drain(..) {
+            let _ = reader.join();
         }
     }
 
@@ -247,7 +257,7 @@ impl Broker {
         let end = Instant::now() + DEADLINE;
         loop {
             if let Some(status) = self.child.try_wait().expect("try_wait") {
-                tokio::time::sleep(Duration::from_millis(50)).await; // drain the pipes
+                self.drain_output();
                 return status;
             }
             assert!(
@@ -275,7 +285,7 @@ pub struct TestServer {
     pub banner: Option<String>,
     /// Connections accepted since start.
     pub accepted: Arc<AtomicUsize>,
-    running: Option<CancellationToken>,
+    running: Option<(CancellationToken, tokio::task::JoinHandle<()>)>,
 }
 
 impl TestServer {
@@ -320,10 +330,12 @@ impl TestServer {
         self.accepted.load(Ordering::SeqCst)
     }
 
-    /// Closes the port and drops every connection.
-    pub fn stop(&mut self) {
-        if let Some(token) = self.running.take() {
+    /// Closes the port and drops every connection; returns once the port refuses
+    /// connections, so the broker meets a closed port rather than a listener on its way out.
+    pub async fn stop(&mut self) {
+        if let Some((token, accepting)) = self.running.take() {
             token.cancel();
+            let _ = accepting.await; // the accept task drops the listener as it ends
         }
     }
 
@@ -349,13 +361,14 @@ impl TestServer {
             Arc::clone(&self.accepted),
             token.clone(),
         );
-        tokio::spawn(async move {
+        let accepting = tokio::spawn(async move {
             loop {
                 let (stream, _) = tokio::select! {
                     _ = stop.cancelled() => return,
                     a = listener.accept() => match a { Ok(a) => a, Err(_) => continue },
                 };
                 accepted.fetch_add(1, Ordering::SeqCst);
+                let _ = stream.set_nodelay(true);
                 let (name, banner) = (name.clone(), banner.clone());
                 tokio::spawn(
                     stop.clone()
@@ -363,13 +376,15 @@ impl TestServer {
                 );
             }
         });
-        self.running = Some(token);
+        self.running = Some((token, accepting));
     }
 }
 
 impl Drop for TestServer {
     fn drop(&mut self) {
-        self.stop();
+        if let Some((token, _)) = self.running.take() {
+            token.cancel();
+        }
     }
 }
 
@@ -385,8 +400,10 @@ async fn answer(stream: TcpStream, name: String, banner: Option<String>) -> std:
         if reader.read_until(b'\n', &mut line).await? == 0 {
             return write.shutdown().await;
         }
-        write.write_all(format!("{name}: ").as_bytes()).await?;
-        write.write_all(&line).await?;
+        // One write per reply: two small writes would meet Nagle and delayed ACKs.
+        let mut reply = format!("{name}: ").into_bytes();
+        reply.extend_from_slice(&line);
+        write.write_all(&reply).await?;
     }
 }
 
