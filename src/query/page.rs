@@ -64,10 +64,11 @@ fn bytes(n: u64) -> String {
     }
 }
 
-/// `3m 20s`, `2h 05m`, `450ms`.
+/// `3m 20s`, `2h 05m`, `450ms`, `0.3ms`.
 fn span(d: Duration) -> String {
     let s = d.as_secs();
     match s {
+        0 if d.as_millis() < 10 => format!("{:.1}ms", d.as_secs_f64() * 1000.0),
         0 => format!("{}ms", d.as_millis()),
         1..60 => format!("{}s", s),
         60..3600 => format!("{}m {:02}s", s / 60, s % 60),
