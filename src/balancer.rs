@@ -7,7 +7,7 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
@@ -15,19 +15,25 @@ use tokio::sync::{Notify, Semaphore};
 use tracing::{info, warn};
 
 use crate::clock::Clock;
-use crate::config::{BalancerConfig, ServerConfig};
+use crate::config::{BalancerConfig, Host, ServerConfig, ServerId};
 use crate::health::Health;
 use crate::select::{Load, Selector};
-use crate::throttle::Throttle;
+use crate::throttle::{Episode, Throttle};
 
 /// One configured server and everything counted about it. Shared by the pool, the leases of
 /// its connections, the monitor and the query interface.
 #[derive(Debug)]
 pub struct Server {
-    /// Its configuration (id, host, port, weight).
-    pub config: ServerConfig,
+    /// The `REMOTE_SERVER_<id>` id.
+    pub id: ServerId,
+    /// Address or name, resolved at each connect.
+    pub host: Host,
+    /// TCP port.
+    pub port: u16,
     /// `host:port` as configured, the name logs and pages use.
     pub address: String,
+    /// Share of new clients; 0 drains the server. A reload may change it.
+    pub weight: AtomicU32,
     /// Connections counted against it now (chosen, connecting or relaying).
     pub active: AtomicU64,
     /// Connections relayed since start.
@@ -61,10 +67,13 @@ impl Server {
     }
 
     /// A server with zeroed counters, available.
-    pub fn new(config: ServerConfig) -> Self {
+    pub fn new(config: &ServerConfig) -> Self {
         Server {
+            id: config.id,
+            host: config.host.clone(),
+            port: config.port,
             address: config.address(),
-            config,
+            weight: AtomicU32::new(config.weight),
             active: AtomicU64::new(0),
             total: AtomicU64::new(0),
             peak: AtomicU64::new(0),
@@ -119,9 +128,10 @@ pub struct Balancer {
     pub no_servers_log: Throttle,
     /// Query connections at once (`QUERY_MAX_CONNECTIONS`), apart from `MAX_CONNECTIONS`.
     pub query_permits: Arc<Semaphore>,
-    /// Clients refused since `MAX_CONNECTIONS` was last reached (0: not at the limit), so the
-    /// episode is logged once when it starts and once when it ends.
-    refused_in_episode: AtomicU64,
+    /// Clients refused since `MAX_CONNECTIONS` was last reached, logged per episode.
+    refusals: Episode,
+    /// Clients closed because the broker itself lacked descriptors, ports or memory.
+    pub broker_faults: Episode,
 }
 
 impl Balancer {
@@ -130,7 +140,7 @@ impl Balancer {
         let servers = config
             .servers
             .iter()
-            .map(|s| Arc::new(Server::new(s.clone())))
+            .map(|s| Arc::new(Server::new(s)))
             .collect();
         let query_permits = config.query.max_connections as usize;
         Balancer {
@@ -140,7 +150,8 @@ impl Balancer {
             health_changed: Notify::new(),
             no_servers_log: Throttle::new(1000),
             query_permits: Arc::new(Semaphore::new(query_permits)),
-            refused_in_episode: AtomicU64::new(0),
+            refusals: Episode::default(),
+            broker_faults: Episode::default(),
         }
     }
 
@@ -165,7 +176,7 @@ impl Balancer {
     /// Counts a client refused at `MAX_CONNECTIONS`; the first of an episode is logged.
     pub fn refuse(&self, local: Option<SocketAddr>) {
         self.stats.rejected.fetch_add(1, Relaxed);
-        if self.refused_in_episode.fetch_add(1, Relaxed) == 0 {
+        if self.refusals.strike() {
             warn!(
                 "MAX_CONNECTIONS ({}) reached on {}: new clients are closed at once until some leave",
                 self.pool().config.max_connections,
@@ -176,13 +187,7 @@ impl Balancer {
 
     /// A client was admitted below the limit: ends a refusal episode, if any, with a line.
     pub fn below_limit(&self) {
-        // Read first: this runs for every client, and a write would bounce the cache line
-        // between cores for nothing.
-        if self.refused_in_episode.load(Relaxed) == 0 {
-            return;
-        }
-        let refused = self.refused_in_episode.swap(0, Relaxed);
-        if refused > 0 {
+        if let Some(refused) = self.refusals.end() {
             info!("accepting clients again: {refused} refused while MAX_CONNECTIONS was reached");
         }
     }
@@ -242,11 +247,12 @@ impl Pool {
         let (selector, loads) = &mut *guard;
         loads.clear();
         loads.extend(self.servers.iter().enumerate().map(|(i, s)| {
-            let ok = s.config.weight > 0
+            let weight = s.weight.load(Relaxed);
+            let ok = weight > 0
                 && !tried.contains(&i)
                 && (eligible == Eligible::EvenQuarantined || s.health.is_available(now));
-            ok.then(|| Load {
-                weight: s.config.weight,
+            ok.then_some(Load {
+                weight,
                 active: s.active.load(Relaxed),
             })
         }));
@@ -256,14 +262,6 @@ impl Pool {
         server.peak.fetch_max(active, Relaxed);
         drop(guard);
         Some(Lease { index, server })
-    }
-
-    /// True when at least one server with a weight is out of quarantine.
-    pub fn any_available(&self, clock: &Clock) -> bool {
-        let now = clock.now_ms();
-        self.servers
-            .iter()
-            .any(|s| s.config.weight > 0 && s.health.is_available(now))
     }
 }
 

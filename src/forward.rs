@@ -21,7 +21,7 @@ use crate::query::{
     self,
     sniff::{Verdict, sniff},
 };
-use crate::relay::{Counters, relay};
+use crate::relay::{Counters, End, relay};
 
 /// Connects to `host:port`, trying each address the host resolves to in turn, each connect
 /// bounded by `timeout`. The error returned is the last address's.
@@ -117,10 +117,12 @@ pub async fn serve(
             to_server: &server.bytes_to_server,
             to_client: &server.bytes_to_client,
         },
+        pool.config.idle_timeout,
         stop.cancelled(),
     )
     .await;
-    if pool.config.log_connections {
+    // An idle close is logged even without LOG_CONNECTIONS: the broker ended it.
+    if pool.config.log_connections || matches!(outcome.end, End::Idle) {
         info!(
             duration = %format_args!("{:.3}s", started.elapsed().as_secs_f64()),
             bytes_from_client = outcome.to_server,
@@ -171,26 +173,31 @@ async fn choose_and_connect(balancer: &Balancer) -> Option<(Lease, TcpStream)> {
         };
         tried.push(lease.index);
         let server = &lease.server;
-        match connect(
-            &server.config.host,
-            server.config.port,
-            config.connect_timeout,
-        )
-        .await
-        {
+        match connect(&server.host, server.port, config.connect_timeout).await {
             Ok(stream) => {
                 if stale {
                     release(server, "a client connected to it");
+                }
+                if let Some(closed) = balancer.broker_faults.end() {
+                    info!(
+                        "connecting clients again: {closed} were closed while the broker lacked resources"
+                    );
+                }
+                if let Err(e) = crate::sys::set_keepalive(&stream, &config.keepalive) {
+                    debug!(server = %server.address, "cannot set keepalive: {}", words(&e));
                 }
                 return Some((lease, stream));
             }
             Err(e) => {
                 let explained = explain_connect(&e);
                 if explained.points_at == PointsAt::Broker {
-                    error!(
-                        server = %server.address,
-                        "cannot connect a client: {explained}; the client is closed and no server is blamed"
-                    );
+                    if balancer.broker_faults.strike() {
+                        error!(
+                            server = %server.address,
+                            "cannot connect clients: {explained}; they are closed and no server is \
+                             blamed until this clears"
+                        );
+                    }
                     return None;
                 }
                 server.failed_connects.fetch_add(1, Relaxed);

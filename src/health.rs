@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -18,9 +19,10 @@ use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::balancer::{Balancer, Pool, Server};
 use crate::clock::{Clock, wall_ms};
-use crate::config::{Monitoring, plural};
+use crate::config::show_escaped;
+use crate::config::{Host, Monitoring, plural, show_duration};
 use crate::forward::connect;
-use crate::os_error::explain_connect;
+use crate::os_error::{explain_connect, is_broker_fault};
 
 /// Why a server was put in quarantine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,6 +89,10 @@ pub struct Detail {
     pub last_check: Option<Check>,
     /// The last quarantines, oldest first.
     pub history: std::collections::VecDeque<Episode>,
+    /// Monitor checks failed in a row (for `MONITOR_FALL`).
+    pub fails_in_a_row: u32,
+    /// Monitor checks passed in a row since the last failure or quarantine (for `MONITOR_RISE`).
+    pub passes_in_a_row: u32,
 }
 
 /// A server's quarantine state. The deadline is an atomic so selection reads it without a lock;
@@ -145,6 +151,8 @@ impl Health {
             });
         }
         detail.until_wall_ms = until_wall;
+        // Any failure, a client's included, starts the count to MONITOR_RISE again.
+        detail.passes_in_a_row = 0;
         detail.reason = Some(reason);
         detail.last_error = Some(error.to_string());
         self.until_ms
@@ -176,6 +184,22 @@ impl Health {
 
     fn record_check(&self, check: Check) {
         self.lock().last_check = Some(check);
+    }
+
+    /// Counts a failed check; returns the failures in a row.
+    fn failed(&self) -> u32 {
+        let mut detail = self.lock();
+        detail.passes_in_a_row = 0;
+        detail.fails_in_a_row = detail.fails_in_a_row.saturating_add(1);
+        detail.fails_in_a_row
+    }
+
+    /// Counts a passed check; returns the passes in a row.
+    fn passed(&self) -> u32 {
+        let mut detail = self.lock();
+        detail.fails_in_a_row = 0;
+        detail.passes_in_a_row = detail.passes_in_a_row.saturating_add(1);
+        detail.passes_in_a_row
     }
 }
 
@@ -265,72 +289,213 @@ pub async fn run_monitor(balancer: Arc<Balancer>, stop: CancellationToken) {
     }
 }
 
+/// Why a check failed.
+#[derive(Debug)]
+pub enum CheckError {
+    /// The TCP connect failed.
+    Connect(io::Error),
+    /// SEND_EXPECT: no (complete) reply within the time allowed.
+    NoReply {
+        /// What had arrived when time ran out.
+        got: Vec<u8>,
+    },
+    /// SEND_EXPECT: the reply does not start with what was expected.
+    Mismatch {
+        /// The start of the reply.
+        got: Vec<u8>,
+    },
+    /// SEND_EXPECT: the server closed (or reset) the connection before a full reply.
+    Closed {
+        /// What had arrived.
+        got: Vec<u8>,
+    },
+}
+
+impl CheckError {
+    /// The failure in words, for logs and pages.
+    pub fn words(&self) -> String {
+        match self {
+            CheckError::Connect(e) => explain_connect(e).words,
+            CheckError::NoReply { got } if got.is_empty() => {
+                "no reply: the port accepts but the application does not answer".into()
+            }
+            CheckError::NoReply { got } => format!("incomplete reply `{}`", show_escaped(got)),
+            CheckError::Mismatch { got } => format!("unexpected reply `{}`", show_escaped(got)),
+            CheckError::Closed { got } => format!("closed after `{}`", show_escaped(got)),
+        }
+    }
+
+    /// The full log text: the words with what they point at.
+    fn explain(&self, timeout: Duration, expect: &[u8]) -> String {
+        match self {
+            CheckError::Connect(e) => explain_connect(e).to_string(),
+            CheckError::NoReply { .. } => format!(
+                "{} within {} (SEND_EXPECT, expecting `{}`); points at the server's application",
+                self.words(),
+                show_duration(timeout),
+                show_escaped(expect)
+            ),
+            CheckError::Mismatch { .. } | CheckError::Closed { .. } => format!(
+                "{} (SEND_EXPECT, expecting `{}`); points at the server's application or a wrong \
+                 MONITOR_EXPECT",
+                self.words(),
+                show_escaped(expect)
+            ),
+        }
+    }
+}
+
+/// Checks one server: a TCP connect, and for SEND_EXPECT the probe and its reply, all within
+/// `timeout`.
+pub async fn check(
+    host: &Host,
+    port: u16,
+    monitoring: &Monitoring,
+    timeout: Duration,
+) -> Result<(), CheckError> {
+    let deadline = Instant::now() + timeout;
+    let mut stream = connect(host, port, timeout)
+        .await
+        .map_err(CheckError::Connect)?;
+    let Monitoring::SendExpect { send, expect } = monitoring else {
+        return Ok(());
+    };
+    let mut got = Vec::with_capacity(expect.len());
+    let exchange = async {
+        if stream.write_all(send).await.is_err() {
+            return Err(CheckError::Closed { got: Vec::new() });
+        }
+        let mut chunk = [0u8; 512];
+        while got.len() < expect.len() {
+            let n = match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => {
+                    return Err(CheckError::Closed {
+                        got: std::mem::take(&mut got),
+                    });
+                }
+                Ok(n) => n,
+            };
+            got.extend_from_slice(&chunk[..n]);
+            let compared = got.len().min(expect.len());
+            if got[..compared] != expect[..compared] {
+                got.truncate(64);
+                return Err(CheckError::Mismatch {
+                    got: std::mem::take(&mut got),
+                });
+            }
+        }
+        Ok(())
+    };
+    match tokio::time::timeout_at(deadline, exchange).await {
+        Ok(result) => result,
+        Err(_) => Err(CheckError::NoReply { got }),
+    }
+}
+
 /// One monitor round: every server checked in parallel, then the results logged in
-/// configuration order.
+/// configuration order. `MONITOR_FALL` failed checks in a row quarantine a server;
+/// `MONITOR_RISE` passed checks in a row release it. A check that fails for the broker's own
+/// reasons (out of file descriptors) blames no server.
 async fn round(balancer: &Balancer, pool: &Pool) {
-    let timeout = pool.config.connect_timeout;
+    let config = &pool.config;
+    let timeout = config.connect_timeout;
     let mut checks = JoinSet::new();
     for (index, server) in pool.servers.iter().enumerate() {
         let server = Arc::clone(server);
+        let monitoring = config.monitoring.clone();
         checks.spawn(
             async move {
                 let started = Instant::now();
-                let result = connect(&server.config.host, server.config.port, timeout)
-                    .await
-                    .map(drop);
+                let result = check(&server.host, server.port, &monitoring, timeout).await;
                 (index, started.elapsed(), result)
             }
             .in_current_span(),
         );
     }
-    let mut results: Vec<Option<(Duration, io::Result<()>)>> =
+    let mut results: Vec<Option<(Duration, Result<(), CheckError>)>> =
         (0..pool.servers.len()).map(|_| None).collect();
     while let Some(joined) = checks.join_next().await {
         if let Ok((index, took, result)) = joined {
             results[index] = Some((took, result));
         }
     }
+    let expect = match &config.monitoring {
+        Monitoring::SendExpect { expect, .. } => expect.as_slice(),
+        _ => &[],
+    };
 
     let mut unavailable = Vec::new();
+    let mut unchecked = Vec::new();
     for (server, result) in pool.servers.iter().zip(results) {
         let (took, result) = result.unwrap_or_else(|| {
             (
                 Duration::ZERO,
-                Err(io::Error::other("the check task failed")),
+                Err(CheckError::Connect(io::Error::other(
+                    "the check task failed",
+                ))),
             )
         });
-        match result {
+        let error = match result {
+            Err(CheckError::Connect(e)) if is_broker_fault(&e) => {
+                unchecked.push((&server.address, explain_connect(&e)));
+                continue;
+            }
+            Err(error) => error,
             Ok(()) => {
                 server.health.record_check(Check {
                     at_wall_ms: wall_ms(),
                     duration: took,
                     error: None,
                 });
-                release(server, "monitor check passed");
+                let passes = server.health.passed();
+                if !server.health.is_quarantined() {
+                    continue;
+                }
+                if passes >= config.monitor_rise {
+                    release(server, "monitor check passed");
+                } else {
+                    info!(
+                        "server {} passed the monitor check ({passes} of MONITOR_RISE={} to leave quarantine)",
+                        server.address, config.monitor_rise
+                    );
+                }
+                continue;
             }
-            Err(e) => {
-                let explained = explain_connect(&e);
-                server.health.record_check(Check {
-                    at_wall_ms: wall_ms(),
-                    duration: took,
-                    error: Some(explained.words.clone()),
-                });
-                error!(
-                    "server {} failed the monitor check: {explained}",
-                    server.address
-                );
-                quarantine(
-                    balancer,
-                    server,
-                    pool.config.quarantine_time,
-                    Reason::Monitor,
-                    &explained.words,
-                );
-                unavailable.push(&server.address);
-            }
+        };
+        server.health.record_check(Check {
+            at_wall_ms: wall_ms(),
+            duration: took,
+            error: Some(error.words()),
+        });
+        let fails = server.health.failed();
+        let explained = error.explain(timeout, expect);
+        if fails >= config.monitor_fall || server.health.is_quarantined() {
+            error!(
+                "server {} failed the monitor check: {explained}",
+                server.address
+            );
+            quarantine(
+                balancer,
+                server,
+                config.quarantine_time,
+                Reason::Monitor,
+                &error.words(),
+            );
+        } else {
+            warn!(
+                "server {} failed the monitor check ({fails} of MONITOR_FALL={} before quarantine): {explained}",
+                server.address, config.monitor_fall
+            );
         }
+        unavailable.push(&server.address);
     }
-    let available = pool.servers.len() - unavailable.len();
+    if let Some((_, explained)) = unchecked.first() {
+        error!(
+            "monitor: {} not checked: {explained}; no server is blamed",
+            plural(unchecked.len(), "server")
+        );
+    }
+    let available = pool.servers.len() - unavailable.len() - unchecked.len();
     info!(
         "monitor: OK - {} available, {} unavailable",
         plural(available, "server"),
@@ -339,7 +504,7 @@ async fn round(balancer: &Balancer, pool: &Pool) {
     for address in &unavailable {
         warn!("monitor: server {address} unavailable");
     }
-    if available == 0 {
+    if available == 0 && unchecked.is_empty() {
         error!("monitor: attention, there are no remote servers available");
     }
 }

@@ -10,7 +10,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{Instrument, error, field, info, info_span};
+use tracing::{Instrument, debug, error, field, info, info_span};
 
 use crate::balancer::Balancer;
 use crate::config::BalancerConfig;
@@ -117,6 +117,9 @@ pub async fn accept_loop(
             failed_accepts = 0;
         }
         let _ = stream.set_nodelay(true);
+        if let Err(e) = crate::sys::set_keepalive(&stream, &balancer.pool().config.keepalive) {
+            debug!(client = %peer, "cannot set keepalive: {}", words(&e));
+        }
         let span = info_span!("conn", client = %peer, server = field::Empty);
         if balancer.at_limit() {
             // Past MAX_CONNECTIONS a client is closed at once (a clear refusal beats a hang in

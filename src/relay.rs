@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 
 /// Bytes moved per read. 16 KiB is what HAProxy (tune.bufsize) and nginx (proxy_buffer_size)
 /// use for TCP; small reads cost many more wake-ups at bulk rates.
@@ -48,6 +49,8 @@ pub enum End {
     Error(Side, io::Error),
     /// The broker stopped it (shutdown timeout).
     Stopped,
+    /// No bytes either way for `IDLE_TIMEOUT`.
+    Idle,
 }
 
 impl fmt::Display for End {
@@ -61,6 +64,7 @@ impl fmt::Display for End {
                 crate::os_error::words(e)
             ),
             End::Stopped => f.write_str("shutdown"),
+            End::Idle => f.write_str("idle-timeout"),
         }
     }
 }
@@ -160,13 +164,15 @@ impl Half {
     }
 }
 
-/// Relays until both directions are finished, an error ends it, or `stop` completes.
-/// `first` holds bytes already read from the client, sent to the server before anything else.
+/// Relays until both directions are finished, an error ends it, `stop` completes, or no byte
+/// moves either way for `idle` (when given). `first` holds bytes already read from the
+/// client, sent to the server before anything else.
 pub async fn relay(
     client: &mut TcpStream,
     server: &mut TcpStream,
     first: Vec<u8>,
     counters: Counters<'_>,
+    idle: Option<Duration>,
     stop: impl Future<Output = ()>,
 ) -> Outcome {
     let mut stop = pin!(stop);
@@ -177,10 +183,15 @@ pub async fn relay(
     }
     let mut down = Half::default();
     let mut first_closed: Option<Side> = None;
+    // The idle timer is re-armed lazily: activity only records the time, and when the timer
+    // fires it either ends the relay or is set again from the last activity.
+    let mut last_activity = Instant::now();
+    let mut idle_timer = pin!(idle.map(|d| tokio::time::sleep(d)));
     let end = poll_fn(|cx| {
         if stop.as_mut().poll(cx).is_ready() {
             return Poll::Ready(End::Stopped);
         }
+        let moved_before = up.moved + down.moved;
         if !up.done {
             match up.poll_copy(cx, client, server, counters.to_server) {
                 Poll::Ready(Err(Failure::Read(e))) => {
@@ -211,6 +222,18 @@ pub async fn relay(
         }
         if up.done && down.done {
             return Poll::Ready(End::Closed(first_closed.unwrap_or(Side::Client)));
+        }
+        if let (Some(limit), Some(mut timer)) = (idle, idle_timer.as_mut().as_pin_mut()) {
+            if up.moved + down.moved != moved_before {
+                last_activity = Instant::now();
+            }
+            while timer.as_mut().poll(cx).is_ready() {
+                let deadline = last_activity + limit;
+                if deadline <= Instant::now() {
+                    return Poll::Ready(End::Idle);
+                }
+                timer.as_mut().reset(deadline);
+            }
         }
         Poll::Pending
     })

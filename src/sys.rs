@@ -60,3 +60,25 @@ pub fn raise_open_file_limit() -> io::Result<u64> {
         Ok(u64::MAX)
     }
 }
+
+/// Sets TCP keepalive (and, on Linux, TCP_USER_TIMEOUT to match) on a connected socket, so a
+/// vanished peer is noticed after `keepalive.dead_after()` rather than hours. Nothing is set
+/// when keepalive is off.
+pub fn set_keepalive(
+    stream: &tokio::net::TcpStream,
+    keepalive: &crate::config::Keepalive,
+) -> io::Result<()> {
+    if !keepalive.enabled() {
+        return Ok(());
+    }
+    let socket = socket2::SockRef::from(stream);
+    let params = socket2::TcpKeepalive::new()
+        .with_time(keepalive.time)
+        .with_interval(keepalive.interval);
+    #[cfg(not(windows))]
+    let params = params.with_retries(keepalive.count);
+    socket.set_tcp_keepalive(&params)?;
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    socket.set_tcp_user_timeout(Some(keepalive.dead_after()))?;
+    Ok(())
+}

@@ -1,5 +1,6 @@
-//! A log line that could repeat for every client (an outage, a limit reached) is written at
-//! most once per period, with the count of those left out since the last one.
+//! Log lines that could repeat for every client: a [`Throttle`] writes one at most once per
+//! period, with the count of those left out; an [`Episode`] writes one when a condition starts
+//! and one when it ends.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -47,6 +48,22 @@ impl Throttle {
 }
 
 #[cfg(test)]
+mod episode_tests {
+    use super::*;
+
+    #[test]
+    fn an_episode_is_logged_when_it_starts_and_ends() {
+        let episode = Episode::default();
+        assert_eq!(episode.end(), None);
+        assert!(episode.strike());
+        assert!(!episode.strike());
+        assert_eq!(episode.end(), Some(2));
+        assert_eq!(episode.end(), None);
+        assert!(episode.strike(), "a new episode");
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -58,5 +75,30 @@ mod tests {
         assert_eq!(throttle.allow(), None);
         throttle.last_ms.store(1, Relaxed); // as if the period had passed
         assert_eq!(throttle.allow(), Some(2));
+    }
+}
+
+/// A condition that lasts a while (the limit reached, out of descriptors): logged when it
+/// starts and when it ends, with how often it struck in between, instead of once per client.
+#[derive(Debug, Default)]
+pub struct Episode {
+    /// Strikes since the episode started (0: none running).
+    strikes: AtomicU64,
+}
+
+impl Episode {
+    /// Counts a strike; true for the one that starts an episode (log it).
+    pub fn strike(&self) -> bool {
+        self.strikes.fetch_add(1, Relaxed) == 0
+    }
+
+    /// Ends the episode, if one runs: `Some(strikes)` to log the recovery.
+    pub fn end(&self) -> Option<u64> {
+        // Read first: this runs for every client, and a write would bounce the cache line
+        // between cores for nothing.
+        if self.strikes.load(Relaxed) == 0 {
+            return None;
+        }
+        Some(self.strikes.swap(0, Relaxed)).filter(|&n| n > 0)
     }
 }

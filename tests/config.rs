@@ -307,6 +307,12 @@ fn every_key_is_printed_with_its_default() {
         ("QUERY_ALLOW", "0.0.0.0/0, ::/0"),
         ("QUERY_MAX_CONNECTIONS", "64"),
         ("QUERY_SNIFF_TIMEOUT", "200ms"),
+        ("KEEPALIVE_TIME", "60s"),
+        ("KEEPALIVE_INTERVAL", "10s"),
+        ("KEEPALIVE_COUNT", "6"),
+        ("IDLE_TIMEOUT", "0s"),
+        ("MONITOR_FALL", "1"),
+        ("MONITOR_RISE", "1"),
     ]
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .into();

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use ini::{Entry, Section};
 pub use render::EffectiveSection;
-pub use value::{Cidr, Host, ServerId, show_duration};
+pub use value::{Cidr, Host, ServerId, show_duration, show_escaped};
 
 /// The whole configuration of one broker process.
 #[derive(Debug, Clone)]
@@ -138,6 +138,38 @@ pub struct BalancerConfig {
     pub log_connections: bool,
     /// `QUERY_*`: the `/TOTVS_BROKER_QUERY` interface on this balancer's port.
     pub query: QuerySettings,
+    /// `KEEPALIVE_*`: TCP keepalive on client and server sockets.
+    pub keepalive: Keepalive,
+    /// `IDLE_TIMEOUT`: close a connection with no bytes either way for this long (`None`: never).
+    pub idle_timeout: Option<Duration>,
+    /// `MONITOR_FALL`: consecutive failed checks that put a server in quarantine.
+    pub monitor_fall: u32,
+    /// `MONITOR_RISE`: consecutive passed checks that release a quarantined server.
+    pub monitor_rise: u32,
+}
+
+/// TCP keepalive, so a vanished peer is noticed in minutes rather than the kernel's two hours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Keepalive {
+    /// `KEEPALIVE_TIME`: idle time before the first probe; zero turns keepalive off.
+    pub time: Duration,
+    /// `KEEPALIVE_INTERVAL`: time between unanswered probes.
+    pub interval: Duration,
+    /// `KEEPALIVE_COUNT`: unanswered probes before the connection is dropped.
+    pub count: u32,
+}
+
+impl Keepalive {
+    /// True unless `KEEPALIVE_TIME=0`.
+    pub fn enabled(&self) -> bool {
+        !self.time.is_zero()
+    }
+
+    /// How long a dead peer goes unnoticed at most: time + interval x count. Also used as
+    /// TCP_USER_TIMEOUT, so unacknowledged data does not wait the kernel's 15 minutes either.
+    pub fn dead_after(&self) -> Duration {
+        self.time + self.interval * self.count
+    }
 }
 
 /// How the balancer's port answers `/TOTVS_BROKER_QUERY` requests.
@@ -198,6 +230,14 @@ impl SortMethod {
 pub enum Monitoring {
     /// A TCP connect to every server each round.
     Connection,
+    /// A TCP connect, then `send` written and a reply starting with `expect` awaited, all
+    /// within `CONNECT_TIMEOUT`: sees an application that accepts but hangs.
+    SendExpect {
+        /// `MONITOR_SEND`: bytes to write (may be empty: wait for a banner).
+        send: Vec<u8>,
+        /// `MONITOR_EXPECT`: the reply must start with these bytes.
+        expect: Vec<u8>,
+    },
     /// No checks; quarantines end only when their time is up.
     Disabled,
 }
@@ -207,6 +247,7 @@ impl Monitoring {
     pub fn as_str(&self) -> &'static str {
         match self {
             Monitoring::Connection => "CONNECTION",
+            Monitoring::SendExpect { .. } => "SEND_EXPECT",
             Monitoring::Disabled => "DISABLED",
         }
     }
@@ -360,6 +401,14 @@ const BALANCER_KEYS: &[&str] = &[
     "QUERY_ALLOW",
     "QUERY_MAX_CONNECTIONS",
     "QUERY_SNIFF_TIMEOUT",
+    "KEEPALIVE_TIME",
+    "KEEPALIVE_INTERVAL",
+    "KEEPALIVE_COUNT",
+    "IDLE_TIMEOUT",
+    "MONITOR_SEND",
+    "MONITOR_EXPECT",
+    "MONITOR_FALL",
+    "MONITOR_RISE",
 ];
 
 /// `[General]` keys of appbroker's own.
@@ -914,14 +963,53 @@ impl Validator {
                 Monitoring::Connection,
                 |s| match s.to_ascii_uppercase().as_str() {
                     "CONNECTION" => Ok(Monitoring::Connection),
+                    "SEND_EXPECT" => Ok(Monitoring::SendExpect {
+                        send: Vec::new(),
+                        expect: Vec::new(),
+                    }),
                     "DISABLED" | "DISABLE" => Ok(Monitoring::Disabled),
                     "SMARTCLIENT"
                     | "SMARTCLIENT_SSL"
                     | "SMARTCLIENT_ACTIVE"
                     | "SMARTCLIENT_SSL_ACTIVE" => Ok(Monitoring::Connection),
-                    _ => Err("is not a monitoring type; expected CONNECTION or DISABLED".into()),
+                    _ => Err(
+                        "is not a monitoring type; expected CONNECTION, SEND_EXPECT or DISABLED"
+                            .into(),
+                    ),
                 },
             );
+        let send = self.setting(&inherited, "MONITOR_SEND", Vec::new(), value::escaped);
+        let expect = self.setting(&inherited, "MONITOR_EXPECT", Vec::new(), value::escaped);
+        let monitoring = match monitoring {
+            Monitoring::SendExpect { .. } => {
+                if expect.is_empty() {
+                    let line = inherited
+                        .find("MONITORING_TYPE")
+                        .map_or(section.line, |(e, _)| e.line);
+                    self.errors.push(ConfigError::new(
+                        line,
+                        name,
+                        Some("MONITOR_EXPECT"),
+                        "is required with MONITORING_TYPE=SEND_EXPECT: the bytes the reply must start \
+                         with (escapes \\r \\n \\t \\\\ \\xNN)",
+                    ));
+                }
+                Monitoring::SendExpect { send, expect }
+            }
+            other => {
+                for key in ["MONITOR_SEND", "MONITOR_EXPECT"] {
+                    if let Some((entry, _)) = inherited.find(key) {
+                        self.notices.push(ConfigError::new(
+                            entry.line,
+                            name,
+                            Some(key),
+                            "is ignored: it is used with MONITORING_TYPE=SEND_EXPECT only",
+                        ));
+                    }
+                }
+                other
+            }
+        };
         if let Some((entry, _)) = inherited.find("MONITORING_TYPE") {
             let upper = entry.value.to_ascii_uppercase();
             if upper.starts_with("SMARTCLIENT") {
@@ -966,6 +1054,35 @@ impl Validator {
                 .map(|n| n as u32)
         });
         let log_connections = self.setting(&inherited, "LOG_CONNECTIONS", true, value::flag);
+        let keepalive = Keepalive {
+            time: self.setting(&inherited, "KEEPALIVE_TIME", Duration::from_secs(60), |s| {
+                value::duration(s, Duration::ZERO).and_then(|d| {
+                    if d.is_zero() || d >= Duration::from_secs(1) {
+                        Ok(d)
+                    } else {
+                        Err("expected 0 (off) or a duration of at least 1s".into())
+                    }
+                })
+            }),
+            interval: self.setting(
+                &inherited,
+                "KEEPALIVE_INTERVAL",
+                Duration::from_secs(10),
+                |s| value::duration(s, Duration::from_secs(1)),
+            ),
+            count: self.setting(&inherited, "KEEPALIVE_COUNT", 6, |s| {
+                value::integer(s, 1, 127, "a count of probes from 1 to 127").map(|n| n as u32)
+            }),
+        };
+        let idle_timeout = self.setting(&inherited, "IDLE_TIMEOUT", None, |s| {
+            value::duration(s, Duration::ZERO).map(|d| (!d.is_zero()).then_some(d))
+        });
+        let monitor_fall = self.setting(&inherited, "MONITOR_FALL", 1, |s| {
+            value::integer(s, 1, 100, "a count of checks from 1 to 100").map(|n| n as u32)
+        });
+        let monitor_rise = self.setting(&inherited, "MONITOR_RISE", 1, |s| {
+            value::integer(s, 1, 100, "a count of checks from 1 to 100").map(|n| n as u32)
+        });
         let query = QuerySettings {
             enabled: self.setting(&inherited, "QUERY_ENABLED", true, value::flag),
             allow: self.setting(&inherited, "QUERY_ALLOW", Cidr::everyone(), value::cidrs),
@@ -1012,6 +1129,10 @@ impl Validator {
             max_connections,
             log_connections,
             query,
+            keepalive,
+            idle_timeout,
+            monitor_fall,
+            monitor_rise,
         })
     }
 }

@@ -3,8 +3,8 @@
 
 use std::fmt::Write;
 
-use super::value::show_duration;
-use super::{BalancerConfig, Config, Origin};
+use super::value::{show_duration, show_escaped};
+use super::{BalancerConfig, Config, Monitoring, Origin};
 
 /// One section of the effective configuration.
 #[derive(Debug, Clone)]
@@ -111,10 +111,23 @@ fn balancer_keys(b: &BalancerConfig) -> Vec<(String, String)> {
         ),
         ("QUERY_MAX_CONNECTIONS", b.query.max_connections.to_string()),
         ("QUERY_SNIFF_TIMEOUT", show_duration(b.query.sniff_timeout)),
+        ("KEEPALIVE_TIME", show_duration(b.keepalive.time)),
+        ("KEEPALIVE_INTERVAL", show_duration(b.keepalive.interval)),
+        ("KEEPALIVE_COUNT", b.keepalive.count.to_string()),
+        (
+            "IDLE_TIMEOUT",
+            show_duration(b.idle_timeout.unwrap_or_default()),
+        ),
+        ("MONITOR_FALL", b.monitor_fall.to_string()),
+        ("MONITOR_RISE", b.monitor_rise.to_string()),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
     .collect();
+    if let Monitoring::SendExpect { send, expect } = &b.monitoring {
+        keys.push(("MONITOR_SEND".into(), show_escaped(send)));
+        keys.push(("MONITOR_EXPECT".into(), show_escaped(expect)));
+    }
     for s in &b.servers {
         keys.push((
             format!("REMOTE_SERVER_{}", s.id),

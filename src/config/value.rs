@@ -314,6 +314,58 @@ pub fn cidrs(text: &str) -> Result<Vec<Cidr>, String> {
     Ok(list)
 }
 
+/// Bytes written with escapes: `\r`, `\n`, `\t`, `\\` and `\xNN` (exactly two hex digits),
+/// so any byte can be given (`MONITOR_SEND`, `MONITOR_EXPECT`).
+pub fn escaped(text: &str) -> Result<Vec<u8>, String> {
+    let mut out = Vec::with_capacity(text.len());
+    let mut bytes = text.bytes();
+    while let Some(b) = bytes.next() {
+        if b != b'\\' {
+            out.push(b);
+            continue;
+        }
+        match bytes.next() {
+            Some(b'r') => out.push(b'\r'),
+            Some(b'n') => out.push(b'\n'),
+            Some(b't') => out.push(b'\t'),
+            Some(b'\\') => out.push(b'\\'),
+            Some(b'x') => {
+                let digit = |d: Option<u8>| d.and_then(|d| (d as char).to_digit(16));
+                match (digit(bytes.next()), digit(bytes.next())) {
+                    (Some(hi), Some(lo)) => out.push((hi * 16 + lo) as u8),
+                    _ => {
+                        return Err(
+                            r"has a `\x` escape without exactly two hex digits (e.g. \x0D)".into(),
+                        );
+                    }
+                }
+            }
+            _ => return Err(r"has an unknown escape; expected \r, \n, \t, \\ or \xNN".into()),
+        }
+    }
+    Ok(out)
+}
+
+/// The escaped form [`escaped`] reads back; `;` and blanks at either end are escaped too, as
+/// a value cannot hold them there.
+pub fn show_escaped(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for (i, &b) in bytes.iter().enumerate() {
+        let edge = i == 0 || i + 1 == bytes.len();
+        match b {
+            b'\r' => out.push_str(r"\r"),
+            b'\n' => out.push_str(r"\n"),
+            b'\t' => out.push_str(r"\t"),
+            b'\\' => out.push_str(r"\\"),
+            b' ' if edge => out.push_str(r"\x20"),
+            b';' => out.push_str(r"\x3B"),
+            0x20..=0x7e => out.push(b as char),
+            _ => out.push_str(&format!(r"\x{b:02X}")),
+        }
+    }
+    out
+}
+
 /// Levenshtein distance, for "did you mean" suggestions.
 pub fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
@@ -430,6 +482,25 @@ mod tests {
         assert!(cidrs("0.0.0.0/0").unwrap()[0].contains(ip("8.8.8.8")));
         for bad in ["", "10.0.0.0/33", "example.com", "10.0.0.0/x", "::1/129"] {
             assert!(cidrs(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn escapes() {
+        assert_eq!(escaped(r"PING\r\n").unwrap(), b"PING\r\n");
+        assert_eq!(
+            escaped(r"\x00\xFF\t\\").unwrap(),
+            vec![0, 255, b'\t', b'\\']
+        );
+        for bad in [r"\q", r"\x4", r"\xZZ", "end\\"] {
+            assert!(escaped(bad).is_err(), "{bad}");
+        }
+        for bytes in [
+            &b"GET / HTTP/1.0\r\n\r\n"[..],
+            b" a;b ",
+            b"\x00\x7f\x80\xff",
+        ] {
+            assert_eq!(escaped(&show_escaped(bytes)).unwrap(), bytes);
         }
     }
 

@@ -161,9 +161,10 @@ impl Snapshot {
 fn server(s: &Server, now_ms: u64) -> ServerSnapshot {
     let detail = s.health.detail();
     let quarantined = !s.health.is_available(now_ms);
+    let weight = s.weight.load(Relaxed);
     let state = if quarantined {
         State::Quarantined
-    } else if s.config.weight == 0 {
+    } else if weight == 0 {
         State::Draining
     } else {
         State::Available
@@ -176,9 +177,9 @@ fn server(s: &Server, now_ms: u64) -> ServerSnapshot {
         .copied()
         .collect();
     ServerSnapshot {
-        id: s.config.id.to_string(),
+        id: s.id.to_string(),
         address: s.address.clone(),
-        weight: s.config.weight,
+        weight,
         state,
         active: s.active.load(Relaxed),
         peak: s.peak.load(Relaxed),

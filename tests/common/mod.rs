@@ -286,6 +286,9 @@ pub struct TestServer {
     /// Connections accepted since start.
     pub accepted: Arc<AtomicUsize>,
     running: Option<(CancellationToken, tokio::task::JoinHandle<()>)>,
+    /// While stopped, the port stays bound without listening: connects are refused, and no
+    /// other test's server can be given the port in the meantime.
+    reserved: Option<socket2::Socket>,
 }
 
 impl TestServer {
@@ -311,6 +314,7 @@ impl TestServer {
             banner,
             accepted: Arc::new(AtomicUsize::new(0)),
             running: None,
+            reserved: None,
         };
         server.resume().await;
         server
@@ -336,11 +340,13 @@ impl TestServer {
         if let Some((token, accepting)) = self.running.take() {
             token.cancel();
             let _ = accepting.await; // the accept task drops the listener as it ends
+            self.reserved = reserve(self.addr);
         }
     }
 
     /// Listens again on the same port.
     pub async fn resume(&mut self) {
+        self.reserved = None;
         let listener = {
             let end = Instant::now() + DEADLINE;
             loop {
@@ -386,6 +392,19 @@ impl Drop for TestServer {
             token.cancel();
         }
     }
+}
+
+/// Binds `addr` without listening, which keeps the port and refuses connections to it.
+fn reserve(addr: SocketAddr) -> Option<socket2::Socket> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        None,
+    )
+    .ok()?;
+    socket.set_reuse_address(true).ok()?;
+    socket.bind(&addr.into()).ok()?;
+    Some(socket)
 }
 
 async fn answer(stream: TcpStream, name: String, banner: Option<String>) -> std::io::Result<()> {
