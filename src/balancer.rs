@@ -15,7 +15,7 @@ use tokio::sync::{Notify, Semaphore};
 use tracing::{info, warn};
 
 use crate::clock::Clock;
-use crate::config::{BalancerConfig, Host, ServerConfig, ServerId};
+use crate::config::{BalancerConfig, BalancerKind, Host, ServerConfig, ServerId};
 use crate::health::Health;
 use crate::select::{Load, Selector};
 use crate::throttle::{Episode, Throttle};
@@ -158,6 +158,90 @@ impl Balancer {
     /// The current pool; a connection keeps the snapshot it started with.
     pub fn pool(&self) -> Arc<Pool> {
         self.pool.load_full()
+    }
+
+    /// Which section this balancer is (it never changes).
+    pub fn kind(&self) -> BalancerKind {
+        self.pool.load().config.kind
+    }
+
+    /// Applies a reloaded configuration of this balancer. Servers that remain (same id and
+    /// `host:port`) keep their state, counters and connections, taking the new weight; new
+    /// ones start available; removed ones leave the pool, and their connections finish on
+    /// their own. Returns what changed, for the log.
+    pub fn reconfigure(&self, config: BalancerConfig) -> Vec<String> {
+        let old = self.pool();
+        let mut changes = Vec::new();
+        let servers: Vec<Arc<Server>> = config
+            .servers
+            .iter()
+            .map(|s| {
+                let same = old
+                    .servers
+                    .iter()
+                    .find(|o| o.id == s.id && o.address.eq_ignore_ascii_case(&s.address()));
+                match same {
+                    Some(server) => {
+                        let was = server.weight.swap(s.weight, Relaxed);
+                        if was != s.weight {
+                            changes.push(format!(
+                                "server {} weight {was} -> {}",
+                                server.address, s.weight
+                            ));
+                        }
+                        Arc::clone(server)
+                    }
+                    None => {
+                        changes.push(format!(
+                            "server {} added as REMOTE_SERVER_{}",
+                            s.address(),
+                            s.id
+                        ));
+                        Arc::new(Server::new(s))
+                    }
+                }
+            })
+            .collect();
+        for gone in old
+            .servers
+            .iter()
+            .filter(|o| !servers.iter().any(|n| Arc::ptr_eq(n, o)))
+        {
+            let open = gone.active.load(Relaxed) as usize;
+            let finishing = if open == 0 {
+                String::new()
+            } else {
+                format!(
+                    "; its {} finish on their own",
+                    crate::config::plural(open, "connection")
+                )
+            };
+            changes.push(format!(
+                "server {} (REMOTE_SERVER_{}) removed{finishing}",
+                gone.address, gone.id
+            ));
+        }
+        let (before, after) = (
+            old.config.query.max_connections,
+            config.query.max_connections,
+        );
+        if after > before {
+            self.query_permits.add_permits((after - before) as usize);
+        } else if before > after {
+            // Permits held now are not taken back; the limit settles as queries end.
+            self.query_permits.forget_permits((before - after) as usize);
+        }
+        let mut settings = config.clone();
+        let mut previous = old.config.clone();
+        settings.servers.clear();
+        previous.servers.clear();
+        if settings != previous {
+            changes.push(format!("{} settings changed", config.kind));
+        }
+        self.pool.store(Arc::new(Pool::new(config, servers)));
+        // The monitor reads the new interval and servers when it wakes.
+        self.health_changed.notify_one();
+        changes
     }
 
     /// Takes a client slot (counted against `MAX_CONNECTIONS`) for a connection just

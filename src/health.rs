@@ -252,12 +252,16 @@ pub fn release(server: &Server, why: &str) {
 /// Runs monitor rounds (unless monitoring is disabled) and releases quarantines whose time is
 /// up, until `stop` is cancelled.
 pub async fn run_monitor(balancer: Arc<Balancer>, stop: CancellationToken) {
-    let mut next_round = Instant::now();
+    let mut last_round: Option<Instant> = None;
     loop {
         let pool = balancer.pool();
         let monitoring = pool.config.monitoring != Monitoring::Disabled;
+        // Computed from the pool each time, so a reloaded MONITOR_INTERVAL applies at once.
+        let mut next_round =
+            last_round.map_or_else(Instant::now, |t| t + pool.config.monitor_interval);
         if monitoring && Instant::now() >= next_round {
             round(&balancer, &pool).await;
+            last_round = Some(Instant::now());
             next_round = Instant::now() + pool.config.monitor_interval;
         }
         let now = balancer.clock.now_ms();

@@ -73,6 +73,21 @@ pub fn init(general: &General, level: Option<&str>) -> Result<(), LogError> {
     Ok(())
 }
 
+/// True when the logging keys of `[General]` differ: the logger is set up once, at start.
+pub fn settings_differ(a: &General, b: &General) -> bool {
+    (
+        a.console_log,
+        &a.console_file,
+        a.console_max_size,
+        a.console_log_date,
+    ) != (
+        b.console_log,
+        &b.console_file,
+        b.console_max_size,
+        b.console_log_date,
+    )
+}
+
 /// A level (`info`) or `RUST_LOG` directives (`appbroker=debug,hyper=warn`). A bare word that
 /// is no level is refused: EnvFilter would take it for a module name and silence everything.
 fn filter(directives: &str) -> Result<EnvFilter, LogError> {

@@ -3,12 +3,14 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::Context;
 use appbroker::config::{Config, Loaded};
 use appbroker::shutdown::{Shutdown, handle_signals};
 use appbroker::{Broker, demo, logging, sys};
 use clap::{Parser, Subcommand};
+use tokio::sync::Notify;
 use tracing::{info, warn};
 
 /// A load-balancing TCP broker for application-server fleets (TOTVS Protheus AppServer and
@@ -23,7 +25,9 @@ use tracing::{info, warn};
 /// on a second SIGTERM/SIGINT; 2 when the configuration is invalid.
 ///
 /// Signals: SIGTERM or SIGINT shut down gracefully (SHUTDOWN_GRACE, then SHUTDOWN_TIMEOUT);
-/// sending one again exits at once. SIGHUP is logged and ignored.
+/// sending one again exits at once. SIGHUP reloads the configuration file: servers added,
+/// removed or re-weighted and settings changed apply to new connections; an invalid file is
+/// rejected and the running configuration kept.
 #[derive(Debug, Parser)]
 #[command(name = "appbroker", version, verbatim_doc_comment)]
 struct Cli {
@@ -124,11 +128,13 @@ fn run(config: Config, demo: bool) -> anyhow::Result<()> {
         };
         let broker = Broker::bind(config)?;
         let shutdown = Shutdown::new();
-        handle_signals(shutdown.clone()).context("cannot install the signal handlers")?;
+        let reload = Arc::new(Notify::new());
+        handle_signals(shutdown.clone(), Arc::clone(&reload))
+            .context("cannot install the signal handlers")?;
         if let Some(servers) = servers {
             tokio::spawn(demo::console(servers));
         }
-        broker.run(shutdown).await;
+        broker.run(shutdown, reload).await;
         Ok(())
     });
     // The demo's console waits on a blocking read of standard input, which nothing can

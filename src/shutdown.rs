@@ -1,11 +1,11 @@
 //! Signals to actions: SIGTERM or SIGINT starts a graceful shutdown (a second one exits at once
-//! with code 1), SIGHUP is logged and never fatal.
+//! with code 1), SIGHUP reloads the configuration and is never fatal.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info, warn};
+use tracing::{error, info};
 
 /// The broker's shutdown request, shared by the signal handler, the broker and (for PING) the
 /// query interface.
@@ -47,9 +47,9 @@ impl Shutdown {
     }
 }
 
-/// Listens for signals for the rest of the process's life.
+/// Listens for signals for the rest of the process's life; SIGHUP notifies `reload`.
 #[cfg(unix)]
-pub fn handle_signals(shutdown: Shutdown) -> std::io::Result<()> {
+pub fn handle_signals(shutdown: Shutdown, reload: Arc<tokio::sync::Notify>) -> std::io::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
@@ -60,7 +60,8 @@ pub fn handle_signals(shutdown: Shutdown) -> std::io::Result<()> {
                 _ = term.recv() => "SIGTERM",
                 _ = int.recv() => "SIGINT",
                 _ = hup.recv() => {
-                    warn!("received SIGHUP: reload not supported yet; the running configuration stays");
+                    info!("received SIGHUP: reloading the configuration");
+                    reload.notify_one();
                     continue;
                 }
             };
@@ -75,9 +76,12 @@ pub fn handle_signals(shutdown: Shutdown) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Ctrl-C is the one signal a Windows console sends.
+/// Ctrl-C is the one signal a Windows console sends (no reload there yet).
 #[cfg(not(unix))]
-pub fn handle_signals(shutdown: Shutdown) -> std::io::Result<()> {
+pub fn handle_signals(
+    shutdown: Shutdown,
+    _reload: Arc<tokio::sync::Notify>,
+) -> std::io::Result<()> {
     tokio::spawn(async move {
         loop {
             if tokio::signal::ctrl_c().await.is_err() {

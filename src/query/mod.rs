@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -54,10 +55,10 @@ const MAX_QUERY_CONNECTION: Duration = Duration::from_secs(300);
 /// the start time, and the shutdown state (for PING).
 #[derive(Debug)]
 pub struct Context {
-    /// The running configuration.
-    pub config: Arc<Config>,
-    /// Every balancer of the process, in configuration order.
-    pub balancers: Vec<Arc<Balancer>>,
+    /// The running configuration (swapped by a reload).
+    pub config: ArcSwap<Config>,
+    /// Every balancer of the process, in configuration order (swapped by a reload).
+    pub balancers: ArcSwap<Vec<Arc<Balancer>>>,
     /// When the broker started, wall ms.
     pub started_wall_ms: u64,
     /// Draining state for PING.
@@ -236,6 +237,7 @@ fn answer(
     let snapshot = || {
         let others = ctx
             .balancers
+            .load()
             .iter()
             .filter(|b| !std::ptr::eq(b.as_ref(), balancer))
             .map(|b| {
@@ -245,7 +247,7 @@ fn answer(
             .collect();
         Snapshot::take(
             balancer,
-            ctx.config.general.language,
+            ctx.config.load().general.language,
             ctx.started_wall_ms,
             peer,
             ctx.shutdown.is_draining(),
@@ -260,7 +262,7 @@ fn answer(
             json::render(&snapshot()),
         ),
         "STATUS" => html(page::status(&snapshot(), &host, refresh(request))),
-        "CFG" => html(page::config(&snapshot(), &ctx.config, &host)),
+        "CFG" => html(page::config(&snapshot(), &ctx.config.load(), &host)),
         "PING" if ctx.shutdown.is_draining() => text(
             StatusCode::SERVICE_UNAVAILABLE,
             "DRAINING: appbroker is shutting down and will stop accepting clients\n".into(),

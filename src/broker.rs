@@ -1,0 +1,333 @@
+//! The broker at run time: every balancer with the tasks that serve it (accept loop, monitor,
+//! sampler, connections), started together, reconfigured on SIGHUP, and drained on shutdown.
+//!
+//! A reload reads the file again and applies it without touching established connections:
+//! servers are matched by identity (id and `host:port`) so their quarantine state and counters
+//! survive, a changed listen address is bound before the old listener closes, a new balancer
+//! section starts, and a removed one drains like a shutdown. An invalid file changes nothing.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{Instrument, error, info, warn};
+
+use crate::balancer::Balancer;
+use crate::clock::wall_ms;
+use crate::config::{BalancerConfig, Config, plural, show_duration};
+use crate::listener::{self, BindError};
+use crate::query;
+use crate::shutdown::Shutdown;
+use crate::{health, logging};
+
+/// A broker with every listener bound, ready to run.
+pub struct Broker {
+    config: Config,
+    bound: Vec<(Arc<Balancer>, TcpListener)>,
+}
+
+/// One balancer at run time.
+struct Running {
+    balancer: Arc<Balancer>,
+    /// The address its listener is bound to (as configured).
+    listen: SocketAddr,
+    /// Its connections, waited for on shutdown or removal.
+    tasks: TaskTracker,
+    /// Ends its relays when draining is over.
+    cut: CancellationToken,
+    /// Stops its monitor and sampler.
+    stop_background: CancellationToken,
+    /// Its accept loop and the token that stops it (closing the listener); `None` once stopped.
+    accepting: Option<(CancellationToken, JoinHandle<()>)>,
+}
+
+impl Broker {
+    /// Binds every balancer's port, or none: a port that cannot be bound stops the start.
+    pub fn bind(config: Config) -> Result<Broker, BindError> {
+        let mut bound = Vec::new();
+        for b in &config.balancers {
+            let listener = listener::bind(b)?;
+            bound.push((Arc::new(Balancer::new(b.clone())), listener));
+        }
+        Ok(Broker { config, bound })
+    }
+
+    /// The addresses the balancers listen on, in configuration order.
+    pub fn local_addrs(&self) -> Vec<SocketAddr> {
+        self.bound
+            .iter()
+            .filter_map(|(_, l)| l.local_addr().ok())
+            .collect()
+    }
+
+    /// Serves until `shutdown` is requested, reloading the configuration file each time
+    /// `reload` is notified; then drains: keeps serving for `SHUTDOWN_GRACE`, closes the
+    /// listeners, lets connections finish for up to `SHUTDOWN_TIMEOUT`, cuts the rest.
+    pub async fn run(self, shutdown: Shutdown, reload: Arc<Notify>) {
+        let ctx = Arc::new(query::Context {
+            config: ArcSwap::from_pointee(self.config),
+            balancers: ArcSwap::from_pointee(
+                self.bound.iter().map(|(b, _)| Arc::clone(b)).collect(),
+            ),
+            started_wall_ms: wall_ms(),
+            shutdown: shutdown.clone(),
+        });
+        let mut running: Vec<Running> = self
+            .bound
+            .into_iter()
+            .map(|(balancer, listener)| start(balancer, listener, &ctx))
+            .collect();
+        let mut retired: Vec<Running> = Vec::new();
+        info!("broker ready");
+
+        loop {
+            tokio::select! {
+                _ = shutdown.requested() => break,
+                _ = reload.notified() => reload_config(&ctx, &mut running, &mut retired).await,
+            }
+        }
+
+        let general = ctx.config.load().general.clone();
+        shutdown.set_draining();
+        if !general.shutdown_grace.is_zero() {
+            info!(
+                "draining: still serving for SHUTDOWN_GRACE ({}) while PING answers 503",
+                show_duration(general.shutdown_grace)
+            );
+            tokio::time::sleep(general.shutdown_grace).await;
+        }
+        running.append(&mut retired);
+        for unit in &mut running {
+            stop_accepting(unit).await;
+        }
+        let open: usize = running.iter().map(|u| u.tasks.len()).sum();
+        if open > 0 {
+            info!(
+                "listeners closed; waiting up to {} for {} to finish",
+                show_duration(general.shutdown_timeout),
+                plural(open, "connection")
+            );
+        } else {
+            info!("listeners closed");
+        }
+        let all_done = async {
+            for unit in &running {
+                unit.tasks.wait().await;
+            }
+        };
+        if tokio::time::timeout(general.shutdown_timeout, all_done)
+            .await
+            .is_err()
+        {
+            let open: usize = running.iter().map(|u| u.tasks.len()).sum();
+            warn!(
+                "SHUTDOWN_TIMEOUT ({}) is over: cutting {} still open",
+                show_duration(general.shutdown_timeout),
+                plural(open, "connection")
+            );
+            for unit in &running {
+                unit.cut.cancel();
+            }
+            // Cut relays end at their next poll; this only waits for their closing log lines.
+            let all_cut = async {
+                for unit in &running {
+                    unit.tasks.wait().await;
+                }
+            };
+            let _ = tokio::time::timeout(Duration::from_secs(5), all_cut).await;
+        }
+        for unit in &running {
+            unit.stop_background.cancel();
+        }
+        info!("broker stopped");
+    }
+}
+
+/// Starts a balancer's accept loop, monitor and sampler.
+fn start(balancer: Arc<Balancer>, listener: TcpListener, ctx: &Arc<query::Context>) -> Running {
+    let pool = balancer.pool();
+    let c = &pool.config;
+    info!(
+        "{} listening on {} for {}, policy {}, monitor {} every {}, quarantine {}",
+        c.kind,
+        c.listen,
+        plural(c.servers.len(), "server"),
+        c.sort_method.as_str(),
+        c.monitoring.as_str(),
+        show_duration(c.monitor_interval),
+        show_duration(c.quarantine_time),
+    );
+    let span = health::span(c.kind.section());
+    let stop_background = CancellationToken::new();
+    tokio::spawn(
+        health::run_monitor(Arc::clone(&balancer), stop_background.clone())
+            .instrument(span.clone()),
+    );
+    tokio::spawn(query::sample_every_minute(
+        Arc::clone(&balancer),
+        stop_background.clone(),
+    ));
+    let tasks = TaskTracker::new();
+    let cut = CancellationToken::new();
+    let accepting = Some(spawn_accept_loop(&balancer, listener, ctx, &tasks, &cut));
+    Running {
+        listen: c.listen,
+        balancer,
+        tasks,
+        cut,
+        stop_background,
+        accepting,
+    }
+}
+
+fn spawn_accept_loop(
+    balancer: &Arc<Balancer>,
+    listener: TcpListener,
+    ctx: &Arc<query::Context>,
+    tasks: &TaskTracker,
+    cut: &CancellationToken,
+) -> (CancellationToken, JoinHandle<()>) {
+    let stop = CancellationToken::new();
+    let span = health::span(balancer.pool().config.kind.section());
+    let task = tokio::spawn(
+        listener::accept_loop(
+            listener,
+            Arc::clone(balancer),
+            Arc::clone(ctx),
+            tasks.clone(),
+            stop.clone(),
+            cut.clone(),
+        )
+        .instrument(span),
+    );
+    (stop, task)
+}
+
+/// Stops a balancer's accept loop and waits until its listener is closed.
+async fn stop_accepting(unit: &mut Running) {
+    if let Some((stop, task)) = unit.accepting.take() {
+        stop.cancel();
+        let _ = task.await;
+    }
+    unit.tasks.close();
+}
+
+/// Reads the configuration file again and applies it; an invalid file changes nothing.
+async fn reload_config(
+    ctx: &Arc<query::Context>,
+    running: &mut Vec<Running>,
+    retired: &mut Vec<Running>,
+) {
+    let old = ctx.config.load_full();
+    let path = old.source.clone();
+    info!("reloading {}", path.display());
+    let loaded = match Config::from_path(&path) {
+        Ok(loaded) => loaded,
+        Err(e) => {
+            for line in e.report().lines() {
+                error!("{}", line.trim());
+            }
+            error!("reload rejected: the running configuration stays");
+            return;
+        }
+    };
+    let file = path.display().to_string();
+    for notice in &loaded.notices {
+        warn!("{}", notice.located(&file));
+    }
+    let mut config = loaded.config;
+    if logging::settings_differ(&old.general, &config.general) {
+        warn!("the [General] logging keys changed; they take effect when appbroker is restarted");
+    }
+
+    let mut kept: Vec<Running> = Vec::new();
+    let mut changes: Vec<String> = Vec::new();
+    for b in &mut config.balancers {
+        match running.iter().position(|u| u.balancer.kind() == b.kind) {
+            Some(index) => {
+                let mut unit = running.remove(index);
+                if unit.listen != b.listen {
+                    move_listener(ctx, &mut unit, b).await;
+                }
+                changes.extend(unit.balancer.reconfigure(b.clone()));
+                kept.push(unit);
+            }
+            None => match listener::bind(b) {
+                Ok(listener) => {
+                    let balancer = Arc::new(Balancer::new(b.clone()));
+                    kept.push(start(balancer, listener, ctx));
+                    changes.push(format!("{} added", b.kind));
+                }
+                Err(e) => {
+                    error!("{e}; {} is not started", b.kind);
+                }
+            },
+        }
+    }
+    for mut unit in running.drain(..) {
+        let kind = unit.balancer.kind();
+        stop_accepting(&mut unit).await;
+        unit.stop_background.cancel();
+        let timeout = config.general.shutdown_timeout;
+        info!(
+            "{kind} removed: listener closed; its {} may take up to {} to finish",
+            plural(unit.tasks.len(), "connection"),
+            show_duration(timeout)
+        );
+        let (tasks, cut) = (unit.tasks.clone(), unit.cut.clone());
+        tokio::spawn(async move {
+            if tokio::time::timeout(timeout, tasks.wait()).await.is_err() {
+                warn!(
+                    "{kind} removed: cutting {} still open",
+                    plural(tasks.len(), "connection")
+                );
+                cut.cancel();
+            }
+        });
+        changes.push(format!("{kind} removed"));
+        retired.push(unit);
+    }
+    // Only balancers that run are in the configuration the pages show.
+    config
+        .balancers
+        .retain(|b| kept.iter().any(|u| u.balancer.kind() == b.kind));
+    *running = kept;
+    ctx.balancers.store(Arc::new(
+        running.iter().map(|u| Arc::clone(&u.balancer)).collect(),
+    ));
+    ctx.config.store(Arc::new(config));
+    if changes.is_empty() {
+        info!("configuration reloaded: nothing changed");
+    } else {
+        info!("configuration reloaded: {}", changes.join("; "));
+    }
+}
+
+/// Binds the balancer's new listen address, starts accepting there, then closes the old
+/// listener. When the new address cannot be bound, the old one stays (and `config` says so).
+async fn move_listener(ctx: &Arc<query::Context>, unit: &mut Running, config: &mut BalancerConfig) {
+    match listener::bind(config) {
+        Ok(listener) => {
+            let new = spawn_accept_loop(&unit.balancer, listener, ctx, &unit.tasks, &unit.cut);
+            if let Some((old_stop, old_task)) = unit.accepting.replace(new) {
+                old_stop.cancel();
+                let _ = old_task.await;
+            }
+            info!(
+                "{} now listens on {} (was {})",
+                config.kind, config.listen, unit.listen
+            );
+            unit.listen = config.listen;
+        }
+        Err(e) => {
+            error!("{e}; {} keeps listening on {}", config.kind, unit.listen);
+            config.listen = unit.listen;
+        }
+    }
+}
