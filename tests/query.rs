@@ -7,7 +7,7 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use common::*;
 use scraper::{ElementRef, Html, Selector};
@@ -73,8 +73,8 @@ async fn read_n(stream: &mut TcpStream, n: usize) -> Vec<u8> {
     buf
 }
 
-/// Stops nothing itself: with `server` already stopped and monitoring off, sends clients
-/// through a ROUND_ROBIN broker until one of them has tried `server` and quarantined it.
+/// With `server` stopped and monitoring off, sends clients through a ROUND_ROBIN broker
+/// until one of them has tried `server` and so quarantined it.
 async fn quarantine_by_clients(broker: &Broker, server: &TestServer) {
     let end = Instant::now() + DEADLINE;
     loop {
@@ -89,6 +89,41 @@ async fn quarantine_by_clients(broker: &Broker, server: &TestServer) {
         );
         // Failover sends the client to another server; only the attempt matters here.
         let _ = ask(broker.addr()).await;
+    }
+}
+
+/// Polls the JSON answer, as `eventually` polls, until `wanted` holds for it; returns it.
+async fn json_when(broker: &Broker, what: &str, wanted: impl Fn(&Value) -> bool) -> Value {
+    let end = Instant::now() + DEADLINE;
+    loop {
+        let status = json(broker).await;
+        if wanted(&status) {
+            return status;
+        }
+        assert!(
+            Instant::now() < end,
+            "timed out waiting for {what}; last answer:\n{status:#}\nlog:\n{}",
+            broker.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Polls PING until it answers `status`; returns the answer.
+async fn ping_until(broker: &Broker, status: u16) -> HttpResponse {
+    let end = Instant::now() + DEADLINE;
+    loop {
+        let answer = get(broker, "/TOTVS_BROKER_QUERY/PING").await;
+        if answer.status == status {
+            return answer;
+        }
+        assert!(
+            Instant::now() < end,
+            "PING never answered {status}; last: {} {}",
+            answer.status,
+            answer.text()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
@@ -540,6 +575,27 @@ async fn queries_never_reach_a_server_nor_count_as_clients() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queries_do_not_raise_the_peak_of_simultaneous_clients() {
+    let a = TestServer::start("a").await;
+    let broker = Broker::start(&ini_for(&[&a], "")).await;
+    // Two query connections open at once, each answered.
+    let mut first = HttpConnection::connect(broker.addr()).await;
+    let mut second = HttpConnection::connect(broker.addr()).await;
+    for connection in [&mut first, &mut second] {
+        let ping = connection
+            .request("GET", "/TOTVS_BROKER_QUERY/PING", &[])
+            .await
+            .unwrap();
+        assert_eq!(ping.status, 200);
+    }
+    // The page shows it as "Maximum simultaneous connections (peak N)": clients, not queries.
+    let status = json(&broker).await;
+    assert_eq!(status["peak_connections"], 0, "{status:#}");
+    let (_held, _) = hold(broker.addr()).await;
+    assert_eq!(json(&broker).await["peak_connections"], 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_client_gets_the_banner_of_a_server_first_backend() {
     let a = TestServer::with_banner("a", "220 appserver ready\r\n").await;
     let broker = Broker::start(&ini_for(&[&a], "")).await;
@@ -621,41 +677,81 @@ async fn queries_are_answered_at_max_connections() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_query_line_does_not_take_a_client_place() {
+    let a = TestServer::start("a").await;
+    let broker = Broker::start(&ini_for(&[&a], "MAX_CONNECTIONS=1")).await;
+    // A request line that stops where it could still be a query (it may arrive in several
+    // segments): the broker waits for the rest, but a slow query is not a client.
+    let mut stalled = TcpStream::connect(broker.addr()).await.unwrap();
+    stalled.write_all(b"GET /TOTVS_BROKER_QUERY").await.unwrap();
+    // Connections are accepted in order: once a later one is answered, this one is in.
+    assert_eq!(get(&broker, "/TOTVS_BROKER_QUERY/PING").await.status, 200);
+    let mut client = TcpStream::connect(broker.addr()).await.unwrap();
+    assert_eq!(
+        exchange(&mut client, "hello").await.ok().as_deref(),
+        Some("a"),
+        "the one client place went to a query; log:\n{}",
+        broker.log_text()
+    );
+    // The stalled request is still answered once it is complete.
+    stalled.write_all(b"/PING HTTP/1.1\r\n\r\n").await.unwrap();
+    let answer = HttpConnection::on(stalled)
+        .read_response(false)
+        .await
+        .unwrap();
+    assert_eq!(answer.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn query_max_connections_caps_unfinished_queries() {
     let a = TestServer::start("a").await;
     let broker = Broker::start(&ini_for(&[&a], "QUERY_MAX_CONNECTIONS=2")).await;
-    let mut held = Vec::new();
-    for _ in 0..2 {
+    // Two requests that never finish, each holding one of the two places. A probe below may
+    // take a place before one of them does, which is then refused at once: it is replaced,
+    // until both hold their places and a third query is refused.
+    let unfinished = || async {
         let mut stream = TcpStream::connect(broker.addr()).await.unwrap();
         stream
             .write_all(b"GET /TOTVS_BROKER_QUERY/PING HTTP/1.1\r\n")
             .await
             .unwrap();
-        held.push(stream);
-    }
-    // The two take their places as soon as the broker has read their first line; until then
-    // a query may still be answered.
+        stream
+    };
+    let mut held = vec![unfinished().await, unfinished().await];
     let end = Instant::now() + DEADLINE;
     let refused = loop {
+        for stream in held.iter_mut() {
+            let mut byte = [0u8; 1];
+            let answered = !matches!(
+                stream.try_read(&mut byte),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock
+            );
+            if answered {
+                *stream = unfinished().await;
+            }
+        }
         let answer = get(&broker, "/TOTVS_BROKER_QUERY/PING").await;
         if answer.status != 200 {
             break answer;
         }
         assert!(Instant::now() < end, "a third query was never refused");
+        tokio::time::sleep(Duration::from_millis(10)).await;
     };
     assert_eq!(refused.status, 503, "{}", refused.text());
-    assert!(refused.text().contains("QUERY_MAX_CONNECTIONS"));
+    assert!(
+        refused.text().contains("QUERY_MAX_CONNECTIONS"),
+        "{}",
+        refused.text()
+    );
     assert_eq!(
         ask(broker.addr()).await.unwrap(),
         "a",
         "proxying still works"
     );
 
+    // Their places come back when they leave.
     drop(held);
-    let end = Instant::now() + DEADLINE;
-    while get(&broker, "/TOTVS_BROKER_QUERY/PING").await.status != 200 {
-        assert!(Instant::now() < end, "places never given back");
-    }
+    ping_until(&broker, 200).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -672,18 +768,10 @@ async fn quarantine_shows_in_json_within_a_monitor_round() {
     assert_eq!(server_json(&status, &b.address())["quarantine"], "-");
 
     b.stop().await;
-    let end = Instant::now() + DEADLINE;
-    let status = loop {
-        let status = json(&broker).await;
-        if server_json(&status, &b.address())["inquarantine"] == true {
-            break status;
-        }
-        assert!(
-            Instant::now() < end,
-            "b never quarantined:\n{}",
-            broker.log_text()
-        );
-    };
+    let status = json_when(&broker, "b in quarantine", |status| {
+        server_json(status, &b.address())["inquarantine"] == true
+    })
+    .await;
     let quarantined = server_json(&status, &b.address());
     assert!(
         is_clock(quarantined["quarantine"].as_str().unwrap()),
@@ -700,18 +788,10 @@ async fn quarantine_shows_in_json_within_a_monitor_round() {
     assert_eq!(healthy["quarantine"], "-");
 
     b.resume().await;
-    let end = Instant::now() + DEADLINE;
-    let status = loop {
-        let status = json(&broker).await;
-        if server_json(&status, &b.address())["inquarantine"] == false {
-            break status;
-        }
-        assert!(
-            Instant::now() < end,
-            "b never released:\n{}",
-            broker.log_text()
-        );
-    };
+    let status = json_when(&broker, "b released", |status| {
+        server_json(status, &b.address())["inquarantine"] == false
+    })
+    .await;
     let released = server_json(&status, &b.address());
     assert_eq!(released["quarantine"], "-", "{released}");
     assert_eq!(released["quarantine_entry_time"], "-", "{released}");
@@ -1119,6 +1199,7 @@ async fn metrics_parse_as_prometheus_text() {
             break text;
         }
         assert!(Instant::now() < end, "no check samples:\n{text}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
     };
 
     let mut samples = Vec::new();

@@ -536,7 +536,11 @@ pub struct HttpConnection {
 
 impl HttpConnection {
     pub async fn connect(addr: SocketAddr) -> HttpConnection {
-        let stream = TcpStream::connect(addr).await.expect("connect to broker");
+        HttpConnection::on(TcpStream::connect(addr).await.expect("connect to broker"))
+    }
+
+    /// The same over a connection already open (and perhaps partly written to).
+    pub fn on(stream: TcpStream) -> HttpConnection {
         HttpConnection {
             stream,
             buffer: Vec::new(),
