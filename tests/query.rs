@@ -301,6 +301,28 @@ async fn commands_and_prefix_ignore_case() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_line_in_several_segments_is_still_a_query() {
+    let a = TestServer::start("a").await;
+    let broker = Broker::start(&ini_for(&[&a], "")).await;
+    let mut connection = HttpConnection::connect(broker.addr()).await;
+    connection.stream.set_nodelay(true).unwrap();
+    // Each write leaves at once as its own segment; the broker may read them one by one.
+    for piece in [
+        &b"GE"[..],
+        b"T /totvs_BR",
+        b"OKER_QUERY",
+        b"/PING HTTP/1.1\r\n",
+        b"Host: x\r\n\r\n",
+    ] {
+        connection.stream.write_all(piece).await.unwrap();
+        connection.stream.flush().await.unwrap();
+    }
+    let answer = connection.read_response(false).await.unwrap();
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(a.accepted(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keep_alive_answers_several_requests_on_one_connection() {
     let a = TestServer::start("a").await;
     let broker = Broker::start(&ini_for(&[&a], "")).await;
