@@ -1,6 +1,6 @@
 //! The few system facilities the standard library lacks, kept in one small module so the rest
-//! stays portable (a Windows build is expected to be asked for): errno names and the open-file
-//! limit.
+//! stays portable (a Windows build is expected to be asked for): errno names, the open-file
+//! limit, keepalive knobs, and splice(2) through pipes.
 
 use std::io;
 
@@ -81,4 +81,126 @@ pub fn set_keepalive(
     #[cfg(any(target_os = "linux", target_os = "android"))]
     socket.set_tcp_user_timeout(Some(keepalive.dead_after()))?;
     Ok(())
+}
+
+#[cfg(target_os = "linux")]
+pub use pipes::{Pipe, PipePool};
+
+/// Zero-copy relaying with splice(2) through pipes (Linux): bytes go from one socket into a
+/// pipe and from the pipe into the other socket without being copied to user space.
+#[cfg(target_os = "linux")]
+mod pipes {
+    use std::io;
+    use std::os::fd::{AsFd, OwnedFd};
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+    use nix::fcntl::{OFlag, SpliceFFlags, splice};
+
+    /// Most bytes one splice moves, and the pipe size asked for (F_SETPIPE_SZ). Measured with
+    /// iperf3 through the broker pinned to one CPU: the default 64 KiB pipe moved about 8
+    /// Gbit/s, 256 KiB 10-11 Gbit/s, 1 MiB less again.
+    const PIPE_CAPACITY: usize = 256 * 1024;
+
+    /// A pipe and the bytes waiting in it.
+    #[derive(Debug)]
+    pub struct Pipe {
+        read: OwnedFd,
+        write: OwnedFd,
+        /// Bytes spliced in and not yet out.
+        pub pending: usize,
+    }
+
+    impl Pipe {
+        fn new() -> io::Result<Pipe> {
+            let (read, write) = nix::unistd::pipe2(OFlag::O_NONBLOCK | OFlag::O_CLOEXEC)?;
+            let _ = nix::fcntl::fcntl(
+                &write,
+                nix::fcntl::FcntlArg::F_SETPIPE_SZ(PIPE_CAPACITY as i32),
+            );
+            Ok(Pipe {
+                read,
+                write,
+                pending: 0,
+            })
+        }
+
+        /// Moves what `from` has (up to the pipe's capacity) into the pipe; 0 at end of stream.
+        pub fn fill_from(&mut self, from: impl AsFd) -> io::Result<usize> {
+            let flags = SpliceFFlags::SPLICE_F_MOVE | SpliceFFlags::SPLICE_F_NONBLOCK;
+            let n = splice(from, None, &self.write, None, PIPE_CAPACITY, flags)?;
+            self.pending += n;
+            Ok(n)
+        }
+
+        /// Moves bytes from the pipe into `to`; returns how many.
+        pub fn drain_to(&mut self, to: impl AsFd) -> io::Result<usize> {
+            let flags = SpliceFFlags::SPLICE_F_MOVE | SpliceFFlags::SPLICE_F_NONBLOCK;
+            let n = splice(&self.read, None, to, None, self.pending, flags)?;
+            self.pending -= n;
+            Ok(n)
+        }
+    }
+
+    /// Pipes are taken from here when a connection starts moving bulk data, and given back
+    /// when it ends. Bounded, because each pipe costs two descriptors and 64 KiB of kernel
+    /// memory, and a non-root user's pipe memory is limited (`fs.pipe-user-pages-soft`,
+    /// 64 MiB by default); connections beyond the bound keep the buffered copy.
+    #[derive(Debug)]
+    pub struct PipePool {
+        free: Mutex<Vec<Pipe>>,
+        /// Pipes in existence, in use or free.
+        live: AtomicUsize,
+        max: usize,
+    }
+
+    /// Empty pipes kept for reuse; more are closed, to give their descriptors back.
+    const KEEP_FREE: usize = 64;
+
+    impl PipePool {
+        /// A pool of at most `max` pipes.
+        pub const fn new(max: usize) -> Self {
+            PipePool {
+                free: Mutex::new(Vec::new()),
+                live: AtomicUsize::new(0),
+                max,
+            }
+        }
+
+        /// A pipe, if the bound allows one and the system gives it.
+        pub fn take(&self) -> Option<Pipe> {
+            if let Some(pipe) = self.free.lock().unwrap_or_else(|p| p.into_inner()).pop() {
+                return Some(pipe);
+            }
+            if self.live.fetch_add(1, Relaxed) >= self.max {
+                self.live.fetch_sub(1, Relaxed);
+                return None;
+            }
+            match Pipe::new() {
+                Ok(pipe) => Some(pipe),
+                Err(_) => {
+                    // Out of descriptors or pipe memory: the buffered copy will do.
+                    self.live.fetch_sub(1, Relaxed);
+                    None
+                }
+            }
+        }
+
+        /// Gives a pipe back: kept when empty and few are free, closed otherwise.
+        pub fn give(&self, pipe: Pipe) {
+            if pipe.pending == 0 {
+                let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+                if free.len() < KEEP_FREE {
+                    free.push(pipe);
+                    return;
+                }
+            }
+            self.live.fetch_sub(1, Relaxed);
+        }
+
+        /// Pipes in existence (in use or free), for the status page.
+        pub fn live(&self) -> usize {
+            self.live.load(Relaxed)
+        }
+    }
 }
