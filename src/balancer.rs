@@ -244,12 +244,17 @@ impl Balancer {
         changes
     }
 
-    /// Takes a client slot (counted against `MAX_CONNECTIONS`) for a connection just
-    /// accepted; it is given back when the returned slot is dropped.
-    pub fn take_slot(self: &Arc<Self>) -> ClientSlot {
-        let active = self.stats.active.fetch_add(1, Relaxed) + 1;
-        self.stats.peak.fetch_max(active, Relaxed);
-        ClientSlot(Arc::clone(self))
+    /// Takes a client place, counted against `MAX_CONNECTIONS` until the returned slot is
+    /// dropped; `None` when the limit is reached.
+    pub fn try_take_slot(self: &Arc<Self>) -> Option<ClientSlot> {
+        let max = u64::from(self.pool().config.max_connections);
+        let before = self
+            .stats
+            .active
+            .fetch_update(Relaxed, Relaxed, |active| (active < max).then_some(active + 1))
+            .ok()?;
+        self.stats.peak.fetch_max(before + 1, Relaxed);
+        Some(ClientSlot(Arc::clone(self)))
     }
 
     /// True when `MAX_CONNECTIONS` clients are open.

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Span, debug, error, info};
 
-use crate::balancer::{Balancer, ClientSlot, Eligible, Lease};
+use crate::balancer::{Balancer, Eligible, Lease};
 use crate::config::Host;
 use crate::config::show_duration;
 use crate::health::{Reason, quarantine, release};
@@ -70,8 +70,9 @@ fn timed_out(after: Duration) -> io::Error {
 const QUERY_LINE_WAIT: Duration = Duration::from_secs(10);
 
 /// Serves one accepted client to the end: forwards it to a server (or closes it when none can
-/// be reached), or answers it when it is a query. `slot` counts it against `MAX_CONNECTIONS`;
-/// `stop` cuts the relay short (shutdown timeout).
+/// be reached), or answers it when it is a query. Once known to be no query it takes a
+/// `MAX_CONNECTIONS` place, or is refused when none is left. `stop` cuts the relay short
+/// (shutdown timeout).
 ///
 /// With the query interface on, the client's first bytes are read before a server is chosen
 /// (docs/architecture.md weighs this against connecting at once): a client that sends nothing
@@ -81,7 +82,7 @@ pub async fn serve(
     balancer: Arc<Balancer>,
     mut client: TcpStream,
     peer: SocketAddr,
-    slot: ClientSlot,
+    local: Option<SocketAddr>,
     stop: CancellationToken,
 ) {
     let started = Instant::now();
@@ -89,11 +90,22 @@ pub async fn serve(
     let mut first = Vec::new();
     if pool.config.query.enabled {
         let query = &pool.config.query;
-        match sniff(&client, &mut first, query.sniff_timeout, QUERY_LINE_WAIT).await {
-            Ok(Verdict::Forward) => {}
-            Ok(Verdict::Query) => {
-                drop(slot); // a query is not a client connection
-                query::serve(ctx, balancer, client, first, peer).await;
+        let sniffed = sniff(
+            &client,
+            &mut first,
+            query.sniff_timeout,
+            QUERY_LINE_WAIT,
+            &balancer.query_permits,
+        )
+        .await;
+        match sniffed {
+            Ok((Verdict::Forward, _)) => {}
+            Ok((Verdict::Query, permit)) => {
+                query::serve(ctx, balancer, client, first, peer, permit).await;
+                return;
+            }
+            Ok((Verdict::Closed, _)) => {
+                debug!("client closed before sending anything");
                 return;
             }
             Err(e) => {
@@ -102,6 +114,12 @@ pub async fn serve(
             }
         }
     }
+    // Only now is it a client: queries never take a MAX_CONNECTIONS place.
+    let Some(slot) = balancer.try_take_slot() else {
+        balancer.refuse(local);
+        return;
+    };
+    balancer.below_limit();
     let Some((lease, mut upstream)) = choose_and_connect(&balancer).await else {
         return;
     };
@@ -143,11 +161,18 @@ pub async fn serve_at_limit(
     local: Option<SocketAddr>,
 ) {
     if balancer.query_permits.available_permits() > 0 {
-        let sniff_timeout = balancer.pool().config.query.sniff_timeout;
+        let pool = balancer.pool();
         let mut first = Vec::new();
-        if let Ok(Verdict::Query) = sniff(&client, &mut first, sniff_timeout, QUERY_LINE_WAIT).await
-        {
-            query::serve(ctx, balancer, client, first, peer).await;
+        let sniffed = sniff(
+            &client,
+            &mut first,
+            pool.config.query.sniff_timeout,
+            QUERY_LINE_WAIT,
+            &balancer.query_permits,
+        )
+        .await;
+        if let Ok((Verdict::Query, permit)) = sniffed {
+            query::serve(ctx, balancer, client, first, peer, permit).await;
             return;
         }
     }

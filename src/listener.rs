@@ -132,9 +132,7 @@ pub async fn accept_loop(
             }
             continue;
         }
-        balancer.below_limit();
-        let slot = balancer.take_slot();
         let (b, ctx, cut) = (Arc::clone(&balancer), Arc::clone(&ctx), cut.clone());
-        tasks.spawn(forward::serve(ctx, b, stream, peer, slot, cut).instrument(span));
+        tasks.spawn(forward::serve(ctx, b, stream, peer, local, cut).instrument(span));
     }
 }

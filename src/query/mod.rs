@@ -31,6 +31,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
+use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
@@ -65,15 +66,18 @@ pub struct Context {
     pub shutdown: Shutdown,
 }
 
-/// Answers a query connection whose first bytes (`first`) were already read.
+/// Answers a query connection whose first bytes (`first`) were already read. `permit` is the
+/// query permit taken while its request line came in, if one was.
 pub async fn serve(
     ctx: Arc<Context>,
     balancer: Arc<Balancer>,
     mut stream: TcpStream,
     first: Vec<u8>,
     peer: SocketAddr,
+    permit: Option<OwnedSemaphorePermit>,
 ) {
-    let Ok(_permit) = Arc::clone(&balancer.query_permits).try_acquire_owned() else {
+    let permit = permit.or_else(|| Arc::clone(&balancer.query_permits).try_acquire_owned().ok());
+    let Some(_permit) = permit else {
         let _ = respond_raw(
             &mut stream,
             "503 Service Unavailable",

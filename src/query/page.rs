@@ -108,7 +108,7 @@ tr.isDisabled td { background:var(--warnbg); }
 .state-draining { color:var(--warn); font-weight:600; }
 small, .muted { color:var(--muted); }
 a { color:var(--accent); }
-.chart svg { width:100%; max-width:900px; height:auto; display:block; }
+.chart svg { width:100%; height:auto; display:block; }
 .legend { display:flex; flex-wrap:wrap; gap:4px 14px; margin-top:6px; font-size:12px; }
 .legend span::before { content:''; display:inline-block; width:10px; height:10px; border-radius:2px; margin-right:5px; background:var(--c); }
 footer { color:var(--muted); font-size:12px; margin-top:14px; }
@@ -391,13 +391,21 @@ fn check_cell(l: &Labels, s: &ServerSnapshot, monitoring: &Monitoring) -> String
 
 /// The inline SVG chart: active connections per server, each minute of the last hour.
 fn chart(out: &mut String, l: &Labels, snap: &Snapshot) {
-    const W: f64 = 900.0;
+    const W: f64 = 1200.0;
     const H: f64 = 180.0;
     const LEFT: f64 = 40.0;
     const BOTTOM: f64 = 20.0;
     const TOP: f64 = 8.0;
-    let hour_ms = 3_600_000.0;
+    // The window is the last hour, or the time since the first sample when the broker is
+    // younger (at least a minute), so a new broker's chart is not a stroke at the right edge.
     let now = snap.now_wall_ms as f64;
+    let oldest = snap
+        .servers
+        .iter()
+        .filter_map(|s| s.samples.first().map(|&(t, _)| t))
+        .min()
+        .map_or(now, |t| t as f64);
+    let window_ms = (now - oldest).clamp(60_000.0, 3_600_000.0);
     let series: Vec<Vec<(u64, u64)>> = snap
         .servers
         .iter()
@@ -414,7 +422,7 @@ fn chart(out: &mut String, l: &Labels, snap: &Snapshot) {
         .max()
         .unwrap_or(0)
         .max(1);
-    let x = |t: u64| LEFT + (W - LEFT - 4.0) * (1.0 - ((now - t as f64) / hour_ms).clamp(0.0, 1.0));
+    let x = |t: u64| LEFT + (W - LEFT - 4.0) * (1.0 - ((now - t as f64) / window_ms).clamp(0.0, 1.0));
     let y = |v: u64| TOP + (H - TOP - BOTTOM) * (1.0 - v as f64 / max as f64);
     let _ = write!(
         out,
@@ -434,11 +442,19 @@ fn chart(out: &mut String, l: &Labels, snap: &Snapshot) {
             yy + 4.0
         );
     }
-    for (label, t) in [
-        ("-60 min", now - hour_ms),
-        ("-30 min", now - hour_ms / 2.0),
-        ("now", now),
-    ] {
+    let ago = |ms: f64| {
+        if ms >= 120_000.0 {
+            format!("-{} min", (ms / 60_000.0).round())
+        } else {
+            format!("-{} s", (ms / 1000.0).round())
+        }
+    };
+    let ticks = [
+        (ago(window_ms), now - window_ms),
+        (ago(window_ms / 2.0), now - window_ms / 2.0),
+        ("now".to_string(), now),
+    ];
+    for (label, t) in ticks {
         let xx = x(t.max(0.0) as u64);
         let anchor = if label == "now" { "end" } else { "middle" };
         let _ = write!(
@@ -451,7 +467,7 @@ fn chart(out: &mut String, l: &Labels, snap: &Snapshot) {
         let colour = PALETTE[i % PALETTE.len()];
         let path: Vec<String> = points
             .iter()
-            .filter(|(t, _)| now - (*t as f64) <= hour_ms)
+            .filter(|(t, _)| now - (*t as f64) <= window_ms)
             .map(|&(t, v)| format!("{:.1},{:.1}", x(t), y(v)))
             .collect();
         let _ = write!(

@@ -1,11 +1,13 @@
 //! Telling a query from a client: a connection whose first bytes are `GET` or `HEAD` for
-//! `/TOTVS_BROKER_QUERY` (the path exactly that, or going on with `/`, `?` or a blank) is
-//! answered by the broker; anything else is forwarded, its first bytes included.
+//! `/TOTVS_BROKER_QUERY` (in any case; the path exactly that, or going on with `/`, `?` or a
+//! blank) is answered by the broker; anything else is forwarded, its first bytes included.
 
 use std::io;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpStream;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 /// What the first bytes say.
@@ -15,6 +17,8 @@ pub enum Verdict {
     Query,
     /// Anything else: forward it (with the bytes read so far).
     Forward,
+    /// The client closed before sending anything: nothing to forward, no server to bother.
+    Closed,
 }
 
 const PATH: &[u8] = b"/TOTVS_BROKER_QUERY";
@@ -26,18 +30,24 @@ pub fn classify(bytes: &[u8]) -> Option<Verdict> {
         match classify_with(bytes, method) {
             Some(Verdict::Query) => return Some(Verdict::Query),
             None => best = None,
-            Some(Verdict::Forward) => {}
+            Some(_) => {}
         }
     }
     best
 }
 
-/// The same for one method. Methods and path are compared without regard to case.
+/// The same for one method. The method is compared exactly (HTTP methods are case-sensitive,
+/// and hyper would refuse `get`), the path without regard to case.
 fn classify_with(bytes: &[u8], method: &[u8]) -> Option<Verdict> {
     let expected = method.iter().chain(PATH);
     let mut matched = 0;
-    for (have, want) in bytes.iter().zip(expected) {
-        if !have.eq_ignore_ascii_case(want) {
+    for (i, (have, want)) in bytes.iter().zip(expected).enumerate() {
+        let same = if i < method.len() {
+            have == want
+        } else {
+            have.eq_ignore_ascii_case(want)
+        };
+        if !same {
             return Some(Verdict::Forward);
         }
         matched += 1;
@@ -58,20 +68,26 @@ fn classify_with(bytes: &[u8], method: &[u8]) -> Option<Verdict> {
 const SNIFF_READ: usize = 4096;
 
 /// Reads a client's first bytes into `first` until they classify. A client that sends nothing
-/// within `silence` is taken for a server-first protocol client and forwarded; one whose bytes
-/// so far could be a query is given up to `partial` to finish its request line.
+/// within `silence` is taken for a server-first protocol client and forwarded. One whose bytes
+/// so far could be a query gets up to `partial` to finish its request line, holding a query
+/// permit from `permits` meanwhile, so half-sent lines are bounded by `QUERY_MAX_CONNECTIONS`
+/// (when none is free, it is taken for a query at once and will be told to retry). Returns
+/// the permit when one was taken.
 pub async fn sniff(
     stream: &TcpStream,
     first: &mut Vec<u8>,
     silence: Duration,
     partial: Duration,
-) -> io::Result<Verdict> {
+    permits: &Arc<Semaphore>,
+) -> io::Result<(Verdict, Option<OwnedSemaphorePermit>)> {
     let started = Instant::now();
+    let mut permit = None;
     loop {
         let limit = if first.is_empty() { silence } else { partial };
-        let deadline = started + limit;
-        match tokio::time::timeout_at(deadline, stream.readable()).await {
-            Err(_) => return Ok(Verdict::Forward),
+        match tokio::time::timeout_at(started + limit, stream.readable()).await {
+            Err(_) if first.is_empty() => return Ok((Verdict::Forward, None)),
+            // A query line that never finished: let the query interface drop it.
+            Err(_) => return Ok((Verdict::Query, permit)),
             Ok(ready) => ready?,
         }
         let have = first.len();
@@ -79,7 +95,8 @@ pub async fn sniff(
         match stream.try_read(&mut first[have..]) {
             Ok(0) => {
                 first.truncate(have);
-                return Ok(Verdict::Forward); // the client closed; forwarding passes that on
+                let verdict = if have == 0 { Verdict::Closed } else { Verdict::Forward };
+                return Ok((verdict, permit));
             }
             Ok(n) => first.truncate(have + n),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -91,8 +108,13 @@ pub async fn sniff(
                 return Err(e);
             }
         }
-        if let Some(verdict) = classify(first) {
-            return Ok(verdict);
+        match classify(first) {
+            Some(verdict) => return Ok((verdict, permit)),
+            None if permit.is_none() => match Arc::clone(permits).try_acquire_owned() {
+                Ok(taken) => permit = Some(taken),
+                Err(_) => return Ok((Verdict::Query, None)),
+            },
+            None => {}
         }
     }
 }
@@ -106,7 +128,8 @@ mod tests {
         let cases: &[(&[u8], Option<Verdict>)] = &[
             (b"", None),
             (b"G", None),
-            (b"get /totvs_broker_q", None),
+            (b"GET /totvs_broker_q", None),
+            (b"get /TOTVS_BROKER_QUERY/PING", Some(Verdict::Forward)),
             (b"GET /TOTVS_BROKER_QUERY", None),
             (b"GET /TOTVS_BROKER_QUERY ", Some(Verdict::Query)),
             (
