@@ -1,8 +1,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test that cannot go on should panic
 //! Live reload (SIGHUP) through the real binary: servers added, removed and re-weighted,
-//! intervals changed, quarantine state kept, a listen port moved (or not, when it is taken),
-//! balancer sections added and removed, an invalid file rejected, and twenty reloads under
-//! load without a failed or corrupted exchange.
+//! intervals changed, quarantine state kept, a listen port moved (or not, when it is taken;
+//! with clients arriving; onto the port of a section removed in the same reload), balancer
+//! sections added, removed and renamed, an invalid or missing file rejected, and twenty
+//! reloads under load without a failed or corrupted exchange.
 
 mod common;
 
@@ -263,7 +264,6 @@ async fn quarantine_state_and_counters_of_remaining_servers_survive() {
         ),
     )
     .await;
-    assert_mentions(&line, &[&format!("server {} weight 1 -> 2", b.address())]);
 
     let after = query_json(broker.addr()).await;
     let b_after = server_json(&after, &b.address()).unwrap();
@@ -278,6 +278,7 @@ async fn quarantine_state_and_counters_of_remaining_servers_survive() {
         assert_eq!(b_after[key], b_before[key], "{key} of b: {after}");
     }
     assert_eq!(b_after["weight"], 2, "{after}");
+    assert_mentions(&line, &[&format!("server {} weight 1 -> 2", b.address())]);
     assert_eq!(
         server_json(&after, &a.address()).unwrap()["total_connections"],
         a_total,
@@ -355,6 +356,8 @@ async fn a_new_listen_port_accepts_before_the_old_one_closes() {
     close_and_check(&broker, held).await;
 }
 
+/// Also the sure proof of the order: had the old listener been closed before the new bind was
+/// tried, nothing would be listening after the failed bind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_listen_port_that_cannot_be_bound_leaves_the_old_one_serving() {
     let a = TestServer::start("a").await;
@@ -561,8 +564,15 @@ const MAX_EXCHANGES_PER_CLIENT: usize = 20_000;
 const MAX_LOAD_TIME: Duration = Duration::from_secs(40);
 
 /// One client of the load test: connection after connection, each carrying a few lines of
-/// random bytes and checking every echo byte for byte, until `stop`.
-async fn client_loop(addr: SocketAddr, seed: u64, stop: Arc<AtomicBool>, load: Arc<Load>) {
+/// random bytes (or, for a `long_lived` client, lines until `stop`, as a SmartClient session
+/// lives across reloads) and checking every echo byte for byte, until `stop`.
+async fn client_loop(
+    addr: SocketAddr,
+    seed: u64,
+    long_lived: bool,
+    stop: Arc<AtomicBool>,
+    load: Arc<Load>,
+) {
     let mut rng = Rng(seed | 1);
     let started = Instant::now();
     let mut done = 0;
@@ -581,7 +591,15 @@ async fn client_loop(addr: SocketAddr, seed: u64, stop: Arc<AtomicBool>, load: A
         load.connections.fetch_add(1, Ordering::SeqCst);
         let (read, mut write) = stream.into_split();
         let mut read = AsyncBufReader::new(read);
-        for _ in 0..1 + rng.below(8) {
+        let lines = if long_lived {
+            u64::MAX
+        } else {
+            1 + rng.below(8)
+        };
+        for _ in 0..lines {
+            if stop.load(Ordering::SeqCst) || started.elapsed() >= MAX_LOAD_TIME {
+                break;
+            }
             let len = 1 + rng.below(3000) as usize;
             let mut line: Vec<u8> = (0..len)
                 .map(|_| match rng.next() as u8 {
@@ -631,6 +649,7 @@ async fn client_loop(addr: SocketAddr, seed: u64, stop: Arc<AtomicBool>, load: A
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twenty_reloads_under_load_lose_no_exchange() {
     const CLIENTS: usize = 6;
+    const LONG_LIVED: usize = 2;
     const RELOADS: usize = 20;
     let a = TestServer::start("a").await;
     let b = TestServer::start("b").await;
@@ -656,11 +675,12 @@ async fn twenty_reloads_under_load_lose_no_exchange() {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_nanos() as u64;
-    let clients: Vec<_> = (0..CLIENTS as u64)
+    let clients: Vec<_> = (0..(CLIENTS + LONG_LIVED) as u64)
         .map(|i| {
             tokio::spawn(client_loop(
                 broker.addr(),
                 seed.wrapping_add(i.wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+                i >= CLIENTS as u64,
                 Arc::clone(&stop),
                 Arc::clone(&load),
             ))
@@ -673,6 +693,7 @@ async fn twenty_reloads_under_load_lose_no_exchange() {
     for n in 1..=RELOADS {
         let line = reload(&broker, &generation(n)).await;
         assert!(!line.contains("nothing changed"), "reload {n}: {line}");
+        assert_mentions(&line, &[&format!("server {}", c.address())]);
         // Every reload meets clients: new connections are made under each configuration.
         let seen = progress(&load);
         eventually(&format!("new connections after reload {n}"), || {
@@ -695,7 +716,8 @@ async fn twenty_reloads_under_load_lose_no_exchange() {
         load.exchanges.load(Ordering::SeqCst),
     );
     eprintln!(
-        "reload under load: {RELOADS} reloads, {CLIENTS} clients, {connections} connections, \
+        "reload under load: {RELOADS} reloads, {CLIENTS} clients and {LONG_LIVED} long-lived \
+         ones, {connections} connections, \
          {exchanges} exchanges ({} by the server added and removed), {} bytes echoed, \
          {} failed or corrupted, {:.1}s",
         load.by_c.load(Ordering::SeqCst),
