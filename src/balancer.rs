@@ -251,7 +251,9 @@ impl Balancer {
         let before = self
             .stats
             .active
-            .fetch_update(Relaxed, Relaxed, |active| (active < max).then_some(active + 1))
+            .fetch_update(Relaxed, Relaxed, |active| {
+                (active < max).then_some(active + 1)
+            })
             .ok()?;
         self.stats.peak.fetch_max(before + 1, Relaxed);
         Some(ClientSlot(Arc::clone(self)))

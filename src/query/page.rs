@@ -422,7 +422,8 @@ fn chart(out: &mut String, l: &Labels, snap: &Snapshot) {
         .max()
         .unwrap_or(0)
         .max(1);
-    let x = |t: u64| LEFT + (W - LEFT - 4.0) * (1.0 - ((now - t as f64) / window_ms).clamp(0.0, 1.0));
+    let x =
+        |t: u64| LEFT + (W - LEFT - 4.0) * (1.0 - ((now - t as f64) / window_ms).clamp(0.0, 1.0));
     let y = |v: u64| TOP + (H - TOP - BOTTOM) * (1.0 - v as f64 / max as f64);
     let _ = write!(
         out,

@@ -95,7 +95,11 @@ pub async fn sniff(
         match stream.try_read(&mut first[have..]) {
             Ok(0) => {
                 first.truncate(have);
-                let verdict = if have == 0 { Verdict::Closed } else { Verdict::Forward };
+                let verdict = if have == 0 {
+                    Verdict::Closed
+                } else {
+                    Verdict::Forward
+                };
                 return Ok((verdict, permit));
             }
             Ok(n) => first.truncate(have + n),

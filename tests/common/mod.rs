@@ -670,3 +670,38 @@ pub async fn http_get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) ->
         .await
         .unwrap_or_else(|e| panic!("GET {path}: {e}"))
 }
+
+/// Asks `addr` (a balancer's port) for `GET /TOTVS_BROKER_QUERY/JSON` and returns the parsed
+/// answer: the live state of that balancer and its servers.
+pub async fn query_json(addr: SocketAddr) -> serde_json::Value {
+    let mut stream = TcpStream::connect(addr).await.expect("connect for a query");
+    stream
+        .write_all(
+            b"GET /TOTVS_BROKER_QUERY/JSON HTTP/1.1\r\nHost: appbroker\r\nConnection: close\r\n\r\n",
+        )
+        .await
+        .expect("send the query");
+    let mut response = Vec::new();
+    tokio::time::timeout(DEADLINE, stream.read_to_end(&mut response))
+        .await
+        .expect("query answered in time")
+        .expect("read the answer");
+    let text = String::from_utf8(response).expect("answer in UTF-8");
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("no HTTP head in {text:?}"));
+    assert!(head.starts_with("HTTP/1.1 200"), "query answered {head:?}");
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("JSON answer: {e}: {body}"))
+}
+
+/// The entry of `json` (a [`query_json`] answer) for the server at `address` (`host:port`).
+pub fn server_json<'a>(
+    json: &'a serde_json::Value,
+    address: &str,
+) -> Option<&'a serde_json::Value> {
+    json["servers"]
+        .as_array()
+        .expect("`servers` is an array")
+        .iter()
+        .find(|s| s["server"] == address)
+}
