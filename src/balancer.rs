@@ -231,12 +231,13 @@ impl Balancer {
             // Permits held now are not taken back; the limit settles as queries end.
             self.query_permits.forget_permits((before - after) as usize);
         }
-        let mut settings = config.clone();
-        let mut previous = old.config.clone();
-        settings.servers.clear();
-        previous.servers.clear();
-        if settings != previous {
-            changes.push(format!("{} settings changed", config.kind));
+        let previous = old.config.settings();
+        for (key, value) in config.settings() {
+            match previous.iter().find(|(k, _)| *k == key) {
+                Some((_, was)) if *was == value => {}
+                Some((_, was)) => changes.push(format!("{} {key} {was} -> {value}", config.kind)),
+                None => changes.push(format!("{} {key} {value}", config.kind)),
+            }
         }
         self.pool.store(Arc::new(Pool::new(config, servers)));
         // The monitor reads the new interval and servers when it wakes.

@@ -246,31 +246,13 @@ async fn reload_config(
         warn!("the [General] logging keys changed; they take effect when appbroker is restarted");
     }
 
-    let mut kept: Vec<Running> = Vec::new();
     let mut changes: Vec<String> = Vec::new();
-    for b in &mut config.balancers {
-        match running.iter().position(|u| u.balancer.kind() == b.kind) {
-            Some(index) => {
-                let mut unit = running.remove(index);
-                if unit.listen != b.listen {
-                    move_listener(ctx, &mut unit, b).await;
-                }
-                changes.extend(unit.balancer.reconfigure(b.clone()));
-                kept.push(unit);
-            }
-            None => match listener::bind(b) {
-                Ok(listener) => {
-                    let balancer = Arc::new(Balancer::new(b.clone()));
-                    kept.push(start(balancer, listener, ctx));
-                    changes.push(format!("{} added", b.kind));
-                }
-                Err(e) => {
-                    error!("{e}; {} is not started", b.kind);
-                }
-            },
-        }
-    }
-    for mut unit in running.drain(..) {
+    // Balancers gone from the file go first: their ports may be taken by others in this
+    // same reload (a section renamed, a balancer moved onto a freed port).
+    let (mut stay, gone): (Vec<Running>, Vec<Running>) = std::mem::take(running)
+        .into_iter()
+        .partition(|u| config.balancers.iter().any(|b| b.kind == u.balancer.kind()));
+    for mut unit in gone {
         let kind = unit.balancer.kind();
         stop_accepting(&mut unit).await;
         unit.stop_background.cancel();
@@ -293,6 +275,44 @@ async fn reload_config(
         changes.push(format!("{kind} removed"));
         retired.push(unit);
     }
+    // Then the balancers that stay: moved listeners (before new ones may need their old
+    // ports), new settings and servers.
+    for b in &mut config.balancers {
+        if let Some(unit) = stay.iter_mut().find(|u| u.balancer.kind() == b.kind) {
+            if unit.listen != b.listen {
+                changes.push(move_listener(ctx, unit, b).await);
+            }
+            changes.extend(unit.balancer.reconfigure(b.clone()));
+        }
+    }
+    // Last, the new ones.
+    for b in &config.balancers {
+        if stay.iter().any(|u| u.balancer.kind() == b.kind) {
+            continue;
+        }
+        match listener::bind(b) {
+            Ok(listener) => {
+                let balancer = Arc::new(Balancer::new(b.clone()));
+                stay.push(start(balancer, listener, ctx));
+                changes.push(format!("{} added", b.kind));
+            }
+            Err(e) => {
+                error!("{e}; {} is not started", b.kind);
+                changes.push(format!(
+                    "{} not started (cannot listen on {})",
+                    b.kind, b.listen
+                ));
+            }
+        }
+    }
+    // Running in configuration order, as the pages list them.
+    stay.sort_by_key(|u| {
+        config
+            .balancers
+            .iter()
+            .position(|b| b.kind == u.balancer.kind())
+    });
+    let kept = stay;
     // Only balancers that run are in the configuration the pages show.
     config
         .balancers
@@ -311,7 +331,12 @@ async fn reload_config(
 
 /// Binds the balancer's new listen address, starts accepting there, then closes the old
 /// listener. When the new address cannot be bound, the old one stays (and `config` says so).
-async fn move_listener(ctx: &Arc<query::Context>, unit: &mut Running, config: &mut BalancerConfig) {
+/// Returns what happened, for the reload's summary line.
+async fn move_listener(
+    ctx: &Arc<query::Context>,
+    unit: &mut Running,
+    config: &mut BalancerConfig,
+) -> String {
     match listener::bind(config) {
         Ok(listener) => {
             let new = spawn_accept_loop(&unit.balancer, listener, ctx, &unit.tasks, &unit.cut);
@@ -319,15 +344,22 @@ async fn move_listener(ctx: &Arc<query::Context>, unit: &mut Running, config: &m
                 old_stop.cancel();
                 let _ = old_task.await;
             }
-            info!(
+            let moved = format!(
                 "{} now listens on {} (was {})",
                 config.kind, config.listen, unit.listen
             );
+            info!("{moved}");
             unit.listen = config.listen;
+            moved
         }
         Err(e) => {
             error!("{e}; {} keeps listening on {}", config.kind, unit.listen);
+            let kept = format!(
+                "{} still listens on {} (cannot listen on {})",
+                config.kind, unit.listen, config.listen
+            );
             config.listen = unit.listen;
+            kept
         }
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, error, field, info, info_span};
@@ -88,10 +88,22 @@ pub async fn accept_loop(
     cut: CancellationToken,
 ) {
     let local = listener.local_addr().ok();
+    let start = |stream: TcpStream, peer: SocketAddr| {
+        start_client(&balancer, &ctx, &tasks, &cut, local, stream, peer);
+    };
     let mut failed_accepts: u64 = 0;
     loop {
         let accepted = tokio::select! {
-            _ = stop_accepting.cancelled() => return,
+            _ = stop_accepting.cancelled() => {
+                // Connections the kernel already accepted would be reset when the listener
+                // closes: serve them first.
+                while let Ok(Ok((stream, peer))) =
+                    tokio::time::timeout(Duration::ZERO, listener.accept()).await
+                {
+                    start(stream, peer);
+                }
+                return;
+            }
             accepted = listener.accept() => accepted,
         };
         let (stream, peer) = match accepted {
@@ -116,23 +128,34 @@ pub async fn accept_loop(
             info!("accepting clients again after {failed_accepts} failed accepts");
             failed_accepts = 0;
         }
-        let _ = stream.set_nodelay(true);
-        if let Err(e) = crate::sys::set_keepalive(&stream, &balancer.pool().config.keepalive) {
-            debug!(client = %peer, "cannot set keepalive: {}", words(&e));
-        }
-        let span = info_span!("conn", client = %peer, server = field::Empty);
-        if balancer.at_limit() {
-            // Past MAX_CONNECTIONS a client is closed at once (a clear refusal beats a hang in
-            // the backlog), unless it turns out to be a query: operators look then.
-            if balancer.pool().config.query.enabled {
-                let (b, ctx) = (Arc::clone(&balancer), Arc::clone(&ctx));
-                tasks.spawn(forward::serve_at_limit(ctx, b, stream, peer, local).instrument(span));
-            } else {
-                balancer.refuse(local);
-            }
-            continue;
-        }
-        let (b, ctx, cut) = (Arc::clone(&balancer), Arc::clone(&ctx), cut.clone());
-        tasks.spawn(forward::serve(ctx, b, stream, peer, local, cut).instrument(span));
+        start(stream, peer);
+    }
+}
+
+/// Starts the task of one accepted connection. Past `MAX_CONNECTIONS` it is closed at once
+/// (a clear refusal beats a hang in the backlog), unless it turns out to be a query:
+/// operators look then.
+fn start_client(
+    balancer: &Arc<Balancer>,
+    ctx: &Arc<query::Context>,
+    tasks: &TaskTracker,
+    cut: &CancellationToken,
+    local: Option<SocketAddr>,
+    stream: TcpStream,
+    peer: SocketAddr,
+) {
+    let pool = balancer.pool();
+    let _ = stream.set_nodelay(true);
+    if let Err(e) = crate::sys::set_keepalive(&stream, &pool.config.keepalive) {
+        debug!(client = %peer, "cannot set keepalive: {}", words(&e));
+    }
+    let span = info_span!("conn", client = %peer, server = field::Empty);
+    let (b, ctx) = (Arc::clone(balancer), Arc::clone(ctx));
+    if !balancer.at_limit() {
+        tasks.spawn(forward::serve(ctx, b, stream, peer, local, cut.clone()).instrument(span));
+    } else if pool.config.query.enabled {
+        tasks.spawn(forward::serve_at_limit(ctx, b, stream, peer, local).instrument(span));
+    } else {
+        balancer.refuse(local);
     }
 }

@@ -86,6 +86,17 @@ impl Config {
     }
 }
 
+impl BalancerConfig {
+    /// Every key of the section but `REMOTE_SERVER_xx`, with its effective value as printed:
+    /// what a reload compares to say which settings changed.
+    pub fn settings(&self) -> Vec<(String, String)> {
+        balancer_keys(self)
+            .into_iter()
+            .filter(|(key, _)| !key.starts_with("REMOTE_SERVER_"))
+            .collect()
+    }
+}
+
 /// Every key of a balancer section with its effective value, in documentation order.
 fn balancer_keys(b: &BalancerConfig) -> Vec<(String, String)> {
     let mut keys: Vec<(String, String)> = [
