@@ -10,12 +10,12 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{Instrument, debug, error, field, info, info_span};
+use tracing::{Instrument, debug, error, field, info, info_span, warn};
 
 use crate::balancer::Balancer;
 use crate::config::BalancerConfig;
 use crate::os_error::{explain_bind, words};
-use crate::{forward, query};
+use crate::{forward, query, sys};
 
 /// Pending connections the kernel may queue before `accept`; the kernel caps it at
 /// `net.core.somaxconn`. Large, because clients arrive in bursts (a shift starting).
@@ -92,7 +92,20 @@ pub async fn accept_loop(
         start_client(&balancer, &ctx, &tasks, &cut, local, stream, peer);
     };
     let mut failed_accepts: u64 = 0;
+    // The keepalive settings the listener carries for its accepted sockets to inherit; set
+    // again when a reload changes them.
+    let mut listener_keepalive = None;
     loop {
+        let keepalive = balancer.pool().config.keepalive;
+        if sys::ACCEPTED_INHERIT_OPTIONS && listener_keepalive != Some(keepalive) {
+            if let Err(e) = sys::set_listener_options(&listener, &keepalive) {
+                warn!(
+                    "cannot set keepalive on the listening socket: {}",
+                    words(&e)
+                );
+            }
+            listener_keepalive = Some(keepalive);
+        }
         let accepted = tokio::select! {
             _ = stop_accepting.cancelled() => {
                 // Connections the kernel already accepted would be reset when the listener
@@ -145,9 +158,11 @@ fn start_client(
     peer: SocketAddr,
 ) {
     let pool = balancer.pool();
-    let _ = stream.set_nodelay(true);
-    if let Err(e) = crate::sys::set_keepalive(&stream, &pool.config.keepalive) {
-        debug!(client = %peer, "cannot set keepalive: {}", words(&e));
+    if !sys::ACCEPTED_INHERIT_OPTIONS {
+        let _ = stream.set_nodelay(true);
+        if let Err(e) = sys::set_keepalive(&stream, &pool.config.keepalive) {
+            debug!(client = %peer, "cannot set keepalive: {}", words(&e));
+        }
     }
     let span = info_span!("conn", client = %peer, server = field::Empty);
     let (b, ctx) = (Arc::clone(balancer), Arc::clone(ctx));
