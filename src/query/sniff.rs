@@ -90,27 +90,14 @@ pub async fn sniff(
             Err(_) => return Ok((Verdict::Query, permit)),
             Ok(ready) => ready?,
         }
-        let have = first.len();
-        first.resize(have + SNIFF_READ, 0);
-        match stream.try_read(&mut first[have..]) {
-            Ok(0) => {
-                first.truncate(have);
-                let verdict = if have == 0 {
-                    Verdict::Closed
-                } else {
-                    Verdict::Forward
-                };
-                return Ok((verdict, permit));
-            }
-            Ok(n) => first.truncate(have + n),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                first.truncate(have);
-                continue;
-            }
-            Err(e) => {
-                first.truncate(have);
-                return Err(e);
-            }
+        let had = first.len();
+        first.reserve(SNIFF_READ);
+        match stream.try_read_buf(first) {
+            Ok(0) if had == 0 => return Ok((Verdict::Closed, permit)),
+            Ok(0) => return Ok((Verdict::Forward, permit)),
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
         }
         match classify(first) {
             Some(verdict) => return Ok((verdict, permit)),
