@@ -106,10 +106,19 @@ impl Broker {
         args: &[&str],
     ) -> Broker {
         let mut command = Command::new(binary());
+        command.arg("--config").arg(&config_path).args(args);
+        Broker::spawn_command(dir, config_path, ports, command)
+    }
+
+    /// Spawns `command`, which runs the broker on `config_path` (through a shell that lowers
+    /// its limits first, say), and reads its output as [`Broker::spawn_file`] does.
+    pub fn spawn_command(
+        dir: tempfile::TempDir,
+        config_path: PathBuf,
+        ports: Vec<u16>,
+        mut command: Command,
+    ) -> Broker {
         command
-            .arg("--config")
-            .arg(&config_path)
-            .args(args)
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
