@@ -500,8 +500,13 @@ async fn round(balancer: &Balancer, pool: &Pool) {
         );
     }
     let available = pool.servers.len() - unavailable.len() - unchecked.len();
+    let not_checked = if unchecked.is_empty() {
+        String::new()
+    } else {
+        format!(", {} not checked", unchecked.len())
+    };
     info!(
-        "monitor: OK - {} available, {} unavailable",
+        "monitor: OK - {} available, {} unavailable{not_checked}",
         plural(available, "server"),
         plural(unavailable.len(), "server")
     );

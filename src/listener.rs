@@ -15,6 +15,7 @@ use tracing::{Instrument, debug, error, field, info, info_span, warn};
 use crate::balancer::Balancer;
 use crate::config::BalancerConfig;
 use crate::os_error::{explain_bind, words};
+use crate::throttle::Episode;
 use crate::{forward, query, sys};
 
 /// Pending connections the kernel may queue before `accept`; the kernel caps it at
@@ -91,7 +92,7 @@ pub async fn accept_loop(
     let start = |stream: TcpStream, peer: SocketAddr| {
         start_client(&balancer, &ctx, &tasks, &cut, local, stream, peer);
     };
-    let mut failed_accepts: u64 = 0;
+    let failed_accepts = Episode::default();
     // The keepalive settings the listener carries for its accepted sockets to inherit; set
     // again when a reload changes them.
     let mut listener_keepalive = None;
@@ -123,7 +124,7 @@ pub async fn accept_loop(
             Ok(accepted) => accepted,
             Err(e) if is_connection_error(&e) => continue,
             Err(e) => {
-                if failed_accepts == 0 {
+                if failed_accepts.strike() {
                     error!(
                         "cannot accept clients: {} ({}); retrying every {} ms, connections in \
                          progress are unaffected",
@@ -132,14 +133,12 @@ pub async fn accept_loop(
                         ACCEPT_BACKOFF.as_millis()
                     );
                 }
-                failed_accepts += 1;
                 tokio::time::sleep(ACCEPT_BACKOFF).await;
                 continue;
             }
         };
-        if failed_accepts > 0 {
-            info!("accepting clients again after {failed_accepts} failed accepts");
-            failed_accepts = 0;
+        if let Some(failed) = failed_accepts.end() {
+            info!("accepting clients again after {failed} failed accepts");
         }
         start(stream, peer);
     }

@@ -47,19 +47,39 @@ impl Throttle {
     }
 }
 
-#[cfg(test)]
-mod episode_tests {
-    use super::*;
+/// A condition that lasts a while (the limit reached, out of descriptors): logged when it
+/// starts and when it ends, with how often it struck in between, instead of once per client.
+/// It ends only after a quiet second: at the edge of a limit, successes and failures
+/// alternate, and each alternation is not an episode of its own.
+#[derive(Debug, Default)]
+pub struct Episode {
+    /// Strikes since the episode started (0: none running).
+    strikes: AtomicU64,
+    /// Wall ms of the last strike.
+    last_strike_ms: AtomicU64,
+}
 
-    #[test]
-    fn an_episode_is_logged_when_it_starts_and_ends() {
-        let episode = Episode::default();
-        assert_eq!(episode.end(), None);
-        assert!(episode.strike());
-        assert!(!episode.strike());
-        assert_eq!(episode.end(), Some(2));
-        assert_eq!(episode.end(), None);
-        assert!(episode.strike(), "a new episode");
+/// How long an episode must go without a strike before a success ends it.
+const QUIET_MS: u64 = 1000;
+
+impl Episode {
+    /// Counts a strike; true for the one that starts an episode (log it).
+    pub fn strike(&self) -> bool {
+        self.last_strike_ms.store(wall_ms(), Relaxed);
+        self.strikes.fetch_add(1, Relaxed) == 0
+    }
+
+    /// A success: ends the episode when one runs and has been quiet for a second, returning
+    /// `Some(strikes)` to log the recovery.
+    pub fn end(&self) -> Option<u64> {
+        // Read first: this runs for every client, and a write would bounce the cache line
+        // between cores for nothing.
+        if self.strikes.load(Relaxed) == 0
+            || wall_ms().saturating_sub(self.last_strike_ms.load(Relaxed)) < QUIET_MS
+        {
+            return None;
+        }
+        Some(self.strikes.swap(0, Relaxed)).filter(|&n| n > 0)
     }
 }
 
@@ -76,29 +96,22 @@ mod tests {
         throttle.last_ms.store(1, Relaxed); // as if the period had passed
         assert_eq!(throttle.allow(), Some(2));
     }
-}
 
-/// A condition that lasts a while (the limit reached, out of descriptors): logged when it
-/// starts and when it ends, with how often it struck in between, instead of once per client.
-#[derive(Debug, Default)]
-pub struct Episode {
-    /// Strikes since the episode started (0: none running).
-    strikes: AtomicU64,
-}
-
-impl Episode {
-    /// Counts a strike; true for the one that starts an episode (log it).
-    pub fn strike(&self) -> bool {
-        self.strikes.fetch_add(1, Relaxed) == 0
-    }
-
-    /// Ends the episode, if one runs: `Some(strikes)` to log the recovery.
-    pub fn end(&self) -> Option<u64> {
-        // Read first: this runs for every client, and a write would bounce the cache line
-        // between cores for nothing.
-        if self.strikes.load(Relaxed) == 0 {
-            return None;
-        }
-        Some(self.strikes.swap(0, Relaxed)).filter(|&n| n > 0)
+    #[test]
+    fn an_episode_is_logged_when_it_starts_and_ends_after_a_quiet_second() {
+        let episode = Episode::default();
+        assert_eq!(episode.end(), None);
+        assert!(episode.strike());
+        assert!(!episode.strike());
+        assert_eq!(
+            episode.end(),
+            None,
+            "a success right after a strike does not end it"
+        );
+        assert!(!episode.strike(), "still the same episode");
+        episode.last_strike_ms.store(1, Relaxed); // as if the last strike were long ago
+        assert_eq!(episode.end(), Some(3));
+        assert_eq!(episode.end(), None);
+        assert!(episode.strike(), "a new episode");
     }
 }
