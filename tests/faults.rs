@@ -29,12 +29,14 @@ const MIB: u64 = 1024 * 1024;
 
 /// How a [`FaultServer`] treats a connection; read when the connection is accepted, so a
 /// change applies to the connections that follow.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 enum Mode {
     /// Line by line: `PING\r\n` (the probe these tests configure for SEND_EXPECT) gets
     /// `PONG\r\n`; `drip <n> <ms>` gets `n` lines `<name>: tick <i>`, one every `ms`;
     /// `quiet <text>` gets nothing; any other line is echoed as `<name>: <line>`.
     Healthy,
+    /// As `Healthy`, but every reply goes out one byte at a time, this long apart.
+    Paced(Duration),
     /// Reads everything, never writes a byte: the port accepts but the application hangs.
     Hang,
     /// Answers the first bytes it reads with `bytes`, then closes or reads on in silence.
@@ -46,6 +48,8 @@ enum Mode {
     Blast { seed: u64, len: u64 },
     /// Never reads: its receive window fills and stays full until [`FaultServer::hang_up`].
     NeverRead,
+    /// Reads nothing until the token is cancelled, then everything (recorded) to the end.
+    ReadAfter(CancellationToken),
 }
 
 /// One accepted connection, as the server saw it.
@@ -272,7 +276,8 @@ fn reserve(addr: SocketAddr) -> Option<socket2::Socket> {
 
 async fn behave(stream: TcpStream, mode: Mode, name: &str, conn: &Conn) -> io::Result<()> {
     match mode {
-        Mode::Healthy => healthy(stream, name, conn).await,
+        Mode::Healthy => healthy(stream, name, conn, None).await,
+        Mode::Paced(pace) => healthy(stream, name, conn, Some(pace)).await,
         Mode::Hang => read_silently(stream, conn).await,
         Mode::Reply { bytes, then_close } => {
             let mut stream = stream;
@@ -311,10 +316,19 @@ async fn behave(stream: TcpStream, mode: Mode, name: &str, conn: &Conn) -> io::R
             let _held = stream;
             std::future::pending().await
         }
+        Mode::ReadAfter(start) => {
+            start.cancelled().await;
+            read_silently(stream, conn).await
+        }
     }
 }
 
-async fn healthy(stream: TcpStream, name: &str, conn: &Conn) -> io::Result<()> {
+async fn healthy(
+    stream: TcpStream,
+    name: &str,
+    conn: &Conn,
+    pace: Option<Duration>,
+) -> io::Result<()> {
     let (read, mut write) = stream.into_split();
     let mut reader = BufReader::new(read);
     let mut line = Vec::new();
@@ -324,9 +338,10 @@ async fn healthy(stream: TcpStream, name: &str, conn: &Conn) -> io::Result<()> {
             return write.shutdown().await;
         }
         conn.record(&line);
-        if line == b"PING\r\n" {
-            write.write_all(b"PONG\r\n").await?;
+        let reply = if line == b"PING\r\n" {
+            b"PONG\r\n".to_vec()
         } else if line.starts_with(b"quiet ") {
+            continue;
         } else if let Some((count, every)) = drip_command(&line) {
             for i in 0..count {
                 tokio::time::sleep(every).await;
@@ -334,11 +349,21 @@ async fn healthy(stream: TcpStream, name: &str, conn: &Conn) -> io::Result<()> {
                     .write_all(format!("{name}: tick {i}\n").as_bytes())
                     .await?;
             }
+            continue;
         } else {
-            // One write per reply: two small writes would meet Nagle and delayed ACKs.
             let mut reply = format!("{name}: ").into_bytes();
             reply.extend_from_slice(&line);
-            write.write_all(&reply).await?;
+            reply
+        };
+        match pace {
+            // One write per reply: two small writes would meet Nagle and delayed ACKs.
+            None => write.write_all(&reply).await?,
+            Some(pace) => {
+                for byte in reply {
+                    write.write_all(&[byte]).await?;
+                    tokio::time::sleep(pace).await;
+                }
+            }
         }
     }
 }
@@ -425,6 +450,43 @@ async fn send_pattern(mut to: impl AsyncWrite + Unpin, seed: u64, total: u64) ->
         sent += len;
     }
     Ok(())
+}
+
+/// As [`send_pattern`], storing in `written` how many bytes are written so far.
+async fn send_counted(
+    mut to: impl AsyncWrite + Unpin,
+    seed: u64,
+    total: u64,
+    written: &AtomicU64,
+) -> io::Result<()> {
+    const CHUNK: u64 = 64 * 1024;
+    let mut sent = 0;
+    while sent < total {
+        let len = CHUNK.min(total - sent);
+        to.write_all(&pattern(seed, sent, len as usize)).await?;
+        sent += len;
+        written.store(sent, Ordering::SeqCst);
+    }
+    Ok(())
+}
+
+/// Waits until `written` has not moved for half a second (the writer is blocked: the buffers
+/// on the way are full), or `done()`; calls `sample` every 50 ms meanwhile. The wait only
+/// decides when a test goes on: no assertion rests on how long it took.
+async fn until_writes_stop(written: &AtomicU64, done: impl Fn() -> bool, mut sample: impl FnMut()) {
+    let (mut last, mut unchanged) = (0, 0);
+    let end = Instant::now() + DEADLINE;
+    while unchanged < 10 && !done() && Instant::now() < end {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        sample();
+        let now = written.load(Ordering::SeqCst);
+        unchanged = if now == last && now > 0 {
+            unchanged + 1
+        } else {
+            0
+        };
+        last = now;
+    }
 }
 
 /// The offset of the first byte of `got` that is not pattern `seed`'s, or of its end when it
@@ -669,7 +731,7 @@ async fn a_hung_application_is_quarantined_by_send_expect_but_not_by_connection(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_wrong_or_cut_reply_is_quarantined_and_named() {
+async fn wrong_cut_or_stalled_replies_are_quarantined_and_named_a_slow_right_one_passes() {
     let wrong = FaultServer::start(
         "wrong",
         Mode::Reply {
@@ -686,8 +748,19 @@ async fn a_wrong_or_cut_reply_is_quarantined_and_named() {
         },
     )
     .await;
+    let stalled = FaultServer::start(
+        "stalled",
+        Mode::Reply {
+            bytes: b"PO".to_vec(),
+            then_close: false,
+        },
+    )
+    .await;
+    // `PONG\r\n` a byte every 20 ms: complete well within CONNECT_TIMEOUT=300ms.
+    let paced = FaultServer::start("paced", Mode::Paced(Duration::from_millis(20))).await;
     let ok = FaultServer::start("ok", Mode::Healthy).await;
-    let broker = Broker::start(&ini_over(&[wrong.ini(), cut.ini(), ok.ini()], PING_PONG)).await;
+    let servers = [&wrong, &cut, &stalled, &paced, &ok].map(FaultServer::ini);
+    let broker = Broker::start(&ini_over(&servers, PING_PONG)).await;
 
     let (_, line) = wait_line(
         &broker,
@@ -716,7 +789,19 @@ async fn a_wrong_or_cut_reply_is_quarantined_and_named() {
         line.contains("closed after `PO` (SEND_EXPECT, expecting `PONG`)"),
         "{line}"
     );
-    for server in [&wrong, &cut] {
+    let (_, line) = wait_line(
+        &broker,
+        &[&format!(
+            "server {} failed the monitor check: ",
+            stalled.address()
+        )],
+    )
+    .await;
+    assert!(
+        line.contains("incomplete reply `PO` within 300ms (SEND_EXPECT, expecting `PONG`)"),
+        "{line}"
+    );
+    for server in [&wrong, &cut, &stalled] {
         let (_, line) = wait_line(
             &broker,
             &[&format!(
@@ -729,19 +814,28 @@ async fn a_wrong_or_cut_reply_is_quarantined_and_named() {
     }
     wait_line(
         &broker,
-        &["monitor: OK - 1 server available, 2 servers unavailable"],
+        &["monitor: OK - 2 servers available, 3 servers unavailable"],
     )
     .await;
     // The probe reached the servers byte for byte.
     assert_eq!(wrong.connections()[0].received(), b"PING\r\n");
+    // Clients go to the two that passed, and get every byte, however slowly it comes.
+    let mut names = Vec::new();
     for i in 0..4 {
         let mut client = TcpStream::connect(broker.addr()).await.unwrap();
-        let name = exact_exchange(&mut client, &format!("after {i}"), &["ok"])
+        let name = exact_exchange(&mut client, &format!("after {i}"), &["ok", "paced"])
             .await
             .unwrap_or_else(|e| panic!("client {i}: {e}; log:\n{}", broker.log_text()));
-        assert_eq!(name, "ok");
+        names.push(name);
     }
-    assert!(!broker.has_log(&format!("putting server {} in", ok.address())));
+    assert!(names.iter().any(|n| n == "paced"), "{names:?}");
+    for server in [&paced, &ok] {
+        assert!(
+            !broker.has_log(&format!("server {} failed", server.address())),
+            "log:\n{}",
+            broker.log_text()
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1235,37 +1329,18 @@ async fn a_server_that_never_reads_blocks_the_client_not_the_brokers_memory() {
     let written = Arc::new(AtomicU64::new(0));
     let uploading = tokio::spawn({
         let written = Arc::clone(&written);
-        async move {
-            const CHUNK: u64 = 64 * 1024;
-            let mut sent = 0;
-            while sent < total {
-                let len = CHUNK.min(total - sent);
-                write.write_all(&pattern(31, sent, len as usize)).await?;
-                sent += len;
-                written.store(sent, Ordering::SeqCst);
-            }
-            Ok::<_, io::Error>(())
-        }
+        async move { send_counted(&mut write, 31, total, &written).await }
     });
 
     // Sample the broker's memory until the client's writes stop moving: the buffers on the
-    // way are full. (The wait only decides when to stop sampling; the assertions below hold
-    // whenever it ends.)
+    // way are full.
     let mut peak = baseline;
-    let mut last = 0;
-    let mut unchanged = 0;
-    let end = Instant::now() + DEADLINE;
-    while unchanged < 10 && !uploading.is_finished() && Instant::now() < end {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        peak = peak.max(broker.resident_bytes().unwrap_or(0));
-        let now = written.load(Ordering::SeqCst);
-        unchanged = if now == last && now > 0 {
-            unchanged + 1
-        } else {
-            0
-        };
-        last = now;
-    }
+    until_writes_stop(
+        &written,
+        || uploading.is_finished(),
+        || peak = peak.max(broker.resident_bytes().unwrap_or(0)),
+    )
+    .await;
     eprintln!(
         "the client's writes stopped after {} of {total} bytes; the broker's VmRSS went from {} \
          to at most {} bytes",
@@ -1303,6 +1378,85 @@ async fn a_server_that_never_reads_blocks_the_client_not_the_brokers_memory() {
     assert_end_seen("after the server closed", &read);
     let line = closed_line(&broker, local).await;
     assert!(line.contains("ended_by=\"error (server side"), "{line}");
+}
+
+/// Keepalive settings that give a dead peer up after 1 + 1 x 2 = 3 s.
+const SHORT_KEEPALIVE: &str = "KEEPALIVE_TIME=1\nKEEPALIVE_INTERVAL=1\nKEEPALIVE_COUNT=2\n";
+const SHORT_KEEPALIVE_GIVES_UP_AFTER: Duration = Duration::from_secs(3);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_peers_that_stop_reading_for_a_while_are_not_cut_off_by_keepalive() {
+    // Keepalive is for peers that are gone. A peer that is there but does not read for a
+    // while (a busy server, a paused client) closes its TCP window and answers every window
+    // probe: it must keep its connection, and get every byte once it reads again.
+    const LEN: u64 = 32 * MIB;
+    let start_reading = CancellationToken::new();
+    let slow_server = FaultServer::start("slow", Mode::ReadAfter(start_reading.clone())).await;
+    let fast_server = FaultServer::start("fast", Mode::Blast { seed: 42, len: LEN }).await;
+    let to_slow = Broker::start(&ini_over(&[slow_server.ini()], SHORT_KEEPALIVE)).await;
+    let to_fast = Broker::start(&ini_over(&[fast_server.ini()], SHORT_KEEPALIVE)).await;
+
+    // A client uploads to a server that does not read for a while...
+    let uploader = TcpStream::connect(to_slow.addr()).await.unwrap();
+    let up_local = uploader.local_addr().unwrap();
+    let (_up_read, mut up_write) = uploader.into_split();
+    let written = Arc::new(AtomicU64::new(0));
+    let uploading = tokio::spawn({
+        let written = Arc::clone(&written);
+        async move {
+            send_counted(&mut up_write, 41, LEN, &written).await?;
+            up_write.shutdown().await
+        }
+    });
+    // ...and a client does not read for a while what its server sends.
+    let mut downloader = TcpStream::connect(to_fast.addr()).await.unwrap();
+    let down_local = downloader.local_addr().unwrap();
+    downloader.write_all(b"go\n").await.unwrap();
+    eventually("both servers to be reached", || {
+        slow_server.accepted() == 1 && fast_server.accepted() == 1
+    })
+    .await;
+    until_writes_stop(&written, || uploading.is_finished(), || {}).await;
+
+    // Both brokers now hold bytes for a live peer whose window is closed. Watch for twice
+    // the time after which a dead peer is given up.
+    let watched = Instant::now();
+    let mut cut = Vec::new();
+    while watched.elapsed() < 2 * SHORT_KEEPALIVE_GIVES_UP_AFTER && cut.len() < 2 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        cut = [(&to_slow, up_local), (&to_fast, down_local)]
+            .into_iter()
+            .filter_map(|(broker, client)| {
+                let needle = format!("client={client} ");
+                broker
+                    .logs()
+                    .into_iter()
+                    .find(|l| l.contains("connection closed") && format!("{l} ").contains(&needle))
+                    .map(|l| (watched.elapsed(), l))
+            })
+            .collect();
+    }
+    assert!(
+        cut.is_empty(),
+        "live peers that only stopped reading were cut off (after the window had been closed \
+         this long, and the line):\n{cut:#?}"
+    );
+
+    // They read again, and every byte arrives.
+    start_reading.cancel();
+    let mut downloaded = Vec::new();
+    within("the download", downloader.read_to_end(&mut downloaded))
+        .await
+        .unwrap();
+    assert_eq!(first_wrong(&downloaded, 42, LEN), None, "server to client");
+    within("the upload", uploading).await.unwrap().unwrap();
+    let conn = &slow_server.connections()[0];
+    eventually("the server to read the whole upload", || conn.ended()).await;
+    assert_eq!(
+        first_wrong(&conn.received(), 41, LEN),
+        None,
+        "client to server"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
