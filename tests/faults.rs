@@ -1,6 +1,9 @@
 //! Fault injection through the real broker: servers that hang, answer wrongly, never answer a
 //! connect, trickle, never read, flap, or vanish without a word. For each: what the client
 //! sees, what the log says, and that no byte is corrupted.
+//!
+//! The vanished-peer tests make a network namespace (root only; they say so and skip
+//! otherwise), and the keepalive-timer test reads `ss` (iproute2; it skips without).
 // Helpers outside `#[test]` functions may unwrap too: a panic there is a failed assertion.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -1418,6 +1421,8 @@ async fn live_peers_that_stop_reading_for_a_while_are_not_cut_off_by_keepalive()
     // Keepalive is for peers that are gone. A peer that is there but does not read for a
     // while (a busy server, a paused client) closes its TCP window and answers every window
     // probe: it must keep its connection, and get every byte once it reads again.
+    // (Written against a broker that fails it: TCP_USER_TIMEOUT, set to time + interval x
+    // count, also bounds how long Linux probes a closed window, answered or not.)
     const LEN: u64 = 32 * MIB;
     let start_reading = CancellationToken::new();
     let slow_server = FaultServer::start("slow", Mode::ReadAfter(start_reading.clone())).await;
