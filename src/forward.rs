@@ -13,8 +13,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Span, debug, error, info};
 
 use crate::balancer::{Balancer, Eligible, Lease};
-use crate::config::Host;
 use crate::config::show_duration;
+use crate::config::{Host, Monitoring};
 use crate::health::{Reason, quarantine, release};
 use crate::os_error::{PointsAt, explain_connect, words};
 use crate::query::{
@@ -200,7 +200,9 @@ async fn choose_and_connect(balancer: &Balancer) -> Option<(Lease, TcpStream)> {
         let server = &lease.server;
         match connect(&server.host, server.port, config.connect_timeout).await {
             Ok(stream) => {
-                if stale {
+                // A connect proves what a CONNECTION check proves; it cannot overrule a
+                // SEND_EXPECT check that found the application hung.
+                if stale && !matches!(config.monitoring, Monitoring::SendExpect { .. }) {
                     release(server, "a client connected to it");
                 }
                 if let Some(closed) = balancer.broker_faults.end() {

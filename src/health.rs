@@ -325,6 +325,7 @@ impl CheckError {
             }
             CheckError::NoReply { got } => format!("incomplete reply `{}`", show_escaped(got)),
             CheckError::Mismatch { got } => format!("unexpected reply `{}`", show_escaped(got)),
+            CheckError::Closed { got } if got.is_empty() => "closed without replying".into(),
             CheckError::Closed { got } => format!("closed after `{}`", show_escaped(got)),
         }
     }
@@ -486,12 +487,20 @@ async fn round(balancer: &Balancer, pool: &Pool) {
                 &error.words(),
             );
         } else {
+            // Below MONITOR_FALL it still takes clients: not counted unavailable yet.
             warn!(
                 "server {} failed the monitor check ({fails} of MONITOR_FALL={} before quarantine): {explained}",
                 server.address, config.monitor_fall
             );
         }
-        unavailable.push(&server.address);
+    }
+    // After the round, unavailable are the servers in quarantine, for whatever reason.
+    let now = balancer.clock.now_ms();
+    for server in &pool.servers {
+        let unchecked_here = unchecked.iter().any(|(a, _)| *a == &server.address);
+        if !server.health.is_available(now) && !unchecked_here {
+            unavailable.push(&server.address);
+        }
     }
     if let Some((_, explained)) = unchecked.first() {
         error!(

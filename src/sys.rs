@@ -68,9 +68,6 @@ pub fn set_keepalive(
     stream: &tokio::net::TcpStream,
     keepalive: &crate::config::Keepalive,
 ) -> io::Result<()> {
-    if !keepalive.enabled() {
-        return Ok(());
-    }
     keepalive_on(socket2::SockRef::from(stream), keepalive)
 }
 
@@ -80,32 +77,36 @@ pub fn set_keepalive(
 pub const ACCEPTED_INHERIT_OPTIONS: bool = cfg!(target_os = "linux");
 
 /// Sets on a listening socket what its accepted sockets should have where they inherit it:
-/// TCP_NODELAY, and keepalive as [`set_keepalive`] does (turned off when it is off).
+/// TCP_NODELAY, and keepalive and TCP_USER_TIMEOUT as [`set_keepalive`] does (keepalive
+/// turned off when it is off).
 pub fn set_listener_options(
     listener: &tokio::net::TcpListener,
     keepalive: &crate::config::Keepalive,
 ) -> io::Result<()> {
     let socket = socket2::SockRef::from(listener);
     socket.set_tcp_nodelay(true)?;
-    if keepalive.enabled() {
-        keepalive_on(socket, keepalive)
-    } else {
-        socket.set_keepalive(false)
+    if !keepalive.enabled() {
+        socket.set_keepalive(false)?;
     }
+    keepalive_on(socket, keepalive)
 }
 
+/// Keepalive when it is on, and TCP_USER_TIMEOUT (Linux) as configured; `None` sets 0, the
+/// kernel's default, so a listener's earlier value is not inherited.
 fn keepalive_on(
     socket: socket2::SockRef<'_>,
     keepalive: &crate::config::Keepalive,
 ) -> io::Result<()> {
-    let params = socket2::TcpKeepalive::new()
-        .with_time(keepalive.time)
-        .with_interval(keepalive.interval);
-    #[cfg(not(windows))]
-    let params = params.with_retries(keepalive.count);
-    socket.set_tcp_keepalive(&params)?;
+    if keepalive.enabled() {
+        let params = socket2::TcpKeepalive::new()
+            .with_time(keepalive.time)
+            .with_interval(keepalive.interval);
+        #[cfg(not(windows))]
+        let params = params.with_retries(keepalive.count);
+        socket.set_tcp_keepalive(&params)?;
+    }
     #[cfg(any(target_os = "linux", target_os = "android"))]
-    socket.set_tcp_user_timeout(Some(keepalive.dead_after()))?;
+    socket.set_tcp_user_timeout(keepalive.user_timeout)?;
     Ok(())
 }
 

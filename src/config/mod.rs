@@ -157,6 +157,10 @@ pub struct Keepalive {
     pub interval: Duration,
     /// `KEEPALIVE_COUNT`: unanswered probes before the connection is dropped.
     pub count: u32,
+    /// `TCP_USER_TIMEOUT` (Linux): how long sent data may stay unacknowledged, or a peer keep
+    /// its receive window shut, before the connection is dropped; `None` leaves the kernel's
+    /// default (about 15 minutes of retransmissions, no limit on a shut window).
+    pub user_timeout: Option<Duration>,
 }
 
 impl Keepalive {
@@ -165,8 +169,8 @@ impl Keepalive {
         !self.time.is_zero()
     }
 
-    /// How long a dead peer goes unnoticed at most: time + interval x count. Also used as
-    /// TCP_USER_TIMEOUT, so unacknowledged data does not wait the kernel's 15 minutes either.
+    /// How long a dead peer goes unnoticed at most: time + interval x count. Also the default
+    /// of TCP_USER_TIMEOUT, so unacknowledged data does not wait the kernel's 15 minutes either.
     pub fn dead_after(&self) -> Duration {
         self.time + self.interval * self.count
     }
@@ -404,6 +408,7 @@ const BALANCER_KEYS: &[&str] = &[
     "KEEPALIVE_TIME",
     "KEEPALIVE_INTERVAL",
     "KEEPALIVE_COUNT",
+    "TCP_USER_TIMEOUT",
     "IDLE_TIMEOUT",
     "MONITOR_SEND",
     "MONITOR_EXPECT",
@@ -1073,6 +1078,18 @@ impl Validator {
             count: self.setting(&inherited, "KEEPALIVE_COUNT", 6, |s| {
                 value::integer(s, 1, 127, "a count of probes from 1 to 127").map(|n| n as u32)
             }),
+            user_timeout: None,
+        };
+        // By default it matches the keepalive arithmetic, within the one-day bound of every
+        // duration (and is off with keepalive off).
+        let matching = keepalive
+            .enabled()
+            .then(|| keepalive.dead_after().min(Duration::from_secs(24 * 3600)));
+        let keepalive = Keepalive {
+            user_timeout: self.setting(&inherited, "TCP_USER_TIMEOUT", matching, |s| {
+                value::duration(s, Duration::ZERO).map(|d| (!d.is_zero()).then_some(d))
+            }),
+            ..keepalive
         };
         let idle_timeout = self.setting(&inherited, "IDLE_TIMEOUT", None, |s| {
             value::duration(s, Duration::ZERO).map(|d| (!d.is_zero()).then_some(d))

@@ -126,6 +126,10 @@ fn balancer_keys(b: &BalancerConfig) -> Vec<(String, String)> {
         ("KEEPALIVE_INTERVAL", show_duration(b.keepalive.interval)),
         ("KEEPALIVE_COUNT", b.keepalive.count.to_string()),
         (
+            "TCP_USER_TIMEOUT",
+            show_duration(b.keepalive.user_timeout.unwrap_or_default()),
+        ),
+        (
             "IDLE_TIMEOUT",
             show_duration(b.idle_timeout.unwrap_or_default()),
         ),
