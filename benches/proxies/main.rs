@@ -401,6 +401,13 @@ impl Bench {
                     .into(),
             );
         }
+        if tools.netperf.is_some() && opts.quick && wants(Metric::TcpCrr) {
+            notes.push(
+                "--quick: each netperf TCP_CRR measurement is 5,000 connections (`-l -5000`) \
+                 rather than 1 s: netserver pads a timed TCP_CRR test by 4 s."
+                    .into(),
+            );
+        }
         if tools.netperf.is_some() && opts.targets.iter().any(|t| *t != Target::Direct) {
             match build_shim(&root, &target_dir) {
                 Ok(path) => tools.shim = Some(path),
