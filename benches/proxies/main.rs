@@ -39,6 +39,8 @@ details and the setup (apt-get install haproxy nginx libnginx-mod-stream iperf3 
   --secs S             seconds per measurement (default 5, 1 with --quick)
   --connections N      idle connections for the memory measurement (default 8000)
   --base-port P        ports P..P+12 on 127.0.0.1 are used (default 23400)
+  --memory TOOL        script: benches/memory.py; fallback: the runner's own measurement;
+                       auto (default): the script when present, except with --quick
   --help               this text
 ";
 
@@ -88,6 +90,16 @@ enum Mode {
     Pinned,
 }
 
+/// Which memory measurement: benches/memory.py (the reliability work's script) or the
+/// runner's own, faster fallback.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum MemoryTool {
+    /// memory.py when it is in the tree, except under --quick.
+    Auto,
+    Script,
+    Fallback,
+}
+
 struct Opts {
     quick: bool,
     modes: Vec<Mode>,
@@ -97,6 +109,7 @@ struct Opts {
     secs: u64,
     connections: usize,
     base_port: u16,
+    memory: MemoryTool,
     /// The arguments as given (without cargo's `--bench`), for the report.
     args: Vec<String>,
 }
@@ -110,6 +123,7 @@ fn parse_opts(args: &[String]) -> Result<Option<Opts>> {
     let mut secs = None;
     let mut connections = 8000;
     let mut base_port = 23400;
+    let mut memory = MemoryTool::Auto;
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         let mut value = |name: &str| {
@@ -155,6 +169,14 @@ fn parse_opts(args: &[String]) -> Result<Option<Opts>> {
             "--secs" => secs = Some(value("--secs")?.parse().context("--secs")?),
             "--connections" => connections = value("--connections")?.parse()?,
             "--base-port" => base_port = value("--base-port")?.parse()?,
+            "--memory" => {
+                memory = match value("--memory")?.as_str() {
+                    "auto" => MemoryTool::Auto,
+                    "script" => MemoryTool::Script,
+                    "fallback" => MemoryTool::Fallback,
+                    other => bail!("--memory: {other:?} is not auto, script or fallback"),
+                }
+            }
             other => bail!("unknown option {other:?} (--help lists them)"),
         }
     }
@@ -181,6 +203,7 @@ fn parse_opts(args: &[String]) -> Result<Option<Opts>> {
         secs,
         connections,
         base_port,
+        memory,
         args: args.iter().filter(|a| *a != "--bench").cloned().collect(),
     }))
 }
@@ -192,7 +215,7 @@ struct Ports {
     netserver: u16,
     netperf_data: u16,
     echo: u16,
-    /// A port nothing listens on, for memory.py if it starts its own server.
+    /// The port memory.py starts its own echo servers on.
     spare: u16,
     appbroker: u16,
     haproxy: u16,
@@ -264,6 +287,8 @@ struct Bench {
     /// /proc/loadavg's 1, 5 and 15 minute figures when the run started: other work on the
     /// machine shows there.
     load_average: String,
+    /// memory.py runs so far, to name their saved outputs.
+    memory_runs: usize,
     notes: Vec<String>,
 }
 
@@ -419,22 +444,34 @@ impl Bench {
         }
         if wants(Metric::Memory) {
             let script = root.join("benches").join("memory.py");
+            let fallback = "the runner's fallback (user space: the proxy's RSS growth; kernel: \
+                            the machine's slab and TCP memory growth beyond the direct path's)";
+            let use_script = match opts.memory {
+                MemoryTool::Fallback => false,
+                MemoryTool::Script => true,
+                MemoryTool::Auto => !opts.quick,
+            };
             match (script.is_file(), procs::find_program("python3")) {
+                _ if !use_script => notes.push(format!(
+                    "Memory measured by {fallback}{}.",
+                    if opts.quick {
+                        ", which takes 2 s per target where benches/memory.py takes 11 s \
+                         (--memory script uses it anyway)"
+                    } else {
+                        ""
+                    }
+                )),
                 (true, Some(python)) => tools.memory_py = Some((python, script)),
-                (true, None) => notes.push(
+                (true, None) => notes.push(format!(
                     "benches/memory.py needs python3, which is not installed: memory measured \
-                     by the runner's fallback."
-                        .into(),
-                ),
+                     by {fallback}."
+                )),
                 // HOOK: benches/memory.py (the reliability work's script) is the memory
-                // measurement. Until it is merged into this branch, the runner measures
-                // with its own fallback (see `Bench::memory_fallback`).
-                (false, _) => notes.push(
-                    "benches/memory.py is not in this tree yet: memory measured by the \
-                     runner's fallback (user space: the proxy's RSS growth; kernel: the \
-                     machine's slab and TCP memory growth beyond the direct path's)."
-                        .into(),
-                ),
+                // measurement. Where it is not in the tree yet, the runner measures with its
+                // own fallback (`Bench::memory_fallback`).
+                (false, _) => notes.push(format!(
+                    "benches/memory.py is not in this tree yet: memory measured by {fallback}."
+                )),
             }
         }
         if opts.modes.contains(&Mode::Pinned) && procs::find_program("taskset").is_none() {
@@ -453,6 +490,7 @@ impl Bench {
             load_average: std::fs::read_to_string("/proc/loadavg")
                 .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
                 .unwrap_or_else(|_| "unknown".into()),
+            memory_runs: 0,
             notes,
         })
     }
@@ -967,61 +1005,55 @@ impl Bench {
 
     /// benches/memory.py, the reliability work's script:
     /// `python3 benches/memory.py --proxy-port P --proxy-pid PID --server-port S
-    /// --connections N`, whose last line is JSON with bytes per connection, user space and
-    /// kernel apart. For nginx the pid given is the master's (its workers are its children).
-    /// If the script starts its own server (address in use on our echo server's port), it is
-    /// run again with the proxy pointed at a port nothing listens on.
+    /// --connections N`. It starts its own echo servers on S (so the proxy is pointed at a
+    /// port nothing else listens on), holds N idle connections through the proxy, measures
+    /// the pid and its descendants (nginx's workers under the master), and prints one JSON
+    /// line last, with `user_bytes_per_conn`, `kernel_total_bytes_per_conn` and
+    /// `total_bytes_per_conn` among its fields.
     fn memory_script(&mut self, target: Target, pinned: bool) -> Result<Vec<(&'static str, f64)>> {
-        let mut last_error = None;
-        for server_port in [self.ports.echo, self.ports.spare] {
-            let mut proxy = self.start_proxy(target, server_port, pinned)?;
-            let (python, script) = self.tools.memory_py.clone().context("no memory.py")?;
-            let mut p = Spec::new("memory-py", &python, &self.log_dir)
-                .arg(script)
-                .arg("--proxy-port")
-                .arg(self.ports.proxy(target).to_string())
-                .arg("--proxy-pid")
-                .arg(proxy.pid().to_string())
-                .arg("--server-port")
-                .arg(server_port.to_string())
-                .arg("--connections")
-                .arg(self.opts.connections.to_string())
-                .pinned(pinned)
-                .spawn()?;
-            let status = p.wait_for(Duration::from_secs(300))?;
-            proxy.stop();
-            let out = p.stdout_text();
-            let err = p.stderr_text();
-            let _ = std::fs::write(
-                self.log_dir.join(format!("memory-{}.out", target.name())),
-                &out,
+        let server_port = self.ports.spare;
+        let mut proxy = self.start_proxy(target, server_port, pinned)?;
+        let (python, script) = self.tools.memory_py.clone().context("no memory.py")?;
+        let mut p = Spec::new("memory-py", &python, &self.log_dir)
+            .arg(script)
+            .arg("--proxy-port")
+            .arg(self.ports.proxy(target).to_string())
+            .arg("--proxy-pid")
+            .arg(proxy.pid().to_string())
+            .arg("--server-port")
+            .arg(server_port.to_string())
+            .arg("--connections")
+            .arg(self.opts.connections.to_string())
+            .pinned(pinned)
+            .spawn()?;
+        let status = p.wait_for(Duration::from_secs(600));
+        proxy.stop();
+        let status = status?;
+        let out = p.stdout_text();
+        let _ = std::fs::write(
+            self.log_dir
+                .join(format!("memory-{}.{}.out", target.name(), self.memory_runs)),
+            &out,
+        );
+        self.memory_runs += 1;
+        let line = out.lines().rev().find(|l| l.trim_start().starts_with('{'));
+        let Some(line) = line else {
+            bail!(
+                "memory.py exited with {status} and printed no JSON line: {}",
+                procs::last_lines(&format!("{out}\n{}", p.stderr_text()), 3)
             );
-            if status.success() {
-                let line = out
-                    .lines()
-                    .rev()
-                    .find(|l| l.trim_start().starts_with('{'))
-                    .ok_or_else(|| anyhow!("memory.py printed no JSON line"))?;
-                let json: serde_json::Value = serde_json::from_str(line)
-                    .with_context(|| format!("memory.py's last line is not JSON: {line}"))?;
-                self.note(format!(
-                    "memory.py's last line for {}: `{}`",
-                    target.name(),
-                    line.trim()
-                ));
-                return report::memory_values(&json)
-                    .ok_or_else(|| anyhow!("no user/kernel bytes per connection in {line}"));
-            }
-            let in_use = err.contains("in use") || err.contains("EADDRINUSE");
-            last_error = Some(anyhow!(
+        };
+        if !status.success() {
+            // It exits 1 when connections failed or were dropped; its summary says which.
+            bail!(
                 "memory.py exited with {status}: {}",
-                procs::last_lines(&err, 3)
-            ));
-            if !in_use {
-                break;
-            }
+                procs::last_lines(&out, 4)
+            );
         }
-        Err(last_error.unwrap_or_else(|| anyhow!("memory.py failed")))
+        let json: serde_json::Value = serde_json::from_str(line)
+            .with_context(|| format!("memory.py's last line is not JSON: {line}"))?;
+        report::memory_values(&json)
+            .ok_or_else(|| anyhow!("no user and kernel bytes per connection in {line}"))
     }
 
     /// The runner's own memory measurement, used until benches/memory.py is merged: hold

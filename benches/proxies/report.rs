@@ -346,7 +346,7 @@ pub fn render(bench: &Bench, sections: &[(Mode, Results)], took: Duration) -> St
         if bench.tools.memory_py.is_some() {
             ", measured by benches/memory.py"
         } else {
-            ", measured by the runner's fallback (benches/memory.py not present)"
+            ", measured by the runner's fallback (see the notes)"
         }
     );
     let targets: Vec<Target> = bench.opts.targets.clone();
@@ -367,37 +367,16 @@ pub fn render(bench: &Bench, sections: &[(Mode, Results)], took: Duration) -> St
     out
 }
 
-/// User-space, kernel and total bytes per connection out of memory.py's JSON line, whatever
-/// its exact key names: a number whose key mentions `user`, one that mentions `kernel`, and
-/// `total` if given (else their sum). Looks one level into nested objects too.
+/// User-space, kernel and total bytes per connection out of memory.py's JSON line:
+/// `user_bytes_per_conn` (VmRSS for one process, Pss for several), `kernel_total_bytes_per_conn`
+/// (socket buffers plus socket structures) and `total_bytes_per_conn`.
 pub fn memory_values(json: &serde_json::Value) -> Option<Vec<(&'static str, f64)>> {
-    let mut flat: Vec<(String, f64)> = Vec::new();
-    let serde_json::Value::Object(map) = json else {
-        return None;
-    };
-    for (k, v) in map {
-        if let Some(x) = v.as_f64() {
-            flat.push((k.to_ascii_lowercase(), x));
-        } else if let serde_json::Value::Object(inner) = v {
-            for (k2, v2) in inner {
-                if let Some(x) = v2.as_f64() {
-                    flat.push((format!("{}.{}", k, k2).to_ascii_lowercase(), x));
-                }
-            }
-        }
-    }
-    // Prefer per-connection figures over totals for the whole run.
-    let pick = |word: &str| -> Option<f64> {
-        let matching: Vec<&(String, f64)> = flat.iter().filter(|(k, _)| k.contains(word)).collect();
-        matching
-            .iter()
-            .find(|(k, _)| k.contains("per_conn") || k.contains("per_connection"))
-            .or_else(|| matching.first())
-            .map(|(_, v)| *v)
-    };
-    let user = pick("user")?;
-    let kernel = pick("kernel")?;
-    let total = pick("total").unwrap_or(user + kernel);
+    let user = json.get("user_bytes_per_conn")?.as_f64()?;
+    let kernel = json.get("kernel_total_bytes_per_conn")?.as_f64()?;
+    let total = json
+        .get("total_bytes_per_conn")
+        .and_then(serde_json::Value::as_f64)
+        .unwrap_or(user + kernel);
     Some(vec![
         ("mem_user", user),
         ("mem_kernel", kernel),
