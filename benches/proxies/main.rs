@@ -1,0 +1,1203 @@
+//! The side-by-side benchmark: the direct path, appbroker, HAProxy and nginx on loopback,
+//! interleaved, with iperf3, netperf and a load generator of our own. docs/benchmarks.md says
+//! what is measured and how; `cargo bench --bench proxies -- --help` lists the options.
+//!
+//! ```text
+//! cargo bench --bench proxies -- --quick            # one short round, under a minute
+//! cargo bench --bench proxies -- --both             # 3 rounds of 5 s, unpinned and pinned
+//! ```
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod loadgen;
+mod procs;
+mod report;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+
+use procs::{Proc, Spec};
+use report::{Results, Target};
+
+const HELP: &str = "\
+cargo bench --bench proxies -- [OPTIONS]
+
+Runs the direct path, appbroker, HAProxy and nginx side by side on loopback and prints a
+Markdown table per mode (also written to target/bench-results.md). docs/benchmarks.md has the
+details and the setup (apt-get install haproxy nginx libnginx-mod-stream iperf3 netperf).
+
+  --quick              one round of 1 s per measurement (default: 3 rounds of 5 s)
+  --unpinned           processes go where the scheduler puts them (the default)
+  --pinned             everything under `taskset -c 0`
+  --both               unpinned, then pinned
+  --only LIST          targets, comma-separated: direct,appbroker,haproxy,nginx (default: all)
+  --metrics LIST       bulk1,bulk4,tcp_rr,tcp_crr,rr64,crr,memory (default: all)
+  --rounds N           rounds (default 3, 1 with --quick)
+  --secs S             seconds per measurement (default 5, 1 with --quick)
+  --connections N      idle connections for the memory measurement (default 8000)
+  --base-port P        ports P..P+12 on 127.0.0.1 are used (default 23400)
+  --memory TOOL        script: benches/memory.py; fallback: the runner's own measurement;
+                       auto (default): the script when present, except with --quick
+  --help               this text
+";
+
+/// What one run measures.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Metric {
+    Bulk1,
+    Bulk4,
+    TcpRr,
+    TcpCrr,
+    Rr64,
+    Crr,
+    Memory,
+}
+
+const METRICS: [Metric; 7] = [
+    Metric::Bulk1,
+    Metric::Bulk4,
+    Metric::TcpRr,
+    Metric::TcpCrr,
+    Metric::Rr64,
+    Metric::Crr,
+    Metric::Memory,
+];
+
+impl Metric {
+    fn name(self) -> &'static str {
+        match self {
+            Metric::Bulk1 => "bulk1",
+            Metric::Bulk4 => "bulk4",
+            Metric::TcpRr => "tcp_rr",
+            Metric::TcpCrr => "tcp_crr",
+            Metric::Rr64 => "rr64",
+            Metric::Crr => "crr",
+            Metric::Memory => "memory",
+        }
+    }
+}
+
+/// Connections of the load generator's request/response run, and workers of its churn run.
+const RR_CONNECTIONS: usize = 64;
+const CRR_WORKERS: usize = 4;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Mode {
+    Unpinned,
+    Pinned,
+}
+
+/// Which memory measurement: benches/memory.py (the reliability work's script) or the
+/// runner's own, faster fallback.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum MemoryTool {
+    /// memory.py when it is in the tree, except under --quick.
+    Auto,
+    Script,
+    Fallback,
+}
+
+struct Opts {
+    quick: bool,
+    modes: Vec<Mode>,
+    targets: Vec<Target>,
+    metrics: Vec<Metric>,
+    rounds: usize,
+    secs: u64,
+    connections: usize,
+    base_port: u16,
+    memory: MemoryTool,
+    /// The arguments as given (without cargo's `--bench`), for the report.
+    args: Vec<String>,
+}
+
+fn parse_opts(args: &[String]) -> Result<Option<Opts>> {
+    let mut quick = false;
+    let mut modes = vec![Mode::Unpinned];
+    let mut targets = Target::ALL.to_vec();
+    let mut metrics = METRICS.to_vec();
+    let mut rounds = None;
+    let mut secs = None;
+    let mut connections = 8000;
+    let mut base_port = 23400;
+    let mut memory = MemoryTool::Auto;
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let mut value = |name: &str| {
+            it.next()
+                .cloned()
+                .ok_or_else(|| anyhow!("{name} needs a value"))
+        };
+        match arg.as_str() {
+            "--bench" => {} // cargo passes it to every bench target
+            "--help" | "-h" => return Ok(None),
+            "--quick" => quick = true,
+            "--pinned" => modes = vec![Mode::Pinned],
+            "--unpinned" => modes = vec![Mode::Unpinned],
+            "--both" => modes = vec![Mode::Unpinned, Mode::Pinned],
+            "--only" => {
+                targets = Vec::new();
+                for name in value("--only")?.split(',').filter(|s| !s.is_empty()) {
+                    let t = Target::ALL
+                        .into_iter()
+                        .find(|t| t.name() == name.trim().to_ascii_lowercase())
+                        .ok_or_else(|| anyhow!("--only: unknown target {name:?}"))?;
+                    if !targets.contains(&t) {
+                        targets.push(t);
+                    }
+                }
+                targets.sort_by_key(|t| *t as usize);
+            }
+            "--metrics" => {
+                let v = value("--metrics")?;
+                metrics = Vec::new();
+                for name in v.split(',').filter(|s| !s.is_empty()) {
+                    let m = METRICS
+                        .into_iter()
+                        .find(|m| m.name() == name.trim())
+                        .ok_or_else(|| anyhow!("--metrics: unknown metric {name:?}"))?;
+                    if !metrics.contains(&m) {
+                        metrics.push(m);
+                    }
+                }
+                metrics.sort_by_key(|m| METRICS.iter().position(|x| x == m));
+            }
+            "--rounds" => rounds = Some(value("--rounds")?.parse().context("--rounds")?),
+            "--secs" => secs = Some(value("--secs")?.parse().context("--secs")?),
+            "--connections" => connections = value("--connections")?.parse()?,
+            "--base-port" => base_port = value("--base-port")?.parse()?,
+            "--memory" => {
+                memory = match value("--memory")?.as_str() {
+                    "auto" => MemoryTool::Auto,
+                    "script" => MemoryTool::Script,
+                    "fallback" => MemoryTool::Fallback,
+                    other => bail!("--memory: {other:?} is not auto, script or fallback"),
+                }
+            }
+            other => bail!("unknown option {other:?} (--help lists them)"),
+        }
+    }
+    let rounds: usize = rounds.unwrap_or(if quick { 1 } else { 3 });
+    let secs: u64 = secs.unwrap_or(if quick { 1 } else { 5 });
+    if rounds == 0 || rounds > 100 || secs == 0 || secs > 600 {
+        bail!("--rounds must be 1-100 and --secs 1-600");
+    }
+    if targets.is_empty() || metrics.is_empty() {
+        bail!("nothing to run");
+    }
+    if connections == 0 || connections > 9000 {
+        bail!("--connections must be 1-9000 (each proxied connection takes two descriptors)");
+    }
+    if !(1024..=65000).contains(&base_port) {
+        bail!("--base-port must be 1024-65000");
+    }
+    Ok(Some(Opts {
+        quick,
+        modes,
+        targets,
+        metrics,
+        rounds,
+        secs,
+        connections,
+        base_port,
+        memory,
+        args: args.iter().filter(|a| *a != "--bench").cloned().collect(),
+    }))
+}
+
+/// The loopback ports, all on 127.0.0.1.
+#[derive(Clone, Copy)]
+struct Ports {
+    iperf: u16,
+    netserver: u16,
+    netperf_data: u16,
+    echo: u16,
+    /// The port memory.py starts its own echo servers on.
+    spare: u16,
+    appbroker: u16,
+    haproxy: u16,
+    nginx: u16,
+}
+
+impl Ports {
+    fn new(base: u16) -> Ports {
+        Ports {
+            iperf: base,
+            netserver: base + 1,
+            netperf_data: base + 2,
+            echo: base + 3,
+            spare: base + 4,
+            appbroker: base + 10,
+            haproxy: base + 11,
+            nginx: base + 12,
+        }
+    }
+
+    fn all(&self) -> [u16; 8] {
+        [
+            self.iperf,
+            self.netserver,
+            self.netperf_data,
+            self.echo,
+            self.spare,
+            self.appbroker,
+            self.haproxy,
+            self.nginx,
+        ]
+    }
+
+    fn proxy(&self, target: Target) -> u16 {
+        match target {
+            Target::Direct => 0,
+            Target::Appbroker => self.appbroker,
+            Target::Haproxy => self.haproxy,
+            Target::Nginx => self.nginx,
+        }
+    }
+}
+
+/// Programs found on this machine; `None` is skipped with a note.
+struct Tools {
+    appbroker: Option<PathBuf>,
+    haproxy: Option<PathBuf>,
+    /// nginx, and the `load_module` line its stream module needs (empty when built in).
+    nginx: Option<(PathBuf, String)>,
+    iperf3: Option<PathBuf>,
+    netperf: Option<PathBuf>,
+    netserver: Option<PathBuf>,
+    shim: Option<PathBuf>,
+    memory_py: Option<(PathBuf, PathBuf)>,
+}
+
+struct Bench {
+    opts: Opts,
+    tools: Tools,
+    ports: Ports,
+    /// The repository (templates in benches/).
+    root: PathBuf,
+    /// target/bench: filled configurations (run/) and every process's output (logs/).
+    run_dir: PathBuf,
+    log_dir: PathBuf,
+    /// This program, started again in its server and load-generator modes.
+    exe: PathBuf,
+    clk_tck: f64,
+    /// /proc/loadavg's 1, 5 and 15 minute figures when the run started: other work on the
+    /// machine shows there.
+    load_average: String,
+    /// memory.py runs so far, to name their saved outputs.
+    memory_runs: usize,
+    notes: Vec<String>,
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(code) = loadgen::child_mode(&args) {
+        return code;
+    }
+    let opts = match parse_opts(&args) {
+        Ok(Some(o)) => o,
+        Ok(None) => {
+            print!("{HELP}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("bench: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = procs::install_exit_handlers().and_then(|()| run(opts));
+    procs::kill_all();
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run(opts: Opts) -> Result<()> {
+    let started = Instant::now();
+    let mut bench = Bench::prepare(opts)?;
+    let mut sections = Vec::new();
+    let modes = bench.opts.modes.clone();
+    for mode in modes {
+        let results = bench.run_mode(mode)?;
+        sections.push((mode, results));
+    }
+    let text = report::render(&bench, &sections, started.elapsed());
+    println!("\n{text}");
+    let out = bench.target_dir().join("bench-results.md");
+    std::fs::write(&out, &text).with_context(|| format!("cannot write {}", out.display()))?;
+    eprintln!("bench: table written to {}", out.display());
+    Ok(())
+}
+
+impl Bench {
+    fn prepare(opts: Opts) -> Result<Bench> {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        let exe = std::env::current_exe().context("cannot find this program")?;
+        // target/<profile>/deps/proxies-<hash>
+        let target_dir = exe
+            .ancestors()
+            .nth(3)
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| root.join("target"));
+        let run_dir = target_dir.join("bench");
+        let log_dir = run_dir.join("logs");
+        let _ = std::fs::remove_dir_all(&run_dir);
+        std::fs::create_dir_all(run_dir.join("run"))?;
+        std::fs::create_dir_all(&log_dir)?;
+        let _ = rlimit::increase_nofile_limit(u64::MAX);
+        procs::init_wrappers(
+            procs::find_program("setpriv"),
+            procs::find_program("taskset"),
+        );
+
+        let ports = Ports::new(opts.base_port);
+        for port in ports.all() {
+            if procs::listening(port) {
+                bail!(
+                    "port {port} on 127.0.0.1 is taken (a benchmark still running? another \
+                     program?); choose other ports with --base-port"
+                );
+            }
+        }
+
+        let mut notes = Vec::new();
+        let mut tools = Tools {
+            appbroker: None,
+            haproxy: None,
+            nginx: None,
+            iperf3: procs::find_program("iperf3"),
+            netperf: procs::find_program("netperf"),
+            netserver: procs::find_program("netserver"),
+            shim: None,
+            memory_py: None,
+        };
+
+        // appbroker: cargo builds the binary with the bench profile (release settings) for
+        // every bench target; fall back to a `cargo build --release` binary.
+        let built = PathBuf::from(env!("CARGO_BIN_EXE_appbroker"));
+        let release = target_dir.join("release").join("appbroker");
+        tools.appbroker = [built, release].into_iter().find(|p| p.is_file());
+        if tools.appbroker.is_none() && opts.targets.contains(&Target::Appbroker) {
+            bail!("no release appbroker binary: run `cargo build --release` first");
+        }
+
+        if opts.targets.contains(&Target::Haproxy) {
+            tools.haproxy = procs::find_program("haproxy");
+            if tools.haproxy.is_none() {
+                notes.push(
+                    "HAProxy is not installed: skipped (`apt-get install haproxy`).".to_string(),
+                );
+            }
+        }
+        if opts.targets.contains(&Target::Nginx) {
+            match procs::find_program("nginx") {
+                None => notes.push(
+                    "nginx is not installed: skipped (`apt-get install nginx libnginx-mod-stream`)."
+                        .to_string(),
+                ),
+                Some(nginx) => match stream_module(&nginx) {
+                    Some(line) => tools.nginx = Some((nginx, line)),
+                    None => notes.push(
+                        "nginx has no stream module: skipped (`apt-get install libnginx-mod-stream`)."
+                            .to_string(),
+                    ),
+                },
+            }
+        }
+        let wants = |m: Metric| opts.metrics.contains(&m);
+        if tools.iperf3.is_none() && (wants(Metric::Bulk1) || wants(Metric::Bulk4)) {
+            notes.push("iperf3 is not installed: bulk skipped (`apt-get install iperf3`).".into());
+        }
+        if (tools.netperf.is_none() || tools.netserver.is_none())
+            && (wants(Metric::TcpRr) || wants(Metric::TcpCrr))
+        {
+            tools.netperf = None;
+            notes.push(
+                "netperf is not installed: TCP_RR and TCP_CRR skipped (the load generator's \
+                 rr64 and crr rows still measure request/response and churn; netperf is in \
+                 Debian's non-free component, docs/benchmarks.md)."
+                    .into(),
+            );
+        }
+        if tools.netperf.is_some() && opts.quick && wants(Metric::TcpCrr) {
+            notes.push(
+                "--quick: each netperf TCP_CRR measurement is 5,000 connections (`-l -5000`) \
+                 rather than 1 s: netserver pads a timed TCP_CRR test by 4 s."
+                    .into(),
+            );
+        }
+        if tools.netperf.is_some() && opts.targets.iter().any(|t| *t != Target::Direct) {
+            match build_shim(&root, &target_dir) {
+                Ok(path) => tools.shim = Some(path),
+                Err(e) => notes.push(format!(
+                    "The connect shim could not be built ({e:#}): netperf ran on the direct \
+                     path only."
+                )),
+            }
+        }
+        if wants(Metric::Memory) {
+            let script = root.join("benches").join("memory.py");
+            let fallback = "the runner's fallback (user space: the proxy's RSS growth; kernel: \
+                            the machine's slab and TCP memory growth beyond the direct path's)";
+            let use_script = match opts.memory {
+                MemoryTool::Fallback => false,
+                MemoryTool::Script => true,
+                MemoryTool::Auto => !opts.quick,
+            };
+            match (script.is_file(), procs::find_program("python3")) {
+                _ if !use_script => notes.push(format!(
+                    "Memory measured by {fallback}{}.",
+                    if opts.quick {
+                        ", which takes 2 s per target where benches/memory.py takes 11 s \
+                         (--memory script uses it anyway)"
+                    } else {
+                        ""
+                    }
+                )),
+                (true, Some(python)) => tools.memory_py = Some((python, script)),
+                (true, None) => notes.push(format!(
+                    "benches/memory.py needs python3, which is not installed: memory measured \
+                     by {fallback}."
+                )),
+                // HOOK: benches/memory.py (the reliability work's script) is the memory
+                // measurement. Where it is not in the tree yet, the runner measures with its
+                // own fallback (`Bench::memory_fallback`).
+                (false, _) => notes.push(format!(
+                    "benches/memory.py is not in this tree yet: memory measured by {fallback}."
+                )),
+            }
+        }
+        if opts.modes.contains(&Mode::Pinned) && procs::find_program("taskset").is_none() {
+            bail!("--pinned needs taskset (util-linux)");
+        }
+
+        Ok(Bench {
+            opts,
+            tools,
+            ports,
+            root,
+            run_dir,
+            log_dir,
+            exe,
+            clk_tck: procs::clock_ticks_per_second(),
+            load_average: std::fs::read_to_string("/proc/loadavg")
+                .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+                .unwrap_or_else(|_| "unknown".into()),
+            memory_runs: 0,
+            notes,
+        })
+    }
+
+    fn target_dir(&self) -> PathBuf {
+        self.run_dir
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| self.root.join("target"))
+    }
+
+    fn note(&mut self, note: String) {
+        if !self.notes.contains(&note) {
+            self.notes.push(note);
+        }
+    }
+
+    /// Is this target runnable on this machine?
+    fn available(&self, target: Target) -> bool {
+        match target {
+            Target::Direct => true,
+            Target::Appbroker => self.tools.appbroker.is_some(),
+            Target::Haproxy => self.tools.haproxy.is_some(),
+            Target::Nginx => self.tools.nginx.is_some(),
+        }
+    }
+
+    fn run_mode(&mut self, mode: Mode) -> Result<Results> {
+        let pinned = mode == Mode::Pinned;
+        let label = match mode {
+            Mode::Unpinned => "unpinned",
+            Mode::Pinned => "pinned",
+        };
+        eprintln!("bench: {label}: starting the loopback servers");
+        let _servers = self.start_servers(pinned)?;
+        let mut results = Results::default();
+        let rounds = self.opts.rounds;
+        let metrics = self.opts.metrics.clone();
+        let targets: Vec<Target> = self
+            .opts
+            .targets
+            .iter()
+            .copied()
+            .filter(|t| self.available(*t))
+            .collect();
+        for round in 1..=rounds {
+            // The direct path's kernel memory per idle connection in this round, subtracted
+            // from each proxy's by the memory fallback.
+            let mut direct_kernel: Option<f64> = None;
+            for &metric in &metrics {
+                // The proxies of this metric start together and stay up, idle, while the
+                // others are measured: one start and stop per metric instead of one per
+                // measurement. (The memory measurement starts each on its own.)
+                let mut proxies: HashMap<Target, Proc> = HashMap::new();
+                if metric != Metric::Memory {
+                    let wanted: Vec<Target> = targets
+                        .iter()
+                        .copied()
+                        .filter(|t| *t != Target::Direct && self.applies(metric, *t))
+                        .collect();
+                    for (target, result) in self.start_proxies(&wanted, metric, pinned) {
+                        match result {
+                            Ok(p) => {
+                                proxies.insert(target, p);
+                            }
+                            Err(e) => {
+                                eprintln!(
+                                    "bench: [{label} {round}/{rounds}] {} {}: FAILED: {e:#}",
+                                    metric.name(),
+                                    target.name()
+                                );
+                                self.note(format!(
+                                    "{label}: {} could not start for {}: {e:#}",
+                                    target.name(),
+                                    metric.name()
+                                ));
+                            }
+                        }
+                    }
+                }
+                for &target in &targets {
+                    if !self.applies(metric, target) {
+                        continue;
+                    }
+                    let proxy = proxies.get_mut(&target);
+                    if target != Target::Direct && metric != Metric::Memory && proxy.is_none() {
+                        continue;
+                    }
+                    let t0 = Instant::now();
+                    match self.run_one(metric, target, proxy, pinned, &mut direct_kernel) {
+                        Ok(values) => {
+                            let shown: Vec<String> = values
+                                .iter()
+                                .map(|(k, v)| format!("{k}={}", report::number(*v)))
+                                .collect();
+                            eprintln!(
+                                "bench: [{label} {round}/{rounds}] {} {}: {} ({:.1} s)",
+                                metric.name(),
+                                target.name(),
+                                shown.join(" "),
+                                t0.elapsed().as_secs_f64()
+                            );
+                            for (key, value) in values {
+                                results.add(key, target, value);
+                            }
+                        }
+                        Err(e) => {
+                            eprintln!(
+                                "bench: [{label} {round}/{rounds}] {} {}: FAILED: {e:#}",
+                                metric.name(),
+                                target.name()
+                            );
+                            self.note(format!(
+                                "{label}: {} through {} failed at least once: {e:#}",
+                                metric.name(),
+                                target.name()
+                            ));
+                        }
+                    }
+                }
+                for (_, mut p) in proxies {
+                    p.stop();
+                }
+            }
+        }
+        Ok(results)
+    }
+
+    /// Whether a measurement exists for this pair on this machine.
+    fn applies(&self, metric: Metric, target: Target) -> bool {
+        match metric {
+            Metric::Bulk1 | Metric::Bulk4 => self.tools.iperf3.is_some(),
+            Metric::TcpRr | Metric::TcpCrr => {
+                self.tools.netperf.is_some()
+                    && (target == Target::Direct || self.tools.shim.is_some())
+            }
+            Metric::Rr64 | Metric::Crr => true,
+            // memory.py measures a proxy; the fallback also measures the direct path, to
+            // subtract the client's and server's sockets.
+            Metric::Memory => target != Target::Direct || self.tools.memory_py.is_none(),
+        }
+    }
+
+    /// The loopback servers of one mode: iperf3, netserver and our echo server.
+    fn start_servers(&mut self, pinned: bool) -> Result<Vec<Proc>> {
+        let mut servers = Vec::new();
+        let limit = Duration::from_secs(10);
+        if let Some(iperf3) = &self.tools.iperf3 {
+            let mut p = Spec::new("iperf3-server", iperf3, &self.log_dir)
+                .args(["-s", "-B", "127.0.0.1", "-p"])
+                .arg(self.ports.iperf.to_string())
+                .pinned(pinned)
+                .spawn()?;
+            procs::wait_listening(&mut p, self.ports.iperf, limit)?;
+            servers.push(p);
+        }
+        if let (Some(netserver), Some(_)) = (&self.tools.netserver, &self.tools.netperf) {
+            let mut p = Spec::new("netserver", netserver, &self.log_dir)
+                .args(["-D", "-L", "127.0.0.1", "-p"])
+                .arg(self.ports.netserver.to_string())
+                .pinned(pinned)
+                .spawn()?;
+            procs::wait_listening(&mut p, self.ports.netserver, limit)?;
+            servers.push(p);
+        }
+        let mut echo = Spec::new("echo-server", &self.exe, &self.log_dir)
+            .arg("--serve-echo")
+            .arg(self.ports.echo.to_string())
+            .pinned(pinned)
+            .stdin_pipe()
+            .spawn()?;
+        procs::wait_listening(&mut echo, self.ports.echo, limit)?;
+        servers.push(echo);
+        Ok(servers)
+    }
+
+    /// One measurement of one metric through one target: start the proxy (if any), run the
+    /// client, read the proxy's CPU time around it, stop the proxy.
+    fn run_one(
+        &mut self,
+        metric: Metric,
+        target: Target,
+        mut proxy: Option<&mut Proc>,
+        pinned: bool,
+        direct_kernel: &mut Option<f64>,
+    ) -> Result<Vec<(&'static str, f64)>> {
+        if metric == Metric::Memory {
+            return self.memory(target, pinned, direct_kernel);
+        }
+        let backend = self.backend(metric);
+        if let Some(p) = proxy.as_deref_mut()
+            && !p.alive()
+        {
+            bail!(
+                "{} is no longer running: {}",
+                p.name,
+                procs::last_lines(&p.stderr_text(), 3)
+            );
+        }
+        let port = proxy.as_ref().map(|_| self.ports.proxy(target));
+        let cpu_before = proxy.as_ref().map(|p| procs::family_cpu_ticks(p.pid()));
+        let mut values: Vec<(&'static str, f64)> = Vec::new();
+        // Work done, for the CPU per unit of work: bytes, transactions or connections.
+        let (work, cpu_key, cpu_scale) = match metric {
+            Metric::Bulk1 | Metric::Bulk4 => {
+                let streams = if metric == Metric::Bulk1 { 1 } else { 4 };
+                let (gbps, bytes) = self.iperf3(streams, port.unwrap_or(backend), pinned)?;
+                values.push((metric.name(), gbps));
+                let key = if streams == 1 {
+                    "cpu_bulk1"
+                } else {
+                    "cpu_bulk4"
+                };
+                // ms of CPU per GB (1e9 bytes)
+                (bytes / 1e9, key, 1e3)
+            }
+            Metric::TcpRr | Metric::TcpCrr => {
+                let test = if metric == Metric::TcpRr {
+                    "TCP_RR"
+                } else {
+                    "TCP_CRR"
+                };
+                let r = self.netperf(test, port, pinned)?;
+                let (rate, p50, p99, cpu_key) = match metric {
+                    Metric::TcpRr => ("tcp_rr", "tcp_rr_p50", "tcp_rr_p99", "cpu_tcp_rr"),
+                    _ => ("tcp_crr", "tcp_crr_p50", "tcp_crr_p99", "cpu_tcp_crr"),
+                };
+                values.push((rate, r.rate));
+                values.push((p50, r.p50));
+                values.push((p99, r.p99));
+                // µs of CPU per transaction or connection
+                (r.rate * r.elapsed, cpu_key, 1e6)
+            }
+            Metric::Rr64 | Metric::Crr => {
+                let (kind, n) = if metric == Metric::Rr64 {
+                    ("rr", RR_CONNECTIONS)
+                } else {
+                    ("crr", CRR_WORKERS)
+                };
+                let r = self.loadgen(kind, n, port.unwrap_or(backend), pinned)?;
+                let keys = if metric == Metric::Rr64 {
+                    ["rr64", "rr64_p50", "rr64_p99", "rr64_p999", "cpu_rr64"]
+                } else {
+                    ["crr", "crr_p50", "crr_p99", "crr_p999", "cpu_crr"]
+                };
+                values.push((keys[0], r.rate));
+                values.push((keys[1], r.p50));
+                values.push((keys[2], r.p99));
+                values.push((keys[3], r.p999));
+                (r.count, keys[4], 1e6)
+            }
+            Metric::Memory => unreachable!("handled above"),
+        };
+        if let (Some(p), Some(before)) = (&proxy, cpu_before) {
+            let ticks = procs::family_cpu_ticks(p.pid()).saturating_sub(before);
+            let cpu_secs = ticks as f64 / self.clk_tck;
+            if work > 0.0 {
+                values.push((cpu_key, cpu_secs * cpu_scale / work));
+            }
+        }
+        Ok(values)
+    }
+
+    /// The loopback server a metric's clients talk to.
+    fn backend(&self, metric: Metric) -> u16 {
+        match metric {
+            Metric::Bulk1 | Metric::Bulk4 => self.ports.iperf,
+            Metric::TcpRr | Metric::TcpCrr => self.ports.netperf_data,
+            Metric::Rr64 | Metric::Crr | Metric::Memory => self.ports.echo,
+        }
+    }
+
+    /// Starts the proxies in front of a metric's server all at once, then waits until each
+    /// is ready.
+    fn start_proxies(
+        &self,
+        targets: &[Target],
+        metric: Metric,
+        pinned: bool,
+    ) -> Vec<(Target, Result<Proc>)> {
+        let backend = self.backend(metric);
+        let spawned: Vec<(Target, Result<Proc>)> = targets
+            .iter()
+            .map(|&t| (t, self.spawn_proxy(t, backend, pinned)))
+            .collect();
+        let ready: Vec<(Target, Result<Proc>)> = spawned
+            .into_iter()
+            .map(|(t, r)| (t, r.and_then(|p| self.proxy_ready(t, p))))
+            .collect();
+        // Let start-up work finish (appbroker's first monitor round, nginx's workers).
+        std::thread::sleep(Duration::from_millis(200));
+        ready
+    }
+
+    /// Starts a proxy in front of 127.0.0.1:`backend` and waits until it listens.
+    fn start_proxy(&self, target: Target, backend: u16, pinned: bool) -> Result<Proc> {
+        let p = self.spawn_proxy(target, backend, pinned)?;
+        let p = self.proxy_ready(target, p)?;
+        std::thread::sleep(Duration::from_millis(200));
+        Ok(p)
+    }
+
+    /// Waits until a proxy listens (and, for nginx, has its two workers).
+    fn proxy_ready(&self, target: Target, mut proc: Proc) -> Result<Proc> {
+        procs::wait_listening(&mut proc, self.ports.proxy(target), Duration::from_secs(10))?;
+        if target == Target::Nginx {
+            let end = Instant::now() + Duration::from_secs(10);
+            while procs::children(proc.pid()).len() < 2 {
+                if Instant::now() > end || !proc.alive() {
+                    bail!("nginx did not start its 2 workers");
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        Ok(proc)
+    }
+
+    /// Starts a proxy in front of 127.0.0.1:`backend`.
+    fn spawn_proxy(&self, target: Target, backend: u16, pinned: bool) -> Result<Proc> {
+        let listen = self.ports.proxy(target);
+        let run = self.run_dir.join("run");
+        let fill = |template: &str, out: &str, load_module: &str| -> Result<PathBuf> {
+            let path = self.root.join("benches").join(template);
+            let text = std::fs::read_to_string(&path)
+                .with_context(|| format!("cannot read {}", path.display()))?
+                .replace("@LISTEN_PORT@", &listen.to_string())
+                .replace("@BACKEND_PORT@", &backend.to_string())
+                .replace("@RUN_DIR@", &run.display().to_string())
+                .replace("@LOG_DIR@", &self.log_dir.display().to_string())
+                .replace("@LOAD_MODULE@", load_module);
+            let dest = run.join(out);
+            std::fs::write(&dest, text)?;
+            Ok(dest)
+        };
+        let spec = match target {
+            Target::Direct => bail!("the direct path has no proxy"),
+            Target::Appbroker => {
+                let ini = fill("appbroker.ini", "appbroker.ini", "")?;
+                let exe = self.tools.appbroker.as_ref().context("no appbroker")?;
+                Spec::new("appbroker", exe, &self.log_dir)
+                    .arg("--config")
+                    .arg(ini)
+                    .env("TOKIO_WORKER_THREADS", "2")
+            }
+            Target::Haproxy => {
+                let cfg = fill("haproxy.cfg", "haproxy.cfg", "")?;
+                let exe = self.tools.haproxy.as_ref().context("no haproxy")?;
+                Spec::new("haproxy", exe, &self.log_dir)
+                    .arg("-db")
+                    .arg("-f")
+                    .arg(cfg)
+            }
+            Target::Nginx => {
+                let (exe, load_module) = self.tools.nginx.as_ref().context("no nginx")?;
+                let conf = fill("nginx.conf", "nginx.conf", load_module)?;
+                Spec::new("nginx", exe, &self.log_dir)
+                    .arg("-c")
+                    .arg(conf)
+                    .arg("-p")
+                    .arg(format!("{}/", run.display()))
+                    .arg("-e")
+                    .arg(self.log_dir.join("nginx-error.log"))
+            }
+        };
+        spec.pinned(pinned).spawn()
+    }
+
+    /// Gbit/s received and bytes moved, from iperf3's JSON.
+    fn iperf3(&self, streams: u32, port: u16, pinned: bool) -> Result<(f64, f64)> {
+        let iperf3 = self.tools.iperf3.as_ref().context("no iperf3")?;
+        let mut p = Spec::new("iperf3-client", iperf3, &self.log_dir)
+            .args(["-4", "-J", "-c", "127.0.0.1", "-p"])
+            .arg(port.to_string())
+            .arg("-t")
+            .arg(self.opts.secs.to_string())
+            .arg("-P")
+            .arg(streams.to_string())
+            .pinned(pinned)
+            .spawn()?;
+        let status = p.wait_for(Duration::from_secs(self.opts.secs + 30))?;
+        let out = p.stdout_text();
+        let json: serde_json::Value = serde_json::from_str(&out).with_context(|| {
+            format!("iperf3 output is not JSON: {}", procs::last_lines(&out, 3))
+        })?;
+        if let Some(err) = json.get("error").and_then(|e| e.as_str()) {
+            bail!("iperf3: {err}");
+        }
+        if !status.success() {
+            bail!("iperf3 exited with {status}");
+        }
+        let sum = &json["end"]["sum_received"];
+        let bps = sum["bits_per_second"]
+            .as_f64()
+            .context("iperf3: no end.sum_received.bits_per_second")?;
+        let bytes = sum["bytes"].as_f64().context("iperf3: no bytes")?;
+        Ok((bps / 1e9, bytes))
+    }
+
+    /// A netperf TCP_RR or TCP_CRR test, through the proxy listening on `proxy` (via the
+    /// connect shim) or direct.
+    fn netperf(&self, test: &str, proxy: Option<u16>, pinned: bool) -> Result<NetperfResult> {
+        let netperf = self.tools.netperf.as_ref().context("no netperf")?;
+        let data = self.ports.netperf_data;
+        let mut spec = Spec::new("netperf", netperf, &self.log_dir)
+            .args(["-P", "0", "-H", "127.0.0.1", "-p"])
+            .arg(self.ports.netserver.to_string())
+            .args(["-t", test, "-j", "-l"])
+            .arg(self.netperf_length(test))
+            .args(["--", "-r", "1,1", "-P"])
+            .arg(format!(",{data}"))
+            .args(["-k", "THROUGHPUT,P50_LATENCY,P99_LATENCY,ELAPSED_TIME"])
+            .pinned(pinned);
+        if let Some(port) = proxy {
+            let shim = self.tools.shim.as_ref().context("no connect shim")?;
+            spec = spec
+                .env("LD_PRELOAD", shim.display().to_string())
+                .env("CONNECT_SHIM_FROM", format!("127.0.0.1:{data}"))
+                .env("CONNECT_SHIM_TO", format!("127.0.0.1:{port}"));
+        }
+        let mut p = spec.spawn()?;
+        let status = p.wait_for(Duration::from_secs(self.opts.secs + 30))?;
+        let out = p.stdout_text();
+        let err = p.stderr_text();
+        if !status.success() {
+            bail!(
+                "netperf exited with {status}: {}",
+                procs::last_lines(&format!("{out}\n{err}"), 3)
+            );
+        }
+        if proxy.is_some() && !err.contains("connect_shim: redirecting") {
+            bail!("the connect shim redirected nothing: netperf did not go through the proxy");
+        }
+        let kv: HashMap<&str, f64> = out
+            .lines()
+            .filter_map(|l| {
+                let (k, v) = l.split_once('=')?;
+                Some((k.trim(), v.trim().parse().ok()?))
+            })
+            .collect();
+        let get = |k: &str| {
+            kv.get(k)
+                .copied()
+                .ok_or_else(|| anyhow!("netperf printed no {k}: {}", procs::last_lines(&out, 3)))
+        };
+        Ok(NetperfResult {
+            rate: get("THROUGHPUT")?,
+            p50: get("P50_LATENCY")?,
+            p99: get("P99_LATENCY")?,
+            elapsed: get("ELAPSED_TIME")?,
+        })
+    }
+
+    /// netperf's `-l`: the seconds of a measurement, except for TCP_CRR under `--quick`.
+    /// netserver leaves a TCP_CRR test only when its own timer (the test's length plus 4 s of
+    /// padding) ends its wait in accept(2), so every timed TCP_CRR run lasts 4 s longer than
+    /// asked; a run of a fixed count of connections (`-l -N`) ends at once. `--quick` uses
+    /// 5,000 connections (0.3 to 1.5 s here) to stay well under a minute.
+    fn netperf_length(&self, test: &str) -> String {
+        if test == "TCP_CRR" && self.opts.quick {
+            "-5000".to_string()
+        } else {
+            self.opts.secs.to_string()
+        }
+    }
+
+    /// Our own load generator (`rr` or `crr`) against 127.0.0.1:`port`.
+    fn loadgen(&self, kind: &str, n: usize, port: u16, pinned: bool) -> Result<LoadgenResult> {
+        let mut p = Spec::new(&format!("loadgen-{kind}"), &self.exe, &self.log_dir)
+            .args(["--loadgen", kind])
+            .arg(format!("127.0.0.1:{port}"))
+            .arg(n.to_string())
+            .arg(self.opts.secs.to_string())
+            .pinned(pinned)
+            .stdin_pipe()
+            .spawn()?;
+        let status = p.wait_for(Duration::from_secs(self.opts.secs + 60))?;
+        let out = p.stdout_text();
+        if !status.success() {
+            bail!(
+                "load generator exited with {status}: {}",
+                procs::last_lines(&p.stderr_text(), 3)
+            );
+        }
+        let json: serde_json::Value = serde_json::from_str(out.trim())
+            .with_context(|| format!("load generator output: {out}"))?;
+        let f = |k: &str| json[k].as_f64().ok_or_else(|| anyhow!("no {k} in {out}"));
+        let errors = f("errors")?;
+        if errors > 0.0 {
+            eprintln!("bench: warning: {kind} through port {port}: {errors} failed exchanges");
+        }
+        Ok(LoadgenResult {
+            rate: f("rate")?,
+            count: f("count")?,
+            p50: f("p50_us")?,
+            p99: f("p99_us")?,
+            p999: f("p999_us")?,
+        })
+    }
+
+    /// Memory per idle connection: benches/memory.py when present, else the fallback.
+    fn memory(
+        &mut self,
+        target: Target,
+        pinned: bool,
+        direct_kernel: &mut Option<f64>,
+    ) -> Result<Vec<(&'static str, f64)>> {
+        if self.tools.memory_py.is_some() {
+            return self.memory_script(target, pinned);
+        }
+        self.memory_fallback(target, pinned, direct_kernel)
+    }
+
+    /// benches/memory.py, the reliability work's script:
+    /// `python3 benches/memory.py --proxy-port P --proxy-pid PID --server-port S
+    /// --connections N`. It starts its own echo servers on S (so the proxy is pointed at a
+    /// port nothing else listens on), holds N idle connections through the proxy, measures
+    /// the pid and its descendants (nginx's workers under the master), and prints one JSON
+    /// line last, with `user_bytes_per_conn`, `kernel_total_bytes_per_conn` and
+    /// `total_bytes_per_conn` among its fields.
+    fn memory_script(&mut self, target: Target, pinned: bool) -> Result<Vec<(&'static str, f64)>> {
+        let server_port = self.ports.spare;
+        let mut proxy = self.start_proxy(target, server_port, pinned)?;
+        let (python, script) = self.tools.memory_py.clone().context("no memory.py")?;
+        let mut p = Spec::new("memory-py", &python, &self.log_dir)
+            .arg(script)
+            .arg("--proxy-port")
+            .arg(self.ports.proxy(target).to_string())
+            .arg("--proxy-pid")
+            .arg(proxy.pid().to_string())
+            .arg("--server-port")
+            .arg(server_port.to_string())
+            .arg("--connections")
+            .arg(self.opts.connections.to_string())
+            .pinned(pinned)
+            .spawn()?;
+        let status = p.wait_for(Duration::from_secs(600));
+        proxy.stop();
+        let status = status?;
+        let out = p.stdout_text();
+        let _ = std::fs::write(
+            self.log_dir
+                .join(format!("memory-{}.{}.out", target.name(), self.memory_runs)),
+            &out,
+        );
+        self.memory_runs += 1;
+        let line = out.lines().rev().find(|l| l.trim_start().starts_with('{'));
+        let Some(line) = line else {
+            bail!(
+                "memory.py exited with {status} and printed no JSON line: {}",
+                procs::last_lines(&format!("{out}\n{}", p.stderr_text()), 3)
+            );
+        };
+        if !status.success() {
+            // It exits 1 when connections failed or were dropped; its summary says which.
+            bail!(
+                "memory.py exited with {status}: {}",
+                procs::last_lines(&out, 4)
+            );
+        }
+        let json: serde_json::Value = serde_json::from_str(line)
+            .with_context(|| format!("memory.py's last line is not JSON: {line}"))?;
+        report::memory_values(&json)
+            .ok_or_else(|| anyhow!("no user and kernel bytes per connection in {line}"))
+    }
+
+    /// The runner's own memory measurement, used until benches/memory.py is merged: hold
+    /// `--connections` idle connections (one exchange each) through the target and read,
+    /// before and while they are held, the proxy's RSS (all its processes) and the machine's
+    /// kernel socket memory; the direct path's kernel growth (the clients' and the servers'
+    /// sockets) is subtracted from each proxy's.
+    fn memory_fallback(
+        &mut self,
+        target: Target,
+        pinned: bool,
+        direct_kernel: &mut Option<f64>,
+    ) -> Result<Vec<(&'static str, f64)>> {
+        let n = self.opts.connections;
+        let mut proxy = match target {
+            Target::Direct => None,
+            _ => Some(self.start_proxy(target, self.ports.echo, pinned)?),
+        };
+        let port = match target {
+            Target::Direct => self.ports.echo,
+            _ => self.ports.proxy(target),
+        };
+        let rss = |p: &Option<Proc>| p.as_ref().map(|p| procs::family_rss(p.pid()));
+        let rss_before = rss(&proxy);
+        let kernel_before = procs::kernel_socket_memory().context("cannot read /proc/meminfo")?;
+        let mut holder = Spec::new("loadgen-hold", &self.exe, &self.log_dir)
+            .args(["--loadgen", "hold"])
+            .arg(format!("127.0.0.1:{port}"))
+            .arg(n.to_string())
+            .arg("120")
+            .pinned(pinned)
+            .stdin_pipe()
+            .spawn()?;
+        let end = Instant::now() + Duration::from_secs(120);
+        let held: serde_json::Value = loop {
+            let out = holder.stdout_text();
+            if let Some(line) = out.lines().find(|l| l.contains("\"held\"")) {
+                break serde_json::from_str(line)?;
+            }
+            if !holder.alive() {
+                bail!(
+                    "holding {n} connections failed: {}",
+                    procs::last_lines(&holder.stderr_text(), 3)
+                );
+            }
+            if Instant::now() > end {
+                bail!("holding {n} connections took more than 120 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let count = held["held"].as_f64().unwrap_or(0.0);
+        if count < n as f64 {
+            bail!("only {count} of {n} connections could be held: {held}");
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        let rss_after = rss(&proxy);
+        let kernel_after = procs::kernel_socket_memory().context("cannot read /proc/meminfo")?;
+        holder.close_stdin();
+        let _ = holder.wait_for(Duration::from_secs(10));
+        if let Some(p) = proxy.as_mut() {
+            p.stop();
+        }
+        let kernel = (kernel_after as f64 - kernel_before as f64) / count;
+        if target == Target::Direct {
+            *direct_kernel = Some(kernel);
+            return Ok(Vec::new());
+        }
+        let user = match (rss_before, rss_after) {
+            (Some(b), Some(a)) => (a as f64 - b as f64) / count,
+            _ => 0.0,
+        };
+        let kernel = match direct_kernel {
+            Some(d) => kernel - *d,
+            None => {
+                self.note(
+                    "Memory without the direct path in the run: the kernel figure includes the \
+                     clients' and servers' sockets."
+                        .into(),
+                );
+                kernel
+            }
+        };
+        Ok(vec![
+            ("mem_user", user),
+            ("mem_kernel", kernel),
+            ("mem_total", user + kernel),
+        ])
+    }
+}
+
+struct NetperfResult {
+    rate: f64,
+    p50: f64,
+    p99: f64,
+    elapsed: f64,
+}
+
+struct LoadgenResult {
+    rate: f64,
+    count: f64,
+    p50: f64,
+    p99: f64,
+    p999: f64,
+}
+
+/// The `load_module` line nginx needs for the stream module: empty when it is built in,
+/// `None` when there is no stream module at all.
+fn stream_module(nginx: &Path) -> Option<String> {
+    let out = std::process::Command::new(nginx).arg("-V").output().ok()?;
+    let text =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    if text.contains("--with-stream ") || text.trim_end().ends_with("--with-stream") {
+        return Some(String::new());
+    }
+    for dir in [
+        "/usr/lib/nginx/modules",
+        "/usr/lib64/nginx/modules",
+        "/usr/share/nginx/modules",
+        "/etc/nginx/modules",
+        "/usr/local/nginx/modules",
+    ] {
+        let module = Path::new(dir).join("ngx_stream_module.so");
+        if module.is_file() {
+            return Some(format!("load_module {};", module.display()));
+        }
+    }
+    None
+}
+
+/// Compiles benches/connect_shim.c into target/connect_shim.so.
+fn build_shim(root: &Path, target_dir: &Path) -> Result<PathBuf> {
+    let gcc = procs::find_program("gcc")
+        .or_else(|| procs::find_program("cc"))
+        .context("no C compiler (apt-get install gcc)")?;
+    let out = target_dir.join("connect_shim.so");
+    let status = std::process::Command::new(gcc)
+        .args(["-O2", "-Wall", "-shared", "-fPIC", "-o"])
+        .arg(&out)
+        .arg(root.join("benches").join("connect_shim.c"))
+        .arg("-ldl")
+        .status()
+        .context("cannot run the C compiler")?;
+    if !status.success() {
+        bail!("the C compiler failed on benches/connect_shim.c");
+    }
+    Ok(out)
+}
