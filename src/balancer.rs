@@ -132,6 +132,8 @@ pub struct Balancer {
     refusals: Episode,
     /// Clients closed because the broker itself lacked descriptors, ports or memory.
     pub broker_faults: Episode,
+    /// Accepts that failed for the broker's own reasons, across the balancer's accept loops.
+    pub accept_failures: Episode,
 }
 
 impl Balancer {
@@ -152,6 +154,7 @@ impl Balancer {
             query_permits: Arc::new(Semaphore::new(query_permits)),
             refusals: Episode::default(),
             broker_faults: Episode::default(),
+            accept_failures: Episode::default(),
         }
     }
 

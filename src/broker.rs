@@ -6,7 +6,7 @@
 //! survive, a changed listen address is bound before the old listener closes, a new balancer
 //! section starts, and a removed one drains like a shutdown. An invalid file changes nothing.
 
-use std::net::SocketAddr;
+use std::net::{SocketAddr, TcpListener as StdListener};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,12 +24,14 @@ use crate::config::{BalancerConfig, Config, plural, show_duration};
 use crate::listener::{self, BindError};
 use crate::query;
 use crate::shutdown::Shutdown;
+use crate::workers::Workers;
 use crate::{health, logging};
 
 /// A broker with every listener bound, ready to run.
 pub struct Broker {
     config: Config,
-    bound: Vec<(Arc<Balancer>, TcpListener)>,
+    workers: Workers,
+    bound: Vec<(Arc<Balancer>, Vec<StdListener>)>,
 }
 
 /// One balancer at run time.
@@ -43,26 +45,49 @@ struct Running {
     cut: CancellationToken,
     /// Stops its monitor and sampler.
     stop_background: CancellationToken,
-    /// Its accept loop and the token that stops it (closing the listener); `None` once stopped.
-    accepting: Option<(CancellationToken, JoinHandle<()>)>,
+    /// Its accept loops; `None` once stopped.
+    accepting: Option<Accepting>,
+}
+
+/// A balancer's accept loops, one per listening socket (one per worker where the kernel
+/// spreads connections), and the token that stops them.
+struct Accepting {
+    stop: CancellationToken,
+    loops: Vec<JoinHandle<()>>,
+}
+
+impl Accepting {
+    /// Stops every loop and waits until each has served what its listener had queued and
+    /// closed it.
+    async fn stop(self) {
+        self.stop.cancel();
+        for accept_loop in self.loops {
+            let _ = accept_loop.await;
+        }
+    }
 }
 
 impl Broker {
     /// Binds every balancer's port, or none: a port that cannot be bound stops the start.
-    pub fn bind(config: Config) -> Result<Broker, BindError> {
+    /// Connections will be served on `workers`.
+    pub fn bind(config: Config, workers: Workers) -> Result<Broker, BindError> {
         let mut bound = Vec::new();
         for b in &config.balancers {
-            let listener = listener::bind(b)?;
-            bound.push((Arc::new(Balancer::new(b.clone())), listener));
+            let listeners = listener::bind(b, workers.listeners_per_balancer())?;
+            bound.push((Arc::new(Balancer::new(b.clone())), listeners));
         }
-        Ok(Broker { config, bound })
+        Ok(Broker {
+            config,
+            workers,
+            bound,
+        })
     }
 
     /// The addresses the balancers listen on, in configuration order.
     pub fn local_addrs(&self) -> Vec<SocketAddr> {
         self.bound
             .iter()
-            .filter_map(|(_, l)| l.local_addr().ok())
+            .filter_map(|(_, l)| l.first()?.local_addr().ok())
             .collect()
     }
 
@@ -78,10 +103,11 @@ impl Broker {
             started_wall_ms: wall_ms(),
             shutdown: shutdown.clone(),
         });
+        let workers = self.workers;
         let mut running: Vec<Running> = self
             .bound
             .into_iter()
-            .map(|(balancer, listener)| start(balancer, listener, &ctx))
+            .map(|(balancer, listeners)| start(balancer, listeners, &ctx, &workers))
             .collect();
         let mut retired: Vec<Running> = Vec::new();
         info!("broker ready");
@@ -89,7 +115,7 @@ impl Broker {
         loop {
             tokio::select! {
                 _ = shutdown.requested() => break,
-                _ = reload.notified() => reload_config(&ctx, &mut running, &mut retired).await,
+                _ = reload.notified() => reload_config(&ctx, &workers, &mut running, &mut retired).await,
             }
         }
 
@@ -149,8 +175,13 @@ impl Broker {
     }
 }
 
-/// Starts a balancer's accept loop, monitor and sampler.
-fn start(balancer: Arc<Balancer>, listener: TcpListener, ctx: &Arc<query::Context>) -> Running {
+/// Starts a balancer's accept loops (on the workers), monitor and sampler.
+fn start(
+    balancer: Arc<Balancer>,
+    listeners: Vec<StdListener>,
+    ctx: &Arc<query::Context>,
+    workers: &Workers,
+) -> Running {
     let pool = balancer.pool();
     let c = &pool.config;
     info!(
@@ -175,7 +206,9 @@ fn start(balancer: Arc<Balancer>, listener: TcpListener, ctx: &Arc<query::Contex
     ));
     let tasks = TaskTracker::new();
     let cut = CancellationToken::new();
-    let accepting = Some(spawn_accept_loop(&balancer, listener, ctx, &tasks, &cut));
+    let accepting = Some(spawn_accept_loops(
+        &balancer, listeners, ctx, workers, &tasks, &cut,
+    ));
     Running {
         listen: c.listen,
         balancer,
@@ -186,34 +219,48 @@ fn start(balancer: Arc<Balancer>, listener: TcpListener, ctx: &Arc<query::Contex
     }
 }
 
-fn spawn_accept_loop(
+/// Starts one accept loop per listening socket, each on its own worker.
+fn spawn_accept_loops(
     balancer: &Arc<Balancer>,
-    listener: TcpListener,
+    listeners: Vec<StdListener>,
     ctx: &Arc<query::Context>,
+    workers: &Workers,
     tasks: &TaskTracker,
     cut: &CancellationToken,
-) -> (CancellationToken, JoinHandle<()>) {
+) -> Accepting {
     let stop = CancellationToken::new();
     let span = health::span(balancer.pool().config.kind.section());
-    let task = tokio::spawn(
-        listener::accept_loop(
-            listener,
-            Arc::clone(balancer),
-            Arc::clone(ctx),
-            tasks.clone(),
-            stop.clone(),
-            cut.clone(),
-        )
-        .instrument(span),
-    );
-    (stop, task)
+    let handles = workers.handles();
+    let loops = listeners
+        .into_iter()
+        .enumerate()
+        .map(|(index, listener)| {
+            let (balancer, ctx, tasks, stop, cut) = (
+                Arc::clone(balancer),
+                Arc::clone(ctx),
+                tasks.clone(),
+                stop.clone(),
+                cut.clone(),
+            );
+            let accept = async move {
+                // Registered with the worker's own reactor, so it must be made there.
+                match TcpListener::from_std(listener) {
+                    Ok(listener) => {
+                        listener::accept_loop(listener, balancer, ctx, tasks, stop, cut).await
+                    }
+                    Err(e) => error!("cannot start accepting: {}", crate::os_error::words(&e)),
+                }
+            };
+            handles[index % handles.len()].spawn(accept.instrument(span.clone()))
+        })
+        .collect();
+    Accepting { stop, loops }
 }
 
-/// Stops a balancer's accept loop and waits until its listener is closed.
+/// Stops a balancer's accept loops and waits until its listeners are closed.
 async fn stop_accepting(unit: &mut Running) {
-    if let Some((stop, task)) = unit.accepting.take() {
-        stop.cancel();
-        let _ = task.await;
+    if let Some(accepting) = unit.accepting.take() {
+        accepting.stop().await;
     }
     unit.tasks.close();
 }
@@ -221,6 +268,7 @@ async fn stop_accepting(unit: &mut Running) {
 /// Reads the configuration file again and applies it; an invalid file changes nothing.
 async fn reload_config(
     ctx: &Arc<query::Context>,
+    workers: &Workers,
     running: &mut Vec<Running>,
     retired: &mut Vec<Running>,
 ) {
@@ -280,7 +328,7 @@ async fn reload_config(
     for b in &mut config.balancers {
         if let Some(unit) = stay.iter_mut().find(|u| u.balancer.kind() == b.kind) {
             if unit.listen != b.listen {
-                changes.push(move_listener(ctx, unit, b).await);
+                changes.push(move_listener(ctx, workers, unit, b).await);
             }
             changes.extend(unit.balancer.reconfigure(b.clone()));
         }
@@ -290,10 +338,10 @@ async fn reload_config(
         if stay.iter().any(|u| u.balancer.kind() == b.kind) {
             continue;
         }
-        match listener::bind(b) {
-            Ok(listener) => {
+        match listener::bind(b, workers.listeners_per_balancer()) {
+            Ok(listeners) => {
                 let balancer = Arc::new(Balancer::new(b.clone()));
-                stay.push(start(balancer, listener, ctx));
+                stay.push(start(balancer, listeners, ctx, workers));
                 changes.push(format!("{} added", b.kind));
             }
             Err(e) => {
@@ -334,15 +382,22 @@ async fn reload_config(
 /// Returns what happened, for the reload's summary line.
 async fn move_listener(
     ctx: &Arc<query::Context>,
+    workers: &Workers,
     unit: &mut Running,
     config: &mut BalancerConfig,
 ) -> String {
-    match listener::bind(config) {
-        Ok(listener) => {
-            let new = spawn_accept_loop(&unit.balancer, listener, ctx, &unit.tasks, &unit.cut);
-            if let Some((old_stop, old_task)) = unit.accepting.replace(new) {
-                old_stop.cancel();
-                let _ = old_task.await;
+    match listener::bind(config, workers.listeners_per_balancer()) {
+        Ok(listeners) => {
+            let new = spawn_accept_loops(
+                &unit.balancer,
+                listeners,
+                ctx,
+                workers,
+                &unit.tasks,
+                &unit.cut,
+            );
+            if let Some(old) = unit.accepting.replace(new) {
+                old.stop().await;
             }
             let moved = format!(
                 "{} now listens on {} (was {})",

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{Span, debug, error, info};
+use tracing::{debug, error, info};
 
 use crate::balancer::{Balancer, Eligible, Lease};
 use crate::config::show_duration;
@@ -105,11 +105,11 @@ pub async fn serve(
                 return;
             }
             Ok((Verdict::Closed, _)) => {
-                debug!("client closed before sending anything");
+                debug!(client = %peer, "client closed before sending anything");
                 return;
             }
             Err(e) => {
-                debug!("client gone before sending anything: {}", words(&e));
+                debug!(client = %peer, "client gone before sending anything: {}", words(&e));
                 return;
             }
         }
@@ -120,13 +120,12 @@ pub async fn serve(
         return;
     };
     balancer.below_limit();
-    let Some((lease, mut upstream)) = choose_and_connect(&balancer).await else {
+    let Some((lease, mut upstream)) = choose_and_connect(&balancer, peer).await else {
         return;
     };
     slot.admit();
     let server = &lease.server;
     server.total.fetch_add(1, Relaxed);
-    Span::current().record("server", tracing::field::display(&server.address));
     let outcome = relay(
         &mut client,
         &mut upstream,
@@ -146,6 +145,8 @@ pub async fn serve(
             bytes_from_client = outcome.to_server,
             bytes_to_client = outcome.to_client,
             ended_by = %outcome.end,
+            client = %peer,
+            server = %server.address,
             "connection closed"
         );
     }
@@ -182,7 +183,7 @@ pub async fn serve_at_limit(
 /// Picks candidates and connects until one answers or `MAX_ATTEMPTS` are used. A server that
 /// fails for a server-side cause is quarantined; a failure that is the broker's own blames no
 /// server and closes the client.
-async fn choose_and_connect(balancer: &Balancer) -> Option<(Lease, TcpStream)> {
+async fn choose_and_connect(balancer: &Balancer, peer: SocketAddr) -> Option<(Lease, TcpStream)> {
     let pool = balancer.pool();
     let config = &pool.config;
     let mut tried = Vec::with_capacity(config.max_attempts as usize);
@@ -231,9 +232,9 @@ async fn choose_and_connect(balancer: &Balancer) -> Option<(Lease, TcpStream)> {
                 if stale {
                     // Already quarantined; the monitor keeps it there. One line per client
                     // and server here would flood the log during an outage.
-                    debug!("server {} still unreachable: {explained}", server.address);
+                    debug!(client = %peer, "server {} still unreachable: {explained}", server.address);
                 } else {
-                    error!("cannot connect to server {}: {explained}", server.address);
+                    error!(client = %peer, "cannot connect to server {}: {explained}", server.address);
                     quarantine(
                         balancer,
                         server,
@@ -249,6 +250,7 @@ async fn choose_and_connect(balancer: &Balancer) -> Option<(Lease, TcpStream)> {
     if let Some(suppressed) = balancer.no_servers_log.allow() {
         error!(
             more_since_last_line = suppressed,
+            client = %peer,
             "no remote servers available; the client is closed"
         );
     }

@@ -23,6 +23,8 @@
 //! - [`logging`]: the log line format, console and rotated file.
 //! - [`os_error`]: what an OS error means to an operator.
 //! - [`demo`]: stand-in echo servers for `appbroker demo`.
+//! - [`workers`]: the data path's threads, one per core, each with its own runtime and
+//!   listening sockets.
 //! - [`clock`], [`throttle`], [`sys`]: time, log-rate limiting, the few system calls the
 //!   standard library lacks.
 
@@ -42,6 +44,7 @@ pub mod select;
 pub mod shutdown;
 pub mod sys;
 pub mod throttle;
+pub mod workers;
 
 pub use broker::Broker;
 pub use listener::BindError;

@@ -10,12 +10,11 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{Instrument, debug, error, field, info, info_span, warn};
+use tracing::{Instrument, Span, debug, error, info, warn};
 
 use crate::balancer::Balancer;
 use crate::config::BalancerConfig;
 use crate::os_error::{explain_bind, words};
-use crate::throttle::Episode;
 use crate::{forward, query, sys};
 
 /// Pending connections the kernel may queue before `accept`; the kernel caps it at
@@ -39,32 +38,53 @@ pub struct BindError {
     pub reason: String,
 }
 
-/// Binds the balancer's listening socket. `SO_REUSEADDR` lets a restarted broker bind while
-/// old connections linger in TIME_WAIT; `SO_REUSEPORT` is not set, so a second broker on the
-/// same port gets "address already in use".
-pub fn bind(config: &BalancerConfig) -> Result<TcpListener, BindError> {
+/// Binds the balancer's `count` listening sockets on its one address (several only where the
+/// kernel spreads connections across them: SO_REUSEPORT, one per worker thread).
+///
+/// `SO_REUSEADDR` lets a restarted broker bind while old connections linger in TIME_WAIT.
+/// `SO_REUSEPORT` would also let a second broker share the port silently, so the port is first
+/// probed by a socket without it: that bind fails, with "address already in use", when any
+/// other socket holds the port, reuse-port or not.
+pub fn bind(
+    config: &BalancerConfig,
+    count: usize,
+) -> Result<Vec<std::net::TcpListener>, BindError> {
     let address = config.listen;
     let fail = |e: io::Error| BindError {
         balancer: config.kind.to_string(),
         address,
         reason: explain_bind(&e, address.port()),
     };
-    let socket = Socket::new(
-        Domain::for_address(address),
-        Type::STREAM,
-        Some(Protocol::TCP),
-    )
-    .map_err(fail)?;
-    #[cfg(unix)]
-    socket.set_reuse_address(true).map_err(fail)?;
-    if address.is_ipv6() && address.ip().is_unspecified() {
-        // `::` serves IPv4 clients too, as operators expect from "all addresses".
-        socket.set_only_v6(false).map_err(fail)?;
+    let socket = || -> io::Result<Socket> {
+        let socket = Socket::new(
+            Domain::for_address(address),
+            Type::STREAM,
+            Some(Protocol::TCP),
+        )?;
+        #[cfg(unix)]
+        socket.set_reuse_address(true)?;
+        if address.is_ipv6() && address.ip().is_unspecified() {
+            // `::` serves IPv4 clients too, as operators expect from "all addresses".
+            socket.set_only_v6(false)?;
+        }
+        Ok(socket)
+    };
+    if count > 1 {
+        let probe = socket().map_err(fail)?;
+        probe.bind(&address.into()).map_err(fail)?;
     }
-    socket.set_nonblocking(true).map_err(fail)?;
-    socket.bind(&address.into()).map_err(fail)?;
-    socket.listen(BACKLOG).map_err(fail)?;
-    TcpListener::from_std(socket.into()).map_err(fail)
+    let mut listeners = Vec::with_capacity(count);
+    for _ in 0..count {
+        let socket = socket().map_err(fail)?;
+        if count > 1 {
+            sys::set_reuse_port(&socket).map_err(fail)?;
+        }
+        socket.set_nonblocking(true).map_err(fail)?;
+        socket.bind(&address.into()).map_err(fail)?;
+        socket.listen(BACKLOG).map_err(fail)?;
+        listeners.push(socket.into());
+    }
+    Ok(listeners)
 }
 
 /// Errors that belong to one connection (it went away before it was accepted): accept the next
@@ -92,7 +112,7 @@ pub async fn accept_loop(
     let start = |stream: TcpStream, peer: SocketAddr| {
         start_client(&balancer, &ctx, &tasks, &cut, local, stream, peer);
     };
-    let failed_accepts = Episode::default();
+    let failed_accepts = &balancer.accept_failures;
     // The keepalive settings the listener carries for its accepted sockets to inherit; set
     // again when a reload changes them.
     let mut listener_keepalive = None;
@@ -163,7 +183,10 @@ fn start_client(
             debug!(client = %peer, "cannot set keepalive: {}", words(&e));
         }
     }
-    let span = info_span!("conn", client = %peer, server = field::Empty);
+    // The balancer's span (the accept loop's), not one per connection: creating and
+    // formatting a span per client cost more than the fields it adds, which the connection's
+    // few log lines carry themselves (`client=`, `server=`).
+    let span = Span::current();
     let (b, ctx) = (Arc::clone(balancer), Arc::clone(ctx));
     if !balancer.at_limit() {
         tasks.spawn(forward::serve(ctx, b, stream, peer, local, cut.clone()).instrument(span));

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use anyhow::Context;
 use appbroker::config::{Config, Loaded};
 use appbroker::shutdown::{Shutdown, handle_signals};
-use appbroker::{Broker, demo, logging, sys};
+use appbroker::workers::WorkerThreads;
+use appbroker::{Broker, config, demo, logging, sys};
 use clap::{Parser, Subcommand};
 use tokio::sync::Notify;
 use tracing::{info, warn};
@@ -109,11 +110,18 @@ fn run(config: Config, demo: bool) -> anyhow::Result<()> {
         ),
         Err(e) => warn!("cannot raise the open-file limit: {e}"),
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    let threads = WorkerThreads::start(config.general.workers as usize)
+        .context("cannot start the worker threads")?;
+    info!(
+        "{} serving connections",
+        config::plural(threads.workers().handles().len(), "worker thread")
+    );
+    // The main thread's runtime runs the control work: signals, reloads, monitors, the demo.
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
-        .thread_name("appbroker")
         .build()
         .context("cannot start the runtime")?;
+    let workers = threads.workers();
     let result = runtime.block_on(async {
         let servers = if demo {
             let servers = demo::start_servers(&config).await?;
@@ -126,7 +134,7 @@ fn run(config: Config, demo: bool) -> anyhow::Result<()> {
         } else {
             None
         };
-        let broker = Broker::bind(config)?;
+        let broker = Broker::bind(config, workers)?;
         let shutdown = Shutdown::new();
         let reload = Arc::new(Notify::new());
         handle_signals(shutdown.clone(), Arc::clone(&reload))
@@ -140,5 +148,6 @@ fn run(config: Config, demo: bool) -> anyhow::Result<()> {
     // The demo's console waits on a blocking read of standard input, which nothing can
     // cancel: do not wait for it.
     runtime.shutdown_background();
+    threads.stop();
     result
 }

@@ -110,6 +110,19 @@ fn keepalive_on(
     Ok(())
 }
 
+/// Whether several sockets may listen on one address with the kernel spreading new
+/// connections across them (SO_REUSEPORT, Linux): then each worker thread gets its own.
+pub const REUSEPORT_SPREADS: bool = cfg!(target_os = "linux");
+
+/// Lets several of this process's sockets listen on one address (see [`REUSEPORT_SPREADS`]).
+pub fn set_reuse_port(socket: &socket2::Socket) -> io::Result<()> {
+    #[cfg(target_os = "linux")]
+    socket.set_reuse_port(true)?;
+    #[cfg(not(target_os = "linux"))]
+    let _ = socket;
+    Ok(())
+}
+
 #[cfg(target_os = "linux")]
 pub use pipes::{Pipe, PipePool};
 

@@ -289,6 +289,7 @@ fn every_key_is_printed_with_its_default() {
         ("SHUTDOWN_GRACE", "0s"),
         ("SHUTDOWN_TIMEOUT", "30s"),
         ("LANGUAGE", "en"),
+        ("WORKERS", "0"),
     ]
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .into();

@@ -57,6 +57,8 @@ pub struct General {
     pub shutdown_timeout: Duration,
     /// `LANGUAGE`: labels of the status pages.
     pub language: Language,
+    /// `WORKERS`: threads serving connections; 0 for one per CPU.
+    pub workers: u32,
 }
 
 /// `LANGUAGE`: the language of the status pages.
@@ -425,6 +427,7 @@ const GENERAL_KEYS: &[&str] = &[
     "SHUTDOWN_GRACE",
     "SHUTDOWN_TIMEOUT",
     "LANGUAGE",
+    "WORKERS",
 ];
 
 /// Keys TOTVS broker files carry that appbroker accepts without using, and what it does instead.
@@ -710,6 +713,7 @@ impl Validator {
             shutdown_grace: Duration::ZERO,
             shutdown_timeout: Duration::from_secs(30),
             language: Language::English,
+            workers: 0,
         };
         let Some(section) = section else {
             return defaults;
@@ -765,6 +769,10 @@ impl Validator {
                 defaults.shutdown_timeout,
                 |s| value::duration(s, Duration::ZERO),
             ),
+            workers: self.setting(&lookup, "WORKERS", 0, |s| {
+                value::integer(s, 0, 256, "a number of threads from 0 (one per CPU) to 256")
+                    .map(|n| n as u32)
+            }),
             language: self.setting(&lookup, "LANGUAGE", defaults.language, |s| {
                 match s.to_ascii_lowercase().as_str() {
                     "en" => Ok(Language::English),

@@ -34,6 +34,7 @@ impl Config {
             ("SHUTDOWN_GRACE", show_duration(g.shutdown_grace)),
             ("SHUTDOWN_TIMEOUT", show_duration(g.shutdown_timeout)),
             ("LANGUAGE", g.language.as_str().to_string()),
+            ("WORKERS", g.workers.to_string()),
         ]
         .map(|(k, v)| (k.to_string(), v));
         let mut sections = vec![self.effective_section("General", general.into())];
