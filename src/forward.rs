@@ -26,37 +26,41 @@ use crate::relay::{Counters, End, relay};
 /// Connects to `host:port`, trying each address the host resolves to in turn, each connect
 /// bounded by `timeout`. The error returned is the last address's.
 pub async fn connect(host: &Host, port: u16, timeout: Duration) -> io::Result<TcpStream> {
-    let addresses: Vec<SocketAddr> = match host {
-        Host::Ip(ip) => vec![SocketAddr::new(*ip, port)],
-        Host::Name(name) => {
-            let resolved =
-                tokio::time::timeout(timeout, tokio::net::lookup_host((name.as_str(), port)))
-                    .await
-                    .map_err(|_| timed_out(timeout))?;
-            let resolved = resolved.map_err(|e| {
-                io::Error::new(
-                    io::ErrorKind::NotFound,
-                    format!("cannot resolve {name}: {e}"),
-                )
-            })?;
-            resolved.collect()
-        }
+    let name = match host {
+        Host::Ip(ip) => return connect_to(SocketAddr::new(*ip, port), timeout).await,
+        Host::Name(name) => name,
     };
-    let mut last = io::Error::new(
-        io::ErrorKind::NotFound,
-        format!("{host} resolves to no address"),
-    );
-    for address in addresses {
-        match tokio::time::timeout(timeout, TcpStream::connect(address)).await {
-            Ok(Ok(stream)) => {
-                stream.set_nodelay(true)?;
-                return Ok(stream);
-            }
-            Ok(Err(e)) => last = e,
-            Err(_) => last = timed_out(timeout),
+    let resolved = tokio::time::timeout(timeout, tokio::net::lookup_host((name.as_str(), port)))
+        .await
+        .map_err(|_| timed_out(timeout))?
+        .map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("cannot resolve {name}: {e}"),
+            )
+        })?;
+    let mut last = None;
+    for address in resolved {
+        match connect_to(address, timeout).await {
+            Ok(stream) => return Ok(stream),
+            Err(e) => last = Some(e),
         }
     }
-    Err(last)
+    Err(last.unwrap_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("{name} resolves to no address"),
+        )
+    }))
+}
+
+/// One connect, bounded by `timeout`, with TCP_NODELAY on the result.
+async fn connect_to(address: SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
+    let stream = tokio::time::timeout(timeout, TcpStream::connect(address))
+        .await
+        .map_err(|_| timed_out(timeout))??;
+    stream.set_nodelay(true)?;
+    Ok(stream)
 }
 
 fn timed_out(after: Duration) -> io::Error {
@@ -101,7 +105,9 @@ pub async fn serve(
         match sniffed {
             Ok((Verdict::Forward, _)) => {}
             Ok((Verdict::Query, permit)) => {
-                query::serve(ctx, balancer, client, first, peer, permit).await;
+                // Boxed: the query's state is large and rare, and every connection's task
+                // would otherwise carry (and copy) room for it.
+                Box::pin(query::serve(ctx, balancer, client, first, peer, permit)).await;
                 return;
             }
             Ok((Verdict::Closed, _)) => {

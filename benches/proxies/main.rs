@@ -833,7 +833,6 @@ impl Bench {
                 Spec::new("appbroker", exe, &self.log_dir)
                     .arg("--config")
                     .arg(ini)
-                    .env("TOKIO_WORKER_THREADS", "2")
             }
             Target::Haproxy => {
                 let cfg = fill("haproxy.cfg", "haproxy.cfg", "")?;

@@ -2,6 +2,7 @@
 //! `/TOTVS_BROKER_QUERY` (in any case; the path exactly that, or going on with `/`, `?` or a
 //! blank) is answered by the broker; anything else is forwarded, its first bytes included.
 
+use std::cell::RefCell;
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
@@ -82,6 +83,19 @@ pub async fn sniff(
 ) -> io::Result<(Verdict, Option<OwnedSemaphorePermit>)> {
     let started = Instant::now();
     let mut permit = None;
+    // A client-first client's bytes are usually there already: read them without waiting for
+    // the reactor to report a new socket readable, and without arming a timer (which costs
+    // the runtime a wake-up of its own).
+    match read_now(stream, first) {
+        Ok(0) => return Ok((Verdict::Closed, None)),
+        Ok(_) => {
+            if let Some(verdict) = classify(first) {
+                return Ok((verdict, None));
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+        Err(e) => return Err(e),
+    }
     loop {
         let limit = if first.is_empty() { silence } else { partial };
         match tokio::time::timeout_at(started + limit, stream.readable()).await {
@@ -108,6 +122,21 @@ pub async fn sniff(
             None => {}
         }
     }
+}
+
+/// One non-blocking read straight from the socket, whatever the reactor knows of it yet.
+/// Into a per-thread buffer: a fresh one would be zeroed at every connection.
+fn read_now(stream: &TcpStream, first: &mut Vec<u8>) -> io::Result<usize> {
+    use std::io::Read;
+    thread_local! {
+        static BUFFER: RefCell<[u8; SNIFF_READ]> = const { RefCell::new([0; SNIFF_READ]) };
+    }
+    BUFFER.with(|buffer| {
+        let mut buf = buffer.borrow_mut();
+        let n = (&*socket2::SockRef::from(stream)).read(&mut buf[..])?;
+        first.extend_from_slice(&buf[..n]);
+        Ok(n)
+    })
 }
 
 #[cfg(test)]
