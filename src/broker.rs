@@ -293,6 +293,10 @@ async fn reload_config(
     if logging::settings_differ(&old.general, &config.general) {
         warn!("the [General] logging keys changed; they take effect when appbroker is restarted");
     }
+    if old.general.workers != config.general.workers {
+        warn!("WORKERS changed; it takes effect when appbroker is restarted");
+    }
+
 
     let mut changes: Vec<String> = Vec::new();
     // Balancers gone from the file go first: their ports may be taken by others in this

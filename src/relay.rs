@@ -183,12 +183,7 @@ impl Half {
                 continue;
             }
             if self.eof {
-                if !last {
-                    ready!(Pin::new(&mut *to).poll_shutdown(cx)).map_err(Failure::Write)?;
-                }
-                self.done = true;
-                give_buffer(self.buf.take());
-                return Poll::Ready(Ok(()));
+                return self.poll_finish(cx, to, last);
             }
             // A full buffer's worth at once means bulk: splice the rest, as HAProxy's
             // splice-auto does, and keep buffers for the chatty connections.
@@ -227,6 +222,21 @@ impl Half {
         }
     }
 
+    /// The reader's EOF, everything before it written: passes it on (unless `last`) and gives
+    /// the buffer or pipe back.
+    fn poll_finish(&mut self, cx: &mut Context<'_>, to: &mut TcpStream, last: bool) -> Poll<Result<(), Failure>> {
+        if !last {
+            ready!(Pin::new(&mut *to).poll_shutdown(cx)).map_err(Failure::Write)?;
+        }
+        self.done = true;
+        give_buffer(self.buf.take());
+        #[cfg(target_os = "linux")]
+        if let Some(pipe) = self.pipe.take() {
+            PIPES.give(pipe);
+        }
+        Poll::Ready(Ok(()))
+    }
+
     /// The spliced copy: socket -> pipe -> socket, no byte through user space.
     #[cfg(target_os = "linux")]
     fn poll_splice(
@@ -255,14 +265,7 @@ impl Half {
                 continue;
             }
             if self.eof {
-                if !last {
-                    ready!(Pin::new(&mut *to).poll_shutdown(cx)).map_err(Failure::Write)?;
-                }
-                self.done = true;
-                if let Some(pipe) = self.pipe.take() {
-                    PIPES.give(pipe);
-                }
-                return Poll::Ready(Ok(()));
+                return self.poll_finish(cx, to, last);
             }
             ready!(from.poll_read_ready(cx)).map_err(Failure::Read)?;
             match from.try_io(Interest::READABLE, || pipe.fill_from(&*from)) {
