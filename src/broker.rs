@@ -297,7 +297,6 @@ async fn reload_config(
         warn!("WORKERS changed; it takes effect when appbroker is restarted");
     }
 
-
     let mut changes: Vec<String> = Vec::new();
     // Balancers gone from the file go first: their ports may be taken by others in this
     // same reload (a section renamed, a balancer moved onto a freed port).

@@ -224,7 +224,12 @@ impl Half {
 
     /// The reader's EOF, everything before it written: passes it on (unless `last`) and gives
     /// the buffer or pipe back.
-    fn poll_finish(&mut self, cx: &mut Context<'_>, to: &mut TcpStream, last: bool) -> Poll<Result<(), Failure>> {
+    fn poll_finish(
+        &mut self,
+        cx: &mut Context<'_>,
+        to: &mut TcpStream,
+        last: bool,
+    ) -> Poll<Result<(), Failure>> {
         if !last {
             ready!(Pin::new(&mut *to).poll_shutdown(cx)).map_err(Failure::Write)?;
         }
