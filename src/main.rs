@@ -127,7 +127,7 @@ fn run(config: Config, demo: bool) -> anyhow::Result<()> {
             let servers = demo::start_servers(&config).await?;
             info!(
                 "demo: {} echo servers stand in for the REMOTE_SERVERs. Try `telnet 127.0.0.1 5000` and \
-                 type a line; type a server id (01, 02, 03) and Enter here to stop or start that server",
+                 type a line; type a server id (01, 02, 03) and Enter here to stop or start the servers with that id",
                 servers.len()
             );
             Some(servers)
