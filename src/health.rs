@@ -4,7 +4,9 @@
 //! The TOTVS semantics: a server that fails a check, or refuses a client's connection, is put
 //! in quarantine until now + `QUARANTINE_TIME` (an existing quarantine has its end moved out);
 //! a quarantined server that passes a check is released at once; a quarantine also ends when
-//! its time is up. Quarantined servers get no new clients; their connections are left alone.
+//! its time is up. `MONITOR_FALL` and `MONITOR_RISE` (1 by default, which is TOTVS) ask for
+//! that many failed or passed checks in a row first; a client's failed connect quarantines at
+//! once. Quarantined servers get no new clients; their connections are left alone.
 
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -160,25 +162,16 @@ impl Health {
         (now_wall / 1000, until_wall / 1000)
     }
 
-    /// Ends the quarantine, if any, for `why`; true when there was one.
-    fn leave(&self, why: &str) -> bool {
-        let mut detail = self.lock();
-        if self.until_ms.swap(0, Relaxed) == 0 {
-            return false;
-        }
-        close_episode(&mut detail, why);
-        true
-    }
-
-    /// Ends the quarantine if its time is up at `now_ms`; true when it did.
-    fn leave_if_expired(&self, now_ms: u64) -> bool {
+    /// Ends the quarantine, if any, for `why`; with `if_up_at`, only when its time is up at
+    /// that instant (balancer clock ms). True when one ended.
+    fn leave(&self, why: &str, if_up_at: Option<u64>) -> bool {
         let mut detail = self.lock();
         let until = self.until_ms.load(Relaxed);
-        if until == 0 || until > now_ms {
+        if until == 0 || if_up_at.is_some_and(|now| until > now) {
             return false;
         }
         self.until_ms.store(0, Relaxed);
-        close_episode(&mut detail, EXPIRED);
+        close_episode(&mut detail, why);
         true
     }
 
@@ -219,7 +212,9 @@ fn close_episode(detail: &mut Detail, why: &str) {
     }
 }
 
-/// Puts `server` in quarantine (or moves its end out) and logs it.
+/// Puts `server` in quarantine (or moves its end out) and logs it. A quarantine whose time is
+/// up but whose release the monitor has not logged yet is over: it is closed first, and this
+/// failure starts a new one.
 pub fn quarantine(
     balancer: &Balancer,
     server: &Server,
@@ -227,6 +222,7 @@ pub fn quarantine(
     reason: Reason,
     error: &str,
 ) {
+    release_if_expired(balancer, server);
     let (start, stop) = server
         .health
         .enter(&balancer.clock, duration, reason, error);
@@ -241,12 +237,23 @@ pub fn quarantine(
 
 /// Releases `server` from quarantine, if it is in one, and logs why.
 pub fn release(server: &Server, why: &str) {
-    if server.health.leave(why) {
-        info!(
-            "releasing server {} from quarantine ({why})",
-            server.address
-        );
+    if server.health.leave(why, None) {
+        log_release(server, why);
     }
+}
+
+/// Releases `server` if its quarantine's time is up, and logs it.
+fn release_if_expired(balancer: &Balancer, server: &Server) {
+    if server.health.leave(EXPIRED, Some(balancer.clock.now_ms())) {
+        log_release(server, EXPIRED);
+    }
+}
+
+fn log_release(server: &Server, why: &str) {
+    info!(
+        "releasing server {} from quarantine ({why})",
+        server.address
+    );
 }
 
 /// Runs monitor rounds (unless monitoring is disabled) and releases quarantines whose time is
@@ -264,15 +271,9 @@ pub async fn run_monitor(balancer: Arc<Balancer>, stop: CancellationToken) {
             last_round = Some(Instant::now());
             next_round = Instant::now() + pool.config.monitor_interval;
         }
-        let now = balancer.clock.now_ms();
         let mut wake = monitoring.then_some(next_round);
         for server in &pool.servers {
-            if server.health.leave_if_expired(now) {
-                info!(
-                    "releasing server {} from quarantine ({EXPIRED})",
-                    server.address
-                );
-            }
+            release_if_expired(&balancer, server);
             let until = server.health.until_ms();
             if until != 0 {
                 let at = balancer.clock.instant(until);
@@ -545,16 +546,16 @@ mod tests {
         assert!(!health.is_available(clock.now_ms()));
         tokio::time::advance(Duration::from_secs(119)).await;
         assert!(!health.is_available(clock.now_ms()));
-        assert!(!health.leave_if_expired(clock.now_ms()));
+        assert!(!health.leave(EXPIRED, Some(clock.now_ms())));
         tokio::time::advance(Duration::from_secs(1)).await;
         assert!(health.is_available(clock.now_ms()));
         assert!(
             health.is_quarantined(),
             "recorded until its release is logged"
         );
-        assert!(health.leave_if_expired(clock.now_ms()));
+        assert!(health.leave(EXPIRED, Some(clock.now_ms())));
         assert!(!health.is_quarantined());
-        assert!(!health.leave("test"), "nothing left to release");
+        assert!(!health.leave("test", None), "nothing left to release");
         let episode = &health.detail().history[0];
         assert_eq!(episode.released.as_deref(), Some(EXPIRED));
         assert!(episode.end_wall_ms.is_some());
@@ -588,8 +589,42 @@ mod tests {
         let clock = Clock::new();
         let health = Health::default();
         health.enter(&clock, Duration::from_secs(120), Reason::Connect, "refused");
-        assert!(health.leave("monitor check passed"));
+        assert!(health.leave("monitor check passed", None));
         assert!(health.is_available(clock.now_ms()));
         assert_eq!(health.detail().since_wall_ms, 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failure_after_the_time_is_up_starts_a_new_quarantine() {
+        let text = "[BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_PORT=5000\n\
+                    REMOTE_SERVER_01=127.0.0.1 6001\n";
+        let loaded = crate::config::Config::from_text(text, std::path::Path::new("t.ini"));
+        let config = loaded.expect("valid").config.balancers.remove(0);
+        let balancer = Balancer::new(config);
+        let server = Arc::clone(&balancer.pool().servers[0]);
+        let quarantine_time = Duration::from_secs(120);
+        quarantine(
+            &balancer,
+            &server,
+            quarantine_time,
+            Reason::Monitor,
+            "refused",
+        );
+        tokio::time::advance(Duration::from_secs(121)).await;
+        // The monitor has not woken to log the release yet; a client's connect fails.
+        quarantine(
+            &balancer,
+            &server,
+            quarantine_time,
+            Reason::Connect,
+            "timed out",
+        );
+        let detail = server.health.detail();
+        assert_eq!(detail.quarantines, 2);
+        assert_eq!(detail.history.len(), 2);
+        assert_eq!(detail.history[0].released.as_deref(), Some(EXPIRED));
+        assert_eq!(detail.history[1].reason, Reason::Connect);
+        assert!(detail.history[1].end_wall_ms.is_none());
+        assert!(!server.health.is_available(balancer.clock.now_ms()));
     }
 }
