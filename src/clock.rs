@@ -37,6 +37,19 @@ impl Default for Clock {
     }
 }
 
+/// Milliseconds on one monotonic clock for the whole process, never 0: for intervals kept in
+/// atomics (log throttles), which a change of the wall clock must not stretch or cut short.
+/// Tokio's clock, so tests can pause it.
+pub fn monotonic_ms() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let start = *START.get_or_init(|| Instant::now().into_std());
+    Instant::now()
+        .into_std()
+        .saturating_duration_since(start)
+        .as_millis() as u64
+        + 1
+}
+
 /// Wall-clock milliseconds since the Unix epoch.
 pub fn wall_ms() -> u64 {
     SystemTime::now()

@@ -4,13 +4,13 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use crate::clock::wall_ms;
+use crate::clock::monotonic_ms;
 
 /// At most one line per `period_ms`.
 #[derive(Debug)]
 pub struct Throttle {
     period_ms: u64,
-    /// Wall ms of the last line written (0: never).
+    /// [`monotonic_ms`] of the last line written (0: never).
     last_ms: AtomicU64,
     /// Lines left out since the last one written.
     skipped: AtomicU64,
@@ -28,7 +28,7 @@ impl Throttle {
 
     /// `Some(left out since the last line)` when a line may be written now, else `None`.
     pub fn allow(&self) -> Option<u64> {
-        let now = wall_ms();
+        let now = monotonic_ms();
         let last = self.last_ms.load(Relaxed);
         if last != 0 && now.saturating_sub(last) < self.period_ms {
             self.skipped.fetch_add(1, Relaxed);
@@ -55,7 +55,7 @@ impl Throttle {
 pub struct Episode {
     /// Strikes since the episode started (0: none running).
     strikes: AtomicU64,
-    /// Wall ms of the last strike.
+    /// [`monotonic_ms`] of the last strike.
     last_strike_ms: AtomicU64,
 }
 
@@ -65,7 +65,7 @@ const QUIET_MS: u64 = 1000;
 impl Episode {
     /// Counts a strike; true for the one that starts an episode (log it).
     pub fn strike(&self) -> bool {
-        self.last_strike_ms.store(wall_ms(), Relaxed);
+        self.last_strike_ms.store(monotonic_ms(), Relaxed);
         self.strikes.fetch_add(1, Relaxed) == 0
     }
 
@@ -75,7 +75,7 @@ impl Episode {
         // Read first: this runs for every client, and a write would bounce the cache line
         // between cores for nothing.
         if self.strikes.load(Relaxed) == 0
-            || wall_ms().saturating_sub(self.last_strike_ms.load(Relaxed)) < QUIET_MS
+            || monotonic_ms().saturating_sub(self.last_strike_ms.load(Relaxed)) < QUIET_MS
         {
             return None;
         }
@@ -87,18 +87,20 @@ impl Episode {
 mod tests {
     use super::*;
 
-    #[test]
-    fn one_line_per_period_with_the_count_left_out() {
+    #[tokio::test(start_paused = true)]
+    async fn one_line_per_period_with_the_count_left_out() {
         let throttle = Throttle::new(60_000);
         assert_eq!(throttle.allow(), Some(0));
         assert_eq!(throttle.allow(), None);
         assert_eq!(throttle.allow(), None);
-        throttle.last_ms.store(1, Relaxed); // as if the period had passed
-        assert_eq!(throttle.allow(), Some(2));
+        tokio::time::advance(std::time::Duration::from_secs(59)).await;
+        assert_eq!(throttle.allow(), None);
+        tokio::time::advance(std::time::Duration::from_secs(2)).await;
+        assert_eq!(throttle.allow(), Some(3));
     }
 
-    #[test]
-    fn an_episode_is_logged_when_it_starts_and_ends_after_a_quiet_second() {
+    #[tokio::test(start_paused = true)]
+    async fn an_episode_is_logged_when_it_starts_and_ends_after_a_quiet_second() {
         let episode = Episode::default();
         assert_eq!(episode.end(), None);
         assert!(episode.strike());
@@ -109,7 +111,9 @@ mod tests {
             "a success right after a strike does not end it"
         );
         assert!(!episode.strike(), "still the same episode");
-        episode.last_strike_ms.store(1, Relaxed); // as if the last strike were long ago
+        tokio::time::advance(std::time::Duration::from_millis(900)).await;
+        assert_eq!(episode.end(), None, "not quiet for a second yet");
+        tokio::time::advance(std::time::Duration::from_millis(200)).await;
         assert_eq!(episode.end(), Some(3));
         assert_eq!(episode.end(), None);
         assert!(episode.strike(), "a new episode");
