@@ -367,9 +367,9 @@ fn balancer_settings() -> impl Strategy<Value = Vec<String>> {
     let second = (
         prop::option::of(prop_oneof![
             Just("KEEPALIVE_TIME=0".to_string()),
-            (1u64..=86_400).prop_map(|s| format!("KEEPALIVE_TIME={s}")),
+            (1u64..=32_767).prop_map(|s| format!("KEEPALIVE_TIME={s}")),
         ]),
-        duration_key("KEEPALIVE_INTERVAL", 1000, 86_400_000),
+        duration_key("KEEPALIVE_INTERVAL", 1000, 32_767_000),
         integer_key("KEEPALIVE_COUNT", 1, 127),
         duration_key("TCP_USER_TIMEOUT", 0, 86_400_000),
         duration_key("IDLE_TIMEOUT", 0, 86_400_000),

@@ -469,6 +469,9 @@ const TOTVS_UNUSED_KEYS: &[(&str, &str)] = &[
 const DEFAULT_LISTEN_ADDRESS: IpAddr = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
 const MAX_SERVERS: usize = 36 * 36;
 
+/// The longest keepalive time or interval Linux accepts (`MAX_TCP_KEEPIDLE`).
+const KEEPALIVE_MAX: Duration = Duration::from_secs(32_767);
+
 impl Config {
     /// Reads and validates a file (UTF-8, or Windows-1252 when it is not valid UTF-8).
     pub fn from_path(path: &Path) -> Result<Loaded, LoadError> {
@@ -1069,11 +1072,11 @@ impl Validator {
         let log_connections = self.setting(&inherited, "LOG_CONNECTIONS", true, value::flag);
         let keepalive = Keepalive {
             time: self.setting(&inherited, "KEEPALIVE_TIME", Duration::from_secs(60), |s| {
-                value::duration(s, Duration::ZERO).and_then(|d| {
+                value::duration_within(s, Duration::ZERO, KEEPALIVE_MAX).and_then(|d| {
                     if d.is_zero() || d >= Duration::from_secs(1) {
                         Ok(d)
                     } else {
-                        Err("expected 0 (off) or a duration of at least 1s".into())
+                        Err("expected 0 (off) or a duration from 1s to 32767s".into())
                     }
                 })
             }),
@@ -1081,7 +1084,7 @@ impl Validator {
                 &inherited,
                 "KEEPALIVE_INTERVAL",
                 Duration::from_secs(10),
-                |s| value::duration(s, Duration::from_secs(1)),
+                |s| value::duration_within(s, Duration::from_secs(1), KEEPALIVE_MAX),
             ),
             count: self.setting(&inherited, "KEEPALIVE_COUNT", 6, |s| {
                 value::integer(s, 1, 127, "a count of probes from 1 to 127").map(|n| n as u32)

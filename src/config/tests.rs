@@ -166,3 +166,22 @@ fn windows_1252_is_read() {
         Some("; configuração do broker")
     );
 }
+
+#[test]
+fn keepalive_times_stay_within_what_linux_accepts() {
+    let errors = load(&format!(
+        "{MINIMAL}KEEPALIVE_TIME=32768\nKEEPALIVE_INTERVAL=40000\n"
+    ))
+    .unwrap_err();
+    assert_eq!(errors.len(), 2, "{errors:#?}");
+    assert!(
+        errors[0].contains("KEEPALIVE_TIME") && errors[0].contains("to 32767s"),
+        "{errors:?}"
+    );
+    assert!(errors[1].contains("KEEPALIVE_INTERVAL") && errors[1].contains("to 32767s"));
+    let loaded = load(&format!("{MINIMAL}KEEPALIVE_TIME=32767\n")).unwrap();
+    assert_eq!(
+        loaded.config.balancers[0].keepalive.time,
+        Duration::from_secs(32_767)
+    );
+}
