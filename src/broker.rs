@@ -272,6 +272,8 @@ async fn reload_config(
     running: &mut Vec<Running>,
     retired: &mut Vec<Running>,
 ) {
+    // Removed balancers whose last connection has ended need no more waiting for.
+    retired.retain(|unit| !unit.tasks.is_empty());
     let old = ctx.config.load_full();
     let path = old.source.clone();
     info!("reloading {}", path.display());
