@@ -196,6 +196,11 @@ impl Half {
                     continue;
                 }
             }
+            // The client's first bytes came in a buffer of their own size: reading into it
+            // would move the rest a few bytes at a time.
+            if self.buf.as_ref().is_some_and(|b| b.len() != BUFFER_SIZE) {
+                self.buf = None;
+            }
             if self.buf.is_none() {
                 ready!(from.poll_read_ready(cx)).map_err(Failure::Read)?;
                 self.buf = Some(take_buffer());
