@@ -19,7 +19,7 @@
 //! - [`relay`]: bytes both ways with half-close.
 //! - [`query`]: `/TOTVS_BROKER_QUERY` on the balancers' ports: telling queries from clients
 //!   (sniff), and the STATUS, CFG, PING, JSON, METRICS and ServerStatus answers.
-//! - [`shutdown`]: signals, grace period, drain with a deadline.
+//! - [`shutdown`]: signals to shutdown and reload requests (the drain is [`broker`]'s).
 //! - [`logging`]: the log line format, console and rotated file.
 //! - [`os_error`]: what an OS error means to an operator.
 //! - [`demo`]: stand-in echo servers for `appbroker demo`.

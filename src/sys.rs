@@ -183,7 +183,7 @@ mod pipes {
     }
 
     /// Pipes are taken from here when a connection starts moving bulk data, and given back
-    /// when it ends. Bounded, because each pipe costs two descriptors and 64 KiB of kernel
+    /// when it ends. Bounded, because each pipe costs two descriptors and 256 KiB of kernel
     /// memory, and a non-root user's pipe memory is limited (`fs.pipe-user-pages-soft`,
     /// 64 MiB by default); connections beyond the bound keep the buffered copy.
     #[derive(Debug)]
@@ -236,11 +236,6 @@ mod pipes {
                 }
             }
             self.live.fetch_sub(1, Relaxed);
-        }
-
-        /// Pipes in existence (in use or free), for the status page.
-        pub fn live(&self) -> usize {
-            self.live.load(Relaxed)
         }
     }
 }
