@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Notify;
 use tracing::{info, warn};
 
 use crate::clock::Clock;
@@ -126,8 +126,9 @@ pub struct Balancer {
     pub health_changed: Notify,
     /// Throttles "no remote servers available", which would otherwise repeat per client.
     pub no_servers_log: Throttle,
-    /// Query connections at once (`QUERY_MAX_CONNECTIONS`), apart from `MAX_CONNECTIONS`.
-    pub query_permits: Arc<Semaphore>,
+    /// Query connections open now, held under `QUERY_MAX_CONNECTIONS` apart from the
+    /// clients' `MAX_CONNECTIONS`.
+    pub queries: AtomicU64,
     /// Clients refused since `MAX_CONNECTIONS` was last reached, logged per episode.
     refusals: Episode,
     /// Clients closed because the broker itself lacked descriptors, ports or memory.
@@ -144,14 +145,13 @@ impl Balancer {
             .iter()
             .map(|s| Arc::new(Server::new(s)))
             .collect();
-        let query_permits = config.query.max_connections as usize;
         Balancer {
             pool: ArcSwap::from_pointee(Pool::new(config, servers)),
             stats: BalancerStats::default(),
             clock: Clock::new(),
             health_changed: Notify::new(),
             no_servers_log: Throttle::new(1000),
-            query_permits: Arc::new(Semaphore::new(query_permits)),
+            queries: AtomicU64::new(0),
             refusals: Episode::default(),
             broker_faults: Episode::default(),
             accept_failures: Episode::default(),
@@ -224,16 +224,6 @@ impl Balancer {
                 gone.address, gone.id
             ));
         }
-        let (before, after) = (
-            old.config.query.max_connections,
-            config.query.max_connections,
-        );
-        if after > before {
-            self.query_permits.add_permits((after - before) as usize);
-        } else if before > after {
-            // Permits held now are not taken back; the limit settles as queries end.
-            self.query_permits.forget_permits((before - after) as usize);
-        }
         let previous = old.config.settings();
         for (key, value) in config.settings() {
             match previous.iter().find(|(k, _)| *k == key) {
@@ -248,24 +238,30 @@ impl Balancer {
         changes
     }
 
-    /// Takes a client place, counted against `MAX_CONNECTIONS` until the returned slot is
-    /// dropped; `None` when the limit is reached.
-    pub fn try_take_slot(self: &Arc<Self>) -> Option<ClientSlot> {
-        let max = u64::from(self.pool().config.max_connections);
-        let before = self
-            .stats
-            .active
-            .fetch_update(Relaxed, Relaxed, |active| {
-                (active < max).then_some(active + 1)
-            })
-            .ok()?;
-        self.stats.peak.fetch_max(before + 1, Relaxed);
+    /// Takes a client place, counted against `pool`'s `MAX_CONNECTIONS` until the returned
+    /// slot is dropped; `None` when the limit is reached. The limit is read at each take, so
+    /// one lowered by a reload holds as soon as enough clients have left.
+    pub fn try_take_slot(self: &Arc<Self>, pool: &Pool) -> Option<ClientSlot> {
+        let open = take_under(&self.stats.active, pool.config.max_connections)?;
+        fetch_max(&self.stats.peak, open);
         Some(ClientSlot(Arc::clone(self)))
     }
 
     /// True when `MAX_CONNECTIONS` clients are open.
-    pub fn at_limit(&self) -> bool {
-        self.stats.active.load(Relaxed) >= u64::from(self.pool().config.max_connections)
+    pub fn at_limit(&self, pool: &Pool) -> bool {
+        self.stats.active.load(Relaxed) >= u64::from(pool.config.max_connections)
+    }
+
+    /// Takes a query place, held under `QUERY_MAX_CONNECTIONS` until the returned permit is
+    /// dropped; `None` when every place is taken.
+    pub fn try_take_query(self: &Arc<Self>) -> Option<QueryPermit> {
+        take_under(&self.queries, self.pool().config.query.max_connections)?;
+        Some(QueryPermit(Arc::clone(self)))
+    }
+
+    /// True while a query could take a place.
+    pub fn query_room(&self) -> bool {
+        self.queries.load(Relaxed) < u64::from(self.pool().config.query.max_connections)
     }
 
     /// Counts a client refused at `MAX_CONNECTIONS`; the first of an episode is logged.
@@ -288,8 +284,24 @@ impl Balancer {
     }
 }
 
-/// A client counted as open (against `MAX_CONNECTIONS`) from accept until dropped, however
-/// its task ends. A connection that turns out to be a query drops it early.
+/// Adds one to `open` unless it has reached `max`; returns the new count.
+fn take_under(open: &AtomicU64, max: u32) -> Option<u64> {
+    let max = u64::from(max);
+    open.fetch_update(Relaxed, Relaxed, |n| (n < max).then_some(n + 1))
+        .ok()
+        .map(|before| before + 1)
+}
+
+/// Raises `peak` to `value`, reading first: peaks are rarely beaten, and a read leaves the
+/// cache line shared between worker threads where a read-modify-write would not.
+pub fn fetch_max(peak: &AtomicU64, value: u64) {
+    if peak.load(Relaxed) < value {
+        peak.fetch_max(value, Relaxed);
+    }
+}
+
+/// A client counted as open (against `MAX_CONNECTIONS`) from the moment it is known to be no
+/// query until dropped, however its task ends.
 #[derive(Debug)]
 pub struct ClientSlot(Arc<Balancer>);
 
@@ -307,6 +319,16 @@ impl ClientSlot {
 impl Drop for ClientSlot {
     fn drop(&mut self) {
         self.0.stats.active.fetch_sub(1, Relaxed);
+    }
+}
+
+/// A query connection counted against `QUERY_MAX_CONNECTIONS` until dropped.
+#[derive(Debug)]
+pub struct QueryPermit(Arc<Balancer>);
+
+impl Drop for QueryPermit {
+    fn drop(&mut self) {
+        self.0.queries.fetch_sub(1, Relaxed);
     }
 }
 
@@ -354,7 +376,7 @@ impl Pool {
         let index = selector.pick(loads)?;
         let server = Arc::clone(&self.servers[index]);
         let active = server.active.fetch_add(1, Relaxed) + 1;
-        server.peak.fetch_max(active, Relaxed);
+        fetch_max(&server.peak, active);
         drop(guard);
         Some(Lease { index, server })
     }

@@ -10,9 +10,9 @@ use std::time::Duration;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, error, info};
+use tracing::{Instrument, Span, debug, error, info};
 
-use crate::balancer::{Balancer, Eligible, Lease};
+use crate::balancer::{Balancer, Eligible, Lease, Pool};
 use crate::config::show_duration;
 use crate::config::{Host, Monitoring};
 use crate::health::{Reason, quarantine, release};
@@ -33,11 +33,14 @@ pub async fn connect(host: &Host, port: u16, timeout: Duration) -> io::Result<Tc
     let resolved = tokio::time::timeout(timeout, tokio::net::lookup_host((name.as_str(), port)))
         .await
         .map_err(|_| timed_out(timeout))?
-        .map_err(|e| {
-            io::Error::new(
+        .map_err(|e| match e.raw_os_error() {
+            // The resolver failed for a system reason (out of descriptors, say): keep the
+            // code, which says whose fault it is.
+            Some(_) => e,
+            None => io::Error::new(
                 io::ErrorKind::NotFound,
                 format!("cannot resolve {name}: {e}"),
-            )
+            ),
         })?;
     let mut last = None;
     for address in resolved {
@@ -70,13 +73,24 @@ fn timed_out(after: Duration) -> io::Error {
     )
 }
 
+/// How a balancer tells its connections to end.
+#[derive(Debug, Clone)]
+pub struct Ending {
+    /// Cancelled when the listener closes: a query connection answers the request in hand
+    /// and closes; clients carry on.
+    pub closing: CancellationToken,
+    /// Cancelled when `SHUTDOWN_TIMEOUT` is over or the balancer is removed: everything ends
+    /// at once.
+    pub cut: CancellationToken,
+}
+
 /// How long a client whose first bytes could still be a query has to finish its request line.
 const QUERY_LINE_WAIT: Duration = Duration::from_secs(10);
 
 /// Serves one accepted client to the end: forwards it to a server (or closes it when none can
 /// be reached), or answers it when it is a query. Once known to be no query it takes a
-/// `MAX_CONNECTIONS` place, or is refused when none is left. `stop` cuts the relay short
-/// (shutdown timeout).
+/// `MAX_CONNECTIONS` place, or is refused when none is left. `ending` cuts the relay short. Log lines carry `span` (the balancer's); the relay runs outside it, as
+/// entering a span at every wake-up of a busy connection costs more than a log line gains.
 ///
 /// With the query interface on, the client's first bytes are read before a server is chosen
 /// (docs/architecture.md weighs this against connecting at once): a client that sends nothing
@@ -84,49 +98,31 @@ const QUERY_LINE_WAIT: Duration = Duration::from_secs(10);
 pub async fn serve(
     ctx: Arc<query::Context>,
     balancer: Arc<Balancer>,
-    mut client: TcpStream,
+    client: TcpStream,
     peer: SocketAddr,
     local: Option<SocketAddr>,
-    stop: CancellationToken,
+    ending: Ending,
+    span: Span,
 ) {
     let started = Instant::now();
     let pool = balancer.pool();
-    let mut first = Vec::new();
-    if pool.config.query.enabled {
-        let query = &pool.config.query;
-        let sniffed = sniff(
-            &client,
-            &mut first,
-            query.sniff_timeout,
-            QUERY_LINE_WAIT,
-            &balancer.query_permits,
-        )
-        .await;
-        match sniffed {
-            Ok((Verdict::Forward, _)) => {}
-            Ok((Verdict::Query, permit)) => {
-                // Boxed: the query's state is large and rare, and every connection's task
-                // would otherwise carry (and copy) room for it.
-                Box::pin(query::serve(ctx, balancer, client, first, peer, permit)).await;
-                return;
-            }
-            Ok((Verdict::Closed, _)) => {
-                debug!(client = %peer, "client closed before sending anything");
-                return;
-            }
-            Err(e) => {
-                debug!(client = %peer, "client gone before sending anything: {}", words(&e));
-                return;
-            }
+    let (mut client, first) = if pool.config.query.enabled {
+        let sniffed = answer_if_query(&ctx, &balancer, &pool, client, peer, &ending);
+        match sniffed.instrument(span.clone()).await {
+            Some(forward) => forward,
+            None => return,
         }
-    }
+    } else {
+        (client, Vec::new())
+    };
     // Only now is it a client: queries never take a MAX_CONNECTIONS place.
-    let Some(slot) = balancer.try_take_slot() else {
-        balancer.refuse(local);
+    let Some(slot) = balancer.try_take_slot(&pool) else {
+        span.in_scope(|| balancer.refuse(local));
         return;
     };
     balancer.below_limit();
-    let Some((lease, mut upstream)) = choose_and_connect(&balancer, peer).await else {
+    let connected = choose_and_connect(&balancer, &pool, peer).instrument(span.clone());
+    let Some((lease, mut upstream)) = connected.await else {
         return;
     };
     slot.admit();
@@ -141,20 +137,22 @@ pub async fn serve(
             to_client: &server.bytes_to_client,
         },
         pool.config.idle_timeout,
-        stop.cancelled(),
+        ending.cut.cancelled(),
     )
     .await;
     // An idle close is logged even without LOG_CONNECTIONS: the broker ended it.
     if pool.config.log_connections || matches!(outcome.end, End::Idle) {
-        info!(
-            duration = %format_args!("{:.3}s", started.elapsed().as_secs_f64()),
-            bytes_from_client = outcome.to_server,
-            bytes_to_client = outcome.to_client,
-            ended_by = %outcome.end,
-            client = %peer,
-            server = %server.address,
-            "connection closed"
-        );
+        span.in_scope(|| {
+            info!(
+                duration = %format_args!("{:.3}s", started.elapsed().as_secs_f64()),
+                bytes_from_client = outcome.to_server,
+                bytes_to_client = outcome.to_client,
+                ended_by = %outcome.end,
+                client = %peer,
+                server = %server.address,
+                "connection closed"
+            );
+        });
     }
 }
 
@@ -166,31 +164,70 @@ pub async fn serve_at_limit(
     client: TcpStream,
     peer: SocketAddr,
     local: Option<SocketAddr>,
+    ending: Ending,
 ) {
-    if balancer.query_permits.available_permits() > 0 {
-        let pool = balancer.pool();
-        let mut first = Vec::new();
-        let sniffed = sniff(
-            &client,
-            &mut first,
-            pool.config.query.sniff_timeout,
-            QUERY_LINE_WAIT,
-            &balancer.query_permits,
-        )
-        .await;
-        if let Ok((Verdict::Query, permit)) = sniffed {
-            query::serve(ctx, balancer, client, first, peer, permit).await;
-            return;
-        }
+    let pool = balancer.pool();
+    // With every query place taken, the client could only be told to retry: waiting for its
+    // first bytes would hold a descriptor for nothing.
+    let to_forward = !balancer.query_room()
+        || answer_if_query(&ctx, &balancer, &pool, client, peer, &ending)
+            .await
+            .is_some();
+    if to_forward {
+        balancer.refuse(local);
     }
-    balancer.refuse(local);
+}
+
+/// Reads the client's first bytes and serves it to the end when they are a query. Returns the
+/// client with the bytes read when it is to be forwarded; `None` when nothing is left to do:
+/// it was a query, or it closed or stalled first.
+async fn answer_if_query(
+    ctx: &Arc<query::Context>,
+    balancer: &Arc<Balancer>,
+    pool: &Pool,
+    client: TcpStream,
+    peer: SocketAddr,
+    ending: &Ending,
+) -> Option<(TcpStream, Vec<u8>)> {
+    let mut first = Vec::new();
+    let sniffed = sniff(
+        &client,
+        &mut first,
+        pool.config.query.sniff_timeout,
+        QUERY_LINE_WAIT,
+        || balancer.try_take_query(),
+    )
+    .await;
+    match sniffed {
+        Ok((Verdict::Forward, _)) => return Some((client, first)),
+        Ok((Verdict::Query, place)) => {
+            // Boxed: the query's state is large and rare, and every connection's task would
+            // otherwise carry (and copy) room for it.
+            let (ctx, balancer) = (Arc::clone(ctx), Arc::clone(balancer));
+            Box::pin(query::serve(
+                ctx, balancer, client, first, peer, place, ending,
+            ))
+            .await;
+        }
+        Ok((Verdict::Closed, _)) => debug!(client = %peer, "client closed before sending anything"),
+        Ok((Verdict::Abandoned, _)) => debug!(
+            client = %peer,
+            "query request line not finished within {}; dropped",
+            show_duration(QUERY_LINE_WAIT)
+        ),
+        Err(e) => debug!(client = %peer, "client gone before sending anything: {}", words(&e)),
+    }
+    None
 }
 
 /// Picks candidates and connects until one answers or `MAX_ATTEMPTS` are used. A server that
 /// fails for a server-side cause is quarantined; a failure that is the broker's own blames no
 /// server and closes the client.
-async fn choose_and_connect(balancer: &Balancer, peer: SocketAddr) -> Option<(Lease, TcpStream)> {
-    let pool = balancer.pool();
+async fn choose_and_connect(
+    balancer: &Balancer,
+    pool: &Pool,
+    peer: SocketAddr,
+) -> Option<(Lease, TcpStream)> {
     let config = &pool.config;
     let mut tried = Vec::with_capacity(config.max_attempts as usize);
     while tried.len() < config.max_attempts as usize {
@@ -232,6 +269,7 @@ async fn choose_and_connect(balancer: &Balancer, peer: SocketAddr) -> Option<(Le
                              blamed until this clears"
                         );
                     }
+                    balancer.stats.unserved.fetch_add(1, Relaxed);
                     return None;
                 }
                 server.failed_connects.fetch_add(1, Relaxed);

@@ -1,5 +1,5 @@
 //! Listening: bind a balancer's port, and the accept loop that never dies. Each client gets
-//! its own task and span; past `MAX_CONNECTIONS` a client is accepted and closed at once.
+//! its own task; past `MAX_CONNECTIONS` a client is accepted and closed at once.
 
 use std::io;
 use std::net::SocketAddr;
@@ -14,8 +14,9 @@ use tracing::{Instrument, Span, debug, error, info, warn};
 
 use crate::balancer::Balancer;
 use crate::config::BalancerConfig;
+use crate::forward::{self, Ending};
 use crate::os_error::{explain_bind, words};
-use crate::{forward, query, sys};
+use crate::{query, sys};
 
 /// Pending connections the kernel may queue before `accept`; the kernel caps it at
 /// `net.core.somaxconn`. Large, because clients arrive in bursts (a shift starting).
@@ -109,8 +110,12 @@ pub async fn accept_loop(
     cut: CancellationToken,
 ) {
     let local = listener.local_addr().ok();
+    let ending = Ending {
+        closing: stop_accepting.clone(),
+        cut,
+    };
     let start = |stream: TcpStream, peer: SocketAddr| {
-        start_client(&balancer, &ctx, &tasks, &cut, local, stream, peer);
+        start_client(&balancer, &ctx, &tasks, &ending, local, stream, peer);
     };
     let failed_accepts = &balancer.accept_failures;
     // The keepalive settings the listener carries for its accepted sockets to inherit; set
@@ -131,11 +136,7 @@ pub async fn accept_loop(
             _ = stop_accepting.cancelled() => {
                 // Connections the kernel already accepted would be reset when the listener
                 // closes: serve them first.
-                while let Ok(Ok((stream, peer))) =
-                    tokio::time::timeout(Duration::ZERO, listener.accept()).await
-                {
-                    start(stream, peer);
-                }
+                drain_queue(&listener, start);
                 return;
             }
             accepted = listener.accept() => accepted,
@@ -164,6 +165,33 @@ pub async fn accept_loop(
     }
 }
 
+/// Accepts every connection the kernel has queued on `listener`, handing each to `start`, and
+/// returns when none is left (or accepting fails for the broker's own reasons). Straight from
+/// the socket: the runtime's view of it may be a wake-up behind, and its fairness budget would
+/// call the queue empty after a hundred or so.
+fn drain_queue(listener: &TcpListener, mut start: impl FnMut(TcpStream, SocketAddr)) {
+    let socket = socket2::SockRef::from(listener);
+    loop {
+        match socket.accept() {
+            Ok((accepted, peer)) => {
+                let Some(peer) = peer.as_socket() else {
+                    continue;
+                };
+                let std: std::net::TcpStream = accepted.into();
+                match std
+                    .set_nonblocking(true)
+                    .and_then(|()| TcpStream::from_std(std))
+                {
+                    Ok(stream) => start(stream, peer),
+                    Err(e) => debug!(client = %peer, "cannot serve a queued client: {}", words(&e)),
+                }
+            }
+            Err(e) if is_connection_error(&e) => continue,
+            Err(_) => return,
+        }
+    }
+}
+
 /// Starts the task of one accepted connection. Past `MAX_CONNECTIONS` it is closed at once
 /// (a clear refusal beats a hang in the backlog), unless it turns out to be a query:
 /// operators look then.
@@ -171,7 +199,7 @@ fn start_client(
     balancer: &Arc<Balancer>,
     ctx: &Arc<query::Context>,
     tasks: &TaskTracker,
-    cut: &CancellationToken,
+    ending: &Ending,
     local: Option<SocketAddr>,
     stream: TcpStream,
     peer: SocketAddr,
@@ -188,10 +216,19 @@ fn start_client(
     // few log lines carry themselves (`client=`, `server=`).
     let span = Span::current();
     let (b, ctx) = (Arc::clone(balancer), Arc::clone(ctx));
-    if !balancer.at_limit() {
-        tasks.spawn(forward::serve(ctx, b, stream, peer, local, cut.clone()).instrument(span));
+    if !balancer.at_limit(&pool) {
+        tasks.spawn(forward::serve(
+            ctx,
+            b,
+            stream,
+            peer,
+            local,
+            ending.clone(),
+            span,
+        ));
     } else if pool.config.query.enabled {
-        tasks.spawn(forward::serve_at_limit(ctx, b, stream, peer, local).instrument(span));
+        let at_limit = forward::serve_at_limit(ctx, b, stream, peer, local, ending.clone());
+        tasks.spawn(at_limit.instrument(span));
     } else {
         balancer.refuse(local);
     }

@@ -1,5 +1,5 @@
 //! The log: one line per event, `[date time] LEVEL message key=value...`, the message first so
-//! operators can grep it, then the event's fields, then its spans' (client, server, balancer).
+//! operators can grep it, then the event's fields (client, server), then its spans' (balancer).
 //! Written to the console (`ConsoleLog`) and/or a file (`ConsoleFile`) rotated to `<file>.1`
 //! past `ConsoleMaxSize`. Colour only on a terminal, never in a file.
 

@@ -196,6 +196,37 @@ async fn sigterm_stops_accepting_and_lets_the_connection_in_flight_finish() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_page_kept_open_does_not_hold_up_the_shutdown() {
+    let server = TestServer::start("a").await;
+    let mut broker = Broker::start(&ini("SHUTDOWN_TIMEOUT=60", &[&server])).await;
+    // A refreshing status page: one keep-alive connection asking again and again.
+    let mut page = HttpConnection::connect(broker.addr()).await;
+    let status = "/TOTVS_BROKER_QUERY/STATUS";
+    assert_eq!(page.request("GET", status, &[]).await.unwrap().status, 200);
+
+    broker.signal(Signal::SIGTERM);
+    broker.wait_for_log("listeners closed").await;
+    // The request in hand is answered, the connection then closed, long before 60 s.
+    let end = Instant::now() + DEADLINE;
+    loop {
+        match page.request("GET", status, &[]).await {
+            Ok(answer) if answer.header("connection") == Some("close") => break,
+            Ok(answer) => assert_eq!(answer.status, 200),
+            Err(_) => break,
+        }
+        assert!(
+            Instant::now() < end,
+            "the page's connection was kept open; log:\n{}",
+            broker.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let status = broker.wait_exit().await;
+    assert_eq!(status.code(), Some(0), "{}", broker.log_text());
+    assert!(!broker.has_log("is over: cutting"), "{}", broker.log_text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigint_shuts_down_like_sigterm() {
     let server = TestServer::start("a").await;
     let mut broker = Broker::start(&ini("", &[&server])).await;

@@ -234,6 +234,33 @@ async fn changed_monitor_interval_and_quarantine_time_apply_at_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lowered_query_max_connections_holds_once_the_queries_open_have_left() {
+    const UNFINISHED: &[u8] = b"GET /TOTVS_BROKER_QUERY/PING HTTP/1.1\r\n";
+    let a = TestServer::start("a").await;
+    let broker = Broker::start(&ini_for(&[&a], "QUERY_MAX_CONNECTIONS=3")).await;
+    let (held, _) = hold_query_places(broker.addr(), &[UNFINISHED; 3]).await;
+    let line = reload(&broker, &ini_for(&[&a], "QUERY_MAX_CONNECTIONS=1")).await;
+    assert_mentions(&line, &["QUERY_MAX_CONNECTIONS 3 -> 1"]);
+    // The three open when the limit was lowered stay; once they have left, one is the limit.
+    drop(held);
+    let end = Instant::now() + DEADLINE;
+    while http_get(broker.addr(), "/TOTVS_BROKER_QUERY/PING", &[])
+        .await
+        .status
+        != 200
+    {
+        assert!(Instant::now() < end, "the query places never came back");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (_held, refused) = hold_query_places(broker.addr(), &[UNFINISHED]).await;
+    assert!(
+        refused.text().contains("QUERY_MAX_CONNECTIONS"),
+        "{}",
+        refused.text()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quarantine_state_and_counters_of_remaining_servers_survive() {
     let a = TestServer::start("a").await;
     let mut b = TestServer::start("b").await;

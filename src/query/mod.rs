@@ -31,12 +31,12 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
-use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use crate::balancer::Balancer;
+use crate::balancer::{Balancer, QueryPermit};
 use crate::config::Config;
+use crate::forward::Ending;
 use crate::shutdown::Shutdown;
 use snapshot::Snapshot;
 
@@ -66,18 +66,36 @@ pub struct Context {
     pub shutdown: Shutdown,
 }
 
-/// Answers a query connection whose first bytes (`first`) were already read. `permit` is the
-/// query permit taken while its request line came in, if one was.
+/// Answers a query connection whose first bytes (`first`) were already read. `place` is the
+/// query place taken while its request line came in, if one was. When `ending.closing` is
+/// cancelled the request in hand is answered and the connection closed (a refreshing page
+/// would keep it open); `ending.cut` ends it at once.
 pub async fn serve(
+    ctx: Arc<Context>,
+    balancer: Arc<Balancer>,
+    stream: TcpStream,
+    first: Vec<u8>,
+    peer: SocketAddr,
+    place: Option<QueryPermit>,
+    ending: &Ending,
+) {
+    tokio::select! {
+        _ = ending.cut.cancelled() => {}
+        _ = answer_connection(ctx, balancer, stream, first, peer, place, &ending.closing) => {}
+    }
+}
+
+/// [`serve`] until it is cut.
+async fn answer_connection(
     ctx: Arc<Context>,
     balancer: Arc<Balancer>,
     mut stream: TcpStream,
     first: Vec<u8>,
     peer: SocketAddr,
-    permit: Option<OwnedSemaphorePermit>,
+    place: Option<QueryPermit>,
+    closing: &CancellationToken,
 ) {
-    let permit = permit.or_else(|| Arc::clone(&balancer.query_permits).try_acquire_owned().ok());
-    let Some(_permit) = permit else {
+    let Some(_place) = place.or_else(|| balancer.try_take_query()) else {
         let _ = respond_raw(
             &mut stream,
             "503 Service Unavailable",
@@ -128,7 +146,18 @@ pub async fn serve(
         .keep_alive(true)
         .max_buf_size(MAX_HEAD)
         .serve_connection(TokioIo::new(Prefixed::new(head, stream)), service);
-    let _ = tokio::time::timeout(MAX_QUERY_CONNECTION, connection).await;
+    let answering = async {
+        let mut connection = std::pin::pin!(connection);
+        tokio::select! {
+            // The connection first: its request is read already, and hyper closes an idle
+            // connection at once when told to shut down before it has seen one.
+            biased;
+            _ = connection.as_mut() => return,
+            _ = closing.cancelled() => connection.as_mut().graceful_shutdown(),
+        }
+        let _ = connection.await;
+    };
+    let _ = tokio::time::timeout(MAX_QUERY_CONNECTION, answering).await;
 }
 
 /// Samples each server's active connections once a minute (for the STATUS chart) until

@@ -4,11 +4,9 @@
 
 use std::cell::RefCell;
 use std::io;
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpStream;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 /// What the first bytes say.
@@ -20,6 +18,8 @@ pub enum Verdict {
     Forward,
     /// The client closed before sending anything: nothing to forward, no server to bother.
     Closed,
+    /// The start of a query request line that was never finished: drop the connection.
+    Abandoned,
 }
 
 const PATH: &[u8] = b"/TOTVS_BROKER_QUERY";
@@ -71,61 +71,52 @@ const SNIFF_READ: usize = 4096;
 /// Reads a client's first bytes into `first` until they classify. A client that sends nothing
 /// within `silence` is taken for a server-first protocol client and forwarded. One whose bytes
 /// so far could be a query gets up to `partial` to finish its request line, holding a query
-/// permit from `permits` meanwhile, so half-sent lines are bounded by `QUERY_MAX_CONNECTIONS`
-/// (when none is free, it is taken for a query at once and will be told to retry). Returns
-/// the permit when one was taken.
-pub async fn sniff(
+/// place from `take_place` meanwhile, so half-sent lines are bounded by
+/// `QUERY_MAX_CONNECTIONS` (when no place is free, it is taken for a query at once and will be
+/// told to retry). Returns the place when one was taken.
+pub async fn sniff<P>(
     stream: &TcpStream,
     first: &mut Vec<u8>,
     silence: Duration,
     partial: Duration,
-    permits: &Arc<Semaphore>,
-) -> io::Result<(Verdict, Option<OwnedSemaphorePermit>)> {
+    mut take_place: impl FnMut() -> Option<P>,
+) -> io::Result<(Verdict, Option<P>)> {
     let started = Instant::now();
-    let mut permit = None;
-    // A client-first client's bytes are usually there already: read them without waiting for
-    // the reactor to report a new socket readable, and without arming a timer (which costs
-    // the runtime a wake-up of its own).
-    match read_now(stream, first) {
-        Ok(0) => return Ok((Verdict::Closed, None)),
-        Ok(_) => {
-            if let Some(verdict) = classify(first) {
-                return Ok((verdict, None));
-            }
-        }
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-        Err(e) => return Err(e),
-    }
+    let mut place = None;
+    // A client-first client's bytes are usually there already: the first read goes straight
+    // to the socket, without waiting for the reactor to report a new socket readable and
+    // without arming a timer (which costs the runtime a wake-up of its own).
+    let mut read = read_now(stream, first);
     loop {
+        match read {
+            Ok(0) if first.is_empty() => return Ok((Verdict::Closed, place)),
+            // Closed after a few bytes that could have been a query: they are the client's.
+            Ok(0) => return Ok((Verdict::Forward, place)),
+            Ok(_) => match classify(first) {
+                Some(verdict) => return Ok((verdict, place)),
+                None if place.is_none() => match take_place() {
+                    Some(taken) => place = Some(taken),
+                    None => return Ok((Verdict::Query, None)),
+                },
+                None => {}
+            },
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
         let limit = if first.is_empty() { silence } else { partial };
         match tokio::time::timeout_at(started + limit, stream.readable()).await {
             Err(_) if first.is_empty() => return Ok((Verdict::Forward, None)),
-            // A query line that never finished: let the query interface drop it.
-            Err(_) => return Ok((Verdict::Query, permit)),
+            Err(_) => return Ok((Verdict::Abandoned, None)),
             Ok(ready) => ready?,
         }
-        let had = first.len();
         first.reserve(SNIFF_READ);
-        match stream.try_read_buf(first) {
-            Ok(0) if had == 0 => return Ok((Verdict::Closed, permit)),
-            Ok(0) => return Ok((Verdict::Forward, permit)),
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-            Err(e) => return Err(e),
-        }
-        match classify(first) {
-            Some(verdict) => return Ok((verdict, permit)),
-            None if permit.is_none() => match Arc::clone(permits).try_acquire_owned() {
-                Ok(taken) => permit = Some(taken),
-                Err(_) => return Ok((Verdict::Query, None)),
-            },
-            None => {}
-        }
+        read = stream.try_read_buf(first);
     }
 }
 
 /// One non-blocking read straight from the socket, whatever the reactor knows of it yet.
-/// Into a per-thread buffer: a fresh one would be zeroed at every connection.
+/// Through a per-thread buffer, so `first` is sized to what came (usually a few bytes) rather
+/// than to the most that could.
 fn read_now(stream: &TcpStream, first: &mut Vec<u8>) -> io::Result<usize> {
     use std::io::Read;
     thread_local! {

@@ -685,6 +685,50 @@ impl HttpConnection {
     }
 }
 
+/// Opens one connection per entry of `unfinished` through `addr`, each sending those bytes (the
+/// start of a query that never ends), until all of them hold a query place: a `PING` is then
+/// refused with 503, which is returned with the connections. A connection answered meanwhile
+/// (a probe took the place first, and it was refused) is replaced. Panics when no `PING` is
+/// refused within [`DEADLINE`].
+pub async fn hold_query_places(
+    addr: SocketAddr,
+    unfinished: &[&[u8]],
+) -> (Vec<TcpStream>, HttpResponse) {
+    async fn open(addr: SocketAddr, bytes: &[u8]) -> TcpStream {
+        let mut stream = TcpStream::connect(addr).await.expect("connect to broker");
+        stream.write_all(bytes).await.expect("send a query start");
+        stream
+    }
+    let mut held = Vec::new();
+    for bytes in unfinished {
+        held.push(open(addr, bytes).await);
+    }
+    let end = Instant::now() + DEADLINE;
+    loop {
+        for (stream, bytes) in held.iter_mut().zip(unfinished) {
+            let mut byte = [0u8; 1];
+            let answered = !matches!(
+                stream.try_read(&mut byte),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock
+            );
+            if answered {
+                *stream = open(addr, bytes).await;
+            }
+        }
+        let answer = http_get(addr, "/TOTVS_BROKER_QUERY/PING", &[]).await;
+        if answer.status != 200 {
+            assert_eq!(answer.status, 503, "{}", answer.text());
+            return (held, answer);
+        }
+        assert!(
+            Instant::now() < end,
+            "a query was never refused with {} places held",
+            unfinished.len()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// `GET path` on a new connection through `addr`, with `headers`; panics when no answer comes.
 pub async fn http_get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> HttpResponse {
     let mut connection = HttpConnection::connect(addr).await;
