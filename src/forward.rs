@@ -89,8 +89,9 @@ const QUERY_LINE_WAIT: Duration = Duration::from_secs(10);
 
 /// Serves one accepted client to the end: forwards it to a server (or closes it when none can
 /// be reached), or answers it when it is a query. Once known to be no query it takes a
-/// `MAX_CONNECTIONS` place, or is refused when none is left. `ending` cuts the relay short. Log lines carry `span` (the balancer's); the relay runs outside it, as
-/// entering a span at every wake-up of a busy connection costs more than a log line gains.
+/// `MAX_CONNECTIONS` place, or is refused when none is left. `ending` cuts the relay short.
+/// Log lines carry `span` (the balancer's); the relay runs outside it, as entering a span at
+/// every wake-up of a busy connection costs more than a log line gains.
 ///
 /// With the query interface on, the client's first bytes are read before a server is chosen
 /// (docs/architecture.md weighs this against connecting at once): a client that sends nothing
