@@ -69,6 +69,14 @@ impl Side {
             Side::Server => "server",
         }
     }
+
+    /// The side across the relay.
+    fn other(self) -> Side {
+        match self {
+            Side::Client => Side::Server,
+            Side::Server => Side::Client,
+        }
+    }
 }
 
 /// Why a relay ended.
@@ -154,6 +162,27 @@ enum Failure {
 }
 
 impl Half {
+    /// Advances this direction unless it is finished; `Some` ends the relay with the failing
+    /// side's error. `reader` is the side `from` belongs to.
+    fn step(
+        &mut self,
+        cx: &mut Context<'_>,
+        from: &mut TcpStream,
+        to: &mut TcpStream,
+        counter: &AtomicU64,
+        last: bool,
+        reader: Side,
+    ) -> Option<End> {
+        if self.done {
+            return None;
+        }
+        match self.poll_copy(cx, from, to, counter, last) {
+            Poll::Ready(Err(Failure::Read(e))) => Some(End::Error(reader, e)),
+            Poll::Ready(Err(Failure::Write(e))) => Some(End::Error(reader.other(), e)),
+            Poll::Ready(Ok(())) | Poll::Pending => None,
+        }
+    }
+
     /// Moves bytes from `from` to `to` until it would block, or the direction is finished.
     /// `last` says the other direction is finished already: then EOF is not passed on with a
     /// shutdown, since both sockets are about to be closed, which sends the FIN anyway (one
@@ -316,32 +345,31 @@ pub async fn relay(
             return Poll::Ready(End::Stopped);
         }
         let moved_before = up.moved + down.moved;
-        if !up.done {
-            match up.poll_copy(cx, client, server, counters.to_server, down.done) {
-                Poll::Ready(Err(Failure::Read(e))) => {
-                    return Poll::Ready(End::Error(Side::Client, e));
-                }
-                Poll::Ready(Err(Failure::Write(e))) => {
-                    return Poll::Ready(End::Error(Side::Server, e));
-                }
-                Poll::Ready(Ok(())) | Poll::Pending => {}
-            }
-            if up.eof {
-                first_closed.get_or_insert(Side::Client);
-            }
+        if let Some(end) = up
+            .step(
+                cx,
+                client,
+                server,
+                counters.to_server,
+                down.done,
+                Side::Client,
+            )
+            .or_else(|| {
+                down.step(
+                    cx,
+                    server,
+                    client,
+                    counters.to_client,
+                    up.done,
+                    Side::Server,
+                )
+            })
+        {
+            return Poll::Ready(end);
         }
-        if !down.done {
-            match down.poll_copy(cx, server, client, counters.to_client, up.done) {
-                Poll::Ready(Err(Failure::Read(e))) => {
-                    return Poll::Ready(End::Error(Side::Server, e));
-                }
-                Poll::Ready(Err(Failure::Write(e))) => {
-                    return Poll::Ready(End::Error(Side::Client, e));
-                }
-                Poll::Ready(Ok(())) | Poll::Pending => {}
-            }
-            if down.eof {
-                first_closed.get_or_insert(Side::Server);
+        for (half, side) in [(&up, Side::Client), (&down, Side::Server)] {
+            if half.eof {
+                first_closed.get_or_insert(side);
             }
         }
         if up.done && down.done {
