@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use appbroker::config::{Config, Loaded};
+use appbroker::config::{Config, LoadError, Loaded};
 use appbroker::shutdown::{Shutdown, handle_signals};
 use appbroker::workers::WorkerThreads;
 use appbroker::{Broker, config, demo, logging, sys};
@@ -71,6 +71,15 @@ fn main() -> ExitCode {
         Ok(loaded) => loaded,
         Err(e) => {
             eprintln!("appbroker: {}", e.report());
+            if let LoadError::Read { source, .. } = &e
+                && source.kind() == std::io::ErrorKind::NotFound
+            {
+                eprintln!(
+                    "appbroker: name the configuration file with --config PATH (start from \
+                     appserver.ini.example), or run `appbroker demo` to see the broker at work \
+                     with stand-in servers"
+                );
+            }
             return ExitCode::from(2);
         }
     };
@@ -80,6 +89,13 @@ fn main() -> ExitCode {
             eprintln!("notice: {}", notice.located(&file));
         }
         print!("{}", config.to_ini());
+        // On standard error, so standard output stays the INI above.
+        let servers: usize = config.balancers.iter().map(|b| b.servers.len()).sum();
+        eprintln!(
+            "configuration OK: {file} ({}, {})",
+            config::plural(config.balancers.len(), "balancer"),
+            config::plural(servers, "server")
+        );
         return ExitCode::SUCCESS;
     }
     if let Err(e) = logging::init(&config.general, cli.log_level.as_deref()) {

@@ -157,19 +157,36 @@ fn every_valid_fixture_passes_the_check() {
             "{}:\n{stdout}",
             path.display()
         );
-        assert!(
-            stderr.lines().all(|l| l.starts_with("notice: ")),
-            "{}: only notices may go to stderr:\n{stderr}",
-            path.display()
-        );
+        assert_ok_line(&stderr, &path);
     }
+}
+
+/// `--check`'s standard error for a valid file: notices, if any, then one line saying the
+/// configuration is OK and naming the file (standard output is only the INI).
+fn assert_ok_line(stderr: &str, path: &Path) {
+    let mut lines: Vec<&str> = stderr.lines().collect();
+    let last = lines.pop().unwrap_or_default();
+    assert!(
+        last.starts_with(&format!("configuration OK: {} (", path.display())),
+        "{}: no `configuration OK` line last:\n{stderr}",
+        path.display()
+    );
+    assert!(
+        lines.iter().all(|l| l.starts_with("notice: ")),
+        "{}: only notices may go to stderr before it:\n{stderr}",
+        path.display()
+    );
 }
 
 #[test]
 fn the_shipped_example_passes_the_check_without_notices() {
     let (code, stdout, stderr) = check(Path::new(EXAMPLE));
     assert_eq!(code, 0, "{stderr}");
-    assert_eq!(stderr, "", "the example should need no notice");
+    assert_eq!(
+        stderr,
+        format!("configuration OK: {EXAMPLE} (2 balancers, 5 servers)\n"),
+        "the example should need no notice"
+    );
     let printed = sections(&stdout);
     let names: Vec<&str> = printed.iter().map(|(name, _)| name.as_str()).collect();
     assert_eq!(
@@ -498,4 +515,29 @@ fn a_missing_file_is_a_clear_error() {
         stderr.contains(&format!("cannot read {}", path.display())),
         "{stderr}"
     );
+    assert_hints_at_config_and_demo(&stderr);
+}
+
+/// The way out of a missing configuration: `--config`, or the demo.
+fn assert_hints_at_config_and_demo(stderr: &str) {
+    assert!(
+        stderr.contains("--config PATH") && stderr.contains("`appbroker demo`"),
+        "no hint at --config and the demo:\n{stderr}"
+    );
+}
+
+#[test]
+fn without_arguments_it_points_to_config_and_the_demo() {
+    // `cargo run --release` in a fresh clone: no appserver.ini in the working directory.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let output = std::process::Command::new(common::binary())
+        .current_dir(dir.path())
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run appbroker");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(output.stdout.is_empty());
+    assert!(stderr.contains("cannot read appserver.ini"), "{stderr}");
+    assert_hints_at_config_and_demo(&stderr);
 }

@@ -30,6 +30,9 @@ pub struct Section {
     pub line: usize,
     /// Entries in file order.
     pub entries: Vec<Entry>,
+    /// Keys (upper case) of lines rejected with a syntax error of their own (a `;` after the
+    /// value): present in the file, so no other message should call them missing.
+    pub rejected: Vec<String>,
 }
 
 /// A syntax error on one line.
@@ -69,6 +72,7 @@ pub fn scan(text: &str) -> (Vec<Section>, Vec<SyntaxError>) {
                         written,
                         line,
                         entries: Vec::new(),
+                        rejected: Vec::new(),
                     });
                 }
                 _ => errors.push(error(format!(
@@ -97,6 +101,9 @@ pub fn scan(text: &str) -> (Vec<Section>, Vec<SyntaxError>) {
                      broker does not support it either); put the comment on a line of its own"
                 ),
             });
+            if let Some(section) = sections.last_mut() {
+                section.rejected.push(key.to_ascii_uppercase());
+            }
             continue;
         }
         match sections.last_mut() {
@@ -141,6 +148,7 @@ mod tests {
         assert_eq!(lines, vec![1, 3, 4, 5, 6]);
         assert!(errors[3].message.contains("`;` after a value"));
         assert_eq!(errors[3].section.as_deref(), Some("A"));
+        assert_eq!(sections[0].rejected, ["K"], "the key is there, not missing");
         // The good entry after the bad header still lands in the last good section.
         assert_eq!(sections[0].entries.len(), 1);
         assert_eq!(sections[0].entries[0].key, "OK");

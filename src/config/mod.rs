@@ -877,7 +877,11 @@ impl Validator {
             });
         }
 
-        if servers.is_empty() && self.errors.len() == errors_before {
+        let server_rejected = section
+            .rejected
+            .iter()
+            .any(|key| value::server_id_of_key(key).is_some());
+        if servers.is_empty() && self.errors.len() == errors_before && !server_rejected {
             self.errors.push(ConfigError::new(
                 section.line,
                 name,
@@ -917,6 +921,8 @@ impl Validator {
         };
         let inherited = Lookup { section, general };
         let port = match own.find("LOCAL_SERVER_PORT") {
+            // Its line was rejected, and said why: it is not missing.
+            None if section.rejected.iter().any(|k| k == "LOCAL_SERVER_PORT") => None,
             None => {
                 self.errors.push(ConfigError::new(
                     section.line,
