@@ -224,14 +224,11 @@ impl Balancer {
                 gone.address, gone.id
             ));
         }
-        let previous = old.config.settings();
-        for (key, value) in config.settings() {
-            match previous.iter().find(|(k, _)| *k == key) {
-                Some((_, was)) if *was == value => {}
-                Some((_, was)) => changes.push(format!("{} {key} {was} -> {value}", config.kind)),
-                None => changes.push(format!("{} {key} {value}", config.kind)),
-            }
-        }
+        changes.extend(crate::config::setting_changes(
+            &config.kind.to_string(),
+            &old.config.settings(),
+            &config.settings(),
+        ));
         self.pool.store(Arc::new(Pool::new(config, servers)));
         // The monitor reads the new interval and servers when it wakes.
         self.health_changed.notify_one();

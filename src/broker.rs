@@ -20,7 +20,7 @@ use tracing::{Instrument, error, info, warn};
 
 use crate::balancer::Balancer;
 use crate::clock::wall_ms;
-use crate::config::{BalancerConfig, Config, plural, show_duration};
+use crate::config::{self, BalancerConfig, Config, plural, show_duration};
 use crate::listener::{self, BindError};
 use crate::query;
 use crate::shutdown::Shutdown;
@@ -299,7 +299,11 @@ async fn reload_config(
         warn!("WORKERS changed; it takes effect when appbroker is restarted");
     }
 
-    let mut changes: Vec<String> = Vec::new();
+    let mut changes: Vec<String> = config::setting_changes(
+        "[General]",
+        &old.general_settings(),
+        &config.general_settings(),
+    );
     // Balancers gone from the file go first: their ports may be taken by others in this
     // same reload (a section renamed, a balancer moved onto a freed port).
     let (mut stay, gone): (Vec<Running>, Vec<Running>) = std::mem::take(running)

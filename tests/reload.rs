@@ -234,6 +234,48 @@ async fn changed_monitor_interval_and_quarantine_time_apply_at_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_changed_general_key_is_listed() {
+    let a = TestServer::start("a").await;
+    let broker = Broker::start(&ini_for(&[&a], "")).await;
+    let english = http_get(broker.addr(), "/TOTVS_BROKER_QUERY/STATUS", &[]).await;
+    assert!(english.text().contains("<html lang='en'>"));
+
+    // Only LANGUAGE: the page switches, and the line says why.
+    let portuguese = ini_for(&[&a], "").replace("[General]\n", "[General]\nLANGUAGE=pt-BR\n");
+    let line = reload(&broker, &portuguese).await;
+    assert_mentions(&line, &["[General] LANGUAGE en -> pt-BR"]);
+    assert!(!line.contains("nothing changed"), "{line}");
+    let page = http_get(broker.addr(), "/TOTVS_BROKER_QUERY/STATUS", &[]).await;
+    assert!(page.text().contains("<html lang='pt-BR'>"));
+
+    // Any other [General] key, each named with its old and new value.
+    let more = portuguese.replace(
+        "SHUTDOWN_TIMEOUT=5\n",
+        "SHUTDOWN_TIMEOUT=7\nSHUTDOWN_GRACE=1\nConsoleLogDate=0\n",
+    );
+    let line = reload(&broker, &more).await;
+    assert_mentions(
+        &line,
+        &[
+            "[General] SHUTDOWN_TIMEOUT 5s -> 7s",
+            "[General] SHUTDOWN_GRACE 0s -> 1s",
+            "[General] CONSOLELOGDATE 1 -> 0",
+        ],
+    );
+    assert!(
+        !line.contains("LANGUAGE"),
+        "unchanged keys stay out: {line}"
+    );
+
+    // The same file again: nothing changed, and it says so.
+    let line = reload(&broker, &more).await;
+    assert!(
+        line.ends_with("configuration reloaded: nothing changed"),
+        "{line}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lowered_query_max_connections_holds_once_the_queries_open_have_left() {
     const UNFINISHED: &[u8] = b"GET /TOTVS_BROKER_QUERY/PING HTTP/1.1\r\n";
     let a = TestServer::start("a").await;

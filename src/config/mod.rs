@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ini::{Entry, Section};
-pub use render::EffectiveSection;
+pub use render::{EffectiveSection, setting_changes};
 pub use value::{Cidr, Host, ServerId, show_duration, show_escaped};
 
 /// The whole configuration of one broker process.

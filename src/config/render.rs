@@ -87,6 +87,42 @@ impl Config {
     }
 }
 
+impl Config {
+    /// Every `[General]` key with its effective value as printed: what a reload compares to
+    /// say which of them changed.
+    pub fn general_settings(&self) -> Vec<(String, String)> {
+        self.effective()
+            .into_iter()
+            .next()
+            .map(|general| general.keys.into_iter().map(|(k, v, _)| (k, v)).collect())
+            .unwrap_or_default()
+    }
+}
+
+/// The settings that differ between `before` and `after`, one `<label> KEY old -> new` each
+/// (`<label> KEY value` for a key `before` lacks), for the reload's summary line.
+pub fn setting_changes(
+    label: &str,
+    before: &[(String, String)],
+    after: &[(String, String)],
+) -> Vec<String> {
+    let shown = |value: &str| {
+        if value.is_empty() {
+            "(empty)".to_string()
+        } else {
+            value.to_string()
+        }
+    };
+    after
+        .iter()
+        .filter_map(|(key, value)| match before.iter().find(|(k, _)| k == key) {
+            Some((_, was)) if was == value => None,
+            Some((_, was)) => Some(format!("{label} {key} {} -> {}", shown(was), shown(value))),
+            None => Some(format!("{label} {key} {}", shown(value))),
+        })
+        .collect()
+}
+
 impl BalancerConfig {
     /// Every key of the section but `REMOTE_SERVER_xx`, with its effective value as printed:
     /// what a reload compares to say which settings changed.
