@@ -4,6 +4,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use chrono::{Local, TimeZone};
 use tokio::time::Instant;
 
 /// Milliseconds since the clock was made, never 0 (0 means "no deadline" in atomics).
@@ -55,4 +56,22 @@ pub fn wall_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Local time of day of a wall-clock instant (ms since the Unix epoch), `HH:MM:SS`; `-` when
+/// it cannot be shown.
+pub fn time_of_day(wall_ms: u64) -> String {
+    local(wall_ms).map_or_else(|| "-".into(), |t| t.format("%H:%M:%S").to_string())
+}
+
+/// Local date of a wall-clock instant, `DD/MM/YYYY` (the TOTVS pages' order); `-` when it
+/// cannot be shown.
+pub fn local_date(wall_ms: u64) -> String {
+    local(wall_ms).map_or_else(|| "-".into(), |t| t.format("%d/%m/%Y").to_string())
+}
+
+fn local(wall_ms: u64) -> Option<chrono::DateTime<Local>> {
+    Local
+        .timestamp_millis_opt(i64::try_from(wall_ms).ok()?)
+        .single()
 }

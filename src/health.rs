@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::balancer::{Balancer, Pool, Server};
-use crate::clock::{Clock, wall_ms};
+use crate::clock::{Clock, time_of_day, wall_ms};
 use crate::config::show_escaped;
 use crate::config::{Host, Monitoring, plural, show_duration};
 use crate::forward::connect;
@@ -226,10 +226,12 @@ pub fn quarantine(
     let (start, stop) = server
         .health
         .enter(&balancer.clock, duration, reason, error);
+    // The TOTVS line byte for byte, then the end in local time for people.
     warn!(
-        "putting server {} in quarantine start={start} stop={stop} ({})",
+        "putting server {} in quarantine start={start} stop={stop} ({}) until={}",
         server.address,
-        reason.as_str()
+        reason.as_str(),
+        time_of_day(stop * 1000)
     );
     // The monitor sleeps until the earliest deadline; a new one may be earlier.
     balancer.health_changed.notify_one();
@@ -468,18 +470,30 @@ async fn round(balancer: &Balancer, pool: &Pool) {
                 continue;
             }
         };
+        let words = error.words();
+        // In a quarantine whose last check failed the same way, this round changes nothing
+        // an operator needs told again: the cause is logged once per episode (and when it
+        // changes), while the TOTVS lines below still come every round.
+        let steady = !server.health.is_available(balancer.clock.now_ms())
+            && server
+                .health
+                .detail()
+                .last_check
+                .is_some_and(|c| c.error.as_ref() == Some(&words));
         server.health.record_check(Check {
             at_wall_ms: wall_ms(),
             duration: took,
-            error: Some(error.words()),
+            error: Some(words),
         });
         let fails = server.health.failed();
         let explained = error.explain(timeout, expect);
         if fails >= config.monitor_fall || server.health.is_quarantined() {
-            error!(
-                "server {} failed the monitor check: {explained}",
-                server.address
-            );
+            if !steady {
+                error!(
+                    "server {} failed the monitor check: {explained}",
+                    server.address
+                );
+            }
             quarantine(
                 balancer,
                 server,

@@ -300,6 +300,82 @@ async fn the_monitor_quarantines_a_stopped_server_and_releases_it_when_it_return
     assert!(answers.iter().any(|n| n == "b"), "{answers:?}");
 }
 
+/// The lines of `address`'s quarantines, as logged.
+fn quarantine_lines(broker: &Broker, address: &str) -> Vec<Line> {
+    lines(broker)
+        .into_iter()
+        .filter(|l| quarantined(l, address).is_some())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_server_s_cause_is_logged_once_per_quarantine_and_each_round_keeps_the_totvs_lines()
+{
+    let a = TestServer::start("a").await;
+    let mut b = TestServer::start("b").await;
+    let ini = ini_for(
+        &[&a, &b],
+        "MONITORING_TYPE=CONNECTION\nMONITOR_INTERVAL=200ms\nQUARANTINE_TIME=120",
+    );
+    let broker = Broker::start(&ini).await;
+    wait_for_message(
+        &broker,
+        "monitor: OK - 2 servers available, 0 servers unavailable",
+    )
+    .await;
+    let failed = format!("server {} failed the monitor check: ", b.address());
+    let unavailable = format!("monitor: server {} unavailable", b.address());
+
+    for episode in 1..=2 {
+        b.stop().await;
+        // Four rounds of the same quarantine: each one's TOTVS lines, the cause only once.
+        eventually("four rounds with b in quarantine", || {
+            quarantine_lines(&broker, &b.address()).len() >= 4 * episode
+        })
+        .await;
+        let all = lines(&broker);
+        let causes: Vec<&Line> = all.iter().filter(|l| l.text.starts_with(&failed)).collect();
+        assert_eq!(
+            causes.len(),
+            episode,
+            "the cause once per quarantine; log:\n{}",
+            broker.log_text()
+        );
+        assert_eq!(causes[episode - 1].level, "ERROR");
+        assert!(causes[episode - 1].text.contains("connection refused"));
+        assert!(
+            all.iter().filter(|l| l.message_is(&unavailable)).count() >= 4 * episode - 1,
+            "`monitor: server ... unavailable` every round; log:\n{}",
+            broker.log_text()
+        );
+
+        // Each quarantine line: the TOTVS part as it always was, then the end in local time.
+        for line in quarantine_lines(&broker, &b.address()) {
+            let q = quarantined(&line, &b.address()).expect("a quarantine line");
+            let stop = chrono::DateTime::from_timestamp(q.stop as i64, 0)
+                .expect("stop= is a time")
+                .with_timezone(&chrono::Local);
+            let expected = format!(
+                "putting server {} in quarantine start={} stop={} (monitor) until={}",
+                b.address(),
+                q.start,
+                q.stop,
+                stop.format("%H:%M:%S")
+            );
+            assert!(line.message_is(&expected), "{line:?}, expected {expected}");
+            assert_eq!(line.level, "WARN");
+        }
+
+        // Back, released; the next time it dies is a new quarantine, whose cause is logged.
+        b.resume().await;
+        let released = format!(
+            "releasing server {} from quarantine (monitor check passed)",
+            b.address()
+        );
+        eventually("b released", || broker.count_logs(&released) == episode).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_monitor_raises_the_alarm_when_no_server_answers() {
     let mut a = TestServer::start("a").await;

@@ -10,8 +10,6 @@
 use std::fmt::Write;
 use std::time::Duration;
 
-use chrono::{Local, TimeZone};
-
 use super::labels::{Labels, of};
 use super::snapshot::{ServerSnapshot, Snapshot, State};
 use crate::config::{BalancerKind, Config, Monitoring, Origin, show_duration};
@@ -32,21 +30,7 @@ pub fn esc(text: &str) -> String {
     out
 }
 
-/// Local time of day, `HH:MM:SS`.
-pub fn clock(wall_ms: u64) -> String {
-    local(wall_ms).map_or_else(|| "-".into(), |t| t.format("%H:%M:%S").to_string())
-}
-
-/// Local date, `DD/MM/YYYY`.
-pub fn date(wall_ms: u64) -> String {
-    local(wall_ms).map_or_else(|| "-".into(), |t| t.format("%d/%m/%Y").to_string())
-}
-
-fn local(wall_ms: u64) -> Option<chrono::DateTime<Local>> {
-    Local
-        .timestamp_millis_opt(i64::try_from(wall_ms).ok()?)
-        .single()
-}
+pub use crate::clock::{local_date as date, time_of_day as clock};
 
 /// `12.3 MiB`, for people; the exact count goes in a tooltip.
 fn bytes(n: u64) -> String {
