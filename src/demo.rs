@@ -1,11 +1,12 @@
 //! `appbroker demo`: the shipped `appserver.ini.example` with in-process echo servers standing
 //! in for its `REMOTE_SERVER`s, so a newcomer sees balancing and quarantine work. Each echo
 //! server sends every line back prefixed with its name; typing a server's id on the demo's
-//! console stops it (or starts it again).
+//! console stops it (or starts it again). `appbroker demo --client` is the client to talk to
+//! it with, since a fresh machine may have neither telnet nor nc.
 
 use std::collections::BTreeMap;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
@@ -158,4 +159,59 @@ pub async fn console(mut servers: BTreeMap<String, EchoServer>) {
             }
         }
     }
+}
+
+/// Tells the person who started the demo what to do with it: the client command, the status
+/// page, the console.
+pub fn introduce(config: &Config, servers: usize, client_command: &str) {
+    info!("demo: {servers} echo servers stand in for the REMOTE_SERVERs");
+    let listen = config.balancers.first().map(|b| b.listen.ip());
+    if let Some(address) = listen.and_then(|ip| client_address(config, ip)) {
+        info!(
+            "demo: talk to it from another terminal with `{client_command}`: type a line, and \
+             the server that answered sends it back with its name in front"
+        );
+        let host = match address.ip() {
+            IpAddr::V6(ip) => format!("[{ip}]"),
+            ip => ip.to_string(),
+        };
+        info!(
+            "demo: watch it at http://{host}:{}/TOTVS_BROKER_QUERY/STATUS",
+            address.port()
+        );
+    }
+    info!(
+        "demo: type a server id (01, 02, ...) and Enter here to stop or start the servers with \
+         that id; Enter alone lists them; Ctrl-C ends the demo"
+    );
+}
+
+/// Where a client reaches the first balancer of `config` once it listens on `listen`: that
+/// address, or the loopback address when it is a wildcard.
+pub fn client_address(config: &Config, listen: IpAddr) -> Option<SocketAddr> {
+    let port = config.balancers.first()?.listen.port();
+    let ip = match listen {
+        IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
+        ip => ip,
+    };
+    Some(SocketAddr::new(ip, port))
+}
+
+/// `appbroker demo --client`: a line client for the demo. Sends standard input to `address`
+/// (then half-closes), prints what comes back, and returns when the other side closes.
+pub fn client(address: SocketAddr) -> io::Result<()> {
+    let stream = std::net::TcpStream::connect(address)?;
+    eprintln!(
+        "connected to {address}: type a line and Enter; end of input (Ctrl-D) or Ctrl-C ends"
+    );
+    let mut to_server = stream.try_clone()?;
+    std::thread::spawn(move || {
+        let _ = io::copy(&mut io::stdin().lock(), &mut to_server);
+        let _ = to_server.shutdown(std::net::Shutdown::Write);
+    });
+    // Standard output is line-buffered: each reply shows as its line ends. When the server
+    // closes first, the thread still waiting on standard input ends with the process.
+    io::copy(&mut &stream, &mut io::stdout().lock())?;
+    Ok(())
 }

@@ -22,7 +22,7 @@
 //! - [`shutdown`]: signals to shutdown and reload requests (the drain is [`broker`]'s).
 //! - [`logging`]: the log line format, console and rotated file.
 //! - [`os_error`]: what an OS error means to an operator.
-//! - [`demo`]: stand-in echo servers for `appbroker demo`.
+//! - [`demo`]: stand-in echo servers for `appbroker demo`, and its line client.
 //! - [`workers`]: the data path's threads, one per core, each with its own runtime and
 //!   listening sockets.
 //! - [`clock`], [`throttle`], [`sys`]: time, log-rate limiting, the few system calls the

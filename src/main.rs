@@ -1,6 +1,7 @@
 //! The `appbroker` command: parse the command line, load the configuration, set up logging,
 //! bind, and run until a signal says stop.
 
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -32,9 +33,10 @@ use tracing::{info, warn};
 #[derive(Debug, Parser)]
 #[command(name = "appbroker", version, verbatim_doc_comment)]
 struct Cli {
-    /// The configuration file.
-    #[arg(long, short, value_name = "PATH", default_value = "appserver.ini")]
-    config: PathBuf,
+    /// The configuration file [default: appserver.ini; for the demo, the built-in
+    /// appserver.ini.example].
+    #[arg(long, short, value_name = "PATH", global = true)]
+    config: Option<PathBuf>,
 
     /// Validate the configuration without binding or resolving anything, print the effective
     /// configuration as INI (defaults included) and exit: 0 when valid, 2 with every error.
@@ -51,23 +53,43 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the built-in appserver.ini.example with echo servers standing in for its
-    /// REMOTE_SERVERs (127.0.0.1:6001-6003 and 6011-6012). Connect with `telnet 127.0.0.1 5000`:
-    /// typed lines come back prefixed with the name of the server that answered. Type a
-    /// server's id (e.g. 02) and Enter on the demo's console to stop that server or start it
-    /// again; Enter alone lists them. Ctrl-C stops the demo.
-    Demo,
+    /// Run the built-in appserver.ini.example (or --config PATH) with echo servers standing in
+    /// for its REMOTE_SERVERs (127.0.0.1:6001-6003 and 6011-6012), listening on 127.0.0.1
+    /// only. Talk to it from another terminal with `appbroker demo --client`: typed lines come
+    /// back prefixed with the name of the server that answered. Type a server's id (e.g. 02)
+    /// and Enter on the demo's console to stop that server or start it again; Enter alone
+    /// lists them. Ctrl-C stops the demo.
+    Demo(DemoArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct DemoArgs {
+    /// The address the demo's balancers listen on, whatever the file says. The default keeps
+    /// the demo (and its status pages, open to every address) on this machine; 0.0.0.0 opens
+    /// it to the network.
+    #[arg(long, value_name = "ADDRESS", default_value = "127.0.0.1")]
+    listen: IpAddr,
+
+    /// Be the demo's client instead: connect to its first balancer (or ADDRESS:PORT), send
+    /// each line typed, print what comes back; end of input (Ctrl-D) ends it.
+    #[arg(long, value_name = "ADDRESS:PORT", num_args = 0..=1)]
+    client: Option<Option<SocketAddr>>,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let demo = matches!(cli.command, Some(Command::Demo));
-    let loaded = if demo {
-        Config::from_text(demo::EXAMPLE, Path::new("appserver.ini.example (built in)"))
-    } else {
-        Config::from_path(&cli.config)
+    let demo = cli.command.as_ref().map(|Command::Demo(args)| args);
+    let loaded = match (&cli.config, demo) {
+        (Some(path), _) => Config::from_path(path),
+        (None, Some(_)) => {
+            Config::from_text(demo::EXAMPLE, Path::new("appserver.ini.example (built in)"))
+        }
+        (None, None) => Config::from_path(Path::new("appserver.ini")),
     };
-    let Loaded { config, notices } = match loaded {
+    let Loaded {
+        mut config,
+        notices,
+    } = match loaded {
         Ok(loaded) => loaded,
         Err(e) => {
             eprintln!("appbroker: {}", e.report());
@@ -98,6 +120,15 @@ fn main() -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
+    if let Some(args) = demo {
+        if let Some(address) = args.client {
+            return demo_client(&config, args, address);
+        }
+        // Every balancer on the asked address, the file's own notwithstanding.
+        for balancer in &mut config.balancers {
+            balancer.listen.set_ip(args.listen);
+        }
+    }
     if let Err(e) = logging::init(&config.general, cli.log_level.as_deref()) {
         eprintln!("appbroker: {e}");
         return ExitCode::from(2);
@@ -109,7 +140,8 @@ fn main() -> ExitCode {
     for notice in &notices {
         warn!("{}", notice.located(&file));
     }
-    match run(config, demo) {
+    let client_command = demo.map(|args| client_command(&cli, args));
+    match run(config, client_command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
@@ -118,7 +150,45 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(config: Config, demo: bool) -> anyhow::Result<()> {
+/// `appbroker demo --client`: talks to the demo's first balancer, or `address`.
+fn demo_client(config: &Config, args: &DemoArgs, address: Option<SocketAddr>) -> ExitCode {
+    let Some(address) = address.or_else(|| demo::client_address(config, args.listen)) else {
+        eprintln!("appbroker: the configuration has no balancer to connect to");
+        return ExitCode::from(2);
+    };
+    match demo::client(address) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!(
+                "appbroker: cannot talk to {address}: {}; is the demo running? Start it with \
+                 `appbroker demo` in another terminal",
+                appbroker::os_error::words(&e)
+            );
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// The command that runs the client of the demo just started: this very binary, with the
+/// demo's own options, so it works wherever and however the demo was started.
+fn client_command(cli: &Cli, args: &DemoArgs) -> String {
+    let exe = std::env::current_exe().map_or_else(
+        |_| "appbroker".to_string(),
+        |path| path.display().to_string(),
+    );
+    let mut command = format!("{exe} demo --client");
+    if let Some(path) = &cli.config {
+        command.push_str(&format!(" --config {}", path.display()));
+    }
+    if args.listen != IpAddr::from([127, 0, 0, 1]) && !args.listen.is_unspecified() {
+        command.push_str(&format!(" --listen {}", args.listen));
+    }
+    command
+}
+
+/// Runs the broker; with `demo` (the command that runs its client), the demo's stand-in
+/// servers and console too.
+fn run(config: Config, demo: Option<String>) -> anyhow::Result<()> {
     match sys::raise_open_file_limit() {
         Ok(limit) => info!(
             "open-file limit {limit}: room for about {} clients",
@@ -139,18 +209,16 @@ fn run(config: Config, demo: bool) -> anyhow::Result<()> {
         .context("cannot start the runtime")?;
     let workers = threads.workers();
     let result = runtime.block_on(async {
-        let servers = if demo {
-            let servers = demo::start_servers(&config).await?;
-            info!(
-                "demo: {} echo servers stand in for the REMOTE_SERVERs. Try `telnet 127.0.0.1 5000` and \
-                 type a line; type a server id (01, 02, 03) and Enter here to stop or start the servers with that id",
-                servers.len()
-            );
-            Some(servers)
-        } else {
-            None
+        let servers = match &demo {
+            Some(_) => Some(demo::start_servers(&config).await?),
+            None => None,
         };
+        let shown = demo.as_ref().map(|_| config.clone());
         let broker = Broker::bind(config, workers)?;
+        // After the `listening on` lines, so the way in is the last thing on the screen.
+        if let (Some(servers), Some(client), Some(config)) = (&servers, &demo, &shown) {
+            demo::introduce(config, servers.len(), client);
+        }
         let shutdown = Shutdown::new();
         let reload = Arc::new(Notify::new());
         handle_signals(shutdown.clone(), Arc::clone(&reload))

@@ -541,35 +541,80 @@ async fn an_unknown_log_level_is_refused_before_starting() {
     assert_mentions(&line, &["verbose", "error, warn, info, debug or trace"]);
 }
 
-/// The demo listens on the shipped example's fixed ports; one demo at a time.
-static DEMO: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-const DEMO_PORTS: [u16; 7] = [5000, 5001, 6001, 6002, 6003, 6011, 6012];
-
-/// Starts `appbroker demo` and waits until it is ready; `None` (after saying why) when a port
-/// it needs is taken on this machine.
-async fn start_demo() -> Option<Process> {
-    for port in DEMO_PORTS {
-        if let Err(e) = std::net::TcpListener::bind(("0.0.0.0", port)) {
-            eprintln!("skipped: the demo needs port {port}, which is taken: {e}");
-            return None;
-        }
+/// The shipped example as `appbroker demo --config` runs it: every port replaced by a free
+/// one. Returns the file (kept alive by the directory) and the new ports, in the order of
+/// [`DEMO_PORTS`].
+fn demo_config() -> (tempfile::TempDir, std::path::PathBuf, Vec<u16>) {
+    let mut text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/appserver.ini.example"
+    ))
+    .unwrap();
+    // Held together so no two are the same port.
+    let held: Vec<std::net::TcpListener> = DEMO_PORTS
+        .iter()
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    let ports: Vec<u16> = held
+        .iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect();
+    for (old, new) in DEMO_PORTS.iter().zip(&ports) {
+        let (from, to) = if *old < 6000 {
+            (format!("PORT={old}\n"), format!("PORT={new}\n"))
+        } else {
+            (format!("127.0.0.1 {old}"), format!("127.0.0.1 {new}"))
+        };
+        assert_eq!(text.matches(&from).count(), 1, "{from:?} in the example");
+        text = text.replace(&from, &to);
     }
     let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("demo.ini");
+    std::fs::write(&path, text).unwrap();
+    (dir, path, ports)
+}
+
+/// The example's ports: its two balancers', then its five servers'.
+const DEMO_PORTS: [u16; 7] = [5000, 5001, 6001, 6002, 6003, 6011, 6012];
+
+/// A running demo on free ports.
+struct Demo {
+    process: Process,
+    /// Ports in the order of [`DEMO_PORTS`].
+    ports: Vec<u16>,
+    path: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+/// Starts `appbroker demo --config <the example on free ports> <args>` and waits until it is
+/// ready.
+async fn start_demo(args: &[&str]) -> Demo {
+    let (dir, path, ports) = demo_config();
     let mut command = Command::new(binary());
     // From an empty directory: the demo needs no appserver.ini of its own.
     command
         .arg("demo")
+        .arg("--config")
+        .arg(&path)
+        .args(args)
         .current_dir(dir.path())
         .env_remove("RUST_LOG");
-    let demo = Process::spawn(command);
-    demo.wait_for_log("broker ready").await;
-    Some(demo)
+    let process = Process::spawn(command);
+    process.wait_for_log("broker ready").await;
+    Demo {
+        process,
+        ports,
+        path,
+        _dir: dir,
+    }
 }
 
 /// Sends `line` through the demo's first balancer; returns the prefix of the reply: the name
 /// of the server that answered.
-async fn demo_ask(line: &str) -> String {
-    let stream = TcpStream::connect("127.0.0.1:5000").await.unwrap();
+async fn demo_ask(demo: &Demo, line: &str) -> String {
+    let stream = TcpStream::connect(("127.0.0.1", demo.ports[0]))
+        .await
+        .unwrap();
     let (read, mut write) = stream.into_split();
     write
         .write_all(format!("{line}\n").as_bytes())
@@ -586,49 +631,150 @@ async fn demo_ask(line: &str) -> String {
     prefix.to_string()
 }
 
-/// `[server 0N 127.0.0.1:600N]` for the desktop balancer's servers 1 to 3.
-fn demo_server_name(n: u8) -> String {
-    format!("[server 0{n} 127.0.0.1:600{n}]")
+/// `[server 0N 127.0.0.1:<port>]` for the desktop balancer's servers 1 to 3.
+fn demo_server_name(demo: &Demo, n: usize) -> String {
+    format!("[server 0{n} 127.0.0.1:{}]", demo.ports[1 + n])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_answers_and_a_server_stopped_on_its_console_is_avoided() {
-    let _one_at_a_time = DEMO.lock().await;
-    let Some(mut demo) = start_demo().await else {
-        return;
-    };
-    let names: Vec<String> = (1..=3).map(demo_server_name).collect();
-    let first = demo_ask("hello demo").await;
+    let mut demo = start_demo(&[]).await;
+    let names: Vec<String> = (1..=3).map(|n| demo_server_name(&demo, n)).collect();
+    let first = demo_ask(&demo, "hello demo").await;
     assert!(names.contains(&first), "unexpected reply prefix {first:?}");
 
-    demo.type_line("01");
-    demo.wait_for_log("demo: stopped BALANCE_SMART_CLIENT_DESKTOP/01")
+    demo.process.type_line("01");
+    demo.process
+        .wait_for_log("demo: stopped BALANCE_SMART_CLIENT_DESKTOP/01")
         .await;
     // Every client is still served, never by the stopped server.
     for i in 0..4 {
-        let name = demo_ask(&format!("after stop {i}")).await;
+        let name = demo_ask(&demo, &format!("after stop {i}")).await;
         assert!(
             name == names[1] || name == names[2],
             "served by {name:?} after 01 was stopped; log:\n{}",
-            demo.log_text()
+            demo.process.log_text()
         );
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_stops_on_ctrl_c_with_its_console_open() {
-    let _one_at_a_time = DEMO.lock().await;
-    let Some(mut demo) = start_demo().await else {
-        return;
-    };
+    let mut demo = start_demo(&[]).await;
     // The console (stdin) stays open, as a terminal's does. Enter alone lists the servers:
     // once it has, the console is reading again.
-    demo.type_line("");
-    demo.wait_for_log("demo: BALANCE_SMART_CLIENT_DESKTOP/01 on 127.0.0.1:6001 is running")
+    demo.process.type_line("");
+    demo.process
+        .wait_for_log(&format!(
+            "demo: BALANCE_SMART_CLIENT_DESKTOP/01 on 127.0.0.1:{} is running",
+            demo.ports[2]
+        ))
         .await;
-    demo.signal(Signal::SIGINT);
-    demo.wait_for_log("broker stopped").await;
-    let status = demo.wait_exit().await;
-    assert_eq!(status.code(), Some(0), "{}", demo.log_text());
-    assert!(demo.has_log("received SIGINT"), "{}", demo.log_text());
+    demo.process.signal(Signal::SIGINT);
+    demo.process.wait_for_log("broker stopped").await;
+    let status = demo.process.wait_exit().await;
+    assert_eq!(status.code(), Some(0), "{}", demo.process.log_text());
+    assert!(
+        demo.process.has_log("received SIGINT"),
+        "{}",
+        demo.process.log_text()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_listens_on_loopback_unless_asked() {
+    let demo = start_demo(&[]).await;
+    for (section, port) in [
+        ("[BALANCE_SMART_CLIENT_DESKTOP]", demo.ports[0]),
+        ("[BALANCE_WEB_SERVICES]", demo.ports[1]),
+    ] {
+        // The example says 0.0.0.0 (a real broker serves the network); the demo does not.
+        demo.process
+            .wait_for_log(&format!("{section} listening on 127.0.0.1:{port} "))
+            .await;
+        let status = query_json(SocketAddr::from(([127, 0, 0, 1], port))).await;
+        assert_eq!(status["listen"], format!("127.0.0.1:{port}"));
+    }
+    drop(demo);
+
+    let open = start_demo(&["--listen", "0.0.0.0"]).await;
+    open.process
+        .wait_for_log(&format!(
+            "[BALANCE_SMART_CLIENT_DESKTOP] listening on 0.0.0.0:{} ",
+            open.ports[0]
+        ))
+        .await;
+}
+
+/// Runs `command` (a shell-free command line) with `input` on its standard input; returns
+/// (exit code, stdout, stderr).
+fn run_with_input(command: &str, input: &str) -> (i32, String, String) {
+    let mut words = command.split_whitespace();
+    let mut child = Command::new(words.next().expect("a program"))
+        .args(words)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run the command");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    // Its standard input closes here: the client half-closes, the server ends its reply.
+    let output = child.wait_with_output().unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_prints_a_client_command_that_works_without_telnet_or_nc() {
+    let demo = start_demo(&[]).await;
+    let line = demo
+        .process
+        .wait_for_log("talk to it from another terminal with `")
+        .await;
+    let command = line
+        .split('`')
+        .nth(1)
+        .expect("the command between backquotes")
+        .to_string();
+    assert_eq!(
+        command,
+        format!(
+            "{} demo --client --config {}",
+            binary(),
+            demo.path.display()
+        )
+    );
+    let (code, stdout, stderr) =
+        tokio::task::spawn_blocking(move || run_with_input(&command, "hello\nagain\n"))
+            .await
+            .unwrap();
+    assert_eq!(code, 0, "{stderr}");
+    let names: Vec<String> = (1..=3).map(|n| demo_server_name(&demo, n)).collect();
+    let replies: Vec<&str> = stdout.lines().collect();
+    assert_eq!(replies.len(), 2, "{stdout}");
+    for (reply, sent) in replies.iter().zip(["hello", "again"]) {
+        let (name, echoed) = reply.split_once("] ").expect("a name in brackets");
+        assert!(names.contains(&format!("{name}]")), "{reply}");
+        assert_eq!(echoed, sent);
+    }
+    assert!(demo.process.has_log("demo: watch it at http://127.0.0.1:"));
+
+    // Nothing there: a clear word, exit 1.
+    let nobody = format!("{} demo --client 127.0.0.1:{}", binary(), free_port());
+    let (code, _, stderr) = tokio::task::spawn_blocking(move || run_with_input(&nobody, ""))
+        .await
+        .unwrap();
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("connection refused") && stderr.contains("is the demo running?"),
+        "{stderr}"
+    );
 }

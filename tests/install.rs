@@ -1,0 +1,187 @@
+//! README's "Running it for real", performed: `contrib/install.sh` into a temporary root (as
+//! any user, in every `cargo test`), the systemd unit checked by `systemd-analyze verify`, and
+//! on a throwaway machine (CI, as root) the same steps for real, user included.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test that cannot go on should panic
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::binary;
+
+const REPOSITORY: &str = env!("CARGO_MANIFEST_DIR");
+
+/// Runs `contrib/install.sh` on the binary under test, into `destdir` when given.
+fn install(destdir: Option<&Path>) -> Output {
+    let mut command = Command::new("sh");
+    command
+        .arg(Path::new(REPOSITORY).join("contrib/install.sh"))
+        .arg(binary());
+    match destdir {
+        Some(dir) => command.env("DESTDIR", dir),
+        None => command.env_remove("DESTDIR"),
+    };
+    let output = command.output().expect("run contrib/install.sh");
+    assert!(
+        output.status.success(),
+        "install.sh failed ({}):\n{}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+fn mode(path: &Path) -> u32 {
+    std::fs::metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .permissions()
+        .mode()
+        & 0o7777
+}
+
+/// `<binary> --check --config <config>`, run through `prefix` (e.g. setpriv): the check
+/// must pass and say so.
+fn assert_check_passes(prefix: &[&str], program: &Path, config: &Path) {
+    let mut words = prefix.iter();
+    let mut command = match words.next() {
+        Some(first) => {
+            let mut command = Command::new(first);
+            command.args(words).arg(program);
+            command
+        }
+        None => Command::new(program),
+    };
+    let output = command
+        .arg("--check")
+        .arg("--config")
+        .arg(config)
+        .output()
+        .expect("run the installed binary");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "--check failed:\n{stderr}");
+    assert!(
+        stderr.contains(&format!("configuration OK: {}", config.display())),
+        "{stderr}"
+    );
+}
+
+/// `systemd-analyze verify` on `unit`; fails with its words when it finds anything.
+fn assert_unit_verifies(unit: &Path) {
+    let output = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(unit)
+        .output()
+        .expect("systemd-analyze (apt-get install systemd) to verify the unit");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        output.status.success() && said.trim().is_empty(),
+        "systemd-analyze verify {} ({}):\n{said}",
+        unit.display(),
+        output.status
+    );
+}
+
+#[test]
+fn the_install_steps_put_every_file_in_place_under_a_temporary_root() {
+    let root = tempfile::tempdir().unwrap();
+    let output = install(Some(root.path()));
+    let at = |path: &str| root.path().join(path.trim_start_matches('/'));
+    let (bin, config, unit) = (
+        at("/usr/local/bin/appbroker"),
+        at("/etc/appbroker/appserver.ini"),
+        at("/etc/systemd/system/appbroker.service"),
+    );
+    assert_eq!(mode(&bin), 0o755);
+    assert_eq!(mode(&at("/etc/appbroker")), 0o755);
+    assert_eq!(mode(&config), 0o644);
+    assert_eq!(mode(&unit), 0o644);
+    assert_eq!(
+        std::fs::read(&config).unwrap(),
+        std::fs::read(Path::new(REPOSITORY).join("appserver.ini.example")).unwrap()
+    );
+    assert_eq!(
+        std::fs::read(&unit).unwrap(),
+        std::fs::read(Path::new(REPOSITORY).join("contrib/appbroker.service")).unwrap()
+    );
+    // What the next step of README runs: the installed binary checks the installed file.
+    assert_check_passes(&[], &bin, &config);
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert!(said.contains("systemctl enable --now appbroker"), "{said}");
+
+    // Installed again (an upgrade): the operator's configuration stays.
+    std::fs::write(&config, "; edited by the operator\n").unwrap();
+    let output = install(Some(root.path()));
+    assert_eq!(
+        std::fs::read_to_string(&config).unwrap(),
+        "; edited by the operator\n"
+    );
+    assert!(String::from_utf8_lossy(&output.stdout).contains("kept the existing"));
+
+    // The unit names the paths the steps installed to, and what it reads exists there.
+    let text = std::fs::read_to_string(&unit).unwrap();
+    for path in [
+        "/usr/local/bin/appbroker --check --config /etc/appbroker/appserver.ini",
+        "ExecStart=/usr/local/bin/appbroker --config /etc/appbroker/appserver.ini",
+        "User=appbroker",
+        "LogsDirectory=appbroker",
+    ] {
+        assert!(text.contains(path), "{path:?} not in the unit:\n{text}");
+    }
+}
+
+#[test]
+#[ignore = "needs systemd-analyze (apt-get install systemd)"]
+fn the_systemd_unit_passes_systemd_analyze_verify() {
+    // Installed under a temporary root; the unit's paths are pointed there, so the check
+    // sees the very files the steps installed (systemd-analyze checks that they exist).
+    let root = tempfile::tempdir().unwrap();
+    install(Some(root.path()));
+    let installed = root.path().join("usr/local/bin/appbroker");
+    let text = std::fs::read_to_string(root.path().join("etc/systemd/system/appbroker.service"))
+        .unwrap()
+        .replace("/usr/local/bin/appbroker", &installed.display().to_string());
+    let unit: PathBuf = root.path().join("appbroker.service");
+    std::fs::write(&unit, text).unwrap();
+    assert_unit_verifies(&unit);
+}
+
+#[test]
+#[ignore = "needs root on a throwaway machine with CI=1: installs into /usr/local/bin and /etc, adds a user"]
+fn the_install_steps_work_for_real() {
+    assert!(
+        std::env::var_os("CI").is_some(),
+        "this installs appbroker into this machine's /usr/local/bin and /etc and adds a \
+         system user; it runs only under CI=1 (a throwaway machine)"
+    );
+    assert!(
+        std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap()) == 0,
+        "installing for real needs root"
+    );
+    install(None);
+    let user = Command::new("getent")
+        .args(["passwd", "appbroker"])
+        .output()
+        .unwrap();
+    assert!(user.status.success(), "no appbroker user");
+    let line = String::from_utf8_lossy(&user.stdout);
+    assert!(line.trim_end().ends_with(":/usr/sbin/nologin"), "{line}");
+    // The service's user can run the check the unit runs before each start.
+    assert_check_passes(
+        &[
+            "setpriv",
+            "--reuid=appbroker",
+            "--regid=appbroker",
+            "--clear-groups",
+        ],
+        Path::new("/usr/local/bin/appbroker"),
+        Path::new("/etc/appbroker/appserver.ini"),
+    );
+    assert_unit_verifies(Path::new("/etc/systemd/system/appbroker.service"));
+}
