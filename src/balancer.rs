@@ -66,9 +66,10 @@ impl Server {
         samples.push_back((crate::clock::wall_ms(), self.active.load(Relaxed)));
     }
 
-    /// A server with zeroed counters, available.
+    /// A server with zeroed counters, available, and a first sample: the chart draws a
+    /// server added by a reload from when it joined, not as a lone dot at the next minute.
     pub fn new(config: &ServerConfig) -> Self {
-        Server {
+        let server = Server {
             id: config.id,
             host: config.host.clone(),
             port: config.port,
@@ -82,7 +83,9 @@ impl Server {
             bytes_to_server: AtomicU64::new(0),
             bytes_to_client: AtomicU64::new(0),
             health: Health::default(),
-        }
+        };
+        server.sample();
+        server
     }
 }
 

@@ -276,7 +276,7 @@ async fn server_status_shows_the_quarantine_history() {
         .collect();
     assert_eq!(episode.len(), 6, "{episode:?}");
     assert_eq!(episode[1], "ongoing");
-    assert_eq!(episode[3], "connect");
+    assert_eq!(episode[3], "client connect");
     assert!(episode[4].contains("refused"), "{episode:?}");
 }
 
@@ -1029,14 +1029,32 @@ async fn status_table_keeps_the_contract_of_the_monitors() {
             format!("/TOTVS_BROKER_QUERY/ServerStatus/{text}")
         );
     }
+    // The quarantined row stands out by its state cell's TOTVS class; rows open with a
+    // plain `<tr>` (peder1981's monitor splits the table on it).
     let quarantined_rows: Vec<String> = table
-        .select(&Selector::parse("tr.inQuarantine a").unwrap())
-        .map(|a| a.text().collect())
+        .select(&Selector::parse("tr").unwrap())
+        .filter(|tr| {
+            tr.select(&Selector::parse("td.inQuarantine").unwrap())
+                .next()
+                .is_some()
+        })
+        .map(|tr| {
+            tr.select(&Selector::parse("a").unwrap())
+                .next()
+                .unwrap()
+                .text()
+                .collect()
+        })
         .collect();
     assert_eq!(
         quarantined_rows,
         [b.address()],
         "the quarantined row stands out"
+    );
+    assert_eq!(
+        html.matches("<tr>").count(),
+        3,
+        "the header and both servers' rows open with a plain <tr>:\n{html}"
     );
 }
 

@@ -276,6 +276,35 @@ async fn every_changed_general_key_is_listed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_added_by_a_reload_is_charted_from_when_it_joined() {
+    let a = TestServer::start("a").await;
+    let c = TestServer::start("c").await;
+    let broker = Broker::start(&ini_for(&[&a], "")).await;
+    let line = reload(&broker, &ini_for(&[&a, &c], "")).await;
+    assert_mentions(&line, &[&format!("server {} added", c.address())]);
+    // Long before the next minute's sample: its line runs from the reload to now, in both
+    // the wide chart and the narrow one, not a lone dot at the right edge.
+    let page = http_get(broker.addr(), "/TOTVS_BROKER_QUERY/STATUS", &[])
+        .await
+        .text();
+    let marker = format!("data-server='{}' d='", c.address());
+    let paths: Vec<&str> = page
+        .match_indices(&marker)
+        .map(|(at, _)| {
+            let d = &page[at + marker.len()..];
+            &d[..d.find('\'').unwrap()]
+        })
+        .collect();
+    assert_eq!(paths.len(), 2, "{page}");
+    for d in paths {
+        assert!(
+            d.starts_with('M') && d.contains(" H"),
+            "a dot, not a line: {d}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lowered_query_max_connections_holds_once_the_queries_open_have_left() {
     const UNFINISHED: &[u8] = b"GET /TOTVS_BROKER_QUERY/PING HTTP/1.1\r\n";
     let a = TestServer::start("a").await;

@@ -6,8 +6,8 @@
 
 use serde::Serialize;
 
-use super::page::{clock, date};
 use super::snapshot::{ServerSnapshot, Snapshot, State};
+use crate::clock::{local_date as date, time_of_day as clock};
 use crate::config::SortMethod;
 
 #[derive(Serialize)]

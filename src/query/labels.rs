@@ -1,14 +1,16 @@
 //! The pages' words in English and Brazilian Portuguese (`LANGUAGE` in `[General]`). The
 //! Portuguese ones follow the TOTVS broker's page (`conexões ativas`, `Quarentena`, ...), which
-//! TOTVS operators know.
+//! TOTVS operators know. The broker's own messages (a connect's or a check's error, why a
+//! quarantine ended) are English where they are made; [`Labels::words`] puts them in the
+//! page's language.
+
+use std::borrow::Cow;
 
 use crate::config::Language;
 
 /// Every label a page uses.
 pub struct Labels {
     pub lang: &'static str,
-    pub for_smartclient: &'static str,
-    pub for_web_services: &'static str,
     pub on: &'static str,
     pub option: &'static str,
     pub version: &'static str,
@@ -16,8 +18,11 @@ pub struct Labels {
     pub now: &'static str,
     pub instance: &'static str,
     pub queried_by: &'static str,
-    pub active: &'static str,
-    pub active_now: &'static str,
+    pub active_connections: &'static str,
+    pub active_connection: &'static str,
+    pub servers_available: &'static str,
+    pub of: &'static str,
+    pub in_quarantine: &'static str,
     pub total: &'static str,
     pub last_connection: &'static str,
     pub max_simultaneous: &'static str,
@@ -28,7 +33,6 @@ pub struct Labels {
     pub monitor: &'static str,
     pub every: &'static str,
     pub quarantine_time: &'static str,
-    pub servers: &'static str,
     pub server: &'static str,
     pub connections: &'static str,
     pub quarantine: &'static str,
@@ -44,6 +48,11 @@ pub struct Labels {
     pub quarantined: &'static str,
     pub draining_server: &'static str,
     pub chart: &'static str,
+    pub chart_note: &'static str,
+    pub chart_now: &'static str,
+    pub until: &'static str,
+    pub by_monitor: &'static str,
+    pub by_connect: &'static str,
     pub draining: &'static str,
     pub refresh: &'static str,
     pub off: &'static str,
@@ -70,8 +79,6 @@ pub struct Labels {
 
 const EN: Labels = Labels {
     lang: "en",
-    for_smartclient: "for SmartClient",
-    for_web_services: "for web services",
     on: "on",
     option: "Option",
     version: "Version",
@@ -79,8 +86,11 @@ const EN: Labels = Labels {
     now: "Now",
     instance: "Instance id",
     queried_by: "Queried by",
-    active: "Active connections",
-    active_now: "active connections",
+    active_connections: "active connections",
+    active_connection: "active connection",
+    servers_available: "servers available",
+    of: "of",
+    in_quarantine: "in quarantine",
     total: "Connections since start",
     last_connection: "Last connection",
     max_simultaneous: "Maximum simultaneous connections",
@@ -91,7 +101,6 @@ const EN: Labels = Labels {
     monitor: "Monitor",
     every: "every",
     quarantine_time: "Quarantine time",
-    servers: "Servers",
     server: "Server",
     connections: "Connections",
     quarantine: "Quarantine",
@@ -107,6 +116,11 @@ const EN: Labels = Labels {
     quarantined: "quarantined",
     draining_server: "draining (weight 0)",
     chart: "Active connections per server, sampled each minute (up to an hour)",
+    chart_note: "a dot is a sample; a line holds its value until the next one",
+    chart_now: "now",
+    until: "until",
+    by_monitor: "monitor",
+    by_connect: "client connect",
     draining: "Shutting down: PING answers 503 while clients are still served",
     refresh: "Auto-refresh",
     off: "off",
@@ -133,8 +147,6 @@ const EN: Labels = Labels {
 
 const PT_BR: Labels = Labels {
     lang: "pt-BR",
-    for_smartclient: "para SmartClient",
-    for_web_services: "para Web Services",
     on: "em",
     option: "Opção",
     version: "Versão",
@@ -142,8 +154,11 @@ const PT_BR: Labels = Labels {
     now: "Agora",
     instance: "Instância de execução com id",
     queried_by: "Consulta efetuada pelo client",
-    active: "Conexões ativas",
-    active_now: "conexões ativas",
+    active_connections: "conexões ativas",
+    active_connection: "conexão ativa",
+    servers_available: "servers disponíveis",
+    of: "de",
+    in_quarantine: "em quarentena",
     total: "Conexões desde o início da operação",
     last_connection: "Última conexão",
     max_simultaneous: "Número máximo de conexões simultâneas",
@@ -154,7 +169,6 @@ const PT_BR: Labels = Labels {
     monitor: "Monitoramento",
     every: "a cada",
     quarantine_time: "Tempo de quarentena",
-    servers: "Servers",
     server: "Server",
     connections: "Conexões",
     quarantine: "Quarentena",
@@ -170,6 +184,11 @@ const PT_BR: Labels = Labels {
     quarantined: "em quarentena",
     draining_server: "drenando (peso 0)",
     chart: "Conexões ativas por servidor, amostradas a cada minuto (até uma hora)",
+    chart_note: "cada ponto é uma amostra; a linha mantém o valor até a seguinte",
+    chart_now: "agora",
+    until: "até",
+    by_monitor: "monitor",
+    by_connect: "conexão de client",
     draining: "Encerrando: PING responde 503 enquanto os clients ainda são atendidos",
     refresh: "Atualização automática",
     off: "desligada",
@@ -199,5 +218,235 @@ pub fn of(language: Language) -> &'static Labels {
     match language {
         Language::English => &EN,
         Language::Portuguese => &PT_BR,
+    }
+}
+
+impl Labels {
+    /// Every label but `lang`, in declaration order (for the test that each is translated).
+    #[cfg(test)]
+    fn all(&self) -> Vec<&'static str> {
+        vec![
+            self.on,
+            self.option,
+            self.version,
+            self.started,
+            self.now,
+            self.instance,
+            self.queried_by,
+            self.active_connections,
+            self.active_connection,
+            self.servers_available,
+            self.of,
+            self.in_quarantine,
+            self.total,
+            self.last_connection,
+            self.max_simultaneous,
+            self.peak,
+            self.refused,
+            self.unserved,
+            self.policy,
+            self.monitor,
+            self.every,
+            self.quarantine_time,
+            self.server,
+            self.connections,
+            self.quarantine,
+            self.id,
+            self.weight,
+            self.state,
+            self.total_short,
+            self.failed_connects,
+            self.bytes_in,
+            self.bytes_out,
+            self.last_check,
+            self.available,
+            self.quarantined,
+            self.draining_server,
+            self.chart,
+            self.chart_note,
+            self.chart_now,
+            self.until,
+            self.by_monitor,
+            self.by_connect,
+            self.draining,
+            self.refresh,
+            self.off,
+            self.other_balancers,
+            self.configuration,
+            self.key,
+            self.value,
+            self.origin,
+            self.line,
+            self.default,
+            self.history,
+            self.start,
+            self.end,
+            self.duration,
+            self.reason,
+            self.error,
+            self.released,
+            self.ongoing,
+            self.none,
+            self.never,
+            self.failed,
+            self.back,
+        ]
+    }
+
+    /// `text`, a message of the broker's (an error in words, a reason), in this language.
+    /// Text the broker did not write itself (an operating system's words it has no
+    /// translation for) stays as it came.
+    pub fn words<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        if self.lang == EN.lang {
+            Cow::Borrowed(text)
+        } else {
+            portuguese(text)
+        }
+    }
+}
+
+/// Messages whose whole text is known, in Portuguese. Operating-system words are matched in
+/// any case (`Connection reset by peer` as `connection reset by peer`).
+const PT_PHRASES: &[(&str, &str)] = &[
+    ("connection refused", "conexão recusada"),
+    ("timed out", "tempo esgotado"),
+    ("connection timed out", "tempo de conexão esgotado"),
+    ("network is unreachable", "rede inacessível"),
+    ("network unreachable", "rede inacessível"),
+    ("no route to host", "sem rota para o host"),
+    ("host is unreachable", "host inacessível"),
+    ("host unreachable", "host inacessível"),
+    ("network is down", "rede fora do ar"),
+    ("network down", "rede fora do ar"),
+    (
+        "connection reset by peer",
+        "conexão reiniciada pelo outro lado",
+    ),
+    ("connection reset", "conexão reiniciada"),
+    ("connection aborted", "conexão abortada"),
+    ("software caused connection abort", "conexão abortada"),
+    ("permission denied", "permissão negada"),
+    ("too many open files", "arquivos abertos demais"),
+    (
+        "cannot assign requested address",
+        "endereço local indisponível",
+    ),
+    ("address not available", "endereço local indisponível"),
+    ("no buffer space available", "sem espaço de buffer"),
+    ("out of memory", "sem memória"),
+    ("name or service not known", "nome ou serviço desconhecido"),
+    (
+        "temporary failure in name resolution",
+        "falha temporária na resolução de nomes",
+    ),
+    (
+        "no address associated with hostname",
+        "nome sem endereço associado",
+    ),
+    (
+        "no reply: the port accepts but the application does not answer",
+        "sem resposta: a porta aceita conexões, mas a aplicação não responde",
+    ),
+    ("closed without replying", "fechou a conexão sem responder"),
+    ("the check task failed", "a verificação falhou internamente"),
+    ("monitor check passed", "passou na verificação do monitor"),
+    ("quarantine time is up", "o tempo de quarentena acabou"),
+    (
+        "a client connected to it",
+        "um client conseguiu conectar-se a ele",
+    ),
+];
+
+/// Messages that start with known words and go on with a name, a duration or quoted bytes:
+/// (English start, Portuguese start).
+const PT_STARTS: &[(&str, &str)] = &[
+    ("timed out after ", "tempo esgotado após "),
+    ("incomplete reply ", "resposta incompleta "),
+    ("unexpected reply ", "resposta inesperada "),
+    ("closed after ", "fechou a conexão após "),
+    ("failed to lookup address information: ", ""),
+];
+
+fn portuguese(text: &str) -> Cow<'_, str> {
+    if let Some((_, pt)) = PT_PHRASES
+        .iter()
+        .find(|(en, _)| en.eq_ignore_ascii_case(text))
+    {
+        return Cow::Borrowed(pt);
+    }
+    for (en, pt) in PT_STARTS {
+        if let Some(rest) = strip_prefix_ignore_case(text, en) {
+            return Cow::Owned(format!("{pt}{}", portuguese(rest)));
+        }
+    }
+    // `cannot resolve NAME: why` and `NAME resolves to no address` (forward::connect).
+    if let Some(rest) = strip_prefix_ignore_case(text, "cannot resolve ") {
+        return Cow::Owned(match rest.split_once(": ") {
+            Some((name, why)) => format!("não foi possível resolver {name}: {}", portuguese(why)),
+            None => format!("não foi possível resolver {rest}"),
+        });
+    }
+    if let Some(name) = text.strip_suffix(" resolves to no address") {
+        return Cow::Owned(format!("{name} não resolve para nenhum endereço"));
+    }
+    Cow::Borrowed(text)
+}
+
+fn strip_prefix_ignore_case<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
+    let head = text.get(..prefix.len())?;
+    head.eq_ignore_ascii_case(prefix)
+        .then(|| &text[prefix.len()..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_broker_s_messages_are_put_in_portuguese() {
+        let pt = of(Language::Portuguese);
+        for (en, wanted) in [
+            ("connection refused", "conexão recusada"),
+            (
+                "Connection reset by peer",
+                "conexão reiniciada pelo outro lado",
+            ),
+            ("timed out after 1s", "tempo esgotado após 1s"),
+            (
+                "unexpected reply `HTTP/1.1`",
+                "resposta inesperada `HTTP/1.1`",
+            ),
+            (
+                "cannot resolve app01.example: failed to lookup address information: Name or \
+                 service not known",
+                "não foi possível resolver app01.example: nome ou serviço desconhecido",
+            ),
+            (
+                "app01 resolves to no address",
+                "app01 não resolve para nenhum endereço",
+            ),
+            ("quarantine time is up", "o tempo de quarentena acabou"),
+        ] {
+            assert_eq!(pt.words(en), wanted);
+        }
+        assert_eq!(
+            of(Language::English).words("connection refused"),
+            "connection refused"
+        );
+        assert_eq!(
+            pt.words("something new"),
+            "something new",
+            "unknown: as it came"
+        );
+    }
+
+    #[test]
+    fn every_label_differs_between_the_languages_or_is_the_same_word_in_both() {
+        // Words spelled alike in both languages (TOTVS's own page says `Servers`, `Server`).
+        const SHARED: &[&str] = &["Id", "Total", "Servers", "Server", "monitor", "OK"];
+        let (en, pt) = (of(Language::English), of(Language::Portuguese));
+        for (a, b) in en.all().into_iter().zip(pt.all()) {
+            assert!(a != b || SHARED.contains(&a), "{a:?} is not translated");
+        }
     }
 }

@@ -1,18 +1,25 @@
-//! The HTML pages: STATUS (facts, a chart of the last hour, the server table), CFG and the
-//! detail of one server. Plain HTML and CSS with an inline SVG chart: no external assets, no
-//! JavaScript, so the page works on an operator's locked-down machine.
+//! The HTML pages: STATUS (the server table, a chart of the last hour, the facts), CFG and the
+//! detail of one server. Plain HTML and CSS with inline SVG charts: no external assets, no
+//! JavaScript, so the page works on an operator's locked-down machine, and on a phone: the
+//! table comes first and fits a 390-pixel screen.
 //!
-//! The server table keeps the contracts of the TOTVS page that monitors parse: a `Servers (N)`
-//! heading, every data cell a `<td>`, the first cell a link to
-//! `/TOTVS_BROKER_QUERY/ServerStatus/host:port`, the third the quarantine cell (`-` or the
-//! local time the quarantine ends). Columns of our own come after those three.
+//! The pages keep the contracts of the TOTVS page that public monitors parse
+//! (tests/monitors.rs runs their parsers on them): the heading carries `TOTVS Broker para
+//! SmartClient` whatever the language (peder1981/monitor recognises the page by it); the
+//! version text is followed by `<br>`; the server table follows a `Servers (N)` heading, every
+//! row opens with a plain `<tr>`, every data cell is a `<td>`, and the first three are plain
+//! `<td>`s: a link to `/TOTVS_BROKER_QUERY/ServerStatus/host:port`, the connections, and the
+//! quarantine cell (`-` or the local time the quarantine ends). Columns of our own, and the
+//! state classes (`inQuarantine`, `isDisabled`), come after those three.
 
 use std::fmt::Write;
 use std::time::Duration;
 
 use super::labels::{Labels, of};
 use super::snapshot::{ServerSnapshot, Snapshot, State};
+use crate::clock::{local_date as date, time_of_day as clock};
 use crate::config::{BalancerKind, Config, Monitoring, Origin, show_duration};
+use crate::health::Reason;
 
 /// Escapes text for HTML.
 pub fn esc(text: &str) -> String {
@@ -29,8 +36,6 @@ pub fn esc(text: &str) -> String {
     }
     out
 }
-
-pub use crate::clock::{local_date as date, time_of_day as clock};
 
 /// `12.3 MiB`, for people; the exact count goes in a tooltip.
 fn bytes(n: u64) -> String {
@@ -60,49 +65,83 @@ fn span(d: Duration) -> String {
     }
 }
 
+/// The text public monitors recognise a TOTVS broker's page by; never translated.
+fn marker(kind: BalancerKind) -> &'static str {
+    match kind {
+        // Both are TCP balancers, which the TOTVS SmartClient broker is; the HTTP broker's
+        // page will say `TOTVS Broker para HTTP`.
+        BalancerKind::SmartClientDesktop | BalancerKind::WebServices => {
+            "TOTVS Broker para SmartClient"
+        }
+    }
+}
+
+/// The stylesheet. At 700 px wide and below (a phone; a tablet in portrait keeps the desktop
+/// layout) the table shows the server, its connections and its state, and the narrow chart
+/// takes the wide one's place.
 const STYLE: &str = "
-:root { --ink:#1d2733; --muted:#66727f; --line:#dde3ea; --bg:#f5f7fa; --card:#fff; --accent:#1f6feb;
-        --bad:#b42318; --badbg:#fde8e8; --warn:#8a6100; --warnbg:#fff6d6; --good:#1a7f37; }
+:root { --ink:#1d2733; --muted:#5f6b78; --line:#dde3ea; --bg:#f5f7fa; --card:#fff; --accent:#1f6feb;
+        --bad:#b42318; --badbg:#fdecec; --warn:#7a5600; --warnbg:#fff6d6; --good:#1a7f37; --goodbg:#e8f5ec; }
 * { box-sizing: border-box; }
 body { margin:0; font:14px/1.45 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif; color:var(--ink); background:var(--bg); }
-header { background:#16202b; color:#fff; padding:14px 24px; display:flex; flex-wrap:wrap; align-items:baseline; gap:8px 24px; }
+header { background:#16202b; color:#fff; padding:12px 24px; display:flex; flex-wrap:wrap; align-items:center; justify-content:space-between; gap:6px 24px; }
 header h1 { margin:0; font-size:20px; font-weight:600; }
-header h1 small { font-weight:400; color:#b8c4d0; font-size:15px; margin-left:6px; }
-header nav a { color:#cfe0ff; margin-right:14px; text-decoration:none; }
+header .meta { color:#b8c4d0; font-size:13px; }
+header nav { display:flex; flex-wrap:wrap; gap:4px 14px; }
+header nav a { color:#cfe0ff; text-decoration:none; }
 header nav a:hover { text-decoration:underline; }
-main { padding:18px 24px 32px; max-width:1400px; }
+main { padding:16px 24px 28px; max-width:1400px; }
 .banner { background:var(--warnbg); color:var(--warn); border:1px solid #f0d68a; padding:8px 12px; border-radius:6px; margin-bottom:14px; font-weight:600; }
+.summary { margin:0 0 14px; font-size:16px; }
+.summary b { font-size:22px; }
+.summary .bad { color:var(--bad); font-weight:600; }
 .facts { display:grid; grid-template-columns:repeat(auto-fill,minmax(220px,1fr)); gap:10px; margin-bottom:18px; }
-.fact { background:var(--card); border:1px solid var(--line); border-radius:8px; padding:10px 12px; }
-.fact .label { display:block; color:var(--muted); font-size:12px; text-transform:uppercase; letter-spacing:.03em; }
-.fact .value { font-size:16px; font-weight:600; word-break:break-word; }
-.fact.big .value { font-size:26px; }
-.card { background:var(--card); border:1px solid var(--line); border-radius:8px; padding:12px 14px; margin-bottom:18px; }
+.fact { background:var(--card); border:1px solid var(--line); border-radius:8px; padding:8px 12px; min-width:0; }
+.fact .label { display:block; color:var(--muted); font-size:12px; }
+.fact .value { font-size:15px; font-weight:600; overflow-wrap:anywhere; }
+.fact.big .value { font-size:24px; }
+.card { background:var(--card); border:1px solid var(--line); border-radius:8px; padding:12px 14px; margin-bottom:18px; min-width:0; }
 h2 { font-size:16px; margin:0 0 10px; }
+h2 small { font-weight:400; }
 table { border-collapse:collapse; width:100%; background:var(--card); }
 th, td { border:1px solid var(--line); padding:5px 8px; text-align:left; vertical-align:top; }
-th { background:#eef2f6; font-weight:600; font-size:13px; white-space:nowrap; }
-td.num { text-align:right; font-variant-numeric:tabular-nums; white-space:nowrap; }
-tr:nth-child(even) td { background:#fafbfc; }
-tr.inQuarantine td { background:var(--badbg); }
-tr.inQuarantine td:first-child { box-shadow: inset 4px 0 0 var(--bad); }
-tr.isDisabled td { background:var(--warnbg); }
-.state-available { color:var(--good); font-weight:600; }
-.state-quarantined { color:var(--bad); font-weight:700; }
-.state-draining { color:var(--warn); font-weight:600; }
+th { background:#eef2f6; font-weight:600; font-size:13px; }
+td { overflow-wrap:break-word; }
+.scroll { overflow-x:auto; }
+table.servers td:first-child { white-space:nowrap; }
+table.servers td:nth-child(2), table.servers td:nth-child(3), table.servers td:nth-child(n+6):nth-child(-n+10), td.num { text-align:right; font-variant-numeric:tabular-nums; white-space:nowrap; }
+tr:nth-child(even) > td { background:#fafbfc; }
+tr:has(> td.inQuarantine) > td { background:var(--badbg); }
+tr:has(> td.inQuarantine) > td:first-child { box-shadow: inset 4px 0 0 var(--bad); }
+tr:has(> td.isDisabled) > td { background:var(--warnbg); }
+.badge { display:inline-block; padding:0 7px; border-radius:6px; font-weight:600; font-size:13px; white-space:nowrap; }
+.badge.ok { color:var(--good); background:var(--goodbg); }
+.badge.bad { color:#fff; background:var(--bad); }
+.badge.warn { color:var(--warn); background:var(--warnbg); border:1px solid #f0d68a; }
+.failed { color:var(--bad); font-weight:600; }
 small, .muted { color:var(--muted); }
 a { color:var(--accent); }
-.chart svg { width:100%; height:auto; display:block; }
-.legend { display:flex; flex-wrap:wrap; gap:4px 14px; margin-top:6px; font-size:12px; }
-.legend span::before { content:''; display:inline-block; width:10px; height:10px; border-radius:2px; margin-right:5px; background:var(--c); }
+.chart > svg { width:100%; height:auto; display:block; }
+.chart > svg.narrow { display:none; }
+.legend { display:flex; flex-wrap:wrap; gap:4px 16px; margin-top:6px; font-size:12px; }
+.legend span { white-space:nowrap; }
+.legend svg { vertical-align:middle; margin-right:5px; }
 footer { color:var(--muted); font-size:12px; margin-top:14px; }
+@media (max-width: 700px) {
+  header { padding:10px 12px; }
+  header h1 { font-size:18px; }
+  main { padding:10px 8px 20px; }
+  .card { padding:10px 8px; }
+  .facts { grid-template-columns:repeat(2,minmax(0,1fr)); gap:6px; }
+  .fact.big .value { font-size:20px; }
+  th, td { padding:4px 5px; }
+  table.servers th:nth-child(3), table.servers td:nth-child(3),
+  table.servers th:nth-child(n+5), table.servers td:nth-child(n+5) { display:none; }
+  .badge { white-space:normal; }
+  .chart > svg.wide { display:none; }
+  .chart > svg.narrow { display:block; }
+}
 ";
-
-/// Colours of the chart's lines, distinct on white.
-const PALETTE: [&str; 10] = [
-    "#1f6feb", "#d1242f", "#1a7f37", "#9a6700", "#8250df", "#0f7b8a", "#bf3989", "#57606a",
-    "#fb8500", "#2da44e",
-];
 
 fn head(out: &mut String, l: &Labels, title: &str, refresh: Option<u32>) {
     let _ = write!(
@@ -117,29 +156,27 @@ fn head(out: &mut String, l: &Labels, title: &str, refresh: Option<u32>) {
     }
     let _ = write!(
         out,
-        "<title>{}</title><style>{STYLE}</style></head><body>",
-        esc(title)
+        "<title>{}</title><style>{}</style></head><body>",
+        esc(title),
+        STYLE
     );
 }
 
-fn kind_words(l: &Labels, kind: BalancerKind) -> &'static str {
-    match kind {
-        BalancerKind::SmartClientDesktop => l.for_smartclient,
-        BalancerKind::WebServices => l.for_web_services,
-    }
-}
-
+/// The header every page shares: the TOTVS marker, the balancer and the version, the links.
 fn banner(out: &mut String, l: &Labels, snap: &Snapshot, host: &str) {
+    // `Versão: ...<br>`: peder1981/monitor reads the version from `Vers` to the next `<br>`.
     let _ = write!(
         out,
-        "<header><h1>appbroker <small>[{}] {} {} {}</small></h1><nav>\
-         <a href='/TOTVS_BROKER_QUERY/STATUS'>STATUS</a><a href='/TOTVS_BROKER_QUERY/CFG'>CFG</a>\
+        "<header><div><h1 lang='pt-BR'>{}</h1><div class='meta'>[{}] {} {} · {}: appbroker {}<br></div></div>\
+         <nav><a href='/TOTVS_BROKER_QUERY/STATUS'>STATUS</a><a href='/TOTVS_BROKER_QUERY/CFG'>CFG</a>\
          <a href='/TOTVS_BROKER_QUERY/JSON'>JSON</a><a href='/TOTVS_BROKER_QUERY/METRICS'>METRICS</a>\
          <a href='/TOTVS_BROKER_QUERY/PING'>PING</a>",
+        marker(snap.kind),
         snap.kind.section(),
-        kind_words(l, snap.kind),
         l.on,
-        snap.listen
+        snap.listen,
+        l.version,
+        env!("CARGO_PKG_VERSION"),
     );
     for (kind, listen) in &snap.others {
         let target = if listen.ip().is_unspecified() {
@@ -179,91 +216,14 @@ fn fact(out: &mut String, label: &str, value: &str, class: &str) {
 /// balancers); `refresh` adds an automatic reload every so many seconds.
 pub fn status(snap: &Snapshot, host: &str, refresh: Option<u32>) -> String {
     let l = of(snap.language);
-    let mut out = String::with_capacity(16 * 1024 + snap.servers.len() * 600);
+    let mut out = String::with_capacity(24 * 1024 + snap.servers.len() * 1200);
     let title = format!("appbroker [{}] {}", snap.kind.section(), snap.listen);
     head(&mut out, l, &title, refresh);
     banner(&mut out, l, snap, host);
-
-    out.push_str("<section class='facts'>");
-    let active = if snap.language == crate::config::Language::Portuguese {
-        format!("{} {}", snap.active, l.active_now)
-    } else {
-        snap.active.to_string()
-    };
-    fact(&mut out, l.active, &active, "big");
-    fact(&mut out, l.total, &snap.accepted.to_string(), "big");
-    let last = if snap.last_connection_wall_ms == 0 {
-        l.never.to_string()
-    } else {
-        format!(
-            "{} {}",
-            clock(snap.last_connection_wall_ms),
-            date(snap.last_connection_wall_ms)
-        )
-    };
-    fact(&mut out, l.last_connection, &last, "");
-    fact(
-        &mut out,
-        l.max_simultaneous,
-        &format!(
-            "{} <small>({} {})</small>",
-            snap.max_connections, l.peak, snap.peak
-        ),
-        "",
-    );
-    fact(
-        &mut out,
-        l.started,
-        &format!(
-            "{} {}",
-            clock(snap.started_wall_ms),
-            date(snap.started_wall_ms)
-        ),
-        "",
-    );
-    fact(
-        &mut out,
-        l.now,
-        &format!("{} {}", clock(snap.now_wall_ms), date(snap.now_wall_ms)),
-        "",
-    );
-    fact(&mut out, l.policy, snap.sort_method.as_str(), "");
-    let monitor = match snap.monitoring {
-        Monitoring::Disabled => snap.monitoring.as_str().to_string(),
-        _ => format!(
-            "{} {} {}",
-            snap.monitoring.as_str(),
-            l.every,
-            show_duration(snap.monitor_interval)
-        ),
-    };
-    fact(&mut out, l.monitor, &monitor, "");
-    fact(
-        &mut out,
-        l.quarantine_time,
-        &show_duration(snap.quarantine_time),
-        "",
-    );
-    fact(&mut out, l.refused, &snap.rejected.to_string(), "");
-    fact(&mut out, l.unserved, &snap.unserved.to_string(), "");
-    fact(
-        &mut out,
-        l.version,
-        &format!("appbroker {}", env!("CARGO_PKG_VERSION")),
-        "",
-    );
-    fact(
-        &mut out,
-        l.instance,
-        &format!("{} <small>pid {}</small>", snap.instance, snap.pid),
-        "",
-    );
-    fact(&mut out, l.queried_by, &esc(&snap.peer.to_string()), "");
-    out.push_str("</section>");
-
-    chart(&mut out, l, snap);
+    summary(&mut out, l, snap);
     server_table(&mut out, l, snap);
-
+    chart(&mut out, l, snap);
+    facts(&mut out, l, snap);
     let _ = write!(out, "<footer>{}: STATUS · {}: ", l.option, l.refresh);
     for seconds in [5, 30] {
         let _ = write!(
@@ -279,19 +239,122 @@ pub fn status(snap: &Snapshot, host: &str, refresh: Option<u32>) -> String {
     out
 }
 
+/// One line of what matters most: active connections, servers available, in quarantine.
+/// `<b>7 conexões ativas</b>` is one text run: peder1981/monitor takes the number from the
+/// text before ` ativas` when it mentions `conex`.
+fn summary(out: &mut String, l: &Labels, snap: &Snapshot) {
+    let available = snap
+        .servers
+        .iter()
+        .filter(|s| s.state == State::Available)
+        .count();
+    let quarantined = snap
+        .servers
+        .iter()
+        .filter(|s| s.state == State::Quarantined)
+        .count();
+    let connections = if snap.active == 1 {
+        l.active_connection
+    } else {
+        l.active_connections
+    };
+    let _ = write!(
+        out,
+        "<p class='summary'><b>{} {connections}</b> · {available} {} {} {}",
+        snap.active,
+        l.of,
+        snap.servers.len(),
+        l.servers_available
+    );
+    if quarantined > 0 {
+        let _ = write!(
+            out,
+            " · <span class='bad'>{quarantined} {}</span>",
+            l.in_quarantine
+        );
+    }
+    out.push_str("</p>");
+}
+
+fn facts(out: &mut String, l: &Labels, snap: &Snapshot) {
+    out.push_str("<section class='facts'>");
+    fact(out, l.total, &snap.accepted.to_string(), "big");
+    let last = if snap.last_connection_wall_ms == 0 {
+        l.never.to_string()
+    } else {
+        format!(
+            "{} {}",
+            clock(snap.last_connection_wall_ms),
+            date(snap.last_connection_wall_ms)
+        )
+    };
+    fact(out, l.last_connection, &last, "");
+    fact(
+        out,
+        l.max_simultaneous,
+        &format!(
+            "{} <small>({} {})</small>",
+            snap.max_connections, l.peak, snap.peak
+        ),
+        "",
+    );
+    fact(
+        out,
+        l.started,
+        &format!(
+            "{} {}",
+            clock(snap.started_wall_ms),
+            date(snap.started_wall_ms)
+        ),
+        "",
+    );
+    fact(
+        out,
+        l.now,
+        &format!("{} {}", clock(snap.now_wall_ms), date(snap.now_wall_ms)),
+        "",
+    );
+    fact(out, l.policy, snap.sort_method.as_str(), "");
+    let monitor = match snap.monitoring {
+        Monitoring::Disabled => snap.monitoring.as_str().to_string(),
+        _ => format!(
+            "{} {} {}",
+            snap.monitoring.as_str(),
+            l.every,
+            show_duration(snap.monitor_interval)
+        ),
+    };
+    fact(out, l.monitor, &monitor, "");
+    fact(
+        out,
+        l.quarantine_time,
+        &show_duration(snap.quarantine_time),
+        "",
+    );
+    fact(out, l.refused, &snap.rejected.to_string(), "");
+    fact(out, l.unserved, &snap.unserved.to_string(), "");
+    fact(
+        out,
+        l.instance,
+        &format!("{} <small>pid {}</small>", snap.instance, snap.pid),
+        "",
+    );
+    fact(out, l.queried_by, &esc(&snap.peer.to_string()), "");
+    out.push_str("</section>");
+}
+
 fn server_table(out: &mut String, l: &Labels, snap: &Snapshot) {
     let _ = write!(
         out,
-        "<div class='card'><h2>{} ({})</h2><table class='servers'><tr><th>{}</th><th>{}</th><th>{}</th>\
+        "<div class='card'><h2>Servers ({})</h2><div class='scroll'><table class='servers'><tr><th>{}</th><th>{}</th><th>{}</th>\
          <th>{}</th><th>{}</th><th>{}</th><th>{}</th><th>{}</th><th>{}</th><th>{}</th><th>{}</th></tr>",
-        l.servers,
         snap.servers.len(),
         l.server,
         l.connections,
         l.quarantine,
+        l.state,
         l.id,
         l.weight,
-        l.state,
         l.total_short,
         l.failed_connects,
         l.bytes_in,
@@ -299,26 +362,28 @@ fn server_table(out: &mut String, l: &Labels, snap: &Snapshot) {
         l.last_check
     );
     for s in &snap.servers {
+        let quarantine = match s.quarantine {
+            Some((_, until)) => clock(until),
+            None => "-".to_string(),
+        };
         let class = match s.state {
             State::Quarantined => " class='inQuarantine'",
             State::Draining => " class='isDisabled'",
             State::Available => "",
         };
-        let quarantine = match s.quarantine {
-            Some((_, until)) => clock(until),
-            None => "-".to_string(),
-        };
         let address = esc(&s.address);
+        // Plain `<td>`s but the state's: peder1981's monitor before its 35a8f98 splits the
+        // row on the literal `<td>` and reads seven cells (alignment: the stylesheet).
         let _ = write!(
             out,
-            "<tr{class}><td><a href=\"/TOTVS_BROKER_QUERY/ServerStatus/{address}\">{address}</a></td>\
-             <td class='num'>{}</td><td>{quarantine}</td><td>{}</td><td class='num'>{}</td><td>{}</td>\
-             <td class='num'>{}</td><td class='num'>{}</td><td class='num' title='{} bytes'>{}</td>\
-             <td class='num' title='{} bytes'>{}</td><td>{}</td></tr>",
+            "<tr><td><a href=\"/TOTVS_BROKER_QUERY/ServerStatus/{address}\">{address}</a></td>\
+             <td>{}</td><td>{quarantine}</td><td{class}>{}</td><td>{}</td><td>{}</td>\
+             <td>{}</td><td>{}</td><td><span title='{} bytes'>{}</span></td>\
+             <td><span title='{} bytes'>{}</span></td><td>{}</td></tr>",
             s.active,
+            state_cell(l, s),
             esc(&s.id),
             s.weight,
-            state_cell(l, s),
             s.total,
             s.failed_connects,
             s.bytes_to_server,
@@ -328,25 +393,42 @@ fn server_table(out: &mut String, l: &Labels, snap: &Snapshot) {
             check_cell(l, s, &snap.monitoring),
         );
     }
-    out.push_str("</table></div>");
+    out.push_str("</table></div></div>");
+}
+
+fn reason(l: &Labels, reason: Reason) -> &'static str {
+    match reason {
+        Reason::Monitor => l.by_monitor,
+        Reason::Connect => l.by_connect,
+    }
 }
 
 fn state_cell(l: &Labels, s: &ServerSnapshot) -> String {
     match s.state {
         State::Available => {
-            let mut cell = format!("<span class='state-available'>{}</span>", l.available);
+            let mut cell = format!("<span class='badge ok'>{}</span>", l.available);
             if let Some(error) = &s.last_error {
-                let _ = write!(cell, "<br><small>{}: {}</small>", l.error, esc(error));
+                let _ = write!(
+                    cell,
+                    "<br><small>{}: {}</small>",
+                    l.error,
+                    esc(&l.words(error))
+                );
             }
             cell
         }
-        State::Draining => format!("<span class='state-draining'>{}</span>", l.draining_server),
+        State::Draining => format!("<span class='badge warn'>{}</span>", l.draining_server),
         State::Quarantined => {
-            let reason = s.reason.map_or("", |r| r.as_str());
+            // The end time again: on a phone the quarantine column is hidden.
+            let until = s
+                .quarantine
+                .map(|(_, until)| format!("{} {} · ", l.until, clock(until)))
+                .unwrap_or_default();
+            let why = s.reason.map_or("", |r| reason(l, r));
             format!(
-                "<span class='state-quarantined'>{}</span> <small>({reason}: {})</small>",
+                "<span class='badge bad'>{}</span><br><small>{until}{why}: {}</small>",
                 l.quarantined,
-                esc(s.last_error.as_deref().unwrap_or("-"))
+                esc(&l.words(s.last_error.as_deref().unwrap_or("-")))
             )
         }
     }
@@ -363,9 +445,9 @@ fn check_cell(l: &Labels, s: &ServerSnapshot, monitoring: &Monitoring) -> String
                 clock(check.at_wall_ms)
             ),
             Some(error) => format!(
-                "<span class='state-quarantined'>{}</span> <small>{} · {} · {}</small>",
+                "<span class='failed'>{}</span> <small>{} · {} · {}</small>",
                 l.failed,
-                esc(error),
+                esc(&l.words(error)),
                 span(check.duration),
                 clock(check.at_wall_ms)
             ),
@@ -373,109 +455,235 @@ fn check_cell(l: &Labels, s: &ServerSnapshot, monitoring: &Monitoring) -> String
     }
 }
 
-/// The inline SVG chart: active connections per server, each minute of the last hour.
+/// The geometry of one rendering of the chart, in SVG units.
+struct Frame {
+    /// The SVG's class, which the stylesheet shows on wide or narrow screens.
+    class: &'static str,
+    width: f64,
+    height: f64,
+    /// Room for the y labels.
+    left: f64,
+    right: f64,
+    top: f64,
+    /// Room for the x labels.
+    bottom: f64,
+    font: f64,
+    /// At most this many labels on the time axis, `now` included.
+    x_labels: u64,
+}
+
+/// A desktop's chart: wide and low.
+const WIDE: Frame = Frame {
+    class: "wide",
+    width: 1200.0,
+    height: 200.0,
+    left: 40.0,
+    right: 24.0,
+    top: 10.0,
+    bottom: 22.0,
+    font: 12.0,
+    x_labels: 7,
+};
+
+/// A phone's chart: its units shrink less on a narrow screen, so its text stays readable.
+const NARROW_FRAME: Frame = Frame {
+    class: "narrow",
+    width: 400.0,
+    height: 220.0,
+    left: 30.0,
+    right: 16.0,
+    top: 10.0,
+    bottom: 22.0,
+    font: 13.0,
+    x_labels: 4,
+};
+
+/// Colours of the chart's lines, distinct on white.
+const PALETTE: [&str; 10] = [
+    "#1f6feb", "#d1242f", "#1a7f37", "#9a6700", "#8250df", "#0f7b8a", "#bf3989", "#57606a",
+    "#fb8500", "#2da44e",
+];
+
+/// How series `i` is drawn: colour, width, dashes. Lines of the same values lie on each
+/// other; drawn widest first, each narrower one leaves the wider ones' edges showing, and
+/// series of the same width differ in their dashes.
+fn line_style(i: usize) -> (&'static str, f64, &'static str) {
+    const WIDTHS: [f64; 3] = [7.0, 4.0, 1.5];
+    const DASHES: [&str; 4] = ["none", "10 5", "2 4", "12 4 3 4"];
+    (
+        PALETTE[i % PALETTE.len()],
+        WIDTHS[i % WIDTHS.len()],
+        DASHES[(i / WIDTHS.len()) % DASHES.len()],
+    )
+}
+
+/// The y axis: a round step (1, 2 or 5 times a power of ten) that divides the scale into at
+/// most five parts, and the top of the scale, a multiple of it at or above `max`.
+fn y_scale(max: u64) -> (u64, u64) {
+    let max = max.max(1);
+    let mut magnitude = 1u64;
+    loop {
+        for step in [magnitude, 2 * magnitude, 5 * magnitude] {
+            if max.div_ceil(step) <= 5 {
+                return (step, step * max.div_ceil(step));
+            }
+        }
+        magnitude = magnitude.saturating_mul(10);
+    }
+}
+
+/// Minutes between the time axis's labels: the first of these that keeps to `labels`.
+fn x_step(window_minutes: u64, labels: u64) -> u64 {
+    [1, 2, 5, 10, 15, 20, 30, 60]
+        .into_iter()
+        .find(|step| window_minutes / step < labels)
+        .unwrap_or(60)
+}
+
+/// The chart: each server's active connections at each minute's sample over the last hour
+/// (or since the first sample, when younger), ending with the count now. Between samples
+/// nothing is known; the line holds each sample's value until the next, and a dot marks every
+/// sample, so a connection opened a second ago shows as a step at the right edge, not a
+/// slope over the minute before.
 fn chart(out: &mut String, l: &Labels, snap: &Snapshot) {
-    const W: f64 = 1200.0;
-    const H: f64 = 180.0;
-    const LEFT: f64 = 40.0;
-    const BOTTOM: f64 = 20.0;
-    const TOP: f64 = 8.0;
-    // The window is the last hour, or the time since the first sample when the broker is
-    // younger (at least a minute), so a new broker's chart is not a stroke at the right edge.
-    let now = snap.now_wall_ms as f64;
+    let _ = write!(
+        out,
+        "<div class='card chart'><h2>{} <small>· {}</small></h2>",
+        l.chart, l.chart_note
+    );
+    for frame in [&WIDE, &NARROW_FRAME] {
+        chart_svg(out, l, snap, frame);
+    }
+    out.push_str("<div class='legend'>");
+    for (i, s) in snap.servers.iter().enumerate() {
+        let (colour, width, dash) = line_style(i);
+        let _ = write!(
+            out,
+            "<span><svg width='30' height='12' aria-hidden='true'><line x1='1' y1='6' x2='29' y2='6' \
+             stroke='{colour}' stroke-width='{}' stroke-dasharray='{dash}'/></svg>{} {}</span>",
+            width.min(5.0),
+            esc(&s.id),
+            esc(&s.address)
+        );
+    }
+    out.push_str("</div></div>");
+}
+
+fn chart_svg(out: &mut String, l: &Labels, snap: &Snapshot, f: &Frame) {
+    let now = snap.now_wall_ms;
     let oldest = snap
         .servers
         .iter()
         .filter_map(|s| s.samples.first().map(|&(t, _)| t))
         .min()
-        .map_or(now, |t| t as f64);
-    let window_ms = (now - oldest).clamp(60_000.0, 3_600_000.0);
-    let series: Vec<Vec<(u64, u64)>> = snap
+        .unwrap_or(now);
+    // Whole minutes, one at least, an hour at most, rounded up to the labels' step (each
+    // step divides 60) so the left edge is labelled too.
+    let age = now.saturating_sub(oldest).div_ceil(60_000).clamp(1, 60);
+    let every = x_step(age, f.x_labels);
+    let minutes = age.div_ceil(every) * every;
+    let window = minutes * 60_000;
+    let start = now - window.min(now);
+    // (time, value, a sample or the count now: true; the value held at the left edge: false)
+    let series: Vec<Vec<(u64, u64, bool)>> = snap
         .servers
         .iter()
         .map(|s| {
-            let mut points = s.samples.clone();
-            points.push((snap.now_wall_ms, s.active));
+            let before = s.samples.iter().rev().find(|&&(t, _)| t < start);
+            let mut points: Vec<(u64, u64, bool)> = before
+                .map(|&(_, v)| (start, v, false))
+                .into_iter()
+                .collect();
+            points.extend(
+                s.samples
+                    .iter()
+                    .filter(|&&(t, _)| t >= start && t <= now)
+                    .map(|&(t, v)| (t, v, true)),
+            );
+            points.push((now, s.active, true));
             points
         })
         .collect();
     let max = series
         .iter()
         .flatten()
-        .map(|&(_, v)| v)
+        .map(|&(_, v, _)| v)
         .max()
-        .unwrap_or(0)
-        .max(1);
-    let x =
-        |t: u64| LEFT + (W - LEFT - 4.0) * (1.0 - ((now - t as f64) / window_ms).clamp(0.0, 1.0));
-    let y = |v: u64| TOP + (H - TOP - BOTTOM) * (1.0 - v as f64 / max as f64);
+        .unwrap_or(0);
+    let (step, top) = y_scale(max);
+    let plot_width = f.width - f.left - f.right;
+    let plot_height = f.height - f.top - f.bottom;
+    let x = |t: u64| f.left + plot_width * (t.saturating_sub(start) as f64 / window as f64);
+    let y = |v: u64| f.top + plot_height * (1.0 - v as f64 / top as f64);
     let _ = write!(
         out,
-        "<div class='card chart'><h2>{}</h2><svg id='connections-chart' viewBox='0 0 {W} {H}' role='img' \
-         aria-label='{}' xmlns='http://www.w3.org/2000/svg'>",
-        l.chart, l.chart
+        "<svg class='{}' viewBox='0 0 {} {}' role='img' aria-label='{}' xmlns='http://www.w3.org/2000/svg' \
+         font-size='{}' fill='#5f6b78'>",
+        f.class, f.width, f.height, l.chart, f.font
     );
-    for frac in [0.0, 0.5, 1.0] {
-        let value = (max as f64 * frac).round() as u64;
+    for value in (0..=top).step_by(step as usize) {
         let yy = y(value);
         let _ = write!(
             out,
-            "<line x1='{LEFT}' x2='{}' y1='{yy:.1}' y2='{yy:.1}' stroke='#e3e8ee'/>\
-             <text x='{}' y='{:.1}' font-size='11' text-anchor='end' fill='#66727f'>{value}</text>",
-            W - 4.0,
-            LEFT - 6.0,
-            yy + 4.0
+            "<line x1='{}' x2='{}' y1='{yy:.1}' y2='{yy:.1}' stroke='#e3e8ee'/>\
+             <text class='y' x='{}' y='{:.1}' text-anchor='end'>{value}</text>",
+            f.left,
+            f.width - f.right,
+            f.left - 6.0,
+            yy + f.font / 3.0
         );
     }
-    let ago = |ms: f64| {
-        if ms >= 120_000.0 {
-            format!("-{} min", (ms / 60_000.0).round())
-        } else {
-            format!("-{} s", (ms / 1000.0).round())
+    let ticks: Vec<u64> = (0..=minutes).step_by(every as usize).collect();
+    for ago in ticks.into_iter().rev() {
+        let xx = x(now - ago * 60_000);
+        let (label, anchor) = match ago {
+            0 => (l.chart_now.to_string(), "end"),
+            _ if ago == minutes => (format!("-{ago} min"), "start"),
+            _ => (format!("-{ago} min"), "middle"),
+        };
+        let _ = write!(
+            out,
+            "<line x1='{xx:.1}' x2='{xx:.1}' y1='{}' y2='{}' stroke='#eef1f4'/>\
+             <text class='x' x='{xx:.1}' y='{}' text-anchor='{anchor}'>{label}</text>",
+            f.top,
+            f.height - f.bottom,
+            f.height - 5.0
+        );
+    }
+    // Widest first: narrower lines on top leave the wider ones' edges showing.
+    let mut order: Vec<usize> = (0..series.len()).collect();
+    order.sort_by(|&a, &b| line_style(b).1.total_cmp(&line_style(a).1));
+    for i in order {
+        let points = &series[i];
+        let (colour, width, dash) = line_style(i);
+        let mut path = String::new();
+        for (n, &(t, v, _)) in points.iter().enumerate() {
+            if n == 0 {
+                let _ = write!(path, "M{:.1},{:.1}", x(t), y(v));
+            } else {
+                // Held until this sample, then the step to its value.
+                let _ = write!(path, " H{:.1} V{:.1}", x(t), y(v));
+            }
         }
-    };
-    let ticks = [
-        (ago(window_ms), now - window_ms),
-        (ago(window_ms / 2.0), now - window_ms / 2.0),
-        ("now".to_string(), now),
-    ];
-    for (label, t) in ticks {
-        let xx = x(t.max(0.0) as u64);
-        let anchor = if label == "now" { "end" } else { "middle" };
         let _ = write!(
             out,
-            "<text x='{xx:.1}' y='{}' font-size='11' text-anchor='{anchor}' fill='#66727f'>{label}</text>",
-            H - 4.0
+            "<path class='series' data-server='{}' d='{path}' fill='none' stroke='{colour}' \
+             stroke-width='{width}' stroke-dasharray='{dash}' stroke-linejoin='round'/>",
+            esc(&snap.servers[i].address)
         );
-    }
-    for (i, points) in series.iter().enumerate() {
-        let colour = PALETTE[i % PALETTE.len()];
-        let path: Vec<String> = points
-            .iter()
-            .filter(|(t, _)| now - (*t as f64) <= window_ms)
-            .map(|&(t, v)| format!("{:.1},{:.1}", x(t), y(v)))
-            .collect();
-        let _ = write!(
-            out,
-            "<polyline class='series' fill='none' stroke='{colour}' stroke-width='2' points='{}'/>",
-            path.join(" ")
-        );
-        if let Some(last) = path.last() {
-            let (cx, cy) = last.split_once(',').unwrap_or(("0", "0"));
-            let _ = write!(out, "<circle cx='{cx}' cy='{cy}' r='3' fill='{colour}'/>");
+        // A dot on each sample and on now (not on the value held at the left edge), small
+        // enough that an hour of minutes stays a row of dots on a phone.
+        let radius = (plot_width / minutes as f64 / 4.0).clamp(1.2, 2.5);
+        for &(t, v, _) in points.iter().filter(|&&(_, _, sample)| sample) {
+            let _ = write!(
+                out,
+                "<circle class='sample' cx='{:.1}' cy='{:.1}' r='{radius}' fill='{colour}' stroke='#fff' stroke-width='1'/>",
+                x(t),
+                y(v)
+            );
         }
     }
-    out.push_str("</svg><div class='legend'>");
-    for (i, s) in snap.servers.iter().enumerate() {
-        let _ = write!(
-            out,
-            "<span style='--c:{}'>{} {}</span>",
-            PALETTE[i % PALETTE.len()],
-            esc(&s.id),
-            esc(&s.address)
-        );
-    }
-    out.push_str("</div></div>");
+    out.push_str("</svg>");
 }
 
 /// The CFG page: every key of the effective configuration, defaults marked.
@@ -586,9 +794,9 @@ pub fn server(snap: &Snapshot, s: &ServerSnapshot, host: &str) -> String {
                 date(e.start_wall_ms),
                 e.end_wall_ms.map_or_else(|| l.ongoing.to_string(), clock),
                 span(Duration::from_millis(end.saturating_sub(e.start_wall_ms))),
-                e.reason.as_str(),
-                esc(&e.error),
-                esc(e.released.as_deref().unwrap_or("-"))
+                reason(l, e.reason),
+                esc(&l.words(&e.error)),
+                esc(&l.words(e.released.as_deref().unwrap_or("-")))
             );
         }
         out.push_str("</table>");
@@ -599,4 +807,325 @@ pub fn server(snap: &Snapshot, s: &ServerSnapshot, host: &str) -> String {
         l.back
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Language, SortMethod};
+
+    /// A server with `samples`, one a minute, `minutes_ago` apart from `now`, and `active` now.
+    fn server(port: u16, now: u64, samples: &[(u64, u64)], active: u64) -> ServerSnapshot {
+        ServerSnapshot {
+            id: format!("{:02}", port % 100),
+            address: format!("10.0.0.1:{port}"),
+            weight: 1,
+            state: State::Available,
+            active,
+            peak: 0,
+            total: 0,
+            failed_connects: 0,
+            bytes_to_server: 0,
+            bytes_to_client: 0,
+            quarantine: None,
+            reason: None,
+            last_error: None,
+            quarantines: 0,
+            last_check: None,
+            history: Vec::new(),
+            samples: samples
+                .iter()
+                .map(|&(minutes_ago, v)| (now - minutes_ago * 60_000, v))
+                .collect(),
+        }
+    }
+
+    fn snapshot(now: u64, servers: Vec<ServerSnapshot>) -> Snapshot {
+        Snapshot {
+            kind: BalancerKind::SmartClientDesktop,
+            listen: "0.0.0.0:5000".parse().expect("address"),
+            language: Language::English,
+            started_wall_ms: now - 3_600_000,
+            now_wall_ms: now,
+            pid: 1,
+            instance: "[1-1]".into(),
+            peer: "127.0.0.1:1".parse().expect("address"),
+            draining: false,
+            active: servers.iter().map(|s| s.active).sum(),
+            accepted: 0,
+            rejected: 0,
+            unserved: 0,
+            peak: 0,
+            last_connection_wall_ms: 0,
+            max_connections: 10_000,
+            sort_method: SortMethod::Connection,
+            monitoring: Monitoring::Connection,
+            monitor_interval: Duration::from_secs(60),
+            quarantine_time: Duration::from_secs(120),
+            servers,
+            others: Vec::new(),
+        }
+    }
+
+    const NOW: u64 = 1_800_000_000_000;
+
+    /// The chart of `class` (`wide` or `narrow`) as rendered.
+    fn chart_of(snap: &Snapshot, class: &str) -> String {
+        let mut out = String::new();
+        chart(&mut out, of(snap.language), snap);
+        let start = out
+            .find(&format!("<svg class='{class}'"))
+            .expect("the chart");
+        out[start..start + out[start..].find("</svg>").expect("its end")].to_string()
+    }
+
+    /// The values of attribute `name` on every `<tag` of `svg` with `class`.
+    fn attributes(svg: &str, tag_class: &str, name: &str) -> Vec<String> {
+        svg.split(tag_class)
+            .skip(1)
+            .map(|rest| {
+                let at = rest.find(&format!(" {name}='")).expect("the attribute") + name.len() + 3;
+                rest[at..at + rest[at..].find('\'').expect("quoted")].to_string()
+            })
+            .collect()
+    }
+
+    /// The texts of the axis labels of `class` (`x` or `y`).
+    fn labels(svg: &str, class: &str) -> Vec<String> {
+        svg.split(&format!("<text class='{class}'"))
+            .skip(1)
+            .map(|rest| {
+                let text = &rest[rest.find('>').expect("tag end") + 1..];
+                text[..text.find('<').expect("text end")].to_string()
+            })
+            .collect()
+    }
+
+    /// A path of `M x,y H x V y ...` commands as its corners.
+    fn corners(d: &str) -> Vec<(f64, f64)> {
+        let mut corners = Vec::new();
+        let (mut x, mut y) = (0.0, 0.0);
+        for command in d.split_whitespace() {
+            let (letter, rest) = command.split_at(1);
+            match letter {
+                "M" => {
+                    let (a, b) = rest.split_once(',').expect("x,y");
+                    (x, y) = (a.parse().expect("x"), b.parse().expect("y"));
+                }
+                "H" => x = rest.parse().expect("x"),
+                "V" => y = rest.parse().expect("y"),
+                other => panic!("{other}: only moves, horizontal and vertical lines"),
+            }
+            corners.push((x, y));
+        }
+        corners
+    }
+
+    #[test]
+    fn y_ticks_are_round_and_cover_the_largest_count() {
+        for (max, ticks) in [
+            (0, vec![0, 1]),
+            (1, vec![0, 1]),
+            (3, vec![0, 1, 2, 3]),
+            (5, vec![0, 1, 2, 3, 4, 5]),
+            (6, vec![0, 2, 4, 6]),
+            (7, vec![0, 2, 4, 6, 8]),
+            (13, vec![0, 5, 10, 15]),
+            (40, vec![0, 10, 20, 30, 40]),
+            (99, vec![0, 20, 40, 60, 80, 100]),
+            (1234, vec![0, 500, 1000, 1500]),
+        ] {
+            let snap = snapshot(NOW, vec![server(1, NOW, &[(3, 0)], max)]);
+            let wanted: Vec<String> = ticks.iter().map(u64::to_string).collect();
+            for class in ["wide", "narrow"] {
+                assert_eq!(labels(&chart_of(&snap, class), "y"), wanted, "max {max}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_time_axis_is_labelled_in_whole_minutes() {
+        for (age, wide, narrow) in [
+            (60, "-60 -50 -40 -30 -20 -10 now", "-60 -40 -20 now"),
+            (30, "-30 -25 -20 -15 -10 -5 now", "-30 -20 -10 now"),
+            (5, "-5 -4 -3 -2 -1 now", "-6 -4 -2 now"),
+            (1, "-1 now", "-1 now"),
+        ] {
+            // Sampled `age` minutes ago and one second later (a young broker).
+            let samples = [(age, 1)];
+            let mut s = server(1, NOW, &samples, 1);
+            s.samples[0].0 += 1_000;
+            let snap = snapshot(NOW, vec![s]);
+            for (class, wanted) in [("wide", wide), ("narrow", narrow)] {
+                let got: Vec<String> = labels(&chart_of(&snap, class), "x")
+                    .into_iter()
+                    .map(|l| l.replace(" min", ""))
+                    .collect();
+                let wanted: Vec<&str> = wanted.split(' ').collect();
+                assert_eq!(got, wanted, "{class} chart of a broker {age} minutes old");
+            }
+        }
+        let snap = snapshot(NOW, vec![server(1, NOW, &[(61, 1), (60, 1)], 1)]);
+        let x = labels(&chart_of(&snap, "wide"), "x");
+        assert_eq!(
+            x.first().map(String::as_str),
+            Some("-60 min"),
+            "an hour at most"
+        );
+    }
+
+    #[test]
+    fn lines_step_at_the_sample_times_with_a_dot_on_each() {
+        // Sampled 0 three and two minutes ago, 4 a minute ago; 5 now.
+        let snap = snapshot(NOW, vec![server(1, NOW, &[(3, 0), (2, 0), (1, 4)], 5)]);
+        let svg = chart_of(&snap, "wide");
+        let d = &attributes(&svg, "<path class='series'", "d")[0];
+        let corners = corners(d);
+        let xs: Vec<f64> = corners.iter().map(|c| c.0).collect();
+        let x = |minutes_ago: f64| {
+            WIDE.left + (WIDE.width - WIDE.left - WIDE.right) * (1.0 - minutes_ago / 3.0)
+        };
+        // Every segment horizontal or vertical: a value holds until the next sample.
+        for pair in corners.windows(2) {
+            assert!(
+                pair[0].0 == pair[1].0 || pair[0].1 == pair[1].1,
+                "a slope in {d}"
+            );
+        }
+        // The rise to 4 is at the sample a minute ago, the one to 5 now: not before.
+        let rises: Vec<f64> = corners
+            .windows(2)
+            .filter(|p| p[1].1 < p[0].1)
+            .map(|p| p[1].0)
+            .collect();
+        assert_eq!(rises.len(), 2, "{d}");
+        assert!((rises[0] - x(1.0)).abs() < 0.2, "{rises:?} {xs:?}");
+        assert!((rises[1] - x(0.0)).abs() < 0.2, "{rises:?}");
+        // A dot on each of the three samples and on now.
+        let dots = attributes(&svg, "<circle class='sample'", "cx");
+        assert_eq!(dots.len(), 4, "{svg}");
+    }
+
+    #[test]
+    fn lines_of_the_same_counts_stay_distinguishable() {
+        let samples = [(10, 2), (9, 2), (8, 3)];
+        let servers: Vec<ServerSnapshot> = (0..14)
+            .map(|i| server(6000 + i, NOW, &samples, 3))
+            .collect();
+        let snap = snapshot(NOW, servers);
+        let svg = chart_of(&snap, "wide");
+        let tag = "<path class='series'";
+        let styles: Vec<(String, String, String)> = attributes(&svg, tag, "stroke")
+            .into_iter()
+            .zip(attributes(&svg, tag, "stroke-width"))
+            .zip(attributes(&svg, tag, "stroke-dasharray"))
+            .map(|((c, w), d)| (c, w, d))
+            .collect();
+        assert_eq!(styles.len(), 14);
+        let mut distinct = styles.clone();
+        distinct.sort();
+        distinct.dedup();
+        assert_eq!(distinct.len(), 14, "two servers drawn alike: {styles:?}");
+        // Drawn widest first, so a narrower line on top leaves the wider one showing.
+        let widths: Vec<f64> = styles
+            .iter()
+            .map(|s| s.1.parse().expect("a width"))
+            .collect();
+        assert!(widths.windows(2).all(|w| w[0] >= w[1]), "{widths:?}");
+        // Each server's legend shows its line's colour and dashes.
+        let mut legend = String::new();
+        chart(&mut legend, of(Language::English), &snap);
+        for i in 0..14 {
+            let (colour, _, dash) = line_style(i);
+            let entry = format!("stroke='{colour}' stroke-width=");
+            let at = legend
+                .find(&format!("{} 10.0.0.1:{}", snap.servers[i].id, 6000 + i))
+                .expect("in the legend");
+            let swatch = &legend[..at];
+            let swatch = &swatch[swatch.rfind("<svg").expect("a swatch")..];
+            assert!(
+                swatch.contains(&entry) && swatch.contains(&format!("stroke-dasharray='{dash}'")),
+                "{swatch}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_server_added_a_minute_ago_is_a_line_from_then() {
+        // One sample: the one its creation records (balancer::Server::new).
+        let old = server(1, NOW, &[(40, 1), (39, 1)], 1);
+        let new = server(2, NOW, &[(1, 0)], 2);
+        let snap = snapshot(NOW, vec![old, new]);
+        let svg = chart_of(&snap, "wide");
+        let paths = attributes(&svg, "<path class='series'", "d");
+        let corners = corners(&paths[1]);
+        assert!(corners.len() >= 3, "more than a dot: {paths:?}");
+        let span = corners.last().expect("corners").0 - corners[0].0;
+        let minute = (WIDE.width - WIDE.left - WIDE.right) / 40.0;
+        assert!(
+            (span - minute).abs() < 0.5,
+            "from a minute ago to now: {span} vs {minute}"
+        );
+    }
+
+    #[test]
+    fn portuguese_pages_carry_no_english() {
+        let mut s = server(1, NOW, &[(2, 0)], 0);
+        s.state = State::Quarantined;
+        s.quarantine = Some((NOW - 1000, NOW + 119_000));
+        s.reason = Some(Reason::Monitor);
+        s.last_error = Some("connection refused".into());
+        s.last_check = Some(crate::health::Check {
+            at_wall_ms: NOW,
+            duration: Duration::from_millis(2),
+            error: Some("timed out after 1s".into()),
+        });
+        let mut snap = snapshot(NOW, vec![s]);
+        snap.language = Language::Portuguese;
+        let page = status(&snap, "localhost", None);
+        // What a reader sees: the text outside tags, the stylesheet left out.
+        let style_end = page.find("</style>").expect("a stylesheet");
+        let mut text = String::new();
+        let mut in_tag = false;
+        for c in page[style_end..].chars() {
+            match c {
+                '<' => in_tag = true,
+                '>' => {
+                    in_tag = false;
+                    text.push(' ');
+                }
+                c if !in_tag => text.push(c),
+                _ => {}
+            }
+        }
+        for english in [
+            "connection refused",
+            "timed out",
+            "now",
+            "active connection",
+            "available",
+            "quarantined",
+            "failed",
+            "until",
+            "Last check",
+        ] {
+            assert!(
+                !text.contains(english),
+                "{english:?} on the Portuguese page:\n{text}"
+            );
+        }
+        for portuguese in [
+            "conexão recusada",
+            "tempo esgotado após 1s",
+            " agora ",
+            "0 conexões ativas",
+            "em quarentena",
+        ] {
+            assert!(text.contains(portuguese), "{portuguese:?} missing:\n{text}");
+        }
+        // Said once: the summary, not a label above the same words.
+        assert_eq!(text.matches("conexões ativas").count(), 1, "{text}");
+        // The one text exempt from the language: what monitors recognise the page by.
+        assert!(text.contains("TOTVS Broker para SmartClient"));
+    }
 }
