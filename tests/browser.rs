@@ -1,5 +1,6 @@
 //! The STATUS page in a real browser: headless Chromium loads it from a running broker, the
-//! test reads the DOM Chromium built, and a screenshot is left under target/ for a person.
+//! test reads the DOM Chromium built and the layout it computed at a desktop's width (1280
+//! px) and a phone's (390 px), and screenshots of both are left under target/ for a person.
 // Helpers outside `#[test]` functions may unwrap too: a panic there is a failed assertion.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -68,17 +69,21 @@ async fn chromium(binary: &Path, profile: &Path, url: &str, args: &[&str]) -> Ve
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs chromium (apt-get install chromium)"]
-async fn status_page_renders_in_chromium() {
-    let binary = find_chromium().expect("chromium on the PATH (apt-get install chromium)");
+/// A broker of two servers, in `language`: two clients held on a (a line above zero in the
+/// chart), b stopped and quarantined by the clients that tried it (a highlighted row).
+struct Scene {
+    broker: Broker,
+    a: TestServer,
+    b: TestServer,
+    _held: Vec<tokio::net::TcpStream>,
+}
 
+async fn scene(language: &str) -> Scene {
     let a = TestServer::start("a").await;
     let mut b = TestServer::start("b").await;
-    let ini = ini_for(&[&a, &b], "SORT_METHOD=ROUND_ROBIN");
+    let ini = ini_for(&[&a, &b], "SORT_METHOD=ROUND_ROBIN")
+        .replace("[General]\n", &format!("[General]\nLANGUAGE={language}\n"));
     let broker = Broker::start(&ini).await;
-    // Two clients held on a (a line above zero in the chart), b stopped and quarantined by
-    // the clients that tried it (a highlighted row).
     b.stop().await;
     let mut held = Vec::new();
     let end = Instant::now() + DEADLINE;
@@ -96,6 +101,144 @@ async fn status_page_renders_in_chromium() {
         );
         held.push(hold(broker.addr()).await.0);
     }
+    Scene {
+        broker,
+        a,
+        b,
+        _held: held,
+    }
+}
+
+/// Where screenshots are left: target/.
+fn screenshot_path(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("target dir")
+        .join(name)
+}
+
+/// Takes a screenshot of `url` at `width` x `height` into target/`name`.
+async fn screenshot(
+    binary: &Path,
+    profile: &Path,
+    url: &str,
+    (width, height): (u32, u32),
+    name: &str,
+) {
+    let path = screenshot_path(name);
+    let _ = std::fs::remove_file(&path);
+    chromium(
+        binary,
+        profile,
+        url,
+        &[
+            &format!("--screenshot={}", path.display()),
+            &format!("--window-size={width},{height}"),
+            "--hide-scrollbars",
+        ],
+    )
+    .await;
+    let png = std::fs::read(&path).expect("the screenshot was written");
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "a PNG");
+    eprintln!(
+        "screenshot of the STATUS page at {width} px: {}",
+        path.display()
+    );
+}
+
+/// What Chromium laid out, in CSS pixels, as the script below measures it once loaded.
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code)] // read through Debug in messages
+struct Layout {
+    viewport_width: f64,
+    viewport_height: f64,
+    /// The page's full width: above the viewport's, the page scrolls sideways.
+    scroll_width: f64,
+    table_top: f64,
+    table_right: f64,
+    /// Heights of the table's rows, the header's first.
+    row_heights: Vec<f64>,
+    quarantined_row_height: f64,
+    /// Which chart shows: `wide`, `narrow`.
+    charts_shown: Vec<String>,
+    chart_height: f64,
+    /// The smallest rendered height of the shown chart's axis labels.
+    smallest_label: f64,
+    /// Columns of the table shown, by their header.
+    columns_shown: Vec<String>,
+}
+
+/// Measures the layout of the page shown in the frame `#page` once everything has loaded
+/// (the page itself runs no script); the result goes in an attribute of the outer `<body>`,
+/// which `--dump-dom` shows.
+const MEASURE: &str = "<script>addEventListener('load', () => {
+  const w = document.getElementById('page').contentWindow, d = w.document;
+  const table = d.querySelector('table.servers');
+  const rows = [...table.querySelectorAll('tr')];
+  const shown = e => w.getComputedStyle(e).display !== 'none';
+  const charts = [...d.querySelectorAll('.chart > svg')].filter(shown);
+  const labels = charts.flatMap(c => [...c.querySelectorAll('text')]).map(t => t.getBoundingClientRect().height);
+  document.body.setAttribute('data-layout', JSON.stringify({
+    viewportWidth: w.innerWidth, viewportHeight: w.innerHeight,
+    scrollWidth: d.documentElement.scrollWidth,
+    tableTop: table.getBoundingClientRect().top, tableRight: table.getBoundingClientRect().right,
+    rowHeights: rows.map(r => r.getBoundingClientRect().height),
+    quarantinedRowHeight: d.querySelector('td.inQuarantine').parentElement.getBoundingClientRect().height,
+    chartsShown: charts.map(c => c.getAttribute('class')),
+    chartHeight: charts.length ? charts[0].getBoundingClientRect().height : 0,
+    smallestLabel: Math.min(...labels),
+    columnsShown: [...rows[0].children].filter(shown).map(th => th.textContent),
+  }));
+});</script>";
+
+/// The layout of `html` on a screen of `width` x `height` CSS pixels: the page shown in a
+/// frame of that size (a headless window cannot be made narrower than 500 px), without the
+/// scroll bar a phone does not have, measured.
+async fn layout(binary: &Path, profile: &Path, html: &str, (width, height): (u32, u32)) -> Layout {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("measure.html");
+    let quoted = html.replace('&', "&amp;").replace('"', "&quot;");
+    std::fs::write(
+        &file,
+        format!(
+            "<!DOCTYPE html><html><body style='margin:0'><iframe id='page' scrolling='no' \
+             style='border:0;width:{width}px;height:{height}px' srcdoc=\"{quoted}\"></iframe>\
+             {MEASURE}</body></html>"
+        ),
+    )
+    .unwrap();
+    let dom = chromium(
+        binary,
+        profile,
+        &format!("file://{}", file.display()),
+        &[
+            "--dump-dom",
+            "--window-size=1400,1000",
+            // Lets the load handler run before the DOM is dumped.
+            "--virtual-time-budget=5000",
+        ],
+    )
+    .await;
+    let dom = String::from_utf8(dom).expect("the DOM as UTF-8");
+    let page = Html::parse_document(&dom);
+    let body = page
+        .select(&Selector::parse("body").unwrap())
+        .next()
+        .expect("a body");
+    let json = body
+        .value()
+        .attr("data-layout")
+        .unwrap_or_else(|| panic!("the measuring script did not run:\n{dom}"));
+    serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {json}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs chromium (apt-get install chromium)"]
+async fn status_page_renders_in_chromium() {
+    let binary = find_chromium().expect("chromium on the PATH (apt-get install chromium)");
+    let scene = scene("en").await;
+    let (broker, a, b) = (&scene.broker, &scene.a, &scene.b);
 
     let profile = tempfile::tempdir().expect("profile dir");
     let url = format!("http://{}/TOTVS_BROKER_QUERY/STATUS", broker.addr());
@@ -115,8 +258,11 @@ async fn status_page_renders_in_chromium() {
         .iter()
         .map(|th| th.text().collect())
         .collect();
-    assert_eq!(header[..3], ["Server", "Connections", "Quarantine"]);
-    for (row, server) in rows[1..].iter().zip([&a, &b]) {
+    assert_eq!(
+        header[..4],
+        ["Server", "Connections", "Quarantine", "State"]
+    );
+    for (row, server) in rows[1..].iter().zip([a, b]) {
         let cells: Vec<String> = row
             .select(&Selector::parse("td").unwrap())
             .map(|td| td.text().collect())
@@ -124,11 +270,17 @@ async fn status_page_renders_in_chromium() {
         assert_eq!(cells.len(), header.len(), "{}", row.html());
         assert_eq!(cells[0], server.address());
     }
-    let quarantined: Vec<String> = select("table.servers tr.inQuarantine td:first-child")
+    let quarantined: Vec<String> = select("table.servers td.inQuarantine")
         .iter()
         .map(|td| td.text().collect())
         .collect();
-    assert_eq!(quarantined, [b.address()]);
+    assert_eq!(quarantined.len(), 1, "one state cell marked");
+    assert!(quarantined[0].starts_with("quarantined"), "{quarantined:?}");
+    assert!(
+        rows[2].html().contains("inQuarantine"),
+        "b's row: {}",
+        rows[2].html()
+    );
     assert_eq!(
         rows[1]
             .select(&Selector::parse("td").unwrap())
@@ -136,38 +288,112 @@ async fn status_page_renders_in_chromium() {
             .unwrap()
             .text()
             .collect::<String>(),
-        held.len().to_string(),
+        "2",
         "a's connections"
     );
+    assert_eq!(
+        select("h1").first().map(|h| h.text().collect::<String>()),
+        Some("TOTVS Broker para SmartClient".to_string())
+    );
 
-    // The chart: inline SVG, one line per server.
-    let chart = select("svg#connections-chart");
-    assert_eq!(chart.len(), 1, "the chart:\n{dom}");
-    let lines = chart[0]
-        .select(&Selector::parse("polyline").unwrap())
-        .count();
-    assert_eq!(lines, 2, "one polyline per server");
+    // The charts: inline SVG, one stepped line per server in each.
+    for class in ["wide", "narrow"] {
+        let chart = select(&format!(".chart > svg.{class}"));
+        assert_eq!(chart.len(), 1, "the {class} chart:\n{dom}");
+        let lines: Vec<String> = chart[0]
+            .select(&Selector::parse("path.series").unwrap())
+            .map(|p| p.value().attr("data-server").unwrap().to_string())
+            .collect();
+        assert_eq!(lines.len(), 2, "one line per server");
+    }
     assert!(select("script").is_empty(), "no JavaScript on the page");
 
-    // For a person to look at.
-    let target = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .parent()
-        .expect("target dir");
-    let screenshot = target.join("status-page.png");
-    let _ = std::fs::remove_file(&screenshot);
-    chromium(
+    // At a desktop's width: all of it fits, the table on the first screen, every column
+    // and the wide chart shown.
+    let html = http_get(broker.addr(), "/TOTVS_BROKER_QUERY/STATUS", &[])
+        .await
+        .text();
+    let desk = layout(&binary, profile.path(), &html, (1280, 900)).await;
+    eprintln!("at 1280 x 900: {desk:?}");
+    assert!(desk.scroll_width <= desk.viewport_width, "{desk:?}");
+    assert!(desk.table_top < desk.viewport_height / 2.0, "{desk:?}");
+    assert_eq!(desk.columns_shown.len(), header.len(), "{desk:?}");
+    assert_eq!(desk.charts_shown, ["wide"], "{desk:?}");
+    assert!(
+        desk.smallest_label >= 10.0,
+        "axis labels too small: {desk:?}"
+    );
+    screenshot(
         &binary,
         profile.path(),
         &url,
-        &[
-            &format!("--screenshot={}", screenshot.display()),
-            "--window-size=1280,900",
-            "--hide-scrollbars",
-        ],
+        (1280, 900),
+        "status-page-1280.png",
     )
     .await;
-    let png = std::fs::read(&screenshot).expect("the screenshot was written");
-    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "a PNG");
-    eprintln!("screenshot of the STATUS page: {}", screenshot.display());
-    drop(held);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs chromium (apt-get install chromium)"]
+async fn the_status_page_fits_a_phone_with_the_table_first() {
+    let binary = find_chromium().expect("chromium on the PATH (apt-get install chromium)");
+    let scene = scene("pt-BR").await;
+    let profile = tempfile::tempdir().expect("profile dir");
+    let url = format!("http://{}/TOTVS_BROKER_QUERY/STATUS", scene.broker.addr());
+    let html = http_get(scene.broker.addr(), "/TOTVS_BROKER_QUERY/STATUS", &[])
+        .await
+        .text();
+
+    // An iPhone's screen, 390 x 844 CSS pixels.
+    let phone = layout(&binary, profile.path(), &html, (390, 844)).await;
+    eprintln!("at 390 x 844: {phone:?}");
+    assert_eq!(phone.viewport_width, 390.0, "{phone:?}");
+    assert!(
+        phone.scroll_width <= phone.viewport_width,
+        "the page scrolls sideways: {phone:?}"
+    );
+    assert!(phone.table_right <= phone.viewport_width, "{phone:?}");
+    // The table is what an operator opened the page for: on the first screen, near its top.
+    assert!(
+        phone.table_top < phone.viewport_height / 3.0,
+        "the table starts {} px down: {phone:?}",
+        phone.table_top
+    );
+    assert_eq!(
+        phone.columns_shown,
+        ["Server", "Conexões", "Estado"],
+        "{phone:?}"
+    );
+    // The quarantined row: the state and its cause on a few lines, not a tall block.
+    let ordinary = phone.row_heights[1];
+    assert!(
+        phone.quarantined_row_height <= 3.0 * ordinary,
+        "quarantined row {} px against {ordinary}: {phone:?}",
+        phone.quarantined_row_height
+    );
+    // The narrow chart in place of the wide one, tall enough and labels readable.
+    assert_eq!(phone.charts_shown, ["narrow"], "{phone:?}");
+    assert!(phone.chart_height >= 150.0, "{phone:?}");
+    assert!(
+        phone.smallest_label >= 10.0,
+        "axis labels too small: {phone:?}"
+    );
+
+    // For a person: the whole page at a phone's width, and at a desktop's.
+    screenshot(
+        &binary,
+        profile.path(),
+        &url,
+        (390, 1600),
+        "status-page-390.png",
+    )
+    .await;
+    screenshot(
+        &binary,
+        profile.path(),
+        &url,
+        (1280, 900),
+        "status-page-1280-pt-BR.png",
+    )
+    .await;
 }

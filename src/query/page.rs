@@ -138,6 +138,7 @@ footer { color:var(--muted); font-size:12px; margin-top:14px; }
   table.servers th:nth-child(3), table.servers td:nth-child(3),
   table.servers th:nth-child(n+5), table.servers td:nth-child(n+5) { display:none; }
   .badge { white-space:normal; }
+  table.servers .why { display:none; }
   .chart > svg.wide { display:none; }
   .chart > svg.narrow { display:block; }
 }
@@ -424,9 +425,12 @@ fn state_cell(l: &Labels, s: &ServerSnapshot) -> String {
                 .quarantine
                 .map(|(_, until)| format!("{} {} · ", l.until, clock(until)))
                 .unwrap_or_default();
-            let why = s.reason.map_or("", |r| reason(l, r));
+            // Who found it (monitor or a client) is left out on a phone, to keep the row low.
+            let why = s.reason.map_or(String::new(), |r| {
+                format!("<span class='why'>{}: </span>", reason(l, r))
+            });
             format!(
-                "<span class='badge bad'>{}</span><br><small>{until}{why}: {}</small>",
+                "<span class='badge bad'>{}</span><br><small>{until}{why}{}</small>",
                 l.quarantined,
                 esc(&l.words(s.last_error.as_deref().unwrap_or("-")))
             )
