@@ -184,10 +184,11 @@ const MEASURE: &str = "<script>addEventListener('load', () => {
     scrollWidth: d.documentElement.scrollWidth,
     tableTop: table.getBoundingClientRect().top, tableRight: table.getBoundingClientRect().right,
     rowHeights: rows.map(r => r.getBoundingClientRect().height),
-    quarantinedRowHeight: d.querySelector('td.inQuarantine').parentElement.getBoundingClientRect().height,
-    chartsShown: charts.map(c => c.getAttribute('class')),
+    quarantinedRowHeight: (d.querySelector('td.inQuarantine') || d.querySelector('tr.inQuarantine > td'))
+      .parentElement.getBoundingClientRect().height,
+    chartsShown: charts.map(c => c.getAttribute('class') || ''),
     chartHeight: charts.length ? charts[0].getBoundingClientRect().height : 0,
-    smallestLabel: Math.min(...labels),
+    smallestLabel: labels.length ? Math.min(...labels) : 0,
     columnsShown: [...rows[0].children].filter(shown).map(th => th.textContent),
   }));
 });</script>";
