@@ -928,18 +928,68 @@ async fn two_balancers_each_show_their_own_and_link_to_the_other() {
     }
 }
 
+/// The text a reader sees on `html`: every text node, the stylesheet's left out.
+fn visible_text(html: &str) -> String {
+    let page = Html::parse_document(html);
+    page.root_element()
+        .descendants()
+        .filter_map(|node| node.value().as_text().map(|t| (node, t)))
+        .filter(|(node, _)| {
+            node.parent()
+                .and_then(ElementRef::wrap)
+                .is_none_or(|e| e.value().name() != "style")
+        })
+        .map(|(_, t)| t.to_string())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn portuguese_labels_follow_the_totvs_page() {
     let a = TestServer::start("a").await;
-    let ini = ini_for(&[&a], "").replace("[General]\n", "[General]\nLANGUAGE=pt-BR\n");
+    let mut b = TestServer::start("b").await;
+    let ini = ini_for(&[&a, &b], "SORT_METHOD=ROUND_ROBIN")
+        .replace("[General]\n", "[General]\nLANGUAGE=pt-BR\n");
     let broker = Broker::start(&ini).await;
+    b.stop().await;
+    quarantine_by_clients(&broker, &b).await;
     let page = get(&broker, "/TOTVS_BROKER_QUERY/STATUS").await.text();
-    assert!(page.contains("conexões ativas"), "{page}");
     assert!(page.contains("<th>Quarentena</th>"), "{page}");
     assert!(
-        page.contains("Servers (1)"),
+        page.contains("Servers (2)"),
         "the heading monitors look for stays"
     );
+    // Every word in Portuguese: the errors, the chart's axis; said once, not twice.
+    let text = visible_text(&page);
+    for english in [
+        "connection refused",
+        "now",
+        " s ",
+        "active connections",
+        "quarantined",
+    ] {
+        assert!(
+            !text.contains(english),
+            "{english:?} on the pt-BR page:\n{text}"
+        );
+    }
+    for portuguese in ["conexão recusada", "agora", "em quarentena"] {
+        assert!(text.contains(portuguese), "{portuguese:?} missing:\n{text}");
+    }
+    assert_eq!(
+        text.to_lowercase().matches("conexões ativas").count(),
+        1,
+        "{text}"
+    );
+    let detail = get(
+        &broker,
+        &format!("/TOTVS_BROKER_QUERY/ServerStatus/{}", b.address()),
+    )
+    .await
+    .text();
+    let text = visible_text(&detail);
+    assert!(!text.contains("connection refused"), "{text}");
+    assert!(text.contains("conexão de client"), "{text}");
     let english = Broker::start(&ini_for(&[&a], "")).await;
     let page = get(&english, "/TOTVS_BROKER_QUERY/STATUS").await.text();
     assert!(!page.contains("Quarentena"), "English by default");
