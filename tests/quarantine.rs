@@ -187,14 +187,14 @@ async fn ask_many(broker: &Broker, count: usize) -> Vec<String> {
     answers
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_server_dying_between_monitor_rounds_costs_clients_nothing() {
+/// Servers a and b behind a broker whose monitor checks them every `interval` (quarantine
+/// 120 s), once its first round has found both available.
+async fn monitored_pair(interval: &str) -> (TestServer, TestServer, Broker) {
     let a = TestServer::start("a").await;
-    let mut b = TestServer::start("b").await;
-    // A round at start, then none for a minute: only clients can find b dead.
+    let b = TestServer::start("b").await;
     let ini = ini_for(
         &[&a, &b],
-        "MONITORING_TYPE=CONNECTION\nMONITOR_INTERVAL=60\nQUARANTINE_TIME=120",
+        &format!("MONITORING_TYPE=CONNECTION\nMONITOR_INTERVAL={interval}\nQUARANTINE_TIME=120"),
     );
     let broker = Broker::start(&ini).await;
     wait_for_message(
@@ -202,6 +202,13 @@ async fn a_server_dying_between_monitor_rounds_costs_clients_nothing() {
         "monitor: OK - 2 servers available, 0 servers unavailable",
     )
     .await;
+    (a, b, broker)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_dying_between_monitor_rounds_costs_clients_nothing() {
+    // A round at start, then none for a minute: only clients can find b dead.
+    let (a, mut b, broker) = monitored_pair("60").await;
     b.stop().await;
 
     let answers = ask_many(&broker, 20).await;
@@ -249,18 +256,7 @@ async fn a_server_dying_between_monitor_rounds_costs_clients_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_monitor_quarantines_a_stopped_server_and_releases_it_when_it_returns() {
-    let a = TestServer::start("a").await;
-    let mut b = TestServer::start("b").await;
-    let ini = ini_for(
-        &[&a, &b],
-        "MONITORING_TYPE=CONNECTION\nMONITOR_INTERVAL=200ms\nQUARANTINE_TIME=120",
-    );
-    let broker = Broker::start(&ini).await;
-    wait_for_message(
-        &broker,
-        "monitor: OK - 2 servers available, 0 servers unavailable",
-    )
-    .await;
+    let (_a, mut b, broker) = monitored_pair("200ms").await;
     b.stop().await;
 
     let q = wait_for_quarantine(&broker, &b.address(), "monitor").await;
@@ -311,18 +307,7 @@ fn quarantine_lines(broker: &Broker, address: &str) -> Vec<Line> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_server_s_cause_is_logged_once_per_quarantine_and_each_round_keeps_the_totvs_lines()
 {
-    let a = TestServer::start("a").await;
-    let mut b = TestServer::start("b").await;
-    let ini = ini_for(
-        &[&a, &b],
-        "MONITORING_TYPE=CONNECTION\nMONITOR_INTERVAL=200ms\nQUARANTINE_TIME=120",
-    );
-    let broker = Broker::start(&ini).await;
-    wait_for_message(
-        &broker,
-        "monitor: OK - 2 servers available, 0 servers unavailable",
-    )
-    .await;
+    let (_a, mut b, broker) = monitored_pair("200ms").await;
     let failed = format!("server {} failed the monitor check: ", b.address());
     let unavailable = format!("monitor: server {} unavailable", b.address());
 
