@@ -490,7 +490,7 @@ const WIDE: Frame = Frame {
 };
 
 /// A phone's chart: its units shrink less on a narrow screen, so its text stays readable.
-const NARROW_FRAME: Frame = Frame {
+const NARROW: Frame = Frame {
     class: "narrow",
     width: 400.0,
     height: 220.0,
@@ -527,9 +527,13 @@ fn y_scale(max: u64) -> (u64, u64) {
     let max = max.max(1);
     let mut magnitude = 1u64;
     loop {
-        for step in [magnitude, 2 * magnitude, 5 * magnitude] {
+        for step in [
+            magnitude,
+            magnitude.saturating_mul(2),
+            magnitude.saturating_mul(5),
+        ] {
             if max.div_ceil(step) <= 5 {
-                return (step, step * max.div_ceil(step));
+                return (step, step.saturating_mul(max.div_ceil(step)));
             }
         }
         magnitude = magnitude.saturating_mul(10);
@@ -555,7 +559,7 @@ fn chart(out: &mut String, l: &Labels, snap: &Snapshot) {
         "<div class='card chart'><h2>{} <small>· {}</small></h2>",
         l.chart, l.chart_note
     );
-    for frame in [&WIDE, &NARROW_FRAME] {
+    for frame in [&WIDE, &NARROW] {
         chart_svg(out, l, snap, frame);
     }
     out.push_str("<div class='legend'>");
@@ -945,6 +949,8 @@ mod tests {
                 assert_eq!(labels(&chart_of(&snap, class), "y"), wanted, "max {max}");
             }
         }
+        // No count can overflow the scale.
+        assert_eq!(y_scale(u64::MAX - 1).1, u64::MAX);
     }
 
     #[test]
