@@ -84,9 +84,6 @@ pub struct Ending {
     pub cut: CancellationToken,
 }
 
-/// How long a client whose first bytes could still be a query has to finish its request line.
-const QUERY_LINE_WAIT: Duration = Duration::from_secs(10);
-
 /// Serves one accepted client to the end: forwards it to a server (or closes it when none can
 /// be reached), or answers it when it is a query. Once known to be no query it takes a
 /// `MAX_CONNECTIONS` place, or is refused when none is left. `ending` cuts the relay short.
@@ -95,7 +92,8 @@ const QUERY_LINE_WAIT: Duration = Duration::from_secs(10);
 ///
 /// With the query interface on, the client's first bytes are read before a server is chosen
 /// (docs/architecture.md weighs this against connecting at once): a client that sends nothing
-/// for `QUERY_SNIFF_TIMEOUT` is taken for a server-first protocol client and forwarded then.
+/// for `QUERY_SNIFF_TIMEOUT` is taken for a server-first protocol client and forwarded then,
+/// and so is one whose first bytes could still begin a query but have not become one by then.
 pub async fn serve(
     ctx: Arc<query::Context>,
     balancer: Arc<Balancer>,
@@ -168,7 +166,7 @@ pub async fn serve_at_limit(
     ending: Ending,
 ) {
     let pool = balancer.pool();
-    // With every query place taken, the client could only be told to retry: waiting for its
+    // With every query place busy, a query could only be told to retry: waiting for its
     // first bytes would hold a descriptor for nothing.
     let to_forward = !balancer.query_room()
         || answer_if_query(&ctx, &balancer, &pool, client, peer, &ending)
@@ -191,31 +189,15 @@ async fn answer_if_query(
     ending: &Ending,
 ) -> Option<(TcpStream, Vec<u8>)> {
     let mut first = Vec::new();
-    let sniffed = sniff(
-        &client,
-        &mut first,
-        pool.config.query.sniff_timeout,
-        QUERY_LINE_WAIT,
-        || balancer.try_take_query(),
-    )
-    .await;
-    match sniffed {
-        Ok((Verdict::Forward, _)) => return Some((client, first)),
-        Ok((Verdict::Query, place)) => {
+    match sniff(&client, &mut first, pool.config.query.sniff_timeout).await {
+        Ok(Verdict::Forward) => return Some((client, first)),
+        Ok(Verdict::Query) => {
             // Boxed: the query's state is large and rare, and every connection's task would
             // otherwise carry (and copy) room for it.
             let (ctx, balancer) = (Arc::clone(ctx), Arc::clone(balancer));
-            Box::pin(query::serve(
-                ctx, balancer, client, first, peer, place, ending,
-            ))
-            .await;
+            Box::pin(query::serve(ctx, balancer, client, first, peer, ending)).await;
         }
-        Ok((Verdict::Closed, _)) => debug!(client = %peer, "client closed before sending anything"),
-        Ok((Verdict::Abandoned, _)) => debug!(
-            client = %peer,
-            "query request line not finished within {}; dropped",
-            show_duration(QUERY_LINE_WAIT)
-        ),
+        Ok(Verdict::Closed) => debug!(client = %peer, "client closed before sending anything"),
         Err(e) => debug!(client = %peer, "client gone before sending anything: {}", words(&e)),
     }
     None

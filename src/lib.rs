@@ -16,6 +16,7 @@
 //! - [`balancer`]: a balancer's live state: servers, counters, the lease that counts a
 //!   connection against its server; reconfigured in place by a reload.
 //! - [`health`]: quarantine state, the monitor, and their log lines.
+//! - [`places`]: query places (`QUERY_MAX_CONNECTIONS`), given up by idle connections.
 //! - [`relay`]: bytes both ways with half-close.
 //! - [`query`]: `/TOTVS_BROKER_QUERY` on the balancers' ports: telling queries from clients
 //!   (sniff), and the STATUS, CFG, PING, JSON, METRICS and ServerStatus answers.
@@ -38,6 +39,7 @@ pub mod health;
 pub mod listener;
 pub mod logging;
 pub mod os_error;
+pub mod places;
 pub mod query;
 pub mod relay;
 pub mod select;
