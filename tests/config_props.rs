@@ -333,7 +333,15 @@ fn cidr() -> impl Strategy<Value = String> {
 fn host() -> impl Strategy<Value = String> {
     prop_oneof![
         ip(),
-        prop::collection::vec("[a-z0-9][a-z0-9_-]{0,9}", 1..4).prop_map(|labels| labels.join(".")),
+        // Labels that neither start nor end with `-`, and a last one that is no number.
+        (
+            prop::collection::vec("[a-z0-9]([a-z0-9_-]{0,8}[a-z0-9])?", 0..3),
+            "[a-z][a-z0-9_-]{0,8}[a-z0-9]",
+        )
+            .prop_map(|(mut labels, last)| {
+                labels.push(last);
+                labels.join(".")
+            }),
     ]
 }
 
