@@ -277,7 +277,22 @@ async fn reload_config(
     let old = ctx.config.load_full();
     let path = old.source.clone();
     info!("reloading {}", path.display());
-    let loaded = match Config::from_path(&path) {
+    // Read on a blocking thread: this thread also handles signals and runs the monitors,
+    // and a file on a hung network share would stop them all.
+    let reading = {
+        let path = path.clone();
+        tokio::task::spawn_blocking(move || Config::from_path(&path))
+    };
+    let read = match reading.await {
+        Ok(read) => read,
+        Err(e) => {
+            error!(
+                "reload rejected: reading the file failed ({e}); the running configuration stays"
+            );
+            return;
+        }
+    };
+    let loaded = match read {
         Ok(loaded) => loaded,
         Err(e) => {
             for line in e.report().lines() {

@@ -145,7 +145,10 @@ fn host(text: &str) -> Result<Host, String> {
              in a number); write an IPv4 address as four numbers from 0 to 255, e.g. 10.0.0.5"
         ));
     }
-    if labels.iter().any(|l| l.starts_with('-') || l.ends_with('-')) {
+    if labels
+        .iter()
+        .any(|l| l.starts_with('-') || l.ends_with('-'))
+    {
         return Err(format!(
             "has host `{text}`; a label of a host name cannot start or end with `-`"
         ));
@@ -453,7 +456,10 @@ mod tests {
             Ok((Host::Ip("::1".parse().unwrap()), 80, 1))
         );
         for name in ["3com.example", "app_1", "x-1.0a", "APPSRV03", "a.b-c.d1x"] {
-            assert_eq!(server(&format!("{name} 1")), Ok((Host::Name(name.into()), 1, 1)));
+            assert_eq!(
+                server(&format!("{name} 1")),
+                Ok((Host::Name(name.into()), 1, 1))
+            );
         }
         for bad in [
             "",
