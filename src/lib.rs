@@ -29,6 +29,9 @@
 //! - [`clock`], [`throttle`], [`sys`]: time, log-rate limiting, the few system calls the
 //!   standard library lacks.
 
+// A closed standard output or error must not panic the broker: no print macros.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
 pub mod balancer;
 pub mod broker;
 pub mod clock;

@@ -1,6 +1,9 @@
 //! The `appbroker` command: parse the command line, load the configuration, set up logging,
 //! bind, and run until a signal says stop.
+// Nothing here may panic because an output is closed: no print macros.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -70,22 +73,26 @@ fn main() -> ExitCode {
     let Loaded { config, notices } = match loaded {
         Ok(loaded) => loaded,
         Err(e) => {
-            eprintln!("appbroker: {}", e.report());
+            logging::to_stderr(&format!("appbroker: {}", e.report()));
             return ExitCode::from(2);
         }
     };
     let file = config.source.display().to_string();
     if cli.check {
         for notice in &notices {
-            eprintln!("notice: {}", notice.located(&file));
+            logging::to_stderr(&format!("notice: {}", notice.located(&file)));
         }
-        print!("{}", config.to_ini());
+        // A closed standard output loses the printout, not the verdict (the exit code).
+        let _ = std::io::stdout().write_all(config.to_ini().as_bytes());
         return ExitCode::SUCCESS;
     }
-    if let Err(e) = logging::init(&config.general, cli.log_level.as_deref()) {
-        eprintln!("appbroker: {e}");
-        return ExitCode::from(2);
-    }
+    let log = match logging::init(&config.general, cli.log_level.as_deref()) {
+        Ok(log) => log,
+        Err(e) => {
+            logging::to_stderr(&format!("appbroker: {e}"));
+            return ExitCode::from(2);
+        }
+    };
     info!(
         "appbroker {} starting with {file}",
         env!("CARGO_PKG_VERSION")
@@ -93,16 +100,23 @@ fn main() -> ExitCode {
     for notice in &notices {
         warn!("{}", notice.located(&file));
     }
-    match run(config, demo) {
+    match run(config, demo, &log) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
-            ExitCode::from(1)
+            if !log.to_console() {
+                // The log file may not be open (or not the place anyone looks at a start).
+                logging::to_stderr(&format!("appbroker: {e:#}"));
+            }
+            match e.downcast_ref::<logging::LogError>() {
+                Some(_) => ExitCode::from(2),
+                None => ExitCode::from(1),
+            }
         }
     }
 }
 
-fn run(config: Config, demo: bool) -> anyhow::Result<()> {
+fn run(config: Config, demo: bool, log: &logging::Log) -> anyhow::Result<()> {
     match sys::raise_open_file_limit() {
         Ok(limit) => info!(
             "open-file limit {limit}: room for about {} clients",
@@ -135,6 +149,9 @@ fn run(config: Config, demo: bool) -> anyhow::Result<()> {
             None
         };
         let broker = Broker::bind(config, workers)?;
+        // Only now, with the ports bound: an instance that cannot start (another holds the
+        // ports) leaves the running one's log file alone.
+        log.open_file()?;
         let shutdown = Shutdown::new();
         let reload = Arc::new(Notify::new());
         handle_signals(shutdown.clone(), Arc::clone(&reload))

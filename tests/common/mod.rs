@@ -118,11 +118,19 @@ impl Broker {
         ports: Vec<u16>,
         mut command: Command,
     ) -> Broker {
-        command
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        command.stdout(Stdio::piped()).stderr(Stdio::piped());
+        Broker::spawn_command_keeping(dir, config_path, ports, command)
+    }
+
+    /// As [`Broker::spawn_command`], keeping the standard output and error `command` was
+    /// given (a closed pipe, say); only those set to `Stdio::piped()` are read.
+    pub fn spawn_command_keeping(
+        dir: tempfile::TempDir,
+        config_path: PathBuf,
+        ports: Vec<u16>,
+        mut command: Command,
+    ) -> Broker {
+        command.env_remove("RUST_LOG").stdin(Stdio::null());
         let mut child = command.spawn().expect("spawn appbroker");
         let lines = Arc::new(Mutex::new(Vec::new()));
         let mut readers = Vec::new();
