@@ -18,6 +18,7 @@ use crate::clock::Clock;
 use crate::config::{BalancerConfig, BalancerKind, Host, ServerConfig, ServerId};
 use crate::health::Health;
 use crate::places::{Place, QueryPlaces};
+use crate::resolve::Resolver;
 use crate::select::{Load, Selector};
 use crate::throttle::{Episode, Throttle};
 
@@ -136,11 +137,13 @@ pub struct Balancer {
     pub broker_faults: Episode,
     /// Accepts that failed for the broker's own reasons, across the balancer's accept loops.
     pub accept_failures: Episode,
+    /// The process's resolver, which its clients and monitor connect through.
+    pub resolver: Arc<Resolver>,
 }
 
 impl Balancer {
-    /// A balancer over `config`'s servers, all available.
-    pub fn new(config: BalancerConfig) -> Self {
+    /// A balancer over `config`'s servers, all available, resolving names with `resolver`.
+    pub fn new(config: BalancerConfig, resolver: Arc<Resolver>) -> Self {
         let servers = config
             .servers
             .iter()
@@ -156,6 +159,7 @@ impl Balancer {
             refusals: Episode::default(),
             broker_faults: Episode::default(),
             accept_failures: Episode::default(),
+            resolver,
         }
     }
 

@@ -290,6 +290,7 @@ fn every_key_is_printed_with_its_default() {
         ("SHUTDOWN_TIMEOUT", "30s"),
         ("LANGUAGE", "en"),
         ("WORKERS", "0"),
+        ("DNS_MAX_LOOKUPS", "32"),
     ]
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .into();
@@ -315,6 +316,7 @@ fn every_key_is_printed_with_its_default() {
         ("IDLE_TIMEOUT", "0s"),
         ("MONITOR_FALL", "1"),
         ("MONITOR_RISE", "1"),
+        ("DNS_CACHE_TIME", "30s"),
     ]
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .into();

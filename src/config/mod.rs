@@ -59,6 +59,8 @@ pub struct General {
     pub language: Language,
     /// `WORKERS`: threads serving connections; 0 for one per CPU.
     pub workers: u32,
+    /// `DNS_MAX_LOOKUPS`: name lookups in flight at once in the process.
+    pub dns_max_lookups: u32,
 }
 
 /// `LANGUAGE`: the language of the status pages.
@@ -148,6 +150,9 @@ pub struct BalancerConfig {
     pub monitor_fall: u32,
     /// `MONITOR_RISE`: consecutive passed checks that release a quarantined server.
     pub monitor_rise: u32,
+    /// `DNS_CACHE_TIME`: how long a server name's addresses are used before it is looked up
+    /// again (zero: at every connect).
+    pub dns_cache_time: Duration,
 }
 
 /// TCP keepalive, so a vanished peer is noticed in minutes rather than the kernel's two hours.
@@ -465,6 +470,7 @@ const BALANCER_KEYS: &[&str] = &[
     "MONITOR_EXPECT",
     "MONITOR_FALL",
     "MONITOR_RISE",
+    "DNS_CACHE_TIME",
 ];
 
 /// `[General]` keys of appbroker's own.
@@ -477,6 +483,7 @@ const GENERAL_KEYS: &[&str] = &[
     "SHUTDOWN_TIMEOUT",
     "LANGUAGE",
     "WORKERS",
+    "DNS_MAX_LOOKUPS",
 ];
 
 /// Keys TOTVS broker files carry that appbroker accepts without using, and what it does instead.
@@ -650,6 +657,8 @@ impl Config {
                 }
             }
         }
+
+        v.self_loops(&balancers);
 
         if !v.errors.is_empty() {
             let (errors, total) = v.errors.into_first();
@@ -881,6 +890,49 @@ impl Validator {
         }
     }
 
+    /// Servers whose address is one of the broker's own listening addresses: each client
+    /// sent there would come back into the broker, in a loop (crate::self_loop). Only
+    /// addresses are checked here; a name that resolves to one is refused at connect time.
+    fn self_loops(&mut self, balancers: &[BalancerConfig]) {
+        let mut machine: Option<Vec<IpAddr>> = None;
+        for b in balancers {
+            for server in &b.servers {
+                let Host::Ip(ip) = server.host else {
+                    continue;
+                };
+                let destination = SocketAddr::new(ip, server.port);
+                for listener in balancers {
+                    if listener.listen.port() != server.port {
+                        continue;
+                    }
+                    let machine = machine.get_or_insert_with(crate::self_loop::interface_addresses);
+                    if !crate::self_loop::reaches(destination, listener.listen, |ip| {
+                        machine.contains(&ip)
+                    }) {
+                        continue;
+                    }
+                    let key = format!("REMOTE_SERVER_{}", server.id);
+                    let line = match self.origins.get(b.kind.section(), &key) {
+                        Origin::Section(line) | Origin::General(line) => line,
+                        Origin::Default => 0,
+                    };
+                    self.errors.push(ConfigError::new(
+                        line,
+                        b.kind.section(),
+                        Some(&key),
+                        format!(
+                            "`{} {}` is this broker's own address: {} listens on {}, so every \
+                             client sent there would come back into the broker, in a loop; give \
+                             the address of an application server",
+                            server.host, server.port, listener.kind, listener.listen
+                        ),
+                    ));
+                    break;
+                }
+            }
+        }
+    }
+
     fn duplicates(&mut self, section: &Section) {
         let mut first: BTreeMap<String, usize> = BTreeMap::new();
         for entry in &section.entries {
@@ -913,6 +965,7 @@ impl Validator {
             shutdown_timeout: Duration::from_secs(30),
             language: Language::English,
             workers: 0,
+            dns_max_lookups: 32,
         };
         let Some(section) = section else {
             return defaults;
@@ -980,6 +1033,15 @@ impl Validator {
                 value::integer(s, 0, 256, "a number of threads from 0 (one per CPU) to 256")
                     .map(|n| n as u32)
             }),
+            dns_max_lookups: self.setting(
+                &lookup,
+                "DNS_MAX_LOOKUPS",
+                defaults.dns_max_lookups,
+                |s| {
+                    value::integer(s, 1, 4096, "a number of name lookups from 1 to 4096")
+                        .map(|n| n as u32)
+                },
+            ),
             language: self.setting(&lookup, "LANGUAGE", defaults.language, |s| {
                 match s.to_ascii_lowercase().as_str() {
                     "en" => Ok(Language::English),
@@ -1318,6 +1380,10 @@ impl Validator {
         let monitor_rise = self.setting(&inherited, "MONITOR_RISE", 1, |s| {
             value::integer(s, 1, 100, "a count of checks from 1 to 100").map(|n| n as u32)
         });
+        let dns_cache_time =
+            self.setting(&inherited, "DNS_CACHE_TIME", Duration::from_secs(30), |s| {
+                value::duration(s, Duration::ZERO)
+            });
         let query = QuerySettings {
             enabled: self.setting(&inherited, "QUERY_ENABLED", true, value::flag),
             allow: self.setting(&inherited, "QUERY_ALLOW", Cidr::everyone(), value::cidrs),
@@ -1368,6 +1434,7 @@ impl Validator {
             idle_timeout,
             monitor_fall,
             monitor_rise,
+            dns_cache_time,
         })
     }
 }
