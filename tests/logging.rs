@@ -32,10 +32,12 @@ fn closed_pipe() -> OwnedFd {
     write
 }
 
-/// Starts the broker on `text` with standard error (and standard output unless `stdout_open`)
-/// going to a pipe nobody reads; the log is read from standard output when it is open.
-fn spawn_with_closed_outputs(text: &str, stdout_open: bool) -> Broker {
+/// Starts the broker on `text` with standard error going to a pipe nobody reads, and standard
+/// output read (or, unless `stdout_open`, closed too). `prepare` is given the test's directory
+/// (`@DIR@`) first.
+fn spawn_with_stderr_closed(text: &str, stdout_open: bool, prepare: impl FnOnce(&Path)) -> Broker {
     let dir = tempfile::tempdir().unwrap();
+    prepare(dir.path());
     let port = free_port();
     let config_path = dir.path().join("appserver.ini");
     std::fs::write(
@@ -65,8 +67,8 @@ fn alive(broker: &mut Broker) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_with_standard_error_closed_does_not_stop_the_broker() {
     let a = TestServer::start("a").await;
-    let mut broker =
-        spawn_with_closed_outputs(&ini("ConsoleFile=/dev/full\nConsoleLog=1", &a), true);
+    let ini = ini("ConsoleFile=/dev/full\nConsoleLog=1", &a);
+    let mut broker = spawn_with_stderr_closed(&ini, true, |_| {});
     broker.wait_for_log("broker ready").await;
     // Said once, on the console that still works, however many lines are lost.
     broker
@@ -92,9 +94,8 @@ async fn a_full_disk_with_standard_error_closed_does_not_stop_the_broker() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_log_output_failing_does_not_stop_the_broker() {
     let a = TestServer::start("a").await;
-    let dir = tempfile::tempdir().unwrap();
     let ini = ini("ConsoleFile=/dev/full\nConsoleLog=1", &a);
-    let mut broker = spawn_with_closed_outputs(&ini, false);
+    let mut broker = spawn_with_stderr_closed(&ini, false, |_| {});
     // Nothing can be read from it: it shows it runs by serving.
     let end = std::time::Instant::now() + DEADLINE;
     loop {
@@ -112,7 +113,6 @@ async fn every_log_output_failing_does_not_stop_the_broker() {
     assert!(alive(&mut broker));
     broker.signal(Signal::SIGTERM);
     assert!(broker.wait_exit().await.success());
-    drop(dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -124,24 +124,10 @@ async fn a_log_directory_removed_under_the_broker_does_not_stop_it() {
         "ConsoleFile=@DIR@/logs/broker.log\nConsoleMaxSize=400\nConsoleLog=1",
         &a,
     );
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join("logs")).unwrap();
-    let port = free_port();
-    let config_path = dir.path().join("appserver.ini");
-    std::fs::write(
-        &config_path,
-        text.replace("@PORT@", &port.to_string())
-            .replace("@DIR@", &dir.path().display().to_string()),
-    )
-    .unwrap();
-    let mut command = Command::new(binary());
-    command
-        .arg("--config")
-        .arg(&config_path)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::from(closed_pipe()));
-    let logs = dir.path().join("logs");
-    let mut broker = Broker::spawn_command_keeping(dir, config_path, vec![port, 0], command);
+    let mut broker = spawn_with_stderr_closed(&text, true, |dir| {
+        std::fs::create_dir(dir.join("logs")).unwrap();
+    });
+    let logs = broker.dir.path().join("logs");
     broker.wait_for_log("broker ready").await;
     std::fs::remove_dir_all(&logs).unwrap();
     for n in 1..=20 {
