@@ -980,3 +980,18 @@ async fn a_configuration_path_that_became_a_fifo_is_rejected_and_the_broker_goes
     broker.signal(Signal::SIGTERM);
     assert!(broker.wait_exit().await.success(), "{}", broker.log_text());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_makes_a_server_the_broker_itself_is_rejected() {
+    let a = TestServer::start("a").await;
+    let broker = Broker::start(&ini_for(&[&a], "")).await;
+    rewrite(
+        &broker,
+        &ini_for(&[&a], "REMOTE_SERVER_02=127.0.0.1 @PORT@"),
+    );
+    broker.signal(Signal::SIGHUP);
+    broker.wait_for_log("reload rejected").await;
+    let line = broker.wait_for_log("is this broker's own address").await;
+    assert!(line.contains("REMOTE_SERVER_02"), "{line}");
+    assert_eq!(ask(broker.addr()).await.unwrap(), "a");
+}
