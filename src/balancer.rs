@@ -17,6 +17,8 @@ use tracing::{info, warn};
 use crate::clock::Clock;
 use crate::config::{BalancerConfig, BalancerKind, Host, ServerConfig, ServerId};
 use crate::health::Health;
+use crate::places::{Place, QueryPlaces};
+use crate::resolve::Resolver;
 use crate::select::{Load, Selector};
 use crate::throttle::{Episode, Throttle};
 
@@ -131,18 +133,20 @@ pub struct Balancer {
     pub no_servers_log: Throttle,
     /// Query connections open now, held under `QUERY_MAX_CONNECTIONS` apart from the
     /// clients' `MAX_CONNECTIONS`.
-    pub queries: AtomicU64,
+    pub query_places: Arc<QueryPlaces>,
     /// Clients refused since `MAX_CONNECTIONS` was last reached, logged per episode.
     refusals: Episode,
     /// Clients closed because the broker itself lacked descriptors, ports or memory.
     pub broker_faults: Episode,
     /// Accepts that failed for the broker's own reasons, across the balancer's accept loops.
     pub accept_failures: Episode,
+    /// The process's resolver, which its clients and monitor connect through.
+    pub resolver: Arc<Resolver>,
 }
 
 impl Balancer {
-    /// A balancer over `config`'s servers, all available.
-    pub fn new(config: BalancerConfig) -> Self {
+    /// A balancer over `config`'s servers, all available, resolving names with `resolver`.
+    pub fn new(config: BalancerConfig, resolver: Arc<Resolver>) -> Self {
         let servers = config
             .servers
             .iter()
@@ -154,10 +158,11 @@ impl Balancer {
             clock: Clock::new(),
             health_changed: Notify::new(),
             no_servers_log: Throttle::new(1000),
-            queries: AtomicU64::new(0),
+            query_places: Arc::default(),
             refusals: Episode::default(),
             broker_faults: Episode::default(),
             accept_failures: Episode::default(),
+            resolver,
         }
     }
 
@@ -252,16 +257,17 @@ impl Balancer {
         self.stats.active.load(Relaxed) >= u64::from(pool.config.max_connections)
     }
 
-    /// Takes a query place, held under `QUERY_MAX_CONNECTIONS` until the returned permit is
-    /// dropped; `None` when every place is taken.
-    pub fn try_take_query(self: &Arc<Self>) -> Option<QueryPermit> {
-        take_under(&self.queries, self.pool().config.query.max_connections)?;
-        Some(QueryPermit(Arc::clone(self)))
+    /// Takes a query place, held under `QUERY_MAX_CONNECTIONS` until the returned place is
+    /// dropped (or given up to another query while idle); `None` when every place is busy.
+    pub fn try_take_query(&self) -> Option<Place> {
+        self.query_places
+            .take(self.pool().config.query.max_connections)
     }
 
     /// True while a query could take a place.
     pub fn query_room(&self) -> bool {
-        self.queries.load(Relaxed) < u64::from(self.pool().config.query.max_connections)
+        self.query_places
+            .has_room(self.pool().config.query.max_connections)
     }
 
     /// Counts a client refused at `MAX_CONNECTIONS`; the first of an episode is logged.
@@ -319,16 +325,6 @@ impl ClientSlot {
 impl Drop for ClientSlot {
     fn drop(&mut self) {
         self.0.stats.active.fetch_sub(1, Relaxed);
-    }
-}
-
-/// A query connection counted against `QUERY_MAX_CONNECTIONS` until dropped.
-#[derive(Debug)]
-pub struct QueryPermit(Arc<Balancer>);
-
-impl Drop for QueryPermit {
-    fn drop(&mut self) {
-        self.0.queries.fetch_sub(1, Relaxed);
     }
 }
 

@@ -23,6 +23,7 @@ use crate::clock::wall_ms;
 use crate::config::{self, BalancerConfig, Config, plural, show_duration};
 use crate::listener::{self, BindError};
 use crate::query;
+use crate::resolve::Resolver;
 use crate::shutdown::Shutdown;
 use crate::workers::Workers;
 use crate::{health, logging};
@@ -32,6 +33,8 @@ pub struct Broker {
     config: Config,
     workers: Workers,
     bound: Vec<(Arc<Balancer>, Vec<StdListener>)>,
+    /// Shared by every balancer: the cache and the bound on lookups are the process's.
+    resolver: Arc<Resolver>,
 }
 
 /// One balancer at run time.
@@ -71,15 +74,19 @@ impl Broker {
     /// Binds every balancer's port, or none: a port that cannot be bound stops the start.
     /// Connections will be served on `workers`.
     pub fn bind(config: Config, workers: Workers) -> Result<Broker, BindError> {
+        let resolver = Arc::new(Resolver::new(config.general.dns_max_lookups as usize));
         let mut bound = Vec::new();
         for b in &config.balancers {
             let listeners = listener::bind(b, workers.listeners_per_balancer())?;
-            bound.push((Arc::new(Balancer::new(b.clone())), listeners));
+            let balancer = Balancer::new(b.clone(), Arc::clone(&resolver));
+            bound.push((Arc::new(balancer), listeners));
         }
+        resolver.set_listening(config.balancers.iter().map(|b| b.listen).collect());
         Ok(Broker {
             config,
             workers,
             bound,
+            resolver,
         })
     }
 
@@ -104,6 +111,7 @@ impl Broker {
             shutdown: shutdown.clone(),
         });
         let workers = self.workers;
+        let resolver = self.resolver;
         let mut running: Vec<Running> = self
             .bound
             .into_iter()
@@ -115,7 +123,9 @@ impl Broker {
         loop {
             tokio::select! {
                 _ = shutdown.requested() => break,
-                _ = reload.notified() => reload_config(&ctx, &workers, &mut running, &mut retired).await,
+                _ = reload.notified() => {
+                    reload_config(&ctx, &workers, &resolver, &mut running, &mut retired).await;
+                }
             }
         }
 
@@ -269,6 +279,7 @@ async fn stop_accepting(unit: &mut Running) {
 async fn reload_config(
     ctx: &Arc<query::Context>,
     workers: &Workers,
+    resolver: &Arc<Resolver>,
     running: &mut Vec<Running>,
     retired: &mut Vec<Running>,
 ) {
@@ -277,7 +288,22 @@ async fn reload_config(
     let old = ctx.config.load_full();
     let path = old.source.clone();
     info!("reloading {}", path.display());
-    let loaded = match Config::from_path(&path) {
+    // Read on a blocking thread: this thread also handles signals and runs the monitors,
+    // and a file on a hung network share would stop them all.
+    let reading = {
+        let path = path.clone();
+        tokio::task::spawn_blocking(move || Config::from_path(&path))
+    };
+    let read = match reading.await {
+        Ok(read) => read,
+        Err(e) => {
+            error!(
+                "reload rejected: reading the file failed ({e}); the running configuration stays"
+            );
+            return;
+        }
+    };
+    let loaded = match read {
         Ok(loaded) => loaded,
         Err(e) => {
             for line in e.report().lines() {
@@ -349,7 +375,7 @@ async fn reload_config(
         }
         match listener::bind(b, workers.listeners_per_balancer()) {
             Ok(listeners) => {
-                let balancer = Arc::new(Balancer::new(b.clone()));
+                let balancer = Arc::new(Balancer::new(b.clone(), Arc::clone(resolver)));
                 stay.push(start(balancer, listeners, ctx, workers));
                 changes.push(format!("{} added", b.kind));
             }
@@ -375,6 +401,8 @@ async fn reload_config(
         .balancers
         .retain(|b| kept.iter().any(|u| u.balancer.kind() == b.kind));
     *running = kept;
+    resolver.set_listening(running.iter().map(|u| u.listen).collect());
+    resolver.set_max_lookups(config.general.dns_max_lookups as usize);
     ctx.balancers.store(Arc::new(
         running.iter().map(|u| Arc::clone(&u.balancer)).collect(),
     ));

@@ -202,9 +202,9 @@ pub fn client_address(config: &Config, listen: IpAddr) -> Option<SocketAddr> {
 /// (then half-closes), prints what comes back, and returns when the other side closes.
 pub fn client(address: SocketAddr) -> io::Result<()> {
     let stream = std::net::TcpStream::connect(address)?;
-    eprintln!(
+    crate::logging::to_stderr(&format!(
         "connected to {address}: type a line and Enter; end of input (Ctrl-D) or Ctrl-C ends"
-    );
+    ));
     let mut to_server = stream.try_clone()?;
     std::thread::spawn(move || {
         let _ = io::copy(&mut io::stdin().lock(), &mut to_server);

@@ -14,47 +14,120 @@ use tracing::{Instrument, Span, debug, error, info};
 
 use crate::balancer::{Balancer, Eligible, Lease, Pool};
 use crate::config::show_duration;
-use crate::config::{Host, Monitoring};
+use crate::config::{BalancerConfig, Host, Monitoring};
 use crate::health::{Reason, quarantine, release};
-use crate::os_error::{PointsAt, explain_connect, words};
+use crate::os_error::{Explained, PointsAt, explain_connect, words};
 use crate::query::{
     self,
     sniff::{Verdict, sniff},
 };
 use crate::relay::{Counters, End, relay};
+use crate::resolve::{ResolveError, Resolver};
 
-/// Connects to `host:port`, trying each address the host resolves to in turn, each connect
-/// bounded by `timeout`. The error returned is the last address's.
-pub async fn connect(host: &Host, port: u16, timeout: Duration) -> io::Result<TcpStream> {
-    let name = match host {
-        Host::Ip(ip) => return connect_to(SocketAddr::new(*ip, port), timeout).await,
-        Host::Name(name) => name,
-    };
-    let resolved = tokio::time::timeout(timeout, tokio::net::lookup_host((name.as_str(), port)))
-        .await
-        .map_err(|_| timed_out(timeout))?
-        .map_err(|e| match e.raw_os_error() {
-            // The resolver failed for a system reason (out of descriptors, say): keep the
-            // code, which says whose fault it is.
-            Some(_) => e,
-            None => io::Error::new(
-                io::ErrorKind::NotFound,
-                format!("cannot resolve {name}: {e}"),
+/// Why a server could not be connected to.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// The connect, or the lookup of the server's name, failed.
+    #[error("{}", words(.0))]
+    Io(io::Error),
+    /// The lookup of the server's name did not answer in time.
+    #[error("{0}")]
+    ResolveTimedOut(String),
+    /// Not tried: `DNS_MAX_LOOKUPS` lookups are in flight. No one is blamed.
+    #[error("not tried: DNS_MAX_LOOKUPS ({limit}) name lookups are in flight")]
+    ResolverBusy {
+        /// `DNS_MAX_LOOKUPS`.
+        limit: usize,
+    },
+    /// Not tried: the destination is one of the broker's own listening addresses.
+    #[error(
+        "{destination} is this broker's own listening address ({listener}): every client sent \
+         there would come back into the broker, in a loop"
+    )]
+    OwnAddress {
+        /// Where the server's address led.
+        destination: SocketAddr,
+        /// The broker's listener it reaches.
+        listener: SocketAddr,
+    },
+}
+
+impl ConnectError {
+    /// The failure explained for an operator, with what it points at.
+    pub fn explain(&self) -> Explained {
+        let other = |points_at, advice| Explained {
+            words: self.to_string(),
+            errno: None,
+            windows: None,
+            points_at,
+            advice,
+        };
+        match self {
+            ConnectError::Io(e) => explain_connect(e),
+            ConnectError::ResolveTimedOut(_) => other(
+                PointsAt::Network,
+                "the system's resolver (DNS) answers slowly or not at all: check the DNS servers \
+                 in /etc/resolv.conf",
             ),
-        })?;
+            ConnectError::ResolverBusy { .. } => other(
+                PointsAt::Broker,
+                "the system's resolver (DNS) is slow or hung: check it, raise DNS_MAX_LOOKUPS, or \
+                 give servers by address",
+            ),
+            ConnectError::OwnAddress { .. } => other(
+                PointsAt::Configuration,
+                "give the address of an application server in REMOTE_SERVER",
+            ),
+        }
+    }
+}
+
+/// Connects to `host:port` with `config`'s `CONNECT_TIMEOUT` and `DNS_CACHE_TIME`, trying each
+/// address a name resolves to in turn. A destination that is one of the broker's own
+/// listening addresses is refused without a connect. The error returned is the last
+/// address's.
+pub async fn connect(
+    resolver: &Arc<Resolver>,
+    host: &Host,
+    port: u16,
+    config: &BalancerConfig,
+) -> Result<TcpStream, ConnectError> {
+    let timeout = config.connect_timeout;
+    let addresses: Vec<SocketAddr> = match host {
+        Host::Ip(ip) => vec![SocketAddr::new(*ip, port)],
+        Host::Name(name) => resolver
+            .resolve(name, config.dns_cache_time, timeout)
+            .await
+            .map_err(|e| match e {
+                ResolveError::Failed(e) => ConnectError::Io(e),
+                ResolveError::TimedOut { .. } => ConnectError::ResolveTimedOut(e.to_string()),
+                ResolveError::Busy { limit } => ConnectError::ResolverBusy { limit },
+            })?
+            .iter()
+            .map(|ip| SocketAddr::new(*ip, port))
+            .collect(),
+    };
+    for &destination in &addresses {
+        if let Some(listener) = resolver.own_listener(destination) {
+            return Err(ConnectError::OwnAddress {
+                destination,
+                listener,
+            });
+        }
+    }
     let mut last = None;
-    for address in resolved {
+    for address in addresses {
         match connect_to(address, timeout).await {
             Ok(stream) => return Ok(stream),
             Err(e) => last = Some(e),
         }
     }
-    Err(last.unwrap_or_else(|| {
+    Err(ConnectError::Io(last.unwrap_or_else(|| {
         io::Error::new(
             io::ErrorKind::NotFound,
-            format!("{name} resolves to no address"),
+            format!("{host} resolves to no address"),
         )
-    }))
+    })))
 }
 
 /// One connect, bounded by `timeout`, with TCP_NODELAY on the result.
@@ -84,9 +157,6 @@ pub struct Ending {
     pub cut: CancellationToken,
 }
 
-/// How long a client whose first bytes could still be a query has to finish its request line.
-const QUERY_LINE_WAIT: Duration = Duration::from_secs(10);
-
 /// Serves one accepted client to the end: forwards it to a server (or closes it when none can
 /// be reached), or answers it when it is a query. Once known to be no query it takes a
 /// `MAX_CONNECTIONS` place, or is refused when none is left. `ending` cuts the relay short.
@@ -95,7 +165,8 @@ const QUERY_LINE_WAIT: Duration = Duration::from_secs(10);
 ///
 /// With the query interface on, the client's first bytes are read before a server is chosen
 /// (docs/architecture.md weighs this against connecting at once): a client that sends nothing
-/// for `QUERY_SNIFF_TIMEOUT` is taken for a server-first protocol client and forwarded then.
+/// for `QUERY_SNIFF_TIMEOUT` is taken for a server-first protocol client and forwarded then,
+/// and so is one whose first bytes could still begin a query but have not become one by then.
 pub async fn serve(
     ctx: Arc<query::Context>,
     balancer: Arc<Balancer>,
@@ -168,7 +239,7 @@ pub async fn serve_at_limit(
     ending: Ending,
 ) {
     let pool = balancer.pool();
-    // With every query place taken, the client could only be told to retry: waiting for its
+    // With every query place busy, a query could only be told to retry: waiting for its
     // first bytes would hold a descriptor for nothing.
     let to_forward = !balancer.query_room()
         || answer_if_query(&ctx, &balancer, &pool, client, peer, &ending)
@@ -191,31 +262,15 @@ async fn answer_if_query(
     ending: &Ending,
 ) -> Option<(TcpStream, Vec<u8>)> {
     let mut first = Vec::new();
-    let sniffed = sniff(
-        &client,
-        &mut first,
-        pool.config.query.sniff_timeout,
-        QUERY_LINE_WAIT,
-        || balancer.try_take_query(),
-    )
-    .await;
-    match sniffed {
-        Ok((Verdict::Forward, _)) => return Some((client, first)),
-        Ok((Verdict::Query, place)) => {
+    match sniff(&client, &mut first, pool.config.query.sniff_timeout).await {
+        Ok(Verdict::Forward) => return Some((client, first)),
+        Ok(Verdict::Query) => {
             // Boxed: the query's state is large and rare, and every connection's task would
             // otherwise carry (and copy) room for it.
             let (ctx, balancer) = (Arc::clone(ctx), Arc::clone(balancer));
-            Box::pin(query::serve(
-                ctx, balancer, client, first, peer, place, ending,
-            ))
-            .await;
+            Box::pin(query::serve(ctx, balancer, client, first, peer, ending)).await;
         }
-        Ok((Verdict::Closed, _)) => debug!(client = %peer, "client closed before sending anything"),
-        Ok((Verdict::Abandoned, _)) => debug!(
-            client = %peer,
-            "query request line not finished within {}; dropped",
-            show_duration(QUERY_LINE_WAIT)
-        ),
+        Ok(Verdict::Closed) => debug!(client = %peer, "client closed before sending anything"),
         Err(e) => debug!(client = %peer, "client gone before sending anything: {}", words(&e)),
     }
     None
@@ -243,7 +298,7 @@ async fn choose_and_connect(
         };
         tried.push(lease.index);
         let server = &lease.server;
-        match connect(&server.host, server.port, config.connect_timeout).await {
+        match connect(&balancer.resolver, &server.host, server.port, config).await {
             Ok(stream) => {
                 // A connect proves what a CONNECTION check proves; it cannot overrule a
                 // SEND_EXPECT check that found the application hung.
@@ -260,8 +315,12 @@ async fn choose_and_connect(
                 }
                 return Some((lease, stream));
             }
+            Err(ConnectError::ResolverBusy { .. }) => {
+                // As after a connect timeout, the next candidate; the resolver says it once.
+                debug!(client = %peer, "server {} not tried: DNS_MAX_LOOKUPS lookups in flight", server.address);
+            }
             Err(e) => {
-                let explained = explain_connect(&e);
+                let explained = e.explain();
                 if explained.points_at == PointsAt::Broker {
                     if balancer.broker_faults.strike() {
                         error!(
@@ -300,4 +359,77 @@ async fn choose_and_connect(
         );
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::IpAddr;
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::{Condvar, Mutex};
+
+    use crate::config::Config;
+
+    /// A system resolver that hangs until released, counting its lookups.
+    #[derive(Default)]
+    struct Hung {
+        released: Mutex<bool>,
+        release: Condvar,
+        lookups: AtomicUsize,
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn past_dns_max_lookups_a_client_goes_to_the_next_server_and_blames_none() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepting = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                held.push(stream);
+            }
+        });
+        let text = format!(
+            "[General]\nDNS_MAX_LOOKUPS=1\n[BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_PORT=5000\n\
+             MONITORING_TYPE=DISABLED\nCONNECT_TIMEOUT=100ms\nSORT_METHOD=ROUND_ROBIN\n\
+             REMOTE_SERVER_01=hung-a.example 6001\nREMOTE_SERVER_02=hung-b.example 6002\n\
+             REMOTE_SERVER_03=127.0.0.1 {port}\n"
+        );
+        let mut config = Config::from_text(&text, std::path::Path::new("t.ini"))
+            .unwrap()
+            .config;
+        let hung = Arc::new(Hung::default());
+        let lookup = {
+            let hung = Arc::clone(&hung);
+            Arc::new(move |_: &str| -> io::Result<Vec<IpAddr>> {
+                hung.lookups.fetch_add(1, Relaxed);
+                let mut released = hung.released.lock().unwrap();
+                while !*released {
+                    released = hung.release.wait(released).unwrap();
+                }
+                Err(io::Error::new(io::ErrorKind::NotFound, "no such name"))
+            })
+        };
+        let max = config.general.dns_max_lookups as usize;
+        let resolver = Arc::new(Resolver::with_lookup(max, lookup));
+        let balancer = Balancer::new(config.balancers.remove(0), Arc::clone(&resolver));
+        let pool = balancer.pool();
+        let peer: SocketAddr = "127.0.0.1:40000".parse().unwrap();
+        for _ in 0..50 {
+            let (lease, _stream) = choose_and_connect(&balancer, &pool, peer)
+                .await
+                .expect("served by the server given by address");
+            assert_eq!(lease.index, 2);
+        }
+        // hung-a's lookup hung past CONNECT_TIMEOUT: blamed, as a connect timeout would be.
+        assert!(pool.servers[0].health.is_quarantined());
+        // hung-b was never looked up (one lookup in flight already): not blamed.
+        assert!(!pool.servers[1].health.is_quarantined());
+        assert_eq!(pool.servers[1].failed_connects.load(Relaxed), 0);
+        // Fifty clients, one lookup, one thread.
+        assert_eq!(hung.lookups.load(Relaxed), 1);
+        assert_eq!(resolver.in_flight(), 1);
+        *hung.released.lock().unwrap() = true;
+        hung.release.notify_all();
+        accepting.abort();
+    }
 }

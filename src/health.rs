@@ -22,9 +22,10 @@ use tracing::{Instrument, error, info, info_span, warn};
 use crate::balancer::{Balancer, Pool, Server};
 use crate::clock::{Clock, time_of_day, wall_ms};
 use crate::config::show_escaped;
-use crate::config::{Host, Monitoring, plural, show_duration};
-use crate::forward::connect;
-use crate::os_error::{explain_connect, is_broker_fault};
+use crate::config::{BalancerConfig, Host, Monitoring, plural, show_duration};
+use crate::forward::{ConnectError, connect};
+use crate::os_error::PointsAt;
+use crate::resolve::Resolver;
 
 /// Why a server was put in quarantine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -299,8 +300,8 @@ pub async fn run_monitor(balancer: Arc<Balancer>, stop: CancellationToken) {
 /// Why a check failed.
 #[derive(Debug)]
 pub enum CheckError {
-    /// The TCP connect failed.
-    Connect(io::Error),
+    /// The TCP connect (or the lookup of the server's name) failed.
+    Connect(ConnectError),
     /// SEND_EXPECT: no (complete) reply within the time allowed.
     NoReply {
         /// What had arrived when time ran out.
@@ -322,7 +323,7 @@ impl CheckError {
     /// The failure in words, for logs and pages.
     pub fn words(&self) -> String {
         match self {
-            CheckError::Connect(e) => explain_connect(e).words,
+            CheckError::Connect(e) => e.explain().words,
             CheckError::NoReply { got } if got.is_empty() => {
                 "no reply: the port accepts but the application does not answer".into()
             }
@@ -336,7 +337,7 @@ impl CheckError {
     /// The full log text: the words with what they point at.
     fn explain(&self, timeout: Duration, expect: &[u8]) -> String {
         match self {
-            CheckError::Connect(e) => explain_connect(e).to_string(),
+            CheckError::Connect(e) => e.explain().to_string(),
             CheckError::NoReply { .. } => format!(
                 "{} within {} (SEND_EXPECT, expecting `{}`); points at the server's application",
                 self.words(),
@@ -354,18 +355,18 @@ impl CheckError {
 }
 
 /// Checks one server: a TCP connect, and for SEND_EXPECT the probe and its reply, all within
-/// `timeout`.
+/// `config`'s `CONNECT_TIMEOUT`.
 pub async fn check(
+    resolver: &Arc<Resolver>,
     host: &Host,
     port: u16,
-    monitoring: &Monitoring,
-    timeout: Duration,
+    config: &BalancerConfig,
 ) -> Result<(), CheckError> {
-    let deadline = Instant::now() + timeout;
-    let mut stream = connect(host, port, timeout)
+    let deadline = Instant::now() + config.connect_timeout;
+    let mut stream = connect(resolver, host, port, config)
         .await
         .map_err(CheckError::Connect)?;
-    let Monitoring::SendExpect { send, expect } = monitoring else {
+    let Monitoring::SendExpect { send, expect } = &config.monitoring else {
         return Ok(());
     };
     let mut got = Vec::with_capacity(expect.len());
@@ -404,17 +405,17 @@ pub async fn check(
 /// configuration order. `MONITOR_FALL` failed checks in a row quarantine a server;
 /// `MONITOR_RISE` passed checks in a row release it. A check that fails for the broker's own
 /// reasons (out of file descriptors) blames no server.
-async fn round(balancer: &Balancer, pool: &Pool) {
+async fn round(balancer: &Balancer, pool: &Arc<Pool>) {
     let config = &pool.config;
     let timeout = config.connect_timeout;
     let mut checks = JoinSet::new();
     for (index, server) in pool.servers.iter().enumerate() {
         let server = Arc::clone(server);
-        let monitoring = config.monitoring.clone();
+        let (resolver, pool) = (Arc::clone(&balancer.resolver), Arc::clone(pool));
         checks.spawn(
             async move {
                 let started = Instant::now();
-                let result = check(&server.host, server.port, &monitoring, timeout).await;
+                let result = check(&resolver, &server.host, server.port, &pool.config).await;
                 (index, started.elapsed(), result)
             }
             .in_current_span(),
@@ -438,14 +439,14 @@ async fn round(balancer: &Balancer, pool: &Pool) {
         let (took, result) = result.unwrap_or_else(|| {
             (
                 Duration::ZERO,
-                Err(CheckError::Connect(io::Error::other(
+                Err(CheckError::Connect(ConnectError::Io(io::Error::other(
                     "the check task failed",
-                ))),
+                )))),
             )
         });
         let error = match result {
-            Err(CheckError::Connect(e)) if is_broker_fault(&e) => {
-                unchecked.push((&server.address, explain_connect(&e)));
+            Err(CheckError::Connect(e)) if e.explain().points_at == PointsAt::Broker => {
+                unchecked.push((&server.address, e.explain()));
                 continue;
             }
             Err(error) => error,
@@ -614,7 +615,7 @@ mod tests {
                     REMOTE_SERVER_01=127.0.0.1 6001\n";
         let loaded = crate::config::Config::from_text(text, std::path::Path::new("t.ini"));
         let config = loaded.expect("valid").config.balancers.remove(0);
-        let balancer = Balancer::new(config);
+        let balancer = Balancer::new(config, Arc::new(Resolver::new(32)));
         let server = Arc::clone(&balancer.pool().servers[0]);
         let quarantine_time = Duration::from_secs(120);
         quarantine(

@@ -12,11 +12,16 @@
 //! - [`listener`]: binding and the accept loop (never dies; `MAX_CONNECTIONS`).
 //! - [`forward`]: one client's way: candidates, connect with timeout, retry, relay, account.
 //! - [`select`]: the balancing policies, pure logic.
+//! - [`self_loop`]: whether a server's address is the broker's own (a loop), for the
+//!   configuration's checks and every connect.
 //! - [`broker`]: the balancers at run time: start, reload on SIGHUP, drain on shutdown.
 //! - [`balancer`]: a balancer's live state: servers, counters, the lease that counts a
 //!   connection against its server; reconfigured in place by a reload.
 //! - [`health`]: quarantine state, the monitor, and their log lines.
+//! - [`places`]: query places (`QUERY_MAX_CONNECTIONS`), given up by idle connections.
 //! - [`relay`]: bytes both ways with half-close.
+//! - [`resolve`]: server names to addresses: cached, one lookup per name, a bound on lookups
+//!   in flight; a destination that is the broker itself refused.
 //! - [`query`]: `/TOTVS_BROKER_QUERY` on the balancers' ports: telling queries from clients
 //!   (sniff), and the STATUS, CFG, PING, JSON, METRICS and ServerStatus answers.
 //! - [`shutdown`]: signals to shutdown and reload requests (the drain is [`broker`]'s).
@@ -28,6 +33,9 @@
 //! - [`clock`], [`throttle`], [`sys`]: time, log-rate limiting, the few system calls the
 //!   standard library lacks.
 
+// A closed standard output or error must not panic the broker: no print macros.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
 pub mod balancer;
 pub mod broker;
 pub mod clock;
@@ -38,9 +46,12 @@ pub mod health;
 pub mod listener;
 pub mod logging;
 pub mod os_error;
+pub mod places;
 pub mod query;
 pub mod relay;
+pub mod resolve;
 pub mod select;
+pub mod self_loop;
 pub mod shutdown;
 pub mod sys;
 pub mod throttle;

@@ -7,7 +7,7 @@ use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Subscriber};
@@ -24,12 +24,16 @@ use crate::config::General;
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
     /// The log file could not be opened.
-    #[error("cannot open the log file {} (ConsoleFile): {source}", path.display())]
+    #[error(
+        "cannot open the log file {} (ConsoleFile): {}",
+        path.display(),
+        crate::os_error::words(error)
+    )]
     File {
         /// The file.
         path: PathBuf,
         /// Why.
-        source: io::Error,
+        error: io::Error,
     },
     /// The level or filter is not understood.
     #[error(
@@ -39,8 +43,10 @@ pub enum LogError {
 }
 
 /// Installs the process's logger. `level` (from `--log-level`) wins over `RUST_LOG`; the
-/// default is `info`.
-pub fn init(general: &General, level: Option<&str>) -> Result<(), LogError> {
+/// default is `info`. The log file (`ConsoleFile`) is not opened yet: its lines wait in
+/// memory until [`Log::open_file`], which the broker calls once its ports are bound, so an
+/// instance that cannot start never touches the file of the one running.
+pub fn init(general: &General, level: Option<&str>) -> Result<Log, LogError> {
     let filter = match level {
         Some(level) => filter(level)?,
         None => match std::env::var("RUST_LOG") {
@@ -49,28 +55,203 @@ pub fn init(general: &General, level: Option<&str>) -> Result<(), LogError> {
         },
     };
     let date = general.console_log_date;
+    let outputs = Arc::new(Outputs {
+        console: general.console_log.then(Mutex::default),
+        file: general
+            .console_file
+            .as_ref()
+            .map(|path| RotatingFile::new(path, general.console_max_size)),
+        date,
+    });
     let console = general.console_log.then(|| {
         tracing_subscriber::fmt::layer()
             .event_format(LineFormat { date })
             .with_ansi(io::stdout().is_terminal())
-            .with_writer(io::stdout)
+            .with_writer(Sink {
+                outputs: Arc::clone(&outputs),
+                to: Output::Console,
+            })
     });
-    let file = match &general.console_file {
-        None => None,
-        Some(path) => Some(
-            tracing_subscriber::fmt::layer()
-                .event_format(LineFormat { date })
-                .with_ansi(false)
-                .with_writer(RotatingFile::open(path, general.console_max_size)?),
-        ),
-    };
+    let file = general.console_file.is_some().then(|| {
+        tracing_subscriber::fmt::layer()
+            .event_format(LineFormat { date })
+            .with_ansi(false)
+            .with_writer(Sink {
+                outputs: Arc::clone(&outputs),
+                to: Output::File,
+            })
+    });
     // A second init (tests running several brokers in one process) keeps the first logger.
     let _ = tracing_subscriber::registry()
         .with(filter)
         .with(console)
         .with(file)
         .try_init();
-    Ok(())
+    Ok(Log { outputs })
+}
+
+/// The installed log, to open its file once the broker may write to it.
+pub struct Log {
+    outputs: Arc<Outputs>,
+}
+
+impl Log {
+    /// Opens (appending to, or creating with mode 0640) the log file, if one is configured,
+    /// and writes the lines logged since start into it.
+    pub fn open_file(&self) -> Result<(), LogError> {
+        let Some(file) = &self.outputs.file else {
+            return Ok(());
+        };
+        let waited = file.open()?;
+        if !waited.is_empty() {
+            self.outputs.write(Output::File, &waited);
+        }
+        Ok(())
+    }
+
+    /// True when lines go to standard output (`ConsoleLog=1`).
+    pub fn to_console(&self) -> bool {
+        self.outputs.console.is_some()
+    }
+}
+
+/// Writes `text` and a newline to standard error, or nothing when standard error cannot be
+/// written: unlike `eprintln!`, it never panics. For the few messages that are no log line
+/// (a configuration that cannot be read, a log output that fails).
+pub fn to_stderr(text: &str) {
+    let mut err = io::stderr().lock();
+    let _ = err.write_all(text.as_bytes());
+    let _ = err.write_all(b"\n");
+}
+
+/// What went wrong with one output: whether its last write failed, and the lines lost since.
+#[derive(Debug, Default)]
+struct Trouble {
+    /// The error of the first failed write, while writes fail.
+    failing: Option<String>,
+    /// Lines lost since.
+    dropped: u64,
+}
+
+impl Trouble {
+    /// A failed write; returns the error's words when it starts an episode (to be said once).
+    fn failed(&mut self, error: &io::Error) -> Option<String> {
+        self.dropped += 1;
+        if self.failing.is_some() {
+            return None;
+        }
+        let words = crate::os_error::words(error);
+        self.failing = Some(words.clone());
+        Some(words)
+    }
+
+    /// A write that works again after failing: (lines lost, why).
+    fn recovered(&mut self) -> Option<(u64, String)> {
+        let why = self.failing.take()?;
+        Some((std::mem::take(&mut self.dropped), why))
+    }
+}
+
+/// Where a line goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Output {
+    Console,
+    File,
+}
+
+/// The log's outputs, shared by the console and file layers so that when one fails the line
+/// saying so goes to the other (or to standard error).
+struct Outputs {
+    /// Standard output's trouble; `None` when `ConsoleLog=0`.
+    console: Option<Mutex<Trouble>>,
+    file: Option<RotatingFile>,
+    /// `ConsoleLogDate`, for the lines written here.
+    date: bool,
+}
+
+impl Outputs {
+    fn write(&self, to: Output, line: &[u8]) {
+        match to {
+            Output::Console => self.write_console(line),
+            Output::File => {
+                if let Some(file) = &self.file
+                    && let Some(news) = file.write_line(line)
+                {
+                    let line = self.line(news.level, &news.message);
+                    if news.level == Level::INFO {
+                        // The file works again: it says so itself; the console too.
+                        self.write_console(line.as_bytes());
+                    } else if !self.console_works() {
+                        to_stderr(line.trim_end());
+                    } else {
+                        self.write_console(line.as_bytes());
+                    }
+                }
+            }
+        }
+    }
+
+    fn console_works(&self) -> bool {
+        self.console
+            .as_ref()
+            .is_some_and(|c| lock(c).failing.is_none())
+    }
+
+    fn write_console(&self, line: &[u8]) {
+        let Some(trouble) = &self.console else {
+            return;
+        };
+        let mut trouble = lock(trouble);
+        let mut out = io::stdout().lock();
+        match out.write_all(line).and_then(|()| out.flush()) {
+            Ok(()) => {
+                if let Some((lost, why)) = trouble.recovered() {
+                    let note = self.line(
+                        Level::INFO,
+                        &format!(
+                            "{lost} log lines could not be written to standard output ({why})"
+                        ),
+                    );
+                    let _ = out.write_all(note.as_bytes());
+                }
+            }
+            Err(e) => {
+                if let Some(words) = trouble.failed(&e) {
+                    drop(out);
+                    drop(trouble);
+                    let note = format!(
+                        "cannot write the log to standard output: {words}; its lines are dropped{}",
+                        match &self.file {
+                            Some(file) => format!(" (they go on to {})", file.path.display()),
+                            None => String::new(),
+                        }
+                    );
+                    let line = self.line(Level::ERROR, &note);
+                    if let Some(file) = &self.file {
+                        let _ = file.write_line(line.as_bytes());
+                    }
+                    to_stderr(line.trim_end());
+                }
+            }
+        }
+    }
+
+    /// A line in the log's format, for what the outputs say about themselves.
+    fn line(&self, level: Level, message: &str) -> String {
+        let mut line = String::new();
+        if self.date {
+            line.push_str(&format!(
+                "{} ",
+                chrono::Local::now().format("%Y-%m-%d %H:%M:%S%.3f")
+            ));
+        }
+        line.push_str(&format!("{} {message}\n", level_name(level)));
+        line
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// True when the logging keys of `[General]` differ: the logger is set up once, at start.
@@ -131,13 +312,7 @@ where
             )?;
         }
         let level = *event.metadata().level();
-        let name = match level {
-            Level::ERROR => "ERROR",
-            Level::WARN => "WARN ",
-            Level::INFO => "INFO ",
-            Level::DEBUG => "DEBUG",
-            Level::TRACE => "TRACE",
-        };
+        let name = level_name(level);
         if writer.has_ansi_escapes() {
             let colour = match level {
                 Level::ERROR => "31",
@@ -163,6 +338,17 @@ where
             }
         }
         writeln!(writer)
+    }
+}
+
+/// The level as a line shows it, five characters wide.
+fn level_name(level: Level) -> &'static str {
+    match level {
+        Level::ERROR => "ERROR",
+        Level::WARN => "WARN ",
+        Level::INFO => "INFO ",
+        Level::DEBUG => "DEBUG",
+        Level::TRACE => "TRACE",
     }
 }
 
@@ -195,7 +381,8 @@ impl Visit for Fields {
 }
 
 /// A log file that is renamed to `<file>.1` (replacing an older one) and started afresh when
-/// the next line would take it past its size limit.
+/// the next line would take it past its size limit. Until [`RotatingFile::open`] its lines
+/// wait in memory.
 pub struct RotatingFile {
     path: PathBuf,
     max: u64,
@@ -203,78 +390,136 @@ pub struct RotatingFile {
 }
 
 struct FileState {
+    /// `None` before it is opened, after a failed rotation, or when it cannot be written.
     file: Option<File>,
+    opened: bool,
     size: u64,
-    /// A write error was already reported on standard error (once is enough).
-    reported: bool,
+    /// Lines logged before the file was opened, up to [`PENDING_MAX`] bytes.
+    pending: Vec<u8>,
+    trouble: Trouble,
+}
+
+/// Bytes of start-up lines kept until the file is opened: far more than a start logs.
+const PENDING_MAX: usize = 1024 * 1024;
+
+/// What the file has to say about itself, for the other outputs.
+struct News {
+    level: Level,
+    message: String,
 }
 
 impl RotatingFile {
-    /// Opens (appending to) `path`; `max` bytes before rotation, 0 for never.
-    pub fn open(path: &Path, max: u64) -> Result<Self, LogError> {
-        let file = append(path).map_err(|source| LogError::File {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let size = file.metadata().map(|m| m.len()).unwrap_or(0);
-        Ok(RotatingFile {
+    /// A file at `path`, rotated past `max` bytes (0: never), not opened yet.
+    pub fn new(path: &Path, max: u64) -> Self {
+        RotatingFile {
             path: path.to_path_buf(),
             max,
             state: Mutex::new(FileState {
-                file: Some(file),
-                size,
-                reported: false,
+                file: None,
+                opened: false,
+                size: 0,
+                pending: Vec::new(),
+                trouble: Trouble::default(),
             }),
-        })
+        }
     }
 
-    fn write_line(&self, line: &[u8]) {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+    /// Opens the file (appending); returns the lines that waited, to be written now.
+    pub fn open(&self) -> Result<Vec<u8>, LogError> {
+        let file = append(&self.path).map_err(|error| LogError::File {
+            path: self.path.clone(),
+            error,
+        })?;
+        let mut state = lock(&self.state);
+        state.size = file.metadata().map(|m| m.len()).unwrap_or(0);
+        state.file = Some(file);
+        state.opened = true;
+        Ok(std::mem::take(&mut state.pending))
+    }
+
+    /// Writes one line; returns what the other outputs should be told: that the file cannot
+    /// be written (once, when that starts), or that it can again.
+    fn write_line(&self, line: &[u8]) -> Option<News> {
+        let mut state = lock(&self.state);
+        if !state.opened {
+            if state.pending.len() + line.len() <= PENDING_MAX {
+                state.pending.extend_from_slice(line);
+            }
+            return None;
+        }
         if self.max > 0 && state.size > 0 && state.size + line.len() as u64 > self.max {
             state.file = None;
             let mut rotated = self.path.clone().into_os_string();
             rotated.push(".1");
-            let result = std::fs::rename(&self.path, &rotated).and_then(|()| append(&self.path));
-            match result {
+            match std::fs::rename(&self.path, &rotated).and_then(|()| append(&self.path)) {
                 Ok(file) => {
                     state.file = Some(file);
                     state.size = 0;
                 }
-                Err(e) => report(&mut state, &self.path, &e),
+                Err(e) => return self.failed(&mut state, &e),
             }
         }
         let result = match state.file.as_mut() {
             Some(file) => file.write_all(line),
             None => append(&self.path).and_then(|mut f| {
                 f.write_all(line)?;
+                state.size = f.metadata().map(|m| m.len()).unwrap_or(0);
                 state.file = Some(f);
                 Ok(())
             }),
         };
         match result {
-            Ok(()) => state.size += line.len() as u64,
-            Err(e) => report(&mut state, &self.path, &e),
+            Ok(()) => {
+                state.size += line.len() as u64;
+                let (lost, why) = state.trouble.recovered()?;
+                let message = format!(
+                    "the log file {} can be written again; {lost} lines were lost ({why})",
+                    self.path.display()
+                );
+                if let Some(file) = state.file.as_mut() {
+                    let _ = file.write_all(format!("{message}\n").as_bytes());
+                }
+                Some(News {
+                    level: Level::INFO,
+                    message,
+                })
+            }
+            Err(e) => self.failed(&mut state, &e),
         }
     }
-}
 
-fn append(path: &Path) -> io::Result<File> {
-    OpenOptions::new().create(true).append(true).open(path)
-}
-
-fn report(state: &mut FileState, path: &Path, error: &io::Error) {
-    if !state.reported {
-        state.reported = true;
-        eprintln!(
-            "appbroker: cannot write the log file {}: {error}",
-            path.display()
-        );
+    fn failed(&self, state: &mut FileState, error: &io::Error) -> Option<News> {
+        let words = state.trouble.failed(error)?;
+        Some(News {
+            level: Level::ERROR,
+            message: format!(
+                "cannot write the log file {}: {words}; its lines are dropped until it can be \
+                 written again",
+                self.path.display()
+            ),
+        })
     }
 }
 
-/// One event's line, handed to the file in a single write.
+/// Opens `path` for appending, creating it readable by its owner and group only: it holds
+/// client addresses.
+fn append(path: &Path) -> io::Result<File> {
+    let mut options = OpenOptions::new();
+    options.create(true).append(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o640);
+    options.open(path)
+}
+
+/// Where a layer's lines go: one event's line is collected, then written in a single write.
+struct Sink {
+    outputs: Arc<Outputs>,
+    to: Output,
+}
+
+/// One event's line, handed to its output in a single write.
 pub struct LineWriter<'a> {
-    file: &'a RotatingFile,
+    sink: &'a Sink,
     line: Vec<u8>,
 }
 
@@ -292,17 +537,17 @@ impl Write for LineWriter<'_> {
 impl Drop for LineWriter<'_> {
     fn drop(&mut self) {
         if !self.line.is_empty() {
-            self.file.write_line(&self.line);
+            self.sink.outputs.write(self.sink.to, &self.line);
         }
     }
 }
 
-impl<'a> MakeWriter<'a> for RotatingFile {
+impl<'a> MakeWriter<'a> for Sink {
     type Writer = LineWriter<'a>;
 
     fn make_writer(&'a self) -> Self::Writer {
         LineWriter {
-            file: self,
+            sink: self,
             line: Vec::new(),
         }
     }
@@ -338,7 +583,11 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("broker.log");
         let _ = std::fs::remove_file(&path);
-        let file = RotatingFile::open(&path, 25).unwrap();
+        let file = RotatingFile::new(&path, 25);
+        file.write_line(b"waited for the open\n");
+        let waited = file.open().unwrap();
+        assert_eq!(waited, b"waited for the open\n");
+        file.write_line(&waited);
         file.write_line(b"first line, 20 bytes\n");
         file.write_line(b"second line\n");
         file.write_line(b"third\n");
@@ -349,6 +598,40 @@ mod tests {
         assert_eq!(
             std::fs::read_to_string(&path).unwrap(),
             "second line\nthird\n"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_file_that_cannot_be_written_says_so_once_and_again_when_it_can() {
+        let dir = std::env::temp_dir().join(format!("appbroker-log-gone-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("broker.log");
+        let file = RotatingFile::new(&path, 30);
+        file.open().unwrap();
+        assert!(file.write_line(b"a line of twenty b\n").is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
+        // The next line needs a rotation, in a directory that is gone.
+        let news = file.write_line(b"a line of twenty b\n").expect("told");
+        assert_eq!(news.level, Level::ERROR);
+        assert!(
+            news.message.contains("cannot write the log file"),
+            "{}",
+            news.message
+        );
+        assert!(file.write_line(b"lost too\n").is_none(), "said once");
+        std::fs::create_dir_all(&dir).unwrap();
+        let news = file.write_line(b"back\n").expect("told");
+        assert_eq!(news.level, Level::INFO);
+        assert!(
+            news.message.contains("2 lines were lost"),
+            "{}",
+            news.message
+        );
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            text.starts_with("back\n") && text.contains("can be written again"),
+            "{text}"
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -1,6 +1,9 @@
 //! The `appbroker` command: parse the command line, load the configuration, set up logging,
 //! bind, and run until a signal says stop.
+// Nothing here may panic because an output is closed: no print macros.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
 
+use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -92,14 +95,14 @@ fn main() -> ExitCode {
     } = match loaded {
         Ok(loaded) => loaded,
         Err(e) => {
-            eprintln!("appbroker: {}", e.report());
+            logging::to_stderr(&format!("appbroker: {}", e.report()));
             if let LoadError::Read { source, .. } = &e
                 && source.kind() == std::io::ErrorKind::NotFound
             {
-                eprintln!(
+                logging::to_stderr(
                     "appbroker: name the configuration file with --config PATH (start from \
                      appserver.ini.example), or run `appbroker demo` to see the broker at work \
-                     with stand-in servers"
+                     with stand-in servers",
                 );
             }
             return ExitCode::from(2);
@@ -108,16 +111,17 @@ fn main() -> ExitCode {
     let file = config.source.display().to_string();
     if cli.check {
         for notice in &notices {
-            eprintln!("notice: {}", notice.located(&file));
+            logging::to_stderr(&format!("notice: {}", notice.located(&file)));
         }
-        print!("{}", config.to_ini());
+        // A closed standard output loses the printout, not the verdict (the exit code).
+        let _ = std::io::stdout().write_all(config.to_ini().as_bytes());
         // On standard error, so standard output stays the INI above.
         let servers: usize = config.balancers.iter().map(|b| b.servers.len()).sum();
-        eprintln!(
+        logging::to_stderr(&format!(
             "configuration OK: {file} ({}, {})",
             config::plural(config.balancers.len(), "balancer"),
             config::plural(servers, "server")
-        );
+        ));
         return ExitCode::SUCCESS;
     }
     if let Some(args) = demo {
@@ -129,10 +133,13 @@ fn main() -> ExitCode {
             balancer.listen.set_ip(args.listen);
         }
     }
-    if let Err(e) = logging::init(&config.general, cli.log_level.as_deref()) {
-        eprintln!("appbroker: {e}");
-        return ExitCode::from(2);
-    }
+    let log = match logging::init(&config.general, cli.log_level.as_deref()) {
+        Ok(log) => log,
+        Err(e) => {
+            logging::to_stderr(&format!("appbroker: {e}"));
+            return ExitCode::from(2);
+        }
+    };
     info!(
         "appbroker {} starting with {file}",
         env!("CARGO_PKG_VERSION")
@@ -141,11 +148,18 @@ fn main() -> ExitCode {
         warn!("{}", notice.located(&file));
     }
     let client_command = demo.map(|args| client_command(&cli, args));
-    match run(config, client_command) {
+    match run(config, client_command, &log) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
-            ExitCode::from(1)
+            if !log.to_console() {
+                // The log file may not be open (or not the place anyone looks at a start).
+                logging::to_stderr(&format!("appbroker: {e:#}"));
+            }
+            match e.downcast_ref::<logging::LogError>() {
+                Some(_) => ExitCode::from(2),
+                None => ExitCode::from(1),
+            }
         }
     }
 }
@@ -153,17 +167,17 @@ fn main() -> ExitCode {
 /// `appbroker demo --client`: talks to the demo's first balancer, or `address`.
 fn demo_client(config: &Config, args: &DemoArgs, address: Option<SocketAddr>) -> ExitCode {
     let Some(address) = address.or_else(|| demo::client_address(config, args.listen)) else {
-        eprintln!("appbroker: the configuration has no balancer to connect to");
+        logging::to_stderr("appbroker: the configuration has no balancer to connect to");
         return ExitCode::from(2);
     };
     match demo::client(address) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!(
+            logging::to_stderr(&format!(
                 "appbroker: cannot talk to {address}: {}; is the demo running? Start it with \
                  `appbroker demo` in another terminal",
                 appbroker::os_error::words(&e)
-            );
+            ));
             ExitCode::from(1)
         }
     }
@@ -188,7 +202,7 @@ fn client_command(cli: &Cli, args: &DemoArgs) -> String {
 
 /// Runs the broker; with `demo` (the command that runs its client), the demo's stand-in
 /// servers and console too.
-fn run(config: Config, demo: Option<String>) -> anyhow::Result<()> {
+fn run(config: Config, demo: Option<String>, log: &logging::Log) -> anyhow::Result<()> {
     match sys::raise_open_file_limit() {
         Ok(limit) => info!(
             "open-file limit {limit}: room for about {} clients",
@@ -215,6 +229,9 @@ fn run(config: Config, demo: Option<String>) -> anyhow::Result<()> {
         };
         let shown = demo.as_ref().map(|_| config.clone());
         let broker = Broker::bind(config, workers)?;
+        // Only now, with the ports bound: an instance that cannot start (another holds the
+        // ports) leaves the running one's log file alone.
+        log.open_file()?;
         // After the `listening on` lines, so the way in is the last thing on the screen.
         if let (Some(servers), Some(client), Some(config)) = (&servers, &demo, &shown) {
             demo::introduce(config, servers.len(), client);

@@ -168,11 +168,6 @@ pub fn explain_bind(error: &io::Error, port: u16) -> String {
     format!("{}{codes}; {advice}", words(error))
 }
 
-/// True when the error is the broker's own (descriptors, ports, memory): no server is blamed.
-pub fn is_broker_fault(error: &io::Error) -> bool {
-    explain_connect(error).points_at == PointsAt::Broker
-}
-
 /// The error in plain lower-case words, without Rust's " (os error N)" suffix.
 pub fn words(error: &io::Error) -> String {
     let text = error.to_string();

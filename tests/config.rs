@@ -8,7 +8,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use common::run_cli;
+use common::{binary, run_bounded, run_cli};
 
 const VALID: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/valid");
 const INVALID: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/invalid");
@@ -307,6 +307,7 @@ fn every_key_is_printed_with_its_default() {
         ("SHUTDOWN_TIMEOUT", "30s"),
         ("LANGUAGE", "en"),
         ("WORKERS", "0"),
+        ("DNS_MAX_LOOKUPS", "32"),
     ]
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .into();
@@ -332,6 +333,7 @@ fn every_key_is_printed_with_its_default() {
         ("IDLE_TIMEOUT", "0s"),
         ("MONITOR_FALL", "1"),
         ("MONITOR_RISE", "1"),
+        ("DNS_CACHE_TIME", "30s"),
     ]
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .into();
@@ -540,4 +542,141 @@ fn without_arguments_it_points_to_config_and_the_demo() {
     assert!(output.stdout.is_empty());
     assert!(stderr.contains("cannot read appserver.ini"), "{stderr}");
     assert_hints_at_config_and_demo(&stderr);
+}
+
+/// `--check` on `path` in a shell that caps the process's memory at 1 GiB, so a broker that
+/// reads without bound fails instead of taking the machine's memory.
+fn check_capped(path: &Path) -> (i32, String, String) {
+    let mut command = std::process::Command::new("sh");
+    command.arg("-c").arg(format!(
+        "ulimit -v 1048576 && exec '{}' --check --config '{}'",
+        binary(),
+        path.display()
+    ));
+    run_bounded(command)
+}
+
+#[test]
+fn a_fifo_a_device_or_a_directory_is_refused_at_once() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let fifo = dir.path().join("appserver.ini");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("mkfifo");
+    for (path, what) in [
+        (
+            fifo.as_path(),
+            "it is a FIFO (named pipe), not a regular file",
+        ),
+        (Path::new("/dev/zero"), "it is a device, not a regular file"),
+        (dir.path(), "it is a directory, not a regular file"),
+    ] {
+        let (code, stdout, stderr) = check_capped(path);
+        assert_eq!(code, 2, "{}: {stderr}", path.display());
+        assert_eq!(stdout, "");
+        assert!(
+            stderr.contains(&format!("cannot read {}: {what}", path.display())),
+            "{stderr}"
+        );
+    }
+}
+
+#[test]
+fn a_symbolic_link_to_a_file_is_read() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let link = dir.path().join("appserver.ini");
+    std::os::unix::fs::symlink(Path::new(VALID).join("minimal.ini"), &link).expect("symlink");
+    let (code, stdout, stderr) = check(&link);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("[BALANCE_SMART_CLIENT_DESKTOP]"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn a_file_over_16_mib_is_refused_and_one_just_under_is_read() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("appserver.ini");
+    let valid = std::fs::read_to_string(Path::new(VALID).join("minimal.ini")).unwrap();
+    // Comment lines up to exactly 16 MiB, the largest file read.
+    let mut text = valid.clone();
+    let line = format!("; {}\n", "x".repeat(1021));
+    while text.len() + line.len() <= 16 * 1024 * 1024 {
+        text.push_str(&line);
+    }
+    text.push_str(&";".repeat(16 * 1024 * 1024 - text.len() - 1));
+    text.push('\n');
+    assert_eq!(text.len(), 16 * 1024 * 1024);
+    std::fs::write(&path, &text).unwrap();
+    let (code, _, stderr) = check_capped(&path);
+    assert_eq!(code, 0, "{stderr}");
+
+    text.push('\n');
+    std::fs::write(&path, &text).unwrap();
+    let (code, stdout, stderr) = check_capped(&path);
+    assert_eq!(code, 2, "{stderr}");
+    assert_eq!(stdout, "");
+    assert!(
+        stderr.contains(&format!(
+            "cannot read {}: it is 16777217 bytes, more than the 16 MiB a configuration file may have",
+            path.display()
+        )),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn at_most_100_errors_are_printed_then_how_many_more() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("appserver.ini");
+    let mut text = String::from(
+        "[BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_PORT=5000\nREMOTE_SERVER_01=10.0.0.1 1234\n",
+    );
+    for i in 0..1000 {
+        text.push_str(&format!("not an entry {i}\n"));
+    }
+    std::fs::write(&path, text).unwrap();
+    let (code, _, stderr) = check(&path);
+    assert_eq!(code, 2);
+    let file = path.display().to_string();
+    let errors: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.trim_start().starts_with(&format!("{file}:")))
+        .collect();
+    assert_eq!(errors.len(), 100, "{stderr}");
+    // The first ones, in line order.
+    assert!(errors[0].contains(&format!("{file}:4:")), "{}", errors[0]);
+    assert!(
+        errors[99].contains(&format!("{file}:103:")),
+        "{}",
+        errors[99]
+    );
+    assert!(stderr.contains("1000 errors in"), "{stderr}");
+    assert!(stderr.contains("... and 900 more errors"), "{stderr}");
+    assert!(stderr.lines().count() < 110, "{stderr}");
+}
+
+#[test]
+fn a_file_of_millions_of_lines_is_checked_in_bounded_memory_and_output() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("appserver.ini");
+    // Just under 16 MiB: four million unknown, repeated keys in a balancer section, and as
+    // many in [General].
+    let mut text = String::from("[General]\n");
+    text.push_str(&"x=1\n".repeat(2_000_000));
+    text.push_str("[BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_PORT=5000\n");
+    text.push_str(&"y=1\n".repeat(2_000_000));
+    std::fs::write(&path, &text).unwrap();
+    let (code, stdout, stderr) = check_capped(&path);
+    assert_eq!(code, 2, "{stderr}");
+    assert_eq!(stdout, "");
+    assert!(
+        stderr.lines().count() < 110,
+        "{} lines",
+        stderr.lines().count()
+    );
+    assert!(
+        stderr.contains("more than 100000 sections and entries"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("more errors"), "{stderr}");
 }

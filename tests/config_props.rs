@@ -36,6 +36,7 @@ const BALANCER_KEYS: &[&str] = &[
     "MONITOR_EXPECT",
     "MONITOR_FALL",
     "MONITOR_RISE",
+    "DNS_CACHE_TIME",
     "REMOTE_SERVER_01",
     "REMOTE_SERVER_02",
     "REMOTE_SERVER_aa",
@@ -52,6 +53,8 @@ const GENERAL_KEYS: &[&str] = &[
     "SHUTDOWN_GRACE",
     "SHUTDOWN_TIMEOUT",
     "LANGUAGE",
+    "WORKERS",
+    "DNS_MAX_LOOKUPS",
 ];
 const SECTIONS: &[&str] = &[
     "General",
@@ -333,7 +336,15 @@ fn cidr() -> impl Strategy<Value = String> {
 fn host() -> impl Strategy<Value = String> {
     prop_oneof![
         ip(),
-        prop::collection::vec("[a-z0-9][a-z0-9_-]{0,9}", 1..4).prop_map(|labels| labels.join(".")),
+        // Labels that neither start nor end with `-`, and a last one that is no number.
+        (
+            prop::collection::vec("[a-z0-9]([a-z0-9_-]{0,8}[a-z0-9])?", 0..3),
+            "[a-z][a-z0-9_-]{0,8}[a-z0-9]",
+        )
+            .prop_map(|(mut labels, last)| {
+                labels.push(last);
+                labels.join(".")
+            }),
     ]
 }
 
@@ -375,6 +386,7 @@ fn balancer_settings() -> impl Strategy<Value = Vec<String>> {
         duration_key("IDLE_TIMEOUT", 0, 86_400_000),
         integer_key("MONITOR_FALL", 1, 100),
         integer_key("MONITOR_RISE", 1, 100),
+        duration_key("DNS_CACHE_TIME", 0, 86_400_000),
         prop::option::of(prop_oneof![
             select(vec!["CONNECTION", "DISABLED", "disable", "SMARTCLIENT_SSL"])
                 .prop_map(|m| vec![format!("MONITORING_TYPE={m}")]),
@@ -392,7 +404,7 @@ fn balancer_settings() -> impl Strategy<Value = Vec<String>> {
     (first, second).prop_map(|(a, b)| {
         let (sort, interval, quarantine, timeout, attempts, max, log, query, allow, qmax, sniff) =
             a;
-        let (ka_time, ka_interval, ka_count, user_timeout, idle, fall, rise, monitoring) = b;
+        let (ka_time, ka_interval, ka_count, user_timeout, idle, fall, rise, dns, monitoring) = b;
         [
             sort,
             interval,
@@ -412,6 +424,7 @@ fn balancer_settings() -> impl Strategy<Value = Vec<String>> {
             idle,
             fall,
             rise,
+            dns,
         ]
         .into_iter()
         .flatten()
@@ -426,7 +439,9 @@ fn servers() -> impl Strategy<Value = Vec<String>> {
         "[0-9A-Z]{2}",
         (
             host(),
-            1u16..=65535,
+            // Below the balancers' ports: a server on a balancer's own port at a loopback
+            // address would be the broker itself, which is an error.
+            1u16..=40000,
             prop::option::of(0u32..=1000),
             any::<bool>(),
         ),
@@ -457,6 +472,10 @@ fn valid_ini() -> impl Strategy<Value = String> {
         duration_key("SHUTDOWN_GRACE", 0, 86_400_000),
         duration_key("SHUTDOWN_TIMEOUT", 0, 86_400_000),
         choice_key("LANGUAGE", &["en", "pt-BR", "PT-br", "pt"]),
+        (
+            integer_key("WORKERS", 0, 256),
+            integer_key("DNS_MAX_LOOKUPS", 1, 4096),
+        ),
         balancer_settings(),
     );
     let balancer = || (prop::option::of(ip()), balancer_settings(), servers());
@@ -464,17 +483,30 @@ fn valid_ini() -> impl Strategy<Value = String> {
         prop::option::of(general),
         balancer(),
         prop::option::of(balancer()),
-        1u16..=65534,
+        40001u16..=65534,
         any::<bool>(),
     )
         .prop_map(|(general, desktop, web, port, comments)| {
             let mut lines = Vec::new();
-            if let Some((log, file, size, date, grace, timeout, language, defaults)) = general {
+            if let Some((
+                log,
+                file,
+                size,
+                date,
+                grace,
+                timeout,
+                language,
+                (workers, dns),
+                defaults,
+            )) = general
+            {
                 lines.push("[General]".to_string());
                 lines.extend(
-                    [log, file, size, date, grace, timeout, language]
-                        .into_iter()
-                        .flatten(),
+                    [
+                        log, file, size, date, grace, timeout, language, workers, dns,
+                    ]
+                    .into_iter()
+                    .flatten(),
                 );
                 lines.extend(defaults);
             }

@@ -8,6 +8,8 @@
 
 mod common;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -531,4 +533,117 @@ async fn max_attempts_limits_the_servers_tried_for_one_client() {
         .filter(|s| !quarantines(&broker, &s.address()).is_empty())
         .count();
     assert_eq!(quarantined, 2, "log:\n{}", broker.log_text());
+}
+
+/// Descriptors the process `pid` holds now.
+fn descriptors(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|dir| dir.count())
+        .expect("list /proc/PID/fd")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_is_the_broker_itself_is_refused_never_looped() {
+    // `localhost` on the broker's own port, the only server: no address in the file, so
+    // --check cannot see it; it resolves to a loopback address, which the wildcard listener
+    // (`::`, IPv4 too) answers. Each client would be sent back into the broker, again and
+    // again, until every descriptor is used.
+    let ini = "[General]\nSHUTDOWN_TIMEOUT=5\n[BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_ADDRESS=::\n\
+               LOCAL_SERVER_PORT=@PORT@\nMONITORING_TYPE=DISABLED\nQUERY_ALLOW=127.0.0.1\n\
+               REMOTE_SERVER_01=localhost @PORT@\n";
+    let broker = Broker::start(ini).await;
+    let own = format!("localhost:{}", broker.ports[0]);
+    let before = descriptors(broker.pid());
+    // The most descriptors the broker holds while the clients come and go, sampled apart.
+    let (stop, most) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    let sampler = {
+        let (stop, most, pid) = (Arc::clone(&stop), Arc::clone(&most), broker.pid());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                most.fetch_max(descriptors(pid), Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        })
+    };
+    for _ in 0..5 {
+        let mut client = TcpStream::connect(broker.addr()).await.expect("connect");
+        tokio::io::AsyncWriteExt::write_all(&mut client, b"hello\n")
+            .await
+            .expect("send");
+        let closed = closed_at_once(client).await;
+        assert!(
+            most.load(Ordering::Relaxed) <= before + 20,
+            "the broker went from {before} to {} descriptors",
+            most.load(Ordering::Relaxed)
+        );
+        assert!(closed, "no server for the client");
+    }
+    stop.store(true, Ordering::Relaxed);
+    sampler.join().expect("sampler");
+    // Nothing runs away: the clients have left, and so have their descriptors.
+    eventually("the descriptors given back", || {
+        descriptors(broker.pid()) <= before + 4
+    })
+    .await;
+    let line = broker
+        .wait_for_log("is this broker's own listening address")
+        .await;
+    assert!(line.contains(&own), "{line}");
+    broker
+        .wait_for_log(&format!("putting server {own} in quarantine"))
+        .await;
+    let ping = http_get(broker.addr(), "/TOTVS_BROKER_QUERY/PING", &[]).await;
+    assert_eq!(ping.status, 200);
+    let status = query_json(broker.addr()).await;
+    let server = server_json(&status, &own).expect("listed");
+    assert_eq!(server["inquarantine"], true, "{server}");
+    assert!(
+        server["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("own listening address")),
+        "{server}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_of_a_server_that_is_the_broker_itself_go_to_the_others() {
+    let b = TestServer::start("b").await;
+    // The first client is sent to the broker itself (ROUND_ROBIN, configuration order).
+    let ini = format!(
+        "[General]\nSHUTDOWN_TIMEOUT=5\n[BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_ADDRESS=127.0.0.1\n\
+         LOCAL_SERVER_PORT=@PORT@\nSORT_METHOD=ROUND_ROBIN\nMONITORING_TYPE=DISABLED\n\
+         REMOTE_SERVER_01=localhost @PORT@\nREMOTE_SERVER_02={}\n",
+        b.ini()
+    );
+    let broker = Broker::start(&ini).await;
+    for _ in 0..10 {
+        assert_eq!(ask(broker.addr()).await.expect("answered"), "b");
+    }
+    let line = broker
+        .wait_for_log("cannot connect to server localhost")
+        .await;
+    assert!(line.contains("own listening address"), "{line}");
+    assert!(line.contains("points at configuration"), "{line}");
+    assert_eq!(b.accepted(), 10, "each client reached b once, directly");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_monitor_finds_a_server_that_is_the_broker_itself() {
+    let b = TestServer::start("b").await;
+    let ini = format!(
+        "[General]\nSHUTDOWN_TIMEOUT=5\n[BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_ADDRESS=127.0.0.1\n\
+         LOCAL_SERVER_PORT=@PORT@\nMONITORING_TYPE=CONNECTION\nMONITOR_INTERVAL=100ms\n\
+         REMOTE_SERVER_01=localhost @PORT@\nREMOTE_SERVER_02={}\n",
+        b.ini()
+    );
+    let broker = Broker::start(&ini).await;
+    let before = descriptors(broker.pid());
+    broker.wait_for_logs("monitor: OK", 5).await;
+    let line = broker.wait_for_log("failed the monitor check").await;
+    assert!(line.contains("own listening address"), "{line}");
+    assert!(descriptors(broker.pid()) <= before + 4);
+    assert_eq!(ask(broker.addr()).await.expect("answered"), "b");
 }

@@ -544,8 +544,8 @@ async fn other_http_paths_reach_the_server_untouched() {
         b"GET /rest/x HTTP/1.1\r\nHost: broker\r\nAccept: */*\r\n\r\n",
         // A longer name that only starts like the query path.
         b"GET /TOTVS_BROKER_QUERYX HTTP/1.1\r\nHost: broker\r\n\r\n",
-        // Only GET and HEAD are queries.
-        b"POST /TOTVS_BROKER_QUERY/PING HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
+        // Any method on another path.
+        b"POST /rest/TOTVS_BROKER_QUERY/PING HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
         b"OPTIONS * HTTP/1.1\r\nHost: broker\r\n\r\n",
     ];
     for (i, request) in requests.iter().enumerate() {
@@ -701,7 +701,10 @@ async fn queries_are_answered_at_max_connections() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_query_line_does_not_take_a_client_place() {
     let a = TestServer::start("a").await;
-    let broker = Broker::start(&ini_for(&[&a], "MAX_CONNECTIONS=1")).await;
+    // The longest QUERY_SNIFF_TIMEOUT, so the stalled line below is still being waited for
+    // when the client arrives (after it, it would be forwarded as a client itself).
+    let ini = ini_for(&[&a], "MAX_CONNECTIONS=1\nQUERY_SNIFF_TIMEOUT=5s");
+    let broker = Broker::start(&ini).await;
     // A request line that stops where it could still be a query (it may arrive in several
     // segments): the broker waits for the rest, but a slow query is not a client.
     let mut stalled = TcpStream::connect(broker.addr()).await.unwrap();
@@ -728,13 +731,14 @@ async fn a_stalled_query_line_does_not_take_a_client_place() {
 async fn query_max_connections_caps_unfinished_queries() {
     let a = TestServer::start("a").await;
     let broker = Broker::start(&ini_for(&[&a], "QUERY_MAX_CONNECTIONS=2")).await;
-    // A whole request line without its end, and one that stops mid-path, in the very first
-    // segment: both hold a place while they wait.
+    // A whole request line without its end, and one that stops right after the query path:
+    // both are queries, and hold a place while their head does not come. (One that stops
+    // mid-path is no query yet and holds no place: tests/query_access.rs.)
     let (held, refused) = hold_query_places(
         broker.addr(),
         &[
             b"GET /TOTVS_BROKER_QUERY/PING HTTP/1.1\r\n",
-            b"GET /TOTVS_BROKER_QU",
+            b"HEAD /TOTVS_BROKER_QUERY ",
         ],
     )
     .await;

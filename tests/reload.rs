@@ -1026,3 +1026,43 @@ async fn clients_arriving_while_the_port_moves_are_all_served() {
         "clients the old port had accepted were not served: {failures:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configuration_path_that_became_a_fifo_is_rejected_and_the_broker_goes_on() {
+    let a = TestServer::start("a").await;
+    let mut broker = Broker::start(&ini_for(&[&a], "")).await;
+    std::fs::remove_file(&broker.config_path).unwrap();
+    nix::unistd::mkfifo(
+        &broker.config_path,
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .unwrap();
+    broker.signal(Signal::SIGHUP);
+    let line = broker
+        .wait_for_log("FIFO (named pipe), not a regular file")
+        .await;
+    assert!(
+        line.contains(&broker.config_path.display().to_string()),
+        "{line}"
+    );
+    broker.wait_for_log("reload rejected").await;
+    // Signals, monitors and clients are served as before.
+    assert_eq!(ask(broker.addr()).await.unwrap(), "a");
+    broker.signal(Signal::SIGTERM);
+    assert!(broker.wait_exit().await.success(), "{}", broker.log_text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_makes_a_server_the_broker_itself_is_rejected() {
+    let a = TestServer::start("a").await;
+    let broker = Broker::start(&ini_for(&[&a], "")).await;
+    rewrite(
+        &broker,
+        &ini_for(&[&a], "REMOTE_SERVER_02=127.0.0.1 @PORT@"),
+    );
+    broker.signal(Signal::SIGHUP);
+    broker.wait_for_log("reload rejected").await;
+    let line = broker.wait_for_log("is this broker's own address").await;
+    assert!(line.contains("REMOTE_SERVER_02"), "{line}");
+    assert_eq!(ask(broker.addr()).await.unwrap(), "a");
+}

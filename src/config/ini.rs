@@ -46,18 +46,54 @@ pub struct SyntaxError {
     pub message: String,
 }
 
-/// Scans the whole text; syntax errors are collected, never fatal, so the caller reports all.
-pub fn scan(text: &str) -> (Vec<Section>, Vec<SyntaxError>) {
+/// Sections and entries read at most: an `appserver.ini` has a few hundred (a balancer
+/// section at most 1296 servers and some 40 keys), and each costs memory while the file is
+/// checked. A file past this is not one; it is reported rather than read to its end.
+pub const MAX_LINES: usize = 100_000;
+
+/// Scans the whole text; syntax errors are collected, never fatal, so the caller reports all:
+/// the first `keep` of them, and the count of the others.
+pub fn scan(text: &str, keep: usize) -> Scanned {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut sections: Vec<Section> = Vec::new();
-    let mut errors = Vec::new();
+    let mut errors = Errors {
+        kept: Vec::new(),
+        keep,
+        more: 0,
+    };
+    let mut read = 0;
+    let mut truncated = None;
     for (index, raw) in text.lines().enumerate() {
         let line = index + 1;
         let trimmed = raw.trim();
         if trimmed.is_empty() || trimmed.starts_with(';') || trimmed.starts_with('#') {
             continue;
         }
-        let current = sections.last().map(|s| s.written.clone());
+        let current = || sections.last().map(|s| s.written.clone());
+        if read == MAX_LINES {
+            truncated = Some(SyntaxError {
+                line,
+                section: current(),
+                message: format!(
+                    "more than {MAX_LINES} sections and entries: an appserver.ini has a few \
+                     hundred; is it the right file? (nothing from this line on is read)"
+                ),
+            });
+            break;
+        }
+        read += 1;
+        if errors.full() {
+            // Only counted: no message is composed for an error that will not be shown.
+            let is_header = trimmed.starts_with('[') && trimmed.ends_with(']');
+            let is_entry = trimmed
+                .split_once('=')
+                .is_some_and(|(k, v)| !k.trim().is_empty() && !v.contains(';'));
+            if !is_header && !is_entry || (is_entry && sections.is_empty()) {
+                errors.more += 1;
+                continue;
+            }
+        }
+        let current = current();
         let error = |message: String| SyntaxError {
             line,
             section: current.clone(),
@@ -118,7 +154,46 @@ pub fn scan(text: &str) -> (Vec<Section>, Vec<SyntaxError>) {
             ))),
         }
     }
-    (sections, errors)
+    Scanned {
+        sections,
+        errors: errors.kept,
+        more_errors: errors.more,
+        truncated,
+    }
+}
+
+/// What [`scan`] found.
+#[derive(Debug)]
+pub struct Scanned {
+    /// The sections, in file order.
+    pub sections: Vec<Section>,
+    /// The first syntax errors, in line order.
+    pub errors: Vec<SyntaxError>,
+    /// How many more syntax errors there are.
+    pub more_errors: usize,
+    /// Past [`MAX_LINES`]: the error saying where reading stopped.
+    pub truncated: Option<SyntaxError>,
+}
+
+/// Syntax errors come in line order: the first `keep` are kept, the others counted.
+struct Errors {
+    kept: Vec<SyntaxError>,
+    keep: usize,
+    more: usize,
+}
+
+impl Errors {
+    fn full(&self) -> bool {
+        self.kept.len() >= self.keep
+    }
+
+    fn push(&mut self, error: SyntaxError) {
+        if self.kept.len() < self.keep {
+            self.kept.push(error);
+        } else {
+            self.more += 1;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -128,7 +203,9 @@ mod tests {
     #[test]
     fn sections_entries_and_comments() {
         let text = "\u{feff}; comment\n# other\n[General]\nConsoleLog = 1\n\n[balance_x]\n  Key=C:\\totvs\\logs  \n";
-        let (sections, errors) = scan(text);
+        let Scanned {
+            sections, errors, ..
+        } = scan(text, 100);
         assert!(errors.is_empty(), "{errors:?}");
         assert_eq!(sections.len(), 2);
         assert_eq!(sections[0].name, "GENERAL");
@@ -143,7 +220,9 @@ mod tests {
     #[test]
     fn every_syntax_error_is_reported_with_its_line() {
         let text = "orphan=1\n[A]\nno equals here\n=5\nK=1 ; note\n[broken\nOK=2\n";
-        let (sections, errors) = scan(text);
+        let Scanned {
+            sections, errors, ..
+        } = scan(text, 100);
         let lines: Vec<usize> = errors.iter().map(|e| e.line).collect();
         assert_eq!(lines, vec![1, 3, 4, 5, 6]);
         assert!(errors[3].message.contains("`;` after a value"));
@@ -156,7 +235,9 @@ mod tests {
 
     #[test]
     fn value_may_be_empty_and_may_contain_equals() {
-        let (sections, errors) = scan("[A]\nK=\nL=a=b\n");
+        let Scanned {
+            sections, errors, ..
+        } = scan("[A]\nK=\nL=a=b\n", 100);
         assert!(errors.is_empty());
         assert_eq!(sections[0].entries[0].value, "");
         assert_eq!(sections[0].entries[1].value, "a=b");

@@ -59,6 +59,8 @@ pub struct General {
     pub language: Language,
     /// `WORKERS`: threads serving connections; 0 for one per CPU.
     pub workers: u32,
+    /// `DNS_MAX_LOOKUPS`: name lookups in flight at once in the process.
+    pub dns_max_lookups: u32,
 }
 
 /// `LANGUAGE`: the language of the status pages.
@@ -148,6 +150,9 @@ pub struct BalancerConfig {
     pub monitor_fall: u32,
     /// `MONITOR_RISE`: consecutive passed checks that release a quarantined server.
     pub monitor_rise: u32,
+    /// `DNS_CACHE_TIME`: how long a server name's addresses are used before it is looked up
+    /// again (zero: at every connect).
+    pub dns_cache_time: Duration,
 }
 
 /// TCP keepalive, so a vanished peer is noticed in minutes rather than the kernel's two hours.
@@ -333,6 +338,14 @@ impl ConfigError {
     }
 }
 
+/// The largest configuration file read: a real `appserver.ini` is a few KiB, and a path that
+/// names something else (a log, a disk image) must not fill the broker's memory.
+pub const MAX_FILE_SIZE: u64 = 16 * 1024 * 1024;
+
+/// Errors printed at most; the rest are counted. A file that is not an ini at all gives an
+/// error per line, and a million lines of them help no one.
+pub const MAX_ERRORS_SHOWN: usize = 100;
+
 /// Why a configuration could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -344,30 +357,71 @@ pub enum LoadError {
         /// The I/O error.
         source: std::io::Error,
     },
-    /// The file was read and holds errors; all of them are here.
-    #[error("{} in {}", plural(errors.len(), "error"), path.display())]
+    /// The path names something other than a regular file (a FIFO, a device, a directory).
+    #[error(
+        "cannot read {}: it is {what}, not a regular file; give the path of the appserver.ini \
+         itself (a symbolic link to one is fine)",
+        path.display()
+    )]
+    NotAFile {
+        /// The path.
+        path: PathBuf,
+        /// What it is, in words (`a FIFO (named pipe)`).
+        what: &'static str,
+    },
+    /// The file is larger than [`MAX_FILE_SIZE`].
+    #[error(
+        "cannot read {}: it is {} bytes, more than the {} MiB a configuration file may have; is \
+         it the right file?",
+        path.display(),
+        size,
+        MAX_FILE_SIZE / (1024 * 1024)
+    )]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// Its size in bytes (at least what was read).
+        size: u64,
+    },
+    /// The file was read and holds errors.
+    #[error("{} in {}", plural(*total, "error"), path.display())]
     Invalid {
         /// The file.
         path: PathBuf,
-        /// Every error, in line order.
+        /// The first [`MAX_ERRORS_SHOWN`] errors, in line order.
         errors: Vec<ConfigError>,
+        /// How many errors there are in all.
+        total: usize,
     },
 }
 
 impl LoadError {
-    /// Every message, one per line, each starting with the file name.
+    /// Every message, one per line, each starting with the file name: the first
+    /// [`MAX_ERRORS_SHOWN`] of a file with errors, then how many more there are.
     pub fn report(&self) -> String {
         match self {
-            LoadError::Read { .. } => self.to_string(),
-            LoadError::Invalid { path, errors } => {
+            LoadError::Invalid {
+                path,
+                errors,
+                total,
+            } => {
                 let file = path.display().to_string();
                 let mut out = format!("{self}:");
                 for error in errors {
                     out.push_str("\n  ");
                     out.push_str(&error.located(&file));
                 }
+                let more = total.saturating_sub(errors.len());
+                if more > 0 {
+                    let noun = if more == 1 { "error" } else { "errors" };
+                    out.push_str(&format!(
+                        "\n  ... and {more} more {noun} (the first {MAX_ERRORS_SHOWN} are shown; \
+                         is it an appserver.ini?)"
+                    ));
+                }
                 out
             }
+            _ => self.to_string(),
         }
     }
 }
@@ -416,6 +470,7 @@ const BALANCER_KEYS: &[&str] = &[
     "MONITOR_EXPECT",
     "MONITOR_FALL",
     "MONITOR_RISE",
+    "DNS_CACHE_TIME",
 ];
 
 /// `[General]` keys of appbroker's own.
@@ -428,6 +483,7 @@ const GENERAL_KEYS: &[&str] = &[
     "SHUTDOWN_TIMEOUT",
     "LANGUAGE",
     "WORKERS",
+    "DNS_MAX_LOOKUPS",
 ];
 
 /// Keys TOTVS broker files carry that appbroker accepts without using, and what it does instead.
@@ -466,6 +522,9 @@ const TOTVS_UNUSED_KEYS: &[(&str, &str)] = &[
     ),
 ];
 
+/// Unknown keys named in one notice at most; the rest are counted.
+const MAX_NAMED: usize = 20;
+
 const DEFAULT_LISTEN_ADDRESS: IpAddr = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
 const MAX_SERVERS: usize = 36 * 36;
 
@@ -473,26 +532,31 @@ const MAX_SERVERS: usize = 36 * 36;
 const KEEPALIVE_MAX: Duration = Duration::from_secs(32_767);
 
 impl Config {
-    /// Reads and validates a file (UTF-8, or Windows-1252 when it is not valid UTF-8).
+    /// Reads and validates a file (UTF-8, or Windows-1252 when it is not valid UTF-8): a
+    /// regular file (or a symbolic link to one) of at most [`MAX_FILE_SIZE`]. The read
+    /// blocks (a file on a hung network share would block it for long), so a running
+    /// broker calls this off its control thread.
     pub fn from_path(path: &Path) -> Result<Loaded, LoadError> {
-        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        Config::from_text(&decode(&bytes), path)
+        Config::from_text(&decode(&read_file(path)?), path)
     }
 
     /// Validates configuration text; `path` is only used to name the file in messages.
     pub fn from_text(text: &str, path: &Path) -> Result<Loaded, LoadError> {
-        let (sections, syntax) = ini::scan(text);
+        let scanned = ini::scan(text, MAX_ERRORS_SHOWN);
+        let sections = scanned.sections;
         let mut v = Validator::default();
-        for e in syntax {
-            v.errors.push(ConfigError {
-                line: Some(e.line),
-                section: e.section,
-                key: None,
-                message: e.message,
-            });
+        v.errors.uncounted(scanned.more_errors);
+        let error_of = |e: ini::SyntaxError| ConfigError {
+            line: Some(e.line),
+            section: e.section,
+            key: None,
+            message: e.message,
+        };
+        for e in scanned.errors {
+            v.errors.push(error_of(e));
+        }
+        if let Some(e) = scanned.truncated {
+            v.errors.pin(error_of(e));
         }
 
         let mut seen: BTreeMap<String, usize> = BTreeMap::new();
@@ -594,13 +658,14 @@ impl Config {
             }
         }
 
+        v.self_loops(&balancers);
+
         if !v.errors.is_empty() {
-            let mut errors = v.errors;
-            errors.sort_by_key(|e| e.line.unwrap_or(usize::MAX));
-            errors.dedup();
+            let (errors, total) = v.errors.into_first();
             return Err(LoadError::Invalid {
                 path: path.to_path_buf(),
                 errors,
+                total,
             });
         }
         Ok(Loaded {
@@ -615,6 +680,69 @@ impl Config {
     }
 }
 
+/// The bytes of the configuration file, refusing what is not a regular file or too large.
+fn read_file(path: &Path) -> Result<Vec<u8>, LoadError> {
+    use std::io::Read;
+    let failed = |source| LoadError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    // Opening a FIFO waits for a writer, for ever: open it without waiting, then look at
+    // what it is. (Regular files ignore the flag.)
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::custom_flags(
+        &mut options,
+        nix::fcntl::OFlag::O_NONBLOCK.bits(),
+    );
+    let file = options.open(path).map_err(failed)?;
+    let metadata = file.metadata().map_err(failed)?;
+    if !metadata.is_file() {
+        return Err(LoadError::NotAFile {
+            path: path.to_path_buf(),
+            what: file_kind(&metadata.file_type()),
+        });
+    }
+    let too_large = |size| LoadError::TooLarge {
+        path: path.to_path_buf(),
+        size,
+    };
+    if metadata.len() > MAX_FILE_SIZE {
+        return Err(too_large(metadata.len()));
+    }
+    let mut bytes = Vec::with_capacity(metadata.len() as usize);
+    file.take(MAX_FILE_SIZE + 1)
+        .read_to_end(&mut bytes)
+        .map_err(failed)?;
+    if bytes.len() as u64 > MAX_FILE_SIZE {
+        return Err(too_large(bytes.len() as u64)); // it grew while being read
+    }
+    Ok(bytes)
+}
+
+/// What a path that is no regular file is, in words.
+fn file_kind(kind: &std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if kind.is_fifo() {
+            return "a FIFO (named pipe)";
+        }
+        if kind.is_char_device() || kind.is_block_device() {
+            return "a device";
+        }
+        if kind.is_socket() {
+            return "a socket";
+        }
+    }
+    if kind.is_dir() {
+        "a directory"
+    } else {
+        "not a file"
+    }
+}
+
 /// UTF-8 when it is valid, else Windows-1252 (Brazilian files carry Portuguese comments in it).
 fn decode(bytes: &[u8]) -> String {
     match std::str::from_utf8(bytes) {
@@ -623,9 +751,82 @@ fn decode(bytes: &[u8]) -> String {
     }
 }
 
+/// The errors found so far: the [`MAX_ERRORS_SHOWN`] first by line are kept, the others only
+/// counted, so a file of millions of bad lines costs neither memory nor time per error.
+#[derive(Debug, Default)]
+struct Errors {
+    kept: Vec<ConfigError>,
+    total: usize,
+    /// Once more than enough were kept: the line of the last one worth keeping.
+    last_kept_line: Option<usize>,
+    /// Shown whatever its line (the file was not read to its end).
+    pinned: Option<ConfigError>,
+}
+
+fn line_order(e: &ConfigError) -> usize {
+    e.line.unwrap_or(usize::MAX)
+}
+
+impl Errors {
+    fn push(&mut self, error: ConfigError) {
+        self.total += 1;
+        if !self.worth_keeping(error.line) {
+            return;
+        }
+        self.kept.push(error);
+        if self.kept.len() >= 2 * MAX_ERRORS_SHOWN {
+            self.compact();
+        }
+    }
+
+    /// An error shown after the first ones, whatever its line.
+    fn pin(&mut self, error: ConfigError) {
+        self.total += 1;
+        self.pinned = Some(error);
+    }
+
+    /// Counts errors not worth a message (they come after the first ones shown).
+    fn uncounted(&mut self, n: usize) {
+        self.total += n;
+    }
+
+    /// False when an error at `line` would not be among those shown: the caller may skip
+    /// composing its message.
+    fn worth_keeping(&self, line: Option<usize>) -> bool {
+        self.last_kept_line
+            .is_none_or(|last| line.unwrap_or(usize::MAX) <= last)
+    }
+
+    fn compact(&mut self) {
+        self.kept.sort_by_key(line_order);
+        let before = self.kept.len();
+        self.kept.dedup();
+        self.total -= before - self.kept.len();
+        self.kept.truncate(MAX_ERRORS_SHOWN);
+        if self.kept.len() == MAX_ERRORS_SHOWN {
+            self.last_kept_line = self.kept.last().map(line_order);
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.total
+    }
+
+    fn is_empty(&self) -> bool {
+        self.total == 0
+    }
+
+    /// The first errors in line order, and how many there are in all.
+    fn into_first(mut self) -> (Vec<ConfigError>, usize) {
+        self.compact();
+        self.kept.extend(self.pinned);
+        (self.kept, self.total)
+    }
+}
+
 #[derive(Default)]
 struct Validator {
-    errors: Vec<ConfigError>,
+    errors: Errors,
     notices: Vec<Notice>,
     origins: Origins,
 }
@@ -689,6 +890,49 @@ impl Validator {
         }
     }
 
+    /// Servers whose address is one of the broker's own listening addresses: each client
+    /// sent there would come back into the broker, in a loop (crate::self_loop). Only
+    /// addresses are checked here; a name that resolves to one is refused at connect time.
+    fn self_loops(&mut self, balancers: &[BalancerConfig]) {
+        let mut machine: Option<Vec<IpAddr>> = None;
+        for b in balancers {
+            for server in &b.servers {
+                let Host::Ip(ip) = server.host else {
+                    continue;
+                };
+                let destination = SocketAddr::new(ip, server.port);
+                for listener in balancers {
+                    if listener.listen.port() != server.port {
+                        continue;
+                    }
+                    let machine = machine.get_or_insert_with(crate::self_loop::interface_addresses);
+                    if !crate::self_loop::reaches(destination, listener.listen, |ip| {
+                        machine.contains(&ip)
+                    }) {
+                        continue;
+                    }
+                    let key = format!("REMOTE_SERVER_{}", server.id);
+                    let line = match self.origins.get(b.kind.section(), &key) {
+                        Origin::Section(line) | Origin::General(line) => line,
+                        Origin::Default => 0,
+                    };
+                    self.errors.push(ConfigError::new(
+                        line,
+                        b.kind.section(),
+                        Some(&key),
+                        format!(
+                            "`{} {}` is this broker's own address: {} listens on {}, so every \
+                             client sent there would come back into the broker, in a loop; give \
+                             the address of an application server",
+                            server.host, server.port, listener.kind, listener.listen
+                        ),
+                    ));
+                    break;
+                }
+            }
+        }
+    }
+
     fn duplicates(&mut self, section: &Section) {
         let mut first: BTreeMap<String, usize> = BTreeMap::new();
         for entry in &section.entries {
@@ -697,6 +941,10 @@ impl Validator {
                 _ => entry.key.clone(),
             };
             if let Some(line) = first.insert(key, entry.line) {
+                if !self.errors.worth_keeping(Some(entry.line)) {
+                    self.errors.uncounted(1);
+                    continue;
+                }
                 self.errors.push(ConfigError::new(
                     entry.line,
                     &section.written,
@@ -717,17 +965,21 @@ impl Validator {
             shutdown_timeout: Duration::from_secs(30),
             language: Language::English,
             workers: 0,
+            dns_max_lookups: 32,
         };
         let Some(section) = section else {
             return defaults;
         };
         self.duplicates(section);
         let mut unused = Vec::new();
+        let mut more_unused = 0;
         for entry in &section.entries {
             let known = GENERAL_KEYS.contains(&entry.key.as_str())
                 || (BALANCER_KEYS.contains(&entry.key.as_str())
                     && !entry.key.starts_with("LOCAL_SERVER_"));
-            if !known {
+            if !known && unused.len() == MAX_NAMED {
+                more_unused += 1;
+            } else if !known {
                 let mut name = entry.written.clone();
                 let all: Vec<&str> = GENERAL_KEYS.iter().chain(BALANCER_KEYS).copied().collect();
                 if let Some(s) = suggest(&entry.key, &all) {
@@ -742,8 +994,13 @@ impl Validator {
                 section: Some(section.written.clone()),
                 key: None,
                 message: format!(
-                    "ignoring keys appbroker does not use: {}",
-                    unused.join(", ")
+                    "ignoring keys appbroker does not use: {}{}",
+                    unused.join(", "),
+                    if more_unused > 0 {
+                        format!(" and {more_unused} more")
+                    } else {
+                        String::new()
+                    }
                 ),
             });
         }
@@ -776,6 +1033,15 @@ impl Validator {
                 value::integer(s, 0, 256, "a number of threads from 0 (one per CPU) to 256")
                     .map(|n| n as u32)
             }),
+            dns_max_lookups: self.setting(
+                &lookup,
+                "DNS_MAX_LOOKUPS",
+                defaults.dns_max_lookups,
+                |s| {
+                    value::integer(s, 1, 4096, "a number of name lookups from 1 to 4096")
+                        .map(|n| n as u32)
+                },
+            ),
             language: self.setting(&lookup, "LANGUAGE", defaults.language, |s| {
                 match s.to_ascii_lowercase().as_str() {
                     "en" => Ok(Language::English),
@@ -841,6 +1107,9 @@ impl Validator {
                 None => {
                     match TOTVS_UNUSED_KEYS.iter().find(|(k, _)| *k == entry.key) {
                         Some((_, instead)) => unused.push(format!("{} ({instead})", entry.written)),
+                        None if !self.errors.worth_keeping(Some(entry.line)) => {
+                            self.errors.uncounted(1);
+                        }
                         None => {
                             let known: Vec<&str> = BALANCER_KEYS
                                 .iter()
@@ -1117,6 +1386,10 @@ impl Validator {
         let monitor_rise = self.setting(&inherited, "MONITOR_RISE", 1, |s| {
             value::integer(s, 1, 100, "a count of checks from 1 to 100").map(|n| n as u32)
         });
+        let dns_cache_time =
+            self.setting(&inherited, "DNS_CACHE_TIME", Duration::from_secs(30), |s| {
+                value::duration(s, Duration::ZERO)
+            });
         let query = QuerySettings {
             enabled: self.setting(&inherited, "QUERY_ENABLED", true, value::flag),
             allow: self.setting(&inherited, "QUERY_ALLOW", Cidr::everyone(), value::cidrs),
@@ -1167,6 +1440,7 @@ impl Validator {
             idle_timeout,
             monitor_fall,
             monitor_rise,
+            dns_cache_time,
         })
     }
 }

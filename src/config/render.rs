@@ -35,6 +35,7 @@ impl Config {
             ("SHUTDOWN_TIMEOUT", show_duration(g.shutdown_timeout)),
             ("LANGUAGE", g.language.as_str().to_string()),
             ("WORKERS", g.workers.to_string()),
+            ("DNS_MAX_LOOKUPS", g.dns_max_lookups.to_string()),
         ]
         .map(|(k, v)| (k.to_string(), v));
         let mut sections = vec![self.effective_section("General", general.into())];
@@ -172,6 +173,7 @@ fn balancer_keys(b: &BalancerConfig) -> Vec<(String, String)> {
         ),
         ("MONITOR_FALL", b.monitor_fall.to_string()),
         ("MONITOR_RISE", b.monitor_rise.to_string()),
+        ("DNS_CACHE_TIME", show_duration(b.dns_cache_time)),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))

@@ -115,23 +115,45 @@ fn host(text: &str) -> Result<Host, String> {
     if let Ok(ip) = bare.parse::<IpAddr>() {
         return Ok(Host::Ip(ip));
     }
-    let valid_name = !text.is_empty()
+    let labels: Vec<&str> = text.split('.').collect();
+    let well_formed = !text.is_empty()
         && text.len() <= 253
-        && text.split('.').all(|label| {
+        && labels.iter().all(|label| {
             !label.is_empty()
                 && label.len() <= 63
                 && label
                     .bytes()
                     .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
         });
-    if valid_name {
-        Ok(Host::Name(text.to_string()))
-    } else {
-        Err(format!(
+    if !well_formed {
+        return Err(format!(
             "has host `{text}`; expected an IPv4 or IPv6 address or a host name (letters, digits, \
              `-` and `.`), separated from the port by a space"
-        ))
+        ));
     }
+    // A last label that is a number makes resolvers read the whole as an IPv4 address in
+    // one of inet_aton's forms (`2130706433`, `0x7f.1` are 127.0.0.1), or fail on one out of
+    // range (`256.1.1.1`): no host name ends so (RFC 1123, the URL standard).
+    let last = labels.last().copied().unwrap_or_default();
+    let hex = last
+        .strip_prefix("0x")
+        .or_else(|| last.strip_prefix("0X"))
+        .is_some_and(|digits| digits.bytes().all(|b| b.is_ascii_hexdigit()));
+    if hex || last.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!(
+            "has host `{text}`; it is neither an IP address nor a host name (a name cannot end \
+             in a number); write an IPv4 address as four numbers from 0 to 255, e.g. 10.0.0.5"
+        ));
+    }
+    if labels
+        .iter()
+        .any(|l| l.starts_with('-') || l.ends_with('-'))
+    {
+        return Err(format!(
+            "has host `{text}`; a label of a host name cannot start or end with `-`"
+        ));
+    }
+    Ok(Host::Name(text.to_string()))
 }
 
 /// `0` or `1`.
@@ -433,6 +455,12 @@ mod tests {
             server("[::1] 80"),
             Ok((Host::Ip("::1".parse().unwrap()), 80, 1))
         );
+        for name in ["3com.example", "app_1", "x-1.0a", "APPSRV03", "a.b-c.d1x"] {
+            assert_eq!(
+                server(&format!("{name} 1")),
+                Ok((Host::Name(name.into()), 1, 1))
+            );
+        }
         for bad in [
             "",
             "host",
@@ -442,6 +470,14 @@ mod tests {
             "host 1 2 3",
             "a,b 1",
             "h:1 2",
+            "2130706433 1",
+            "0x7f.1 1",
+            "0X7F 1",
+            "256.1.1.1 1",
+            "1.2.3 1",
+            "-bad-.example 1",
+            "app-.example 1",
+            "a..b 1",
         ] {
             assert!(server(bad).is_err(), "{bad} should be rejected");
         }

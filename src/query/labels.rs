@@ -75,6 +75,13 @@ pub struct Labels {
     pub never: &'static str,
     pub failed: &'static str,
     pub back: &'static str,
+    pub hidden: &'static str,
+    pub ready_of: &'static str,
+    pub ready_available: (&'static str, &'static str),
+    pub ready_accepting: &'static str,
+    pub ready_no_server: &'static str,
+    pub ready_full: &'static str,
+    pub ready_shutting_down: &'static str,
 }
 
 const EN: Labels = Labels {
@@ -143,6 +150,13 @@ const EN: Labels = Labels {
     never: "never",
     failed: "failed",
     back: "Back to the status page",
+    hidden: "(not shown: only to clients every balancer's QUERY_ALLOW admits)",
+    ready_of: "of",
+    ready_available: ("server available", "servers available"),
+    ready_accepting: "accepting clients",
+    ready_no_server: "no server available",
+    ready_full: "reached: new clients are closed at once",
+    ready_shutting_down: "shutting down (SHUTDOWN_GRACE): new clients will soon be refused",
 };
 
 const PT_BR: Labels = Labels {
@@ -211,6 +225,13 @@ const PT_BR: Labels = Labels {
     never: "nunca",
     failed: "falhou",
     back: "Voltar à página de status",
+    hidden: "(oculto: só para clients admitidos pelo QUERY_ALLOW de todos os balanceadores)",
+    ready_of: "de",
+    ready_available: ("servidor disponível", "servidores disponíveis"),
+    ready_accepting: "aceitando conexões",
+    ready_no_server: "nenhum servidor disponível",
+    ready_full: "atingido: novas conexões são encerradas de imediato",
+    ready_shutting_down: "encerrando (SHUTDOWN_GRACE): novas conexões serão recusadas em breve",
 };
 
 /// The labels of `language`.

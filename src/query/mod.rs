@@ -15,8 +15,10 @@ pub mod sniff;
 use std::convert::Infallible;
 use std::io;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
@@ -32,11 +34,12 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
-use tracing::debug;
+use tracing::{debug, info, warn};
 
-use crate::balancer::{Balancer, QueryPermit};
+use crate::balancer::{Balancer, Pool};
 use crate::config::Config;
 use crate::forward::Ending;
+use crate::places::Place;
 use crate::shutdown::Shutdown;
 use snapshot::Snapshot;
 
@@ -46,11 +49,21 @@ const MAX_REQUEST_LINE: usize = 8 * 1024;
 /// Largest request head accepted (beyond it: 431).
 const MAX_HEAD: usize = 16 * 1024;
 
-/// A request head must arrive within this; an idle keep-alive connection is closed after it.
+/// A request head must arrive within this; an idle keep-alive connection is closed after it
+/// (hyper's header timer starts as soon as it waits for the next request).
 const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// No query connection lives longer than this, however busy; a browser simply reconnects.
-const MAX_QUERY_CONNECTION: Duration = Duration::from_secs(300);
+/// A query connection older than this answers the request in hand and closes, so no one
+/// keeps a place for long however busy; a browser or a monitor simply reconnects.
+const MAX_QUERY_CONNECTION: Duration = Duration::from_secs(60);
+
+/// How long the answer in hand may take once [`MAX_QUERY_CONNECTION`] is over.
+const LAST_ANSWER: Duration = Duration::from_secs(10);
+
+/// After a refusal (403, 503) the broker waits this long at most for the client to close,
+/// reading and dropping what it still sends: closing with unread bytes would reset the
+/// connection, and a reset can make the client lose the answer it was sent.
+const LINGER: Duration = Duration::from_secs(2);
 
 /// What every query may read: the configuration, every balancer (for links between them),
 /// the start time, and the shutdown state (for PING).
@@ -66,22 +79,22 @@ pub struct Context {
     pub shutdown: Shutdown,
 }
 
-/// Answers a query connection whose first bytes (`first`) were already read. `place` is the
-/// query place taken while its request line came in, if one was. When `ending.closing` is
-/// cancelled the request in hand is answered and the connection closed (a refreshing page
-/// would keep it open); `ending.cut` ends it at once.
+/// Answers a query connection whose first bytes (`first`) were already read. Who may query
+/// is decided before anything else, and again at every request (a reload may have changed
+/// `QUERY_ALLOW`): a refused client is answered 403 and closed, holding no query place. When
+/// `ending.closing` is cancelled the request in hand is answered and the connection closed (a
+/// refreshing page would keep it open); `ending.cut` ends it at once.
 pub async fn serve(
     ctx: Arc<Context>,
     balancer: Arc<Balancer>,
     stream: TcpStream,
     first: Vec<u8>,
     peer: SocketAddr,
-    place: Option<QueryPermit>,
     ending: &Ending,
 ) {
     tokio::select! {
         _ = ending.cut.cancelled() => {}
-        _ = answer_connection(ctx, balancer, stream, first, peer, place, &ending.closing) => {}
+        _ = answer_connection(ctx, balancer, stream, first, peer, &ending.closing) => {}
     }
 }
 
@@ -92,16 +105,17 @@ async fn answer_connection(
     mut stream: TcpStream,
     first: Vec<u8>,
     peer: SocketAddr,
-    place: Option<QueryPermit>,
     closing: &CancellationToken,
 ) {
-    let Some(_place) = place.or_else(|| balancer.try_take_query()) else {
-        let _ = respond_raw(
-            &mut stream,
-            "503 Service Unavailable",
-            "too many queries at once (QUERY_MAX_CONNECTIONS); try again shortly\n",
-        )
-        .await;
+    let head_only = first.starts_with(b"HEAD ");
+    if let Some(refusal) = refusal(&balancer.pool(), peer) {
+        debug!(client = %peer, "query refused: {}", refusal.trim_end());
+        refuse(stream, "403 Forbidden", &refusal, head_only).await;
+        return;
+    }
+    let Some(place) = take_place(&balancer) else {
+        let busy = "too many queries at once (QUERY_MAX_CONNECTIONS); try again shortly\n";
+        refuse(stream, "503 Service Unavailable", busy, head_only).await;
         return;
     };
     let mut head = first;
@@ -111,7 +125,13 @@ async fn answer_connection(
             return;
         }
         Ok(Err(HeadError::LineTooLong)) => {
-            let _ = respond_raw(&mut stream, "414 URI Too Long", "request line too long\n").await;
+            let _ = respond_raw(
+                &mut stream,
+                "414 URI Too Long",
+                "request line too long\n",
+                false,
+            )
+            .await;
             return;
         }
         Ok(Err(HeadError::TooLarge)) => {
@@ -119,6 +139,7 @@ async fn answer_connection(
                 &mut stream,
                 "431 Request Header Fields Too Large",
                 "request head too large\n",
+                false,
             )
             .await;
             return;
@@ -129,35 +150,117 @@ async fn answer_connection(
         }
         Ok(Ok(())) => {}
     }
-    let allowed = balancer
-        .pool()
-        .config
-        .query
-        .allow
-        .iter()
-        .any(|c| c.contains(peer.ip()));
-    let service = service_fn(move |request: Request<Incoming>| {
-        let response = answer(&ctx, &balancer, peer, allowed, &request);
-        async move { Ok::<_, Infallible>(response) }
-    });
+    let place = Arc::new(place);
+    let service = {
+        let place = Arc::clone(&place);
+        service_fn(move |request: Request<Incoming>| {
+            let response = match refusal(&balancer.pool(), peer) {
+                Some(refusal) => {
+                    let mut response = text(StatusCode::FORBIDDEN, refusal);
+                    response
+                        .headers_mut()
+                        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                    response
+                }
+                None => answer(&ctx, &balancer, peer, &request),
+            };
+            // The request is read and answered: until the next one comes, the connection
+            // may give its place up to another query.
+            place.idle();
+            async move { Ok::<_, Infallible>(response) }
+        })
+    };
+    let io = Prefixed::new(head, stream, Arc::clone(&place));
     let connection = http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(HEAD_TIMEOUT)
         .keep_alive(true)
+        // A client may shut its sending side once its request is out (`nc -q`, shell health
+        // checks): it still gets its answer.
+        .half_close(true)
         .max_buf_size(MAX_HEAD)
-        .serve_connection(TokioIo::new(Prefixed::new(head, stream)), service);
-    let answering = async {
-        let mut connection = std::pin::pin!(connection);
-        tokio::select! {
-            // The connection first: its request is read already, and hyper closes an idle
-            // connection at once when told to shut down before it has seen one.
-            biased;
-            _ = connection.as_mut() => return,
-            _ = closing.cancelled() => connection.as_mut().graceful_shutdown(),
+        .serve_connection(TokioIo::new(io), service);
+    let mut connection = std::pin::pin!(connection);
+    let end = tokio::time::sleep(MAX_QUERY_CONNECTION);
+    tokio::select! {
+        // The connection first: its request is read already, and hyper closes an idle
+        // connection at once when told to shut down before it has seen one.
+        biased;
+        _ = connection.as_mut() => return,
+        _ = closing.cancelled() => {}
+        _ = place.given_up() => debug!(client = %peer, "idle query connection closed: its place went to a new query"),
+        _ = end => {}
+    }
+    connection.as_mut().graceful_shutdown();
+    let _ = tokio::time::timeout(LAST_ANSWER, connection).await;
+}
+
+/// Why `peer` may not query `pool`'s balancer now (the 403's text), or `None` when it may.
+fn refusal(pool: &Pool, peer: SocketAddr) -> Option<String> {
+    let query = &pool.config.query;
+    let section = pool.config.kind.section();
+    if !query.enabled {
+        return Some(format!(
+            "403 Forbidden: queries are turned off on this port (QUERY_ENABLED=0 in [{section}])\n"
+        ));
+    }
+    if query.allow.iter().any(|c| c.contains(peer.ip())) {
+        return None;
+    }
+    Some(format!(
+        "403 Forbidden: {} is not in QUERY_ALLOW of [{section}]\n",
+        peer.ip()
+    ))
+}
+
+/// A query place for a query from an allowed address; running out of them is logged once
+/// per episode.
+fn take_place(balancer: &Balancer) -> Option<Place> {
+    let places = &balancer.query_places;
+    match balancer.try_take_query() {
+        Some(place) => {
+            if let Some(refused) = places.exhausted.end() {
+                info!(
+                    "answering queries again: {refused} refused while QUERY_MAX_CONNECTIONS was reached"
+                );
+            }
+            Some(place)
         }
-        let _ = connection.await;
+        None => {
+            if places.exhausted.strike() {
+                warn!(
+                    "QUERY_MAX_CONNECTIONS ({}) reached: queries are answered 503 until one of \
+                     the {} open finishes; clients are not affected",
+                    balancer.pool().config.query.max_connections,
+                    places.taken()
+                );
+            }
+            None
+        }
+    }
+}
+
+/// Answers a query that is not served (403, 503) and closes it: the answer, then the end of
+/// the broker's sending side, then whatever the client still sends is read and dropped for up
+/// to [`LINGER`], so the answer is not lost to a reset. Holds no query place.
+async fn refuse(mut stream: TcpStream, status: &str, body: &str, head_only: bool) {
+    if respond_raw(&mut stream, status, body, head_only)
+        .await
+        .is_err()
+    {
+        return;
+    }
+    let drain = async {
+        let mut sink = [0u8; 4096];
+        let mut left: usize = 64 * 1024;
+        while left > 0 {
+            match stream.read(&mut sink).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
     };
-    let _ = tokio::time::timeout(MAX_QUERY_CONNECTION, answering).await;
+    let _ = tokio::time::timeout(LINGER, drain).await;
 }
 
 /// Samples each server's active connections once a minute (for the STATUS chart) until
@@ -206,12 +309,19 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
 
-/// A minimal response for a request hyper never sees (too long, too many queries).
-async fn respond_raw(stream: &mut TcpStream, status: &str, body: &str) -> io::Result<()> {
+/// A minimal response for a request hyper never sees (refused, too long, too many queries);
+/// `head_only` for a HEAD request, which gets no body.
+async fn respond_raw(
+    stream: &mut TcpStream,
+    status: &str,
+    body: &str,
+    head_only: bool,
+) -> io::Result<()> {
     let response = format!(
         "HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n\
-         Connection: close\r\n\r\n{body}",
-        body.len()
+         Connection: close\r\n\r\n{}",
+        body.len(),
+        if head_only { "" } else { body }
     );
     stream.write_all(response.as_bytes()).await?;
     stream.shutdown().await
@@ -222,17 +332,17 @@ const COMMANDS: &str = "Commands (after /TOTVS_BROKER_QUERY/, any case):\n  \
     STATUS                      the status page (HTML; ?refresh=N reloads every N seconds)\n  \
     CFG                         the effective configuration (HTML)\n  \
     PING                        200 while accepting clients, 503 while shutting down\n  \
+    READY                       200 while a client would be served, 503 (and why) otherwise\n  \
     JSON                        the status for scripts\n  \
     METRICS                     Prometheus metrics\n  \
     SERVERSTATUS/<host>:<port>  one server and its quarantine history (HTML)\n\
     /TOTVS_BROKER_QUERY alone answers HTML to browsers and JSON to everyone else.\n";
 
-/// Routes one request to its answer.
+/// Routes one request (from an allowed client) to its answer.
 fn answer(
     ctx: &Context,
     balancer: &Balancer,
     peer: SocketAddr,
-    allowed: bool,
     request: &Request<Incoming>,
 ) -> Response<Full<Bytes>> {
     if request.method() != Method::GET && request.method() != Method::HEAD {
@@ -245,20 +355,12 @@ fn answer(
             .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
         return response;
     }
-    if !allowed {
-        return text(
-            StatusCode::FORBIDDEN,
-            format!(
-                "403 Forbidden: {} is not in QUERY_ALLOW of [{}]\n",
-                peer.ip(),
-                balancer.pool().config.kind.section()
-            ),
-        );
-    }
     let path = request.uri().path();
     let Some(rest) = strip_prefix_ignore_case(path, "/TOTVS_BROKER_QUERY") else {
         return text(StatusCode::NOT_FOUND, COMMANDS.into());
     };
+    // `ServerStatus/%5B::1%5D:5000` is `ServerStatus/[::1]:5000`.
+    let rest = percent_decode(rest);
     let rest = rest.trim_start_matches('/');
     let (command, argument) = rest.split_once('/').unwrap_or((rest, ""));
     let host = request
@@ -273,6 +375,8 @@ fn answer(
             .load()
             .iter()
             .filter(|b| !std::ptr::eq(b.as_ref(), balancer))
+            // A link to a balancer this client may not query would give its address away.
+            .filter(|b| refusal(&b.pool(), peer).is_none())
             .map(|b| {
                 let pool = b.pool();
                 (pool.config.kind, pool.config.listen)
@@ -295,7 +399,7 @@ fn answer(
             json::render(&snapshot()),
         ),
         "STATUS" => html(page::status(&snapshot(), &host, refresh(request))),
-        "CFG" => html(page::config(&snapshot(), &ctx.config.load(), &host)),
+        "CFG" => html(page::config(&snapshot(), &visible_config(ctx, peer), &host)),
         "PING" if ctx.shutdown.is_draining() => text(
             StatusCode::SERVICE_UNAVAILABLE,
             "DRAINING: appbroker is shutting down and will stop accepting clients\n".into(),
@@ -304,6 +408,15 @@ fn answer(
             StatusCode::OK,
             "OK: appbroker is accepting clients\n".into(),
         ),
+        "READY" => {
+            let (ready, why) = readiness(ctx, balancer);
+            let status = if ready {
+                StatusCode::OK
+            } else {
+                StatusCode::SERVICE_UNAVAILABLE
+            };
+            text(status, why)
+        }
         "METRICS" => body(
             StatusCode::OK,
             "text/plain; version=0.0.4; charset=utf-8",
@@ -321,6 +434,108 @@ fn answer(
         }
         _ => text(StatusCode::NOT_FOUND, COMMANDS.into()),
     }
+}
+
+/// The configuration as `peer` may see it: the sections of the balancers whose `QUERY_ALLOW`
+/// admits it, and the file paths (the configuration's, `ConsoleFile`) only when every
+/// balancer does, as those belong to the process as a whole.
+fn visible_config(ctx: &Context, peer: SocketAddr) -> Config {
+    let mut config = Config::clone(&ctx.config.load());
+    let balancers = ctx.balancers.load();
+    let may_query = |kind| {
+        balancers
+            .iter()
+            .find(|b| b.kind() == kind)
+            .is_some_and(|b| refusal(&b.pool(), peer).is_none())
+    };
+    let everywhere = config.balancers.iter().all(|b| may_query(b.kind));
+    config.balancers.retain(|b| may_query(b.kind));
+    if !everywhere {
+        let hidden = PathBuf::from(labels::of(config.general.language).hidden);
+        config.source = hidden.clone();
+        if config.general.console_file.is_some() {
+            config.general.console_file = Some(hidden);
+        }
+    }
+    config
+}
+
+/// READY: whether a client arriving now would be served (the balancer accepts clients and a
+/// server is available to it), and the answer's text saying why, in the pages' language.
+fn readiness(ctx: &Context, balancer: &Balancer) -> (bool, String) {
+    let l = labels::of(ctx.config.load().general.language);
+    let pool = balancer.pool();
+    if ctx.shutdown.is_draining() {
+        return (false, format!("NOT READY: {}\n", l.ready_shutting_down));
+    }
+    let max = pool.config.max_connections;
+    if balancer.at_limit(&pool) {
+        return (
+            false,
+            format!("NOT READY: MAX_CONNECTIONS ({max}) {}\n", l.ready_full),
+        );
+    }
+    let now = balancer.clock.now_ms();
+    let total = pool.servers.len();
+    let quarantined = pool
+        .servers
+        .iter()
+        .filter(|s| !s.health.is_available(now))
+        .count();
+    let drained = pool
+        .servers
+        .iter()
+        .filter(|s| s.health.is_available(now) && s.weight.load(Relaxed) == 0)
+        .count();
+    let available = total - quarantined - drained;
+    if available == 0 {
+        let mut why = Vec::new();
+        if quarantined > 0 {
+            why.push(format!("{quarantined} {}", l.quarantined));
+        }
+        if drained > 0 {
+            why.push(format!("{drained} {}", l.draining_server));
+        }
+        return (
+            false,
+            format!("NOT READY: {} ({})\n", l.ready_no_server, why.join(", ")),
+        );
+    }
+    let (one, many) = l.ready_available;
+    let servers = if total == 1 { one } else { many };
+    (
+        true,
+        format!(
+            "READY: {available} {} {total} {servers}, {}\n",
+            l.ready_of, l.ready_accepting
+        ),
+    )
+}
+
+/// `%XX` escapes of a path decoded; a malformed escape is kept as it is (and then names
+/// nothing), and bytes that are not UTF-8 are replaced.
+fn percent_decode(path: &str) -> String {
+    let bytes = path.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (
+            bytes[i],
+            bytes.get(i + 1).copied(),
+            bytes.get(i + 2).copied(),
+        ) {
+            (b'%', Some(hi), Some(lo)) if hex(hi).is_some() && hex(lo).is_some() => {
+                out.push((hex(hi).unwrap_or(0) * 16 + hex(lo).unwrap_or(0)) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn strip_prefix_ignore_case<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
@@ -377,19 +592,22 @@ fn body(status: StatusCode, content_type: &'static str, content: String) -> Resp
     response
 }
 
-/// The client's stream with the bytes already read in front of it.
+/// The client's stream with the bytes already read in front of it. Bytes coming in mark its
+/// query place busy; once the place was given to another query, it reads as closed.
 struct Prefixed {
     first: Vec<u8>,
     read: usize,
     stream: TcpStream,
+    place: Arc<Place>,
 }
 
 impl Prefixed {
-    fn new(first: Vec<u8>, stream: TcpStream) -> Self {
+    fn new(first: Vec<u8>, stream: TcpStream, place: Arc<Place>) -> Self {
         Prefixed {
             first,
             read: 0,
             stream,
+            place,
         }
     }
 }
@@ -407,7 +625,21 @@ impl AsyncRead for Prefixed {
             this.read += n;
             return Poll::Ready(Ok(()));
         }
-        Pin::new(&mut this.stream).poll_read(cx, buf)
+        if this.place.is_given_up() {
+            return Poll::Ready(Ok(())); // as if the client had closed
+        }
+        let filled = buf.filled().len();
+        let polled = Pin::new(&mut this.stream).poll_read(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(())))
+            && buf.filled().len() > filled
+            && !this.place.busy()
+        {
+            // The place went to another query just as a request began: the connection
+            // closes, as an idle keep-alive connection may (clients send such a request
+            // again on a new connection).
+            buf.set_filled(filled);
+        }
+        polled
     }
 }
 

@@ -1,6 +1,7 @@
-//! Telling a query from a client: a connection whose first bytes are `GET` or `HEAD` for
-//! `/TOTVS_BROKER_QUERY` (in any case; the path exactly that, or going on with `/`, `?` or a
-//! blank) is answered by the broker; anything else is forwarded, its first bytes included.
+//! Telling a query from a client: a connection whose first bytes are a request line for
+//! `/TOTVS_BROKER_QUERY` (any method, the path in any case, exactly that or going on with `/`,
+//! `?` or a blank) is answered by the broker; anything else is forwarded, its first bytes
+//! included.
 
 use std::cell::RefCell;
 use std::io;
@@ -18,95 +19,83 @@ pub enum Verdict {
     Forward,
     /// The client closed before sending anything: nothing to forward, no server to bother.
     Closed,
-    /// The start of a query request line that was never finished: drop the connection.
-    Abandoned,
 }
 
 const PATH: &[u8] = b"/TOTVS_BROKER_QUERY";
 
-/// Classifies the bytes a client has sent so far: `None` while they could still be either.
-pub fn classify(bytes: &[u8]) -> Option<Verdict> {
-    let mut best: Option<Verdict> = Some(Verdict::Forward);
-    for method in [&b"GET "[..], &b"HEAD "[..]] {
-        match classify_with(bytes, method) {
-            Some(Verdict::Query) => return Some(Verdict::Query),
-            None => best = None,
-            Some(_) => {}
-        }
-    }
-    best
-}
+/// The longest method taken for one: longer than any registered HTTP method
+/// (`UPDATEREDIRECTREF`, 17), so a client whose first word is longer is known to be no query
+/// without waiting for more.
+const MAX_METHOD: usize = 20;
 
-/// The same for one method. The method is compared exactly (HTTP methods are case-sensitive,
-/// and hyper would refuse `get`), the path without regard to case.
-fn classify_with(bytes: &[u8], method: &[u8]) -> Option<Verdict> {
-    let expected = method.iter().chain(PATH);
-    let mut matched = 0;
-    for (i, (have, want)) in bytes.iter().zip(expected).enumerate() {
-        let same = if i < method.len() {
-            have == want
-        } else {
-            have.eq_ignore_ascii_case(want)
-        };
-        if !same {
-            return Some(Verdict::Forward);
-        }
-        matched += 1;
+/// Classifies the bytes a client has sent so far: `None` while they could still be either.
+///
+/// Any method counts (`POST /TOTVS_BROKER_QUERY` is answered 405 rather than forwarded to a
+/// server that knows nothing of it); a method is an HTTP token, compared exactly, so a `get`
+/// is a method too and is answered 405 as well. The path is compared without regard to case.
+pub fn classify(bytes: &[u8]) -> Option<Verdict> {
+    let method = bytes.iter().take_while(|&&b| is_token(b)).count();
+    if method > MAX_METHOD {
+        return Some(Verdict::Forward);
     }
-    let whole = method.len() + PATH.len();
-    if matched < whole {
-        return None; // a prefix of the query request line so far
+    match bytes.get(method) {
+        None => return None, // still (the start of) a method
+        Some(b' ') if method > 0 => {}
+        Some(_) => return Some(Verdict::Forward),
     }
-    match bytes.get(whole) {
-        None => None,
+    let path = &bytes[method + 1..];
+    let compared = path.len().min(PATH.len());
+    if !path[..compared].eq_ignore_ascii_case(&PATH[..compared]) {
+        return Some(Verdict::Forward);
+    }
+    match path.get(PATH.len()) {
+        None => None, // a prefix of the query path so far
         Some(b'/' | b'?' | b' ') => Some(Verdict::Query),
         Some(_) => Some(Verdict::Forward), // `/TOTVS_BROKER_QUERYX`: another path
     }
+}
+
+/// An HTTP token character (RFC 9110 `tchar`): what a method is made of.
+fn is_token(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 /// How much of a client's first bytes is read while classifying; the rest waits in the
 /// socket. Large enough to hold any request line's start.
 const SNIFF_READ: usize = 4096;
 
-/// Reads a client's first bytes into `first` until they classify. A client that sends nothing
-/// within `silence` is taken for a server-first protocol client and forwarded. One whose bytes
-/// so far could be a query gets up to `partial` to finish its request line, holding a query
-/// place from `take_place` meanwhile, so half-sent lines are bounded by
-/// `QUERY_MAX_CONNECTIONS` (when no place is free, it is taken for a query at once and will be
-/// told to retry). Returns the place when one was taken.
-pub async fn sniff<P>(
+/// Reads a client's first bytes into `first` until they classify, for at most `limit`
+/// (`QUERY_SNIFF_TIMEOUT`). A client that sends nothing within it is taken for a
+/// server-first protocol client; one whose bytes could still begin a query but have not
+/// become one by then is a client that waits for its server (a one-byte `H` of some binary
+/// protocol, say): both are forwarded, with whatever they sent, in order. Nothing is held
+/// meanwhile but the connection itself, so no client can keep a query place by sending
+/// half a request line.
+pub async fn sniff(
     stream: &TcpStream,
     first: &mut Vec<u8>,
-    silence: Duration,
-    partial: Duration,
-    mut take_place: impl FnMut() -> Option<P>,
-) -> io::Result<(Verdict, Option<P>)> {
-    let started = Instant::now();
-    let mut place = None;
+    limit: Duration,
+) -> io::Result<Verdict> {
+    let deadline = Instant::now() + limit;
     // A client-first client's bytes are usually there already: the first read goes straight
     // to the socket, without waiting for the reactor to report a new socket readable and
     // without arming a timer (which costs the runtime a wake-up of its own).
     let mut read = read_now(stream, first);
     loop {
         match read {
-            Ok(0) if first.is_empty() => return Ok((Verdict::Closed, place)),
+            Ok(0) if first.is_empty() => return Ok(Verdict::Closed),
             // Closed after a few bytes that could have been a query: they are the client's.
-            Ok(0) => return Ok((Verdict::Forward, place)),
-            Ok(_) => match classify(first) {
-                Some(verdict) => return Ok((verdict, place)),
-                None if place.is_none() => match take_place() {
-                    Some(taken) => place = Some(taken),
-                    None => return Ok((Verdict::Query, None)),
-                },
-                None => {}
-            },
+            Ok(0) => return Ok(Verdict::Forward),
+            Ok(_) => {
+                if let Some(verdict) = classify(first) {
+                    return Ok(verdict);
+                }
+            }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
             Err(e) => return Err(e),
         }
-        let limit = if first.is_empty() { silence } else { partial };
-        match tokio::time::timeout_at(started + limit, stream.readable()).await {
-            Err(_) if first.is_empty() => return Ok((Verdict::Forward, None)),
-            Err(_) => return Ok((Verdict::Abandoned, None)),
+        match tokio::time::timeout_at(deadline, stream.readable()).await {
+            Err(_) => return Ok(Verdict::Forward),
             Ok(ready) => ready?,
         }
         first.reserve(SNIFF_READ);
@@ -140,7 +129,7 @@ mod tests {
             (b"", None),
             (b"G", None),
             (b"GET /totvs_broker_q", None),
-            (b"get /TOTVS_BROKER_QUERY/PING", Some(Verdict::Forward)),
+            (b"get /TOTVS_BROKER_QUERY/PING", Some(Verdict::Query)),
             (b"GET /TOTVS_BROKER_QUERY", None),
             (b"GET /TOTVS_BROKER_QUERY ", Some(Verdict::Query)),
             (
@@ -154,12 +143,27 @@ mod tests {
             (b"HEAD /TOTVS_BROKER_QUERY/PING", Some(Verdict::Query)),
             (b"GET /TOTVS_BROKER_QUERYX HTTP/1.1", Some(Verdict::Forward)),
             (b"GET /rest/api HTTP/1.1", Some(Verdict::Forward)),
-            (b"POST /TOTVS_BROKER_QUERY HTTP/1.1", Some(Verdict::Forward)),
+            (b"POST /TOTVS_BROKER_QUERY HTTP/1.1", Some(Verdict::Query)),
+            (b"OPTIONS /totvs_broker_query/PING", Some(Verdict::Query)),
+            (b"M-SEARCH /TOTVS_BROKER_QUERY?x", Some(Verdict::Query)),
+            (b"POST /rest/api HTTP/1.1", Some(Verdict::Forward)),
+            (b"PUT", None),
+            (b"DELETE /TOTVS", None),
+            (b" /TOTVS_BROKER_QUERY/PING", Some(Verdict::Forward)),
+            (b"GET  /TOTVS_BROKER_QUERY/PING", Some(Verdict::Forward)),
+            (b"GET\t/TOTVS_BROKER_QUERY/PING", Some(Verdict::Forward)),
+            (b"ABCDEFGHIJKLMNOPQRSTU", Some(Verdict::Forward)),
+            (b"ABCDEFGHIJKLMNOPQRST", None),
             (b"GE", None),
-            (b"GEX", Some(Verdict::Forward)),
+            (b"GEX", None),
+            (b"GEX /x", Some(Verdict::Forward)),
             (b"HEA", None),
             (b"\x00\x01SmartClient", Some(Verdict::Forward)),
-            (b"SSH-2.0-OpenSSH", Some(Verdict::Forward)),
+            (b"SSH-2.0-OpenSSH", None),
+            (
+                b"SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n",
+                Some(Verdict::Forward),
+            ),
         ];
         for (bytes, verdict) in cases {
             assert_eq!(

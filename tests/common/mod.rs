@@ -118,11 +118,19 @@ impl Broker {
         ports: Vec<u16>,
         mut command: Command,
     ) -> Broker {
-        command
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        command.stdout(Stdio::piped()).stderr(Stdio::piped());
+        Broker::spawn_command_keeping(dir, config_path, ports, command)
+    }
+
+    /// As [`Broker::spawn_command`], keeping the standard output and error `command` was
+    /// given (a closed pipe, say); only those set to `Stdio::piped()` are read.
+    pub fn spawn_command_keeping(
+        dir: tempfile::TempDir,
+        config_path: PathBuf,
+        ports: Vec<u16>,
+        mut command: Command,
+    ) -> Broker {
+        command.env_remove("RUST_LOG").stdin(Stdio::null());
         let mut child = command.spawn().expect("spawn appbroker");
         let lines = Arc::new(Mutex::new(Vec::new()));
         let mut readers = Vec::new();
@@ -535,6 +543,47 @@ pub fn run_cli(args: &[&str]) -> (i32, String, String) {
         output.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&output.stdout).to_string(),
         String::from_utf8_lossy(&output.stderr).to_string(),
+    )
+}
+
+/// Runs `command` to completion, standard input closed, within [`DEADLINE`]: a command still
+/// running then is killed and the test fails (rather than hanging with it). Returns (exit
+/// code, stdout, stderr); the code is -1 when a signal ended it.
+pub fn run_bounded(mut command: Command) -> (i32, String, String) {
+    let mut child = command
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the command");
+    let read = |stream: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut text = Vec::new();
+            if let Some(mut stream) = stream {
+                let _ = stream.read_to_end(&mut text);
+            }
+            String::from_utf8_lossy(&text).to_string()
+        })
+    };
+    let stdout = read(child.stdout.take().map(|s| Box::new(s) as _));
+    let stderr = read(child.stderr.take().map(|s| Box::new(s) as _));
+    let end = Instant::now() + DEADLINE;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        if Instant::now() >= end {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{command:?} did not finish within {DEADLINE:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    (
+        status.code().unwrap_or(-1),
+        stdout.join().expect("stdout reader"),
+        stderr.join().expect("stderr reader"),
     )
 }
 
