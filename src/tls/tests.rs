@@ -843,7 +843,7 @@ async fn upstream_verification_passes_or_says_why_not() {
         assert!(trusting.warning().is_none());
     }
 
-    let failure = |result: Result<_, HandshakeFailure>| result.err().expect("the handshake fails");
+    let failure = |result: Result<_, HandshakeFailure>| result.expect_err("the handshake fails");
 
     // Wrong CA.
     let wrong_ca = connector(&files, Some(&other_ca), |_| {});
