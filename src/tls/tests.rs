@@ -1341,3 +1341,22 @@ fn openssl_s_client_verifies_the_chain_and_resumes_its_session() {
     assert!(second.contains("Reused, TLSv1.3"), "{second}");
     assert_eq!(rt.block_on(seen.recv()), Some(HandshakeKind::Resumed));
 }
+
+#[test]
+fn the_system_roots_are_read_where_debian_keeps_them() {
+    let roots = upstream::system_roots();
+    if Path::new("/etc/ssl/certs/ca-certificates.crt").exists() {
+        assert!(
+            roots.store.len() > 10,
+            "{} roots, {:?}",
+            roots.store.len(),
+            roots.problem
+        );
+        assert_eq!(roots.problem, None);
+    } else {
+        assert!(
+            roots.store.is_empty() && roots.problem.is_some(),
+            "{roots:?}"
+        );
+    }
+}
