@@ -198,6 +198,20 @@ fn client(roots: RootCertStore) -> Arc<ClientConfig> {
     )
 }
 
+/// A rustls client speaking only `version`.
+fn client_speaking(
+    roots: RootCertStore,
+    version: &'static rustls::SupportedProtocolVersion,
+) -> Arc<ClientConfig> {
+    Arc::new(
+        ClientConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[version])
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth(),
+    )
+}
+
 fn client_with(roots: RootCertStore, change: impl FnOnce(&mut ClientConfig)) -> Arc<ClientConfig> {
     let mut config = Arc::unwrap_or_clone(client(roots));
     change(&mut config);
@@ -875,6 +889,24 @@ async fn upstream_verification_passes_or_says_why_not() {
     assert_eq!(why.cause, Cause::Expired);
     assert_eq!(why.words, "certificate expired on 2021-01-01 00:00:00 UTC");
 
+    // A server whose port does not speak TLS: it answers plain text, or just closes.
+    let (mut plain, b) = tokio::io::duplex(4096);
+    plain
+        .write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+        .await
+        .unwrap();
+    let why = trusting.connect("app1.test", b, WITHIN).await.unwrap_err();
+    assert_eq!(why.cause, Cause::NotTls, "{why}");
+    assert_eq!(
+        why.words,
+        "not TLS: the server answered something else (does its port speak TLS? \
+         SSL_ENCRYPT_UPSTREAM=1 needs it to)"
+    );
+    let (closing, b) = tokio::io::duplex(4096);
+    drop(closing);
+    let why = trusting.connect("app1.test", b, WITHIN).await.unwrap_err();
+    assert_eq!(why.cause, Cause::Closed, "{why}");
+
     // Verification off: anything goes, and the warning says what that means.
     let blind = connector(&files, None, |s| s.verify = false);
     for server in [&good_server, &expired_server] {
@@ -969,13 +1001,7 @@ async fn client_failures_are_told_apart_and_blame_no_server() {
     let mut settings = files.settings(&leaf.pem, &leaf.key.serialize_pem());
     settings.method = SslMethod::Tls13;
     let tls13 = load(&settings, &ca).unwrap();
-    let old_client = Arc::new(
-        ClientConfig::builder_with_provider(provider())
-            .with_protocol_versions(&[&rustls::version::TLS12])
-            .unwrap()
-            .with_root_certificates(ca.roots())
-            .with_no_client_auth(),
-    );
+    let old_client = client_speaking(ca.roots(), &rustls::version::TLS12);
     let (server, client) = handshake(&tls13, old_client, "broker.test").await;
     assert!(client.is_err());
     let why = server.unwrap_err();
@@ -1017,31 +1043,18 @@ async fn sessions_resume_and_survive_a_certificate_reload() {
             .unwrap()
         };
         let tls = load_with(&first, &resumption);
-        let client = client_with(ca.roots(), |c| {
-            *c = ClientConfig::builder_with_provider(provider())
-                .with_protocol_versions(&[version])
-                .unwrap()
-                .with_root_certificates(ca.roots())
-                .with_no_client_auth();
-        });
-        let kind = |server: ServerSide| {
-            let server = server.unwrap();
-            server.get_ref().1.handshake_kind().unwrap()
-        };
+        let client = client_speaking(ca.roots(), version);
         let exchange_once = |tls: ServerTls| {
             let client = client.clone();
             async move {
                 let (server, client) = handshake(&tls, client, "broker.test").await;
-                let mut client = client.unwrap();
-                // TLS 1.3 sends its tickets after the handshake: read them before going on.
-                let mut server = server;
-                if let Ok(s) = &mut server {
-                    s.write_all(b"x").await.unwrap();
-                    s.flush().await.unwrap();
-                }
-                let mut byte = [0u8; 1];
-                client.read_exact(&mut byte).await.unwrap();
-                kind(server)
+                let (mut server, mut client) = (server.unwrap(), client.unwrap());
+                // TLS 1.3 sends its tickets after the handshake: the client takes them with
+                // the first bytes it reads.
+                server.write_all(b"x").await.unwrap();
+                server.flush().await.unwrap();
+                client.read_exact(&mut [0u8; 1]).await.unwrap();
+                server.get_ref().1.handshake_kind().unwrap()
             }
         };
         assert_eq!(
