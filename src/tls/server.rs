@@ -78,6 +78,8 @@ pub struct ServerTls {
     /// What the doctor found that did not stop the load (warnings, notices): logged at start
     /// and on reload, printed by `--check`.
     pub findings: Vec<Finding>,
+    /// The chain and key in use, for [`ServerTls::diagnose`].
+    identity: Identity,
 }
 
 impl ServerTls {
@@ -117,7 +119,7 @@ impl ServerTls {
                 detail: e.to_string(),
             })?
             .with_no_client_auth()
-            .with_cert_resolver(Arc::new(SingleCertAndKey::from(identity.certified)));
+            .with_cert_resolver(Arc::new(SingleCertAndKey::from(identity.certified.clone())));
         config.ticketer = resumption.ticketer.clone();
         config.session_storage = resumption.cache.clone();
         if settings.alpn_http1 {
@@ -127,7 +129,15 @@ impl ServerTls {
             config: Arc::new(config),
             certificate,
             findings,
+            identity,
         })
+    }
+
+    /// The doctor again, at `now`, on the certificate and key in use: for the daily line in
+    /// the log about a certificate that expires soon or has expired (told every day, not only
+    /// at start and reload).
+    pub fn diagnose(&self, now: SystemTime, trusted: &RootCertStore) -> Vec<Finding> {
+        doctor::diagnose(&self.identity, now, trusted)
     }
 
     /// The TLS handshake with a client, bounded by `within` (a client that connects and sends

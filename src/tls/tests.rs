@@ -681,6 +681,12 @@ fn expiry_is_a_warning_never_a_refusal() {
     let tls = ServerTls::load(&settings, &resumption(), &roots, now).unwrap();
     assert!(matches!(tls.findings[..], [Finding::Expired { .. }]));
     assert_eq!(tls.certificate.seconds_until_expiry(now), -10 * 86_400);
+    // The daily check, on the identity in use.
+    let daily = tls.diagnose(at(2030, 12, 22), &roots);
+    assert!(
+        matches!(daily[..], [Finding::ExpiresSoon { .. }]),
+        "{daily:?}"
+    );
     assert_eq!(
         tls.certificate.seconds_until_expiry(at(2030, 12, 31)),
         86_400
