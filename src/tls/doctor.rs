@@ -610,6 +610,7 @@ pub fn diagnose(identity: &Identity, now: SystemTime, trusted: &RootCertStore) -
             parsed
                 .iter()
                 .position(|c| c.public_key().raw == spki.as_ref())
+                .filter(|&index| index > 0)
         });
         return vec![match owner {
             Some(index) => Finding::LeafNotFirst {
