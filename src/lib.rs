@@ -30,6 +30,8 @@
 //! - [`demo`]: stand-in echo servers for `appbroker demo`, and its line client.
 //! - [`workers`]: the data path's threads, one per core, each with its own runtime and
 //!   listening sockets.
+//! - [`tls`]: rustls acceptors and connectors, certificate loading and its diagnosis (the
+//!   configuration doctor), handshake failures in words.
 //! - [`clock`], [`throttle`], [`sys`]: time, log-rate limiting, the few system calls the
 //!   standard library lacks.
 
@@ -55,6 +57,7 @@ pub mod self_loop;
 pub mod shutdown;
 pub mod sys;
 pub mod throttle;
+pub mod tls;
 pub mod workers;
 
 pub use broker::Broker;

@@ -1,0 +1,885 @@
+//! The configuration doctor: what the broker's certificate and key mean for its clients, told
+//! before a client finds out. [`diagnose`] is a pure function of the loaded chain and key, the
+//! time and the roots this machine trusts; it returns [`Finding`]s, one line each, naming the
+//! key and the file. Files that cannot be loaded at all are reported in the same words
+//! ([`super::files`]), so `--check`, start-up and a reload print one kind of line.
+//!
+//! What it looks for, and why each is worth a line:
+//! - the key is not the certificate's (an error: nothing can be served with the pair);
+//! - the certificate is not for TLS servers (a client certificate used as the broker's
+//!   identity: the mix-up of a TIBCO EMS fault-tolerant pair, where the client-side `ft_ssl_`
+//!   files held server certificates and every connection between the pair failed), or is a
+//!   CA's certificate;
+//! - it has expired, expires within [`EXPIRY_WARNING_DAYS`] or is not valid yet (warnings, never a
+//!   refusal to start: one expired certificate must not take every other balancer down);
+//! - the chain is out of order, or stops short of a root (an intermediate missing).
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rustls::RootCertStore;
+use rustls::pki_types::CertificateDer;
+use rustls::sign::CertifiedKey;
+use x509_parser::certificate::X509Certificate;
+use x509_parser::extensions::{GeneralName, ParsedExtension};
+
+/// A certificate expiring within this many days gets a warning: the 30 days of the renewal
+/// window that public CAs and tools such as certbot use, so the warning starts when renewal
+/// should have happened.
+pub const EXPIRY_WARNING_DAYS: u64 = 30;
+
+/// How bad a finding is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Severity {
+    /// Worth knowing; nothing is wrong for sure.
+    Notice,
+    /// Clients will, or soon will, fail; the broker serves anyway.
+    Warning,
+    /// Nothing can be served with this configuration: the balancer (or the reload) is refused.
+    Error,
+}
+
+impl Severity {
+    /// How a line of this severity starts when printed for an operator.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Notice => "notice",
+            Severity::Warning => "warning",
+            Severity::Error => "error",
+        }
+    }
+}
+
+/// What the doctor, or the loading of a file, found: one line naming the key and the file,
+/// saying what is wrong and what to do.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Finding {
+    /// The file could not be read.
+    #[error("{key} {}: cannot be read: {source}{}", path.display(), read_advice(source))]
+    Unreadable {
+        /// The configuration key naming the file.
+        key: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// What the system said.
+        source: Arc<std::io::Error>,
+    },
+    /// The path names a directory, a FIFO, a device.
+    #[error("{key} {}: is {what}, not a file", path.display())]
+    NotAFile {
+        /// The configuration key naming the file.
+        key: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// What it is, in words.
+        what: &'static str,
+    },
+    /// Far larger than any PEM file of certificates or keys.
+    #[error(
+        "{key} {}: is {size} bytes, more than the {} MiB a PEM file of certificates or keys \
+         would be; is it the right file?",
+        path.display(),
+        super::files::MAX_PEM_FILE >> 20
+    )]
+    TooLarge {
+        /// The configuration key naming the file.
+        key: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Its size in bytes.
+        size: u64,
+    },
+    /// Binary (DER, PKCS#12) or text without a PEM block.
+    #[error("{key} {}: {}", path.display(), not_pem_advice(key, path, *binary))]
+    NotPem {
+        /// The configuration key naming the file.
+        key: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Whether it is binary (DER or PKCS#12) rather than text.
+        binary: bool,
+    },
+    /// A PEM block that cannot be decoded.
+    #[error("{key} {}: is not valid PEM ({detail}); export it again as PEM", path.display())]
+    BadPem {
+        /// The configuration key naming the file.
+        key: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// What the decoder said.
+        detail: String,
+    },
+    /// No certificate in a file that should hold the chain (or the CA bundle).
+    #[error("{key} {}: holds no certificate (-----BEGIN CERTIFICATE-----){}", path.display(), holds(found, key))]
+    NoCertificate {
+        /// The configuration key naming the file.
+        key: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The PEM labels found instead.
+        found: Vec<String>,
+    },
+    /// A certificate block that is not an X.509 certificate.
+    #[error(
+        "{key} {}: certificate {} of the file cannot be read ({detail}); export it again",
+        path.display(),
+        index + 1
+    )]
+    BadCertificate {
+        /// The configuration key naming the file.
+        key: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Its place in the file, from 0.
+        index: usize,
+        /// What the parser said.
+        detail: String,
+    },
+    /// No private key in the key file.
+    #[error(
+        "SSL_KEY {}: holds no private key (-----BEGIN PRIVATE KEY-----, RSA PRIVATE KEY or EC \
+         PRIVATE KEY){}",
+        path.display(),
+        holds(found, "SSL_KEY")
+    )]
+    NoKey {
+        /// The file.
+        path: PathBuf,
+        /// The PEM labels found instead.
+        found: Vec<String>,
+    },
+    /// A key encrypted the old OpenSSL way (`Proc-Type: 4,ENCRYPTED`), which no maintained
+    /// library reads: the operator converts it once.
+    #[error(
+        "SSL_KEY {old}: is encrypted the old OpenSSL way (Proc-Type: 4,ENCRYPTED), which \
+         appbroker does not read; convert it to encrypted PKCS#8 with `openssl pkcs8 -topk8 -v2 \
+         aes-256-cbc -in {old} -out {new}` (it asks for the old passphrase, then the new one for \
+         SSL_PASSPHRASE) and set SSL_KEY={new}",
+        old = .0.display(),
+        new = pkcs8_name(.0).display()
+    )]
+    OldStyleEncryptedKey(PathBuf),
+    /// An encrypted key and no passphrase.
+    #[error(
+        "SSL_KEY {}: is encrypted (ENCRYPTED PRIVATE KEY) and SSL_PASSPHRASE is not set; set it \
+         to the key's passphrase",
+        .0.display()
+    )]
+    PassphraseMissing(PathBuf),
+    /// The passphrase does not decrypt the key.
+    #[error("SSL_KEY {}: SSL_PASSPHRASE does not decrypt it (wrong passphrase)", .0.display())]
+    WrongPassphrase(PathBuf),
+    /// Encrypted with a scheme appbroker does not implement.
+    #[error(
+        "SSL_KEY {old}: is encrypted with a scheme appbroker does not read ({detail}); encrypt \
+         it again with `openssl pkcs8 -topk8 -v2 aes-256-cbc -in {old} -out {new}` and set \
+         SSL_KEY={new}",
+        old = path.display(),
+        new = pkcs8_name(path).display()
+    )]
+    UnsupportedEncryption {
+        /// The file.
+        path: PathBuf,
+        /// The scheme, or what the decoder said.
+        detail: String,
+    },
+    /// A key the crypto provider cannot sign with (DSA, an unsupported curve, a broken key).
+    #[error(
+        "SSL_KEY {}: the key cannot be used ({detail}); appbroker signs with RSA (2048 bits or \
+         more), ECDSA P-256 or P-384, and Ed25519 keys",
+        path.display()
+    )]
+    UnusableKey {
+        /// The file.
+        path: PathBuf,
+        /// What the provider said.
+        detail: String,
+    },
+    /// `SSL_PASSPHRASE` is set but the key is not encrypted.
+    #[error("SSL_KEY {}: is not encrypted, so SSL_PASSPHRASE is not used", .0.display())]
+    PassphraseUnused(PathBuf),
+    /// The key is not the certificate's.
+    #[error(
+        "SSL_KEY {}: does not match the certificate in SSL_CERTIFICATE {}: nothing can be served \
+         with them; give the key the certificate was issued for (their public keys must be the \
+         same: compare `openssl x509 -noout -pubkey -in CERTIFICATE` with `openssl pkey -pubout \
+         -in KEY`)",
+        key_path.display(),
+        certificate_path.display()
+    )]
+    KeyMismatch {
+        /// The key file.
+        key_path: PathBuf,
+        /// The certificate file.
+        certificate_path: PathBuf,
+    },
+    /// The key belongs to a later certificate of the file: the broker's own certificate is
+    /// not first, so rustls would present another one.
+    #[error(
+        "SSL_CERTIFICATE {}: the broker's own certificate ({subject}, the one SSL_KEY belongs \
+         to) is certificate {} of the file, not the first: order the file leaf first, each \
+         certificate followed by its issuer's",
+        path.display(),
+        index + 1
+    )]
+    LeafNotFirst {
+        /// The certificate file.
+        path: PathBuf,
+        /// The place of the key's certificate in the file, from 0.
+        index: usize,
+        /// Its subject.
+        subject: String,
+    },
+    /// Extended key usage without TLS server authentication: most often a client certificate
+    /// given as the broker's identity.
+    #[error(
+        "SSL_CERTIFICATE {}: the certificate for {subject} does not allow TLS server \
+         authentication (extended key usage: {usages}){}; clients will refuse it: give the \
+         server certificate issued for the broker's name",
+        path.display(),
+        if *client_only {
+            ": it is a client certificate used as the broker's identity"
+        } else {
+            ""
+        }
+    )]
+    NotForServers {
+        /// The certificate file.
+        path: PathBuf,
+        /// The leaf's subject.
+        subject: String,
+        /// The usages it allows, in words.
+        usages: String,
+        /// Whether it allows TLS client authentication (the mix-up named in words).
+        client_only: bool,
+    },
+    /// A CA's certificate as the broker's own.
+    #[error(
+        "SSL_CERTIFICATE {}: the first certificate ({subject}) is a CA's certificate, not a \
+         server's; clients will refuse it: put the broker's own certificate first, followed by \
+         its intermediates",
+        path.display()
+    )]
+    CaAsIdentity {
+        /// The certificate file.
+        path: PathBuf,
+        /// The leaf's subject.
+        subject: String,
+    },
+    /// Past its end of validity.
+    #[error(
+        "SSL_CERTIFICATE {}: the certificate for {subject} expired on {} ({} ago); clients \
+         will refuse it: renew it",
+        path.display(),
+        utc(*not_after),
+        days(*ago)
+    )]
+    Expired {
+        /// The certificate file.
+        path: PathBuf,
+        /// The leaf's subject.
+        subject: String,
+        /// Its end of validity.
+        not_after: SystemTime,
+        /// How long ago that was.
+        ago: Duration,
+    },
+    /// Expiring within [`EXPIRY_WARNING_DAYS`].
+    #[error(
+        "SSL_CERTIFICATE {}: the certificate for {subject} expires on {} (in {}); renew it \
+         before then",
+        path.display(),
+        utc(*not_after),
+        days(*left)
+    )]
+    ExpiresSoon {
+        /// The certificate file.
+        path: PathBuf,
+        /// The leaf's subject.
+        subject: String,
+        /// Its end of validity.
+        not_after: SystemTime,
+        /// How long until then.
+        left: Duration,
+    },
+    /// Before its start of validity.
+    #[error(
+        "SSL_CERTIFICATE {}: the certificate for {subject} is not valid before {}; clients will \
+         refuse it until then (or check this machine's clock)",
+        path.display(),
+        utc(*not_before)
+    )]
+    NotYetValid {
+        /// The certificate file.
+        path: PathBuf,
+        /// The leaf's subject.
+        subject: String,
+        /// Its start of validity.
+        not_before: SystemTime,
+    },
+    /// A certificate of the chain followed by one that is not its issuer.
+    #[error(
+        "SSL_CERTIFICATE {}: certificate {} of the file ({next}) is not the issuer of \
+         certificate {} ({subject}); some clients refuse such a chain: order it leaf first, each \
+         certificate followed by its issuer's",
+        path.display(),
+        index + 2,
+        index + 1
+    )]
+    OutOfOrder {
+        /// The certificate file.
+        path: PathBuf,
+        /// The place of the certificate whose issuer does not follow, from 0.
+        index: usize,
+        /// Its subject.
+        subject: String,
+        /// The subject of the certificate that follows it.
+        next: String,
+    },
+    /// The chain stops at a certificate whose issuer is neither in the file nor a root this
+    /// machine trusts, and the certificate names where its issuer's certificate is published:
+    /// an intermediate left out (`cert.pem` given where `fullchain.pem` was meant).
+    #[error(
+        "SSL_CERTIFICATE {}: the chain stops at {subject}, issued by {issuer}, which is not in \
+         the file: an intermediate certificate is missing (published at {url}); clients that do \
+         not have it will refuse the chain: append it to the file after the certificate (a CA's \
+         \"full chain\" file has it)",
+        path.display()
+    )]
+    MissingIntermediate {
+        /// The certificate file.
+        path: PathBuf,
+        /// The last certificate's subject.
+        subject: String,
+        /// Its issuer.
+        issuer: String,
+        /// Where the issuer's certificate is published (authority information access).
+        url: String,
+    },
+    /// The chain stops at a certificate whose issuer is neither in the file nor a root this
+    /// machine trusts: a private CA (fine, when clients trust it) or an intermediate left out.
+    #[error(
+        "SSL_CERTIFICATE {}: the chain stops at {subject}, issued by {issuer}, which is neither \
+         in the file nor a root this machine trusts: if {issuer} is an intermediate CA, append \
+         its certificate to the file; if it is your own root CA, clients must trust it",
+        path.display()
+    )]
+    PrivateIssuer {
+        /// The certificate file.
+        path: PathBuf,
+        /// The last certificate's subject.
+        subject: String,
+        /// Its issuer.
+        issuer: String,
+    },
+    /// A CA bundle in which no certificate can serve as a root.
+    #[error(
+        "SSL_UPSTREAM_CA {}: none of its certificates can be used as a trusted root ({detail})",
+        path.display()
+    )]
+    UnusableCa {
+        /// The CA file.
+        path: PathBuf,
+        /// What the root store said.
+        detail: String,
+    },
+    /// Verification asked, no CA given, and the system trusts nothing.
+    #[error(
+        "SSL_UPSTREAM_VERIFY=1 and SSL_UPSTREAM_CA is not set, but this system has no trusted \
+         root certificates ({0}): set SSL_UPSTREAM_CA to the CA that issued the servers' \
+         certificates, or install the system's (Debian: ca-certificates)"
+    )]
+    NoSystemRoots(String),
+    /// A server name that cannot be one.
+    #[error(
+        "SSL_UPSTREAM_SERVER_NAME `{0}` is neither a DNS name nor an IP address; give the name \
+         the servers' certificates are issued for"
+    )]
+    BadServerName(String),
+    /// The TLS library refused what the checks before it accepted: a bug to report.
+    #[error("{key}: the TLS library refused the configuration ({detail}); please report this")]
+    Unexpected {
+        /// The key closest to the cause.
+        key: &'static str,
+        /// What the library said.
+        detail: String,
+    },
+}
+
+impl Finding {
+    /// How bad it is.
+    pub fn severity(&self) -> Severity {
+        use Finding::*;
+        match self {
+            PassphraseUnused(_) | PrivateIssuer { .. } => Severity::Notice,
+            NotForServers { .. }
+            | CaAsIdentity { .. }
+            | Expired { .. }
+            | ExpiresSoon { .. }
+            | NotYetValid { .. }
+            | OutOfOrder { .. }
+            | MissingIntermediate { .. } => Severity::Warning,
+            Unreadable { .. }
+            | NotAFile { .. }
+            | TooLarge { .. }
+            | NotPem { .. }
+            | BadPem { .. }
+            | NoCertificate { .. }
+            | BadCertificate { .. }
+            | NoKey { .. }
+            | OldStyleEncryptedKey(_)
+            | PassphraseMissing(_)
+            | WrongPassphrase(_)
+            | UnsupportedEncryption { .. }
+            | UnusableKey { .. }
+            | KeyMismatch { .. }
+            | LeafNotFirst { .. }
+            | UnusableCa { .. }
+            | NoSystemRoots(_)
+            | BadServerName(_)
+            | Unexpected { .. } => Severity::Error,
+        }
+    }
+
+    /// The configuration key the finding is about (the one to fix).
+    pub fn key(&self) -> &'static str {
+        use Finding::*;
+        match self {
+            Unreadable { key, .. }
+            | NotAFile { key, .. }
+            | TooLarge { key, .. }
+            | NotPem { key, .. }
+            | BadPem { key, .. }
+            | NoCertificate { key, .. }
+            | BadCertificate { key, .. }
+            | Unexpected { key, .. } => key,
+            NoKey { .. }
+            | OldStyleEncryptedKey(_)
+            | UnsupportedEncryption { .. }
+            | UnusableKey { .. }
+            | PassphraseUnused(_)
+            | KeyMismatch { .. } => "SSL_KEY",
+            PassphraseMissing(_) | WrongPassphrase(_) => "SSL_PASSPHRASE",
+            NotForServers { .. }
+            | CaAsIdentity { .. }
+            | Expired { .. }
+            | ExpiresSoon { .. }
+            | NotYetValid { .. }
+            | OutOfOrder { .. }
+            | LeafNotFirst { .. }
+            | MissingIntermediate { .. }
+            | PrivateIssuer { .. } => "SSL_CERTIFICATE",
+            UnusableCa { .. } => "SSL_UPSTREAM_CA",
+            NoSystemRoots(_) => "SSL_UPSTREAM_VERIFY",
+            BadServerName(_) => "SSL_UPSTREAM_SERVER_NAME",
+        }
+    }
+}
+
+/// Findings that stop a configuration from loading: every one found (errors and the warnings
+/// beside them), one per line.
+#[derive(Debug)]
+pub struct Findings(pub Vec<Finding>);
+
+impl Findings {
+    /// Whether any of them is an [`Severity::Error`].
+    pub fn has_errors(&self) -> bool {
+        self.0.iter().any(|f| f.severity() == Severity::Error)
+    }
+}
+
+impl From<Finding> for Findings {
+    fn from(finding: Finding) -> Self {
+        Findings(vec![finding])
+    }
+}
+
+impl fmt::Display for Findings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, finding) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("\n")?;
+            }
+            write!(f, "{}: {finding}", finding.severity().as_str())?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Findings {}
+
+/// The broker's certificate as the status page and METRICS show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertificateSummary {
+    /// The file it came from.
+    pub path: PathBuf,
+    /// The leaf's subject (`CN=broker.example.com, O=...`).
+    pub subject: String,
+    /// Its issuer.
+    pub issuer: String,
+    /// The names it is valid for (DNS names and IP addresses).
+    pub names: Vec<String>,
+    /// Start of validity.
+    pub not_before: SystemTime,
+    /// End of validity.
+    pub not_after: SystemTime,
+}
+
+impl CertificateSummary {
+    /// Seconds from `now` until the certificate expires, negative once it has (METRICS:
+    /// an alert fires on a threshold of this).
+    pub fn seconds_until_expiry(&self, now: SystemTime) -> i64 {
+        match self.not_after.duration_since(now) {
+            Ok(left) => i64::try_from(left.as_secs()).unwrap_or(i64::MAX),
+            Err(past) => -i64::try_from(past.duration().as_secs()).unwrap_or(i64::MAX),
+        }
+    }
+}
+
+/// Reads the leaf of a chain for the status page and METRICS. `None` when the chain is empty
+/// or its first certificate cannot be parsed (loading refuses both before this is asked).
+pub fn summarize(path: &Path, chain: &[CertificateDer<'_>]) -> Option<CertificateSummary> {
+    let (_, leaf) = x509_parser::parse_x509_certificate(chain.first()?).ok()?;
+    let names = leaf
+        .subject_alternative_name()
+        .ok()
+        .flatten()
+        .map(|san| san.value.general_names.iter().filter_map(name).collect())
+        .unwrap_or_default();
+    Some(CertificateSummary {
+        path: path.to_path_buf(),
+        subject: leaf.subject().to_string(),
+        issuer: leaf.issuer().to_string(),
+        names,
+        not_before: time(leaf.validity().not_before.timestamp()),
+        not_after: time(leaf.validity().not_after.timestamp()),
+    })
+}
+
+/// A DNS name or IP address of a subject alternative name, as text.
+fn name(general: &GeneralName<'_>) -> Option<String> {
+    match general {
+        GeneralName::DNSName(dns) => Some(dns.to_string()),
+        GeneralName::IPAddress(bytes) => match bytes.len() {
+            4 => <[u8; 4]>::try_from(*bytes)
+                .ok()
+                .map(|b| std::net::IpAddr::from(b).to_string()),
+            16 => <[u8; 16]>::try_from(*bytes)
+                .ok()
+                .map(|b| std::net::IpAddr::from(b).to_string()),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// The certificate and key of a balancer, loaded, with the files they came from.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    /// `SSL_CERTIFICATE`.
+    pub certificate_path: PathBuf,
+    /// `SSL_KEY`.
+    pub key_path: PathBuf,
+    /// The chain, leaf first, and the key ready to sign.
+    pub certified: Arc<CertifiedKey>,
+}
+
+/// What the doctor finds in a loaded identity at `now`, given the roots this machine trusts
+/// (to tell a missing intermediate from a chain that reaches a known root).
+pub fn diagnose(identity: &Identity, now: SystemTime, trusted: &RootCertStore) -> Vec<Finding> {
+    let path = &identity.certificate_path;
+    let parsed: Vec<X509Certificate<'_>> = identity
+        .certified
+        .cert
+        .iter()
+        .map_while(|der| {
+            x509_parser::parse_x509_certificate(der)
+                .ok()
+                .map(|(_, c)| c)
+        })
+        .collect();
+    if let Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch)) =
+        identity.certified.keys_match()
+    {
+        // The key of a later certificate of the file: the chain is out of order, and the
+        // checks below would only describe the wrong certificate.
+        let spki = identity.certified.key.public_key();
+        let owner = spki.and_then(|spki| {
+            parsed
+                .iter()
+                .position(|c| c.public_key().raw == spki.as_ref())
+                .filter(|&index| index > 0)
+        });
+        return vec![match owner {
+            Some(index) => Finding::LeafNotFirst {
+                path: path.clone(),
+                index,
+                subject: parsed[index].subject().to_string(),
+            },
+            None => Finding::KeyMismatch {
+                key_path: identity.key_path.clone(),
+                certificate_path: path.clone(),
+            },
+        }];
+    }
+    let Some(leaf) = parsed.first() else {
+        return Vec::new();
+    };
+    let mut findings = Vec::new();
+    let subject = leaf.subject().to_string();
+    purpose(path, leaf, &subject, &mut findings);
+    validity(path, leaf, &subject, now, &mut findings);
+    chain(path, &parsed, trusted, &mut findings);
+    findings
+}
+
+/// Whether the leaf may identify a TLS server.
+fn purpose(path: &Path, leaf: &X509Certificate<'_>, subject: &str, out: &mut Vec<Finding>) {
+    if let Ok(Some(eku)) = leaf.extended_key_usage() {
+        let eku = eku.value;
+        if !eku.server_auth && !eku.any {
+            let mut usages = Vec::new();
+            for (allowed, words) in [
+                (eku.client_auth, "TLS client authentication"),
+                (eku.code_signing, "code signing"),
+                (eku.email_protection, "e-mail protection"),
+                (eku.time_stamping, "time stamping"),
+                (eku.ocsp_signing, "OCSP signing"),
+            ] {
+                if allowed {
+                    usages.push(words.to_string());
+                }
+            }
+            usages.extend(eku.other.iter().map(|oid| oid.to_id_string()));
+            out.push(Finding::NotForServers {
+                path: path.to_path_buf(),
+                subject: subject.to_string(),
+                usages: usages.join(", "),
+                client_only: eku.client_auth,
+            });
+        }
+    }
+    if leaf.is_ca() {
+        out.push(Finding::CaAsIdentity {
+            path: path.to_path_buf(),
+            subject: subject.to_string(),
+        });
+    }
+}
+
+/// Expired, expiring soon, or not valid yet.
+fn validity(
+    path: &Path,
+    leaf: &X509Certificate<'_>,
+    subject: &str,
+    now: SystemTime,
+    out: &mut Vec<Finding>,
+) {
+    let not_before = time(leaf.validity().not_before.timestamp());
+    let not_after = time(leaf.validity().not_after.timestamp());
+    let path = path.to_path_buf();
+    let subject = subject.to_string();
+    if let Ok(ago) = now.duration_since(not_after) {
+        out.push(Finding::Expired {
+            path,
+            subject,
+            not_after,
+            ago,
+        });
+    } else if not_before > now {
+        out.push(Finding::NotYetValid {
+            path,
+            subject,
+            not_before,
+        });
+    } else if let Ok(left) = not_after.duration_since(now)
+        && left < Duration::from_secs(EXPIRY_WARNING_DAYS * 86_400)
+    {
+        out.push(Finding::ExpiresSoon {
+            path,
+            subject,
+            not_after,
+            left,
+        });
+    }
+}
+
+/// Order, and whether the chain reaches a root (in the file, or one this machine trusts).
+fn chain(
+    path: &Path,
+    parsed: &[X509Certificate<'_>],
+    trusted: &RootCertStore,
+    out: &mut Vec<Finding>,
+) {
+    for (index, pair) in parsed.windows(2).enumerate() {
+        let (cert, next) = (&pair[0], &pair[1]);
+        if cert.issuer().as_raw() != next.subject().as_raw() {
+            out.push(Finding::OutOfOrder {
+                path: path.to_path_buf(),
+                index,
+                subject: cert.subject().to_string(),
+                next: next.subject().to_string(),
+            });
+            return; // the rest of the chain says nothing more once its order is broken
+        }
+    }
+    let Some(last) = parsed.last() else {
+        return;
+    };
+    let issuer = last.issuer().as_raw();
+    if issuer == last.subject().as_raw() {
+        return; // self-issued: a root (or a self-signed certificate) ends the chain
+    }
+    let issuer_contents = der_contents(issuer);
+    if trusted
+        .roots
+        .iter()
+        .any(|anchor| Some(anchor.subject.as_ref()) == issuer_contents)
+    {
+        return;
+    }
+    let (subject, issuer) = (last.subject().to_string(), last.issuer().to_string());
+    let path = path.to_path_buf();
+    out.push(match ca_issuers_url(last) {
+        Some(url) => Finding::MissingIntermediate {
+            path,
+            subject,
+            issuer,
+            url,
+        },
+        None => Finding::PrivateIssuer {
+            path,
+            subject,
+            issuer,
+        },
+    });
+}
+
+/// Where the certificate's issuer's certificate is published, if it says.
+fn ca_issuers_url(cert: &X509Certificate<'_>) -> Option<String> {
+    cert.extensions()
+        .iter()
+        .find_map(|ext| match ext.parsed_extension() {
+            ParsedExtension::AuthorityInfoAccess(aia) => aia.accessdescs.iter().find_map(|desc| {
+                match (&desc.access_method, &desc.access_location) {
+                    (method, GeneralName::URI(url))
+                        if *method
+                            == x509_parser::oid_registry::OID_PKIX_ACCESS_DESCRIPTOR_CA_ISSUERS =>
+                    {
+                        Some(url.to_string())
+                    }
+                    _ => None,
+                }
+            }),
+            _ => None,
+        })
+}
+
+/// The contents of a DER SEQUENCE (a Name) without its tag and length, as rustls keeps a trust
+/// anchor's subject.
+fn der_contents(der: &[u8]) -> Option<&[u8]> {
+    let (&tag, rest) = der.split_first()?;
+    let (&first, rest) = rest.split_first()?;
+    if tag != 0x30 {
+        return None;
+    }
+    if first < 0x80 {
+        return rest.get(..usize::from(first));
+    }
+    let octets = usize::from(first & 0x7f);
+    let (length, contents) = (rest.get(..octets)?, rest.get(octets..)?);
+    let length = length
+        .iter()
+        .fold(0usize, |n, b| (n << 8) | usize::from(*b));
+    contents.get(..length)
+}
+
+/// Seconds since the epoch as a time (certificates before 1970 are treated as of 1970).
+fn time(seconds: i64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(u64::try_from(seconds).unwrap_or(0))
+}
+
+/// A time as operators read it in a log: `2026-03-01 12:00:00 UTC`.
+pub(crate) fn utc(at: SystemTime) -> String {
+    let seconds = at
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    chrono::DateTime::from_timestamp(seconds, 0).map_or_else(
+        || format!("{seconds}s after 1970"),
+        |t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+    )
+}
+
+/// A span in days (or hours, under a day).
+fn days(span: Duration) -> String {
+    let hours = span.as_secs() / 3600;
+    match hours {
+        0..24 => format!("{hours} hour{}", if hours == 1 { "" } else { "s" }),
+        _ => {
+            let days = hours / 24;
+            format!("{days} day{}", if days == 1 { "" } else { "s" })
+        }
+    }
+}
+
+/// What to do about an unreadable file, by what the system said.
+fn read_advice(error: &std::io::Error) -> &'static str {
+    match error.kind() {
+        std::io::ErrorKind::NotFound => {
+            "; check the path (a relative one is taken from the broker's working directory)"
+        }
+        std::io::ErrorKind::PermissionDenied => "; let the broker's user read it",
+        _ => "",
+    }
+}
+
+/// What to do with a file that is not PEM, by which file it is.
+fn not_pem_advice(key: &str, path: &Path, binary: bool) -> String {
+    let p = path.display();
+    match (binary, key) {
+        (false, _) => "holds no PEM block (-----BEGIN ...-----); give a PEM file".to_string(),
+        (true, "SSL_KEY") => format!(
+            "is binary (DER, or a PKCS#12 .pfx/.p12), not PEM: convert it with `openssl pkey \
+             -inform der -in {p} -out key.pem` (a DER key) or `openssl pkcs12 -in {p} -nocerts \
+             -out key.pem` (a .pfx)"
+        ),
+        (true, _) => format!(
+            "is binary (DER, or a PKCS#12 .pfx/.p12), not PEM: convert it with `openssl x509 \
+             -inform der -in {p} -out cert.pem` (a DER certificate) or `openssl pkcs12 -in {p} \
+             -nokeys -out cert.pem` (a .pfx)"
+        ),
+    }
+}
+
+/// What a file holds instead of what was asked, and the likely mix-up.
+fn holds(found: &[String], key: &str) -> String {
+    if found.is_empty() {
+        return String::new();
+    }
+    let swapped = match key {
+        "SSL_KEY" => found.iter().any(|l| l == "CERTIFICATE"),
+        _ => found.iter().any(|l| l.ends_with("PRIVATE KEY")),
+    };
+    format!(
+        "; it holds {}{}",
+        found.join(", "),
+        if swapped {
+            ": are SSL_CERTIFICATE and SSL_KEY swapped?"
+        } else {
+            ""
+        }
+    )
+}
+
+/// Where the converted key of an old-style encrypted one could go: `x.key` -> `x.pk8.key`.
+fn pkcs8_name(path: &Path) -> PathBuf {
+    let stem = path
+        .file_stem()
+        .map_or_else(|| "key".into(), |s| s.to_string_lossy().into_owned());
+    let ext = path
+        .extension()
+        .map_or_else(|| "pem".into(), |e| e.to_string_lossy().into_owned());
+    path.with_file_name(format!("{stem}.pk8.{ext}"))
+}
