@@ -43,6 +43,7 @@ pub mod config;
 pub mod demo;
 pub mod forward;
 pub mod health;
+pub mod http;
 pub mod listener;
 pub mod logging;
 pub mod os_error;
