@@ -8,7 +8,7 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
@@ -21,11 +21,21 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 /// the body is sent anyway (curl waits 1 s too): it may be one that ignores `Expect`.
 pub(crate) const EXPECT_WAIT: Duration = Duration::from_secs(1);
 
+/// How a request's body went, shared between the body (inside hyper's client connection)
+/// and the request's handler.
+#[derive(Debug, Default)]
+pub(crate) struct Upload {
+    /// Data bytes handed to the server's connection so far.
+    pub(crate) sent: AtomicU64,
+    /// The client's body broke off or was malformed (a bad chunk): the client's fault, not
+    /// the server's.
+    pub(crate) failed: AtomicBool,
+}
+
 /// A request's body on its way to the server.
 pub(crate) struct RequestBody {
     inner: Option<Incoming>,
-    /// Data bytes handed to the server's connection so far.
-    sent: Arc<AtomicU64>,
+    upload: Arc<Upload>,
     gate: Option<Gate>,
 }
 
@@ -40,7 +50,7 @@ impl RequestBody {
     pub(crate) fn empty() -> RequestBody {
         RequestBody {
             inner: None,
-            sent: Arc::default(),
+            upload: Arc::default(),
             gate: None,
         }
     }
@@ -49,12 +59,12 @@ impl RequestBody {
     /// Continue`) or [`EXPECT_WAIT`] passed.
     pub(crate) fn new(
         inner: Incoming,
-        sent: Arc<AtomicU64>,
+        upload: Arc<Upload>,
         continued: Option<CancellationToken>,
     ) -> RequestBody {
         RequestBody {
             inner: Some(inner),
-            sent,
+            upload,
             gate: continued.map(|token| Gate {
                 open: Box::pin(token.cancelled_owned()),
                 wait: Box::pin(tokio::time::sleep(EXPECT_WAIT)),
@@ -64,7 +74,7 @@ impl RequestBody {
 
     /// Whether nothing of the body was asked for yet (so it could go to another server).
     pub(crate) fn untouched(&self) -> bool {
-        self.sent.load(Relaxed) == 0
+        self.upload.sent.load(Relaxed) == 0
     }
 }
 
@@ -90,13 +100,17 @@ impl Body for RequestBody {
             match ready!(Pin::new(&mut *inner).poll_frame(cx)) {
                 Some(Ok(frame)) => match frame.into_data() {
                     Ok(data) => {
-                        self.sent.fetch_add(data.len() as u64, Relaxed);
+                        self.upload.sent.fetch_add(data.len() as u64, Relaxed);
                         return Poll::Ready(Some(Ok(Frame::data(data))));
                     }
                     // Trailers: not forwarded.
                     Err(_) => continue,
                 },
-                other => return Poll::Ready(other),
+                Some(Err(e)) => {
+                    self.upload.failed.store(true, Relaxed);
+                    return Poll::Ready(Some(Err(e)));
+                }
+                None => return Poll::Ready(None),
             }
         }
     }

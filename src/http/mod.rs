@@ -39,9 +39,10 @@ use std::hash::Hash;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use hyper::body::Bytes;
 use hyper::header::HeaderMap;
 use hyper::http::request::Parts;
-use hyper::{Method, StatusCode, Uri};
+use hyper::{Method, Response, StatusCode, Uri};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::config::Language;
@@ -85,6 +86,13 @@ pub trait Upstreams: Send + Sync + 'static {
     /// What happened, for quarantine, accounting and the access log. Called on the data
     /// path: keep it short (counters, a log line), never blocking.
     fn report(&self, event: Event<'_, Self::Server>);
+
+    /// An answer the balancer gives itself, before any server is chosen: the query interface
+    /// (`/TOTVS_BROKER_QUERY/...`), routed by path on an HTTP balancer. `None` (the default)
+    /// for a request that goes to a server.
+    fn intercept(&self, _request: &Parts, _client: &Downstream) -> Option<Response<Bytes>> {
+        None
+    }
 
     /// The head to forward, once the first server is chosen: a last change of the balancer's
     /// own (the affinity will take its cookie out here). Headers are already rewritten.
@@ -177,6 +185,8 @@ pub struct Exchange<S> {
 pub enum Outcome {
     /// The server's answer was sent whole.
     Served,
+    /// The balancer answered it itself ([`Upstreams::intercept`]: a query).
+    Local,
     /// The broker refused the request itself (CONNECT, a transfer coding it cannot frame, a
     /// request line too long).
     Refused,
@@ -186,6 +196,9 @@ pub enum Outcome {
     ServerFailed(String),
     /// The server sent no answer within the response timeout: 504.
     ServerTimeout,
+    /// The client's body broke off or was malformed (a bad chunk) while it was sent on: 400,
+    /// the client's fault.
+    ClientFailed,
     /// The answer started but did not finish: the server or the client broke off midway.
     Incomplete,
 }

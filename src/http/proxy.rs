@@ -23,7 +23,7 @@
 
 use std::convert::Infallible;
 use std::pin::pin;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -43,7 +43,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use super::body::{Done, RequestBody, ResponseBody};
+use super::body::{Done, RequestBody, ResponseBody, Upload};
 use super::headers;
 use super::io::{Lifetime, Prefixed, Traffic, Upstream};
 use super::pool::{Conn, Pool, PoolFigures};
@@ -147,9 +147,11 @@ impl<U: Upstreams> Proxy<U> {
             .timer(TokioTimer::new())
             .header_read_timeout(settings.request_timeout)
             .keep_alive(true)
-            // A client may shut its sending side once its request is out: it still gets
-            // its answer.
-            .half_close(true)
+            // A client that closes while its request is in hand has gone away (a browser
+            // tab closed): the request is dropped, which closes its server connection, as
+            // nginx does. The price: a client that shuts only its sending side after the
+            // request (`nc -q`) gets no answer.
+            .half_close(false)
             .max_header_size(MAX_HEAD)
             .serve_connection(TokioIo::new(Prefixed::new(read_ahead, io)), service)
             .with_upgrades();
@@ -189,6 +191,10 @@ impl<U: Upstreams> Proxy<U> {
             .then(|| hyper::upgrade::on(&mut request));
         let (head, body) = request.into_parts();
         let mut finish = Finish::new(Arc::clone(self), client.peer, &head);
+        if let Some(response) = self.upstreams.intercept(&head, &client) {
+            finish.exchange.outcome = Outcome::Local;
+            return local(response, finish);
+        }
         if let Some(refusal) = headers::refusal(&head) {
             finish.exchange.outcome = Outcome::Refused;
             return self.page(refusal.status(), finish, &settings, true);
@@ -199,7 +205,7 @@ impl<U: Upstreams> Proxy<U> {
             .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
         let continued = expect.then(CancellationToken::new);
         finish.continued = continued.clone();
-        let body = RequestBody::new(body, Arc::clone(&finish.up_sent), continued.clone());
+        let body = RequestBody::new(body, Arc::clone(&finish.upload), continued.clone());
         let request = Outgoing {
             method: head.method.clone(),
             target: headers::origin_form(&head.uri),
@@ -244,6 +250,7 @@ impl<U: Upstreams> Proxy<U> {
                 Tried::NotSent => continue,
                 Tried::Failed(failure) => {
                     let retry = settings.retry_idempotent
+                        && !finish.upload.failed.load(Relaxed)
                         && attempt.request.replayable
                         && !failure.answered
                         && !failure.timeout;
@@ -258,6 +265,11 @@ impl<U: Upstreams> Proxy<U> {
             }
         }
         let status = match failed {
+            Some(_) if finish.upload.failed.load(Relaxed) => {
+                finish.exchange.outcome = Outcome::ClientFailed;
+                let status = StatusCode::BAD_REQUEST;
+                return self.page(status, finish, &settings, true);
+            }
             Some(failure) if failure.timeout => {
                 finish.exchange.outcome = Outcome::ServerTimeout;
                 StatusCode::GATEWAY_TIMEOUT
@@ -482,6 +494,14 @@ impl<U: Upstreams> Proxy<U> {
     }
 }
 
+/// An answer the balancer gave itself (a query of the status page).
+fn local<U: Upstreams>(response: Response<Bytes>, mut finish: Finish<U>) -> Response<Answer<U>> {
+    let (parts, page) = response.into_parts();
+    finish.exchange.status = Some(parts.status);
+    finish.answered = true;
+    Response::from_parts(parts, ResponseBody::page(page, finish))
+}
+
 /// Closes idle connections past their timeout, every half timeout (10 s at most), until the
 /// engine is gone.
 async fn sweep_idle<U: Upstreams>(proxy: Weak<Proxy<U>>) {
@@ -630,8 +650,8 @@ pub(crate) struct Finish<U: Upstreams> {
     proxy: Arc<Proxy<U>>,
     exchange: Exchange<U::Server>,
     started: Instant,
-    /// Request body bytes sent to the server.
-    up_sent: Arc<AtomicU64>,
+    /// How the request's body went.
+    upload: Arc<Upload>,
     /// The connection to give back if the answer goes whole.
     conn: Option<(U::Server, Conn)>,
     continued: Option<CancellationToken>,
@@ -659,7 +679,7 @@ impl<U: Upstreams> Finish<U> {
                 outcome: Outcome::Served,
             },
             started: Instant::now(),
-            up_sent: Arc::default(),
+            upload: Arc::default(),
             conn: None,
             continued: None,
             answered: false,
@@ -680,7 +700,7 @@ impl<U: Upstreams> Drop for Finish<U> {
     /// Also when the request's future is dropped: the client went away before its answer.
     fn drop(&mut self) {
         let exchange = &mut self.exchange;
-        exchange.to_server = self.up_sent.load(Relaxed);
+        exchange.to_server = self.upload.sent.load(Relaxed);
         exchange.to_client = self.sent;
         exchange.duration = self.started.elapsed();
         if !self.answered {

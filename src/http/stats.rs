@@ -59,7 +59,8 @@ pub struct Figures {
     pub server_failed: u64,
     /// Answered 504: the server did not answer in time.
     pub server_timeout: u64,
-    /// Refused by the broker itself (CONNECT, transfer coding, Host, target too long).
+    /// Refused by the broker itself (CONNECT, transfer coding, Host, target too long, a
+    /// malformed body).
     pub refused: u64,
     /// Sent again on a fresh connection after the server closed a pooled one as it was used.
     pub retried_stale: u64,
@@ -91,8 +92,8 @@ impl Stats {
             Outcome::NoServer => &self.no_server,
             Outcome::ServerFailed(_) => &self.server_failed,
             Outcome::ServerTimeout => &self.server_timeout,
-            Outcome::Refused => &self.refused,
-            Outcome::Served | Outcome::Incomplete => return,
+            Outcome::Refused | Outcome::ClientFailed => &self.refused,
+            Outcome::Served | Outcome::Local | Outcome::Incomplete => return,
         };
         counter.fetch_add(1, Relaxed);
     }
