@@ -904,3 +904,169 @@ async fn the_http_check_passes_on_an_expected_status_and_says_why_otherwise() {
     let e = http::check(stream, &check).await.unwrap_err();
     assert_eq!(e.to_string(), "no HTTP answer to GET / within 200ms");
 }
+
+// ---- curl, a client no one here wrote -----------------------------------------------------
+
+/// Runs curl with `args`; its standard output.
+async fn curl(args: Vec<String>) -> String {
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("curl")
+            .args(["--silent", "--show-error", "--max-time", "20"])
+            .args(&args)
+            .output()
+            .expect("run curl (Debian: curl)")
+    })
+    .await
+    .unwrap();
+    assert!(
+        output.status.success(),
+        "curl {:?}: {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs curl (Debian: curl)"]
+async fn curl_keeps_its_connection_alive_through_the_broker() {
+    let origin = Origin::start().await;
+    let broker = broker_for(&origin).await;
+    let out = curl(vec![
+        "--write-out".into(),
+        " connects=%{num_connects}\n".into(),
+        broker.url("/one"),
+        broker.url("/two"),
+    ])
+    .await;
+    assert_eq!(out, "seen /one 0 connects=1\nseen /two 0 connects=0\n");
+    assert_eq!(origin.accepted.load(SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs curl (Debian: curl)"]
+async fn curl_uploads_with_expect_100_continue_and_chunked() {
+    let origin = Origin::start().await;
+    let broker = broker_for(&origin).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("upload.bin");
+    let mut data = Vec::new();
+    let mut check = PatternCheck::default();
+    let mut pattern = PatternBody::new(3 << 20, true);
+    while let Some(frame) = http_body_util::BodyExt::frame(&mut pattern).await {
+        data.extend_from_slice(&frame.unwrap().into_data().unwrap());
+    }
+    check.feed(&data);
+    assert_eq!(check.bad_at, None);
+    std::fs::write(&file, &data).unwrap();
+    // curl says `Expect: 100-continue` for a body this size and waits for the 100.
+    let out = curl(vec![
+        "--data-binary".into(),
+        format!("@{}", file.display()),
+        "--header".into(),
+        "Content-Type: application/octet-stream".into(),
+        broker.url("/upload"),
+    ])
+    .await;
+    assert_eq!(out, "3145728 None");
+    // And chunked, read from standard input.
+    let out = curl(vec![
+        "--upload-file".into(),
+        file.display().to_string(),
+        "--header".into(),
+        "Transfer-Encoding: chunked".into(),
+        broker.url("/upload"),
+    ])
+    .await;
+    assert_eq!(out, "3145728 None");
+    let raw = String::from_utf8_lossy(&origin.raw_all()).to_ascii_lowercase();
+    assert!(
+        raw.contains("expect: 100-continue"),
+        "curl's Expect reached the server"
+    );
+    wait_until("both uploads reported", || {
+        broker.upstreams.exchanges().len() == 2
+    })
+    .await;
+    for x in broker.upstreams.exchanges() {
+        assert_eq!(x.to_server, 3 << 20);
+    }
+}
+
+// ---- mid-stream -------------------------------------------------------------------------
+
+#[tokio::test]
+async fn pipelined_requests_are_answered_in_order() {
+    let origin = Origin::start().await;
+    let broker = broker_for(&origin).await;
+    let answer = raw_exchange(
+        broker.addr,
+        b"GET /a HTTP/1.1\r\nHost: h\r\n\r\nHEAD /bytes/1000 HTTP/1.1\r\nHost: h\r\n\r\nGET /c HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert_eq!(answer.matches("HTTP/1.1 200 OK\r\n").count(), 3, "{answer}");
+    let a = answer.find("seen /a 0").unwrap();
+    let head = answer.find("content-length: 1000").unwrap();
+    let c = answer.find("seen /c 0").unwrap();
+    assert!(a < head && head < c, "{answer}");
+    // The HEAD answer carried its length and no body: the next answer follows at once.
+    let after_head = &answer[head..c];
+    assert!(
+        after_head.contains("\r\n\r\nHTTP/1.1 200 OK"),
+        "{after_head:?}"
+    );
+}
+
+/// A server that starts an answer of `head` and breaks off after a few bytes of its body.
+async fn breaking_origin(head: &'static str, part: &'static str) -> std::net::SocketAddr {
+    raw_origin(move |mut stream, _| async move {
+        read_head(&mut stream).await;
+        stream.write_all(head.as_bytes()).await.unwrap();
+        stream.write_all(part.as_bytes()).await.unwrap();
+    })
+    .await
+    .0
+}
+
+#[tokio::test]
+async fn a_server_breaking_off_mid_answer_is_never_passed_on_as_a_whole_answer() {
+    let cases = [
+        (
+            "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n",
+            "only a part",
+            11,
+        ),
+        (
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "5\r\nhello\r\n",
+            5,
+        ),
+    ];
+    for (head, part, passed_on) in cases {
+        let server = breaking_origin(head, part).await;
+        let broker = Broker::start(TestUpstreams::new(&[server]), settings()).await;
+        let mut sender = client(broker.addr).await;
+        let response = sender
+            .send_request(request("GET", broker.addr, "/", body("")))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let body = http_body_util::BodyExt::collect(response.into_body()).await;
+        assert!(
+            body.is_err(),
+            "{head:?}: the client took a broken answer for a whole one"
+        );
+        wait_until("the exchange reported", || {
+            broker.upstreams.exchanges().len() == 1
+        })
+        .await;
+        let x = &broker.upstreams.exchanges()[0];
+        assert_eq!(x.outcome, Outcome::Incomplete, "{head:?}");
+        assert_eq!(x.to_client, passed_on, "{head:?}");
+        wait_until("the broken connection closed", || {
+            broker.upstreams.opened_closed() == (1, 1)
+        })
+        .await;
+        assert_eq!(broker.proxy.pool_figures()[0].1.idle, 0);
+    }
+}
