@@ -10,18 +10,18 @@
 //!
 //! # Layout
 //!
-//! - [`proxy`]: one client connection and each request's way: choose, take a connection,
+//! - `proxy`: one client connection and each request's way: choose, take a connection,
 //!   send, retry what may be retried, answer.
-//! - [`pool`]: kept-alive connections per server, bounded and idle-timed.
-//! - [`headers`]: what is refused, and the head rewritten each way (hop-by-hop headers,
+//! - `pool`: kept-alive connections per server, bounded and idle-timed.
+//! - `headers`: what is refused, and the head rewritten each way (hop-by-hop headers,
 //!   `X-Forwarded-*`).
-//! - [`body`]: bodies streamed both ways, counted, with `Expect: 100-continue` held end to
+//! - `body`: bodies streamed both ways, counted, with `Expect: 100-continue` held end to
 //!   end.
-//! - [`upgrade`]: an upgraded connection (WebSocket) relayed both ways.
-//! - [`io`]: the stream wrappers (bytes read ahead, traffic counted).
-//! - [`pages`]: the broker's own answers (502, 503, 504, refusals) in the page language.
+//! - `upgrade`: an upgraded connection (WebSocket) relayed both ways.
+//! - `io`: the stream wrappers (bytes read ahead, traffic counted).
+//! - `pages`: the broker's own answers (502, 503, 504, refusals) in the page language.
 //! - [`stats`]: the figures METRICS reads.
-//! - [`check`]: `MONITORING_TYPE=HTTP`, one request over a given connection.
+//! - [`check`](mod@check): `MONITORING_TYPE=HTTP`, one request over a given connection.
 
 mod body;
 pub mod check;
