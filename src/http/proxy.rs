@@ -49,7 +49,7 @@ use super::io::{Lifetime, Prefixed, Traffic, Upstream};
 use super::pool::{Conn, Pool, PoolFigures};
 use super::stats::Stats;
 use super::upgrade::{self, Pending};
-use super::{Downstream, Event, Exchange, Outcome, Settings, Upstreams, pages};
+use super::{Choice, Downstream, Event, Exchange, Outcome, Settings, Upstreams, pages};
 
 /// Largest request head accepted (request line and headers): beyond it, 431. nginx allows
 /// 4 x 8 KiB of headers by default, HAProxy 16 KiB in all; browsers with many cookies stay
@@ -199,76 +199,21 @@ impl<U: Upstreams> Proxy<U> {
             finish.exchange.outcome = Outcome::Refused;
             return self.page(refusal.status(), finish, &settings, true);
         }
-        let expect = head
-            .headers
-            .get(header::EXPECT)
-            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
-        let continued = expect.then(CancellationToken::new);
-        finish.continued = continued.clone();
-        let body = RequestBody::new(body, Arc::clone(&finish.upload), continued.clone());
-        let request = Outgoing {
-            method: head.method.clone(),
-            target: headers::origin_form(&head.uri),
-            headers: HeaderMap::new(),
-            replayable: body.is_end_stream() && is_idempotent(&head.method),
-            continued,
-            upgrade: client_upgrade.is_some(),
-        };
-        let mut attempt = Attempt {
-            request,
-            body: Some(body),
-            stale_retried: false,
-        };
-        let mut tried = Vec::new();
-        let mut failed = None;
-        while let Some(choice) = self.upstreams.choose(&head, &client, &tried) {
-            let server = choice.server;
-            tried.push(server.clone());
-            finish.exchange.server = Some(server.clone());
-            if tried.len() == 1 {
-                attempt.request.headers = headers::request_headers(
-                    &head,
-                    &client,
-                    settings.forwarded_headers,
-                    attempt.request.upgrade,
-                );
-                self.upstreams.rewrite(&mut attempt.request.headers);
+        let mut attempt = Attempt::new(&head, body, &mut finish);
+        let failed = match self
+            .forward(&head, client, &mut attempt, &settings, &mut finish)
+            .await
+        {
+            Ok((response, conn, choice)) => {
+                let upgrade = client_upgrade.map(|client| (client, upgraded));
+                return self.answer(response, conn, choice, upgrade, finish, &settings);
             }
-            match self.try_server(&server, &mut attempt, &settings).await {
-                Tried::Answered(response, conn) => {
-                    let upgrade = client_upgrade.map(|client| (client, upgraded));
-                    return self.answer(
-                        response,
-                        conn,
-                        server,
-                        choice.response_headers,
-                        upgrade,
-                        finish,
-                        &settings,
-                    );
-                }
-                Tried::NotSent => continue,
-                Tried::Failed(failure) => {
-                    let retry = settings.retry_idempotent
-                        && !finish.upload.failed.load(Relaxed)
-                        && attempt.request.replayable
-                        && !failure.answered
-                        && !failure.timeout;
-                    debug!(client = %client.peer, server = %server, error = %failure.error, "request failed after it was sent");
-                    if !retry {
-                        failed = Some(failure);
-                        break;
-                    }
-                    self.stats.retried_next.fetch_add(1, Relaxed);
-                    failed = Some(failure);
-                }
-            }
-        }
+            Err(failed) => failed,
+        };
         let status = match failed {
             Some(_) if finish.upload.failed.load(Relaxed) => {
                 finish.exchange.outcome = Outcome::ClientFailed;
-                let status = StatusCode::BAD_REQUEST;
-                return self.page(status, finish, &settings, true);
+                return self.page(StatusCode::BAD_REQUEST, finish, &settings, true);
             }
             Some(failure) if failure.timeout => {
                 finish.exchange.outcome = Outcome::ServerTimeout;
@@ -284,6 +229,50 @@ impl<U: Upstreams> Proxy<U> {
             }
         };
         self.page(status, finish, &settings, false)
+    }
+
+    /// Tries the servers the balancer chooses until one answers; else the last failure, or
+    /// `None` when no server could be reached.
+    async fn forward(
+        self: &Arc<Self>,
+        head: &Parts,
+        client: Downstream,
+        attempt: &mut Attempt,
+        settings: &Settings,
+        finish: &mut Finish<U>,
+    ) -> Result<(Response<Incoming>, Conn, Choice<U::Server>), Option<Failure>> {
+        let mut tried = Vec::new();
+        let mut failed = None;
+        while let Some(choice) = self.upstreams.choose(head, &client, &tried) {
+            let server = &choice.server;
+            tried.push(server.clone());
+            finish.exchange.server = Some(server.clone());
+            if tried.len() == 1 {
+                let upgrade = attempt.request.upgrade;
+                let mut headers =
+                    headers::request_headers(head, &client, settings.forwarded_headers, upgrade);
+                self.upstreams.rewrite(&mut headers);
+                attempt.request.headers = headers;
+            }
+            match self.try_server(server, attempt, settings).await {
+                Tried::Answered(response, conn) => return Ok((response, conn, choice)),
+                Tried::NotSent => continue,
+                Tried::Failed(failure) => {
+                    debug!(client = %client.peer, server = %server, error = %failure.error, "request failed after it was sent");
+                    let retry = settings.retry_idempotent
+                        && attempt.request.replayable
+                        && !finish.upload.failed.load(Relaxed)
+                        && !failure.answered
+                        && !failure.timeout;
+                    failed = Some(failure);
+                    if !retry {
+                        break;
+                    }
+                    self.stats.retried_next.fetch_add(1, Relaxed);
+                }
+            }
+        }
+        Err(failed)
     }
 
     /// Sends the request to `server`: on a pooled connection or a fresh one, and once more
@@ -387,14 +376,12 @@ impl<U: Upstreams> Proxy<U> {
         })
     }
 
-    /// The server's answer, on its way to the client.
-    #[allow(clippy::too_many_arguments)]
+    /// The server's answer, on its way to the client, with the balancer's headers.
     fn answer(
         self: &Arc<Self>,
         mut response: Response<Incoming>,
         conn: Conn,
-        server: U::Server,
-        extra: HeaderMap,
+        choice: Choice<U::Server>,
         upgrade: Option<(OnUpgrade, &Mutex<Option<Pending<U>>>)>,
         mut finish: Finish<U>,
         settings: &Settings,
@@ -412,7 +399,7 @@ impl<U: Upstreams> Proxy<U> {
             let pending = Pending {
                 client,
                 server: hyper::upgrade::on(&mut response),
-                to: server.clone(),
+                to: choice.server.clone(),
                 peer: finish.exchange.client,
             };
             *slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(pending);
@@ -427,13 +414,13 @@ impl<U: Upstreams> Proxy<U> {
         }
         let (mut parts, incoming) = response.into_parts();
         headers::response_headers(&mut parts.headers, switching);
-        for (name, value) in extra.iter() {
+        for (name, value) in &choice.response_headers {
             parts.headers.append(name, value.clone());
         }
         parts.version = Version::HTTP_11;
         finish.exchange.status = Some(status);
         finish.answered = true;
-        finish.conn = reusable.then_some((server, conn));
+        finish.conn = reusable.then_some((choice.server, conn));
         Response::from_parts(parts, ResponseBody::server(incoming, finish))
     }
 
@@ -565,6 +552,29 @@ struct Attempt {
 }
 
 impl Attempt {
+    /// The request of `head` with `body`, before any server is chosen.
+    fn new<U: Upstreams>(head: &Parts, body: Incoming, finish: &mut Finish<U>) -> Attempt {
+        let continued = head
+            .headers
+            .get(header::EXPECT)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
+            .then(CancellationToken::new);
+        finish.continued = continued.clone();
+        let body = RequestBody::new(body, Arc::clone(&finish.upload), continued.clone());
+        Attempt {
+            request: Outgoing {
+                method: head.method.clone(),
+                target: headers::origin_form(&head.uri),
+                headers: HeaderMap::new(),
+                replayable: body.is_end_stream() && is_idempotent(&head.method),
+                continued,
+                upgrade: headers::wants_upgrade(head.version, &head.headers),
+            },
+            body: Some(body),
+            stale_retried: false,
+        }
+    }
+
     /// The body for a try: the client's when it was never sent, an empty one for a request
     /// without a body; `None` when the body went to a server already.
     fn take_body(&mut self) -> Option<RequestBody> {
