@@ -614,6 +614,11 @@ async fn a_websocket_passes_through_and_is_one_of_the_servers_connections_until_
         (1, 0),
         "open while the socket is"
     );
+    assert_eq!(
+        broker.upstreams.leased.load(SeqCst),
+        1,
+        "the lease lives with the socket"
+    );
     assert_eq!(broker.proxy.stats().figures().upgrades, 1);
     ws.close(None).await.unwrap();
     while ws.next().await.is_some() {}
@@ -632,6 +637,7 @@ async fn a_websocket_passes_through_and_is_one_of_the_servers_connections_until_
         broker.upstreams.opened_closed() == (1, 1)
     })
     .await;
+    assert_eq!(broker.upstreams.leased.load(SeqCst), 0);
     let exchanges = broker.upstreams.exchanges();
     assert_eq!(exchanges[0].status, Some(StatusCode::SWITCHING_PROTOCOLS));
 }
@@ -675,6 +681,10 @@ async fn a_refused_connect_is_reported_and_the_next_server_takes_the_request() {
         send(&mut sender, request("POST", broker.addr, "/p", body("xyz"))).await;
     assert_eq!((status, &body[..]), (StatusCode::OK, &b"seen /p 3"[..]));
     assert_eq!(broker.upstreams.connect_failures(), [dead]);
+    wait_until("no lease left", || {
+        broker.upstreams.leased.load(SeqCst) == 0
+    })
+    .await;
     // Every server refusing: 503.
     let broker = Broker::start(TestUpstreams::new(&[dead]), settings()).await;
     assert_eq!(
@@ -840,6 +850,11 @@ async fn closing_answers_the_request_in_hand_then_closes() {
         origin.held.load(SeqCst) == 1
     })
     .await;
+    assert_eq!(
+        broker.upstreams.leased.load(SeqCst),
+        1,
+        "leased while in hand"
+    );
     broker.closing.cancel();
     origin.release(1);
     let (status, _, body) = held.await.unwrap();
@@ -848,6 +863,11 @@ async fn closing_answers_the_request_in_hand_then_closes() {
         broker.serving.load(SeqCst) == 0
     })
     .await;
+    assert_eq!(
+        broker.upstreams.leased.load(SeqCst),
+        0,
+        "the lease ended with the request"
+    );
 }
 
 // ---- the HTTP monitor check ---------------------------------------------------------------

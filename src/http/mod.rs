@@ -61,6 +61,12 @@ pub trait Upstreams: Send + Sync + 'static {
     /// does not mix its connections with the old one's).
     type Server: Clone + Eq + Hash + fmt::Display + Send + Sync + Unpin + 'static;
 
+    /// What the balancer counts while a request is in hand, and while an upgraded connection
+    /// lives: the engine holds it that long and drops it after (at wiring: `balancer::Lease`,
+    /// which counts a connection against its server; with issue 14, also what keeps a
+    /// session alive while its WebSocket is open).
+    type Lease: Send + Unpin + 'static;
+
     /// A connection to a server: plain TCP, or TLS when the balancer encrypts upstream. An
     /// upgraded connection hands this stream back whole to the relay (splice when it is TCP).
     type Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static;
@@ -73,7 +79,7 @@ pub trait Upstreams: Send + Sync + 'static {
         request: &Parts,
         client: &Downstream,
         tried: &[Self::Server],
-    ) -> Option<Choice<Self::Server>>;
+    ) -> Option<Choice<Self>>;
 
     /// A new connection to `server`, within the balancer's connect timeout. An error here
     /// means nothing of the request reached the server: it is reported as
@@ -100,19 +106,22 @@ pub trait Upstreams: Send + Sync + 'static {
 }
 
 /// The balancer's decision for one request.
-#[derive(Debug, Clone)]
-pub struct Choice<S> {
+pub struct Choice<U: Upstreams + ?Sized> {
     /// Where the request goes.
-    pub server: S,
-    /// Headers added to the answer, whatever it is (the affinity's `Set-Cookie`).
+    pub server: U::Server,
+    /// Held while the request (or its upgraded connection) is in hand.
+    pub lease: U::Lease,
+    /// Headers added to the server's answer (the affinity's `Set-Cookie`); not to the
+    /// broker's own error pages.
     pub response_headers: HeaderMap,
 }
 
-impl<S> Choice<S> {
+impl<U: Upstreams + ?Sized> Choice<U> {
     /// A choice of `server` that adds nothing to the answer.
-    pub fn of(server: S) -> Choice<S> {
+    pub fn of(server: U::Server, lease: U::Lease) -> Choice<U> {
         Choice {
             server,
+            lease,
             response_headers: HeaderMap::new(),
         }
     }

@@ -240,7 +240,7 @@ impl<U: Upstreams> Proxy<U> {
         attempt: &mut Attempt,
         settings: &Settings,
         finish: &mut Finish<U>,
-    ) -> Result<(Response<Incoming>, Conn, Choice<U::Server>), Option<Failure>> {
+    ) -> Result<(Response<Incoming>, Conn, Choice<U>), Option<Failure>> {
         let mut tried = Vec::new();
         let mut failed = None;
         while let Some(choice) = self.upstreams.choose(head, &client, &tried) {
@@ -381,7 +381,7 @@ impl<U: Upstreams> Proxy<U> {
         self: &Arc<Self>,
         mut response: Response<Incoming>,
         conn: Conn,
-        choice: Choice<U::Server>,
+        choice: Choice<U>,
         upgrade: Option<(OnUpgrade, &Mutex<Option<Pending<U>>>)>,
         mut finish: Finish<U>,
         settings: &Settings,
@@ -395,12 +395,14 @@ impl<U: Upstreams> Proxy<U> {
             return self.page(StatusCode::BAD_GATEWAY, finish, settings, false);
         }
         let mut reusable = !switching;
+        let mut lease = Some(choice.lease);
         if let Some((client, slot)) = upgrade.filter(|_| switching) {
             let pending = Pending {
                 client,
                 server: hyper::upgrade::on(&mut response),
                 to: choice.server.clone(),
                 peer: finish.exchange.client,
+                lease: lease.take(),
             };
             *slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(pending);
             self.stats.upgrades.fetch_add(1, Relaxed);
@@ -421,6 +423,7 @@ impl<U: Upstreams> Proxy<U> {
         finish.exchange.status = Some(status);
         finish.answered = true;
         finish.conn = reusable.then_some((choice.server, conn));
+        finish.lease = lease;
         Response::from_parts(parts, ResponseBody::server(incoming, finish))
     }
 
@@ -664,6 +667,9 @@ pub(crate) struct Finish<U: Upstreams> {
     upload: Arc<Upload>,
     /// The connection to give back if the answer goes whole.
     conn: Option<(U::Server, Conn)>,
+    /// The balancer's lease, dropped once the request is finished with (unless an upgrade
+    /// took it).
+    lease: Option<U::Lease>,
     continued: Option<CancellationToken>,
     /// The client was given an answer's head.
     answered: bool,
@@ -691,6 +697,7 @@ impl<U: Upstreams> Finish<U> {
             started: Instant::now(),
             upload: Arc::default(),
             conn: None,
+            lease: None,
             continued: None,
             answered: false,
             sent: 0,

@@ -21,6 +21,8 @@ pub(crate) struct Pending<U: Upstreams> {
     pub(crate) server: OnUpgrade,
     pub(crate) to: U::Server,
     pub(crate) peer: SocketAddr,
+    /// The balancer's lease, held until the relay ends.
+    pub(crate) lease: Option<U::Lease>,
 }
 
 /// Relays the upgraded connection until both sides closed or one failed.
@@ -48,6 +50,7 @@ where
         Err(e) => record.error = Some(e.to_string()),
     }
     record.duration = started.elapsed();
+    drop(pending.lease);
     record
 }
 

@@ -61,6 +61,17 @@ pub struct TestUpstreams {
     pub events: Mutex<Vec<Recorded>>,
     /// Requests whose head the balancer saw, in order (path only).
     pub chosen_for: Mutex<Vec<String>>,
+    /// Leases held by the engine now: requests in hand and upgraded connections.
+    pub leased: Arc<AtomicUsize>,
+}
+
+/// A lease of the test balancer: counted in `leased` while it lives.
+pub struct TestLease(Arc<AtomicUsize>);
+
+impl Drop for TestLease {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, SeqCst);
+    }
 }
 
 impl TestUpstreams {
@@ -122,6 +133,7 @@ impl TestUpstreams {
 
 impl Upstreams for TestUpstreams {
     type Server = SocketAddr;
+    type Lease = TestLease;
     type Stream = TcpStream;
 
     fn choose(
@@ -129,15 +141,17 @@ impl Upstreams for TestUpstreams {
         request: &Parts,
         _client: &Downstream,
         tried: &[SocketAddr],
-    ) -> Option<Choice<SocketAddr>> {
+    ) -> Option<Choice<Self>> {
         self.chosen_for
             .lock()
             .unwrap()
             .push(request.uri.path().to_string());
         let servers = self.servers.lock().unwrap();
         let server = servers.iter().find(|s| !tried.contains(s))?;
+        self.leased.fetch_add(1, SeqCst);
         Some(Choice {
             server: *server,
+            lease: TestLease(Arc::clone(&self.leased)),
             response_headers: self.response_headers.lock().unwrap().clone(),
         })
     }
