@@ -195,6 +195,15 @@ impl<D: Done> Body for ResponseBody<D> {
             None => this.complete = true,
             Some(Err(_)) => {}
         }
+        // The last frame is out of the server's connection: give it back now, before the
+        // client has the last bytes and sends its next request (which would find the pool
+        // empty and open another connection).
+        if (this.complete || this.is_end_stream())
+            && let Some(done) = this.done.take()
+        {
+            this.complete = true;
+            done.done(this.sent, true);
+        }
         Poll::Ready(polled)
     }
 
