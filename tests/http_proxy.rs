@@ -1090,3 +1090,30 @@ async fn a_server_breaking_off_mid_answer_is_never_passed_on_as_a_whole_answer()
         assert_eq!(broker.proxy.pool_figures()[0].1.idle, 0);
     }
 }
+
+// ---- reload ---------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_server_forgotten_by_a_reload_loses_its_idle_connections_and_new_settings_hold() {
+    let origin = Origin::start().await;
+    let broker = broker_for(&origin).await;
+    assert_eq!(get(broker.addr, "/").await.0, StatusCode::OK);
+    assert_eq!(origin.open.load(SeqCst), 1, "pooled");
+    broker.proxy.forget(&origin.addr);
+    wait_until("the idle connection closed", || {
+        origin.open.load(SeqCst) == 0
+    })
+    .await;
+    assert!(broker.proxy.pool_figures().is_empty());
+    // A reload that turns pooling off: the next answer's connection is not kept.
+    broker.proxy.set_settings(Settings {
+        max_idle: 0,
+        ..settings()
+    });
+    assert_eq!(get(broker.addr, "/").await.0, StatusCode::OK);
+    wait_until("the connection closed after its answer", || {
+        origin.open.load(SeqCst) == 0
+    })
+    .await;
+    assert_eq!(origin.accepted.load(SeqCst), 2);
+}
