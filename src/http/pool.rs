@@ -129,14 +129,17 @@ impl<S: Clone + Eq + Hash> Pool<S> {
         })
     }
 
-    /// Keeps `conn` for `server`'s next request; beyond `max_idle` the oldest goes.
+    /// Keeps `conn` for `server`'s next request; beyond `max_idle` the oldest goes. A server
+    /// forgotten meanwhile (removed by a reload) keeps nothing: the connection closes.
     pub(crate) fn put(&self, server: &S, conn: Conn, max_idle: usize) {
         if conn.sender.is_closed() || max_idle == 0 {
             return;
         }
         let surplus = {
             let mut slots = self.slots();
-            let slot = slots.entry(server.clone()).or_default();
+            let Some(slot) = slots.get_mut(server) else {
+                return;
+            };
             slot.idle.push(Idle {
                 sender: conn.sender,
                 traffic: conn.traffic,
