@@ -224,11 +224,8 @@ async fn hop_by_hop_headers_are_removed_and_forwarded_headers_added() {
         assert!(!h.contains_key(gone), "{gone} reached the server: {h:?}");
     }
     // The answer's hop-by-hop headers stay at the broker too; the balancer's are added.
-    let (status, headers, body) = send(
-        &mut sender,
-        request("GET", broker.addr, "/hop", super_body()),
-    )
-    .await;
+    let (status, headers, body) =
+        send(&mut sender, request("GET", broker.addr, "/hop", body(""))).await;
     assert_eq!((status, &body[..]), (StatusCode::OK, &b"hop"[..]));
     assert_eq!(headers["x-kept"], "yes");
     assert_eq!(headers["set-cookie"], "TOTVS_BROKER_SH_001=01.test; Path=/");
@@ -238,10 +235,6 @@ async fn hop_by_hop_headers_are_removed_and_forwarded_headers_added() {
             "{gone} reached the client: {headers:?}"
         );
     }
-}
-
-fn super_body() -> http_body_util::combinators::BoxBody<bytes::Bytes, std::convert::Infallible> {
-    body("")
 }
 
 #[tokio::test]

@@ -59,8 +59,6 @@ pub struct TestUpstreams {
     pub servers: Mutex<Vec<SocketAddr>>,
     pub response_headers: Mutex<HeaderMap>,
     pub events: Mutex<Vec<Recorded>>,
-    /// Requests whose head the balancer saw, in order (path only).
-    pub chosen_for: Mutex<Vec<String>>,
     /// Leases held by the engine now: requests in hand and upgraded connections.
     pub leased: Arc<AtomicUsize>,
 }
@@ -138,14 +136,10 @@ impl Upstreams for TestUpstreams {
 
     fn choose(
         &self,
-        request: &Parts,
+        _request: &Parts,
         _client: &Downstream,
         tried: &[SocketAddr],
     ) -> Option<Choice<Self>> {
-        self.chosen_for
-            .lock()
-            .unwrap()
-            .push(request.uri.path().to_string());
         let servers = self.servers.lock().unwrap();
         let server = servers.iter().find(|s| !tried.contains(s))?;
         self.leased.fetch_add(1, SeqCst);
@@ -662,10 +656,6 @@ pub async fn send(
     let (parts, body) = response.into_parts();
     let body = body.collect().await.unwrap().to_bytes();
     (parts.status, parts.headers, body)
-}
-
-pub fn text(body: impl Into<OriginBody>) -> OriginBody {
-    body.into()
 }
 
 pub fn body(text: &'static str) -> OriginBody {
