@@ -20,6 +20,8 @@
 //! - [`health`]: quarantine state, the monitor, and their log lines.
 //! - [`places`]: query places (`QUERY_MAX_CONNECTIONS`), given up by idle connections.
 //! - [`relay`]: bytes both ways with half-close.
+//! - [`http`]: the HTTP broker's engine (a reverse proxy over hyper, generic over the
+//!   balancer it serves); not wired to the listeners yet.
 //! - [`resolve`]: server names to addresses: cached, one lookup per name, a bound on lookups
 //!   in flight; a destination that is the broker itself refused.
 //! - [`query`]: `/TOTVS_BROKER_QUERY` on the balancers' ports: telling queries from clients
@@ -45,6 +47,7 @@ pub mod config;
 pub mod demo;
 pub mod forward;
 pub mod health;
+pub mod http;
 pub mod listener;
 pub mod logging;
 pub mod os_error;

@@ -1,0 +1,227 @@
+//! `MONITORING_TYPE=HTTP`: one `GET` of `MONITOR_PATH` over a connection the monitor dialed
+//! (plain or TLS), passed when the status is within `MONITOR_EXPECT_STATUS`.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Bytes;
+use hyper::header::{self, HeaderValue};
+use hyper::{Method, Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+/// At most this much of a checked page is read, so its connection ends cleanly; the rest is
+/// left unread (the connection is closed anyway).
+const BODY_READ: usize = 64 * 1024;
+
+/// `MONITOR_EXPECT_STATUS`: the statuses that pass, `200-399` or one status `200`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatusRange {
+    /// The lowest passing status.
+    pub low: u16,
+    /// The highest passing status.
+    pub high: u16,
+}
+
+impl StatusRange {
+    /// Whether `status` passes.
+    pub fn contains(self, status: StatusCode) -> bool {
+        (self.low..=self.high).contains(&status.as_u16())
+    }
+}
+
+impl Default for StatusRange {
+    /// `200-399`: answered, and not an error.
+    fn default() -> StatusRange {
+        StatusRange {
+            low: 200,
+            high: 399,
+        }
+    }
+}
+
+impl fmt::Display for StatusRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.low == self.high {
+            write!(f, "{}", self.low)
+        } else {
+            write!(f, "{}-{}", self.low, self.high)
+        }
+    }
+}
+
+impl FromStr for StatusRange {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<StatusRange, String> {
+        let status = |t: &str| match t.trim().parse::<u16>() {
+            Ok(n) if (100..=599).contains(&n) => Ok(n),
+            _ => Err(format!(
+                "{:?} is not an HTTP status (100 to 599); write one status (200) or a range (200-399)",
+                t.trim()
+            )),
+        };
+        let (low, high) = match s.split_once('-') {
+            Some((low, high)) => (status(low)?, status(high)?),
+            None => {
+                let one = status(s)?;
+                (one, one)
+            }
+        };
+        if low > high {
+            return Err(format!(
+                "{low}-{high} is empty; write the lower status first"
+            ));
+        }
+        Ok(StatusRange { low, high })
+    }
+}
+
+/// What one check asks.
+#[derive(Debug, Clone)]
+pub struct Check {
+    /// `MONITOR_PATH`, e.g. `/`.
+    pub path: String,
+    /// The `Host` header: the server's address as configured (`host:port`).
+    pub host: String,
+    /// `MONITOR_EXPECT_STATUS`.
+    pub expect: StatusRange,
+    /// The whole exchange must finish within this.
+    pub timeout: Duration,
+}
+
+/// Why a server failed an HTTP check, in an operator's words.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    /// Nothing, or not all of an answer's head, within the timeout.
+    #[error("no HTTP answer to GET {path} within {timeout:?}")]
+    Timeout {
+        /// The path asked.
+        path: String,
+        /// The timeout.
+        timeout: Duration,
+    },
+    /// The answer was not HTTP, or the connection failed.
+    #[error("GET {path} failed: {source}")]
+    Http {
+        /// The path asked.
+        path: String,
+        /// hyper's words.
+        source: hyper::Error,
+    },
+    /// An answer, with a status out of the expected range.
+    #[error("GET {path} answered {status}, expected {expect} (MONITOR_EXPECT_STATUS)")]
+    Status {
+        /// The path asked.
+        path: String,
+        /// The status received.
+        status: StatusCode,
+        /// The range expected.
+        expect: StatusRange,
+    },
+    /// `MONITOR_PATH` or the host cannot make a request.
+    #[error("cannot build a check request for {path}: {reason}")]
+    Request {
+        /// The path asked.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Checks a server over `stream`: `GET path` with `Host`, and `Connection: close`. The
+/// status passes when within `check.expect`; the answer's body is read up to 64 KiB.
+pub async fn check<S>(stream: S, check: &Check) -> Result<StatusCode, CheckError>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let path = check.path.clone();
+    let request = Request::builder()
+        .method(Method::GET)
+        .uri(&check.path)
+        .header(header::HOST, &check.host)
+        .header(
+            header::USER_AGENT,
+            HeaderValue::from_static("appbroker-monitor"),
+        )
+        .header(header::CONNECTION, HeaderValue::from_static("close"))
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| CheckError::Request {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
+    let exchange = async {
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|source| CheckError::Http {
+                path: path.clone(),
+                source,
+            })?;
+        let driver = tokio::spawn(connection);
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|source| CheckError::Http {
+                path: path.clone(),
+                source,
+            })?;
+        let status = response.status();
+        let mut body = response.into_body();
+        let mut read = 0;
+        while read < BODY_READ {
+            match body.frame().await {
+                Some(Ok(frame)) => read += frame.data_ref().map_or(0, Bytes::len),
+                _ => break,
+            }
+        }
+        driver.abort();
+        Ok(status)
+    };
+    let status = tokio::time::timeout(check.timeout, exchange)
+        .await
+        .map_err(|_| CheckError::Timeout {
+            path: path.clone(),
+            timeout: check.timeout,
+        })??;
+    if check.expect.contains(status) {
+        Ok(status)
+    } else {
+        Err(CheckError::Status {
+            path,
+            status,
+            expect: check.expect,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_ranges() {
+        type Expected = Result<(u16, u16), &'static str>;
+        let cases: &[(&str, Expected)] = &[
+            ("200-399", Ok((200, 399))),
+            (" 204 ", Ok((204, 204))),
+            ("200 - 299", Ok((200, 299))),
+            ("399-200", Err("is empty")),
+            ("2xx", Err("not an HTTP status")),
+            ("99", Err("not an HTTP status")),
+            ("600", Err("not an HTTP status")),
+            ("", Err("not an HTTP status")),
+        ];
+        for (text, expected) in cases {
+            match (text.parse::<StatusRange>(), expected) {
+                (Ok(r), Ok((low, high))) => assert_eq!((r.low, r.high), (*low, *high), "{text}"),
+                (Err(e), Err(words)) => assert!(e.contains(words), "{text}: {e}"),
+                (got, _) => panic!("{text}: {got:?}"),
+            }
+        }
+        assert_eq!(StatusRange::default().to_string(), "200-399");
+        assert!(StatusRange::default().contains(StatusCode::FOUND));
+        assert!(!StatusRange::default().contains(StatusCode::NOT_FOUND));
+    }
+}

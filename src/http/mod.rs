@@ -1,0 +1,272 @@
+//! The HTTP broker's engine: an HTTP/1.1 reverse proxy for `[BALANCE_HTTP*]` balancers.
+//!
+//! One accepted client connection is served by [`Proxy::serve`] with hyper's server side
+//! (keep-alive, upgrades, a head timeout, 414 and 431 on oversized heads); each request is
+//! sent to a server the balancer chooses, over a kept-alive connection from the proxy's own
+//! pool or a fresh one, and the answer streams back. The balancer stands behind the small
+//! [`Upstreams`] trait: it chooses, connects (its dialer: TCP or TLS towards servers) and is
+//! told what happened (connect failures to quarantine, upstream connections opened and
+//! closed, one [`Exchange`] per request for the access log and the counters).
+//!
+//! # Layout
+//!
+//! - `proxy`: one client connection and each request's way: choose, take a connection,
+//!   send, retry what may be retried, answer.
+//! - `pool`: kept-alive connections per server, bounded and idle-timed.
+//! - `headers`: what is refused, and the head rewritten each way (hop-by-hop headers,
+//!   `X-Forwarded-*`).
+//! - `body`: bodies streamed both ways, counted, with `Expect: 100-continue` held end to
+//!   end.
+//! - `upgrade`: an upgraded connection (WebSocket) relayed both ways.
+//! - `io`: the stream wrappers (bytes read ahead, traffic counted).
+//! - `pages`: the broker's own answers (502, 503, 504, refusals) in the page language.
+//! - [`stats`]: the figures METRICS reads.
+//! - [`check`](mod@check): `MONITORING_TYPE=HTTP`, one request over a given connection.
+
+mod body;
+pub mod check;
+mod headers;
+mod io;
+mod pages;
+mod pool;
+mod proxy;
+pub mod stats;
+mod upgrade;
+
+use std::fmt;
+use std::future::Future;
+use std::hash::Hash;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use hyper::body::Bytes;
+use hyper::header::HeaderMap;
+use hyper::http::request::Parts;
+use hyper::{Method, Response, StatusCode, Uri};
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use crate::config::Language;
+
+pub use check::{CheckError, StatusRange, check};
+pub use pool::PoolFigures;
+pub use proxy::Proxy;
+pub use stats::Stats;
+
+/// The balancer as the HTTP engine sees it: who serves a request, how to reach it, and what
+/// to account. Kept narrow so the engine knows nothing of configuration, quarantine or pages.
+pub trait Upstreams: Send + Sync + 'static {
+    /// A server as the balancer knows it. The pool keeps connections by it, so two values
+    /// are equal exactly when they are the same server (at wiring: a newtype over
+    /// `Arc<balancer::Server>` compared by identity, so a reload that re-creates a server
+    /// does not mix its connections with the old one's).
+    type Server: Clone + Eq + Hash + fmt::Display + Send + Sync + Unpin + 'static;
+
+    /// What the balancer counts while a request is in hand, and while an upgraded connection
+    /// lives: the engine holds it that long and drops it after (at wiring: `balancer::Lease`,
+    /// which counts a connection against its server; with issue 14, also what keeps a
+    /// session alive while its WebSocket is open).
+    type Lease: Send + Unpin + 'static;
+
+    /// A connection to a server: plain TCP, or TLS when the balancer encrypts upstream. An
+    /// upgraded connection hands this stream back whole to the relay (splice when it is TCP).
+    type Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+
+    /// The server for this request, none of `tried` (servers that already failed it); `None`
+    /// when no server is available, answered 503. `request` is the client's head as received
+    /// (its cookies are there for affinity).
+    fn choose(
+        &self,
+        request: &Parts,
+        client: &Downstream,
+        tried: &[Self::Server],
+    ) -> Option<Choice<Self>>;
+
+    /// A new connection to `server`, within the balancer's connect timeout. An error here
+    /// means nothing of the request reached the server: it is reported as
+    /// [`Event::ConnectFailed`] and the next candidate is tried.
+    fn connect(
+        &self,
+        server: &Self::Server,
+    ) -> impl Future<Output = std::io::Result<Self::Stream>> + Send;
+
+    /// What happened, for quarantine, accounting and the access log. Called on the data
+    /// path: keep it short (counters, a log line), never blocking.
+    fn report(&self, event: Event<'_, Self::Server>);
+
+    /// An answer the balancer gives itself, before any server is chosen: the query interface
+    /// (`/TOTVS_BROKER_QUERY/...`), routed by path on an HTTP balancer. `None` (the default)
+    /// for a request that goes to a server.
+    fn intercept(&self, _request: &Parts, _client: &Downstream) -> Option<Response<Bytes>> {
+        None
+    }
+
+    /// The head to forward, once the first server is chosen: a last change of the balancer's
+    /// own (the affinity will take its cookie out here). Headers are already rewritten.
+    fn rewrite(&self, _head: &mut HeaderMap) {}
+}
+
+/// The balancer's decision for one request.
+pub struct Choice<U: Upstreams + ?Sized> {
+    /// Where the request goes.
+    pub server: U::Server,
+    /// Held while the request (or its upgraded connection) is in hand.
+    pub lease: U::Lease,
+    /// Headers added to the server's answer (the affinity's `Set-Cookie`); not to the
+    /// broker's own error pages.
+    pub response_headers: HeaderMap,
+}
+
+impl<U: Upstreams + ?Sized> Choice<U> {
+    /// A choice of `server` that adds nothing to the answer.
+    pub fn of(server: U::Server, lease: U::Lease) -> Choice<U> {
+        Choice {
+            server,
+            lease,
+            response_headers: HeaderMap::new(),
+        }
+    }
+}
+
+/// The client's end of a connection, as the request's rewriting and the access log need it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Downstream {
+    /// The client's address (`X-Forwarded-For`, the access log).
+    pub peer: SocketAddr,
+    /// Whether the client came over TLS (`X-Forwarded-Proto: https`, the cookie's `Secure`).
+    pub tls: bool,
+}
+
+/// What the engine tells the balancer.
+#[derive(Debug)]
+pub enum Event<'a, S> {
+    /// Connecting to `server` failed before any byte of the request was sent: quarantine it.
+    /// The request goes on to the next candidate.
+    ConnectFailed {
+        /// The server.
+        server: &'a S,
+        /// Why, as the dialer said.
+        error: &'a std::io::Error,
+    },
+    /// A connection to `server` opened (pooled, then perhaps upgraded): one more of the
+    /// server's connections.
+    Opened {
+        /// The server.
+        server: &'a S,
+    },
+    /// A connection to `server` closed (idle too long, closed by the server, failed, or an
+    /// upgraded connection ended).
+    Closed {
+        /// The server.
+        server: &'a S,
+    },
+    /// A request is finished (its answer sent, or given up): the access log's line.
+    Exchange(&'a Exchange<S>),
+    /// An upgraded connection (WebSocket) ended.
+    Tunnel(&'a Tunnel<S>),
+}
+
+/// One request, as the access log and the counters see it once it is finished.
+#[derive(Debug, Clone)]
+pub struct Exchange<S> {
+    /// Who asked.
+    pub client: SocketAddr,
+    /// The request's method.
+    pub method: Method,
+    /// The request's target as received (path and query).
+    pub uri: Uri,
+    /// The status the client was sent (the server's, or the broker's own); `None` when the
+    /// client went away before any answer.
+    pub status: Option<StatusCode>,
+    /// The server that answered (or last failed); `None` when none was reached.
+    pub server: Option<S>,
+    /// Request body bytes sent to the server.
+    pub to_server: u64,
+    /// Response body bytes sent to the client.
+    pub to_client: u64,
+    /// From the request's head received to its answer's last byte sent.
+    pub duration: Duration,
+    /// How it went.
+    pub outcome: Outcome,
+}
+
+/// How a request went: the broker's part in its status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The server's answer was sent whole.
+    Served,
+    /// The balancer answered it itself ([`Upstreams::intercept`]: a query).
+    Local,
+    /// The broker refused the request itself (CONNECT, a transfer coding it cannot frame, a
+    /// request line too long).
+    Refused,
+    /// No server could take it: 503.
+    NoServer,
+    /// The server failed after the request was sent (closed, reset, answered garbage): 502.
+    ServerFailed(String),
+    /// The server sent no answer within the response timeout: 504.
+    ServerTimeout,
+    /// The client's body broke off or was malformed (a bad chunk) while it was sent on: 400,
+    /// the client's fault.
+    ClientFailed,
+    /// The answer started but did not finish: the server or the client broke off midway.
+    Incomplete,
+}
+
+/// The engine's settings, from the balancer's keys (swapped by a reload with
+/// [`Proxy::set_settings`]).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// `HTTP_FORWARDED_HEADERS`: add `X-Forwarded-For`, `-Proto` and `-Host`.
+    pub forwarded_headers: bool,
+    /// `HTTP_POOL_MAX_IDLE`: idle connections kept per server.
+    pub max_idle: usize,
+    /// `HTTP_POOL_IDLE_TIMEOUT`: an idle connection older than this is closed, not reused.
+    pub idle_timeout: Duration,
+    /// `HTTP_REQUEST_TIMEOUT`: a request's head must arrive within this (from the end of the
+    /// previous answer on a kept-alive connection); past it the connection is closed.
+    pub request_timeout: Duration,
+    /// How long a server may stay silent (no byte either way) before its answer's head: past
+    /// it, 504. `None`: wait as long as it takes.
+    pub response_timeout: Option<Duration>,
+    /// `HTTP_RETRY_IDEMPOTENT`: a request with an idempotent method and no body that failed
+    /// after it was sent, with no byte of an answer, is tried on the next server.
+    pub retry_idempotent: bool,
+    /// `LANGUAGE`: the language of the broker's own pages (503...).
+    pub language: Language,
+    /// The `Retry-After` of a 503.
+    pub retry_after: Duration,
+}
+
+impl Default for Settings {
+    /// The issue's defaults: forwarded headers on, 32 idle connections per server kept 60 s,
+    /// 30 s for a request's head.
+    fn default() -> Settings {
+        Settings {
+            forwarded_headers: true,
+            max_idle: 32,
+            idle_timeout: Duration::from_secs(60),
+            request_timeout: Duration::from_secs(30),
+            response_timeout: None,
+            retry_idempotent: false,
+            language: Language::English,
+            retry_after: Duration::from_secs(5),
+        }
+    }
+}
+
+/// An upgraded connection (WebSocket), once it ended.
+#[derive(Debug, Clone)]
+pub struct Tunnel<S> {
+    /// Who asked for it.
+    pub client: SocketAddr,
+    /// The server it went to.
+    pub server: S,
+    /// Bytes from the client to the server after the upgrade.
+    pub to_server: u64,
+    /// Bytes from the server to the client after the upgrade.
+    pub to_client: u64,
+    /// How long it was open.
+    pub duration: Duration,
+    /// Why it ended: `None` when both sides closed, else the error.
+    pub error: Option<String>,
+}
