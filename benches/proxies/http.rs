@@ -34,7 +34,7 @@ pub const COOKIE_NAME: &str = "TOTVS_BROKER_SH_001";
 pub const COOKIES: [&str; 2] = ["01.QmVuY2hGaXhlZENvb2tpZQ", "02.QmVuY2hGaXhlZENvb2tpZQ"];
 /// The origin's own page of counts, read straight from the origin (never through a proxy).
 const COUNTS_PATH: &str = "/_origin/counts";
-/// The origin's answer: 64 bytes of text.
+/// The origin's answer: 65 bytes of text.
 const BODY: &[u8] = b"appbroker benchmark origin: a small fixed body for every request\n";
 /// Keep-alive connections of the keep-alive rows and concurrent connections of the close row.
 pub const CONNECTIONS: usize = 64;

@@ -515,7 +515,7 @@ impl Bench {
             negotiated: BTreeMap::new(),
             notes,
         };
-        if bench.tools.appbroker.is_some() {
+        if bench.tools.appbroker.is_some() && bench.opts.targets.contains(&Target::Appbroker) {
             bench.check_appbroker_templates();
         }
         Ok(bench)
