@@ -278,30 +278,42 @@ async fn serve_bulk<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S) -> Result<
         let len = u64::from_be_bytes(head[1..].try_into()?);
         match head[0] {
             b'u' => {
-                let mut left = len;
-                while left > 0 {
-                    let want = left.min(BUF as u64) as usize;
-                    let n = stream.read(&mut buf[..want]).await?;
-                    if n == 0 {
-                        bail!("upload ended {left} bytes short");
-                    }
-                    left -= n as u64;
-                }
+                take(&mut stream, len, &mut buf).await?;
                 stream.write_all(&len.to_be_bytes()).await?;
                 stream.flush().await?;
             }
             b'd' => {
-                let mut left = len;
-                while left > 0 {
-                    let n = left.min(BUF as u64) as usize;
-                    stream.write_all(&buf[..n]).await?;
-                    left -= n as u64;
-                }
+                give(&mut stream, len, &buf).await?;
                 stream.flush().await?;
             }
             other => bail!("bad bulk request {other:#x}"),
         }
     }
+}
+
+/// Reads exactly `len` bytes (through `buf`) and drops them.
+async fn take<S: AsyncRead + Unpin>(stream: &mut S, len: u64, buf: &mut [u8]) -> Result<()> {
+    let mut left = len;
+    while left > 0 {
+        let want = left.min(buf.len() as u64) as usize;
+        let n = stream.read(&mut buf[..want]).await?;
+        if n == 0 {
+            bail!("the stream ended {left} bytes short of {len}");
+        }
+        left -= n as u64;
+    }
+    Ok(())
+}
+
+/// Writes `len` bytes, `buf` at a time.
+async fn give<S: AsyncWrite + Unpin>(stream: &mut S, len: u64, buf: &[u8]) -> Result<()> {
+    let mut left = len;
+    while left > 0 {
+        let n = left.min(buf.len() as u64) as usize;
+        stream.write_all(&buf[..n]).await?;
+        left -= n as u64;
+    }
+    Ok(())
 }
 
 /// `--loadgen tls-hs ADDR WORKERS SECS CA VERSION full|resumed`: handshake loops. Resumed
@@ -486,12 +498,7 @@ pub async fn bulk(args: &[String]) -> Result<String> {
         timeout(CHUNK_TIMEOUT, async {
             tls.write_all(&head).await?;
             if upload {
-                let mut left = CHUNK;
-                while left > 0 {
-                    let n = left.min(BUF as u64) as usize;
-                    tls.write_all(&buf[..n]).await?;
-                    left -= n as u64;
-                }
+                give(&mut tls, CHUNK, &buf).await?;
                 tls.flush().await?;
                 let mut ack = [0u8; 8];
                 tls.read_exact(&mut ack).await?;
@@ -501,15 +508,7 @@ pub async fn bulk(args: &[String]) -> Result<String> {
                 }
             } else {
                 tls.flush().await?;
-                let mut left = CHUNK;
-                while left > 0 {
-                    let want = left.min(BUF as u64) as usize;
-                    let n = tls.read(&mut buf[..want]).await?;
-                    if n == 0 {
-                        bail!("the stream ended {left} bytes short of a {CHUNK}-byte chunk");
-                    }
-                    left -= n as u64;
-                }
+                take(&mut tls, CHUNK, &mut buf).await?;
             }
             Ok(())
         })
