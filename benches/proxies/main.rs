@@ -4,7 +4,7 @@
 //! proxies -- --help` lists the options.
 //!
 //! ```text
-//! cargo bench --bench proxies -- --quick            # one short round, about two minutes
+//! cargo bench --bench proxies -- --quick            # one short round, about a minute and a half
 //! cargo bench --bench proxies -- --both             # 3 rounds of 5 s, unpinned and pinned
 //! ```
 #![allow(clippy::unwrap_used, clippy::expect_used)]
