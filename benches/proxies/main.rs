@@ -1,24 +1,29 @@
 //! The side-by-side benchmark: the direct path, appbroker, HAProxy and nginx on loopback,
-//! interleaved, with iperf3, netperf and a load generator of our own. docs/benchmarks.md says
-//! what is measured and how; `cargo bench --bench proxies -- --help` lists the options.
+//! interleaved, with iperf3, netperf, wrk and a load generator of our own, over plain TCP,
+//! TLS and HTTP. docs/benchmarks.md says what is measured and how; `cargo bench --bench
+//! proxies -- --help` lists the options.
 //!
 //! ```text
-//! cargo bench --bench proxies -- --quick            # one short round, under a minute
+//! cargo bench --bench proxies -- --quick            # one short round, about a minute and a half
 //! cargo bench --bench proxies -- --both             # 3 rounds of 5 s, unpinned and pinned
 //! ```
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod http;
 mod loadgen;
+mod metric;
 mod procs;
 mod report;
+mod tls;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 
+use metric::{Family, METRICS, Metric, Setup};
 use procs::{Proc, Spec};
 use report::{Results, Target};
 
@@ -27,60 +32,29 @@ cargo bench --bench proxies -- [OPTIONS]
 
 Runs the direct path, appbroker, HAProxy and nginx side by side on loopback and prints a
 Markdown table per mode (also written to target/bench-results.md). docs/benchmarks.md has the
-details and the setup (apt-get install haproxy nginx libnginx-mod-stream iperf3 netperf).
+details and the setup (apt-get install haproxy nginx libnginx-mod-stream iperf3 netperf wrk).
 
   --quick              one round of 1 s per measurement (default: 3 rounds of 5 s)
   --unpinned           processes go where the scheduler puts them (the default)
   --pinned             everything under `taskset -c 0`
   --both               unpinned, then pinned
   --only LIST          targets, comma-separated: direct,appbroker,haproxy,nginx (default: all)
-  --metrics LIST       bulk1,bulk4,tcp_rr,tcp_crr,rr64,crr,memory (default: all)
+  --metrics LIST       metrics or groups, comma-separated (default: all):
+                         tcp:  bulk1,bulk4,tcp_rr,tcp_crr,rr64,crr,memory
+                         tls:  tls13_ecdsa,tls13_rsa,tls12_ecdsa,tls12_rsa,tls_bulk
+                         http: http_ka,http_close,http_session,http_memory
+  --access-log         HTTP rows with every proxy's access log on (default: off for all)
   --rounds N           rounds (default 3, 1 with --quick)
   --secs S             seconds per measurement (default 5, 1 with --quick)
-  --connections N      idle connections for the memory measurement (default 8000)
-  --base-port P        ports P..P+12 on 127.0.0.1 are used (default 23400)
+  --connections N      idle connections for the memory measurements (default 8000)
+  --base-port P        ports P..P+13 on 127.0.0.1 are used (default 23400)
   --memory TOOL        script: benches/memory.py; fallback: the runner's own measurement;
                        auto (default): the script when present, except with --quick
   --help               this text
 ";
 
-/// What one run measures.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Metric {
-    Bulk1,
-    Bulk4,
-    TcpRr,
-    TcpCrr,
-    Rr64,
-    Crr,
-    Memory,
-}
-
-const METRICS: [Metric; 7] = [
-    Metric::Bulk1,
-    Metric::Bulk4,
-    Metric::TcpRr,
-    Metric::TcpCrr,
-    Metric::Rr64,
-    Metric::Crr,
-    Metric::Memory,
-];
-
-impl Metric {
-    fn name(self) -> &'static str {
-        match self {
-            Metric::Bulk1 => "bulk1",
-            Metric::Bulk4 => "bulk4",
-            Metric::TcpRr => "tcp_rr",
-            Metric::TcpCrr => "tcp_crr",
-            Metric::Rr64 => "rr64",
-            Metric::Crr => "crr",
-            Metric::Memory => "memory",
-        }
-    }
-}
-
-/// Connections of the load generator's request/response run, and workers of its churn run.
+/// Connections of the load generator's request/response run, and workers of its churn and
+/// TLS handshake runs.
 const RR_CONNECTIONS: usize = 64;
 const CRR_WORKERS: usize = 4;
 
@@ -110,6 +84,8 @@ struct Opts {
     connections: usize,
     base_port: u16,
     memory: MemoryTool,
+    /// `--access-log`: the HTTP rows with every proxy writing an access log line per request.
+    access_log: bool,
     /// The arguments as given (without cargo's `--bench`), for the report.
     args: Vec<String>,
 }
@@ -124,6 +100,7 @@ fn parse_opts(args: &[String]) -> Result<Option<Opts>> {
     let mut connections = 8000;
     let mut base_port = 23400;
     let mut memory = MemoryTool::Auto;
+    let mut access_log = false;
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         let mut value = |name: &str| {
@@ -151,20 +128,8 @@ fn parse_opts(args: &[String]) -> Result<Option<Opts>> {
                 }
                 targets.sort_by_key(|t| *t as usize);
             }
-            "--metrics" => {
-                let v = value("--metrics")?;
-                metrics = Vec::new();
-                for name in v.split(',').filter(|s| !s.is_empty()) {
-                    let m = METRICS
-                        .into_iter()
-                        .find(|m| m.name() == name.trim())
-                        .ok_or_else(|| anyhow!("--metrics: unknown metric {name:?}"))?;
-                    if !metrics.contains(&m) {
-                        metrics.push(m);
-                    }
-                }
-                metrics.sort_by_key(|m| METRICS.iter().position(|x| x == m));
-            }
+            "--metrics" => metrics = metric::parse_metrics(&value("--metrics")?)?,
+            "--access-log" => access_log = true,
             "--rounds" => rounds = Some(value("--rounds")?.parse().context("--rounds")?),
             "--secs" => secs = Some(value("--secs")?.parse().context("--secs")?),
             "--connections" => connections = value("--connections")?.parse()?,
@@ -204,6 +169,7 @@ fn parse_opts(args: &[String]) -> Result<Option<Opts>> {
         connections,
         base_port,
         memory,
+        access_log,
         args: args.iter().filter(|a| *a != "--bench").cloned().collect(),
     }))
 }
@@ -217,6 +183,14 @@ struct Ports {
     echo: u16,
     /// The port memory.py starts its own echo servers on.
     spare: u16,
+    /// The bulk origin behind the proxies' TLS listeners.
+    bulk: u16,
+    /// The HTTP origin: REMOTE_SERVER_01 and _02 of the HTTP rows.
+    http: [u16; 2],
+    /// The runner's own TLS echo servers (ECDSA, RSA) and TLS bulk server: the direct path
+    /// of the TLS rows.
+    tls_echo: [u16; 2],
+    tls_bulk: u16,
     appbroker: u16,
     haproxy: u16,
     nginx: u16,
@@ -230,23 +204,40 @@ impl Ports {
             netperf_data: base + 2,
             echo: base + 3,
             spare: base + 4,
+            bulk: base + 5,
+            http: [base + 6, base + 7],
+            tls_echo: [base + 8, base + 9],
             appbroker: base + 10,
             haproxy: base + 11,
             nginx: base + 12,
+            tls_bulk: base + 13,
         }
     }
 
-    fn all(&self) -> [u16; 8] {
+    fn all(&self) -> [u16; 14] {
         [
             self.iperf,
             self.netserver,
             self.netperf_data,
             self.echo,
             self.spare,
+            self.bulk,
+            self.http[0],
+            self.http[1],
+            self.tls_echo[0],
+            self.tls_echo[1],
             self.appbroker,
             self.haproxy,
             self.nginx,
+            self.tls_bulk,
         ]
+    }
+
+    fn tls_echo(&self, key: tls::KeyKind) -> u16 {
+        match key {
+            tls::KeyKind::Ecdsa => self.tls_echo[0],
+            tls::KeyKind::Rsa => self.tls_echo[1],
+        }
     }
 
     fn proxy(&self, target: Target) -> u16 {
@@ -270,6 +261,7 @@ struct Tools {
     netserver: Option<PathBuf>,
     shim: Option<PathBuf>,
     memory_py: Option<(PathBuf, PathBuf)>,
+    wrk: Option<PathBuf>,
 }
 
 struct Bench {
@@ -289,6 +281,14 @@ struct Bench {
     load_average: String,
     /// memory.py runs so far, to name their saved outputs.
     memory_runs: usize,
+    /// The certificates of the TLS rows (None when no TLS metric runs or they could not be
+    /// made).
+    certs: Option<tls::Certs>,
+    /// Families whose appbroker template appbroker does not take (yet): its column stays
+    /// empty for their metrics, and a note says why.
+    appbroker_rejects: HashSet<Family>,
+    /// What each TLS row's handshakes negotiated, per target, to show they compare alike.
+    negotiated: BTreeMap<String, BTreeMap<usize, String>>,
     notes: Vec<String>,
 }
 
@@ -377,6 +377,7 @@ impl Bench {
             netserver: procs::find_program("netserver"),
             shim: None,
             memory_py: None,
+            wrk: None,
         };
 
         // appbroker: cargo builds the binary with the bench profile (release settings) for
@@ -477,8 +478,26 @@ impl Bench {
         if opts.modes.contains(&Mode::Pinned) && procs::find_program("taskset").is_none() {
             bail!("--pinned needs taskset (util-linux)");
         }
+        let mut certs = None;
+        if opts.metrics.iter().any(|m| m.family() == Family::Tls) {
+            match tls::Certs::generate(&run_dir.join("run").join("tls")) {
+                Ok(c) => certs = Some(c),
+                Err(e) => notes.push(format!(
+                    "The TLS certificates could not be made ({e:#}): TLS rows skipped."
+                )),
+            }
+        }
+        if opts.metrics.iter().any(|m| matches!(m, Metric::Http(_))) {
+            tools.wrk = procs::find_program("wrk");
+            if tools.wrk.is_none() {
+                notes.push(
+                    "wrk is not installed: the HTTP rate rows skipped (`apt-get install wrk`)."
+                        .into(),
+                );
+            }
+        }
 
-        Ok(Bench {
+        let mut bench = Bench {
             opts,
             tools,
             ports,
@@ -491,8 +510,98 @@ impl Bench {
                 .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
                 .unwrap_or_else(|_| "unknown".into()),
             memory_runs: 0,
+            certs,
+            appbroker_rejects: HashSet::new(),
+            negotiated: BTreeMap::new(),
             notes,
-        })
+        };
+        if bench.tools.appbroker.is_some() && bench.opts.targets.contains(&Target::Appbroker) {
+            bench.check_appbroker_templates();
+        }
+        Ok(bench)
+    }
+
+    /// `appbroker --check` on each family's template (filled as for a run) of the metrics
+    /// asked for. A template it rejects, or accepts without using a key the template sets
+    /// (its effective configuration does not print it), leaves appbroker's column of that
+    /// family empty with a note, instead of a failure in every round: the TLS and HTTP keys
+    /// reach appbroker's configuration only as issues 12 and 13 are wired.
+    fn check_appbroker_templates(&mut self) {
+        let families: Vec<Family> = Family::ALL
+            .into_iter()
+            .filter(|f| self.opts.metrics.iter().any(|m| m.family() == *f))
+            .collect();
+        for family in families {
+            let template = family.template(Target::Appbroker);
+            let setup = Setup {
+                family,
+                backend: self.ports.echo,
+                key: tls::KeyKind::Ecdsa,
+            };
+            let verdict = self
+                .fill(Target::Appbroker, setup, "check")
+                .and_then(|ini| {
+                    // Messages name the template rather than its filled copy.
+                    self.appbroker_check(&ini).map_err(|e| {
+                        let named = format!("{e:#}")
+                            .replace(&ini.display().to_string(), &format!("benches/{template}"));
+                        anyhow!("{named}")
+                    })
+                });
+            if let Err(e) = verdict {
+                eprintln!("bench: appbroker does not take benches/{template}: {e:#}");
+                self.notes.push(format!(
+                    "appbroker's {} column is empty: it does not take benches/{template} ({e:#}). \
+                     docs/benchmarks.md says what the template expects.",
+                    family.title()
+                ));
+                self.appbroker_rejects.insert(family);
+            }
+        }
+    }
+
+    /// Runs `appbroker --check --config ini`: fine when it exits 0 and its effective
+    /// configuration has every section and key of `ini`.
+    fn appbroker_check(&self, ini: &Path) -> Result<()> {
+        let exe = self.tools.appbroker.as_ref().context("no appbroker")?;
+        let out = std::process::Command::new(exe)
+            .arg("--check")
+            .arg("--config")
+            .arg(ini)
+            .output()
+            .context("cannot run appbroker --check")?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if !out.status.success() {
+            let errors: Vec<&str> = stderr
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with("appbroker:"))
+                .take(4)
+                .collect();
+            bail!(
+                "`appbroker --check` exits {}: {}",
+                out.status.code().unwrap_or(-1),
+                if errors.is_empty() {
+                    procs::last_lines(&stderr, 3)
+                } else {
+                    errors.join(" / ")
+                }
+            );
+        }
+        let effective = ini_keys(&String::from_utf8_lossy(&out.stdout));
+        let wanted = ini_keys(&std::fs::read_to_string(ini)?);
+        let missing: Vec<String> = wanted
+            .iter()
+            .filter(|k| !effective.contains(k))
+            .map(|(section, key)| format!("[{section}] {key}"))
+            .collect();
+        if !missing.is_empty() {
+            bail!(
+                "it accepts the file but its effective configuration (--check) lacks {}",
+                missing.join(", ")
+            );
+        }
+        Ok(())
     }
 
     fn target_dir(&self) -> PathBuf {
@@ -537,21 +646,22 @@ impl Bench {
             .filter(|t| self.available(*t))
             .collect();
         for round in 1..=rounds {
-            // The direct path's kernel memory per idle connection in this round, subtracted
-            // from each proxy's by the memory fallback.
-            let mut direct_kernel: Option<f64> = None;
             for &metric in &metrics {
+                // The direct path's kernel memory per idle connection in this round,
+                // subtracted from each proxy's by the memory fallback.
+                let mut direct_kernel: Option<f64> = None;
                 // The proxies of this metric start together and stay up, idle, while the
                 // others are measured: one start and stop per metric instead of one per
-                // measurement. (The memory measurement starts each on its own.)
+                // measurement. (The memory measurements start each on its own.)
                 let mut proxies: HashMap<Target, Proc> = HashMap::new();
-                if metric != Metric::Memory {
+                if !metric.holds_connections() {
                     let wanted: Vec<Target> = targets
                         .iter()
                         .copied()
                         .filter(|t| *t != Target::Direct && self.applies(metric, *t))
                         .collect();
-                    for (target, result) in self.start_proxies(&wanted, metric, pinned) {
+                    for (target, result) in self.start_proxies(&wanted, self.setup(metric), pinned)
+                    {
                         match result {
                             Ok(p) => {
                                 proxies.insert(target, p);
@@ -576,7 +686,7 @@ impl Bench {
                         continue;
                     }
                     let proxy = proxies.get_mut(&target);
-                    if target != Target::Direct && metric != Metric::Memory && proxy.is_none() {
+                    if target != Target::Direct && !metric.holds_connections() && proxy.is_none() {
                         continue;
                     }
                     let t0 = Instant::now();
@@ -594,7 +704,7 @@ impl Bench {
                                 t0.elapsed().as_secs_f64()
                             );
                             for (key, value) in values {
-                                results.add(key, target, value);
+                                results.add(&key, target, value);
                             }
                         }
                         Err(e) => {
@@ -621,24 +731,38 @@ impl Bench {
 
     /// Whether a measurement exists for this pair on this machine.
     fn applies(&self, metric: Metric, target: Target) -> bool {
+        if target == Target::Appbroker && self.appbroker_rejects.contains(&metric.family()) {
+            return false;
+        }
         match metric {
             Metric::Bulk1 | Metric::Bulk4 => self.tools.iperf3.is_some(),
             Metric::TcpRr | Metric::TcpCrr => {
                 self.tools.netperf.is_some()
                     && (target == Target::Direct || self.tools.shim.is_some())
             }
-            Metric::Rr64 | Metric::Crr => true,
+            Metric::Rr64 | Metric::Crr | Metric::HttpMemory => true,
             // memory.py measures a proxy; the fallback also measures the direct path, to
             // subtract the client's and server's sockets.
             Metric::Memory => target != Target::Direct || self.tools.memory_py.is_none(),
+            Metric::TlsHandshakes(..) | Metric::TlsBulk => self.certs.is_some(),
+            Metric::Http(_) => self.tools.wrk.is_some(),
         }
+    }
+
+    /// Does any metric asked for need this family's servers?
+    fn wants(&self, family: Family) -> bool {
+        self.opts.metrics.iter().any(|m| m.family() == family)
     }
 
     /// The loopback servers of one mode: iperf3, netserver and our echo server.
     fn start_servers(&mut self, pinned: bool) -> Result<Vec<Proc>> {
         let mut servers = Vec::new();
         let limit = Duration::from_secs(10);
-        if let Some(iperf3) = &self.tools.iperf3 {
+        let wants = |m: Metric| self.opts.metrics.contains(&m);
+        if let (Some(iperf3), true) = (
+            &self.tools.iperf3,
+            wants(Metric::Bulk1) || wants(Metric::Bulk4),
+        ) {
             let mut p = Spec::new("iperf3-server", iperf3, &self.log_dir)
                 .args(["-s", "-B", "127.0.0.1", "-p"])
                 .arg(self.ports.iperf.to_string())
@@ -647,7 +771,11 @@ impl Bench {
             procs::wait_listening(&mut p, self.ports.iperf, limit)?;
             servers.push(p);
         }
-        if let (Some(netserver), Some(_)) = (&self.tools.netserver, &self.tools.netperf) {
+        if let (Some(netserver), Some(_), true) = (
+            &self.tools.netserver,
+            &self.tools.netperf,
+            wants(Metric::TcpRr) || wants(Metric::TcpCrr),
+        ) {
             let mut p = Spec::new("netserver", netserver, &self.log_dir)
                 .args(["-D", "-L", "127.0.0.1", "-p"])
                 .arg(self.ports.netserver.to_string())
@@ -656,19 +784,58 @@ impl Bench {
             procs::wait_listening(&mut p, self.ports.netserver, limit)?;
             servers.push(p);
         }
-        let mut echo = Spec::new("echo-server", &self.exe, &self.log_dir)
-            .arg("--serve-echo")
-            .arg(self.ports.echo.to_string())
-            .pinned(pinned)
-            .stdin_pipe()
-            .spawn()?;
-        procs::wait_listening(&mut echo, self.ports.echo, limit)?;
-        servers.push(echo);
+        // Our own servers: (log name, arguments after the program, the ports to wait for).
+        let mut own: Vec<(&str, Vec<String>, Vec<u16>)> = vec![(
+            "echo-server",
+            vec!["--serve-echo".into(), self.ports.echo.to_string()],
+            vec![self.ports.echo],
+        )];
+        if let (true, Some(certs)) = (self.wants(Family::Tls), &self.certs) {
+            let p = self.ports;
+            own.push((
+                "bulk-server",
+                vec!["--serve-bulk".into(), p.bulk.to_string()],
+                vec![p.bulk],
+            ));
+            let files = |k: tls::KeyKind| {
+                let f = certs.files(k);
+                [f.cert.display().to_string(), f.key.display().to_string()]
+            };
+            for (name, role, port, key) in [
+                ("tls-echo-ecdsa", "echo", p.tls_echo[0], tls::KeyKind::Ecdsa),
+                ("tls-echo-rsa", "echo", p.tls_echo[1], tls::KeyKind::Rsa),
+                ("tls-bulk", "bulk", p.tls_bulk, tls::KeyKind::Ecdsa),
+            ] {
+                let mut args = vec!["--serve-tls".into(), role.into(), port.to_string()];
+                args.extend(files(key));
+                own.push((name, args, vec![port]));
+            }
+        }
+        if self.wants(Family::Http) {
+            let [a, b] = self.ports.http;
+            own.push((
+                "http-origin",
+                vec!["--serve-http".into(), a.to_string(), b.to_string()],
+                vec![a, b],
+            ));
+        }
+        for (name, args, ports) in own {
+            let mut p = Spec::new(name, &self.exe, &self.log_dir)
+                .args(args)
+                .pinned(pinned)
+                .stdin_pipe()
+                .spawn()?;
+            for port in ports {
+                procs::wait_listening(&mut p, port, limit)?;
+            }
+            servers.push(p);
+        }
         Ok(servers)
     }
 
-    /// One measurement of one metric through one target: start the proxy (if any), run the
-    /// client, read the proxy's CPU time around it, stop the proxy.
+    /// One measurement of one metric through one target (its proxy already started, except
+    /// for the memory measurements, which start their own): the client, and the proxy's CPU
+    /// time around it.
     fn run_one(
         &mut self,
         metric: Metric,
@@ -676,11 +843,16 @@ impl Bench {
         mut proxy: Option<&mut Proc>,
         pinned: bool,
         direct_kernel: &mut Option<f64>,
-    ) -> Result<Vec<(&'static str, f64)>> {
-        if metric == Metric::Memory {
-            return self.memory(target, pinned, direct_kernel);
+    ) -> Result<Vec<(String, f64)>> {
+        match metric {
+            Metric::Memory if self.tools.memory_py.is_some() => {
+                return self.memory_script(target, pinned);
+            }
+            Metric::Memory | Metric::HttpMemory => {
+                return self.memory_fallback(metric, target, pinned, direct_kernel);
+            }
+            _ => {}
         }
-        let backend = self.backend(metric);
         if let Some(p) = proxy.as_deref_mut()
             && !p.alive()
         {
@@ -690,22 +862,23 @@ impl Bench {
                 procs::last_lines(&p.stderr_text(), 3)
             );
         }
-        let port = proxy.as_ref().map(|_| self.ports.proxy(target));
-        let cpu_before = proxy.as_ref().map(|p| procs::family_cpu_ticks(p.pid()));
-        let mut values: Vec<(&'static str, f64)> = Vec::new();
-        // Work done, for the CPU per unit of work: bytes, transactions or connections.
-        let (work, cpu_key, cpu_scale) = match metric {
+        let pid = proxy.as_ref().map(|p| p.pid());
+        let port = match pid {
+            Some(_) => self.ports.proxy(target),
+            None => self.direct_port(metric),
+        };
+        let clk = self.clk_tck;
+        let name = metric.name();
+        let mut values = Vec::new();
+        match metric {
             Metric::Bulk1 | Metric::Bulk4 => {
                 let streams = if metric == Metric::Bulk1 { 1 } else { 4 };
-                let (gbps, bytes) = self.iperf3(streams, port.unwrap_or(backend), pinned)?;
-                values.push((metric.name(), gbps));
-                let key = if streams == 1 {
-                    "cpu_bulk1"
-                } else {
-                    "cpu_bulk4"
-                };
-                // ms of CPU per GB (1e9 bytes)
-                (bytes / 1e9, key, 1e3)
+                values = with_cpu(pid, clk, || {
+                    let (gbps, bytes) = self.iperf3(streams, port, pinned)?;
+                    // ms of CPU per GB (1e9 bytes)
+                    let cpu = CpuWork::new(format!("cpu_{name}"), bytes / 1e9, 1e3);
+                    Ok((vec![(name.to_string(), gbps)], cpu))
+                })?;
             }
             Metric::TcpRr | Metric::TcpCrr => {
                 let test = if metric == Metric::TcpRr {
@@ -713,16 +886,20 @@ impl Bench {
                 } else {
                     "TCP_CRR"
                 };
-                let r = self.netperf(test, port, pinned)?;
-                let (rate, p50, p99, cpu_key) = match metric {
-                    Metric::TcpRr => ("tcp_rr", "tcp_rr_p50", "tcp_rr_p99", "cpu_tcp_rr"),
-                    _ => ("tcp_crr", "tcp_crr_p50", "tcp_crr_p99", "cpu_tcp_crr"),
-                };
-                values.push((rate, r.rate));
-                values.push((p50, r.p50));
-                values.push((p99, r.p99));
-                // µs of CPU per transaction or connection
-                (r.rate * r.elapsed, cpu_key, 1e6)
+                let through = pid.map(|_| port);
+                values = with_cpu(pid, clk, || {
+                    let r = self.netperf(test, through, pinned)?;
+                    let v = vec![
+                        (name.to_string(), r.rate),
+                        (format!("{name}_p50"), r.p50),
+                        (format!("{name}_p99"), r.p99),
+                    ];
+                    // µs of CPU per transaction or connection
+                    Ok((
+                        v,
+                        CpuWork::new(format!("cpu_{name}"), r.rate * r.elapsed, 1e6),
+                    ))
+                })?;
             }
             Metric::Rr64 | Metric::Crr => {
                 let (kind, n) = if metric == Metric::Rr64 {
@@ -730,51 +907,89 @@ impl Bench {
                 } else {
                     ("crr", CRR_WORKERS)
                 };
-                let r = self.loadgen(kind, n, port.unwrap_or(backend), pinned)?;
-                let keys = if metric == Metric::Rr64 {
-                    ["rr64", "rr64_p50", "rr64_p99", "rr64_p999", "cpu_rr64"]
-                } else {
-                    ["crr", "crr_p50", "crr_p99", "crr_p999", "cpu_crr"]
-                };
-                values.push((keys[0], r.rate));
-                values.push((keys[1], r.p50));
-                values.push((keys[2], r.p99));
-                values.push((keys[3], r.p999));
-                (r.count, keys[4], 1e6)
+                let args = [kind.to_string(), addr(port), n.to_string(), self.secs()];
+                values = with_cpu(pid, clk, || {
+                    let r = self.loadgen(&args, pinned)?;
+                    let v = vec![
+                        (name.to_string(), r.rate),
+                        (format!("{name}_p50"), r.p50),
+                        (format!("{name}_p99"), r.p99),
+                        (format!("{name}_p999"), r.p999),
+                    ];
+                    Ok((v, CpuWork::new(format!("cpu_{name}"), r.count, 1e6)))
+                })?;
             }
-            Metric::Memory => unreachable!("handled above"),
-        };
-        if let (Some(p), Some(before)) = (&proxy, cpu_before) {
-            let ticks = procs::family_cpu_ticks(p.pid()).saturating_sub(before);
-            let cpu_secs = ticks as f64 / self.clk_tck;
-            if work > 0.0 {
-                values.push((cpu_key, cpu_secs * cpu_scale / work));
+            Metric::TlsHandshakes(version, _) => {
+                if pid.is_some() {
+                    self.tls_probe(target, port)?;
+                }
+                for resume in [false, true] {
+                    values.extend(with_cpu(pid, clk, || {
+                        self.tls_handshakes(metric, target, version, resume, port, pinned)
+                    })?);
+                }
             }
+            Metric::TlsBulk => {
+                if pid.is_some() {
+                    self.tls_probe(target, port)?;
+                }
+                for upload in [true, false] {
+                    values.extend(with_cpu(pid, clk, || {
+                        self.tls_bulk(target, upload, port, pinned)
+                    })?);
+                }
+            }
+            Metric::Http(load) => {
+                values = with_cpu(pid, clk, || self.http_row(load, target, port, pinned))?;
+            }
+            Metric::Memory | Metric::HttpMemory => unreachable!("handled above"),
         }
         Ok(values)
     }
 
-    /// The loopback server a metric's clients talk to.
-    fn backend(&self, metric: Metric) -> u16 {
+    fn secs(&self) -> String {
+        self.opts.secs.to_string()
+    }
+
+    /// Where a metric's client connects on the direct path.
+    fn direct_port(&self, metric: Metric) -> u16 {
         match metric {
-            Metric::Bulk1 | Metric::Bulk4 => self.ports.iperf,
-            Metric::TcpRr | Metric::TcpCrr => self.ports.netperf_data,
-            Metric::Rr64 | Metric::Crr | Metric::Memory => self.ports.echo,
+            Metric::TlsHandshakes(_, key) => self.ports.tls_echo(key),
+            Metric::TlsBulk => self.ports.tls_bulk,
+            _ => self.setup(metric).backend,
         }
     }
 
-    /// Starts the proxies in front of a metric's server all at once, then waits until each
-    /// is ready.
+    /// What a metric's proxies are started with: the server they forward to is the one the
+    /// direct path reaches, except for TLS, where the proxies forward in plain TCP to the
+    /// echo or bulk server behind the runner's own TLS servers; HTTP's is origin 01 (the
+    /// templates name both origin servers).
+    fn setup(&self, metric: Metric) -> Setup {
+        let p = &self.ports;
+        let backend = match metric {
+            Metric::Bulk1 | Metric::Bulk4 => p.iperf,
+            Metric::TcpRr | Metric::TcpCrr => p.netperf_data,
+            Metric::Rr64 | Metric::Crr | Metric::Memory | Metric::TlsHandshakes(..) => p.echo,
+            Metric::TlsBulk => p.bulk,
+            Metric::Http(_) | Metric::HttpMemory => p.http[0],
+        };
+        Setup {
+            family: metric.family(),
+            backend,
+            key: metric.key(),
+        }
+    }
+
+    /// Starts the proxies of a metric all at once, then waits until each is ready.
     fn start_proxies(
         &self,
         targets: &[Target],
-        metric: Metric,
+        setup: Setup,
         pinned: bool,
     ) -> Vec<(Target, Result<Proc>)> {
-        let backend = self.backend(metric);
         let spawned: Vec<(Target, Result<Proc>)> = targets
             .iter()
-            .map(|&t| (t, self.spawn_proxy(t, backend, pinned)))
+            .map(|&t| (t, self.spawn_proxy(t, setup, pinned)))
             .collect();
         let ready: Vec<(Target, Result<Proc>)> = spawned
             .into_iter()
@@ -785,9 +1000,9 @@ impl Bench {
         ready
     }
 
-    /// Starts a proxy in front of 127.0.0.1:`backend` and waits until it listens.
-    fn start_proxy(&self, target: Target, backend: u16, pinned: bool) -> Result<Proc> {
-        let p = self.spawn_proxy(target, backend, pinned)?;
+    /// Starts one proxy and waits until it listens.
+    fn start_proxy(&self, target: Target, setup: Setup, pinned: bool) -> Result<Proc> {
+        let p = self.spawn_proxy(target, setup, pinned)?;
         let p = self.proxy_ready(target, p)?;
         std::thread::sleep(Duration::from_millis(200));
         Ok(p)
@@ -808,53 +1023,100 @@ impl Bench {
         Ok(proc)
     }
 
-    /// Starts a proxy in front of 127.0.0.1:`backend`.
-    fn spawn_proxy(&self, target: Target, backend: u16, pinned: bool) -> Result<Proc> {
-        let listen = self.ports.proxy(target);
-        let run = self.run_dir.join("run");
-        let fill = |template: &str, out: &str, load_module: &str| -> Result<PathBuf> {
-            let path = self.root.join("benches").join(template);
-            let text = std::fs::read_to_string(&path)
-                .with_context(|| format!("cannot read {}", path.display()))?
-                .replace("@LISTEN_PORT@", &listen.to_string())
-                .replace("@BACKEND_PORT@", &backend.to_string())
-                .replace("@RUN_DIR@", &run.display().to_string())
-                .replace("@LOG_DIR@", &self.log_dir.display().to_string())
-                .replace("@LOAD_MODULE@", load_module);
-            let dest = run.join(out);
-            std::fs::write(&dest, text)?;
-            Ok(dest)
-        };
+    /// Starts a proxy on its configuration for `setup`.
+    fn spawn_proxy(&self, target: Target, setup: Setup, pinned: bool) -> Result<Proc> {
+        let conf = self.fill(target, setup, "")?;
         let spec = match target {
             Target::Direct => bail!("the direct path has no proxy"),
             Target::Appbroker => {
-                let ini = fill("appbroker.ini", "appbroker.ini", "")?;
                 let exe = self.tools.appbroker.as_ref().context("no appbroker")?;
                 Spec::new("appbroker", exe, &self.log_dir)
                     .arg("--config")
-                    .arg(ini)
+                    .arg(conf)
             }
             Target::Haproxy => {
-                let cfg = fill("haproxy.cfg", "haproxy.cfg", "")?;
                 let exe = self.tools.haproxy.as_ref().context("no haproxy")?;
                 Spec::new("haproxy", exe, &self.log_dir)
                     .arg("-db")
                     .arg("-f")
-                    .arg(cfg)
+                    .arg(conf)
             }
             Target::Nginx => {
-                let (exe, load_module) = self.tools.nginx.as_ref().context("no nginx")?;
-                let conf = fill("nginx.conf", "nginx.conf", load_module)?;
+                let (exe, _) = self.tools.nginx.as_ref().context("no nginx")?;
                 Spec::new("nginx", exe, &self.log_dir)
                     .arg("-c")
                     .arg(conf)
                     .arg("-p")
-                    .arg(format!("{}/", run.display()))
+                    .arg(format!("{}/", self.run_dir.join("run").display()))
                     .arg("-e")
                     .arg(self.log_dir.join("nginx-error.log"))
             }
         };
         spec.pinned(pinned).spawn()
+    }
+
+    /// A target's template for `setup` (benches/, [`Family::template`]) with its `@...@`
+    /// placeholders filled, written to target/bench/run/ under the template's name (with
+    /// `.tag` before the extension when `tag` is given).
+    fn fill(&self, target: Target, setup: Setup, tag: &str) -> Result<PathBuf> {
+        let template = setup.family.template(target);
+        let path = self.root.join("benches").join(template);
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        let run = self.run_dir.join("run");
+        let show = |p: &Path| p.display().to_string();
+        let (cert, key, bundle) = match &self.certs {
+            Some(c) => {
+                let f = c.files(setup.key);
+                (show(&f.cert), show(&f.key), show(&f.bundle))
+            }
+            None => Default::default(),
+        };
+        let access_log = match (target, self.opts.access_log) {
+            (Target::Haproxy, true) => "log stdout format raw local0\n    option httplog".into(),
+            (Target::Haproxy, false) => "# no access log (the runner's --access-log)".into(),
+            (Target::Nginx, true) => {
+                format!("access_log {}/nginx-access.log;", show(&self.log_dir))
+            }
+            (Target::Nginx, false) => "access_log off;".into(),
+            _ => String::new(),
+        };
+        let load_module = self
+            .tools
+            .nginx
+            .as_ref()
+            .map(|(_, line)| line.clone())
+            .unwrap_or_default();
+        let values = [
+            ("@LISTEN_PORT@", self.ports.proxy(target).to_string()),
+            ("@BACKEND_PORT@", setup.backend.to_string()),
+            ("@SERVER_01_PORT@", self.ports.http[0].to_string()),
+            ("@SERVER_02_PORT@", self.ports.http[1].to_string()),
+            ("@COOKIE_01@", http::COOKIES[0].to_string()),
+            ("@COOKIE_02@", http::COOKIES[1].to_string()),
+            ("@CERT@", cert),
+            ("@KEY@", key),
+            ("@CERT_AND_KEY@", bundle),
+            ("@LOG_REQUESTS@", u8::from(self.opts.access_log).to_string()),
+            ("@ACCESS_LOG@", access_log),
+            ("@RUN_DIR@", show(&run)),
+            ("@LOG_DIR@", show(&self.log_dir)),
+            ("@LOAD_MODULE@", load_module),
+        ];
+        let mut text = text;
+        for (placeholder, value) in values {
+            text = text.replace(placeholder, &value);
+        }
+        if let Some(left) = placeholder_left(&text) {
+            bail!("benches/{template} has a placeholder the runner does not fill: {left}");
+        }
+        let name = match template.rsplit_once('.') {
+            Some((stem, ext)) if !tag.is_empty() => format!("{stem}.{tag}.{ext}"),
+            _ => template.to_string(),
+        };
+        let dest = run.join(name);
+        std::fs::write(&dest, text)?;
+        Ok(dest)
     }
 
     /// Gbit/s received and bytes moved, from iperf3's JSON.
@@ -955,13 +1217,13 @@ impl Bench {
         }
     }
 
-    /// Our own load generator (`rr` or `crr`) against 127.0.0.1:`port`.
-    fn loadgen(&self, kind: &str, n: usize, port: u16, pinned: bool) -> Result<LoadgenResult> {
+    /// Our own load generator, `--loadgen ARGS...`: its JSON line. A run where every attempt
+    /// failed is an error saying the first failure; one with some failures is noted.
+    fn run_loadgen(&mut self, args: &[String], pinned: bool) -> Result<serde_json::Value> {
+        let kind = args.first().map(String::as_str).unwrap_or("?");
         let mut p = Spec::new(&format!("loadgen-{kind}"), &self.exe, &self.log_dir)
-            .args(["--loadgen", kind])
-            .arg(format!("127.0.0.1:{port}"))
-            .arg(n.to_string())
-            .arg(self.opts.secs.to_string())
+            .arg("--loadgen")
+            .args(args)
             .pinned(pinned)
             .stdin_pipe()
             .spawn()?;
@@ -975,31 +1237,25 @@ impl Bench {
         }
         let json: serde_json::Value = serde_json::from_str(out.trim())
             .with_context(|| format!("load generator output: {out}"))?;
-        let f = |k: &str| json[k].as_f64().ok_or_else(|| anyhow!("no {k} in {out}"));
-        let errors = f("errors")?;
+        let errors = json["errors"].as_f64().unwrap_or(0.0);
         if errors > 0.0 {
-            eprintln!("bench: warning: {kind} through port {port}: {errors} failed exchanges");
+            let first = json["first_error"].as_str().unwrap_or("(not said)");
+            let at = args.get(1).map(String::as_str).unwrap_or("?");
+            if json["count"].as_f64() == Some(0.0) {
+                bail!("every attempt failed ({errors}); the first: {first}");
+            }
+            eprintln!("bench: warning: {kind} to {at}: {errors} failed; the first: {first}");
+            self.note(format!(
+                "{kind} to {at}: {errors} attempts failed at least once; the first: {first}"
+            ));
         }
-        Ok(LoadgenResult {
-            rate: f("rate")?,
-            count: f("count")?,
-            p50: f("p50_us")?,
-            p99: f("p99_us")?,
-            p999: f("p999_us")?,
-        })
+        Ok(json)
     }
 
-    /// Memory per idle connection: benches/memory.py when present, else the fallback.
-    fn memory(
-        &mut self,
-        target: Target,
-        pinned: bool,
-        direct_kernel: &mut Option<f64>,
-    ) -> Result<Vec<(&'static str, f64)>> {
-        if self.tools.memory_py.is_some() {
-            return self.memory_script(target, pinned);
-        }
-        self.memory_fallback(target, pinned, direct_kernel)
+    /// `rr` or `crr`.
+    fn loadgen(&mut self, args: &[String], pinned: bool) -> Result<LoadgenResult> {
+        let json = self.run_loadgen(args, pinned)?;
+        LoadgenResult::from_json(&json)
     }
 
     /// benches/memory.py, the reliability work's script:
@@ -1009,9 +1265,13 @@ impl Bench {
     /// the pid and its descendants (nginx's workers under the master), and prints one JSON
     /// line last, with `user_bytes_per_conn`, `kernel_total_bytes_per_conn` and
     /// `total_bytes_per_conn` among its fields.
-    fn memory_script(&mut self, target: Target, pinned: bool) -> Result<Vec<(&'static str, f64)>> {
+    fn memory_script(&mut self, target: Target, pinned: bool) -> Result<Vec<(String, f64)>> {
         let server_port = self.ports.spare;
-        let mut proxy = self.start_proxy(target, server_port, pinned)?;
+        let setup = Setup {
+            backend: server_port,
+            ..self.setup(Metric::Memory)
+        };
+        let mut proxy = self.start_proxy(target, setup, pinned)?;
         let (python, script) = self.tools.memory_py.clone().context("no memory.py")?;
         let mut p = Spec::new("memory-py", &python, &self.log_dir)
             .arg(script)
@@ -1055,34 +1315,41 @@ impl Bench {
             .ok_or_else(|| anyhow!("no user and kernel bytes per connection in {line}"))
     }
 
-    /// The runner's own memory measurement, used until benches/memory.py is merged: hold
-    /// `--connections` idle connections (one exchange each) through the target and read,
-    /// before and while they are held, the proxy's RSS (all its processes) and the machine's
-    /// kernel socket memory; the direct path's kernel growth (the clients' and the servers'
-    /// sockets) is subtracted from each proxy's.
+    /// The runner's own memory measurement (memory.py's stand-in for `memory`, and the only
+    /// one for `http_memory`): hold `--connections` idle connections through the target
+    /// (after one echo exchange each, or one keep-alive HTTP request with server 01's cookie)
+    /// and read, before and while they are held, the proxy's RSS (all its processes) and the
+    /// machine's kernel socket memory; the direct path's kernel growth (the clients' and the
+    /// servers' sockets) is subtracted from each proxy's.
     fn memory_fallback(
         &mut self,
+        metric: Metric,
         target: Target,
         pinned: bool,
         direct_kernel: &mut Option<f64>,
-    ) -> Result<Vec<(&'static str, f64)>> {
+    ) -> Result<Vec<(String, f64)>> {
         let n = self.opts.connections;
         let mut proxy = match target {
             Target::Direct => None,
-            _ => Some(self.start_proxy(target, self.ports.echo, pinned)?),
+            _ => Some(self.start_proxy(target, self.setup(metric), pinned)?),
         };
         let port = match target {
-            Target::Direct => self.ports.echo,
+            Target::Direct => self.direct_port(metric),
             _ => self.ports.proxy(target),
+        };
+        let (hold, prefix) = match metric {
+            Metric::HttpMemory => ("http-hold", "http_mem"),
+            _ => ("hold", "mem"),
         };
         let rss = |p: &Option<Proc>| p.as_ref().map(|p| procs::family_rss(p.pid()));
         let rss_before = rss(&proxy);
         let kernel_before = procs::kernel_socket_memory().context("cannot read /proc/meminfo")?;
-        let mut holder = Spec::new("loadgen-hold", &self.exe, &self.log_dir)
-            .args(["--loadgen", "hold"])
-            .arg(format!("127.0.0.1:{port}"))
+        let mut holder = Spec::new(&format!("loadgen-{hold}"), &self.exe, &self.log_dir)
+            .args(["--loadgen", hold])
+            .arg(addr(port))
             .arg(n.to_string())
             .arg("120")
+            .args((metric == Metric::HttpMemory).then_some(http::COOKIES[0]))
             .pinned(pinned)
             .stdin_pipe()
             .spawn()?;
@@ -1136,11 +1403,81 @@ impl Bench {
             }
         };
         Ok(vec![
-            ("mem_user", user),
-            ("mem_kernel", kernel),
-            ("mem_total", user + kernel),
+            (format!("{prefix}_user"), user),
+            (format!("{prefix}_kernel"), kernel),
+            (format!("{prefix}_total"), user + kernel),
         ])
     }
+}
+
+/// The work a measurement did, for the proxy's CPU per unit of it: the row it goes in, the
+/// units of work, and the scale from CPU seconds per unit to the row's unit.
+struct CpuWork {
+    key: String,
+    units: f64,
+    scale: f64,
+}
+
+impl CpuWork {
+    fn new(key: String, units: f64, scale: f64) -> CpuWork {
+        CpuWork { key, units, scale }
+    }
+}
+
+/// Runs `measure` and adds the CPU time the proxy `pid` (with its children) spent meanwhile
+/// per unit of the work it reports; the direct path (`None`) has no CPU row.
+fn with_cpu<F>(pid: Option<i32>, clk_tck: f64, measure: F) -> Result<Vec<(String, f64)>>
+where
+    F: FnOnce() -> Result<(Vec<(String, f64)>, CpuWork)>,
+{
+    let before = pid.map(procs::family_cpu_ticks);
+    let (mut values, work) = measure()?;
+    if let (Some(pid), Some(before)) = (pid, before) {
+        let ticks = procs::family_cpu_ticks(pid).saturating_sub(before);
+        if work.units > 0.0 {
+            let cpu_secs = ticks as f64 / clk_tck;
+            values.push((work.key, cpu_secs * work.scale / work.units));
+        }
+    }
+    Ok(values)
+}
+
+/// 127.0.0.1:`port`, as the load generator takes it.
+fn addr(port: u16) -> String {
+    format!("127.0.0.1:{port}")
+}
+
+/// The keys of an INI text as (SECTION, KEY), upper-cased, comments left out.
+fn ini_keys(text: &str) -> Vec<(String, String)> {
+    let mut section = String::new();
+    let mut keys = Vec::new();
+    for line in text.lines().map(str::trim) {
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            section = name.trim().to_ascii_uppercase();
+        } else if !line.starts_with(';')
+            && !line.starts_with('#')
+            && let Some((key, _)) = line.split_once('=')
+        {
+            keys.push((section.clone(), key.trim().to_ascii_uppercase()));
+        }
+    }
+    keys
+}
+
+/// The first `@NAME@` left in a filled template, if any.
+fn placeholder_left(text: &str) -> Option<&str> {
+    let mut rest = text;
+    while let Some(i) = rest.find('@') {
+        let after = &rest[i + 1..];
+        let len = after
+            .find(|c: char| !(c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'))
+            .unwrap_or(after.len());
+        if len > 0 && after[len..].starts_with('@') {
+            return Some(&rest[i..i + len + 2]);
+        }
+        rest = after;
+    }
+    None
 }
 
 struct NetperfResult {
@@ -1156,6 +1493,19 @@ struct LoadgenResult {
     p50: f64,
     p99: f64,
     p999: f64,
+}
+
+impl LoadgenResult {
+    fn from_json(json: &serde_json::Value) -> Result<LoadgenResult> {
+        let f = |k: &str| json[k].as_f64().ok_or_else(|| anyhow!("no {k} in {json}"));
+        Ok(LoadgenResult {
+            rate: f("rate")?,
+            count: f("count")?,
+            p50: f("p50_us")?,
+            p99: f("p99_us")?,
+            p999: f("p999_us")?,
+        })
+    }
 }
 
 /// The `load_module` line nginx needs for the stream module: empty when it is built in,

@@ -4,6 +4,8 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use crate::http::HttpLoad;
+use crate::metric::{Family, METRICS, Metric};
 use crate::{Bench, Mode};
 
 /// The paths compared, in the order they run in each round.
@@ -50,122 +52,173 @@ enum Better {
     Lower,
 }
 
-struct RowDef {
-    key: &'static str,
-    label: &'static str,
+struct Row {
+    key: String,
+    label: String,
     better: Better,
 }
 
-const fn row(key: &'static str, label: &'static str, better: Better) -> RowDef {
-    RowDef { key, label, better }
+fn row(key: impl Into<String>, label: impl Into<String>, better: Better) -> Row {
+    Row {
+        key: key.into(),
+        label: label.into(),
+        better,
+    }
 }
 
 /// Every row, in table order.
-const ROWS: &[RowDef] = &[
-    row("bulk1", "bulk, 1 stream, iperf3 (Gbit/s)", Better::Higher),
-    row(
-        "bulk4",
-        "bulk, 4 streams, iperf3 -P 4 (Gbit/s)",
-        Better::Higher,
-    ),
-    row("tcp_rr", "netperf TCP_RR (trans/s)", Better::Higher),
-    row("tcp_rr_p50", "netperf TCP_RR p50 (µs)", Better::Lower),
-    row("tcp_rr_p99", "netperf TCP_RR p99 (µs)", Better::Lower),
-    row("tcp_crr", "netperf TCP_CRR (conn/s)", Better::Higher),
-    row("tcp_crr_p50", "netperf TCP_CRR p50 (µs)", Better::Lower),
-    row("tcp_crr_p99", "netperf TCP_CRR p99 (µs)", Better::Lower),
-    row(
-        "rr64",
-        "loadgen RR, 64 connections (trans/s)",
-        Better::Higher,
-    ),
-    row(
-        "rr64_p50",
-        "loadgen RR, 64 connections p50 (µs)",
-        Better::Lower,
-    ),
-    row(
-        "rr64_p99",
-        "loadgen RR, 64 connections p99 (µs)",
-        Better::Lower,
-    ),
-    row(
-        "rr64_p999",
-        "loadgen RR, 64 connections p99.9 (µs)",
-        Better::Lower,
-    ),
-    row("crr", "loadgen CRR, 4 workers (conn/s)", Better::Higher),
-    row("crr_p50", "loadgen CRR, 4 workers p50 (µs)", Better::Lower),
-    row("crr_p99", "loadgen CRR, 4 workers p99 (µs)", Better::Lower),
-    row(
-        "crr_p999",
-        "loadgen CRR, 4 workers p99.9 (µs)",
-        Better::Lower,
-    ),
-    row(
-        "cpu_bulk1",
-        "proxy CPU per GB, bulk 1 stream (ms)",
-        Better::Lower,
-    ),
-    row(
-        "cpu_bulk4",
-        "proxy CPU per GB, bulk 4 streams (ms)",
-        Better::Lower,
-    ),
-    row(
-        "cpu_tcp_rr",
-        "proxy CPU per transaction, TCP_RR (µs)",
-        Better::Lower,
-    ),
-    row(
-        "cpu_rr64",
-        "proxy CPU per transaction, loadgen RR 64 (µs)",
-        Better::Lower,
-    ),
-    row(
-        "cpu_tcp_crr",
-        "proxy CPU per new connection, TCP_CRR (µs)",
-        Better::Lower,
-    ),
-    row(
-        "cpu_crr",
-        "proxy CPU per new connection, loadgen CRR (µs)",
-        Better::Lower,
-    ),
-    row(
-        "mem_user",
-        "idle connection memory, user space (bytes)",
-        Better::Lower,
-    ),
-    row(
-        "mem_kernel",
-        "idle connection memory, kernel (bytes)",
-        Better::Lower,
-    ),
-    row(
-        "mem_total",
-        "idle connection memory, total (bytes)",
-        Better::Lower,
-    ),
-];
+fn rows() -> Vec<Row> {
+    use Better::{Higher, Lower};
+    let mut rows = vec![
+        row("bulk1", "bulk, 1 stream, iperf3 (Gbit/s)", Higher),
+        row("bulk4", "bulk, 4 streams, iperf3 -P 4 (Gbit/s)", Higher),
+        row("tcp_rr", "netperf TCP_RR (trans/s)", Higher),
+        row("tcp_rr_p50", "netperf TCP_RR p50 (µs)", Lower),
+        row("tcp_rr_p99", "netperf TCP_RR p99 (µs)", Lower),
+        row("tcp_crr", "netperf TCP_CRR (conn/s)", Higher),
+        row("tcp_crr_p50", "netperf TCP_CRR p50 (µs)", Lower),
+        row("tcp_crr_p99", "netperf TCP_CRR p99 (µs)", Lower),
+        row("rr64", "loadgen RR, 64 connections (trans/s)", Higher),
+        row("rr64_p50", "loadgen RR, 64 connections p50 (µs)", Lower),
+        row("rr64_p99", "loadgen RR, 64 connections p99 (µs)", Lower),
+        row("rr64_p999", "loadgen RR, 64 connections p99.9 (µs)", Lower),
+        row("crr", "loadgen CRR, 4 workers (conn/s)", Higher),
+        row("crr_p50", "loadgen CRR, 4 workers p50 (µs)", Lower),
+        row("crr_p99", "loadgen CRR, 4 workers p99 (µs)", Lower),
+        row("crr_p999", "loadgen CRR, 4 workers p99.9 (µs)", Lower),
+        row("cpu_bulk1", "proxy CPU per GB, bulk 1 stream (ms)", Lower),
+        row("cpu_bulk4", "proxy CPU per GB, bulk 4 streams (ms)", Lower),
+        row(
+            "cpu_tcp_rr",
+            "proxy CPU per transaction, TCP_RR (µs)",
+            Lower,
+        ),
+        row(
+            "cpu_rr64",
+            "proxy CPU per transaction, loadgen RR 64 (µs)",
+            Lower,
+        ),
+        row(
+            "cpu_tcp_crr",
+            "proxy CPU per new connection, TCP_CRR (µs)",
+            Lower,
+        ),
+        row(
+            "cpu_crr",
+            "proxy CPU per new connection, loadgen CRR (µs)",
+            Lower,
+        ),
+        row(
+            "mem_user",
+            "idle connection memory, user space (bytes)",
+            Lower,
+        ),
+        row(
+            "mem_kernel",
+            "idle connection memory, kernel (bytes)",
+            Lower,
+        ),
+        row("mem_total", "idle connection memory, total (bytes)", Lower),
+    ];
+    // TLS: CPU per handshake first (on 2 CPUs the rates are bounded by the load generator),
+    // then the rates and their p99, then bulk.
+    let handshakes: Vec<(String, String)> = METRICS
+        .into_iter()
+        .filter_map(|m| match m {
+            Metric::TlsHandshakes(v, k) => Some((m.name(), v.title(), k.title())),
+            _ => None,
+        })
+        .flat_map(|(name, v, k)| {
+            ["full", "resumed"].map(|kind| (format!("{name}_{kind}"), format!("{v}, {k}, {kind}")))
+        })
+        .collect();
+    for (key, what) in &handshakes {
+        rows.push(row(
+            format!("cpu_{key}"),
+            format!("proxy CPU per TLS connection, {what} (µs)"),
+            Lower,
+        ));
+    }
+    for (key, what) in &handshakes {
+        rows.push(row(
+            key,
+            format!("TLS handshakes, {what}, 4 workers (conn/s)"),
+            Higher,
+        ));
+        rows.push(row(
+            format!("{key}_p99"),
+            format!("TLS handshakes, {what}, p99 (µs)"),
+            Lower,
+        ));
+    }
+    for (way, what) in [("up", "client to server"), ("down", "server to client")] {
+        rows.push(row(
+            format!("tls_bulk_{way}"),
+            format!("TLS 1.3 bulk, 1 stream, {what} (Gbit/s)"),
+            Higher,
+        ));
+    }
+    for (way, what) in [("up", "client to server"), ("down", "server to client")] {
+        rows.push(row(
+            format!("cpu_tls_bulk_{way}"),
+            format!("proxy CPU per GB, TLS 1.3 bulk {what} (ms)"),
+            Lower,
+        ));
+    }
+    // HTTP: rates and latency, CPU per request, memory per idle keep-alive client.
+    let loads = [HttpLoad::KeepAlive, HttpLoad::Close, HttpLoad::NewSession];
+    for load in loads {
+        let (key, what) = (load.name(), load.title());
+        rows.push(row(key, format!("{what}, wrk (req/s)"), Higher));
+        rows.push(row(
+            format!("{key}_p50"),
+            format!("{what}, p50 (µs)"),
+            Lower,
+        ));
+        rows.push(row(
+            format!("{key}_p99"),
+            format!("{what}, p99 (µs)"),
+            Lower,
+        ));
+    }
+    for load in loads {
+        rows.push(row(
+            format!("cpu_{}", load.name()),
+            format!("proxy CPU per request, {} (µs)", load.title()),
+            Lower,
+        ));
+    }
+    for (part, what) in [
+        ("user", "user space"),
+        ("kernel", "kernel"),
+        ("total", "total"),
+    ] {
+        rows.push(row(
+            format!("http_mem_{part}"),
+            format!("idle keep-alive HTTP client memory, {what} (bytes)"),
+            Lower,
+        ));
+    }
+    rows
+}
 
 /// Every value measured in one mode, by row key and target, one per round.
 #[derive(Default)]
 pub struct Results {
-    values: HashMap<(&'static str, Target), Vec<f64>>,
+    values: HashMap<(String, Target), Vec<f64>>,
 }
 
 impl Results {
-    pub fn add(&mut self, key: &'static str, target: Target, value: f64) {
-        self.values.entry((key, target)).or_default().push(value);
+    pub fn add(&mut self, key: &str, target: Target, value: f64) {
+        self.values
+            .entry((key.to_string(), target))
+            .or_default()
+            .push(value);
     }
 
     /// Median, min, max.
     fn stats(&self, key: &str, target: Target) -> Option<(f64, f64, f64)> {
-        let (_, v) = self
-            .values
-            .iter()
-            .find(|((k, t), _)| *k == key && *t == target)?;
+        let v = self.values.get(&(key.to_string(), target))?;
         if v.is_empty() {
             return None;
         }
@@ -230,12 +283,12 @@ fn table(results: &Results, targets: &[Target]) -> String {
         "| metric | direct | appbroker | HAProxy | nginx | appbroker/direct | HAProxy/direct | \
          nginx/direct | appbroker/best anchor |\n|---|---|---|---|---|---|---|---|---|\n",
     );
-    for r in ROWS {
+    for r in rows() {
         let stats: Vec<Option<(f64, f64, f64)>> = Target::ALL
             .iter()
             .map(|t| {
                 if has(*t) {
-                    results.stats(r.key, *t)
+                    results.stats(&r.key, *t)
                 } else {
                     None
                 }
@@ -338,17 +391,43 @@ pub fn render(bench: &Bench, sections: &[(Mode, Results)], took: Duration) -> St
     if let Some(p) = &bench.tools.netperf {
         versions.push(crate::procs::version_line(p, "-V"));
     }
+    if let Some(p) = &bench.tools.wrk {
+        versions.push(crate::procs::version_line(p, "-v"));
+    }
     let _ = writeln!(out, "- peers: {}", versions.join("; "));
-    let _ = writeln!(
-        out,
-        "- memory: {} idle connections{}",
-        bench.opts.connections,
-        if bench.tools.memory_py.is_some() {
-            ", measured by benches/memory.py"
-        } else {
-            ", measured by the runner's fallback (see the notes)"
-        }
-    );
+    let memory = bench.opts.metrics.contains(&Metric::Memory);
+    if memory || bench.opts.metrics.contains(&Metric::HttpMemory) {
+        let _ = writeln!(
+            out,
+            "- memory: {} idle connections{}",
+            bench.opts.connections,
+            if memory && bench.tools.memory_py.is_some() {
+                ", measured by benches/memory.py (HTTP clients: by the runner's own measurement)"
+            } else {
+                ", measured by the runner's own measurement (see the notes)"
+            }
+        );
+    }
+    if bench.wants(Family::Tls) {
+        let _ = writeln!(
+            out,
+            "- TLS: an ECDSA P-256 and an RSA 2048 certificate made at the start (one CA), the \
+             same files for every target; every listener speaks TLS 1.2 and 1.3 with session \
+             tickets and a session cache; the client offers the groups X25519 (its key share) and P-256"
+        );
+    }
+    if bench.wants(Family::Http) {
+        let _ = writeln!(
+            out,
+            "- HTTP: access logs {} for every proxy{}",
+            if bench.opts.access_log { "on" } else { "off" },
+            if bench.opts.access_log {
+                " (--access-log)"
+            } else {
+                " (--access-log turns them on)"
+            }
+        );
+    }
     let targets: Vec<Target> = bench.opts.targets.clone();
     for (mode, results) in sections {
         let title = match mode {
@@ -364,13 +443,36 @@ pub fn render(bench: &Bench, sections: &[(Mode, Results)], took: Duration) -> St
             let _ = writeln!(out, "- {n}");
         }
     }
+    if !bench.negotiated.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nWhat the TLS handshakes negotiated (version, cipher suite, group, as the client \
+             saw them):\n"
+        );
+        for (row, by_target) in &bench.negotiated {
+            let mut distinct: Vec<&String> = by_target.values().collect();
+            distinct.sort();
+            distinct.dedup();
+            if distinct.len() == 1 {
+                let targets: Vec<&str> =
+                    by_target.keys().map(|t| Target::ALL[*t].title()).collect();
+                let _ = writeln!(out, "- {row}: {} ({})", distinct[0], targets.join(", "));
+            } else {
+                let each: Vec<String> = by_target
+                    .iter()
+                    .map(|(t, n)| format!("{} {n}", Target::ALL[*t].title()))
+                    .collect();
+                let _ = writeln!(out, "- {row}: NOT ALIKE: {}", each.join("; "));
+            }
+        }
+    }
     out
 }
 
 /// User-space, kernel and total bytes per connection out of memory.py's JSON line:
 /// `user_bytes_per_conn` (VmRSS for one process, Pss for several), `kernel_total_bytes_per_conn`
 /// (socket buffers plus socket structures) and `total_bytes_per_conn`.
-pub fn memory_values(json: &serde_json::Value) -> Option<Vec<(&'static str, f64)>> {
+pub fn memory_values(json: &serde_json::Value) -> Option<Vec<(String, f64)>> {
     let user = json.get("user_bytes_per_conn")?.as_f64()?;
     let kernel = json.get("kernel_total_bytes_per_conn")?.as_f64()?;
     let total = json
@@ -378,8 +480,8 @@ pub fn memory_values(json: &serde_json::Value) -> Option<Vec<(&'static str, f64)
         .and_then(serde_json::Value::as_f64)
         .unwrap_or(user + kernel);
     Some(vec![
-        ("mem_user", user),
-        ("mem_kernel", kernel),
-        ("mem_total", total),
+        ("mem_user".into(), user),
+        ("mem_kernel".into(), kernel),
+        ("mem_total".into(), total),
     ])
 }
