@@ -20,6 +20,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use netns::pair::{Attempt, Clients, Outcome, Pair, Settings};
+use nix::sys::signal::Signal;
 
 /// One pair at a time (see the top of the file).
 fn one_at_a_time() -> MutexGuard<'static, ()> {
@@ -319,4 +320,133 @@ fn a_host_cut_off_loses_the_address_after_the_master_down_interval() {
 #[ignore = "needs root and network namespaces (iproute2, keepalived)"]
 fn a_host_cut_off_loses_the_address_sooner_with_half_second_adverts() {
     cut_off(&HALF_SECOND_ADVERTS, 0.5);
+}
+
+#[test]
+#[ignore = "needs root and network namespaces (iproute2, keepalived)"]
+fn a_stopping_broker_hands_the_address_over_before_it_refuses_anyone() {
+    let _one = one_at_a_time();
+    let mut pair = Pair::start(&SHIPPED);
+    let old = pair.active();
+    let new = 1 - old;
+    let (old_address, new_address) = (
+        pair.brokers[old].host.address,
+        pair.brokers[new].host.address,
+    );
+    let clients = pair.clients();
+    wait_served_via(&pair, &clients, Instant::now(), old_address);
+
+    // SIGTERM, as `systemctl stop` sends: PING answers 503 through SHUTDOWN_GRACE (4 s here),
+    // the check fails twice, and the address moves while the broker still accepts.
+    let stopped = Instant::now();
+    netns::signal(pair.brokers[old].broker_pid(), Signal::SIGTERM);
+    let first = wait_served_via(&pair, &clients, stopped, new_address);
+    clients.wait_count(20, first.ended);
+    let takeover = Takeover::check(&clients.attempts(), stopped, old_address, new_address);
+    eprintln!(
+        "ha_pair: SIGTERM of the broker on host {} (SHUTDOWN_GRACE 4s): {}",
+        pair.brokers[old].name,
+        takeover.summary()
+    );
+    let refused: Vec<_> = takeover
+        .failed
+        .iter()
+        .filter(|(_, why)| why.contains("refused"))
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "clients refused: the listener closed before the address moved: {refused:?}\n{}",
+        pair.explain()
+    );
+    pair.brokers[old].wait_broker_exit();
+}
+
+#[test]
+#[ignore = "needs root and network namespaces (iproute2, keepalived)"]
+fn a_split_brain_serves_clients_through_either_host_and_ends_with_one() {
+    let _one = one_at_a_time();
+    let pair = Pair::start(&SHIPPED);
+    let old = pair.active();
+    let clients = pair.clients();
+    wait_served_via(&pair, &clients, Instant::now(), pair.brokers[old].host.address);
+
+    // The two broker hosts stop hearing each other while both still reach everyone else:
+    // the backup takes the address too.
+    let split = Instant::now();
+    let hosts = [&pair.brokers[0].host, &pair.brokers[1].host];
+    pair.lan.isolate(&hosts, true);
+    let both = netns::wait_for(
+        "both hosts to hold the address",
+        netns::DEADLINE,
+        || pair.brokers.iter().all(|b| b.holds_address()).then(Instant::now),
+        || pair.explain(),
+    );
+    // Each master's gratuitous ARPs pull the client host to it in turn; heal while it
+    // follows b, the host that is to give the address up, so the heal has clients to bring
+    // back (b's second burst of ARPs, 5 s after it became master, pulls it back if a's
+    // came later).
+    let b = pair.brokers.iter().position(|b| b.name == "b").unwrap();
+    let b_address = pair.brokers[b].host.address;
+    netns::wait_for(
+        "the client host to follow b",
+        netns::DEADLINE,
+        || {
+            let last = clients.attempts().into_iter().rev().find(|x| x.started > both)?;
+            served_via(&last, b_address).then_some(())
+        },
+        || pair.explain(),
+    );
+    let healed = Instant::now();
+    pair.lan.isolate(&hosts, false);
+    // The higher priority (keepalived-a.conf's 200) keeps the address, whoever served.
+    let a = 1 - b;
+    assert_eq!(pair.active(), a, "host a did not keep the address");
+    let a_address = pair.brokers[a].host.address;
+    let first = wait_served_via(&pair, &clients, healed, a_address);
+    clients.wait_count(40, first.ended);
+
+    let attempts = clients.attempts();
+    let wrong: Vec<_> = attempts
+        .iter()
+        .filter(|a| matches!(a.outcome, Outcome::Wrong(_)))
+        .collect();
+    assert!(wrong.is_empty(), "wrong answers: {wrong:#?}");
+    let strays: Vec<_> = attempts
+        .iter()
+        .filter(|x| x.started > first.ended && !served_via(x, a_address))
+        .collect();
+    assert!(
+        strays.is_empty(),
+        "once healed, clients not served through host a: {strays:#?}"
+    );
+    let during = |from: Instant, to: Instant| {
+        let them: Vec<_> = attempts
+            .iter()
+            .filter(|x| x.started > from && x.started <= to)
+            .collect();
+        let by = |name: &str| {
+            let address = pair.brokers.iter().find(|b| b.name == name).unwrap().host.address;
+            them.iter().filter(|x| served_via(x, address)).count()
+        };
+        let failed = them
+            .iter()
+            .filter(|x| matches!(x.outcome, Outcome::Failed(_)))
+            .count();
+        format!(
+            "{} clients: {} through a, {} through b, {failed} failed",
+            them.len(),
+            by("a"),
+            by("b")
+        )
+    };
+    eprintln!(
+        "ha_pair: split brain (both hosts held the address from +{:.2}s, healed at +{:.2}s \
+         while clients went through b): during it {}; after healing, {} until the first client \
+         served through a, {:.2}s after healing",
+        secs(split, both),
+        secs(split, healed),
+        during(split, healed),
+        during(healed, first.ended),
+        secs(healed, first.ended)
+    );
 }
