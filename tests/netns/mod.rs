@@ -6,9 +6,10 @@
 //!
 //! Nothing is added to the namespace the tests run in: the bridge, every link and address live
 //! in the namespaces made here, so their traffic never leaves them and their addresses cannot
-//! collide with anything. Each [`Lan`] names its namespaces `abha<pid>-<n>-<role>`; dropping it
-//! ends the processes left in them and deletes them, even when the test failed or panicked, and
-//! a new `Lan` first deletes those of test processes that died without dropping theirs.
+//! collide with anything. Each [`Lan`] names its namespaces `abha<pid>-<n>-<role>` (and its
+//! temporary directory `abha<pid>-<n>-...`); dropping it ends the processes left in them and
+//! deletes them, even when the test failed or panicked, and a new `Lan` first deletes those of
+//! test processes that died without dropping theirs.
 //!
 //! Linux only, and root: making namespaces needs CAP_SYS_ADMIN and CAP_NET_ADMIN.
 pub mod pair;
@@ -85,6 +86,9 @@ pub struct Lan {
     switch: String,
     /// Every namespace made, the switch's included, to delete when dropped.
     made: Vec<String>,
+    /// A directory for the files of the processes run on the LAN (configurations, logs, pid
+    /// files), named with the prefix too.
+    dir: tempfile::TempDir,
 }
 
 /// One machine on a [`Lan`]: a namespace whose `eth0` is plugged into the bridge.
@@ -109,6 +113,10 @@ impl Lan {
             std::process::id(),
             MADE.fetch_add(1, Ordering::Relaxed)
         );
+        let dir = tempfile::Builder::new()
+            .prefix(&prefix)
+            .tempdir()
+            .map_err(|e| format!("cannot make a temporary directory: {e}"))?;
         let switch = format!("{prefix}switch");
         run("ip", &["netns", "add", &switch])?;
         // From here on the LAN is dropped on any failure, which deletes what was made.
@@ -116,11 +124,17 @@ impl Lan {
             prefix,
             made: vec![switch.clone()],
             switch,
+            dir,
         };
         let sw = lan.switch.as_str();
         ip(&["-n", sw, "link", "add", "lan", "type", "bridge"]);
         ip(&["-n", sw, "link", "set", "lan", "up"]);
         Ok(lan)
+    }
+
+    /// The LAN's directory, removed with it.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
     }
 
     /// Makes the host `role` with `address`/24 on `eth0`, plugged into the bridge, and its
@@ -172,7 +186,15 @@ impl Lan {
         for host in hosts {
             let port = format!("p-{}", host.role);
             let args = [
-                "netns", "exec", &self.switch, "bridge", "link", "set", "dev", &port, "isolated",
+                "netns",
+                "exec",
+                &self.switch,
+                "bridge",
+                "link",
+                "set",
+                "dev",
+                &port,
+                "isolated",
                 state,
             ];
             ip(&args);
@@ -298,22 +320,32 @@ fn delete(netns: &str) {
     let _ = run("ip", &["netns", "del", netns]);
 }
 
-/// Deletes the namespaces of test processes that are gone (a run killed before its `Lan`s
-/// were dropped), leaving those of runs still going.
+/// Deletes the namespaces and directories of test processes that are gone (a run killed
+/// before its `Lan`s were dropped), leaving those of runs still going.
 fn remove_stale() {
-    let Ok(list) = run("ip", &["netns", "list"]) else {
-        return;
-    };
-    for name in list.lines().filter_map(|l| l.split_whitespace().next()) {
-        let Some(rest) = name.strip_prefix(PREFIX) else {
-            continue;
-        };
-        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
-            continue;
-        };
-        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+    let namespaces = run("ip", &["netns", "list"]).unwrap_or_default();
+    for name in namespaces
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+    {
+        if let Some(pid) = left_by_dead_process(name) {
             eprintln!("deleting namespace {name}, left by test process {pid}");
             delete(name);
         }
     }
+    let temp = std::env::temp_dir();
+    for entry in std::fs::read_dir(&temp).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if left_by_dead_process(&name).is_some() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// The pid in `name` when it is one of [`Lan`]'s names (`abha<pid>-...`) and that process
+/// is gone.
+fn left_by_dead_process(name: &str) -> Option<u32> {
+    let pid: u32 = name.strip_prefix(PREFIX)?.split('-').next()?.parse().ok()?;
+    let gone = pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists();
+    gone.then_some(pid)
 }

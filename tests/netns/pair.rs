@@ -92,7 +92,8 @@ impl BrokerHost {
         let mut child = host.spawn(env!("CARGO_BIN_EXE_appbroker"), &["--config", config], &log);
         let ready = || {
             let text = std::fs::read_to_string(&log).unwrap_or_default();
-            text.get(before..).is_some_and(|t| t.contains("broker ready"))
+            text.get(before..)
+                .is_some_and(|t| t.contains("broker ready"))
         };
         wait_for(
             &format!("appbroker on host {name} to be ready"),
@@ -111,11 +112,6 @@ impl BrokerHost {
     /// The broker's process id (`ID` in its JSON).
     pub fn broker_pid(&self) -> u32 {
         self.broker.as_ref().expect("the broker runs").id()
-    }
-
-    /// The broker process, to signal it.
-    pub fn broker(&mut self) -> &mut Child {
-        self.broker.as_mut().expect("the broker runs")
     }
 
     /// SIGKILLs the broker: a crash, with nothing said to anyone.
@@ -142,10 +138,7 @@ impl BrokerHost {
         assert!(self.broker.is_none(), "the broker of {} runs", self.name);
         let config = self.dir.join("appserver.ini");
         self.broker = Some(Self::start_broker(
-            &self.host,
-            &self.dir,
-            self.name,
-            &config,
+            &self.host, &self.dir, self.name, &config,
         ));
     }
 
@@ -189,7 +182,6 @@ pub struct Pair {
     pub client: Inside,
     /// Fields drop in order: the processes and runtimes above before their namespaces.
     pub lan: Lan,
-    _dir: tempfile::TempDir,
 }
 
 impl Pair {
@@ -203,46 +195,41 @@ impl Pair {
                  (CAP_NET_ADMIN, CAP_SYS_ADMIN), iproute2 and keepalived: run them as .ci/run does"
             )
         });
-        let dir = tempfile::tempdir().expect("a temporary directory");
+        let dir = lan.dir().to_owned();
         let addresses = [Ipv4Addr::new(198, 18, 0, 11), Ipv4Addr::new(198, 18, 0, 12)];
-        let hosts = [
-            lan.host("a", addresses[0]),
-            lan.host("b", addresses[1]),
-        ];
+        let hosts = [lan.host("a", addresses[0]), lan.host("b", addresses[1])];
         let servers = Servers::start(lan.host("servers", SERVERS_ADDRESS).runtime());
         let client = lan.host("client", CLIENT_ADDRESS).runtime();
 
         // keepalived refuses a check script that a non-root user could change, and the
         // checkout may sit in such a directory: the script runs from the temporary
         // directory (root's, mode 0700), copied byte for byte.
-        let check = dir.path().join("appbroker-check");
+        let check = dir.join("appbroker-check");
         std::fs::copy(contrib("appbroker-check"), &check).expect("copy appbroker-check");
-        let config = dir.path().join("appserver.ini");
+        let config = dir.join("appserver.ini");
         std::fs::write(&config, broker_ini()).expect("write appserver.ini");
 
         let [host_a, host_b] = hosts;
-        let brokers = [(host_a, "a", addresses[1]), (host_b, "b", addresses[0])].map(
-            |(host, name, peer)| {
-                let broker = BrokerHost::start_broker(&host, dir.path(), name, &config);
+        let brokers =
+            [(host_a, "a", addresses[1]), (host_b, "b", addresses[0])].map(|(host, name, peer)| {
+                let broker = BrokerHost::start_broker(&host, &dir, name, &config);
                 let conf = keepalived_conf(name, &host, peer, &check, &config, settings);
-                let conf_path = dir.path().join(format!("keepalived-{name}.conf"));
+                let conf_path = dir.join(format!("keepalived-{name}.conf"));
                 std::fs::write(&conf_path, conf).expect("write keepalived.conf");
-                let keepalived = start_keepalived(&host, dir.path(), name, &conf_path);
+                let keepalived = start_keepalived(&host, &dir, name, &conf_path);
                 BrokerHost {
                     host,
                     name,
                     broker: Some(broker),
                     keepalived,
-                    dir: dir.path().to_owned(),
+                    dir: dir.clone(),
                 }
-            },
-        );
+            });
         let pair = Pair {
             brokers,
             servers,
             client,
             lan,
-            _dir: dir,
         };
         let active = pair.active();
         let backup = 1 - active;
@@ -269,9 +256,12 @@ impl Pair {
         )
     }
 
-    /// The broker host whose address is `address`.
-    pub fn by_address(&self, address: Ipv4Addr) -> Option<&BrokerHost> {
-        self.brokers.iter().find(|b| b.host.address == address)
+    /// The index in [`Pair::brokers`] of the host `name` (`a` or `b`).
+    pub fn index_of(&self, name: &str) -> usize {
+        self.brokers
+            .iter()
+            .position(|b| b.name == name)
+            .unwrap_or_else(|| panic!("no broker host {name}"))
     }
 
     /// Both hosts' keepalived and broker logs, for a failing assertion.
@@ -309,11 +299,40 @@ impl Pair {
             Ok::<_, std::io::Error>(answer)
         })
         .unwrap_or_else(|e| panic!("the JSON query through the virtual address failed: {e}"));
-        let body = answer
-            .split_once("\r\n\r\n")
-            .map_or("", |(_, body)| body);
+        let body = answer.split_once("\r\n\r\n").map_or("", |(_, body)| body);
         serde_json::from_str(body)
             .unwrap_or_else(|e| panic!("the JSON query's answer does not parse ({e}):\n{answer}"))
+    }
+}
+
+/// A client connection held open through the virtual address, as SmartClient holds one for
+/// a whole session.
+pub struct Held {
+    stream: Arc<tokio::sync::Mutex<BufReader<TcpStream>>>,
+    sent: u64,
+}
+
+impl Pair {
+    /// Connects to the virtual address from the client host and keeps the connection.
+    pub fn hold(&self) -> Held {
+        let target = SocketAddr::from((VIRTUAL_ADDRESS, PORT));
+        let stream = run_inside(&self.client, TcpStream::connect(target))
+            .unwrap_or_else(|e| panic!("cannot connect to {target}: {e}"));
+        Held {
+            stream: Arc::new(tokio::sync::Mutex::new(BufReader::new(stream))),
+            sent: 0,
+        }
+    }
+
+    /// Sends one more line on `held` and reads the answer.
+    pub fn exchange(&self, held: &mut Held) -> Outcome {
+        held.sent += 1;
+        let (stream, sent) = (Arc::clone(&held.stream), format!("held {}", held.sent));
+        run_inside(&self.client, async move {
+            let mut stream = stream.lock().await;
+            let answer = tokio::time::timeout(ATTEMPT_TIMEOUT, ask(&mut stream, &sent));
+            judge(answer.await, &sent)
+        })
     }
 }
 
@@ -405,10 +424,27 @@ fn start_keepalived(host: &Host, dir: &Path, name: &str, conf: &Path) -> Child {
     };
     let conf = conf.to_str().expect("a UTF-8 path");
     let args = [
-        "-n", "-l", "-G", "-D", "-P", "-f", conf, "-p", &file(".pid"), "-r", &file("-vrrp.pid"),
-        "-c", &file("-checkers.pid"), "-b", &file("-bfd.pid"),
+        "-n",
+        "-l",
+        "-G",
+        "-D",
+        "-P",
+        "-f",
+        conf,
+        "-p",
+        &file(".pid"),
+        "-r",
+        &file("-vrrp.pid"),
+        "-c",
+        &file("-checkers.pid"),
+        "-b",
+        &file("-bfd.pid"),
     ];
-    host.spawn("keepalived", &args, &dir.join(format!("keepalived-{name}.log")))
+    host.spawn(
+        "keepalived",
+        &args,
+        &dir.join(format!("keepalived-{name}.log")),
+    )
 }
 
 impl Drop for BrokerHost {
@@ -424,7 +460,11 @@ impl Drop for BrokerHost {
 pub struct Servers {
     /// The runtime serving them, on the `servers` host.
     _inside: Inside,
-    running: Vec<(&'static str, CancellationToken, std::sync::mpsc::Receiver<()>)>,
+    running: Vec<(
+        &'static str,
+        CancellationToken,
+        std::sync::mpsc::Receiver<()>,
+    )>,
 }
 
 impl Servers {
@@ -509,6 +549,13 @@ pub enum Outcome {
     Failed(String),
     /// An answer that is not the echo of what this client sent: never acceptable.
     Wrong(String),
+}
+
+impl Outcome {
+    /// Whether this is an answer relayed by the broker host at `via`.
+    pub fn served_via(&self, via: Ipv4Addr) -> bool {
+        matches!(self, Outcome::Served { via: v, .. } if *v == via)
+    }
 }
 
 /// One client of the loop.
@@ -607,17 +654,34 @@ impl Drop for Clients {
     }
 }
 
-/// One client: connect, send `attempt <n>`, read one line.
+/// One client: connect, send `attempt <n>`, read the answer, within [`ATTEMPT_TIMEOUT`].
 async fn attempt(target: SocketAddr, n: u64) -> Outcome {
     let sent = format!("attempt {n}");
-    let exchange = async {
-        let mut stream = TcpStream::connect(target).await?;
-        stream.write_all(format!("{sent}\n").as_bytes()).await?;
-        let mut line = String::new();
-        BufReader::new(stream).read_line(&mut line).await?;
-        Ok::<_, std::io::Error>(line)
-    };
-    let line = match tokio::time::timeout(ATTEMPT_TIMEOUT, exchange).await {
+    let answer = tokio::time::timeout(ATTEMPT_TIMEOUT, async {
+        let mut stream = BufReader::new(TcpStream::connect(target).await?);
+        ask(&mut stream, &sent).await
+    });
+    judge(answer.await, &sent)
+}
+
+/// Sends `sent` as a line on `stream` and reads one line back.
+async fn ask(stream: &mut BufReader<TcpStream>, sent: &str) -> std::io::Result<String> {
+    stream
+        .get_mut()
+        .write_all(format!("{sent}\n").as_bytes())
+        .await?;
+    let mut line = String::new();
+    stream.read_line(&mut line).await?;
+    Ok(line)
+}
+
+/// What the answer to `sent` says: served by which server through which broker host, or
+/// what went wrong.
+fn judge(
+    answer: Result<std::io::Result<String>, tokio::time::error::Elapsed>,
+    sent: &str,
+) -> Outcome {
+    let line = match answer {
         Err(_) => return Outcome::Failed(format!("no answer within {ATTEMPT_TIMEOUT:?}")),
         Ok(Err(e)) => return Outcome::Failed(e.to_string()),
         Ok(Ok(line)) if line.is_empty() => {
