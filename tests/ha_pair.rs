@@ -17,7 +17,7 @@ mod netns;
 
 use std::net::Ipv4Addr;
 use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use netns::pair::{Attempt, Clients, Outcome, Pair, Settings};
 use nix::sys::signal::Signal;
@@ -131,6 +131,16 @@ impl Takeover {
     }
 }
 
+/// Lets a pseudo-random 0 to 19 clients (0 to 1 s) go by, so that the fault that follows falls
+/// at any point of keepalived's 1 s check and advert periods: the pair's start aligns those
+/// with the test's steps, which would otherwise measure the same point every run.
+fn at_a_random_phase(clients: &Clients) {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    clients.wait_count((nanos % 20) as usize, Instant::now());
+}
+
 /// Waits until a client started after `since` is served through `via`.
 fn wait_served_via(pair: &Pair, clients: &Clients, since: Instant, via: Ipv4Addr) -> Attempt {
     clients.wait_for(
@@ -201,6 +211,7 @@ fn a_killed_broker_hands_the_address_over_and_the_survivor_keeps_quarantining() 
     wait_served_via(&pair, &clients, Instant::now(), old_address);
 
     // (a) The active broker dies: its check fails, its keepalived gives the address up.
+    at_a_random_phase(&clients);
     let killed = Instant::now();
     pair.brokers[old].kill_broker();
     let first = wait_served_via(&pair, &clients, killed, new_address);
@@ -282,6 +293,7 @@ fn cut_off(settings: &Settings, advert_int: f64) {
     let clients = pair.clients();
     wait_served_via(&pair, &clients, Instant::now(), old_address);
 
+    at_a_random_phase(&clients);
     let cut = Instant::now();
     pair.lan.unplug(&pair.brokers[old].host);
     let first = wait_served_via(&pair, &clients, cut, new_address);
@@ -337,6 +349,7 @@ fn a_stopping_broker_hands_the_address_over_before_it_refuses_anyone() {
 
     // SIGTERM, as `systemctl stop` sends: PING answers 503 through SHUTDOWN_GRACE (4 s here),
     // the check fails twice, and the address moves while the broker still accepts.
+    at_a_random_phase(&clients);
     let mut held = pair.hold();
     let before = pair.exchange(&mut held);
 

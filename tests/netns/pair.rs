@@ -15,7 +15,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
-use super::{DEADLINE, Host, Inside, Lan, kill_now, wait_for};
+use super::{DEADLINE, Host, Inside, Lan, kill_now, run, wait_for};
 
 /// The address clients connect to, held by one broker host at a time.
 pub const VIRTUAL_ADDRESS: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 100);
@@ -195,6 +195,11 @@ impl Pair {
                  (CAP_NET_ADMIN, CAP_SYS_ADMIN), iproute2 and keepalived: run them as .ci/run does"
             )
         });
+        for (program, package) in [("keepalived", "keepalived"), ("curl", "curl")] {
+            if let Err(e) = run(program, &["--version"]) {
+                panic!("{e}; these tests need {program}: apt-get install {package}");
+            }
+        }
         let dir = lan.dir().to_owned();
         let addresses = [Ipv4Addr::new(198, 18, 0, 11), Ipv4Addr::new(198, 18, 0, 12)];
         let hosts = [lan.host("a", addresses[0]), lan.host("b", addresses[1])];
