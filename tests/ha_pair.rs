@@ -277,6 +277,20 @@ fn a_killed_broker_hands_the_address_over_and_the_survivor_keeps_quarantining() 
     pair.brokers[old].restart_broker();
     let back = wait_backup_again(&pair, old, seen);
     check_nothing_taken_back(&pair, &clients, back, old);
+
+    // Every AppServer down: both brokers are equally unable, and the check (liveness, not
+    // READY) keeps the address where it is for three check rounds and more.
+    let states = pair.brokers[new].states();
+    pair.servers.stop("s2");
+    clients.wait_count(60, Instant::now());
+    assert_eq!(pair.active(), new, "the address moved with every server down");
+    assert_eq!(
+        pair.brokers[new].states(),
+        states,
+        "host {} changed state with every server down\n{}",
+        pair.brokers[new].name,
+        pair.explain()
+    );
 }
 
 /// Pulls the active host's cable: the other host takes the address once the master-down
