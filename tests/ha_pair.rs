@@ -283,7 +283,11 @@ fn a_killed_broker_hands_the_address_over_and_the_survivor_keeps_quarantining() 
     let states = pair.brokers[new].states();
     pair.servers.stop("s2");
     clients.wait_count(60, Instant::now());
-    assert_eq!(pair.active(), new, "the address moved with every server down");
+    assert_eq!(
+        pair.active(),
+        new,
+        "the address moved with every server down"
+    );
     assert_eq!(
         pair.brokers[new].states(),
         states,
@@ -361,7 +365,7 @@ fn a_stopping_broker_hands_the_address_over_before_it_refuses_anyone() {
     let clients = pair.clients();
     wait_served_via(&pair, &clients, Instant::now(), old_address);
 
-    // SIGTERM, as `systemctl stop` sends: PING answers 503 through SHUTDOWN_GRACE (4 s here),
+    // SIGTERM, as `systemctl stop` sends: PING answers 503 through SHUTDOWN_GRACE (5 s here),
     // the check fails twice, and the address moves while the broker still accepts.
     at_a_random_phase(&clients);
     let mut held = pair.hold();
@@ -373,7 +377,7 @@ fn a_stopping_broker_hands_the_address_over_before_it_refuses_anyone() {
     clients.wait_count(20, first.ended);
     let takeover = Takeover::check(&clients.attempts(), stopped, old_address, new_address);
     eprintln!(
-        "ha_pair: SIGTERM of the broker on host {} (SHUTDOWN_GRACE 4s): {}",
+        "ha_pair: SIGTERM of the broker on host {} (SHUTDOWN_GRACE 5s): {}",
         pair.brokers[old].name,
         takeover.summary()
     );

@@ -42,10 +42,13 @@ fn contrib(file: &str) -> PathBuf {
 
 /// The broker configuration both hosts run, the same file on each as in production.
 /// SHUTDOWN_GRACE is above keepalived's fall x interval (2 s): a broker stopping gracefully
-/// fails its check and gives the address away while it still accepts.
+/// fails its check and gives the address away while it still accepts. The check asks PING on
+/// 127.0.0.1 until the binary has `appbroker ping`; from then on, `QUERY_ALLOW=198.18.0.20`
+/// (the client host alone) in the balancer makes every test here prove that the check no
+/// longer needs the query port.
 fn broker_ini() -> String {
     let mut ini = String::from(
-        "[General]\nConsoleLog=1\nSHUTDOWN_GRACE=4s\nSHUTDOWN_TIMEOUT=2s\n\n\
+        "[General]\nConsoleLog=1\nSHUTDOWN_GRACE=5s\nSHUTDOWN_TIMEOUT=2s\n\n\
          [BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_ADDRESS=0.0.0.0\n",
     );
     ini.push_str(&format!("LOCAL_SERVER_PORT={PORT}\n"));
