@@ -161,110 +161,143 @@ fn wait_served_via(pair: &Pair, clients: &Clients, since: Instant, via: Ipv4Addr
     )
 }
 
-/// Waits until the host `index` has entered BACKUP after the `seen` states it had
-/// entered before, and returns when that was noticed.
-fn wait_backup_again(pair: &Pair, index: usize, seen: usize) -> Instant {
-    netns::wait_for(
-        &format!("host {} to return as BACKUP", pair.brokers[index].name),
-        netns::DEADLINE,
-        || {
-            let states = pair.brokers[index].states();
-            (states.len() > seen && states.last().map(String::as_str) == Some("BACKUP"))
-                .then(Instant::now)
-        },
-        || pair.explain(),
-    )
+/// Where every test starts: a pair, clients flowing every 50 ms, served through the active
+/// host (`old`, the one a test breaks); `new` is the other.
+struct Steady {
+    pair: Pair,
+    clients: Clients,
+    old: usize,
+    new: usize,
 }
 
-/// After the host `old` came back as BACKUP at `back`: 40 clients (2 s, two advert intervals
-/// and more) are all served through `new`, and `new` still holds the address alone.
-fn check_nothing_taken_back(pair: &Pair, clients: &Clients, back: Instant, old: usize) {
-    let new = 1 - old;
-    clients.wait_count(40, back);
-    let new_address = pair.brokers[new].host.address;
-    let strays: Vec<_> = clients
-        .attempts()
-        .into_iter()
-        .filter(|a| a.started > back && !a.outcome.served_via(new_address))
-        .collect();
-    assert!(
-        strays.is_empty(),
-        "with host {} back, clients not served through {new_address}: {strays:#?}\n{}",
-        pair.brokers[old].name,
-        pair.explain()
-    );
-    assert_eq!(pair.active(), new, "the address moved back");
+impl Steady {
+    fn start(settings: &Settings) -> Steady {
+        let pair = Pair::start(settings);
+        let old = pair.active();
+        let clients = pair.clients();
+        wait_served_via(
+            &pair,
+            &clients,
+            Instant::now(),
+            pair.brokers[old].host.address,
+        );
+        Steady {
+            pair,
+            clients,
+            old,
+            new: 1 - old,
+        }
+    }
+
+    /// The address of the host `index`.
+    fn address(&self, index: usize) -> Ipv4Addr {
+        self.pair.brokers[index].host.address
+    }
+
+    /// Applies `fault` to the pair at a random point of keepalived's periods, waits until a
+    /// client is served through the other host and 20 more have come, and checks the
+    /// takeover; prints what it measured after `what`.
+    fn take_over(&mut self, what: &str, fault: impl FnOnce(&mut Pair, usize)) -> Takeover {
+        at_a_random_phase(&self.clients);
+        let at = Instant::now();
+        fault(&mut self.pair, self.old);
+        let (old, new) = (self.address(self.old), self.address(self.new));
+        let first = wait_served_via(&self.pair, &self.clients, at, new);
+        self.clients.wait_count(20, first.ended);
+        let takeover = Takeover::check(&self.clients.attempts(), at, old, new);
+        eprintln!(
+            "ha_pair: {what} on host {}: {}",
+            self.pair.brokers[self.old].name,
+            takeover.summary()
+        );
+        takeover
+    }
+
+    /// Lets the host that failed come back with `repair`, waits until it is BACKUP again,
+    /// then checks that 40 clients (2 s, two advert intervals and more) are all served
+    /// through the other host, which still holds the address alone (nopreempt).
+    fn comes_back(&mut self, repair: impl FnOnce(&mut Pair, usize)) {
+        let (pair, old) = (&mut self.pair, self.old);
+        let seen = pair.brokers[old].states().len();
+        repair(pair, old);
+        let back = netns::wait_for(
+            &format!("host {} to return as BACKUP", pair.brokers[old].name),
+            netns::DEADLINE,
+            || {
+                let states = pair.brokers[old].states();
+                (states.len() > seen && states.last().map(String::as_str) == Some("BACKUP"))
+                    .then(Instant::now)
+            },
+            || pair.explain(),
+        );
+        self.clients.wait_count(40, back);
+        let new = self.address(self.new);
+        let strays: Vec<_> = self
+            .clients
+            .attempts()
+            .into_iter()
+            .filter(|a| a.started > back && !a.outcome.served_via(new))
+            .collect();
+        assert!(
+            strays.is_empty(),
+            "with host {} back, clients not served through {new}: {strays:#?}\n{}",
+            self.pair.brokers[old].name,
+            self.pair.explain()
+        );
+        assert_eq!(self.pair.active(), self.new, "the address moved back");
+    }
 }
 
 #[test]
 #[ignore = "needs root and network namespaces (iproute2, keepalived)"]
 fn a_killed_broker_hands_the_address_over_and_the_survivor_keeps_quarantining() {
     let _one = one_at_a_time();
-    let mut pair = Pair::start(&SHIPPED);
-    let old = pair.active();
-    let new = 1 - old;
-    let (old_address, new_address) = (
-        pair.brokers[old].host.address,
-        pair.brokers[new].host.address,
-    );
-    let clients = pair.clients();
-    wait_served_via(&pair, &clients, Instant::now(), old_address);
+    let mut steady = Steady::start(&SHIPPED);
 
     // (a) The active broker dies: its check fails, its keepalived gives the address up.
-    at_a_random_phase(&clients);
-    let killed = Instant::now();
-    pair.brokers[old].kill_broker();
-    let first = wait_served_via(&pair, &clients, killed, new_address);
-    clients.wait_count(20, first.ended);
-    let takeover = Takeover::check(&clients.attempts(), killed, old_address, new_address);
-    eprintln!(
-        "ha_pair: SIGKILL of the broker on host {} (advert_int 1): {}",
-        pair.brokers[old].name,
-        takeover.summary()
-    );
+    steady.take_over("SIGKILL of the broker (advert_int 1)", |pair, old| {
+        pair.brokers[old].kill_broker();
+    });
 
     // (c) The survivor balances and quarantines on its own: a server that stops is
     // quarantined (through the survivor's JSON, asked at the virtual address), and no client
     // sees it.
+    let Steady {
+        pair, clients, new, ..
+    } = &mut steady;
     let stopped = Instant::now();
     pair.servers.stop("s1");
-    let survivor = pair.brokers[new].broker_pid();
+    let server = |json: &serde_json::Value, port: &str| {
+        json["servers"]
+            .as_array()?
+            .iter()
+            .find(|s| s["server"].as_str().is_some_and(|s| s.ends_with(port)))
+            .cloned()
+    };
     let json = netns::wait_for(
         "s1 quarantined in the JSON asked through the virtual address",
         netns::DEADLINE,
         || {
             let json = pair.query_json();
-            let s1 = json["servers"]
-                .as_array()?
-                .iter()
-                .find(|s| s["server"].as_str().is_some_and(|s| s.ends_with(":7001")))?
-                .clone();
-            (s1["inquarantine"] == true).then_some(json)
+            (server(&json, ":7001")?["inquarantine"] == true).then_some(json)
         },
         || pair.explain(),
     );
     assert_eq!(
         json["ID"].as_str(),
-        Some(survivor.to_string().as_str()),
+        Some(pair.brokers[*new].broker_pid().to_string().as_str()),
         "the JSON came from another broker than the survivor: {json:#}"
     );
-    let s2 = json["servers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["server"].as_str().unwrap().ends_with(":7002"))
-        .unwrap();
+    let s2 = server(&json, ":7002").expect("s2 in the JSON");
     assert_eq!(s2["inquarantine"], false, "{json:#}");
     clients.wait_count(20, stopped);
-    let after_stop: Vec<_> = clients
+    let survivor = pair.brokers[*new].host.address;
+    let unserved: Vec<_> = clients
         .attempts()
         .into_iter()
         .filter(|a| a.started > stopped)
-        .collect();
-    let unserved: Vec<_> = after_stop
-        .iter()
         .filter(|a| {
-            !matches!(&a.outcome, Outcome::Served { server, via } if server == "s2" && *via == new_address)
+            !matches!(&a.outcome, Outcome::Served { server, via } if server == "s2" && *via == survivor)
         })
         .collect();
     assert!(
@@ -272,27 +305,27 @@ fn a_killed_broker_hands_the_address_over_and_the_survivor_keeps_quarantining() 
         "with s1 stopped, clients not served by s2 through the survivor: {unserved:#?}"
     );
 
-    // The broker comes back: its host returns as BACKUP and takes nothing back (nopreempt).
-    let seen = pair.brokers[old].states().len();
-    pair.brokers[old].restart_broker();
-    let back = wait_backup_again(&pair, old, seen);
-    check_nothing_taken_back(&pair, &clients, back, old);
+    // The broker comes back: its host returns as BACKUP and takes nothing back.
+    steady.comes_back(|pair, old| pair.brokers[old].restart_broker());
 
     // Every AppServer down: both brokers are equally unable, and the check (liveness, not
     // READY) keeps the address where it is for three check rounds and more.
-    let states = pair.brokers[new].states();
+    let Steady {
+        pair, clients, new, ..
+    } = &mut steady;
+    let states = pair.brokers[*new].states();
     pair.servers.stop("s2");
     clients.wait_count(60, Instant::now());
     assert_eq!(
         pair.active(),
-        new,
+        *new,
         "the address moved with every server down"
     );
     assert_eq!(
-        pair.brokers[new].states(),
+        pair.brokers[*new].states(),
         states,
         "host {} changed state with every server down\n{}",
-        pair.brokers[new].name,
+        pair.brokers[*new].name,
         pair.explain()
     );
 }
@@ -301,42 +334,19 @@ fn a_killed_broker_hands_the_address_over_and_the_survivor_keeps_quarantining() 
 /// interval has passed; the cable plugged back, the first host returns as BACKUP.
 fn cut_off(settings: &Settings, advert_int: f64) {
     let _one = one_at_a_time();
-    let pair = Pair::start(settings);
-    let old = pair.active();
-    let new = 1 - old;
-    let (old_address, new_address) = (
-        pair.brokers[old].host.address,
-        pair.brokers[new].host.address,
-    );
-    let clients = pair.clients();
-    wait_served_via(&pair, &clients, Instant::now(), old_address);
-
-    at_a_random_phase(&clients);
-    let cut = Instant::now();
-    pair.lan.unplug(&pair.brokers[old].host);
-    let first = wait_served_via(&pair, &clients, cut, new_address);
-    clients.wait_count(20, first.ended);
-    let takeover = Takeover::check(&clients.attempts(), cut, old_address, new_address);
+    let mut steady = Steady::start(settings);
     // keepalived-a.conf and -b.conf: priorities 200 and 150.
-    let priority = if pair.brokers[new].name == "a" {
-        200.0
-    } else {
-        150.0
-    };
+    let new = &steady.pair.brokers[steady.new];
+    let priority = if new.name == "a" { 200.0 } else { 150.0 };
     let master_down = 3.0 * advert_int + (256.0 - priority) / 256.0 * advert_int;
-    eprintln!(
-        "ha_pair: cable of host {} pulled (advert_int {advert_int}, master-down interval of \
-         host {} {master_down:.2}s, goal under {:.1}s): {}",
-        pair.brokers[old].name,
-        pair.brokers[new].name,
-        3.0 * advert_int + 1.0,
-        takeover.summary()
+    let what = format!(
+        "cable pulled (advert_int {advert_int}, master-down interval of host {} \
+         {master_down:.2}s, goal under {:.1}s)",
+        new.name,
+        3.0 * advert_int + 1.0
     );
-
-    let seen = pair.brokers[old].states().len();
-    pair.lan.plug(&pair.brokers[old].host);
-    let back = wait_backup_again(&pair, old, seen);
-    check_nothing_taken_back(&pair, &clients, back, old);
+    steady.take_over(&what, |pair, old| pair.lan.unplug(&pair.brokers[old].host));
+    steady.comes_back(|pair, old| pair.lan.plug(&pair.brokers[old].host));
 }
 
 #[test]
@@ -355,32 +365,16 @@ fn a_host_cut_off_loses_the_address_sooner_with_half_second_adverts() {
 #[ignore = "needs root and network namespaces (iproute2, keepalived)"]
 fn a_stopping_broker_hands_the_address_over_before_it_refuses_anyone() {
     let _one = one_at_a_time();
-    let mut pair = Pair::start(&SHIPPED);
-    let old = pair.active();
-    let new = 1 - old;
-    let (old_address, new_address) = (
-        pair.brokers[old].host.address,
-        pair.brokers[new].host.address,
-    );
-    let clients = pair.clients();
-    wait_served_via(&pair, &clients, Instant::now(), old_address);
+    let mut steady = Steady::start(&SHIPPED);
+    let old_address = steady.address(steady.old);
+    let mut held = steady.pair.hold();
+    let before = steady.pair.exchange(&mut held);
 
     // SIGTERM, as `systemctl stop` sends: PING answers 503 through SHUTDOWN_GRACE (5 s here),
     // the check fails twice, and the address moves while the broker still accepts.
-    at_a_random_phase(&clients);
-    let mut held = pair.hold();
-    let before = pair.exchange(&mut held);
-
-    let stopped = Instant::now();
-    netns::signal(pair.brokers[old].broker_pid(), Signal::SIGTERM);
-    let first = wait_served_via(&pair, &clients, stopped, new_address);
-    clients.wait_count(20, first.ended);
-    let takeover = Takeover::check(&clients.attempts(), stopped, old_address, new_address);
-    eprintln!(
-        "ha_pair: SIGTERM of the broker on host {} (SHUTDOWN_GRACE 5s): {}",
-        pair.brokers[old].name,
-        takeover.summary()
-    );
+    let takeover = steady.take_over("SIGTERM of the broker (SHUTDOWN_GRACE 5s)", |pair, old| {
+        netns::signal(pair.brokers[old].broker_pid(), Signal::SIGTERM);
+    });
     let refused: Vec<_> = takeover
         .failed
         .iter()
@@ -389,33 +383,25 @@ fn a_stopping_broker_hands_the_address_over_before_it_refuses_anyone() {
     assert!(
         refused.is_empty(),
         "clients refused: the listener closed before the address moved: {refused:?}\n{}",
-        pair.explain()
+        steady.pair.explain()
     );
     // A connection open through the old host is cut once the address has moved: its next
     // packet reaches the new host, which knows nothing of it and resets it. A takeover,
     // even a graceful one, ends the sessions of the host that gave the address up
     // (docs/high-availability.md says what SmartClient users see).
-    let after = pair.exchange(&mut held);
+    let after = steady.pair.exchange(&mut held);
     assert!(
         before.served_via(old_address) && matches!(after, Outcome::Failed(_)),
         "a connection held across the takeover: before {before:?}, after {after:?}"
     );
-    pair.brokers[old].wait_broker_exit();
+    steady.pair.brokers[steady.old].wait_broker_exit();
 }
 
 #[test]
 #[ignore = "needs root and network namespaces (iproute2, keepalived)"]
 fn a_split_brain_serves_clients_through_either_host_and_ends_with_one() {
     let _one = one_at_a_time();
-    let pair = Pair::start(&SHIPPED);
-    let old = pair.active();
-    let clients = pair.clients();
-    wait_served_via(
-        &pair,
-        &clients,
-        Instant::now(),
-        pair.brokers[old].host.address,
-    );
+    let Steady { pair, clients, .. } = Steady::start(&SHIPPED);
 
     // The two broker hosts stop hearing each other while both still reach everyone else:
     // the backup takes the address too.
@@ -438,8 +424,8 @@ fn a_split_brain_serves_clients_through_either_host_and_ends_with_one() {
     // follows b, the host that is to give the address up, so the heal has clients to bring
     // back (b's second burst of ARPs, 5 s after it became master, pulls it back if a's
     // came later).
-    let b = pair.index_of("b");
-    let b_address = pair.brokers[b].host.address;
+    let (a, b) = (pair.index_of("a"), pair.index_of("b"));
+    let (a_address, b_address) = (pair.brokers[a].host.address, pair.brokers[b].host.address);
     netns::wait_for(
         "the client host to follow b",
         netns::DEADLINE,
@@ -456,9 +442,7 @@ fn a_split_brain_serves_clients_through_either_host_and_ends_with_one() {
     let healed = Instant::now();
     pair.lan.isolate(&hosts, false);
     // The higher priority (keepalived-a.conf's 200) keeps the address, whoever served.
-    let a = 1 - b;
     assert_eq!(pair.active(), a, "host a did not keep the address");
-    let a_address = pair.brokers[a].host.address;
     let first = wait_served_via(&pair, &clients, healed, a_address);
     clients.wait_count(20, first.ended);
     let attempts = clients.attempts();

@@ -78,18 +78,15 @@ pub struct BrokerHost {
     dir: PathBuf,
 }
 
+/// Where `program` (`appbroker`, `keepalived`) of the broker host `name` writes its output.
+fn log_file(dir: &Path, program: &str, name: &str) -> PathBuf {
+    dir.join(format!("{program}-{name}.log"))
+}
+
 impl BrokerHost {
-    fn broker_log(&self) -> PathBuf {
-        self.dir.join(format!("appbroker-{}.log", self.name))
-    }
-
-    fn keepalived_log(&self) -> PathBuf {
-        self.dir.join(format!("keepalived-{}.log", self.name))
-    }
-
     /// Starts appbroker on `config` and waits for `broker ready` in its log.
     fn start_broker(host: &Host, dir: &Path, name: &str, config: &Path) -> Child {
-        let log = dir.join(format!("appbroker-{name}.log"));
+        let log = log_file(dir, "appbroker", name);
         let before = std::fs::read_to_string(&log).map_or(0, |l| l.len());
         let config = config.to_str().expect("a UTF-8 path");
         let mut child = host.spawn(env!("CARGO_BIN_EXE_appbroker"), &["--config", config], &log);
@@ -147,12 +144,12 @@ impl BrokerHost {
 
     /// keepalived's log so far.
     pub fn keepalived_text(&self) -> String {
-        std::fs::read_to_string(self.keepalived_log()).unwrap_or_default()
+        std::fs::read_to_string(log_file(&self.dir, "keepalived", self.name)).unwrap_or_default()
     }
 
     /// The broker's log so far.
     pub fn broker_text(&self) -> String {
-        std::fs::read_to_string(self.broker_log()).unwrap_or_default()
+        std::fs::read_to_string(log_file(&self.dir, "appbroker", self.name)).unwrap_or_default()
     }
 
     /// The VRRP states keepalived entered so far, in order (`MASTER`, `BACKUP`, `FAULT`).
@@ -189,8 +186,7 @@ pub struct Pair {
 
 impl Pair {
     /// Builds the LAN, starts the echo servers, both brokers and both keepalived, and waits
-    /// until one broker host holds the address, the other is its BACKUP, and a client sent to
-    /// the address is served.
+    /// until one broker host holds the address and the other is its BACKUP.
     pub fn start(settings: &Settings) -> Pair {
         let mut lan = Lan::new().unwrap_or_else(|why| {
             panic!(
@@ -311,16 +307,7 @@ impl Pair {
         serde_json::from_str(body)
             .unwrap_or_else(|e| panic!("the JSON query's answer does not parse ({e}):\n{answer}"))
     }
-}
 
-/// A client connection held open through the virtual address, as SmartClient holds one for
-/// a whole session.
-pub struct Held {
-    stream: Arc<tokio::sync::Mutex<BufReader<TcpStream>>>,
-    sent: u64,
-}
-
-impl Pair {
     /// Connects to the virtual address from the client host and keeps the connection.
     pub fn hold(&self) -> Held {
         let target = SocketAddr::from((VIRTUAL_ADDRESS, PORT));
@@ -342,6 +329,13 @@ impl Pair {
             judge(answer.await, &sent)
         })
     }
+}
+
+/// A client connection held open through the virtual address, as SmartClient holds one for
+/// a whole session.
+pub struct Held {
+    stream: Arc<tokio::sync::Mutex<BufReader<TcpStream>>>,
+    sent: u64,
 }
 
 /// Runs `future` on `inside`'s thread (so its sockets are made in that namespace) and returns
@@ -424,35 +418,22 @@ fn keepalived_conf(
 /// host's syslog), with its pid files in the test's directory (`-p -r -c -b`), so it shares
 /// nothing with another keepalived of this machine.
 fn start_keepalived(host: &Host, dir: &Path, name: &str, conf: &Path) -> Child {
-    let file = |what: &str| {
-        dir.join(format!("keepalived-{name}{what}"))
-            .to_str()
-            .expect("a UTF-8 path")
-            .to_owned()
-    };
-    let conf = conf.to_str().expect("a UTF-8 path");
-    let args = [
-        "-n",
-        "-l",
-        "-G",
-        "-D",
-        "-P",
-        "-f",
-        conf,
-        "-p",
-        &file(".pid"),
-        "-r",
-        &file("-vrrp.pid"),
-        "-c",
-        &file("-checkers.pid"),
-        "-b",
-        &file("-bfd.pid"),
-    ];
-    host.spawn(
-        "keepalived",
-        &args,
-        &dir.join(format!("keepalived-{name}.log")),
-    )
+    let path = |p: PathBuf| p.to_str().expect("a UTF-8 path").to_owned();
+    let mut args: Vec<String> = ["-n", "-l", "-G", "-D", "-P", "-f"]
+        .map(String::from)
+        .into();
+    args.push(path(conf.to_owned()));
+    for (option, file) in [
+        ("-p", ""),
+        ("-r", "-vrrp"),
+        ("-c", "-checkers"),
+        ("-b", "-bfd"),
+    ] {
+        args.push(option.to_owned());
+        args.push(path(dir.join(format!("keepalived-{name}{file}.pid"))));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    host.spawn("keepalived", &args, &log_file(dir, "keepalived", name))
 }
 
 impl Drop for BrokerHost {
@@ -468,11 +449,15 @@ impl Drop for BrokerHost {
 pub struct Servers {
     /// The runtime serving them, on the `servers` host.
     _inside: Inside,
-    running: Vec<(
-        &'static str,
-        CancellationToken,
-        std::sync::mpsc::Receiver<()>,
-    )>,
+    running: Vec<Running>,
+}
+
+/// One echo server, and how to stop it.
+struct Running {
+    name: &'static str,
+    stop: CancellationToken,
+    /// Told once the listener and every connection are closed.
+    stopped: std::sync::mpsc::Receiver<()>,
 }
 
 impl Servers {
@@ -485,11 +470,15 @@ impl Servers {
                 })
                 .unwrap_or_else(|e| panic!("cannot listen on {SERVERS_ADDRESS}:{port}: {e}"));
                 let stop = CancellationToken::new();
-                let (stopped_tx, stopped_rx) = std::sync::mpsc::channel();
+                let (stopped_tx, stopped) = std::sync::mpsc::channel();
                 inside
                     .handle
                     .spawn(echo(name, listener, stop.clone(), stopped_tx));
-                (name, stop, stopped_rx)
+                Running {
+                    name,
+                    stop,
+                    stopped,
+                }
             })
             .collect();
         Servers {
@@ -504,11 +493,12 @@ impl Servers {
         let index = self
             .running
             .iter()
-            .position(|(n, _, _)| *n == name)
+            .position(|r| r.name == name)
             .unwrap_or_else(|| panic!("no server {name} running"));
-        let (_, stop, stopped) = self.running.remove(index);
-        stop.cancel();
-        stopped
+        let running = self.running.remove(index);
+        running.stop.cancel();
+        running
+            .stopped
             .recv_timeout(DEADLINE)
             .expect("the server stopped in time");
     }
