@@ -1,0 +1,701 @@
+//! The pair of docs/high-availability.md on a [`Lan`]: broker hosts `a` and `b`, each running
+//! the real appbroker and keepalived with contrib/keepalived/'s files; a `servers` host with
+//! two echo servers that the brokers balance; a `client` host that sends a client to the
+//! virtual address every 50 ms and records what each one got.
+//!
+//! Addresses come from 198.18.0.0/15, the range RFC 2544 sets aside for network tests; they
+//! live only in the test's namespaces, as do the fixed ports (nothing else listens there).
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+
+use super::{DEADLINE, Host, Inside, Lan, kill_now, run, wait_for};
+
+/// The address clients connect to, held by one broker host at a time.
+pub const VIRTUAL_ADDRESS: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 100);
+/// The broker's port on both hosts (LOCAL_SERVER_PORT).
+pub const PORT: u16 = 5000;
+/// The echo servers, by name, on the `servers` host.
+pub const SERVERS: [(&str, u16); 2] = [("s1", 7001), ("s2", 7002)];
+const SERVERS_ADDRESS: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 30);
+const CLIENT_ADDRESS: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 20);
+/// Time between two clients of [`Clients`] (issue 16's client loop).
+pub const CLIENT_EVERY: Duration = Duration::from_millis(50);
+/// Bound on one client's exchange: past it the attempt counts as failed. Above the 1 s of a
+/// first SYN retransmission, so an attempt caught by a takeover can still get through.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Bound on a whole client loop: 3 minutes of clients.
+const MAX_ATTEMPTS: u64 = 3600;
+
+/// The contrib/keepalived/ files, as shipped.
+fn contrib(file: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("contrib/keepalived")
+        .join(file)
+}
+
+/// The broker configuration both hosts run, the same file on each as in production.
+/// SHUTDOWN_GRACE is above keepalived's fall x interval (2 s): a broker stopping gracefully
+/// fails its check and gives the address away while it still accepts. The check asks PING on
+/// 127.0.0.1 until the binary has `appbroker ping`; from then on, `QUERY_ALLOW=198.18.0.20`
+/// (the client host alone) in the balancer makes every test here prove that the check no
+/// longer needs the query port.
+fn broker_ini() -> String {
+    let mut ini = String::from(
+        "[General]\nConsoleLog=1\nSHUTDOWN_GRACE=5s\nSHUTDOWN_TIMEOUT=2s\n\n\
+         [BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_ADDRESS=0.0.0.0\n",
+    );
+    ini.push_str(&format!("LOCAL_SERVER_PORT={PORT}\n"));
+    for (i, (_, port)) in SERVERS.iter().enumerate() {
+        ini.push_str(&format!(
+            "REMOTE_SERVER_{:02}={SERVERS_ADDRESS} {port}\n",
+            i + 1
+        ));
+    }
+    ini
+}
+
+/// How a pair is set up: what the test changes from contrib's files.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// keepalived's advert_int on both hosts; `None` keeps contrib's.
+    pub advert_int: Option<&'static str>,
+}
+
+/// One broker host: its namespace, its appbroker and its keepalived.
+pub struct BrokerHost {
+    pub host: Host,
+    /// `a` or `b`, as in contrib/keepalived/keepalived-<name>.conf.
+    pub name: &'static str,
+    broker: Option<Child>,
+    keepalived: Child,
+    dir: PathBuf,
+}
+
+/// Where `program` (`appbroker`, `keepalived`) of the broker host `name` writes its output.
+fn log_file(dir: &Path, program: &str, name: &str) -> PathBuf {
+    dir.join(format!("{program}-{name}.log"))
+}
+
+impl BrokerHost {
+    /// Starts appbroker on `config` and waits for `broker ready` in its log.
+    fn start_broker(host: &Host, dir: &Path, name: &str, config: &Path) -> Child {
+        let log = log_file(dir, "appbroker", name);
+        let before = std::fs::read_to_string(&log).map_or(0, |l| l.len());
+        let config = config.to_str().expect("a UTF-8 path");
+        let mut child = host.spawn(env!("CARGO_BIN_EXE_appbroker"), &["--config", config], &log);
+        let ready = || {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            text.get(before..)
+                .is_some_and(|t| t.contains("broker ready"))
+        };
+        wait_for(
+            &format!("appbroker on host {name} to be ready"),
+            DEADLINE,
+            || (ready() || child.try_wait().ok().flatten().is_some()).then_some(()),
+            || std::fs::read_to_string(&log).unwrap_or_default(),
+        );
+        assert!(
+            ready(),
+            "appbroker on host {name} exited at start:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        child
+    }
+
+    /// The broker's process id (`ID` in its JSON).
+    pub fn broker_pid(&self) -> u32 {
+        self.broker.as_ref().expect("the broker runs").id()
+    }
+
+    /// SIGKILLs the broker: a crash, with nothing said to anyone.
+    pub fn kill_broker(&mut self) {
+        let mut broker = self.broker.take().expect("the broker runs");
+        kill_now(&mut broker);
+    }
+
+    /// Waits for the broker to exit (after a signal the test sent), failing the test past the
+    /// deadline.
+    pub fn wait_broker_exit(&mut self) {
+        let broker = self.broker.as_mut().expect("the broker runs");
+        wait_for(
+            "the broker to exit",
+            DEADLINE,
+            || broker.try_wait().ok().flatten(),
+            String::new,
+        );
+        self.broker = None;
+    }
+
+    /// Starts the broker again (after [`BrokerHost::kill_broker`]).
+    pub fn restart_broker(&mut self) {
+        assert!(self.broker.is_none(), "the broker of {} runs", self.name);
+        let config = self.dir.join("appserver.ini");
+        self.broker = Some(Self::start_broker(
+            &self.host, &self.dir, self.name, &config,
+        ));
+    }
+
+    /// keepalived's log so far.
+    pub fn keepalived_text(&self) -> String {
+        std::fs::read_to_string(log_file(&self.dir, "keepalived", self.name)).unwrap_or_default()
+    }
+
+    /// The broker's log so far.
+    pub fn broker_text(&self) -> String {
+        std::fs::read_to_string(log_file(&self.dir, "appbroker", self.name)).unwrap_or_default()
+    }
+
+    /// The VRRP states keepalived entered so far, in order (`MASTER`, `BACKUP`, `FAULT`).
+    pub fn states(&self) -> Vec<String> {
+        self.keepalived_text()
+            .lines()
+            .filter_map(|line| {
+                let rest = line.split("(appbroker) Entering ").nth(1)?;
+                Some(rest.strip_suffix(" STATE")?.to_owned())
+            })
+            .collect()
+    }
+
+    /// The state keepalived is in now, as its log says.
+    pub fn state(&self) -> Option<String> {
+        self.states().pop()
+    }
+
+    /// Whether this host holds the virtual address now.
+    pub fn holds_address(&self) -> bool {
+        self.host.holds(VIRTUAL_ADDRESS)
+    }
+}
+
+/// The whole setup; everything is stopped and removed when dropped.
+pub struct Pair {
+    pub brokers: [BrokerHost; 2],
+    pub servers: Servers,
+    /// The client host's runtime: [`Clients`] and queries run there.
+    pub client: Inside,
+    /// Fields drop in order: the processes and runtimes above before their namespaces.
+    pub lan: Lan,
+}
+
+impl Pair {
+    /// Builds the LAN, starts the echo servers, both brokers and both keepalived, and waits
+    /// until one broker host holds the address and the other is its BACKUP.
+    pub fn start(settings: &Settings) -> Pair {
+        let mut lan = Lan::new().unwrap_or_else(|why| {
+            panic!(
+                "cannot create network namespaces ({why}); these tests need root \
+                 (CAP_NET_ADMIN, CAP_SYS_ADMIN), iproute2 and keepalived: run them as .ci/run does"
+            )
+        });
+        for (program, package) in [("keepalived", "keepalived"), ("curl", "curl")] {
+            if let Err(e) = run(program, &["--version"]) {
+                panic!("{e}; these tests need {program}: apt-get install {package}");
+            }
+        }
+        let dir = lan.dir().to_owned();
+        let addresses = [Ipv4Addr::new(198, 18, 0, 11), Ipv4Addr::new(198, 18, 0, 12)];
+        let hosts = [lan.host("a", addresses[0]), lan.host("b", addresses[1])];
+        let servers = Servers::start(lan.host("servers", SERVERS_ADDRESS).runtime());
+        let client = lan.host("client", CLIENT_ADDRESS).runtime();
+
+        // keepalived refuses a check script that a non-root user could change, and the
+        // checkout may sit in such a directory: the script runs from the temporary
+        // directory (root's, mode 0700), copied byte for byte.
+        let check = dir.join("appbroker-check");
+        std::fs::copy(contrib("appbroker-check"), &check).expect("copy appbroker-check");
+        let config = dir.join("appserver.ini");
+        std::fs::write(&config, broker_ini()).expect("write appserver.ini");
+
+        let [host_a, host_b] = hosts;
+        let brokers =
+            [(host_a, "a", addresses[1]), (host_b, "b", addresses[0])].map(|(host, name, peer)| {
+                let broker = BrokerHost::start_broker(&host, &dir, name, &config);
+                let conf = keepalived_conf(name, &host, peer, &check, &config, settings);
+                let conf_path = dir.join(format!("keepalived-{name}.conf"));
+                std::fs::write(&conf_path, conf).expect("write keepalived.conf");
+                let keepalived = start_keepalived(&host, &dir, name, &conf_path);
+                BrokerHost {
+                    host,
+                    name,
+                    broker: Some(broker),
+                    keepalived,
+                    dir: dir.clone(),
+                }
+            });
+        let pair = Pair {
+            brokers,
+            servers,
+            client,
+            lan,
+        };
+        let active = pair.active();
+        let backup = 1 - active;
+        wait_for(
+            "the other host to be the BACKUP",
+            DEADLINE,
+            || (pair.brokers[backup].state().as_deref() == Some("BACKUP")).then_some(()),
+            || pair.explain(),
+        );
+        pair
+    }
+
+    /// The index of the host holding the virtual address, once exactly one does.
+    pub fn active(&self) -> usize {
+        wait_for(
+            "exactly one broker host to hold the virtual address",
+            DEADLINE,
+            || match self.brokers.each_ref().map(|b| b.holds_address()) {
+                [true, false] => Some(0),
+                [false, true] => Some(1),
+                _ => None,
+            },
+            || self.explain(),
+        )
+    }
+
+    /// The index in [`Pair::brokers`] of the host `name` (`a` or `b`).
+    pub fn index_of(&self, name: &str) -> usize {
+        self.brokers
+            .iter()
+            .position(|b| b.name == name)
+            .unwrap_or_else(|| panic!("no broker host {name}"))
+    }
+
+    /// Both hosts' keepalived and broker logs, for a failing assertion.
+    pub fn explain(&self) -> String {
+        let mut text = String::new();
+        for broker in &self.brokers {
+            text.push_str(&format!(
+                "--- host {} holds the address: {}; keepalived:\n{}\n--- appbroker on {}:\n{}\n",
+                broker.name,
+                broker.holds_address(),
+                broker.keepalived_text(),
+                broker.name,
+                broker.broker_text()
+            ));
+        }
+        text
+    }
+
+    /// Starts a client every [`CLIENT_EVERY`] from the client host to the virtual address.
+    pub fn clients(&self) -> Clients {
+        Clients::start(&self.client, SocketAddr::from((VIRTUAL_ADDRESS, PORT)))
+    }
+
+    /// `GET /TOTVS_BROKER_QUERY/JSON` from the client host through the virtual address: the
+    /// answer of whichever broker holds it.
+    pub fn query_json(&self) -> serde_json::Value {
+        let target = SocketAddr::from((VIRTUAL_ADDRESS, PORT));
+        let answer = run_inside(&self.client, async move {
+            let mut stream = TcpStream::connect(target).await?;
+            stream
+                .write_all(b"GET /TOTVS_BROKER_QUERY/JSON HTTP/1.0\r\n\r\n")
+                .await?;
+            let mut answer = String::new();
+            stream.read_to_string(&mut answer).await?;
+            Ok::<_, std::io::Error>(answer)
+        })
+        .unwrap_or_else(|e| panic!("the JSON query through the virtual address failed: {e}"));
+        let body = answer.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+        serde_json::from_str(body)
+            .unwrap_or_else(|e| panic!("the JSON query's answer does not parse ({e}):\n{answer}"))
+    }
+
+    /// Connects to the virtual address from the client host and keeps the connection.
+    pub fn hold(&self) -> Held {
+        let target = SocketAddr::from((VIRTUAL_ADDRESS, PORT));
+        let stream = run_inside(&self.client, TcpStream::connect(target))
+            .unwrap_or_else(|e| panic!("cannot connect to {target}: {e}"));
+        Held {
+            stream: Arc::new(tokio::sync::Mutex::new(BufReader::new(stream))),
+            sent: 0,
+        }
+    }
+
+    /// Sends one more line on `held` and reads the answer.
+    pub fn exchange(&self, held: &mut Held) -> Outcome {
+        held.sent += 1;
+        let (stream, sent) = (Arc::clone(&held.stream), format!("held {}", held.sent));
+        run_inside(&self.client, async move {
+            let mut stream = stream.lock().await;
+            let answer = tokio::time::timeout(ATTEMPT_TIMEOUT, ask(&mut stream, &sent));
+            judge(answer.await, &sent)
+        })
+    }
+}
+
+/// A client connection held open through the virtual address, as SmartClient holds one for
+/// a whole session.
+pub struct Held {
+    stream: Arc<tokio::sync::Mutex<BufReader<TcpStream>>>,
+    sent: u64,
+}
+
+/// Runs `future` on `inside`'s thread (so its sockets are made in that namespace) and returns
+/// its output.
+pub fn run_inside<T: Send + 'static>(
+    inside: &Inside,
+    future: impl Future<Output = T> + Send + 'static,
+) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    inside.handle.spawn(async move {
+        let _ = tx.send(future.await);
+    });
+    rx.recv_timeout(DEADLINE)
+        .expect("a task inside a namespace finished in time")
+}
+
+/// contrib/keepalived/keepalived-<name>.conf with this host's values: every `$NAME=` line the
+/// test knows a value for is replaced (and must be there), the others kept as shipped, and
+/// the include points at contrib/keepalived/appbroker-pair.conf.
+fn keepalived_conf(
+    name: &str,
+    host: &Host,
+    peer: Ipv4Addr,
+    check: &Path,
+    config: &Path,
+    settings: &Settings,
+) -> String {
+    let shipped = contrib(&format!("keepalived-{name}.conf"));
+    let text = std::fs::read_to_string(&shipped).expect("read the shipped keepalived.conf");
+    let mut values = vec![
+        ("INTERFACE", "eth0".to_owned()),
+        ("SELF", host.address.to_string()),
+        ("PEER", peer.to_string()),
+        ("VIRTUAL_ADDRESS", format!("{VIRTUAL_ADDRESS}/24")),
+        (
+            "CHECK",
+            format!(
+                "{} --config {} --appbroker {}",
+                check.display(),
+                config.display(),
+                env!("CARGO_BIN_EXE_appbroker")
+            ),
+        ),
+    ];
+    if let Some(advert_int) = settings.advert_int {
+        values.push(("ADVERT_INT", advert_int.to_owned()));
+    }
+    let mut replaced = Vec::new();
+    let mut out = String::new();
+    for line in text.lines() {
+        let defined = line
+            .strip_prefix('$')
+            .and_then(|l| l.split_once('='))
+            .and_then(|(key, _)| values.iter().find(|(k, _)| *k == key));
+        if let Some((key, value)) = defined {
+            out.push_str(&format!("${key}={value}\n"));
+            replaced.push(*key);
+        } else if line.starts_with("include ") {
+            out.push_str(&format!(
+                "include {}\n",
+                contrib("appbroker-pair.conf").display()
+            ));
+        } else {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    for (key, _) in &values {
+        assert!(
+            replaced.contains(key),
+            "{} has no ${key}= line for the test to fill in",
+            shipped.display()
+        );
+    }
+    out
+}
+
+/// Starts keepalived inside `host` on `conf`: in the foreground (`-n`, so the test holds its
+/// process), VRRP only (`-P`), logging to its standard output only (`-l -G`: nothing to the
+/// host's syslog), with its pid files in the test's directory (`-p -r -c -b`), so it shares
+/// nothing with another keepalived of this machine.
+fn start_keepalived(host: &Host, dir: &Path, name: &str, conf: &Path) -> Child {
+    let path = |p: PathBuf| p.to_str().expect("a UTF-8 path").to_owned();
+    let mut args: Vec<String> = ["-n", "-l", "-G", "-D", "-P", "-f"]
+        .map(String::from)
+        .into();
+    args.push(path(conf.to_owned()));
+    for (option, file) in [
+        ("-p", ""),
+        ("-r", "-vrrp"),
+        ("-c", "-checkers"),
+        ("-b", "-bfd"),
+    ] {
+        args.push(option.to_owned());
+        args.push(path(dir.join(format!("keepalived-{name}{file}.pid"))));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    host.spawn("keepalived", &args, &log_file(dir, "keepalived", name))
+}
+
+impl Drop for BrokerHost {
+    fn drop(&mut self) {
+        if let Some(mut broker) = self.broker.take() {
+            kill_now(&mut broker);
+        }
+        kill_now(&mut self.keepalived);
+    }
+}
+
+/// The echo servers on the `servers` host.
+pub struct Servers {
+    /// The runtime serving them, on the `servers` host.
+    _inside: Inside,
+    running: Vec<Running>,
+}
+
+/// One echo server, and how to stop it.
+struct Running {
+    name: &'static str,
+    stop: CancellationToken,
+    /// Told once the listener and every connection are closed.
+    stopped: std::sync::mpsc::Receiver<()>,
+}
+
+impl Servers {
+    fn start(inside: Inside) -> Servers {
+        let running = SERVERS
+            .iter()
+            .map(|&(name, port)| {
+                let listener = run_inside(&inside, async move {
+                    TcpListener::bind((SERVERS_ADDRESS, port)).await
+                })
+                .unwrap_or_else(|e| panic!("cannot listen on {SERVERS_ADDRESS}:{port}: {e}"));
+                let stop = CancellationToken::new();
+                let (stopped_tx, stopped) = std::sync::mpsc::channel();
+                inside
+                    .handle
+                    .spawn(echo(name, listener, stop.clone(), stopped_tx));
+                Running {
+                    name,
+                    stop,
+                    stopped,
+                }
+            })
+            .collect();
+        Servers {
+            _inside: inside,
+            running,
+        }
+    }
+
+    /// Stops the server `name` as a crashed AppServer stops: its listener closed (the next
+    /// connect is refused) and every connection it had cut. Returns once that is done.
+    pub fn stop(&mut self, name: &str) {
+        let index = self
+            .running
+            .iter()
+            .position(|r| r.name == name)
+            .unwrap_or_else(|| panic!("no server {name} running"));
+        let running = self.running.remove(index);
+        running.stop.cancel();
+        running
+            .stopped
+            .recv_timeout(DEADLINE)
+            .expect("the server stopped in time");
+    }
+}
+
+/// Serves `listener` until `stop`: each line `L` a client sends comes back as
+/// `<name> via <client's address>: L`, so a client learns which server answered and
+/// through which broker host. Sends on `stopped` once the listener and every connection
+/// are closed.
+async fn echo(
+    name: &'static str,
+    listener: TcpListener,
+    stop: CancellationToken,
+    stopped: std::sync::mpsc::Sender<()>,
+) {
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => break,
+            accepted = listener.accept() => {
+                let Ok((stream, peer)) = accepted else { continue };
+                connections.spawn(async move {
+                    let (read, mut write) = stream.into_split();
+                    let mut lines = BufReader::new(read).lines();
+                    while let Ok(Some(line)) = lines.next_line().await {
+                        let reply = format!("{name} via {}: {line}\n", peer.ip());
+                        if write.write_all(reply.as_bytes()).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        }
+    }
+    drop(listener);
+    connections.shutdown().await;
+    let _ = stopped.send(());
+}
+
+/// What one client got.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// The line came back from `server`, relayed by the broker host at `via`.
+    Served { server: String, via: Ipv4Addr },
+    /// No answer: refused, reset, timed out, closed... (the error's words).
+    Failed(String),
+    /// An answer that is not the echo of what this client sent: never acceptable.
+    Wrong(String),
+}
+
+impl Outcome {
+    /// Whether this is an answer relayed by the broker host at `via`.
+    pub fn served_via(&self, via: Ipv4Addr) -> bool {
+        matches!(self, Outcome::Served { via: v, .. } if *v == via)
+    }
+}
+
+/// One client of the loop.
+#[derive(Debug, Clone)]
+pub struct Attempt {
+    /// Its number in the loop (what it sent: `attempt <n>`).
+    pub n: u64,
+    pub started: Instant,
+    pub ended: Instant,
+    pub outcome: Outcome,
+}
+
+/// A client every [`CLIENT_EVERY`] to the virtual address, each one connecting, sending a
+/// line and reading the answer (issue 16's client loop), bounded in count
+/// ([`MAX_ATTEMPTS`]) and each in time ([`ATTEMPT_TIMEOUT`]). Stopped when dropped.
+pub struct Clients {
+    done: Arc<Mutex<Vec<Attempt>>>,
+    stop: CancellationToken,
+}
+
+impl Clients {
+    fn start(inside: &Inside, target: SocketAddr) -> Clients {
+        let done = Arc::new(Mutex::new(Vec::new()));
+        let stop = CancellationToken::new();
+        let (record, until) = (Arc::clone(&done), stop.clone());
+        inside.handle.spawn(async move {
+            let mut every = tokio::time::interval(CLIENT_EVERY);
+            for n in 0..MAX_ATTEMPTS {
+                tokio::select! {
+                    () = until.cancelled() => break,
+                    _ = every.tick() => {}
+                }
+                let record = Arc::clone(&record);
+                tokio::spawn(async move {
+                    let started = Instant::now();
+                    let outcome = attempt(target, n).await;
+                    let ended = Instant::now();
+                    let attempt = Attempt {
+                        n,
+                        started,
+                        ended,
+                        outcome,
+                    };
+                    record.lock().expect("the record").push(attempt);
+                });
+            }
+        });
+        Clients { done, stop }
+    }
+
+    /// Every attempt finished so far, in the order they started.
+    pub fn attempts(&self) -> Vec<Attempt> {
+        let mut attempts = self.done.lock().expect("the record").clone();
+        attempts.sort_by_key(|a| a.n);
+        attempts
+    }
+
+    /// Waits until an attempt that started after `since` satisfies `condition`, and returns
+    /// it.
+    pub fn wait_for(
+        &self,
+        what: &str,
+        since: Instant,
+        condition: impl Fn(&Attempt) -> bool,
+        explain: impl FnOnce() -> String,
+    ) -> Attempt {
+        wait_for(
+            what,
+            DEADLINE,
+            || {
+                self.attempts()
+                    .into_iter()
+                    .find(|a| a.started > since && condition(a))
+            },
+            explain,
+        )
+    }
+
+    /// Waits until `count` attempts that started after `since` have finished.
+    pub fn wait_count(&self, count: usize, since: Instant) {
+        wait_for(
+            &format!("{count} clients after the mark"),
+            DEADLINE,
+            || {
+                let done = self.attempts().iter().filter(|a| a.started > since).count();
+                (done >= count).then_some(())
+            },
+            String::new,
+        );
+    }
+}
+
+impl Drop for Clients {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// One client: connect, send `attempt <n>`, read the answer, within [`ATTEMPT_TIMEOUT`].
+async fn attempt(target: SocketAddr, n: u64) -> Outcome {
+    let sent = format!("attempt {n}");
+    let answer = tokio::time::timeout(ATTEMPT_TIMEOUT, async {
+        let mut stream = BufReader::new(TcpStream::connect(target).await?);
+        ask(&mut stream, &sent).await
+    });
+    judge(answer.await, &sent)
+}
+
+/// Sends `sent` as a line on `stream` and reads one line back.
+async fn ask(stream: &mut BufReader<TcpStream>, sent: &str) -> std::io::Result<String> {
+    stream
+        .get_mut()
+        .write_all(format!("{sent}\n").as_bytes())
+        .await?;
+    let mut line = String::new();
+    stream.read_line(&mut line).await?;
+    Ok(line)
+}
+
+/// What the answer to `sent` says: served by which server through which broker host, or
+/// what went wrong.
+fn judge(
+    answer: Result<std::io::Result<String>, tokio::time::error::Elapsed>,
+    sent: &str,
+) -> Outcome {
+    let line = match answer {
+        Err(_) => return Outcome::Failed(format!("no answer within {ATTEMPT_TIMEOUT:?}")),
+        Ok(Err(e)) => return Outcome::Failed(e.to_string()),
+        Ok(Ok(line)) if line.is_empty() => {
+            return Outcome::Failed("closed without an answer".to_owned());
+        }
+        Ok(Ok(line)) => line,
+    };
+    let served = line
+        .strip_suffix(&format!(": {sent}\n"))
+        .and_then(|head| head.split_once(" via "))
+        .and_then(|(server, via)| Some((server, via.parse::<Ipv4Addr>().ok()?)));
+    match served {
+        Some((server, via)) if SERVERS.iter().any(|(s, _)| *s == server) => Outcome::Served {
+            server: server.to_owned(),
+            via,
+        },
+        _ => Outcome::Wrong(line),
+    }
+}
