@@ -23,7 +23,7 @@ use crate::balancer::{Balancer, Pool, Server};
 use crate::clock::{Clock, time_of_day, wall_ms};
 use crate::config::show_escaped;
 use crate::config::{BalancerConfig, Host, Monitoring, plural, show_duration};
-use crate::forward::{ConnectError, connect};
+use crate::dial::{ConnectError, connect};
 use crate::os_error::PointsAt;
 use crate::resolve::Resolver;
 

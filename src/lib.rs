@@ -10,7 +10,9 @@
 //! - [`config`]: `appserver.ini` to a validated [`config::Config`]; every error names file,
 //!   line, section and key; `--check` prints it back.
 //! - [`listener`]: binding and the accept loop (never dies; `MAX_CONNECTIONS`).
-//! - [`forward`]: one client's way: candidates, connect with timeout, retry, relay, account.
+//! - [`forward`]: one client's way: candidates, connect (quarantine, retry), relay, account.
+//! - [`dial`]: connecting to a server: resolve, refuse the broker itself, connect with
+//!   timeout, socket options; for clients and the monitor alike.
 //! - [`select`]: the balancing policies, pure logic.
 //! - [`self_loop`]: whether a server's address is the broker's own (a loop), for the
 //!   configuration's checks and every connect.
@@ -41,6 +43,7 @@ pub mod broker;
 pub mod clock;
 pub mod config;
 pub mod demo;
+pub mod dial;
 pub mod forward;
 pub mod health;
 pub mod listener;
