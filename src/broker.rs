@@ -21,6 +21,7 @@ use tracing::{Instrument, error, info, warn};
 use crate::balancer::Balancer;
 use crate::clock::wall_ms;
 use crate::config::{self, BalancerConfig, Config, plural, show_duration};
+use crate::context::Context;
 use crate::listener::{self, BindError};
 use crate::query;
 use crate::resolve::Resolver;
@@ -102,7 +103,7 @@ impl Broker {
     /// `reload` is notified; then drains: keeps serving for `SHUTDOWN_GRACE`, closes the
     /// listeners, lets connections finish for up to `SHUTDOWN_TIMEOUT`, cuts the rest.
     pub async fn run(self, shutdown: Shutdown, reload: Arc<Notify>) {
-        let ctx = Arc::new(query::Context {
+        let ctx = Arc::new(Context {
             config: ArcSwap::from_pointee(self.config),
             balancers: ArcSwap::from_pointee(
                 self.bound.iter().map(|(b, _)| Arc::clone(b)).collect(),
@@ -189,7 +190,7 @@ impl Broker {
 fn start(
     balancer: Arc<Balancer>,
     listeners: Vec<StdListener>,
-    ctx: &Arc<query::Context>,
+    ctx: &Arc<Context>,
     workers: &Workers,
 ) -> Running {
     let pool = balancer.pool();
@@ -233,7 +234,7 @@ fn start(
 fn spawn_accept_loops(
     balancer: &Arc<Balancer>,
     listeners: Vec<StdListener>,
-    ctx: &Arc<query::Context>,
+    ctx: &Arc<Context>,
     workers: &Workers,
     tasks: &TaskTracker,
     cut: &CancellationToken,
@@ -277,7 +278,7 @@ async fn stop_accepting(unit: &mut Running) {
 
 /// Reads the configuration file again and applies it; an invalid file changes nothing.
 async fn reload_config(
-    ctx: &Arc<query::Context>,
+    ctx: &Arc<Context>,
     workers: &Workers,
     resolver: &Arc<Resolver>,
     running: &mut Vec<Running>,
@@ -418,7 +419,7 @@ async fn reload_config(
 /// listener. When the new address cannot be bound, the old one stays (and `config` says so).
 /// Returns what happened, for the reload's summary line.
 async fn move_listener(
-    ctx: &Arc<query::Context>,
+    ctx: &Arc<Context>,
     workers: &Workers,
     unit: &mut Running,
     config: &mut BalancerConfig,

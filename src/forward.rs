@@ -7,11 +7,11 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use tokio::net::TcpStream;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Span, debug, error, info};
 
 use crate::balancer::{Balancer, Eligible, Lease, Pool};
 use crate::config::Monitoring;
+use crate::context::{Context, Ending};
 use crate::dial::{ConnectError, connect, keep_alive};
 use crate::health::{Reason, quarantine, release};
 use crate::os_error::{PointsAt, words};
@@ -20,17 +20,6 @@ use crate::query::{
     sniff::{Verdict, sniff},
 };
 use crate::relay::{Counters, End, relay};
-
-/// How a balancer tells its connections to end.
-#[derive(Debug, Clone)]
-pub struct Ending {
-    /// Cancelled when the listener closes: a query connection answers the request in hand
-    /// and closes; clients carry on.
-    pub closing: CancellationToken,
-    /// Cancelled when `SHUTDOWN_TIMEOUT` is over or the balancer is removed: everything ends
-    /// at once.
-    pub cut: CancellationToken,
-}
 
 /// Serves one accepted client to the end: forwards it to a server (or closes it when none can
 /// be reached), or answers it when it is a query. Once known to be no query it takes a
@@ -43,7 +32,7 @@ pub struct Ending {
 /// for `QUERY_SNIFF_TIMEOUT` is taken for a server-first protocol client and forwarded then,
 /// and so is one whose first bytes could still begin a query but have not become one by then.
 pub async fn serve(
-    ctx: Arc<query::Context>,
+    ctx: Arc<Context>,
     balancer: Arc<Balancer>,
     client: TcpStream,
     peer: SocketAddr,
@@ -106,7 +95,7 @@ pub async fn serve(
 /// A client that arrived while `MAX_CONNECTIONS` clients are open: answered when it is a
 /// query (operators look when things are busy), refused and closed otherwise.
 pub async fn serve_at_limit(
-    ctx: Arc<query::Context>,
+    ctx: Arc<Context>,
     balancer: Arc<Balancer>,
     client: TcpStream,
     peer: SocketAddr,
@@ -129,7 +118,7 @@ pub async fn serve_at_limit(
 /// client with the bytes read when it is to be forwarded; `None` when nothing is left to do:
 /// it was a query, or it closed or stalled first.
 async fn answer_if_query(
-    ctx: &Arc<query::Context>,
+    ctx: &Arc<Context>,
     balancer: &Arc<Balancer>,
     pool: &Pool,
     client: TcpStream,

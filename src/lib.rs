@@ -9,6 +9,8 @@
 //!
 //! - [`config`]: `appserver.ini` to a validated [`config::Config`]; every error names file,
 //!   line, section and key; `--check` prints it back.
+//! - [`context`]: the broker's shared state handed to every connection's task (configuration,
+//!   balancers, shutdown state) and how a balancer tells its connections to end.
 //! - [`listener`]: binding and the accept loop (never dies; `MAX_CONNECTIONS`).
 //! - [`forward`]: one client's way: candidates, connect (quarantine, retry), relay, account.
 //! - [`dial`]: connecting to a server: resolve, refuse the broker itself, connect with
@@ -42,6 +44,7 @@ pub mod balancer;
 pub mod broker;
 pub mod clock;
 pub mod config;
+pub mod context;
 pub mod demo;
 pub mod dial;
 pub mod forward;

@@ -14,9 +14,10 @@ use tracing::{Instrument, Span, debug, error, info, warn};
 
 use crate::balancer::Balancer;
 use crate::config::BalancerConfig;
-use crate::forward::{self, Ending};
+use crate::context::{Context, Ending};
+use crate::forward;
 use crate::os_error::{explain_bind, words};
-use crate::{query, sys};
+use crate::sys;
 
 /// Pending connections the kernel may queue before `accept`; the kernel caps it at
 /// `net.core.somaxconn`. Large, because clients arrive in bursts (a shift starting).
@@ -104,7 +105,7 @@ fn is_connection_error(e: &io::Error) -> bool {
 pub async fn accept_loop(
     listener: TcpListener,
     balancer: Arc<Balancer>,
-    ctx: Arc<query::Context>,
+    ctx: Arc<Context>,
     tasks: TaskTracker,
     stop_accepting: CancellationToken,
     cut: CancellationToken,
@@ -197,7 +198,7 @@ fn drain_queue(listener: &TcpListener, mut start: impl FnMut(TcpStream, SocketAd
 /// operators look then.
 fn start_client(
     balancer: &Arc<Balancer>,
-    ctx: &Arc<query::Context>,
+    ctx: &Arc<Context>,
     tasks: &TaskTracker,
     ending: &Ending,
     local: Option<SocketAddr>,

@@ -22,7 +22,6 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -38,9 +37,8 @@ use tracing::{debug, info, warn};
 
 use crate::balancer::{Balancer, Pool};
 use crate::config::Config;
-use crate::forward::Ending;
+use crate::context::{Context, Ending};
 use crate::places::Place;
-use crate::shutdown::Shutdown;
 use snapshot::Snapshot;
 
 /// Longest request line accepted (beyond it: 414). TOTVS monitors send short ones.
@@ -64,20 +62,6 @@ const LAST_ANSWER: Duration = Duration::from_secs(10);
 /// reading and dropping what it still sends: closing with unread bytes would reset the
 /// connection, and a reset can make the client lose the answer it was sent.
 const LINGER: Duration = Duration::from_secs(2);
-
-/// What every query may read: the configuration, every balancer (for links between them),
-/// the start time, and the shutdown state (for PING).
-#[derive(Debug)]
-pub struct Context {
-    /// The running configuration (swapped by a reload).
-    pub config: ArcSwap<Config>,
-    /// Every balancer of the process, in configuration order (swapped by a reload).
-    pub balancers: ArcSwap<Vec<Arc<Balancer>>>,
-    /// When the broker started, wall ms.
-    pub started_wall_ms: u64,
-    /// Draining state for PING.
-    pub shutdown: Shutdown,
-}
 
 /// Answers a query connection whose first bytes (`first`) were already read. Who may query
 /// is decided before anything else, and again at every request (a reload may have changed
