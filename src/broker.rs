@@ -23,11 +23,10 @@ use crate::clock::wall_ms;
 use crate::config::{self, BalancerConfig, Config, plural, show_duration};
 use crate::context::Context;
 use crate::listener::{self, BindError};
-use crate::query;
 use crate::resolve::Resolver;
 use crate::shutdown::Shutdown;
 use crate::workers::Workers;
-use crate::{health, logging};
+use crate::{logging, monitor};
 
 /// A broker with every listener bound, ready to run.
 pub struct Broker {
@@ -205,13 +204,11 @@ fn start(
         show_duration(c.monitor_interval),
         show_duration(c.quarantine_time),
     );
-    let span = health::span(c.kind.section());
     let stop_background = CancellationToken::new();
     tokio::spawn(
-        health::run_monitor(Arc::clone(&balancer), stop_background.clone())
-            .instrument(span.clone()),
+        monitor::run(Arc::clone(&balancer), stop_background.clone()).instrument(balancer.span()),
     );
-    tokio::spawn(query::sample_every_minute(
+    tokio::spawn(sample_every_minute(
         Arc::clone(&balancer),
         stop_background.clone(),
     ));
@@ -230,6 +227,18 @@ fn start(
     }
 }
 
+/// Samples each server's active connections once a minute (for the STATUS chart) until
+/// `stop` is cancelled.
+async fn sample_every_minute(balancer: Arc<Balancer>, stop: CancellationToken) {
+    loop {
+        balancer.sample();
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(60)) => {}
+        }
+    }
+}
+
 /// Starts one accept loop per listening socket, each on its own worker.
 fn spawn_accept_loops(
     balancer: &Arc<Balancer>,
@@ -240,7 +249,7 @@ fn spawn_accept_loops(
     cut: &CancellationToken,
 ) -> Accepting {
     let stop = CancellationToken::new();
-    let span = health::span(balancer.pool().config.kind.section());
+    let span = balancer.span();
     let handles = workers.handles();
     let loops = listeners
         .into_iter()

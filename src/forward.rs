@@ -3,23 +3,21 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::Ordering::Relaxed;
 
 use tokio::net::TcpStream;
 use tokio::time::Instant;
-use tracing::{Instrument, Span, debug, error, info};
+use tracing::{Instrument, Span, debug};
 
+use crate::balancer::Unserved;
 use crate::balancer::{Balancer, Eligible, Lease, Pool};
-use crate::config::Monitoring;
 use crate::context::{Context, Ending};
 use crate::dial::{ConnectError, connect, keep_alive};
-use crate::health::{Reason, quarantine, release};
-use crate::os_error::{PointsAt, words};
+use crate::os_error::words;
 use crate::query::{
     self,
     sniff::{Verdict, sniff},
 };
-use crate::relay::{Counters, End, relay};
+use crate::relay::{Counters, relay};
 
 /// Serves one accepted client to the end: forwards it to a server (or closes it when none can
 /// be reached), or answers it when it is a query. Once known to be no query it takes a
@@ -53,43 +51,32 @@ pub async fn serve(
     };
     // Only now is it a client: queries never take a MAX_CONNECTIONS place.
     let Some(slot) = balancer.try_take_slot(&pool) else {
-        span.in_scope(|| balancer.refuse(local));
+        span.in_scope(|| balancer.refused(local));
         return;
     };
-    balancer.below_limit();
+    balancer.admitted();
     let connected = choose_and_connect(&balancer, &pool, peer).instrument(span.clone());
     let Some((lease, mut upstream)) = connected.await else {
         return;
     };
     slot.admit();
-    let server = &lease.server;
-    server.total.fetch_add(1, Relaxed);
+    let (to_server, to_client) = lease.byte_counters();
     let outcome = relay(
         &mut client,
         &mut upstream,
         first,
         Counters {
-            to_server: &server.bytes_to_server,
-            to_client: &server.bytes_to_client,
+            to_server,
+            to_client,
         },
         pool.config.idle_timeout,
         ending.cut.cancelled(),
     )
     .await;
-    // An idle close is logged even without LOG_CONNECTIONS: the broker ended it.
-    if pool.config.log_connections || matches!(outcome.end, End::Idle) {
-        span.in_scope(|| {
-            info!(
-                duration = %format_args!("{:.3}s", started.elapsed().as_secs_f64()),
-                bytes_from_client = outcome.to_server,
-                bytes_to_client = outcome.to_client,
-                ended_by = %outcome.end,
-                client = %peer,
-                server = %server.address,
-                "connection closed"
-            );
-        });
-    }
+    let log_connections = pool.config.log_connections;
+    span.in_scope(|| {
+        balancer.ended(&lease, peer, started.elapsed(), &outcome, log_connections);
+    });
 }
 
 /// A client that arrived while `MAX_CONNECTIONS` clients are open: answered when it is a
@@ -110,7 +97,7 @@ pub async fn serve_at_limit(
             .await
             .is_some();
     if to_forward {
-        balancer.refuse(local);
+        balancer.refused(local);
     }
 }
 
@@ -151,29 +138,20 @@ async fn choose_and_connect(
     let config = &pool.config;
     let mut tried = Vec::with_capacity(config.max_attempts as usize);
     while tried.len() < config.max_attempts as usize {
-        let (lease, stale) = match pool.pick(&balancer.clock, &tried, Eligible::Available) {
-            Some(lease) => (lease, false),
-            // Every server is in quarantine, and a quarantine may be stale (a short glitch can
-            // put them all there): try them anyway.
-            None => match pool.pick(&balancer.clock, &tried, Eligible::EvenQuarantined) {
-                Some(lease) => (lease, true),
-                None => break, // every server was tried
-            },
+        let now = balancer.clock_ms();
+        // Every server is in quarantine, and a quarantine may be stale (a short glitch can put
+        // them all there): try them anyway.
+        let Some(lease) = pool
+            .pick(now, &tried, Eligible::Available)
+            .or_else(|| pool.pick(now, &tried, Eligible::EvenQuarantined))
+        else {
+            break; // every server was tried
         };
         tried.push(lease.index);
         let server = &lease.server;
-        match connect(&balancer.resolver, &server.host, server.port, config).await {
+        match connect(balancer.resolver(), &server.host, server.port, config).await {
             Ok(stream) => {
-                // A connect proves what a CONNECTION check proves; it cannot overrule a
-                // SEND_EXPECT check that found the application hung.
-                if stale && !matches!(config.monitoring, Monitoring::SendExpect { .. }) {
-                    release(server, "a client connected to it");
-                }
-                if let Some(closed) = balancer.broker_faults.end() {
-                    info!(
-                        "connecting clients again: {closed} were closed while the broker lacked resources"
-                    );
-                }
+                balancer.connected(&lease);
                 keep_alive(&stream, &config.keepalive, &server.address);
                 return Some((lease, stream));
             }
@@ -182,44 +160,14 @@ async fn choose_and_connect(
                 debug!(client = %peer, "server {} not tried: DNS_MAX_LOOKUPS lookups in flight", server.address);
             }
             Err(e) => {
-                let explained = e.explain();
-                if explained.points_at == PointsAt::Broker {
-                    if balancer.broker_faults.strike() {
-                        error!(
-                            server = %server.address,
-                            "cannot connect clients: {explained}; they are closed and no server is \
-                             blamed until this clears"
-                        );
-                    }
-                    balancer.stats.unserved.fetch_add(1, Relaxed);
+                if !balancer.connect_failed(&lease, &e.explain(), peer) {
+                    balancer.unserved(peer, Unserved::BrokerFault);
                     return None;
-                }
-                server.failed_connects.fetch_add(1, Relaxed);
-                if stale {
-                    // Already quarantined; the monitor keeps it there. One line per client
-                    // and server here would flood the log during an outage.
-                    debug!(client = %peer, "server {} still unreachable: {explained}", server.address);
-                } else {
-                    error!(client = %peer, "cannot connect to server {}: {explained}", server.address);
-                    quarantine(
-                        balancer,
-                        server,
-                        config.quarantine_time,
-                        Reason::Connect,
-                        &explained.words,
-                    );
                 }
             }
         }
     }
-    balancer.stats.unserved.fetch_add(1, Relaxed);
-    if let Some(suppressed) = balancer.no_servers_log.allow() {
-        error!(
-            more_since_last_line = suppressed,
-            client = %peer,
-            "no remote servers available; the client is closed"
-        );
-    }
+    balancer.unserved(peer, Unserved::NoServer);
     None
 }
 
@@ -228,7 +176,7 @@ mod tests {
     use super::*;
     use std::io;
     use std::net::IpAddr;
-    use std::sync::atomic::AtomicUsize;
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
     use std::sync::{Condvar, Mutex};
 
     use crate::config::Config;
@@ -285,10 +233,10 @@ mod tests {
             assert_eq!(lease.index, 2);
         }
         // hung-a's lookup hung past CONNECT_TIMEOUT: blamed, as a connect timeout would be.
-        assert!(pool.servers[0].health.is_quarantined());
+        assert!(pool.servers[0].is_quarantined());
         // hung-b was never looked up (one lookup in flight already): not blamed.
-        assert!(!pool.servers[1].health.is_quarantined());
-        assert_eq!(pool.servers[1].failed_connects.load(Relaxed), 0);
+        assert!(!pool.servers[1].is_quarantined());
+        assert_eq!(balancer.state().servers[1].failed_connects, 0);
         // Fifty clients, one lookup, one thread.
         assert_eq!(hung.lookups.load(Relaxed), 1);
         assert_eq!(resolver.in_flight(), 1);

@@ -21,7 +21,9 @@
 //! - [`broker`]: the balancers at run time: start, reload on SIGHUP, drain on shutdown.
 //! - [`balancer`]: a balancer's live state: servers, counters, the lease that counts a
 //!   connection against its server; reconfigured in place by a reload.
-//! - [`health`]: quarantine state, the monitor, and their log lines.
+//! - [`health`]: a server's quarantine state as pure transitions returning what changed.
+//! - [`monitor`]: the rounds: check every server, count fall and rise, hand the results to
+//!   the balancer.
 //! - [`places`]: query places (`QUERY_MAX_CONNECTIONS`), given up by idle connections.
 //! - [`relay`]: bytes both ways with half-close.
 //! - [`resolve`]: server names to addresses: cached, one lookup per name, a bound on lookups
@@ -51,6 +53,7 @@ pub mod forward;
 pub mod health;
 pub mod listener;
 pub mod logging;
+pub mod monitor;
 pub mod os_error;
 pub mod places;
 pub mod query;

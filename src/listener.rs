@@ -10,7 +10,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{Instrument, Span, debug, error, info, warn};
+use tracing::{Instrument, Span, debug, warn};
 
 use crate::balancer::Balancer;
 use crate::config::BalancerConfig;
@@ -118,7 +118,6 @@ pub async fn accept_loop(
     let start = |stream: TcpStream, peer: SocketAddr| {
         start_client(&balancer, &ctx, &tasks, &ending, local, stream, peer);
     };
-    let failed_accepts = &balancer.accept_failures;
     // The keepalive settings the listener carries for its accepted sockets to inherit; set
     // again when a reload changes them.
     let mut listener_keepalive = None;
@@ -146,22 +145,12 @@ pub async fn accept_loop(
             Ok(accepted) => accepted,
             Err(e) if is_connection_error(&e) => continue,
             Err(e) => {
-                if failed_accepts.strike() {
-                    error!(
-                        "cannot accept clients: {} ({}); retrying every {} ms, connections in \
-                         progress are unaffected",
-                        words(&e),
-                        crate::sys::errno_name(&e).unwrap_or("error"),
-                        ACCEPT_BACKOFF.as_millis()
-                    );
-                }
+                balancer.accept_failed(&e, ACCEPT_BACKOFF);
                 tokio::time::sleep(ACCEPT_BACKOFF).await;
                 continue;
             }
         };
-        if let Some(failed) = failed_accepts.end() {
-            info!("accepting clients again after {failed} failed accepts");
-        }
+        balancer.accepted();
         start(stream, peer);
     }
 }
@@ -231,6 +220,6 @@ fn start_client(
         let at_limit = forward::serve_at_limit(ctx, b, stream, peer, local, ending.clone());
         tasks.spawn(at_limit.instrument(span));
     } else {
-        balancer.refuse(local);
+        balancer.refused(local);
     }
 }

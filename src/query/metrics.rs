@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use super::snapshot::{Snapshot, State};
+use super::snapshot::{Snapshot, Standing};
 
 /// One metric family: name, type, help, and a value per sample.
 fn family(
@@ -29,10 +29,11 @@ fn label(value: &str) -> String {
 
 /// The exposition text of `snap`.
 pub fn render(snap: &Snapshot) -> String {
-    let mut out = String::with_capacity(4096 + snap.servers.len() * 1200);
-    let balancer = format!("balancer=\"{}\"", snap.kind.section());
-    let per_server = |f: &dyn Fn(&super::snapshot::ServerSnapshot) -> f64| -> Vec<(String, f64)> {
-        snap.servers
+    let mut out = String::with_capacity(4096 + snap.state.servers.len() * 1200);
+    let balancer = format!("balancer=\"{}\"", snap.state.kind.section());
+    let per_server = |f: &dyn Fn(&super::snapshot::ServerState) -> f64| -> Vec<(String, f64)> {
+        snap.state
+            .servers
             .iter()
             .map(|s| {
                 (
@@ -86,7 +87,7 @@ pub fn render(snap: &Snapshot) -> String {
         "server_in_quarantine",
         "gauge",
         "1 while the server is in quarantine.",
-        per_server(&|s| f64::from(u8::from(s.state == State::Quarantined))),
+        per_server(&|s| f64::from(u8::from(s.state == Standing::Quarantined))),
     );
     family(
         &mut out,
@@ -103,6 +104,7 @@ pub fn render(snap: &Snapshot) -> String {
         per_server(&|s| f64::from(s.weight)),
     );
     let checked: Vec<_> = snap
+        .state
         .servers
         .iter()
         .filter(|s| s.last_check.is_some())
@@ -143,35 +145,35 @@ pub fn render(snap: &Snapshot) -> String {
         "balancer_accepted_clients_total",
         "counter",
         "Clients forwarded since start.",
-        one(snap.accepted),
+        one(snap.state.accepted),
     );
     family(
         &mut out,
         "balancer_rejected_clients_total",
         "counter",
         "Clients refused because MAX_CONNECTIONS was reached.",
-        one(snap.rejected),
+        one(snap.state.rejected),
     );
     family(
         &mut out,
         "balancer_unserved_clients_total",
         "counter",
         "Clients closed because no server could be reached.",
-        one(snap.unserved),
+        one(snap.state.unserved),
     );
     family(
         &mut out,
         "balancer_active_clients",
         "gauge",
         "Client connections open now.",
-        one(snap.active),
+        one(snap.state.active),
     );
     family(
         &mut out,
         "balancer_max_connections",
         "gauge",
         "MAX_CONNECTIONS.",
-        one(u64::from(snap.max_connections)),
+        one(u64::from(snap.state.max_connections)),
     );
     family(
         &mut out,

@@ -18,7 +18,6 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::Ordering::Relaxed;
 use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
@@ -33,13 +32,13 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::debug;
 
 use crate::balancer::{Balancer, Pool};
 use crate::config::Config;
 use crate::context::{Context, Ending};
 use crate::places::Place;
-use snapshot::Snapshot;
+use snapshot::{Snapshot, Standing};
 
 /// Longest request line accepted (beyond it: 414). TOTVS monitors send short ones.
 const MAX_REQUEST_LINE: usize = 8 * 1024;
@@ -97,7 +96,7 @@ async fn answer_connection(
         refuse(stream, "403 Forbidden", &refusal, head_only).await;
         return;
     }
-    let Some(place) = take_place(&balancer) else {
+    let Some(place) = balancer.take_query_place() else {
         let busy = "too many queries at once (QUERY_MAX_CONNECTIONS); try again shortly\n";
         refuse(stream, "503 Service Unavailable", busy, head_only).await;
         return;
@@ -197,33 +196,6 @@ fn refusal(pool: &Pool, peer: SocketAddr) -> Option<String> {
     ))
 }
 
-/// A query place for a query from an allowed address; running out of them is logged once
-/// per episode.
-fn take_place(balancer: &Balancer) -> Option<Place> {
-    let places = &balancer.query_places;
-    match balancer.try_take_query() {
-        Some(place) => {
-            if let Some(refused) = places.exhausted.end() {
-                info!(
-                    "answering queries again: {refused} refused while QUERY_MAX_CONNECTIONS was reached"
-                );
-            }
-            Some(place)
-        }
-        None => {
-            if places.exhausted.strike() {
-                warn!(
-                    "QUERY_MAX_CONNECTIONS ({}) reached: queries are answered 503 until one of \
-                     the {} open finishes; clients are not affected",
-                    balancer.pool().config.query.max_connections,
-                    places.taken()
-                );
-            }
-            None
-        }
-    }
-}
-
 /// Answers a query that is not served (403, 503) and closes it: the answer, then the end of
 /// the broker's sending side, then whatever the client still sends is read and dropped for up
 /// to [`LINGER`], so the answer is not lost to a reset. Holds no query place.
@@ -245,20 +217,6 @@ async fn refuse(mut stream: TcpStream, status: &str, body: &str, head_only: bool
         }
     };
     let _ = tokio::time::timeout(LINGER, drain).await;
-}
-
-/// Samples each server's active connections once a minute (for the STATUS chart) until
-/// `stop` is cancelled.
-pub async fn sample_every_minute(balancer: Arc<Balancer>, stop: CancellationToken) {
-    loop {
-        for server in &balancer.pool().servers {
-            server.sample();
-        }
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(Duration::from_secs(60)) => {}
-        }
-    }
 }
 
 enum HeadError {
@@ -412,7 +370,7 @@ fn answer(
                 Some(server) => html(page::server(&snap, server, &host)),
                 None => text(
                     StatusCode::NOT_FOUND,
-                    format!("no server {argument} in [{}]\n", snap.kind.section()),
+                    format!("no server {argument} in [{}]\n", snap.state.kind.section()),
                 ),
             }
         }
@@ -459,18 +417,10 @@ fn readiness(ctx: &Context, balancer: &Balancer) -> (bool, String) {
             format!("NOT READY: MAX_CONNECTIONS ({max}) {}\n", l.ready_full),
         );
     }
-    let now = balancer.clock.now_ms();
-    let total = pool.servers.len();
-    let quarantined = pool
-        .servers
-        .iter()
-        .filter(|s| !s.health.is_available(now))
-        .count();
-    let drained = pool
-        .servers
-        .iter()
-        .filter(|s| s.health.is_available(now) && s.weight.load(Relaxed) == 0)
-        .count();
+    let servers = balancer.state().servers;
+    let total = servers.len();
+    let count = |standing| servers.iter().filter(|s| s.state == standing).count();
+    let (quarantined, drained) = (count(Standing::Quarantined), count(Standing::Draining));
     let available = total - quarantined - drained;
     if available == 0 {
         let mut why = Vec::new();

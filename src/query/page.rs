@@ -16,7 +16,7 @@ use std::fmt::Write;
 use std::time::Duration;
 
 use super::labels::{Labels, of};
-use super::snapshot::{ServerSnapshot, Snapshot, State};
+use super::snapshot::{ServerState, Snapshot, Standing};
 use crate::clock::{local_date as date, time_of_day as clock};
 use crate::config::{BalancerKind, Config, Monitoring, Origin, show_duration};
 use crate::health::Reason;
@@ -172,10 +172,10 @@ fn banner(out: &mut String, l: &Labels, snap: &Snapshot, host: &str) {
          <nav><a href='/TOTVS_BROKER_QUERY/STATUS'>STATUS</a><a href='/TOTVS_BROKER_QUERY/CFG'>CFG</a>\
          <a href='/TOTVS_BROKER_QUERY/JSON'>JSON</a><a href='/TOTVS_BROKER_QUERY/METRICS'>METRICS</a>\
          <a href='/TOTVS_BROKER_QUERY/PING'>PING</a>",
-        marker(snap.kind),
-        snap.kind.section(),
+        marker(snap.state.kind),
+        snap.state.kind.section(),
         l.on,
-        snap.listen,
+        snap.state.listen,
         l.version,
         env!("CARGO_PKG_VERSION"),
     );
@@ -217,8 +217,12 @@ fn fact(out: &mut String, label: &str, value: &str, class: &str) {
 /// balancers); `refresh` adds an automatic reload every so many seconds.
 pub fn status(snap: &Snapshot, host: &str, refresh: Option<u32>) -> String {
     let l = of(snap.language);
-    let mut out = String::with_capacity(24 * 1024 + snap.servers.len() * 1200);
-    let title = format!("appbroker [{}] {}", snap.kind.section(), snap.listen);
+    let mut out = String::with_capacity(24 * 1024 + snap.state.servers.len() * 1200);
+    let title = format!(
+        "appbroker [{}] {}",
+        snap.state.kind.section(),
+        snap.state.listen
+    );
     head(&mut out, l, &title, refresh);
     banner(&mut out, l, snap, host);
     summary(&mut out, l, snap);
@@ -245,16 +249,18 @@ pub fn status(snap: &Snapshot, host: &str, refresh: Option<u32>) -> String {
 /// text before ` ativas` when it mentions `conex`.
 fn summary(out: &mut String, l: &Labels, snap: &Snapshot) {
     let available = snap
+        .state
         .servers
         .iter()
-        .filter(|s| s.state == State::Available)
+        .filter(|s| s.state == Standing::Available)
         .count();
     let quarantined = snap
+        .state
         .servers
         .iter()
-        .filter(|s| s.state == State::Quarantined)
+        .filter(|s| s.state == Standing::Quarantined)
         .count();
-    let connections = if snap.active == 1 {
+    let connections = if snap.state.active == 1 {
         l.active_connection
     } else {
         l.active_connections
@@ -262,9 +268,9 @@ fn summary(out: &mut String, l: &Labels, snap: &Snapshot) {
     let _ = write!(
         out,
         "<p class='summary'><b>{} {connections}</b> · {available} {} {} {}",
-        snap.active,
+        snap.state.active,
         l.of,
-        snap.servers.len(),
+        snap.state.servers.len(),
         l.servers_available
     );
     if quarantined > 0 {
@@ -279,14 +285,14 @@ fn summary(out: &mut String, l: &Labels, snap: &Snapshot) {
 
 fn facts(out: &mut String, l: &Labels, snap: &Snapshot) {
     out.push_str("<section class='facts'>");
-    fact(out, l.total, &snap.accepted.to_string(), "big");
-    let last = if snap.last_connection_wall_ms == 0 {
+    fact(out, l.total, &snap.state.accepted.to_string(), "big");
+    let last = if snap.state.last_connection_wall_ms == 0 {
         l.never.to_string()
     } else {
         format!(
             "{} {}",
-            clock(snap.last_connection_wall_ms),
-            date(snap.last_connection_wall_ms)
+            clock(snap.state.last_connection_wall_ms),
+            date(snap.state.last_connection_wall_ms)
         )
     };
     fact(out, l.last_connection, &last, "");
@@ -295,7 +301,7 @@ fn facts(out: &mut String, l: &Labels, snap: &Snapshot) {
         l.max_simultaneous,
         &format!(
             "{} <small>({} {})</small>",
-            snap.max_connections, l.peak, snap.peak
+            snap.state.max_connections, l.peak, snap.state.peak
         ),
         "",
     );
@@ -315,25 +321,25 @@ fn facts(out: &mut String, l: &Labels, snap: &Snapshot) {
         &format!("{} {}", clock(snap.now_wall_ms), date(snap.now_wall_ms)),
         "",
     );
-    fact(out, l.policy, snap.sort_method.as_str(), "");
-    let monitor = match snap.monitoring {
-        Monitoring::Disabled => snap.monitoring.as_str().to_string(),
+    fact(out, l.policy, snap.state.sort_method.as_str(), "");
+    let monitor = match snap.state.monitoring {
+        Monitoring::Disabled => snap.state.monitoring.as_str().to_string(),
         _ => format!(
             "{} {} {}",
-            snap.monitoring.as_str(),
+            snap.state.monitoring.as_str(),
             l.every,
-            show_duration(snap.monitor_interval)
+            show_duration(snap.state.monitor_interval)
         ),
     };
     fact(out, l.monitor, &monitor, "");
     fact(
         out,
         l.quarantine_time,
-        &show_duration(snap.quarantine_time),
+        &show_duration(snap.state.quarantine_time),
         "",
     );
-    fact(out, l.refused, &snap.rejected.to_string(), "");
-    fact(out, l.unserved, &snap.unserved.to_string(), "");
+    fact(out, l.refused, &snap.state.rejected.to_string(), "");
+    fact(out, l.unserved, &snap.state.unserved.to_string(), "");
     fact(
         out,
         l.instance,
@@ -349,7 +355,7 @@ fn server_table(out: &mut String, l: &Labels, snap: &Snapshot) {
         out,
         "<div class='card'><h2>Servers ({})</h2><div class='scroll'><table class='servers'><tr><th>{}</th><th>{}</th><th>{}</th>\
          <th>{}</th><th>{}</th><th>{}</th><th>{}</th><th>{}</th><th>{}</th><th>{}</th><th>{}</th></tr>",
-        snap.servers.len(),
+        snap.state.servers.len(),
         l.server,
         l.connections,
         l.quarantine,
@@ -362,15 +368,15 @@ fn server_table(out: &mut String, l: &Labels, snap: &Snapshot) {
         l.bytes_out,
         l.last_check
     );
-    for s in &snap.servers {
+    for s in &snap.state.servers {
         let quarantine = match s.quarantine {
             Some((_, until)) => clock(until),
             None => "-".to_string(),
         };
         let class = match s.state {
-            State::Quarantined => " class='inQuarantine'",
-            State::Draining => " class='isDisabled'",
-            State::Available => "",
+            Standing::Quarantined => " class='inQuarantine'",
+            Standing::Draining => " class='isDisabled'",
+            Standing::Available => "",
         };
         let address = esc(&s.address);
         // Plain `<td>`s but the state's: peder1981's monitor before its 35a8f98 splits the
@@ -391,7 +397,7 @@ fn server_table(out: &mut String, l: &Labels, snap: &Snapshot) {
             bytes(s.bytes_to_server),
             s.bytes_to_client,
             bytes(s.bytes_to_client),
-            check_cell(l, s, &snap.monitoring),
+            check_cell(l, s, &snap.state.monitoring),
         );
     }
     out.push_str("</table></div></div>");
@@ -404,9 +410,9 @@ fn reason(l: &Labels, reason: Reason) -> &'static str {
     }
 }
 
-fn state_cell(l: &Labels, s: &ServerSnapshot) -> String {
+fn state_cell(l: &Labels, s: &ServerState) -> String {
     match s.state {
-        State::Available => {
+        Standing::Available => {
             let mut cell = format!("<span class='badge ok'>{}</span>", l.available);
             if let Some(error) = &s.last_error {
                 let _ = write!(
@@ -418,8 +424,8 @@ fn state_cell(l: &Labels, s: &ServerSnapshot) -> String {
             }
             cell
         }
-        State::Draining => format!("<span class='badge warn'>{}</span>", l.draining_server),
-        State::Quarantined => {
+        Standing::Draining => format!("<span class='badge warn'>{}</span>", l.draining_server),
+        Standing::Quarantined => {
             // The end time again: on a phone the quarantine column is hidden.
             let until = s
                 .quarantine
@@ -438,7 +444,7 @@ fn state_cell(l: &Labels, s: &ServerSnapshot) -> String {
     }
 }
 
-fn check_cell(l: &Labels, s: &ServerSnapshot, monitoring: &Monitoring) -> String {
+fn check_cell(l: &Labels, s: &ServerState, monitoring: &Monitoring) -> String {
     match (&s.last_check, monitoring) {
         (_, Monitoring::Disabled) => format!("<span class='muted'>{}</span>", monitoring.as_str()),
         (None, _) => format!("<span class='muted'>{}</span>", l.never),
@@ -563,7 +569,7 @@ fn chart(out: &mut String, l: &Labels, snap: &Snapshot) {
         chart_svg(out, l, snap, frame);
     }
     out.push_str("<div class='legend'>");
-    for (i, s) in snap.servers.iter().enumerate() {
+    for (i, s) in snap.state.servers.iter().enumerate() {
         let (colour, width, dash) = line_style(i);
         let _ = write!(
             out,
@@ -580,6 +586,7 @@ fn chart(out: &mut String, l: &Labels, snap: &Snapshot) {
 fn chart_svg(out: &mut String, l: &Labels, snap: &Snapshot, f: &Frame) {
     let now = snap.now_wall_ms;
     let oldest = snap
+        .state
         .servers
         .iter()
         .filter_map(|s| s.samples.first().map(|&(t, _)| t))
@@ -594,6 +601,7 @@ fn chart_svg(out: &mut String, l: &Labels, snap: &Snapshot, f: &Frame) {
     let start = now - window.min(now);
     // (time, value, a sample or the count now: true; the value held at the left edge: false)
     let series: Vec<Vec<(u64, u64, bool)>> = snap
+        .state
         .servers
         .iter()
         .map(|s| {
@@ -677,7 +685,7 @@ fn chart_svg(out: &mut String, l: &Labels, snap: &Snapshot, f: &Frame) {
             out,
             "<path class='series' data-server='{}' d='{path}' fill='none' stroke='{colour}' \
              stroke-width='{width}' stroke-dasharray='{dash}' stroke-linejoin='round'/>",
-            esc(&snap.servers[i].address)
+            esc(&snap.state.servers[i].address)
         );
         // A dot on each sample and on now (not on the value held at the left edge), small
         // enough that an hour of minutes stays a row of dots on a phone.
@@ -740,7 +748,7 @@ pub fn config(snap: &Snapshot, config: &Config, host: &str) -> String {
 }
 
 /// The detail of one server: its figures and its recent quarantines.
-pub fn server(snap: &Snapshot, s: &ServerSnapshot, host: &str) -> String {
+pub fn server(snap: &Snapshot, s: &ServerState, host: &str) -> String {
     let l = of(snap.language);
     let mut out = String::with_capacity(8 * 1024);
     head(&mut out, l, &format!("appbroker {}", s.address), None);
@@ -776,7 +784,7 @@ pub fn server(snap: &Snapshot, s: &ServerSnapshot, host: &str) -> String {
     fact(
         &mut out,
         l.last_check,
-        &check_cell(l, s, &snap.monitoring),
+        &check_cell(l, s, &snap.state.monitoring),
         "",
     );
     out.push_str("</section></div>");
@@ -804,7 +812,7 @@ pub fn server(snap: &Snapshot, s: &ServerSnapshot, host: &str) -> String {
                 span(Duration::from_millis(end.saturating_sub(e.start_wall_ms))),
                 reason(l, e.reason),
                 esc(&l.words(&e.error)),
-                esc(&l.words(e.released.as_deref().unwrap_or("-")))
+                esc(&l.words(e.released.map_or("-", |r| r.as_str())))
             );
         }
         out.push_str("</table>");
@@ -820,15 +828,16 @@ pub fn server(snap: &Snapshot, s: &ServerSnapshot, host: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::balancer::BalancerState;
     use crate::config::{Language, SortMethod};
 
     /// A server with `samples`, one a minute, `minutes_ago` apart from `now`, and `active` now.
-    fn server(port: u16, now: u64, samples: &[(u64, u64)], active: u64) -> ServerSnapshot {
-        ServerSnapshot {
+    fn server(port: u16, now: u64, samples: &[(u64, u64)], active: u64) -> ServerState {
+        ServerState {
             id: format!("{:02}", port % 100),
             address: format!("10.0.0.1:{port}"),
             weight: 1,
-            state: State::Available,
+            state: Standing::Available,
             active,
             peak: 0,
             total: 0,
@@ -848,10 +857,24 @@ mod tests {
         }
     }
 
-    fn snapshot(now: u64, servers: Vec<ServerSnapshot>) -> Snapshot {
+    fn snapshot(now: u64, servers: Vec<ServerState>) -> Snapshot {
         Snapshot {
-            kind: BalancerKind::SmartClientDesktop,
-            listen: "0.0.0.0:5000".parse().expect("address"),
+            state: BalancerState {
+                kind: BalancerKind::SmartClientDesktop,
+                listen: "0.0.0.0:5000".parse().expect("address"),
+                active: servers.iter().map(|s| s.active).sum(),
+                accepted: 0,
+                rejected: 0,
+                unserved: 0,
+                peak: 0,
+                last_connection_wall_ms: 0,
+                max_connections: 10_000,
+                sort_method: SortMethod::Connection,
+                monitoring: Monitoring::Connection,
+                monitor_interval: Duration::from_secs(60),
+                quarantine_time: Duration::from_secs(120),
+                servers,
+            },
             language: Language::English,
             started_wall_ms: now - 3_600_000,
             now_wall_ms: now,
@@ -859,18 +882,6 @@ mod tests {
             instance: "[1-1]".into(),
             peer: "127.0.0.1:1".parse().expect("address"),
             draining: false,
-            active: servers.iter().map(|s| s.active).sum(),
-            accepted: 0,
-            rejected: 0,
-            unserved: 0,
-            peak: 0,
-            last_connection_wall_ms: 0,
-            max_connections: 10_000,
-            sort_method: SortMethod::Connection,
-            monitoring: Monitoring::Connection,
-            monitor_interval: Duration::from_secs(60),
-            quarantine_time: Duration::from_secs(120),
-            servers,
             others: Vec::new(),
         }
     }
@@ -1019,7 +1030,7 @@ mod tests {
     #[test]
     fn lines_of_the_same_counts_stay_distinguishable() {
         let samples = [(10, 2), (9, 2), (8, 3)];
-        let servers: Vec<ServerSnapshot> = (0..14)
+        let servers: Vec<ServerState> = (0..14)
             .map(|i| server(6000 + i, NOW, &samples, 3))
             .collect();
         let snap = snapshot(NOW, servers);
@@ -1049,7 +1060,11 @@ mod tests {
             let (colour, _, dash) = line_style(i);
             let entry = format!("stroke='{colour}' stroke-width=");
             let at = legend
-                .find(&format!("{} 10.0.0.1:{}", snap.servers[i].id, 6000 + i))
+                .find(&format!(
+                    "{} 10.0.0.1:{}",
+                    snap.state.servers[i].id,
+                    6000 + i
+                ))
                 .expect("in the legend");
             let swatch = &legend[..at];
             let swatch = &swatch[swatch.rfind("<svg").expect("a swatch")..];
@@ -1081,7 +1096,7 @@ mod tests {
     #[test]
     fn portuguese_pages_carry_no_english() {
         let mut s = server(1, NOW, &[(2, 0)], 0);
-        s.state = State::Quarantined;
+        s.state = Standing::Quarantined;
         s.quarantine = Some((NOW - 1000, NOW + 119_000));
         s.reason = Some(Reason::Monitor);
         s.last_error = Some("connection refused".into());
