@@ -21,7 +21,7 @@ use tracing::{Instrument, error, info, warn};
 use crate::balancer::Balancer;
 use crate::clock::wall_ms;
 use crate::config::{self, BalancerConfig, Config, plural, show_duration};
-use crate::context::Context;
+use crate::context::{Context, Ending};
 use crate::listener::{self, BindError};
 use crate::resolve::Resolver;
 use crate::shutdown::Shutdown;
@@ -266,7 +266,8 @@ fn spawn_accept_loops(
                 // Registered with the worker's own reactor, so it must be made there.
                 match TcpListener::from_std(listener) {
                     Ok(listener) => {
-                        listener::accept_loop(listener, balancer, ctx, tasks, stop, cut).await
+                        let ending = Ending { closing: stop, cut };
+                        listener::accept_loop(listener, balancer, ctx, tasks, ending).await
                     }
                     Err(e) => error!("cannot start accepting: {}", crate::os_error::words(&e)),
                 }

@@ -26,7 +26,7 @@ pub struct Context {
 }
 
 /// How a balancer tells its connections to end.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Ending {
     /// Cancelled when the listener closes: a query connection answers the request in hand
     /// and closes; clients carry on.

@@ -12,7 +12,8 @@
 //! - [`context`]: the broker's shared state handed to every connection's task (configuration,
 //!   balancers, shutdown state) and how a balancer tells its connections to end.
 //! - [`listener`]: binding and the accept loop (never dies; `MAX_CONNECTIONS`).
-//! - [`forward`]: one client's way: candidates, connect (quarantine, retry), relay, account.
+//! - [`client`]: one accepted connection as a struct whose methods are its way: sniff, take
+//!   a place, choose and connect (quarantine, retry), relay, account.
 //! - [`dial`]: connecting to a server: resolve, refuse the broker itself, connect with
 //!   timeout, socket options; for clients and the monitor alike.
 //! - [`select`]: the balancing policies, pure logic.
@@ -44,12 +45,12 @@
 
 pub mod balancer;
 pub mod broker;
+pub mod client;
 pub mod clock;
 pub mod config;
 pub mod context;
 pub mod demo;
 pub mod dial;
-pub mod forward;
 pub mod health;
 pub mod listener;
 pub mod logging;

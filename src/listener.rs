@@ -8,14 +8,13 @@ use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::{TcpListener, TcpStream};
-use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{Instrument, Span, debug, warn};
+use tracing::{Span, debug, warn};
 
 use crate::balancer::Balancer;
-use crate::config::BalancerConfig;
+use crate::client::{Client, Entrance};
+use crate::config::{BalancerConfig, Keepalive};
 use crate::context::{Context, Ending};
-use crate::forward;
 use crate::os_error::{explain_bind, words};
 use crate::sys;
 
@@ -100,23 +99,32 @@ fn is_connection_error(e: &io::Error) -> bool {
     )
 }
 
-/// Accepts clients until `stop_accepting` is cancelled, spawning each on `tasks`. `cut` ends
-/// the relays still running when the shutdown timeout is over.
+/// Accepts clients of `balancer` until `ending.closing` is cancelled (then serves what the
+/// kernel had queued), starting each as a [`Client`] counted on `tasks`; `ending.cut` ends
+/// the relays still running when the shutdown timeout is over. Log lines carry the current
+/// span (the balancer's).
 pub async fn accept_loop(
     listener: TcpListener,
     balancer: Arc<Balancer>,
     ctx: Arc<Context>,
     tasks: TaskTracker,
-    stop_accepting: CancellationToken,
-    cut: CancellationToken,
+    ending: Ending,
 ) {
-    let local = listener.local_addr().ok();
-    let ending = Ending {
-        closing: stop_accepting.clone(),
-        cut,
-    };
+    let stop_accepting = ending.closing.clone();
+    let entrance = Arc::new(Entrance {
+        ctx,
+        balancer,
+        ending,
+        local: listener.local_addr().ok(),
+        tasks,
+        span: Span::current(),
+    });
+    let balancer = &entrance.balancer;
     let start = |stream: TcpStream, peer: SocketAddr| {
-        start_client(&balancer, &ctx, &tasks, &ending, local, stream, peer);
+        if !sys::ACCEPTED_INHERIT_OPTIONS {
+            set_accepted_options(&stream, &balancer.pool().config.keepalive, peer);
+        }
+        Client::new(&entrance, stream, peer).start();
     };
     // The keepalive settings the listener carries for its accepted sockets to inherit; set
     // again when a reload changes them.
@@ -182,44 +190,11 @@ fn drain_queue(listener: &TcpListener, mut start: impl FnMut(TcpStream, SocketAd
     }
 }
 
-/// Starts the task of one accepted connection. Past `MAX_CONNECTIONS` it is closed at once
-/// (a clear refusal beats a hang in the backlog), unless it turns out to be a query:
-/// operators look then.
-fn start_client(
-    balancer: &Arc<Balancer>,
-    ctx: &Arc<Context>,
-    tasks: &TaskTracker,
-    ending: &Ending,
-    local: Option<SocketAddr>,
-    stream: TcpStream,
-    peer: SocketAddr,
-) {
-    let pool = balancer.pool();
-    if !sys::ACCEPTED_INHERIT_OPTIONS {
-        let _ = stream.set_nodelay(true);
-        if let Err(e) = sys::set_keepalive(&stream, &pool.config.keepalive) {
-            debug!(client = %peer, "cannot set keepalive: {}", words(&e));
-        }
-    }
-    // The balancer's span (the accept loop's), not one per connection: creating and
-    // formatting a span per client cost more than the fields it adds, which the connection's
-    // few log lines carry themselves (`client=`, `server=`).
-    let span = Span::current();
-    let (b, ctx) = (Arc::clone(balancer), Arc::clone(ctx));
-    if !balancer.at_limit(&pool) {
-        tasks.spawn(forward::serve(
-            ctx,
-            b,
-            stream,
-            peer,
-            local,
-            ending.clone(),
-            span,
-        ));
-    } else if pool.config.query.enabled {
-        let at_limit = forward::serve_at_limit(ctx, b, stream, peer, local, ending.clone());
-        tasks.spawn(at_limit.instrument(span));
-    } else {
-        balancer.refused(local);
+/// TCP_NODELAY and keepalive on an accepted socket, where it does not inherit them from its
+/// listener ([`sys::ACCEPTED_INHERIT_OPTIONS`]).
+fn set_accepted_options(stream: &TcpStream, keepalive: &Keepalive, peer: SocketAddr) {
+    let _ = stream.set_nodelay(true);
+    if let Err(e) = sys::set_keepalive(stream, keepalive) {
+        debug!(client = %peer, "cannot set keepalive: {}", words(&e));
     }
 }
