@@ -20,6 +20,7 @@ use crate::query::{
     sniff::{Verdict, sniff},
 };
 use crate::relay::{Counters, relay};
+use crate::stream::Stream;
 
 /// What every client of one listening socket shares: the broker's state, the balancer, how
 /// the balancer ends its connections, and where its tasks are counted. Made once per accept
@@ -42,18 +43,18 @@ pub struct Entrance {
     pub span: Span,
 }
 
-/// One accepted connection, from its first bytes to its closing line.
-pub struct Client {
+/// One accepted connection over any [`Stream`], from its first bytes to its closing line.
+pub struct Client<S> {
     entrance: Arc<Entrance>,
     /// The pool when it arrived: the connection keeps this generation's settings.
     pool: Arc<Pool>,
-    stream: TcpStream,
+    stream: S,
     peer: SocketAddr,
 }
 
-impl Client {
+impl<S: Stream> Client<S> {
     /// A client accepted through `entrance` from `peer`.
-    pub fn new(entrance: &Arc<Entrance>, stream: TcpStream, peer: SocketAddr) -> Client {
+    pub fn new(entrance: &Arc<Entrance>, stream: S, peer: SocketAddr) -> Client<S> {
         Client {
             pool: entrance.balancer.pool(),
             entrance: Arc::clone(entrance),
@@ -101,10 +102,7 @@ impl Client {
                 return self.refuse();
             }
             match self.sniff().instrument(span.clone()).await {
-                Some((client, first)) => {
-                    self = client;
-                    first
-                }
+                Some(first) => first,
                 None => return,
             }
         } else {
@@ -131,19 +129,18 @@ impl Client {
     }
 
     /// Reads the client's first bytes and serves it to the end when they are a query. Returns
-    /// the client and the bytes read when it is to be forwarded; `None` when nothing is left
-    /// to do: it was a query, or it closed or stalled first.
-    async fn sniff(self) -> Option<(Client, Vec<u8>)> {
+    /// the bytes read when it is to be forwarded; `None` when nothing is left to do: it was a
+    /// query, or it closed or stalled first.
+    async fn sniff(&mut self) -> Option<Vec<u8>> {
         let mut first = Vec::new();
         let limit = self.pool.config.query.sniff_timeout;
         let peer = self.peer;
-        match sniff(&self.stream, &mut first, limit).await {
-            Ok(Verdict::Forward) => return Some((self, first)),
+        match sniff(&mut self.stream, &mut first, limit).await {
+            Ok(Verdict::Forward) => return Some(first),
             Ok(Verdict::Query) => {
-                let Client {
-                    entrance, stream, ..
-                } = self;
+                let entrance = &self.entrance;
                 let (ctx, balancer) = (Arc::clone(&entrance.ctx), Arc::clone(&entrance.balancer));
+                let stream = &mut self.stream;
                 // Boxed: the query's state is large and rare, and every connection's task
                 // would otherwise carry (and copy) room for it.
                 Box::pin(query::serve(
@@ -267,7 +264,7 @@ mod tests {
         lookups: AtomicUsize,
     }
     /// A client of `balancer` (its stream a loopback connection), to call its steps alone.
-    async fn client_of(balancer: &Arc<Balancer>, config: Config) -> Client {
+    async fn client_of(balancer: &Arc<Balancer>, config: Config) -> Client<TcpStream> {
         let ctx = Arc::new(Context {
             config: arc_swap::ArcSwap::from_pointee(config),
             balancers: arc_swap::ArcSwap::from_pointee(vec![Arc::clone(balancer)]),

@@ -26,7 +26,10 @@
 //! - [`monitor`]: the rounds: check every server, count fall and rise, hand the results to
 //!   the balancer.
 //! - [`places`]: query places (`QUERY_MAX_CONNECTIONS`), given up by idle connections.
-//! - [`relay`]: bytes both ways with half-close.
+//! - [`relay`]: bytes both ways with half-close over any stream; splice between plain
+//!   sockets.
+//! - [`stream`]: the streams served and relayed (any `AsyncRead + AsyncWrite`), with what a
+//!   plain TCP socket can do besides.
 //! - [`resolve`]: server names to addresses: cached, one lookup per name, a bound on lookups
 //!   in flight; a destination that is the broker itself refused.
 //! - [`query`]: `/TOTVS_BROKER_QUERY` on the balancers' ports: telling queries from clients
@@ -63,6 +66,7 @@ pub mod resolve;
 pub mod select;
 pub mod self_loop;
 pub mod shutdown;
+pub mod stream;
 pub mod sys;
 pub mod throttle;
 pub mod workers;

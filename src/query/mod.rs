@@ -30,7 +30,6 @@ use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
-use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
@@ -39,6 +38,12 @@ use crate::config::Config;
 use crate::context::{Context, Ending};
 use crate::places::Place;
 use snapshot::{Snapshot, Standing};
+
+/// What a query is answered over: any byte stream (the client's own connection, lent by its
+/// task, plain or TLS).
+pub trait Connection: AsyncRead + AsyncWrite + Unpin + Send {}
+
+impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection for S {}
 
 /// Longest request line accepted (beyond it: 414). TOTVS monitors send short ones.
 const MAX_REQUEST_LINE: usize = 8 * 1024;
@@ -67,10 +72,10 @@ const LINGER: Duration = Duration::from_secs(2);
 /// `QUERY_ALLOW`): a refused client is answered 403 and closed, holding no query place. When
 /// `ending.closing` is cancelled the request in hand is answered and the connection closed (a
 /// refreshing page would keep it open); `ending.cut` ends it at once.
-pub async fn serve(
+pub async fn serve<S: Connection>(
     ctx: Arc<Context>,
     balancer: Arc<Balancer>,
-    stream: TcpStream,
+    stream: S,
     first: Vec<u8>,
     peer: SocketAddr,
     ending: &Ending,
@@ -82,10 +87,10 @@ pub async fn serve(
 }
 
 /// [`serve`] until it is cut.
-async fn answer_connection(
+async fn answer_connection<S: Connection>(
     ctx: Arc<Context>,
     balancer: Arc<Balancer>,
-    mut stream: TcpStream,
+    mut stream: S,
     first: Vec<u8>,
     peer: SocketAddr,
     closing: &CancellationToken,
@@ -199,7 +204,7 @@ fn refusal(pool: &Pool, peer: SocketAddr) -> Option<String> {
 /// Answers a query that is not served (403, 503) and closes it: the answer, then the end of
 /// the broker's sending side, then whatever the client still sends is read and dropped for up
 /// to [`LINGER`], so the answer is not lost to a reset. Holds no query place.
-async fn refuse(mut stream: TcpStream, status: &str, body: &str, head_only: bool) {
+async fn refuse<S: Connection>(mut stream: S, status: &str, body: &str, head_only: bool) {
     if respond_raw(&mut stream, status, body, head_only)
         .await
         .is_err()
@@ -226,7 +231,7 @@ enum HeadError {
 }
 
 /// Reads until the end of the first request head (a blank line), within the limits.
-async fn read_head(stream: &mut TcpStream, head: &mut Vec<u8>) -> Result<(), HeadError> {
+async fn read_head<S: Connection>(stream: &mut S, head: &mut Vec<u8>) -> Result<(), HeadError> {
     let mut chunk = [0u8; 2048];
     loop {
         let line_end = find(head, b"\r\n").or_else(|| find(head, b"\n"));
@@ -253,8 +258,8 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 
 /// A minimal response for a request hyper never sees (refused, too long, too many queries);
 /// `head_only` for a HEAD request, which gets no body.
-async fn respond_raw(
-    stream: &mut TcpStream,
+async fn respond_raw<S: Connection>(
+    stream: &mut S,
     status: &str,
     body: &str,
     head_only: bool,
@@ -528,15 +533,15 @@ fn body(status: StatusCode, content_type: &'static str, content: String) -> Resp
 
 /// The client's stream with the bytes already read in front of it. Bytes coming in mark its
 /// query place busy; once the place was given to another query, it reads as closed.
-struct Prefixed {
+struct Prefixed<S> {
     first: Vec<u8>,
     read: usize,
-    stream: TcpStream,
+    stream: S,
     place: Arc<Place>,
 }
 
-impl Prefixed {
-    fn new(first: Vec<u8>, stream: TcpStream, place: Arc<Place>) -> Self {
+impl<S> Prefixed<S> {
+    fn new(first: Vec<u8>, stream: S, place: Arc<Place>) -> Self {
         Prefixed {
             first,
             read: 0,
@@ -546,7 +551,7 @@ impl Prefixed {
     }
 }
 
-impl AsyncRead for Prefixed {
+impl<S: Connection> AsyncRead for Prefixed<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut TaskContext<'_>,
@@ -577,7 +582,7 @@ impl AsyncRead for Prefixed {
     }
 }
 
-impl AsyncWrite for Prefixed {
+impl<S: Connection> AsyncWrite for Prefixed<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut TaskContext<'_>,
