@@ -285,6 +285,19 @@ pub enum Unserved {
     BrokerFault,
 }
 
+/// A relayed connection as it ended, for [`Balancer::ended`].
+#[derive(Debug)]
+pub struct Closed<'a> {
+    /// The client's address.
+    pub client: SocketAddr,
+    /// How long the connection lasted, from its accept.
+    pub duration: Duration,
+    /// What the relay did.
+    pub outcome: &'a Outcome,
+    /// `LOG_CONNECTIONS` of the connection's generation.
+    pub log_connections: bool,
+}
+
 /// One `[BALANCE_*]` section at run time.
 #[derive(Debug)]
 pub struct Balancer {
@@ -546,26 +559,22 @@ impl Balancer {
         }
     }
 
-    /// A relayed connection ended: its closing line (always for an idle close, which the
-    /// broker decided; otherwise with `LOG_CONNECTIONS`).
-    pub fn ended(
-        &self,
-        lease: &Lease,
-        client: SocketAddr,
-        duration: Duration,
-        outcome: &Outcome,
-        log_connections: bool,
-    ) {
-        if log_connections || matches!(outcome.end, End::Idle) {
-            info!(
-                duration = %format_args!("{:.3}s", duration.as_secs_f64()),
-                bytes_from_client = outcome.to_server,
-                bytes_to_client = outcome.to_client,
-                ended_by = %outcome.end,
-                client = %client,
-                server = %lease.server.address,
-                "connection closed"
-            );
+    /// A relayed connection ended: its closing line, in `span` (always for an idle close,
+    /// which the broker decided; otherwise with `LOG_CONNECTIONS`).
+    pub fn ended(&self, lease: &Lease, closed: &Closed<'_>, span: &Span) {
+        let outcome = closed.outcome;
+        if closed.log_connections || matches!(outcome.end, End::Idle) {
+            span.in_scope(|| {
+                info!(
+                    duration = %format_args!("{:.3}s", closed.duration.as_secs_f64()),
+                    bytes_from_client = outcome.to_server,
+                    bytes_to_client = outcome.to_client,
+                    ended_by = %outcome.end,
+                    client = %closed.client,
+                    server = %lease.server.address,
+                    "connection closed"
+                );
+            });
         }
     }
 

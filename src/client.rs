@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, Span, debug};
 
-use crate::balancer::{Balancer, ClientSlot, Eligible, Lease, Pool, Unserved};
+use crate::balancer::{Balancer, ClientSlot, Closed, Eligible, Lease, Pool, Unserved};
 use crate::context::{Context, Ending};
 use crate::dial::{ConnectError, connect, keep_alive};
 use crate::os_error::words;
@@ -232,16 +232,14 @@ impl<S: Stream> Client<S> {
             self.entrance.ending.cut.cancelled(),
         )
         .await;
-        let (balancer, log_connections) = (&self.entrance.balancer, config.log_connections);
-        self.entrance.span.in_scope(|| {
-            balancer.ended(
-                &lease,
-                self.peer,
-                started.elapsed(),
-                &outcome,
-                log_connections,
-            );
-        });
+        let closed = Closed {
+            client: self.peer,
+            duration: started.elapsed(),
+            outcome: &outcome,
+            log_connections: config.log_connections,
+        };
+        let entrance = &self.entrance;
+        entrance.balancer.ended(&lease, &closed, &entrance.span);
     }
 }
 
