@@ -23,6 +23,7 @@ use crate::config::{
     BalancerConfig, BalancerKind, Host, Monitoring, ServerConfig, ServerId, SortMethod, plural,
     setting_changes,
 };
+use crate::events::{Event, Events, Unserved};
 use crate::health::{Check, CheckFailed, Episode, Health, Now, Reason, Release};
 use crate::os_error::{Explained, PointsAt};
 use crate::places::{Place, QueryPlaces};
@@ -276,15 +277,6 @@ struct Stats {
     last_connection_ms: AtomicU64,
 }
 
-/// Why a client was closed without a server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Unserved {
-    /// Every candidate was tried (or `MAX_ATTEMPTS` were) and none answered.
-    NoServer,
-    /// The broker itself lacked descriptors, ports or memory: no server is blamed.
-    BrokerFault,
-}
-
 /// A relayed connection as it ended, for [`Balancer::ended`].
 #[derive(Debug)]
 pub struct Closed<'a> {
@@ -320,11 +312,14 @@ pub struct Balancer {
     accept_failures: throttle::Episode,
     /// The process's resolver, which its clients and monitor connect through.
     resolver: Arc<Resolver>,
+    /// Where the balancer's events are published.
+    events: Events,
 }
 
 impl Balancer {
-    /// A balancer over `config`'s servers, all available, resolving names with `resolver`.
-    pub fn new(config: BalancerConfig, resolver: Arc<Resolver>) -> Self {
+    /// A balancer over `config`'s servers, all available, resolving names with `resolver` and
+    /// publishing its events on `events`.
+    pub fn new(config: BalancerConfig, resolver: Arc<Resolver>, events: Events) -> Self {
         let servers = config
             .servers
             .iter()
@@ -341,6 +336,7 @@ impl Balancer {
             broker_faults: throttle::Episode::default(),
             accept_failures: throttle::Episode::default(),
             resolver,
+            events,
         }
     }
 
@@ -362,6 +358,11 @@ impl Balancer {
     /// The process's resolver, which the balancer's clients and monitor dial through.
     pub fn resolver(&self) -> &Arc<Resolver> {
         &self.resolver
+    }
+
+    /// Where the balancer's events are published.
+    pub fn events(&self) -> &Events {
+        &self.events
     }
 
     /// The instant now, on this balancer's clock and the wall clock.
@@ -480,6 +481,9 @@ impl Balancer {
     /// A client refused at `MAX_CONNECTIONS`; the first of an episode is logged.
     pub fn refused(&self, local: Option<SocketAddr>) {
         self.stats.rejected.fetch_add(1, Relaxed);
+        self.events.emit(|| Event::Refused {
+            balancer: self.kind(),
+        });
         if self.refusals.strike() {
             warn!(
                 "MAX_CONNECTIONS ({}) reached on {}: new clients are closed at once until some leave",
@@ -523,7 +527,15 @@ impl Balancer {
     /// client is to be closed rather than sent to the next server.
     pub fn connect_failed(&self, lease: &Lease, error: &Explained, client: SocketAddr) -> bool {
         let server = &lease.server;
-        if error.points_at == PointsAt::Broker {
+        let blamed = error.points_at != PointsAt::Broker;
+        self.events.emit(|| Event::ConnectFailed {
+            balancer: self.kind(),
+            client,
+            server: server.address.clone(),
+            error: error.to_string(),
+            blamed,
+        });
+        if !blamed {
             if self.broker_faults.strike() {
                 error!(
                     server = %server.address,
@@ -548,6 +560,11 @@ impl Balancer {
     /// A client closed without a server.
     pub fn unserved(&self, client: SocketAddr, why: Unserved) {
         self.stats.unserved.fetch_add(1, Relaxed);
+        self.events.emit(|| Event::Unserved {
+            balancer: self.kind(),
+            client,
+            why,
+        });
         if why == Unserved::NoServer
             && let Some(suppressed) = self.no_servers_log.allow()
         {
@@ -563,6 +580,15 @@ impl Balancer {
     /// which the broker decided; otherwise with `LOG_CONNECTIONS`).
     pub fn ended(&self, lease: &Lease, closed: &Closed<'_>, span: &Span) {
         let outcome = closed.outcome;
+        self.events.emit(|| Event::ConnectionEnded {
+            balancer: self.kind(),
+            client: closed.client,
+            server: lease.server.address.clone(),
+            duration: closed.duration,
+            bytes_from_client: outcome.to_server,
+            bytes_to_client: outcome.to_client,
+            ended_by: outcome.end.clone(),
+        });
         if closed.log_connections || matches!(outcome.end, End::Idle) {
             span.in_scope(|| {
                 info!(
@@ -647,9 +673,18 @@ impl Balancer {
         let duration = self.pool.load().config.quarantine_time;
         let q = server.health.failed(reason, error, duration, self.now());
         if q.expired_first {
-            log_release(server, Release::TimeUp);
+            self.released(server, Release::TimeUp);
         }
         let (start, stop) = (q.at_wall_ms / 1000, q.until_wall_ms / 1000);
+        self.events.emit(|| Event::Quarantined {
+            balancer: self.kind(),
+            server: server.address.clone(),
+            reason,
+            error: error.to_string(),
+            started: q.started,
+            at_wall_ms: q.at_wall_ms,
+            until_wall_ms: q.until_wall_ms,
+        });
         warn!(
             "putting server {} in quarantine start={start} stop={stop} ({}) until={}",
             server.address,
@@ -663,8 +698,22 @@ impl Balancer {
     /// Releases `server` from quarantine, if it is in one, and logs why.
     pub fn release(&self, server: &Server, why: Release) {
         if server.health.passed(why, self.now()) {
-            log_release(server, why);
+            self.released(server, why);
         }
+    }
+
+    /// The one place a release is told: its line and its event.
+    fn released(&self, server: &Server, why: Release) {
+        info!(
+            "releasing server {} from quarantine ({})",
+            server.address,
+            why.as_str()
+        );
+        self.events.emit(|| Event::Released {
+            balancer: self.kind(),
+            server: server.address.clone(),
+            why,
+        });
     }
 
     /// Releases the servers whose quarantine's time is up, logging each; returns the earliest
@@ -674,7 +723,7 @@ impl Balancer {
         let mut earliest: Option<u64> = None;
         for server in &self.pool().servers {
             if server.health.expired(now) {
-                log_release(server, Release::TimeUp);
+                self.released(server, Release::TimeUp);
             }
             let until = server.health.until_ms();
             if until != 0 {
@@ -691,12 +740,26 @@ impl Balancer {
 
     /// Records a passed monitor check of `server`; returns the checks passed in a row.
     pub fn check_passed(&self, server: &Server, check: Check) -> u32 {
-        server.health.check_passed(check)
+        let in_a_row = server.health.check_passed(check);
+        self.events.emit(|| Event::CheckPassed {
+            balancer: self.kind(),
+            server: server.address.clone(),
+            in_a_row,
+        });
+        in_a_row
     }
 
     /// Records a failed monitor check of `server` (the check's error is set).
     pub fn check_failed(&self, server: &Server, check: Check) -> CheckFailed {
-        server.health.check_failed(check, self.now())
+        let error = check.error.clone().unwrap_or_default();
+        let counted = server.health.check_failed(check, self.now());
+        self.events.emit(|| Event::CheckFailed {
+            balancer: self.kind(),
+            server: server.address.clone(),
+            error,
+            in_a_row: counted.in_a_row,
+        });
+        counted
     }
 
     /// Records every server's active connections as this minute's sample (the chart).
@@ -705,14 +768,6 @@ impl Balancer {
             server.sample();
         }
     }
-}
-
-fn log_release(server: &Server, why: Release) {
-    info!(
-        "releasing server {} from quarantine ({})",
-        server.address,
-        why.as_str()
-    );
 }
 
 /// Adds one to `open` unless it has reached `max`; returns the new count.
@@ -845,7 +900,7 @@ mod tests {
         let text = format!("[BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_PORT=5000\n{servers}");
         let loaded = crate::config::Config::from_text(&text, std::path::Path::new("t.ini"));
         let config = loaded.expect("valid").config.balancers.remove(0);
-        Balancer::new(config, Arc::new(Resolver::new(32)))
+        Balancer::new(config, Arc::new(Resolver::new(32)), Events::default())
     }
 
     #[tokio::test(start_paused = true)]

@@ -11,9 +11,10 @@ use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, Span, debug};
 
-use crate::balancer::{Balancer, ClientSlot, Closed, Eligible, Lease, Pool, Unserved};
+use crate::balancer::{Balancer, ClientSlot, Closed, Eligible, Lease, Pool};
 use crate::context::{Context, Ending};
 use crate::dial::{ConnectError, connect, keep_alive};
+use crate::events::Unserved;
 use crate::os_error::words;
 use crate::query::{
     self,
@@ -321,6 +322,7 @@ mod tests {
         let balancer = Arc::new(Balancer::new(
             config.balancers.remove(0),
             Arc::clone(&resolver),
+            crate::events::Events::default(),
         ));
         let pool = balancer.pool();
         let client = client_of(&balancer, config).await;

@@ -19,7 +19,9 @@
 //! - [`select`]: the balancing policies, pure logic.
 //! - [`self_loop`]: whether a server's address is the broker's own (a loop), for the
 //!   configuration's checks and every connect.
-//! - [`broker`]: the balancers at run time: start, reload on SIGHUP, drain on shutdown.
+//! - [`broker`]: the broker as a library: bind, start, subscribe to its events, read a
+//!   balancer's state, reload (with its result), drain and stop.
+//! - [`events`]: what happens in a broker, as events to subscribe to.
 //! - [`balancer`]: a balancer's live state: servers, counters, the lease that counts a
 //!   connection against its server; reconfigured in place by a reload.
 //! - [`health`]: a server's quarantine state as pure transitions returning what changed.
@@ -54,6 +56,7 @@ pub mod config;
 pub mod context;
 pub mod demo;
 pub mod dial;
+pub mod events;
 pub mod health;
 pub mod listener;
 pub mod logging;
@@ -71,5 +74,6 @@ pub mod sys;
 pub mod throttle;
 pub mod workers;
 
-pub use broker::Broker;
+pub use broker::{Bound, Broker, Control, ReloadError, StartError};
+pub use events::{Event, Subscription};
 pub use listener::BindError;

@@ -19,6 +19,7 @@ use crate::balancer::{Balancer, Pool, Server};
 use crate::clock::wall_ms;
 use crate::config::{BalancerConfig, Host, Monitoring, plural, show_duration, show_escaped};
 use crate::dial::{ConnectError, connect};
+use crate::events::Event;
 use crate::health::{Check, Reason, Release};
 use crate::os_error::{Explained, PointsAt};
 use crate::resolve::Resolver;
@@ -322,4 +323,10 @@ fn summarize(balancer: &Balancer, pool: &Pool, unchecked: &[usize], cause: Optio
     if available == 0 && unchecked.is_empty() {
         error!("monitor: attention, there are no remote servers available");
     }
+    balancer.events().emit(|| Event::MonitorRound {
+        balancer: pool.config.kind,
+        available,
+        unavailable: unavailable.iter().map(|a| a.to_string()).collect(),
+        unchecked: unchecked.len(),
+    });
 }

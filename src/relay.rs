@@ -19,6 +19,7 @@ use std::time::Duration;
 use tokio::io::ReadBuf;
 use tokio::time::Instant;
 
+use crate::os_error::words;
 use crate::stream::Stream;
 
 /// Bytes moved per read. Measured on loopback (iperf3 through the broker, 2 cores): 16 KiB
@@ -83,12 +84,12 @@ impl Side {
 }
 
 /// Why a relay ended.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum End {
     /// Both directions finished; the side that closed first.
     Closed(Side),
-    /// An error on one side's socket; the other side was closed too.
-    Error(Side, io::Error),
+    /// An error on one side's socket (in words); the other side was closed too.
+    Error(Side, String),
     /// The broker stopped it (shutdown timeout).
     Stopped,
     /// No bytes either way for `IDLE_TIMEOUT`.
@@ -99,12 +100,7 @@ impl fmt::Display for End {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             End::Closed(side) => f.write_str(side.as_str()),
-            End::Error(side, e) => write!(
-                f,
-                "error ({} side: {})",
-                side.as_str(),
-                crate::os_error::words(e)
-            ),
+            End::Error(side, words) => write!(f, "error ({} side: {words})", side.as_str()),
             End::Stopped => f.write_str("shutdown"),
             End::Idle => f.write_str("idle-timeout"),
         }
@@ -180,8 +176,8 @@ impl Half {
             return None;
         }
         match self.poll_copy(cx, from, to, counter, last) {
-            Poll::Ready(Err(Failure::Read(e))) => Some(End::Error(reader, e)),
-            Poll::Ready(Err(Failure::Write(e))) => Some(End::Error(reader.other(), e)),
+            Poll::Ready(Err(Failure::Read(e))) => Some(End::Error(reader, words(&e))),
+            Poll::Ready(Err(Failure::Write(e))) => Some(End::Error(reader.other(), words(&e))),
             Poll::Ready(Ok(())) | Poll::Pending => None,
         }
     }
