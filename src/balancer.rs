@@ -740,26 +740,12 @@ impl Balancer {
 
     /// Records a passed monitor check of `server`; returns the checks passed in a row.
     pub fn check_passed(&self, server: &Server, check: Check) -> u32 {
-        let in_a_row = server.health.check_passed(check);
-        self.events.emit(|| Event::CheckPassed {
-            balancer: self.kind(),
-            server: server.address.clone(),
-            in_a_row,
-        });
-        in_a_row
+        server.health.check_passed(check)
     }
 
     /// Records a failed monitor check of `server` (the check's error is set).
     pub fn check_failed(&self, server: &Server, check: Check) -> CheckFailed {
-        let error = check.error.clone().unwrap_or_default();
-        let counted = server.health.check_failed(check, self.now());
-        self.events.emit(|| Event::CheckFailed {
-            balancer: self.kind(),
-            server: server.address.clone(),
-            error,
-            in_a_row: counted.in_a_row,
-        });
-        counted
+        server.health.check_failed(check, self.now())
     }
 
     /// Records every server's active connections as this minute's sample (the chart).

@@ -73,6 +73,8 @@ pub enum Event {
         server: String,
         /// The failure in words.
         error: String,
+        /// The failure with what it points at, as the log explains it.
+        explained: String,
         /// Checks failed in a row (for `MONITOR_FALL`).
         in_a_row: u32,
     },

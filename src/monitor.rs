@@ -239,6 +239,11 @@ fn passed(balancer: &Balancer, pool: &Pool, server: &Server, took: Duration) {
         error: None,
     };
     let passes = balancer.check_passed(server, check);
+    balancer.events().emit(|| Event::CheckPassed {
+        balancer: pool.config.kind,
+        server: server.address.clone(),
+        in_a_row: passes,
+    });
     if !server.is_quarantined() {
         return;
     }
@@ -270,6 +275,13 @@ fn failed(balancer: &Balancer, pool: &Pool, server: &Server, took: Duration, e: 
         _ => &[],
     };
     let explained = e.explain(config.connect_timeout, expect);
+    balancer.events().emit(|| Event::CheckFailed {
+        balancer: config.kind,
+        server: server.address.clone(),
+        error: words.clone(),
+        explained: explained.clone(),
+        in_a_row: counted.in_a_row,
+    });
     let fall = config.monitor_fall;
     if counted.in_a_row >= fall || server.is_quarantined() {
         if !counted.repeated {
