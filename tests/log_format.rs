@@ -489,3 +489,154 @@ async fn max_connections_is_logged_once_per_episode_with_the_count_refused() {
     assert!(closed_at_once(stream).await, "a client past the limit");
     broker.wait_for_logs(REACHED, 2).await;
 }
+
+/// Rewrites the broker's file with `text` (placeholders filled) and sends SIGHUP.
+fn sighup_with(broker: &Broker, text: &str) {
+    let text = fill_placeholders(text, &broker.ports, broker.dir.path());
+    std::fs::write(&broker.config_path, text).expect("rewrite the ini");
+    broker.signal(nix::sys::signal::Signal::SIGHUP);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_lines_say_what_changed_what_was_refused_and_what_is_cut() {
+    let a = TestServer::start("a").await;
+    let b = TestServer::start("b").await;
+    let single = ini_for(&[&a], "").replace("SHUTDOWN_TIMEOUT=5", "SHUTDOWN_TIMEOUT=1s");
+    let web = format!(
+        "[BALANCE_WEB_SERVICES]\nLOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT=@PORT2@\n\
+         MONITORING_TYPE=DISABLED\nREMOTE_SERVER_01={}\n",
+        b.ini()
+    );
+    let broker = Broker::start(&format!("{single}{web}")).await;
+
+    // An invalid file: every error at ERROR, naming file and line, then the rejection.
+    sighup_with(
+        &broker,
+        &single.replace("SHUTDOWN_TIMEOUT=1s", "SHUTDOWN_TIMEOUT=forever"),
+    );
+    wait_for_message_at(
+        &broker,
+        "ERROR",
+        "reload rejected: the running configuration stays",
+    )
+    .await;
+    let file = broker.config_path.display().to_string();
+    wait_for_start_at(
+        &broker,
+        "ERROR",
+        &format!("{file}:2: [General] SHUTDOWN_TIMEOUT: `forever`"),
+    )
+    .await;
+
+    // A removed balancer with a connection open: closed, then cut after SHUTDOWN_TIMEOUT.
+    let (held, _) = hold(broker.addr2()).await;
+    sighup_with(&broker, &single);
+    wait_for_message_at(
+        &broker,
+        "INFO",
+        "configuration reloaded: [BALANCE_WEB_SERVICES] removed",
+    )
+    .await;
+    wait_for_message_at(
+        &broker,
+        "INFO",
+        "[BALANCE_WEB_SERVICES] removed: listener closed; its 1 connection may take up to 1s \
+         to finish",
+    )
+    .await;
+    wait_for_message_at(
+        &broker,
+        "WARN",
+        "[BALANCE_WEB_SERVICES] removed: cutting 1 connection still open",
+    )
+    .await;
+    assert!(closed_at_once(held).await, "the held client must be cut");
+
+    // A listen address that cannot be bound: said at ERROR, the old one kept.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = taken.local_addr().expect("address").port();
+    sighup_with(&broker, &single.replace("@PORT@", &port.to_string()));
+    let error = wait_for_start_at(
+        &broker,
+        "ERROR",
+        &format!("cannot listen on 127.0.0.1:{port} for [BALANCE_SMART_CLIENT_DESKTOP]: "),
+    )
+    .await;
+    assert!(
+        error.ends_with(&format!(
+            "[BALANCE_SMART_CLIENT_DESKTOP] keeps listening on {}",
+            broker.addr()
+        )),
+        "{error}"
+    );
+    // Once it is free, the move is said at INFO.
+    drop(taken);
+    broker.signal(nix::sys::signal::Signal::SIGHUP);
+    wait_for_message_at(
+        &broker,
+        "INFO",
+        &format!(
+            "[BALANCE_SMART_CLIENT_DESKTOP] now listens on 127.0.0.1:{port} (was {})",
+            broker.addr()
+        ),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_closed_line_counts_the_bytes_each_way_and_who_ended() {
+    let a = TestServer::start("a").await;
+    let broker = Broker::start(&ini_for(&[&a], "")).await;
+    let mut client = TcpStream::connect(broker.addr()).await.expect("connect");
+    let local = client.local_addr().expect("address");
+    // Sent: "hello\n" (6) and "second line\n" (12) = 18.
+    // Received: "a: hello\n" (9) and "a: second line\n" (15) = 24.
+    assert_eq!(exchange(&mut client, "hello").await.expect("connect"), "a");
+    assert_eq!(
+        exchange(&mut client, "second line").await.expect("connect"),
+        "a"
+    );
+    drop(client);
+
+    let needle = format!("client={local} ");
+    let line = wait_for_line(&broker, "the closing line", |l| {
+        l.text.starts_with("connection closed") && format!("{} ", l.text).contains(&needle)
+    })
+    .await;
+    assert_eq!(line.level, "INFO");
+    let line = line.text;
+    assert!(
+        line.contains("bytes_from_client=18 bytes_to_client=24 ended_by=client"),
+        "{line}"
+    );
+    assert!(line.contains(&format!("server={}", a.address())), "{line}");
+}
+
+/// The start of a query that never ends.
+const UNFINISHED: &[u8] = b"GET /TOTVS_BROKER_QUERY/PING HTTP/1.1\r\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn running_out_of_query_places_is_logged_once_per_episode() {
+    let a = TestServer::start("a").await;
+    let broker = Broker::start(&ini_for(&[&a], "QUERY_MAX_CONNECTIONS=1")).await;
+    let (held, _) = hold_query_places(broker.addr(), &[UNFINISHED]).await;
+    for _ in 0..5 {
+        let answer = http_get(broker.addr(), "/TOTVS_BROKER_QUERY/PING", &[]).await;
+        assert_eq!(answer.status, 503);
+    }
+    broker
+        .wait_for_log("QUERY_MAX_CONNECTIONS (1) reached")
+        .await;
+    assert_eq!(broker.count_logs("QUERY_MAX_CONNECTIONS (1) reached"), 1);
+    drop(held);
+    // The episode ends with the first query answered after a quiet second.
+    let end = Instant::now() + DEADLINE;
+    while !broker.has_log("answering queries again") {
+        assert!(Instant::now() < end, "log:\n{}", broker.log_text());
+        let _ = http_get(broker.addr(), "/TOTVS_BROKER_QUERY/PING", &[]).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let line = broker.wait_for_log("answering queries again").await;
+    assert!(line.contains("refused"), "{line}");
+    assert_eq!(broker.count_logs("QUERY_MAX_CONNECTIONS (1) reached"), 1);
+}
