@@ -47,6 +47,8 @@
 
 // A closed standard output or error must not panic the broker: no print macros.
 #![deny(clippy::print_stdout, clippy::print_stderr)]
+// Functions short enough to read at once (clippy's default bound, 100 lines).
+#![warn(clippy::too_many_lines)]
 
 pub mod balancer;
 pub mod broker;

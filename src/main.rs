@@ -2,6 +2,8 @@
 //! bind, and run until a signal says stop.
 // Nothing here may panic because an output is closed: no print macros.
 #![deny(clippy::print_stdout, clippy::print_stderr)]
+// Functions short enough to read at once (clippy's default bound, 100 lines).
+#![warn(clippy::too_many_lines)]
 
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr};

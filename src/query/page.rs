@@ -583,6 +583,129 @@ fn chart(out: &mut String, l: &Labels, snap: &Snapshot) {
     out.push_str("</div></div>");
 }
 
+/// A point of a series: (time, value, whether it is a sample or the count now; false for the
+/// value held at the left edge).
+type Point = (u64, u64, bool);
+
+/// Where a chart's values go in its frame.
+struct Plot<'a> {
+    f: &'a Frame,
+    now: u64,
+    /// The left edge (wall ms) and the window's width (ms).
+    start: u64,
+    window: u64,
+    /// The window in minutes, and the minutes between the time axis's labels.
+    minutes: u64,
+    every: u64,
+    /// The value axis's step and top.
+    step: u64,
+    top: u64,
+}
+
+impl Plot<'_> {
+    fn width(&self) -> f64 {
+        self.f.width - self.f.left - self.f.right
+    }
+
+    fn x(&self, t: u64) -> f64 {
+        self.f.left + self.width() * (t.saturating_sub(self.start) as f64 / self.window as f64)
+    }
+
+    fn y(&self, v: u64) -> f64 {
+        let height = self.f.height - self.f.top - self.f.bottom;
+        self.f.top + height * (1.0 - v as f64 / self.top as f64)
+    }
+
+    /// The value axis's lines and labels, then the time axis's.
+    fn grid(&self, out: &mut String, l: &Labels) {
+        let f = self.f;
+        for value in (0..=self.top).step_by(self.step as usize) {
+            let yy = self.y(value);
+            let _ = write!(
+                out,
+                "<line x1='{}' x2='{}' y1='{yy:.1}' y2='{yy:.1}' stroke='#e3e8ee'/>\
+                 <text class='y' x='{}' y='{:.1}' text-anchor='end'>{value}</text>",
+                f.left,
+                f.width - f.right,
+                f.left - 6.0,
+                yy + f.font / 3.0
+            );
+        }
+        let ticks: Vec<u64> = (0..=self.minutes).step_by(self.every as usize).collect();
+        for ago in ticks.into_iter().rev() {
+            let xx = self.x(self.now - ago * 60_000);
+            let (label, anchor) = match ago {
+                0 => (l.chart_now.to_string(), "end"),
+                _ if ago == self.minutes => (format!("-{ago} min"), "start"),
+                _ => (format!("-{ago} min"), "middle"),
+            };
+            let _ = write!(
+                out,
+                "<line x1='{xx:.1}' x2='{xx:.1}' y1='{}' y2='{}' stroke='#eef1f4'/>\
+                 <text class='x' x='{xx:.1}' y='{}' text-anchor='{anchor}'>{label}</text>",
+                f.top,
+                f.height - f.bottom,
+                f.height - 5.0
+            );
+        }
+    }
+
+    /// Series `i` (the server at `address`): its line, and a dot on each sample.
+    fn series(&self, out: &mut String, i: usize, address: &str, points: &[Point]) {
+        let (colour, width, dash) = line_style(i);
+        let mut path = String::new();
+        for (n, &(t, v, _)) in points.iter().enumerate() {
+            if n == 0 {
+                let _ = write!(path, "M{:.1},{:.1}", self.x(t), self.y(v));
+            } else {
+                // Held until this sample, then the step to its value.
+                let _ = write!(path, " H{:.1} V{:.1}", self.x(t), self.y(v));
+            }
+        }
+        let _ = write!(
+            out,
+            "<path class='series' data-server='{}' d='{path}' fill='none' stroke='{colour}' \
+             stroke-width='{width}' stroke-dasharray='{dash}' stroke-linejoin='round'/>",
+            esc(address)
+        );
+        // A dot on each sample and on now (not on the value held at the left edge), small
+        // enough that an hour of minutes stays a row of dots on a phone.
+        let radius = (self.width() / self.minutes as f64 / 4.0).clamp(1.2, 2.5);
+        for &(t, v, _) in points.iter().filter(|&&(_, _, sample)| sample) {
+            let _ = write!(
+                out,
+                "<circle class='sample' cx='{:.1}' cy='{:.1}' r='{radius}' fill='{colour}' stroke='#fff' stroke-width='1'/>",
+                self.x(t),
+                self.y(v)
+            );
+        }
+    }
+}
+
+/// Each server's points from `start` to `now`: the value held at the left edge (when a sample
+/// came before it), the samples in the window, and the count now.
+fn series_between(snap: &Snapshot, start: u64, now: u64) -> Vec<Vec<Point>> {
+    snap.state
+        .servers
+        .iter()
+        .map(|s| {
+            let before = s.samples.iter().rev().find(|&&(t, _)| t < start);
+            let mut points: Vec<Point> = before
+                .map(|&(_, v)| (start, v, false))
+                .into_iter()
+                .collect();
+            points.extend(
+                s.samples
+                    .iter()
+                    .filter(|&&(t, _)| t >= start && t <= now)
+                    .map(|&(t, v)| (t, v, true)),
+            );
+            points.push((now, s.active, true));
+            points
+        })
+        .collect()
+}
+
 fn chart_svg(out: &mut String, l: &Labels, snap: &Snapshot, f: &Frame) {
     let now = snap.now_wall_ms;
     let oldest = snap
@@ -599,27 +722,7 @@ fn chart_svg(out: &mut String, l: &Labels, snap: &Snapshot, f: &Frame) {
     let minutes = age.div_ceil(every) * every;
     let window = minutes * 60_000;
     let start = now - window.min(now);
-    // (time, value, a sample or the count now: true; the value held at the left edge: false)
-    let series: Vec<Vec<(u64, u64, bool)>> = snap
-        .state
-        .servers
-        .iter()
-        .map(|s| {
-            let before = s.samples.iter().rev().find(|&&(t, _)| t < start);
-            let mut points: Vec<(u64, u64, bool)> = before
-                .map(|&(_, v)| (start, v, false))
-                .into_iter()
-                .collect();
-            points.extend(
-                s.samples
-                    .iter()
-                    .filter(|&&(t, _)| t >= start && t <= now)
-                    .map(|&(t, v)| (t, v, true)),
-            );
-            points.push((now, s.active, true));
-            points
-        })
-        .collect();
+    let series = series_between(snap, start, now);
     let max = series
         .iter()
         .flatten()
@@ -627,77 +730,28 @@ fn chart_svg(out: &mut String, l: &Labels, snap: &Snapshot, f: &Frame) {
         .max()
         .unwrap_or(0);
     let (step, top) = y_scale(max);
-    let plot_width = f.width - f.left - f.right;
-    let plot_height = f.height - f.top - f.bottom;
-    let x = |t: u64| f.left + plot_width * (t.saturating_sub(start) as f64 / window as f64);
-    let y = |v: u64| f.top + plot_height * (1.0 - v as f64 / top as f64);
+    let plot = Plot {
+        f,
+        now,
+        start,
+        window,
+        minutes,
+        every,
+        step,
+        top,
+    };
     let _ = write!(
         out,
         "<svg class='{}' viewBox='0 0 {} {}' role='img' aria-label='{}' xmlns='http://www.w3.org/2000/svg' \
          font-size='{}' fill='#5f6b78'>",
         f.class, f.width, f.height, l.chart, f.font
     );
-    for value in (0..=top).step_by(step as usize) {
-        let yy = y(value);
-        let _ = write!(
-            out,
-            "<line x1='{}' x2='{}' y1='{yy:.1}' y2='{yy:.1}' stroke='#e3e8ee'/>\
-             <text class='y' x='{}' y='{:.1}' text-anchor='end'>{value}</text>",
-            f.left,
-            f.width - f.right,
-            f.left - 6.0,
-            yy + f.font / 3.0
-        );
-    }
-    let ticks: Vec<u64> = (0..=minutes).step_by(every as usize).collect();
-    for ago in ticks.into_iter().rev() {
-        let xx = x(now - ago * 60_000);
-        let (label, anchor) = match ago {
-            0 => (l.chart_now.to_string(), "end"),
-            _ if ago == minutes => (format!("-{ago} min"), "start"),
-            _ => (format!("-{ago} min"), "middle"),
-        };
-        let _ = write!(
-            out,
-            "<line x1='{xx:.1}' x2='{xx:.1}' y1='{}' y2='{}' stroke='#eef1f4'/>\
-             <text class='x' x='{xx:.1}' y='{}' text-anchor='{anchor}'>{label}</text>",
-            f.top,
-            f.height - f.bottom,
-            f.height - 5.0
-        );
-    }
+    plot.grid(out, l);
     // Widest first: narrower lines on top leave the wider ones' edges showing.
     let mut order: Vec<usize> = (0..series.len()).collect();
     order.sort_by(|&a, &b| line_style(b).1.total_cmp(&line_style(a).1));
     for i in order {
-        let points = &series[i];
-        let (colour, width, dash) = line_style(i);
-        let mut path = String::new();
-        for (n, &(t, v, _)) in points.iter().enumerate() {
-            if n == 0 {
-                let _ = write!(path, "M{:.1},{:.1}", x(t), y(v));
-            } else {
-                // Held until this sample, then the step to its value.
-                let _ = write!(path, " H{:.1} V{:.1}", x(t), y(v));
-            }
-        }
-        let _ = write!(
-            out,
-            "<path class='series' data-server='{}' d='{path}' fill='none' stroke='{colour}' \
-             stroke-width='{width}' stroke-dasharray='{dash}' stroke-linejoin='round'/>",
-            esc(&snap.state.servers[i].address)
-        );
-        // A dot on each sample and on now (not on the value held at the left edge), small
-        // enough that an hour of minutes stays a row of dots on a phone.
-        let radius = (plot_width / minutes as f64 / 4.0).clamp(1.2, 2.5);
-        for &(t, v, _) in points.iter().filter(|&&(_, _, sample)| sample) {
-            let _ = write!(
-                out,
-                "<circle class='sample' cx='{:.1}' cy='{:.1}' r='{radius}' fill='{colour}' stroke='#fff' stroke-width='1'/>",
-                x(t),
-                y(v)
-            );
-        }
+        plot.series(out, i, &snap.state.servers[i].address, &series[i]);
     }
     out.push_str("</svg>");
 }
