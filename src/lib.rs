@@ -4,44 +4,46 @@
 //!
 //! # Layout
 //!
-//! Data flows one way: accept -> select -> connect (quarantine the failures, try the next)
-//! -> relay -> account.
+//! Data flows one way: accept -> sniff -> select -> dial (quarantine the failures, try the
+//! next) -> relay -> account; the monitor and the query interface read the balancer's state.
+//! The imports follow (`tests/module_graph.rs` fails on a cycle).
 //!
-//! - [`config`]: `appserver.ini` to a validated [`config::Config`]; every error names file,
-//!   line, section and key; `--check` prints it back.
-//! - [`context`]: the broker's shared state handed to every connection's task (configuration,
-//!   balancers, shutdown state) and how a balancer tells its connections to end.
-//! - [`listener`]: binding and the accept loop (never dies; `MAX_CONNECTIONS`).
+//! - [`broker`]: the broker as a library: bind (or take listeners bound elsewhere), start,
+//!   subscribe to its events, read a balancer's state, reload (with its result), drain, stop.
+//! - [`listener`]: binding and the accept loop (never dies); each connection a [`client`].
 //! - [`client`]: one accepted connection as a struct whose methods are its way: sniff, take
-//!   a place, choose and connect (quarantine, retry), relay, account.
+//!   a `MAX_CONNECTIONS` place, choose and dial (quarantine, retry), relay, account.
+//! - [`query`]: `/TOTVS_BROKER_QUERY` on the balancers' ports: telling queries from clients
+//!   (sniff), answering them, and pure renderers of a snapshot (STATUS, CFG, JSON, METRICS).
 //! - [`dial`]: connecting to a server: resolve, refuse the broker itself, connect with
 //!   timeout, socket options; for clients and the monitor alike.
-//! - [`select`]: the balancing policies, pure logic.
-//! - [`self_loop`]: whether a server's address is the broker's own (a loop), for the
-//!   configuration's checks and every connect.
-//! - [`broker`]: the broker as a library: bind, start, subscribe to its events, read a
-//!   balancer's state, reload (with its result), drain and stop.
-//! - [`events`]: what happens in a broker, as events to subscribe to.
-//! - [`balancer`]: a balancer's live state: servers, counters, the lease that counts a
-//!   connection against its server; reconfigured in place by a reload.
-//! - [`health`]: a server's quarantine state as pure transitions returning what changed.
 //! - [`monitor`]: the rounds: check every server, count fall and rise, hand the results to
 //!   the balancer.
-//! - [`places`]: query places (`QUERY_MAX_CONNECTIONS`), given up by idle connections.
+//! - [`balancer`]: a balancer's live state: servers, counters, the lease that counts a
+//!   connection against its server; one method per event; its state read at one instant.
+//! - [`health`]: a server's quarantine state as pure transitions returning what changed.
+//! - [`select`]: the balancing policies, pure logic.
 //! - [`relay`]: bytes both ways with half-close over any stream; splice between plain
 //!   sockets.
 //! - [`stream`]: the streams served and relayed (any `AsyncRead + AsyncWrite`), with what a
 //!   plain TCP socket can do besides.
+//! - [`events`]: what happens in a broker, as events to subscribe to.
+//! - [`context`]: the broker's shared state handed to every connection's task (configuration,
+//!   balancers, shutdown state) and how a balancer tells its connections to end.
+//! - [`config`]: `appserver.ini` to a validated [`config::Config`] through one table of keys
+//!   ([`config::keys`]); every error names file, line, section and key; `--check` prints it
+//!   back.
 //! - [`resolve`]: server names to addresses: cached, one lookup per name, a bound on lookups
 //!   in flight; a destination that is the broker itself refused.
-//! - [`query`]: `/TOTVS_BROKER_QUERY` on the balancers' ports: telling queries from clients
-//!   (sniff), and the STATUS, CFG, PING, JSON, METRICS and ServerStatus answers.
-//! - [`shutdown`]: signals to shutdown and reload requests (the drain is [`broker`]'s).
+//! - [`self_loop`]: whether a server's address is the broker's own (a loop), for the
+//!   configuration's checks and every connect.
+//! - [`places`]: query places (`QUERY_MAX_CONNECTIONS`), given up by idle connections.
+//! - [`workers`]: the data path's threads, one per core, each with its own runtime and
+//!   listening sockets.
+//! - [`shutdown`]: the shutdown state, and the binary's signal handlers.
 //! - [`logging`]: the log line format, console and rotated file.
 //! - [`os_error`]: what an OS error means to an operator.
 //! - [`demo`]: stand-in echo servers for `appbroker demo`, and its line client.
-//! - [`workers`]: the data path's threads, one per core, each with its own runtime and
-//!   listening sockets.
 //! - [`clock`], [`throttle`], [`sys`]: time, log-rate limiting, the few system calls the
 //!   standard library lacks.
 

@@ -3,9 +3,9 @@
 //! reload a configuration and get its result, and stop. The binary installs the log and the
 //! signal handlers around it; a test starts as many brokers as it likes in one process.
 //!
-//! A running broker is a control loop ([`run`]) on the runtime that started it (reloads, the
+//! A running broker is a control loop (`run.rs`) on the runtime that started it (reloads, the
 //! drain, the monitors) and, on the worker threads, every balancer's accept loops and
-//! connections ([`unit`]); a reload is applied in [`reload`].
+//! connections (`unit.rs`); a reload is applied in `reload.rs`.
 
 mod reload;
 mod run;

@@ -221,7 +221,7 @@ pub fn duration_within(text: &str, min: Duration, max: Duration) -> Result<Durat
     }
 }
 
-/// The canonical form [`duration_within`] reads back: whole seconds as `Ns`, anything else as `Nms`.
+/// The canonical form `duration_within` reads back: whole seconds as `Ns`, anything else as `Nms`.
 pub fn show_duration(d: Duration) -> String {
     let ms = d.as_millis();
     if ms.is_multiple_of(1000) {
