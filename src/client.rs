@@ -64,11 +64,6 @@ impl<S: Stream> Client<S> {
         }
     }
 
-    /// The pool the client was accepted under.
-    pub fn pool(&self) -> &Pool {
-        &self.pool
-    }
-
     /// Starts the client's task. Past `MAX_CONNECTIONS` it is closed at once (a clear refusal
     /// beats a hang in the backlog), unless it turns out to be a query: operators look then.
     pub fn start(self) {

@@ -252,12 +252,19 @@ pub fn find(name: &str) -> Option<&'static Key> {
     KEYS.iter().find(|k| k.name == name)
 }
 
-fn flag(value: bool) -> Option<String> {
-    Some(if value { "1" } else { "0" }.to_string())
+/// A flag as printed.
+fn flag(value: &bool) -> Option<String> {
+    Some(if *value { "1" } else { "0" }.to_string())
 }
 
-fn duration(d: Duration) -> Option<String> {
-    Some(show_duration(d))
+/// A duration as printed.
+fn duration(d: &Duration) -> Option<String> {
+    Some(show_duration(*d))
+}
+
+/// A number as printed.
+fn number(n: &impl ToString) -> Option<String> {
+    Some(n.to_string())
 }
 
 /// A duration from `min` to a day.
@@ -265,8 +272,24 @@ const fn upto_a_day(min: Duration) -> Domain {
     Domain::Duration { min, max: DAY }
 }
 
-/// Each arm's value is of the key's domain: a mismatch would leave the field at its default,
-/// which `every_key_round_trips` below would catch.
+/// The field at `$path` of `General` or `BalancerConfig` (`$target`): set from the key's
+/// value (of variant `$variant`, converted `as $ty` for a narrower count) and printed by
+/// `$show`. A value of another variant leaves the field at its default, which
+/// `every_key_round_trips_through_its_field` below would catch.
+macro_rules! field {
+    ($target:ident . $($path:ident).+ = $variant:ident $(as $ty:ty)?, $show:expr) => {
+        Field::$target {
+            set: |c, v| {
+                if let Value::$variant(x) = v {
+                    c.$($path).+ = x $(as $ty)?;
+                }
+            },
+            get: |c| ($show)(&c.$($path).+),
+        }
+    };
+}
+
+/// The value of variant `$variant`, when `$value` is one.
 macro_rules! take {
     ($value:expr, $variant:ident) => {
         match $value {
@@ -283,10 +306,7 @@ pub static KEYS: &[Key] = &[
         name: "CONSOLELOG",
         stands: Stands::General,
         domain: Domain::Flag,
-        field: Field::General {
-            set: |g, v| g.console_log = take!(v, Flag).unwrap_or(g.console_log),
-            get: |g| flag(g.console_log),
-        },
+        field: field!(General.console_log = Flag, flag),
         doc: "write the log to standard output",
     },
     Key {
@@ -314,50 +334,37 @@ pub static KEYS: &[Key] = &[
             max: u64::MAX,
             what: "a size in bytes (0: never rotate)",
         },
-        field: Field::General {
-            set: |g, v| g.console_max_size = take!(v, Integer).unwrap_or(g.console_max_size),
-            get: |g| Some(g.console_max_size.to_string()),
-        },
+        field: field!(General.console_max_size = Integer, number),
         doc: "rotate the log file to <file>.1 past this many bytes (0: never)",
     },
     Key {
         name: "CONSOLELOGDATE",
         stands: Stands::General,
         domain: Domain::Flag,
-        field: Field::General {
-            set: |g, v| g.console_log_date = take!(v, Flag).unwrap_or(g.console_log_date),
-            get: |g| flag(g.console_log_date),
-        },
+        field: field!(General.console_log_date = Flag, flag),
         doc: "begin each log line with the local date and time",
     },
     Key {
         name: "SHUTDOWN_GRACE",
         stands: Stands::General,
         domain: upto_a_day(Duration::ZERO),
-        field: Field::General {
-            set: |g, v| g.shutdown_grace = take!(v, Duration).unwrap_or(g.shutdown_grace),
-            get: |g| duration(g.shutdown_grace),
-        },
+        field: field!(General.shutdown_grace = Duration, duration),
         doc: "after SIGTERM, keep serving this long while PING and READY answer 503",
     },
     Key {
         name: "SHUTDOWN_TIMEOUT",
         stands: Stands::General,
         domain: upto_a_day(Duration::ZERO),
-        field: Field::General {
-            set: |g, v| g.shutdown_timeout = take!(v, Duration).unwrap_or(g.shutdown_timeout),
-            get: |g| duration(g.shutdown_timeout),
-        },
+        field: field!(General.shutdown_timeout = Duration, duration),
         doc: "once the listeners are closed, how long connections may take to finish",
     },
     Key {
         name: "LANGUAGE",
         stands: Stands::General,
         domain: Domain::Language,
-        field: Field::General {
-            set: |g, v| g.language = take!(v, Language).unwrap_or(g.language),
-            get: |g| Some(g.language.as_str().to_string()),
-        },
+        field: field!(General.language = Language, |l: &Language| Some(
+            l.as_str().into()
+        )),
         doc: "the language of the /TOTVS_BROKER_QUERY pages",
     },
     Key {
@@ -368,10 +375,7 @@ pub static KEYS: &[Key] = &[
             max: 256,
             what: "a number of threads from 0 (one per CPU) to 256",
         },
-        field: Field::General {
-            set: |g, v| g.workers = take!(v, Integer).map_or(g.workers, |n| n as u32),
-            get: |g| Some(g.workers.to_string()),
-        },
+        field: field!(General.workers = Integer as u32, number),
         doc: "threads serving connections (0: one per CPU); read at start only",
     },
     Key {
@@ -382,12 +386,7 @@ pub static KEYS: &[Key] = &[
             max: 4096,
             what: "a number of name lookups from 1 to 4096",
         },
-        field: Field::General {
-            set: |g, v| {
-                g.dns_max_lookups = take!(v, Integer).map_or(g.dns_max_lookups, |n| n as u32)
-            },
-            get: |g| Some(g.dns_max_lookups.to_string()),
-        },
+        field: field!(General.dns_max_lookups = Integer as u32, number),
         doc: "name lookups in flight at once in the whole process",
     },
     Key {
@@ -426,54 +425,39 @@ pub static KEYS: &[Key] = &[
         name: "SORT_METHOD",
         stands: Stands::Balancer,
         domain: Domain::SortMethod,
-        field: Field::Balancer {
-            set: |b, v| b.sort_method = take!(v, SortMethod).unwrap_or(b.sort_method),
-            get: |b| Some(b.sort_method.as_str().to_string()),
-        },
+        field: field!(Balancer.sort_method = SortMethod, |m: &SortMethod| Some(
+            m.as_str().into()
+        )),
         doc: "how the next server is chosen: CONNECTION or ROUND_ROBIN",
     },
     Key {
         name: "MONITORING_TYPE",
         stands: Stands::Balancer,
         domain: Domain::Monitoring,
-        field: Field::Balancer {
-            set: |b, v| {
-                if let Some(monitoring) = take!(v, Monitoring) {
-                    b.monitoring = monitoring;
-                }
-            },
-            get: |b| Some(b.monitoring.as_str().to_string()),
-        },
+        field: field!(Balancer.monitoring = Monitoring, |m: &Monitoring| Some(
+            m.as_str().into()
+        )),
         doc: "how the monitor checks each server: CONNECTION, SEND_EXPECT or DISABLED",
     },
     Key {
         name: "MONITOR_INTERVAL",
         stands: Stands::Balancer,
         domain: upto_a_day(Duration::from_millis(100)),
-        field: Field::Balancer {
-            set: |b, v| b.monitor_interval = take!(v, Duration).unwrap_or(b.monitor_interval),
-            get: |b| duration(b.monitor_interval),
-        },
+        field: field!(Balancer.monitor_interval = Duration, duration),
         doc: "time between monitor rounds",
     },
     Key {
         name: "QUARANTINE_TIME",
         stands: Stands::Balancer,
         domain: upto_a_day(Duration::from_millis(100)),
-        field: Field::Balancer {
-            set: |b, v| b.quarantine_time = take!(v, Duration).unwrap_or(b.quarantine_time),
-            get: |b| duration(b.quarantine_time),
-        },
+        field: field!(Balancer.quarantine_time = Duration, duration),
         doc: "how long a server that failed gets no new clients",
     },
     Key {
         name: "CONNECT_TIMEOUT",
         stands: Stands::Balancer,
         domain: upto_a_day(Duration::from_millis(10)),
-        field: Field::Balancer {
-            set: |b, v| b.connect_timeout = take!(v, Duration).unwrap_or(b.connect_timeout),
-            get: |b| duration(b.connect_timeout),
-        },
+        field: field!(Balancer.connect_timeout = Duration, duration),
         doc: "bound on each connect to a server, by a client or the monitor",
     },
     Key {
@@ -484,10 +468,7 @@ pub static KEYS: &[Key] = &[
             max: MAX_SERVERS,
             what: "a count of servers from 1 to 1296",
         },
-        field: Field::Balancer {
-            set: |b, v| b.max_attempts = take!(v, Integer).map_or(b.max_attempts, |n| n as u32),
-            get: |b| Some(b.max_attempts.to_string()),
-        },
+        field: field!(Balancer.max_attempts = Integer as u32, number),
         doc: "servers tried for one client before it is closed",
     },
     Key {
@@ -498,49 +479,31 @@ pub static KEYS: &[Key] = &[
             max: 1_000_000,
             what: "a number of connections from 1 to 1000000",
         },
-        field: Field::Balancer {
-            set: |b, v| {
-                b.max_connections = take!(v, Integer).map_or(b.max_connections, |n| n as u32)
-            },
-            get: |b| Some(b.max_connections.to_string()),
-        },
+        field: field!(Balancer.max_connections = Integer as u32, number),
         doc: "clients at once; more are accepted and closed at once",
     },
     Key {
         name: "LOG_CONNECTIONS",
         stands: Stands::Balancer,
         domain: Domain::Flag,
-        field: Field::Balancer {
-            set: |b, v| b.log_connections = take!(v, Flag).unwrap_or(b.log_connections),
-            get: |b| flag(b.log_connections),
-        },
+        field: field!(Balancer.log_connections = Flag, flag),
         doc: "one line when a connection ends",
     },
     Key {
         name: "QUERY_ENABLED",
         stands: Stands::Balancer,
         domain: Domain::Flag,
-        field: Field::Balancer {
-            set: |b, v| b.query.enabled = take!(v, Flag).unwrap_or(b.query.enabled),
-            get: |b| flag(b.query.enabled),
-        },
+        field: field!(Balancer.query.enabled = Flag, flag),
         doc: "answer /TOTVS_BROKER_QUERY on this port",
     },
     Key {
         name: "QUERY_ALLOW",
         stands: Stands::Balancer,
         domain: Domain::Cidrs,
-        field: Field::Balancer {
-            set: |b, v| {
-                if let Some(allow) = take!(v, Cidrs) {
-                    b.query.allow = allow;
-                }
-            },
-            get: |b| {
-                let allow: Vec<String> = b.query.allow.iter().map(Cidr::to_string).collect();
-                Some(allow.join(", "))
-            },
-        },
+        field: field!(Balancer.query.allow = Cidrs, |allow: &Vec<Cidr>| {
+            let allow: Vec<String> = allow.iter().map(Cidr::to_string).collect();
+            Some(allow.join(", "))
+        }),
         doc: "addresses or CIDRs allowed to query; others get 403",
     },
     Key {
@@ -551,13 +514,7 @@ pub static KEYS: &[Key] = &[
             max: 10_000,
             what: "a number of query connections from 1 to 10000",
         },
-        field: Field::Balancer {
-            set: |b, v| {
-                b.query.max_connections =
-                    take!(v, Integer).map_or(b.query.max_connections, |n| n as u32)
-            },
-            get: |b| Some(b.query.max_connections.to_string()),
-        },
+        field: field!(Balancer.query.max_connections = Integer as u32, number),
         doc: "query connections at once, apart from MAX_CONNECTIONS",
     },
     Key {
@@ -567,10 +524,7 @@ pub static KEYS: &[Key] = &[
             min: Duration::from_millis(10),
             max: Duration::from_secs(5),
         },
-        field: Field::Balancer {
-            set: |b, v| b.query.sniff_timeout = take!(v, Duration).unwrap_or(b.query.sniff_timeout),
-            get: |b| duration(b.query.sniff_timeout),
-        },
+        field: field!(Balancer.query.sniff_timeout = Duration, duration),
         doc: "how long a client's first bytes are waited for to tell a query from a client",
     },
     Key {
@@ -580,10 +534,7 @@ pub static KEYS: &[Key] = &[
             min: Duration::from_secs(1),
             max: KEEPALIVE_MAX,
         },
-        field: Field::Balancer {
-            set: |b, v| b.keepalive.time = take!(v, Duration).unwrap_or(b.keepalive.time),
-            get: |b| duration(b.keepalive.time),
-        },
+        field: field!(Balancer.keepalive.time = Duration, duration),
         doc: "TCP keepalive: idle time before the first probe (0: keepalive off)",
     },
     Key {
@@ -593,10 +544,7 @@ pub static KEYS: &[Key] = &[
             min: Duration::from_secs(1),
             max: KEEPALIVE_MAX,
         },
-        field: Field::Balancer {
-            set: |b, v| b.keepalive.interval = take!(v, Duration).unwrap_or(b.keepalive.interval),
-            get: |b| duration(b.keepalive.interval),
-        },
+        field: field!(Balancer.keepalive.interval = Duration, duration),
         doc: "TCP keepalive: time between unanswered probes",
     },
     Key {
@@ -607,12 +555,7 @@ pub static KEYS: &[Key] = &[
             max: 127,
             what: "a count of probes from 1 to 127",
         },
-        field: Field::Balancer {
-            set: |b, v| {
-                b.keepalive.count = take!(v, Integer).map_or(b.keepalive.count, |n| n as u32)
-            },
-            get: |b| Some(b.keepalive.count.to_string()),
-        },
+        field: field!(Balancer.keepalive.count = Integer as u32, number),
         doc: "TCP keepalive: unanswered probes before the connection is dropped",
     },
     Key {
@@ -625,7 +568,7 @@ pub static KEYS: &[Key] = &[
                     b.keepalive.user_timeout = (!d.is_zero()).then_some(d);
                 }
             },
-            get: |b| duration(b.keepalive.user_timeout.unwrap_or_default()),
+            get: |b| duration(&b.keepalive.user_timeout.unwrap_or_default()),
         },
         doc: "how long sent data may stay unacknowledged (default: keepalive's TIME + INTERVAL x COUNT; 0: the kernel's)",
     },
@@ -639,7 +582,7 @@ pub static KEYS: &[Key] = &[
                     b.idle_timeout = (!d.is_zero()).then_some(d);
                 }
             },
-            get: |b| duration(b.idle_timeout.unwrap_or_default()),
+            get: |b| duration(&b.idle_timeout.unwrap_or_default()),
         },
         doc: "close a connection with no bytes either way for this long (0: never)",
     },
@@ -651,10 +594,7 @@ pub static KEYS: &[Key] = &[
             max: 100,
             what: "a count of checks from 1 to 100",
         },
-        field: Field::Balancer {
-            set: |b, v| b.monitor_fall = take!(v, Integer).map_or(b.monitor_fall, |n| n as u32),
-            get: |b| Some(b.monitor_fall.to_string()),
-        },
+        field: field!(Balancer.monitor_fall = Integer as u32, number),
         doc: "failed checks in a row that put a server in quarantine",
     },
     Key {
@@ -665,20 +605,14 @@ pub static KEYS: &[Key] = &[
             max: 100,
             what: "a count of checks from 1 to 100",
         },
-        field: Field::Balancer {
-            set: |b, v| b.monitor_rise = take!(v, Integer).map_or(b.monitor_rise, |n| n as u32),
-            get: |b| Some(b.monitor_rise.to_string()),
-        },
+        field: field!(Balancer.monitor_rise = Integer as u32, number),
         doc: "passed checks in a row that release a quarantined server",
     },
     Key {
         name: "DNS_CACHE_TIME",
         stands: Stands::Balancer,
         domain: upto_a_day(Duration::ZERO),
-        field: Field::Balancer {
-            set: |b, v| b.dns_cache_time = take!(v, Duration).unwrap_or(b.dns_cache_time),
-            get: |b| duration(b.dns_cache_time),
-        },
+        field: field!(Balancer.dns_cache_time = Duration, duration),
         doc: "how long a server name's addresses are used before it is looked up again",
     },
     // Set after MONITORING_TYPE, which they complete; printed only with SEND_EXPECT.
