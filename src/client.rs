@@ -3,6 +3,7 @@
 //! server and connect (quarantining servers that fail and trying the next candidate), relay,
 //! and account for it.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -20,7 +21,7 @@ use crate::query::{
     self,
     sniff::{Verdict, sniff},
 };
-use crate::relay::{Counters, relay};
+use crate::relay::{Counters, Outcome, relay};
 use crate::stream::Stream;
 
 /// What every client of one listening socket shares: the broker's state, the balancer, how
@@ -109,11 +110,12 @@ impl<S: Stream> Client<S> {
             return self.refuse();
         };
         let connected = self.choose_and_connect().instrument(span.clone());
-        let Some((lease, upstream)) = connected.await else {
+        let Some((lease, mut upstream)) = connected.await else {
             return;
         };
         slot.admit();
-        self.relay(lease, upstream, first, started).await;
+        let outcome = self.relay(&lease, &mut upstream, first).await;
+        self.account(&lease, &outcome, started);
     }
 
     /// Refuses the client: `MAX_CONNECTIONS` are open.
@@ -205,37 +207,42 @@ impl<S: Stream> Client<S> {
         None
     }
 
-    /// Relays the client and its server until both are done (`first`: the client's bytes
-    /// already read), then accounts for the connection.
-    async fn relay(
-        &mut self,
-        lease: Lease,
-        mut upstream: TcpStream,
+    /// Relays the client and its server until both are done, an idle timeout or a cut
+    /// (`first`: the client's bytes already read, sent first). The relay's own future, not
+    /// one wrapped around it: a busy connection is woken at every exchange, and each layer of
+    /// future costs its resumption.
+    fn relay<'a>(
+        &'a mut self,
+        lease: &'a Lease,
+        upstream: &'a mut TcpStream,
         first: Vec<u8>,
-        started: Instant,
-    ) {
+    ) -> impl Future<Output = Outcome> + 'a {
         let (to_server, to_client) = lease.byte_counters();
-        let config = &self.pool.config;
-        let outcome = relay(
+        let counters = Counters {
+            to_server,
+            to_client,
+        };
+        let idle = self.pool.config.idle_timeout;
+        relay(
             &mut self.stream,
-            &mut upstream,
+            upstream,
             first,
-            Counters {
-                to_server,
-                to_client,
-            },
-            config.idle_timeout,
+            counters,
+            idle,
             self.entrance.ending.cut.cancelled(),
         )
-        .await;
+    }
+
+    /// Accounts for a relayed connection that has ended.
+    fn account(&self, lease: &Lease, outcome: &Outcome, started: Instant) {
         let closed = Closed {
             client: self.peer,
             duration: started.elapsed(),
-            outcome: &outcome,
-            log_connections: config.log_connections,
+            outcome,
+            log_connections: self.pool.config.log_connections,
         };
         let entrance = &self.entrance;
-        entrance.balancer.ended(&lease, &closed, &entrance.span);
+        entrance.balancer.ended(lease, &closed, &entrance.span);
     }
 }
 
