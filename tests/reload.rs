@@ -1096,3 +1096,36 @@ async fn a_reload_that_makes_a_server_the_broker_itself_is_rejected() {
     assert!(line.contains("REMOTE_SERVER_02"), "{line}");
     assert_eq!(ask(broker.addr()).await.unwrap(), "a");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configuration_given_by_the_program_is_applied_as_the_file_would_be() {
+    let a = TestServer::start("a").await;
+    let b = TestServer::start("b").await;
+    let broker = InProcess::start(&weighted(
+        &[("01", &a, 1), ("02", &b, 1)],
+        "SORT_METHOD=ROUND_ROBIN",
+    ))
+    .await;
+    // Not the file: a Config the program made (an administration interface, say).
+    let text = fill_placeholders(
+        &weighted(&[("01", &a, 1), ("02", &b, 0)], "SORT_METHOD=ROUND_ROBIN"),
+        &broker.ports,
+        broker.dir.path(),
+    );
+    let config = appbroker::config::Config::from_text(&text, &broker.config_path)
+        .unwrap()
+        .config;
+    let reloaded = broker.broker.reload(config).await.unwrap();
+    assert_mentions(
+        &reloaded.changes.join("; "),
+        &[&format!("server {} weight 1 -> 0", b.address())],
+    );
+    assert!(reloaded.errors.is_empty(), "{reloaded:?}");
+    assert_eq!(ask_many(&broker, broker.addr(), 4).await, ["a"; 4]);
+    broker
+        .events
+        .wait_for("the reload's event", |e| {
+            *e == Event::Reloaded(reloaded.clone())
+        })
+        .await;
+}

@@ -152,11 +152,9 @@ impl Control {
         self.ask(Source::File).await
     }
 
-    /// Applies `config`; what changed.
-    pub async fn reload(&self, config: Config) -> Reloaded {
-        self.ask(Source::Config(Box::new(config)))
-            .await
-            .unwrap_or_default()
+    /// Applies `config` (validated already); what changed, or `Stopped` when the broker has.
+    pub async fn reload(&self, config: Config) -> Result<Reloaded, ReloadError> {
+        self.ask(Source::Config(Box::new(config))).await
     }
 
     async fn ask(&self, source: Source) -> Result<Reloaded, ReloadError> {
@@ -273,9 +271,9 @@ impl Broker {
         self.control.clone()
     }
 
-    /// Applies `config`; what changed (a listen address that cannot be bound is in its
-    /// errors, and the old one stays).
-    pub async fn reload(&self, config: Config) -> Reloaded {
+    /// Applies `config` (validated already); what changed (a listen address that cannot be
+    /// bound is in its errors, and the old one stays), or `Stopped` when the broker has.
+    pub async fn reload(&self, config: Config) -> Result<Reloaded, ReloadError> {
         self.control.reload(config).await
     }
 
