@@ -1,31 +1,16 @@
-//! Health: each server's quarantine state, the monitor that checks every server each
-//! `MONITOR_INTERVAL`, and the transitions with the log lines operators grep.
+//! Health: each server's quarantine state and check counts, changed only by pure transitions
+//! that return what changed. The balancer applies them and writes the log lines; nothing here
+//! logs, sleeps or reads a clock (the caller passes [`Now`]).
 //!
 //! The TOTVS semantics: a server that fails a check, or refuses a client's connection, is put
 //! in quarantine until now + `QUARANTINE_TIME` (an existing quarantine has its end moved out);
 //! a quarantined server that passes a check is released at once; a quarantine also ends when
-//! its time is up. `MONITOR_FALL` and `MONITOR_RISE` (1 by default, which is TOTVS) ask for
-//! that many failed or passed checks in a row first; a client's failed connect quarantines at
-//! once. Quarantined servers get no new clients; their connections are left alone.
+//! its time is up. Quarantined servers get no new clients; their connections are left alone.
 
-use std::io;
+use std::collections::VecDeque;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::task::JoinSet;
-use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, error, info, info_span, warn};
-
-use crate::balancer::{Balancer, Pool, Server};
-use crate::clock::{Clock, time_of_day, wall_ms};
-use crate::config::show_escaped;
-use crate::config::{BalancerConfig, Host, Monitoring, plural, show_duration};
-use crate::forward::{ConnectError, connect};
-use crate::os_error::PointsAt;
-use crate::resolve::Resolver;
 
 /// Why a server was put in quarantine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +27,28 @@ impl Reason {
         match self {
             Reason::Monitor => "monitor",
             Reason::Connect => "connect",
+        }
+    }
+}
+
+/// Why a quarantine ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Release {
+    /// The monitor's checks passed (`MONITOR_RISE` of them in a row).
+    CheckPassed,
+    /// Every server was quarantined, and a client's connect to this one succeeded.
+    ClientConnected,
+    /// `QUARANTINE_TIME` ran out.
+    TimeUp,
+}
+
+impl Release {
+    /// The words in the release log line and on the server's page.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Release::CheckPassed => "monitor check passed",
+            Release::ClientConnected => "a client connected to it",
+            Release::TimeUp => "quarantine time is up",
         }
     }
 }
@@ -68,8 +75,8 @@ pub struct Episode {
     pub reason: Reason,
     /// The error that started it, in words.
     pub error: String,
-    /// Why it ended, as the release line says it.
-    pub released: Option<String>,
+    /// Why it ended.
+    pub released: Option<Release>,
 }
 
 /// Quarantines kept per server for its detail page.
@@ -91,18 +98,52 @@ pub struct Detail {
     /// The last monitor check.
     pub last_check: Option<Check>,
     /// The last quarantines, oldest first.
-    pub history: std::collections::VecDeque<Episode>,
+    pub history: VecDeque<Episode>,
     /// Monitor checks failed in a row (for `MONITOR_FALL`).
     pub fails_in_a_row: u32,
     /// Monitor checks passed in a row since the last failure or quarantine (for `MONITOR_RISE`).
     pub passes_in_a_row: u32,
 }
 
+/// An instant as health records it: on the balancer's monotonic clock (deadlines, which a
+/// change of the wall clock must not move) and on the wall clock (what logs and pages show).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Now {
+    /// The balancer's [`crate::clock::Clock`], in ms (never 0).
+    pub ms: u64,
+    /// Wall-clock ms since the Unix epoch.
+    pub wall_ms: u64,
+}
+
+/// What a failure did: started a quarantine or moved its end out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quarantined {
+    /// A quarantine whose time was up, not yet released, was closed first: this failure
+    /// started a new one.
+    pub expired_first: bool,
+    /// True when this failure started the quarantine; false when it moved its end out.
+    pub started: bool,
+    /// When the failure came (wall ms): the `start=` of the TOTVS line.
+    pub at_wall_ms: u64,
+    /// When the quarantine ends now (wall ms).
+    pub until_wall_ms: u64,
+}
+
+/// A monitor check that failed, as counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckFailed {
+    /// Checks failed in a row, this one included.
+    pub in_a_row: u32,
+    /// The server was unavailable and its last check had failed the same way: nothing an
+    /// operator needs told again.
+    pub repeated: bool,
+}
+
 /// A server's quarantine state. The deadline is an atomic so selection reads it without a lock;
 /// the rest changes rarely and sits behind a small mutex.
 #[derive(Debug, Default)]
 pub struct Health {
-    /// Quarantine end on the balancer's [`Clock`], in ms; 0 when not in quarantine.
+    /// Quarantine end on the balancer's clock, in ms; 0 when not in quarantine.
     until_ms: AtomicU64,
     detail: Mutex<Detail>,
 }
@@ -114,7 +155,7 @@ impl Health {
         until == 0 || until <= now_ms
     }
 
-    /// True while a quarantine is recorded (it may have run out and await its release line).
+    /// True while a quarantine is recorded (it may have run out and await its release).
     pub fn is_quarantined(&self) -> bool {
         self.until_ms.load(Relaxed) != 0
     }
@@ -133,513 +174,214 @@ impl Health {
         self.detail.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Starts or extends a quarantine until now + `duration`. Returns its (start, stop) in
-    /// wall-clock seconds since the Unix epoch, as the log line prints them.
-    fn enter(&self, clock: &Clock, duration: Duration, reason: Reason, error: &str) -> (u64, u64) {
+    /// A failure (`reason`, `error` in words): starts a quarantine until now + `duration`, or
+    /// moves the end of the running one out. A quarantine whose time is up but that was not
+    /// released yet is over: it is closed first, and this failure starts a new one.
+    pub fn failed(&self, reason: Reason, error: &str, duration: Duration, now: Now) -> Quarantined {
         let mut detail = self.lock();
-        let now_wall = wall_ms();
-        let until_wall = now_wall + duration.as_millis() as u64;
-        if self.until_ms.load(Relaxed) == 0 {
-            detail.since_wall_ms = now_wall;
+        let expired_first = self.close(&mut detail, Release::TimeUp, now, true);
+        let until_wall_ms = now.wall_ms + duration.as_millis() as u64;
+        let started = self.until_ms.load(Relaxed) == 0;
+        if started {
+            detail.since_wall_ms = now.wall_ms;
             detail.quarantines += 1;
             if detail.history.len() == HISTORY {
                 detail.history.pop_front();
             }
             detail.history.push_back(Episode {
-                start_wall_ms: now_wall,
+                start_wall_ms: now.wall_ms,
                 end_wall_ms: None,
                 reason,
                 error: error.to_string(),
                 released: None,
             });
         }
-        detail.until_wall_ms = until_wall;
+        detail.until_wall_ms = until_wall_ms;
         // Any failure, a client's included, starts the count to MONITOR_RISE again.
         detail.passes_in_a_row = 0;
         detail.reason = Some(reason);
         detail.last_error = Some(error.to_string());
         self.until_ms
-            .store(clock.now_ms() + duration.as_millis() as u64, Relaxed);
-        (now_wall / 1000, until_wall / 1000)
-    }
-
-    /// Ends the quarantine, if any, for `why`; with `if_up_at`, only when its time is up at
-    /// that instant (balancer clock ms). True when one ended.
-    fn leave(&self, why: &str, if_up_at: Option<u64>) -> bool {
-        let mut detail = self.lock();
-        let until = self.until_ms.load(Relaxed);
-        if until == 0 || if_up_at.is_some_and(|now| until > now) {
-            return false;
+            .store(now.ms + duration.as_millis() as u64, Relaxed);
+        Quarantined {
+            expired_first,
+            started,
+            at_wall_ms: now.wall_ms,
+            until_wall_ms,
         }
-        self.until_ms.store(0, Relaxed);
-        close_episode(&mut detail, why);
-        true
     }
 
-    fn record_check(&self, check: Check) {
-        self.lock().last_check = Some(check);
-    }
-
-    /// Counts a failed check; returns the failures in a row.
-    fn failed(&self) -> u32 {
+    /// The server proved itself alive (`why`): ends its quarantine, if it is in one. True when
+    /// one ended.
+    pub fn passed(&self, why: Release, now: Now) -> bool {
         let mut detail = self.lock();
-        detail.passes_in_a_row = 0;
-        detail.fails_in_a_row = detail.fails_in_a_row.saturating_add(1);
-        detail.fails_in_a_row
+        self.close(&mut detail, why, now, false)
     }
 
-    /// Counts a passed check; returns the passes in a row.
-    fn passed(&self) -> u32 {
+    /// Ends the quarantine when its time is up at `now`. True when one ended.
+    pub fn expired(&self, now: Now) -> bool {
         let mut detail = self.lock();
+        self.close(&mut detail, Release::TimeUp, now, true)
+    }
+
+    /// Records a passed monitor check; returns the checks passed in a row.
+    pub fn check_passed(&self, check: Check) -> u32 {
+        let mut detail = self.lock();
+        detail.last_check = Some(check);
         detail.fails_in_a_row = 0;
         detail.passes_in_a_row = detail.passes_in_a_row.saturating_add(1);
         detail.passes_in_a_row
     }
-}
 
-/// Why a quarantine ended when its time was up.
-const EXPIRED: &str = "quarantine time is up";
-
-fn close_episode(detail: &mut Detail, why: &str) {
-    detail.since_wall_ms = 0;
-    detail.until_wall_ms = 0;
-    if let Some(last) = detail
-        .history
-        .back_mut()
-        .filter(|e| e.end_wall_ms.is_none())
-    {
-        last.end_wall_ms = Some(wall_ms());
-        last.released = Some(why.to_string());
-    }
-}
-
-/// Puts `server` in quarantine (or moves its end out) and logs it. A quarantine whose time is
-/// up but whose release the monitor has not logged yet is over: it is closed first, and this
-/// failure starts a new one.
-pub fn quarantine(
-    balancer: &Balancer,
-    server: &Server,
-    duration: Duration,
-    reason: Reason,
-    error: &str,
-) {
-    release_if_expired(balancer, server);
-    let (start, stop) = server
-        .health
-        .enter(&balancer.clock, duration, reason, error);
-    // The TOTVS line byte for byte, then the end in local time for people.
-    warn!(
-        "putting server {} in quarantine start={start} stop={stop} ({}) until={}",
-        server.address,
-        reason.as_str(),
-        time_of_day(stop * 1000)
-    );
-    // The monitor sleeps until the earliest deadline; a new one may be earlier.
-    balancer.health_changed.notify_one();
-}
-
-/// Releases `server` from quarantine, if it is in one, and logs why.
-pub fn release(server: &Server, why: &str) {
-    if server.health.leave(why, None) {
-        log_release(server, why);
-    }
-}
-
-/// Releases `server` if its quarantine's time is up, and logs it.
-fn release_if_expired(balancer: &Balancer, server: &Server) {
-    if server.health.leave(EXPIRED, Some(balancer.clock.now_ms())) {
-        log_release(server, EXPIRED);
-    }
-}
-
-fn log_release(server: &Server, why: &str) {
-    info!(
-        "releasing server {} from quarantine ({why})",
-        server.address
-    );
-}
-
-/// Runs monitor rounds (unless monitoring is disabled) and releases quarantines whose time is
-/// up, until `stop` is cancelled.
-pub async fn run_monitor(balancer: Arc<Balancer>, stop: CancellationToken) {
-    let mut last_round: Option<Instant> = None;
-    loop {
-        let pool = balancer.pool();
-        let monitoring = pool.config.monitoring != Monitoring::Disabled;
-        // Computed from the pool each time, so a reloaded MONITOR_INTERVAL applies at once.
-        let mut next_round =
-            last_round.map_or_else(Instant::now, |t| t + pool.config.monitor_interval);
-        if monitoring && Instant::now() >= next_round {
-            round(&balancer, &pool).await;
-            last_round = Some(Instant::now());
-            next_round = Instant::now() + pool.config.monitor_interval;
-        }
-        let mut wake = monitoring.then_some(next_round);
-        for server in &pool.servers {
-            release_if_expired(&balancer, server);
-            let until = server.health.until_ms();
-            if until != 0 {
-                let at = balancer.clock.instant(until);
-                wake = Some(wake.map_or(at, |w| w.min(at)));
-            }
-        }
-        let sleep = async {
-            match wake {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = sleep => {}
-            _ = balancer.health_changed.notified() => {}
-        }
-    }
-}
-
-/// Why a check failed.
-#[derive(Debug)]
-pub enum CheckError {
-    /// The TCP connect (or the lookup of the server's name) failed.
-    Connect(ConnectError),
-    /// SEND_EXPECT: no (complete) reply within the time allowed.
-    NoReply {
-        /// What had arrived when time ran out.
-        got: Vec<u8>,
-    },
-    /// SEND_EXPECT: the reply does not start with what was expected.
-    Mismatch {
-        /// The start of the reply.
-        got: Vec<u8>,
-    },
-    /// SEND_EXPECT: the server closed (or reset) the connection before a full reply.
-    Closed {
-        /// What had arrived.
-        got: Vec<u8>,
-    },
-}
-
-impl CheckError {
-    /// The failure in words, for logs and pages.
-    pub fn words(&self) -> String {
-        match self {
-            CheckError::Connect(e) => e.explain().words,
-            CheckError::NoReply { got } if got.is_empty() => {
-                "no reply: the port accepts but the application does not answer".into()
-            }
-            CheckError::NoReply { got } => format!("incomplete reply `{}`", show_escaped(got)),
-            CheckError::Mismatch { got } => format!("unexpected reply `{}`", show_escaped(got)),
-            CheckError::Closed { got } if got.is_empty() => "closed without replying".into(),
-            CheckError::Closed { got } => format!("closed after `{}`", show_escaped(got)),
-        }
-    }
-
-    /// The full log text: the words with what they point at.
-    fn explain(&self, timeout: Duration, expect: &[u8]) -> String {
-        match self {
-            CheckError::Connect(e) => e.explain().to_string(),
-            CheckError::NoReply { .. } => format!(
-                "{} within {} (SEND_EXPECT, expecting `{}`); points at the server's application",
-                self.words(),
-                show_duration(timeout),
-                show_escaped(expect)
-            ),
-            CheckError::Mismatch { .. } | CheckError::Closed { .. } => format!(
-                "{} (SEND_EXPECT, expecting `{}`); points at the server's application or a wrong \
-                 MONITOR_EXPECT",
-                self.words(),
-                show_escaped(expect)
-            ),
-        }
-    }
-}
-
-/// Checks one server: a TCP connect, and for SEND_EXPECT the probe and its reply, all within
-/// `config`'s `CONNECT_TIMEOUT`.
-pub async fn check(
-    resolver: &Arc<Resolver>,
-    host: &Host,
-    port: u16,
-    config: &BalancerConfig,
-) -> Result<(), CheckError> {
-    let deadline = Instant::now() + config.connect_timeout;
-    let mut stream = connect(resolver, host, port, config)
-        .await
-        .map_err(CheckError::Connect)?;
-    let Monitoring::SendExpect { send, expect } = &config.monitoring else {
-        return Ok(());
-    };
-    let mut got = Vec::with_capacity(expect.len());
-    let exchange = async {
-        if stream.write_all(send).await.is_err() {
-            return Err(CheckError::Closed { got: Vec::new() });
-        }
-        let mut chunk = [0u8; 512];
-        while got.len() < expect.len() {
-            let n = match stream.read(&mut chunk).await {
-                Ok(0) | Err(_) => {
-                    return Err(CheckError::Closed {
-                        got: std::mem::take(&mut got),
-                    });
-                }
-                Ok(n) => n,
-            };
-            got.extend_from_slice(&chunk[..n]);
-            let compared = got.len().min(expect.len());
-            if got[..compared] != expect[..compared] {
-                got.truncate(64);
-                return Err(CheckError::Mismatch {
-                    got: std::mem::take(&mut got),
-                });
-            }
-        }
-        Ok(())
-    };
-    match tokio::time::timeout_at(deadline, exchange).await {
-        Ok(result) => result,
-        Err(_) => Err(CheckError::NoReply { got }),
-    }
-}
-
-/// One monitor round: every server checked in parallel, then the results logged in
-/// configuration order. `MONITOR_FALL` failed checks in a row quarantine a server;
-/// `MONITOR_RISE` passed checks in a row release it. A check that fails for the broker's own
-/// reasons (out of file descriptors) blames no server.
-async fn round(balancer: &Balancer, pool: &Arc<Pool>) {
-    let config = &pool.config;
-    let timeout = config.connect_timeout;
-    let mut checks = JoinSet::new();
-    for (index, server) in pool.servers.iter().enumerate() {
-        let server = Arc::clone(server);
-        let (resolver, pool) = (Arc::clone(&balancer.resolver), Arc::clone(pool));
-        checks.spawn(
-            async move {
-                let started = Instant::now();
-                let result = check(&resolver, &server.host, server.port, &pool.config).await;
-                (index, started.elapsed(), result)
-            }
-            .in_current_span(),
-        );
-    }
-    let mut results: Vec<Option<(Duration, Result<(), CheckError>)>> =
-        (0..pool.servers.len()).map(|_| None).collect();
-    while let Some(joined) = checks.join_next().await {
-        if let Ok((index, took, result)) = joined {
-            results[index] = Some((took, result));
-        }
-    }
-    let expect = match &config.monitoring {
-        Monitoring::SendExpect { expect, .. } => expect.as_slice(),
-        _ => &[],
-    };
-
-    let mut unavailable = Vec::new();
-    let mut unchecked = Vec::new();
-    for (server, result) in pool.servers.iter().zip(results) {
-        let (took, result) = result.unwrap_or_else(|| {
-            (
-                Duration::ZERO,
-                Err(CheckError::Connect(ConnectError::Io(io::Error::other(
-                    "the check task failed",
-                )))),
-            )
-        });
-        let error = match result {
-            Err(CheckError::Connect(e)) if e.explain().points_at == PointsAt::Broker => {
-                unchecked.push((&server.address, e.explain()));
-                continue;
-            }
-            Err(error) => error,
-            Ok(()) => {
-                server.health.record_check(Check {
-                    at_wall_ms: wall_ms(),
-                    duration: took,
-                    error: None,
-                });
-                let passes = server.health.passed();
-                if !server.health.is_quarantined() {
-                    continue;
-                }
-                if passes >= config.monitor_rise {
-                    release(server, "monitor check passed");
-                } else {
-                    info!(
-                        "server {} passed the monitor check ({passes} of MONITOR_RISE={} to leave quarantine)",
-                        server.address, config.monitor_rise
-                    );
-                }
-                continue;
-            }
-        };
-        let words = error.words();
-        // In a quarantine whose last check failed the same way, this round changes nothing
-        // an operator needs told again: the cause is logged once per episode (and when it
-        // changes), while the TOTVS lines below still come every round.
-        let steady = !server.health.is_available(balancer.clock.now_ms())
-            && server
-                .health
-                .detail()
+    /// Records a failed monitor check (its `error` is set) at `now`.
+    pub fn check_failed(&self, check: Check, now: Now) -> CheckFailed {
+        let mut detail = self.lock();
+        let repeated = !self.is_available(now.ms)
+            && detail
                 .last_check
-                .is_some_and(|c| c.error.as_ref() == Some(&words));
-        server.health.record_check(Check {
-            at_wall_ms: wall_ms(),
-            duration: took,
-            error: Some(words),
-        });
-        let fails = server.health.failed();
-        let explained = error.explain(timeout, expect);
-        if fails >= config.monitor_fall || server.health.is_quarantined() {
-            if !steady {
-                error!(
-                    "server {} failed the monitor check: {explained}",
-                    server.address
-                );
-            }
-            quarantine(
-                balancer,
-                server,
-                config.quarantine_time,
-                Reason::Monitor,
-                &error.words(),
-            );
-        } else {
-            // Below MONITOR_FALL it still takes clients: not counted unavailable yet.
-            warn!(
-                "server {} failed the monitor check ({fails} of MONITOR_FALL={} before quarantine): {explained}",
-                server.address, config.monitor_fall
-            );
+                .as_ref()
+                .is_some_and(|last| last.error == check.error);
+        detail.last_check = Some(check);
+        detail.passes_in_a_row = 0;
+        detail.fails_in_a_row = detail.fails_in_a_row.saturating_add(1);
+        CheckFailed {
+            in_a_row: detail.fails_in_a_row,
+            repeated,
         }
     }
-    // After the round, unavailable are the servers in quarantine, for whatever reason.
-    let now = balancer.clock.now_ms();
-    for server in &pool.servers {
-        let unchecked_here = unchecked.iter().any(|(a, _)| *a == &server.address);
-        if !server.health.is_available(now) && !unchecked_here {
-            unavailable.push(&server.address);
-        }
-    }
-    if let Some((_, explained)) = unchecked.first() {
-        error!(
-            "monitor: {} not checked: {explained}; no server is blamed",
-            plural(unchecked.len(), "server")
-        );
-    }
-    let available = pool.servers.len() - unavailable.len() - unchecked.len();
-    let not_checked = if unchecked.is_empty() {
-        String::new()
-    } else {
-        format!(", {} not checked", unchecked.len())
-    };
-    info!(
-        "monitor: OK - {} available, {} unavailable{not_checked}",
-        plural(available, "server"),
-        plural(unavailable.len(), "server")
-    );
-    for address in &unavailable {
-        warn!("monitor: server {address} unavailable");
-    }
-    if available == 0 && unchecked.is_empty() {
-        error!("monitor: attention, there are no remote servers available");
-    }
-}
 
-/// The span monitor lines are logged in, naming the balancer.
-pub fn span(balancer: &str) -> tracing::Span {
-    info_span!("monitor", balancer = %balancer)
+    /// Ends the quarantine, if any, at `now` for `why`; with `only_when_up`, only when its time
+    /// is up by then. True when one ended.
+    fn close(&self, detail: &mut Detail, why: Release, now: Now, only_when_up: bool) -> bool {
+        let until = self.until_ms.load(Relaxed);
+        if until == 0 || (only_when_up && until > now.ms) {
+            return false;
+        }
+        self.until_ms.store(0, Relaxed);
+        detail.since_wall_ms = 0;
+        detail.until_wall_ms = 0;
+        if let Some(last) = detail
+            .history
+            .back_mut()
+            .filter(|e| e.end_wall_ms.is_none())
+        {
+            last.end_wall_ms = Some(now.wall_ms);
+            last.released = Some(why);
+        }
+        true
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[tokio::test(start_paused = true)]
-    async fn quarantine_ends_when_its_time_is_up_or_on_release() {
-        let clock = Clock::new();
+    const MINUTES_2: Duration = Duration::from_secs(120);
+
+    fn at(seconds: u64) -> Now {
+        Now {
+            ms: seconds * 1000 + 1,
+            wall_ms: 1_800_000_000_000 + seconds * 1000,
+        }
+    }
+
+    #[test]
+    fn quarantine_ends_when_its_time_is_up_or_on_release() {
         let health = Health::default();
-        assert!(health.is_available(clock.now_ms()));
-        health.enter(&clock, Duration::from_secs(120), Reason::Monitor, "refused");
-        assert!(!health.is_available(clock.now_ms()));
-        tokio::time::advance(Duration::from_secs(119)).await;
-        assert!(!health.is_available(clock.now_ms()));
-        assert!(!health.leave(EXPIRED, Some(clock.now_ms())));
-        tokio::time::advance(Duration::from_secs(1)).await;
-        assert!(health.is_available(clock.now_ms()));
+        assert!(health.is_available(at(0).ms));
+        let q = health.failed(Reason::Monitor, "refused", MINUTES_2, at(0));
+        assert!(q.started && !q.expired_first);
+        assert_eq!(q.until_wall_ms - q.at_wall_ms, 120_000);
+        assert!(!health.is_available(at(0).ms));
+        assert!(!health.is_available(at(119).ms));
+        assert!(!health.expired(at(119)));
+        assert!(health.is_available(at(120).ms));
         assert!(
             health.is_quarantined(),
             "recorded until its release is logged"
         );
-        assert!(health.leave(EXPIRED, Some(clock.now_ms())));
+        assert!(health.expired(at(120)));
         assert!(!health.is_quarantined());
-        assert!(!health.leave("test", None), "nothing left to release");
+        assert!(
+            !health.passed(Release::CheckPassed, at(121)),
+            "nothing left to release"
+        );
         let episode = &health.detail().history[0];
-        assert_eq!(episode.released.as_deref(), Some(EXPIRED));
+        assert_eq!(episode.released, Some(Release::TimeUp));
         assert!(episode.end_wall_ms.is_some());
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_second_failure_moves_the_end_out_and_keeps_the_start() {
-        let clock = Clock::new();
+    #[test]
+    fn a_second_failure_moves_the_end_out_and_keeps_the_start() {
         let health = Health::default();
-        health.enter(&clock, Duration::from_secs(120), Reason::Monitor, "refused");
+        health.failed(Reason::Monitor, "refused", MINUTES_2, at(0));
         let since = health.detail().since_wall_ms;
-        tokio::time::advance(Duration::from_secs(60)).await;
-        health.enter(
-            &clock,
-            Duration::from_secs(120),
-            Reason::Connect,
-            "timed out",
-        );
-        tokio::time::advance(Duration::from_secs(119)).await;
-        assert!(!health.is_available(clock.now_ms()), "end moved to 180 s");
+        let q = health.failed(Reason::Connect, "timed out", MINUTES_2, at(60));
+        assert!(!q.started, "moved out, not started");
+        assert!(!health.is_available(at(179).ms), "end moved to 180 s");
         let detail = health.detail();
         assert_eq!(detail.quarantines, 1);
         assert_eq!(detail.since_wall_ms, since);
         assert_eq!(detail.reason, Some(Reason::Connect));
-        tokio::time::advance(Duration::from_secs(1)).await;
-        assert!(health.is_available(clock.now_ms()));
+        assert!(health.is_available(at(180).ms));
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn release_makes_it_available_at_once() {
-        let clock = Clock::new();
+    #[test]
+    fn release_makes_it_available_at_once() {
         let health = Health::default();
-        health.enter(&clock, Duration::from_secs(120), Reason::Connect, "refused");
-        assert!(health.leave("monitor check passed", None));
-        assert!(health.is_available(clock.now_ms()));
+        health.failed(Reason::Connect, "refused", MINUTES_2, at(0));
+        assert!(health.passed(Release::CheckPassed, at(1)));
+        assert!(health.is_available(at(1).ms));
         assert_eq!(health.detail().since_wall_ms, 0);
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_failure_after_the_time_is_up_starts_a_new_quarantine() {
-        let text = "[BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_PORT=5000\n\
-                    REMOTE_SERVER_01=127.0.0.1 6001\n";
-        let loaded = crate::config::Config::from_text(text, std::path::Path::new("t.ini"));
-        let config = loaded.expect("valid").config.balancers.remove(0);
-        let balancer = Balancer::new(config, Arc::new(Resolver::new(32)));
-        let server = Arc::clone(&balancer.pool().servers[0]);
-        let quarantine_time = Duration::from_secs(120);
-        quarantine(
-            &balancer,
-            &server,
-            quarantine_time,
-            Reason::Monitor,
-            "refused",
-        );
-        tokio::time::advance(Duration::from_secs(121)).await;
-        // The monitor has not woken to log the release yet; a client's connect fails.
-        quarantine(
-            &balancer,
-            &server,
-            quarantine_time,
-            Reason::Connect,
-            "timed out",
-        );
-        let detail = server.health.detail();
+    #[test]
+    fn a_failure_after_the_time_is_up_starts_a_new_quarantine() {
+        let health = Health::default();
+        health.failed(Reason::Monitor, "refused", MINUTES_2, at(0));
+        // Its time is up, the release not yet applied; a client's connect fails.
+        let q = health.failed(Reason::Connect, "timed out", MINUTES_2, at(121));
+        assert!(q.expired_first && q.started);
+        let detail = health.detail();
         assert_eq!(detail.quarantines, 2);
         assert_eq!(detail.history.len(), 2);
-        assert_eq!(detail.history[0].released.as_deref(), Some(EXPIRED));
+        assert_eq!(detail.history[0].released, Some(Release::TimeUp));
         assert_eq!(detail.history[1].reason, Reason::Connect);
         assert!(detail.history[1].end_wall_ms.is_none());
-        assert!(!server.health.is_available(balancer.clock.now_ms()));
+        assert!(!health.is_available(at(121).ms));
+    }
+
+    #[test]
+    fn checks_count_in_a_row_and_a_failure_restarts_the_rise() {
+        let check = |error: Option<&str>| Check {
+            at_wall_ms: 0,
+            duration: Duration::ZERO,
+            error: error.map(str::to_string),
+        };
+        let health = Health::default();
+        assert_eq!(
+            health.check_failed(check(Some("refused")), at(0)).in_a_row,
+            1
+        );
+        let second = health.check_failed(check(Some("refused")), at(1));
+        assert_eq!(second.in_a_row, 2);
+        assert!(!second.repeated, "available: every failure is worth a line");
+        health.failed(Reason::Monitor, "refused", MINUTES_2, at(1));
+        let third = health.check_failed(check(Some("refused")), at(2));
+        assert!(third.repeated, "quarantined, failing the same way");
+        assert!(
+            !health
+                .check_failed(check(Some("timed out")), at(3))
+                .repeated,
+            "a new cause is told"
+        );
+        assert_eq!(health.check_passed(check(None)), 1);
+        assert_eq!(health.check_passed(check(None)), 2);
+        health.failed(Reason::Connect, "refused", MINUTES_2, at(4));
+        assert_eq!(
+            health.check_passed(check(None)),
+            1,
+            "a client's failure too"
+        );
     }
 }

@@ -4,52 +4,72 @@
 //!
 //! # Layout
 //!
-//! Data flows one way: accept -> select -> connect (quarantine the failures, try the next)
-//! -> relay -> account.
+//! Data flows one way: accept -> sniff -> select -> dial (quarantine the failures, try the
+//! next) -> relay -> account; the monitor and the query interface read the balancer's state.
+//! The imports follow (`tests/module_graph.rs` fails on a cycle).
 //!
-//! - [`config`]: `appserver.ini` to a validated [`config::Config`]; every error names file,
-//!   line, section and key; `--check` prints it back.
-//! - [`listener`]: binding and the accept loop (never dies; `MAX_CONNECTIONS`).
-//! - [`forward`]: one client's way: candidates, connect with timeout, retry, relay, account.
-//! - [`select`]: the balancing policies, pure logic.
-//! - [`self_loop`]: whether a server's address is the broker's own (a loop), for the
-//!   configuration's checks and every connect.
-//! - [`broker`]: the balancers at run time: start, reload on SIGHUP, drain on shutdown.
+//! - [`broker`]: the broker as a library: bind (or take listeners bound elsewhere), start,
+//!   subscribe to its events, read a balancer's state, reload (with its result), drain, stop.
+//! - [`listener`]: binding and the accept loop (never dies); each connection a [`client`].
+//! - [`client`]: one accepted connection as a struct whose methods are its way: sniff, take
+//!   a `MAX_CONNECTIONS` place, choose and dial (quarantine, retry), relay, account.
+//! - [`query`]: `/TOTVS_BROKER_QUERY` on the balancers' ports: telling queries from clients
+//!   (sniff), answering them, and pure renderers of a snapshot (STATUS, CFG, JSON, METRICS).
+//! - [`dial`]: connecting to a server: resolve, refuse the broker itself, connect with
+//!   timeout, socket options; for clients and the monitor alike.
+//! - [`monitor`]: the rounds: check every server, count fall and rise, hand the results to
+//!   the balancer.
 //! - [`balancer`]: a balancer's live state: servers, counters, the lease that counts a
-//!   connection against its server; reconfigured in place by a reload.
-//! - [`health`]: quarantine state, the monitor, and their log lines.
-//! - [`places`]: query places (`QUERY_MAX_CONNECTIONS`), given up by idle connections.
-//! - [`relay`]: bytes both ways with half-close.
+//!   connection against its server; one method per event; its state read at one instant.
+//! - [`health`]: a server's quarantine state as pure transitions returning what changed.
+//! - [`select`]: the balancing policies, pure logic.
+//! - [`relay`]: bytes both ways with half-close over any stream; splice between plain
+//!   sockets.
+//! - [`stream`]: the streams served and relayed (any `AsyncRead + AsyncWrite`), with what a
+//!   plain TCP socket can do besides.
+//! - [`events`]: what happens in a broker, as events to subscribe to.
+//! - [`context`]: the broker's shared state handed to every connection's task (configuration,
+//!   balancers, shutdown state) and how a balancer tells its connections to end.
+//! - [`config`]: `appserver.ini` to a validated [`config::Config`] through one table of keys
+//!   ([`config::keys`]); every error names file, line, section and key; `--check` prints it
+//!   back.
 //! - [`http`]: the HTTP broker's engine (a reverse proxy over hyper, generic over the
 //!   balancer it serves); not wired to the listeners yet.
+//! - [`tls`]: rustls acceptors and connectors, certificate loading and its diagnosis (the
+//!   configuration doctor), handshake failures in words; not wired yet.
 //! - [`resolve`]: server names to addresses: cached, one lookup per name, a bound on lookups
 //!   in flight; a destination that is the broker itself refused.
-//! - [`query`]: `/TOTVS_BROKER_QUERY` on the balancers' ports: telling queries from clients
-//!   (sniff), and the STATUS, CFG, PING, JSON, METRICS and ServerStatus answers.
-//! - [`shutdown`]: signals to shutdown and reload requests (the drain is [`broker`]'s).
+//! - [`self_loop`]: whether a server's address is the broker's own (a loop), for the
+//!   configuration's checks and every connect.
+//! - [`places`]: query places (`QUERY_MAX_CONNECTIONS`), given up by idle connections.
+//! - [`workers`]: the data path's threads, one per core, each with its own runtime and
+//!   listening sockets.
+//! - [`shutdown`]: the shutdown state, and the binary's signal handlers.
 //! - [`logging`]: the log line format, console and rotated file.
 //! - [`os_error`]: what an OS error means to an operator.
 //! - [`demo`]: stand-in echo servers for `appbroker demo`, and its line client.
-//! - [`workers`]: the data path's threads, one per core, each with its own runtime and
-//!   listening sockets.
-//! - [`tls`]: rustls acceptors and connectors, certificate loading and its diagnosis (the
-//!   configuration doctor), handshake failures in words.
 //! - [`clock`], [`throttle`], [`sys`]: time, log-rate limiting, the few system calls the
 //!   standard library lacks.
 
 // A closed standard output or error must not panic the broker: no print macros.
 #![deny(clippy::print_stdout, clippy::print_stderr)]
+// Functions short enough to read at once (clippy's default bound, 100 lines).
+#![warn(clippy::too_many_lines)]
 
 pub mod balancer;
 pub mod broker;
+pub mod client;
 pub mod clock;
 pub mod config;
+pub mod context;
 pub mod demo;
-pub mod forward;
+pub mod dial;
+pub mod events;
 pub mod health;
 pub mod http;
 pub mod listener;
 pub mod logging;
+pub mod monitor;
 pub mod os_error;
 pub mod places;
 pub mod query;
@@ -58,10 +78,12 @@ pub mod resolve;
 pub mod select;
 pub mod self_loop;
 pub mod shutdown;
+pub mod stream;
 pub mod sys;
 pub mod throttle;
 pub mod tls;
 pub mod workers;
 
-pub use broker::Broker;
+pub use broker::{Bound, Broker, Control, ReloadError, StartError};
+pub use events::{Event, Subscription};
 pub use listener::BindError;

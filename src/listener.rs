@@ -8,15 +8,15 @@ use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::{TcpListener, TcpStream};
-use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{Instrument, Span, debug, error, info, warn};
+use tracing::{Span, debug, warn};
 
 use crate::balancer::Balancer;
-use crate::config::BalancerConfig;
-use crate::forward::{self, Ending};
+use crate::client::{Client, Entrance};
+use crate::config::{BalancerConfig, Keepalive};
+use crate::context::{Context, Ending};
 use crate::os_error::{explain_bind, words};
-use crate::{query, sys};
+use crate::sys;
 
 /// Pending connections the kernel may queue before `accept`; the kernel caps it at
 /// `net.core.somaxconn`. Large, because clients arrive in bursts (a shift starting).
@@ -99,25 +99,33 @@ fn is_connection_error(e: &io::Error) -> bool {
     )
 }
 
-/// Accepts clients until `stop_accepting` is cancelled, spawning each on `tasks`. `cut` ends
-/// the relays still running when the shutdown timeout is over.
+/// Accepts clients of `balancer` until `ending.closing` is cancelled (then serves what the
+/// kernel had queued), starting each as a [`Client`] counted on `tasks`; `ending.cut` ends
+/// the relays still running when the shutdown timeout is over. Log lines carry the current
+/// span (the balancer's).
 pub async fn accept_loop(
     listener: TcpListener,
     balancer: Arc<Balancer>,
-    ctx: Arc<query::Context>,
+    ctx: Arc<Context>,
     tasks: TaskTracker,
-    stop_accepting: CancellationToken,
-    cut: CancellationToken,
+    ending: Ending,
 ) {
-    let local = listener.local_addr().ok();
-    let ending = Ending {
-        closing: stop_accepting.clone(),
-        cut,
-    };
+    let stop_accepting = ending.closing.clone();
+    let entrance = Arc::new(Entrance {
+        ctx,
+        balancer,
+        ending,
+        local: listener.local_addr().ok(),
+        tasks,
+        span: Span::current(),
+    });
+    let balancer = &entrance.balancer;
     let start = |stream: TcpStream, peer: SocketAddr| {
-        start_client(&balancer, &ctx, &tasks, &ending, local, stream, peer);
+        if !sys::ACCEPTED_INHERIT_OPTIONS {
+            set_accepted_options(&stream, &balancer.pool().config.keepalive, peer);
+        }
+        Client::new(&entrance, stream, peer).start();
     };
-    let failed_accepts = &balancer.accept_failures;
     // The keepalive settings the listener carries for its accepted sockets to inherit; set
     // again when a reload changes them.
     let mut listener_keepalive = None;
@@ -145,22 +153,12 @@ pub async fn accept_loop(
             Ok(accepted) => accepted,
             Err(e) if is_connection_error(&e) => continue,
             Err(e) => {
-                if failed_accepts.strike() {
-                    error!(
-                        "cannot accept clients: {} ({}); retrying every {} ms, connections in \
-                         progress are unaffected",
-                        words(&e),
-                        crate::sys::errno_name(&e).unwrap_or("error"),
-                        ACCEPT_BACKOFF.as_millis()
-                    );
-                }
+                balancer.accept_failed(&e, ACCEPT_BACKOFF);
                 tokio::time::sleep(ACCEPT_BACKOFF).await;
                 continue;
             }
         };
-        if let Some(failed) = failed_accepts.end() {
-            info!("accepting clients again after {failed} failed accepts");
-        }
+        balancer.accepted();
         start(stream, peer);
     }
 }
@@ -192,44 +190,11 @@ fn drain_queue(listener: &TcpListener, mut start: impl FnMut(TcpStream, SocketAd
     }
 }
 
-/// Starts the task of one accepted connection. Past `MAX_CONNECTIONS` it is closed at once
-/// (a clear refusal beats a hang in the backlog), unless it turns out to be a query:
-/// operators look then.
-fn start_client(
-    balancer: &Arc<Balancer>,
-    ctx: &Arc<query::Context>,
-    tasks: &TaskTracker,
-    ending: &Ending,
-    local: Option<SocketAddr>,
-    stream: TcpStream,
-    peer: SocketAddr,
-) {
-    let pool = balancer.pool();
-    if !sys::ACCEPTED_INHERIT_OPTIONS {
-        let _ = stream.set_nodelay(true);
-        if let Err(e) = sys::set_keepalive(&stream, &pool.config.keepalive) {
-            debug!(client = %peer, "cannot set keepalive: {}", words(&e));
-        }
-    }
-    // The balancer's span (the accept loop's), not one per connection: creating and
-    // formatting a span per client cost more than the fields it adds, which the connection's
-    // few log lines carry themselves (`client=`, `server=`).
-    let span = Span::current();
-    let (b, ctx) = (Arc::clone(balancer), Arc::clone(ctx));
-    if !balancer.at_limit(&pool) {
-        tasks.spawn(forward::serve(
-            ctx,
-            b,
-            stream,
-            peer,
-            local,
-            ending.clone(),
-            span,
-        ));
-    } else if pool.config.query.enabled {
-        let at_limit = forward::serve_at_limit(ctx, b, stream, peer, local, ending.clone());
-        tasks.spawn(at_limit.instrument(span));
-    } else {
-        balancer.refuse(local);
+/// TCP_NODELAY and keepalive on an accepted socket, where it does not inherit them from its
+/// listener ([`sys::ACCEPTED_INHERIT_OPTIONS`]).
+fn set_accepted_options(stream: &TcpStream, keepalive: &Keepalive, peer: SocketAddr) {
+    let _ = stream.set_nodelay(true);
+    if let Err(e) = sys::set_keepalive(stream, keepalive) {
+        debug!(client = %peer, "cannot set keepalive: {}", words(&e));
     }
 }

@@ -2,20 +2,20 @@
 //! bind, and run until a signal says stop.
 // Nothing here may panic because an output is closed: no print macros.
 #![deny(clippy::print_stdout, clippy::print_stderr)]
+// Functions short enough to read at once (clippy's default bound, 100 lines).
+#![warn(clippy::too_many_lines)]
 
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use anyhow::Context;
 use appbroker::config::{Config, LoadError, Loaded};
-use appbroker::shutdown::{Shutdown, handle_signals};
+use appbroker::shutdown::handle_signals;
 use appbroker::workers::WorkerThreads;
 use appbroker::{Broker, config, demo, logging, sys};
 use clap::{Parser, Subcommand};
-use tokio::sync::Notify;
 use tracing::{info, warn};
 
 /// A load-balancing TCP broker for application-server fleets (TOTVS Protheus AppServer and
@@ -228,7 +228,7 @@ fn run(config: Config, demo: Option<String>, log: &logging::Log) -> anyhow::Resu
             None => None,
         };
         let shown = demo.as_ref().map(|_| config.clone());
-        let broker = Broker::bind(config, workers)?;
+        let bound = Broker::bind(config, workers)?;
         // Only now, with the ports bound: an instance that cannot start (another holds the
         // ports) leaves the running one's log file alone.
         log.open_file()?;
@@ -236,14 +236,16 @@ fn run(config: Config, demo: Option<String>, log: &logging::Log) -> anyhow::Resu
         if let (Some(servers), Some(client), Some(config)) = (&servers, &demo, &shown) {
             demo::introduce(config, servers.len(), client);
         }
-        let shutdown = Shutdown::new();
-        let reload = Arc::new(Notify::new());
-        handle_signals(shutdown.clone(), Arc::clone(&reload))
-            .context("cannot install the signal handlers")?;
+        let mut broker = bound.start();
+        let control = broker.control();
+        handle_signals(control.shutdown_state(), move || {
+            control.reload_file_later()
+        })
+        .context("cannot install the signal handlers")?;
         if let Some(servers) = servers {
             tokio::spawn(demo::console(servers));
         }
-        broker.run(shutdown, reload).await;
+        broker.stopped().await;
         Ok(())
     });
     // The demo's console waits on a blocking read of standard input, which nothing can

@@ -1,5 +1,7 @@
-//! Signals to actions: SIGTERM or SIGINT starts a graceful shutdown (a second one exits at once
-//! with code 1), SIGHUP reloads the configuration and is never fatal.
+//! The broker's shutdown state, and signals to actions for the binary: SIGTERM or SIGINT
+//! starts a graceful shutdown (a second one exits at once with code 1), SIGHUP reloads the
+//! configuration and is never fatal. A library user asks for these through the broker's
+//! handle instead.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -47,9 +49,12 @@ impl Shutdown {
     }
 }
 
-/// Listens for signals for the rest of the process's life; SIGHUP notifies `reload`.
+/// Listens for signals for the rest of the process's life; SIGHUP calls `reload`.
 #[cfg(unix)]
-pub fn handle_signals(shutdown: Shutdown, reload: Arc<tokio::sync::Notify>) -> std::io::Result<()> {
+pub fn handle_signals(
+    shutdown: Shutdown,
+    reload: impl Fn() + Send + 'static,
+) -> std::io::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
@@ -61,7 +66,7 @@ pub fn handle_signals(shutdown: Shutdown, reload: Arc<tokio::sync::Notify>) -> s
                 _ = int.recv() => "SIGINT",
                 _ = hup.recv() => {
                     info!("received SIGHUP: reloading the configuration");
-                    reload.notify_one();
+                    reload();
                     continue;
                 }
             };
@@ -80,7 +85,7 @@ pub fn handle_signals(shutdown: Shutdown, reload: Arc<tokio::sync::Notify>) -> s
 #[cfg(not(unix))]
 pub fn handle_signals(
     shutdown: Shutdown,
-    _reload: Arc<tokio::sync::Notify>,
+    _reload: impl Fn() + Send + 'static,
 ) -> std::io::Result<()> {
     tokio::spawn(async move {
         loop {

@@ -85,4 +85,9 @@ impl WorkerThreads {
             let _ = thread.join();
         }
     }
+
+    /// Stops every worker without waiting for the threads to end.
+    pub fn detach(self) {
+        self.stop.cancel();
+    }
 }

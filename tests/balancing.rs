@@ -1,14 +1,15 @@
-//! Selection through the real broker: each policy's exact sequence and spread (weight 0
+//! Selection through a broker in process: each policy's exact sequence and spread (weight 0
 //! included), many concurrent clients, a large pool with letter ids, a server given by host
-//! name, and the `MAX_CONNECTIONS` limit.
+//! name, and the `MAX_CONNECTIONS` limit. Asserted on the broker's events and state.
 // Helpers outside `#[test]` functions may unwrap too: a panic there is a failed assertion.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use appbroker::Event;
 use common::*;
 use tokio::net::TcpStream;
 
@@ -45,7 +46,7 @@ fn spread(names: &[String]) -> BTreeMap<&str, usize> {
 }
 
 /// Asks `count` times in a row, each on a new connection, and returns who answered.
-async fn ask_many(broker: &Broker, count: usize) -> Vec<String> {
+async fn ask_many(broker: &InProcess, count: usize) -> Vec<String> {
     let mut order = Vec::new();
     for _ in 0..count {
         order.push(ask(broker.addr()).await.unwrap());
@@ -63,7 +64,7 @@ async fn round_robin_follows_the_smooth_weighted_sequence() {
         a.ini(),
         b.ini()
     ));
-    let broker = Broker::start(&ini).await;
+    let broker = InProcess::start(&ini).await;
     let mut order = Vec::new();
     for _ in 0..8 {
         order.push(ask(broker.addr()).await.unwrap());
@@ -77,7 +78,7 @@ async fn round_robin_matches_nginx_for_weights_5_1_1() {
     let b = TestServer::start("b").await;
     let c = TestServer::start("c").await;
     let ini = weighted(&[(&a, 5), (&b, 1), (&c, 1)], "SORT_METHOD=ROUND_ROBIN");
-    let broker = Broker::start(&ini).await;
+    let broker = InProcess::start(&ini).await;
     // nginx's documented example, twice over: the sequence repeats every sum of weights.
     let order = ask_many(&broker, 14).await;
     assert_eq!(
@@ -97,7 +98,7 @@ async fn round_robin_skips_a_weight_zero_server() {
         &[(&a, 1), (&drained, 0), (&c, 2)],
         "SORT_METHOD=ROUND_ROBIN",
     );
-    let broker = Broker::start(&ini).await;
+    let broker = InProcess::start(&ini).await;
     // Smooth round robin over a (1) and c (2) alone, as if the drained server were not there.
     let order = ask_many(&broker, 6).await;
     assert_eq!(order, ["c", "a", "c", "c", "a", "c"]);
@@ -110,7 +111,7 @@ async fn connection_spreads_held_connections_by_weight() {
     let b = TestServer::start("b").await;
     let c = TestServer::start("c").await;
     let ini = weighted(&[(&a, 1), (&b, 1), (&c, 2)], "SORT_METHOD=CONNECTION");
-    let broker = Broker::start(&ini).await;
+    let broker = InProcess::start(&ini).await;
     let mut held = Vec::new();
     let mut names = Vec::new();
     for _ in 0..40 {
@@ -134,7 +135,7 @@ async fn connection_rotates_equal_weights_in_configuration_order() {
     let a = TestServer::start("a").await;
     let b = TestServer::start("b").await;
     let c = TestServer::start("c").await;
-    let broker = Broker::start(&ini_for(&[&c, &a, &b], "SORT_METHOD=CONNECTION")).await;
+    let broker = InProcess::start(&ini_for(&[&c, &a, &b], "SORT_METHOD=CONNECTION")).await;
 
     // Held connections: every server is as loaded as the others after each full turn.
     let mut held = Vec::new();
@@ -146,7 +147,7 @@ async fn connection_rotates_equal_weights_in_configuration_order() {
     }
     assert_eq!(names, ["c", "a", "b", "c", "a", "b"]);
     drop(held);
-    broker.wait_for_logs("connection closed", 6).await;
+    broker.events.wait_for_ended(6).await;
 
     // Short connections, each over before the next starts: all servers are always equal, and
     // the tie goes to the server after the one chosen last (b, the sixth above).
@@ -154,7 +155,7 @@ async fn connection_rotates_equal_weights_in_configuration_order() {
     for closed in 7..=12 {
         order.push(ask(broker.addr()).await.unwrap());
         // A connection that is still counted would make its server heavier than the others.
-        broker.wait_for_logs("connection closed", closed).await;
+        broker.events.wait_for_ended(closed).await;
     }
     assert_eq!(order, ["c", "a", "b", "c", "a", "b"]);
 }
@@ -165,7 +166,7 @@ async fn connection_gives_a_weight_zero_server_no_client() {
     let drained = TestServer::start("drained").await;
     let b = TestServer::start("b").await;
     let ini = weighted(&[(&a, 1), (&drained, 0), (&b, 1)], "SORT_METHOD=CONNECTION");
-    let broker = Broker::start(&ini).await;
+    let broker = InProcess::start(&ini).await;
 
     // Even while a and b carry connections and the drained server carries none, it is
     // never the lightest: weight 0 takes it out of selection altogether.
@@ -194,7 +195,7 @@ async fn two_hundred_concurrent_clients_are_all_served_intact() {
     const CLIENTS: usize = 200;
     let a = TestServer::start("a").await;
     let b = TestServer::start("b").await;
-    let broker = Broker::start(&ini_for(&[&a, &b], "SORT_METHOD=CONNECTION")).await;
+    let broker = InProcess::start(&ini_for(&[&a, &b], "SORT_METHOD=CONNECTION")).await;
     let addr = broker.addr();
 
     // All connect at once; each proves it reached a server with a line of its own.
@@ -260,7 +261,7 @@ async fn round_robin_uses_all_120_servers_with_letter_ids() {
     for (id, server) in ids.iter().zip(&servers) {
         ini.push_str(&format!("REMOTE_SERVER_{id}={}\n", server.ini()));
     }
-    let broker = Broker::start(&ini).await;
+    let broker = InProcess::start(&ini).await;
     // Equal weights: one turn each, in configuration order, letter ids included.
     let order = ask_many(&broker, ids.len()).await;
     assert_eq!(order, ids);
@@ -273,13 +274,19 @@ async fn round_robin_uses_all_120_servers_with_letter_ids() {
 async fn the_same_address_under_two_ids_is_two_entries() {
     let a = TestServer::start("a").await;
     let b = TestServer::start("b").await;
-    let broker = Broker::start(&ini_for(&[&a, &a, &b], "SORT_METHOD=ROUND_ROBIN")).await;
-    broker
-        .wait_for_log(&format!(
-            "{} is also REMOTE_SERVER_01",
-            a.ini().replace(' ', ":")
-        ))
-        .await;
+    let broker = InProcess::start(&ini_for(&[&a, &a, &b], "SORT_METHOD=ROUND_ROBIN")).await;
+    let notice = format!("{} is also REMOTE_SERVER_01", a.address());
+    assert!(
+        broker
+            .notices
+            .iter()
+            .any(|n| n.message.starts_with(&notice)),
+        "{:?}",
+        broker.notices
+    );
+    let servers = broker.state().servers;
+    assert_eq!(servers.len(), 3);
+    assert_eq!(servers[0].address, servers[1].address);
     // Each id takes its own turn, so a gets two of every three clients.
     let order = ask_many(&broker, 6).await;
     assert_eq!(order, ["a", "a", "b", "a", "a", "b"]);
@@ -293,43 +300,24 @@ async fn a_server_given_by_host_name_is_reachable() {
     let a = TestServer::start("a").await;
     let mut ini = ini_for(&[], "");
     ini.push_str(&format!("REMOTE_SERVER_01=localhost {}\n", a.addr.port()));
-    let broker = Broker::start(&ini).await;
+    let broker = InProcess::start(&ini).await;
     for _ in 0..3 {
         assert_eq!(ask(broker.addr()).await.unwrap(), "a");
     }
-    assert!(
-        !broker.has_log("putting server") && !broker.has_log("cannot connect"),
+    let events = &broker.events;
+    assert_eq!(
+        events.count(|e| matches!(e, Event::Quarantined { .. } | Event::ConnectFailed { .. })),
+        0,
         "a reachable host name was blamed:\n{}",
-        broker.log_text()
+        events.text()
     );
-}
-
-/// Connects and returns the connection if a server answered, `None` if the broker closed the
-/// client without a word.
-async fn served(addr: std::net::SocketAddr) -> Option<TcpStream> {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    match exchange(&mut stream, "are you there").await {
-        Ok(_) => Some(stream),
-        Err(e) => {
-            assert!(
-                matches!(
-                    e.kind(),
-                    std::io::ErrorKind::UnexpectedEof
-                        | std::io::ErrorKind::ConnectionReset
-                        | std::io::ErrorKind::BrokenPipe
-                ),
-                "a refused client should be closed, got {e}"
-            );
-            None
-        }
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_connections_refuses_clients_past_the_limit_until_one_leaves() {
-    const REACHED: &str = "MAX_CONNECTIONS (3) reached";
     let a = TestServer::start("a").await;
-    let broker = Broker::start(&ini_for(&[&a], "MAX_CONNECTIONS=3")).await;
+    let broker = InProcess::start(&ini_for(&[&a], "MAX_CONNECTIONS=3")).await;
+    let refusals = |broker: &InProcess| broker.events.count(|e| matches!(e, Event::Refused { .. }));
     let mut held = Vec::new();
     for _ in 0..3 {
         held.push(hold(broker.addr()).await.0);
@@ -344,59 +332,32 @@ async fn max_connections_refuses_clients_past_the_limit_until_one_leaves() {
     for stream in &mut held {
         assert_eq!(exchange(stream, "still here").await.unwrap(), "a");
     }
+    let state = broker.state();
+    assert_eq!((state.active, state.rejected, state.peak), (3, 3, 3));
+    broker
+        .events
+        .wait_for_count("three refusals", 3, |e| matches!(e, Event::Refused { .. }))
+        .await;
+    assert_eq!(refusals(&broker), 3);
 
     // One leaves; once the broker has seen it go, the next client is served. Clients that
-    // arrive before that are refused and counted in the same episode.
+    // arrive before that are refused, and counted.
     let mut refused = 3;
     drop(held.remove(0));
     let end = Instant::now() + DEADLINE;
-    let newcomer = loop {
+    let _newcomer = loop {
         if let Some(stream) = served(broker.addr()).await {
             break stream;
         }
         refused += 1;
         assert!(Instant::now() < end, "no client served after one left");
     };
-    // At the edge of the limit admissions and refusals alternate, so the episode ends only
-    // when a client is admitted after a quiet second: keep admitting (and letting go) one
-    // client at a time until the line says so.
-    // A client that comes before the broker has seen the last one go is still refused, and
-    // counted in the episode.
-    drop(newcomer);
-    let end = Instant::now() + DEADLINE;
-    loop {
-        match served(broker.addr()).await {
-            Some(stream) => drop(stream),
-            None => refused += 1,
-        }
-        let ended =
-            format!("accepting clients again: {refused} refused while MAX_CONNECTIONS was reached");
-        if broker.has_log(&ended) {
-            break;
-        }
-        assert!(
-            Instant::now() < end,
-            "no end of episode logged:\n{}",
-            broker.log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(
-        broker.count_logs(REACHED),
-        1,
-        "one line per episode, not per refused client:\n{}",
-        broker.log_text()
-    );
-
-    // Full again: a new episode, a new line.
-    while held.len() < 3 {
-        // The last client let go may still count for a moment.
-        match served(broker.addr()).await {
-            Some(stream) => held.push(stream),
-            None => tokio::time::sleep(Duration::from_millis(10)).await,
-        }
-    }
-    let stream = TcpStream::connect(broker.addr()).await.unwrap();
-    assert!(closed_at_once(stream).await, "a client past the limit");
-    broker.wait_for_logs(REACHED, 2).await;
+    assert_eq!(broker.state().rejected, refused);
+    let refusal = |e: &Event| matches!(e, Event::Refused { .. });
+    broker
+        .events
+        .wait_for_count("every refusal", refused as usize, refusal)
+        .await;
+    assert_eq!(refusals(&broker), refused as usize);
+    assert_eq!(broker.state().accepted, 4);
 }

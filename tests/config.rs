@@ -680,3 +680,72 @@ fn a_file_of_millions_of_lines_is_checked_in_bounded_memory_and_output() {
     );
     assert!(stderr.contains("more errors"), "{stderr}");
 }
+
+/// The keys docs/configuration.md documents: the first column of the rows of the section
+/// titled `title`, upper case, each backquoted name of a cell (`REMOTE_SERVER_<id>` apart).
+fn documented_keys(docs: &str, title: &str) -> Vec<String> {
+    let start = docs
+        .find(&format!("\n## {title}\n"))
+        .unwrap_or_else(|| panic!("no section `## {title}` in docs/configuration.md"));
+    let section = &docs[start + 1..];
+    let section = &section[..section[3..].find("\n## ").map_or(section.len(), |e| e + 3)];
+    let mut keys = Vec::new();
+    for row in section.lines().filter(|l| l.starts_with("| `")) {
+        let cell = row.split('|').nth(1).unwrap_or_default();
+        for name in cell.split('`').skip(1).step_by(2) {
+            if !name.starts_with("REMOTE_SERVER_") {
+                keys.push(name.to_ascii_uppercase());
+            }
+        }
+    }
+    assert!(!keys.is_empty(), "no key rows under `## {title}`");
+    keys
+}
+
+#[test]
+fn the_documentation_lists_exactly_the_keys_of_the_table() {
+    use appbroker::config::keys::{KEYS, Stands, TOTVS_UNUSED};
+    let docs = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/configuration.md"
+    ))
+    .expect("read docs/configuration.md");
+    let sorted = |mut keys: Vec<String>| {
+        keys.sort();
+        keys
+    };
+    let table = |general: bool| {
+        sorted(
+            KEYS.iter()
+                .filter(|k| (k.stands == Stands::General) == general)
+                .map(|k| k.name.to_string())
+                .collect(),
+        )
+    };
+    assert_eq!(
+        sorted(documented_keys(&docs, "`[General]`")),
+        table(true),
+        "docs/configuration.md's [General] table and the keys of src/config/keys.rs"
+    );
+    assert_eq!(
+        sorted(documented_keys(&docs, "Balancer sections")),
+        table(false),
+        "docs/configuration.md's balancer table and the keys of src/config/keys.rs"
+    );
+    assert_eq!(
+        sorted(documented_keys(&docs, "TOTVS keys accepted and not used")),
+        sorted(TOTVS_UNUSED.iter().map(|(k, _)| k.to_string()).collect()),
+        "docs/configuration.md's TOTVS table and TOTVS_UNUSED"
+    );
+    // And the shipped example shows every key, set or commented out.
+    let example = std::fs::read_to_string(EXAMPLE)
+        .expect("read the example")
+        .to_ascii_uppercase();
+    for key in KEYS {
+        assert!(
+            example.contains(key.name),
+            "{} is not in appserver.ini.example",
+            key.name
+        );
+    }
+}

@@ -7,36 +7,14 @@
 
 use std::path::Path;
 
+use appbroker::config::keys::{Domain, KEYS, Key, Stands};
 use appbroker::config::{Config, LoadError, show_escaped};
 use proptest::prelude::*;
 use proptest::sample::select;
 
-/// Every key the parser knows, in the case it documents (the tests vary the case).
-const BALANCER_KEYS: &[&str] = &[
-    "LOCAL_SERVER_PORT",
-    "LOCAL_SERVER_ADDRESS",
-    "SORT_METHOD",
-    "MONITORING_TYPE",
-    "MONITOR_INTERVAL",
-    "QUARANTINE_TIME",
-    "CONNECT_TIMEOUT",
-    "MAX_ATTEMPTS",
-    "MAX_CONNECTIONS",
-    "LOG_CONNECTIONS",
-    "QUERY_ENABLED",
-    "QUERY_ALLOW",
-    "QUERY_MAX_CONNECTIONS",
-    "QUERY_SNIFF_TIMEOUT",
-    "KEEPALIVE_TIME",
-    "KEEPALIVE_INTERVAL",
-    "KEEPALIVE_COUNT",
-    "TCP_USER_TIMEOUT",
-    "IDLE_TIMEOUT",
-    "MONITOR_SEND",
-    "MONITOR_EXPECT",
-    "MONITOR_FALL",
-    "MONITOR_RISE",
-    "DNS_CACHE_TIME",
+/// Names that are no key of the table but that the parser meets: servers (well and badly
+/// numbered) and TOTVS keys accepted without use.
+const OTHER_NAMES: &[&str] = &[
     "REMOTE_SERVER_01",
     "REMOTE_SERVER_02",
     "REMOTE_SERVER_aa",
@@ -45,17 +23,14 @@ const BALANCER_KEYS: &[&str] = &[
     "SERVICE_NAME",
     "STANDBY_TIME",
 ];
-const GENERAL_KEYS: &[&str] = &[
-    "ConsoleLog",
-    "ConsoleFile",
-    "ConsoleMaxSize",
-    "ConsoleLogDate",
-    "SHUTDOWN_GRACE",
-    "SHUTDOWN_TIMEOUT",
-    "LANGUAGE",
-    "WORKERS",
-    "DNS_MAX_LOOKUPS",
-];
+
+/// Every key the parser knows: the table's, and the others it meets.
+fn names() -> Vec<&'static str> {
+    KEYS.iter()
+        .map(|k| k.name)
+        .chain(OTHER_NAMES.iter().copied())
+        .collect()
+}
 const SECTIONS: &[&str] = &[
     "General",
     "BALANCE_SMART_CLIENT_DESKTOP",
@@ -120,11 +95,7 @@ fn value() -> impl Strategy<Value = String> {
 
 /// One line of an INI-like file.
 fn line() -> impl Strategy<Value = String> {
-    let key = prop_oneof![
-        select(BALANCER_KEYS.to_vec()).prop_map(str::to_string),
-        select(GENERAL_KEYS.to_vec()).prop_map(str::to_string),
-        "[A-Za-z_]{1,12}",
-    ];
+    let key = prop_oneof![select(names()).prop_map(str::to_string), "[A-Za-z_]{1,12}",];
     prop_oneof![
         4 => (key, "[ \t]{0,2}", "[ \t]{0,2}", value())
             .prop_map(|(k, a, b, v)| format!("{}{a}={b}{v}", vary_case(&k, v.len()))),
@@ -311,11 +282,6 @@ fn integer_key(key: &'static str, min: u64, max: u64) -> BoxedStrategy<Option<St
     prop::option::of((min..=max).prop_map(move |n| format!("{key}={n}"))).boxed()
 }
 
-/// `KEY=<one of values>`, or nothing.
-fn choice_key(key: &'static str, values: &[&'static str]) -> BoxedStrategy<Option<String>> {
-    prop::option::of(select(values.to_vec()).prop_map(move |v| format!("{key}={v}"))).boxed()
-}
-
 fn ip() -> impl Strategy<Value = String> {
     prop_oneof![
         any::<std::net::Ipv4Addr>().prop_map(|ip| ip.to_string()),
@@ -348,88 +314,88 @@ fn host() -> impl Strategy<Value = String> {
     ]
 }
 
-/// Settings a balancer section or `[General]` may hold (one line each, or none).
-fn balancer_settings() -> impl Strategy<Value = Vec<String>> {
-    let first = (
-        choice_key(
-            "SORT_METHOD",
-            &[
-                "CONNECTION",
-                "ROUND_ROBIN",
-                "round_robin",
-                "SESSION",
-                "SERVER_CPU",
-            ],
-        ),
-        duration_key("MONITOR_INTERVAL", 100, 86_400_000),
-        duration_key("QUARANTINE_TIME", 100, 86_400_000),
-        duration_key("CONNECT_TIMEOUT", 10, 86_400_000),
-        integer_key("MAX_ATTEMPTS", 1, 1296),
-        integer_key("MAX_CONNECTIONS", 1, 1_000_000),
-        choice_key("LOG_CONNECTIONS", &["0", "1"]),
-        choice_key("QUERY_ENABLED", &["0", "1"]),
-        prop::option::of(
-            prop::collection::vec(cidr(), 1..4)
-                .prop_map(|list| format!("QUERY_ALLOW={}", list.join(", "))),
-        ),
-        integer_key("QUERY_MAX_CONNECTIONS", 1, 10_000),
-        duration_key("QUERY_SNIFF_TIMEOUT", 10, 5000),
-    );
-    let second = (
-        prop::option::of(prop_oneof![
-            Just("KEEPALIVE_TIME=0".to_string()),
-            (1u64..=32_767).prop_map(|s| format!("KEEPALIVE_TIME={s}")),
-        ]),
-        duration_key("KEEPALIVE_INTERVAL", 1000, 32_767_000),
-        integer_key("KEEPALIVE_COUNT", 1, 127),
-        duration_key("TCP_USER_TIMEOUT", 0, 86_400_000),
-        duration_key("IDLE_TIMEOUT", 0, 86_400_000),
-        integer_key("MONITOR_FALL", 1, 100),
-        integer_key("MONITOR_RISE", 1, 100),
-        duration_key("DNS_CACHE_TIME", 0, 86_400_000),
-        prop::option::of(prop_oneof![
-            select(vec!["CONNECTION", "DISABLED", "disable", "SMARTCLIENT_SSL"])
-                .prop_map(|m| vec![format!("MONITORING_TYPE={m}")]),
-            (
-                prop::collection::vec(any::<u8>(), 0..16),
-                prop::collection::vec(any::<u8>(), 1..16),
-            )
-                .prop_map(|(send, expect)| vec![
-                    "MONITORING_TYPE=SEND_EXPECT".to_string(),
-                    format!("MONITOR_SEND={}", show_escaped(&send)),
-                    format!("MONITOR_EXPECT={}", show_escaped(&expect)),
-                ]),
-        ]),
-    );
-    (first, second).prop_map(|(a, b)| {
-        let (sort, interval, quarantine, timeout, attempts, max, log, query, allow, qmax, sniff) =
-            a;
-        let (ka_time, ka_interval, ka_count, user_timeout, idle, fall, rise, dns, monitoring) = b;
-        [
-            sort,
-            interval,
-            quarantine,
-            timeout,
-            attempts,
-            max,
-            log,
-            query,
-            allow,
-            qmax,
-            sniff,
-            ka_time,
-            ka_interval,
-            ka_count,
-            user_timeout,
-            idle,
-            fall,
-            rise,
-            dns,
+/// `KEY=<a valid value of its domain>` for `key`, in any case, or nothing. (The monitoring
+/// keys come together: [`monitoring`].)
+fn key_line(key: &'static Key) -> BoxedStrategy<Option<String>> {
+    let name = key.name;
+    match key.domain {
+        Domain::Integer { min, max, .. } => integer_key(name, min, max),
+        Domain::Duration { min, max } => {
+            duration_key(name, min.as_millis() as u64, max.as_millis() as u64)
+        }
+        Domain::DurationOrOff { min, max } => prop_oneof![
+            Just(Some(format!("{name}=0"))),
+            duration_key(name, min.as_millis() as u64, max.as_millis() as u64),
         ]
-        .into_iter()
-        .flatten()
-        .chain(monitoring.into_iter().flatten())
-        .collect()
+        .boxed(),
+        Domain::Cidrs => prop::option::of(
+            prop::collection::vec(cidr(), 1..4)
+                .prop_map(move |list| format!("{name}={}", list.join(", "))),
+        )
+        .boxed(),
+        Domain::Path => {
+            prop::option::of("[a-z/]{1,20}\\.log".prop_map(move |p| format!("{name}=/var/log/{p}")))
+                .boxed()
+        }
+        Domain::ListenIp => {
+            prop::option::of(ip().prop_map(move |ip| format!("{name}={ip}"))).boxed()
+        }
+        domain => {
+            let words = domain.words();
+            assert!(!words.is_empty(), "no values to draw for {name}");
+            prop::option::of(
+                (select(words.to_vec()), any::<usize>())
+                    .prop_map(move |(w, seed)| format!("{name}={}", vary_case(w, seed))),
+            )
+            .boxed()
+        }
+    }
+}
+
+/// `MONITORING_TYPE` (any of its words), and with `SEND_EXPECT` the bytes to send and expect
+/// (which must not be empty), or nothing.
+fn monitoring() -> BoxedStrategy<Option<Vec<String>>> {
+    let other: Vec<&str> = Domain::Monitoring
+        .words()
+        .iter()
+        .copied()
+        .filter(|w| *w != "SEND_EXPECT")
+        .collect();
+    prop::option::of(prop_oneof![
+        select(other).prop_map(|m| vec![format!("MONITORING_TYPE={m}")]),
+        (
+            prop::collection::vec(any::<u8>(), 0..16),
+            prop::collection::vec(any::<u8>(), 1..16),
+        )
+            .prop_map(|(send, expect)| vec![
+                "MONITORING_TYPE=SEND_EXPECT".to_string(),
+                format!("MONITOR_SEND={}", show_escaped(&send)),
+                format!("MONITOR_EXPECT={}", show_escaped(&expect)),
+            ]),
+    ])
+    .boxed()
+}
+
+/// Settings of the table that `stands` where they may (one line each, or none): a balancer's
+/// (which `[General]` may hold too) or `[General]`'s own.
+fn settings(stands: Stands) -> impl Strategy<Value = Vec<String>> {
+    let lines: Vec<_> = KEYS
+        .iter()
+        .filter(|k| k.stands == stands)
+        .filter(|k| !matches!(k.domain, Domain::Monitoring | Domain::Escaped))
+        .map(key_line)
+        .collect();
+    let monitoring = if stands == Stands::Balancer {
+        monitoring()
+    } else {
+        Just(None).boxed()
+    };
+    (lines, monitoring).prop_map(|(lines, monitoring)| {
+        lines
+            .into_iter()
+            .flatten()
+            .chain(monitoring.into_iter().flatten())
+            .collect()
     })
 }
 
@@ -464,21 +430,14 @@ fn servers() -> impl Strategy<Value = Vec<String>> {
 /// A whole valid file: `[General]` (its own keys and balancer defaults) and one or two
 /// balancers on distinct ports, with comments and blank lines between.
 fn valid_ini() -> impl Strategy<Value = String> {
-    let general = (
-        choice_key("ConsoleLog", &["0", "1"]),
-        prop::option::of("[a-z/]{1,20}\\.log".prop_map(|p| format!("ConsoleFile=/var/log/{p}"))),
-        integer_key("ConsoleMaxSize", 0, u64::MAX),
-        choice_key("ConsoleLogDate", &["0", "1"]),
-        duration_key("SHUTDOWN_GRACE", 0, 86_400_000),
-        duration_key("SHUTDOWN_TIMEOUT", 0, 86_400_000),
-        choice_key("LANGUAGE", &["en", "pt-BR", "PT-br", "pt"]),
+    let general = (settings(Stands::General), settings(Stands::Balancer));
+    let balancer = || {
         (
-            integer_key("WORKERS", 0, 256),
-            integer_key("DNS_MAX_LOOKUPS", 1, 4096),
-        ),
-        balancer_settings(),
-    );
-    let balancer = || (prop::option::of(ip()), balancer_settings(), servers());
+            prop::option::of(ip()),
+            settings(Stands::Balancer),
+            servers(),
+        )
+    };
     (
         prop::option::of(general),
         balancer(),
@@ -488,26 +447,9 @@ fn valid_ini() -> impl Strategy<Value = String> {
     )
         .prop_map(|(general, desktop, web, port, comments)| {
             let mut lines = Vec::new();
-            if let Some((
-                log,
-                file,
-                size,
-                date,
-                grace,
-                timeout,
-                language,
-                (workers, dns),
-                defaults,
-            )) = general
-            {
+            if let Some((own, defaults)) = general {
                 lines.push("[General]".to_string());
-                lines.extend(
-                    [
-                        log, file, size, date, grace, timeout, language, workers, dns,
-                    ]
-                    .into_iter()
-                    .flatten(),
-                );
+                lines.extend(own);
                 lines.extend(defaults);
             }
             let sections = [

@@ -800,7 +800,7 @@ async fn both_monitors_read_our_pages_as_the_broker_sees_its_servers() {
             c.ini(),
             d.ini()
         ));
-        let broker = Broker::start(&ini).await;
+        let broker = InProcess::start(&ini).await;
         b.stop().await;
         // Clients until b has been tried (and so quarantined) and a holds two of them.
         let mut held = Vec::new();

@@ -1,5 +1,5 @@
-//! `/TOTVS_BROKER_QUERY` on the broker's own port, spoken to as monitoring scripts and
-//! browsers do: every command, the limits, forwarding left exact around queries, and the
+//! `/TOTVS_BROKER_QUERY` on the port of a broker in process, spoken to as monitoring
+//! scripts and browsers do: every command, the limits, forwarding left exact around queries, and the
 //! contracts of the TOTVS answers that the public monitors parse (tests/fixtures/captures).
 // Helpers outside `#[test]` functions may unwrap too: a panic there is a failed assertion.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -19,11 +19,11 @@ use tokio::net::TcpStream;
 const BROWSER_ACCEPT: &str =
     "text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8";
 
-async fn get(broker: &Broker, path: &str) -> HttpResponse {
+async fn get(broker: &InProcess, path: &str) -> HttpResponse {
     http_get(broker.addr(), path, &[]).await
 }
 
-async fn json(broker: &Broker) -> Value {
+async fn json(broker: &InProcess) -> Value {
     let response = get(broker, "/TOTVS_BROKER_QUERY/JSON").await;
     assert_eq!(response.status, 200, "{}", response.text());
     response.json()
@@ -75,7 +75,7 @@ async fn read_n(stream: &mut TcpStream, n: usize) -> Vec<u8> {
 
 /// With `server` stopped and monitoring off, sends clients through a ROUND_ROBIN broker
 /// until one of them has tried `server` and so quarantined it.
-async fn quarantine_by_clients(broker: &Broker, server: &TestServer) {
+async fn quarantine_by_clients(broker: &InProcess, server: &TestServer) {
     let end = Instant::now() + DEADLINE;
     loop {
         if server_json(&json(broker).await, &server.address())["inquarantine"] == true {
@@ -83,9 +83,9 @@ async fn quarantine_by_clients(broker: &Broker, server: &TestServer) {
         }
         assert!(
             Instant::now() < end,
-            "{} never quarantined; log:\n{}",
+            "{} never quarantined; events:\n{}",
             server.name,
-            broker.log_text()
+            broker.events.text()
         );
         // Failover sends the client to another server; only the attempt matters here.
         let _ = ask(broker.addr()).await;
@@ -93,7 +93,7 @@ async fn quarantine_by_clients(broker: &Broker, server: &TestServer) {
 }
 
 /// Polls the JSON answer, as `eventually` polls, until `wanted` holds for it; returns it.
-async fn json_when(broker: &Broker, what: &str, wanted: impl Fn(&Value) -> bool) -> Value {
+async fn json_when(broker: &InProcess, what: &str, wanted: impl Fn(&Value) -> bool) -> Value {
     let end = Instant::now() + DEADLINE;
     loop {
         let status = json(broker).await;
@@ -103,14 +103,14 @@ async fn json_when(broker: &Broker, what: &str, wanted: impl Fn(&Value) -> bool)
         assert!(
             Instant::now() < end,
             "timed out waiting for {what}; last answer:\n{status:#}\nlog:\n{}",
-            broker.log_text()
+            broker.events.text()
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
 /// Polls PING until it answers `status`; returns the answer.
-async fn ping_until(broker: &Broker, status: u16) -> HttpResponse {
+async fn ping_until(broker: &InProcess, status: u16) -> HttpResponse {
     let end = Instant::now() + DEADLINE;
     loop {
         let answer = get(broker, "/TOTVS_BROKER_QUERY/PING").await;
@@ -142,7 +142,7 @@ async fn send_raw(addr: SocketAddr, bytes: &[u8]) -> HttpResponse {
 async fn every_command_answers_on_the_broker_port() {
     let a = TestServer::start("a").await;
     let b = TestServer::start("b").await;
-    let broker = Broker::start(&ini_for(&[&a, &b], "")).await;
+    let broker = InProcess::start(&ini_for(&[&a, &b], "")).await;
 
     let status = get(&broker, "/TOTVS_BROKER_QUERY/STATUS").await;
     assert_eq!(status.status, 200);
@@ -247,7 +247,7 @@ async fn every_command_answers_on_the_broker_port() {
 async fn server_status_shows_the_quarantine_history() {
     let a = TestServer::start("a").await;
     let mut b = TestServer::start("b").await;
-    let broker = Broker::start(&ini_for(&[&a, &b], "SORT_METHOD=ROUND_ROBIN")).await;
+    let broker = InProcess::start(&ini_for(&[&a, &b], "SORT_METHOD=ROUND_ROBIN")).await;
     b.stop().await;
     quarantine_by_clients(&broker, &b).await;
 
@@ -283,7 +283,7 @@ async fn server_status_shows_the_quarantine_history() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commands_and_prefix_ignore_case() {
     let a = TestServer::start("a").await;
-    let broker = Broker::start(&ini_for(&[&a], "")).await;
+    let broker = InProcess::start(&ini_for(&[&a], "")).await;
     let status = get(&broker, "/totvs_broker_query/status").await;
     assert_eq!(status.status, 200);
     assert!(status.text().contains("Servers (1)"));
@@ -303,7 +303,7 @@ async fn commands_and_prefix_ignore_case() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_line_in_several_segments_is_still_a_query() {
     let a = TestServer::start("a").await;
-    let broker = Broker::start(&ini_for(&[&a], "")).await;
+    let broker = InProcess::start(&ini_for(&[&a], "")).await;
     let mut connection = HttpConnection::connect(broker.addr()).await;
     connection.stream.set_nodelay(true).unwrap();
     // Each write leaves at once as its own segment; the broker may read them one by one.
@@ -325,7 +325,7 @@ async fn a_request_line_in_several_segments_is_still_a_query() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keep_alive_answers_several_requests_on_one_connection() {
     let a = TestServer::start("a").await;
-    let broker = Broker::start(&ini_for(&[&a], "")).await;
+    let broker = InProcess::start(&ini_for(&[&a], "")).await;
     let mut connection = HttpConnection::connect(broker.addr()).await;
     let first = connection
         .request("GET", "/TOTVS_BROKER_QUERY/PING", &[])
@@ -351,7 +351,7 @@ async fn keep_alive_answers_several_requests_on_one_connection() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bare_path_answers_html_to_browsers_and_json_to_scripts() {
     let a = TestServer::start("a").await;
-    let broker = Broker::start(&ini_for(&[&a], "")).await;
+    let broker = InProcess::start(&ini_for(&[&a], "")).await;
     let html = http_get(
         broker.addr(),
         "/TOTVS_BROKER_QUERY",
@@ -411,7 +411,7 @@ async fn bare_path_answers_html_to_browsers_and_json_to_scripts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn head_answers_headers_without_a_body() {
     let a = TestServer::start("a").await;
-    let broker = Broker::start(&ini_for(&[&a], "")).await;
+    let broker = InProcess::start(&ini_for(&[&a], "")).await;
     let mut connection = HttpConnection::connect(broker.addr()).await;
     let head = connection
         .request("HEAD", "/TOTVS_BROKER_QUERY/STATUS", &[])
@@ -435,7 +435,7 @@ async fn head_answers_headers_without_a_body() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_command_is_404_listing_the_commands() {
     let a = TestServer::start("a").await;
-    let broker = Broker::start(&ini_for(&[&a], "")).await;
+    let broker = InProcess::start(&ini_for(&[&a], "")).await;
     let answer = get(&broker, "/TOTVS_BROKER_QUERY/USERINFO").await;
     assert_eq!(answer.status, 404);
     let text = answer.text();
@@ -448,7 +448,7 @@ async fn unknown_command_is_404_listing_the_commands() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_line_over_8_kib_is_414() {
     let a = TestServer::start("a").await;
-    let broker = Broker::start(&ini_for(&[&a], "")).await;
+    let broker = InProcess::start(&ini_for(&[&a], "")).await;
     let path = format!("/TOTVS_BROKER_QUERY/STATUS?x={}", "y".repeat(9 * 1024));
     let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
     let answer = send_raw(broker.addr(), request.as_bytes()).await;
@@ -462,7 +462,7 @@ async fn request_line_over_8_kib_is_414() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn head_over_16_kib_is_431() {
     let a = TestServer::start("a").await;
-    let broker = Broker::start(&ini_for(&[&a], "")).await;
+    let broker = InProcess::start(&ini_for(&[&a], "")).await;
     let mut request = String::from("GET /TOTVS_BROKER_QUERY/PING HTTP/1.1\r\nHost: 127.0.0.1\r\n");
     for i in 0..20 {
         request.push_str(&format!("X-Filler-{i}: {}\r\n", "z".repeat(1000)));
@@ -493,7 +493,7 @@ async fn round_robin_sequence_is_exact_with_queries_in_between() {
         a.ini(),
         b.ini()
     ));
-    let broker = Broker::start(&ini).await;
+    let broker = InProcess::start(&ini).await;
     let commands = [
         "PING", "JSON", "STATUS", "METRICS", "CFG", "", "PING", "JSON",
     ];
@@ -515,7 +515,7 @@ async fn round_robin_sequence_is_exact_with_queries_in_between() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forwarded_bytes_stay_exact_after_a_query() {
     let a = TestServer::start("a").await;
-    let broker = Broker::start(&ini_for(&[&a], "")).await;
+    let broker = InProcess::start(&ini_for(&[&a], "")).await;
     assert_eq!(get(&broker, "/TOTVS_BROKER_QUERY/PING").await.status, 200);
 
     // Every byte value but the echo server's line end, twice over.
@@ -539,7 +539,7 @@ async fn forwarded_bytes_stay_exact_after_a_query() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn other_http_paths_reach_the_server_untouched() {
     let a = TestServer::start("a").await;
-    let broker = Broker::start(&ini_for(&[&a], "")).await;
+    let broker = InProcess::start(&ini_for(&[&a], "")).await;
     let requests: [&[u8]; 4] = [
         b"GET /rest/x HTTP/1.1\r\nHost: broker\r\nAccept: */*\r\n\r\n",
         // A longer name that only starts like the query path.
@@ -568,7 +568,7 @@ async fn other_http_paths_reach_the_server_untouched() {
 async fn queries_never_reach_a_server_nor_count_as_clients() {
     let a = TestServer::start("a").await;
     let b = TestServer::start("b").await;
-    let broker = Broker::start(&ini_for(&[&a, &b], "")).await;
+    let broker = InProcess::start(&ini_for(&[&a, &b], "")).await;
     let mut connection = HttpConnection::connect(broker.addr()).await;
     for path in [
         "/TOTVS_BROKER_QUERY",
@@ -599,7 +599,7 @@ async fn queries_never_reach_a_server_nor_count_as_clients() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queries_do_not_raise_the_peak_of_simultaneous_clients() {
     let a = TestServer::start("a").await;
-    let broker = Broker::start(&ini_for(&[&a], "")).await;
+    let broker = InProcess::start(&ini_for(&[&a], "")).await;
     // Two query connections open at once, each answered.
     let mut first = HttpConnection::connect(broker.addr()).await;
     let mut second = HttpConnection::connect(broker.addr()).await;
@@ -620,7 +620,7 @@ async fn queries_do_not_raise_the_peak_of_simultaneous_clients() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_client_gets_the_banner_of_a_server_first_backend() {
     let a = TestServer::with_banner("a", "220 appserver ready\r\n").await;
-    let broker = Broker::start(&ini_for(&[&a], "")).await;
+    let broker = InProcess::start(&ini_for(&[&a], "")).await;
     let mut client = TcpStream::connect(broker.addr()).await.unwrap();
     // The client sends nothing: the server speaks first, through the broker.
     let banner = read_n(&mut client, "220 appserver ready\r\n".len()).await;
@@ -633,7 +633,7 @@ async fn a_silent_client_gets_the_banner_of_a_server_first_backend() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unfinished_request_does_not_hold_up_other_queries() {
     let a = TestServer::start("a").await;
-    let broker = Broker::start(&ini_for(&[&a], "")).await;
+    let broker = InProcess::start(&ini_for(&[&a], "")).await;
     let mut slow = HttpConnection::connect(broker.addr()).await;
     slow.stream
         .write_all(b"GET /TOTVS_BROKER_QUERY/PING HTTP/1.1\r\n")
@@ -657,7 +657,7 @@ async fn an_unfinished_request_does_not_hold_up_other_queries() {
 async fn queries_are_answered_with_every_server_down() {
     let mut a = TestServer::start("a").await;
     let mut b = TestServer::start("b").await;
-    let broker = Broker::start(&ini_for(&[&a, &b], "")).await;
+    let broker = InProcess::start(&ini_for(&[&a, &b], "")).await;
     a.stop().await;
     b.stop().await;
     let mut client = TcpStream::connect(broker.addr()).await.unwrap();
@@ -682,7 +682,7 @@ async fn queries_are_answered_with_every_server_down() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queries_are_answered_at_max_connections() {
     let a = TestServer::start("a").await;
-    let broker = Broker::start(&ini_for(&[&a], "MAX_CONNECTIONS=2")).await;
+    let broker = InProcess::start(&ini_for(&[&a], "MAX_CONNECTIONS=2")).await;
     let (_one, _) = hold(broker.addr()).await;
     let (_two, _) = hold(broker.addr()).await;
 
@@ -704,7 +704,7 @@ async fn a_stalled_query_line_does_not_take_a_client_place() {
     // The longest QUERY_SNIFF_TIMEOUT, so the stalled line below is still being waited for
     // when the client arrives (after it, it would be forwarded as a client itself).
     let ini = ini_for(&[&a], "MAX_CONNECTIONS=1\nQUERY_SNIFF_TIMEOUT=5s");
-    let broker = Broker::start(&ini).await;
+    let broker = InProcess::start(&ini).await;
     // A request line that stops where it could still be a query (it may arrive in several
     // segments): the broker waits for the rest, but a slow query is not a client.
     let mut stalled = TcpStream::connect(broker.addr()).await.unwrap();
@@ -715,8 +715,8 @@ async fn a_stalled_query_line_does_not_take_a_client_place() {
     assert_eq!(
         exchange(&mut client, "hello").await.ok().as_deref(),
         Some("a"),
-        "the one client place went to a query; log:\n{}",
-        broker.log_text()
+        "the one client place went to a query; events:\n{}",
+        broker.events.text()
     );
     // The stalled request is still answered once it is complete.
     stalled.write_all(b"/PING HTTP/1.1\r\n\r\n").await.unwrap();
@@ -730,7 +730,7 @@ async fn a_stalled_query_line_does_not_take_a_client_place() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn query_max_connections_caps_unfinished_queries() {
     let a = TestServer::start("a").await;
-    let broker = Broker::start(&ini_for(&[&a], "QUERY_MAX_CONNECTIONS=2")).await;
+    let broker = InProcess::start(&ini_for(&[&a], "QUERY_MAX_CONNECTIONS=2")).await;
     // A whole request line without its end, and one that stops right after the query path:
     // both are queries, and hold a place while their head does not come. (One that stops
     // mid-path is no query yet and holds no place: tests/query_access.rs.)
@@ -766,7 +766,7 @@ async fn quarantine_shows_in_json_within_a_monitor_round() {
         &[&a, &b],
         "MONITORING_TYPE=CONNECTION\nMONITOR_INTERVAL=200ms\nQUARANTINE_TIME=120",
     );
-    let broker = Broker::start(&ini).await;
+    let broker = InProcess::start(&ini).await;
     let status = json(&broker).await;
     assert_eq!(server_json(&status, &b.address())["inquarantine"], false);
     assert_eq!(server_json(&status, &b.address())["quarantine"], "-");
@@ -804,7 +804,7 @@ async fn quarantine_shows_in_json_within_a_monitor_round() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn query_allow_denies_other_addresses_with_403() {
     let a = TestServer::start("a").await;
-    let broker = Broker::start(&ini_for(&[&a], "QUERY_ALLOW=10.0.0.0/8")).await;
+    let broker = InProcess::start(&ini_for(&[&a], "QUERY_ALLOW=10.0.0.0/8")).await;
     for path in [
         "/TOTVS_BROKER_QUERY",
         "/TOTVS_BROKER_QUERY/STATUS",
@@ -826,7 +826,7 @@ async fn query_allow_denies_other_addresses_with_403() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn query_allow_admits_listed_addresses() {
     let a = TestServer::start("a").await;
-    let broker = Broker::start(&ini_for(&[&a], "QUERY_ALLOW=10.0.0.0/8, 127.0.0.1")).await;
+    let broker = InProcess::start(&ini_for(&[&a], "QUERY_ALLOW=10.0.0.0/8, 127.0.0.1")).await;
     assert_eq!(get(&broker, "/TOTVS_BROKER_QUERY/PING").await.status, 200);
     assert_eq!(get(&broker, "/TOTVS_BROKER_QUERY/JSON").await.status, 200);
 }
@@ -834,7 +834,7 @@ async fn query_allow_admits_listed_addresses() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn query_enabled_0_forwards_query_requests_like_any_bytes() {
     let a = TestServer::start("a").await;
-    let broker = Broker::start(&ini_for(&[&a], "QUERY_ENABLED=0")).await;
+    let broker = InProcess::start(&ini_for(&[&a], "QUERY_ENABLED=0")).await;
     let request = b"GET /TOTVS_BROKER_QUERY/PING HTTP/1.1\r\nHost: broker\r\n\r\n";
     let mut client = TcpStream::connect(broker.addr()).await.unwrap();
     client.write_all(request).await.unwrap();
@@ -851,13 +851,14 @@ async fn ping_answers_503_during_shutdown_grace() {
     let a = TestServer::start("a").await;
     // A grace far longer than the test: the broker is killed when the test ends.
     let ini = ini_for(&[&a], "").replace("[General]\n", "[General]\nSHUTDOWN_GRACE=60s\n");
-    let broker = Broker::start(&ini).await;
+    let broker = InProcess::start(&ini).await;
     let (mut held, _) = hold(broker.addr()).await;
     assert_eq!(get(&broker, "/TOTVS_BROKER_QUERY/PING").await.status, 200);
 
-    broker.signal(nix::sys::signal::Signal::SIGTERM);
+    broker.broker.shutdown();
     broker
-        .wait_for_log("draining: still serving for SHUTDOWN_GRACE")
+        .events
+        .wait_for("the drain", |e| *e == appbroker::Event::Draining)
         .await;
     let ping = get(&broker, "/TOTVS_BROKER_QUERY/PING").await;
     assert_eq!(ping.status, 503, "{}", ping.text());
@@ -880,7 +881,7 @@ async fn two_balancers_each_show_their_own_and_link_to_the_other() {
         a.ini(),
         b.ini()
     );
-    let broker = Broker::start(&ini).await;
+    let broker = InProcess::start(&ini).await;
     let sides = [
         (
             broker.addr(),
@@ -954,7 +955,7 @@ async fn portuguese_labels_follow_the_totvs_page() {
     let mut b = TestServer::start("b").await;
     let ini = ini_for(&[&a, &b], "SORT_METHOD=ROUND_ROBIN")
         .replace("[General]\n", "[General]\nLANGUAGE=pt-BR\n");
-    let broker = Broker::start(&ini).await;
+    let broker = InProcess::start(&ini).await;
     b.stop().await;
     quarantine_by_clients(&broker, &b).await;
     let page = get(&broker, "/TOTVS_BROKER_QUERY/STATUS").await.text();
@@ -997,7 +998,7 @@ async fn portuguese_labels_follow_the_totvs_page() {
     let text = visible_text(&detail);
     assert!(!text.contains("connection refused"), "{text}");
     assert!(text.contains("conexão de client"), "{text}");
-    let english = Broker::start(&ini_for(&[&a], "")).await;
+    let english = InProcess::start(&ini_for(&[&a], "")).await;
     let page = get(&english, "/TOTVS_BROKER_QUERY/STATUS").await.text();
     assert!(!page.contains("Quarentena"), "English by default");
 }
@@ -1038,7 +1039,7 @@ fn tbarbito_quarantine_cells(html: &str) -> Vec<((String, u16), String)> {
 async fn status_table_keeps_the_contract_of_the_monitors() {
     let a = TestServer::start("a").await;
     let mut b = TestServer::start("b").await;
-    let broker = Broker::start(&ini_for(&[&a, &b], "SORT_METHOD=ROUND_ROBIN")).await;
+    let broker = InProcess::start(&ini_for(&[&a, &b], "SORT_METHOD=ROUND_ROBIN")).await;
     b.stop().await;
     quarantine_by_clients(&broker, &b).await;
     let html = get(&broker, "/totvs_broker_query/status").await.text();
@@ -1163,7 +1164,7 @@ async fn json_is_a_superset_of_the_captured_totvs_schema() {
         b.ini(),
         c.ini()
     ));
-    let broker = Broker::start(&ini).await;
+    let broker = InProcess::start(&ini).await;
     let _held: Vec<_> = [
         hold(broker.addr()).await,
         hold(broker.addr()).await,
@@ -1264,7 +1265,7 @@ async fn metrics_parse_as_prometheus_text() {
         &[&a, &b],
         "MONITORING_TYPE=CONNECTION\nMONITOR_INTERVAL=200ms",
     );
-    let broker = Broker::start(&ini).await;
+    let broker = InProcess::start(&ini).await;
     assert_eq!(ask(broker.addr()).await.unwrap(), "a");
     // The check families have samples once a monitor round has run.
     let end = Instant::now() + DEADLINE;

@@ -66,7 +66,7 @@ async fn read_n(stream: &mut TcpStream, n: usize) -> Vec<u8> {
 async fn a_refused_query_gets_403_and_is_closed_holding_no_place() {
     let a = TestServer::start("a").await;
     let ini = ini_for(&[&a], "QUERY_ALLOW=127.0.0.2\nQUERY_MAX_CONNECTIONS=2");
-    let broker = Broker::start(&ini).await;
+    let broker = InProcess::start(&ini).await;
     // More refused clients than there are places, each asking for keep-alive and staying
     // connected, as a client trying to hold the places would.
     let mut refused = Vec::new();
@@ -93,7 +93,7 @@ async fn a_refused_query_gets_403_and_is_closed_holding_no_place() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_only_looks_like_a_query_is_forwarded_when_every_place_is_taken() {
     let a = TestServer::start("a").await;
-    let broker = Broker::start(&ini_for(&[&a], "QUERY_MAX_CONNECTIONS=1")).await;
+    let broker = InProcess::start(&ini_for(&[&a], "QUERY_MAX_CONNECTIONS=1")).await;
     let (_held, refused) = hold_query_places(broker.addr(), &[UNFINISHED]).await;
     assert_eq!(refused.status, 503, "a known query may be told to retry");
     // An HTTP request split after `GET /`, and protocols whose first byte is `G` or `H`.
@@ -117,7 +117,7 @@ async fn a_client_that_only_looks_like_a_query_is_forwarded_when_every_place_is_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_first_segment_that_could_start_a_query_then_waits_is_forwarded_in_order() {
     let a = TestServer::start("a").await;
-    let broker = Broker::start(&ini_for(&[&a], "QUERY_SNIFF_TIMEOUT=100ms")).await;
+    let broker = InProcess::start(&ini_for(&[&a], "QUERY_SNIFF_TIMEOUT=100ms")).await;
     let mut client = TcpStream::connect(broker.addr()).await.unwrap();
     client.set_nodelay(true).unwrap();
     // One byte that could begin `HEAD /TOTVS_BROKER_QUERY`, then the client waits for the
@@ -132,7 +132,7 @@ async fn a_first_segment_that_could_start_a_query_then_waits_is_forwarded_in_ord
 async fn a_short_first_segment_that_starts_no_method_is_forwarded_at_once() {
     // The longest QUERY_SNIFF_TIMEOUT: a client wrongly held for it would wait 5 s.
     let a = TestServer::start("a").await;
-    let broker = Broker::start(&ini_for(&[&a], "QUERY_SNIFF_TIMEOUT=5s")).await;
+    let broker = InProcess::start(&ini_for(&[&a], "QUERY_SNIFF_TIMEOUT=5s")).await;
     for first in [&b"x"[..], b"PING", b"a1"] {
         let accepted = a.accepted();
         let mut client = TcpStream::connect(broker.addr()).await.unwrap();
@@ -161,35 +161,9 @@ async fn a_short_first_segment_that_starts_no_method_is_forwarded_at_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn running_out_of_query_places_is_logged_once_per_episode() {
-    let a = TestServer::start("a").await;
-    let broker = Broker::start(&ini_for(&[&a], "QUERY_MAX_CONNECTIONS=1")).await;
-    let (held, _) = hold_query_places(broker.addr(), &[UNFINISHED]).await;
-    for _ in 0..5 {
-        let answer = http_get(broker.addr(), "/TOTVS_BROKER_QUERY/PING", &[]).await;
-        assert_eq!(answer.status, 503);
-    }
-    broker
-        .wait_for_log("QUERY_MAX_CONNECTIONS (1) reached")
-        .await;
-    assert_eq!(broker.count_logs("QUERY_MAX_CONNECTIONS (1) reached"), 1);
-    drop(held);
-    // The episode ends with the first query answered after a quiet second.
-    let end = Instant::now() + DEADLINE;
-    while !broker.has_log("answering queries again") {
-        assert!(Instant::now() < end, "log:\n{}", broker.log_text());
-        let _ = http_get(broker.addr(), "/TOTVS_BROKER_QUERY/PING", &[]).await;
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let line = broker.wait_for_log("answering queries again").await;
-    assert!(line.contains("refused"), "{line}");
-    assert_eq!(broker.count_logs("QUERY_MAX_CONNECTIONS (1) reached"), 1);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_keep_alive_connection_gives_its_place_to_a_new_query() {
     let a = TestServer::start("a").await;
-    let broker = Broker::start(&ini_for(&[&a], "QUERY_MAX_CONNECTIONS=1")).await;
+    let broker = InProcess::start(&ini_for(&[&a], "QUERY_MAX_CONNECTIONS=1")).await;
     // A browser's connection between two refreshes holds the only place, idle.
     let mut browser = HttpConnection::connect(broker.addr()).await;
     let page = browser
@@ -209,7 +183,7 @@ async fn an_idle_keep_alive_connection_gives_its_place_to_a_new_query() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_query_whose_client_shuts_its_sending_side_gets_the_whole_answer() {
     let a = TestServer::start("a").await;
-    let broker = Broker::start(&ini_for(&[&a], "")).await;
+    let broker = InProcess::start(&ini_for(&[&a], "")).await;
     for request in [
         &b"GET /totvs_broker_query HTTP/1.0\r\n\r\n"[..],
         b"GET /TOTVS_BROKER_QUERY/PING HTTP/1.1\r\nHost: x\r\n\r\n",
@@ -244,7 +218,7 @@ async fn a_query_whose_client_shuts_its_sending_side_gets_the_whole_answer() {
 #[ignore = "needs nc (Debian: netcat-openbsd)"]
 async fn nc_with_a_half_close_gets_the_whole_answer() {
     let a = TestServer::start("a").await;
-    let broker = Broker::start(&ini_for(&[&a], "")).await;
+    let broker = InProcess::start(&ini_for(&[&a], "")).await;
     let port = broker.addr().port().to_string();
     let output = tokio::task::spawn_blocking(move || {
         std::process::Command::new("sh")
@@ -268,7 +242,7 @@ async fn nc_with_a_half_close_gets_the_whole_answer() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_method_on_the_query_path_is_answered_405_and_never_forwarded() {
     let a = TestServer::start("a").await;
-    let broker = Broker::start(&ini_for(&[&a], "")).await;
+    let broker = InProcess::start(&ini_for(&[&a], "")).await;
     for method in ["POST", "PUT", "DELETE", "OPTIONS", "PATCH", "TRACE"] {
         let mut connection = HttpConnection::connect(broker.addr()).await;
         let answer = connection
@@ -311,7 +285,7 @@ async fn send_raw_request(addr: SocketAddr, bytes: &[u8]) -> HttpResponse {
 async fn server_status_takes_a_percent_encoded_address() {
     let a = TestServer::start("a").await;
     let ini = ini_for(&[&a], "REMOTE_SERVER_02=::1 6543");
-    let broker = Broker::start(&ini).await;
+    let broker = InProcess::start(&ini).await;
     for path in [
         "/TOTVS_BROKER_QUERY/SERVERSTATUS/%5B::1%5D:6543",
         "/TOTVS_BROKER_QUERY/ServerStatus/%5b%3A%3A1%5d%3A6543",
@@ -337,7 +311,7 @@ async fn server_status_takes_a_percent_encoded_address() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_that_tightens_query_allow_holds_for_the_next_request_on_open_connections() {
     let a = TestServer::start("a").await;
-    let broker = Broker::start(&ini_for(&[&a], "")).await;
+    let broker = InProcess::start(&ini_for(&[&a], "")).await;
     let mut connection = HttpConnection::connect(broker.addr()).await;
     let ping = connection
         .request("GET", "/TOTVS_BROKER_QUERY/PING", &[])
@@ -345,14 +319,13 @@ async fn a_reload_that_tightens_query_allow_holds_for_the_next_request_on_open_c
         .unwrap();
     assert_eq!(ping.status, 200);
 
-    std::fs::write(
-        &broker.config_path,
-        ini_for(&[&a], "QUERY_ALLOW=10.0.0.0/8")
-            .replace("@PORT@", &broker.addr().port().to_string()),
-    )
-    .unwrap();
-    broker.signal(nix::sys::signal::Signal::SIGHUP);
-    broker.wait_for_log("configuration reloaded").await;
+    let reloaded = broker
+        .reload(&ini_for(&[&a], "QUERY_ALLOW=10.0.0.0/8"))
+        .await;
+    assert!(
+        reloaded.changes.iter().any(|c| c.contains("QUERY_ALLOW")),
+        "{reloaded:?}"
+    );
 
     let answer = connection
         .request("GET", "/TOTVS_BROKER_QUERY/JSON", &[])
@@ -381,7 +354,7 @@ fn two_balancers(a: &TestServer, b: &TestServer, dir_note: &str) -> String {
 async fn cfg_and_status_show_only_what_the_client_may_see() {
     let a = TestServer::start("a").await;
     let b = TestServer::start("b").await;
-    let broker = Broker::start(&two_balancers(&a, &b, "secret-name")).await;
+    let broker = InProcess::start(&two_balancers(&a, &b, "secret-name")).await;
     let config_path = broker.config_path.display().to_string();
 
     // 127.0.0.1 may query the first balancer only.
@@ -447,7 +420,7 @@ async fn ready_answers_200_only_while_clients_can_be_served() {
     let mut a = TestServer::start("a").await;
     let ini = ini_for(&[&a], "MONITORING_TYPE=CONNECTION\nMONITOR_INTERVAL=200ms")
         .replace("[General]\n", "[General]\nSHUTDOWN_GRACE=60s\n");
-    let broker = Broker::start(&ini).await;
+    let broker = InProcess::start(&ini).await;
     let ready = ready_until(broker.addr(), 200).await;
     assert!(ready.text().starts_with("READY"), "{}", ready.text());
     assert!(ready.text().contains("1 of 1 server"), "{}", ready.text());
@@ -467,8 +440,11 @@ async fn ready_answers_200_only_while_clients_can_be_served() {
     ready_until(broker.addr(), 200).await;
 
     // Draining: not ready either, whatever the servers.
-    broker.signal(nix::sys::signal::Signal::SIGTERM);
-    broker.wait_for_log("draining").await;
+    broker.broker.shutdown();
+    broker
+        .events
+        .wait_for("the drain", |e| *e == appbroker::Event::Draining)
+        .await;
     let draining = ready_until(broker.addr(), 503).await;
     assert!(
         draining.text().contains("shutting down"),
@@ -485,7 +461,7 @@ async fn ready_speaks_the_language_of_the_pages() {
     let a = TestServer::start("a").await;
     let ini =
         ini_for(&[&a], "MAX_CONNECTIONS=1").replace("[General]\n", "[General]\nLANGUAGE=pt-BR\n");
-    let broker = Broker::start(&ini).await;
+    let broker = InProcess::start(&ini).await;
     let ready = ready_until(broker.addr(), 200).await;
     assert!(ready.text().contains("1 de 1 servidor"), "{}", ready.text());
     // At MAX_CONNECTIONS new clients are closed at once: not ready.

@@ -1,5 +1,6 @@
-//! Relaying through the real broker: half-close both ways, 64 MiB each way at once, a server
-//! that speaks first, a server killed or reset mid-connection, and the per-connection log line.
+//! Relaying through a broker in process: half-close both ways, 64 MiB each way at once, a
+//! server that speaks first, a server killed or reset mid-connection; how each connection
+//! ended, from the broker's events. (Its closing line: tests/log_format.rs.)
 // Helpers outside `#[test]` functions may unwrap too: a panic there is a failed assertion.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -18,13 +19,6 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
 const MIB: u64 = 1024 * 1024;
-
-/// Awaits `future`, failing the test if it takes longer than [`DEADLINE`].
-async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
-    tokio::time::timeout(DEADLINE, future)
-        .await
-        .unwrap_or_else(|_| panic!("timed out: {what}"))
-}
 
 /// A server of the test's own for behaviours `TestServer` does not have: listens on a fresh
 /// port and hands the first connection to `behave`, whose result the handle returns.
@@ -50,48 +44,10 @@ fn ini_to(addr: SocketAddr) -> String {
     ini
 }
 
-/// The `connection closed` line the broker logs for the client at local address `client`.
-async fn closed_line(broker: &Broker, client: SocketAddr) -> String {
-    // The span field ends the line or is followed by a space: never matches a longer port.
-    let needle = format!("client={client} ");
-    let find = || {
-        broker
-            .logs()
-            .into_iter()
-            .find(|l| l.contains("connection closed") && format!("{l} ").contains(&needle))
-    };
-    eventually("the connection closed line", || find().is_some()).await;
-    find().unwrap()
-}
-
-/// Byte `i` of stream `seed` is byte `i % 8` of a hash of (`seed`, `i / 8`): every position
-/// has its own value, so a lost, repeated or reordered chunk shows at its offset.
-fn pattern(seed: u64, offset: u64, len: usize) -> Vec<u8> {
-    let mut bytes = Vec::with_capacity(len + 16);
-    for word in offset / 8..(offset + len as u64).div_ceil(8) {
-        // splitmix64's finaliser
-        let mut z = (seed << 40 ^ word).wrapping_add(0x9E37_79B9_7F4A_7C15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        bytes.extend_from_slice(&(z ^ (z >> 31)).to_le_bytes());
-    }
-    let skip = (offset % 8) as usize;
-    bytes.drain(..skip);
-    bytes.truncate(len);
-    bytes
-}
-
-/// Writes `total` bytes of stream `seed`, then shuts the write side down.
-async fn send_pattern(mut to: impl AsyncWrite + Unpin, seed: u64, total: u64) {
-    const CHUNK: u64 = 256 * 1024;
-    let mut sent = 0;
-    while sent < total {
-        let len = CHUNK.min(total - sent);
-        to.write_all(&pattern(seed, sent, len as usize))
-            .await
-            .unwrap();
-        sent += len;
-    }
+/// Writes `total` bytes of stream `seed` (the pattern of tests/common), then shuts the write
+/// side down.
+async fn send_and_close(mut to: impl AsyncWrite + Unpin, seed: u64, total: u64) {
+    send_pattern(&mut to, seed, total).await.unwrap();
     to.shutdown().await.unwrap();
 }
 
@@ -156,11 +112,11 @@ async fn a_client_half_close_still_gets_the_whole_answer() {
     let (addr, server) = one_connection_server(|mut stream| async move {
         let mut request = Vec::new();
         stream.read_to_end(&mut request).await.unwrap();
-        send_pattern(stream, 3, MIB).await;
+        send_and_close(stream, 3, MIB).await;
         request
     })
     .await;
-    let broker = Broker::start(&ini_to(addr)).await;
+    let broker = InProcess::start(&ini_to(addr)).await;
     let mut client = TcpStream::connect(broker.addr()).await.unwrap();
     let local = client.local_addr().unwrap();
     client.write_all(b"send me everything\n").await.unwrap();
@@ -176,8 +132,8 @@ async fn a_client_half_close_still_gets_the_whole_answer() {
     );
     let request = within("the server", server).await.unwrap();
     assert_eq!(request, b"send me everything\n");
-    let line = closed_line(&broker, local).await;
-    assert!(line.contains("ended_by=client"), "{line}");
+    let ended = broker.events.wait_for_end(local).await;
+    assert_eq!(ended.ended_by, End::Closed(Side::Client));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -189,7 +145,7 @@ async fn a_server_half_close_still_takes_everything_the_client_sends() {
         check_pattern(stream, 4).await
     })
     .await;
-    let broker = Broker::start(&ini_to(addr)).await;
+    let broker = InProcess::start(&ini_to(addr)).await;
     let mut client = TcpStream::connect(broker.addr()).await.unwrap();
     let local = client.local_addr().unwrap();
 
@@ -199,7 +155,7 @@ async fn a_server_half_close_still_takes_everything_the_client_sends() {
         .unwrap();
     assert_eq!(goodbye, b"bye\n");
     // The client's direction is still open after the server's ended.
-    within("the upload", send_pattern(&mut client, 4, MIB)).await;
+    within("the upload", send_and_close(&mut client, 4, MIB)).await;
     let received = within("the server", server).await.unwrap();
     assert_eq!(
         received,
@@ -208,8 +164,8 @@ async fn a_server_half_close_still_takes_everything_the_client_sends() {
             first_wrong: None
         }
     );
-    let line = closed_line(&broker, local).await;
-    assert!(line.contains("ended_by=server"), "{line}");
+    let ended = broker.events.wait_for_end(local).await;
+    assert_eq!(ended.ended_by, End::Closed(Side::Server));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -219,17 +175,17 @@ async fn sixty_four_mib_each_way_at_once_arrive_intact() {
     // at the same time and neither can wait for the other.
     let (addr, server) = one_connection_server(|stream| async move {
         let (read, write) = stream.into_split();
-        let sending = tokio::spawn(send_pattern(write, 2, SIZE));
+        let sending = tokio::spawn(send_and_close(write, 2, SIZE));
         let received = check_pattern(read, 1).await;
         sending.await.unwrap();
         received
     })
     .await;
-    let broker = Broker::start(&ini_to(addr)).await;
+    let broker = InProcess::start(&ini_to(addr)).await;
     let client = TcpStream::connect(broker.addr()).await.unwrap();
     let local = client.local_addr().unwrap();
     let (read, write) = client.into_split();
-    let sending = tokio::spawn(send_pattern(write, 1, SIZE));
+    let sending = tokio::spawn(send_and_close(write, 1, SIZE));
 
     let to_client = within("the download", check_pattern(read, 2)).await;
     within("the upload", sending).await.unwrap();
@@ -240,17 +196,17 @@ async fn sixty_four_mib_each_way_at_once_arrive_intact() {
     };
     assert_eq!(to_server, intact, "client to server");
     assert_eq!(to_client, intact, "server to client");
-    let line = closed_line(&broker, local).await;
-    assert!(
-        line.contains(&format!("bytes_from_client={SIZE} bytes_to_client={SIZE}")),
-        "{line}"
+    let ended = broker.events.wait_for_end(local).await;
+    assert_eq!(
+        (ended.bytes_from_client, ended.bytes_to_client),
+        (SIZE, SIZE)
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_speaks_first_is_heard_before_the_client_sends() {
     let a = TestServer::with_banner("a", "220 a ready\r\n").await;
-    let broker = Broker::start(&ini_for(&[&a], "")).await;
+    let broker = InProcess::start(&ini_for(&[&a], "")).await;
     let mut client = TcpStream::connect(broker.addr()).await.unwrap();
     // Nothing sent yet: the broker must connect to the server and pass its greeting on.
     assert_eq!(read_line(&mut client).await, "220 a ready\r\n");
@@ -261,7 +217,7 @@ async fn a_server_that_speaks_first_is_heard_before_the_client_sends() {
 async fn a_server_killed_mid_connection_closes_its_client_only() {
     let mut a = TestServer::start("a").await;
     let b = TestServer::start("b").await;
-    let broker = Broker::start(&ini_for(&[&a, &b], "SORT_METHOD=CONNECTION")).await;
+    let broker = InProcess::start(&ini_for(&[&a, &b], "SORT_METHOD=CONNECTION")).await;
     let (mut on_a, name) = hold(broker.addr()).await;
     assert_eq!(name, "a");
     let (mut on_b, name) = hold(broker.addr()).await;
@@ -315,7 +271,7 @@ async fn a_server_reset_resets_the_client() {
         drop(stream);
     })
     .await;
-    let broker = Broker::start(&ini_to(addr)).await;
+    let broker = InProcess::start(&ini_to(addr)).await;
     let mut client = TcpStream::connect(broker.addr()).await.unwrap();
     let local = client.local_addr().unwrap();
     client.write_all(b"hello\n").await.unwrap();
@@ -329,8 +285,11 @@ async fn a_server_reset_resets_the_client() {
         matches!(&read, Err(e) if e.kind() == ErrorKind::ConnectionReset),
         "client read {read:?} after the server reset"
     );
-    let line = closed_line(&broker, local).await;
-    assert!(line.contains("ended_by=\"error (server side"), "{line}");
+    let ended = broker.events.wait_for_end(local).await;
+    assert!(
+        matches!(ended.ended_by, End::Error(Side::Server, _)),
+        "{ended:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -343,7 +302,7 @@ async fn a_client_reset_resets_the_server() {
         stream.read(&mut buf).await
     })
     .await;
-    let broker = Broker::start(&ini_to(addr)).await;
+    let broker = InProcess::start(&ini_to(addr)).await;
     let mut client = TcpStream::connect(broker.addr()).await.unwrap();
     client.write_all(b"hello\n").await.unwrap();
     assert_eq!(read_line(&mut client).await, "ok\n");
@@ -357,24 +316,4 @@ async fn a_client_reset_resets_the_server() {
         matches!(&read, Err(e) if e.kind() == ErrorKind::ConnectionReset),
         "server read {read:?} after the client reset"
     );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_closed_line_counts_the_bytes_each_way_and_who_ended() {
-    let a = TestServer::start("a").await;
-    let broker = Broker::start(&ini_for(&[&a], "")).await;
-    let mut client = TcpStream::connect(broker.addr()).await.unwrap();
-    let local = client.local_addr().unwrap();
-    // Sent: "hello\n" (6) and "second line\n" (12) = 18.
-    // Received: "a: hello\n" (9) and "a: second line\n" (15) = 24.
-    assert_eq!(exchange(&mut client, "hello").await.unwrap(), "a");
-    assert_eq!(exchange(&mut client, "second line").await.unwrap(), "a");
-    drop(client);
-
-    let line = closed_line(&broker, local).await;
-    assert!(
-        line.contains("bytes_from_client=18 bytes_to_client=24 ended_by=client"),
-        "{line}"
-    );
-    assert!(line.contains(&format!("server={}", a.address())), "{line}");
 }

@@ -1,9 +1,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test that cannot go on should panic
-//! Live reload (SIGHUP) through the real binary: servers added, removed and re-weighted,
-//! intervals changed, quarantine state kept, a listen port moved (or not, when it is taken;
-//! with clients arriving; onto the port of a section removed in the same reload), balancer
-//! sections added, removed and renamed, an invalid or missing file rejected, and twenty
-//! reloads under load without a failed or corrupted exchange.
+//! Live reload through a broker in process (the file read again, as a SIGHUP does; the
+//! signal itself: tests/lifecycle.rs): servers added, removed and re-weighted, intervals
+//! changed, quarantine state kept, a listen port moved (or not, when it is taken; with clients
+//! arriving; onto the port of a section removed in the same reload), balancer sections added,
+//! removed and renamed, an invalid or missing file rejected, and twenty reloads under load
+//! without a failed or corrupted exchange. Asserted on each reload's result, the events and
+//! the state; one test that shuts down after a reload runs the real binary.
 
 mod common;
 
@@ -12,36 +14,21 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use appbroker::Event;
+use appbroker::config::BalancerKind;
 use common::*;
-use nix::sys::signal::Signal;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader as AsyncBufReader};
 use tokio::net::TcpStream;
 
-const RELOADED: &str = "configuration reloaded:";
-
-/// Writes `text` as the broker's configuration file, with the harness's placeholders
-/// (`@PORT@`, `@PORT2@`, `@DIR@`) standing for the ports and directory it started with.
-fn rewrite(broker: &Broker, text: &str) {
-    let text = text
-        .replace("@PORT@", &broker.ports[0].to_string())
-        .replace("@PORT2@", &broker.ports[1].to_string())
-        .replace("@DIR@", &broker.dir.path().display().to_string());
-    std::fs::write(&broker.config_path, text).expect("rewrite the ini");
-}
-
-/// Rewrites the file with `text`, sends SIGHUP and waits for the next `configuration
-/// reloaded` line, which it returns.
-async fn reload(broker: &Broker, text: &str) -> String {
-    let before = broker.count_logs(RELOADED);
-    rewrite(broker, text);
-    broker.signal(Signal::SIGHUP);
-    broker.wait_for_logs(RELOADED, before + 1).await;
-    broker
-        .logs()
-        .into_iter()
-        .filter(|l| l.contains(RELOADED))
-        .nth(before)
-        .expect("counted above")
+/// Rewrites the file with `text` and reloads it; what changed, as the `configuration
+/// reloaded:` line lists it.
+async fn reload(broker: &InProcess, text: &str) -> String {
+    let reloaded = broker.reload(text).await;
+    if reloaded.changes.is_empty() {
+        "nothing changed".to_string()
+    } else {
+        reloaded.changes.join("; ")
+    }
 }
 
 fn assert_mentions(line: &str, needles: &[&str]) {
@@ -78,14 +65,14 @@ fn web_services(server: &TestServer) -> String {
 }
 
 /// Asks through `addr` `count` times, each on a new connection; returns who answered.
-async fn ask_many(broker: &Broker, addr: SocketAddr, count: usize) -> Vec<String> {
+async fn ask_many(broker: &InProcess, addr: SocketAddr, count: usize) -> Vec<String> {
     let mut answers = Vec::with_capacity(count);
     for i in 0..count {
         match ask(addr).await {
             Ok(name) => answers.push(name),
             Err(e) => panic!(
-                "client {i} got an error: {e}; answers so far {answers:?}; log:\n{}",
-                broker.log_text()
+                "client {i} got an error: {e}; answers so far {answers:?}; events:\n{}",
+                broker.events.text()
             ),
         }
     }
@@ -124,13 +111,26 @@ async fn echo_exact(stream: &mut TcpStream, server: &str, line: &[u8]) {
     assert!(reply == expected, "the reply is not byte-exact");
 }
 
-/// Closes `stream` from the client side and waits for the broker's line about it, which must
-/// say the client ended it.
-async fn close_and_check(broker: &Broker, stream: TcpStream) {
+/// Closes `stream` from the client side and waits for the broker to see it end, which must
+/// be the client's doing.
+async fn close_and_check(broker: &InProcess, stream: TcpStream) {
     let client = stream.local_addr().unwrap();
     drop(stream);
-    let closed = broker.wait_for_log(&format!("client={client}")).await;
-    assert_mentions(&closed, &["connection closed", "ended_by=client"]);
+    let ended = broker.events.wait_for_end(client).await;
+    assert_eq!(ended.ended_by, End::Closed(Side::Client));
+}
+
+/// True when some connection was cut by the broker (shutdown or removal).
+fn any_cut(broker: &InProcess) -> bool {
+    broker.events.count(|e| {
+        matches!(
+            e,
+            Event::ConnectionEnded {
+                ended_by: End::Stopped,
+                ..
+            }
+        )
+    }) > 0
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -138,7 +138,7 @@ async fn servers_added_removed_and_reweighted_apply_to_new_clients_only() {
     let a = TestServer::start("a").await;
     let b = TestServer::start("b").await;
     let c = TestServer::start("c").await;
-    let broker = Broker::start(&weighted(
+    let broker = InProcess::start(&weighted(
         &[("01", &a, 1), ("02", &b, 1)],
         "SORT_METHOD=ROUND_ROBIN",
     ))
@@ -184,11 +184,7 @@ async fn servers_added_removed_and_reweighted_apply_to_new_clients_only() {
     }
     close_and_check(&broker, held_a).await;
     close_and_check(&broker, held_b).await;
-    assert!(
-        !broker.has_log("ended_by=shutdown"),
-        "{}",
-        broker.log_text()
-    );
+    assert!(!any_cut(&broker), "{}", broker.events.text());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -201,11 +197,10 @@ async fn changed_monitor_interval_and_quarantine_time_apply_at_once() {
         )
     };
     // One round at start, then none for a minute.
-    let broker = Broker::start(&ini_for(&[&a, &b], &settings("60", "120"))).await;
-    broker
-        .wait_for_log("monitor: OK - 2 servers available")
-        .await;
-    let rounds = broker.count_logs("monitor: OK");
+    let broker = InProcess::start(&ini_for(&[&a, &b], &settings("60", "120"))).await;
+    broker.events.wait_for_round(2, 0).await;
+    let round = |e: &Event| matches!(e, Event::MonitorRound { .. });
+    let rounds = broker.events.count(round);
 
     let line = reload(&broker, &ini_for(&[&a, &b], &settings("200ms", "300"))).await;
     assert_mentions(
@@ -220,23 +215,28 @@ async fn changed_monitor_interval_and_quarantine_time_apply_at_once() {
     assert_eq!(json["quarantine_time_ms"], 300_000, "{json}");
 
     // Rounds come every 200 ms now: three more long before the old minute is up.
-    broker.wait_for_logs("monitor: OK", rounds + 3).await;
+    broker
+        .events
+        .wait_for_count("three more rounds", rounds + 3, round)
+        .await;
 
     // The next quarantine lasts the new QUARANTINE_TIME.
     b.stop().await;
-    let prefix = format!("putting server {} in quarantine start=", b.address());
-    let quarantined = broker.wait_for_log(&prefix).await;
-    let rest = &quarantined[quarantined.find(&prefix).unwrap() + prefix.len()..];
-    let (start, rest) = rest.split_once(" stop=").expect("stop= in the line");
-    let stop = rest.split_whitespace().next().unwrap();
-    let (start, stop): (u64, u64) = (start.parse().unwrap(), stop.parse().unwrap());
-    assert_eq!(stop - start, 300, "stop - start is the new QUARANTINE_TIME");
+    let q = broker
+        .events
+        .wait_for_quarantine(&b.address(), Reason::Monitor)
+        .await;
+    assert_eq!(
+        q.stop - q.start,
+        300,
+        "stop - start is the new QUARANTINE_TIME"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_changed_general_key_is_listed() {
     let a = TestServer::start("a").await;
-    let broker = Broker::start(&ini_for(&[&a], "")).await;
+    let broker = InProcess::start(&ini_for(&[&a], "")).await;
     let english = http_get(broker.addr(), "/TOTVS_BROKER_QUERY/STATUS", &[]).await;
     assert!(english.text().contains("<html lang='en'>"));
 
@@ -268,18 +268,15 @@ async fn every_changed_general_key_is_listed() {
     );
 
     // The same file again: nothing changed, and it says so.
-    let line = reload(&broker, &more).await;
-    assert!(
-        line.ends_with("configuration reloaded: nothing changed"),
-        "{line}"
-    );
+    let reloaded = broker.reload(&more).await;
+    assert!(reloaded.changes.is_empty(), "{reloaded:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_added_by_a_reload_is_charted_from_when_it_joined() {
     let a = TestServer::start("a").await;
     let c = TestServer::start("c").await;
-    let broker = Broker::start(&ini_for(&[&a], "")).await;
+    let broker = InProcess::start(&ini_for(&[&a], "")).await;
     let line = reload(&broker, &ini_for(&[&a, &c], "")).await;
     assert_mentions(&line, &[&format!("server {} added", c.address())]);
     // Long before the next minute's sample: its line runs from the reload to now, in both
@@ -308,7 +305,7 @@ async fn a_server_added_by_a_reload_is_charted_from_when_it_joined() {
 async fn a_lowered_query_max_connections_holds_once_the_queries_open_have_left() {
     const UNFINISHED: &[u8] = b"GET /TOTVS_BROKER_QUERY/PING HTTP/1.1\r\n";
     let a = TestServer::start("a").await;
-    let broker = Broker::start(&ini_for(&[&a], "QUERY_MAX_CONNECTIONS=3")).await;
+    let broker = InProcess::start(&ini_for(&[&a], "QUERY_MAX_CONNECTIONS=3")).await;
     let (held, _) = hold_query_places(broker.addr(), &[UNFINISHED; 3]).await;
     let line = reload(&broker, &ini_for(&[&a], "QUERY_MAX_CONNECTIONS=1")).await;
     assert_mentions(&line, &["QUERY_MAX_CONNECTIONS 3 -> 1"]);
@@ -337,18 +334,19 @@ async fn quarantine_state_and_counters_of_remaining_servers_survive() {
     let mut b = TestServer::start("b").await;
     let c = TestServer::start("c").await;
     // No monitor and a long quarantine: nothing but a lost state could free b.
-    let broker = Broker::start(&ini_for(&[&a, &b], "QUARANTINE_TIME=120")).await;
+    let broker = InProcess::start(&ini_for(&[&a, &b], "QUARANTINE_TIME=120")).await;
     let answers = ask_many(&broker, broker.addr(), 4).await;
     assert_eq!(answers, ["a", "b", "a", "b"]);
     b.stop().await;
     for _ in 0..10 {
         assert_eq!(ask(broker.addr()).await.unwrap(), "a");
-        if broker.has_log(&format!("putting server {} in quarantine", b.address())) {
+        if !broker.events.quarantines(&b.address()).is_empty() {
             break;
         }
     }
     broker
-        .wait_for_log(&format!("putting server {} in quarantine", b.address()))
+        .events
+        .wait_for_quarantine(&b.address(), Reason::Connect)
         .await;
     // b answers again: only its quarantine keeps clients away from it.
     b.resume().await;
@@ -407,7 +405,7 @@ async fn quarantine_state_and_counters_of_remaining_servers_survive() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_listen_port_accepts_before_the_old_one_closes() {
     let a = TestServer::start("a").await;
-    let broker = Broker::start(&ini_for(&[&a], "")).await;
+    let broker = InProcess::start(&ini_for(&[&a], "")).await;
     let old = broker.addr();
     let new = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let (mut held, _) = hold(old).await;
@@ -450,13 +448,15 @@ async fn a_new_listen_port_accepts_before_the_old_one_closes() {
         new_connect.is_ok(),
         "the old port closed before the new one accepted: {new_connect:?}"
     );
-    let listens = broker.wait_for_log("now listens on").await;
     assert_mentions(
-        &listens,
-        &[
-            "[BALANCE_SMART_CLIENT_DESKTOP]",
-            &format!("now listens on {new} (was {old})"),
-        ],
+        &line,
+        &[&format!(
+            "[BALANCE_SMART_CLIENT_DESKTOP] now listens on {new} (was {old})"
+        )],
+    );
+    assert_eq!(
+        broker.broker.addr(BalancerKind::SmartClientDesktop),
+        Some(new)
     );
 
     assert!(refused(old).await, "the old port still accepts");
@@ -471,34 +471,43 @@ async fn a_new_listen_port_accepts_before_the_old_one_closes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_listen_port_that_cannot_be_bound_leaves_the_old_one_serving() {
     let a = TestServer::start("a").await;
-    let broker = Broker::start(&ini_for(&[&a], "")).await;
+    let broker = InProcess::start(&ini_for(&[&a], "")).await;
     let old = broker.addr();
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = taken.local_addr().unwrap().port();
     let (mut held, _) = hold(old).await;
 
     let moved = ini_for(&[&a], "").replace("@PORT@", &port.to_string());
-    reload(&broker, &moved).await;
-    let error = broker.wait_for_log("cannot listen on").await;
+    let reloaded = broker.reload(&moved).await;
+    assert_eq!(reloaded.errors.len(), 1, "{reloaded:?}");
     assert_mentions(
-        &error,
+        &reloaded.errors[0],
         &[
-            "ERROR",
             &format!("cannot listen on 127.0.0.1:{port} for [BALANCE_SMART_CLIENT_DESKTOP]"),
             "address already in use",
             &format!("[BALANCE_SMART_CLIENT_DESKTOP] keeps listening on {old}"),
         ],
     );
-    assert!(!broker.has_log("now listens on"), "{}", broker.log_text());
+    let changes = reloaded.changes.join("; ");
+    assert!(!changes.contains("now listens on"), "{changes}");
+    assert_mentions(
+        &changes,
+        &[&format!(
+            "still listens on {old} (cannot listen on 127.0.0.1:{port})"
+        )],
+    );
     assert_eq!(ask(old).await.unwrap(), "a");
     assert_eq!(query_json(old).await["listen"], old.to_string());
     echo_exact(&mut held, "a", &binary_line(9, 100)).await;
 
     // Once the port is free, the same file moves the listener.
     drop(taken);
-    let before = broker.count_logs("now listens on");
-    broker.signal(Signal::SIGHUP);
-    broker.wait_for_logs("now listens on", before + 1).await;
+    let reloaded = broker
+        .broker
+        .reload_file()
+        .await
+        .expect("the same file again");
+    assert_mentions(&reloaded.changes.join("; "), &["now listens on"]);
     let new = SocketAddr::from(([127, 0, 0, 1], port));
     assert_eq!(ask(new).await.unwrap(), "a");
     assert!(refused(old).await, "the old port still accepts");
@@ -510,7 +519,7 @@ async fn a_new_balancer_section_starts_serving() {
     let a = TestServer::start("a").await;
     let b = TestServer::start("b").await;
     let single = ini_for(&[&a], "");
-    let broker = Broker::start(&single).await;
+    let broker = InProcess::start(&single).await;
     assert!(
         refused(broker.addr2()).await,
         "nothing listens on @PORT2@ yet"
@@ -518,10 +527,15 @@ async fn a_new_balancer_section_starts_serving() {
 
     let line = reload(&broker, &format!("{single}{}", web_services(&b))).await;
     assert_mentions(&line, &["[BALANCE_WEB_SERVICES] added"]);
-    let listening = broker
-        .wait_for_log("[BALANCE_WEB_SERVICES] listening on")
+    broker
+        .events
+        .wait_for("[BALANCE_WEB_SERVICES] listening", |e| {
+            *e == Event::Listening {
+                balancer: BalancerKind::WebServices,
+                address: broker.addr2(),
+            }
+        })
         .await;
-    assert_mentions(&listening, &[&broker.addr2().to_string()]);
     assert_eq!(ask(broker.addr2()).await.unwrap(), "b");
     assert_eq!(ask(broker.addr()).await.unwrap(), "a");
     let json = query_json(broker.addr2()).await;
@@ -535,16 +549,13 @@ async fn a_removed_balancer_closes_its_port_and_its_connections_finish_on_their_
     let b = TestServer::start("b").await;
     // A drain far longer than the test: nothing but the clients may end the connections.
     let single = ini_for(&[&a], "").replace("SHUTDOWN_TIMEOUT=5", "SHUTDOWN_TIMEOUT=10m");
-    let broker = Broker::start(&format!("{single}{}", web_services(&b))).await;
+    let broker = InProcess::start(&format!("{single}{}", web_services(&b))).await;
     let (mut first, _) = hold(broker.addr2()).await;
     let (mut second, _) = hold(broker.addr2()).await;
 
     let line = reload(&broker, &single).await;
     assert_mentions(&line, &["[BALANCE_WEB_SERVICES] removed"]);
-    let removed = broker
-        .wait_for_log("[BALANCE_WEB_SERVICES] removed: listener closed")
-        .await;
-    assert_mentions(&removed, &["its 2 connections may take up to 600s"]);
+    assert!(broker.broker.state(BalancerKind::WebServices).is_none());
     assert!(
         refused(broker.addr2()).await,
         "the removed balancer's port accepts"
@@ -556,7 +567,7 @@ async fn a_removed_balancer_closes_its_port_and_its_connections_finish_on_their_
     close_and_check(&broker, first).await;
     echo_exact(&mut second, "b", &binary_line(6, 10)).await;
     close_and_check(&broker, second).await;
-    assert!(!broker.has_log("cutting"), "{}", broker.log_text());
+    assert!(!any_cut(&broker), "{}", broker.events.text());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -564,22 +575,15 @@ async fn a_removed_balancer_cuts_its_connections_after_shutdown_timeout() {
     let a = TestServer::start("a").await;
     let b = TestServer::start("b").await;
     let single = ini_for(&[&a], "").replace("SHUTDOWN_TIMEOUT=5", "SHUTDOWN_TIMEOUT=1s");
-    let broker = Broker::start(&format!("{single}{}", web_services(&b))).await;
+    let broker = InProcess::start(&format!("{single}{}", web_services(&b))).await;
     let (held, _) = hold(broker.addr2()).await;
     let client = held.local_addr().unwrap();
 
-    reload(&broker, &single).await;
-    let removed = broker
-        .wait_for_log("[BALANCE_WEB_SERVICES] removed: listener closed")
-        .await;
-    assert_mentions(&removed, &["its 1 connection may take up to 1s"]);
+    let line = reload(&broker, &single).await;
+    assert_mentions(&line, &["[BALANCE_WEB_SERVICES] removed"]);
     assert!(closed_at_once(held).await, "the held client must be cut");
-    let cut = broker
-        .wait_for_log("[BALANCE_WEB_SERVICES] removed: cutting")
-        .await;
-    assert_mentions(&cut, &["cutting 1 connection still open"]);
-    let closed = broker.wait_for_log(&format!("client={client}")).await;
-    assert_mentions(&closed, &["connection closed", "ended_by=shutdown"]);
+    let ended = broker.events.wait_for_end(client).await;
+    assert_eq!(ended.ended_by, End::Stopped);
     // The balancer that stays is untouched.
     assert_eq!(ask(broker.addr()).await.unwrap(), "a");
 }
@@ -589,7 +593,7 @@ async fn an_invalid_file_is_rejected_with_every_error_and_changes_nothing() {
     let a = TestServer::start("a").await;
     let b = TestServer::start("b").await;
     let c = TestServer::start("c").await;
-    let broker = Broker::start(&ini_for(&[&a, &b], "")).await;
+    let broker = InProcess::start(&ini_for(&[&a, &b], "")).await;
 
     // Line numbers matter: each error must name its own. The file would also swap the servers
     // for c, which must not happen.
@@ -606,12 +610,7 @@ async fn an_invalid_file_is_rejected_with_every_error_and_changes_nothing() {
          MAX_ATTEMPTS=0\n",
         c.ini()
     );
-    rewrite(&broker, &invalid);
-    broker.signal(Signal::SIGHUP);
-    let rejected = broker
-        .wait_for_log("reload rejected: the running configuration stays")
-        .await;
-    assert_mentions(&rejected, &["ERROR"]);
+    let rejected = broker.reload_rejected(&invalid).await.lines();
     let file = broker.config_path.display().to_string();
     for (line, what) in [
         (2, "[General] SHUTDOWN_TIMEOUT: `forever`"),
@@ -620,10 +619,17 @@ async fn an_invalid_file_is_rejected_with_every_error_and_changes_nothing() {
         (10, "[BALANCE_SMART_CLIENT_DESKTOP] MAX_ATTEMPTS: `0`"),
     ] {
         let needle = format!("{file}:{line}: {what}");
-        let logged = broker.wait_for_log(&needle).await;
-        assert_mentions(&logged, &["ERROR"]);
+        assert!(
+            rejected.iter().any(|l| l.starts_with(&needle)),
+            "{needle} in {rejected:#?}"
+        );
     }
-    assert!(!broker.has_log(RELOADED), "{}", broker.log_text());
+    assert_eq!(
+        broker.events.count(|e| matches!(e, Event::Reloaded(_))),
+        0,
+        "{}",
+        broker.events.text()
+    );
 
     // The old servers still serve, alternately; c gets nobody.
     let answers = ask_many(&broker, broker.addr(), 4).await;
@@ -777,7 +783,7 @@ async fn twenty_reloads_under_load_lose_no_exchange() {
             weighted(&[("01", &a, 3), ("02", &b, 1), ("03", &c, 2)], &extra)
         }
     };
-    let broker = Broker::start(&generation(0)).await;
+    let broker = InProcess::start(&generation(0)).await;
 
     let stop = Arc::new(AtomicBool::new(false));
     let load = Arc::new(Load::default());
@@ -837,14 +843,26 @@ async fn twenty_reloads_under_load_lose_no_exchange() {
     );
     assert!(
         failures.is_empty(),
-        "{} failed exchanges, first ones: {:?}; log:\n{}",
+        "{} failed exchanges, first ones: {:?}; events:\n{}",
         failures.len(),
         &failures[..failures.len().min(10)],
-        broker.log_text()
+        broker.events.text()
     );
-    assert_eq!(broker.count_logs(RELOADED), RELOADS);
+    let events = &broker.events;
+    assert_eq!(
+        events.count(|e| matches!(e, Event::Reloaded(r) if r.errors.is_empty())),
+        RELOADS
+    );
     assert!(load.by_c.load(Ordering::SeqCst) > 0, "c never got a client");
-    assert!(!broker.has_log("ERROR"), "{}", broker.log_text());
+    assert_eq!(
+        events.count(|e| matches!(
+            e,
+            Event::ConnectFailed { .. } | Event::Unserved { .. } | Event::ReloadRejected { .. }
+        )),
+        0,
+        "{}",
+        events.text()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -858,15 +876,15 @@ async fn a_section_replaced_by_another_on_the_same_port_keeps_the_port_serving()
             server.ini()
         )
     };
-    let broker = Broker::start(&section("BALANCE_WEB_SERVICES", &a)).await;
+    let broker = InProcess::start(&section("BALANCE_WEB_SERVICES", &a)).await;
     assert_eq!(ask(broker.addr()).await.unwrap(), "a");
 
     // The operator renames the section: the port is the same, the balancer another.
     let line = reload(&broker, &section("BALANCE_SMART_CLIENT_DESKTOP", &b)).await;
     assert_eq!(
         ask(broker.addr()).await.unwrap_or_else(|e| panic!(
-            "the port no longer serves: {e}; log:\n{}",
-            broker.log_text()
+            "the port no longer serves: {e}; events:\n{}",
+            broker.events.text()
         )),
         "b"
     );
@@ -884,20 +902,19 @@ async fn a_balancer_may_move_to_the_port_of_a_balancer_removed_in_the_same_reloa
     let a = TestServer::start("a").await;
     let b = TestServer::start("b").await;
     let both = format!("{}{}", ini_for(&[&a], ""), web_services(&b));
-    let broker = Broker::start(&both).await;
+    let broker = InProcess::start(&both).await;
 
     // [BALANCE_WEB_SERVICES] goes; [BALANCE_SMART_CLIENT_DESKTOP] takes over its port.
     let moved = ini_for(&[&a], "").replace("@PORT@", "@PORT2@");
     let line = reload(&broker, &moved).await;
     assert_mentions(&line, &["[BALANCE_WEB_SERVICES] removed"]);
-    assert!(
-        broker.has_log(&format!(
+    assert_mentions(
+        &line,
+        &[&format!(
             "now listens on {} (was {})",
             broker.addr2(),
             broker.addr()
-        )),
-        "the listener did not move; log:\n{}",
-        broker.log_text()
+        )],
     );
     assert_eq!(ask(broker.addr2()).await.unwrap(), "a");
     assert!(refused(broker.addr()).await, "the old port still accepts");
@@ -906,16 +923,18 @@ async fn a_balancer_may_move_to_the_port_of_a_balancer_removed_in_the_same_reloa
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_file_is_rejected_and_the_broker_keeps_serving() {
     let a = TestServer::start("a").await;
-    let broker = Broker::start(&ini_for(&[&a], "")).await;
+    let broker = InProcess::start(&ini_for(&[&a], "")).await;
     std::fs::remove_file(&broker.config_path).unwrap();
-    broker.signal(Signal::SIGHUP);
-    broker
-        .wait_for_log("reload rejected: the running configuration stays")
-        .await;
-    let error = broker.wait_for_log("cannot read").await;
+    let rejected = broker
+        .broker
+        .reload_file()
+        .await
+        .expect_err("no file")
+        .lines();
+    assert_eq!(rejected.len(), 1, "{rejected:?}");
     assert_mentions(
-        &error,
-        &["ERROR", &broker.config_path.display().to_string()],
+        &rejected[0],
+        &["cannot read", &broker.config_path.display().to_string()],
     );
     assert_eq!(ask(broker.addr()).await.unwrap(), "a");
 }
@@ -925,20 +944,29 @@ async fn a_reloaded_shutdown_timeout_applies_to_the_next_shutdown() {
     let a = TestServer::start("a").await;
     // A drain that would outlast the test: only the reloaded value can end it in time.
     let long = ini_for(&[&a], "").replace("SHUTDOWN_TIMEOUT=5", "SHUTDOWN_TIMEOUT=10m");
-    let mut broker = Broker::start(&long).await;
+    let broker = InProcess::start(&long).await;
     let (held, _) = hold(broker.addr()).await;
-    reload(
+    let client = held.local_addr().unwrap();
+    let line = reload(
         &broker,
         &long.replace("SHUTDOWN_TIMEOUT=10m", "SHUTDOWN_TIMEOUT=300ms"),
     )
     .await;
+    assert_mentions(&line, &["[General] SHUTDOWN_TIMEOUT 600s -> 300ms"]);
 
-    broker.signal(Signal::SIGTERM);
-    let cut = broker.wait_for_log("cutting 1 connection").await;
-    assert_mentions(&cut, &["SHUTDOWN_TIMEOUT", "300ms"]);
+    // Stopped as a SIGTERM stops it: the drain cuts the held client after 300 ms.
+    let InProcess {
+        broker: running,
+        events,
+        ..
+    } = broker;
+    let stopping = tokio::spawn(running.stop());
     assert!(closed_at_once(held).await, "the held client must be cut");
-    let status = broker.wait_exit().await;
-    assert_eq!(status.code(), Some(0), "{}", broker.log_text());
+    assert_eq!(events.wait_for_end(client).await.ended_by, End::Stopped);
+    within("the drain", stopping).await.unwrap();
+    events
+        .wait_for("the broker stopped", |e| *e == Event::Stopped)
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -946,7 +974,7 @@ async fn clients_arriving_while_the_port_moves_are_all_served() {
     const CLIENTS: usize = 4;
     const MOVES: usize = 10;
     let a = TestServer::start("a").await;
-    let broker = Broker::start(&ini_for(&[&a], "")).await;
+    let broker = InProcess::start(&ini_for(&[&a], "")).await;
     // The port clients are told to use; moved after each `now listens on`.
     let target = Arc::new(std::sync::atomic::AtomicU16::new(broker.ports[0]));
     let stop = Arc::new(AtomicBool::new(false));
@@ -992,12 +1020,12 @@ async fn clients_arriving_while_the_port_moves_are_all_served() {
 
     for n in 1..=MOVES {
         let port = free_port();
-        rewrite(
+        let line = reload(
             &broker,
             &ini_for(&[&a], "").replace("@PORT@", &port.to_string()),
-        );
-        broker.signal(Signal::SIGHUP);
-        broker.wait_for_logs("now listens on", n).await;
+        )
+        .await;
+        assert_mentions(&line, &["now listens on"]);
         target.store(port, Ordering::SeqCst);
         let seen = served.load(Ordering::SeqCst);
         eventually(&format!("clients served after move {n}"), || {
@@ -1030,39 +1058,74 @@ async fn clients_arriving_while_the_port_moves_are_all_served() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_configuration_path_that_became_a_fifo_is_rejected_and_the_broker_goes_on() {
     let a = TestServer::start("a").await;
-    let mut broker = Broker::start(&ini_for(&[&a], "")).await;
+    let broker = InProcess::start(&ini_for(&[&a], "")).await;
     std::fs::remove_file(&broker.config_path).unwrap();
     nix::unistd::mkfifo(
         &broker.config_path,
         nix::sys::stat::Mode::from_bits_truncate(0o600),
     )
     .unwrap();
-    broker.signal(Signal::SIGHUP);
-    let line = broker
-        .wait_for_log("FIFO (named pipe), not a regular file")
-        .await;
+    let rejected = within("the reload", broker.broker.reload_file())
+        .await
+        .expect_err("a FIFO")
+        .lines();
     assert!(
-        line.contains(&broker.config_path.display().to_string()),
-        "{line}"
+        rejected
+            .iter()
+            .any(|l| l.contains("FIFO (named pipe), not a regular file")
+                && l.contains(&broker.config_path.display().to_string())),
+        "{rejected:?}"
     );
-    broker.wait_for_log("reload rejected").await;
-    // Signals, monitors and clients are served as before.
+    // Reloads, monitors and clients are served as before, and the broker stops as asked.
     assert_eq!(ask(broker.addr()).await.unwrap(), "a");
-    broker.signal(Signal::SIGTERM);
-    assert!(broker.wait_exit().await.success(), "{}", broker.log_text());
+    within("the stop", broker.broker.stop()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_that_makes_a_server_the_broker_itself_is_rejected() {
     let a = TestServer::start("a").await;
-    let broker = Broker::start(&ini_for(&[&a], "")).await;
-    rewrite(
-        &broker,
-        &ini_for(&[&a], "REMOTE_SERVER_02=127.0.0.1 @PORT@"),
-    );
-    broker.signal(Signal::SIGHUP);
-    broker.wait_for_log("reload rejected").await;
-    let line = broker.wait_for_log("is this broker's own address").await;
+    let broker = InProcess::start(&ini_for(&[&a], "")).await;
+    let rejected = broker
+        .reload_rejected(&ini_for(&[&a], "REMOTE_SERVER_02=127.0.0.1 @PORT@"))
+        .await
+        .lines();
+    let line = rejected
+        .iter()
+        .find(|l| l.contains("is this broker's own address"))
+        .unwrap_or_else(|| panic!("{rejected:?}"));
     assert!(line.contains("REMOTE_SERVER_02"), "{line}");
     assert_eq!(ask(broker.addr()).await.unwrap(), "a");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configuration_given_by_the_program_is_applied_as_the_file_would_be() {
+    let a = TestServer::start("a").await;
+    let b = TestServer::start("b").await;
+    let broker = InProcess::start(&weighted(
+        &[("01", &a, 1), ("02", &b, 1)],
+        "SORT_METHOD=ROUND_ROBIN",
+    ))
+    .await;
+    // Not the file: a Config the program made (an administration interface, say).
+    let text = fill_placeholders(
+        &weighted(&[("01", &a, 1), ("02", &b, 0)], "SORT_METHOD=ROUND_ROBIN"),
+        &broker.ports,
+        broker.dir.path(),
+    );
+    let config = appbroker::config::Config::from_text(&text, &broker.config_path)
+        .unwrap()
+        .config;
+    let reloaded = broker.broker.reload(config).await.unwrap();
+    assert_mentions(
+        &reloaded.changes.join("; "),
+        &[&format!("server {} weight 1 -> 0", b.address())],
+    );
+    assert!(reloaded.errors.is_empty(), "{reloaded:?}");
+    assert_eq!(ask_many(&broker, broker.addr(), 4).await, ["a"; 4]);
+    broker
+        .events
+        .wait_for("the reload's event", |e| {
+            *e == Event::Reloaded(reloaded.clone())
+        })
+        .await;
 }

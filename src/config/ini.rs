@@ -55,11 +55,13 @@ pub const MAX_LINES: usize = 100_000;
 /// the first `keep` of them, and the count of the others.
 pub fn scan(text: &str, keep: usize) -> Scanned {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    let mut sections: Vec<Section> = Vec::new();
-    let mut errors = Errors {
-        kept: Vec::new(),
-        keep,
-        more: 0,
+    let mut scanner = Scanner {
+        sections: Vec::new(),
+        errors: Errors {
+            kept: Vec::new(),
+            keep,
+            more: 0,
+        },
     };
     let mut read = 0;
     let mut truncated = None;
@@ -69,11 +71,10 @@ pub fn scan(text: &str, keep: usize) -> Scanned {
         if trimmed.is_empty() || trimmed.starts_with(';') || trimmed.starts_with('#') {
             continue;
         }
-        let current = || sections.last().map(|s| s.written.clone());
         if read == MAX_LINES {
             truncated = Some(SyntaxError {
                 line,
-                section: current(),
+                section: scanner.current(),
                 message: format!(
                     "more than {MAX_LINES} sections and entries: an appserver.ini has a few \
                      hundred; is it the right file? (nothing from this line on is read)"
@@ -82,18 +83,36 @@ pub fn scan(text: &str, keep: usize) -> Scanned {
             break;
         }
         read += 1;
-        if errors.full() {
+        scanner.line(line, trimmed);
+    }
+    Scanned {
+        sections: scanner.sections,
+        errors: scanner.errors.kept,
+        more_errors: scanner.errors.more,
+        truncated,
+    }
+}
+
+/// The sections read so far, and the errors.
+struct Scanner {
+    sections: Vec<Section>,
+    errors: Errors,
+}
+
+impl Scanner {
+    /// The section lines belong to now, as written.
+    fn current(&self) -> Option<String> {
+        self.sections.last().map(|s| s.written.clone())
+    }
+
+    /// One line that is neither blank nor a comment.
+    fn line(&mut self, line: usize, trimmed: &str) {
+        if self.errors.full() && !self.may_be_read(trimmed) {
             // Only counted: no message is composed for an error that will not be shown.
-            let is_header = trimmed.starts_with('[') && trimmed.ends_with(']');
-            let is_entry = trimmed
-                .split_once('=')
-                .is_some_and(|(k, v)| !k.trim().is_empty() && !v.contains(';'));
-            if !is_header && !is_entry || (is_entry && sections.is_empty()) {
-                errors.more += 1;
-                continue;
-            }
+            self.errors.more += 1;
+            return;
         }
-        let current = current();
+        let current = self.current();
         let error = |message: String| SyntaxError {
             line,
             section: current.clone(),
@@ -103,7 +122,7 @@ pub fn scan(text: &str, keep: usize) -> Scanned {
             match rest.strip_suffix(']') {
                 Some(name) if !name.trim().is_empty() && !name.contains([']', '[']) => {
                     let written = name.trim().to_string();
-                    sections.push(Section {
+                    self.sections.push(Section {
                         name: written.to_ascii_uppercase(),
                         written,
                         line,
@@ -111,54 +130,60 @@ pub fn scan(text: &str, keep: usize) -> Scanned {
                         rejected: Vec::new(),
                     });
                 }
-                _ => errors.push(error(format!(
+                _ => self.errors.push(error(format!(
                     "`{trimmed}` is not a section header; expected `[NAME]` alone on the line"
                 ))),
             }
-            continue;
+            return;
         }
         let Some((key, value)) = trimmed.split_once('=') else {
-            errors.push(error(format!(
+            self.errors.push(error(format!(
                 "`{trimmed}` is neither `KEY=VALUE`, a `[SECTION]` header nor a comment"
             )));
-            continue;
+            return;
         };
-        let (key, value) = (key.trim(), value.trim());
-        if key.is_empty() {
-            errors.push(error("a line starts with `=`; expected `KEY=VALUE`".into()));
-            continue;
-        }
-        if value.contains(';') {
-            errors.push(SyntaxError {
-                line,
-                section: current.clone(),
-                message: format!(
-                    "{key}: `;` after a value is not a comment in appserver.ini (the TOTVS \
-                     broker does not support it either); put the comment on a line of its own"
-                ),
-            });
-            if let Some(section) = sections.last_mut() {
-                section.rejected.push(key.to_ascii_uppercase());
-            }
-            continue;
-        }
-        match sections.last_mut() {
-            Some(section) => section.entries.push(Entry {
-                key: key.to_ascii_uppercase(),
-                written: key.to_string(),
-                value: value.to_string(),
-                line,
-            }),
-            None => errors.push(error(format!(
-                "{key} comes before any [SECTION] header; put it under the section it belongs to"
-            ))),
+        if let Err(message) = self.entry(line, key.trim(), value.trim()) {
+            self.errors.push(error(message));
         }
     }
-    Scanned {
-        sections,
-        errors: errors.kept,
-        more_errors: errors.more,
-        truncated,
+
+    /// Once every error to be shown is in: whether the line could still be read without one
+    /// (a header, or an entry under a section).
+    fn may_be_read(&self, trimmed: &str) -> bool {
+        let is_header = trimmed.starts_with('[') && trimmed.ends_with(']');
+        let is_entry = trimmed
+            .split_once('=')
+            .is_some_and(|(k, v)| !k.trim().is_empty() && !v.contains(';'));
+        let skipped = !is_header && !is_entry || (is_entry && self.sections.is_empty());
+        !skipped
+    }
+
+    /// A `KEY=VALUE` line, added to the current section; the error's message otherwise.
+    fn entry(&mut self, line: usize, key: &str, value: &str) -> Result<(), String> {
+        if key.is_empty() {
+            return Err("a line starts with `=`; expected `KEY=VALUE`".into());
+        }
+        if value.contains(';') {
+            if let Some(section) = self.sections.last_mut() {
+                section.rejected.push(key.to_ascii_uppercase());
+            }
+            return Err(format!(
+                "{key}: `;` after a value is not a comment in appserver.ini (the TOTVS \
+                 broker does not support it either); put the comment on a line of its own"
+            ));
+        }
+        let Some(section) = self.sections.last_mut() else {
+            return Err(format!(
+                "{key} comes before any [SECTION] header; put it under the section it belongs to"
+            ));
+        };
+        section.entries.push(Entry {
+            key: key.to_ascii_uppercase(),
+            written: key.to_string(),
+            value: value.to_string(),
+            line,
+        });
+        Ok(())
     }
 }
 

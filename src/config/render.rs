@@ -1,10 +1,10 @@
-//! The effective configuration printed back as INI (`appbroker --check`): every key, defaults
-//! included, in a form that parses to the same [`Config`].
+//! The effective configuration printed back as INI (`appbroker --check`): every key of the
+//! [table](super::keys), defaults included, in a form that parses to the same [`Config`].
 
 use std::fmt::Write;
 
-use super::value::{show_duration, show_escaped};
-use super::{BalancerConfig, Config, Monitoring, Origin};
+use super::keys::{self, Field};
+use super::{BalancerConfig, Config, Origin};
 
 /// One section of the effective configuration.
 #[derive(Debug, Clone)]
@@ -19,26 +19,7 @@ impl Config {
     /// Every effective setting, section by section: what `--check` prints and the CFG page
     /// shows.
     pub fn effective(&self) -> Vec<EffectiveSection> {
-        let g = &self.general;
-        let general = [
-            ("CONSOLELOG", flag(g.console_log)),
-            (
-                "CONSOLEFILE",
-                g.console_file
-                    .as_ref()
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_default(),
-            ),
-            ("CONSOLEMAXSIZE", g.console_max_size.to_string()),
-            ("CONSOLELOGDATE", flag(g.console_log_date)),
-            ("SHUTDOWN_GRACE", show_duration(g.shutdown_grace)),
-            ("SHUTDOWN_TIMEOUT", show_duration(g.shutdown_timeout)),
-            ("LANGUAGE", g.language.as_str().to_string()),
-            ("WORKERS", g.workers.to_string()),
-            ("DNS_MAX_LOOKUPS", g.dns_max_lookups.to_string()),
-        ]
-        .map(|(k, v)| (k.to_string(), v));
-        let mut sections = vec![self.effective_section("General", general.into())];
+        let mut sections = vec![self.effective_section("General", self.general_settings())];
         for b in &self.balancers {
             sections.push(self.effective_section(b.kind.section(), balancer_keys(b)));
         }
@@ -86,17 +67,16 @@ impl Config {
         }
         out
     }
-}
 
-impl Config {
     /// Every `[General]` key with its effective value as printed: what a reload compares to
     /// say which of them changed.
     pub fn general_settings(&self) -> Vec<(String, String)> {
-        self.effective()
-            .into_iter()
-            .next()
-            .map(|general| general.keys.into_iter().map(|(k, v, _)| (k, v)).collect())
-            .unwrap_or_default()
+        keys::general()
+            .filter_map(|key| match key.field {
+                Field::General { get, .. } => Some((key.name.to_string(), get(&self.general)?)),
+                Field::Balancer { .. } => None,
+            })
+            .collect()
     }
 }
 
@@ -128,60 +108,19 @@ impl BalancerConfig {
     /// Every key of the section but `REMOTE_SERVER_xx`, with its effective value as printed:
     /// what a reload compares to say which settings changed.
     pub fn settings(&self) -> Vec<(String, String)> {
-        balancer_keys(self)
-            .into_iter()
-            .filter(|(key, _)| !key.starts_with("REMOTE_SERVER_"))
+        keys::balancer()
+            .filter_map(|key| match key.field {
+                Field::Balancer { get, .. } => Some((key.name.to_string(), get(self)?)),
+                Field::General { .. } => None,
+            })
             .collect()
     }
 }
 
-/// Every key of a balancer section with its effective value, in documentation order.
+/// Every key of a balancer section with its effective value, in the table's order, then the
+/// servers.
 fn balancer_keys(b: &BalancerConfig) -> Vec<(String, String)> {
-    let mut keys: Vec<(String, String)> = [
-        ("LOCAL_SERVER_ADDRESS", b.listen.ip().to_string()),
-        ("LOCAL_SERVER_PORT", b.listen.port().to_string()),
-        ("SORT_METHOD", b.sort_method.as_str().into()),
-        ("MONITORING_TYPE", b.monitoring.as_str().into()),
-        ("MONITOR_INTERVAL", show_duration(b.monitor_interval)),
-        ("QUARANTINE_TIME", show_duration(b.quarantine_time)),
-        ("CONNECT_TIMEOUT", show_duration(b.connect_timeout)),
-        ("MAX_ATTEMPTS", b.max_attempts.to_string()),
-        ("MAX_CONNECTIONS", b.max_connections.to_string()),
-        ("LOG_CONNECTIONS", flag(b.log_connections)),
-        ("QUERY_ENABLED", flag(b.query.enabled)),
-        (
-            "QUERY_ALLOW",
-            b.query
-                .allow
-                .iter()
-                .map(|c| c.to_string())
-                .collect::<Vec<_>>()
-                .join(", "),
-        ),
-        ("QUERY_MAX_CONNECTIONS", b.query.max_connections.to_string()),
-        ("QUERY_SNIFF_TIMEOUT", show_duration(b.query.sniff_timeout)),
-        ("KEEPALIVE_TIME", show_duration(b.keepalive.time)),
-        ("KEEPALIVE_INTERVAL", show_duration(b.keepalive.interval)),
-        ("KEEPALIVE_COUNT", b.keepalive.count.to_string()),
-        (
-            "TCP_USER_TIMEOUT",
-            show_duration(b.keepalive.user_timeout.unwrap_or_default()),
-        ),
-        (
-            "IDLE_TIMEOUT",
-            show_duration(b.idle_timeout.unwrap_or_default()),
-        ),
-        ("MONITOR_FALL", b.monitor_fall.to_string()),
-        ("MONITOR_RISE", b.monitor_rise.to_string()),
-        ("DNS_CACHE_TIME", show_duration(b.dns_cache_time)),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect();
-    if let Monitoring::SendExpect { send, expect } = &b.monitoring {
-        keys.push(("MONITOR_SEND".into(), show_escaped(send)));
-        keys.push(("MONITOR_EXPECT".into(), show_escaped(expect)));
-    }
+    let mut keys = b.settings();
     for s in &b.servers {
         keys.push((
             format!("REMOTE_SERVER_{}", s.id),
@@ -189,8 +128,4 @@ fn balancer_keys(b: &BalancerConfig) -> Vec<(String, String)> {
         ));
     }
     keys
-}
-
-fn flag(value: bool) -> String {
-    if value { "1" } else { "0" }.to_string()
 }

@@ -184,15 +184,10 @@ pub fn ip(text: &str) -> Result<IpAddr, String> {
 }
 
 /// Longest duration any setting accepts: a day.
-const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
+pub const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
 
-/// A duration from `min` to a day: a plain integer is seconds; `ms`, `s` and `m` suffixes are
+/// A duration from `min` to `max`: a plain integer is seconds; `ms`, `s` and `m` suffixes are
 /// accepted.
-pub fn duration(text: &str, min: Duration) -> Result<Duration, String> {
-    duration_within(text, min, MAX_DURATION)
-}
-
-/// A duration from `min` to `max`.
 pub fn duration_within(text: &str, min: Duration, max: Duration) -> Result<Duration, String> {
     let lower = text.to_ascii_lowercase();
     let digits_end = lower
@@ -226,7 +221,7 @@ pub fn duration_within(text: &str, min: Duration, max: Duration) -> Result<Durat
     }
 }
 
-/// The canonical form [`duration`] reads back: whole seconds as `Ns`, anything else as `Nms`.
+/// The canonical form `duration_within` reads back: whole seconds as `Ns`, anything else as `Nms`.
 pub fn show_duration(d: Duration) -> String {
     let ms = d.as_millis();
     if ms.is_multiple_of(1000) {
@@ -406,6 +401,11 @@ pub fn edit_distance(a: &str, b: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A duration from `min` to a day.
+    fn duration(text: &str, min: Duration) -> Result<Duration, String> {
+        duration_within(text, min, MAX_DURATION)
+    }
 
     #[test]
     fn durations() {

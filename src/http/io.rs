@@ -4,13 +4,13 @@
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::task::{Context, Poll};
 
 use bytes::{Buf, Bytes};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::pool::Figures;
+use super::pool::{Figures, Traffic};
 use super::{Event, Upstreams};
 
 /// A client's stream with the bytes the listener already read from it (to tell a query from
@@ -74,22 +74,6 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Prefixed<I> {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
-
-/// Bytes a server connection moved so far, each way. A request's retry is decided on them:
-/// nothing written means the server cannot have seen the request, nothing read means no byte
-/// of an answer arrived.
-#[derive(Debug, Default)]
-pub(crate) struct Traffic {
-    pub(crate) read: AtomicU64,
-    pub(crate) written: AtomicU64,
-}
-
-impl Traffic {
-    /// Both counts, to compare with later.
-    pub(crate) fn mark(&self) -> (u64, u64) {
-        (self.read.load(Relaxed), self.written.load(Relaxed))
     }
 }
 

@@ -15,7 +15,6 @@ use hyper::client::conn::http1::SendRequest;
 use tokio::time::Instant;
 
 use super::body::RequestBody;
-use super::io::Traffic;
 
 /// A connection's sending half; hyper's connection task holds the rest.
 pub(crate) type Sender = SendRequest<RequestBody>;
@@ -27,6 +26,22 @@ pub(crate) struct Conn {
     /// Taken from the pool (it served a request before), rather than just opened: a failure
     /// may then be the server closing it at the moment of reuse.
     pub(crate) reused: bool,
+}
+
+/// Bytes a server connection moved so far, each way. A request's retry is decided on them:
+/// nothing written means the server cannot have seen the request, nothing read means no byte
+/// of an answer arrived.
+#[derive(Debug, Default)]
+pub(crate) struct Traffic {
+    pub(crate) read: AtomicU64,
+    pub(crate) written: AtomicU64,
+}
+
+impl Traffic {
+    /// Both counts, to compare with later.
+    pub(crate) fn mark(&self) -> (u64, u64) {
+        (self.read.load(Relaxed), self.written.load(Relaxed))
+    }
 }
 
 /// A server's connection figures, for METRICS.

@@ -45,7 +45,8 @@ use tracing::debug;
 
 use super::body::{Done, RequestBody, ResponseBody, Upload};
 use super::headers;
-use super::io::{Lifetime, Prefixed, Traffic, Upstream};
+use super::io::{Lifetime, Prefixed, Upstream};
+use super::pool::Traffic;
 use super::pool::{Conn, Pool, PoolFigures};
 use super::stats::Stats;
 use super::upgrade::{self, Pending};

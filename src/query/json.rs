@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 
-use super::snapshot::{ServerSnapshot, Snapshot, State};
+use super::snapshot::{ServerState, Snapshot, Standing};
 use crate::clock::{local_date as date, time_of_day as clock};
 use crate::config::SortMethod;
 
@@ -105,16 +105,16 @@ struct Check<'a> {
 
 /// The JSON text of `snap`.
 pub fn render(snap: &Snapshot) -> String {
-    let servers: Vec<Server<'_>> = snap.servers.iter().map(server).collect();
+    let servers: Vec<Server<'_>> = snap.state.servers.iter().map(server).collect();
     let status = Status {
-        serviceDescription: format!("appbroker TCP broker [{}]", snap.kind.section()),
-        brokerType: snap.kind.section(),
+        serviceDescription: format!("appbroker TCP broker [{}]", snap.state.kind.section()),
+        brokerType: snap.state.kind.section(),
         apiVersion: "1.1",
         fullVersion: format!("appbroker {}", env!("CARGO_PKG_VERSION")),
         version: env!("CARGO_PKG_VERSION"),
         useSSL: 0,
         instanceId: &snap.instance,
-        balanceMethod: match snap.sort_method {
+        balanceMethod: match snap.state.sort_method {
             SortMethod::Connection => 1,
             SortMethod::RoundRobin => 2,
         },
@@ -122,28 +122,28 @@ pub fn render(snap: &Snapshot) -> String {
         time: clock(snap.now_wall_ms),
         startedDate: date(snap.started_wall_ms),
         startedTime: clock(snap.started_wall_ms),
-        totalConnectionsHistory: snap.accepted,
+        totalConnectionsHistory: snap.state.accepted,
         totalSessionsHistory: 0,
-        lastConnectionDate: when(snap.last_connection_wall_ms, date),
-        lastConnectionTime: when(snap.last_connection_wall_ms, clock),
+        lastConnectionDate: when(snap.state.last_connection_wall_ms, date),
+        lastConnectionTime: when(snap.state.last_connection_wall_ms, clock),
         ID: snap.pid.to_string(),
         total: Total {
-            connections: snap.servers.iter().map(|s| s.active).sum(),
+            connections: snap.state.servers.iter().map(|s| s.active).sum(),
             sessions: 0,
             users: 0,
         },
         servers,
-        balancer: snap.kind.section(),
-        listen: snap.listen.to_string(),
-        sort_method: snap.sort_method.as_str(),
-        monitoring_type: snap.monitoring.as_str(),
-        monitor_interval_ms: snap.monitor_interval.as_millis() as u64,
-        quarantine_time_ms: snap.quarantine_time.as_millis() as u64,
-        max_connections: snap.max_connections,
-        active_connections: snap.active,
-        peak_connections: snap.peak,
-        rejected_connections: snap.rejected,
-        unserved_connections: snap.unserved,
+        balancer: snap.state.kind.section(),
+        listen: snap.state.listen.to_string(),
+        sort_method: snap.state.sort_method.as_str(),
+        monitoring_type: snap.state.monitoring.as_str(),
+        monitor_interval_ms: snap.state.monitor_interval.as_millis() as u64,
+        quarantine_time_ms: snap.state.quarantine_time.as_millis() as u64,
+        max_connections: snap.state.max_connections,
+        active_connections: snap.state.active,
+        peak_connections: snap.state.peak,
+        rejected_connections: snap.state.rejected,
+        unserved_connections: snap.state.unserved,
         draining: snap.draining,
         started_epoch_ms: snap.started_wall_ms,
         now_epoch_ms: snap.now_wall_ms,
@@ -160,7 +160,7 @@ fn when(wall_ms: u64, format: fn(u64) -> String) -> String {
     }
 }
 
-fn server(s: &ServerSnapshot) -> Server<'_> {
+fn server(s: &ServerState) -> Server<'_> {
     Server {
         server: &s.address,
         connections: s.active,
@@ -174,7 +174,7 @@ fn server(s: &ServerSnapshot) -> Server<'_> {
             .quarantine
             .map_or_else(|| "-".into(), |(_, until)| clock(until)),
         standby: 0,
-        inquarantine: s.state == State::Quarantined,
+        inquarantine: s.state == Standing::Quarantined,
         disabled: s.weight == 0,
         disabled_entry_time: "-",
         disabled_reasons: if s.weight == 0 { "weight 0" } else { "" },
@@ -187,9 +187,9 @@ fn server(s: &ServerSnapshot) -> Server<'_> {
         id: &s.id,
         weight: s.weight,
         state: match s.state {
-            State::Available => "available",
-            State::Quarantined => "quarantined",
-            State::Draining => "draining",
+            Standing::Available => "available",
+            Standing::Quarantined => "quarantined",
+            Standing::Draining => "draining",
         },
         reason: s.reason.map(|r| r.as_str()),
         last_error: s.last_error.as_deref(),

@@ -2,7 +2,8 @@
 
 use std::fmt::Write;
 
-use super::snapshot::{Snapshot, State};
+use super::snapshot::{ServerState, Snapshot, Standing};
+use crate::health::Check;
 
 /// One metric family: name, type, help, and a value per sample.
 fn family(
@@ -27,165 +28,154 @@ fn label(value: &str) -> String {
         .replace('\n', "\\n")
 }
 
-/// The exposition text of `snap`.
-pub fn render(snap: &Snapshot) -> String {
-    let mut out = String::with_capacity(4096 + snap.servers.len() * 1200);
-    let balancer = format!("balancer=\"{}\"", snap.kind.section());
-    let per_server = |f: &dyn Fn(&super::snapshot::ServerSnapshot) -> f64| -> Vec<(String, f64)> {
-        snap.servers
-            .iter()
-            .map(|s| {
-                (
-                    format!(
-                        "{balancer},id=\"{}\",server=\"{}\"",
-                        label(&s.id),
-                        label(&s.address)
-                    ),
-                    f(s),
-                )
-            })
-            .collect()
-    };
-    family(
-        &mut out,
+/// A metric family: name (after `appbroker_`), type, help, and how a value is read.
+type Family<T> = (&'static str, &'static str, &'static str, fn(&T) -> f64);
+
+/// One sample per server.
+const PER_SERVER: &[Family<ServerState>] = &[
+    (
         "server_active_connections",
         "gauge",
         "Connections counted against the server now.",
-        per_server(&|s| s.active as f64),
-    );
-    family(
-        &mut out,
+        |s| s.active as f64,
+    ),
+    (
         "server_connections_total",
         "counter",
         "Connections relayed to the server since start.",
-        per_server(&|s| s.total as f64),
-    );
-    family(
-        &mut out,
+        |s| s.total as f64,
+    ),
+    (
         "server_failed_connects_total",
         "counter",
         "Client connects to the server that failed.",
-        per_server(&|s| s.failed_connects as f64),
-    );
-    family(
-        &mut out,
+        |s| s.failed_connects as f64,
+    ),
+    (
         "server_bytes_to_server_total",
         "counter",
         "Bytes relayed from clients to the server.",
-        per_server(&|s| s.bytes_to_server as f64),
-    );
-    family(
-        &mut out,
+        |s| s.bytes_to_server as f64,
+    ),
+    (
         "server_bytes_to_client_total",
         "counter",
         "Bytes relayed from the server to clients.",
-        per_server(&|s| s.bytes_to_client as f64),
-    );
-    family(
-        &mut out,
+        |s| s.bytes_to_client as f64,
+    ),
+    (
         "server_in_quarantine",
         "gauge",
         "1 while the server is in quarantine.",
-        per_server(&|s| f64::from(u8::from(s.state == State::Quarantined))),
-    );
-    family(
-        &mut out,
+        |s| f64::from(u8::from(s.state == Standing::Quarantined)),
+    ),
+    (
         "server_quarantines_total",
         "counter",
         "Quarantines the server has entered since start.",
-        per_server(&|s| s.quarantines as f64),
-    );
-    family(
-        &mut out,
+        |s| s.quarantines as f64,
+    ),
+    (
         "server_weight",
         "gauge",
         "Configured weight (0 drains the server).",
-        per_server(&|s| f64::from(s.weight)),
-    );
-    let checked: Vec<_> = snap
-        .servers
-        .iter()
-        .filter(|s| s.last_check.is_some())
-        .collect();
-    let check = |f: &dyn Fn(&crate::health::Check) -> f64| -> Vec<(String, f64)> {
-        checked
-            .iter()
-            .filter_map(|s| {
-                let c = s.last_check.as_ref()?;
-                Some((
-                    format!(
-                        "{balancer},id=\"{}\",server=\"{}\"",
-                        label(&s.id),
-                        label(&s.address)
-                    ),
-                    f(c),
-                ))
-            })
-            .collect()
-    };
-    family(
-        &mut out,
+        |s| f64::from(s.weight),
+    ),
+];
+
+/// One sample per server that has been checked, from its last check.
+const PER_CHECK: &[Family<Check>] = &[
+    (
         "server_check_duration_seconds",
         "gauge",
         "Duration of the last monitor check.",
-        check(&|c| c.duration.as_secs_f64()),
-    );
-    family(
-        &mut out,
+        |c| c.duration.as_secs_f64(),
+    ),
+    (
         "server_check_up",
         "gauge",
         "1 when the last monitor check passed.",
-        check(&|c| f64::from(u8::from(c.error.is_none()))),
-    );
-    let one = |v: u64| vec![(balancer.clone(), v as f64)];
-    family(
-        &mut out,
+        |c| f64::from(u8::from(c.error.is_none())),
+    ),
+];
+
+/// One sample for the balancer.
+const PER_BALANCER: &[Family<Snapshot>] = &[
+    (
         "balancer_accepted_clients_total",
         "counter",
         "Clients forwarded since start.",
-        one(snap.accepted),
-    );
-    family(
-        &mut out,
+        |s| s.state.accepted as f64,
+    ),
+    (
         "balancer_rejected_clients_total",
         "counter",
         "Clients refused because MAX_CONNECTIONS was reached.",
-        one(snap.rejected),
-    );
-    family(
-        &mut out,
+        |s| s.state.rejected as f64,
+    ),
+    (
         "balancer_unserved_clients_total",
         "counter",
         "Clients closed because no server could be reached.",
-        one(snap.unserved),
-    );
-    family(
-        &mut out,
+        |s| s.state.unserved as f64,
+    ),
+    (
         "balancer_active_clients",
         "gauge",
         "Client connections open now.",
-        one(snap.active),
-    );
-    family(
-        &mut out,
+        |s| s.state.active as f64,
+    ),
+    (
         "balancer_max_connections",
         "gauge",
         "MAX_CONNECTIONS.",
-        one(u64::from(snap.max_connections)),
-    );
-    family(
-        &mut out,
+        |s| f64::from(s.state.max_connections),
+    ),
+    (
         "balancer_draining",
         "gauge",
         "1 while shutting down (PING answers 503).",
-        one(u64::from(snap.draining)),
-    );
-    family(
-        &mut out,
+        |s| f64::from(u8::from(s.draining)),
+    ),
+    (
         "start_time_seconds",
         "gauge",
         "When the broker started, seconds since the Unix epoch.",
-        vec![(balancer.clone(), snap.started_wall_ms as f64 / 1000.0)],
-    );
+        |s| s.started_wall_ms as f64 / 1000.0,
+    ),
+];
+
+/// The exposition text of `snap`.
+pub fn render(snap: &Snapshot) -> String {
+    let mut out = String::with_capacity(4096 + snap.state.servers.len() * 1200);
+    let balancer = format!("balancer=\"{}\"", snap.state.kind.section());
+    let labels = |s: &ServerState| {
+        format!(
+            "{balancer},id=\"{}\",server=\"{}\"",
+            label(&s.id),
+            label(&s.address)
+        )
+    };
+    for (name, kind, help, value) in PER_SERVER {
+        let samples = snap.state.servers.iter().map(|s| (labels(s), value(s)));
+        family(&mut out, name, kind, help, samples);
+    }
+    for (name, kind, help, value) in PER_CHECK {
+        let samples = snap
+            .state
+            .servers
+            .iter()
+            .filter_map(|s| Some((labels(s), value(s.last_check.as_ref()?))));
+        family(&mut out, name, kind, help, samples);
+    }
+    for (name, kind, help, value) in PER_BALANCER {
+        family(
+            &mut out,
+            name,
+            kind,
+            help,
+            [(balancer.clone(), value(snap))],
+        );
+    }
     out
 }

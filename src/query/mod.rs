@@ -18,11 +18,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::Ordering::Relaxed;
 use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -32,16 +30,20 @@ use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
-use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::debug;
 
 use crate::balancer::{Balancer, Pool};
 use crate::config::Config;
-use crate::forward::Ending;
+use crate::context::{Context, Ending};
 use crate::places::Place;
-use crate::shutdown::Shutdown;
-use snapshot::Snapshot;
+use snapshot::{Snapshot, Standing};
+
+/// What a query is answered over: any byte stream (the client's own connection, lent by its
+/// task, plain or TLS).
+pub trait Connection: AsyncRead + AsyncWrite + Unpin + Send {}
+
+impl<S: AsyncRead + AsyncWrite + Unpin + Send> Connection for S {}
 
 /// Longest request line accepted (beyond it: 414). TOTVS monitors send short ones.
 const MAX_REQUEST_LINE: usize = 8 * 1024;
@@ -65,29 +67,15 @@ const LAST_ANSWER: Duration = Duration::from_secs(10);
 /// connection, and a reset can make the client lose the answer it was sent.
 const LINGER: Duration = Duration::from_secs(2);
 
-/// What every query may read: the configuration, every balancer (for links between them),
-/// the start time, and the shutdown state (for PING).
-#[derive(Debug)]
-pub struct Context {
-    /// The running configuration (swapped by a reload).
-    pub config: ArcSwap<Config>,
-    /// Every balancer of the process, in configuration order (swapped by a reload).
-    pub balancers: ArcSwap<Vec<Arc<Balancer>>>,
-    /// When the broker started, wall ms.
-    pub started_wall_ms: u64,
-    /// Draining state for PING.
-    pub shutdown: Shutdown,
-}
-
 /// Answers a query connection whose first bytes (`first`) were already read. Who may query
 /// is decided before anything else, and again at every request (a reload may have changed
 /// `QUERY_ALLOW`): a refused client is answered 403 and closed, holding no query place. When
 /// `ending.closing` is cancelled the request in hand is answered and the connection closed (a
 /// refreshing page would keep it open); `ending.cut` ends it at once.
-pub async fn serve(
+pub async fn serve<S: Connection>(
     ctx: Arc<Context>,
     balancer: Arc<Balancer>,
-    stream: TcpStream,
+    stream: S,
     first: Vec<u8>,
     peer: SocketAddr,
     ending: &Ending,
@@ -99,10 +87,10 @@ pub async fn serve(
 }
 
 /// [`serve`] until it is cut.
-async fn answer_connection(
+async fn answer_connection<S: Connection>(
     ctx: Arc<Context>,
     balancer: Arc<Balancer>,
-    mut stream: TcpStream,
+    mut stream: S,
     first: Vec<u8>,
     peer: SocketAddr,
     closing: &CancellationToken,
@@ -113,7 +101,7 @@ async fn answer_connection(
         refuse(stream, "403 Forbidden", &refusal, head_only).await;
         return;
     }
-    let Some(place) = take_place(&balancer) else {
+    let Some(place) = balancer.take_query_place() else {
         let busy = "too many queries at once (QUERY_MAX_CONNECTIONS); try again shortly\n";
         refuse(stream, "503 Service Unavailable", busy, head_only).await;
         return;
@@ -213,37 +201,10 @@ fn refusal(pool: &Pool, peer: SocketAddr) -> Option<String> {
     ))
 }
 
-/// A query place for a query from an allowed address; running out of them is logged once
-/// per episode.
-fn take_place(balancer: &Balancer) -> Option<Place> {
-    let places = &balancer.query_places;
-    match balancer.try_take_query() {
-        Some(place) => {
-            if let Some(refused) = places.exhausted.end() {
-                info!(
-                    "answering queries again: {refused} refused while QUERY_MAX_CONNECTIONS was reached"
-                );
-            }
-            Some(place)
-        }
-        None => {
-            if places.exhausted.strike() {
-                warn!(
-                    "QUERY_MAX_CONNECTIONS ({}) reached: queries are answered 503 until one of \
-                     the {} open finishes; clients are not affected",
-                    balancer.pool().config.query.max_connections,
-                    places.taken()
-                );
-            }
-            None
-        }
-    }
-}
-
 /// Answers a query that is not served (403, 503) and closes it: the answer, then the end of
 /// the broker's sending side, then whatever the client still sends is read and dropped for up
 /// to [`LINGER`], so the answer is not lost to a reset. Holds no query place.
-async fn refuse(mut stream: TcpStream, status: &str, body: &str, head_only: bool) {
+async fn refuse<S: Connection>(mut stream: S, status: &str, body: &str, head_only: bool) {
     if respond_raw(&mut stream, status, body, head_only)
         .await
         .is_err()
@@ -263,20 +224,6 @@ async fn refuse(mut stream: TcpStream, status: &str, body: &str, head_only: bool
     let _ = tokio::time::timeout(LINGER, drain).await;
 }
 
-/// Samples each server's active connections once a minute (for the STATUS chart) until
-/// `stop` is cancelled.
-pub async fn sample_every_minute(balancer: Arc<Balancer>, stop: CancellationToken) {
-    loop {
-        for server in &balancer.pool().servers {
-            server.sample();
-        }
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(Duration::from_secs(60)) => {}
-        }
-    }
-}
-
 enum HeadError {
     LineTooLong,
     TooLarge,
@@ -284,7 +231,7 @@ enum HeadError {
 }
 
 /// Reads until the end of the first request head (a blank line), within the limits.
-async fn read_head(stream: &mut TcpStream, head: &mut Vec<u8>) -> Result<(), HeadError> {
+async fn read_head<S: Connection>(stream: &mut S, head: &mut Vec<u8>) -> Result<(), HeadError> {
     let mut chunk = [0u8; 2048];
     loop {
         let line_end = find(head, b"\r\n").or_else(|| find(head, b"\n"));
@@ -311,8 +258,8 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 
 /// A minimal response for a request hyper never sees (refused, too long, too many queries);
 /// `head_only` for a HEAD request, which gets no body.
-async fn respond_raw(
-    stream: &mut TcpStream,
+async fn respond_raw<S: Connection>(
+    stream: &mut S,
     status: &str,
     body: &str,
     head_only: bool,
@@ -428,7 +375,7 @@ fn answer(
                 Some(server) => html(page::server(&snap, server, &host)),
                 None => text(
                     StatusCode::NOT_FOUND,
-                    format!("no server {argument} in [{}]\n", snap.kind.section()),
+                    format!("no server {argument} in [{}]\n", snap.state.kind.section()),
                 ),
             }
         }
@@ -475,18 +422,10 @@ fn readiness(ctx: &Context, balancer: &Balancer) -> (bool, String) {
             format!("NOT READY: MAX_CONNECTIONS ({max}) {}\n", l.ready_full),
         );
     }
-    let now = balancer.clock.now_ms();
-    let total = pool.servers.len();
-    let quarantined = pool
-        .servers
-        .iter()
-        .filter(|s| !s.health.is_available(now))
-        .count();
-    let drained = pool
-        .servers
-        .iter()
-        .filter(|s| s.health.is_available(now) && s.weight.load(Relaxed) == 0)
-        .count();
+    let servers = balancer.state().servers;
+    let total = servers.len();
+    let count = |standing| servers.iter().filter(|s| s.state == standing).count();
+    let (quarantined, drained) = (count(Standing::Quarantined), count(Standing::Draining));
     let available = total - quarantined - drained;
     if available == 0 {
         let mut why = Vec::new();
@@ -594,15 +533,15 @@ fn body(status: StatusCode, content_type: &'static str, content: String) -> Resp
 
 /// The client's stream with the bytes already read in front of it. Bytes coming in mark its
 /// query place busy; once the place was given to another query, it reads as closed.
-struct Prefixed {
+struct Prefixed<S> {
     first: Vec<u8>,
     read: usize,
-    stream: TcpStream,
+    stream: S,
     place: Arc<Place>,
 }
 
-impl Prefixed {
-    fn new(first: Vec<u8>, stream: TcpStream, place: Arc<Place>) -> Self {
+impl<S> Prefixed<S> {
+    fn new(first: Vec<u8>, stream: S, place: Arc<Place>) -> Self {
         Prefixed {
             first,
             read: 0,
@@ -612,7 +551,7 @@ impl Prefixed {
     }
 }
 
-impl AsyncRead for Prefixed {
+impl<S: Connection> AsyncRead for Prefixed<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut TaskContext<'_>,
@@ -643,7 +582,7 @@ impl AsyncRead for Prefixed {
     }
 }
 
-impl AsyncWrite for Prefixed {
+impl<S: Connection> AsyncWrite for Prefixed<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut TaskContext<'_>,

@@ -16,7 +16,7 @@ use std::fmt::Write;
 use std::time::Duration;
 
 use super::labels::{Labels, of};
-use super::snapshot::{ServerSnapshot, Snapshot, State};
+use super::snapshot::{ServerState, Snapshot, Standing};
 use crate::clock::{local_date as date, time_of_day as clock};
 use crate::config::{BalancerKind, Config, Monitoring, Origin, show_duration};
 use crate::health::Reason;
@@ -172,10 +172,10 @@ fn banner(out: &mut String, l: &Labels, snap: &Snapshot, host: &str) {
          <nav><a href='/TOTVS_BROKER_QUERY/STATUS'>STATUS</a><a href='/TOTVS_BROKER_QUERY/CFG'>CFG</a>\
          <a href='/TOTVS_BROKER_QUERY/JSON'>JSON</a><a href='/TOTVS_BROKER_QUERY/METRICS'>METRICS</a>\
          <a href='/TOTVS_BROKER_QUERY/PING'>PING</a>",
-        marker(snap.kind),
-        snap.kind.section(),
+        marker(snap.state.kind),
+        snap.state.kind.section(),
         l.on,
-        snap.listen,
+        snap.state.listen,
         l.version,
         env!("CARGO_PKG_VERSION"),
     );
@@ -217,8 +217,12 @@ fn fact(out: &mut String, label: &str, value: &str, class: &str) {
 /// balancers); `refresh` adds an automatic reload every so many seconds.
 pub fn status(snap: &Snapshot, host: &str, refresh: Option<u32>) -> String {
     let l = of(snap.language);
-    let mut out = String::with_capacity(24 * 1024 + snap.servers.len() * 1200);
-    let title = format!("appbroker [{}] {}", snap.kind.section(), snap.listen);
+    let mut out = String::with_capacity(24 * 1024 + snap.state.servers.len() * 1200);
+    let title = format!(
+        "appbroker [{}] {}",
+        snap.state.kind.section(),
+        snap.state.listen
+    );
     head(&mut out, l, &title, refresh);
     banner(&mut out, l, snap, host);
     summary(&mut out, l, snap);
@@ -245,16 +249,18 @@ pub fn status(snap: &Snapshot, host: &str, refresh: Option<u32>) -> String {
 /// text before ` ativas` when it mentions `conex`.
 fn summary(out: &mut String, l: &Labels, snap: &Snapshot) {
     let available = snap
+        .state
         .servers
         .iter()
-        .filter(|s| s.state == State::Available)
+        .filter(|s| s.state == Standing::Available)
         .count();
     let quarantined = snap
+        .state
         .servers
         .iter()
-        .filter(|s| s.state == State::Quarantined)
+        .filter(|s| s.state == Standing::Quarantined)
         .count();
-    let connections = if snap.active == 1 {
+    let connections = if snap.state.active == 1 {
         l.active_connection
     } else {
         l.active_connections
@@ -262,9 +268,9 @@ fn summary(out: &mut String, l: &Labels, snap: &Snapshot) {
     let _ = write!(
         out,
         "<p class='summary'><b>{} {connections}</b> · {available} {} {} {}",
-        snap.active,
+        snap.state.active,
         l.of,
-        snap.servers.len(),
+        snap.state.servers.len(),
         l.servers_available
     );
     if quarantined > 0 {
@@ -279,14 +285,14 @@ fn summary(out: &mut String, l: &Labels, snap: &Snapshot) {
 
 fn facts(out: &mut String, l: &Labels, snap: &Snapshot) {
     out.push_str("<section class='facts'>");
-    fact(out, l.total, &snap.accepted.to_string(), "big");
-    let last = if snap.last_connection_wall_ms == 0 {
+    fact(out, l.total, &snap.state.accepted.to_string(), "big");
+    let last = if snap.state.last_connection_wall_ms == 0 {
         l.never.to_string()
     } else {
         format!(
             "{} {}",
-            clock(snap.last_connection_wall_ms),
-            date(snap.last_connection_wall_ms)
+            clock(snap.state.last_connection_wall_ms),
+            date(snap.state.last_connection_wall_ms)
         )
     };
     fact(out, l.last_connection, &last, "");
@@ -295,7 +301,7 @@ fn facts(out: &mut String, l: &Labels, snap: &Snapshot) {
         l.max_simultaneous,
         &format!(
             "{} <small>({} {})</small>",
-            snap.max_connections, l.peak, snap.peak
+            snap.state.max_connections, l.peak, snap.state.peak
         ),
         "",
     );
@@ -315,25 +321,25 @@ fn facts(out: &mut String, l: &Labels, snap: &Snapshot) {
         &format!("{} {}", clock(snap.now_wall_ms), date(snap.now_wall_ms)),
         "",
     );
-    fact(out, l.policy, snap.sort_method.as_str(), "");
-    let monitor = match snap.monitoring {
-        Monitoring::Disabled => snap.monitoring.as_str().to_string(),
+    fact(out, l.policy, snap.state.sort_method.as_str(), "");
+    let monitor = match snap.state.monitoring {
+        Monitoring::Disabled => snap.state.monitoring.as_str().to_string(),
         _ => format!(
             "{} {} {}",
-            snap.monitoring.as_str(),
+            snap.state.monitoring.as_str(),
             l.every,
-            show_duration(snap.monitor_interval)
+            show_duration(snap.state.monitor_interval)
         ),
     };
     fact(out, l.monitor, &monitor, "");
     fact(
         out,
         l.quarantine_time,
-        &show_duration(snap.quarantine_time),
+        &show_duration(snap.state.quarantine_time),
         "",
     );
-    fact(out, l.refused, &snap.rejected.to_string(), "");
-    fact(out, l.unserved, &snap.unserved.to_string(), "");
+    fact(out, l.refused, &snap.state.rejected.to_string(), "");
+    fact(out, l.unserved, &snap.state.unserved.to_string(), "");
     fact(
         out,
         l.instance,
@@ -349,7 +355,7 @@ fn server_table(out: &mut String, l: &Labels, snap: &Snapshot) {
         out,
         "<div class='card'><h2>Servers ({})</h2><div class='scroll'><table class='servers'><tr><th>{}</th><th>{}</th><th>{}</th>\
          <th>{}</th><th>{}</th><th>{}</th><th>{}</th><th>{}</th><th>{}</th><th>{}</th><th>{}</th></tr>",
-        snap.servers.len(),
+        snap.state.servers.len(),
         l.server,
         l.connections,
         l.quarantine,
@@ -362,15 +368,15 @@ fn server_table(out: &mut String, l: &Labels, snap: &Snapshot) {
         l.bytes_out,
         l.last_check
     );
-    for s in &snap.servers {
+    for s in &snap.state.servers {
         let quarantine = match s.quarantine {
             Some((_, until)) => clock(until),
             None => "-".to_string(),
         };
         let class = match s.state {
-            State::Quarantined => " class='inQuarantine'",
-            State::Draining => " class='isDisabled'",
-            State::Available => "",
+            Standing::Quarantined => " class='inQuarantine'",
+            Standing::Draining => " class='isDisabled'",
+            Standing::Available => "",
         };
         let address = esc(&s.address);
         // Plain `<td>`s but the state's: peder1981's monitor before its 35a8f98 splits the
@@ -391,7 +397,7 @@ fn server_table(out: &mut String, l: &Labels, snap: &Snapshot) {
             bytes(s.bytes_to_server),
             s.bytes_to_client,
             bytes(s.bytes_to_client),
-            check_cell(l, s, &snap.monitoring),
+            check_cell(l, s, &snap.state.monitoring),
         );
     }
     out.push_str("</table></div></div>");
@@ -404,9 +410,9 @@ fn reason(l: &Labels, reason: Reason) -> &'static str {
     }
 }
 
-fn state_cell(l: &Labels, s: &ServerSnapshot) -> String {
+fn state_cell(l: &Labels, s: &ServerState) -> String {
     match s.state {
-        State::Available => {
+        Standing::Available => {
             let mut cell = format!("<span class='badge ok'>{}</span>", l.available);
             if let Some(error) = &s.last_error {
                 let _ = write!(
@@ -418,8 +424,8 @@ fn state_cell(l: &Labels, s: &ServerSnapshot) -> String {
             }
             cell
         }
-        State::Draining => format!("<span class='badge warn'>{}</span>", l.draining_server),
-        State::Quarantined => {
+        Standing::Draining => format!("<span class='badge warn'>{}</span>", l.draining_server),
+        Standing::Quarantined => {
             // The end time again: on a phone the quarantine column is hidden.
             let until = s
                 .quarantine
@@ -438,7 +444,7 @@ fn state_cell(l: &Labels, s: &ServerSnapshot) -> String {
     }
 }
 
-fn check_cell(l: &Labels, s: &ServerSnapshot, monitoring: &Monitoring) -> String {
+fn check_cell(l: &Labels, s: &ServerState, monitoring: &Monitoring) -> String {
     match (&s.last_check, monitoring) {
         (_, Monitoring::Disabled) => format!("<span class='muted'>{}</span>", monitoring.as_str()),
         (None, _) => format!("<span class='muted'>{}</span>", l.never),
@@ -563,7 +569,7 @@ fn chart(out: &mut String, l: &Labels, snap: &Snapshot) {
         chart_svg(out, l, snap, frame);
     }
     out.push_str("<div class='legend'>");
-    for (i, s) in snap.servers.iter().enumerate() {
+    for (i, s) in snap.state.servers.iter().enumerate() {
         let (colour, width, dash) = line_style(i);
         let _ = write!(
             out,
@@ -577,28 +583,114 @@ fn chart(out: &mut String, l: &Labels, snap: &Snapshot) {
     out.push_str("</div></div>");
 }
 
-fn chart_svg(out: &mut String, l: &Labels, snap: &Snapshot, f: &Frame) {
-    let now = snap.now_wall_ms;
-    let oldest = snap
-        .servers
-        .iter()
-        .filter_map(|s| s.samples.first().map(|&(t, _)| t))
-        .min()
-        .unwrap_or(now);
-    // Whole minutes, one at least, an hour at most, rounded up to the labels' step (each
-    // step divides 60) so the left edge is labelled too.
-    let age = now.saturating_sub(oldest).div_ceil(60_000).clamp(1, 60);
-    let every = x_step(age, f.x_labels);
-    let minutes = age.div_ceil(every) * every;
-    let window = minutes * 60_000;
-    let start = now - window.min(now);
-    // (time, value, a sample or the count now: true; the value held at the left edge: false)
-    let series: Vec<Vec<(u64, u64, bool)>> = snap
+/// A point of a series: (time, value, whether it is a sample or the count now; false for the
+/// value held at the left edge).
+type Point = (u64, u64, bool);
+
+/// Where a chart's values go in its frame.
+struct Plot<'a> {
+    f: &'a Frame,
+    now: u64,
+    /// The left edge (wall ms) and the window's width (ms).
+    start: u64,
+    window: u64,
+    /// The window in minutes, and the minutes between the time axis's labels.
+    minutes: u64,
+    every: u64,
+    /// The value axis's step and top.
+    step: u64,
+    top: u64,
+}
+
+impl Plot<'_> {
+    fn width(&self) -> f64 {
+        self.f.width - self.f.left - self.f.right
+    }
+
+    fn x(&self, t: u64) -> f64 {
+        self.f.left + self.width() * (t.saturating_sub(self.start) as f64 / self.window as f64)
+    }
+
+    fn y(&self, v: u64) -> f64 {
+        let height = self.f.height - self.f.top - self.f.bottom;
+        self.f.top + height * (1.0 - v as f64 / self.top as f64)
+    }
+
+    /// The value axis's lines and labels, then the time axis's.
+    fn grid(&self, out: &mut String, l: &Labels) {
+        let f = self.f;
+        for value in (0..=self.top).step_by(self.step as usize) {
+            let yy = self.y(value);
+            let _ = write!(
+                out,
+                "<line x1='{}' x2='{}' y1='{yy:.1}' y2='{yy:.1}' stroke='#e3e8ee'/>\
+                 <text class='y' x='{}' y='{:.1}' text-anchor='end'>{value}</text>",
+                f.left,
+                f.width - f.right,
+                f.left - 6.0,
+                yy + f.font / 3.0
+            );
+        }
+        let ticks: Vec<u64> = (0..=self.minutes).step_by(self.every as usize).collect();
+        for ago in ticks.into_iter().rev() {
+            let xx = self.x(self.now - ago * 60_000);
+            let (label, anchor) = match ago {
+                0 => (l.chart_now.to_string(), "end"),
+                _ if ago == self.minutes => (format!("-{ago} min"), "start"),
+                _ => (format!("-{ago} min"), "middle"),
+            };
+            let _ = write!(
+                out,
+                "<line x1='{xx:.1}' x2='{xx:.1}' y1='{}' y2='{}' stroke='#eef1f4'/>\
+                 <text class='x' x='{xx:.1}' y='{}' text-anchor='{anchor}'>{label}</text>",
+                f.top,
+                f.height - f.bottom,
+                f.height - 5.0
+            );
+        }
+    }
+
+    /// Series `i` (the server at `address`): its line, and a dot on each sample.
+    fn series(&self, out: &mut String, i: usize, address: &str, points: &[Point]) {
+        let (colour, width, dash) = line_style(i);
+        let mut path = String::new();
+        for (n, &(t, v, _)) in points.iter().enumerate() {
+            if n == 0 {
+                let _ = write!(path, "M{:.1},{:.1}", self.x(t), self.y(v));
+            } else {
+                // Held until this sample, then the step to its value.
+                let _ = write!(path, " H{:.1} V{:.1}", self.x(t), self.y(v));
+            }
+        }
+        let _ = write!(
+            out,
+            "<path class='series' data-server='{}' d='{path}' fill='none' stroke='{colour}' \
+             stroke-width='{width}' stroke-dasharray='{dash}' stroke-linejoin='round'/>",
+            esc(address)
+        );
+        // A dot on each sample and on now (not on the value held at the left edge), small
+        // enough that an hour of minutes stays a row of dots on a phone.
+        let radius = (self.width() / self.minutes as f64 / 4.0).clamp(1.2, 2.5);
+        for &(t, v, _) in points.iter().filter(|&&(_, _, sample)| sample) {
+            let _ = write!(
+                out,
+                "<circle class='sample' cx='{:.1}' cy='{:.1}' r='{radius}' fill='{colour}' stroke='#fff' stroke-width='1'/>",
+                self.x(t),
+                self.y(v)
+            );
+        }
+    }
+}
+
+/// Each server's points from `start` to `now`: the value held at the left edge (when a sample
+/// came before it), the samples in the window, and the count now.
+fn series_between(snap: &Snapshot, start: u64, now: u64) -> Vec<Vec<Point>> {
+    snap.state
         .servers
         .iter()
         .map(|s| {
             let before = s.samples.iter().rev().find(|&&(t, _)| t < start);
-            let mut points: Vec<(u64, u64, bool)> = before
+            let mut points: Vec<Point> = before
                 .map(|&(_, v)| (start, v, false))
                 .into_iter()
                 .collect();
@@ -611,7 +703,26 @@ fn chart_svg(out: &mut String, l: &Labels, snap: &Snapshot, f: &Frame) {
             points.push((now, s.active, true));
             points
         })
-        .collect();
+        .collect()
+}
+
+fn chart_svg(out: &mut String, l: &Labels, snap: &Snapshot, f: &Frame) {
+    let now = snap.now_wall_ms;
+    let oldest = snap
+        .state
+        .servers
+        .iter()
+        .filter_map(|s| s.samples.first().map(|&(t, _)| t))
+        .min()
+        .unwrap_or(now);
+    // Whole minutes, one at least, an hour at most, rounded up to the labels' step (each
+    // step divides 60) so the left edge is labelled too.
+    let age = now.saturating_sub(oldest).div_ceil(60_000).clamp(1, 60);
+    let every = x_step(age, f.x_labels);
+    let minutes = age.div_ceil(every) * every;
+    let window = minutes * 60_000;
+    let start = now - window.min(now);
+    let series = series_between(snap, start, now);
     let max = series
         .iter()
         .flatten()
@@ -619,77 +730,28 @@ fn chart_svg(out: &mut String, l: &Labels, snap: &Snapshot, f: &Frame) {
         .max()
         .unwrap_or(0);
     let (step, top) = y_scale(max);
-    let plot_width = f.width - f.left - f.right;
-    let plot_height = f.height - f.top - f.bottom;
-    let x = |t: u64| f.left + plot_width * (t.saturating_sub(start) as f64 / window as f64);
-    let y = |v: u64| f.top + plot_height * (1.0 - v as f64 / top as f64);
+    let plot = Plot {
+        f,
+        now,
+        start,
+        window,
+        minutes,
+        every,
+        step,
+        top,
+    };
     let _ = write!(
         out,
         "<svg class='{}' viewBox='0 0 {} {}' role='img' aria-label='{}' xmlns='http://www.w3.org/2000/svg' \
          font-size='{}' fill='#5f6b78'>",
         f.class, f.width, f.height, l.chart, f.font
     );
-    for value in (0..=top).step_by(step as usize) {
-        let yy = y(value);
-        let _ = write!(
-            out,
-            "<line x1='{}' x2='{}' y1='{yy:.1}' y2='{yy:.1}' stroke='#e3e8ee'/>\
-             <text class='y' x='{}' y='{:.1}' text-anchor='end'>{value}</text>",
-            f.left,
-            f.width - f.right,
-            f.left - 6.0,
-            yy + f.font / 3.0
-        );
-    }
-    let ticks: Vec<u64> = (0..=minutes).step_by(every as usize).collect();
-    for ago in ticks.into_iter().rev() {
-        let xx = x(now - ago * 60_000);
-        let (label, anchor) = match ago {
-            0 => (l.chart_now.to_string(), "end"),
-            _ if ago == minutes => (format!("-{ago} min"), "start"),
-            _ => (format!("-{ago} min"), "middle"),
-        };
-        let _ = write!(
-            out,
-            "<line x1='{xx:.1}' x2='{xx:.1}' y1='{}' y2='{}' stroke='#eef1f4'/>\
-             <text class='x' x='{xx:.1}' y='{}' text-anchor='{anchor}'>{label}</text>",
-            f.top,
-            f.height - f.bottom,
-            f.height - 5.0
-        );
-    }
+    plot.grid(out, l);
     // Widest first: narrower lines on top leave the wider ones' edges showing.
     let mut order: Vec<usize> = (0..series.len()).collect();
     order.sort_by(|&a, &b| line_style(b).1.total_cmp(&line_style(a).1));
     for i in order {
-        let points = &series[i];
-        let (colour, width, dash) = line_style(i);
-        let mut path = String::new();
-        for (n, &(t, v, _)) in points.iter().enumerate() {
-            if n == 0 {
-                let _ = write!(path, "M{:.1},{:.1}", x(t), y(v));
-            } else {
-                // Held until this sample, then the step to its value.
-                let _ = write!(path, " H{:.1} V{:.1}", x(t), y(v));
-            }
-        }
-        let _ = write!(
-            out,
-            "<path class='series' data-server='{}' d='{path}' fill='none' stroke='{colour}' \
-             stroke-width='{width}' stroke-dasharray='{dash}' stroke-linejoin='round'/>",
-            esc(&snap.servers[i].address)
-        );
-        // A dot on each sample and on now (not on the value held at the left edge), small
-        // enough that an hour of minutes stays a row of dots on a phone.
-        let radius = (plot_width / minutes as f64 / 4.0).clamp(1.2, 2.5);
-        for &(t, v, _) in points.iter().filter(|&&(_, _, sample)| sample) {
-            let _ = write!(
-                out,
-                "<circle class='sample' cx='{:.1}' cy='{:.1}' r='{radius}' fill='{colour}' stroke='#fff' stroke-width='1'/>",
-                x(t),
-                y(v)
-            );
-        }
+        plot.series(out, i, &snap.state.servers[i].address, &series[i]);
     }
     out.push_str("</svg>");
 }
@@ -740,7 +802,7 @@ pub fn config(snap: &Snapshot, config: &Config, host: &str) -> String {
 }
 
 /// The detail of one server: its figures and its recent quarantines.
-pub fn server(snap: &Snapshot, s: &ServerSnapshot, host: &str) -> String {
+pub fn server(snap: &Snapshot, s: &ServerState, host: &str) -> String {
     let l = of(snap.language);
     let mut out = String::with_capacity(8 * 1024);
     head(&mut out, l, &format!("appbroker {}", s.address), None);
@@ -776,7 +838,7 @@ pub fn server(snap: &Snapshot, s: &ServerSnapshot, host: &str) -> String {
     fact(
         &mut out,
         l.last_check,
-        &check_cell(l, s, &snap.monitoring),
+        &check_cell(l, s, &snap.state.monitoring),
         "",
     );
     out.push_str("</section></div>");
@@ -804,7 +866,7 @@ pub fn server(snap: &Snapshot, s: &ServerSnapshot, host: &str) -> String {
                 span(Duration::from_millis(end.saturating_sub(e.start_wall_ms))),
                 reason(l, e.reason),
                 esc(&l.words(&e.error)),
-                esc(&l.words(e.released.as_deref().unwrap_or("-")))
+                esc(&l.words(e.released.map_or("-", |r| r.as_str())))
             );
         }
         out.push_str("</table>");
@@ -820,15 +882,16 @@ pub fn server(snap: &Snapshot, s: &ServerSnapshot, host: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::balancer::BalancerState;
     use crate::config::{Language, SortMethod};
 
     /// A server with `samples`, one a minute, `minutes_ago` apart from `now`, and `active` now.
-    fn server(port: u16, now: u64, samples: &[(u64, u64)], active: u64) -> ServerSnapshot {
-        ServerSnapshot {
+    fn server(port: u16, now: u64, samples: &[(u64, u64)], active: u64) -> ServerState {
+        ServerState {
             id: format!("{:02}", port % 100),
             address: format!("10.0.0.1:{port}"),
             weight: 1,
-            state: State::Available,
+            state: Standing::Available,
             active,
             peak: 0,
             total: 0,
@@ -848,10 +911,24 @@ mod tests {
         }
     }
 
-    fn snapshot(now: u64, servers: Vec<ServerSnapshot>) -> Snapshot {
+    fn snapshot(now: u64, servers: Vec<ServerState>) -> Snapshot {
         Snapshot {
-            kind: BalancerKind::SmartClientDesktop,
-            listen: "0.0.0.0:5000".parse().expect("address"),
+            state: BalancerState {
+                kind: BalancerKind::SmartClientDesktop,
+                listen: "0.0.0.0:5000".parse().expect("address"),
+                active: servers.iter().map(|s| s.active).sum(),
+                accepted: 0,
+                rejected: 0,
+                unserved: 0,
+                peak: 0,
+                last_connection_wall_ms: 0,
+                max_connections: 10_000,
+                sort_method: SortMethod::Connection,
+                monitoring: Monitoring::Connection,
+                monitor_interval: Duration::from_secs(60),
+                quarantine_time: Duration::from_secs(120),
+                servers,
+            },
             language: Language::English,
             started_wall_ms: now - 3_600_000,
             now_wall_ms: now,
@@ -859,18 +936,6 @@ mod tests {
             instance: "[1-1]".into(),
             peer: "127.0.0.1:1".parse().expect("address"),
             draining: false,
-            active: servers.iter().map(|s| s.active).sum(),
-            accepted: 0,
-            rejected: 0,
-            unserved: 0,
-            peak: 0,
-            last_connection_wall_ms: 0,
-            max_connections: 10_000,
-            sort_method: SortMethod::Connection,
-            monitoring: Monitoring::Connection,
-            monitor_interval: Duration::from_secs(60),
-            quarantine_time: Duration::from_secs(120),
-            servers,
             others: Vec::new(),
         }
     }
@@ -1019,7 +1084,7 @@ mod tests {
     #[test]
     fn lines_of_the_same_counts_stay_distinguishable() {
         let samples = [(10, 2), (9, 2), (8, 3)];
-        let servers: Vec<ServerSnapshot> = (0..14)
+        let servers: Vec<ServerState> = (0..14)
             .map(|i| server(6000 + i, NOW, &samples, 3))
             .collect();
         let snap = snapshot(NOW, servers);
@@ -1049,7 +1114,11 @@ mod tests {
             let (colour, _, dash) = line_style(i);
             let entry = format!("stroke='{colour}' stroke-width=");
             let at = legend
-                .find(&format!("{} 10.0.0.1:{}", snap.servers[i].id, 6000 + i))
+                .find(&format!(
+                    "{} 10.0.0.1:{}",
+                    snap.state.servers[i].id,
+                    6000 + i
+                ))
                 .expect("in the legend");
             let swatch = &legend[..at];
             let swatch = &swatch[swatch.rfind("<svg").expect("a swatch")..];
@@ -1081,7 +1150,7 @@ mod tests {
     #[test]
     fn portuguese_pages_carry_no_english() {
         let mut s = server(1, NOW, &[(2, 0)], 0);
-        s.state = State::Quarantined;
+        s.state = Standing::Quarantined;
         s.quarantine = Some((NOW - 1000, NOW + 119_000));
         s.reason = Some(Reason::Monitor);
         s.last_error = Some("connection refused".into());

@@ -3,12 +3,13 @@
 //! `?` or a blank) is answered by the broker; anything else is forwarded, its first bytes
 //! included.
 
-use std::cell::RefCell;
 use std::io;
 use std::time::Duration;
 
-use tokio::net::TcpStream;
+use tokio::io::AsyncReadExt;
 use tokio::time::Instant;
+
+use crate::stream::{READ_NOW, Stream};
 
 /// What the first bytes say.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,10 +72,6 @@ fn classify_with(bytes: &[u8], method: &[u8]) -> Option<Verdict> {
     }
 }
 
-/// How much of a client's first bytes is read while classifying; the rest waits in the
-/// socket. Large enough to hold any request line's start.
-const SNIFF_READ: usize = 4096;
-
 /// Reads a client's first bytes into `first` until they classify, for at most `limit`
 /// (`QUERY_SNIFF_TIMEOUT`). A client that sends nothing within it is taken for a
 /// server-first protocol client; one whose bytes could still begin a query but have not
@@ -82,8 +79,8 @@ const SNIFF_READ: usize = 4096;
 /// protocol, say): both are forwarded, with whatever they sent, in order. Nothing is held
 /// meanwhile but the connection itself, so no client can keep a query place by sending
 /// half a request line.
-pub async fn sniff(
-    stream: &TcpStream,
+pub async fn sniff<S: Stream>(
+    stream: &mut S,
     first: &mut Vec<u8>,
     limit: Duration,
 ) -> io::Result<Verdict> {
@@ -91,7 +88,7 @@ pub async fn sniff(
     // A client-first client's bytes are usually there already: the first read goes straight
     // to the socket, without waiting for the reactor to report a new socket readable and
     // without arming a timer (which costs the runtime a wake-up of its own).
-    let mut read = read_now(stream, first);
+    let mut read = stream.read_now(first);
     loop {
         match read {
             Ok(0) if first.is_empty() => return Ok(Verdict::Closed),
@@ -105,29 +102,12 @@ pub async fn sniff(
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
             Err(e) => return Err(e),
         }
-        match tokio::time::timeout_at(deadline, stream.readable()).await {
+        first.reserve(READ_NOW);
+        read = match tokio::time::timeout_at(deadline, stream.read_buf(first)).await {
             Err(_) => return Ok(Verdict::Forward),
-            Ok(ready) => ready?,
-        }
-        first.reserve(SNIFF_READ);
-        read = stream.try_read_buf(first);
+            Ok(read) => read,
+        };
     }
-}
-
-/// One non-blocking read straight from the socket, whatever the reactor knows of it yet.
-/// Through a per-thread buffer, so `first` is sized to what came (usually a few bytes) rather
-/// than to the most that could.
-fn read_now(stream: &TcpStream, first: &mut Vec<u8>) -> io::Result<usize> {
-    use std::io::Read;
-    thread_local! {
-        static BUFFER: RefCell<[u8; SNIFF_READ]> = const { RefCell::new([0; SNIFF_READ]) };
-    }
-    BUFFER.with(|buffer| {
-        let mut buf = buffer.borrow_mut();
-        let n = (&*socket2::SockRef::from(stream)).read(&mut buf[..])?;
-        first.extend_from_slice(&buf[..n]);
-        Ok(n)
-    })
 }
 
 #[cfg(test)]
@@ -190,5 +170,31 @@ mod tests {
                 String::from_utf8_lossy(bytes)
             );
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_that_is_no_socket_is_sniffed_too() {
+        use tokio::io::AsyncWriteExt;
+        let limit = Duration::from_millis(200);
+        let (mut client, mut accepted) = tokio::io::duplex(64);
+        client.write_all(b"GET /TOTVS_BROKER_QUERY").await.unwrap();
+        let sniffing = async {
+            let mut first = Vec::new();
+            let verdict = sniff(&mut accepted, &mut first, limit).await;
+            (verdict.unwrap(), first)
+        };
+        let finishing = async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            client.write_all(b"/PING HTTP/1.1\r\n").await.unwrap();
+        };
+        let ((verdict, first), ()) = tokio::join!(sniffing, finishing);
+        assert_eq!(verdict, Verdict::Query);
+        assert!(first.starts_with(b"GET /TOTVS_BROKER_QUERY/PING"));
+
+        // Silent: forwarded once QUERY_SNIFF_TIMEOUT is over, with nothing read.
+        let (_client, mut accepted) = tokio::io::duplex(64);
+        let mut first = Vec::new();
+        let verdict = sniff(&mut accepted, &mut first, limit).await.unwrap();
+        assert_eq!((verdict, first.len()), (Verdict::Forward, 0));
     }
 }

@@ -52,6 +52,10 @@ impl Severity {
     }
 }
 
+/// The largest PEM file read. A chain of ten certificates is some 20 KiB and Debian's whole CA
+/// bundle 220 KiB: anything past 4 MiB is not the file meant, and must not fill memory.
+pub const MAX_PEM_FILE: u64 = 4 << 20;
+
 /// What the doctor, or the loading of a file, found: one line naming the key and the file,
 /// saying what is wrong and what to do.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -81,7 +85,7 @@ pub enum Finding {
         "{key} {}: is {size} bytes, more than the {} MiB a PEM file of certificates or keys \
          would be; is it the right file?",
         path.display(),
-        super::files::MAX_PEM_FILE >> 20
+        MAX_PEM_FILE >> 20
     )]
     TooLarge {
         /// The configuration key naming the file.

@@ -16,11 +16,7 @@ use pkcs8::der::Decode;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
-use super::doctor::Finding;
-
-/// The largest PEM file read. A chain of ten certificates is some 20 KiB and Debian's whole CA
-/// bundle 220 KiB: anything past 4 MiB is not the file meant, and must not fill memory.
-pub const MAX_PEM_FILE: u64 = 4 << 20;
+use super::doctor::{Finding, MAX_PEM_FILE};
 
 /// `SSL_PASSPHRASE`: kept out of every printout. Its `Debug` and `Display` show `(set)`, so a
 /// configuration dump, a log line or a panic message cannot leak it.

@@ -1,0 +1,383 @@
+//! The broker as a library: bind every balancer's port (or take listeners bound elsewhere),
+//! start serving, follow the broker's [events](crate::events), read a balancer's state,
+//! reload a configuration and get its result, and stop. The binary installs the log and the
+//! signal handlers around it; a test starts as many brokers as it likes in one process.
+//!
+//! A running broker is a control loop (`run.rs`) on the runtime that started it (reloads, the
+//! drain, the monitors) and, on the worker threads, every balancer's accept loops and
+//! connections (`unit.rs`); a reload is applied in `reload.rs`.
+
+mod reload;
+mod run;
+mod unit;
+
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::balancer::{Balancer, BalancerState};
+use crate::clock::wall_ms;
+use crate::config::{BalancerKind, Config, LoadError};
+use crate::context::Context;
+use crate::events::{Events, Reloaded, Subscription};
+use crate::listener::{self, BindError};
+use crate::resolve::Resolver;
+use crate::shutdown::Shutdown;
+use crate::workers::{WorkerThreads, Workers};
+use run::Runtime;
+use unit::Unit;
+
+/// Why a broker could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The worker threads could not be started.
+    #[error("cannot start the worker threads")]
+    Threads(#[source] std::io::Error),
+    /// A port could not be bound.
+    #[error(transparent)]
+    Bind(#[from] BindError),
+}
+
+/// Why a reload was rejected; the running configuration stays.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    /// The file could not be read, or holds errors.
+    #[error(transparent)]
+    Invalid(LoadError),
+    /// Reading the file failed on its thread.
+    #[error("reading the file failed ({0})")]
+    Read(String),
+    /// The broker has stopped.
+    #[error("the broker has stopped")]
+    Stopped,
+}
+
+impl ReloadError {
+    /// Every message, one per line, as logged.
+    pub fn lines(&self) -> Vec<String> {
+        match self {
+            ReloadError::Invalid(e) => e.report().lines().map(|l| l.trim().to_string()).collect(),
+            other => vec![other.to_string()],
+        }
+    }
+}
+
+/// What a reload applies.
+enum Source {
+    /// The configuration file, read again.
+    File,
+    /// A configuration given (validated already).
+    Config(Box<Config>),
+}
+
+/// What the handle asks of the control loop.
+enum Command {
+    /// Apply a configuration; answer on `reply` when given.
+    Reload {
+        source: Source,
+        reply: Option<oneshot::Sender<Result<Reloaded, ReloadError>>>,
+    },
+}
+
+/// A broker with every listener bound, not serving yet: subscribe to its events now to miss
+/// none of them, then [`Bound::start`] it.
+pub struct Bound {
+    config: Config,
+    workers: Workers,
+    /// The worker threads, when the broker started its own.
+    threads: Option<WorkerThreads>,
+    bound: Vec<(Arc<Balancer>, Vec<StdListener>)>,
+    /// Shared by every balancer: the cache and the bound on lookups are the process's.
+    resolver: Arc<Resolver>,
+    events: Events,
+}
+
+/// A running broker. Dropping it stops everything at once (connections cut); [`Broker::stop`]
+/// drains first, as a SIGTERM does.
+pub struct Broker {
+    ctx: Arc<Context>,
+    events: Events,
+    control: Control,
+    /// The addresses the balancers listen on, in configuration order.
+    addrs: Arc<ArcSwap<Vec<(BalancerKind, SocketAddr)>>>,
+    /// The control loop; `None` once it has ended.
+    task: Option<JoinHandle<()>>,
+    threads: Option<WorkerThreads>,
+    /// Cancelled when the handle is dropped.
+    stopping: CancellationToken,
+}
+
+/// What the signal handlers (or an administration interface) need of a running broker:
+/// cheap to clone, usable from any task.
+#[derive(Debug, Clone)]
+pub struct Control {
+    commands: mpsc::Sender<Command>,
+    shutdown: Shutdown,
+}
+
+impl std::fmt::Debug for Command {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Command::Reload")
+    }
+}
+
+impl Control {
+    /// Asks for a graceful shutdown (the drain of SIGTERM).
+    pub fn shutdown(&self) {
+        self.shutdown.request();
+    }
+
+    /// The shutdown state the broker drains on, for a signal handler.
+    pub fn shutdown_state(&self) -> Shutdown {
+        self.shutdown.clone()
+    }
+
+    /// Asks for the configuration file to be read again and applied (SIGHUP); the result is
+    /// logged and published as an event.
+    pub fn reload_file_later(&self) {
+        let command = Command::Reload {
+            source: Source::File,
+            reply: None,
+        };
+        // A reload already waiting will read the file as it is then: this one adds nothing.
+        let _ = self.commands.try_send(command);
+    }
+
+    /// Reads the configuration file again and applies it; its result.
+    pub async fn reload_file(&self) -> Result<Reloaded, ReloadError> {
+        self.ask(Source::File).await
+    }
+
+    /// Applies `config` (validated already); what changed, or `Stopped` when the broker has.
+    pub async fn reload(&self, config: Config) -> Result<Reloaded, ReloadError> {
+        self.ask(Source::Config(Box::new(config))).await
+    }
+
+    async fn ask(&self, source: Source) -> Result<Reloaded, ReloadError> {
+        let (reply, answer) = oneshot::channel();
+        let command = Command::Reload {
+            source,
+            reply: Some(reply),
+        };
+        if self.commands.send(command).await.is_err() {
+            return Err(ReloadError::Stopped);
+        }
+        answer.await.unwrap_or(Err(ReloadError::Stopped))
+    }
+}
+
+/// Reloads waiting to be applied at most; a SIGHUP storm adds nothing past them.
+const PENDING_RELOADS: usize = 4;
+
+impl Broker {
+    /// Binds every balancer's port, or none: a port that cannot be bound stops the start.
+    /// Connections will be served on `workers`.
+    pub fn bind(config: Config, workers: Workers) -> Result<Bound, BindError> {
+        let mut listeners = Vec::with_capacity(config.balancers.len());
+        for b in &config.balancers {
+            listeners.push(listener::bind(b, workers.listeners_per_balancer())?);
+        }
+        Ok(Broker::on_listeners(config, workers, listeners))
+    }
+
+    /// A broker on listeners bound elsewhere (inherited from a previous process, say), one
+    /// set per balancer of `config`, in its order.
+    pub fn on_listeners(
+        config: Config,
+        workers: Workers,
+        listeners: Vec<Vec<StdListener>>,
+    ) -> Bound {
+        let resolver = Arc::new(Resolver::new(config.general.dns_max_lookups as usize));
+        let events = Events::default();
+        let bound: Vec<(Arc<Balancer>, Vec<StdListener>)> = config
+            .balancers
+            .iter()
+            .zip(listeners)
+            .map(|(b, listeners)| {
+                let balancer = Balancer::new(b.clone(), Arc::clone(&resolver), events.clone());
+                (Arc::new(balancer), listeners)
+            })
+            .collect();
+        let listening = bound
+            .iter()
+            .filter_map(|(_, l)| l.first()?.local_addr().ok())
+            .collect();
+        resolver.set_listening(listening);
+        Bound {
+            config,
+            workers,
+            threads: None,
+            bound,
+            resolver,
+            events,
+        }
+    }
+
+    /// Starts a broker on `config` with worker threads of its own (`WORKERS`), serving at
+    /// once. No log subscriber and no signal handler is installed: several brokers may run in
+    /// one process. Must be called within a tokio runtime, which runs the control work.
+    pub fn start(config: Config) -> Result<Broker, StartError> {
+        Ok(Broker::bind_own(config)?.start())
+    }
+
+    /// As [`Broker::bind`], with worker threads of its own (`WORKERS`), stopped with it.
+    pub fn bind_own(config: Config) -> Result<Bound, StartError> {
+        let threads =
+            WorkerThreads::start(config.general.workers as usize).map_err(StartError::Threads)?;
+        let mut bound = Broker::bind(config, threads.workers())?;
+        bound.threads = Some(threads);
+        Ok(bound)
+    }
+
+    /// The addresses the balancers listen on now, in configuration order.
+    pub fn addrs(&self) -> Vec<(BalancerKind, SocketAddr)> {
+        self.addrs.load().to_vec()
+    }
+
+    /// The address `kind` listens on now.
+    pub fn addr(&self, kind: BalancerKind) -> Option<SocketAddr> {
+        self.addrs
+            .load()
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .map(|(_, a)| *a)
+    }
+
+    /// The broker's events from now on.
+    pub fn subscribe(&self) -> Subscription {
+        self.events.subscribe()
+    }
+
+    /// The live state of balancer `kind` (counters, servers, quarantines).
+    pub fn state(&self, kind: BalancerKind) -> Option<BalancerState> {
+        let balancers = self.ctx.balancers.load();
+        balancers
+            .iter()
+            .find(|b| b.kind() == kind)
+            .map(|b| b.state())
+    }
+
+    /// The running configuration.
+    pub fn config(&self) -> Arc<Config> {
+        self.ctx.config.load_full()
+    }
+
+    /// A handle for signal handlers and administration.
+    pub fn control(&self) -> Control {
+        self.control.clone()
+    }
+
+    /// Applies `config` (validated already); what changed (a listen address that cannot be
+    /// bound is in its errors, and the old one stays), or `Stopped` when the broker has.
+    pub async fn reload(&self, config: Config) -> Result<Reloaded, ReloadError> {
+        self.control.reload(config).await
+    }
+
+    /// Reads the configuration file again and applies it; its result.
+    pub async fn reload_file(&self) -> Result<Reloaded, ReloadError> {
+        self.control.reload_file().await
+    }
+
+    /// Asks for a graceful shutdown: `SHUTDOWN_GRACE`, then the listeners close and
+    /// connections have `SHUTDOWN_TIMEOUT` to finish.
+    pub fn shutdown(&self) {
+        self.control.shutdown();
+    }
+
+    /// Completes when the broker has stopped (after a shutdown and its drain).
+    pub async fn stopped(&mut self) {
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+
+    /// Shuts down gracefully, waits for the drain, and stops the worker threads it started.
+    pub async fn stop(mut self) {
+        self.shutdown();
+        self.stopped().await;
+        if let Some(threads) = self.threads.take() {
+            let _ = tokio::task::spawn_blocking(move || threads.stop()).await;
+        }
+    }
+}
+
+impl Bound {
+    /// The addresses the balancers listen on, in configuration order.
+    pub fn local_addrs(&self) -> Vec<SocketAddr> {
+        self.bound
+            .iter()
+            .filter_map(|(_, l)| l.first()?.local_addr().ok())
+            .collect()
+    }
+
+    /// The broker's events, from before it starts.
+    pub fn subscribe(&self) -> Subscription {
+        self.events.subscribe()
+    }
+
+    /// Starts serving: every balancer's accept loops (on the workers), monitor and sampler,
+    /// and the control loop (on the current runtime).
+    pub fn start(self) -> Broker {
+        let shutdown = Shutdown::new();
+        let ctx = Arc::new(Context {
+            config: ArcSwap::from_pointee(self.config),
+            balancers: ArcSwap::from_pointee(
+                self.bound.iter().map(|(b, _)| Arc::clone(b)).collect(),
+            ),
+            started_wall_ms: wall_ms(),
+            shutdown: shutdown.clone(),
+        });
+        let stopping = CancellationToken::new();
+        let units: Vec<Unit> = self
+            .bound
+            .into_iter()
+            .map(|(balancer, listeners)| {
+                Unit::start(balancer, listeners, &ctx, &self.workers, &stopping)
+            })
+            .collect();
+        let addrs = Arc::new(ArcSwap::from_pointee(addresses(&units)));
+        let (commands, receiver) = mpsc::channel(PENDING_RELOADS);
+        let runtime = Runtime {
+            ctx: Arc::clone(&ctx),
+            workers: self.workers,
+            resolver: self.resolver,
+            events: self.events.clone(),
+            units,
+            retired: Vec::new(),
+            stopping: stopping.clone(),
+            addrs: Arc::clone(&addrs),
+        };
+        Broker {
+            ctx,
+            events: self.events,
+            control: Control { commands, shutdown },
+            addrs,
+            task: Some(tokio::spawn(runtime.run(receiver))),
+            threads: self.threads,
+            stopping,
+        }
+    }
+}
+
+/// Where `units` listen, in their order.
+fn addresses(units: &[Unit]) -> Vec<(BalancerKind, SocketAddr)> {
+    units
+        .iter()
+        .map(|u| (u.balancer.kind(), u.listen))
+        .collect()
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        // Connections are cut, monitors and accept loops stop; the worker threads end on
+        // their own (joining them here would block the runtime that drops the handle).
+        self.stopping.cancel();
+        if let Some(threads) = self.threads.take() {
+            threads.detach();
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! A reload, applied without touching established connections: servers are matched by
+//! identity (id and `host:port`) so their quarantine state and counters survive, a changed
+//! listen address is bound before the old listener closes, a new balancer section starts, and
+//! a removed one drains like a shutdown. An invalid file changes nothing.
+
+use std::sync::Arc;
+
+use tracing::{error, info, warn};
+
+use super::ReloadError;
+use super::run::Runtime;
+use super::unit::Unit;
+use crate::balancer::Balancer;
+use crate::config::{self, Config, plural, show_duration};
+use crate::events::Reloaded;
+use crate::listener;
+use crate::logging;
+
+impl Runtime {
+    /// Reads the configuration file again and applies it; an invalid file changes nothing.
+    pub(super) async fn reload_file(&mut self) -> Result<Reloaded, ReloadError> {
+        let path = self.ctx.config.load().source.clone();
+        info!("reloading {}", path.display());
+        // Read on a blocking thread: this thread also handles signals and runs the monitors,
+        // and a file on a hung network share would stop them all.
+        let reading = {
+            let path = path.clone();
+            tokio::task::spawn_blocking(move || Config::from_path(&path))
+        };
+        let loaded = match reading.await {
+            Ok(Ok(loaded)) => loaded,
+            Ok(Err(e)) => {
+                for line in e.report().lines() {
+                    error!("{}", line.trim());
+                }
+                error!("reload rejected: the running configuration stays");
+                return Err(ReloadError::Invalid(e));
+            }
+            Err(e) => {
+                error!(
+                    "reload rejected: reading the file failed ({e}); the running configuration stays"
+                );
+                return Err(ReloadError::Read(e.to_string()));
+            }
+        };
+        let file = path.display().to_string();
+        for notice in &loaded.notices {
+            warn!("{}", notice.located(&file));
+        }
+        Ok(self.apply(loaded.config).await)
+    }
+
+    /// Applies a new configuration: balancers removed first (their ports may be taken by
+    /// others in this same reload), then those that stay (moved listeners, before new ones
+    /// may need their old ports; new settings and servers), then the new ones.
+    pub(super) async fn apply(&mut self, mut config: Config) -> Reloaded {
+        // Removed balancers whose last connection has ended need no more waiting for.
+        self.retired.retain(|unit| !unit.tasks.is_empty());
+        let old = self.ctx.config.load_full();
+        if logging::settings_differ(&old.general, &config.general) {
+            warn!(
+                "the [General] logging keys changed; they take effect when appbroker is restarted"
+            );
+        }
+        if old.general.workers != config.general.workers {
+            warn!("WORKERS changed; it takes effect when appbroker is restarted");
+        }
+        let mut reloaded = Reloaded {
+            changes: config::setting_changes(
+                "[General]",
+                &old.general_settings(),
+                &config.general_settings(),
+            ),
+            errors: Vec::new(),
+        };
+        self.remove_gone(&config, &mut reloaded).await;
+        self.update_staying(&mut config, &mut reloaded).await;
+        self.add_new(&config, &mut reloaded);
+        self.publish(config);
+        if reloaded.changes.is_empty() {
+            info!("configuration reloaded: nothing changed");
+        } else {
+            info!("configuration reloaded: {}", reloaded.changes.join("; "));
+        }
+        reloaded
+    }
+
+    /// Stops the balancers `config` no longer has: their listeners close at once, their
+    /// connections may take `SHUTDOWN_TIMEOUT` to finish and are cut then.
+    async fn remove_gone(&mut self, config: &Config, reloaded: &mut Reloaded) {
+        let (stay, gone): (Vec<Unit>, Vec<Unit>) = std::mem::take(&mut self.units)
+            .into_iter()
+            .partition(|u| config.balancers.iter().any(|b| b.kind == u.balancer.kind()));
+        self.units = stay;
+        for mut unit in gone {
+            let kind = unit.balancer.kind();
+            unit.stop_accepting().await;
+            unit.stop_background.cancel();
+            let timeout = config.general.shutdown_timeout;
+            info!(
+                "{kind} removed: listener closed; its {} may take up to {} to finish",
+                plural(unit.tasks.len(), "connection"),
+                show_duration(timeout)
+            );
+            let (tasks, cut) = (unit.tasks.clone(), unit.cut.clone());
+            tokio::spawn(async move {
+                if tokio::time::timeout(timeout, tasks.wait()).await.is_err() {
+                    warn!(
+                        "{kind} removed: cutting {} still open",
+                        plural(tasks.len(), "connection")
+                    );
+                    cut.cancel();
+                }
+            });
+            reloaded.changes.push(format!("{kind} removed"));
+            self.retired.push(unit);
+        }
+    }
+
+    /// The balancers that stay: a moved listen address, new settings and servers.
+    async fn update_staying(&mut self, config: &mut Config, reloaded: &mut Reloaded) {
+        for b in &mut config.balancers {
+            let Some(unit) = self.units.iter_mut().find(|u| u.balancer.kind() == b.kind) else {
+                continue;
+            };
+            if unit.configured != b.listen {
+                let (change, error) = unit.move_listener(&self.ctx, &self.workers, b).await;
+                reloaded.changes.push(change);
+                reloaded.errors.extend(error);
+            }
+            reloaded
+                .changes
+                .extend(unit.balancer.reconfigure(b.clone()));
+        }
+    }
+
+    /// The balancers `config` adds: bound and started, or reported when they cannot be.
+    fn add_new(&mut self, config: &Config, reloaded: &mut Reloaded) {
+        for b in &config.balancers {
+            if self.units.iter().any(|u| u.balancer.kind() == b.kind) {
+                continue;
+            }
+            match listener::bind(b, self.workers.listeners_per_balancer()) {
+                Ok(listeners) => {
+                    let balancer = Arc::new(Balancer::new(
+                        b.clone(),
+                        Arc::clone(&self.resolver),
+                        self.events.clone(),
+                    ));
+                    let unit = Unit::start(
+                        balancer,
+                        listeners,
+                        &self.ctx,
+                        &self.workers,
+                        &self.stopping,
+                    );
+                    self.units.push(unit);
+                    reloaded.changes.push(format!("{} added", b.kind));
+                }
+                Err(e) => {
+                    let error = format!("{e}; {} is not started", b.kind);
+                    error!("{error}");
+                    reloaded.errors.push(error);
+                    reloaded.changes.push(format!(
+                        "{} not started (cannot listen on {})",
+                        b.kind, b.listen
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Makes `config` (but the balancers that do not run) the one every connection reads,
+    /// with the balancers in its order, as the pages list them.
+    fn publish(&mut self, mut config: Config) {
+        self.units.sort_by_key(|u| {
+            config
+                .balancers
+                .iter()
+                .position(|b| b.kind == u.balancer.kind())
+        });
+        config
+            .balancers
+            .retain(|b| self.units.iter().any(|u| u.balancer.kind() == b.kind));
+        self.resolver
+            .set_listening(self.units.iter().map(|u| u.listen).collect());
+        self.resolver
+            .set_max_lookups(config.general.dns_max_lookups as usize);
+        self.ctx.balancers.store(Arc::new(
+            self.units.iter().map(|u| Arc::clone(&u.balancer)).collect(),
+        ));
+        self.ctx.config.store(Arc::new(config));
+        self.addrs.store(Arc::new(super::addresses(&self.units)));
+    }
+}

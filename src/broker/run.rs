@@ -1,0 +1,140 @@
+//! The control loop of a running broker, on the runtime that started it: it applies reloads
+//! one at a time as they are asked for, and on shutdown drains: keeps serving for
+//! `SHUTDOWN_GRACE`, closes the listeners, lets connections finish for up to
+//! `SHUTDOWN_TIMEOUT`, and cuts the rest.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::unit::Unit;
+use super::{Command, ReloadError, Source};
+use crate::config::{BalancerKind, plural, show_duration};
+use crate::context::Context;
+use crate::events::{Event, Events, Reloaded};
+use crate::resolve::Resolver;
+use crate::workers::Workers;
+
+/// What the control loop owns.
+pub(super) struct Runtime {
+    pub(super) ctx: Arc<Context>,
+    pub(super) workers: Workers,
+    pub(super) resolver: Arc<Resolver>,
+    pub(super) events: Events,
+    /// The balancers running, in configuration order.
+    pub(super) units: Vec<Unit>,
+    /// Balancers removed by a reload whose connections may still be open.
+    pub(super) retired: Vec<Unit>,
+    /// Cancelled when the broker's handle is dropped: everything stops at once.
+    pub(super) stopping: CancellationToken,
+    /// Where the balancers listen, for the handle.
+    pub(super) addrs: Arc<ArcSwap<Vec<(BalancerKind, SocketAddr)>>>,
+}
+
+impl Runtime {
+    /// Serves until a shutdown is requested (then drains) or the handle is dropped (then
+    /// everything is cut), applying each reload asked for on `commands`.
+    pub(super) async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
+        info!("broker ready");
+        self.events.emit(|| Event::Ready);
+        let shutdown = self.ctx.shutdown.clone();
+        loop {
+            tokio::select! {
+                _ = shutdown.requested() => break,
+                _ = self.stopping.cancelled() => return,
+                command = commands.recv() => match command {
+                    Some(Command::Reload { source, reply }) => self.reload(source, reply).await,
+                    None => std::future::pending().await,
+                },
+            }
+        }
+        self.drain().await;
+        self.events.emit(|| Event::Stopped);
+        info!("broker stopped");
+    }
+
+    /// Applies one reload and answers with its result, when an answer is awaited.
+    async fn reload(
+        &mut self,
+        source: Source,
+        reply: Option<oneshot::Sender<Result<Reloaded, ReloadError>>>,
+    ) {
+        let result = match source {
+            Source::File => self.reload_file().await,
+            Source::Config(config) => Ok(self.apply(*config).await),
+        };
+        match &result {
+            Ok(reloaded) => self.events.emit(|| Event::Reloaded(reloaded.clone())),
+            Err(e) => self
+                .events
+                .emit(|| Event::ReloadRejected { errors: e.lines() }),
+        }
+        if let Some(reply) = reply {
+            let _ = reply.send(result);
+        }
+    }
+
+    /// The shutdown: `SHUTDOWN_GRACE` of service while PING answers 503, the listeners
+    /// closed, `SHUTDOWN_TIMEOUT` for the connections to finish, then the rest cut.
+    async fn drain(&mut self) {
+        let general = self.ctx.config.load().general.clone();
+        self.ctx.shutdown.set_draining();
+        self.events.emit(|| Event::Draining);
+        if !general.shutdown_grace.is_zero() {
+            info!(
+                "draining: still serving for SHUTDOWN_GRACE ({}) while PING answers 503",
+                show_duration(general.shutdown_grace)
+            );
+            tokio::time::sleep(general.shutdown_grace).await;
+        }
+        self.units.append(&mut self.retired);
+        for unit in &mut self.units {
+            unit.stop_accepting().await;
+        }
+        let open = self.open();
+        if open > 0 {
+            info!(
+                "listeners closed; waiting up to {} for {} to finish",
+                show_duration(general.shutdown_timeout),
+                plural(open, "connection")
+            );
+        } else {
+            info!("listeners closed");
+        }
+        if tokio::time::timeout(general.shutdown_timeout, self.all_done())
+            .await
+            .is_err()
+        {
+            warn!(
+                "SHUTDOWN_TIMEOUT ({}) is over: cutting {} still open",
+                show_duration(general.shutdown_timeout),
+                plural(self.open(), "connection")
+            );
+            for unit in &self.units {
+                unit.cut.cancel();
+            }
+            // Cut relays end at their next poll; this only waits for their closing log lines.
+            let _ = tokio::time::timeout(Duration::from_secs(5), self.all_done()).await;
+        }
+        for unit in &self.units {
+            unit.stop_background.cancel();
+        }
+    }
+
+    /// Connections open now, in every balancer.
+    fn open(&self) -> usize {
+        self.units.iter().map(|u| u.tasks.len()).sum()
+    }
+
+    /// Completes when every connection of every balancer has ended.
+    async fn all_done(&self) {
+        for unit in &self.units {
+            unit.tasks.wait().await;
+        }
+    }
+}

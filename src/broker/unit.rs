@@ -1,0 +1,219 @@
+//! One balancer at run time: its accept loops (one per listening socket, each on a worker),
+//! its monitor and sampler (on the control runtime), and the tasks of its connections, which
+//! are waited for, or cut, when it stops.
+
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{Instrument, error, info};
+
+use crate::balancer::Balancer;
+use crate::config::{BalancerConfig, plural, show_duration};
+use crate::context::{Context, Ending};
+use crate::events::Event;
+use crate::listener;
+use crate::monitor;
+use crate::workers::Workers;
+
+/// One balancer at run time.
+pub(super) struct Unit {
+    pub(super) balancer: Arc<Balancer>,
+    /// Its listen address as configured, to tell when a reload moves it.
+    pub(super) configured: SocketAddr,
+    /// The address its listeners are bound to.
+    pub(super) listen: SocketAddr,
+    /// Its connections, waited for on shutdown or removal.
+    pub(super) tasks: TaskTracker,
+    /// Ends its relays when draining is over.
+    pub(super) cut: CancellationToken,
+    /// Stops its monitor and sampler.
+    pub(super) stop_background: CancellationToken,
+    /// Its accept loops; `None` once stopped.
+    accepting: Option<Accepting>,
+}
+
+/// A balancer's accept loops, one per listening socket (one per worker where the kernel
+/// spreads connections), and the token that stops them.
+struct Accepting {
+    stop: CancellationToken,
+    loops: Vec<JoinHandle<()>>,
+}
+
+impl Accepting {
+    /// Stops every loop and waits until each has served what its listener had queued and
+    /// closed it.
+    async fn stop(self) {
+        self.stop.cancel();
+        for accept_loop in self.loops {
+            let _ = accept_loop.await;
+        }
+    }
+}
+
+/// The address `listeners` are bound to (the first's; all share it), else `configured`.
+fn bound_address(listeners: &[StdListener], configured: SocketAddr) -> SocketAddr {
+    listeners
+        .first()
+        .and_then(|l| l.local_addr().ok())
+        .unwrap_or(configured)
+}
+
+impl Unit {
+    /// Starts a balancer: its accept loops on `listeners` (on the workers), its monitor and
+    /// sampler (here), all stopped by `stopping` as well as by the unit's own tokens.
+    pub(super) fn start(
+        balancer: Arc<Balancer>,
+        listeners: Vec<StdListener>,
+        ctx: &Arc<Context>,
+        workers: &Workers,
+        stopping: &CancellationToken,
+    ) -> Unit {
+        let pool = balancer.pool();
+        let c = &pool.config;
+        let listen = bound_address(&listeners, c.listen);
+        info!(
+            "{} listening on {} for {}, policy {}, monitor {} every {}, quarantine {}",
+            c.kind,
+            listen,
+            plural(c.servers.len(), "server"),
+            c.sort_method.as_str(),
+            c.monitoring.as_str(),
+            show_duration(c.monitor_interval),
+            show_duration(c.quarantine_time),
+        );
+        balancer.events().emit(|| Event::Listening {
+            balancer: c.kind,
+            address: listen,
+        });
+        let stop_background = stopping.child_token();
+        tokio::spawn(
+            monitor::run(Arc::clone(&balancer), stop_background.clone())
+                .instrument(balancer.span()),
+        );
+        tokio::spawn(sample_every_minute(
+            Arc::clone(&balancer),
+            stop_background.clone(),
+        ));
+        let mut unit = Unit {
+            configured: c.listen,
+            listen,
+            balancer,
+            tasks: TaskTracker::new(),
+            cut: stopping.child_token(),
+            stop_background,
+            accepting: None,
+        };
+        unit.accepting = Some(unit.accept_on(listeners, ctx, workers));
+        unit
+    }
+
+    /// Starts one accept loop per listening socket, each on its own worker.
+    fn accept_on(
+        &self,
+        listeners: Vec<StdListener>,
+        ctx: &Arc<Context>,
+        workers: &Workers,
+    ) -> Accepting {
+        // Stopped by the unit, or with everything when the broker's handle is dropped.
+        let stop = self.stop_background.child_token();
+        let span = self.balancer.span();
+        let handles = workers.handles();
+        let loops = listeners
+            .into_iter()
+            .enumerate()
+            .map(|(index, listener)| {
+                let (balancer, ctx, tasks) = (
+                    Arc::clone(&self.balancer),
+                    Arc::clone(ctx),
+                    self.tasks.clone(),
+                );
+                let ending = Ending {
+                    closing: stop.clone(),
+                    cut: self.cut.clone(),
+                };
+                let accept = async move {
+                    // Registered with the worker's own reactor, so it must be made there.
+                    match TcpListener::from_std(listener) {
+                        Ok(listener) => {
+                            listener::accept_loop(listener, balancer, ctx, tasks, ending).await
+                        }
+                        Err(e) => error!("cannot start accepting: {}", crate::os_error::words(&e)),
+                    }
+                };
+                handles[index % handles.len()].spawn(accept.instrument(span.clone()))
+            })
+            .collect();
+        Accepting { stop, loops }
+    }
+
+    /// Stops the accept loops and waits until the listeners are closed.
+    pub(super) async fn stop_accepting(&mut self) {
+        if let Some(accepting) = self.accepting.take() {
+            accepting.stop().await;
+        }
+        self.tasks.close();
+    }
+
+    /// Binds `config`'s new listen address, starts accepting there, then closes the old
+    /// listener. When the new address cannot be bound, the old one stays (and `config` says
+    /// so). Returns what happened, for the reload's summary, and the error, if any.
+    pub(super) async fn move_listener(
+        &mut self,
+        ctx: &Arc<Context>,
+        workers: &Workers,
+        config: &mut BalancerConfig,
+    ) -> (String, Option<String>) {
+        match listener::bind(config, workers.listeners_per_balancer()) {
+            Ok(listeners) => {
+                let new = bound_address(&listeners, config.listen);
+                let accepting = self.accept_on(listeners, ctx, workers);
+                if let Some(old) = self.accepting.replace(accepting) {
+                    old.stop().await;
+                }
+                let moved = format!(
+                    "{} now listens on {} (was {})",
+                    config.kind, config.listen, self.configured
+                );
+                info!("{moved}");
+                self.listen = new;
+                self.configured = config.listen;
+                let kind = config.kind;
+                self.balancer.events().emit(|| Event::Listening {
+                    balancer: kind,
+                    address: new,
+                });
+                (moved, None)
+            }
+            Err(e) => {
+                let error = format!(
+                    "{e}; {} keeps listening on {}",
+                    config.kind, self.configured
+                );
+                error!("{error}");
+                let kept = format!(
+                    "{} still listens on {} (cannot listen on {})",
+                    config.kind, self.configured, config.listen
+                );
+                config.listen = self.configured;
+                (kept, Some(error))
+            }
+        }
+    }
+}
+
+/// Samples each server's active connections once a minute (for the STATUS chart) until
+/// `stop` is cancelled.
+async fn sample_every_minute(balancer: Arc<Balancer>, stop: CancellationToken) {
+    loop {
+        balancer.sample();
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(60)) => {}
+        }
+    }
+}

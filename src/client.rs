@@ -1,0 +1,350 @@
+//! One accepted connection as a [`Client`], with its way through the broker as methods: sniff
+//! (a query is answered, anything else forwarded), take a `MAX_CONNECTIONS` place, choose a
+//! server and connect (quarantining servers that fail and trying the next candidate), relay,
+//! and account for it.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
+use tracing::{Instrument, Span, debug};
+
+use crate::balancer::{Balancer, ClientSlot, Closed, Eligible, Lease, Pool};
+use crate::context::{Context, Ending};
+use crate::dial::{ConnectError, connect, keep_alive};
+use crate::events::Unserved;
+use crate::os_error::words;
+use crate::query::{
+    self,
+    sniff::{Verdict, sniff},
+};
+use crate::relay::{Counters, Outcome, relay};
+use crate::stream::Stream;
+
+/// What every client of one listening socket shares: the broker's state, the balancer, how
+/// the balancer ends its connections, and where its tasks are counted. Made once per accept
+/// loop, so a client costs one reference to it rather than a copy of each.
+#[derive(Debug)]
+pub struct Entrance {
+    /// The broker's shared state.
+    pub ctx: Arc<Context>,
+    /// The balancer the socket listens for.
+    pub balancer: Arc<Balancer>,
+    /// How the balancer tells its connections to end.
+    pub ending: Ending,
+    /// The socket's address, for the refusal line.
+    pub local: Option<SocketAddr>,
+    /// The balancer's connections, waited for on shutdown or removal.
+    pub tasks: TaskTracker,
+    /// The balancer's span, which a client's few log lines are written in. Not one span per
+    /// connection: creating and formatting a span per client cost more than the fields it
+    /// adds, which the lines carry themselves (`client=`, `server=`).
+    pub span: Span,
+}
+
+/// One accepted connection over any [`Stream`], from its first bytes to its closing line.
+pub struct Client<S> {
+    entrance: Arc<Entrance>,
+    /// The pool when it arrived: the connection keeps this generation's settings.
+    pool: Arc<Pool>,
+    stream: S,
+    peer: SocketAddr,
+}
+
+impl<S: Stream> Client<S> {
+    /// A client accepted through `entrance` from `peer`.
+    pub fn new(entrance: &Arc<Entrance>, stream: S, peer: SocketAddr) -> Client<S> {
+        Client {
+            pool: entrance.balancer.pool(),
+            entrance: Arc::clone(entrance),
+            stream,
+            peer,
+        }
+    }
+
+    /// Starts the client's task. Past `MAX_CONNECTIONS` it is closed at once (a clear refusal
+    /// beats a hang in the backlog), unless it turns out to be a query: operators look then.
+    pub fn start(self) {
+        let entrance = Arc::clone(&self.entrance);
+        let at_limit = entrance.balancer.at_limit(&self.pool);
+        if at_limit && !self.pool.config.query.enabled {
+            entrance.balancer.refused(entrance.local);
+        } else {
+            entrance.tasks.spawn(self.run(at_limit));
+        }
+    }
+
+    /// Serves the client to the end: answers it when it is a query; otherwise forwards it to a
+    /// server (or closes it when none can be reached) once it has a `MAX_CONNECTIONS` place,
+    /// refusing it when none is left (`at_limit`: none was when it arrived). Log lines carry
+    /// the balancer's span; the relay runs outside it, as entering a span at every wake-up of
+    /// a busy connection costs more than a log line gains.
+    ///
+    /// With the query interface on, the client's first bytes are read before a server is
+    /// chosen (docs/architecture.md weighs this against connecting at once): a client that
+    /// sends nothing for `QUERY_SNIFF_TIMEOUT` is taken for a server-first protocol client
+    /// and forwarded then, and so is one whose first bytes could still begin a query but have
+    /// not become one by then.
+    async fn run(mut self, at_limit: bool) {
+        let started = Instant::now();
+        let entrance = Arc::clone(&self.entrance);
+        let span = &entrance.span;
+        let first = if self.pool.config.query.enabled {
+            // With every query place busy, a query could only be told to retry: waiting for
+            // its first bytes would hold a descriptor for nothing.
+            if at_limit && !entrance.balancer.query_room() {
+                return self.refuse();
+            }
+            match self.sniff().instrument(span.clone()).await {
+                Some(first) => first,
+                None => return,
+            }
+        } else {
+            Vec::new()
+        };
+        // Only now is it a client: queries never take a MAX_CONNECTIONS place.
+        let Some(slot) = self.take_place(at_limit) else {
+            return self.refuse();
+        };
+        let connected = self.choose_and_connect().instrument(span.clone());
+        let Some((lease, mut upstream)) = connected.await else {
+            return;
+        };
+        slot.admit();
+        let outcome = self.relay(&lease, &mut upstream, first).await;
+        self.account(&lease, &outcome, started);
+    }
+
+    /// Refuses the client: `MAX_CONNECTIONS` are open.
+    fn refuse(self) {
+        let entrance = &self.entrance;
+        entrance
+            .span
+            .in_scope(|| entrance.balancer.refused(entrance.local));
+    }
+
+    /// Reads the client's first bytes and serves it to the end when they are a query. Returns
+    /// the bytes read when it is to be forwarded; `None` when nothing is left to do: it was a
+    /// query, or it closed or stalled first.
+    async fn sniff(&mut self) -> Option<Vec<u8>> {
+        let mut first = Vec::new();
+        let limit = self.pool.config.query.sniff_timeout;
+        let peer = self.peer;
+        match sniff(&mut self.stream, &mut first, limit).await {
+            Ok(Verdict::Forward) => return Some(first),
+            Ok(Verdict::Query) => {
+                let entrance = &self.entrance;
+                let (ctx, balancer) = (Arc::clone(&entrance.ctx), Arc::clone(&entrance.balancer));
+                let stream = &mut self.stream;
+                // Boxed: the query's state is large and rare, and every connection's task
+                // would otherwise carry (and copy) room for it.
+                Box::pin(query::serve(
+                    ctx,
+                    balancer,
+                    stream,
+                    first,
+                    peer,
+                    &entrance.ending,
+                ))
+                .await;
+            }
+            Ok(Verdict::Closed) => debug!(client = %peer, "client closed before sending anything"),
+            Err(e) => debug!(client = %peer, "client gone before sending anything: {}", words(&e)),
+        }
+        None
+    }
+
+    /// A `MAX_CONNECTIONS` place, counted until the slot is dropped; `None` when the limit is
+    /// reached (or was when the client arrived).
+    fn take_place(&self, at_limit: bool) -> Option<ClientSlot> {
+        let balancer = &self.entrance.balancer;
+        let slot = (!at_limit).then(|| balancer.try_take_slot(&self.pool))??;
+        balancer.admitted();
+        Some(slot)
+    }
+
+    /// Picks candidates and connects until one answers or `MAX_ATTEMPTS` are used. A server
+    /// that fails for a server-side cause is quarantined; a failure that is the broker's own
+    /// blames no server and closes the client.
+    async fn choose_and_connect(&self) -> Option<(Lease, TcpStream)> {
+        let (balancer, pool, peer) = (&self.entrance.balancer, &self.pool, self.peer);
+        let config = &pool.config;
+        let mut tried = Vec::with_capacity(config.max_attempts as usize);
+        while tried.len() < config.max_attempts as usize {
+            let now = balancer.clock_ms();
+            // Every server is in quarantine, and a quarantine may be stale (a short glitch can
+            // put them all there): try them anyway.
+            let Some(lease) = pool
+                .pick(now, &tried, Eligible::Available)
+                .or_else(|| pool.pick(now, &tried, Eligible::EvenQuarantined))
+            else {
+                break; // every server was tried
+            };
+            tried.push(lease.index);
+            let server = &lease.server;
+            match connect(balancer.resolver(), &server.host, server.port, config).await {
+                Ok(stream) => {
+                    balancer.connected(&lease);
+                    keep_alive(&stream, &config.keepalive, &server.address);
+                    return Some((lease, stream));
+                }
+                Err(ConnectError::ResolverBusy { .. }) => {
+                    // As after a connect timeout, the next candidate; the resolver says it once.
+                    debug!(client = %peer, "server {} not tried: DNS_MAX_LOOKUPS lookups in flight", server.address);
+                }
+                Err(e) => {
+                    if !balancer.connect_failed(&lease, &e.explain(), peer) {
+                        balancer.unserved(peer, Unserved::BrokerFault);
+                        return None;
+                    }
+                }
+            }
+        }
+        balancer.unserved(peer, Unserved::NoServer);
+        None
+    }
+
+    /// Relays the client and its server until both are done, an idle timeout or a cut
+    /// (`first`: the client's bytes already read, sent first). The relay's own future, not
+    /// one wrapped around it: a busy connection is woken at every exchange, and each layer of
+    /// future costs its resumption.
+    fn relay<'a>(
+        &'a mut self,
+        lease: &'a Lease,
+        upstream: &'a mut TcpStream,
+        first: Vec<u8>,
+    ) -> impl Future<Output = Outcome> + 'a {
+        let (to_server, to_client) = lease.byte_counters();
+        let counters = Counters {
+            to_server,
+            to_client,
+        };
+        let idle = self.pool.config.idle_timeout;
+        relay(
+            &mut self.stream,
+            upstream,
+            first,
+            counters,
+            idle,
+            self.entrance.ending.cut.cancelled(),
+        )
+    }
+
+    /// Accounts for a relayed connection that has ended.
+    fn account(&self, lease: &Lease, outcome: &Outcome, started: Instant) {
+        let closed = Closed {
+            client: self.peer,
+            duration: started.elapsed(),
+            outcome,
+            log_connections: self.pool.config.log_connections,
+        };
+        let entrance = &self.entrance;
+        entrance.balancer.ended(lease, &closed, &entrance.span);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io;
+    use std::net::IpAddr;
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+    use std::sync::{Condvar, Mutex};
+
+    use crate::config::Config;
+    use crate::resolve::Resolver;
+
+    /// A system resolver that hangs until released, counting its lookups.
+    #[derive(Default)]
+    struct Hung {
+        released: Mutex<bool>,
+        release: Condvar,
+        lookups: AtomicUsize,
+    }
+    /// A client of `balancer` (its stream a loopback connection), to call its steps alone.
+    async fn client_of(balancer: &Arc<Balancer>, config: Config) -> Client<TcpStream> {
+        let ctx = Arc::new(Context {
+            config: arc_swap::ArcSwap::from_pointee(config),
+            balancers: arc_swap::ArcSwap::from_pointee(vec![Arc::clone(balancer)]),
+            started_wall_ms: 0,
+            shutdown: crate::shutdown::Shutdown::new(),
+        });
+        let entrance = Arc::new(Entrance {
+            ctx,
+            balancer: Arc::clone(balancer),
+            ending: Ending::default(),
+            local: None,
+            tasks: TaskTracker::new(),
+            span: Span::none(),
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let stream = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let peer: SocketAddr = "127.0.0.1:40000".parse().unwrap();
+        Client::new(&entrance, stream, peer)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn past_dns_max_lookups_a_client_goes_to_the_next_server_and_blames_none() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepting = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                held.push(stream);
+            }
+        });
+        let text = format!(
+            "[General]\nDNS_MAX_LOOKUPS=1\n[BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_PORT=5000\n\
+             MONITORING_TYPE=DISABLED\nCONNECT_TIMEOUT=100ms\nSORT_METHOD=ROUND_ROBIN\n\
+             REMOTE_SERVER_01=hung-a.example 6001\nREMOTE_SERVER_02=hung-b.example 6002\n\
+             REMOTE_SERVER_03=127.0.0.1 {port}\n"
+        );
+        let mut config = Config::from_text(&text, std::path::Path::new("t.ini"))
+            .unwrap()
+            .config;
+        let hung = Arc::new(Hung::default());
+        let lookup = {
+            let hung = Arc::clone(&hung);
+            Arc::new(move |_: &str| -> io::Result<Vec<IpAddr>> {
+                hung.lookups.fetch_add(1, Relaxed);
+                let mut released = hung.released.lock().unwrap();
+                while !*released {
+                    released = hung.release.wait(released).unwrap();
+                }
+                Err(io::Error::new(io::ErrorKind::NotFound, "no such name"))
+            })
+        };
+        let max = config.general.dns_max_lookups as usize;
+        let resolver = Arc::new(Resolver::with_lookup(max, lookup));
+        let balancer = Arc::new(Balancer::new(
+            config.balancers.remove(0),
+            Arc::clone(&resolver),
+            crate::events::Events::default(),
+        ));
+        let pool = balancer.pool();
+        let client = client_of(&balancer, config).await;
+        for _ in 0..50 {
+            let (lease, _stream) = client
+                .choose_and_connect()
+                .await
+                .expect("served by the server given by address");
+            assert_eq!(lease.index, 2);
+        }
+        // hung-a's lookup hung past CONNECT_TIMEOUT: blamed, as a connect timeout would be.
+        assert!(pool.servers[0].is_quarantined());
+        // hung-b was never looked up (one lookup in flight already): not blamed.
+        assert!(!pool.servers[1].is_quarantined());
+        assert_eq!(balancer.state().servers[1].failed_connects, 0);
+        // Fifty clients, one lookup, one thread.
+        assert_eq!(hung.lookups.load(Relaxed), 1);
+        assert_eq!(resolver.in_flight(), 1);
+        *hung.released.lock().unwrap() = true;
+        hung.release.notify_all();
+        accepting.abort();
+    }
+}

@@ -1,0 +1,843 @@
+//! Every configuration key in one table: its name, where it may stand, the values it takes
+//! (which is also its parser), where its value goes and how it is printed back, and a line
+//! saying what it is for. The validator reads keys through this table, `--check` and the CFG
+//! page print through it, a reload compares through it, and the property tests draw their
+//! values from it; docs/configuration.md lists exactly its keys (a test checks).
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::value::{self, Cidr, show_duration, show_escaped};
+use super::{
+    BalancerConfig, BalancerKind, General, Keepalive, Language, Monitoring, QuerySettings,
+};
+use super::{SortMethod, TOTVS_MONITORING_TYPES, TOTVS_SORT_METHODS};
+
+/// Where a key may stand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stands {
+    /// In `[General]` only: a setting of the whole process.
+    General,
+    /// In a balancer section, or in `[General]` as the default of every balancer.
+    Balancer,
+    /// In a balancer section only (its own listening address).
+    OwnSection,
+}
+
+/// The values a key takes. [`Domain::parse`] is the key's parser; the property tests draw
+/// valid values from the same description.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Domain {
+    /// `0` or `1`.
+    Flag,
+    /// An integer from `min` to `max`; `what` completes "expected ...".
+    Integer {
+        /// Smallest accepted.
+        min: u64,
+        /// Largest accepted.
+        max: u64,
+        /// The expected value in words.
+        what: &'static str,
+    },
+    /// A duration from `min` to `max`: seconds, or a number with `ms`, `s` or `m`.
+    Duration {
+        /// Shortest accepted.
+        min: Duration,
+        /// Longest accepted.
+        max: Duration,
+    },
+    /// `0` (off), or a duration from `min` to `max`.
+    DurationOrOff {
+        /// Shortest accepted besides 0.
+        min: Duration,
+        /// Longest accepted.
+        max: Duration,
+    },
+    /// An IP address of this machine (IPv6 with or without brackets).
+    ListenIp,
+    /// Addresses or CIDRs, separated by commas or blanks.
+    Cidrs,
+    /// Bytes with escapes `\r`, `\n`, `\t`, `\\`, `\xNN`.
+    Escaped,
+    /// A file path; empty for none.
+    Path,
+    /// A [`SortMethod`], or a TOTVS one that stands for CONNECTION.
+    SortMethod,
+    /// A [`Monitoring`] type, or a TOTVS one that stands for CONNECTION.
+    Monitoring,
+    /// A [`Language`].
+    Language,
+}
+
+impl Domain {
+    /// The words a word-valued domain accepts (any case), the documented ones first; empty for
+    /// the others.
+    pub fn words(self) -> &'static [&'static str] {
+        match self {
+            Domain::Flag => &["0", "1"],
+            Domain::SortMethod => &[
+                "CONNECTION",
+                "ROUND_ROBIN",
+                "SESSION",
+                "SERVER_MEMORY",
+                "SERVER_USERS",
+                "SERVER_THREADS",
+                "SERVER_CPU",
+            ],
+            Domain::Monitoring => &[
+                "CONNECTION",
+                "SEND_EXPECT",
+                "DISABLED",
+                "DISABLE",
+                "SMARTCLIENT",
+                "SMARTCLIENT_SSL",
+                "SMARTCLIENT_ACTIVE",
+                "SMARTCLIENT_SSL_ACTIVE",
+            ],
+            Domain::Language => &["en", "pt-BR", "pt_BR", "pt"],
+            _ => &[],
+        }
+    }
+}
+
+/// A parsed value, on its way to its field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Value {
+    /// From [`Domain::Flag`].
+    Flag(bool),
+    /// From [`Domain::Integer`].
+    Integer(u64),
+    /// From [`Domain::Duration`] and [`Domain::DurationOrOff`] (0: off).
+    Duration(Duration),
+    /// From [`Domain::ListenIp`].
+    Ip(IpAddr),
+    /// From [`Domain::Cidrs`].
+    Cidrs(Vec<Cidr>),
+    /// From [`Domain::Escaped`].
+    Bytes(Vec<u8>),
+    /// From [`Domain::Path`].
+    Path(Option<PathBuf>),
+    /// From [`Domain::SortMethod`].
+    SortMethod(SortMethod),
+    /// From [`Domain::Monitoring`].
+    Monitoring(Monitoring),
+    /// From [`Domain::Language`].
+    Language(Language),
+}
+
+/// The longest duration any key accepts: a day.
+pub const DAY: Duration = value::MAX_DURATION;
+
+/// The longest keepalive time or interval Linux accepts (`MAX_TCP_KEEPIDLE`).
+pub const KEEPALIVE_MAX: Duration = Duration::from_secs(32_767);
+
+/// Most servers a balancer can have: the two-character ids there are.
+pub const MAX_SERVERS: u64 = 36 * 36;
+
+impl Domain {
+    /// Parses `text`; the error completes the sentence "`text` ...".
+    pub fn parse(self, text: &str) -> Result<Value, String> {
+        Ok(match self {
+            Domain::Flag => Value::Flag(value::flag(text)?),
+            Domain::Integer { min, max, what } => {
+                Value::Integer(value::integer(text, min, max, what)?)
+            }
+            Domain::Duration { min, max } => {
+                Value::Duration(value::duration_within(text, min, max)?)
+            }
+            Domain::DurationOrOff { min, max } => {
+                let d = value::duration_within(text, Duration::ZERO, max)?;
+                if !d.is_zero() && d < min {
+                    return Err(format!(
+                        "expected 0 (off) or a duration from {} to {}",
+                        show_duration(min),
+                        show_duration(max)
+                    ));
+                }
+                Value::Duration(d)
+            }
+            Domain::ListenIp => Value::Ip(value::ip(text)?),
+            Domain::Cidrs => Value::Cidrs(value::cidrs(text)?),
+            Domain::Escaped => Value::Bytes(value::escaped(text)?),
+            Domain::Path => Value::Path((!text.is_empty()).then(|| PathBuf::from(text))),
+            Domain::SortMethod => Value::SortMethod(match text.parse() {
+                Ok(method) => method,
+                // Figures only a TOTVS AppServer reports: CONNECTION stands in (with a notice).
+                Err(_) if TOTVS_SORT_METHODS.contains(&text.to_ascii_uppercase().as_str()) => {
+                    SortMethod::Connection
+                }
+                Err(e) => return Err(e.to_string()),
+            }),
+            Domain::Monitoring => Value::Monitoring(match text.parse() {
+                Ok(monitoring) => monitoring,
+                // SmartClient's own protocol: a TCP connect stands in (with a notice).
+                Err(_) if TOTVS_MONITORING_TYPES.contains(&text.to_ascii_uppercase().as_str()) => {
+                    Monitoring::Connection
+                }
+                Err(e) => return Err(e.to_string()),
+            }),
+            Domain::Language => Value::Language(text.parse().map_err(|e| format!("{e}"))?),
+        })
+    }
+}
+
+/// Where a key's value goes, and how it is printed back (`None`: not printed, as for a
+/// key that does not apply).
+#[derive(Debug, Clone, Copy)]
+pub enum Field {
+    /// A field of [`General`].
+    General {
+        /// Stores a value of the key's domain.
+        set: fn(&mut General, Value),
+        /// The value as printed.
+        get: fn(&General) -> Option<String>,
+    },
+    /// A field of [`BalancerConfig`].
+    Balancer {
+        /// Stores a value of the key's domain.
+        set: fn(&mut BalancerConfig, Value),
+        /// The value as printed.
+        get: fn(&BalancerConfig) -> Option<String>,
+    },
+}
+
+/// One configuration key.
+#[derive(Debug, Clone, Copy)]
+pub struct Key {
+    /// The name in upper case, as matched (names are case-insensitive) and printed.
+    pub name: &'static str,
+    /// Where it may stand.
+    pub stands: Stands,
+    /// The values it takes.
+    pub domain: Domain,
+    /// Where its value goes.
+    pub field: Field,
+    /// What it is for, in one line.
+    pub doc: &'static str,
+}
+
+impl Key {
+    /// Parses `text` and stores it in `general`; the error completes "`text` ...".
+    pub fn set_general(&self, general: &mut General, text: &str) -> Result<(), String> {
+        let value = self.domain.parse(text)?;
+        if let Field::General { set, .. } = self.field {
+            set(general, value);
+        }
+        Ok(())
+    }
+
+    /// Parses `text` and stores it in `balancer`; the error completes "`text` ...".
+    pub fn set_balancer(&self, balancer: &mut BalancerConfig, text: &str) -> Result<(), String> {
+        let value = self.domain.parse(text)?;
+        if let Field::Balancer { set, .. } = self.field {
+            set(balancer, value);
+        }
+        Ok(())
+    }
+}
+
+/// The keys of `[General]`, in printing order.
+pub fn general() -> impl Iterator<Item = &'static Key> {
+    KEYS.iter().filter(|k| k.stands == Stands::General)
+}
+
+/// The keys of a balancer section (but `REMOTE_SERVER_<id>`), in printing order.
+pub fn balancer() -> impl Iterator<Item = &'static Key> {
+    KEYS.iter().filter(|k| k.stands != Stands::General)
+}
+
+/// The key called `name` (upper case).
+pub fn find(name: &str) -> Option<&'static Key> {
+    KEYS.iter().find(|k| k.name == name)
+}
+
+/// A flag as printed.
+fn flag(value: &bool) -> Option<String> {
+    Some(if *value { "1" } else { "0" }.to_string())
+}
+
+/// A duration as printed.
+fn duration(d: &Duration) -> Option<String> {
+    Some(show_duration(*d))
+}
+
+/// A number as printed.
+fn number(n: &impl ToString) -> Option<String> {
+    Some(n.to_string())
+}
+
+/// A duration from `min` to a day.
+const fn upto_a_day(min: Duration) -> Domain {
+    Domain::Duration { min, max: DAY }
+}
+
+/// The field at `$path` of `General` or `BalancerConfig` (`$target`): set from the key's
+/// value (of variant `$variant`, converted `as $ty` for a narrower count) and printed by
+/// `$show`. A value of another variant leaves the field at its default, which
+/// `every_key_round_trips_through_its_field` below would catch.
+macro_rules! field {
+    ($target:ident . $($path:ident).+ = $variant:ident $(as $ty:ty)?, $show:expr) => {
+        Field::$target {
+            set: |c, v| {
+                if let Value::$variant(x) = v {
+                    c.$($path).+ = x $(as $ty)?;
+                }
+            },
+            get: |c| ($show)(&c.$($path).+),
+        }
+    };
+}
+
+/// The value of variant `$variant`, when `$value` is one.
+macro_rules! take {
+    ($value:expr, $variant:ident) => {
+        match $value {
+            Value::$variant(v) => Some(v),
+            _ => None,
+        }
+    };
+}
+
+/// Every key but `REMOTE_SERVER_<id>`: `[General]`'s first, then a balancer's, each in the
+/// order `--check` prints them.
+pub static KEYS: &[Key] = &[
+    Key {
+        name: "CONSOLELOG",
+        stands: Stands::General,
+        domain: Domain::Flag,
+        field: field!(General.console_log = Flag, flag),
+        doc: "write the log to standard output",
+    },
+    Key {
+        name: "CONSOLEFILE",
+        stands: Stands::General,
+        domain: Domain::Path,
+        field: Field::General {
+            set: |g, v| g.console_file = take!(v, Path).flatten(),
+            get: |g| {
+                Some(
+                    g.console_file
+                        .as_ref()
+                        .map(|p| p.display().to_string())
+                        .unwrap_or_default(),
+                )
+            },
+        },
+        doc: "also write the log to this file (empty: no file)",
+    },
+    Key {
+        name: "CONSOLEMAXSIZE",
+        stands: Stands::General,
+        domain: Domain::Integer {
+            min: 0,
+            max: u64::MAX,
+            what: "a size in bytes (0: never rotate)",
+        },
+        field: field!(General.console_max_size = Integer, number),
+        doc: "rotate the log file to <file>.1 past this many bytes (0: never)",
+    },
+    Key {
+        name: "CONSOLELOGDATE",
+        stands: Stands::General,
+        domain: Domain::Flag,
+        field: field!(General.console_log_date = Flag, flag),
+        doc: "begin each log line with the local date and time",
+    },
+    Key {
+        name: "SHUTDOWN_GRACE",
+        stands: Stands::General,
+        domain: upto_a_day(Duration::ZERO),
+        field: field!(General.shutdown_grace = Duration, duration),
+        doc: "after SIGTERM, keep serving this long while PING and READY answer 503",
+    },
+    Key {
+        name: "SHUTDOWN_TIMEOUT",
+        stands: Stands::General,
+        domain: upto_a_day(Duration::ZERO),
+        field: field!(General.shutdown_timeout = Duration, duration),
+        doc: "once the listeners are closed, how long connections may take to finish",
+    },
+    Key {
+        name: "LANGUAGE",
+        stands: Stands::General,
+        domain: Domain::Language,
+        field: field!(General.language = Language, |l: &Language| Some(
+            l.as_str().into()
+        )),
+        doc: "the language of the /TOTVS_BROKER_QUERY pages",
+    },
+    Key {
+        name: "WORKERS",
+        stands: Stands::General,
+        domain: Domain::Integer {
+            min: 0,
+            max: 256,
+            what: "a number of threads from 0 (one per CPU) to 256",
+        },
+        field: field!(General.workers = Integer as u32, number),
+        doc: "threads serving connections (0: one per CPU); read at start only",
+    },
+    Key {
+        name: "DNS_MAX_LOOKUPS",
+        stands: Stands::General,
+        domain: Domain::Integer {
+            min: 1,
+            max: 4096,
+            what: "a number of name lookups from 1 to 4096",
+        },
+        field: field!(General.dns_max_lookups = Integer as u32, number),
+        doc: "name lookups in flight at once in the whole process",
+    },
+    Key {
+        name: "LOCAL_SERVER_ADDRESS",
+        stands: Stands::OwnSection,
+        domain: Domain::ListenIp,
+        field: Field::Balancer {
+            set: |b, v| {
+                if let Some(ip) = take!(v, Ip) {
+                    b.listen.set_ip(ip);
+                }
+            },
+            get: |b| Some(b.listen.ip().to_string()),
+        },
+        doc: "the address clients connect to (0.0.0.0: every IPv4 address; ::: every address)",
+    },
+    Key {
+        name: "LOCAL_SERVER_PORT",
+        stands: Stands::OwnSection,
+        domain: Domain::Integer {
+            min: 1,
+            max: 65535,
+            what: "a port number from 1 to 65535",
+        },
+        field: Field::Balancer {
+            set: |b, v| {
+                if let Some(port) = take!(v, Integer) {
+                    b.listen.set_port(port as u16);
+                }
+            },
+            get: |b| Some(b.listen.port().to_string()),
+        },
+        doc: "the TCP port clients connect to (required)",
+    },
+    Key {
+        name: "SORT_METHOD",
+        stands: Stands::Balancer,
+        domain: Domain::SortMethod,
+        field: field!(Balancer.sort_method = SortMethod, |m: &SortMethod| Some(
+            m.as_str().into()
+        )),
+        doc: "how the next server is chosen: CONNECTION or ROUND_ROBIN",
+    },
+    Key {
+        name: "MONITORING_TYPE",
+        stands: Stands::Balancer,
+        domain: Domain::Monitoring,
+        field: field!(Balancer.monitoring = Monitoring, |m: &Monitoring| Some(
+            m.as_str().into()
+        )),
+        doc: "how the monitor checks each server: CONNECTION, SEND_EXPECT or DISABLED",
+    },
+    Key {
+        name: "MONITOR_INTERVAL",
+        stands: Stands::Balancer,
+        domain: upto_a_day(Duration::from_millis(100)),
+        field: field!(Balancer.monitor_interval = Duration, duration),
+        doc: "time between monitor rounds",
+    },
+    Key {
+        name: "QUARANTINE_TIME",
+        stands: Stands::Balancer,
+        domain: upto_a_day(Duration::from_millis(100)),
+        field: field!(Balancer.quarantine_time = Duration, duration),
+        doc: "how long a server that failed gets no new clients",
+    },
+    Key {
+        name: "CONNECT_TIMEOUT",
+        stands: Stands::Balancer,
+        domain: upto_a_day(Duration::from_millis(10)),
+        field: field!(Balancer.connect_timeout = Duration, duration),
+        doc: "bound on each connect to a server, by a client or the monitor",
+    },
+    Key {
+        name: "MAX_ATTEMPTS",
+        stands: Stands::Balancer,
+        domain: Domain::Integer {
+            min: 1,
+            max: MAX_SERVERS,
+            what: "a count of servers from 1 to 1296",
+        },
+        field: field!(Balancer.max_attempts = Integer as u32, number),
+        doc: "servers tried for one client before it is closed",
+    },
+    Key {
+        name: "MAX_CONNECTIONS",
+        stands: Stands::Balancer,
+        domain: Domain::Integer {
+            min: 1,
+            max: 1_000_000,
+            what: "a number of connections from 1 to 1000000",
+        },
+        field: field!(Balancer.max_connections = Integer as u32, number),
+        doc: "clients at once; more are accepted and closed at once",
+    },
+    Key {
+        name: "LOG_CONNECTIONS",
+        stands: Stands::Balancer,
+        domain: Domain::Flag,
+        field: field!(Balancer.log_connections = Flag, flag),
+        doc: "one line when a connection ends",
+    },
+    Key {
+        name: "QUERY_ENABLED",
+        stands: Stands::Balancer,
+        domain: Domain::Flag,
+        field: field!(Balancer.query.enabled = Flag, flag),
+        doc: "answer /TOTVS_BROKER_QUERY on this port",
+    },
+    Key {
+        name: "QUERY_ALLOW",
+        stands: Stands::Balancer,
+        domain: Domain::Cidrs,
+        field: field!(Balancer.query.allow = Cidrs, |allow: &Vec<Cidr>| {
+            let allow: Vec<String> = allow.iter().map(Cidr::to_string).collect();
+            Some(allow.join(", "))
+        }),
+        doc: "addresses or CIDRs allowed to query; others get 403",
+    },
+    Key {
+        name: "QUERY_MAX_CONNECTIONS",
+        stands: Stands::Balancer,
+        domain: Domain::Integer {
+            min: 1,
+            max: 10_000,
+            what: "a number of query connections from 1 to 10000",
+        },
+        field: field!(Balancer.query.max_connections = Integer as u32, number),
+        doc: "query connections at once, apart from MAX_CONNECTIONS",
+    },
+    Key {
+        name: "QUERY_SNIFF_TIMEOUT",
+        stands: Stands::Balancer,
+        domain: Domain::Duration {
+            min: Duration::from_millis(10),
+            max: Duration::from_secs(5),
+        },
+        field: field!(Balancer.query.sniff_timeout = Duration, duration),
+        doc: "how long a client's first bytes are waited for to tell a query from a client",
+    },
+    Key {
+        name: "KEEPALIVE_TIME",
+        stands: Stands::Balancer,
+        domain: Domain::DurationOrOff {
+            min: Duration::from_secs(1),
+            max: KEEPALIVE_MAX,
+        },
+        field: field!(Balancer.keepalive.time = Duration, duration),
+        doc: "TCP keepalive: idle time before the first probe (0: keepalive off)",
+    },
+    Key {
+        name: "KEEPALIVE_INTERVAL",
+        stands: Stands::Balancer,
+        domain: Domain::Duration {
+            min: Duration::from_secs(1),
+            max: KEEPALIVE_MAX,
+        },
+        field: field!(Balancer.keepalive.interval = Duration, duration),
+        doc: "TCP keepalive: time between unanswered probes",
+    },
+    Key {
+        name: "KEEPALIVE_COUNT",
+        stands: Stands::Balancer,
+        domain: Domain::Integer {
+            min: 1,
+            max: 127,
+            what: "a count of probes from 1 to 127",
+        },
+        field: field!(Balancer.keepalive.count = Integer as u32, number),
+        doc: "TCP keepalive: unanswered probes before the connection is dropped",
+    },
+    Key {
+        name: "TCP_USER_TIMEOUT",
+        stands: Stands::Balancer,
+        domain: upto_a_day(Duration::ZERO),
+        field: Field::Balancer {
+            set: |b, v| {
+                if let Some(d) = take!(v, Duration) {
+                    b.keepalive.user_timeout = (!d.is_zero()).then_some(d);
+                }
+            },
+            get: |b| duration(&b.keepalive.user_timeout.unwrap_or_default()),
+        },
+        doc: "how long sent data may stay unacknowledged (default: keepalive's TIME + INTERVAL x COUNT; 0: the kernel's)",
+    },
+    Key {
+        name: "IDLE_TIMEOUT",
+        stands: Stands::Balancer,
+        domain: upto_a_day(Duration::ZERO),
+        field: Field::Balancer {
+            set: |b, v| {
+                if let Some(d) = take!(v, Duration) {
+                    b.idle_timeout = (!d.is_zero()).then_some(d);
+                }
+            },
+            get: |b| duration(&b.idle_timeout.unwrap_or_default()),
+        },
+        doc: "close a connection with no bytes either way for this long (0: never)",
+    },
+    Key {
+        name: "MONITOR_FALL",
+        stands: Stands::Balancer,
+        domain: Domain::Integer {
+            min: 1,
+            max: 100,
+            what: "a count of checks from 1 to 100",
+        },
+        field: field!(Balancer.monitor_fall = Integer as u32, number),
+        doc: "failed checks in a row that put a server in quarantine",
+    },
+    Key {
+        name: "MONITOR_RISE",
+        stands: Stands::Balancer,
+        domain: Domain::Integer {
+            min: 1,
+            max: 100,
+            what: "a count of checks from 1 to 100",
+        },
+        field: field!(Balancer.monitor_rise = Integer as u32, number),
+        doc: "passed checks in a row that release a quarantined server",
+    },
+    Key {
+        name: "DNS_CACHE_TIME",
+        stands: Stands::Balancer,
+        domain: upto_a_day(Duration::ZERO),
+        field: field!(Balancer.dns_cache_time = Duration, duration),
+        doc: "how long a server name's addresses are used before it is looked up again",
+    },
+    // Set after MONITORING_TYPE, which they complete; printed only with SEND_EXPECT.
+    Key {
+        name: "MONITOR_SEND",
+        stands: Stands::Balancer,
+        domain: Domain::Escaped,
+        field: Field::Balancer {
+            set: |b, v| {
+                if let (Monitoring::SendExpect { send, .. }, Some(bytes)) =
+                    (&mut b.monitoring, take!(v, Bytes))
+                {
+                    *send = bytes;
+                }
+            },
+            get: |b| match &b.monitoring {
+                Monitoring::SendExpect { send, .. } => Some(show_escaped(send)),
+                _ => None,
+            },
+        },
+        doc: "with SEND_EXPECT: the bytes written after connecting (may be empty)",
+    },
+    Key {
+        name: "MONITOR_EXPECT",
+        stands: Stands::Balancer,
+        domain: Domain::Escaped,
+        field: Field::Balancer {
+            set: |b, v| {
+                if let (Monitoring::SendExpect { expect, .. }, Some(bytes)) =
+                    (&mut b.monitoring, take!(v, Bytes))
+                {
+                    *expect = bytes;
+                }
+            },
+            get: |b| match &b.monitoring {
+                Monitoring::SendExpect { expect, .. } => Some(show_escaped(expect)),
+                _ => None,
+            },
+        },
+        doc: "with SEND_EXPECT: the bytes the reply must start with (required)",
+    },
+];
+
+/// Keys TOTVS broker files carry that appbroker accepts without using, and what it does
+/// instead.
+pub const TOTVS_UNUSED: &[(&str, &str)] = &[
+    (
+        "SERVICE_NAME",
+        "run appbroker as a systemd service instead (docs/operations.md)",
+    ),
+    (
+        "SERVICE_DISPLAY_NAME",
+        "run appbroker as a systemd service instead (docs/operations.md)",
+    ),
+    (
+        "STANDBY_TIME",
+        "a client's server connection ends when the client's does (no SmartClient standby)",
+    ),
+    (
+        "SESSION_TIMEOUT",
+        "it belongs to the HTTP broker, which appbroker does not run yet",
+    ),
+    (
+        "PROTHEUS_MONITOR_EMBEDDED",
+        "TOTVS Monitor connects to the AppServers directly",
+    ),
+    (
+        "PROTHEUS_MONITOR_ADDRESS",
+        "TOTVS Monitor connects to the AppServers directly",
+    ),
+    (
+        "PROTHEUS_MONITOR_PORT",
+        "TOTVS Monitor connects to the AppServers directly",
+    ),
+    (
+        "SSL_ENCRYPT_UPSTREAM",
+        "bytes are relayed as they are; TLS between client and server passes through",
+    ),
+];
+
+impl General {
+    /// Every `[General]` setting at its default.
+    pub fn defaults() -> General {
+        General {
+            console_log: true,
+            console_file: None,
+            console_max_size: 10 * 1024 * 1024,
+            console_log_date: true,
+            shutdown_grace: Duration::ZERO,
+            shutdown_timeout: Duration::from_secs(30),
+            language: Language::English,
+            workers: 0,
+            dns_max_lookups: 32,
+        }
+    }
+}
+
+impl BalancerConfig {
+    /// A balancer of `kind` with every setting at its default, listening on every IPv4
+    /// address at port 0 (`LOCAL_SERVER_PORT` has no default), without servers.
+    /// `TCP_USER_TIMEOUT`'s default follows the keepalive keys: see [`Keepalive::dead_after`].
+    pub fn defaults(kind: BalancerKind) -> BalancerConfig {
+        BalancerConfig {
+            kind,
+            listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0),
+            servers: Vec::new(),
+            sort_method: SortMethod::Connection,
+            monitoring: Monitoring::Connection,
+            monitor_interval: Duration::from_secs(60),
+            quarantine_time: Duration::from_secs(120),
+            connect_timeout: Duration::from_secs(5),
+            max_attempts: 3,
+            max_connections: 10_000,
+            log_connections: true,
+            query: QuerySettings {
+                enabled: true,
+                allow: Cidr::everyone(),
+                max_connections: 64,
+                sniff_timeout: Duration::from_millis(200),
+            },
+            keepalive: Keepalive {
+                time: Duration::from_secs(60),
+                interval: Duration::from_secs(10),
+                count: 6,
+                user_timeout: None,
+            },
+            idle_timeout: None,
+            monitor_fall: 1,
+            monitor_rise: 1,
+            dns_cache_time: Duration::from_secs(30),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A value of `domain` as the file would give it, and the value it parses to.
+    fn sample(domain: Domain) -> &'static str {
+        match domain {
+            Domain::Flag => "0",
+            Domain::Integer { max, .. } if max == u64::MAX => "12345",
+            Domain::Integer { min, .. } => match min {
+                0 => "7",
+                _ => "2",
+            },
+            Domain::Duration { max, .. } if max < Duration::from_secs(10) => "1500ms",
+            Domain::Duration { .. } | Domain::DurationOrOff { .. } => "7s",
+            Domain::ListenIp => "10.0.0.7",
+            Domain::Cidrs => "10.0.0.0/8, ::1/128",
+            Domain::Escaped => r"PING\r\n",
+            Domain::Path => "/var/log/broker.log",
+            Domain::SortMethod => "ROUND_ROBIN",
+            Domain::Monitoring => "DISABLED",
+            Domain::Language => "pt-BR",
+        }
+    }
+
+    #[test]
+    fn every_key_round_trips_through_its_field() {
+        for key in KEYS {
+            let text = sample(key.domain);
+            let printed = match key.field {
+                Field::General { get, .. } => {
+                    let mut general = General::defaults();
+                    key.set_general(&mut general, text).expect("a valid sample");
+                    get(&general)
+                }
+                Field::Balancer { get, .. } => {
+                    let mut b = BalancerConfig::defaults(BalancerKind::WebServices);
+                    if key.name.starts_with("MONITOR_") && key.domain == Domain::Escaped {
+                        b.monitoring = Monitoring::SendExpect {
+                            send: Vec::new(),
+                            expect: Vec::new(),
+                        };
+                    }
+                    key.set_balancer(&mut b, text).expect("a valid sample");
+                    get(&b)
+                }
+            };
+            let printed = printed.unwrap_or_else(|| panic!("{} is printed", key.name));
+            assert_eq!(
+                key.domain.parse(&printed),
+                key.domain.parse(text),
+                "{}: `{text}` printed as `{printed}`",
+                key.name
+            );
+            assert!(
+                matches!(key.field, Field::General { .. }) == (key.stands == Stands::General),
+                "{}: a [General] key sets General",
+                key.name
+            );
+        }
+    }
+
+    #[test]
+    fn every_word_of_a_domain_is_accepted_in_any_case() {
+        let domains = [
+            Domain::Flag,
+            Domain::SortMethod,
+            Domain::Monitoring,
+            Domain::Language,
+        ];
+        for domain in domains {
+            assert!(!domain.words().is_empty());
+            for word in domain.words() {
+                assert!(domain.parse(word).is_ok(), "{word}");
+                if domain != Domain::Flag {
+                    assert!(domain.parse(&word.to_ascii_lowercase()).is_ok(), "{word}");
+                }
+            }
+        }
+        assert!(Domain::SortMethod.parse("FEWEST").is_err());
+    }
+
+    #[test]
+    fn names_are_upper_case_and_unique() {
+        for (i, key) in KEYS.iter().enumerate() {
+            assert_eq!(key.name, key.name.to_ascii_uppercase());
+            assert!(
+                KEYS[..i].iter().all(|k| k.name != key.name),
+                "{} twice",
+                key.name
+            );
+        }
+    }
+}

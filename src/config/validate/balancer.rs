@@ -1,0 +1,255 @@
+//! One balancer section: its `REMOTE_SERVER_<id>` entries, its settings through the table of
+//! keys (its own, else `[General]`'s), and the rules that tie settings together: a port is
+//! required, SEND_EXPECT needs MONITOR_EXPECT, TOTVS values are substituted with a notice, and
+//! TCP_USER_TIMEOUT follows keepalive unless given.
+
+use std::collections::BTreeMap;
+
+use super::super::keys::{self, DAY, MAX_SERVERS, Stands, TOTVS_UNUSED};
+use super::super::{
+    BalancerConfig, BalancerKind, ConfigError, Monitoring, ServerConfig, ServerId,
+    TOTVS_MONITORING_TYPES, TOTVS_SORT_METHODS,
+};
+use super::{Lookup, Origin, Section, Validator, suggest, value};
+
+/// A server entry and the line it is on.
+type Server = (ServerConfig, usize);
+
+impl Validator {
+    /// Reads one balancer section; `None` when it has errors (they are recorded).
+    pub(super) fn balancer(
+        &mut self,
+        kind: BalancerKind,
+        section: &Section,
+        general: Option<&Section>,
+    ) -> Option<BalancerConfig> {
+        let errors_before = self.errors.len();
+        self.duplicates(section);
+        let servers = self.entries(section);
+        self.servers(section, &servers, errors_before);
+        let mut balancer = BalancerConfig::defaults(kind);
+        let has_port = self.settings(section, general, &mut balancer);
+        self.rules(section, general, &mut balancer);
+        if self.errors.len() > errors_before || !has_port {
+            return None;
+        }
+        balancer.servers = servers.into_iter().map(|(s, _)| s).collect();
+        Some(balancer)
+    }
+
+    /// The section's entries but its settings: the servers (returned), and keys that are none
+    /// of appbroker's (an error with the nearest key, or, for the TOTVS keys appbroker
+    /// accepts without using, one notice).
+    fn entries(&mut self, section: &Section) -> Vec<Server> {
+        let name = section.written.as_str();
+        let mut servers = Vec::new();
+        let mut unused = Vec::new();
+        for entry in &section.entries {
+            let located =
+                |message: String| ConfigError::new(entry.line, name, Some(&entry.written), message);
+            match value::server_id_of_key(&entry.key) {
+                Some(Ok(id)) => match value::server(&entry.value) {
+                    Ok((host, port, weight)) => {
+                        let key = format!("REMOTE_SERVER_{id}");
+                        self.origins
+                            .set(&section.name, &key, Origin::Section(entry.line));
+                        let server = ServerConfig {
+                            id,
+                            host,
+                            port,
+                            weight,
+                        };
+                        servers.push((server, entry.line));
+                    }
+                    Err(message) => self
+                        .errors
+                        .push(located(format!("`{}` {message}", entry.value))),
+                },
+                Some(Err(message)) => self.errors.push(located(message)),
+                None if keys::find(&entry.key).is_some_and(|k| k.stands != Stands::General) => {}
+                None => match TOTVS_UNUSED.iter().find(|(k, _)| *k == entry.key) {
+                    Some((_, instead)) => unused.push(format!("{} ({instead})", entry.written)),
+                    None if !self.errors.worth_keeping(Some(entry.line)) => {
+                        self.errors.uncounted(1);
+                    }
+                    None => self.errors.push(located(unknown_key(&entry.key))),
+                },
+            }
+        }
+        if !unused.is_empty() {
+            let message = format!(
+                "accepting TOTVS keys appbroker does not use: {}",
+                unused.join("; ")
+            );
+            self.section_notice(section, message);
+        }
+        servers
+    }
+
+    /// Rules on the servers as a whole: at least one, at most one per id, and a notice for
+    /// an address given under two ids.
+    fn servers(&mut self, section: &Section, servers: &[Server], errors_before: usize) {
+        let name = section.written.as_str();
+        let server_rejected = section
+            .rejected
+            .iter()
+            .any(|key| value::server_id_of_key(key).is_some());
+        if servers.is_empty() && self.errors.len() == errors_before && !server_rejected {
+            self.errors.push(ConfigError::new(
+                section.line,
+                name,
+                None,
+                "no servers; add at least one `REMOTE_SERVER_01 = <host> <port> [<weight>]`",
+            ));
+        }
+        if servers.len() as u64 > MAX_SERVERS {
+            self.errors.push(ConfigError::new(
+                section.line,
+                name,
+                None,
+                format!("{} servers; at most {MAX_SERVERS} ids exist", servers.len()),
+            ));
+        }
+        let mut by_address: BTreeMap<String, (ServerId, usize)> = BTreeMap::new();
+        for (server, line) in servers {
+            if let Some((other, other_line)) =
+                by_address.insert(server.address().to_ascii_lowercase(), (server.id, *line))
+            {
+                self.notices.push(ConfigError::new(
+                    *line,
+                    name,
+                    Some(&format!("REMOTE_SERVER_{}", server.id)),
+                    format!(
+                        "{} is also REMOTE_SERVER_{other} (line {other_line}); each id is its own \
+                         entry with its own connections and counters",
+                        server.address()
+                    ),
+                ));
+            }
+        }
+    }
+
+    /// Every key of the table into `balancer`: from the section, else (where the key may
+    /// stand there) from `[General]`. Returns whether `LOCAL_SERVER_PORT` was given (a
+    /// missing one is an error, unless its line was rejected and said why already).
+    fn settings(
+        &mut self,
+        section: &Section,
+        general: Option<&Section>,
+        balancer: &mut BalancerConfig,
+    ) -> bool {
+        let mut has_port = false;
+        for key in keys::balancer() {
+            let lookup = Lookup {
+                section,
+                general: general.filter(|_| key.stands == Stands::Balancer),
+            };
+            let found = self
+                .read(&lookup, key, |text| key.set_balancer(balancer, text))
+                .is_some();
+            if key.name == "LOCAL_SERVER_PORT" {
+                has_port = found;
+            }
+        }
+        let rejected = section.rejected.iter().any(|k| k == "LOCAL_SERVER_PORT");
+        if !has_port && !rejected {
+            self.errors.push(ConfigError::new(
+                section.line,
+                &section.written,
+                Some("LOCAL_SERVER_PORT"),
+                "missing; it is required: the TCP port clients connect to (1-65535)",
+            ));
+        }
+        has_port
+    }
+
+    /// The rules that tie settings together, and the notices about what was substituted.
+    fn rules(&mut self, section: &Section, general: Option<&Section>, b: &mut BalancerConfig) {
+        let name = section.written.as_str();
+        let inherited = Lookup { section, general };
+        let notice = |entry: &super::Entry, key: &str, message: String| {
+            ConfigError::new(entry.line, name, Some(key), message)
+        };
+        if let Some((entry, _)) = inherited.find("SORT_METHOD") {
+            let upper = entry.value.to_ascii_uppercase();
+            if TOTVS_SORT_METHODS.contains(&upper.as_str()) {
+                self.notices.push(notice(
+                    entry,
+                    "SORT_METHOD",
+                    format!(
+                        "{upper} needs figures only a TOTVS AppServer reports; CONNECTION (fewest \
+                         connections per weight) is used instead"
+                    ),
+                ));
+            }
+        }
+        match &b.monitoring {
+            Monitoring::SendExpect { expect, .. } if expect.is_empty() => {
+                let line = inherited
+                    .find("MONITORING_TYPE")
+                    .map_or(section.line, |(e, _)| e.line);
+                self.errors.push(ConfigError::new(
+                    line,
+                    name,
+                    Some("MONITOR_EXPECT"),
+                    "is required with MONITORING_TYPE=SEND_EXPECT: the bytes the reply must start \
+                     with (escapes \\r \\n \\t \\\\ \\xNN)",
+                ));
+            }
+            Monitoring::SendExpect { .. } => {}
+            _ => {
+                for key in ["MONITOR_SEND", "MONITOR_EXPECT"] {
+                    if let Some((entry, _)) = inherited.find(key) {
+                        self.notices.push(notice(
+                            entry,
+                            key,
+                            "is ignored: it is used with MONITORING_TYPE=SEND_EXPECT only".into(),
+                        ));
+                    }
+                }
+            }
+        }
+        if let Some((entry, _)) = inherited.find("MONITORING_TYPE") {
+            let upper = entry.value.to_ascii_uppercase();
+            if TOTVS_MONITORING_TYPES.contains(&upper.as_str()) {
+                self.notices.push(notice(
+                    entry,
+                    "MONITORING_TYPE",
+                    format!(
+                        "{upper} logs in with SmartClient's undocumented protocol; CONNECTION (a \
+                         TCP connect to each server) is used instead"
+                    ),
+                ));
+            }
+        }
+        // By default TCP_USER_TIMEOUT matches the keepalive arithmetic, within the one-day
+        // bound of every duration (and is off with keepalive off).
+        if inherited.find("TCP_USER_TIMEOUT").is_none() {
+            let keepalive = &mut b.keepalive;
+            keepalive.user_timeout = keepalive.enabled().then(|| keepalive.dead_after().min(DAY));
+        }
+        // Answering everyone is the TOTVS behaviour; say so once unless the file chose it.
+        if b.query.enabled && inherited.find("QUERY_ALLOW").is_none() {
+            self.notices.push(ConfigError::new(
+                section.line,
+                name,
+                Some("QUERY_ALLOW"),
+                "is not set: anyone who reaches this port can read the server addresses at \
+                 /TOTVS_BROKER_QUERY; set QUERY_ALLOW (addresses or CIDRs) to restrict it",
+            ));
+        }
+    }
+}
+
+/// The error for a key a balancer section has no use for, with the nearest known key.
+fn unknown_key(key: &str) -> String {
+    let known: Vec<&str> = keys::balancer()
+        .map(|k| k.name)
+        .chain(TOTVS_UNUSED.iter().map(|(k, _)| *k))
+        .chain(["REMOTE_SERVER_01"])
+        .collect();
+    match suggest(key, &known) {
+        Some(s) => format!("unknown key; did you mean {s}?"),
+        None => "unknown key; docs/configuration.md lists the keys of a balancer section".into(),
+    }
+}

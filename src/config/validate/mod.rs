@@ -1,0 +1,239 @@
+//! Validation: scanned sections and entries to a typed [`Config`], collecting every error
+//! rather than stopping at the first. Split by concern: which sections are what
+//! ([`sections`]), `[General]` ([`general`]), one balancer section ([`balancer`]), and the
+//! checks across balancers ([`across`]). Every key is read through the table of
+//! [`super::keys`].
+
+mod across;
+mod balancer;
+mod general;
+mod sections;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use super::ini::{self, Entry, Section};
+use super::keys::Key;
+use super::value;
+use super::{Config, ConfigError, LoadError, Loaded, MAX_ERRORS_SHOWN, Notice, Origin, Origins};
+
+/// Validates configuration text; `path` is only used to name the file in messages.
+pub fn validate(text: &str, path: &Path) -> Result<Loaded, LoadError> {
+    let scanned = ini::scan(text, MAX_ERRORS_SHOWN);
+    let mut v = Validator::default();
+    v.errors.uncounted(scanned.more_errors);
+    let error_of = |e: ini::SyntaxError| ConfigError {
+        line: Some(e.line),
+        section: e.section,
+        key: None,
+        message: e.message,
+    };
+    for e in scanned.errors {
+        v.errors.push(error_of(e));
+    }
+    if let Some(e) = scanned.truncated {
+        v.errors.pin(error_of(e));
+    }
+    let sections = v.sections(&scanned.sections);
+    let general = v.general(sections.general);
+    let balancers: Vec<_> = sections
+        .balancers
+        .iter()
+        .filter_map(|(kind, section)| v.balancer(*kind, section, sections.general))
+        .collect();
+    v.across(&sections.balancers, &balancers);
+    if !v.errors.is_empty() {
+        let (errors, total) = v.errors.into_first();
+        return Err(LoadError::Invalid {
+            path: path.to_path_buf(),
+            errors,
+            total,
+        });
+    }
+    Ok(Loaded {
+        config: Config {
+            source: path.to_path_buf(),
+            general,
+            balancers,
+            origins: v.origins,
+        },
+        notices: v.notices,
+    })
+}
+
+/// The errors found so far: the [`MAX_ERRORS_SHOWN`] first by line are kept, the others only
+/// counted, so a file of millions of bad lines costs neither memory nor time per error.
+#[derive(Debug, Default)]
+struct Errors {
+    kept: Vec<ConfigError>,
+    total: usize,
+    /// Once more than enough were kept: the line of the last one worth keeping.
+    last_kept_line: Option<usize>,
+    /// Shown whatever its line (the file was not read to its end).
+    pinned: Option<ConfigError>,
+}
+
+fn line_order(e: &ConfigError) -> usize {
+    e.line.unwrap_or(usize::MAX)
+}
+
+impl Errors {
+    fn push(&mut self, error: ConfigError) {
+        self.total += 1;
+        if !self.worth_keeping(error.line) {
+            return;
+        }
+        self.kept.push(error);
+        if self.kept.len() >= 2 * MAX_ERRORS_SHOWN {
+            self.compact();
+        }
+    }
+
+    /// An error shown after the first ones, whatever its line.
+    fn pin(&mut self, error: ConfigError) {
+        self.total += 1;
+        self.pinned = Some(error);
+    }
+
+    /// Counts errors not worth a message (they come after the first ones shown).
+    fn uncounted(&mut self, n: usize) {
+        self.total += n;
+    }
+
+    /// False when an error at `line` would not be among those shown: the caller may skip
+    /// composing its message.
+    fn worth_keeping(&self, line: Option<usize>) -> bool {
+        self.last_kept_line
+            .is_none_or(|last| line.unwrap_or(usize::MAX) <= last)
+    }
+
+    fn compact(&mut self) {
+        self.kept.sort_by_key(line_order);
+        let before = self.kept.len();
+        self.kept.dedup();
+        self.total -= before - self.kept.len();
+        self.kept.truncate(MAX_ERRORS_SHOWN);
+        if self.kept.len() == MAX_ERRORS_SHOWN {
+            self.last_kept_line = self.kept.last().map(line_order);
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.total
+    }
+
+    fn is_empty(&self) -> bool {
+        self.total == 0
+    }
+
+    /// The first errors in line order, and how many there are in all.
+    fn into_first(mut self) -> (Vec<ConfigError>, usize) {
+        self.compact();
+        self.kept.extend(self.pinned);
+        (self.kept, self.total)
+    }
+}
+
+/// What validation has found so far.
+#[derive(Default)]
+struct Validator {
+    errors: Errors,
+    notices: Vec<Notice>,
+    origins: Origins,
+}
+
+/// One section's lookups, with `[General]` as the fallback for balancer keys.
+struct Lookup<'a> {
+    section: &'a Section,
+    general: Option<&'a Section>,
+}
+
+impl<'a> Lookup<'a> {
+    fn find(&self, key: &str) -> Option<(&'a Entry, Origin)> {
+        if let Some(e) = self.section.entries.iter().find(|e| e.key == key) {
+            return Some((e, Origin::Section(e.line)));
+        }
+        let general = self.general?;
+        general
+            .entries
+            .iter()
+            .find(|e| e.key == key)
+            .map(|e| (e, Origin::General(e.line)))
+    }
+}
+
+impl Validator {
+    /// Reads `key` from `lookup` (its section, else `[General]` where the key may stand there),
+    /// recording where its value came from, and hands the value to `set`. A bad value is
+    /// recorded as an error at the line it is on, and the setting keeps its default, so
+    /// validation goes on and reports everything at once. Returns the entry, when there is one.
+    fn read<'a>(
+        &mut self,
+        lookup: &Lookup<'a>,
+        key: &Key,
+        set: impl FnOnce(&str) -> Result<(), String>,
+    ) -> Option<&'a Entry> {
+        let section = lookup.section.name.as_str();
+        let Some((entry, origin)) = lookup.find(key.name) else {
+            self.origins.set(section, key.name, Origin::Default);
+            return None;
+        };
+        self.origins.set(section, key.name, origin);
+        if let Err(message) = set(&entry.value) {
+            let where_ = match origin {
+                Origin::General(_) => "General",
+                _ => &lookup.section.written,
+            };
+            self.errors.push(ConfigError::new(
+                entry.line,
+                where_,
+                Some(&entry.written),
+                format!("`{}` {message}", entry.value),
+            ));
+        }
+        Some(entry)
+    }
+
+    /// A notice about a whole section (`line`), not one key.
+    fn section_notice(&mut self, section: &Section, message: String) {
+        self.notices.push(ConfigError {
+            line: Some(section.line),
+            section: Some(section.written.clone()),
+            key: None,
+            message,
+        });
+    }
+
+    /// Keys given twice in `section` (`REMOTE_SERVER_aa` and `_AA` are the same key).
+    fn duplicates(&mut self, section: &Section) {
+        let mut first: BTreeMap<String, usize> = BTreeMap::new();
+        for entry in &section.entries {
+            let key = match value::server_id_of_key(&entry.key) {
+                Some(Ok(id)) => format!("REMOTE_SERVER_{id}"),
+                _ => entry.key.clone(),
+            };
+            if let Some(line) = first.insert(key, entry.line) {
+                if !self.errors.worth_keeping(Some(entry.line)) {
+                    self.errors.uncounted(1);
+                    continue;
+                }
+                self.errors.push(ConfigError::new(
+                    entry.line,
+                    &section.written,
+                    Some(&entry.written),
+                    format!("given twice (first at line {line}); keep one"),
+                ));
+            }
+        }
+    }
+}
+
+/// The known name closest to `name`, when it is close enough to be a typo.
+fn suggest<'a>(name: &str, known: &[&'a str]) -> Option<&'a str> {
+    known
+        .iter()
+        .map(|k| (value::edit_distance(name, k), *k))
+        .filter(|(d, k)| *d <= (k.len() / 4).max(2))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k)
+}

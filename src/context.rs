@@ -1,0 +1,37 @@
+//! The broker's shared state, handed to every task that serves a connection: the running
+//! configuration, every balancer, when the broker started, its shutdown state, and how a
+//! balancer tells its connections to end. Data only: the logic lives with its owners.
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use tokio_util::sync::CancellationToken;
+
+use crate::balancer::Balancer;
+use crate::config::Config;
+use crate::shutdown::Shutdown;
+
+/// What every connection may read: the configuration, every balancer (a query links to the
+/// others), the start time, and the shutdown state (PING answers 503 while draining).
+#[derive(Debug)]
+pub struct Context {
+    /// The running configuration (swapped by a reload).
+    pub config: ArcSwap<Config>,
+    /// Every balancer of the process, in configuration order (swapped by a reload).
+    pub balancers: ArcSwap<Vec<Arc<Balancer>>>,
+    /// When the broker started, wall ms.
+    pub started_wall_ms: u64,
+    /// Draining state for PING.
+    pub shutdown: Shutdown,
+}
+
+/// How a balancer tells its connections to end.
+#[derive(Debug, Clone, Default)]
+pub struct Ending {
+    /// Cancelled when the listener closes: a query connection answers the request in hand
+    /// and closes; clients carry on.
+    pub closing: CancellationToken,
+    /// Cancelled when `SHUTDOWN_TIMEOUT` is over or the balancer is removed: everything ends
+    /// at once.
+    pub cut: CancellationToken,
+}

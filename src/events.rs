@@ -1,0 +1,263 @@
+//! What happens in a broker, as [`Event`]s a program can subscribe to: quarantines entered
+//! and left, monitor checks and rounds, failed connects, connections ended, reloads. Tests
+//! assert on these (and on a balancer's state) rather than on log text; an administration
+//! interface can follow them.
+//!
+//! Publishing costs one atomic read while nobody listens: the event is not even built, and the
+//! channel exists only from the first subscription on.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use tokio::sync::broadcast;
+
+use crate::config::BalancerKind;
+use crate::health::{Reason, Release};
+use crate::relay::End;
+
+/// Something that happened in the broker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Event {
+    /// A balancer listens on `address` (at start, when a reload adds it or moves it).
+    Listening {
+        /// Which balancer.
+        balancer: BalancerKind,
+        /// The address it is bound to.
+        address: SocketAddr,
+    },
+    /// Every balancer runs: the broker serves.
+    Ready,
+    /// A server was put in quarantine (`started`), or its quarantine was extended.
+    Quarantined {
+        /// Which balancer.
+        balancer: BalancerKind,
+        /// The server's `host:port`.
+        server: String,
+        /// What failed.
+        reason: Reason,
+        /// The failure in words.
+        error: String,
+        /// True when this failure started the quarantine.
+        started: bool,
+        /// When the failure came (wall ms).
+        at_wall_ms: u64,
+        /// When the quarantine ends now (wall ms).
+        until_wall_ms: u64,
+    },
+    /// A server's quarantine ended.
+    Released {
+        /// Which balancer.
+        balancer: BalancerKind,
+        /// The server's `host:port`.
+        server: String,
+        /// Why.
+        why: Release,
+    },
+    /// A monitor check passed.
+    CheckPassed {
+        /// Which balancer.
+        balancer: BalancerKind,
+        /// The server's `host:port`.
+        server: String,
+        /// Checks passed in a row (for `MONITOR_RISE`).
+        in_a_row: u32,
+    },
+    /// A monitor check failed.
+    CheckFailed {
+        /// Which balancer.
+        balancer: BalancerKind,
+        /// The server's `host:port`.
+        server: String,
+        /// The failure in words.
+        error: String,
+        /// The failure with what it points at, as the log explains it.
+        explained: String,
+        /// Checks failed in a row (for `MONITOR_FALL`).
+        in_a_row: u32,
+    },
+    /// A monitor round ended.
+    MonitorRound {
+        /// Which balancer.
+        balancer: BalancerKind,
+        /// Servers that take clients.
+        available: usize,
+        /// The servers in quarantine, by `host:port`.
+        unavailable: Vec<String>,
+        /// Servers not checked for the broker's own lack of resources.
+        unchecked: usize,
+    },
+    /// A client's connect to a server failed.
+    ConnectFailed {
+        /// Which balancer.
+        balancer: BalancerKind,
+        /// The client's address.
+        client: SocketAddr,
+        /// The server's `host:port`.
+        server: String,
+        /// The failure explained (words, codes, what it points at).
+        error: String,
+        /// True when it counts against the server (a cause on the server's side).
+        blamed: bool,
+    },
+    /// A client was closed without a server.
+    Unserved {
+        /// Which balancer.
+        balancer: BalancerKind,
+        /// The client's address.
+        client: SocketAddr,
+        /// Why.
+        why: Unserved,
+    },
+    /// A client was refused: `MAX_CONNECTIONS` were open.
+    Refused {
+        /// Which balancer.
+        balancer: BalancerKind,
+    },
+    /// A relayed connection ended.
+    ConnectionEnded {
+        /// Which balancer.
+        balancer: BalancerKind,
+        /// The client's address.
+        client: SocketAddr,
+        /// The server's `host:port`.
+        server: String,
+        /// How long it lasted.
+        duration: Duration,
+        /// Bytes from the client to the server.
+        bytes_from_client: u64,
+        /// Bytes from the server to the client.
+        bytes_to_client: u64,
+        /// Who or what ended it.
+        ended_by: End,
+    },
+    /// A reload was applied.
+    Reloaded(Reloaded),
+    /// A reload was rejected; the running configuration stays.
+    ReloadRejected {
+        /// Every error, one per line as logged.
+        errors: Vec<String>,
+    },
+    /// The shutdown began: PING answers 503, listeners close after `SHUTDOWN_GRACE`.
+    Draining,
+    /// The broker stopped.
+    Stopped,
+}
+
+/// Why a client was closed without a server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unserved {
+    /// Every candidate was tried (or `MAX_ATTEMPTS` were) and none answered.
+    NoServer,
+    /// The broker itself lacked descriptors, ports or memory: no server is blamed.
+    BrokerFault,
+}
+
+/// What a reload applied.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reloaded {
+    /// Every change, as the `configuration reloaded:` line lists them (empty: nothing
+    /// changed).
+    pub changes: Vec<String>,
+    /// What could not be applied (a listen address that cannot be bound), each as logged.
+    pub errors: Vec<String>,
+}
+
+/// Events waiting for a slow subscriber before the oldest are dropped for it (it is told how
+/// many): room for a few seconds of a busy test broker.
+const CAPACITY: usize = 16 * 1024;
+
+/// Where events are published; cheap to clone, shared by everything in one broker.
+#[derive(Debug, Clone, Default)]
+pub struct Events(Arc<Hub>);
+
+#[derive(Debug, Default)]
+struct Hub {
+    /// Made at the first subscription.
+    sender: OnceLock<broadcast::Sender<Event>>,
+    /// Subscriptions alive: none, and nothing is built or sent.
+    subscribers: AtomicUsize,
+}
+
+impl Events {
+    /// Events from now on.
+    pub fn subscribe(&self) -> Subscription {
+        let sender = self.0.sender.get_or_init(|| broadcast::channel(CAPACITY).0);
+        self.0.subscribers.fetch_add(1, Relaxed);
+        Subscription {
+            receiver: sender.subscribe(),
+            hub: Arc::clone(&self.0),
+        }
+    }
+
+    /// Publishes the event `make` builds, when anyone listens.
+    pub fn emit(&self, make: impl FnOnce() -> Event) {
+        if self.0.subscribers.load(Relaxed) == 0 {
+            return;
+        }
+        if let Some(sender) = self.0.sender.get() {
+            let _ = sender.send(make());
+        }
+    }
+}
+
+/// A subscription to a broker's events.
+#[derive(Debug)]
+pub struct Subscription {
+    receiver: broadcast::Receiver<Event>,
+    hub: Arc<Hub>,
+}
+
+/// Why no event came.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Missed {
+    /// The subscriber fell behind: this many events were dropped for it.
+    #[error("{0} events were dropped: the subscriber fell behind")]
+    Lagged(u64),
+    /// The broker is gone.
+    #[error("the broker is gone")]
+    Closed,
+}
+
+impl Subscription {
+    /// The next event.
+    pub async fn recv(&mut self) -> Result<Event, Missed> {
+        self.receiver.recv().await.map_err(|e| match e {
+            broadcast::error::RecvError::Lagged(n) => Missed::Lagged(n),
+            broadcast::error::RecvError::Closed => Missed::Closed,
+        })
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.hub.subscribers.fetch_sub(1, Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn events_reach_subscribers_and_cost_nothing_without_one() {
+        let events = Events::default();
+        let mut built = 0;
+        events.emit(|| {
+            built += 1;
+            Event::Ready
+        });
+        assert_eq!(built, 0, "nobody listens: nothing is built");
+        let mut subscription = events.subscribe();
+        events.emit(|| Event::Draining);
+        assert_eq!(subscription.recv().await, Ok(Event::Draining));
+        drop(subscription);
+        events.emit(|| {
+            built += 1;
+            Event::Stopped
+        });
+        assert_eq!(built, 0, "the subscription is gone");
+    }
+}

@@ -1,0 +1,344 @@
+//! The monitor: every `MONITOR_INTERVAL` a round checks every server of a balancer in
+//! parallel (a TCP connect through the [dialer](crate::dial), and for SEND_EXPECT a probe and
+//! its reply), counts failed and passed checks in a row against `MONITOR_FALL` and
+//! `MONITOR_RISE` (1 by default, which is TOTVS), hands the results to the balancer's methods,
+//! and logs the round's summary lines operators expect. Between rounds it wakes when a
+//! quarantine's time is up, so the balancer releases it on time.
+
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, error, info, warn};
+
+use crate::balancer::{Balancer, Pool, Server};
+use crate::clock::wall_ms;
+use crate::config::{BalancerConfig, Host, Monitoring, plural, show_duration, show_escaped};
+use crate::dial::{ConnectError, connect};
+use crate::events::Event;
+use crate::health::{Check, Reason, Release};
+use crate::os_error::{Explained, PointsAt};
+use crate::resolve::Resolver;
+
+/// Runs monitor rounds (unless monitoring is disabled) and releases quarantines whose time is
+/// up, until `stop` is cancelled.
+pub async fn run(balancer: Arc<Balancer>, stop: CancellationToken) {
+    let mut last_round: Option<Instant> = None;
+    loop {
+        let pool = balancer.pool();
+        let monitoring = pool.config.monitoring != Monitoring::Disabled;
+        // Computed from the pool each time, so a reloaded MONITOR_INTERVAL applies at once.
+        let mut next_round =
+            last_round.map_or_else(Instant::now, |t| t + pool.config.monitor_interval);
+        if monitoring && Instant::now() >= next_round {
+            round(&balancer, &pool).await;
+            last_round = Some(Instant::now());
+            next_round = Instant::now() + pool.config.monitor_interval;
+        }
+        let deadline = balancer.release_expired();
+        let wake = match (monitoring.then_some(next_round), deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let sleep = async {
+            match wake {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = sleep => {}
+            _ = balancer.health_changed() => {}
+        }
+    }
+}
+
+/// Why a check failed.
+#[derive(Debug)]
+pub enum CheckError {
+    /// The TCP connect (or the lookup of the server's name) failed.
+    Connect(ConnectError),
+    /// SEND_EXPECT: no (complete) reply within the time allowed.
+    NoReply {
+        /// What had arrived when time ran out.
+        got: Vec<u8>,
+    },
+    /// SEND_EXPECT: the reply does not start with what was expected.
+    Mismatch {
+        /// The start of the reply.
+        got: Vec<u8>,
+    },
+    /// SEND_EXPECT: the server closed (or reset) the connection before a full reply.
+    Closed {
+        /// What had arrived.
+        got: Vec<u8>,
+    },
+}
+
+impl CheckError {
+    /// The failure in words, for logs and pages.
+    pub fn words(&self) -> String {
+        match self {
+            CheckError::Connect(e) => e.explain().words,
+            CheckError::NoReply { got } if got.is_empty() => {
+                "no reply: the port accepts but the application does not answer".into()
+            }
+            CheckError::NoReply { got } => format!("incomplete reply `{}`", show_escaped(got)),
+            CheckError::Mismatch { got } => format!("unexpected reply `{}`", show_escaped(got)),
+            CheckError::Closed { got } if got.is_empty() => "closed without replying".into(),
+            CheckError::Closed { got } => format!("closed after `{}`", show_escaped(got)),
+        }
+    }
+
+    /// The full log text: the words with what they point at.
+    fn explain(&self, timeout: Duration, expect: &[u8]) -> String {
+        match self {
+            CheckError::Connect(e) => e.explain().to_string(),
+            CheckError::NoReply { .. } => format!(
+                "{} within {} (SEND_EXPECT, expecting `{}`); points at the server's application",
+                self.words(),
+                show_duration(timeout),
+                show_escaped(expect)
+            ),
+            CheckError::Mismatch { .. } | CheckError::Closed { .. } => format!(
+                "{} (SEND_EXPECT, expecting `{}`); points at the server's application or a wrong \
+                 MONITOR_EXPECT",
+                self.words(),
+                show_escaped(expect)
+            ),
+        }
+    }
+
+    /// The connect's failure when it is the broker's own (out of descriptors): no server is
+    /// to blame for it.
+    fn broker_fault(&self) -> Option<Explained> {
+        match self {
+            CheckError::Connect(e) => Some(e.explain()).filter(|e| e.points_at == PointsAt::Broker),
+            _ => None,
+        }
+    }
+}
+
+/// Checks one server: a TCP connect, and for SEND_EXPECT the probe and its reply, all within
+/// `config`'s `CONNECT_TIMEOUT`.
+pub async fn check(
+    resolver: &Arc<Resolver>,
+    host: &Host,
+    port: u16,
+    config: &BalancerConfig,
+) -> Result<(), CheckError> {
+    let deadline = Instant::now() + config.connect_timeout;
+    let mut stream = connect(resolver, host, port, config)
+        .await
+        .map_err(CheckError::Connect)?;
+    let Monitoring::SendExpect { send, expect } = &config.monitoring else {
+        return Ok(());
+    };
+    let mut got = Vec::with_capacity(expect.len());
+    let exchange = async {
+        if stream.write_all(send).await.is_err() {
+            return Err(CheckError::Closed { got: Vec::new() });
+        }
+        let mut chunk = [0u8; 512];
+        while got.len() < expect.len() {
+            let n = match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => {
+                    return Err(CheckError::Closed {
+                        got: std::mem::take(&mut got),
+                    });
+                }
+                Ok(n) => n,
+            };
+            got.extend_from_slice(&chunk[..n]);
+            let compared = got.len().min(expect.len());
+            if got[..compared] != expect[..compared] {
+                got.truncate(64);
+                return Err(CheckError::Mismatch {
+                    got: std::mem::take(&mut got),
+                });
+            }
+        }
+        Ok(())
+    };
+    match tokio::time::timeout_at(deadline, exchange).await {
+        Ok(result) => result,
+        Err(_) => Err(CheckError::NoReply { got }),
+    }
+}
+
+/// One server's check: how long it took and how it went.
+type Outcome = (Duration, Result<(), CheckError>);
+
+/// One monitor round: every server checked in parallel, then each result judged and logged
+/// in configuration order, then the summary. A check that fails for the broker's own reasons
+/// (out of file descriptors) blames no server: the server is counted as not checked.
+async fn round(balancer: &Balancer, pool: &Arc<Pool>) {
+    let outcomes = check_all(balancer, pool).await;
+    let mut unchecked: Vec<usize> = Vec::new();
+    let mut cause: Option<Explained> = None;
+    for (index, (server, (took, result))) in pool.servers.iter().zip(outcomes).enumerate() {
+        match result {
+            Ok(()) => passed(balancer, pool, server, took),
+            Err(e) => match e.broker_fault() {
+                Some(explained) => {
+                    unchecked.push(index);
+                    cause.get_or_insert(explained);
+                }
+                None => failed(balancer, pool, server, took, &e),
+            },
+        }
+    }
+    summarize(balancer, pool, &unchecked, cause);
+}
+
+/// Checks every server of `pool` at once; the outcomes in configuration order.
+async fn check_all(balancer: &Balancer, pool: &Arc<Pool>) -> Vec<Outcome> {
+    let mut checks = JoinSet::new();
+    for (index, server) in pool.servers.iter().enumerate() {
+        let server = Arc::clone(server);
+        let (resolver, pool) = (Arc::clone(balancer.resolver()), Arc::clone(pool));
+        checks.spawn(
+            async move {
+                let started = Instant::now();
+                let result = check(&resolver, &server.host, server.port, &pool.config).await;
+                (index, started.elapsed(), result)
+            }
+            .in_current_span(),
+        );
+    }
+    let mut outcomes: Vec<Option<Outcome>> = (0..pool.servers.len()).map(|_| None).collect();
+    while let Some(joined) = checks.join_next().await {
+        if let Ok((index, took, result)) = joined {
+            outcomes[index] = Some((took, result));
+        }
+    }
+    outcomes
+        .into_iter()
+        .map(|outcome| {
+            outcome.unwrap_or_else(|| {
+                let failed = io::Error::other("the check task failed");
+                (
+                    Duration::ZERO,
+                    Err(CheckError::Connect(ConnectError::Io(failed))),
+                )
+            })
+        })
+        .collect()
+}
+
+/// A passed check: `MONITOR_RISE` of them in a row release a quarantined server.
+fn passed(balancer: &Balancer, pool: &Pool, server: &Server, took: Duration) {
+    let check = Check {
+        at_wall_ms: wall_ms(),
+        duration: took,
+        error: None,
+    };
+    let passes = balancer.check_passed(server, check);
+    balancer.events().emit(|| Event::CheckPassed {
+        balancer: pool.config.kind,
+        server: server.address.clone(),
+        in_a_row: passes,
+    });
+    if !server.is_quarantined() {
+        return;
+    }
+    let rise = pool.config.monitor_rise;
+    if passes >= rise {
+        balancer.release(server, Release::CheckPassed);
+    } else {
+        info!(
+            "server {} passed the monitor check ({passes} of MONITOR_RISE={rise} to leave quarantine)",
+            server.address
+        );
+    }
+}
+
+/// A failed check: `MONITOR_FALL` of them in a row quarantine the server, and each failure of
+/// a quarantined one extends its quarantine. The cause is logged once per episode (and when it
+/// changes), while the TOTVS quarantine line still comes every round.
+fn failed(balancer: &Balancer, pool: &Pool, server: &Server, took: Duration, e: &CheckError) {
+    let config = &pool.config;
+    let words = e.words();
+    let check = Check {
+        at_wall_ms: wall_ms(),
+        duration: took,
+        error: Some(words.clone()),
+    };
+    let counted = balancer.check_failed(server, check);
+    let expect = match &config.monitoring {
+        Monitoring::SendExpect { expect, .. } => expect.as_slice(),
+        _ => &[],
+    };
+    let explained = e.explain(config.connect_timeout, expect);
+    balancer.events().emit(|| Event::CheckFailed {
+        balancer: config.kind,
+        server: server.address.clone(),
+        error: words.clone(),
+        explained: explained.clone(),
+        in_a_row: counted.in_a_row,
+    });
+    let fall = config.monitor_fall;
+    if counted.in_a_row >= fall || server.is_quarantined() {
+        if !counted.repeated {
+            error!(
+                "server {} failed the monitor check: {explained}",
+                server.address
+            );
+        }
+        balancer.quarantine(server, Reason::Monitor, &words);
+    } else {
+        // Below MONITOR_FALL it still takes clients: not counted unavailable yet.
+        warn!(
+            "server {} failed the monitor check ({} of MONITOR_FALL={fall} before quarantine): {explained}",
+            server.address, counted.in_a_row
+        );
+    }
+}
+
+/// The round's summary lines: how many servers are available, each unavailable one (in
+/// quarantine, for whatever reason), servers not checked and why, and the alarm when none is
+/// left.
+fn summarize(balancer: &Balancer, pool: &Pool, unchecked: &[usize], cause: Option<Explained>) {
+    let now = balancer.clock_ms();
+    let unavailable: Vec<&str> = pool
+        .servers
+        .iter()
+        .enumerate()
+        .filter(|(i, s)| !unchecked.contains(i) && !s.is_available(now))
+        .map(|(_, s)| s.address.as_str())
+        .collect();
+    if let Some(explained) = cause {
+        error!(
+            "monitor: {} not checked: {explained}; no server is blamed",
+            plural(unchecked.len(), "server")
+        );
+    }
+    let available = pool.servers.len() - unavailable.len() - unchecked.len();
+    let not_checked = if unchecked.is_empty() {
+        String::new()
+    } else {
+        format!(", {} not checked", unchecked.len())
+    };
+    info!(
+        "monitor: OK - {} available, {} unavailable{not_checked}",
+        plural(available, "server"),
+        plural(unavailable.len(), "server")
+    );
+    for address in &unavailable {
+        warn!("monitor: server {address} unavailable");
+    }
+    if available == 0 && unchecked.is_empty() {
+        error!("monitor: attention, there are no remote servers available");
+    }
+    balancer.events().emit(|| Event::MonitorRound {
+        balancer: pool.config.kind,
+        available,
+        unavailable: unavailable.iter().map(|a| a.to_string()).collect(),
+        unchecked: unchecked.len(),
+    });
+}

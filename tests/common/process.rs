@@ -1,0 +1,334 @@
+//! The real `appbroker` binary as a child process on a generated `appserver.ini`, with
+//! everything it logs: for the tests of the command line, signals and the log format.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::{DEADLINE, fill_placeholders, free_ports};
+
+/// The path of the binary under test.
+pub fn binary() -> &'static str {
+    env!("CARGO_BIN_EXE_appbroker")
+}
+
+/// A running `appbroker` process and everything it has logged.
+pub struct Broker {
+    pub child: Child,
+    /// Ports of the balancers, in the order of the `@PORT@`, `@PORT2@` placeholders.
+    pub ports: Vec<u16>,
+    pub dir: tempfile::TempDir,
+    pub config_path: PathBuf,
+    lines: Arc<Mutex<Vec<String>>>,
+    /// The threads reading the process's output; joined once it exits, so no line is lost.
+    readers: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Broker {
+    /// Starts the broker on `ini`, where `@PORT@` (and `@PORT2@` for a second balancer) stand
+    /// for free ports, and waits for `broker ready`.
+    pub async fn start(ini: &str) -> Broker {
+        Broker::start_with(ini, &[]).await
+    }
+
+    /// As [`Broker::start`], with extra command-line arguments.
+    pub async fn start_with(ini: &str, args: &[&str]) -> Broker {
+        for _ in 0..5 {
+            let mut broker = Broker::spawn(ini, args);
+            let ready = broker.wait_until(|lines| {
+                lines
+                    .iter()
+                    .any(|l| l.contains("broker ready") || l.contains("cannot listen on"))
+            });
+            if ready.await {
+                if broker.has_log("broker ready") {
+                    return broker;
+                }
+                if broker.has_log("address already in use") {
+                    let _ = broker.child.kill();
+                    let _ = broker.child.wait();
+                    continue; // someone took the port between free_ports() and the bind
+                }
+            }
+            panic!("broker did not start:\n{}", broker.log_text());
+        }
+        panic!("no free port after 5 tries");
+    }
+
+    /// Spawns the broker without waiting for anything.
+    pub fn spawn(ini: &str, args: &[&str]) -> Broker {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let ports = free_ports();
+        let config_path = dir.path().join("appserver.ini");
+        std::fs::write(&config_path, fill_placeholders(ini, &ports, dir.path()))
+            .expect("write ini");
+        Broker::spawn_file(dir, config_path, ports, args)
+    }
+
+    /// Spawns the broker on a file already written.
+    pub fn spawn_file(
+        dir: tempfile::TempDir,
+        config_path: PathBuf,
+        ports: Vec<u16>,
+        args: &[&str],
+    ) -> Broker {
+        let mut command = Command::new(binary());
+        command.arg("--config").arg(&config_path).args(args);
+        Broker::spawn_command(dir, config_path, ports, command)
+    }
+
+    /// Spawns `command`, which runs the broker on `config_path` (through a shell that lowers
+    /// its limits first, say), and reads its output as [`Broker::spawn_file`] does.
+    pub fn spawn_command(
+        dir: tempfile::TempDir,
+        config_path: PathBuf,
+        ports: Vec<u16>,
+        mut command: Command,
+    ) -> Broker {
+        command.stdout(Stdio::piped()).stderr(Stdio::piped());
+        Broker::spawn_command_keeping(dir, config_path, ports, command)
+    }
+
+    /// As [`Broker::spawn_command`], keeping the standard output and error `command` was
+    /// given (a closed pipe, say); only those set to `Stdio::piped()` are read.
+    pub fn spawn_command_keeping(
+        dir: tempfile::TempDir,
+        config_path: PathBuf,
+        ports: Vec<u16>,
+        mut command: Command,
+    ) -> Broker {
+        command.env_remove("RUST_LOG").stdin(Stdio::null());
+        let mut child = command.spawn().expect("spawn appbroker");
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let mut readers = Vec::new();
+        for stream in [
+            child
+                .stdout
+                .take()
+                .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+            child
+                .stderr
+                .take()
+                .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            let lines = Arc::clone(&lines);
+            readers.push(std::thread::spawn(move || {
+                for line in BufReader::new(stream).lines() {
+                    let Ok(line) = line else { break };
+                    lines.lock().unwrap().push(line);
+                }
+            }));
+        }
+        Broker {
+            child,
+            ports,
+            dir,
+            config_path,
+            lines,
+            readers,
+        }
+    }
+
+    /// The first balancer's address.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.ports[0]))
+    }
+
+    /// The second balancer's address.
+    pub fn addr2(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.ports[1]))
+    }
+
+    /// Every line logged so far (stdout and stderr).
+    pub fn logs(&self) -> Vec<String> {
+        self.lines.lock().unwrap().clone()
+    }
+
+    /// The log as one text, for assertion messages.
+    pub fn log_text(&self) -> String {
+        self.logs().join("\n")
+    }
+
+    pub fn has_log(&self, needle: &str) -> bool {
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.contains(needle))
+    }
+
+    pub fn count_logs(&self, needle: &str) -> usize {
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains(needle))
+            .count()
+    }
+
+    /// Waits until a line containing `needle` is logged; returns it.
+    pub async fn wait_for_log(&self, needle: &str) -> String {
+        let end = Instant::now() + DEADLINE;
+        loop {
+            if let Some(line) = self
+                .lines
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|l| l.contains(needle))
+            {
+                return line.clone();
+            }
+            assert!(
+                Instant::now() < end,
+                "timed out waiting for log line containing {needle:?}; log:\n{}",
+                self.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Waits until `count` lines contain `needle`.
+    pub async fn wait_for_logs(&self, needle: &str, count: usize) {
+        let end = Instant::now() + DEADLINE;
+        while self.count_logs(needle) < count {
+            assert!(
+                Instant::now() < end,
+                "timed out waiting for {count} log lines containing {needle:?}; log:\n{}",
+                self.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Waits until `condition` holds for the log, or the process exits, or the deadline passes.
+    /// True when the condition held.
+    async fn wait_until(&mut self, condition: impl Fn(&[String]) -> bool) -> bool {
+        let end = Instant::now() + DEADLINE;
+        loop {
+            if condition(&self.lines.lock().unwrap()) {
+                return true;
+            }
+            if let Ok(Some(_)) = self.child.try_wait() {
+                self.drain_output();
+                return condition(&self.lines.lock().unwrap());
+            }
+            if Instant::now() >= end {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Once the process has exited: waits until its output is read to the end.
+    fn drain_output(&mut self) {
+        for reader in self.readers.drain(..) {
+            let _ = reader.join();
+        }
+    }
+
+    /// The broker's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The broker's resident memory (`VmRSS` in `/proc/<pid>/status`) in bytes; `None` where
+    /// there is no `/proc` or once the process is gone.
+    pub fn resident_bytes(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;
+        let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib * 1024)
+    }
+
+    /// Sends a signal to the broker.
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        nix::sys::signal::kill(pid, signal).expect("send signal");
+    }
+
+    /// Waits for the broker to exit.
+    pub async fn wait_exit(&mut self) -> ExitStatus {
+        let end = Instant::now() + DEADLINE;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                self.drain_output();
+                return status;
+            }
+            assert!(
+                Instant::now() < end,
+                "broker did not exit; log:\n{}",
+                self.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs the binary with `args` to completion, returning (exit code, stdout, stderr).
+pub fn run_cli(args: &[&str]) -> (i32, String, String) {
+    let output = Command::new(binary())
+        .args(args)
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run appbroker");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).to_string(),
+        String::from_utf8_lossy(&output.stderr).to_string(),
+    )
+}
+
+/// Runs `command` to completion, standard input closed, within [`DEADLINE`]: a command still
+/// running then is killed and the test fails (rather than hanging with it). Returns (exit
+/// code, stdout, stderr); the code is -1 when a signal ended it.
+pub fn run_bounded(mut command: Command) -> (i32, String, String) {
+    let mut child = command
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the command");
+    let read = |stream: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut text = Vec::new();
+            if let Some(mut stream) = stream {
+                let _ = stream.read_to_end(&mut text);
+            }
+            String::from_utf8_lossy(&text).to_string()
+        })
+    };
+    let stdout = read(child.stdout.take().map(|s| Box::new(s) as _));
+    let stderr = read(child.stderr.take().map(|s| Box::new(s) as _));
+    let end = Instant::now() + DEADLINE;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        if Instant::now() >= end {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{command:?} did not finish within {DEADLINE:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    (
+        status.code().unwrap_or(-1),
+        stdout.join().expect("stdout reader"),
+        stderr.join().expect("stderr reader"),
+    )
+}
