@@ -294,7 +294,13 @@ async fn by_default_a_peer_that_keeps_its_window_shut_past_tcp_user_timeout_is_d
     )
     .await;
     let broker = InProcess::start(&ini_over(&[server.ini()], SHORT_KEEPALIVE)).await;
-    let mut client = TcpStream::connect(broker.addr()).await.unwrap();
+    // A fixed, small receive buffer: the window shuts at once and stays shut. With the
+    // kernel's autotuning, memory pressure from other tests could make it collapse its queue
+    // and reopen the window a little, which restarts TCP_USER_TIMEOUT's clock (seen once in
+    // a full suite run beside three builds).
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(16 * 1024).unwrap();
+    let mut client = socket.connect(broker.addr()).await.unwrap();
     let local = client.local_addr().unwrap();
     client.write_all(b"go\n").await.unwrap();
     // The client never reads: its window shuts, and the broker's sends go unacknowledged.
