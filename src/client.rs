@@ -223,14 +223,15 @@ impl<S: Stream> Client<S> {
             to_client,
         };
         let idle = self.pool.config.idle_timeout;
-        relay(
-            &mut self.stream,
-            upstream,
-            first,
-            counters,
-            idle,
-            self.entrance.ending.cut.cancelled(),
-        )
+        // Cut with every connection of the balancer, or with those of its server alone.
+        let (everyone, this_server) = (&self.entrance.ending.cut, &lease.cut);
+        let cut = async move {
+            tokio::select! {
+                _ = everyone.cancelled() => {}
+                _ = this_server.cancelled() => {}
+            }
+        };
+        relay(&mut self.stream, upstream, first, counters, idle, cut)
     }
 
     /// Accounts for a relayed connection that has ended.

@@ -71,6 +71,7 @@ pub mod listener;
 pub mod logging;
 pub mod monitor;
 pub mod os_error;
+pub mod overrides;
 pub mod places;
 pub mod query;
 pub mod relay;
