@@ -748,13 +748,18 @@ impl Balancer {
         {
             return false;
         }
+        let why = if reason.is_empty() {
+            String::new()
+        } else {
+            format!(" ({reason})")
+        };
+        let done = match mode {
+            crate::overrides::Mode::Drain => "draining",
+            crate::overrides::Mode::Disabled => "disabled",
+        };
         warn!(
-            by = %by,
-            reason = %reason,
-            open = server.active(),
-            "server {} {} by {by}: no new clients, its {} stay",
+            "server {} {done} by {by}{why}: no new clients, its {} stay",
             server.address,
-            if mode == crate::overrides::Mode::Drain { "draining" } else { mode.as_str() },
             plural(server.active() as usize, "open connection")
         );
         true
@@ -768,7 +773,11 @@ impl Balancer {
         };
         server.held.store(false, Relaxed);
         drop(overrides);
-        info!(by = %by, "server {} enabled by {by} (was {})", server.address, old.mode.as_str());
+        info!(
+            "server {} enabled by {by} (was {})",
+            server.address,
+            old.mode.as_str()
+        );
         true
     }
 
@@ -779,10 +788,16 @@ impl Balancer {
         let was = server.weight.swap(now, Relaxed);
         match weight {
             Some(_) => {
-                info!(by = %by, "server {} weight {was} -> {now} by {by} (the file says {file})", server.address)
+                info!(
+                    "server {} weight {was} -> {now} by {by} (the file says {file})",
+                    server.address
+                )
             }
             None => {
-                info!(by = %by, "server {} weight {was} -> {now} by {by}: the file's again", server.address)
+                info!(
+                    "server {} weight {was} -> {now} by {by}: the file's again",
+                    server.address
+                )
             }
         }
         now
@@ -797,6 +812,11 @@ impl Balancer {
             &format!("asked by {by}"),
             duration,
         );
+        info!(
+            "server {} put in quarantine by {by} for {}: checks do not end it; `appbroker ctl release` does",
+            server.address,
+            crate::config::show_duration(duration)
+        );
     }
 
     /// Ends `server`'s quarantine, whoever started it, on an operator's word; true when it was
@@ -804,7 +824,10 @@ impl Balancer {
     pub fn release_by(&self, server: &Server, by: &str) -> bool {
         let released = server.health.passed(Release::Operator, self.now());
         if released {
-            info!(by = %by, "releasing server {} from quarantine (released by {by})", server.address);
+            info!(
+                "releasing server {} from quarantine (released by {by})",
+                server.address
+            );
             self.events.emit(|| Event::Released {
                 balancer: self.kind(),
                 server: server.address.clone(),
@@ -820,7 +843,11 @@ impl Balancer {
         let open = server.active();
         let token = std::mem::take(&mut *server.cut.lock().unwrap_or_else(|p| p.into_inner()));
         token.cancel();
-        warn!(by = %by, "server {}: cutting its {} at the request of {by}", server.address, plural(open as usize, "open connection"));
+        warn!(
+            "server {}: cutting its {} at the request of {by}",
+            server.address,
+            plural(open as usize, "open connection")
+        );
         open
     }
 

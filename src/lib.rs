@@ -56,6 +56,7 @@
 // Functions short enough to read at once (clippy's default bound, 100 lines).
 #![warn(clippy::too_many_lines)]
 
+pub mod admin;
 pub mod balancer;
 pub mod broker;
 pub mod client;

@@ -616,7 +616,7 @@ fn demo_config() -> (tempfile::TempDir, std::path::PathBuf, Vec<u16>) {
     }
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("demo.ini");
-    std::fs::write(&path, text).unwrap();
+    std::fs::write(&path, with_own_admin_paths(&text, dir.path())).unwrap();
     (dir, path, ports)
 }
 

@@ -19,7 +19,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
-pub use value::{Cidr, Host, ServerId, show_duration, show_escaped};
+pub use value::{Cidr, Host, ServerId, duration_within, show_duration, show_escaped};
 
 /// The whole configuration of one broker process.
 #[derive(Debug, Clone)]
@@ -62,6 +62,13 @@ pub struct General {
     pub workers: u32,
     /// `DNS_MAX_LOOKUPS`: name lookups in flight at once in the process.
     pub dns_max_lookups: u32,
+    /// `CONTROL_SOCKET`: the control socket's path; `None` derives it from the file's name,
+    /// `0` turns it off (see `admin::paths`).
+    pub control_socket: Option<PathBuf>,
+    /// `CONTROL_GROUP`: a group that may use the control socket too.
+    pub control_group: Option<String>,
+    /// `STATE_FILE`: where overrides are kept; `None` derives it, `0` turns it off.
+    pub state_file: Option<PathBuf>,
 }
 
 /// `LANGUAGE`: the language of the status pages.

@@ -101,6 +101,13 @@ impl Broker {
         mut command: Command,
     ) -> Broker {
         command.env_remove("RUST_LOG").stdin(Stdio::null());
+        // A file written by the test itself gets its own control socket and state file too.
+        if let Ok(text) = std::fs::read_to_string(&config_path) {
+            let own = super::with_own_admin_paths(&text, dir.path());
+            if own != text {
+                std::fs::write(&config_path, own).expect("rewrite ini");
+            }
+        }
         let mut child = command.spawn().expect("spawn appbroker");
         let lines = Arc::new(Mutex::new(Vec::new()));
         let mut readers = Vec::new();
