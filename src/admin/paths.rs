@@ -12,6 +12,11 @@ use crate::config::General;
 pub struct Env {
     /// Running as root: the system's directories (`/run`, `/var/lib`).
     pub root: bool,
+    /// `$RUNTIME_DIRECTORY`: systemd's `RuntimeDirectory=appbroker` (`/run/appbroker`) for a
+    /// service that runs as its own user.
+    pub service_runtime_dir: Option<PathBuf>,
+    /// `$STATE_DIRECTORY`: systemd's `StateDirectory=appbroker` (`/var/lib/appbroker`).
+    pub service_state_dir: Option<PathBuf>,
     /// `$XDG_RUNTIME_DIR`, when set.
     pub runtime_dir: Option<PathBuf>,
     /// `$XDG_STATE_HOME`, when set.
@@ -28,8 +33,17 @@ impl Env {
                 .filter(|v| !v.is_empty())
                 .map(PathBuf::from)
         };
+        // systemd lists several directories separated by colons when given several.
+        let first = |name| {
+            var(name).map(|p: PathBuf| {
+                let text = p.to_string_lossy().into_owned();
+                PathBuf::from(text.split(':').next().unwrap_or_default())
+            })
+        };
         Env {
             root: is_root(),
+            service_runtime_dir: first("RUNTIME_DIRECTORY"),
+            service_state_dir: first("STATE_DIRECTORY"),
             runtime_dir: var("XDG_RUNTIME_DIR"),
             state_home: var("XDG_STATE_HOME"),
             home: var("HOME"),
@@ -75,8 +89,9 @@ fn dir_of(ini: &Path) -> PathBuf {
 }
 
 /// The control socket of the broker running `ini`: `CONTROL_SOCKET`, else
-/// `/run/appbroker/<stem>.sock` as root, `$XDG_RUNTIME_DIR/appbroker/<stem>.sock`, or next to
-/// the file. `None` when turned off (`CONTROL_SOCKET=0`).
+/// `/run/appbroker/<stem>.sock` as root, in systemd's `$RUNTIME_DIRECTORY` (the same
+/// `/run/appbroker` for the unit in contrib/), `$XDG_RUNTIME_DIR/appbroker/<stem>.sock`, or
+/// next to the file. `None` when turned off (`CONTROL_SOCKET=0`).
 pub fn control_socket(general: &General, ini: &Path, env: &Env) -> Option<PathBuf> {
     if let Some(path) = &general.control_socket {
         return configured(path, ini);
@@ -84,6 +99,8 @@ pub fn control_socket(general: &General, ini: &Path, env: &Env) -> Option<PathBu
     let name = format!("{}.sock", stem(ini));
     Some(if env.root {
         Path::new("/run/appbroker").join(name)
+    } else if let Some(dir) = &env.service_runtime_dir {
+        dir.join(name)
     } else if let Some(dir) = &env.runtime_dir {
         dir.join("appbroker").join(name)
     } else {
@@ -92,7 +109,8 @@ pub fn control_socket(general: &General, ini: &Path, env: &Env) -> Option<PathBu
 }
 
 /// The state file of the broker running `ini`: `STATE_FILE`, else
-/// `/var/lib/appbroker/<stem>.state` as root, `$XDG_STATE_HOME/appbroker/` or
+/// `/var/lib/appbroker/<stem>.state` as root, in systemd's `$STATE_DIRECTORY`,
+/// `$XDG_STATE_HOME/appbroker/` or
 /// `~/.local/state/appbroker/`, or next to the file. Never under `/run`, which systemd
 /// empties when the service stops. `None` when turned off (`STATE_FILE=0`).
 pub fn state_file(general: &General, ini: &Path, env: &Env) -> Option<PathBuf> {
@@ -102,6 +120,8 @@ pub fn state_file(general: &General, ini: &Path, env: &Env) -> Option<PathBuf> {
     let name = format!("{}.state", stem(ini));
     Some(if env.root {
         Path::new("/var/lib/appbroker").join(name)
+    } else if let Some(dir) = &env.service_state_dir {
+        dir.join(name)
     } else if let Some(dir) = &env.state_home {
         dir.join("appbroker").join(name)
     } else if let Some(home) = &env.home {
@@ -118,6 +138,8 @@ mod tests {
     fn env(root: bool, runtime: Option<&str>, state: Option<&str>, home: Option<&str>) -> Env {
         Env {
             root,
+            service_runtime_dir: None,
+            service_state_dir: None,
             runtime_dir: runtime.map(PathBuf::from),
             state_home: state.map(PathBuf::from),
             home: home.map(PathBuf::from),
@@ -161,6 +183,20 @@ mod tests {
                 &env(false, None, None, None)
             ),
             Some(PathBuf::from("./appserver.sock"))
+        );
+        // The unit in contrib/ runs as its own user, with systemd's directories.
+        let service = Env {
+            service_runtime_dir: Some(PathBuf::from("/run/appbroker")),
+            service_state_dir: Some(PathBuf::from("/var/lib/appbroker")),
+            ..env(false, None, None, Some("/home/appbroker"))
+        };
+        assert_eq!(
+            control_socket(&g, ini, &service),
+            Some(PathBuf::from("/run/appbroker/desktop.sock"))
+        );
+        assert_eq!(
+            state_file(&g, ini, &service),
+            Some(PathBuf::from("/var/lib/appbroker/desktop.state"))
         );
     }
 
