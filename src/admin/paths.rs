@@ -88,19 +88,19 @@ fn dir_of(ini: &Path) -> PathBuf {
     }
 }
 
-/// The control socket of the broker running `ini`: `CONTROL_SOCKET`, else
-/// `/run/appbroker/<stem>.sock` as root, in systemd's `$RUNTIME_DIRECTORY` (the same
-/// `/run/appbroker` for the unit in contrib/), `$XDG_RUNTIME_DIR/appbroker/<stem>.sock`, or
+/// The control socket of the broker running `ini`: `CONTROL_SOCKET`, else in systemd's
+/// `$RUNTIME_DIRECTORY` (`/run/appbroker` for the unit in contrib/, which may run as its own
+/// user), `/run/appbroker/<stem>.sock` as root, `$XDG_RUNTIME_DIR/appbroker/<stem>.sock`, or
 /// next to the file. `None` when turned off (`CONTROL_SOCKET=0`).
 pub fn control_socket(general: &General, ini: &Path, env: &Env) -> Option<PathBuf> {
     if let Some(path) = &general.control_socket {
         return configured(path, ini);
     }
     let name = format!("{}.sock", stem(ini));
-    Some(if env.root {
-        Path::new("/run/appbroker").join(name)
-    } else if let Some(dir) = &env.service_runtime_dir {
+    Some(if let Some(dir) = &env.service_runtime_dir {
         dir.join(name)
+    } else if env.root {
+        Path::new("/run/appbroker").join(name)
     } else if let Some(dir) = &env.runtime_dir {
         dir.join("appbroker").join(name)
     } else {
@@ -108,9 +108,9 @@ pub fn control_socket(general: &General, ini: &Path, env: &Env) -> Option<PathBu
     })
 }
 
-/// The state file of the broker running `ini`: `STATE_FILE`, else
-/// `/var/lib/appbroker/<stem>.state` as root, in systemd's `$STATE_DIRECTORY`,
-/// `$XDG_STATE_HOME/appbroker/` or
+/// The state file of the broker running `ini`: `STATE_FILE`, else in systemd's
+/// `$STATE_DIRECTORY` (`/var/lib/appbroker` for the unit in contrib/),
+/// `/var/lib/appbroker/<stem>.state` as root, `$XDG_STATE_HOME/appbroker/` or
 /// `~/.local/state/appbroker/`, or next to the file. Never under `/run`, which systemd
 /// empties when the service stops. `None` when turned off (`STATE_FILE=0`).
 pub fn state_file(general: &General, ini: &Path, env: &Env) -> Option<PathBuf> {
@@ -118,10 +118,10 @@ pub fn state_file(general: &General, ini: &Path, env: &Env) -> Option<PathBuf> {
         return configured(path, ini);
     }
     let name = format!("{}.state", stem(ini));
-    Some(if env.root {
-        Path::new("/var/lib/appbroker").join(name)
-    } else if let Some(dir) = &env.service_state_dir {
+    Some(if let Some(dir) = &env.service_state_dir {
         dir.join(name)
+    } else if env.root {
+        Path::new("/var/lib/appbroker").join(name)
     } else if let Some(dir) = &env.state_home {
         dir.join("appbroker").join(name)
     } else if let Some(home) = &env.home {

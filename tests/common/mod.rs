@@ -54,49 +54,11 @@ pub fn free_ports() -> Vec<u16> {
     vec![free_port(), free_port()]
 }
 
-/// `ini` with `@PORT@`, `@PORT2@` and `@DIR@` replaced by `ports` and `dir`, and a control
-/// socket and state file of its own in `dir` (see [`with_own_admin_paths`]).
+/// `ini` with `@PORT@`, `@PORT2@` and `@DIR@` replaced by `ports` and `dir`.
 pub fn fill_placeholders(ini: &str, ports: &[u16], dir: &Path) -> String {
-    let text = ini
-        .replace("@PORT@", &ports[0].to_string())
+    ini.replace("@PORT@", &ports[0].to_string())
         .replace("@PORT2@", &ports[1].to_string())
-        .replace("@DIR@", &dir.display().to_string());
-    with_own_admin_paths(&text, dir)
-}
-
-/// `ini` with `CONTROL_SOCKET` and `STATE_FILE` in `dir` unless it names them: the defaults
-/// (`/run/appbroker/appserver.sock` as root) are one per file name, and every test's file is
-/// called appserver.ini, so brokers of tests running at once would find each other's.
-pub fn with_own_admin_paths(ini: &str, dir: &Path) -> String {
-    let upper = ini.to_ascii_uppercase();
-    let mut keys = String::new();
-    if !upper.contains("CONTROL_SOCKET") {
-        keys.push_str(&format!(
-            "CONTROL_SOCKET={}\n",
-            dir.join("appbroker.sock").display()
-        ));
-    }
-    if !upper.contains("STATE_FILE") {
-        keys.push_str(&format!(
-            "STATE_FILE={}\n",
-            dir.join("appbroker.state").display()
-        ));
-    }
-    if keys.is_empty() {
-        return ini.to_string();
-    }
-    match upper.find("[GENERAL]") {
-        Some(at) => {
-            let end = ini[at..].find('\n').map_or(ini.len(), |n| at + n + 1);
-            let newline = if end == ini.len() && !ini.ends_with('\n') {
-                "\n"
-            } else {
-                ""
-            };
-            format!("{}{newline}{keys}{}", &ini[..end], &ini[end..])
-        }
-        None => format!("[General]\n{keys}\n{ini}"),
-    }
+        .replace("@DIR@", &dir.display().to_string())
 }
 
 /// An ini with one `[BALANCE_SMART_CLIENT_DESKTOP]` on `@PORT@` over `servers`, plus `extra`

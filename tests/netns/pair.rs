@@ -42,14 +42,16 @@ fn contrib(file: &str) -> PathBuf {
 
 /// The broker configuration both hosts run, the same file on each as in production.
 /// SHUTDOWN_GRACE is above keepalived's fall x interval (2 s): a broker stopping gracefully
-/// fails its check and gives the address away while it still accepts. The check asks PING on
-/// 127.0.0.1 until the binary has `appbroker ping`; from then on, `QUERY_ALLOW=198.18.0.20`
-/// (the client host alone) in the balancer makes every test here prove that the check no
-/// longer needs the query port.
+/// fails its check and gives the address away while it still accepts. The check runs
+/// `appbroker ping`, over the control socket: `QUERY_ALLOW=198.18.0.20` (the client host
+/// alone) in the balancer makes every test here prove that it does not need the query port.
+/// The hosts share one file system here, unlike real ones: the control socket and state file
+/// are named relative to each host's own file (its directory), not `/run/appbroker`.
 fn broker_ini() -> String {
     let mut ini = String::from(
-        "[General]\nConsoleLog=1\nSHUTDOWN_GRACE=5s\nSHUTDOWN_TIMEOUT=2s\n\n\
-         [BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_ADDRESS=0.0.0.0\n",
+        "[General]\nConsoleLog=1\nSHUTDOWN_GRACE=5s\nSHUTDOWN_TIMEOUT=2s\n\
+         CONTROL_SOCKET=appbroker.sock\nSTATE_FILE=appbroker.state\n\n\
+         [BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_ADDRESS=0.0.0.0\nQUERY_ALLOW=198.18.0.20\n",
     );
     ini.push_str(&format!("LOCAL_SERVER_PORT={PORT}\n"));
     for (i, (_, port)) in SERVERS.iter().enumerate() {
