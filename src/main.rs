@@ -289,29 +289,24 @@ fn control_socket(cli: &Cli, given: Option<&PathBuf>) -> Result<PathBuf, ExitCod
         .config
         .clone()
         .unwrap_or_else(|| PathBuf::from("appserver.ini"));
-    let loaded = match Config::from_path(&path) {
-        Ok(loaded) => loaded,
+    match admin::paths::control_socket_of_file(&path, &admin::paths::Env::current()) {
+        Ok(Some(socket)) => Ok(socket),
+        Ok(None) => {
+            logging::to_stderr(&format!(
+                "appbroker: {} turns the control socket off (CONTROL_SOCKET=0)",
+                path.display()
+            ));
+            Err(ExitCode::from(2))
+        }
         Err(e) => {
             logging::to_stderr(&format!("appbroker: {}", e.report()));
             logging::to_stderr(
-                "appbroker: the control socket is found from the broker's configuration: name                  it with --config PATH (or the socket with --socket PATH)",
+                "appbroker: the control socket is found from the broker's configuration: \
+                 name it with --config PATH (or the socket with --socket PATH)",
             );
-            return Err(ExitCode::from(2));
+            Err(ExitCode::from(2))
         }
-    };
-    let config = loaded.config;
-    admin::paths::control_socket(
-        &config.general,
-        &config.source,
-        &admin::paths::Env::current(),
-    )
-    .ok_or_else(|| {
-        logging::to_stderr(&format!(
-            "appbroker: {} turns the control socket off (CONTROL_SOCKET=0)",
-            path.display()
-        ));
-        ExitCode::from(2)
-    })
+    }
 }
 
 /// `appbroker ctl`: one request to a running broker, its answer printed.

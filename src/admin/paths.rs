@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::config::General;
+use crate::config::{self, General, LoadError};
 
 /// What the default paths depend on besides the configuration.
 #[derive(Debug, Clone, Default)]
@@ -106,6 +106,17 @@ pub fn control_socket(general: &General, ini: &Path, env: &Env) -> Option<PathBu
     } else {
         dir_of(ini).join(name)
     })
+}
+
+/// The control socket of the broker running the file at `ini`, read from its `[General]`
+/// alone: found even while the rest of the file holds errors (as when `ctl reload` is about to
+/// report them).
+pub fn control_socket_of_file(ini: &Path, env: &Env) -> Result<Option<PathBuf>, LoadError> {
+    let mut general = General::defaults();
+    if let Some(value) = config::general_value(ini, "CONTROL_SOCKET")? {
+        general.control_socket = (!value.is_empty()).then(|| PathBuf::from(value));
+    }
+    Ok(control_socket(&general, ini, env))
 }
 
 /// The state file of the broker running `ini`: `STATE_FILE`, else in systemd's

@@ -546,6 +546,21 @@ impl Config {
     }
 }
 
+/// The value of `key` (upper case) in the `[General]` section of the file at `path`, whatever
+/// errors the rest of the file holds: how `appbroker ctl` finds the control socket of a
+/// running broker whose file is being edited (a `ctl reload` must reach it to report them).
+pub fn general_value(path: &Path, key: &str) -> Result<Option<String>, LoadError> {
+    let text = decode(&read_file(path)?);
+    let scanned = ini::scan(&text, 0);
+    Ok(scanned
+        .sections
+        .iter()
+        .filter(|s| s.name == "GENERAL")
+        .flat_map(|s| &s.entries)
+        .rfind(|e| e.key == key)
+        .map(|e| e.value.clone()))
+}
+
 /// The bytes of the configuration file, refusing what is not a regular file or too large.
 fn read_file(path: &Path) -> Result<Vec<u8>, LoadError> {
     use std::io::Read;
