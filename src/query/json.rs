@@ -191,7 +191,7 @@ fn server(s: &ServerState) -> Server<'_> {
             .quarantine
             .map_or_else(|| "-".into(), |(_, until)| clock(until)),
         standby: 0,
-        inquarantine: s.state == Standing::Quarantined,
+        inquarantine: s.quarantine.is_some(),
         disabled: s.weight == 0 || s.state == Standing::Disabled,
         disabled_entry_time: s
             .overrides
