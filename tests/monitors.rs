@@ -927,11 +927,17 @@ async fn a_server_disabled_by_an_operator_is_not_read_as_quarantined() {
         .collect();
     assert_eq!(
         read,
-        [(a.address(), false), (b.address(), false), (c.address(), true)]
+        [
+            (a.address(), false),
+            (b.address(), false),
+            (c.address(), true)
+        ]
     );
     let p = peder::parse_html(&html);
     assert!(p.valid);
-    let body = http_get(broker.addr(), "/totvs_broker_query", &[]).await.text();
+    let body = http_get(broker.addr(), "/totvs_broker_query", &[])
+        .await
+        .text();
     let j = peder::parse_answer(&body);
     let statuses: Vec<&str> = j.servers.iter().map(|s| s.status).collect();
     assert_eq!(statuses, ["OK", "DESABILITADO", "QUARENTENA"]);
