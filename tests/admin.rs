@@ -68,11 +68,7 @@ fn socket_of(broker: &Broker) -> PathBuf {
 
 /// `n` clients' answers: the name of the server each reached.
 async fn names(broker: &Broker, n: usize) -> Vec<String> {
-    let mut names = Vec::new();
-    for _ in 0..n {
-        names.push(ask(broker.addr()).await.unwrap());
-    }
-    names
+    ask_many(broker.addr(), n).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -783,6 +783,18 @@ fn quarantine_answers(peder: &peder::Parsed, tbarbito: &[tbarbito::Slave]) -> Ve
     from_peder
 }
 
+/// The status page as the monitors' configured URL (…/totvs_broker_query/status) gets it,
+/// asked the way Python's requests asks: HTML.
+async fn status_page_as_python_asks(addr: std::net::SocketAddr) -> String {
+    http_get(
+        addr,
+        "/totvs_broker_query/status",
+        &[("Accept", "*/*"), ("User-Agent", "python-requests/2.32.3")],
+    )
+    .await
+    .text()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn both_monitors_read_our_pages_as_the_broker_sees_its_servers() {
     let a = TestServer::start("a").await;
@@ -826,13 +838,7 @@ async fn both_monitors_read_our_pages_as_the_broker_sees_its_servers() {
         let active: u64 = truth["total"]["connections"].as_u64().unwrap();
 
         // Their configured URL (…/totvs_broker_query/status): HTML.
-        let html = http_get(
-            broker.addr(),
-            "/totvs_broker_query/status",
-            &[("Accept", "*/*"), ("User-Agent", "python-requests/2.32.3")],
-        )
-        .await
-        .text();
+        let html = status_page_as_python_asks(broker.addr()).await;
         let p = peder::parse_html(&html);
         assert!(
             p.valid,
@@ -912,13 +918,7 @@ async fn a_server_disabled_by_an_operator_is_not_read_as_quarantined() {
     balancer.hold(&third, hold("and failing"));
     balancer.force_quarantine(&third, std::time::Duration::from_secs(600), "uid 0");
 
-    let html = http_get(
-        broker.addr(),
-        "/totvs_broker_query/status",
-        &[("Accept", "*/*"), ("User-Agent", "python-requests/2.32.3")],
-    )
-    .await
-    .text();
+    let html = status_page_as_python_asks(broker.addr()).await;
     assert!(html.contains("AppServer upgrade"), "the page says why");
     let slaves = tbarbito::parse_broker_page(&html);
     let read: Vec<(String, bool)> = slaves
