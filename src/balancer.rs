@@ -740,8 +740,12 @@ impl Balancer {
     /// connections stay. True when this changed anything.
     pub fn hold(&self, server: &Server, hold: Hold) -> bool {
         let (mode, reason, by) = (hold.mode, hold.reason.clone(), hold.by.clone());
-        let old = server.lock_overrides().hold(hold);
-        server.held.store(true, Relaxed);
+        let old = {
+            let mut overrides = server.lock_overrides();
+            // Under the lock, so `held` always says what `overrides` does.
+            server.held.store(true, Relaxed);
+            overrides.hold(hold)
+        };
         if old
             .as_ref()
             .is_some_and(|o| o.mode == mode && o.reason == reason)
@@ -824,15 +828,7 @@ impl Balancer {
     pub fn release_by(&self, server: &Server, by: &str) -> bool {
         let released = server.health.passed(Release::Operator, self.now());
         if released {
-            info!(
-                "releasing server {} from quarantine (released by {by})",
-                server.address
-            );
-            self.events.emit(|| Event::Released {
-                balancer: self.kind(),
-                server: server.address.clone(),
-                why: Release::Operator,
-            });
+            self.released_because(server, Release::Operator, &format!("released by {by}"));
         }
         released
     }
@@ -860,8 +856,9 @@ impl Balancer {
             server.weight.store(now, Relaxed);
         }
         if let Some(hold) = overrides.hold {
-            server.lock_overrides().hold(hold);
+            let mut held = server.lock_overrides();
             server.held.store(true, Relaxed);
+            held.hold(hold);
         }
         let o = server.overrides();
         info!(
@@ -917,10 +914,14 @@ impl Balancer {
 
     /// The one place a release is told: its line and its event.
     fn released(&self, server: &Server, why: Release) {
+        self.released_because(server, why, why.as_str());
+    }
+
+    /// A release told with `words` for its cause.
+    fn released_because(&self, server: &Server, why: Release, words: &str) {
         info!(
-            "releasing server {} from quarantine ({})",
-            server.address,
-            why.as_str()
+            "releasing server {} from quarantine ({words})",
+            server.address
         );
         self.events.emit(|| Event::Released {
             balancer: self.kind(),
@@ -970,7 +971,7 @@ impl Balancer {
 }
 
 /// Overrides in words, for logs: `disabled (reason) by uid 0, weight 3`.
-pub fn describe(o: &Overrides) -> String {
+fn describe(o: &Overrides) -> String {
     let mut words = Vec::new();
     if let Some(h) = &o.hold {
         let reason = if h.reason.is_empty() {
