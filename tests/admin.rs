@@ -554,6 +554,50 @@ async fn another_user_cannot_use_the_control_socket() {
     ctl_ok(&broker, &["show"]);
 }
 
+/// `CONTROL_GROUP`: the socket is 0660 and the group's, and a member may use it; a group that
+/// does not exist stops the start with its name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_control_group_lets_its_members_in() {
+    if !nix::unistd::geteuid().is_root() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI runs as root: this test must run there"
+        );
+        eprintln!("skipped: creating a user needs root");
+        return;
+    }
+    let a = TestServer::start("a").await;
+    let user = Throwaway::create();
+    let ini = ini_for(&[&a], "").replace(
+        "[General]\n",
+        &format!("[General]\nCONTROL_GROUP={}\n", user.name),
+    );
+    let broker = Broker::start(&ini).await;
+    std::fs::set_permissions(broker.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let socket = socket_of(&broker);
+    let meta = std::fs::metadata(&socket).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o660);
+    assert_eq!(std::os::unix::fs::MetadataExt::gid(&meta), user.gid);
+    let mut command = Command::new(binary());
+    command.args(["ctl", "--socket"]).arg(&socket).arg("show");
+    std::os::unix::process::CommandExt::uid(&mut command, user.uid);
+    std::os::unix::process::CommandExt::gid(&mut command, user.gid);
+    let (code, out, err) = run_bounded(command);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("BALANCE_SMART_CLIENT_DESKTOP"), "{out}");
+
+    let mut unknown = Broker::spawn(
+        &ini_for(&[&a], "").replace("[General]\n", "[General]\nCONTROL_GROUP=no-such-group-x\n"),
+        &[],
+    );
+    assert_eq!(unknown.wait_exit().await.code(), Some(1));
+    assert!(
+        unknown.has_log("CONTROL_GROUP no-such-group-x is no group of this machine"),
+        "{}",
+        unknown.log_text()
+    );
+}
+
 /// A system user made for one test and removed after it.
 struct Throwaway {
     name: String,
@@ -563,7 +607,12 @@ struct Throwaway {
 
 impl Throwaway {
     fn create() -> Throwaway {
-        let name = format!("abtest{}", std::process::id());
+        // One name per test of this process; made one at a time (useradd locks /etc/passwd,
+        // and a second one meanwhile would fail rather than wait).
+        static MADE: std::sync::Mutex<u32> = std::sync::Mutex::new(0);
+        let mut made = MADE.lock().unwrap_or_else(|p| p.into_inner());
+        *made += 1;
+        let name = format!("abtest{}x{made}", std::process::id());
         let status = Command::new("useradd")
             .args(["--system", "--no-create-home", "--user-group", &name])
             .status()
