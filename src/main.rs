@@ -468,7 +468,23 @@ fn bind_control_socket(
         return Ok(None);
     };
     let group = config.general.control_group.as_deref();
-    Ok(Some(admin::socket::ControlSocket::bind(path, group)?))
+    match admin::socket::ControlSocket::bind(path, group) {
+        Ok(socket) => Ok(Some(socket)),
+        // Another broker runs this file, or the operator named a socket or group that cannot
+        // be: a start that says so beats a broker nobody can administer.
+        Err(e @ admin::socket::SocketError::Live(_))
+        | Err(e @ admin::socket::SocketError::NoGroup(_)) => Err(e.into()),
+        Err(e) if config.general.control_socket.is_some() => Err(e.into()),
+        // The derived default is not writable (an unprivileged start with the file in /etc,
+        // say): serve anyway, and say how to get the socket.
+        Err(e) => {
+            warn!(
+                "{e}; serving without a control socket: `appbroker ctl` cannot reach this \
+                 broker (set CONTROL_SOCKET in [General] to a path this user may create, or 0)"
+            );
+            Ok(None)
+        }
+    }
 }
 
 /// Serves `socket` with `admin`, once the broker runs.
