@@ -309,6 +309,7 @@ async fn cut_closes_that_servers_connections_and_no_other() {
     broker
         .wait_for_log("cutting its 2 open connections at the request of uid")
         .await;
+    broker.wait_for_logs("ended_by=operator-cut", 2).await;
     // The server itself stays in the balancing.
     assert!(names(&broker, 4).await.iter().any(|n| n == "a"));
 }
