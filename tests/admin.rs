@@ -599,6 +599,47 @@ async fn a_control_group_lets_its_members_in() {
     );
 }
 
+/// A broker started by a user who may not create its derived socket (here `nobody`, with the
+/// socket's directory root's) serves anyway, and says how to get a control socket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_derived_socket_that_cannot_be_made_is_a_warning_not_a_failed_start() {
+    if !nix::unistd::geteuid().is_root() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI runs as root: this test must run there"
+        );
+        eprintln!("skipped: becoming another user needs root");
+        return;
+    }
+    let a = TestServer::start("a").await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let program = dir.path().join("appbroker");
+    std::fs::copy(binary(), &program).unwrap();
+    let ports = free_ports();
+    let config_path = dir.path().join("appserver.ini");
+    std::fs::write(
+        &config_path,
+        fill_placeholders(&ini_for(&[&a], ""), &ports, dir.path()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&config_path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut command = Command::new("setpriv");
+    command
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&program)
+        .arg("--config")
+        .arg(&config_path);
+    let broker = Broker::spawn_command(dir, config_path, ports, command);
+    broker.wait_for_log("broker ready").await;
+    assert!(
+        broker.has_log("serving without a control socket"),
+        "{}",
+        broker.log_text()
+    );
+    assert_eq!(ask(broker.addr()).await.unwrap(), "a");
+}
+
 /// A system user made for one test and removed after it.
 struct Throwaway {
     name: String,
