@@ -10,12 +10,13 @@
 use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 use tracing::{Span, debug, error, info, info_span, warn};
 
 use crate::clock::{Clock, time_of_day, wall_ms};
@@ -26,6 +27,7 @@ use crate::config::{
 use crate::events::{Event, Events, Unserved};
 use crate::health::{Check, CheckFailed, Episode, Health, Now, Reason, Release};
 use crate::os_error::{Explained, PointsAt};
+use crate::overrides::{Hold, Overrides};
 use crate::places::{Place, QueryPlaces};
 use crate::relay::{End, Outcome};
 use crate::resolve::Resolver;
@@ -45,8 +47,18 @@ pub struct Server {
     pub port: u16,
     /// `host:port` as configured, the name logs and pages use.
     pub address: String,
-    /// Share of new clients; 0 drains the server. A reload may change it.
+    /// Share of new clients; 0 drains the server. A reload may change it, unless an operator's
+    /// weight overrides it.
     weight: AtomicU32,
+    /// The weight the file gives, whatever an operator's override says.
+    file_weight: AtomicU32,
+    /// True while an operator holds it out of the balancing (disabled or draining): the hot
+    /// path reads this, `overrides` says why.
+    held: AtomicBool,
+    /// The operator's overrides, changed only through [`Balancer`]'s methods.
+    overrides: Mutex<Overrides>,
+    /// Cancelled to cut every connection to it (`ctl cut`), then replaced by a fresh one.
+    cut: Mutex<CancellationToken>,
     /// Connections counted against it now (chosen, connecting or relaying).
     active: AtomicU64,
     /// Connections relayed since start.
@@ -79,6 +91,10 @@ impl Server {
             port: config.port,
             address: config.address(),
             weight: AtomicU32::new(config.weight),
+            file_weight: AtomicU32::new(config.weight),
+            held: AtomicBool::new(false),
+            overrides: Mutex::new(Overrides::default()),
+            cut: Mutex::new(CancellationToken::new()),
             active: AtomicU64::new(0),
             total: AtomicU64::new(0),
             peak: AtomicU64::new(0),
@@ -112,9 +128,32 @@ impl Server {
         self.health.is_quarantined()
     }
 
-    /// How the server stands at `now_ms` on its balancer's clock.
+    /// Connections counted against it now.
+    pub fn active(&self) -> u64 {
+        self.active.load(Relaxed)
+    }
+
+    /// A copy of the operator's overrides.
+    pub fn overrides(&self) -> Overrides {
+        self.lock_overrides().clone()
+    }
+
+    fn lock_overrides(&self) -> std::sync::MutexGuard<'_, Overrides> {
+        self.overrides.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// True when `name` names this server: its id (`01`) or its `host:port`.
+    pub fn is_named(&self, name: &str) -> bool {
+        self.id.to_string().eq_ignore_ascii_case(name) || self.address.eq_ignore_ascii_case(name)
+    }
+
+    /// How the server stands at `now_ms` on its balancer's clock. An operator's hold is told
+    /// before a quarantine: a page reader must not take a server in maintenance for a failing
+    /// one.
     fn standing(&self, now_ms: u64) -> Standing {
-        if !self.health.is_available(now_ms) {
+        if self.held.load(Relaxed) {
+            Standing::Disabled
+        } else if !self.health.is_available(now_ms) {
             Standing::Quarantined
         } else if self.weight.load(Relaxed) == 0 {
             Standing::Draining
@@ -138,6 +177,9 @@ impl Server {
             id: self.id.to_string(),
             address: self.address.clone(),
             weight: self.weight.load(Relaxed),
+            file_weight: self.file_weight.load(Relaxed),
+            overrides: self.overrides(),
+            forced: detail.forced,
             state: standing,
             active: self.active.load(Relaxed),
             peak: self.peak.load(Relaxed),
@@ -145,7 +187,7 @@ impl Server {
             failed_connects: self.failed_connects.load(Relaxed),
             bytes_to_server: self.bytes_to_server.load(Relaxed),
             bytes_to_client: self.bytes_to_client.load(Relaxed),
-            quarantine: (standing == Standing::Quarantined)
+            quarantine: (!self.health.is_available(now_ms))
                 .then_some((detail.since_wall_ms, detail.until_wall_ms)),
             reason: detail.reason,
             last_error: detail.last_error,
@@ -166,6 +208,9 @@ pub enum Standing {
     Quarantined,
     /// Weight 0: no new clients, existing ones stay.
     Draining,
+    /// Held out by an operator (`ctl disable` or `ctl drain`): no new clients, existing ones
+    /// stay; any quarantine it is in as well is shown beside it, not instead.
+    Disabled,
 }
 
 /// A server read at one instant: what pages render and tests assert on.
@@ -175,8 +220,14 @@ pub struct ServerState {
     pub id: String,
     /// `host:port` as configured.
     pub address: String,
-    /// Configured weight.
+    /// The weight in use (an operator's override, else the file's).
     pub weight: u32,
+    /// The file's weight.
+    pub file_weight: u32,
+    /// The operator's overrides.
+    pub overrides: Overrides,
+    /// The current quarantine was asked for by an operator.
+    pub forced: bool,
     /// Where it stands.
     pub state: Standing,
     /// Connections counted against it now.
@@ -414,13 +465,22 @@ impl Balancer {
             .iter()
             .map(|s| match old.same_server(s) {
                 Some(server) => {
-                    let was = server.weight.swap(s.weight, Relaxed);
-                    if was != s.weight {
+                    let overrides = server.lock_overrides();
+                    server.file_weight.store(s.weight, Relaxed);
+                    let weight = overrides.effective_weight(s.weight);
+                    let was = server.weight.swap(weight, Relaxed);
+                    if was != weight {
                         changes.push(format!(
-                            "server {} weight {was} -> {}",
+                            "server {} weight {was} -> {weight}",
+                            server.address
+                        ));
+                    } else if overrides.weight.is_some() {
+                        changes.push(format!(
+                            "server {} keeps the operator's weight {weight} (the file says {})",
                             server.address, s.weight
                         ));
                     }
+                    drop(overrides);
                     Arc::clone(server)
                 }
                 None => {
@@ -664,6 +724,151 @@ impl Balancer {
     }
 
     // -----------------------------------------------------------------------------------
+    // An operator's overrides (`appbroker ctl`), applied and logged once with who asked
+    // -----------------------------------------------------------------------------------
+
+    /// The server of the current pool that `name` names (its id or `host:port`).
+    pub fn find_server(&self, name: &str) -> Option<Arc<Server>> {
+        self.pool()
+            .servers
+            .iter()
+            .find(|s| s.is_named(name))
+            .cloned()
+    }
+
+    /// Holds `server` out of the balancing (disabled or draining): no new clients, its open
+    /// connections stay. True when this changed anything.
+    pub fn hold(&self, server: &Server, hold: Hold) -> bool {
+        let (mode, reason, by) = (hold.mode, hold.reason.clone(), hold.by.clone());
+        let old = {
+            let mut overrides = server.lock_overrides();
+            // Under the lock, so `held` always says what `overrides` does.
+            server.held.store(true, Relaxed);
+            overrides.hold(hold)
+        };
+        if old
+            .as_ref()
+            .is_some_and(|o| o.mode == mode && o.reason == reason)
+        {
+            return false;
+        }
+        let why = if reason.is_empty() {
+            String::new()
+        } else {
+            format!(" ({reason})")
+        };
+        let done = match mode {
+            crate::overrides::Mode::Drain => "draining",
+            crate::overrides::Mode::Disabled => "disabled",
+        };
+        warn!(
+            "server {} {done} by {by}{why}: no new clients, its {} stay",
+            server.address,
+            plural(server.active() as usize, "open connection")
+        );
+        true
+    }
+
+    /// Ends an operator's hold of `server`; true when it was held.
+    pub fn enable(&self, server: &Server, by: &str) -> bool {
+        let mut overrides = server.lock_overrides();
+        let Some(old) = overrides.enable() else {
+            return false;
+        };
+        server.held.store(false, Relaxed);
+        drop(overrides);
+        info!(
+            "server {} enabled by {by} (was {})",
+            server.address,
+            old.mode.as_str()
+        );
+        true
+    }
+
+    /// Gives `server` an operator's weight (`None`: the file's again); the weight it takes.
+    pub fn set_weight(&self, server: &Server, weight: Option<u32>, by: &str) -> u32 {
+        let file = server.file_weight.load(Relaxed);
+        let now = server.lock_overrides().set_weight(weight, file);
+        let was = server.weight.swap(now, Relaxed);
+        match weight {
+            Some(_) => {
+                info!(
+                    "server {} weight {was} -> {now} by {by} (the file says {file})",
+                    server.address
+                )
+            }
+            None => {
+                info!(
+                    "server {} weight {was} -> {now} by {by}: the file's again",
+                    server.address
+                )
+            }
+        }
+        now
+    }
+
+    /// Puts `server` in quarantine for `duration` on an operator's word: passing checks do not
+    /// end it, only its time or [`Balancer::release_by`].
+    pub fn force_quarantine(&self, server: &Server, duration: Duration, by: &str) {
+        self.quarantine_for(
+            server,
+            Reason::Operator,
+            &format!("asked by {by}"),
+            duration,
+        );
+        info!(
+            "server {} put in quarantine by {by} for {}: checks do not end it; `appbroker ctl release` does",
+            server.address,
+            crate::config::show_duration(duration)
+        );
+    }
+
+    /// Ends `server`'s quarantine, whoever started it, on an operator's word; true when it was
+    /// in one.
+    pub fn release_by(&self, server: &Server, by: &str) -> bool {
+        let released = server.health.passed(Release::Operator, self.now());
+        if released {
+            self.released_because(server, Release::Operator, &format!("released by {by}"));
+        }
+        released
+    }
+
+    /// Closes every open connection to `server` now (what each relay has written is flushed
+    /// by the close); returns how many were open.
+    pub fn cut(&self, server: &Server, by: &str) -> u64 {
+        let open = server.active();
+        let token = std::mem::take(&mut *server.cut.lock().unwrap_or_else(|p| p.into_inner()));
+        token.cancel();
+        warn!(
+            "server {}: cutting its {} at the request of {by}",
+            server.address,
+            plural(open as usize, "open connection")
+        );
+        open
+    }
+
+    /// Applies overrides read back from the state file to `server` (its hold as it was, its
+    /// weight); logged once.
+    pub fn restore(&self, server: &Server, overrides: Overrides) {
+        if let Some(weight) = overrides.weight {
+            let file = server.file_weight.load(Relaxed);
+            let now = server.lock_overrides().set_weight(Some(weight), file);
+            server.weight.store(now, Relaxed);
+        }
+        if let Some(hold) = overrides.hold {
+            let mut held = server.lock_overrides();
+            server.held.store(true, Relaxed);
+            held.hold(hold);
+        }
+        let o = server.overrides();
+        info!(
+            "server {}: restored from the state file: {}",
+            server.address,
+            describe(&o)
+        );
+    }
+
+    // -----------------------------------------------------------------------------------
     // Health: the quarantine transitions applied and logged, the monitor's checks counted
     // -----------------------------------------------------------------------------------
 
@@ -671,6 +876,11 @@ impl Balancer {
     /// and logs it: the TOTVS line byte for byte, then the end in local time for people.
     pub fn quarantine(&self, server: &Server, reason: Reason, error: &str) {
         let duration = self.pool.load().config.quarantine_time;
+        self.quarantine_for(server, reason, error, duration);
+    }
+
+    /// Puts `server` in quarantine for `reason` for `duration` (or moves its end), and logs it.
+    fn quarantine_for(&self, server: &Server, reason: Reason, error: &str, duration: Duration) {
         let q = server.health.failed(reason, error, duration, self.now());
         if q.expired_first {
             self.released(server, Release::TimeUp);
@@ -704,10 +914,14 @@ impl Balancer {
 
     /// The one place a release is told: its line and its event.
     fn released(&self, server: &Server, why: Release) {
+        self.released_because(server, why, why.as_str());
+    }
+
+    /// A release told with `words` for its cause.
+    fn released_because(&self, server: &Server, why: Release, words: &str) {
         info!(
-            "releasing server {} from quarantine ({})",
-            server.address,
-            why.as_str()
+            "releasing server {} from quarantine ({words})",
+            server.address
         );
         self.events.emit(|| Event::Released {
             balancer: self.kind(),
@@ -753,6 +967,27 @@ impl Balancer {
         for server in &self.pool().servers {
             server.sample();
         }
+    }
+}
+
+/// Overrides in words, for logs: `disabled (reason) by uid 0, weight 3`.
+fn describe(o: &Overrides) -> String {
+    let mut words = Vec::new();
+    if let Some(h) = &o.hold {
+        let reason = if h.reason.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", h.reason)
+        };
+        words.push(format!("{}{reason} by {}", h.mode.as_str(), h.by));
+    }
+    if let Some(w) = o.weight {
+        words.push(format!("weight {w}"));
+    }
+    if words.is_empty() {
+        "no override".to_string()
+    } else {
+        words.join(", ")
     }
 }
 
@@ -833,8 +1068,15 @@ impl Pool {
         loads.extend(self.servers.iter().enumerate().map(|(i, s)| {
             let weight = s.weight.load(Relaxed);
             let ok = weight > 0
+                && !s.held.load(Relaxed)
                 && !tried.contains(&i)
-                && (eligible == Eligible::EvenQuarantined || s.health.is_available(clock_ms));
+                && match eligible {
+                    Eligible::Available => s.health.is_available(clock_ms),
+                    // Not one an operator put there: that is no stale quarantine.
+                    Eligible::EvenQuarantined => {
+                        s.health.is_available(clock_ms) || !s.health.is_forced()
+                    }
+                };
             ok.then_some(Load {
                 weight,
                 active: s.active.load(Relaxed),
@@ -845,10 +1087,12 @@ impl Pool {
         let active = server.active.fetch_add(1, Relaxed) + 1;
         fetch_max(&server.peak, active);
         drop(guard);
+        let cut = server.cut.lock().unwrap_or_else(|p| p.into_inner()).clone();
         Some(Lease {
             index,
             server,
             stale: eligible == Eligible::EvenQuarantined,
+            cut,
         })
     }
 }
@@ -862,6 +1106,8 @@ pub struct Lease {
     pub server: Arc<Server>,
     /// Chosen although quarantined (every server was): its quarantine may be stale.
     pub stale: bool,
+    /// Cancelled when an operator cuts the server's connections.
+    pub cut: CancellationToken,
 }
 
 impl Lease {
@@ -923,5 +1169,104 @@ mod tests {
         assert_eq!(balancer.release_expired(), Some(second_end));
         assert!(!pool.servers[0].is_quarantined());
         assert!(pool.servers[1].is_quarantined());
+    }
+
+    fn hold(mode: crate::overrides::Mode) -> Hold {
+        Hold {
+            mode,
+            reason: "patch".into(),
+            by: "uid 0".into(),
+            since_wall_ms: 1,
+        }
+    }
+
+    /// The servers (by index) the next `n` picks choose, each lease dropped at once.
+    fn picks(balancer: &Balancer, n: usize) -> Vec<usize> {
+        let pool = balancer.pool();
+        (0..n)
+            .filter_map(|_| {
+                let now = balancer.clock_ms();
+                pool.pick(now, &[], Eligible::Available)
+                    .or_else(|| pool.pick(now, &[], Eligible::EvenQuarantined))
+                    .map(|lease| lease.index)
+            })
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_held_server_gets_no_client_until_enabled() {
+        let balancer =
+            balancer("REMOTE_SERVER_01=127.0.0.1 6001\nREMOTE_SERVER_02=127.0.0.1 6002\n");
+        let first = balancer.find_server("01").expect("by id");
+        assert!(
+            balancer.find_server("127.0.0.1:6002").is_some(),
+            "by address"
+        );
+        assert!(balancer.hold(&first, hold(crate::overrides::Mode::Disabled)));
+        assert!(picks(&balancer, 10).iter().all(|&i| i == 1));
+        assert_eq!(balancer.state().servers[0].state, Standing::Disabled);
+        // Even with every other server quarantined, a held one is not tried.
+        let second = balancer.find_server("02").expect("by id");
+        balancer.quarantine(&second, Reason::Monitor, "refused");
+        assert!(picks(&balancer, 3).iter().all(|&i| i == 1));
+        assert!(balancer.enable(&first, "uid 0"));
+        assert!(!balancer.enable(&first, "uid 0"), "nothing left to enable");
+        assert_eq!(picks(&balancer, 2), vec![0, 0]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_operators_weight_is_followed_and_outlives_a_reload() {
+        let text = "REMOTE_SERVER_01=127.0.0.1 6001\nREMOTE_SERVER_02=127.0.0.1 6002\n";
+        let balancer = balancer(text);
+        let first = balancer.find_server("01").expect("by id");
+        assert_eq!(balancer.set_weight(&first, Some(0), "uid 0"), 0);
+        assert!(picks(&balancer, 4).iter().all(|&i| i == 1));
+        let again = super::tests::balancer(
+            "REMOTE_SERVER_01=127.0.0.1 6001 5\nREMOTE_SERVER_02=127.0.0.1 6002\n",
+        );
+        let changes = balancer.reconfigure(again.pool().config.clone());
+        assert!(
+            changes
+                .iter()
+                .any(|c| c.contains("keeps the operator's weight 0")),
+            "{changes:?}"
+        );
+        let state = balancer.state();
+        assert_eq!(
+            (state.servers[0].weight, state.servers[0].file_weight),
+            (0, 5)
+        );
+        assert_eq!(
+            balancer.set_weight(&first, None, "uid 0"),
+            5,
+            "the file's again"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_operators_quarantine_is_no_stale_one_to_fall_back_on() {
+        let balancer = balancer("REMOTE_SERVER_01=127.0.0.1 6001\n");
+        let server = balancer.find_server("01").expect("by id");
+        balancer.quarantine(&server, Reason::Monitor, "refused");
+        assert_eq!(picks(&balancer, 1), vec![0], "a stale quarantine is tried");
+        balancer.force_quarantine(&server, Duration::from_secs(600), "uid 0");
+        assert!(picks(&balancer, 1).is_empty());
+        balancer.release(&server, Release::CheckPassed);
+        assert!(picks(&balancer, 1).is_empty(), "checks do not end it");
+        assert!(balancer.release_by(&server, "uid 0"));
+        assert_eq!(picks(&balancer, 1), vec![0]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cut_ends_the_leases_of_that_server_only() {
+        let balancer =
+            balancer("REMOTE_SERVER_01=127.0.0.1 6001\nREMOTE_SERVER_02=127.0.0.1 6002\n");
+        let pool = balancer.pool();
+        let a = pool.pick(0, &[1], Eligible::Available).expect("01");
+        let b = pool.pick(0, &[0], Eligible::Available).expect("02");
+        assert_eq!(balancer.cut(&a.server, "uid 0"), 1);
+        assert!(a.cut.is_cancelled() && !b.cut.is_cancelled());
+        let later = pool.pick(0, &[1], Eligible::Available).expect("01");
+        assert!(!later.cut.is_cancelled(), "a new connection is not cut");
     }
 }

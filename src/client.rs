@@ -21,7 +21,7 @@ use crate::query::{
     self,
     sniff::{Verdict, sniff},
 };
-use crate::relay::{Counters, Outcome, relay};
+use crate::relay::{Counters, End, Outcome, relay};
 use crate::stream::Stream;
 
 /// What every client of one listening socket shares: the broker's state, the balancer, how
@@ -114,7 +114,14 @@ impl<S: Stream> Client<S> {
             return;
         };
         slot.admit();
-        let outcome = self.relay(&lease, &mut upstream, first).await;
+        let mut outcome = self.relay(&lease, &mut upstream, first).await;
+        if outcome.end == End::Stopped
+            && lease.cut.is_cancelled()
+            && !self.entrance.ending.cut.is_cancelled()
+        {
+            // Its server's connections were cut, not everyone's.
+            outcome.end = End::Cut;
+        }
         self.account(&lease, &outcome, started);
     }
 
@@ -223,14 +230,15 @@ impl<S: Stream> Client<S> {
             to_client,
         };
         let idle = self.pool.config.idle_timeout;
-        relay(
-            &mut self.stream,
-            upstream,
-            first,
-            counters,
-            idle,
-            self.entrance.ending.cut.cancelled(),
-        )
+        // Cut with every connection of the balancer, or with those of its server alone.
+        let (everyone, this_server) = (&self.entrance.ending.cut, &lease.cut);
+        let cut = async move {
+            tokio::select! {
+                _ = everyone.cancelled() => {}
+                _ = this_server.cancelled() => {}
+            }
+        };
+        relay(&mut self.stream, upstream, first, counters, idle, cut)
     }
 
     /// Accounts for a relayed connection that has ended.

@@ -19,6 +19,8 @@ pub enum Reason {
     Monitor,
     /// A client's connect to it failed.
     Connect,
+    /// An operator asked for it (`appbroker ctl quarantine`): checks do not end it.
+    Operator,
 }
 
 impl Reason {
@@ -27,6 +29,7 @@ impl Reason {
         match self {
             Reason::Monitor => "monitor",
             Reason::Connect => "connect",
+            Reason::Operator => "operator",
         }
     }
 }
@@ -40,6 +43,8 @@ pub enum Release {
     ClientConnected,
     /// `QUARANTINE_TIME` ran out.
     TimeUp,
+    /// An operator asked for it (`appbroker ctl release`).
+    Operator,
 }
 
 impl Release {
@@ -49,6 +54,7 @@ impl Release {
             Release::CheckPassed => "monitor check passed",
             Release::ClientConnected => "a client connected to it",
             Release::TimeUp => "quarantine time is up",
+            Release::Operator => "released by an operator",
         }
     }
 }
@@ -103,6 +109,9 @@ pub struct Detail {
     pub fails_in_a_row: u32,
     /// Monitor checks passed in a row since the last failure or quarantine (for `MONITOR_RISE`).
     pub passes_in_a_row: u32,
+    /// The current quarantine was asked for by an operator: passing checks and clients'
+    /// connects do not end it, only its time or an operator's release.
+    pub forced: bool,
 }
 
 /// An instant as health records it: on the balancer's monotonic clock (deadlines, which a
@@ -155,6 +164,12 @@ impl Health {
         until == 0 || until <= now_ms
     }
 
+    /// True while an operator's quarantine lasts: no client is sent to it, even when every
+    /// other server is quarantined too.
+    pub fn is_forced(&self) -> bool {
+        self.lock().forced
+    }
+
     /// True while a quarantine is recorded (it may have run out and await its release).
     pub fn is_quarantined(&self) -> bool {
         self.until_ms.load(Relaxed) != 0
@@ -196,13 +211,26 @@ impl Health {
                 released: None,
             });
         }
+        let mut until_ms = now.ms + duration.as_millis() as u64;
+        let mut until_wall_ms = until_wall_ms;
+        if reason == Reason::Operator {
+            // An operator's word sets the end, sooner or later than a running quarantine's.
+            detail.forced = true;
+        } else if detail.forced {
+            // A failure never shortens what an operator asked for.
+            until_ms = until_ms.max(self.until_ms.load(Relaxed));
+            until_wall_ms = until_wall_ms.max(detail.until_wall_ms);
+        }
+        if reason == Reason::Operator || !detail.forced {
+            detail.reason = Some(reason);
+        }
         detail.until_wall_ms = until_wall_ms;
         // Any failure, a client's included, starts the count to MONITOR_RISE again.
         detail.passes_in_a_row = 0;
-        detail.reason = Some(reason);
-        detail.last_error = Some(error.to_string());
-        self.until_ms
-            .store(now.ms + duration.as_millis() as u64, Relaxed);
+        if reason != Reason::Operator {
+            detail.last_error = Some(error.to_string());
+        }
+        self.until_ms.store(until_ms, Relaxed);
         Quarantined {
             expired_first,
             started,
@@ -213,8 +241,12 @@ impl Health {
 
     /// The server proved itself alive (`why`): ends its quarantine, if it is in one. True when
     /// one ended.
+    /// A quarantine an operator asked for ends only by an operator's release (or its time).
     pub fn passed(&self, why: Release, now: Now) -> bool {
         let mut detail = self.lock();
+        if detail.forced && why != Release::Operator {
+            return false;
+        }
         self.close(&mut detail, why, now, false)
     }
 
@@ -258,6 +290,7 @@ impl Health {
             return false;
         }
         self.until_ms.store(0, Relaxed);
+        detail.forced = false;
         detail.since_wall_ms = 0;
         detail.until_wall_ms = 0;
         if let Some(last) = detail
@@ -383,5 +416,36 @@ mod tests {
             1,
             "a client's failure too"
         );
+    }
+
+    #[test]
+    fn an_operators_quarantine_outlasts_checks_and_failures_until_released() {
+        let health = Health::default();
+        let q = health.failed(Reason::Operator, "asked by uid 0", MINUTES_2, at(0));
+        assert!(q.started);
+        assert!(health.is_forced());
+        assert!(
+            !health.passed(Release::CheckPassed, at(1)),
+            "checks do not end it"
+        );
+        assert!(!health.passed(Release::ClientConnected, at(1)));
+        // A failure with a shorter end leaves the operator's end alone.
+        health.failed(Reason::Monitor, "refused", Duration::from_secs(10), at(5));
+        assert!(!health.is_available(at(119).ms));
+        assert_eq!(health.detail().reason, Some(Reason::Operator));
+        assert!(health.passed(Release::Operator, at(20)));
+        assert!(!health.is_forced() && health.is_available(at(20).ms));
+        // And once over, an ordinary quarantine ends with checks again.
+        health.failed(Reason::Monitor, "refused", MINUTES_2, at(30));
+        assert!(health.passed(Release::CheckPassed, at(31)));
+    }
+
+    #[test]
+    fn an_operators_quarantine_ends_when_its_time_is_up() {
+        let health = Health::default();
+        health.failed(Reason::Operator, "asked", Duration::from_secs(30), at(0));
+        assert!(!health.expired(at(29)));
+        assert!(health.expired(at(30)));
+        assert!(!health.is_forced());
     }
 }

@@ -22,6 +22,11 @@
 //! - [`balancer`]: a balancer's live state: servers, counters, the lease that counts a
 //!   connection against its server; one method per event; its state read at one instant.
 //! - [`health`]: a server's quarantine state as pure transitions returning what changed.
+//! - [`overrides`]: an operator's overrides of a server (disabled, drain, weight) as pure
+//!   transitions; the balancer applies them and logs.
+//! - [`admin`]: runtime administration: the control socket (JSON lines), `appbroker ctl` and
+//!   `ping`, the state file that keeps overrides over a restart. It calls the balancer's
+//!   methods; nothing below it imports it.
 //! - [`select`]: the balancing policies, pure logic.
 //! - [`relay`]: bytes both ways with half-close over any stream; splice between plain
 //!   sockets.
@@ -56,6 +61,7 @@
 // Functions short enough to read at once (clippy's default bound, 100 lines).
 #![warn(clippy::too_many_lines)]
 
+pub mod admin;
 pub mod balancer;
 pub mod broker;
 pub mod client;
@@ -71,6 +77,7 @@ pub mod listener;
 pub mod logging;
 pub mod monitor;
 pub mod os_error;
+pub mod overrides;
 pub mod places;
 pub mod query;
 pub mod relay;

@@ -9,12 +9,14 @@ use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context;
+use appbroker::admin::protocol::Request;
 use appbroker::config::{Config, LoadError, Loaded};
 use appbroker::shutdown::handle_signals;
 use appbroker::workers::WorkerThreads;
-use appbroker::{Broker, config, demo, logging, sys};
+use appbroker::{Broker, admin, config, demo, logging, sys};
 use clap::{Parser, Subcommand};
 use tracing::{info, warn};
 
@@ -63,6 +65,111 @@ enum Command {
     /// and Enter on the demo's console to stop that server or start it again; Enter alone
     /// lists them. Ctrl-C stops the demo.
     Demo(DemoArgs),
+
+    /// Administer the running broker of --config (default appserver.ini) over its control
+    /// socket: show its servers, disable, drain, enable, weigh, quarantine, release or cut one,
+    /// reload the file.
+    ///
+    /// SECTION is a balancer's section as in the file (BALANCE_SMART_CLIENT_DESKTOP) or
+    /// without BALANCE_; ID is a server's REMOTE_SERVER id (01) or its host:port.
+    ///
+    /// Exit codes: 0 done; 1 the broker refused (its reason is printed) or a wait timed out;
+    /// 2 bad usage; 3 no broker answered.
+    #[command(verbatim_doc_comment)]
+    Ctl(CtlArgs),
+
+    /// Exit 0 when the broker of --config (default appserver.ini) is alive and accepting, 1
+    /// otherwise with the reason on standard error. Asked over the control socket, so it works
+    /// whatever the query interface allows; it checks liveness, not whether any AppServer is
+    /// up. For keepalived's track_script (contrib/keepalived).
+    Ping,
+}
+
+#[derive(Debug, clap::Args)]
+struct CtlArgs {
+    /// The control socket [default: derived from --config, as the broker derives it].
+    #[arg(long, value_name = "PATH", conflicts_with = "config")]
+    socket: Option<PathBuf>,
+
+    /// Print the broker's answer as JSON (the objects of the control protocol).
+    #[arg(long, global = true)]
+    json: bool,
+
+    #[command(subcommand)]
+    command: CtlCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum CtlCommand {
+    /// Every balancer (or SECTION's) and server: state, connections, weight, overrides with
+    /// their reason, quarantines.
+    Show { section: Option<String> },
+    /// No new clients for the server; its open connections stay.
+    Disable {
+        section: String,
+        id: String,
+        /// Why, for the log, the status page and `show`.
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// As disable; with --wait, returns when the server has no connection left.
+    Drain {
+        section: String,
+        id: String,
+        /// Why, for the log, the status page and `show`.
+        #[arg(long)]
+        reason: Option<String>,
+        /// Wait until the server has no connection left (exit 1 on timeout, with the count).
+        #[arg(long)]
+        wait: bool,
+        /// How long --wait waits: seconds, or a number with ms, s or m.
+        #[arg(long, requires = "wait", value_parser = duration, default_value = "10m")]
+        timeout: Duration,
+    },
+    /// Ends disable or drain.
+    Enable { section: String, id: String },
+    /// A weight for now, 0 to 1000, shown as an override of the file's; `file` ends it.
+    Weight {
+        section: String,
+        id: String,
+        #[arg(value_parser = weight)]
+        weight: Weight,
+    },
+    /// Quarantine the server now for DURATION (default QUARANTINE_TIME); passing checks do
+    /// not end it, only its time or `release`.
+    Quarantine {
+        section: String,
+        id: String,
+        #[arg(value_parser = duration)]
+        duration: Option<Duration>,
+    },
+    /// Take the server out of quarantine now, whoever put it there.
+    Release { section: String, id: String },
+    /// Close the server's open connections now.
+    Cut { section: String, id: String },
+    /// Read the configuration file again and apply it (as SIGHUP); prints what changed or
+    /// every error.
+    Reload,
+}
+
+/// `ctl weight`'s value: a number, or the file's.
+#[derive(Debug, Clone, Copy)]
+struct Weight(Option<u32>);
+
+/// Parses `ctl weight`'s value.
+fn weight(text: &str) -> Result<Weight, String> {
+    if text.eq_ignore_ascii_case("file") {
+        return Ok(Weight(None));
+    }
+    match text.parse::<u32>() {
+        Ok(n) if n <= appbroker::overrides::MAX_WEIGHT => Ok(Weight(Some(n))),
+        _ => Err("expected a weight from 0 to 1000, or `file` for the file's".into()),
+    }
+}
+
+/// Parses a duration as the configuration does (seconds, or with ms, s or m).
+fn duration(text: &str) -> Result<Duration, String> {
+    config::duration_within(text, Duration::ZERO, appbroker::config::keys::DAY)
 }
 
 #[derive(Debug, clap::Args)]
@@ -81,7 +188,15 @@ struct DemoArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let demo = cli.command.as_ref().map(|Command::Demo(args)| args);
+    match &cli.command {
+        Some(Command::Ctl(args)) => return ctl(&cli, args),
+        Some(Command::Ping) => return ping(&cli),
+        _ => {}
+    }
+    let demo = match &cli.command {
+        Some(Command::Demo(args)) => Some(args),
+        _ => None,
+    };
     let loaded = match (&cli.config, demo) {
         (Some(path), _) => Config::from_path(path),
         (None, Some(_)) => {
@@ -164,6 +279,148 @@ fn main() -> ExitCode {
     }
 }
 
+/// The control socket of the broker of `--config` (default `appserver.ini`), or the exit code
+/// and its message when it cannot be known.
+fn control_socket(cli: &Cli, given: Option<&PathBuf>) -> Result<PathBuf, ExitCode> {
+    if let Some(path) = given {
+        return Ok(path.clone());
+    }
+    let path = cli
+        .config
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("appserver.ini"));
+    match admin::paths::control_socket_of_file(&path, &admin::paths::Env::current()) {
+        Ok(Some(socket)) => Ok(socket),
+        Ok(None) => {
+            logging::to_stderr(&format!(
+                "appbroker: {} turns the control socket off (CONTROL_SOCKET=0)",
+                path.display()
+            ));
+            Err(ExitCode::from(2))
+        }
+        Err(e) => {
+            logging::to_stderr(&format!("appbroker: {}", e.report()));
+            logging::to_stderr(
+                "appbroker: the control socket is found from the broker's configuration: \
+                 name it with --config PATH (or the socket with --socket PATH)",
+            );
+            Err(ExitCode::from(2))
+        }
+    }
+}
+
+/// `appbroker ctl`: one request to a running broker, its answer printed.
+fn ctl(cli: &Cli, args: &CtlArgs) -> ExitCode {
+    let socket = match control_socket(cli, args.socket.as_ref()) {
+        Ok(socket) => socket,
+        Err(code) => return code,
+    };
+    let target = |section: &String, id: &String| (section.clone(), id.clone());
+    let request = match &args.command {
+        CtlCommand::Show { section } => Request::Show {
+            section: section.clone(),
+        },
+        CtlCommand::Disable {
+            section,
+            id,
+            reason,
+        } => Request::Disable {
+            section: section.clone(),
+            server: id.clone(),
+            reason: reason.clone(),
+        },
+        CtlCommand::Drain {
+            section,
+            id,
+            reason,
+            ..
+        } => Request::Drain {
+            section: section.clone(),
+            server: id.clone(),
+            reason: reason.clone(),
+        },
+        CtlCommand::Enable { section, id } => {
+            let (section, server) = target(section, id);
+            Request::Enable { section, server }
+        }
+        CtlCommand::Weight {
+            section,
+            id,
+            weight,
+        } => {
+            let (section, server) = target(section, id);
+            Request::Weight {
+                section,
+                server,
+                weight: weight.0,
+            }
+        }
+        CtlCommand::Quarantine {
+            section,
+            id,
+            duration,
+        } => {
+            let (section, server) = target(section, id);
+            Request::Quarantine {
+                section,
+                server,
+                duration: duration.map(config::show_duration),
+            }
+        }
+        CtlCommand::Release { section, id } => {
+            let (section, server) = target(section, id);
+            Request::Release { section, server }
+        }
+        CtlCommand::Cut { section, id } => {
+            let (section, server) = target(section, id);
+            Request::Cut { section, server }
+        }
+        CtlCommand::Reload => Request::Reload,
+    };
+    let code = admin::ctl::run(&socket, &request, args.json, Duration::ZERO);
+    if code != admin::ctl::DONE {
+        return ExitCode::from(code);
+    }
+    // drain --wait: then wait for the server's last connection.
+    if let CtlCommand::Drain {
+        section,
+        id,
+        wait: true,
+        timeout,
+        ..
+    } = &args.command
+    {
+        let (section, server) = target(section, id);
+        let wait = Request::Wait {
+            section,
+            server,
+            timeout: Some(config::show_duration(*timeout)),
+        };
+        return ExitCode::from(admin::ctl::run(&socket, &wait, args.json, *timeout));
+    }
+    ExitCode::SUCCESS
+}
+
+/// `appbroker ping`: 0 when the broker answers over its control socket and is not stopping.
+fn ping(cli: &Cli) -> ExitCode {
+    let socket = match control_socket(cli, None) {
+        Ok(socket) => socket,
+        Err(_) => return ExitCode::from(1),
+    };
+    match admin::ctl::ask(&socket, &Request::Ping, Duration::ZERO) {
+        Ok(answer) if answer.ok => ExitCode::SUCCESS,
+        Ok(answer) => {
+            let why = answer.error.unwrap_or_default();
+            logging::to_stderr(&format!("appbroker ping: not alive: {why}"));
+            ExitCode::from(1)
+        }
+        Err(e) => {
+            logging::to_stderr(&format!("appbroker ping: {e}"));
+            ExitCode::from(1)
+        }
+    }
+}
+
 /// `appbroker demo --client`: talks to the demo's first balancer, or `address`.
 fn demo_client(config: &Config, args: &DemoArgs, address: Option<SocketAddr>) -> ExitCode {
     let Some(address) = address.or_else(|| demo::client_address(config, args.listen)) else {
@@ -200,6 +457,69 @@ fn client_command(cli: &Cli, args: &DemoArgs) -> String {
     command
 }
 
+/// The control socket, bound (`None` when `CONTROL_SOCKET=0`).
+#[cfg(unix)]
+fn bind_control_socket(
+    path: Option<&Path>,
+    config: &Config,
+) -> anyhow::Result<Option<admin::socket::ControlSocket>> {
+    let Some(path) = path else {
+        info!("no control socket (CONTROL_SOCKET=0): `appbroker ctl` cannot reach this broker");
+        return Ok(None);
+    };
+    let group = config.general.control_group.as_deref();
+    match admin::socket::ControlSocket::bind(path, group) {
+        Ok(socket) => Ok(Some(socket)),
+        // Another broker runs this file, or the operator named a socket or group that cannot
+        // be: a start that says so beats a broker nobody can administer.
+        Err(e @ admin::socket::SocketError::Live(_))
+        | Err(e @ admin::socket::SocketError::NoGroup(_)) => Err(e.into()),
+        Err(e) if config.general.control_socket.is_some() => Err(e.into()),
+        // The derived default is not writable (an unprivileged start with the file in /etc,
+        // say): serve anyway, and say how to get the socket.
+        Err(e) => {
+            warn!(
+                "{e}; serving without a control socket: `appbroker ctl` cannot reach this \
+                 broker (set CONTROL_SOCKET in [General] to a path this user may create, or 0)"
+            );
+            Ok(None)
+        }
+    }
+}
+
+/// Serves `socket` with `admin`, once the broker runs.
+#[cfg(unix)]
+fn serve_control_socket(
+    socket: Option<&mut admin::socket::ControlSocket>,
+    admin: std::sync::Arc<admin::Admin>,
+) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
+    let Some(socket) = socket else {
+        return Ok(None);
+    };
+    let task = socket.serve(admin)?;
+    info!(
+        "control socket {} (appbroker ctl --socket {0} show)",
+        socket.path().display()
+    );
+    Ok(Some(task))
+}
+
+/// No control socket without Unix sockets.
+#[cfg(not(unix))]
+fn bind_control_socket(_path: Option<&Path>, _config: &Config) -> anyhow::Result<Option<()>> {
+    info!("no control socket on this system: `appbroker ctl` needs a Unix system");
+    Ok(None)
+}
+
+/// Nothing to serve without Unix sockets.
+#[cfg(not(unix))]
+fn serve_control_socket(
+    _socket: Option<&mut ()>,
+    _admin: std::sync::Arc<admin::Admin>,
+) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
+    Ok(None)
+}
+
 /// Runs the broker; with `demo` (the command that runs its client), the demo's stand-in
 /// servers and console too.
 fn run(config: Config, demo: Option<String>, log: &logging::Log) -> anyhow::Result<()> {
@@ -228,7 +548,16 @@ fn run(config: Config, demo: Option<String>, log: &logging::Log) -> anyhow::Resu
             None => None,
         };
         let shown = demo.as_ref().map(|_| config.clone());
+        let env = admin::paths::Env::current();
+        let socket_path = admin::paths::control_socket(&config.general, &config.source, &env);
+        let state_path = admin::paths::state_file(&config.general, &config.source, &env);
+        // Before the ports: a second broker on the same file says so, rather than that its
+        // ports are taken.
+        let mut socket = bind_control_socket(socket_path.as_deref(), &config)?;
         let bound = Broker::bind(config, workers)?;
+        if let Some(path) = &state_path {
+            admin::state_file::restore(path, &bound.balancers());
+        }
         // Only now, with the ports bound: an instance that cannot start (another holds the
         // ports) leaves the running one's log file alone.
         log.open_file()?;
@@ -237,6 +566,8 @@ fn run(config: Config, demo: Option<String>, log: &logging::Log) -> anyhow::Resu
             demo::introduce(config, servers.len(), client);
         }
         let mut broker = bound.start();
+        let admin = std::sync::Arc::new(admin::Admin::new(broker.control(), state_path));
+        let serving = serve_control_socket(socket.as_mut(), admin)?;
         let control = broker.control();
         handle_signals(control.shutdown_state(), move || {
             control.reload_file_later()
@@ -246,6 +577,11 @@ fn run(config: Config, demo: Option<String>, log: &logging::Log) -> anyhow::Resu
             tokio::spawn(demo::console(servers));
         }
         broker.stopped().await;
+        if let Some(task) = serving {
+            task.abort();
+        }
+        // Its file goes with it.
+        drop(socket);
         Ok(())
     });
     // The demo's console waits on a blocking read of standard input, which nothing can

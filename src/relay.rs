@@ -92,6 +92,8 @@ pub enum End {
     Error(Side, String),
     /// The broker stopped it (shutdown timeout).
     Stopped,
+    /// An operator cut its server's connections (`appbroker ctl cut`).
+    Cut,
     /// No bytes either way for `IDLE_TIMEOUT`.
     Idle,
 }
@@ -102,6 +104,7 @@ impl fmt::Display for End {
             End::Closed(side) => f.write_str(side.as_str()),
             End::Error(side, words) => write!(f, "error ({} side: {words})", side.as_str()),
             End::Stopped => f.write_str("shutdown"),
+            End::Cut => f.write_str("operator-cut"),
             End::Idle => f.write_str("idle-timeout"),
         }
     }

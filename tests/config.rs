@@ -308,6 +308,9 @@ fn every_key_is_printed_with_its_default() {
         ("LANGUAGE", "en"),
         ("WORKERS", "0"),
         ("DNS_MAX_LOOKUPS", "32"),
+        ("CONTROL_SOCKET", ""),
+        ("CONTROL_GROUP", ""),
+        ("STATE_FILE", ""),
     ]
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .into();

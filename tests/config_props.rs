@@ -337,6 +337,10 @@ fn key_line(key: &'static Key) -> BoxedStrategy<Option<String>> {
             prop::option::of("[a-z/]{1,20}\\.log".prop_map(move |p| format!("{name}=/var/log/{p}")))
                 .boxed()
         }
+        Domain::Name => {
+            prop::option::of("[a-z_][a-z0-9_-]{0,15}".prop_map(move |n| format!("{name}={n}")))
+                .boxed()
+        }
         Domain::ListenIp => {
             prop::option::of(ip().prop_map(move |ip| format!("{name}={ip}"))).boxed()
         }

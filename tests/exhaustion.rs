@@ -136,8 +136,10 @@ async fn query_json(addr: SocketAddr) -> serde_json::Value {
     serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
 }
 
-/// Clients waiting in the accept queue of the listener on `port` (the `rx_queue` of a listening
-/// socket in /proc/net/tcp): connected as far as the kernel is concerned, not yet accepted.
+/// Clients waiting in the accept queues of the listeners on `port` (the `rx_queue` of each
+/// listening socket in /proc/net/tcp): connected as far as the kernel is concerned, not yet
+/// accepted. Every listener of the port counts: each worker has its own (SO_REUSEPORT), and
+/// the kernel spreads arriving clients over them.
 fn accept_queue(port: u16) -> usize {
     let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
     let local = format!(":{port:04X}");
@@ -145,9 +147,9 @@ fn accept_queue(port: u16) -> usize {
         .lines()
         .skip(1)
         .map(|l| l.split_whitespace().collect::<Vec<_>>())
-        .find(|f| f[1].ends_with(&local) && f[3] == "0A")
+        .filter(|f| f[1].ends_with(&local) && f[3] == "0A")
         .map(|f| usize::from_str_radix(f[4].split(':').nth(1).unwrap(), 16).unwrap())
-        .unwrap_or(0)
+        .sum()
 }
 
 /// The broker's lines about its own exhaustion and recovery, for assertion messages (the

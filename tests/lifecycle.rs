@@ -564,6 +564,7 @@ async fn log_level_flag_wins_over_rust_log() {
         .arg(&path)
         .args(["--log-level", "debug"])
         .env("RUST_LOG", "error");
+    own_admin_dirs(&mut command, dir.path());
     let broker = Process::spawn(command);
     // Info lines are there: RUST_LOG=error did not win.
     broker.wait_for_log("broker ready").await;
@@ -645,6 +646,7 @@ async fn start_demo(args: &[&str]) -> Demo {
         .args(args)
         .current_dir(dir.path())
         .env_remove("RUST_LOG");
+    own_admin_dirs(&mut command, dir.path());
     let process = Process::spawn(command);
     process.wait_for_log("broker ready").await;
     Demo {

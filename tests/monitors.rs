@@ -783,6 +783,18 @@ fn quarantine_answers(peder: &peder::Parsed, tbarbito: &[tbarbito::Slave]) -> Ve
     from_peder
 }
 
+/// The status page as the monitors' configured URL (…/totvs_broker_query/status) gets it,
+/// asked the way Python's requests asks: HTML.
+async fn status_page_as_python_asks(addr: std::net::SocketAddr) -> String {
+    http_get(
+        addr,
+        "/totvs_broker_query/status",
+        &[("Accept", "*/*"), ("User-Agent", "python-requests/2.32.3")],
+    )
+    .await
+    .text()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn both_monitors_read_our_pages_as_the_broker_sees_its_servers() {
     let a = TestServer::start("a").await;
@@ -826,13 +838,7 @@ async fn both_monitors_read_our_pages_as_the_broker_sees_its_servers() {
         let active: u64 = truth["total"]["connections"].as_u64().unwrap();
 
         // Their configured URL (…/totvs_broker_query/status): HTML.
-        let html = http_get(
-            broker.addr(),
-            "/totvs_broker_query/status",
-            &[("Accept", "*/*"), ("User-Agent", "python-requests/2.32.3")],
-        )
-        .await
-        .text();
+        let html = status_page_as_python_asks(broker.addr()).await;
         let p = peder::parse_html(&html);
         assert!(
             p.valid,
@@ -884,6 +890,57 @@ async fn both_monitors_read_our_pages_as_the_broker_sees_its_servers() {
         drop(held);
         b.resume().await;
     }
+}
+
+/// A server an operator disabled (`appbroker ctl disable`) is in maintenance, not failing:
+/// tbarbito's monitor restarts the AppServers it reads as quarantined, so it must not read
+/// this one so, on the page or in the JSON; peder1981's reads it as disabled. One that is
+/// disabled and in quarantine as well is told as quarantined: it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_disabled_by_an_operator_is_not_read_as_quarantined() {
+    let a = TestServer::start("a").await;
+    let b = TestServer::start("b").await;
+    let c = TestServer::start("c").await;
+    let broker = InProcess::start(&ini_for(&[&a, &b, &c], "")).await;
+    let balancers = broker.broker.control().balancers();
+    let balancer = &balancers[0];
+    let hold = |reason: &str| appbroker::overrides::Hold {
+        mode: appbroker::overrides::Mode::Disabled,
+        reason: reason.into(),
+        by: "uid 0".into(),
+        since_wall_ms: 1_800_000_000_000,
+    };
+    let (second, third) = (
+        balancer.find_server("02").unwrap(),
+        balancer.find_server("03").unwrap(),
+    );
+    balancer.hold(&second, hold("AppServer upgrade"));
+    balancer.hold(&third, hold("and failing"));
+    balancer.force_quarantine(&third, std::time::Duration::from_secs(600), "uid 0");
+
+    let html = status_page_as_python_asks(broker.addr()).await;
+    assert!(html.contains("AppServer upgrade"), "the page says why");
+    let slaves = tbarbito::parse_broker_page(&html);
+    let read: Vec<(String, bool)> = slaves
+        .iter()
+        .map(|s| (s.address.clone(), s.is_quarantined()))
+        .collect();
+    assert_eq!(
+        read,
+        [
+            (a.address(), false),
+            (b.address(), false),
+            (c.address(), true)
+        ]
+    );
+    let p = peder::parse_html(&html);
+    assert!(p.valid);
+    let body = http_get(broker.addr(), "/totvs_broker_query", &[])
+        .await
+        .text();
+    let j = peder::parse_answer(&body);
+    let statuses: Vec<&str> = j.servers.iter().map(|s| s.status).collect();
+    assert_eq!(statuses, ["OK", "DESABILITADO", "QUARENTENA"]);
 }
 
 #[test]

@@ -117,6 +117,8 @@ pub struct Broker {
 pub struct Control {
     commands: mpsc::Sender<Command>,
     shutdown: Shutdown,
+    /// What the administration reads and acts on: the balancers and the configuration.
+    ctx: Arc<Context>,
 }
 
 impl std::fmt::Debug for Command {
@@ -126,6 +128,21 @@ impl std::fmt::Debug for Command {
 }
 
 impl Control {
+    /// Every balancer running now, in configuration order.
+    pub fn balancers(&self) -> Arc<Vec<Arc<Balancer>>> {
+        self.ctx.balancers.load_full()
+    }
+
+    /// The running configuration.
+    pub fn config(&self) -> Arc<Config> {
+        self.ctx.config.load_full()
+    }
+
+    /// True once a shutdown has been asked for (the broker drains, then stops).
+    pub fn is_stopping(&self) -> bool {
+        self.ctx.shutdown.is_requested()
+    }
+
     /// Asks for a graceful shutdown (the drain of SIGTERM).
     pub fn shutdown(&self) {
         self.shutdown.request();
@@ -314,6 +331,11 @@ impl Bound {
             .collect()
     }
 
+    /// The balancers, before they serve: overrides kept over a restart are applied here.
+    pub fn balancers(&self) -> Vec<Arc<Balancer>> {
+        self.bound.iter().map(|(b, _)| Arc::clone(b)).collect()
+    }
+
     /// The broker's events, from before it starts.
     pub fn subscribe(&self) -> Subscription {
         self.events.subscribe()
@@ -352,9 +374,13 @@ impl Bound {
             addrs: Arc::clone(&addrs),
         };
         Broker {
-            ctx,
             events: self.events,
-            control: Control { commands, shutdown },
+            control: Control {
+                commands,
+                shutdown,
+                ctx: Arc::clone(&ctx),
+            },
+            ctx,
             addrs,
             task: Some(tokio::spawn(runtime.run(receiver))),
             threads: self.threads,

@@ -62,6 +62,19 @@ impl Runtime {
                 "the [General] logging keys changed; they take effect when appbroker is restarted"
             );
         }
+        let admin = |g: &config::General| {
+            (
+                g.control_socket.clone(),
+                g.control_group.clone(),
+                g.state_file.clone(),
+            )
+        };
+        if admin(&old.general) != admin(&config.general) {
+            warn!(
+                "CONTROL_SOCKET, CONTROL_GROUP or STATE_FILE changed; they take effect when \
+                 appbroker is restarted"
+            );
+        }
         if old.general.workers != config.general.workers {
             warn!("WORKERS changed; it takes effect when appbroker is restarted");
         }

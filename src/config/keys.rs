@@ -62,6 +62,8 @@ pub enum Domain {
     Escaped,
     /// A file path; empty for none.
     Path,
+    /// A name (of a group, say): letters, digits, `_`, `-` and `.`; empty for none.
+    Name,
     /// A [`SortMethod`], or a TOTVS one that stands for CONNECTION.
     SortMethod,
     /// A [`Monitoring`] type, or a TOTVS one that stands for CONNECTION.
@@ -118,6 +120,8 @@ pub enum Value {
     Bytes(Vec<u8>),
     /// From [`Domain::Path`].
     Path(Option<PathBuf>),
+    /// From [`Domain::Name`].
+    Name(Option<String>),
     /// From [`Domain::SortMethod`].
     SortMethod(SortMethod),
     /// From [`Domain::Monitoring`].
@@ -161,6 +165,7 @@ impl Domain {
             Domain::Cidrs => Value::Cidrs(value::cidrs(text)?),
             Domain::Escaped => Value::Bytes(value::escaped(text)?),
             Domain::Path => Value::Path((!text.is_empty()).then(|| PathBuf::from(text))),
+            Domain::Name => Value::Name(value::name(text)?),
             Domain::SortMethod => Value::SortMethod(match text.parse() {
                 Ok(method) => method,
                 // Figures only a TOTVS AppServer reports: CONNECTION stands in (with a notice).
@@ -250,6 +255,11 @@ pub fn balancer() -> impl Iterator<Item = &'static Key> {
 /// The key called `name` (upper case).
 pub fn find(name: &str) -> Option<&'static Key> {
     KEYS.iter().find(|k| k.name == name)
+}
+
+/// A path as printed: empty for none.
+fn shown_path(path: Option<&PathBuf>) -> String {
+    path.map(|p| p.display().to_string()).unwrap_or_default()
 }
 
 /// A flag as printed.
@@ -388,6 +398,36 @@ pub static KEYS: &[Key] = &[
         },
         field: field!(General.dns_max_lookups = Integer as u32, number),
         doc: "name lookups in flight at once in the whole process",
+    },
+    Key {
+        name: "CONTROL_SOCKET",
+        stands: Stands::General,
+        domain: Domain::Path,
+        field: Field::General {
+            set: |g, v| g.control_socket = take!(v, Path).flatten(),
+            get: |g| Some(shown_path(g.control_socket.as_ref())),
+        },
+        doc: "the control socket of `appbroker ctl` (empty: derived from the file's name; 0: none); read at start only",
+    },
+    Key {
+        name: "CONTROL_GROUP",
+        stands: Stands::General,
+        domain: Domain::Name,
+        field: Field::General {
+            set: |g, v| g.control_group = take!(v, Name).flatten(),
+            get: |g| Some(g.control_group.clone().unwrap_or_default()),
+        },
+        doc: "a group whose members may use the control socket too (mode 0660); read at start only",
+    },
+    Key {
+        name: "STATE_FILE",
+        stands: Stands::General,
+        domain: Domain::Path,
+        field: Field::General {
+            set: |g, v| g.state_file = take!(v, Path).flatten(),
+            get: |g| Some(shown_path(g.state_file.as_ref())),
+        },
+        doc: "where operators' overrides are kept over restarts (empty: derived from the file's name; 0: none); read at start only",
     },
     Key {
         name: "LOCAL_SERVER_ADDRESS",
@@ -706,6 +746,9 @@ impl General {
             language: Language::English,
             workers: 0,
             dns_max_lookups: 32,
+            control_socket: None,
+            control_group: None,
+            state_file: None,
         }
     }
 }
@@ -766,6 +809,7 @@ mod tests {
             Domain::Cidrs => "10.0.0.0/8, ::1/128",
             Domain::Escaped => r"PING\r\n",
             Domain::Path => "/var/log/broker.log",
+            Domain::Name => "appbroker",
             Domain::SortMethod => "ROUND_ROBIN",
             Domain::Monitoring => "DISABLED",
             Domain::Language => "pt-BR",

@@ -19,7 +19,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
-pub use value::{Cidr, Host, ServerId, show_duration, show_escaped};
+pub use value::{Cidr, Host, ServerId, duration_within, show_duration, show_escaped};
 
 /// The whole configuration of one broker process.
 #[derive(Debug, Clone)]
@@ -62,6 +62,13 @@ pub struct General {
     pub workers: u32,
     /// `DNS_MAX_LOOKUPS`: name lookups in flight at once in the process.
     pub dns_max_lookups: u32,
+    /// `CONTROL_SOCKET`: the control socket's path; `None` derives it from the file's name,
+    /// `0` turns it off (see `admin::paths`).
+    pub control_socket: Option<PathBuf>,
+    /// `CONTROL_GROUP`: a group that may use the control socket too.
+    pub control_group: Option<String>,
+    /// `STATE_FILE`: where overrides are kept; `None` derives it, `0` turns it off.
+    pub state_file: Option<PathBuf>,
 }
 
 /// `LANGUAGE`: the language of the status pages.
@@ -537,6 +544,21 @@ impl Config {
     pub fn from_text(text: &str, path: &Path) -> Result<Loaded, LoadError> {
         validate::validate(text, path)
     }
+}
+
+/// The value of `key` (upper case) in the `[General]` section of the file at `path`, whatever
+/// errors the rest of the file holds: how `appbroker ctl` finds the control socket of a
+/// running broker whose file is being edited (a `ctl reload` must reach it to report them).
+pub fn general_value(path: &Path, key: &str) -> Result<Option<String>, LoadError> {
+    let text = decode(&read_file(path)?);
+    let scanned = ini::scan(&text, 0);
+    Ok(scanned
+        .sections
+        .iter()
+        .filter(|s| s.name == "GENERAL")
+        .flat_map(|s| &s.entries)
+        .rfind(|e| e.key == key)
+        .map(|e| e.value.clone()))
 }
 
 /// The bytes of the configuration file, refusing what is not a regular file or too large.

@@ -165,6 +165,24 @@ pub fn flag(text: &str) -> Result<bool, String> {
     }
 }
 
+/// A name such as a group's (empty: none): up to 32 letters, digits, `_`, `-` or `.`, not
+/// starting with `-`.
+pub fn name(text: &str) -> Result<Option<String>, String> {
+    if text.is_empty() {
+        return Ok(None);
+    }
+    let fits = text.len() <= 32
+        && !text.starts_with('-')
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    if fits {
+        Ok(Some(text.to_string()))
+    } else {
+        Err("is not a name; expected up to 32 letters, digits, `_`, `-` or `.`".into())
+    }
+}
+
 /// An integer within `min..=max`; `what` describes the expected value.
 pub fn integer(text: &str, min: u64, max: u64, what: &str) -> Result<u64, String> {
     match text.parse::<u64>() {

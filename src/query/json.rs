@@ -9,6 +9,7 @@ use serde::Serialize;
 use super::snapshot::{ServerState, Snapshot, Standing};
 use crate::clock::{local_date as date, time_of_day as clock};
 use crate::config::SortMethod;
+use crate::overrides::Mode;
 
 #[derive(Serialize)]
 #[allow(non_snake_case)]
@@ -71,8 +72,8 @@ struct Server<'a> {
     standby: u64,
     inquarantine: bool,
     disabled: bool,
-    disabled_entry_time: &'static str,
-    disabled_reasons: &'static str,
+    disabled_entry_time: String,
+    disabled_reasons: String,
     users: u64,
     threads: u64,
     memory: u64,
@@ -160,6 +161,22 @@ fn when(wall_ms: u64, format: fn(u64) -> String) -> String {
     }
 }
 
+/// Why a server takes no new clients: the operator's hold (mode, who, reason), weight 0.
+fn disabled_reasons(s: &ServerState) -> String {
+    let mut reasons = Vec::new();
+    if let Some(h) = &s.overrides.hold {
+        let mut r = format!("{} by {}", h.mode.as_str(), h.by);
+        if !h.reason.is_empty() {
+            r.push_str(&format!(": {}", h.reason));
+        }
+        reasons.push(r);
+    }
+    if s.weight == 0 {
+        reasons.push("weight 0".to_string());
+    }
+    reasons.join("; ")
+}
+
 fn server(s: &ServerState) -> Server<'_> {
     Server {
         server: &s.address,
@@ -174,10 +191,14 @@ fn server(s: &ServerState) -> Server<'_> {
             .quarantine
             .map_or_else(|| "-".into(), |(_, until)| clock(until)),
         standby: 0,
-        inquarantine: s.state == Standing::Quarantined,
-        disabled: s.weight == 0,
-        disabled_entry_time: "-",
-        disabled_reasons: if s.weight == 0 { "weight 0" } else { "" },
+        inquarantine: s.quarantine.is_some(),
+        disabled: s.weight == 0 || s.state == Standing::Disabled,
+        disabled_entry_time: s
+            .overrides
+            .hold
+            .as_ref()
+            .map_or_else(|| "-".into(), |h| clock(h.since_wall_ms)),
+        disabled_reasons: disabled_reasons(s),
         users: 0,
         threads: 0,
         memory: 0,
@@ -190,6 +211,10 @@ fn server(s: &ServerState) -> Server<'_> {
             Standing::Available => "available",
             Standing::Quarantined => "quarantined",
             Standing::Draining => "draining",
+            Standing::Disabled => match &s.overrides.hold {
+                Some(h) if h.mode == Mode::Drain => "drain",
+                _ => "disabled",
+            },
         },
         reason: s.reason.map(|r| r.as_str()),
         last_error: s.last_error.as_deref(),

@@ -67,7 +67,13 @@ const PER_SERVER: &[Family<ServerState>] = &[
         "server_in_quarantine",
         "gauge",
         "1 while the server is in quarantine.",
-        |s| f64::from(u8::from(s.state == Standing::Quarantined)),
+        |s| f64::from(u8::from(s.quarantine.is_some())),
+    ),
+    (
+        "server_disabled",
+        "gauge",
+        "1 while an operator holds the server out of the balancing (ctl disable or drain).",
+        |s| f64::from(u8::from(s.state == Standing::Disabled)),
     ),
     (
         "server_quarantines_total",
@@ -78,7 +84,7 @@ const PER_SERVER: &[Family<ServerState>] = &[
     (
         "server_weight",
         "gauge",
-        "Configured weight (0 drains the server).",
+        "Weight in use, an operator's override or the file's (0 drains the server).",
         |s| f64::from(s.weight),
     ),
 ];

@@ -426,7 +426,8 @@ fn readiness(ctx: &Context, balancer: &Balancer) -> (bool, String) {
     let total = servers.len();
     let count = |standing| servers.iter().filter(|s| s.state == standing).count();
     let (quarantined, drained) = (count(Standing::Quarantined), count(Standing::Draining));
-    let available = total - quarantined - drained;
+    let disabled = count(Standing::Disabled);
+    let available = total - quarantined - drained - disabled;
     if available == 0 {
         let mut why = Vec::new();
         if quarantined > 0 {
@@ -434,6 +435,9 @@ fn readiness(ctx: &Context, balancer: &Balancer) -> (bool, String) {
         }
         if drained > 0 {
             why.push(format!("{drained} {}", l.draining_server));
+        }
+        if disabled > 0 {
+            why.push(format!("{disabled} {}", l.disabled_server));
         }
         return (
             false,

@@ -375,7 +375,7 @@ fn server_table(out: &mut String, l: &Labels, snap: &Snapshot) {
         };
         let class = match s.state {
             Standing::Quarantined => " class='inQuarantine'",
-            Standing::Draining => " class='isDisabled'",
+            Standing::Draining | Standing::Disabled => " class='isDisabled'",
             Standing::Available => "",
         };
         let address = esc(&s.address);
@@ -407,6 +407,7 @@ fn reason(l: &Labels, reason: Reason) -> &'static str {
     match reason {
         Reason::Monitor => l.by_monitor,
         Reason::Connect => l.by_connect,
+        Reason::Operator => l.by_operator,
     }
 }
 
@@ -425,6 +426,21 @@ fn state_cell(l: &Labels, s: &ServerState) -> String {
             cell
         }
         Standing::Draining => format!("<span class='badge warn'>{}</span>", l.draining_server),
+        Standing::Disabled => {
+            let hold = s.overrides.hold.as_ref();
+            let why = hold
+                .map(|h| format!("{} · {}", h.mode.as_str(), h.by))
+                .unwrap_or_default();
+            let reason = hold
+                .filter(|h| !h.reason.is_empty())
+                .map(|h| format!(": {}", esc(&h.reason)))
+                .unwrap_or_default();
+            format!(
+                "<span class='badge warn'>{}</span><br><small>{}{reason}</small>",
+                l.disabled_server,
+                esc(&why)
+            )
+        }
         Standing::Quarantined => {
             // The end time again: on a phone the quarantine column is hidden.
             let until = s
@@ -891,6 +907,9 @@ mod tests {
             id: format!("{:02}", port % 100),
             address: format!("10.0.0.1:{port}"),
             weight: 1,
+            file_weight: 1,
+            overrides: Default::default(),
+            forced: false,
             state: Standing::Available,
             active,
             peak: 0,

@@ -10,6 +10,16 @@ use std::time::{Duration, Instant};
 
 use super::{DEADLINE, fill_placeholders, free_ports};
 
+/// Gives the broker `command` runs its control socket and state file in `dir`, as systemd's
+/// `RuntimeDirectory=` and `StateDirectory=` would: by default they are named after the
+/// configuration file (`/run/appbroker/appserver.sock` as root), and brokers of tests running
+/// at once, all on files called appserver.ini, would otherwise meet each other's.
+pub fn own_admin_dirs(command: &mut Command, dir: &std::path::Path) {
+    command
+        .env("RUNTIME_DIRECTORY", dir)
+        .env("STATE_DIRECTORY", dir);
+}
+
 /// The path of the binary under test.
 pub fn binary() -> &'static str {
     env!("CARGO_BIN_EXE_appbroker")
@@ -101,6 +111,7 @@ impl Broker {
         mut command: Command,
     ) -> Broker {
         command.env_remove("RUST_LOG").stdin(Stdio::null());
+        own_admin_dirs(&mut command, dir.path());
         let mut child = command.spawn().expect("spawn appbroker");
         let lines = Arc::new(Mutex::new(Vec::new()));
         let mut readers = Vec::new();

@@ -168,6 +168,15 @@ pub async fn ask(addr: SocketAddr) -> std::io::Result<String> {
     Ok(reply)
 }
 
+/// Asks `count` times in a row through `addr`, each on a new connection; who answered each.
+pub async fn ask_many(addr: SocketAddr, count: usize) -> Vec<String> {
+    let mut names = Vec::with_capacity(count);
+    for _ in 0..count {
+        names.push(ask(addr).await.unwrap());
+    }
+    names
+}
+
 /// Sends `line` on an open connection and returns the name of the server that answered it.
 pub async fn exchange(stream: &mut TcpStream, line: &str) -> std::io::Result<String> {
     stream.write_all(format!("{line}\n").as_bytes()).await?;

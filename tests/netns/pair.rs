@@ -42,14 +42,17 @@ fn contrib(file: &str) -> PathBuf {
 
 /// The broker configuration both hosts run, the same file on each as in production.
 /// SHUTDOWN_GRACE is above keepalived's fall x interval (2 s): a broker stopping gracefully
-/// fails its check and gives the address away while it still accepts. The check asks PING on
-/// 127.0.0.1 until the binary has `appbroker ping`; from then on, `QUERY_ALLOW=198.18.0.20`
-/// (the client host alone) in the balancer makes every test here prove that the check no
-/// longer needs the query port.
+/// fails its check and gives the address away while it still accepts. The check runs
+/// `appbroker ping`, over the control socket: `QUERY_ALLOW=198.18.0.20` (the client host
+/// alone) in the balancer makes every test here prove that it does not need the query port.
+/// The hosts share one file system here, unlike real ones: each has the file in a directory of
+/// its own, and the control socket and state file are named relative to it, not
+/// `/run/appbroker`.
 fn broker_ini() -> String {
     let mut ini = String::from(
-        "[General]\nConsoleLog=1\nSHUTDOWN_GRACE=5s\nSHUTDOWN_TIMEOUT=2s\n\n\
-         [BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_ADDRESS=0.0.0.0\n",
+        "[General]\nConsoleLog=1\nSHUTDOWN_GRACE=5s\nSHUTDOWN_TIMEOUT=2s\n\
+         CONTROL_SOCKET=appbroker.sock\nSTATE_FILE=appbroker.state\n\n\
+         [BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_ADDRESS=0.0.0.0\nQUERY_ALLOW=198.18.0.20\n",
     );
     ini.push_str(&format!("LOCAL_SERVER_PORT={PORT}\n"));
     for (i, (_, port)) in SERVERS.iter().enumerate() {
@@ -59,6 +62,13 @@ fn broker_ini() -> String {
         ));
     }
     ini
+}
+
+/// Where broker host `name` keeps its appserver.ini: a directory of its own, as each real host
+/// has its own /etc and /run, so that its control socket (named relative to the file) is its
+/// own.
+fn host_config(dir: &Path, name: &str) -> PathBuf {
+    dir.join(name).join("appserver.ini")
 }
 
 /// How a pair is set up: what the test changes from contrib's files.
@@ -136,7 +146,7 @@ impl BrokerHost {
     /// Starts the broker again (after [`BrokerHost::kill_broker`]).
     pub fn restart_broker(&mut self) {
         assert!(self.broker.is_none(), "the broker of {} runs", self.name);
-        let config = self.dir.join("appserver.ini");
+        let config = host_config(&self.dir, self.name);
         self.broker = Some(Self::start_broker(
             &self.host, &self.dir, self.name, &config,
         ));
@@ -210,12 +220,13 @@ impl Pair {
         // directory (root's, mode 0700), copied byte for byte.
         let check = dir.join("appbroker-check");
         std::fs::copy(contrib("appbroker-check"), &check).expect("copy appbroker-check");
-        let config = dir.join("appserver.ini");
-        std::fs::write(&config, broker_ini()).expect("write appserver.ini");
-
         let [host_a, host_b] = hosts;
         let brokers =
             [(host_a, "a", addresses[1]), (host_b, "b", addresses[0])].map(|(host, name, peer)| {
+                let config = host_config(&dir, name);
+                std::fs::create_dir_all(config.parent().expect("a directory"))
+                    .expect("make the host's directory");
+                std::fs::write(&config, broker_ini()).expect("write appserver.ini");
                 let broker = BrokerHost::start_broker(&host, &dir, name, &config);
                 let conf = keepalived_conf(name, &host, peer, &check, &config, settings);
                 let conf_path = dir.join(format!("keepalived-{name}.conf"));

@@ -1,0 +1,321 @@
+//! Runtime administration: what `appbroker ctl` asks of a running broker over its control
+//! socket, and the answers. Each request that changes something calls the balancer's method
+//! for it (which logs it once, with who asked), then the state file is written so a restart
+//! keeps the change. The query interface stays read-only: this is the only way in, through a
+//! local socket whose permissions say who may use it.
+//!
+//! - [`protocol`]: the JSON lines spoken on the socket.
+//! - [`paths`]: where the socket and the state file live.
+//! - [`state_file`]: overrides kept over a restart.
+//! - `socket` (Unix): the control socket itself; [`ctl`]: its client, `appbroker ctl`.
+
+pub mod ctl;
+pub mod paths;
+pub mod protocol;
+#[cfg(unix)]
+pub mod socket;
+pub mod state_file;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::warn;
+
+use crate::balancer::{Balancer, BalancerState, Server, ServerState, Standing};
+use crate::broker::{Control, ReloadError};
+use crate::clock::wall_ms;
+use crate::config::keys::DAY;
+use crate::config::{duration_within, plural, show_duration};
+use crate::overrides::{Hold, MAX_WEIGHT, Mode};
+use protocol::{Answer, BalancerView, QuarantineView, Request, ServerView, names_section};
+
+/// How long `drain --wait` waits by default: long enough for most sessions to end on their
+/// own after a notice to users, short enough that a forgotten script does not hang all day.
+pub const DEFAULT_WAIT: Duration = Duration::from_secs(600);
+
+/// How often a `wait` looks at the server's connections. Short, so the answer comes as the
+/// last connection ends; one atomic read per look.
+const WAIT_POLL: Duration = Duration::from_millis(20);
+
+/// What answers the control socket's requests for one running broker.
+#[derive(Debug)]
+pub struct Admin {
+    control: Control,
+    /// Where changes are kept; `None` when `STATE_FILE=0`.
+    state_file: Option<PathBuf>,
+}
+
+impl Admin {
+    /// Administration of the broker `control` drives, keeping changes in `state_file`.
+    pub fn new(control: Control, state_file: Option<PathBuf>) -> Admin {
+        Admin {
+            control,
+            state_file,
+        }
+    }
+
+    /// Carries out `request` on behalf of `by` (`uid 1000`), and answers.
+    pub async fn answer(&self, request: Request, by: &str) -> Answer {
+        if let Some((section, server)) = request.target() {
+            let (balancer, server) = match self.find(section, server) {
+                Ok(found) => found,
+                Err(error) => return Answer::refused(error),
+            };
+            let answer = self.on_server(request, &balancer, &server, by).await;
+            if answer.ok {
+                self.save();
+            }
+            return answer;
+        }
+        match request {
+            Request::Show { section } => self.show(section.as_deref()),
+            Request::Reload => self.reload().await,
+            Request::Ping if self.control.is_stopping() => {
+                Answer::refused("the broker is shutting down")
+            }
+            Request::Ping => Answer::done("alive"),
+            _ => Answer::refused("this request needs a section and a server"),
+        }
+    }
+
+    /// The balancer `section` names and its server `name` names, or why not, in words.
+    fn find(&self, section: &str, name: &str) -> Result<(Arc<Balancer>, Arc<Server>), String> {
+        let balancers = self.control.balancers();
+        let Some(balancer) = balancers
+            .iter()
+            .find(|b| names_section(section, b.kind().section()))
+        else {
+            let known: Vec<&str> = balancers.iter().map(|b| b.kind().section()).collect();
+            return Err(format!(
+                "no balancer {section} is running; the balancers are {}",
+                known.join(", ")
+            ));
+        };
+        let Some(server) = balancer.find_server(name) else {
+            let known: Vec<String> = balancer
+                .pool()
+                .servers
+                .iter()
+                .map(|s| format!("{} ({})", s.id, s.address))
+                .collect();
+            return Err(format!(
+                "{} has no server {name}; name one by id or host:port: {}",
+                balancer.kind(),
+                known.join(", ")
+            ));
+        };
+        Ok((Arc::clone(balancer), server))
+    }
+
+    /// A request about one server.
+    async fn on_server(
+        &self,
+        request: Request,
+        balancer: &Balancer,
+        server: &Server,
+        by: &str,
+    ) -> Answer {
+        let name = format!("{} {}", balancer.kind(), server.address);
+        let hold = |mode, reason: Option<String>| Hold {
+            mode,
+            reason: reason.unwrap_or_default(),
+            by: by.to_string(),
+            since_wall_ms: wall_ms(),
+        };
+        match request {
+            Request::Disable { reason, .. } => {
+                balancer.hold(server, hold(Mode::Disabled, reason));
+                Answer::done(format!("{name} disabled; {}", open(server)))
+            }
+            Request::Drain { reason, .. } => {
+                balancer.hold(server, hold(Mode::Drain, reason));
+                Answer {
+                    connections: Some(server.active()),
+                    ..Answer::done(format!("{name} draining; {}", open(server)))
+                }
+            }
+            Request::Enable { .. } => match balancer.enable(server, by) {
+                true => Answer::done(format!("{name} enabled")),
+                false => Answer::done(format!("{name} was not disabled")),
+            },
+            Request::Weight { weight, .. } => match weight {
+                Some(w) if w > MAX_WEIGHT => Answer::refused(format!(
+                    "weight {w} is out of range; expected 0 to {MAX_WEIGHT}"
+                )),
+                weight => {
+                    let now = balancer.set_weight(server, weight, by);
+                    Answer::done(format!("{name} weight {now}"))
+                }
+            },
+            Request::Quarantine { duration, .. } => {
+                let duration = match duration {
+                    None => balancer.pool().config.quarantine_time,
+                    Some(text) => match duration_within(&text, Duration::from_millis(1), DAY) {
+                        Ok(d) => d,
+                        Err(e) => return Answer::refused(format!("duration `{text}` {e}")),
+                    },
+                };
+                balancer.force_quarantine(server, duration, by);
+                Answer::done(format!(
+                    "{name} in quarantine for {} (until released)",
+                    show_duration(duration)
+                ))
+            }
+            Request::Release { .. } => match balancer.release_by(server, by) {
+                true => Answer::done(format!("{name} released from quarantine")),
+                false => Answer::done(format!("{name} was not in quarantine")),
+            },
+            Request::Cut { .. } => {
+                let cut = balancer.cut(server, by);
+                Answer {
+                    connections: Some(cut),
+                    ..Answer::done(format!(
+                        "{name}: {} cut",
+                        plural(cut as usize, "connection")
+                    ))
+                }
+            }
+            Request::Wait { timeout, .. } => self.wait(server, &name, timeout.as_deref()).await,
+            Request::Show { .. } | Request::Reload | Request::Ping => {
+                Answer::refused("this request names no server")
+            }
+        }
+    }
+
+    /// Answers once `server` has no connection left, or when the timeout is over.
+    async fn wait(&self, server: &Server, name: &str, timeout: Option<&str>) -> Answer {
+        let timeout = match timeout {
+            None => DEFAULT_WAIT,
+            Some(text) => match duration_within(text, Duration::ZERO, DAY) {
+                Ok(d) => d,
+                Err(e) => return Answer::refused(format!("timeout `{text}` {e}")),
+            },
+        };
+        let end = Instant::now() + timeout;
+        loop {
+            let left = server.active();
+            if left == 0 {
+                return Answer {
+                    connections: Some(0),
+                    ..Answer::done(format!("{name} has no connection left"))
+                };
+            }
+            if Instant::now() >= end {
+                return Answer {
+                    connections: Some(left),
+                    ..Answer::refused(format!(
+                        "{name} still has {} after {}",
+                        plural(left as usize, "connection"),
+                        show_duration(timeout)
+                    ))
+                };
+            }
+            tokio::time::sleep(WAIT_POLL.min(end - Instant::now())).await;
+        }
+    }
+
+    /// Every balancer, or `section`'s, as `show` gives them.
+    fn show(&self, section: Option<&str>) -> Answer {
+        let balancers: Vec<BalancerView> = self
+            .control
+            .balancers()
+            .iter()
+            .filter(|b| section.is_none_or(|s| names_section(s, b.kind().section())))
+            .map(|b| view(&b.state()))
+            .collect();
+        if let (Some(section), true) = (section, balancers.is_empty()) {
+            return Answer::refused(format!("no balancer {section} is running"));
+        }
+        Answer {
+            ok: true,
+            balancers,
+            ..Answer::default()
+        }
+    }
+
+    /// The configuration file read again and applied, as SIGHUP does.
+    async fn reload(&self) -> Answer {
+        let answer = match self.control.reload_file().await {
+            Ok(reloaded) if reloaded.errors.is_empty() => Answer {
+                changes: reloaded.changes,
+                ..Answer::done("configuration reloaded")
+            },
+            Ok(reloaded) => Answer {
+                changes: reloaded.changes,
+                errors: reloaded.errors,
+                ..Answer::refused("configuration reloaded in part")
+            },
+            Err(ReloadError::Stopped) => Answer::refused("the broker is stopping"),
+            Err(e) => Answer {
+                errors: e.lines(),
+                ..Answer::refused("reload rejected: the running configuration stays")
+            },
+        };
+        // Servers a reload removed take their overrides with them.
+        self.save();
+        answer
+    }
+
+    /// Writes the state file; a failure is logged (the change holds until a restart).
+    fn save(&self) {
+        let Some(path) = &self.state_file else {
+            return;
+        };
+        if let Err(e) = state_file::save(path, &self.control.balancers()) {
+            warn!(
+                "cannot write the state file {}: {}; the change holds until appbroker restarts",
+                path.display(),
+                crate::os_error::words(&e)
+            );
+        }
+    }
+}
+
+/// `its 3 open connections stay` for answers.
+fn open(server: &Server) -> String {
+    format!(
+        "its {} stay",
+        plural(server.active() as usize, "open connection")
+    )
+}
+
+/// A balancer as `show` gives it.
+fn view(state: &BalancerState) -> BalancerView {
+    BalancerView {
+        section: state.kind.section().to_string(),
+        listen: state.listen.to_string(),
+        connections: state.active,
+        servers: state.servers.iter().map(server_view).collect(),
+    }
+}
+
+/// A server as `show` gives it.
+fn server_view(s: &ServerState) -> ServerView {
+    let state = match s.state {
+        Standing::Available => "available",
+        Standing::Quarantined => "quarantined",
+        Standing::Draining => "draining",
+        Standing::Disabled => match &s.overrides.hold {
+            Some(h) => h.mode.as_str(),
+            None => "disabled",
+        },
+    };
+    ServerView {
+        id: s.id.clone(),
+        address: s.address.clone(),
+        state: state.to_string(),
+        connections: s.active,
+        sessions: 0,
+        weight: s.weight,
+        file_weight: s.file_weight,
+        overrides: s.overrides.clone(),
+        quarantine: s.quarantine.map(|(since, until)| QuarantineView {
+            since_epoch_ms: since,
+            until_epoch_ms: until,
+            reason: s.reason.map_or("", |r| r.as_str()).to_string(),
+            forced: s.forced,
+        }),
+    }
+}

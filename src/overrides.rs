@@ -1,0 +1,144 @@
+//! An operator's overrides of one server, set at run time (`appbroker ctl`): held out of the
+//! balancing (disabled or draining) with a reason, who asked and when, and a weight in place
+//! of the file's. Pure transitions returning what changed; the balancer applies them and
+//! logs, as it does for [`crate::health`]. Overrides outlive a reload while the server keeps
+//! its id and address, and the state file keeps them over a restart.
+
+use serde::{Deserialize, Serialize};
+
+/// Why a server takes no new clients although it is healthy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// `ctl disable`: out of the balancing; its open connections stay.
+    Disabled,
+    /// `ctl drain`: the same, while an operator waits for its connections to end.
+    Drain,
+}
+
+impl Mode {
+    /// The word in logs, pages and `ctl show`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Disabled => "disabled",
+            Mode::Drain => "drain",
+        }
+    }
+}
+
+/// A server held out of the balancing by an operator.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hold {
+    /// Disabled or draining.
+    pub mode: Mode,
+    /// The operator's reason; empty when none was given.
+    pub reason: String,
+    /// Who asked, as `uid N` (the control socket's peer) or `state file`.
+    pub by: String,
+    /// When it started, wall ms.
+    pub since_wall_ms: u64,
+}
+
+/// Every override of one server.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Overrides {
+    /// Out of the balancing, if it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold: Option<Hold>,
+    /// A weight in place of the file's, if set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u32>,
+}
+
+/// The most weight an operator may give: the file's own bound.
+pub const MAX_WEIGHT: u32 = 1000;
+
+impl Overrides {
+    /// True when nothing is overridden.
+    pub fn is_empty(&self) -> bool {
+        self.hold.is_none() && self.weight.is_none()
+    }
+
+    /// Holds the server out (`hold`); the hold it replaces, if any. A hold of the same mode
+    /// keeps its start and takes the new reason.
+    pub fn hold(&mut self, mut hold: Hold) -> Option<Hold> {
+        if let Some(old) = &self.hold
+            && old.mode == hold.mode
+        {
+            hold.since_wall_ms = old.since_wall_ms;
+        }
+        self.hold.replace(hold)
+    }
+
+    /// Ends a hold; the one that ended, if any.
+    pub fn enable(&mut self) -> Option<Hold> {
+        self.hold.take()
+    }
+
+    /// Sets (or with `None` ends) the weight override; the weight the server takes now,
+    /// given the file's.
+    pub fn set_weight(&mut self, weight: Option<u32>, file_weight: u32) -> u32 {
+        self.weight = weight;
+        self.effective_weight(file_weight)
+    }
+
+    /// The weight the balancing uses: the override's, else the file's.
+    pub fn effective_weight(&self, file_weight: u32) -> u32 {
+        self.weight.unwrap_or(file_weight)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hold(mode: Mode, reason: &str, at: u64) -> Hold {
+        Hold {
+            mode,
+            reason: reason.into(),
+            by: "uid 0".into(),
+            since_wall_ms: at,
+        }
+    }
+
+    #[test]
+    fn holding_again_keeps_the_start_of_the_same_mode_only() {
+        let mut o = Overrides::default();
+        assert!(o.hold(hold(Mode::Disabled, "patch", 10)).is_none());
+        let old = o
+            .hold(hold(Mode::Disabled, "patch 2", 20))
+            .expect("replaced");
+        assert_eq!(old.reason, "patch");
+        assert_eq!(o.hold.as_ref().map(|h| h.since_wall_ms), Some(10));
+        o.hold(hold(Mode::Drain, "", 30));
+        assert_eq!(o.hold.as_ref().map(|h| h.since_wall_ms), Some(30));
+        assert_eq!(o.enable().map(|h| h.mode), Some(Mode::Drain));
+        assert!(o.enable().is_none() && o.is_empty());
+    }
+
+    #[test]
+    fn the_weight_override_wins_over_the_files_until_cleared() {
+        let mut o = Overrides::default();
+        assert_eq!(o.effective_weight(3), 3);
+        assert_eq!(o.set_weight(Some(0), 3), 0);
+        assert_eq!(
+            o.effective_weight(7),
+            0,
+            "a reload's weight stays behind it"
+        );
+        assert_eq!(o.set_weight(None, 7), 7);
+    }
+
+    #[test]
+    fn overrides_round_trip_through_json() {
+        let mut o = Overrides::default();
+        o.hold(hold(Mode::Drain, "kernel update", 5));
+        o.set_weight(Some(4), 1);
+        let text = serde_json::to_string(&o).expect("serializes");
+        assert_eq!(serde_json::from_str::<Overrides>(&text).ok(), Some(o));
+        assert_eq!(
+            serde_json::from_str::<Overrides>("{}").ok(),
+            Some(Overrides::default())
+        );
+    }
+}
