@@ -32,7 +32,7 @@ use crate::resolve::Resolver;
 use crate::select::{Load, Selector};
 use crate::throttle::{self, Throttle};
 use crate::tls::{
-    CertificateSummary, Findings, HandshakeFailure, Resumption, ServerTls, UpstreamTls,
+    CertificateSummary, Finding, Findings, HandshakeFailure, Resumption, ServerTls, UpstreamTls,
     upstream::system_roots,
 };
 
@@ -281,10 +281,6 @@ pub struct Secured {
     pub server: Option<ServerTls>,
     /// Towards servers (`SSL_ENCRYPT_UPSTREAM=1`).
     pub upstream: Option<UpstreamTls>,
-    /// Why the keys could not be loaded when the balancer was made (the files changed
-    /// after they were checked): every client is closed rather than served without the TLS
-    /// the file asks for.
-    pub unloaded: Option<String>,
 }
 
 /// Counters of a balancer as a whole.
@@ -313,32 +309,24 @@ fn load_tls(config: &BalancerConfig, resumption: Option<&Resumption>) -> Result<
         return Ok(Secured::default());
     }
     let roots = system_roots();
+    let now = std::time::SystemTime::now();
     let server = match (server, resumption) {
-        (Some(settings), Some(resumption)) => Some(ServerTls::load(
-            &settings,
-            resumption,
-            &roots.store,
-            std::time::SystemTime::now(),
-        )?),
-        (Some(settings), None) => Some(ServerTls::load(
-            &settings,
-            &Resumption::new().map_err(|e| crate::tls::Finding::Unexpected {
+        (Some(settings), Some(resumption)) => {
+            Some(ServerTls::load(&settings, resumption, &roots.store, now)?)
+        }
+        (Some(settings), None) => {
+            let fresh = Resumption::new().map_err(|e| Finding::Unexpected {
                 key: "SSL_CERTIFICATE",
                 detail: e.to_string(),
-            })?,
-            &roots.store,
-            std::time::SystemTime::now(),
-        )?),
+            })?;
+            Some(ServerTls::load(&settings, &fresh, &roots.store, now)?)
+        }
         (None, _) => None,
     };
     let upstream = upstream
         .map(|settings| UpstreamTls::load(&settings, &roots))
         .transpose()?;
-    Ok(Secured {
-        server,
-        upstream,
-        unloaded: None,
-    })
+    Ok(Secured { server, upstream })
 }
 
 /// A relayed connection as it ended, for [`Balancer::ended`].
@@ -398,6 +386,9 @@ impl Balancer {
         let resumption = Resumption::new()
             .inspect_err(|e| warn!("TLS session resumption is off: {e}"))
             .ok();
+        // The doctor loaded these files when the configuration was validated; they can fail
+        // here only if they changed since. Clients are then closed rather than served
+        // without the TLS the file asks for (see `Pool::tls_missing`).
         let tls = load_tls(&config, resumption.as_ref()).unwrap_or_else(|findings| {
             for line in findings.to_string().lines() {
                 error!("{line}");
@@ -406,10 +397,7 @@ impl Balancer {
                 "{}: its TLS keys cannot be loaded; every client is closed",
                 config.kind
             );
-            Secured {
-                unloaded: Some(findings.to_string()),
-                ..Secured::default()
-            }
+            Secured::default()
         });
         Balancer {
             pool: ArcSwap::from_pointee(Pool::new(config, servers, Arc::new(tls))),
@@ -944,6 +932,15 @@ pub enum Eligible {
 }
 
 impl Pool {
+    /// True when the keys ask for TLS this generation could not load (the files changed
+    /// between the doctor's check and the balancer's start): its clients are closed rather
+    /// than served, or sent to their servers, without it.
+    pub fn tls_missing(&self) -> bool {
+        let keys = &self.config.tls;
+        (keys.certificate.is_some() && self.tls.server.is_none())
+            || (keys.encrypt_upstream && self.tls.upstream.is_none())
+    }
+
     /// A pool over `servers` (built from `config.servers`, same order).
     fn new(config: BalancerConfig, servers: Vec<Arc<Server>>, tls: Arc<Secured>) -> Self {
         Pool {

@@ -74,7 +74,9 @@ impl Client<TcpStream> {
         let at_limit = entrance.balancer.at_limit(&self.pool);
         if at_limit && !self.pool.config.query.enabled {
             entrance.balancer.refused(entrance.local);
-        } else if self.pool.config.tls.server(false).is_none() {
+        } else if self.pool.tls_missing() {
+            debug!(client = %self.peer, "closed: the balancer's TLS keys are not loaded");
+        } else if self.pool.tls.server.is_none() {
             entrance.tasks.spawn(self.run(at_limit));
         } else {
             entrance.tasks.spawn(async move {
@@ -85,11 +87,11 @@ impl Client<TcpStream> {
         }
     }
 
-    /// The TLS step of a TLS port: the handshake (within [`HANDSHAKE_TIMEOUT`]), or, with
-    /// `SSL_PLAIN_ON_SAME_PORT=1`, a plain client told apart by its first byte. `None` when
-    /// the client is gone: its handshake failed (counted, logged once per episode, no server
-    /// blamed) or it closed first. The result is a stream of either kind, for any engine to
-    /// serve.
+    /// The TLS step: on a TLS port the handshake (within [`HANDSHAKE_TIMEOUT`]), or, with
+    /// `SSL_PLAIN_ON_SAME_PORT=1`, a plain client told apart by its first byte; on a plain
+    /// port the stream as it is. The result is a stream of either kind, for any engine to
+    /// serve. `None` when the client is gone: its handshake failed (counted, logged once per
+    /// episode, no server blamed) or it closed first.
     pub async fn secure(self) -> Option<Client<ClientStream>> {
         let Client {
             entrance,
@@ -97,25 +99,17 @@ impl Client<TcpStream> {
             stream,
             peer,
         } = self;
-        let Some(server) = &pool.tls.server else {
-            // The keys could not be loaded when the balancer was made: serving plain would
-            // give away what TLS was asked to protect.
-            debug!(client = %peer, "closed: the balancer's TLS keys are not loaded");
-            return None;
-        };
-        let mut plain = false;
-        if pool.config.tls.plain_on_same_port {
-            let wait = pool.config.query.sniff_timeout;
-            match first_byte::peek(&stream, wait).await {
-                Ok(Arrival::Tls) => {}
-                Ok(Arrival::Plain | Arrival::Silent) => plain = true,
+        let plain = match &pool.tls.server {
+            None => true,
+            Some(_) if !pool.config.tls.plain_on_same_port => false,
+            Some(_) => match first_byte::peek(&stream, pool.config.query.sniff_timeout).await {
+                Ok(Arrival::Tls) => false,
+                Ok(Arrival::Plain | Arrival::Silent) => true,
                 Ok(Arrival::Closed) | Err(_) => return None,
-            }
-        }
-        let stream = if plain {
-            Either::Left(stream)
-        } else {
-            match server.accept(stream, HANDSHAKE_TIMEOUT).await {
+            },
+        };
+        let stream = match &pool.tls.server {
+            Some(server) if !plain => match server.accept(stream, HANDSHAKE_TIMEOUT).await {
                 Ok(stream) => {
                     entrance.balancer.handshake_done();
                     Either::Right(stream)
@@ -127,7 +121,8 @@ impl Client<TcpStream> {
                         .in_scope(|| balancer.handshake_failed(peer, &failure));
                     return None;
                 }
-            }
+            },
+            _ => Either::Left(stream),
         };
         Some(Client {
             entrance,

@@ -5,6 +5,7 @@
 //! no failed exchange, a certificate that does not load rejecting the reload, the doctor
 //! through the binary's `--check`, and clients no one here wrote: `openssl s_client`, `curl`,
 //! headless Chromium.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test that cannot go on should panic
 
 mod common;
 
