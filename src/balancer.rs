@@ -569,7 +569,11 @@ impl Balancer {
             .entry(failure.cause.label())
             .or_default() += 1;
         if self.handshake_episode.strike() {
-            warn!(client = %client, "TLS handshake with a client failed: {failure}; further failures are counted in METRICS until one succeeds");
+            warn!(
+                client = %client,
+                "TLS handshake with a client failed: {failure}; further failures are counted \
+                 in METRICS until one succeeds"
+            );
         } else {
             debug!(client = %client, "TLS handshake failed: {failure}");
         }

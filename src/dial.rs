@@ -81,15 +81,19 @@ impl ConnectError {
             ConnectError::Handshake(failure) => match failure.cause {
                 Cause::TimedOut | Cause::Closed | Cause::Io => other(
                     PointsAt::Network,
-                    "the server accepts connections but does not finish a TLS handshake: is TLS                      on at its port?",
+                    "the server accepts connections but does not finish a TLS handshake: is TLS \
+                     on at its port?",
                 ),
                 Cause::NotTls => other(
                     PointsAt::Configuration,
-                    "the server does not speak TLS on this port: turn TLS on at the server or                      set SSL_ENCRYPT_UPSTREAM=0",
+                    "the server does not speak TLS on this port: turn TLS on at the server or \
+                     set SSL_ENCRYPT_UPSTREAM=0",
                 ),
                 _ => other(
                     PointsAt::Configuration,
-                    "give the server a certificate the broker trusts (SSL_UPSTREAM_CA) for the                      name it is reached by (SSL_UPSTREAM_SERVER_NAME), or say SSL_UPSTREAM_VERIFY=0",
+                    "give the server a certificate the broker trusts (SSL_UPSTREAM_CA) for the \
+                     name it is reached by (SSL_UPSTREAM_SERVER_NAME), or say \
+                     SSL_UPSTREAM_VERIFY=0",
                 ),
             },
         }
@@ -144,9 +148,9 @@ pub async fn connect(
     })))
 }
 
-/// Connects to `host:port` as [`connect`] does, then, when `tls` is given, makes the TLS
-/// handshake with the server within what is left of `CONNECT_TIMEOUT`'s bound again (a
-/// handshake is a round trip or two, like the connect).
+/// Connects to `host:port` as [`connect`] does, then, when `tls` is given
+/// (`SSL_ENCRYPT_UPSTREAM=1`), makes the TLS handshake with the server, bounded by
+/// `CONNECT_TIMEOUT` as the connect is (a handshake is a round trip or two, like a connect).
 pub async fn dial(
     resolver: &Arc<Resolver>,
     host: &Host,

@@ -100,7 +100,8 @@ const EN: Labels = Labels {
     certificate: "TLS certificate",
     certificate_issuer: "Issued by",
     certificate_expires: "Valid until",
-    upstream_unverified: "SSL_UPSTREAM_VERIFY=0: the servers' certificates are not verified; the connections to them are encrypted but not authenticated",
+    upstream_unverified: "SSL_UPSTREAM_VERIFY=0: the servers' certificates are not verified; \
+                          the connections to them are encrypted but not authenticated",
     active_connections: "active connections",
     active_connection: "active connection",
     servers_available: "servers available",
@@ -179,7 +180,8 @@ const PT_BR: Labels = Labels {
     certificate: "Certificado TLS",
     certificate_issuer: "Emitido por",
     certificate_expires: "Válido até",
-    upstream_unverified: "SSL_UPSTREAM_VERIFY=0: os certificados dos servidores não são verificados; as conexões com eles são cifradas mas não autenticadas",
+    upstream_unverified: "SSL_UPSTREAM_VERIFY=0: os certificados dos servidores não são \
+                          verificados; as conexões com eles são cifradas mas não autenticadas",
     active_connections: "conexões ativas",
     active_connection: "conexão ativa",
     servers_available: "servers disponíveis",
