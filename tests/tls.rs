@@ -688,11 +688,7 @@ async fn the_status_page_over_https_in_chromium() {
     if !have("openssl") {
         return;
     }
-    let Some(chromium) = std::env::var_os("PATH").and_then(|path| {
-        std::env::split_paths(&path)
-            .map(|dir| dir.join("chromium"))
-            .find(|c| c.is_file())
-    }) else {
+    let Some(binary) = find_chromium() else {
         assert!(
             std::env::var_os("CI").is_none(),
             "chromium is needed under CI"
@@ -709,29 +705,9 @@ async fn the_status_page_over_https_in_chromium() {
         "https://localhost:{}/TOTVS_BROKER_QUERY/STATUS",
         broker.addr().port()
     );
-    let mut command = tokio::process::Command::new(chromium);
-    command
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--dump-dom",
-        ])
-        .arg(format!("--ignore-certificate-errors-spki-list={spki}"))
-        .arg(format!("--user-data-dir={}", profile.path().display()))
-        .arg(&url)
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true);
-    let output = tokio::time::timeout(Duration::from_secs(60), command.output())
-        .await
-        .expect("chromium finished within a minute")
-        .expect("chromium ran");
-    let dom = String::from_utf8_lossy(&output.stdout);
+    let trust = format!("--ignore-certificate-errors-spki-list={spki}");
+    let dom = chromium(&binary, profile.path(), &url, &["--dump-dom", &trust]).await;
+    let dom = String::from_utf8_lossy(&dom);
     assert!(dom.contains("TLS certificate"), "{dom}");
     assert!(dom.contains("CN=localhost"), "{dom}");
     assert!(
@@ -740,4 +716,112 @@ async fn the_status_page_over_https_in_chromium() {
     );
     // It reached the page through a verified handshake: no failure counted.
     assert!(broker.state().handshake_failures.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_broken_after_the_check_never_make_a_balancer_speak_plain() {
+    let ca = Ca::new("Test CA");
+    let files = Files::new();
+    let server = TestServer::start("a").await;
+    let upstream = TestServer::start("b").await;
+    let leaf = ca.broker_leaf();
+    let ini = ini_for(&[&server], &files.serve(&leaf)).replace("@PORT@", &free_port().to_string());
+    let config = appbroker::config::Config::from_text(&ini, Path::new("t.ini"))
+        .expect("valid while the files are good")
+        .config;
+    // The key changes between the check and the start: the balancer closes every client
+    // rather than relaying it without TLS.
+    files.write("broker.key", "not a key");
+    let broker = appbroker::Broker::start(config.clone()).expect("started");
+    let addr = broker.addrs()[0].1;
+    let mut plain = TcpStream::connect(addr).await.unwrap();
+    let _ = plain.write_all(b"hello\n").await;
+    let mut got = Vec::new();
+    let _ = within(
+        "the broker to close",
+        tokio::io::AsyncReadExt::read_to_end(&mut plain, &mut got),
+    )
+    .await;
+    assert!(got.is_empty(), "{}", String::from_utf8_lossy(&got));
+    assert_eq!(server.accepted(), 0);
+
+    // And a reload given by a program, whose files do not load, is rejected whole.
+    let running = InProcess::start(&ini_for(&[&server], &files.serve(&leaf))).await;
+    let mut next = (*running.broker.config()).clone();
+    next.balancers[0].servers[0].port = upstream.addr.port();
+    files.write("broker.pem", "not a certificate");
+    let error = running.broker.reload(next).await.expect_err("rejected");
+    assert!(matches!(error, appbroker::ReloadError::Tls(_)), "{error:?}");
+    assert!(
+        error.lines().iter().any(|l| l.contains("SSL_CERTIFICATE")),
+        "{error:?}"
+    );
+    // The old server and certificate still serve.
+    let mut stream = tls_connect(&client_config(ca.roots()), running.addr())
+        .await
+        .unwrap();
+    assert_eq!(echo(&mut stream, "still a").await, "a");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bulk_bytes_cross_a_tls_listener_both_ways_with_half_close() {
+    use tokio::io::AsyncReadExt;
+    const LEN: usize = 16 << 20;
+    // A server that sends LEN bytes when asked (and keeps the connection open), then counts
+    // what it reads to the client's end and answers the count before closing.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let mut ask = [0u8; 1];
+        stream.read_exact(&mut ask).await.unwrap();
+        let chunk = vec![7u8; 256 << 10];
+        for _ in 0..LEN / chunk.len() {
+            stream.write_all(&chunk).await.unwrap();
+        }
+        let mut sink = vec![0u8; 256 << 10];
+        let mut got = 0u64;
+        loop {
+            match stream.read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got += n as u64,
+            }
+        }
+        stream.write_all(&got.to_be_bytes()).await.unwrap();
+    });
+    let ca = Ca::new("Test CA");
+    let files = Files::new();
+    let ini = format!(
+        "[General]\nSHUTDOWN_TIMEOUT=5\n[BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_ADDRESS=127.0.0.1\n\
+         LOCAL_SERVER_PORT=@PORT@\nMONITORING_TYPE=DISABLED\nQUERY_ENABLED=0\n{}\
+         REMOTE_SERVER_01=127.0.0.1 {port}\n",
+        files.serve(&ca.broker_leaf())
+    );
+    let broker = InProcess::start(&ini).await;
+    let mut stream = tls_connect(&client_config(ca.roots()), broker.addr())
+        .await
+        .unwrap();
+    // Down: every byte of the server's answer arrives while the connection stays open (the
+    // last TLS records must not wait in the broker for more bytes from the server).
+    stream.write_all(b"d").await.unwrap();
+    let mut down = vec![0u8; LEN];
+    within("16 MiB down", stream.read_exact(&mut down))
+        .await
+        .unwrap();
+    assert!(down.iter().all(|&b| b == 7));
+    // Up, then the client's end: the server counts every byte, and its answer ends with a
+    // TLS close_notify (an end, not a cut).
+    let chunk = vec![1u8; 256 << 10];
+    within("16 MiB up", async {
+        for _ in 0..LEN / chunk.len() {
+            stream.write_all(&chunk).await.unwrap();
+        }
+        stream.shutdown().await.unwrap();
+    })
+    .await;
+    let mut answer = Vec::new();
+    within("the count and a clean end", stream.read_to_end(&mut answer))
+        .await
+        .expect("a close_notify before the end");
+    assert_eq!(answer, (LEN as u64).to_be_bytes());
 }
