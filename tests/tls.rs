@@ -824,3 +824,48 @@ async fn bulk_bytes_cross_a_tls_listener_both_ways_with_half_close() {
         .expect("a close_notify before the end");
     assert_eq!(answer, (LEN as u64).to_be_bytes());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_logs_failed_handshakes_once_per_episode_and_swaps_certificates_on_sighup() {
+    let (old_ca, new_ca) = (Ca::new("Old CA"), Ca::new("New CA"));
+    let files = Files::new();
+    let server = TestServer::start("a").await;
+    let broker = Broker::start(&ini_for(&[&server], &files.serve(&old_ca.broker_leaf()))).await;
+    broker
+        .wait_for_log("speaks TLS with the certificate of CN=localhost")
+        .await;
+
+    // Three clients that speak plain text to the TLS port: one line, with the cause.
+    for _ in 0..3 {
+        let mut plain = TcpStream::connect(broker.addr()).await.unwrap();
+        let _ = plain.write_all(b"hello\n").await;
+        let mut got = Vec::new();
+        let _ = within(
+            "the broker to close",
+            tokio::io::AsyncReadExt::read_to_end(&mut plain, &mut got),
+        )
+        .await;
+    }
+    let line = broker
+        .wait_for_log("TLS handshake with a client failed")
+        .await;
+    assert!(line.contains("not TLS"), "{line}");
+    // The episode ends with a good handshake once failures have been quiet for a second.
+    let mut roots = old_ca.roots();
+    roots.add(new_ca.issuer.der().clone()).unwrap();
+    let config = client_config(roots);
+    let end = std::time::Instant::now() + DEADLINE;
+    while !broker.has_log("TLS handshakes with clients succeed again; 3 failed before") {
+        assert!(std::time::Instant::now() < end, "{}", broker.log_text());
+        let mut stream = tls_connect(&config, broker.addr()).await.unwrap();
+        assert_eq!(echo(&mut stream, "good").await, "a");
+    }
+    assert_eq!(broker.count_logs("TLS handshake with a client failed"), 1);
+
+    // SIGHUP with renewed files: new handshakes get the new certificate.
+    let new = new_ca.broker_leaf();
+    files.serve(&new);
+    broker.signal(nix::sys::signal::Signal::SIGHUP);
+    broker.wait_for_log("certificate CN=localhost").await;
+    assert_eq!(presented(&config, broker.addr()).await, new.der);
+}
