@@ -869,3 +869,43 @@ async fn the_binary_logs_failed_handshakes_once_per_episode_and_swaps_certificat
     broker.wait_for_log("certificate CN=localhost").await;
     assert_eq!(presented(&config, broker.addr()).await, new.der);
 }
+
+#[test]
+fn the_tdn_example_is_told_what_to_change_and_then_passes() {
+    let files = Files::new();
+    let tdn = "[BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_PORT=5000\nQUERY_ALLOW=127.0.0.1\n\
+               SSL_METHOD=TLSv1\nSSL_CERTIFICATE=C:\\totvs\\certs\\totvs.pem\n\
+               SSL_KEY=C:\\totvs\\certs\\totvs.key\nSSL_PASSPHRASE=\nSSL_ENCRYPT_UPSTREAM=1\n\
+               REMOTE_SERVER_01=127.0.0.1 6000\n";
+    let path = files.write("appserver.ini", tdn);
+    let (code, _, stderr) = run_cli(&["--check", "--config", path.to_str().unwrap()]);
+    assert_eq!(code, 2, "{stderr}");
+    for key in ["SSL_CERTIFICATE", "SSL_KEY"] {
+        assert!(
+            stderr.lines().any(|l| l.contains(key)
+                && l.contains("is a Windows path")
+                && l.contains("appserver.ini:")),
+            "{stderr}"
+        );
+    }
+    // The files copied here, the servers' CA given: it passes, with a notice for TLSv1.
+    let ca = Ca::new("Test CA");
+    let leaf = ca.broker_leaf();
+    let cert = files.write("totvs.pem", &leaf.pem);
+    let key = files.write("totvs.key", &leaf.key);
+    let upstream_ca = files.write("appservers-ca.pem", ca.pem());
+    let fixed = tdn
+        .replace("C:\\totvs\\certs\\totvs.pem", cert.to_str().unwrap())
+        .replace("C:\\totvs\\certs\\totvs.key", key.to_str().unwrap())
+        + &format!("SSL_UPSTREAM_CA={}\n", upstream_ca.display());
+    let path = files.write("appserver.ini", fixed);
+    let (code, stdout, stderr) = run_cli(&["--check", "--config", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.lines().any(|l| l.starts_with("notice:")
+            && l.contains("SSL_METHOD")
+            && l.contains("TLS 1.2 and 1.3 are used instead")),
+        "{stderr}"
+    );
+    assert!(stdout.contains("SSL_ENCRYPT_UPSTREAM=1"), "{stdout}");
+}

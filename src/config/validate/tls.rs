@@ -1,6 +1,6 @@
 //! A balancer's `SSL_*` keys: the rules that tie them together (a certificate needs its key,
 //! the upstream keys need `SSL_ENCRYPT_UPSTREAM=1`, an obsolete `SSL_METHOD` is replaced with a
-//! notice, a Windows path gets a notice), and the configuration doctor: the files are loaded
+//! notice, a Windows path that cannot exist here is named as such), and the configuration doctor: the files are loaded
 //! as the balancer will load them, and what [`crate::tls`] finds becomes an error (nothing can
 //! be served with it) or a warning, on the line of the key to fix.
 
@@ -63,24 +63,31 @@ impl Validator {
                 }
             }
         }
+        // A TOTVS file's Windows path is read as written; it cannot exist here, so say that
+        // rather than only that the file cannot be read.
+        let mut windows = Vec::new();
         for (key, path) in [
             ("SSL_CERTIFICATE", &keys.certificate),
             ("SSL_KEY", &keys.key),
             ("SSL_UPSTREAM_CA", &keys.upstream_ca),
         ] {
             if let Some(path) = path.as_deref().filter(|p| windows_only(p)) {
-                self.notices.push(at(
+                windows.push(key);
+                self.errors.push(at(
                     key,
                     format!(
-                        "`{}` is a Windows path, read as written; give the file's path on this \
-                         system",
+                        "`{}` is a Windows path (read as written), which cannot exist on this \
+                         system: copy the file here and give its path on this machine \
+                         (/etc/appbroker/...)",
                         path.display()
                     ),
                 ));
             }
         }
         let findings = self.doctor(b);
-        for finding in findings {
+        let said =
+            |f: &Finding| matches!(f, Finding::Unreadable { key, .. } if windows.contains(key));
+        for finding in findings.into_iter().filter(|f| !said(f)) {
             let error = ConfigError {
                 key: None,
                 ..at(finding.key(), finding.to_string())
