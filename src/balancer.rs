@@ -7,7 +7,7 @@
 //! snapshot and the hot path never waits for a lock other than the selection's own, which is
 //! held for one scan of the servers.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
@@ -33,6 +33,10 @@ use crate::relay::{End, Outcome};
 use crate::resolve::Resolver;
 use crate::select::{Load, Selector};
 use crate::throttle::{self, Throttle};
+use crate::tls::{
+    CertificateSummary, Finding, Findings, HandshakeFailure, Resumption, ServerTls, UpstreamTls,
+    upstream::system_roots,
+};
 
 /// One configured server and everything counted about it. Shared by the pool, the leases of
 /// its connections, the monitor and the query interface; changed only by [`Balancer`]'s
@@ -289,6 +293,12 @@ pub struct BalancerState {
     pub quarantine_time: Duration,
     /// The servers, in configuration order.
     pub servers: Vec<ServerState>,
+    /// The certificate clients are served, when the port speaks TLS.
+    pub certificate: Option<CertificateSummary>,
+    /// What the status page says when the servers' certificates are not verified.
+    pub upstream_warning: Option<&'static str>,
+    /// Failed TLS handshakes with clients, by cause (METRICS' label).
+    pub handshake_failures: Vec<(&'static str, u64)>,
 }
 
 impl BalancerState {
@@ -309,6 +319,19 @@ pub struct Pool {
     pub servers: Vec<Arc<Server>>,
     /// The policy's state, and a scratch list of loads reused by every pick.
     selector: Mutex<(Selector, Vec<Option<Load>>)>,
+    /// TLS towards clients and servers, loaded for this generation.
+    pub tls: Arc<Secured>,
+}
+
+/// A balancer's TLS for one generation of its configuration, loaded from its `SSL_*` keys.
+/// A reload loads it again (certificates renewed on disk are taken even when no key
+/// changed); connections keep the generation they started with.
+#[derive(Debug, Default)]
+pub struct Secured {
+    /// Towards clients (`SSL_CERTIFICATE` and `SSL_KEY`); `None`: the port speaks plain TCP.
+    pub server: Option<ServerTls>,
+    /// Towards servers (`SSL_ENCRYPT_UPSTREAM=1`).
+    pub upstream: Option<UpstreamTls>,
 }
 
 /// Counters of a balancer as a whole.
@@ -326,6 +349,35 @@ struct Stats {
     peak: AtomicU64,
     /// Wall-clock time of the last accepted client, in ms since the Unix epoch (0: none yet).
     last_connection_ms: AtomicU64,
+}
+
+/// Loads `config`'s TLS towards clients and servers (nothing when it has none), reading the
+/// system's trusted roots only when they are needed.
+fn load_tls(config: &BalancerConfig, resumption: Option<&Resumption>) -> Result<Secured, Findings> {
+    let server = config.tls.server(false);
+    let upstream = config.tls.upstream(false);
+    if server.is_none() && upstream.is_none() {
+        return Ok(Secured::default());
+    }
+    let roots = system_roots();
+    let now = std::time::SystemTime::now();
+    let server = match (server, resumption) {
+        (Some(settings), Some(resumption)) => {
+            Some(ServerTls::load(&settings, resumption, &roots.store, now)?)
+        }
+        (Some(settings), None) => {
+            let fresh = Resumption::new().map_err(|e| Finding::Unexpected {
+                key: "SSL_CERTIFICATE",
+                detail: e.to_string(),
+            })?;
+            Some(ServerTls::load(&settings, &fresh, &roots.store, now)?)
+        }
+        (None, _) => None,
+    };
+    let upstream = upstream
+        .map(|settings| UpstreamTls::load(&settings, &roots))
+        .transpose()?;
+    Ok(Secured { server, upstream })
 }
 
 /// A relayed connection as it ended, for [`Balancer::ended`].
@@ -365,6 +417,12 @@ pub struct Balancer {
     resolver: Arc<Resolver>,
     /// Where the balancer's events are published.
     events: Events,
+    /// Session tickets' key and the session cache, kept across reloads.
+    resumption: Option<Resumption>,
+    /// Failed TLS handshakes with clients, by cause.
+    handshake_failures: Mutex<BTreeMap<&'static str, u64>>,
+    /// Failed TLS handshakes with clients since the last good one, logged per episode.
+    handshake_episode: throttle::Episode,
 }
 
 impl Balancer {
@@ -376,8 +434,27 @@ impl Balancer {
             .iter()
             .map(|s| Arc::new(Server::new(s)))
             .collect();
+        let resumption = Resumption::new()
+            .inspect_err(|e| warn!("TLS session resumption is off: {e}"))
+            .ok();
+        // The doctor loaded these files when the configuration was validated; they can fail
+        // here only if they changed since. Clients are then closed rather than served
+        // without the TLS the file asks for (see `Pool::tls_missing`).
+        let tls = load_tls(&config, resumption.as_ref()).unwrap_or_else(|findings| {
+            for line in findings.to_string().lines() {
+                error!("{line}");
+            }
+            error!(
+                "{}: its TLS keys cannot be loaded; every client is closed",
+                config.kind
+            );
+            Secured::default()
+        });
         Balancer {
-            pool: ArcSwap::from_pointee(Pool::new(config, servers)),
+            pool: ArcSwap::from_pointee(Pool::new(config, servers, Arc::new(tls))),
+            resumption,
+            handshake_failures: Mutex::default(),
+            handshake_episode: throttle::Episode::default(),
             stats: Stats::default(),
             clock: Clock::new(),
             health_changed: Notify::new(),
@@ -450,14 +527,18 @@ impl Balancer {
             monitor_interval: config.monitor_interval,
             quarantine_time: config.quarantine_time,
             servers: pool.servers.iter().map(|s| s.snapshot(now)).collect(),
+            certificate: pool.tls.server.as_ref().map(|t| t.certificate.clone()),
+            upstream_warning: pool.tls.upstream.as_ref().and_then(UpstreamTls::warning),
+            handshake_failures: self.handshake_failures().into_iter().collect(),
         }
     }
 
     /// Applies a reloaded configuration of this balancer. Servers that remain (same id and
     /// `host:port`) keep their state, counters and connections, taking the new weight; new
     /// ones start available; removed ones leave the pool, and their connections finish on
-    /// their own. Returns what changed, for the log.
-    pub fn reconfigure(&self, config: BalancerConfig) -> Vec<String> {
+    /// their own. `tls` is the new generation's TLS ([`Balancer::load_tls`]): new handshakes
+    /// use it, established connections keep theirs. Returns what changed, for the log.
+    pub fn reconfigure(&self, config: BalancerConfig, tls: Secured) -> Vec<String> {
         let old = self.pool();
         let mut changes = Vec::new();
         let servers: Vec<Arc<Server>> = config
@@ -514,10 +595,63 @@ impl Balancer {
             &old.config.settings(),
             &config.settings(),
         ));
-        self.pool.store(Arc::new(Pool::new(config, servers)));
+        if let (Some(old), Some(new)) = (&old.tls.server, &tls.server)
+            && old.certificate != new.certificate
+        {
+            changes.push(format!(
+                "{} certificate {} (until {})",
+                config.kind,
+                new.certificate.subject,
+                crate::tls::doctor::utc(new.certificate.not_after)
+            ));
+        }
+        self.pool
+            .store(Arc::new(Pool::new(config, servers, Arc::new(tls))));
         // The monitor reads the new interval and servers when it wakes.
         self.health_changed.notify_one();
         changes
+    }
+
+    /// Loads the TLS of `config` (this balancer's next generation) with the balancer's
+    /// session resumption, so clients resume across the swap. Every finding when it cannot:
+    /// the caller rejects the reload and everything stays as it was.
+    pub fn load_tls(&self, config: &BalancerConfig) -> Result<Secured, Findings> {
+        load_tls(config, self.resumption.as_ref())
+    }
+
+    /// A client's TLS handshake failed: counted by cause; the first of an episode is logged
+    /// with its cause (one line, not one per client). No server is to blame.
+    pub fn handshake_failed(&self, client: SocketAddr, failure: &HandshakeFailure) {
+        *self
+            .handshake_failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(failure.cause.label())
+            .or_default() += 1;
+        if self.handshake_episode.strike() {
+            warn!(
+                client = %client,
+                "TLS handshake with a client failed: {failure}; further failures are counted \
+                 in METRICS until one succeeds"
+            );
+        } else {
+            debug!(client = %client, "TLS handshake failed: {failure}");
+        }
+    }
+
+    /// A client's TLS handshake succeeded: ends an episode of failures with a line.
+    pub fn handshake_done(&self) {
+        if let Some(failed) = self.handshake_episode.end() {
+            info!("TLS handshakes with clients succeed again; {failed} failed before");
+        }
+    }
+
+    /// Failed TLS handshakes with clients so far, by cause.
+    pub fn handshake_failures(&self) -> BTreeMap<&'static str, u64> {
+        self.handshake_failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     // -----------------------------------------------------------------------------------
@@ -1037,9 +1171,19 @@ pub enum Eligible {
 }
 
 impl Pool {
+    /// True when the keys ask for TLS this generation could not load (the files changed
+    /// between the doctor's check and the balancer's start): its clients are closed rather
+    /// than served, or sent to their servers, without it.
+    pub fn tls_missing(&self) -> bool {
+        let keys = &self.config.tls;
+        (keys.certificate.is_some() && self.tls.server.is_none())
+            || (keys.encrypt_upstream && self.tls.upstream.is_none())
+    }
+
     /// A pool over `servers` (built from `config.servers`, same order).
-    fn new(config: BalancerConfig, servers: Vec<Arc<Server>>) -> Self {
+    fn new(config: BalancerConfig, servers: Vec<Arc<Server>>, tls: Arc<Secured>) -> Self {
         Pool {
+            tls,
             selector: Mutex::new((
                 Selector::new(config.sort_method, servers.len()),
                 Vec::with_capacity(servers.len()),

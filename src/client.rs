@@ -1,20 +1,21 @@
-//! One accepted connection as a [`Client`], with its way through the broker as methods: sniff
-//! (a query is answered, anything else forwarded), take a `MAX_CONNECTIONS` place, choose a
-//! server and connect (quarantining servers that fail and trying the next candidate), relay,
-//! and account for it.
+//! One accepted connection as a [`Client`], with its way through the broker as methods: the
+//! TLS handshake on a TLS port, sniff (a query is answered, anything else forwarded), take a
+//! `MAX_CONNECTIONS` place, choose a server and connect (quarantining servers that fail and
+//! trying the next candidate), relay, and account for it.
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tokio::net::TcpStream;
-use tokio::time::Instant;
+use tokio::time::{Duration, Instant};
+use tokio_util::either::Either;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, Span, debug};
 
 use crate::balancer::{Balancer, ClientSlot, Closed, Eligible, Lease, Pool};
 use crate::context::{Context, Ending};
-use crate::dial::{ConnectError, connect, keep_alive};
+use crate::dial::{ConnectError, ServerStream, dial, keep_alive};
 use crate::events::Unserved;
 use crate::os_error::words;
 use crate::query::{
@@ -23,6 +24,16 @@ use crate::query::{
 };
 use crate::relay::{Counters, End, Outcome, relay};
 use crate::stream::Stream;
+use crate::tls::first_byte::{self, Arrival};
+
+/// A client's stream once the port's TLS, if any, is set up: plain TCP, or TLS.
+pub type ClientStream = Either<TcpStream, tokio_rustls::server::TlsStream<TcpStream>>;
+
+/// How long a client of a TLS port has to finish its handshake: a real client needs a round
+/// trip or two (well under a second even across a continent), and one that connects and
+/// stalls must not hold its descriptor long. nginx allows 60 s, HAProxy its client timeout;
+/// 10 s leaves room for a slow mobile link and frees a stalled slot soon.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What every client of one listening socket shares: the broker's state, the balancer, how
 /// the balancer ends its connections, and where its tasks are counted. Made once per accept
@@ -54,6 +65,74 @@ pub struct Client<S> {
     peer: SocketAddr,
 }
 
+impl Client<TcpStream> {
+    /// Starts the client's task. Past `MAX_CONNECTIONS` it is closed at once (a clear refusal
+    /// beats a hang in the backlog), unless it turns out to be a query: operators look then.
+    /// On a TLS port the handshake comes first ([`Client::secure`]).
+    pub fn start(self) {
+        let entrance = Arc::clone(&self.entrance);
+        let at_limit = entrance.balancer.at_limit(&self.pool);
+        if at_limit && !self.pool.config.query.enabled {
+            entrance.balancer.refused(entrance.local);
+        } else if self.pool.tls_missing() {
+            debug!(client = %self.peer, "closed: the balancer's TLS keys are not loaded");
+        } else if self.pool.tls.server.is_none() {
+            entrance.tasks.spawn(self.run(at_limit));
+        } else {
+            entrance.tasks.spawn(async move {
+                if let Some(client) = self.secure().await {
+                    client.run(at_limit).await;
+                }
+            });
+        }
+    }
+
+    /// The TLS step: on a TLS port the handshake (within [`HANDSHAKE_TIMEOUT`]), or, with
+    /// `SSL_PLAIN_ON_SAME_PORT=1`, a plain client told apart by its first byte; on a plain
+    /// port the stream as it is. The result is a stream of either kind, for any engine to
+    /// serve. `None` when the client is gone: its handshake failed (counted, logged once per
+    /// episode, no server blamed) or it closed first.
+    pub async fn secure(self) -> Option<Client<ClientStream>> {
+        let Client {
+            entrance,
+            pool,
+            stream,
+            peer,
+        } = self;
+        let plain = match &pool.tls.server {
+            None => true,
+            Some(_) if !pool.config.tls.plain_on_same_port => false,
+            Some(_) => match first_byte::peek(&stream, pool.config.query.sniff_timeout).await {
+                Ok(Arrival::Tls) => false,
+                Ok(Arrival::Plain | Arrival::Silent) => true,
+                Ok(Arrival::Closed) | Err(_) => return None,
+            },
+        };
+        let stream = match &pool.tls.server {
+            Some(server) if !plain => match server.accept(stream, HANDSHAKE_TIMEOUT).await {
+                Ok(stream) => {
+                    entrance.balancer.handshake_done();
+                    Either::Right(stream)
+                }
+                Err(failure) => {
+                    let balancer = &entrance.balancer;
+                    entrance
+                        .span
+                        .in_scope(|| balancer.handshake_failed(peer, &failure));
+                    return None;
+                }
+            },
+            _ => Either::Left(stream),
+        };
+        Some(Client {
+            entrance,
+            pool,
+            stream,
+            peer,
+        })
+    }
+}
+
 impl<S: Stream> Client<S> {
     /// A client accepted through `entrance` from `peer`.
     pub fn new(entrance: &Arc<Entrance>, stream: S, peer: SocketAddr) -> Client<S> {
@@ -62,18 +141,6 @@ impl<S: Stream> Client<S> {
             entrance: Arc::clone(entrance),
             stream,
             peer,
-        }
-    }
-
-    /// Starts the client's task. Past `MAX_CONNECTIONS` it is closed at once (a clear refusal
-    /// beats a hang in the backlog), unless it turns out to be a query: operators look then.
-    pub fn start(self) {
-        let entrance = Arc::clone(&self.entrance);
-        let at_limit = entrance.balancer.at_limit(&self.pool);
-        if at_limit && !self.pool.config.query.enabled {
-            entrance.balancer.refused(entrance.local);
-        } else {
-            entrance.tasks.spawn(self.run(at_limit));
         }
     }
 
@@ -176,7 +243,7 @@ impl<S: Stream> Client<S> {
     /// Picks candidates and connects until one answers or `MAX_ATTEMPTS` are used. A server
     /// that fails for a server-side cause is quarantined; a failure that is the broker's own
     /// blames no server and closes the client.
-    async fn choose_and_connect(&self) -> Option<(Lease, TcpStream)> {
+    async fn choose_and_connect(&self) -> Option<(Lease, ServerStream)> {
         let (balancer, pool, peer) = (&self.entrance.balancer, &self.pool, self.peer);
         let config = &pool.config;
         let mut tried = Vec::with_capacity(config.max_attempts as usize);
@@ -192,10 +259,13 @@ impl<S: Stream> Client<S> {
             };
             tried.push(lease.index);
             let server = &lease.server;
-            match connect(balancer.resolver(), &server.host, server.port, config).await {
+            let tls = pool.tls.upstream.as_ref();
+            match dial(balancer.resolver(), &server.host, server.port, config, tls).await {
                 Ok(stream) => {
                     balancer.connected(&lease);
-                    keep_alive(&stream, &config.keepalive, &server.address);
+                    if let Some(socket) = stream.socket() {
+                        keep_alive(socket, &config.keepalive, &server.address);
+                    }
                     return Some((lease, stream));
                 }
                 Err(ConnectError::ResolverBusy { .. }) => {
@@ -221,7 +291,7 @@ impl<S: Stream> Client<S> {
     fn relay<'a>(
         &'a mut self,
         lease: &'a Lease,
-        upstream: &'a mut TcpStream,
+        upstream: &'a mut ServerStream,
         first: Vec<u8>,
     ) -> impl Future<Output = Outcome> + 'a {
         let (to_server, to_client) = lease.byte_counters();

@@ -1,7 +1,8 @@
 //! Dialing a server: resolve its name (cached, bounded), refuse a destination that is the
 //! broker itself, connect to each address in turn within `CONNECT_TIMEOUT`, and set the socket
-//! options. Used alike by the clients' path and by the monitor's checks, so both see a server
-//! the same way.
+//! options, then, with `SSL_ENCRYPT_UPSTREAM=1`, the TLS handshake with the server (verified
+//! unless told otherwise). Used alike by the clients' path and by the monitor's checks, so both
+//! see a server the same way.
 
 use std::io;
 use std::net::SocketAddr;
@@ -9,11 +10,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpStream;
+use tokio_util::either::Either;
 use tracing::debug;
 
 use crate::config::{BalancerConfig, Host, Keepalive, show_duration};
 use crate::os_error::{Explained, PointsAt, explain_connect, words};
 use crate::resolve::{ResolveError, Resolver};
+use crate::tls::{Cause, HandshakeFailure, UpstreamTls};
+
+/// A connection to a server: plain TCP, or TLS with `SSL_ENCRYPT_UPSTREAM=1`.
+pub type ServerStream = Either<TcpStream, tokio_rustls::client::TlsStream<TcpStream>>;
 
 /// Why a server could not be connected to.
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +47,9 @@ pub enum ConnectError {
         /// The broker's listener it reaches.
         listener: SocketAddr,
     },
+    /// Connected, but the TLS handshake with the server failed (`SSL_ENCRYPT_UPSTREAM=1`).
+    #[error("TLS handshake failed: {0}")]
+    Handshake(HandshakeFailure),
 }
 
 impl ConnectError {
@@ -69,6 +78,24 @@ impl ConnectError {
                 PointsAt::Configuration,
                 "give the address of an application server in REMOTE_SERVER",
             ),
+            ConnectError::Handshake(failure) => match failure.cause {
+                Cause::TimedOut | Cause::Closed | Cause::Io => other(
+                    PointsAt::Network,
+                    "the server accepts connections but does not finish a TLS handshake: is TLS \
+                     on at its port?",
+                ),
+                Cause::NotTls => other(
+                    PointsAt::Configuration,
+                    "the server does not speak TLS on this port: turn TLS on at the server or \
+                     set SSL_ENCRYPT_UPSTREAM=0",
+                ),
+                _ => other(
+                    PointsAt::Configuration,
+                    "give the server a certificate the broker trusts (SSL_UPSTREAM_CA) for the \
+                     name it is reached by (SSL_UPSTREAM_SERVER_NAME), or say \
+                     SSL_UPSTREAM_VERIFY=0",
+                ),
+            },
         }
     }
 }
@@ -119,6 +146,30 @@ pub async fn connect(
             format!("{host} resolves to no address"),
         )
     })))
+}
+
+/// Connects to `host:port` as [`connect`] does, then, when `tls` is given
+/// (`SSL_ENCRYPT_UPSTREAM=1`), makes the TLS handshake with the server, bounded by
+/// `CONNECT_TIMEOUT` as the connect is (a handshake is a round trip or two, like a connect).
+pub async fn dial(
+    resolver: &Arc<Resolver>,
+    host: &Host,
+    port: u16,
+    config: &BalancerConfig,
+    tls: Option<&UpstreamTls>,
+) -> Result<ServerStream, ConnectError> {
+    let stream = connect(resolver, host, port, config).await?;
+    let Some(tls) = tls else {
+        return Ok(Either::Left(stream));
+    };
+    let name = match host {
+        Host::Ip(ip) => ip.to_string(),
+        Host::Name(name) => name.clone(),
+    };
+    tls.connect(&name, stream, config.connect_timeout)
+        .await
+        .map(Either::Right)
+        .map_err(ConnectError::Handshake)
 }
 
 /// One connect, bounded by `timeout`, with TCP_NODELAY on the result.

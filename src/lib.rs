@@ -41,7 +41,8 @@
 //! - [`http`]: the HTTP broker's engine (a reverse proxy over hyper, generic over the
 //!   balancer it serves); not wired to the listeners yet.
 //! - [`tls`]: rustls acceptors and connectors, certificate loading and its diagnosis (the
-//!   configuration doctor), handshake failures in words; not wired yet.
+//!   configuration doctor), handshake failures in words; the balancers load it, clients
+//!   accept with it, the dialer connects with it.
 //! - [`resolve`]: server names to addresses: cached, one lookup per name, a bound on lookups
 //!   in flight; a destination that is the broker itself refused.
 //! - [`self_loop`]: whether a server's address is the broker's own (a loop), for the

@@ -207,6 +207,7 @@ fn main() -> ExitCode {
     let Loaded {
         mut config,
         notices,
+        warnings,
     } = match loaded {
         Ok(loaded) => loaded,
         Err(e) => {
@@ -227,6 +228,9 @@ fn main() -> ExitCode {
     if cli.check {
         for notice in &notices {
             logging::to_stderr(&format!("notice: {}", notice.located(&file)));
+        }
+        for warning in &warnings {
+            logging::to_stderr(&format!("warning: {}", warning.located(&file)));
         }
         // A closed standard output loses the printout, not the verdict (the exit code).
         let _ = std::io::stdout().write_all(config.to_ini().as_bytes());
@@ -261,6 +265,9 @@ fn main() -> ExitCode {
     );
     for notice in &notices {
         warn!("{}", notice.located(&file));
+    }
+    for warning in &warnings {
+        warn!("{}", warning.located(&file));
     }
     let client_command = demo.map(|args| client_command(&cli, args));
     match run(config, client_command, &log) {

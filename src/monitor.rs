@@ -18,11 +18,12 @@ use tracing::{Instrument, error, info, warn};
 use crate::balancer::{Balancer, Pool, Server};
 use crate::clock::wall_ms;
 use crate::config::{BalancerConfig, Host, Monitoring, plural, show_duration, show_escaped};
-use crate::dial::{ConnectError, connect};
+use crate::dial::{ConnectError, connect, dial};
 use crate::events::Event;
 use crate::health::{Check, Reason, Release};
 use crate::os_error::{Explained, PointsAt};
 use crate::resolve::Resolver;
+use crate::tls::UpstreamTls;
 
 /// Runs monitor rounds (unless monitoring is disabled) and releases quarantines whose time is
 /// up, until `stop` is cancelled.
@@ -124,21 +125,26 @@ impl CheckError {
     }
 }
 
-/// Checks one server: a TCP connect, and for SEND_EXPECT the probe and its reply, all within
-/// `config`'s `CONNECT_TIMEOUT`.
+/// Checks one server: a TCP connect, and for SEND_EXPECT the TLS handshake (with `tls`:
+/// `SSL_ENCRYPT_UPSTREAM=1`), the probe and its reply, all within `config`'s
+/// `CONNECT_TIMEOUT`.
 pub async fn check(
     resolver: &Arc<Resolver>,
     host: &Host,
     port: u16,
     config: &BalancerConfig,
+    tls: Option<&UpstreamTls>,
 ) -> Result<(), CheckError> {
     let deadline = Instant::now() + config.connect_timeout;
-    let mut stream = connect(resolver, host, port, config)
+    let Monitoring::SendExpect { send, expect } = &config.monitoring else {
+        return connect(resolver, host, port, config)
+            .await
+            .map(drop)
+            .map_err(CheckError::Connect);
+    };
+    let mut stream = dial(resolver, host, port, config, tls)
         .await
         .map_err(CheckError::Connect)?;
-    let Monitoring::SendExpect { send, expect } = &config.monitoring else {
-        return Ok(());
-    };
     let mut got = Vec::with_capacity(expect.len());
     let exchange = async {
         if stream.write_all(send).await.is_err() {
@@ -205,7 +211,8 @@ async fn check_all(balancer: &Balancer, pool: &Arc<Pool>) -> Vec<Outcome> {
         checks.spawn(
             async move {
                 let started = Instant::now();
-                let result = check(&resolver, &server.host, server.port, &pool.config).await;
+                let tls = pool.tls.upstream.as_ref();
+                let result = check(&resolver, &server.host, server.port, &pool.config, tls).await;
                 (index, started.elapsed(), result)
             }
             .in_current_span(),

@@ -188,7 +188,8 @@ impl Half {
     /// Moves bytes from `from` to `to` until it would block, or the direction is finished.
     /// `last` says the other direction is finished already: then EOF is not passed on with a
     /// shutdown, since both sockets are about to be closed, which sends the FIN anyway (one
-    /// system call and one loopback round of TCP work fewer per connection).
+    /// system call and one loopback round of TCP work fewer per connection); a TLS stream is
+    /// shut down all the same, for its close_notify.
     fn poll_copy<R: Stream, W: Stream>(
         &mut self,
         cx: &mut Context<'_>,
@@ -231,6 +232,13 @@ impl Half {
                     continue;
                 }
             }
+            // Everything read so far is written. A stream that holds bytes for its socket
+            // (TLS records that did not fit the socket's buffer, session tickets queued by
+            // the handshake) sends them now, before waiting for more to read: nothing else
+            // would, and its peer would wait for them for ever.
+            if to.plain().is_none() {
+                ready!(Pin::new(&mut *to).poll_flush(cx)).map_err(Failure::Write)?;
+            }
             // The client's first bytes came in a buffer of their own size: reading into it
             // would move the rest a few bytes at a time.
             if self.buf.as_ref().is_some_and(|b| b.len() != BUFFER_SIZE) {
@@ -266,15 +274,17 @@ impl Half {
         }
     }
 
-    /// The reader's EOF, everything before it written: passes it on (unless `last`) and gives
-    /// the buffer or pipe back.
+    /// The reader's EOF, everything before it written: passes it on (unless `last` and `to`
+    /// is a plain socket) and gives the buffer or pipe back.
     fn poll_finish<W: Stream>(
         &mut self,
         cx: &mut Context<'_>,
         to: &mut W,
         last: bool,
     ) -> Poll<Result<(), Failure>> {
-        if !last {
+        // A TLS stream is shut down even then: its close_notify tells the peer that the end
+        // is the real end, not a connection cut short (a truncation).
+        if !last || to.plain().is_none() {
             ready!(Pin::new(&mut *to).poll_shutdown(cx)).map_err(Failure::Write)?;
         }
         self.done = true;

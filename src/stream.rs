@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
+use tokio_util::either::Either;
 
 /// A byte stream the broker can serve, relay or answer.
 pub trait Stream: AsyncRead + AsyncWrite + Unpin + Send + Sync + 'static {
@@ -76,3 +77,43 @@ impl Stream for TcpStream {
 /// no socket shortcut are tested without a network.
 #[cfg(test)]
 impl Stream for tokio::io::DuplexStream {}
+
+/// One of two streams (a plain or a TLS connection, decided at run time): the socket's
+/// shortcuts are taken only when the one in hand allows them.
+impl<A: Stream, B: Stream> Stream for Either<A, B> {
+    fn socket(&self) -> Option<&TcpStream> {
+        match self {
+            Either::Left(a) => a.socket(),
+            Either::Right(b) => b.socket(),
+        }
+    }
+
+    fn plain(&self) -> Option<&TcpStream> {
+        match self {
+            Either::Left(a) => a.plain(),
+            Either::Right(b) => b.plain(),
+        }
+    }
+
+    fn read_now(&mut self, into: &mut Vec<u8>) -> io::Result<usize> {
+        match self {
+            Either::Left(a) => a.read_now(into),
+            Either::Right(b) => b.read_now(into),
+        }
+    }
+}
+
+/// A client's TLS connection to a balancer: its bytes are not the socket's, so no shortcut
+/// but socket options.
+impl Stream for tokio_rustls::server::TlsStream<TcpStream> {
+    fn socket(&self) -> Option<&TcpStream> {
+        Some(self.get_ref().0)
+    }
+}
+
+/// A TLS connection to a server (`SSL_ENCRYPT_UPSTREAM=1`).
+impl Stream for tokio_rustls::client::TlsStream<TcpStream> {
+    fn socket(&self) -> Option<&TcpStream> {
+        Some(self.get_ref().0)
+    }
+}

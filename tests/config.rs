@@ -337,6 +337,15 @@ fn every_key_is_printed_with_its_default() {
         ("MONITOR_FALL", "1"),
         ("MONITOR_RISE", "1"),
         ("DNS_CACHE_TIME", "30s"),
+        ("SSL_CERTIFICATE", ""),
+        ("SSL_KEY", ""),
+        ("SSL_PASSPHRASE", ""),
+        ("SSL_METHOD", "SSL/TLS"),
+        ("SSL_PLAIN_ON_SAME_PORT", "0"),
+        ("SSL_ENCRYPT_UPSTREAM", "0"),
+        ("SSL_UPSTREAM_VERIFY", "1"),
+        ("SSL_UPSTREAM_CA", ""),
+        ("SSL_UPSTREAM_SERVER_NAME", ""),
     ]
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .into();

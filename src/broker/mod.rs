@@ -51,6 +51,10 @@ pub enum ReloadError {
     /// Reading the file failed on its thread.
     #[error("reading the file failed ({0})")]
     Read(String),
+    /// A balancer's certificate, key or CA bundle does not load (it changed after the file
+    /// was checked, or the configuration was given by a program): every finding, one a line.
+    #[error("{0}")]
+    Tls(String),
     /// The broker has stopped.
     #[error("the broker has stopped")]
     Stopped,
@@ -61,7 +65,7 @@ impl ReloadError {
     pub fn lines(&self) -> Vec<String> {
         match self {
             ReloadError::Invalid(e) => e.report().lines().map(|l| l.trim().to_string()).collect(),
-            other => vec![other.to_string()],
+            other => other.to_string().lines().map(str::to_string).collect(),
         }
     }
 }

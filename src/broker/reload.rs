@@ -10,7 +10,7 @@ use tracing::{error, info, warn};
 use super::ReloadError;
 use super::run::Runtime;
 use super::unit::Unit;
-use crate::balancer::Balancer;
+use crate::balancer::{Balancer, Secured};
 use crate::config::{self, Config, plural, show_duration};
 use crate::events::Reloaded;
 use crate::listener;
@@ -44,16 +44,19 @@ impl Runtime {
             }
         };
         let file = path.display().to_string();
-        for notice in &loaded.notices {
+        for notice in loaded.notices.iter().chain(&loaded.warnings) {
             warn!("{}", notice.located(&file));
         }
-        Ok(self.apply(loaded.config).await)
+        self.apply(loaded.config).await
     }
 
     /// Applies a new configuration: balancers removed first (their ports may be taken by
     /// others in this same reload), then those that stay (moved listeners, before new ones
-    /// may need their old ports; new settings and servers), then the new ones.
-    pub(super) async fn apply(&mut self, mut config: Config) -> Reloaded {
+    /// may need their old ports; new settings and servers), then the new ones. The TLS of the
+    /// balancers that stay is loaded first: a certificate or key that does not load rejects
+    /// the whole reload, and everything stays as it was.
+    pub(super) async fn apply(&mut self, mut config: Config) -> Result<Reloaded, ReloadError> {
+        let mut tls = self.load_tls(&config)?;
         // Removed balancers whose last connection has ended need no more waiting for.
         self.retired.retain(|unit| !unit.tasks.is_empty());
         let old = self.ctx.config.load_full();
@@ -87,7 +90,8 @@ impl Runtime {
             errors: Vec::new(),
         };
         self.remove_gone(&config, &mut reloaded).await;
-        self.update_staying(&mut config, &mut reloaded).await;
+        self.update_staying(&mut config, &mut tls, &mut reloaded)
+            .await;
         self.add_new(&config, &mut reloaded);
         self.publish(config);
         if reloaded.changes.is_empty() {
@@ -95,7 +99,37 @@ impl Runtime {
         } else {
             info!("configuration reloaded: {}", reloaded.changes.join("; "));
         }
-        reloaded
+        Ok(reloaded)
+    }
+
+    /// The TLS of every balancer of `config` that runs now, loaded with its own session
+    /// resumption, in `config`'s order (`None` for the new ones, which load their own).
+    fn load_tls(&self, config: &Config) -> Result<Vec<Option<Secured>>, ReloadError> {
+        let mut loaded = Vec::with_capacity(config.balancers.len());
+        let mut failed = Vec::new();
+        for b in &config.balancers {
+            let Some(unit) = self.units.iter().find(|u| u.balancer.kind() == b.kind) else {
+                loaded.push(None);
+                continue;
+            };
+            match unit.balancer.load_tls(b) {
+                Ok(tls) => loaded.push(Some(tls)),
+                Err(findings) => failed.extend(
+                    findings
+                        .to_string()
+                        .lines()
+                        .map(|line| format!("{}: {line}", b.kind)),
+                ),
+            }
+        }
+        if failed.is_empty() {
+            return Ok(loaded);
+        }
+        for line in &failed {
+            error!("{line}");
+        }
+        error!("reload rejected: the running configuration stays");
+        Err(ReloadError::Tls(failed.join("\n")))
     }
 
     /// Stops the balancers `config` no longer has: their listeners close at once, their
@@ -131,8 +165,13 @@ impl Runtime {
     }
 
     /// The balancers that stay: a moved listen address, new settings and servers.
-    async fn update_staying(&mut self, config: &mut Config, reloaded: &mut Reloaded) {
-        for b in &mut config.balancers {
+    async fn update_staying(
+        &mut self,
+        config: &mut Config,
+        tls: &mut [Option<Secured>],
+        reloaded: &mut Reloaded,
+    ) {
+        for (b, tls) in config.balancers.iter_mut().zip(tls) {
             let Some(unit) = self.units.iter_mut().find(|u| u.balancer.kind() == b.kind) else {
                 continue;
             };
@@ -141,9 +180,10 @@ impl Runtime {
                 reloaded.changes.push(change);
                 reloaded.errors.extend(error);
             }
+            let tls = tls.take().unwrap_or_default();
             reloaded
                 .changes
-                .extend(unit.balancer.reconfigure(b.clone()));
+                .extend(unit.balancer.reconfigure(b.clone(), tls));
         }
     }
 

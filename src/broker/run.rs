@@ -66,7 +66,7 @@ impl Runtime {
     ) {
         let result = match source {
             Source::File => self.reload_file().await,
-            Source::Config(config) => Ok(self.apply(*config).await),
+            Source::Config(config) => self.apply(*config).await,
         };
         match &result {
             Ok(reloaded) => self.events.emit(|| Event::Reloaded(reloaded.clone())),

@@ -4,13 +4,13 @@
 
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{Instrument, error, info};
+use tracing::{Instrument, error, info, warn};
 
 use crate::balancer::Balancer;
 use crate::config::{BalancerConfig, plural, show_duration};
@@ -18,6 +18,7 @@ use crate::context::{Context, Ending};
 use crate::events::Event;
 use crate::listener;
 use crate::monitor;
+use crate::tls::Severity;
 use crate::workers::Workers;
 
 /// One balancer at run time.
@@ -90,6 +91,24 @@ impl Unit {
             balancer: c.kind,
             address: listen,
         });
+        if let Some(server) = &pool.tls.server {
+            let certificate = &server.certificate;
+            info!(
+                "{} speaks TLS{} with the certificate of {} (issued by {}, valid until {})",
+                c.kind,
+                if c.tls.plain_on_same_port {
+                    " and plain TCP"
+                } else {
+                    ""
+                },
+                certificate.subject,
+                certificate.issuer,
+                crate::tls::doctor::utc(certificate.not_after)
+            );
+        }
+        if let Some(warning) = pool.tls.upstream.as_ref().and_then(|u| u.warning()) {
+            warn!("{}: {warning}", c.kind);
+        }
         let stop_background = stopping.child_token();
         tokio::spawn(
             monitor::run(Arc::clone(&balancer), stop_background.clone())
@@ -99,6 +118,10 @@ impl Unit {
             Arc::clone(&balancer),
             stop_background.clone(),
         ));
+        tokio::spawn(
+            check_certificate_daily(Arc::clone(&balancer), stop_background.clone())
+                .instrument(balancer.span()),
+        );
         let mut unit = Unit {
             configured: c.listen,
             listen,
@@ -214,6 +237,29 @@ async fn sample_every_minute(balancer: Arc<Balancer>, stop: CancellationToken) {
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(Duration::from_secs(60)) => {}
+        }
+    }
+}
+
+/// Tells the log once a day what the doctor finds in the certificate in use (expired, or
+/// expiring within 30 days: warnings an operator who missed the one at start still needs),
+/// until `stop` is cancelled.
+async fn check_certificate_daily(balancer: Arc<Balancer>, stop: CancellationToken) {
+    const DAY: Duration = Duration::from_secs(24 * 3600);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(DAY) => {}
+        }
+        let pool = balancer.pool();
+        let Some(server) = &pool.tls.server else {
+            continue;
+        };
+        let roots = crate::tls::upstream::system_roots();
+        for finding in server.diagnose(SystemTime::now(), &roots.store) {
+            if finding.severity() >= Severity::Warning {
+                warn!("{}: {finding}", pool.config.kind);
+            }
         }
     }
 }

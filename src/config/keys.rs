@@ -12,7 +12,9 @@ use super::value::{self, Cidr, show_duration, show_escaped};
 use super::{
     BalancerConfig, BalancerKind, General, Keepalive, Language, Monitoring, QuerySettings,
 };
-use super::{SortMethod, TOTVS_MONITORING_TYPES, TOTVS_SORT_METHODS};
+use super::{SortMethod, TOTVS_MONITORING_TYPES, TOTVS_SORT_METHODS, TlsKeys};
+use crate::tls::SslMethod;
+use crate::tls::files::Passphrase;
 
 /// Where a key may stand.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +72,12 @@ pub enum Domain {
     Monitoring,
     /// A [`Language`].
     Language,
+    /// Any text; empty for none.
+    Text,
+    /// A secret (`SSL_PASSPHRASE`): any text, empty for none, printed as `(set)`.
+    Secret,
+    /// An [`SslMethod`], as TOTVS writes it.
+    SslMethod,
 }
 
 impl Domain {
@@ -98,6 +106,7 @@ impl Domain {
                 "SMARTCLIENT_SSL_ACTIVE",
             ],
             Domain::Language => &["en", "pt-BR", "pt_BR", "pt"],
+            Domain::SslMethod => &["SSL/TLS", "TLSv1.2", "TLSv1.3", "SSLv3", "TLSv1", "TLSv1.1"],
             _ => &[],
         }
     }
@@ -128,6 +137,12 @@ pub enum Value {
     Monitoring(Monitoring),
     /// From [`Domain::Language`].
     Language(Language),
+    /// From [`Domain::Text`].
+    Text(Option<String>),
+    /// From [`Domain::Secret`].
+    Secret(Option<Passphrase>),
+    /// From [`Domain::SslMethod`].
+    SslMethod(SslMethod),
 }
 
 /// The longest duration any key accepts: a day.
@@ -183,6 +198,9 @@ impl Domain {
                 Err(e) => return Err(e.to_string()),
             }),
             Domain::Language => Value::Language(text.parse().map_err(|e| format!("{e}"))?),
+            Domain::Text => Value::Text((!text.is_empty()).then(|| text.to_string())),
+            Domain::Secret => Value::Secret((!text.is_empty()).then(|| Passphrase::new(text))),
+            Domain::SslMethod => Value::SslMethod(text.parse().map_err(|e| format!("{e}"))?),
         })
     }
 }
@@ -270,6 +288,15 @@ fn flag(value: &bool) -> Option<String> {
 /// A duration as printed.
 fn duration(d: &Duration) -> Option<String> {
     Some(show_duration(*d))
+}
+
+/// An optional path as printed (empty: none).
+fn path(p: &Option<PathBuf>) -> Option<String> {
+    Some(
+        p.as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default(),
+    )
 }
 
 /// A number as printed.
@@ -655,6 +682,79 @@ pub static KEYS: &[Key] = &[
         field: field!(Balancer.dns_cache_time = Duration, duration),
         doc: "how long a server name's addresses are used before it is looked up again",
     },
+    Key {
+        name: "SSL_CERTIFICATE",
+        stands: Stands::Balancer,
+        domain: Domain::Path,
+        field: field!(Balancer.tls.certificate = Path, path),
+        doc: "with SSL_KEY: TLS towards clients with this PEM certificate chain, leaf first",
+    },
+    Key {
+        name: "SSL_KEY",
+        stands: Stands::Balancer,
+        domain: Domain::Path,
+        field: field!(Balancer.tls.key = Path, path),
+        doc: "the certificate's private key (PEM: PKCS#8, PKCS#1 or SEC1)",
+    },
+    Key {
+        name: "SSL_PASSPHRASE",
+        stands: Stands::Balancer,
+        domain: Domain::Secret,
+        field: field!(Balancer.tls.passphrase = Secret, |p: &Option<
+            Passphrase,
+        >| Some(
+            p.as_ref().map(ToString::to_string).unwrap_or_default()
+        )),
+        doc: "decrypts an encrypted PKCS#8 SSL_KEY; never printed, shown as (set)",
+    },
+    Key {
+        name: "SSL_METHOD",
+        stands: Stands::Balancer,
+        domain: Domain::SslMethod,
+        field: field!(Balancer.tls.method = SslMethod, |m: &SslMethod| Some(
+            m.as_str().into()
+        )),
+        doc: "TLS versions: SSL/TLS (1.2 and 1.3), TLSv1.2 or TLSv1.3; older ones mean 1.2 and 1.3",
+    },
+    Key {
+        name: "SSL_PLAIN_ON_SAME_PORT",
+        stands: Stands::Balancer,
+        domain: Domain::Flag,
+        field: field!(Balancer.tls.plain_on_same_port = Flag, flag),
+        doc: "a TLS port accepts plain clients too, told apart by their first byte",
+    },
+    Key {
+        name: "SSL_ENCRYPT_UPSTREAM",
+        stands: Stands::Balancer,
+        domain: Domain::Flag,
+        field: field!(Balancer.tls.encrypt_upstream = Flag, flag),
+        doc: "TLS towards the servers, for clients' traffic and SEND_EXPECT checks",
+    },
+    Key {
+        name: "SSL_UPSTREAM_VERIFY",
+        stands: Stands::Balancer,
+        domain: Domain::Flag,
+        field: field!(Balancer.tls.upstream_verify = Flag, flag),
+        doc: "verify the servers' certificates (0: encrypted but not authenticated)",
+    },
+    Key {
+        name: "SSL_UPSTREAM_CA",
+        stands: Stands::Balancer,
+        domain: Domain::Path,
+        field: field!(Balancer.tls.upstream_ca = Path, path),
+        doc: "PEM bundle of the CAs trusted for the servers (empty: the system's roots)",
+    },
+    Key {
+        name: "SSL_UPSTREAM_SERVER_NAME",
+        stands: Stands::Balancer,
+        domain: Domain::Text,
+        field: field!(Balancer.tls.upstream_server_name = Text, |n: &Option<
+            String,
+        >| Some(
+            n.clone().unwrap_or_default()
+        )),
+        doc: "the name the servers' certificates must hold, when they are given by address",
+    },
     // Set after MONITORING_TYPE, which they complete; printed only with SEND_EXPECT.
     Key {
         name: "MONITOR_SEND",
@@ -727,10 +827,6 @@ pub const TOTVS_UNUSED: &[(&str, &str)] = &[
         "PROTHEUS_MONITOR_PORT",
         "TOTVS Monitor connects to the AppServers directly",
     ),
-    (
-        "SSL_ENCRYPT_UPSTREAM",
-        "bytes are relayed as they are; TLS between client and server passes through",
-    ),
 ];
 
 impl General {
@@ -786,6 +882,17 @@ impl BalancerConfig {
             monitor_fall: 1,
             monitor_rise: 1,
             dns_cache_time: Duration::from_secs(30),
+            tls: TlsKeys {
+                certificate: None,
+                key: None,
+                passphrase: None,
+                method: SslMethod::Any,
+                encrypt_upstream: false,
+                upstream_verify: true,
+                upstream_ca: None,
+                upstream_server_name: None,
+                plain_on_same_port: false,
+            },
         }
     }
 }
@@ -813,6 +920,9 @@ mod tests {
             Domain::SortMethod => "ROUND_ROBIN",
             Domain::Monitoring => "DISABLED",
             Domain::Language => "pt-BR",
+            Domain::Text => "appserver.example.com",
+            Domain::Secret => "(set)",
+            Domain::SslMethod => "TLSv1.3",
         }
     }
 
@@ -860,6 +970,7 @@ mod tests {
             Domain::SortMethod,
             Domain::Monitoring,
             Domain::Language,
+            Domain::SslMethod,
         ];
         for domain in domains {
             assert!(!domain.words().is_empty());

@@ -21,6 +21,9 @@ use std::str::FromStr;
 use std::time::Duration;
 pub use value::{Cidr, Host, ServerId, duration_within, show_duration, show_escaped};
 
+use crate::tls::files::Passphrase;
+use crate::tls::{ServerSettings, SslMethod, UpstreamSettings};
+
 /// The whole configuration of one broker process.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -188,6 +191,63 @@ pub struct BalancerConfig {
     /// `DNS_CACHE_TIME`: how long a server name's addresses are used before it is looked up
     /// again (zero: at every connect).
     pub dns_cache_time: Duration,
+    /// `SSL_*`: TLS towards clients and towards the servers.
+    pub tls: TlsKeys,
+}
+
+/// A balancer's `SSL_*` keys, as written: TLS towards its clients (`SSL_CERTIFICATE` and
+/// `SSL_KEY` both set) and towards its servers (`SSL_ENCRYPT_UPSTREAM=1`). The files are read
+/// when the configuration is validated (the doctor) and again when the balancer starts or
+/// reloads ([`crate::tls`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsKeys {
+    /// `SSL_CERTIFICATE`: the PEM chain, leaf first.
+    pub certificate: Option<PathBuf>,
+    /// `SSL_KEY`: the PEM private key.
+    pub key: Option<PathBuf>,
+    /// `SSL_PASSPHRASE`: for an encrypted PKCS#8 key; printed as `(set)` everywhere.
+    pub passphrase: Option<Passphrase>,
+    /// `SSL_METHOD`: the TLS versions spoken, both ways.
+    pub method: SslMethod,
+    /// `SSL_ENCRYPT_UPSTREAM`: TLS towards the servers (clients' traffic and SEND_EXPECT
+    /// checks).
+    pub encrypt_upstream: bool,
+    /// `SSL_UPSTREAM_VERIFY`: verify the servers' certificates (on unless said otherwise).
+    pub upstream_verify: bool,
+    /// `SSL_UPSTREAM_CA`: the CAs trusted for the servers (default: the system's roots).
+    pub upstream_ca: Option<PathBuf>,
+    /// `SSL_UPSTREAM_SERVER_NAME`: the name verified (and sent as SNI) instead of each
+    /// server's host, for servers addressed by IP.
+    pub upstream_server_name: Option<String>,
+    /// `SSL_PLAIN_ON_SAME_PORT`: plain clients too on a TLS port, told apart by the first
+    /// byte.
+    pub plain_on_same_port: bool,
+}
+
+impl TlsKeys {
+    /// What the listener's TLS is built from; `None` unless both certificate and key are set.
+    /// `alpn_http1`: the balancer speaks HTTP (offers ALPN `http/1.1`).
+    pub fn server(&self, alpn_http1: bool) -> Option<ServerSettings> {
+        Some(ServerSettings {
+            certificate: self.certificate.clone()?,
+            key: self.key.clone()?,
+            passphrase: self.passphrase.clone(),
+            method: self.method,
+            alpn_http1,
+        })
+    }
+
+    /// What the connections to the servers are built from; `None` without
+    /// `SSL_ENCRYPT_UPSTREAM=1`.
+    pub fn upstream(&self, alpn_http1: bool) -> Option<UpstreamSettings> {
+        self.encrypt_upstream.then(|| UpstreamSettings {
+            verify: self.upstream_verify,
+            ca: self.upstream_ca.clone(),
+            server_name: self.upstream_server_name.clone(),
+            method: self.method,
+            alpn_http1,
+        })
+    }
 }
 
 /// TCP keepalive, so a vanished peer is noticed in minutes rather than the kernel's two hours.
@@ -501,6 +561,10 @@ pub struct Loaded {
     pub config: Config,
     /// Notices to log once at start (accepted TOTVS keys, substitutions, ignored sections).
     pub notices: Vec<Notice>,
+    /// What the configuration doctor found wrong without stopping the load (a certificate
+    /// expired or expiring, not meant for servers, its chain incomplete): logged as warnings
+    /// at start and on reload, printed on standard error by `--check`.
+    pub warnings: Vec<Notice>,
 }
 
 /// `n thing` or `n things`.

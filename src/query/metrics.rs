@@ -183,5 +183,39 @@ pub fn render(snap: &Snapshot) -> String {
             [(balancer.clone(), value(snap))],
         );
     }
+    tls(&mut out, snap, &balancer);
     out
+}
+
+/// The TLS families, on a balancer that speaks TLS: seconds until its certificate expires
+/// (alert on a threshold), and failed handshakes with clients by cause.
+fn tls(out: &mut String, snap: &Snapshot, balancer: &str) {
+    let Some(certificate) = &snap.state.certificate else {
+        return;
+    };
+    let now = std::time::UNIX_EPOCH + std::time::Duration::from_millis(snap.now_wall_ms);
+    family(
+        out,
+        "tls_certificate_expiry_seconds",
+        "gauge",
+        "Seconds until the certificate served to clients expires (negative: expired).",
+        [(
+            format!(
+                "{balancer},path=\"{}\",subject=\"{}\"",
+                label(&certificate.path.display().to_string()),
+                label(&certificate.subject)
+            ),
+            certificate.seconds_until_expiry(now) as f64,
+        )],
+    );
+    family(
+        out,
+        "tls_handshake_failures_total",
+        "counter",
+        "TLS handshakes with clients that failed, by cause.",
+        snap.state
+            .handshake_failures
+            .iter()
+            .map(|(cause, n)| (format!("{balancer},cause=\"{cause}\""), *n as f64)),
+    );
 }

@@ -203,6 +203,13 @@ fn banner(out: &mut String, l: &Labels, snap: &Snapshot, host: &str) {
     if snap.draining {
         let _ = write!(out, "<div class='banner'>{}</div>", l.draining);
     }
+    if snap.state.upstream_warning.is_some() {
+        let _ = write!(
+            out,
+            "<div class='banner'>{}</div>",
+            esc(l.upstream_unverified)
+        );
+    }
 }
 
 fn fact(out: &mut String, label: &str, value: &str, class: &str) {
@@ -347,6 +354,21 @@ fn facts(out: &mut String, l: &Labels, snap: &Snapshot) {
         "",
     );
     fact(out, l.queried_by, &esc(&snap.peer.to_string()), "");
+    if let Some(certificate) = &snap.state.certificate {
+        fact(out, l.certificate, &esc(&certificate.subject), "");
+        fact(out, l.certificate_issuer, &esc(&certificate.issuer), "");
+        let until = certificate
+            .not_after
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let class = if until <= snap.now_wall_ms { "bad" } else { "" };
+        fact(
+            out,
+            l.certificate_expires,
+            &format!("{} {}", clock(until), date(until)),
+            class,
+        );
+    }
     out.push_str("</section>");
 }
 
@@ -947,6 +969,9 @@ mod tests {
                 monitor_interval: Duration::from_secs(60),
                 quarantine_time: Duration::from_secs(120),
                 servers,
+                certificate: None,
+                upstream_warning: None,
+                handshake_failures: Vec::new(),
             },
             language: Language::English,
             started_wall_ms: now - 3_600_000,

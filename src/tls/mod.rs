@@ -42,7 +42,7 @@ pub use doctor::{CertificateSummary, Finding, Findings, Severity};
 pub use failure::{Cause, HandshakeFailure, Peer};
 pub use first_byte::Arrival;
 pub use server::{Resumption, ServerSettings, ServerTls};
-pub use upstream::{UpstreamSettings, UpstreamTls};
+pub use upstream::{SystemRoots, UpstreamSettings, UpstreamTls};
 
 /// The crypto provider of every TLS configuration the broker builds: aws-lc-rs, with the
 /// post-quantum hybrid key exchange (X25519MLKEM768) preferred when a client offers it.

@@ -1112,6 +1112,39 @@ async fn alpn_http1_only_where_asked() {
     }
 }
 
+#[tokio::test]
+async fn the_server_orders_the_cipher_suites_not_the_client() {
+    use rustls::crypto::aws_lc_rs::cipher_suite::{
+        TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+    };
+    let ca = Ca::new("Test Root CA");
+    let leaf = ca.issue(&["broker.test"], &rcgen::PKCS_ECDSA_P256_SHA256, |_| {});
+    let tls = load(
+        &Files::new().settings(&leaf.pem, &leaf.key.serialize_pem()),
+        &ca,
+    )
+    .unwrap();
+    // A TLS 1.2 client that prefers AES-128 gets the server's first choice, AES-256.
+    let mut weak_first = rustls::crypto::aws_lc_rs::default_provider();
+    weak_first.cipher_suites = vec![
+        TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+        TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+    ];
+    let client = Arc::new(
+        ClientConfig::builder_with_provider(Arc::new(weak_first))
+            .with_protocol_versions(&[&rustls::version::TLS12])
+            .unwrap()
+            .with_root_certificates(ca.roots())
+            .with_no_client_auth(),
+    );
+    let (server, client) = handshake(&tls, client, "broker.test").await;
+    let (server, _client) = (server.unwrap(), client.unwrap());
+    assert_eq!(
+        server.get_ref().1.negotiated_cipher_suite(),
+        Some(TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384)
+    );
+}
+
 // ---- TLS and plain on one port -------------------------------------------------------------
 
 #[test]

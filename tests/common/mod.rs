@@ -6,6 +6,7 @@
 //! waits by polling for a condition with a deadline, never by sleeping.
 #![allow(dead_code, unused_imports, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod chromium;
 pub mod faults;
 pub mod http;
 pub mod inproc;
@@ -15,6 +16,7 @@ pub mod servers;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+pub use chromium::*;
 pub use faults::*;
 pub use http::*;
 pub use inproc::*;

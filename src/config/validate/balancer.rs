@@ -30,6 +30,9 @@ impl Validator {
         let mut balancer = BalancerConfig::defaults(kind);
         let has_port = self.settings(section, general, &mut balancer);
         self.rules(section, general, &mut balancer);
+        if self.errors.len() == errors_before {
+            self.tls(&Lookup { section, general }, &balancer);
+        }
         if self.errors.len() > errors_before || !has_port {
             return None;
         }

@@ -8,6 +8,7 @@ mod across;
 mod balancer;
 mod general;
 mod sections;
+mod tls;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -58,6 +59,7 @@ pub fn validate(text: &str, path: &Path) -> Result<Loaded, LoadError> {
             origins: v.origins,
         },
         notices: v.notices,
+        warnings: v.warnings,
     })
 }
 
@@ -139,7 +141,11 @@ impl Errors {
 struct Validator {
     errors: Errors,
     notices: Vec<Notice>,
+    /// The doctor's warnings ([`Loaded::warnings`]).
+    warnings: Vec<Notice>,
     origins: Origins,
+    /// The system's trusted roots, read once when a balancer's TLS is first checked.
+    roots: Option<crate::tls::SystemRoots>,
 }
 
 /// One section's lookups, with `[General]` as the fallback for balancer keys.

@@ -1,0 +1,146 @@
+//! A balancer's `SSL_*` keys: the rules that tie them together (a certificate needs its key,
+//! the upstream keys need `SSL_ENCRYPT_UPSTREAM=1`, an obsolete `SSL_METHOD` is replaced with a
+//! notice, a Windows path that cannot exist here is named as such), and the configuration doctor: the files are loaded
+//! as the balancer will load them, and what [`crate::tls`] finds becomes an error (nothing can
+//! be served with it) or a warning, on the line of the key to fix.
+
+use std::path::Path;
+use std::time::SystemTime;
+
+use super::super::{BalancerConfig, ConfigError};
+use super::{Lookup, Validator};
+use crate::tls::{Finding, Resumption, ServerTls, Severity, UpstreamTls};
+
+/// The keys that only mean something with `SSL_ENCRYPT_UPSTREAM=1`.
+const UPSTREAM_KEYS: [&str; 3] = [
+    "SSL_UPSTREAM_VERIFY",
+    "SSL_UPSTREAM_CA",
+    "SSL_UPSTREAM_SERVER_NAME",
+];
+
+impl Validator {
+    /// The `SSL_*` rules and the doctor for balancer `b` of `lookup`'s section.
+    pub(super) fn tls(&mut self, lookup: &Lookup<'_>, b: &BalancerConfig) {
+        let keys = &b.tls;
+        let name = lookup.section.written.as_str();
+        let line_of = |key: &str| {
+            lookup
+                .find(key)
+                .map_or(lookup.section.line, |(e, _)| e.line)
+        };
+        let at =
+            |key: &str, message: String| ConfigError::new(line_of(key), name, Some(key), message);
+        match (&keys.certificate, &keys.key) {
+            (Some(_), None) => self.errors.push(at(
+                "SSL_CERTIFICATE",
+                "is set without SSL_KEY: set both (the certificate's private key in SSL_KEY) \
+                 for TLS towards clients, or neither"
+                    .into(),
+            )),
+            (None, Some(_)) => self.errors.push(at(
+                "SSL_KEY",
+                "is set without SSL_CERTIFICATE: set both for TLS towards clients, or neither"
+                    .into(),
+            )),
+            _ => {}
+        }
+        if let Some(notice) = keys.method.notice() {
+            self.notices.push(at("SSL_METHOD", notice));
+        }
+        if keys.certificate.is_none() && keys.plain_on_same_port {
+            self.notices.push(at(
+                "SSL_PLAIN_ON_SAME_PORT",
+                "is ignored: the port speaks TLS only with SSL_CERTIFICATE and SSL_KEY".into(),
+            ));
+        }
+        if !keys.encrypt_upstream {
+            for key in UPSTREAM_KEYS {
+                if lookup.find(key).is_some() {
+                    self.notices.push(at(
+                        key,
+                        "is ignored: it is used with SSL_ENCRYPT_UPSTREAM=1 only".into(),
+                    ));
+                }
+            }
+        }
+        // A TOTVS file's Windows path is read as written; it cannot exist here, so say that
+        // rather than only that the file cannot be read.
+        let mut windows = Vec::new();
+        for (key, path) in [
+            ("SSL_CERTIFICATE", &keys.certificate),
+            ("SSL_KEY", &keys.key),
+            ("SSL_UPSTREAM_CA", &keys.upstream_ca),
+        ] {
+            if let Some(path) = path.as_deref().filter(|p| windows_only(p)) {
+                windows.push(key);
+                self.errors.push(at(
+                    key,
+                    format!(
+                        "`{}` is a Windows path (read as written), which cannot exist on this \
+                         system: copy the file here and give its path on this machine \
+                         (/etc/appbroker/...)",
+                        path.display()
+                    ),
+                ));
+            }
+        }
+        let findings = self.doctor(b);
+        let said =
+            |f: &Finding| matches!(f, Finding::Unreadable { key, .. } if windows.contains(key));
+        for finding in findings.into_iter().filter(|f| !said(f)) {
+            let error = ConfigError {
+                key: None,
+                ..at(finding.key(), finding.to_string())
+            };
+            match finding.severity() {
+                Severity::Error => self.errors.push(error),
+                Severity::Warning => self.warnings.push(error),
+                Severity::Notice => self.notices.push(error),
+            }
+        }
+    }
+
+    /// Loads the balancer's TLS as it will be loaded when it starts, and returns everything
+    /// found: errors, warnings and notices. The system's roots are read once per validation,
+    /// on first need.
+    fn doctor(&mut self, b: &BalancerConfig) -> Vec<Finding> {
+        let server = b.tls.server(false);
+        let upstream = b.tls.upstream(false);
+        if server.is_none() && upstream.is_none() {
+            return Vec::new();
+        }
+        let roots = self
+            .roots
+            .get_or_insert_with(crate::tls::upstream::system_roots);
+        let mut findings = Vec::new();
+        if let Some(settings) = server {
+            let loaded = Resumption::new()
+                .map_err(|e| Finding::Unexpected {
+                    key: "SSL_CERTIFICATE",
+                    detail: e.to_string(),
+                })
+                .map_err(Into::into)
+                .and_then(|resumption| {
+                    ServerTls::load(&settings, &resumption, &roots.store, SystemTime::now())
+                });
+            match loaded {
+                Ok(tls) => findings.extend(tls.findings),
+                Err(found) => findings.extend(found.0),
+            }
+        }
+        if let Some(settings) = upstream
+            && let Err(found) = UpstreamTls::load(&settings, roots)
+        {
+            findings.extend(found.0);
+        }
+        findings
+    }
+}
+
+/// A path only Windows can have (`C:\...`, `\\server\share`), which cannot exist here.
+fn windows_only(path: &Path) -> bool {
+    let text = path.to_string_lossy();
+    let drive =
+        text.len() > 2 && text.as_bytes()[1] == b':' && text.as_bytes()[0].is_ascii_alphabetic();
+    (drive || text.starts_with("\\\\") || text.contains('\\')) && !path.exists()
+}

@@ -1,0 +1,918 @@
+//! TLS through the broker on real loopback sockets, with certificates the tests make (rcgen):
+//! a TLS listener relaying to plain servers, the query interface over TLS, plain bytes on a TLS
+//! port, the same-port mode, TLS towards servers with verification (trusted CA, wrong CA,
+//! wrong name, expired, verification off), a certificate swapped by a reload under load with
+//! no failed exchange, a certificate that does not load rejecting the reload, the doctor
+//! through the binary's `--check`, and clients no one here wrote: `openssl s_client`, `curl`,
+//! headless Chromium.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test that cannot go on should panic
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+
+use common::*;
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair,
+};
+use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+
+/// A certificate authority the tests issue from.
+struct Ca {
+    issuer: CertifiedIssuer<'static, KeyPair>,
+}
+
+/// A leaf certificate (PEM) and its key (PEM).
+struct Leaf {
+    der: CertificateDer<'static>,
+    pem: String,
+    key: String,
+}
+
+impl Ca {
+    fn new(name: &str) -> Ca {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name = dn(name);
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        Ca {
+            issuer: CertifiedIssuer::self_signed(params, key).unwrap(),
+        }
+    }
+
+    fn pem(&self) -> String {
+        self.issuer.pem()
+    }
+
+    fn roots(&self) -> RootCertStore {
+        let mut roots = RootCertStore::empty();
+        roots.add(self.issuer.der().clone()).unwrap();
+        roots
+    }
+
+    /// A server certificate for `names`, after `tweak` has had its say.
+    fn issue(&self, names: &[&str], tweak: impl FnOnce(&mut CertificateParams)) -> Leaf {
+        let mut params =
+            CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+                .unwrap();
+        params.distinguished_name = dn(names[0]);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        tweak(&mut params);
+        let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        Leaf {
+            der: cert.der().clone(),
+            pem: cert.pem(),
+            key: key.serialize_pem(),
+        }
+    }
+
+    /// The broker's certificate: for `localhost` and 127.0.0.1.
+    fn broker_leaf(&self) -> Leaf {
+        self.issue(&["localhost", "127.0.0.1"], |_| {})
+    }
+}
+
+fn dn(common_name: &str) -> rcgen::DistinguishedName {
+    let mut dn = rcgen::DistinguishedName::new();
+    dn.push(DnType::CommonName, common_name);
+    dn
+}
+
+/// Files for one test, in a directory of its own.
+struct Files(tempfile::TempDir);
+
+impl Files {
+    fn new() -> Files {
+        Files(tempfile::tempdir().unwrap())
+    }
+
+    fn write(&self, name: &str, contents: impl AsRef<[u8]>) -> PathBuf {
+        let path = self.0.path().join(name);
+        std::fs::write(&path, contents).unwrap();
+        path
+    }
+
+    /// `leaf` as `broker.pem` and `broker.key`; the section lines that serve it.
+    fn serve(&self, leaf: &Leaf) -> String {
+        let cert = self.write("broker.pem", &leaf.pem);
+        let key = self.write("broker.key", &leaf.key);
+        format!(
+            "SSL_CERTIFICATE={}\nSSL_KEY={}\nQUERY_ALLOW=127.0.0.1\n",
+            cert.display(),
+            key.display()
+        )
+    }
+}
+
+/// A rustls client trusting `roots`.
+fn client_config(roots: RootCertStore) -> Arc<ClientConfig> {
+    Arc::new(
+        ClientConfig::builder_with_provider(appbroker::tls::provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth(),
+    )
+}
+
+/// A TLS connection to the broker at `addr`, verified as `localhost`.
+async fn tls_connect(
+    config: &Arc<ClientConfig>,
+    addr: SocketAddr,
+) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+    let tcp = TcpStream::connect(addr).await?;
+    let name = ServerName::try_from("localhost").unwrap();
+    within(
+        "a TLS handshake",
+        TlsConnector::from(Arc::clone(config)).connect(name, tcp),
+    )
+    .await
+}
+
+/// Sends `line` and returns the server name of the echo (`<name>: <line>`).
+async fn echo<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S, line: &str) -> String {
+    stream
+        .write_all(format!("{line}\n").as_bytes())
+        .await
+        .unwrap();
+    let mut reader = BufReader::new(stream);
+    let mut reply = String::new();
+    within("an echo", reader.read_line(&mut reply))
+        .await
+        .unwrap();
+    let reply = reply.trim_end();
+    let tail = format!(": {line}");
+    assert!(reply.ends_with(&tail), "{reply:?} does not echo {line:?}");
+    reply[..reply.len() - tail.len()].to_string()
+}
+
+/// An HTTP/1.0 GET of `path` over `stream`; the whole response.
+async fn get<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, path: &str) -> String {
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut response = Vec::new();
+    within(
+        "the response",
+        tokio::io::AsyncReadExt::read_to_end(&mut stream, &mut response),
+    )
+    .await
+    .ok();
+    String::from_utf8_lossy(&response).into_owned()
+}
+
+/// Sends `bytes` in plain text to `addr` and reads until the broker closes; what came back
+/// (`None`: the connection was reset, our bytes still unread).
+async fn plain_until_closed(addr: SocketAddr, bytes: &[u8]) -> Option<Vec<u8>> {
+    let mut plain = TcpStream::connect(addr).await.unwrap();
+    let _ = plain.write_all(bytes).await;
+    let mut got = Vec::new();
+    within(
+        "the broker to close",
+        tokio::io::AsyncReadExt::read_to_end(&mut plain, &mut got),
+    )
+    .await
+    .ok()
+    .map(|_| got)
+}
+
+/// A configuration of one balancer over one server at `port`, with `extra` lines (its
+/// `SSL_*` keys among them).
+fn tls_ini(port: u16, extra: &str) -> String {
+    format!(
+        "[General]\nSHUTDOWN_TIMEOUT=5\n[BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_ADDRESS=127.0.0.1\n\
+         LOCAL_SERVER_PORT=@PORT@\n{extra}REMOTE_SERVER_01=127.0.0.1 {port}\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_balancer_relays_and_answers_queries_over_tls() {
+    let ca = Ca::new("Test CA");
+    let files = Files::new();
+    let server = TestServer::start("a").await;
+    let broker = InProcess::start(&ini_for(&[&server], &files.serve(&ca.broker_leaf()))).await;
+    let config = client_config(ca.roots());
+
+    let mut stream = tls_connect(&config, broker.addr()).await.unwrap();
+    assert_eq!(echo(&mut stream, "hello over tls").await, "a");
+    assert_eq!(echo(&mut stream, "and again").await, "a");
+    drop(stream);
+
+    let status = get(
+        tls_connect(&config, broker.addr()).await.unwrap(),
+        "/TOTVS_BROKER_QUERY/STATUS",
+    )
+    .await;
+    assert!(
+        status.lines().next().unwrap_or("").contains(" 200 "),
+        "{status}"
+    );
+    assert!(status.contains("TLS certificate"), "{status}");
+    assert!(status.contains("CN=localhost"), "{status}");
+    assert!(status.contains("CN=Test CA"), "{status}");
+    let metrics = get(
+        tls_connect(&config, broker.addr()).await.unwrap(),
+        "/TOTVS_BROKER_QUERY/METRICS",
+    )
+    .await;
+    let expiry = metrics
+        .lines()
+        .find(|l| l.starts_with("appbroker_tls_certificate_expiry_seconds{"))
+        .unwrap_or_else(|| panic!("no expiry gauge:\n{metrics}"));
+    let seconds: f64 = expiry.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(seconds > 0.0, "{expiry}");
+    let state = broker.state();
+    assert!(state.certificate.is_some());
+    assert!(
+        state.handshake_failures.is_empty(),
+        "{:?}",
+        state.handshake_failures
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_bytes_on_a_tls_port_are_closed_counted_and_blame_no_server() {
+    let ca = Ca::new("Test CA");
+    let files = Files::new();
+    let server = TestServer::start("a").await;
+    let broker = InProcess::start(&ini_for(&[&server], &files.serve(&ca.broker_leaf()))).await;
+
+    for _ in 0..3 {
+        let got = plain_until_closed(
+            broker.addr(),
+            b"GET /TOTVS_BROKER_QUERY/STATUS HTTP/1.0\r\n\r\n",
+        )
+        .await
+        .unwrap_or_default();
+        // Closed: nothing but, at most, a TLS alert.
+        assert!(!String::from_utf8_lossy(&got).contains("HTTP"));
+    }
+    eventually("three not_tls failures counted", || {
+        broker
+            .state()
+            .handshake_failures
+            .iter()
+            .any(|(cause, n)| *cause == "not_tls" && *n == 3)
+    })
+    .await;
+    assert_eq!(server.accepted(), 0, "no client reached a server");
+    let state = broker.state();
+    assert_eq!(state.servers[0].failed_connects, 0);
+    assert!(state.servers[0].quarantine.is_none());
+    // Still serving TLS clients.
+    let mut stream = tls_connect(&client_config(ca.roots()), broker.addr())
+        .await
+        .unwrap();
+    assert_eq!(echo(&mut stream, "after").await, "a");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn same_port_mode_serves_tls_and_plain_clients() {
+    let ca = Ca::new("Test CA");
+    let files = Files::new();
+    let server = TestServer::start("a").await;
+    let extra = format!(
+        "{}SSL_PLAIN_ON_SAME_PORT=1\n",
+        files.serve(&ca.broker_leaf())
+    );
+    let broker = InProcess::start(&ini_for(&[&server], &extra)).await;
+
+    let mut tls = tls_connect(&client_config(ca.roots()), broker.addr())
+        .await
+        .unwrap();
+    assert_eq!(echo(&mut tls, "tls client").await, "a");
+    let mut plain = TcpStream::connect(broker.addr()).await.unwrap();
+    assert_eq!(echo(&mut plain, "plain client").await, "a");
+    let ping = http_get(broker.addr(), "/TOTVS_BROKER_QUERY/PING", &[]).await;
+    assert_eq!(ping.status, 200);
+    assert!(broker.state().handshake_failures.is_empty());
+}
+
+/// A TLS echo server (`<name>: <line>`) with `leaf`, on loopback.
+async fn tls_echo_server(name: &'static str, leaf: &Leaf) -> SocketAddr {
+    let key = rustls::pki_types::PrivateKeyDer::try_from(
+        rustls::pki_types::pem::PemObject::from_pem_slice(leaf.key.as_bytes())
+            .map(|k: rustls::pki_types::PrivatePkcs8KeyDer<'static>| k.secret_pkcs8_der().to_vec())
+            .unwrap(),
+    )
+    .unwrap();
+    let config = ServerConfig::builder_with_provider(appbroker::tls::provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![leaf.der.clone()], key)
+        .unwrap();
+    let acceptor = TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(stream) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let (read, mut write) = tokio::io::split(stream);
+                let mut lines = BufReader::new(read).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    let reply = format!("{name}: {line}\n");
+                    if write.write_all(reply.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// A broker with `SSL_ENCRYPT_UPSTREAM=1` and `extra` in front of one TLS server with `leaf`;
+/// whether a client is served, and the server's last error when it is not.
+async fn through_upstream_tls(leaf: &Leaf, extra: &str) -> (Option<String>, Option<String>) {
+    let addr = tls_echo_server("tls-a", leaf).await;
+    let ini = tls_ini(
+        addr.port(),
+        &format!(
+            "MONITORING_TYPE=DISABLED\nQUERY_ENABLED=0\nMAX_ATTEMPTS=1\nSSL_ENCRYPT_UPSTREAM=1\n{extra}"
+        ),
+    );
+    let broker = InProcess::start(&ini).await;
+    let mut stream = TcpStream::connect(broker.addr()).await.unwrap();
+    stream.write_all(b"through\n").await.unwrap();
+    let mut reply = String::new();
+    let _ = within(
+        "a reply or a close",
+        BufReader::new(&mut stream).read_line(&mut reply),
+    )
+    .await;
+    let served = (!reply.is_empty()).then(|| reply.trim_end().to_string());
+    let state = broker.state();
+    (served, state.servers[0].last_error.clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_tls_verifies_the_servers_and_says_why_one_fails() {
+    let ca = Ca::new("Upstream CA");
+    let files = Files::new();
+    let ca_file = files.write("upstream-ca.pem", ca.pem());
+    let trusted = format!("SSL_UPSTREAM_CA={}\n", ca_file.display());
+
+    // Trusted CA, the right name (the server's address is in its certificate).
+    let good = ca.issue(&["appserver.example", "127.0.0.1"], |_| {});
+    let (served, _) = through_upstream_tls(&good, &trusted).await;
+    assert_eq!(served.as_deref(), Some("tls-a: through"));
+
+    // Servers by address, certificates by name: SSL_UPSTREAM_SERVER_NAME.
+    let by_name = ca.issue(&["appserver.example"], |_| {});
+    let named = format!("{trusted}SSL_UPSTREAM_SERVER_NAME=appserver.example\n");
+    let (served, _) = through_upstream_tls(&by_name, &named).await;
+    assert_eq!(served.as_deref(), Some("tls-a: through"));
+
+    // Wrong name.
+    let (served, error) = through_upstream_tls(&by_name, &trusted).await;
+    assert_eq!(served, None);
+    let error = error.expect("a reason");
+    assert!(
+        error.contains("name mismatch: certificate is for appserver.example"),
+        "{error}"
+    );
+
+    // Wrong CA.
+    let other = Ca::new("Someone else").issue(&["127.0.0.1"], |_| {});
+    let (served, error) = through_upstream_tls(&other, &trusted).await;
+    assert_eq!(served, None);
+    let error = error.expect("a reason");
+    assert!(error.contains("unknown issuer"), "{error}");
+
+    // Expired.
+    let expired = ca.issue(&["127.0.0.1"], |p| {
+        p.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        p.not_after = rcgen::date_time_ymd(2021, 1, 1);
+    });
+    let (served, error) = through_upstream_tls(&expired, &trusted).await;
+    assert_eq!(served, None);
+    let error = error.expect("a reason");
+    assert!(
+        error.contains("certificate expired on 2021-01-01"),
+        "{error}"
+    );
+
+    // Verification off, said explicitly: served, and the page says it is not authenticated.
+    let (served, _) = through_upstream_tls(&other, "SSL_UPSTREAM_VERIFY=0\n").await;
+    assert_eq!(served.as_deref(), Some("tls-a: through"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unverified_upstream_is_a_warning_on_the_status_page() {
+    let leaf = Ca::new("Self").issue(&["127.0.0.1"], |_| {});
+    let addr = tls_echo_server("tls-a", &leaf).await;
+    let ini = tls_ini(
+        addr.port(),
+        "MONITORING_TYPE=SEND_EXPECT\nMONITOR_SEND=ping\\n\nMONITOR_EXPECT=tls-a: ping\n\
+         MONITOR_INTERVAL=100ms\nQUERY_ALLOW=127.0.0.1\nSSL_ENCRYPT_UPSTREAM=1\n\
+         SSL_UPSTREAM_VERIFY=0\n",
+    );
+    let broker = InProcess::start(&ini).await;
+    assert!(broker.state().upstream_warning.is_some());
+    let page = http_get(broker.addr(), "/TOTVS_BROKER_QUERY/STATUS", &[]).await;
+    assert!(page.text().contains("not authenticated"), "{}", page.text());
+    // The SEND_EXPECT check speaks TLS to the server: it passes.
+    eventually("a passed check over TLS", || {
+        broker.state().servers[0]
+            .last_check
+            .as_ref()
+            .is_some_and(|c| c.error.is_none())
+    })
+    .await;
+}
+
+/// The certificate the broker at `addr` presents to a client that does not resume (a resumed
+/// session reports the certificate of the session it resumes).
+async fn presented(config: &Arc<ClientConfig>, addr: SocketAddr) -> CertificateDer<'static> {
+    let mut fresh = ClientConfig::clone(config);
+    fresh.resumption = rustls::client::Resumption::disabled();
+    let stream = tls_connect(&Arc::new(fresh), addr).await.unwrap();
+    stream.get_ref().1.peer_certificates().unwrap()[0].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_swaps_the_certificate_under_load_without_a_failed_exchange() {
+    let (old_ca, new_ca) = (Ca::new("Old CA"), Ca::new("New CA"));
+    let (old, new) = (old_ca.broker_leaf(), new_ca.broker_leaf());
+    let files = Files::new();
+    let server = TestServer::start("a").await;
+    let ini = ini_for(&[&server], &files.serve(&old));
+    let broker = InProcess::start(&ini).await;
+    let mut roots = old_ca.roots();
+    roots.add(new_ca.issuer.der().clone()).unwrap();
+    let config = client_config(roots);
+    assert_eq!(presented(&config, broker.addr()).await, old.der);
+
+    // Clients that each hold a connection and exchange lines on it, and clients that connect
+    // anew for each exchange, all through the swap.
+    let stop = Arc::new(AtomicBool::new(false));
+    let exchanges = Arc::new(AtomicU64::new(0));
+    let mut load = Vec::new();
+    for i in 0..6 {
+        let (stop, exchanges, config, addr) = (
+            Arc::clone(&stop),
+            Arc::clone(&exchanges),
+            Arc::clone(&config),
+            broker.addr(),
+        );
+        load.push(tokio::spawn(async move {
+            // Odd clients connect anew for every exchange, even ones keep their connection.
+            let reconnect = i % 2 == 1;
+            let mut stream = tls_connect(&config, addr).await?;
+            let mut n = 0;
+            while !stop.load(Relaxed) && n < 20_000 {
+                if reconnect && n > 0 {
+                    stream = tls_connect(&config, addr).await?;
+                }
+                let line = format!("client {i} line {n}");
+                assert_eq!(echo(&mut stream, &line).await, "a");
+                exchanges.fetch_add(1, Relaxed);
+                n += 1;
+            }
+            std::io::Result::Ok(n)
+        }));
+    }
+    let before = exchanges.load(Relaxed);
+    eventually("exchanges under way", || {
+        exchanges.load(Relaxed) > before + 50
+    })
+    .await;
+    files.serve(&new);
+    let reloaded = broker
+        .broker
+        .reload_file()
+        .await
+        .expect("the reload applied");
+    assert!(
+        reloaded.changes.iter().any(|c| c.contains("certificate")),
+        "{:?}",
+        reloaded.changes
+    );
+    let at_swap = exchanges.load(Relaxed);
+    eventually("exchanges after the swap", || {
+        exchanges.load(Relaxed) > at_swap + 50
+    })
+    .await;
+    assert_eq!(presented(&config, broker.addr()).await, new.der);
+    stop.store(true, Relaxed);
+    for client in load {
+        let done = within("a load client to finish", client)
+            .await
+            .expect("no panic");
+        done.expect("every connect and exchange succeeded");
+    }
+    assert!(broker.state().handshake_failures.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_that_does_not_load_rejects_the_reload_and_the_old_one_stays() {
+    let ca = Ca::new("Test CA");
+    let leaf = ca.broker_leaf();
+    let files = Files::new();
+    let server = TestServer::start("a").await;
+    let ini = ini_for(&[&server], &files.serve(&leaf));
+    let broker = InProcess::start(&ini).await;
+
+    // A key that is not the certificate's: nothing could be served with it.
+    let other = ca.broker_leaf();
+    files.write("broker.key", &other.key);
+    let error = broker.broker.reload_file().await.expect_err("rejected");
+    let lines = error.lines().join("\n");
+    assert!(lines.contains("SSL_KEY"), "{lines}");
+    assert!(lines.contains("broker.key"), "{lines}");
+    let config = client_config(ca.roots());
+    assert_eq!(presented(&config, broker.addr()).await, leaf.der);
+    let mut stream = tls_connect(&config, broker.addr()).await.unwrap();
+    assert_eq!(echo(&mut stream, "still").await, "a");
+}
+
+/// `appbroker --check` on a file with one TLS balancer serving `leaf` (its key `key`).
+fn check_with(files: &Files, leaf: &Leaf, key: &str) -> (i32, String, String) {
+    let cert = files.write("broker.pem", &leaf.pem);
+    let key = files.write("broker.key", key);
+    let ini = format!(
+        "[BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_PORT=5000\nQUERY_ALLOW=127.0.0.1\n\
+         SSL_CERTIFICATE={}\nSSL_KEY={}\nSSL_PASSPHRASE=do-not-print-me\n\
+         REMOTE_SERVER_01=127.0.0.1 6000\n",
+        cert.display(),
+        key.display()
+    );
+    let path = files.write("appserver.ini", ini);
+    run_cli(&["--check", "--config", path.to_str().unwrap()])
+}
+
+#[test]
+fn check_reports_the_doctors_findings_naming_key_and_file() {
+    let ca = Ca::new("Test CA");
+    let files = Files::new();
+
+    let good = ca.broker_leaf();
+    let (code, stdout, stderr) = check_with(&files, &good, &good.key);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("SSL_PASSPHRASE=(set)"), "{stdout}");
+    assert!(!stdout.contains("do-not-print-me") && !stderr.contains("do-not-print-me"));
+
+    // Expired: a warning, never a refusal.
+    let expired = ca.issue(&["localhost"], |p| {
+        p.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        p.not_after = rcgen::date_time_ymd(2021, 1, 1);
+    });
+    let (code, _, stderr) = check_with(&files, &expired, &expired.key);
+    assert_eq!(code, 0, "{stderr}");
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("warning:") && l.contains("expired"))
+        .unwrap_or_else(|| panic!("no expiry warning:\n{stderr}"));
+    assert!(
+        line.contains("SSL_CERTIFICATE") && line.contains("broker.pem"),
+        "{line}"
+    );
+    assert!(line.contains("appserver.ini:"), "{line}");
+
+    // A client certificate as the broker's identity: a warning in those words.
+    let client_only = ca.issue(&["localhost"], |p| {
+        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    });
+    let (code, _, stderr) = check_with(&files, &client_only, &client_only.key);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.lines().any(|l| l.starts_with("warning:")
+            && l.contains("SSL_CERTIFICATE")
+            && l.contains("client certificate")),
+        "{stderr}"
+    );
+
+    // A key that is not the certificate's: an error, exit 2.
+    let (code, _, stderr) = check_with(&files, &good, &ca.broker_leaf().key);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("SSL_KEY") && stderr.contains("broker.key"),
+        "{stderr}"
+    );
+}
+
+/// Whether `program` runs here; under `CI` its absence fails the test rather than skipping
+/// it.
+fn have(program: &str) -> bool {
+    let found = Command::new(program).arg("--version").output().is_ok()
+        || Command::new(program).arg("version").output().is_ok();
+    assert!(
+        found || std::env::var_os("CI").is_none(),
+        "{program} is needed under CI"
+    );
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs openssl and curl (apt-get install openssl curl)"]
+async fn openssl_s_client_and_curl_verify_the_broker_and_are_served() {
+    if !have("openssl") || !have("curl") {
+        return;
+    }
+    let ca = Ca::new("Test CA");
+    let files = Files::new();
+    let ca_file = files.write("ca.pem", ca.pem());
+    let server = TestServer::start("a").await;
+    let broker = InProcess::start(&ini_for(&[&server], &files.serve(&ca.broker_leaf()))).await;
+    let port = broker.addr().port().to_string();
+
+    // s_client prints the verification, then relays standard input: a line goes out, the
+    // echo comes back, and closing its input ends it.
+    let mut s_client = tokio::process::Command::new("openssl")
+        .args([
+            "s_client",
+            "-connect",
+            &format!("127.0.0.1:{port}"),
+            "-servername",
+            "localhost",
+            "-verify_return_error",
+            "-CAfile",
+            ca_file.to_str().unwrap(),
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut input = s_client.stdin.take().unwrap();
+    input.write_all(b"hello from s_client\n").await.unwrap();
+    let mut lines = BufReader::new(s_client.stdout.take().unwrap()).lines();
+    let mut seen = String::new();
+    within("s_client's echo", async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            seen.push_str(&line);
+            seen.push('\n');
+            if line.contains("a: hello from s_client") {
+                return;
+            }
+        }
+        panic!("s_client ended without the echo:\n{seen}");
+    })
+    .await;
+    assert!(seen.contains("Verify return code: 0 (ok)"), "{seen}");
+    drop(input);
+    within("s_client to end", s_client.wait()).await.unwrap();
+
+    let mut curl = Command::new("curl");
+    curl.args([
+        "--silent",
+        "--show-error",
+        "--max-time",
+        "20",
+        "--cacert",
+        ca_file.to_str().unwrap(),
+        &format!("https://localhost:{port}/TOTVS_BROKER_QUERY/PING"),
+    ]);
+    let (code, stdout, stderr) = run_bounded(curl);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!stdout.is_empty(), "{stderr}");
+}
+
+/// `openssl`'s base64 SHA-256 of the certificate's public key, as Chromium's
+/// `--ignore-certificate-errors-spki-list` takes it: trusting exactly that key.
+fn spki_hash(cert: &Path) -> String {
+    let mut command = Command::new("sh");
+    command.arg("-c").arg(format!(
+        "openssl x509 -in '{}' -pubkey -noout | openssl pkey -pubin -outform der | \
+         openssl dgst -sha256 -binary | openssl enc -base64",
+        cert.display()
+    ));
+    let (code, stdout, stderr) = run_bounded(command);
+    assert_eq!(code, 0, "{stderr}");
+    stdout.trim().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs chromium and openssl (apt-get install chromium openssl)"]
+async fn the_status_page_over_https_in_chromium() {
+    if !have("openssl") {
+        return;
+    }
+    let Some(binary) = find_chromium() else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "chromium is needed under CI"
+        );
+        return;
+    };
+    let ca = Ca::new("Test CA");
+    let files = Files::new();
+    let server = TestServer::start("a").await;
+    let broker = InProcess::start(&ini_for(&[&server], &files.serve(&ca.broker_leaf()))).await;
+    let spki = spki_hash(&files.0.path().join("broker.pem"));
+    let profile = tempfile::tempdir().unwrap();
+    let url = format!(
+        "https://localhost:{}/TOTVS_BROKER_QUERY/STATUS",
+        broker.addr().port()
+    );
+    let trust = format!("--ignore-certificate-errors-spki-list={spki}");
+    let dom = chromium(&binary, profile.path(), &url, &["--dump-dom", &trust]).await;
+    let dom = String::from_utf8_lossy(&dom);
+    assert!(dom.contains("TLS certificate"), "{dom}");
+    assert!(dom.contains("CN=localhost"), "{dom}");
+    assert!(
+        dom.contains("BALANCE_SMART_CLIENT_DESKTOP"),
+        "the status page itself:\n{dom}"
+    );
+    // It reached the page through a verified handshake: no failure counted.
+    assert!(broker.state().handshake_failures.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_broken_after_the_check_never_make_a_balancer_speak_plain() {
+    let ca = Ca::new("Test CA");
+    let files = Files::new();
+    let server = TestServer::start("a").await;
+    let upstream = TestServer::start("b").await;
+    let leaf = ca.broker_leaf();
+    let ini = ini_for(&[&server], &files.serve(&leaf)).replace("@PORT@", &free_port().to_string());
+    let config = appbroker::config::Config::from_text(&ini, Path::new("t.ini"))
+        .expect("valid while the files are good")
+        .config;
+    // The key changes between the check and the start: the balancer closes every client
+    // rather than relaying it without TLS.
+    files.write("broker.key", "not a key");
+    let broker = appbroker::Broker::start(config.clone()).expect("started");
+    let addr = broker.addrs()[0].1;
+    let got = plain_until_closed(addr, b"hello\n")
+        .await
+        .unwrap_or_default();
+    assert!(got.is_empty(), "{}", String::from_utf8_lossy(&got));
+    assert_eq!(server.accepted(), 0);
+
+    // And a reload given by a program, whose files do not load, is rejected whole.
+    let running = InProcess::start(&ini_for(&[&server], &files.serve(&leaf))).await;
+    let mut next = (*running.broker.config()).clone();
+    next.balancers[0].servers[0].port = upstream.addr.port();
+    files.write("broker.pem", "not a certificate");
+    let error = running.broker.reload(next).await.expect_err("rejected");
+    assert!(matches!(error, appbroker::ReloadError::Tls(_)), "{error:?}");
+    assert!(
+        error.lines().iter().any(|l| l.contains("SSL_CERTIFICATE")),
+        "{error:?}"
+    );
+    // The old server and certificate still serve.
+    let mut stream = tls_connect(&client_config(ca.roots()), running.addr())
+        .await
+        .unwrap();
+    assert_eq!(echo(&mut stream, "still a").await, "a");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bulk_bytes_cross_a_tls_listener_both_ways_with_half_close() {
+    use tokio::io::AsyncReadExt;
+    const LEN: usize = 16 << 20;
+    // A server that sends LEN bytes when asked (and keeps the connection open), then counts
+    // what it reads to the client's end and answers the count before closing.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let mut ask = [0u8; 1];
+        stream.read_exact(&mut ask).await.unwrap();
+        let chunk = vec![7u8; 256 << 10];
+        for _ in 0..LEN / chunk.len() {
+            stream.write_all(&chunk).await.unwrap();
+        }
+        let mut sink = vec![0u8; 256 << 10];
+        let mut got = 0u64;
+        loop {
+            match stream.read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got += n as u64,
+            }
+        }
+        stream.write_all(&got.to_be_bytes()).await.unwrap();
+    });
+    let ca = Ca::new("Test CA");
+    let files = Files::new();
+    let ini = tls_ini(
+        port,
+        &format!(
+            "MONITORING_TYPE=DISABLED\nQUERY_ENABLED=0\n{}",
+            files.serve(&ca.broker_leaf())
+        ),
+    );
+    let broker = InProcess::start(&ini).await;
+    let mut stream = tls_connect(&client_config(ca.roots()), broker.addr())
+        .await
+        .unwrap();
+    // Down: every byte of the server's answer arrives while the connection stays open (the
+    // last TLS records must not wait in the broker for more bytes from the server).
+    stream.write_all(b"d").await.unwrap();
+    let mut down = vec![0u8; LEN];
+    within("16 MiB down", stream.read_exact(&mut down))
+        .await
+        .unwrap();
+    assert!(down.iter().all(|&b| b == 7));
+    // Up, then the client's end: the server counts every byte, and its answer ends with a
+    // TLS close_notify (an end, not a cut).
+    let chunk = vec![1u8; 256 << 10];
+    within("16 MiB up", async {
+        for _ in 0..LEN / chunk.len() {
+            stream.write_all(&chunk).await.unwrap();
+        }
+        stream.shutdown().await.unwrap();
+    })
+    .await;
+    let mut answer = Vec::new();
+    within("the count and a clean end", stream.read_to_end(&mut answer))
+        .await
+        .expect("a close_notify before the end");
+    assert_eq!(answer, (LEN as u64).to_be_bytes());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_logs_failed_handshakes_once_per_episode_and_swaps_certificates_on_sighup() {
+    let (old_ca, new_ca) = (Ca::new("Old CA"), Ca::new("New CA"));
+    let files = Files::new();
+    let server = TestServer::start("a").await;
+    let broker = Broker::start(&ini_for(&[&server], &files.serve(&old_ca.broker_leaf()))).await;
+    broker
+        .wait_for_log("speaks TLS with the certificate of CN=localhost")
+        .await;
+
+    // Three clients that speak plain text to the TLS port: one line, with the cause.
+    for _ in 0..3 {
+        plain_until_closed(broker.addr(), b"hello\n").await;
+    }
+    let line = broker
+        .wait_for_log("TLS handshake with a client failed")
+        .await;
+    assert!(line.contains("not TLS"), "{line}");
+    // The episode ends with a good handshake once failures have been quiet for a second.
+    let mut roots = old_ca.roots();
+    roots.add(new_ca.issuer.der().clone()).unwrap();
+    let config = client_config(roots);
+    let end = std::time::Instant::now() + DEADLINE;
+    while !broker.has_log("TLS handshakes with clients succeed again; 3 failed before") {
+        assert!(std::time::Instant::now() < end, "{}", broker.log_text());
+        let mut stream = tls_connect(&config, broker.addr()).await.unwrap();
+        assert_eq!(echo(&mut stream, "good").await, "a");
+    }
+    assert_eq!(broker.count_logs("TLS handshake with a client failed"), 1);
+
+    // SIGHUP with renewed files: new handshakes get the new certificate.
+    let new = new_ca.broker_leaf();
+    files.serve(&new);
+    broker.signal(nix::sys::signal::Signal::SIGHUP);
+    broker.wait_for_log("certificate CN=localhost").await;
+    assert_eq!(presented(&config, broker.addr()).await, new.der);
+}
+
+#[test]
+fn the_tdn_example_is_told_what_to_change_and_then_passes() {
+    let files = Files::new();
+    let tdn = "[BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_PORT=5000\nQUERY_ALLOW=127.0.0.1\n\
+               SSL_METHOD=TLSv1\nSSL_CERTIFICATE=C:\\totvs\\certs\\totvs.pem\n\
+               SSL_KEY=C:\\totvs\\certs\\totvs.key\nSSL_PASSPHRASE=\nSSL_ENCRYPT_UPSTREAM=1\n\
+               REMOTE_SERVER_01=127.0.0.1 6000\n";
+    let path = files.write("appserver.ini", tdn);
+    let (code, _, stderr) = run_cli(&["--check", "--config", path.to_str().unwrap()]);
+    assert_eq!(code, 2, "{stderr}");
+    for key in ["SSL_CERTIFICATE", "SSL_KEY"] {
+        assert!(
+            stderr.lines().any(|l| l.contains(key)
+                && l.contains("is a Windows path")
+                && l.contains("appserver.ini:")),
+            "{stderr}"
+        );
+    }
+    // The files copied here, the servers' CA given: it passes, with a notice for TLSv1.
+    let ca = Ca::new("Test CA");
+    let leaf = ca.broker_leaf();
+    let cert = files.write("totvs.pem", &leaf.pem);
+    let key = files.write("totvs.key", &leaf.key);
+    let upstream_ca = files.write("appservers-ca.pem", ca.pem());
+    let fixed = tdn
+        .replace("C:\\totvs\\certs\\totvs.pem", cert.to_str().unwrap())
+        .replace("C:\\totvs\\certs\\totvs.key", key.to_str().unwrap())
+        + &format!("SSL_UPSTREAM_CA={}\n", upstream_ca.display());
+    let path = files.write("appserver.ini", fixed);
+    let (code, stdout, stderr) = run_cli(&["--check", "--config", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.lines().any(|l| l.starts_with("notice:")
+            && l.contains("SSL_METHOD")
+            && l.contains("TLS 1.2 and 1.3 are used instead")),
+        "{stderr}"
+    );
+    assert!(stdout.contains("SSL_ENCRYPT_UPSTREAM=1"), "{stdout}");
+}
