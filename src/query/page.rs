@@ -68,11 +68,11 @@ fn span(d: Duration) -> String {
 /// The text public monitors recognise a TOTVS broker's page by; never translated.
 fn marker(kind: BalancerKind) -> &'static str {
     match kind {
-        // Both are TCP balancers, which the TOTVS SmartClient broker is; the HTTP broker's
-        // page will say `TOTVS Broker para HTTP`.
+        // Both are TCP balancers, which the TOTVS SmartClient broker is.
         BalancerKind::SmartClientDesktop | BalancerKind::WebServices => {
             "TOTVS Broker para SmartClient"
         }
+        BalancerKind::Http(_) => "TOTVS Broker para HTTP",
     }
 }
 

@@ -209,6 +209,31 @@ impl Validator {
                 }
             }
         }
+        if !matches!(b.monitoring, Monitoring::Http { .. }) {
+            for key in ["MONITOR_PATH", "MONITOR_EXPECT_STATUS"] {
+                if let Some((entry, _)) = inherited.find(key) {
+                    self.notices.push(notice(
+                        entry,
+                        key,
+                        "is ignored: it is used with MONITORING_TYPE=HTTP only".into(),
+                    ));
+                }
+            }
+        }
+        if !b.kind.is_http() {
+            // Unused here, and not printed: kept at their defaults, so the printed
+            // configuration reads back the same.
+            b.http = BalancerConfig::defaults(b.kind).http;
+            for key in keys::balancer().filter(|k| is_http_key(k.name)) {
+                if let Some(entry) = section.entries.iter().find(|e| e.key == key.name) {
+                    self.notices.push(notice(
+                        entry,
+                        key.name,
+                        "is ignored: it is used by HTTP balancers ([BALANCE_HTTP...]) only".into(),
+                    ));
+                }
+            }
+        }
         if let Some((entry, _)) = inherited.find("MONITORING_TYPE") {
             let upper = entry.value.to_ascii_uppercase();
             if TOTVS_MONITORING_TYPES.contains(&upper.as_str()) {
@@ -239,6 +264,11 @@ impl Validator {
             ));
         }
     }
+}
+
+/// True for the keys only an HTTP balancer reads.
+fn is_http_key(name: &str) -> bool {
+    name.starts_with("HTTP_") || name == "LOG_REQUESTS"
 }
 
 /// The error for a key a balancer section has no use for, with the nearest known key.
