@@ -13,6 +13,7 @@ use super::unit::Unit;
 use crate::balancer::Balancer;
 use crate::config::{self, Config, plural, show_duration};
 use crate::events::Reloaded;
+use crate::http_balancer;
 use crate::listener;
 use crate::logging;
 
@@ -128,9 +129,14 @@ impl Runtime {
                 reloaded.changes.push(change);
                 reloaded.errors.extend(error);
             }
+            let old = unit.balancer.pool();
             reloaded
                 .changes
                 .extend(unit.balancer.reconfigure(b.clone()));
+            if let Some(proxy) = &unit.http {
+                let language = config.general.language;
+                http_balancer::reconfigure(proxy, &old, &unit.balancer.pool(), language);
+            }
         }
     }
 

@@ -43,9 +43,9 @@ use hyper::body::Bytes;
 use hyper::header::HeaderMap;
 use hyper::http::request::Parts;
 use hyper::{Method, Response, StatusCode, Uri};
-use tokio::io::{AsyncRead, AsyncWrite};
-
 use crate::config::Language;
+use crate::relay::End;
+use crate::stream::Stream;
 
 pub use check::{CheckError, StatusRange, check};
 pub use pool::PoolFigures;
@@ -69,7 +69,7 @@ pub trait Upstreams: Send + Sync + 'static {
 
     /// A connection to a server: plain TCP, or TLS when the balancer encrypts upstream. An
     /// upgraded connection hands this stream back whole to the relay (splice when it is TCP).
-    type Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+    type Stream: Stream;
 
     /// The server for this request, none of `tried` (servers that already failed it); `None`
     /// when no server is available, answered 503. `request` is the client's head as received
@@ -144,6 +144,8 @@ pub enum Event<'a, S> {
     ConnectFailed {
         /// The server.
         server: &'a S,
+        /// The client whose request it was for.
+        client: SocketAddr,
         /// Why, as the dialer said.
         error: &'a std::io::Error,
     },
@@ -267,6 +269,6 @@ pub struct Tunnel<S> {
     pub to_client: u64,
     /// How long it was open.
     pub duration: Duration,
-    /// Why it ended: `None` when both sides closed, else the error.
-    pub error: Option<String>,
+    /// Why it ended, as the relay says.
+    pub end: End,
 }

@@ -937,6 +937,7 @@ mod tests {
             peer: "127.0.0.1:1".parse().expect("address"),
             draining: false,
             others: Vec::new(),
+                http: None,
         }
     }
 
