@@ -107,7 +107,11 @@ struct Check<'a> {
 pub fn render(snap: &Snapshot) -> String {
     let servers: Vec<Server<'_>> = snap.state.servers.iter().map(server).collect();
     let status = Status {
-        serviceDescription: format!("appbroker TCP broker [{}]", snap.state.kind.section()),
+        serviceDescription: format!(
+            "appbroker {} broker [{}]",
+            if snap.state.kind.is_http() { "HTTP" } else { "TCP" },
+            snap.state.kind.section()
+        ),
         brokerType: snap.state.kind.section(),
         apiVersion: "1.1",
         fullVersion: format!("appbroker {}", env!("CARGO_PKG_VERSION")),
