@@ -361,9 +361,9 @@ where
 
 // ---- origin servers -----------------------------------------------------------------------
 
-type OriginBody = BoxBody<Bytes, Infallible>;
+pub type OriginBody = BoxBody<Bytes, Infallible>;
 
-fn full(text: impl Into<Bytes>) -> OriginBody {
+pub fn full(text: impl Into<Bytes>) -> OriginBody {
     Full::new(text.into()).boxed()
 }
 
