@@ -117,9 +117,8 @@ async fn keep_alive_requests_share_pooled_server_connections() {
     assert_eq!(status, StatusCode::OK);
     let metrics = String::from_utf8_lossy(&metrics);
     assert!(
-        metrics.contains(
-            "appbroker_http_responses_total{balancer=\"BALANCE_HTTP\",class=\"2xx\"} 40"
-        ),
+        metrics
+            .contains("appbroker_http_responses_total{balancer=\"BALANCE_HTTP\",class=\"2xx\"} 40"),
         "{metrics}"
     );
     let pool_line = format!(
@@ -189,7 +188,9 @@ async fn no_server_available_answers_503_with_retry_after() {
     assert!(!body.is_empty(), "a short page");
     broker
         .events
-        .wait_for("the client unserved", |e| matches!(e, Event::Unserved { .. }))
+        .wait_for("the client unserved", |e| {
+            matches!(e, Event::Unserved { .. })
+        })
         .await;
     assert_eq!(broker.state().unserved, 1);
     assert_eq!(request_statuses(&broker), [Some(503)]);
@@ -204,11 +205,7 @@ async fn no_server_available_answers_503_with_retry_after() {
 async fn a_refused_connect_quarantines_the_server_and_the_next_one_answers() {
     let dead = dead_addr().await;
     let origin = Origin::start().await;
-    let broker = InProcess::start(&http_ini(
-        &[dead, origin.addr],
-        "SORT_METHOD=ROUND_ROBIN",
-    ))
-    .await;
+    let broker = InProcess::start(&http_ini(&[dead, origin.addr], "SORT_METHOD=ROUND_ROBIN")).await;
     // POST too: nothing reached the refusing server, so any method goes on to the next.
     for method in ["GET", "POST", "GET", "PUT"] {
         let mut sender = client(broker.addr()).await;
@@ -227,11 +224,16 @@ async fn a_refused_connect_quarantines_the_server_and_the_next_one_answers() {
     assert_eq!(origin.seen().len(), 4);
     let served: Vec<Option<String>> = request_servers(&broker);
     assert!(
-        served.iter().all(|s| s.as_deref() == Some(&*origin.addr.to_string())),
+        served
+            .iter()
+            .all(|s| s.as_deref() == Some(&*origin.addr.to_string())),
         "{served:?}"
     );
     let state = broker.state();
-    assert_eq!(state.servers[0].failed_connects, 1, "tried once, then skipped");
+    assert_eq!(
+        state.servers[0].failed_connects, 1,
+        "tried once, then skipped"
+    );
     assert_eq!(state.unserved, 0);
 }
 
@@ -303,8 +305,7 @@ async fn reload_adds_and_removes_servers_while_requests_flow() {
                 if stop.load(SeqCst) == 1 {
                     return i;
                 }
-                let (status, _, _) =
-                    send(&mut sender, request("GET", addr, "/r", full(""))).await;
+                let (status, _, _) = send(&mut sender, request("GET", addr, "/r", full(""))).await;
                 if status != StatusCode::OK {
                     failures.fetch_add(1, SeqCst);
                 }
@@ -313,11 +314,15 @@ async fn reload_adds_and_removes_servers_while_requests_flow() {
         })
     };
     eventually("a serves", || a.seen().len() >= 20).await;
-    let both = broker.reload(&http_ini(&[a.addr, b.addr], "SORT_METHOD=ROUND_ROBIN")).await;
+    let both = broker
+        .reload(&http_ini(&[a.addr, b.addr], "SORT_METHOD=ROUND_ROBIN"))
+        .await;
     assert!(both.errors.is_empty(), "{:?}", both.errors);
     eventually("b takes requests", || b.seen().len() >= 20).await;
     // a leaves (b becomes REMOTE_SERVER_01, a new server by identity).
-    let only_b = broker.reload(&http_ini(&[b.addr], "SORT_METHOD=ROUND_ROBIN")).await;
+    let only_b = broker
+        .reload(&http_ini(&[b.addr], "SORT_METHOD=ROUND_ROBIN"))
+        .await;
     assert!(only_b.errors.is_empty(), "{:?}", only_b.errors);
     let a_after = a.seen().len();
     let b_after = b.seen().len();
@@ -325,7 +330,11 @@ async fn reload_adds_and_removes_servers_while_requests_flow() {
     stop.store(1, SeqCst);
     let sent = within("the load's end", load).await.unwrap();
     assert!(sent > 90, "{sent}");
-    assert_eq!(failures.load(SeqCst), 0, "no request failed across the reloads");
+    assert_eq!(
+        failures.load(SeqCst),
+        0,
+        "no request failed across the reloads"
+    );
     // At most the request in hand when a left reached it after.
     assert!(a.seen().len() <= a_after + 1);
     // a's kept-alive connections were closed when it left.
@@ -434,7 +443,15 @@ async fn curl_and_wrk_through_the_broker() {
         assert_eq!(out, "seen /a 0seen /b?x=1 0seen /a 0");
         let upload = run(
             &curl,
-            &["-sS", "--fail", "--max-time", "10", "--data-binary", "hello", &one],
+            &[
+                "-sS",
+                "--fail",
+                "--max-time",
+                "10",
+                "--data-binary",
+                "hello",
+                &one,
+            ],
         )
         .await;
         assert_eq!(upload, "seen /a 5");
@@ -462,8 +479,8 @@ async fn curl_and_wrk_through_the_broker() {
 /// A page that opens a WebSocket to its own host and shows the echo, and the echo itself:
 /// an origin that serves both (the broker may send either on any pooled connection).
 async fn page_and_websocket_origin(messages: Arc<std::sync::Mutex<Vec<String>>>) -> SocketAddr {
-    use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
     use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
     use tokio_tungstenite::tungstenite::protocol::Role;
     const PAGE: &str = "<!DOCTYPE html><html><body><p id='out'>waiting</p><script>\
         const ws = new WebSocket('ws://' + location.host + '/ws');\
@@ -574,9 +591,10 @@ async fn chromium_opens_a_websocket_through_the_broker() {
     // The broker saw the upgrade and counted the WebSocket as a connection that ended.
     broker
         .events
-        .wait_for("the WebSocket's end", |e| {
-            matches!(e, Event::ConnectionEnded { server, .. } if *server == origin.to_string())
-        })
+        .wait_for(
+            "the WebSocket's end",
+            |e| matches!(e, Event::ConnectionEnded { server, .. } if *server == origin.to_string()),
+        )
         .await;
     assert!(
         request_statuses(&broker).contains(&Some(101)),

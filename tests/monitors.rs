@@ -930,7 +930,10 @@ async fn peder1981_reads_an_http_balancers_page_in_the_http_brokers_layout() {
          LOCAL_SERVER_PORT=@PORT@\nMONITORING_TYPE=DISABLED\nREMOTE_SERVER_01={down}\n\
          REMOTE_SERVER_02={up}\n"
     )
-    .replace(&format!("={down}"), &format!("={} {}", down.ip(), down.port()))
+    .replace(
+        &format!("={down}"),
+        &format!("={} {}", down.ip(), down.port()),
+    )
     .replace(&format!("={up}"), &format!("={} {}", up.ip(), up.port()));
     let broker = InProcess::start(&ini).await;
     let answered = http_get(broker.addr(), "/webapp/", &[]).await;
@@ -938,7 +941,9 @@ async fn peder1981_reads_an_http_balancers_page_in_the_http_brokers_layout() {
     let truth = query_json(broker.addr()).await;
     assert_eq!(truth["servers"][0]["inquarantine"], true, "{truth:#}");
 
-    let html = http_get(broker.addr(), "/TOTVS_BROKER_QUERY/STATUS", &[]).await.text();
+    let html = http_get(broker.addr(), "/TOTVS_BROKER_QUERY/STATUS", &[])
+        .await
+        .text();
     assert_eq!(peder::mode(&html), Some(peder::Mode::Http), "{html}");
     let p = peder::parse_html(&html);
     assert!(p.valid);

@@ -106,9 +106,8 @@ impl ValueError {
     const LANGUAGE: ValueError = ValueError("expected en or pt-BR");
     const SORT_METHOD: ValueError =
         ValueError("is not a sort method; expected CONNECTION or ROUND_ROBIN");
-    const MONITORING: ValueError = ValueError(
-        "is not a monitoring type; expected CONNECTION, SEND_EXPECT, HTTP or DISABLED",
-    );
+    const MONITORING: ValueError =
+        ValueError("is not a monitoring type; expected CONNECTION, SEND_EXPECT, HTTP or DISABLED");
 }
 
 /// Which balancer a `[BALANCE_*]` section configures.

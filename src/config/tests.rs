@@ -218,7 +218,10 @@ fn http_balancers_are_told_apart_by_section_name() {
     );
     assert_eq!(first.http.pool_max_idle, 8);
     assert!(first.http.log_requests && first.http.forwarded_headers);
-    assert_eq!((second.http.pool_max_idle, second.http.log_requests), (0, false));
+    assert_eq!(
+        (second.http.pool_max_idle, second.http.log_requests),
+        (0, false)
+    );
     assert_eq!(old.http.request_timeout, Duration::from_secs(30));
     assert!(
         loaded

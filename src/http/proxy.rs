@@ -50,8 +50,8 @@ use super::pool::Traffic;
 use super::pool::{Conn, Pool, PoolFigures};
 use super::stats::Stats;
 use super::upgrade::{self, Pending};
-use crate::stream::Stream;
 use super::{Choice, Downstream, Event, Exchange, Outcome, Settings, Upstreams, pages};
+use crate::stream::Stream;
 
 /// Largest request head accepted (request line and headers): beyond it, 431. nginx allows
 /// 4 x 8 KiB of headers by default, HAProxy 16 KiB in all; browsers with many cookies stay
@@ -264,7 +264,10 @@ impl<U: Upstreams> Proxy<U> {
                 self.upstreams.rewrite(&mut headers);
                 attempt.request.headers = headers;
             }
-            match self.try_server(server, client.peer, attempt, settings).await {
+            match self
+                .try_server(server, client.peer, attempt, settings)
+                .await
+            {
                 Tried::Answered(response, conn) => return Ok((response, conn, choice)),
                 Tried::NotSent => continue,
                 Tried::Failed(failure) => {

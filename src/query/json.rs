@@ -109,7 +109,11 @@ pub fn render(snap: &Snapshot) -> String {
     let status = Status {
         serviceDescription: format!(
             "appbroker {} broker [{}]",
-            if snap.state.kind.is_http() { "HTTP" } else { "TCP" },
+            if snap.state.kind.is_http() {
+                "HTTP"
+            } else {
+                "TCP"
+            },
             snap.state.kind.section()
         ),
         brokerType: snap.state.kind.section(),

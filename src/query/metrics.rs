@@ -265,7 +265,10 @@ fn http_families(out: &mut String, balancer: &str, http: &HttpFigures) {
             .iter()
             .map(|(kind, n)| (format!("{balancer},kind=\"{kind}\""), *n as f64)),
     );
-    let retries = [("stale_connection", r.retried_stale), ("next_server", r.retried_next)];
+    let retries = [
+        ("stale_connection", r.retried_stale),
+        ("next_server", r.retried_next),
+    ];
     family(
         out,
         "http_retries_total",

@@ -978,7 +978,7 @@ mod tests {
             peer: "127.0.0.1:1".parse().expect("address"),
             draining: false,
             others: Vec::new(),
-                http: None,
+            http: None,
         }
     }
 
