@@ -39,13 +39,14 @@ use std::hash::Hash;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use crate::config::Language;
-use crate::relay::End;
-use crate::stream::Stream;
 use hyper::body::Bytes;
 use hyper::header::HeaderMap;
 use hyper::http::request::Parts;
 use hyper::{Method, Response, StatusCode, Uri};
+
+use crate::config::Language;
+use crate::relay::End;
+use crate::stream::Stream;
 
 pub use check::{CheckError, StatusRange, check};
 pub use pool::PoolFigures;
