@@ -17,7 +17,7 @@ use hyper::body::Bytes;
 use hyper::http::request::Parts;
 use tokio::net::TcpStream;
 use tokio_util::task::TaskTracker;
-use tracing::info;
+use tracing::{Span, info};
 
 use crate::balancer::{Balancer, Closed, Eligible, Lease, Pool, Server};
 use crate::config::{BalancerConfig, Language};
@@ -65,6 +65,8 @@ pub struct Backends {
     ctx: Arc<Context>,
     /// The engine, for the figures a query shows (set once it is made).
     proxy: OnceLock<Weak<HttpProxy>>,
+    /// The balancer's span, made once: the access log writes a line per request in it.
+    span: Span,
 }
 
 /// The engine of `balancer`, with its settings. Within a tokio runtime (its idle sweep runs
@@ -74,6 +76,7 @@ pub fn proxy(balancer: &Arc<Balancer>, ctx: &Arc<Context>) -> Arc<HttpProxy> {
         balancer: Arc::clone(balancer),
         ctx: Arc::clone(ctx),
         proxy: OnceLock::new(),
+        span: balancer.span(),
     });
     let pool = balancer.pool();
     let language = ctx.config.load().general.language;
@@ -151,8 +154,7 @@ impl Backends {
         if let Some(server) = &exchange.server {
             server.0.add_traffic(exchange.to_server, exchange.to_client);
         }
-        let balancer = &self.balancer;
-        let span = balancer.span();
+        let (balancer, span) = (&self.balancer, &self.span);
         if exchange.outcome == Outcome::NoServer {
             span.in_scope(|| balancer.unserved(exchange.client, Unserved::NoServer));
         }
@@ -187,7 +189,7 @@ impl Backends {
             .0
             .add_traffic(tunnel.to_server, tunnel.to_client);
         self.balancer
-            .ended_on(&tunnel.server.0, &closed, &self.balancer.span());
+            .ended_on(&tunnel.server.0, &closed, &self.span);
     }
 
     /// The figures a query of this balancer shows.
@@ -207,7 +209,7 @@ impl Backends {
                     let figures = pools
                         .iter()
                         .find(|(t, _)| Arc::ptr_eq(&t.0, s))
-                        .map(|(_, f)| f.clone())
+                        .map(|(_, f)| *f)
                         .unwrap_or_default();
                     (s.address.clone(), figures)
                 })
@@ -308,7 +310,7 @@ impl Upstreams for Backends {
                     None => explain_connect(error),
                 };
                 let s = &server.0;
-                self.balancer.span().in_scope(|| {
+                self.span.in_scope(|| {
                     self.balancer
                         .connect_failed_to(s, s.is_quarantined(), &explained, client)
                 });
