@@ -96,9 +96,12 @@ async fn keep_alive_requests_share_pooled_server_connections() {
             assert_eq!(body, format!("seen {path} 0"));
         }
     }
-    // Forty requests reached the server over one connection, kept in the pool between them.
+    // Forty requests reached the server over a connection or two kept in the pool between
+    // them (a connection goes back to the pool as its answer ends, and the next request may
+    // come first: then a second one is opened, and both are kept). Without the pool: 40.
     assert_eq!(origin.seen().len(), 40);
-    assert_eq!(origin.accepted.load(SeqCst), 1, "one server connection");
+    let opened = origin.accepted.load(SeqCst);
+    assert!((1..=3).contains(&opened), "{opened} server connections");
     broker
         .events
         .wait_for_count("40 requests", 40, |e| matches!(e, Event::Request { .. }))
@@ -106,7 +109,10 @@ async fn keep_alive_requests_share_pooled_server_connections() {
     assert!(request_statuses(&broker).iter().all(|s| *s == Some(200)));
     let state = broker.state();
     assert_eq!(state.accepted, 2, "two client connections");
-    assert_eq!(state.servers[0].total, 1, "one server connection opened");
+    assert_eq!(
+        state.servers[0].total, opened as u64,
+        "server connections opened"
+    );
     assert!(state.servers[0].bytes_to_client > 0);
     // The request's headers as the server saw them: Host kept, X-Forwarded-For added.
     let seen = &origin.seen()[0];
@@ -122,8 +128,9 @@ async fn keep_alive_requests_share_pooled_server_connections() {
         "{metrics}"
     );
     let pool_line = format!(
-        "appbroker_http_pool_reused_total{{balancer=\"BALANCE_HTTP\",server=\"{}\"}} 39",
-        origin.addr
+        "appbroker_http_pool_reused_total{{balancer=\"BALANCE_HTTP\",server=\"{}\"}} {}",
+        origin.addr,
+        40 - opened
     );
     assert!(metrics.contains(&pool_line), "{metrics}");
     assert!(metrics.contains("appbroker_http_request_duration_seconds_count"));
@@ -469,10 +476,15 @@ async fn curl_and_wrk_through_the_broker() {
             .map(|(n, _)| n.trim().parse().unwrap())
             .unwrap_or_else(|| panic!("no request count in wrk's output:\n{out}"));
         assert!(requests > 0, "{out}");
-        // Every request reached the server over at most wrk's four kept-alive connections
-        // (and curl's, pooled).
+        // Every request reached the server over a few pooled connections (wrk's four at
+        // once, curl's, and the few opened when a request comes before its connection is
+        // back in the pool), not one per request.
         assert!(origin.seen().len() as u64 >= requests);
-        assert!(origin.accepted.load(SeqCst) <= 5, "pooled");
+        let opened = origin.accepted.load(SeqCst);
+        assert!(
+            opened <= 16,
+            "{opened} server connections for {requests} requests"
+        );
     }
 }
 
