@@ -54,29 +54,24 @@ fn http_ini(servers: &[SocketAddr], extra: &str) -> String {
     text
 }
 
-/// The statuses of the finished requests the broker published, in order.
-fn request_statuses(broker: &InProcess) -> Vec<Option<u16>> {
+/// The finished requests the broker published, in order: (status, server).
+fn requests(broker: &InProcess) -> Vec<(Option<u16>, Option<String>)> {
     broker
         .events
         .all()
         .iter()
         .filter_map(|e| match e {
-            Event::Request { status, .. } => Some(*status),
+            Event::Request { status, server, .. } => Some((*status, server.clone())),
             _ => None,
         })
         .collect()
 }
 
-/// The servers that answered the finished requests the broker published, in order.
-fn request_servers(broker: &InProcess) -> Vec<Option<String>> {
-    broker
-        .events
-        .all()
-        .iter()
-        .filter_map(|e| match e {
-            Event::Request { server, .. } => Some(server.clone()),
-            _ => None,
-        })
+/// The statuses of the finished requests the broker published, in order.
+fn request_statuses(broker: &InProcess) -> Vec<Option<u16>> {
+    requests(broker)
+        .into_iter()
+        .map(|(status, _)| status)
         .collect()
 }
 
@@ -229,7 +224,7 @@ async fn a_refused_connect_quarantines_the_server_and_the_next_one_answers() {
         .await;
     assert!(quarantine.started);
     assert_eq!(origin.seen().len(), 4);
-    let served: Vec<Option<String>> = request_servers(&broker);
+    let served: Vec<Option<String>> = requests(&broker).into_iter().map(|(_, s)| s).collect();
     assert!(
         served
             .iter()

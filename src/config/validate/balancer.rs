@@ -183,40 +183,39 @@ impl Validator {
                 ));
             }
         }
-        match &b.monitoring {
-            Monitoring::SendExpect { expect, .. } if expect.is_empty() => {
-                let line = inherited
-                    .find("MONITORING_TYPE")
-                    .map_or(section.line, |(e, _)| e.line);
-                self.errors.push(ConfigError::new(
-                    line,
-                    name,
-                    Some("MONITOR_EXPECT"),
-                    "is required with MONITORING_TYPE=SEND_EXPECT: the bytes the reply must start \
-                     with (escapes \\r \\n \\t \\\\ \\xNN)",
-                ));
-            }
-            Monitoring::SendExpect { .. } => {}
-            _ => {
-                for key in ["MONITOR_SEND", "MONITOR_EXPECT"] {
-                    if let Some((entry, _)) = inherited.find(key) {
-                        self.notices.push(notice(
-                            entry,
-                            key,
-                            "is ignored: it is used with MONITORING_TYPE=SEND_EXPECT only".into(),
-                        ));
-                    }
-                }
-            }
+        if let Monitoring::SendExpect { expect, .. } = &b.monitoring
+            && expect.is_empty()
+        {
+            let line = inherited
+                .find("MONITORING_TYPE")
+                .map_or(section.line, |(e, _)| e.line);
+            self.errors.push(ConfigError::new(
+                line,
+                name,
+                Some("MONITOR_EXPECT"),
+                "is required with MONITORING_TYPE=SEND_EXPECT: the bytes the reply must start \
+                 with (escapes \\r \\n \\t \\\\ \\xNN)",
+            ));
         }
-        if !matches!(b.monitoring, Monitoring::Http { .. }) {
-            for key in ["MONITOR_PATH", "MONITOR_EXPECT_STATUS"] {
+        // The keys that complete a monitoring type, unused with another.
+        let completing = [
+            (
+                ["MONITOR_SEND", "MONITOR_EXPECT"],
+                "SEND_EXPECT",
+                matches!(b.monitoring, Monitoring::SendExpect { .. }),
+            ),
+            (
+                ["MONITOR_PATH", "MONITOR_EXPECT_STATUS"],
+                "HTTP",
+                matches!(b.monitoring, Monitoring::Http { .. }),
+            ),
+        ];
+        for (keys, kind, used) in completing {
+            for key in keys.into_iter().filter(|_| !used) {
                 if let Some((entry, _)) = inherited.find(key) {
-                    self.notices.push(notice(
-                        entry,
-                        key,
-                        "is ignored: it is used with MONITORING_TYPE=HTTP only".into(),
-                    ));
+                    let message =
+                        format!("is ignored: it is used with MONITORING_TYPE={kind} only");
+                    self.notices.push(notice(entry, key, message));
                 }
             }
         }
