@@ -3,8 +3,8 @@
 //! and state asserted on: keep-alive pooling counted at the server, WebSocket echo counted as
 //! a connection of its server, 503 with no server, a refused connect quarantined and the
 //! request served by the next server, the HTTP monitor type, reloads under requests, the
-//! query interface routed by path, curl and wrk through the broker, and headless Chromium
-//! opening a WebSocket through it.
+//! query interface routed by path, the drain, the access-log line (through the binary), curl
+//! and wrk through the broker, and headless Chromium opening a WebSocket through it.
 // Helpers outside `#[test]` functions may unwrap too: a panic there is a failed assertion.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -607,5 +607,63 @@ async fn chromium_opens_a_websocket_through_the_broker() {
         request_statuses(&broker).contains(&Some(101)),
         "{:?}",
         request_statuses(&broker)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_answers_the_request_in_hand_then_closes() {
+    let origin = Origin::start().await;
+    let mut broker = InProcess::start(&http_ini(&[origin.addr], "")).await;
+    let mut idle = client(broker.addr()).await;
+    let (status, _, _) = send(&mut idle, request("GET", broker.addr(), "/warm", full(""))).await;
+    assert_eq!(status, StatusCode::OK);
+    let addr = broker.addr();
+    let mut busy = client(addr).await;
+    let held =
+        tokio::spawn(async move { send(&mut busy, request("GET", addr, "/hold", full(""))).await });
+    eventually("the request held at the server", || {
+        origin.held.load(SeqCst) == 1
+    })
+    .await;
+    broker.broker.shutdown();
+    broker
+        .events
+        .wait_for("the drain", |e| matches!(e, Event::Draining))
+        .await;
+    // The kept-alive connection with no request in hand is closed.
+    eventually("the idle client's close", || idle.is_closed()).await;
+    // The request in hand gets its answer.
+    origin.release(1);
+    let (status, headers, body) = within("the held answer", held).await.unwrap();
+    assert_eq!((status, &body[..]), (StatusCode::OK, &b"released"[..]));
+    assert_eq!(
+        headers.get("connection").map(|v| v.as_bytes()),
+        Some(&b"close"[..])
+    );
+    within("the broker's stop", broker.broker.stopped()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_writes_one_access_log_line_per_request() {
+    let origin = Origin::start().await;
+    let broker = common::Broker::start(&http_ini(&[origin.addr], "")).await;
+    let (status, _, _) = get(broker.addr(), "/webapp/x?y=1").await;
+    assert_eq!(status, StatusCode::OK);
+    let line = broker.wait_for_log("request client=127.0.0.1:").await;
+    let fields = format!(
+        "method=GET path=/webapp/x?y=1 status=200 bytes_from_client=0 bytes_to_client={}",
+        "seen /webapp/x?y=1 0".len()
+    );
+    assert!(line.contains(&fields), "{line}");
+    assert!(
+        line.contains(&format!("server={} balancer=BALANCE_HTTP", origin.addr)),
+        "{line}"
+    );
+    // A request the broker answers itself names no server.
+    get(broker.addr(), "/TOTVS_BROKER_QUERY/PING").await;
+    let line = broker.wait_for_log("path=/TOTVS_BROKER_QUERY/PING").await;
+    assert!(
+        line.contains("status=200") && line.contains("server=-"),
+        "{line}"
     );
 }
