@@ -590,10 +590,16 @@ impl Balancer {
         if why == Unserved::NoServer
             && let Some(suppressed) = self.no_servers_log.allow()
         {
+            // An HTTP client is answered 503 and may send its next request.
+            let then = if self.kind().is_http() {
+                "the request is answered 503"
+            } else {
+                "the client is closed"
+            };
             error!(
                 more_since_last_line = suppressed,
                 client = %client,
-                "no remote servers available; the client is closed"
+                "no remote servers available; {then}"
             );
         }
     }

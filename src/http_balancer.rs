@@ -94,6 +94,7 @@ pub fn settings(config: &BalancerConfig, language: Language) -> http::Settings {
         idle_timeout: keys.pool_idle_timeout,
         request_timeout: keys.request_timeout,
         retry_idempotent: keys.retry_idempotent,
+        tunnel_idle_timeout: config.idle_timeout,
         language,
         ..http::Settings::default()
     }

@@ -181,6 +181,30 @@ async fn a_websocket_echoes_through_the_broker_as_a_connection_of_its_server() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_timeout_closes_a_silent_websocket() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let ws_addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (stream, _) = listener.accept().await.unwrap();
+        let mut ws = tokio_tungstenite::accept_async(stream).await.unwrap();
+        while let Some(Ok(_)) = ws.next().await {}
+    });
+    let broker = InProcess::start(&http_ini(&[ws_addr], "IDLE_TIMEOUT=300ms")).await;
+    let stream = TcpStream::connect(broker.addr()).await.unwrap();
+    let local = stream.local_addr().unwrap();
+    let url = format!("ws://{}/ws", broker.addr());
+    let (mut ws, _) = tokio_tungstenite::client_async(url, stream).await.unwrap();
+    let ended = within("the idle close", broker.events.wait_for_end(local)).await;
+    assert_eq!(ended.ended_by, common::End::Idle);
+    assert!(
+        within("the client's end", ws.next())
+            .await
+            .is_none_or(|m| m.is_err()),
+        "the socket ends"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_server_available_answers_503_with_retry_after() {
     let dead = dead_addr().await;
     let broker = InProcess::start(&http_ini(&[dead], "")).await;

@@ -234,6 +234,9 @@ pub struct Settings {
     /// `HTTP_RETRY_IDEMPOTENT`: a request with an idempotent method and no body that failed
     /// after it was sent, with no byte of an answer, is tried on the next server.
     pub retry_idempotent: bool,
+    /// `IDLE_TIMEOUT`: an upgraded connection (WebSocket) with no bytes either way for this
+    /// long is closed, as a relayed TCP connection is. `None`: never.
+    pub tunnel_idle_timeout: Option<Duration>,
     /// `LANGUAGE`: the language of the broker's own pages (503...).
     pub language: Language,
     /// The `Retry-After` of a 503.
@@ -251,6 +254,7 @@ impl Default for Settings {
             request_timeout: Duration::from_secs(30),
             response_timeout: None,
             retry_idempotent: false,
+            tunnel_idle_timeout: None,
             language: Language::English,
             retry_after: Duration::from_secs(5),
         }

@@ -184,7 +184,8 @@ impl<U: Upstreams> Proxy<U> {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .take();
         if let Some(pending) = pending {
-            let tunnel = upgrade::tunnel::<U, I>(pending).await;
+            let idle = self.settings.load().tunnel_idle_timeout;
+            let tunnel = upgrade::tunnel::<U, I>(pending, idle).await;
             self.upstreams.report(Event::Tunnel(&tunnel));
         }
     }

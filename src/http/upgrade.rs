@@ -6,7 +6,7 @@
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use hyper::upgrade::OnUpgrade;
@@ -28,9 +28,9 @@ pub(crate) struct Pending<U: Upstreams> {
     pub(crate) lease: Option<U::Lease>,
 }
 
-/// Relays the upgraded connection until both sides closed or one failed, with the
-/// broker's relay (splice when both ends are plain TCP).
-pub(crate) async fn tunnel<U, I>(pending: Pending<U>) -> Tunnel<U::Server>
+/// Relays the upgraded connection until both sides closed, one failed, or nothing moved for
+/// `idle`, with the broker's relay (splice when both ends are plain TCP).
+pub(crate) async fn tunnel<U, I>(pending: Pending<U>, idle: Option<Duration>) -> Tunnel<U::Server>
 where
     U: Upstreams,
     I: Stream,
@@ -41,7 +41,7 @@ where
         server: pending.to,
         to_server: 0,
         to_client: 0,
-        duration: std::time::Duration::ZERO,
+        duration: Duration::ZERO,
         end: End::Closed(Side::Client),
     };
     match take_streams::<U, I>(pending.client, pending.server).await {
@@ -59,7 +59,7 @@ where
                     let first = client_ahead.to_vec();
                     // The caller drops this future to cut the connection.
                     let stop = std::future::pending();
-                    relay(&mut client, &mut server, first, counters, None, stop)
+                    relay(&mut client, &mut server, first, counters, idle, stop)
                         .await
                         .end
                 }
