@@ -263,6 +263,25 @@ async fn a_refused_connect_quarantines_the_server_and_the_next_one_answers() {
     assert_eq!(state.unserved, 0);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_fails_after_the_request_gives_502_or_the_next_server_with_retry() {
+    // Reads the request, then closes without a byte of an answer.
+    let (failing, _) = http_common::raw_origin(|mut stream, _| async move {
+        http_common::read_head(&mut stream).await;
+    })
+    .await;
+    let origin = Origin::start().await;
+    for (retry, expected) in [("0", StatusCode::BAD_GATEWAY), ("1", StatusCode::OK)] {
+        let extra = format!("SORT_METHOD=ROUND_ROBIN\nHTTP_RETRY_IDEMPOTENT={retry}");
+        let broker = InProcess::start(&http_ini(&[failing, origin.addr], &extra)).await;
+        // Round robin sends the first request to the failing server.
+        let (status, _, _) = get(broker.addr(), "/idempotent").await;
+        assert_eq!(status, expected, "HTTP_RETRY_IDEMPOTENT={retry}");
+        // A failure after the request was sent is no connect failure: no quarantine.
+        assert_eq!(broker.state().servers[0].quarantines, 0);
+    }
+}
+
 /// An origin whose every answer has the status the test sets.
 async fn status_origin(status: Arc<AtomicU16>) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

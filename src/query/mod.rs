@@ -1,7 +1,8 @@
 //! `TOTVS_BROKER_QUERY` on each balancer's own port: STATUS, CFG, PING, JSON, METRICS and
 //! ServerStatus, served with hyper (HTTP/1.1, keep-alive) to browsers and monitoring scripts.
 //!
-//! A connection reaches here when [`sniff`] found a query in its first bytes. Queries have
+//! On a TCP balancer a connection reaches here when [`sniff`] found a query in its first
+//! bytes; on an HTTP balancer each request is routed here by its path ([`intercept`]). Queries have
 //! their own small limit (`QUERY_MAX_CONNECTIONS`) and timeouts, so slow or never-finished
 //! requests cannot use up the broker's descriptors or slow the proxying.
 
