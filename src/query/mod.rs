@@ -2,9 +2,10 @@
 //! ServerStatus, served with hyper (HTTP/1.1, keep-alive) to browsers and monitoring scripts.
 //!
 //! On a TCP balancer a connection reaches here when [`sniff`] found a query in its first
-//! bytes; on an HTTP balancer each request is routed here by its path ([`intercept`]). Queries have
-//! their own small limit (`QUERY_MAX_CONNECTIONS`) and timeouts, so slow or never-finished
-//! requests cannot use up the broker's descriptors or slow the proxying.
+//! bytes; there queries have their own small limit (`QUERY_MAX_CONNECTIONS`) and timeouts, so
+//! slow or never-finished requests cannot use up the broker's descriptors or slow the
+//! proxying. On an HTTP balancer each request is routed here by its path ([`intercept`]), on a
+//! connection that is the balancer's client, with the HTTP engine's limits.
 
 mod json;
 mod labels;
