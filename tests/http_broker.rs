@@ -402,6 +402,8 @@ async fn queries_are_routed_by_path_and_other_paths_go_to_the_servers() {
     assert_eq!(json["total"]["sessions"], 0);
     assert_eq!(json["servers"][0]["sessions"], 0);
     assert_eq!(json["servers"][0]["server"], origin.addr.to_string());
+    assert!(json["http"]["requests"].is_u64(), "{json:#}");
+    assert!(json["http"]["responses_2xx"].is_u64(), "{json:#}");
     // Nothing of it reached the server; a look-alike path does.
     assert!(origin.seen().is_empty());
     let (status, _, _) = get(broker.addr(), "/TOTVS_BROKER/x").await;
