@@ -395,6 +395,7 @@ async fn queries_are_routed_by_path_and_other_paths_go_to_the_servers() {
     assert_eq!(status, StatusCode::OK);
     let page = String::from_utf8_lossy(&page);
     assert!(page.contains("TOTVS Broker para HTTP"), "{page}");
+    assert!(page.contains("HTTP requests since start"), "{page}");
     // JSON for scripts.
     let (_, _, json) = get(broker.addr(), "/TOTVS_BROKER_QUERY/JSON").await;
     let json: serde_json::Value = serde_json::from_slice(&json).unwrap();

@@ -347,6 +347,12 @@ fn facts(out: &mut String, l: &Labels, snap: &Snapshot) {
         &show_duration(snap.state.quarantine_time),
         "",
     );
+    if let Some(http) = &snap.http {
+        let r = &http.requests;
+        fact(out, l.requests, &r.requests.to_string(), "");
+        fact(out, l.answers_5xx, &r.classes[4].to_string(), "");
+        fact(out, l.upgrades, &r.upgrades.to_string(), "");
+    }
     fact(out, l.refused, &snap.state.rejected.to_string(), "");
     fact(out, l.unserved, &snap.state.unserved.to_string(), "");
     fact(
