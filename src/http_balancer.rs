@@ -113,7 +113,8 @@ pub fn reconfigure(proxy: &HttpProxy, old: &Pool, new: &Pool, language: Language
     }
 }
 
-/// Serves one accepted connection of an HTTP balancer: a `MAX_CONNECTIONS` place (or the
+/// Serves one accepted connection of an HTTP balancer (`client`: who, and whether `stream`
+/// is TLS, for `X-Forwarded-Proto`): a `MAX_CONNECTIONS` place (or the
 /// connection is closed at once, as on a TCP balancer), then the engine until the client
 /// closes; `ending.closing` answers the request in hand and closes, `ending.cut` ends it at
 /// once (an upgraded connection too).
@@ -123,7 +124,7 @@ pub fn start<S: Stream>(
     ending: &Ending,
     local: Option<SocketAddr>,
     stream: S,
-    peer: SocketAddr,
+    client: Downstream,
 ) {
     let balancer = &proxy.upstreams().balancer;
     let pool = balancer.pool();
@@ -138,8 +139,6 @@ pub fn start<S: Stream>(
         ending.closing.clone(),
         ending.cut.clone(),
     );
-    // TLS is wired in front of this later: the stream's `tls` is then true.
-    let client = Downstream { peer, tls: false };
     tasks.spawn(async move {
         let _slot = slot;
         tokio::select! {

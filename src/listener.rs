@@ -15,6 +15,7 @@ use crate::balancer::Balancer;
 use crate::client::{Client, Entrance};
 use crate::config::{BalancerConfig, Keepalive};
 use crate::context::{Context, Ending};
+use crate::http::Downstream;
 use crate::http_balancer::{self, HttpProxy};
 use crate::os_error::{explain_bind, words};
 use crate::sys;
@@ -130,8 +131,8 @@ pub async fn accept_loop(
         }
         match &entrance.http {
             Some(proxy) => {
-                let e = &entrance;
-                http_balancer::start(proxy, &e.tasks, &e.ending, e.local, stream, peer);
+                let (e, client) = (&entrance, Downstream { peer, tls: false });
+                http_balancer::start(proxy, &e.tasks, &e.ending, e.local, stream, client);
             }
             None => Client::new(&entrance, stream, peer).start(),
         }
