@@ -1,6 +1,7 @@
-//! appbroker: a load-balancing TCP broker for application-server fleets (TOTVS Protheus
+//! appbroker: a load-balancing broker for application-server fleets (TOTVS Protheus
 //! AppServer is the model). It reads an `appserver.ini`, listens on each `[BALANCE_*]` port,
-//! relays every client to a chosen server, and keeps failed servers in quarantine.
+//! relays every client (proxies every request, on a `[BALANCE_HTTP*]` balancer) to a chosen
+//! server, and keeps failed servers in quarantine.
 //!
 //! # Layout
 //!
