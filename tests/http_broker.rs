@@ -713,3 +713,47 @@ async fn the_binary_writes_one_access_log_line_per_request() {
         "{line}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_applies_the_http_keys_to_the_next_requests() {
+    let origin = Origin::start().await;
+    let broker = InProcess::start(&http_ini(&[origin.addr], "")).await;
+    let mut sender = client(broker.addr()).await;
+    send(&mut sender, request("GET", broker.addr(), "/1", full(""))).await;
+    let reloaded = broker
+        .reload(&http_ini(&[origin.addr], "HTTP_FORWARDED_HEADERS=0"))
+        .await;
+    assert!(
+        reloaded
+            .changes
+            .iter()
+            .any(|c| c.contains("HTTP_FORWARDED_HEADERS")),
+        "{:?}",
+        reloaded.changes
+    );
+    // The same client connection: its next request follows the new setting.
+    send(&mut sender, request("GET", broker.addr(), "/2", full(""))).await;
+    let seen = origin.seen();
+    assert!(seen[0].headers.contains_key("x-forwarded-for"));
+    assert!(!seen[1].headers.contains_key("x-forwarded-for"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_max_connections_a_client_is_closed_and_counted() {
+    let origin = Origin::start().await;
+    let broker = InProcess::start(&http_ini(&[origin.addr], "MAX_CONNECTIONS=1")).await;
+    let mut first = client(broker.addr()).await;
+    let (status, _, _) = send(&mut first, request("GET", broker.addr(), "/", full(""))).await;
+    assert_eq!(status, StatusCode::OK);
+    let mut second = TcpStream::connect(broker.addr()).await.unwrap();
+    let ended = common::wait_end(&mut second).await;
+    common::assert_end_seen("the second client", &ended);
+    broker
+        .events
+        .wait_for("the refusal", |e| matches!(e, Event::Refused { .. }))
+        .await;
+    assert_eq!(broker.state().rejected, 1);
+    // The first client is served on.
+    let (status, _, _) = send(&mut first, request("GET", broker.addr(), "/", full(""))).await;
+    assert_eq!(status, StatusCode::OK);
+}
