@@ -121,6 +121,12 @@ impl Server {
         samples.push_back((wall_ms(), self.active.load(Relaxed)));
     }
 
+    /// Counts bytes moved to and from the server outside a relay (HTTP requests' bodies).
+    pub fn add_traffic(&self, to_server: u64, to_client: u64) {
+        self.bytes_to_server.fetch_add(to_server, Relaxed);
+        self.bytes_to_client.fetch_add(to_client, Relaxed);
+    }
+
     /// True when the server may get new clients at `now_ms` on its balancer's clock (no
     /// quarantine, or it is over).
     pub fn is_available(&self, now_ms: u64) -> bool {
@@ -694,16 +700,21 @@ impl Balancer {
         }
     }
 
-    /// A client's connect through `lease` succeeded. A connect proves what a CONNECTION check
-    /// proves, so a stale quarantine ends (not one found by a SEND_EXPECT check, which a
-    /// connect cannot overrule); a broker fault episode ends.
+    /// A client's connect through `lease` succeeded: see [`Balancer::connected_to`].
     pub fn connected(&self, lease: &Lease) {
-        let server = &lease.server;
+        self.connected_to(&lease.server, lease.stale);
+    }
+
+    /// A connect to `server` succeeded (`stale`: it was chosen although quarantined). A
+    /// connect proves what a CONNECTION check proves, so a stale quarantine ends (not one
+    /// found by a SEND_EXPECT or HTTP check, which a connect cannot overrule); a broker fault
+    /// episode ends.
+    pub fn connected_to(&self, server: &Server, stale: bool) {
         server.total.fetch_add(1, Relaxed);
-        if lease.stale
+        if stale
             && !matches!(
                 self.pool.load().config.monitoring,
-                Monitoring::SendExpect { .. }
+                Monitoring::SendExpect { .. } | Monitoring::Http { .. }
             )
         {
             self.release(server, Release::ClientConnected);
@@ -720,7 +731,18 @@ impl Balancer {
     /// around); a cause that is the broker's own blames no server. Returns false then: the
     /// client is to be closed rather than sent to the next server.
     pub fn connect_failed(&self, lease: &Lease, error: &Explained, client: SocketAddr) -> bool {
-        let server = &lease.server;
+        self.connect_failed_to(&lease.server, lease.stale, error, client)
+    }
+
+    /// As [`Balancer::connect_failed`], for a connect to `server` (`stale`: it was chosen
+    /// although quarantined).
+    pub fn connect_failed_to(
+        &self,
+        server: &Server,
+        stale: bool,
+        error: &Explained,
+        client: SocketAddr,
+    ) -> bool {
         let blamed = error.points_at != PointsAt::Broker;
         self.events.emit(|| Event::ConnectFailed {
             balancer: self.kind(),
@@ -740,7 +762,7 @@ impl Balancer {
             return false;
         }
         server.failed_connects.fetch_add(1, Relaxed);
-        if lease.stale {
+        if stale {
             // Already quarantined; the monitor keeps it there. One line per client and
             // server here would flood the log during an outage.
             debug!(client = %client, "server {} still unreachable: {error}", server.address);
@@ -762,10 +784,16 @@ impl Balancer {
         if why == Unserved::NoServer
             && let Some(suppressed) = self.no_servers_log.allow()
         {
+            // An HTTP client is answered 503 and may send its next request.
+            let then = if self.kind().is_http() {
+                "the request is answered 503"
+            } else {
+                "the client is closed"
+            };
             error!(
                 more_since_last_line = suppressed,
                 client = %client,
-                "no remote servers available; the client is closed"
+                "no remote servers available; {then}"
             );
         }
     }
@@ -773,11 +801,17 @@ impl Balancer {
     /// A relayed connection ended: its closing line, in `span` (always for an idle close,
     /// which the broker decided; otherwise with `LOG_CONNECTIONS`).
     pub fn ended(&self, lease: &Lease, closed: &Closed<'_>, span: &Span) {
+        self.ended_on(&lease.server, closed, span);
+    }
+
+    /// As [`Balancer::ended`], for a connection relayed to `server` (an upgraded HTTP
+    /// connection, whose lease the HTTP engine holds).
+    pub fn ended_on(&self, server: &Server, closed: &Closed<'_>, span: &Span) {
         let outcome = closed.outcome;
         self.events.emit(|| Event::ConnectionEnded {
             balancer: self.kind(),
             client: closed.client,
-            server: lease.server.address.clone(),
+            server: server.address.clone(),
             duration: closed.duration,
             bytes_from_client: outcome.to_server,
             bytes_to_client: outcome.to_client,
@@ -791,7 +825,7 @@ impl Balancer {
                     bytes_to_client = outcome.to_client,
                     ended_by = %outcome.end,
                     client = %closed.client,
-                    server = %lease.server.address,
+                    server = %server.address,
                     "connection closed"
                 );
             });
@@ -1368,7 +1402,7 @@ mod tests {
         let again = super::tests::balancer(
             "REMOTE_SERVER_01=127.0.0.1 6001 5\nREMOTE_SERVER_02=127.0.0.1 6002\n",
         );
-        let changes = balancer.reconfigure(again.pool().config.clone());
+        let changes = balancer.reconfigure(again.pool().config.clone(), Secured::default());
         assert!(
             changes
                 .iter()

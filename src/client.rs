@@ -17,6 +17,7 @@ use crate::balancer::{Balancer, ClientSlot, Closed, Eligible, Lease, Pool};
 use crate::context::{Context, Ending};
 use crate::dial::{ConnectError, ServerStream, dial, keep_alive};
 use crate::events::Unserved;
+use crate::http_balancer::HttpProxy;
 use crate::os_error::words;
 use crate::query::{
     self,
@@ -54,6 +55,9 @@ pub struct Entrance {
     /// connection: creating and formatting a span per client cost more than the fields it
     /// adds, which the lines carry themselves (`client=`, `server=`).
     pub span: Span,
+    /// The HTTP engine of an HTTP balancer, which serves its connections; `None` for a TCP
+    /// balancer, whose connections are [`Client`]s.
+    pub http: Option<Arc<HttpProxy>>,
 }
 
 /// One accepted connection over any [`Stream`], from its first bytes to its closing line.
@@ -357,6 +361,7 @@ mod tests {
             local: None,
             tasks: TaskTracker::new(),
             span: Span::none(),
+            http: None,
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let stream = TcpStream::connect(listener.local_addr().unwrap())

@@ -116,6 +116,21 @@ pub enum Event {
         /// Which balancer.
         balancer: BalancerKind,
     },
+    /// An HTTP balancer finished a request (answered it, or gave up on it).
+    Request {
+        /// Which balancer.
+        balancer: BalancerKind,
+        /// The client's address.
+        client: SocketAddr,
+        /// The request's method.
+        method: String,
+        /// The request's target (path and query).
+        path: String,
+        /// The status sent; `None` when the client went away first.
+        status: Option<u16>,
+        /// The server that answered (or last failed), `host:port`.
+        server: Option<String>,
+    },
     /// A relayed connection ended.
     ConnectionEnded {
         /// Which balancer.

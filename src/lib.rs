@@ -1,6 +1,7 @@
-//! appbroker: a load-balancing TCP broker for application-server fleets (TOTVS Protheus
+//! appbroker: a load-balancing broker for application-server fleets (TOTVS Protheus
 //! AppServer is the model). It reads an `appserver.ini`, listens on each `[BALANCE_*]` port,
-//! relays every client to a chosen server, and keeps failed servers in quarantine.
+//! relays every client (proxies every request, on a `[BALANCE_HTTP*]` balancer) to a chosen
+//! server, and keeps failed servers in quarantine.
 //!
 //! # Layout
 //!
@@ -38,8 +39,11 @@
 //! - [`config`]: `appserver.ini` to a validated [`config::Config`] through one table of keys
 //!   ([`config::keys`]); every error names file, line, section and key; `--check` prints it
 //!   back.
+//! - [`http_balancer`]: an HTTP balancer at run time: the balancer as the HTTP engine's
+//!   upstreams (choose, dial, quarantine, account, the access log), each accepted connection
+//!   handed to the engine, the query interface routed by path.
 //! - [`http`]: the HTTP broker's engine (a reverse proxy over hyper, generic over the
-//!   balancer it serves); not wired to the listeners yet.
+//!   balancer it serves), and the HTTP monitor check.
 //! - [`tls`]: rustls acceptors and connectors, certificate loading and its diagnosis (the
 //!   configuration doctor), handshake failures in words; the balancers load it, clients
 //!   accept with it, the dialer connects with it.
@@ -74,6 +78,7 @@ pub mod dial;
 pub mod events;
 pub mod health;
 pub mod http;
+pub mod http_balancer;
 pub mod listener;
 pub mod logging;
 pub mod monitor;

@@ -15,6 +15,8 @@ use crate::balancer::Balancer;
 use crate::client::{Client, Entrance};
 use crate::config::{BalancerConfig, Keepalive};
 use crate::context::{Context, Ending};
+use crate::http::Downstream;
+use crate::http_balancer::{self, HttpProxy};
 use crate::os_error::{explain_bind, words};
 use crate::sys;
 
@@ -100,7 +102,8 @@ fn is_connection_error(e: &io::Error) -> bool {
 }
 
 /// Accepts clients of `balancer` until `ending.closing` is cancelled (then serves what the
-/// kernel had queued), starting each as a [`Client`] counted on `tasks`; `ending.cut` ends
+/// kernel had queued), starting each as a [`Client`] (or, on an HTTP balancer, handing it to
+/// its engine `http`) counted on `tasks`; `ending.cut` ends
 /// the relays still running when the shutdown timeout is over. Log lines carry the current
 /// span (the balancer's).
 pub async fn accept_loop(
@@ -109,6 +112,7 @@ pub async fn accept_loop(
     ctx: Arc<Context>,
     tasks: TaskTracker,
     ending: Ending,
+    http: Option<Arc<HttpProxy>>,
 ) {
     let stop_accepting = ending.closing.clone();
     let entrance = Arc::new(Entrance {
@@ -118,13 +122,20 @@ pub async fn accept_loop(
         local: listener.local_addr().ok(),
         tasks,
         span: Span::current(),
+        http,
     });
     let balancer = &entrance.balancer;
     let start = |stream: TcpStream, peer: SocketAddr| {
         if !sys::ACCEPTED_INHERIT_OPTIONS {
             set_accepted_options(&stream, &balancer.pool().config.keepalive, peer);
         }
-        Client::new(&entrance, stream, peer).start();
+        match &entrance.http {
+            Some(proxy) => {
+                let (e, client) = (&entrance, Downstream { peer, tls: false });
+                http_balancer::start(proxy, &e.tasks, &e.ending, e.local, stream, client);
+            }
+            None => Client::new(&entrance, stream, peer).start(),
+        }
     };
     // The keepalive settings the listener carries for its accepted sockets to inherit; set
     // again when a reload changes them.

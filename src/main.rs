@@ -20,13 +20,14 @@ use appbroker::{Broker, admin, config, demo, logging, sys};
 use clap::{Parser, Subcommand};
 use tracing::{info, warn};
 
-/// A load-balancing TCP broker for application-server fleets (TOTVS Protheus AppServer and
-/// the like).
+/// A load-balancing broker for application-server fleets (TOTVS Protheus AppServer and the
+/// like).
 ///
-/// appbroker reads an appserver.ini whose [BALANCE_SMART_CLIENT_DESKTOP] and
-/// [BALANCE_WEB_SERVICES] sections each name a LOCAL_SERVER_PORT and REMOTE_SERVER_xx servers,
-/// forwards every client to a chosen server, checks the servers every MONITOR_INTERVAL and
-/// keeps failed ones in quarantine.
+/// appbroker reads an appserver.ini whose [BALANCE_SMART_CLIENT_DESKTOP],
+/// [BALANCE_WEB_SERVICES] and [BALANCE_HTTP...] sections each name a LOCAL_SERVER_PORT and
+/// REMOTE_SERVER_xx servers, forwards every TCP client (every HTTP request, on an HTTP
+/// balancer) to a chosen server, checks the servers every MONITOR_INTERVAL and keeps failed
+/// ones in quarantine.
 ///
 /// Exit codes: 0 after a clean shutdown or a valid --check; 1 when a port cannot be bound or
 /// on a second SIGTERM/SIGINT; 2 when the configuration is invalid.

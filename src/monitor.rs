@@ -1,6 +1,6 @@
 //! The monitor: every `MONITOR_INTERVAL` a round checks every server of a balancer in
 //! parallel (a TCP connect through the [dialer](crate::dial), and for SEND_EXPECT a probe and
-//! its reply), counts failed and passed checks in a row against `MONITOR_FALL` and
+//! its reply, for HTTP a request), counts failed and passed checks in a row against `MONITOR_FALL` and
 //! `MONITOR_RISE` (1 by default, which is TOTVS), hands the results to the balancer's methods,
 //! and logs the round's summary lines operators expect. Between rounds it wakes when a
 //! quarantine's time is up, so the balancer releases it on time.
@@ -21,6 +21,7 @@ use crate::config::{BalancerConfig, Host, Monitoring, plural, show_duration, sho
 use crate::dial::{ConnectError, connect, dial};
 use crate::events::Event;
 use crate::health::{Check, Reason, Release};
+use crate::http;
 use crate::os_error::{Explained, PointsAt};
 use crate::resolve::Resolver;
 use crate::tls::UpstreamTls;
@@ -79,6 +80,8 @@ pub enum CheckError {
         /// What had arrived.
         got: Vec<u8>,
     },
+    /// HTTP: no answer in time, not HTTP, or a status outside `MONITOR_EXPECT_STATUS`.
+    Http(http::CheckError),
 }
 
 impl CheckError {
@@ -93,6 +96,7 @@ impl CheckError {
             CheckError::Mismatch { got } => format!("unexpected reply `{}`", show_escaped(got)),
             CheckError::Closed { got } if got.is_empty() => "closed without replying".into(),
             CheckError::Closed { got } => format!("closed after `{}`", show_escaped(got)),
+            CheckError::Http(e) => e.to_string(),
         }
     }
 
@@ -105,6 +109,11 @@ impl CheckError {
                 self.words(),
                 show_duration(timeout),
                 show_escaped(expect)
+            ),
+            CheckError::Http(_) => format!(
+                "{} (MONITORING_TYPE=HTTP); points at the server's application or a wrong \
+                 MONITOR_PATH or MONITOR_EXPECT_STATUS",
+                self.words()
             ),
             CheckError::Mismatch { .. } | CheckError::Closed { .. } => format!(
                 "{} (SEND_EXPECT, expecting `{}`); points at the server's application or a wrong \
@@ -125,9 +134,9 @@ impl CheckError {
     }
 }
 
-/// Checks one server: a TCP connect, and for SEND_EXPECT the TLS handshake (with `tls`:
-/// `SSL_ENCRYPT_UPSTREAM=1`), the probe and its reply, all within `config`'s
-/// `CONNECT_TIMEOUT`.
+/// Checks one server: a TCP connect, and for SEND_EXPECT the probe and its reply (for HTTP a
+/// `GET` of `MONITOR_PATH`), over TLS with `tls` (`SSL_ENCRYPT_UPSTREAM=1`), all within
+/// `config`'s `CONNECT_TIMEOUT`.
 pub async fn check(
     resolver: &Arc<Resolver>,
     host: &Host,
@@ -136,15 +145,34 @@ pub async fn check(
     tls: Option<&UpstreamTls>,
 ) -> Result<(), CheckError> {
     let deadline = Instant::now() + config.connect_timeout;
-    let Monitoring::SendExpect { send, expect } = &config.monitoring else {
+    if !matches!(
+        config.monitoring,
+        Monitoring::SendExpect { .. } | Monitoring::Http { .. }
+    ) {
         return connect(resolver, host, port, config)
             .await
             .map(drop)
             .map_err(CheckError::Connect);
-    };
+    }
     let mut stream = dial(resolver, host, port, config, tls)
         .await
         .map_err(CheckError::Connect)?;
+    let (send, expect) = match &config.monitoring {
+        Monitoring::Http { path, expect } => {
+            let check = http::check::Check {
+                path: path.clone(),
+                host: host.with_port(port),
+                expect: *expect,
+                timeout: deadline.saturating_duration_since(Instant::now()),
+            };
+            return http::check(stream, &check)
+                .await
+                .map(drop)
+                .map_err(CheckError::Http);
+        }
+        Monitoring::SendExpect { send, expect } => (send, expect),
+        _ => return Ok(()),
+    };
     let mut got = Vec::with_capacity(expect.len());
     let exchange = async {
         if stream.write_all(send).await.is_err() {

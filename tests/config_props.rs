@@ -357,7 +357,7 @@ fn key_line(key: &'static Key) -> BoxedStrategy<Option<String>> {
 }
 
 /// `MONITORING_TYPE` (any of its words), and with `SEND_EXPECT` the bytes to send and expect
-/// (which must not be empty), or nothing.
+/// (which must not be empty), with `HTTP` a path and a status range, or nothing.
 fn monitoring() -> BoxedStrategy<Option<Vec<String>>> {
     let other: Vec<&str> = Domain::Monitoring
         .words()
@@ -367,6 +367,11 @@ fn monitoring() -> BoxedStrategy<Option<Vec<String>>> {
         .collect();
     prop::option::of(prop_oneof![
         select(other).prop_map(|m| vec![format!("MONITORING_TYPE={m}")]),
+        ("/[a-z0-9/_.-]{0,20}", 100u16..600, 0u16..100).prop_map(|(path, low, span)| vec![
+            "MONITORING_TYPE=HTTP".to_string(),
+            format!("MONITOR_PATH={path}"),
+            format!("MONITOR_EXPECT_STATUS={low}-{}", (low + span).min(599)),
+        ]),
         (
             prop::collection::vec(any::<u8>(), 0..16),
             prop::collection::vec(any::<u8>(), 1..16),
@@ -386,7 +391,12 @@ fn settings(stands: Stands) -> impl Strategy<Value = Vec<String>> {
     let lines: Vec<_> = KEYS
         .iter()
         .filter(|k| k.stands == stands)
-        .filter(|k| !matches!(k.domain, Domain::Monitoring | Domain::Escaped))
+        .filter(|k| {
+            !matches!(
+                k.domain,
+                Domain::Monitoring | Domain::Escaped | Domain::HttpPath | Domain::StatusRange
+            )
+        })
         // The SSL_* keys name files the doctor reads: tests/tls.rs covers them.
         .filter(|k| !k.name.starts_with("SSL_"))
         .map(key_line)

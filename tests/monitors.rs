@@ -824,10 +824,10 @@ async fn both_monitors_read_our_pages_as_the_broker_sees_its_servers() {
                 break;
             }
             assert!(Instant::now() < end, "never ready:\n{status:#}");
-            let (stream, name) = hold(broker.addr()).await;
-            if name == "a" && on_a < 2 {
-                held.push(stream);
-            }
+            // Every client is held to the end: one dropped here would still be counted by
+            // the JSON read below and no longer by the page read after it.
+            let (stream, _) = hold(broker.addr()).await;
+            held.push(stream);
         }
         let truth = query_json(broker.addr()).await;
         let expected: Vec<(String, bool)> = [&a, &b, &c, &d]
@@ -948,4 +948,93 @@ fn the_ports_find_nothing_on_a_page_that_is_not_a_broker_s() {
     let page = "<html><body><h2>Servers (1)</h2><table><tr><td>x</td></tr></table></body></html>";
     assert!(!peder::parse_html(page).valid);
     assert!(tbarbito::parse_broker_page(page).is_empty());
+}
+
+/// A loopback HTTP server that answers every request `200 ok` and closes.
+async fn ok_server() -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut chunk = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let answer = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
+                let _ = stream.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peder1981_reads_an_http_balancers_page_in_the_http_brokers_layout() {
+    let up = ok_server().await;
+    // Nothing listens there: the first request quarantines it.
+    let down = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    };
+    let ini = format!(
+        "[General]\nLANGUAGE=pt-BR\n[BALANCE_HTTP]\nLOCAL_SERVER_ADDRESS=127.0.0.1\n\
+         LOCAL_SERVER_PORT=@PORT@\nMONITORING_TYPE=DISABLED\nREMOTE_SERVER_01={down}\n\
+         REMOTE_SERVER_02={up}\n"
+    )
+    .replace(
+        &format!("={down}"),
+        &format!("={} {}", down.ip(), down.port()),
+    )
+    .replace(&format!("={up}"), &format!("={} {}", up.ip(), up.port()));
+    let broker = InProcess::start(&ini).await;
+    let answered = http_get(broker.addr(), "/webapp/", &[]).await;
+    assert!(answered.text().contains("ok"), "served by the next server");
+    let truth = query_json(broker.addr()).await;
+    assert_eq!(truth["servers"][0]["inquarantine"], true, "{truth:#}");
+
+    let html = http_get(broker.addr(), "/TOTVS_BROKER_QUERY/STATUS", &[])
+        .await
+        .text();
+    assert_eq!(peder::mode(&html), Some(peder::Mode::Http), "{html}");
+    let p = peder::parse_html(&html);
+    assert!(p.valid);
+    assert_eq!(p.active_sessions, 0, "no sessions until affinity");
+    // What the layout promises: address, sessions, connections, the quarantine (the cells
+    // after those are appbroker's own, as on the TCP page).
+    let contract = |p: &peder::Parsed| -> Vec<(String, &'static str, String, u64, u64)> {
+        p.servers
+            .iter()
+            .map(|s| {
+                (
+                    s.host_port.clone(),
+                    s.status,
+                    s.quarantine.clone(),
+                    s.sessions,
+                    s.connections,
+                )
+            })
+            .collect()
+    };
+    let rows = contract(&p);
+    // The quarantine's start in the 4th cell, as the TOTVS HTTP broker writes it.
+    let since = truth["servers"][0]["quarantine_entry_time"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        rows,
+        [
+            (down.to_string(), "QUARENTENA", since, 0, 0),
+            (up.to_string(), "OK", String::new(), 0, 0),
+        ]
+    );
+    // The cell splitting before 35a8f98 reads the rows the same way.
+    let before = peder::parse_html_with(&html, peder::cells_before_35a8f98);
+    assert_eq!(contract(&before), rows);
 }

@@ -13,6 +13,7 @@ use super::unit::Unit;
 use crate::balancer::{Balancer, Secured};
 use crate::config::{self, Config, plural, show_duration};
 use crate::events::Reloaded;
+use crate::http_balancer;
 use crate::listener;
 use crate::logging;
 
@@ -181,9 +182,14 @@ impl Runtime {
                 reloaded.errors.extend(error);
             }
             let tls = tls.take().unwrap_or_default();
+            let old = unit.balancer.pool();
             reloaded
                 .changes
                 .extend(unit.balancer.reconfigure(b.clone(), tls));
+            if let Some(proxy) = &unit.http {
+                let language = config.general.language;
+                http_balancer::reconfigure(proxy, &old, &unit.balancer.pool(), language);
+            }
         }
     }
 

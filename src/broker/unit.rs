@@ -16,6 +16,7 @@ use crate::balancer::Balancer;
 use crate::config::{BalancerConfig, plural, show_duration};
 use crate::context::{Context, Ending};
 use crate::events::Event;
+use crate::http_balancer::{self, HttpProxy};
 use crate::listener;
 use crate::monitor;
 use crate::tls::Severity;
@@ -36,6 +37,8 @@ pub(super) struct Unit {
     pub(super) stop_background: CancellationToken,
     /// Its accept loops; `None` once stopped.
     accepting: Option<Accepting>,
+    /// The HTTP engine of an HTTP balancer, which serves its connections.
+    pub(super) http: Option<Arc<HttpProxy>>,
 }
 
 /// A balancer's accept loops, one per listening socket (one per worker where the kernel
@@ -122,9 +125,14 @@ impl Unit {
             check_certificate_daily(Arc::clone(&balancer), stop_background.clone())
                 .instrument(balancer.span()),
         );
+        let http = c
+            .kind
+            .is_http()
+            .then(|| http_balancer::proxy(&balancer, ctx));
         let mut unit = Unit {
             configured: c.listen,
             listen,
+            http,
             balancer,
             tasks: TaskTracker::new(),
             cut: stopping.child_token(),
@@ -150,10 +158,11 @@ impl Unit {
             .into_iter()
             .enumerate()
             .map(|(index, listener)| {
-                let (balancer, ctx, tasks) = (
+                let (balancer, ctx, tasks, http) = (
                     Arc::clone(&self.balancer),
                     Arc::clone(ctx),
                     self.tasks.clone(),
+                    self.http.clone(),
                 );
                 let ending = Ending {
                     closing: stop.clone(),
@@ -163,7 +172,8 @@ impl Unit {
                     // Registered with the worker's own reactor, so it must be made there.
                     match TcpListener::from_std(listener) {
                         Ok(listener) => {
-                            listener::accept_loop(listener, balancer, ctx, tasks, ending).await
+                            listener::accept_loop(listener, balancer, ctx, tasks, ending, http)
+                                .await
                         }
                         Err(e) => error!("cannot start accepting: {}", crate::os_error::words(&e)),
                     }

@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use super::value::{self, Cidr, show_duration, show_escaped};
 use super::{
-    BalancerConfig, BalancerKind, General, Keepalive, Language, Monitoring, QuerySettings,
+    BalancerConfig, BalancerKind, General, HttpSettings, Keepalive, Language, Monitoring,
+    QuerySettings, StatusRange,
 };
 use super::{SortMethod, TOTVS_MONITORING_TYPES, TOTVS_SORT_METHODS, TlsKeys};
 use crate::tls::SslMethod;
@@ -78,6 +79,10 @@ pub enum Domain {
     Secret,
     /// An [`SslMethod`], as TOTVS writes it.
     SslMethod,
+    /// An HTTP request path: `/` and what follows, without blanks.
+    HttpPath,
+    /// A [`StatusRange`]: `200` or `200-399`.
+    StatusRange,
 }
 
 impl Domain {
@@ -98,6 +103,7 @@ impl Domain {
             Domain::Monitoring => &[
                 "CONNECTION",
                 "SEND_EXPECT",
+                "HTTP",
                 "DISABLED",
                 "DISABLE",
                 "SMARTCLIENT",
@@ -143,6 +149,10 @@ pub enum Value {
     Secret(Option<Passphrase>),
     /// From [`Domain::SslMethod`].
     SslMethod(SslMethod),
+    /// From [`Domain::HttpPath`].
+    HttpPath(String),
+    /// From [`Domain::StatusRange`].
+    StatusRange(StatusRange),
 }
 
 /// The longest duration any key accepts: a day.
@@ -201,6 +211,17 @@ impl Domain {
             Domain::Text => Value::Text((!text.is_empty()).then(|| text.to_string())),
             Domain::Secret => Value::Secret((!text.is_empty()).then(|| Passphrase::new(text))),
             Domain::SslMethod => Value::SslMethod(text.parse().map_err(|e| format!("{e}"))?),
+            Domain::HttpPath => {
+                if !text.starts_with('/') || text.bytes().any(|b| b <= b' ' || b == 0x7f) {
+                    return Err(
+                        "is not a request path; expected one starting with / and without \
+                         blanks, e.g. /health"
+                            .into(),
+                    );
+                }
+                Value::HttpPath(text.to_string())
+            }
+            Domain::StatusRange => Value::StatusRange(text.parse()?),
         })
     }
 }
@@ -302,6 +323,27 @@ fn path(p: &Option<PathBuf>) -> Option<String> {
 /// A number as printed.
 fn number(n: &impl ToString) -> Option<String> {
     Some(n.to_string())
+}
+
+/// An HTTP balancer's setting as printed: `None` (not printed) for a TCP balancer, which has
+/// no use for it.
+fn on_http<T>(b: &BalancerConfig, value: T, show: impl Fn(&T) -> Option<String>) -> Option<String> {
+    if b.kind.is_http() { show(&value) } else { None }
+}
+
+/// The field at `$path` of `HttpSettings` (`b.http`): set from the key's value and printed
+/// by `$show` for an HTTP balancer only.
+macro_rules! http_field {
+    ($field:ident = $variant:ident $(as $ty:ty)?, $show:expr) => {
+        Field::Balancer {
+            set: |b, v| {
+                if let Value::$variant(x) = v {
+                    b.http.$field = x $(as $ty)?;
+                }
+            },
+            get: |b| on_http(b, b.http.$field, $show),
+        }
+    };
 }
 
 /// A duration from `min` to a day.
@@ -794,6 +836,91 @@ pub static KEYS: &[Key] = &[
         },
         doc: "with SEND_EXPECT: the bytes the reply must start with (required)",
     },
+    Key {
+        name: "MONITOR_PATH",
+        stands: Stands::Balancer,
+        domain: Domain::HttpPath,
+        field: Field::Balancer {
+            set: |b, v| {
+                if let (Monitoring::Http { path, .. }, Some(text)) =
+                    (&mut b.monitoring, take!(v, HttpPath))
+                {
+                    *path = text;
+                }
+            },
+            get: |b| match &b.monitoring {
+                Monitoring::Http { path, .. } => Some(path.clone()),
+                _ => None,
+            },
+        },
+        doc: "with HTTP: the path the monitor asks for (default /)",
+    },
+    Key {
+        name: "MONITOR_EXPECT_STATUS",
+        stands: Stands::Balancer,
+        domain: Domain::StatusRange,
+        field: Field::Balancer {
+            set: |b, v| {
+                if let (Monitoring::Http { expect, .. }, Some(range)) =
+                    (&mut b.monitoring, take!(v, StatusRange))
+                {
+                    *expect = range;
+                }
+            },
+            get: |b| match &b.monitoring {
+                Monitoring::Http { expect, .. } => Some(expect.to_string()),
+                _ => None,
+            },
+        },
+        doc: "with HTTP: the statuses that pass, one (200) or a range (default 200-399)",
+    },
+    // The HTTP broker's keys: printed for [BALANCE_HTTP*] sections only.
+    Key {
+        name: "HTTP_FORWARDED_HEADERS",
+        stands: Stands::Balancer,
+        domain: Domain::Flag,
+        field: http_field!(forwarded_headers = Flag, flag),
+        doc: "HTTP: append X-Forwarded-For, X-Forwarded-Proto and X-Forwarded-Host to requests",
+    },
+    Key {
+        name: "HTTP_POOL_MAX_IDLE",
+        stands: Stands::Balancer,
+        domain: Domain::Integer {
+            min: 0,
+            max: 10_000,
+            what: "a number of connections from 0 (no pooling) to 10000",
+        },
+        field: http_field!(pool_max_idle = Integer as u32, number),
+        doc: "HTTP: idle keep-alive connections kept per server (0: a new one per request)",
+    },
+    Key {
+        name: "HTTP_POOL_IDLE_TIMEOUT",
+        stands: Stands::Balancer,
+        domain: upto_a_day(Duration::from_millis(100)),
+        field: http_field!(pool_idle_timeout = Duration, duration),
+        doc: "HTTP: an idle kept-alive connection to a server is closed after this long",
+    },
+    Key {
+        name: "HTTP_REQUEST_TIMEOUT",
+        stands: Stands::Balancer,
+        domain: upto_a_day(Duration::from_millis(100)),
+        field: http_field!(request_timeout = Duration, duration),
+        doc: "HTTP: a request's head must arrive within this (slow clients are closed)",
+    },
+    Key {
+        name: "LOG_REQUESTS",
+        stands: Stands::Balancer,
+        domain: Domain::Flag,
+        field: http_field!(log_requests = Flag, flag),
+        doc: "HTTP: one access-log line per request",
+    },
+    Key {
+        name: "HTTP_RETRY_IDEMPOTENT",
+        stands: Stands::Balancer,
+        domain: Domain::Flag,
+        field: http_field!(retry_idempotent = Flag, flag),
+        doc: "HTTP: retry on the next server an idempotent request that failed before any answer",
+    },
 ];
 
 /// Keys TOTVS broker files carry that appbroker accepts without using, and what it does
@@ -813,7 +940,7 @@ pub const TOTVS_UNUSED: &[(&str, &str)] = &[
     ),
     (
         "SESSION_TIMEOUT",
-        "it belongs to the HTTP broker, which appbroker does not run yet",
+        "the HTTP broker keeps no sessions yet (session affinity is to come)",
     ),
     (
         "PROTHEUS_MONITOR_EMBEDDED",
@@ -893,6 +1020,14 @@ impl BalancerConfig {
                 upstream_server_name: None,
                 plain_on_same_port: false,
             },
+            http: HttpSettings {
+                forwarded_headers: true,
+                pool_max_idle: 32,
+                pool_idle_timeout: Duration::from_secs(60),
+                request_timeout: Duration::from_secs(30),
+                log_requests: true,
+                retry_idempotent: false,
+            },
         }
     }
 }
@@ -923,6 +1058,8 @@ mod tests {
             Domain::Text => "appserver.example.com",
             Domain::Secret => "(set)",
             Domain::SslMethod => "TLSv1.3",
+            Domain::HttpPath => "/health?full=1",
+            Domain::StatusRange => "204-299",
         }
     }
 
@@ -937,12 +1074,17 @@ mod tests {
                     get(&general)
                 }
                 Field::Balancer { get, .. } => {
-                    let mut b = BalancerConfig::defaults(BalancerKind::WebServices);
+                    let mut b = BalancerConfig::defaults(BalancerKind::http("BALANCE_HTTP"));
                     if key.name.starts_with("MONITOR_") && key.domain == Domain::Escaped {
                         b.monitoring = Monitoring::SendExpect {
                             send: Vec::new(),
                             expect: Vec::new(),
                         };
+                    }
+                    if key.name.starts_with("MONITOR_")
+                        && matches!(key.domain, Domain::HttpPath | Domain::StatusRange)
+                    {
+                        b.monitoring = "HTTP".parse().expect("a monitoring type");
                     }
                     key.set_balancer(&mut b, text).expect("a valid sample");
                     get(&b)

@@ -117,16 +117,23 @@ impl ValueError {
     const SORT_METHOD: ValueError =
         ValueError("is not a sort method; expected CONNECTION or ROUND_ROBIN");
     const MONITORING: ValueError =
-        ValueError("is not a monitoring type; expected CONNECTION, SEND_EXPECT or DISABLED");
+        ValueError("is not a monitoring type; expected CONNECTION, SEND_EXPECT, HTTP or DISABLED");
 }
 
-/// Which TCP broker a `[BALANCE_*]` section configures.
+/// Which balancer a `[BALANCE_*]` section configures.
+///
+/// The HTTP balancers are told apart by their section's name (`[BALANCE_HTTP]`,
+/// `[BALANCE_HTTP_2]`...), interned once per distinct name for the life of the process, so
+/// the kind stays a small `Copy` value that compares, sorts and hashes like the TCP ones.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum BalancerKind {
     /// `[BALANCE_SMART_CLIENT_DESKTOP]`: SmartClient Desktop connections.
     SmartClientDesktop,
     /// `[BALANCE_WEB_SERVICES]`: stateless web-service callers.
     WebServices,
+    /// `[BALANCE_HTTP*]` (or the older `[BALANCE_HTML]`): the HTTP broker, by section name in
+    /// upper case.
+    Http(&'static str),
 }
 
 impl BalancerKind {
@@ -135,16 +142,44 @@ impl BalancerKind {
         match self {
             BalancerKind::SmartClientDesktop => "BALANCE_SMART_CLIENT_DESKTOP",
             BalancerKind::WebServices => "BALANCE_WEB_SERVICES",
+            BalancerKind::Http(name) => name,
         }
+    }
+
+    /// The HTTP balancer of section `name` (any case; interned on first use).
+    pub fn http(name: &str) -> BalancerKind {
+        BalancerKind::Http(intern(&name.to_ascii_uppercase()))
+    }
+
+    /// True for an HTTP balancer (`[BALANCE_HTTP*]`), whose port speaks HTTP to clients.
+    pub fn is_http(self) -> bool {
+        matches!(self, BalancerKind::Http(_))
     }
 
     fn from_section(name: &str) -> Option<Self> {
         match name {
             "BALANCE_SMART_CLIENT_DESKTOP" => Some(BalancerKind::SmartClientDesktop),
             "BALANCE_WEB_SERVICES" => Some(BalancerKind::WebServices),
+            "BALANCE_HTML" => Some(BalancerKind::http(name)),
+            _ if name.starts_with("BALANCE_HTTP") => Some(BalancerKind::http(name)),
             _ => None,
         }
     }
+}
+
+/// `name` as a `&'static str`, the same one for every equal name: each distinct HTTP section
+/// name is leaked once (a handful per configuration, never per connection).
+fn intern(name: &str) -> &'static str {
+    use std::collections::BTreeSet;
+    use std::sync::Mutex;
+    static NAMES: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
+    let mut names = NAMES.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(known) = names.get(name) {
+        return known;
+    }
+    let leaked: &'static str = Box::leak(name.to_string().into_boxed_str());
+    names.insert(leaked);
+    leaked
 }
 
 impl fmt::Display for BalancerKind {
@@ -193,6 +228,9 @@ pub struct BalancerConfig {
     pub dns_cache_time: Duration,
     /// `SSL_*`: TLS towards clients and towards the servers.
     pub tls: TlsKeys,
+    /// `HTTP_*` and `LOG_REQUESTS`: the HTTP broker's settings (read by `[BALANCE_HTTP*]`
+    /// balancers only).
+    pub http: HttpSettings,
 }
 
 /// A balancer's `SSL_*` keys, as written: TLS towards its clients (`SSL_CERTIFICATE` and
@@ -248,6 +286,24 @@ impl TlsKeys {
             alpn_http1,
         })
     }
+}
+
+/// The settings of an HTTP balancer's engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HttpSettings {
+    /// `HTTP_FORWARDED_HEADERS`: append `X-Forwarded-For`, `-Proto` and `-Host`.
+    pub forwarded_headers: bool,
+    /// `HTTP_POOL_MAX_IDLE`: idle keep-alive connections kept per server.
+    pub pool_max_idle: u32,
+    /// `HTTP_POOL_IDLE_TIMEOUT`: an idle kept-alive connection older than this is closed.
+    pub pool_idle_timeout: Duration,
+    /// `HTTP_REQUEST_TIMEOUT`: a request's head must arrive within this.
+    pub request_timeout: Duration,
+    /// `LOG_REQUESTS`: one access-log line per request.
+    pub log_requests: bool,
+    /// `HTTP_RETRY_IDEMPOTENT`: an idempotent request without a body that failed after it was
+    /// sent, with no byte of an answer, is tried on the next server.
+    pub retry_idempotent: bool,
 }
 
 /// TCP keepalive, so a vanished peer is noticed in minutes rather than the kernel's two hours.
@@ -358,8 +414,79 @@ pub enum Monitoring {
         /// `MONITOR_EXPECT`: the reply must start with these bytes.
         expect: Vec<u8>,
     },
+    /// A TCP connect (TLS with `SSL_ENCRYPT_UPSTREAM`), then `GET path`; passed when the
+    /// status is within `expect`, all within `CONNECT_TIMEOUT`.
+    Http {
+        /// `MONITOR_PATH`: the path asked, starting with `/`.
+        path: String,
+        /// `MONITOR_EXPECT_STATUS`: the statuses that pass.
+        expect: StatusRange,
+    },
     /// No checks; quarantines end only when their time is up.
     Disabled,
+}
+
+/// `MONITOR_EXPECT_STATUS`: the statuses that pass, `200-399` or one status `200`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatusRange {
+    /// The lowest passing status.
+    pub low: u16,
+    /// The highest passing status.
+    pub high: u16,
+}
+
+impl StatusRange {
+    /// Whether `status` passes.
+    pub fn contains(self, status: u16) -> bool {
+        (self.low..=self.high).contains(&status)
+    }
+}
+
+impl Default for StatusRange {
+    /// `200-399`: answered, and not an error.
+    fn default() -> StatusRange {
+        StatusRange {
+            low: 200,
+            high: 399,
+        }
+    }
+}
+
+impl fmt::Display for StatusRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.low == self.high {
+            write!(f, "{}", self.low)
+        } else {
+            write!(f, "{}-{}", self.low, self.high)
+        }
+    }
+}
+
+impl FromStr for StatusRange {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<StatusRange, String> {
+        let status = |t: &str| match t.trim().parse::<u16>() {
+            Ok(n) if (100..=599).contains(&n) => Ok(n),
+            _ => Err(format!(
+                "{:?} is not an HTTP status (100 to 599); write one status (200) or a range (200-399)",
+                t.trim()
+            )),
+        };
+        let (low, high) = match s.split_once('-') {
+            Some((low, high)) => (status(low)?, status(high)?),
+            None => {
+                let one = status(s)?;
+                (one, one)
+            }
+        };
+        if low > high {
+            return Err(format!(
+                "{low}-{high} is empty; write the lower status first"
+            ));
+        }
+        Ok(StatusRange { low, high })
+    }
 }
 
 impl Monitoring {
@@ -368,6 +495,7 @@ impl Monitoring {
         match self {
             Monitoring::Connection => "CONNECTION",
             Monitoring::SendExpect { .. } => "SEND_EXPECT",
+            Monitoring::Http { .. } => "HTTP",
             Monitoring::Disabled => "DISABLED",
         }
     }
@@ -377,7 +505,8 @@ impl FromStr for Monitoring {
     type Err = ValueError;
 
     /// `CONNECTION`, `SEND_EXPECT` (its bytes empty: `MONITOR_SEND` and `MONITOR_EXPECT` fill
-    /// them) or `DISABLED` (also `DISABLE`), in any case. (The TOTVS types that stand for
+    /// them), `HTTP` (`GET /` expecting 200-399 until `MONITOR_PATH` and
+    /// `MONITOR_EXPECT_STATUS` say otherwise) or `DISABLED` (also `DISABLE`), in any case. (The TOTVS types that stand for
     /// CONNECTION are the configuration's business: [`TOTVS_MONITORING_TYPES`].)
     fn from_str(text: &str) -> Result<Self, ValueError> {
         match text.to_ascii_uppercase().as_str() {
@@ -385,6 +514,10 @@ impl FromStr for Monitoring {
             "SEND_EXPECT" => Ok(Monitoring::SendExpect {
                 send: Vec::new(),
                 expect: Vec::new(),
+            }),
+            "HTTP" => Ok(Monitoring::Http {
+                path: "/".into(),
+                expect: StatusRange::default(),
             }),
             "DISABLED" | "DISABLE" => Ok(Monitoring::Disabled),
             _ => Err(ValueError::MONITORING),

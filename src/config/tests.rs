@@ -185,3 +185,63 @@ fn keepalive_times_stay_within_what_linux_accepts() {
         Duration::from_secs(32_767)
     );
 }
+
+#[test]
+fn http_balancers_are_told_apart_by_section_name() {
+    let text = "[General]\nHTTP_POOL_MAX_IDLE=8\n\
+                [BALANCE_HTTP]\nLOCAL_SERVER_PORT=8080\nMONITORING_TYPE=http\n\
+                MONITOR_PATH=/health\nREMOTE_SERVER_01=127.0.0.1 8081\n\
+                [balance_http_2]\nLOCAL_SERVER_PORT=8082\nHTTP_POOL_MAX_IDLE=0\nLOG_REQUESTS=0\n\
+                REMOTE_SERVER_01=127.0.0.1 8083\n\
+                [BALANCE_HTML]\nLOCAL_SERVER_PORT=8084\nREMOTE_SERVER_01=127.0.0.1 8085\n";
+    let loaded = load(text).unwrap();
+    let kinds: Vec<BalancerKind> = loaded.config.balancers.iter().map(|b| b.kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            BalancerKind::http("BALANCE_HTTP"),
+            BalancerKind::http("BALANCE_HTTP_2"),
+            BalancerKind::http("BALANCE_HTML"),
+        ]
+    );
+    assert!(kinds.iter().all(|k| k.is_http()));
+    assert_eq!(kinds[1].section(), "BALANCE_HTTP_2");
+    let [first, second, old] = &loaded.config.balancers[..] else {
+        panic!("three balancers");
+    };
+    assert_eq!(
+        first.monitoring,
+        Monitoring::Http {
+            path: "/health".into(),
+            expect: StatusRange::default()
+        }
+    );
+    assert_eq!(first.http.pool_max_idle, 8);
+    assert!(first.http.log_requests && first.http.forwarded_headers);
+    assert_eq!(
+        (second.http.pool_max_idle, second.http.log_requests),
+        (0, false)
+    );
+    assert_eq!(old.http.request_timeout, Duration::from_secs(30));
+    assert!(
+        loaded
+            .notices
+            .iter()
+            .any(|n| n.message.contains("older name of [BALANCE_HTTP]"))
+    );
+}
+
+#[test]
+fn http_keys_in_a_tcp_section_and_http_monitor_keys_without_http_are_noticed() {
+    let text = "[BALANCE_WEB_SERVICES]\nLOCAL_SERVER_PORT=5000\nLOG_REQUESTS=0\n\
+                MONITOR_PATH=/x\nREMOTE_SERVER_01=127.0.0.1 6001\n";
+    let loaded = load(text).unwrap();
+    let noticed = |key: &str, words: &str| {
+        loaded
+            .notices
+            .iter()
+            .any(|n| n.key.as_deref() == Some(key) && n.message.contains(words))
+    };
+    assert!(noticed("LOG_REQUESTS", "HTTP balancers"));
+    assert!(noticed("MONITOR_PATH", "MONITORING_TYPE=HTTP only"));
+}

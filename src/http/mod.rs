@@ -43,9 +43,10 @@ use hyper::body::Bytes;
 use hyper::header::HeaderMap;
 use hyper::http::request::Parts;
 use hyper::{Method, Response, StatusCode, Uri};
-use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::config::Language;
+use crate::relay::End;
+use crate::stream::Stream;
 
 pub use check::{CheckError, StatusRange, check};
 pub use pool::PoolFigures;
@@ -69,7 +70,7 @@ pub trait Upstreams: Send + Sync + 'static {
 
     /// A connection to a server: plain TCP, or TLS when the balancer encrypts upstream. An
     /// upgraded connection hands this stream back whole to the relay (splice when it is TCP).
-    type Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+    type Stream: Stream;
 
     /// The server for this request, none of `tried` (servers that already failed it); `None`
     /// when no server is available, answered 503. `request` is the client's head as received
@@ -144,6 +145,8 @@ pub enum Event<'a, S> {
     ConnectFailed {
         /// The server.
         server: &'a S,
+        /// The client whose request it was for.
+        client: SocketAddr,
         /// Why, as the dialer said.
         error: &'a std::io::Error,
     },
@@ -231,6 +234,9 @@ pub struct Settings {
     /// `HTTP_RETRY_IDEMPOTENT`: a request with an idempotent method and no body that failed
     /// after it was sent, with no byte of an answer, is tried on the next server.
     pub retry_idempotent: bool,
+    /// `IDLE_TIMEOUT`: an upgraded connection (WebSocket) with no bytes either way for this
+    /// long is closed, as a relayed TCP connection is. `None`: never.
+    pub tunnel_idle_timeout: Option<Duration>,
     /// `LANGUAGE`: the language of the broker's own pages (503...).
     pub language: Language,
     /// The `Retry-After` of a 503.
@@ -248,6 +254,7 @@ impl Default for Settings {
             request_timeout: Duration::from_secs(30),
             response_timeout: None,
             retry_idempotent: false,
+            tunnel_idle_timeout: None,
             language: Language::English,
             retry_after: Duration::from_secs(5),
         }
@@ -267,6 +274,6 @@ pub struct Tunnel<S> {
     pub to_client: u64,
     /// How long it was open.
     pub duration: Duration,
-    /// Why it ended: `None` when both sides closed, else the error.
-    pub error: Option<String>,
+    /// Why it ended, as the relay says.
+    pub end: End,
 }

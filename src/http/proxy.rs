@@ -22,6 +22,7 @@
 //! the legacy client's boxed connector types hide.
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::pin::pin;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex, Weak};
@@ -38,7 +39,6 @@ use hyper::service::service_fn;
 use hyper::upgrade::OnUpgrade;
 use hyper::{Method, Request, Response, StatusCode, Version};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
@@ -51,6 +51,7 @@ use super::pool::{Conn, Pool, PoolFigures};
 use super::stats::Stats;
 use super::upgrade::{self, Pending};
 use super::{Choice, Downstream, Event, Exchange, Outcome, Settings, Upstreams, pages};
+use crate::stream::Stream;
 
 /// Largest request head accepted (request line and headers): beyond it, 431. nginx allows
 /// 4 x 8 KiB of headers by default, HAProxy 16 KiB in all; browsers with many cookies stay
@@ -66,6 +67,14 @@ pub struct Proxy<U: Upstreams> {
     settings: ArcSwap<Settings>,
     pool: Pool<U::Server>,
     stats: Stats,
+}
+
+impl<U: Upstreams> std::fmt::Debug for Proxy<U> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Proxy")
+            .field("settings", &self.settings.load())
+            .finish_non_exhaustive()
+    }
 }
 
 impl<U: Upstreams> Proxy<U> {
@@ -131,7 +140,7 @@ impl<U: Upstreams> Proxy<U> {
         client: Downstream,
         closing: CancellationToken,
     ) where
-        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        I: Stream,
     {
         let settings = self.settings.load();
         let upgraded: Arc<Mutex<Option<Pending<U>>>> = Arc::default();
@@ -175,7 +184,8 @@ impl<U: Upstreams> Proxy<U> {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .take();
         if let Some(pending) = pending {
-            let tunnel = upgrade::tunnel::<U, I>(pending).await;
+            let idle = self.settings.load().tunnel_idle_timeout;
+            let tunnel = upgrade::tunnel::<U, I>(pending, idle).await;
             self.upstreams.report(Event::Tunnel(&tunnel));
         }
     }
@@ -255,7 +265,10 @@ impl<U: Upstreams> Proxy<U> {
                 self.upstreams.rewrite(&mut headers);
                 attempt.request.headers = headers;
             }
-            match self.try_server(server, attempt, settings).await {
+            match self
+                .try_server(server, client.peer, attempt, settings)
+                .await
+            {
                 Tried::Answered(response, conn) => return Ok((response, conn, choice)),
                 Tried::NotSent => continue,
                 Tried::Failed(failure) => {
@@ -281,12 +294,13 @@ impl<U: Upstreams> Proxy<U> {
     async fn try_server(
         self: &Arc<Self>,
         server: &U::Server,
+        client: SocketAddr,
         attempt: &mut Attempt,
         settings: &Settings,
     ) -> Tried {
         let mut conn = match self.pool.take(server, settings.idle_timeout) {
             Some(conn) => conn,
-            None => match self.dial(server).await {
+            None => match self.dial(server, client).await {
                 Some(conn) => conn,
                 None => return Tried::NotSent,
             },
@@ -311,7 +325,7 @@ impl<U: Upstreams> Proxy<U> {
                         attempt.stale_retried = true;
                         self.stats.retried_stale.fetch_add(1, Relaxed);
                         debug!(server = %server, error = %failure.error, "pooled connection closed by the server as it was reused; sending again on a new one");
-                        conn = match self.dial(server).await {
+                        conn = match self.dial(server, client).await {
                             Some(conn) => conn,
                             None => return Tried::NotSent,
                         };
@@ -323,6 +337,7 @@ impl<U: Upstreams> Proxy<U> {
                         let error = std::io::Error::other(failure.error);
                         self.upstreams.report(Event::ConnectFailed {
                             server,
+                            client,
                             error: &error,
                         });
                         return Tried::NotSent;
@@ -333,13 +348,15 @@ impl<U: Upstreams> Proxy<U> {
         }
     }
 
-    /// A new connection to `server`, or `None` after reporting why not.
-    async fn dial(self: &Arc<Self>, server: &U::Server) -> Option<Conn> {
+    /// A new connection to `server` for `client`'s request, or `None` after reporting why
+    /// not.
+    async fn dial(self: &Arc<Self>, server: &U::Server, client: SocketAddr) -> Option<Conn> {
         let stream = match self.upstreams.connect(server).await {
             Ok(stream) => stream,
             Err(error) => {
                 self.upstreams.report(Event::ConnectFailed {
                     server,
+                    client,
                     error: &error,
                 });
                 return None;
@@ -360,6 +377,7 @@ impl<U: Upstreams> Proxy<U> {
                 let error = std::io::Error::other(e);
                 self.upstreams.report(Event::ConnectFailed {
                     server,
+                    client,
                     error: &error,
                 });
                 return None;

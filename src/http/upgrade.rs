@@ -5,15 +5,18 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 
 use super::io::{Prefixed, Upstream};
 use super::{Tunnel, Upstreams};
+use crate::relay::{Counters, End, Side, relay};
+use crate::stream::Stream;
 
 /// An upgrade agreed on by the server, both sides not yet handed over by hyper.
 pub(crate) struct Pending<U: Upstreams> {
@@ -25,11 +28,12 @@ pub(crate) struct Pending<U: Upstreams> {
     pub(crate) lease: Option<U::Lease>,
 }
 
-/// Relays the upgraded connection until both sides closed or one failed.
-pub(crate) async fn tunnel<U, I>(pending: Pending<U>) -> Tunnel<U::Server>
+/// Relays the upgraded connection until both sides closed, one failed, or nothing moved for
+/// `idle`, with the broker's relay (splice when both ends are plain TCP).
+pub(crate) async fn tunnel<U, I>(pending: Pending<U>, idle: Option<Duration>) -> Tunnel<U::Server>
 where
     U: Upstreams,
-    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    I: Stream,
 {
     let started = Instant::now();
     let mut record = Tunnel {
@@ -37,17 +41,34 @@ where
         server: pending.to,
         to_server: 0,
         to_client: 0,
-        duration: std::time::Duration::ZERO,
-        error: None,
+        duration: Duration::ZERO,
+        end: End::Closed(Side::Client),
     };
     match take_streams::<U, I>(pending.client, pending.server).await {
         Ok((mut client, client_ahead, mut server, server_ahead, _lifetime)) => {
-            let relayed = relay(&mut client, client_ahead, &mut server, server_ahead).await;
-            record.to_server = relayed.to_server;
-            record.to_client = relayed.to_client;
-            record.error = relayed.error.map(|e| crate::os_error::words(&e));
+            let (to_server, to_client) = (AtomicU64::new(0), AtomicU64::new(0));
+            // What the server sent right after its 101 goes first; the client's early bytes
+            // are the relay's first.
+            record.end = match client.write_all(&server_ahead).await {
+                Ok(()) => {
+                    to_client.fetch_add(server_ahead.len() as u64, Relaxed);
+                    let counters = Counters {
+                        to_server: &to_server,
+                        to_client: &to_client,
+                    };
+                    let first = client_ahead.to_vec();
+                    // The caller drops this future to cut the connection.
+                    let stop = std::future::pending();
+                    relay(&mut client, &mut server, first, counters, idle, stop)
+                        .await
+                        .end
+                }
+                Err(e) => End::Error(Side::Client, crate::os_error::words(&e)),
+            };
+            record.to_server = to_server.load(Relaxed);
+            record.to_client = to_client.load(Relaxed);
         }
-        Err(e) => record.error = Some(e.to_string()),
+        Err(e) => record.end = End::Error(Side::Server, e.to_string()),
     }
     record.duration = started.elapsed();
     drop(pending.lease);
@@ -66,7 +87,7 @@ type Streams<U, I> = (
 async fn take_streams<U, I>(client: OnUpgrade, server: OnUpgrade) -> io::Result<Streams<U, I>>
 where
     U: Upstreams,
-    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    I: Stream,
 {
     let (client, server) = tokio::try_join!(client, server).map_err(io::Error::other)?;
     let client = client
@@ -89,47 +110,4 @@ where
         server.read_buf,
         lifetime,
     ))
-}
-
-/// What a relay moved, and the error that ended it.
-struct Relayed {
-    to_server: u64,
-    to_client: u64,
-    error: Option<io::Error>,
-}
-
-/// Bytes both ways with half-close (EOF from one side shuts the other's write side), after
-/// the bytes read ahead on each side. To be replaced by `crate::relay::relay` once it takes
-/// any stream (issue 10), which splices when both ends are plain TCP.
-async fn relay<C, S>(
-    client: &mut C,
-    client_ahead: Bytes,
-    server: &mut S,
-    server_ahead: Bytes,
-) -> Relayed
-where
-    C: AsyncRead + AsyncWrite + Unpin,
-    S: AsyncRead + AsyncWrite + Unpin,
-{
-    let mut relayed = Relayed {
-        to_server: client_ahead.len() as u64,
-        to_client: server_ahead.len() as u64,
-        error: None,
-    };
-    let ahead = async {
-        server.write_all(&client_ahead).await?;
-        client.write_all(&server_ahead).await
-    };
-    if let Err(e) = ahead.await {
-        relayed.error = Some(e);
-        return relayed;
-    }
-    match tokio::io::copy_bidirectional_with_sizes(client, server, 64 * 1024, 64 * 1024).await {
-        Ok((up, down)) => {
-            relayed.to_server += up;
-            relayed.to_client += down;
-        }
-        Err(e) => relayed.error = Some(e),
-    }
-    relayed
 }

@@ -50,6 +50,28 @@ struct Status<'a> {
     started_epoch_ms: u64,
     now_epoch_ms: u64,
     queried_by: String,
+    /// An HTTP balancer's requests; absent on a TCP balancer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    http: Option<Http>,
+}
+
+/// An HTTP balancer's figures since start.
+#[derive(Serialize)]
+struct Http {
+    requests: u64,
+    responses_1xx: u64,
+    responses_2xx: u64,
+    responses_3xx: u64,
+    responses_4xx: u64,
+    responses_5xx: u64,
+    no_server: u64,
+    server_failed: u64,
+    server_timeout: u64,
+    refused: u64,
+    retried_stale_connection: u64,
+    retried_next_server: u64,
+    upgrades: u64,
+    request_duration_sum_ms: f64,
 }
 
 #[derive(Serialize)]
@@ -108,7 +130,15 @@ struct Check<'a> {
 pub fn render(snap: &Snapshot) -> String {
     let servers: Vec<Server<'_>> = snap.state.servers.iter().map(server).collect();
     let status = Status {
-        serviceDescription: format!("appbroker TCP broker [{}]", snap.state.kind.section()),
+        serviceDescription: format!(
+            "appbroker {} broker [{}]",
+            if snap.state.kind.is_http() {
+                "HTTP"
+            } else {
+                "TCP"
+            },
+            snap.state.kind.section()
+        ),
         brokerType: snap.state.kind.section(),
         apiVersion: "1.1",
         fullVersion: format!("appbroker {}", env!("CARGO_PKG_VERSION")),
@@ -149,6 +179,26 @@ pub fn render(snap: &Snapshot) -> String {
         started_epoch_ms: snap.started_wall_ms,
         now_epoch_ms: snap.now_wall_ms,
         queried_by: snap.peer.to_string(),
+        http: snap.http.as_ref().map(|h| {
+            let r = &h.requests;
+            let [c1, c2, c3, c4, c5] = r.classes;
+            Http {
+                requests: r.requests,
+                responses_1xx: c1,
+                responses_2xx: c2,
+                responses_3xx: c3,
+                responses_4xx: c4,
+                responses_5xx: c5,
+                no_server: r.no_server,
+                server_failed: r.server_failed,
+                server_timeout: r.server_timeout,
+                refused: r.refused,
+                retried_stale_connection: r.retried_stale,
+                retried_next_server: r.retried_next,
+                upgrades: r.upgrades,
+                request_duration_sum_ms: r.duration_sum.as_secs_f64() * 1000.0,
+            }
+        }),
     };
     serde_json::to_string_pretty(&status).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
 }

@@ -2,8 +2,10 @@
 
 use std::fmt::Write;
 
-use super::snapshot::{ServerState, Snapshot, Standing};
+use super::snapshot::{HttpFigures, ServerState, Snapshot, Standing};
 use crate::health::Check;
+use crate::http::PoolFigures;
+use crate::http::stats::DURATION_BUCKETS;
 
 /// One metric family: name, type, help, and a value per sample.
 fn family(
@@ -184,6 +186,9 @@ pub fn render(snap: &Snapshot) -> String {
         );
     }
     tls(&mut out, snap, &balancer);
+    if let Some(http) = &snap.http {
+        http_families(&mut out, &balancer, http);
+    }
     out
 }
 
@@ -218,4 +223,116 @@ fn tls(out: &mut String, snap: &Snapshot, balancer: &str) {
             .iter()
             .map(|(cause, n)| (format!("{balancer},cause=\"{cause}\""), *n as f64)),
     );
+}
+
+/// One sample per server of an HTTP balancer, from its pool of kept-alive connections.
+const PER_POOL: &[Family<PoolFigures>] = &[
+    (
+        "http_pool_idle_connections",
+        "gauge",
+        "Kept-alive connections to the server waiting for a request now.",
+        |p| p.idle as f64,
+    ),
+    (
+        "http_pool_open_connections",
+        "gauge",
+        "Connections to the server open now (idle, busy or upgraded).",
+        |p| p.open as f64,
+    ),
+    (
+        "http_pool_opened_connections_total",
+        "counter",
+        "Connections to the server opened since start.",
+        |p| p.opened as f64,
+    ),
+    (
+        "http_pool_reused_total",
+        "counter",
+        "Requests sent on a kept-alive connection taken from the pool.",
+        |p| p.reused as f64,
+    ),
+];
+
+/// An HTTP balancer's families: answers by status class, the request duration histogram,
+/// failures and retries by kind, upgrades, and each server's pool.
+fn http_families(out: &mut String, balancer: &str, http: &HttpFigures) {
+    let r = &http.requests;
+    let classes = ["1xx", "2xx", "3xx", "4xx", "5xx"]
+        .iter()
+        .zip(r.classes)
+        .map(|(class, n)| (format!("{balancer},class=\"{class}\""), n as f64));
+    family(
+        out,
+        "http_responses_total",
+        "counter",
+        "Answers sent to clients, by status class (the servers' and the broker's own).",
+        classes,
+    );
+    let name = "appbroker_http_request_duration_seconds";
+    let _ = writeln!(
+        out,
+        "# HELP {name} From a request's head received to its answer's last byte sent."
+    );
+    let _ = writeln!(out, "# TYPE {name} histogram");
+    for (bound, count) in DURATION_BUCKETS.iter().zip(&r.buckets) {
+        let le = bound.as_secs_f64();
+        let _ = writeln!(out, "{name}_bucket{{{balancer},le=\"{le}\"}} {count}");
+    }
+    let _ = writeln!(
+        out,
+        "{name}_bucket{{{balancer},le=\"+Inf\"}} {}",
+        r.buckets.last().copied().unwrap_or(r.requests)
+    );
+    let _ = writeln!(
+        out,
+        "{name}_sum{{{balancer}}} {}",
+        r.duration_sum.as_secs_f64()
+    );
+    let _ = writeln!(out, "{name}_count{{{balancer}}} {}", r.requests);
+    let failures = [
+        ("no_server", r.no_server),
+        ("server_failed", r.server_failed),
+        ("server_timeout", r.server_timeout),
+        ("refused", r.refused),
+    ];
+    family(
+        out,
+        "http_failures_total",
+        "counter",
+        "Requests the broker answered itself: no_server 503, server_failed 502, \
+         server_timeout 504, refused 4xx.",
+        failures
+            .iter()
+            .map(|(kind, n)| (format!("{balancer},kind=\"{kind}\""), *n as f64)),
+    );
+    let retries = [
+        ("stale_connection", r.retried_stale),
+        ("next_server", r.retried_next),
+    ];
+    family(
+        out,
+        "http_retries_total",
+        "counter",
+        "Requests sent again: on a fresh connection after a kept-alive one was found closed, \
+         or to the next server (HTTP_RETRY_IDEMPOTENT).",
+        retries
+            .iter()
+            .map(|(kind, n)| (format!("{balancer},kind=\"{kind}\""), *n as f64)),
+    );
+    family(
+        out,
+        "http_upgrades_total",
+        "counter",
+        "Connections upgraded (WebSocket) since start.",
+        [(balancer.to_string(), r.upgrades as f64)],
+    );
+    for (name, kind, help, value) in PER_POOL {
+        let samples = http.pools.iter().map(|(server, pool)| {
+            (
+                format!("{balancer},server=\"{}\"", label(server)),
+                value(pool),
+            )
+        });
+        family(out, name, kind, help, samples);
+    }
 }

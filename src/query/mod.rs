@@ -1,9 +1,11 @@
 //! `TOTVS_BROKER_QUERY` on each balancer's own port: STATUS, CFG, PING, JSON, METRICS and
 //! ServerStatus, served with hyper (HTTP/1.1, keep-alive) to browsers and monitoring scripts.
 //!
-//! A connection reaches here when [`sniff`] found a query in its first bytes. Queries have
-//! their own small limit (`QUERY_MAX_CONNECTIONS`) and timeouts, so slow or never-finished
-//! requests cannot use up the broker's descriptors or slow the proxying.
+//! On a TCP balancer a connection reaches here when [`sniff`] found a query in its first
+//! bytes; there queries have their own small limit (`QUERY_MAX_CONNECTIONS`) and timeouts, so
+//! slow or never-finished requests cannot use up the broker's descriptors or slow the
+//! proxying. On an HTTP balancer each request is routed here by its path ([`intercept`]), on a
+//! connection that is the balancer's client, with the HTTP engine's limits.
 
 mod json;
 mod labels;
@@ -25,6 +27,7 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
+use hyper::http::request::Parts;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
@@ -37,7 +40,7 @@ use crate::balancer::{Balancer, Pool};
 use crate::config::Config;
 use crate::context::{Context, Ending};
 use crate::places::Place;
-use snapshot::{Snapshot, Standing};
+use snapshot::{HttpFigures, Snapshot, Standing};
 
 /// What a query is answered over: any byte stream (the client's own connection, lent by its
 /// task, plain or TLS).
@@ -148,9 +151,12 @@ async fn answer_connection<S: Connection>(
                     response
                         .headers_mut()
                         .insert(header::CONNECTION, HeaderValue::from_static("close"));
-                    response
+                    response.map(Full::new)
                 }
-                None => answer(&ctx, &balancer, peer, &request),
+                None => {
+                    let (head, _) = request.into_parts();
+                    answer(&ctx, &balancer, peer, &head, None).map(Full::new)
+                }
             };
             // The request is read and answered: until the next one comes, the connection
             // may give its place up to another query.
@@ -285,14 +291,39 @@ const COMMANDS: &str = "Commands (after /TOTVS_BROKER_QUERY/, any case):\n  \
     SERVERSTATUS/<host>:<port>  one server and its quarantine history (HTML)\n\
     /TOTVS_BROKER_QUERY alone answers HTML to browsers and JSON to everyone else.\n";
 
-/// Routes one request (from an allowed client) to its answer.
+/// The answer to a request on an HTTP balancer's port when it is a query (its path starts
+/// with `/TOTVS_BROKER_QUERY`, in any case, and `QUERY_ENABLED` is on): routed by path, no
+/// sniffing, no query place (the connection is the balancer's client). `None` for a request
+/// to forward. `http` reads the balancer's HTTP figures, for the pages that show them.
+pub fn intercept(
+    ctx: &Context,
+    balancer: &Balancer,
+    peer: SocketAddr,
+    head: &Parts,
+    http: impl FnOnce() -> HttpFigures,
+) -> Option<Response<Bytes>> {
+    let pool = balancer.pool();
+    if !pool.config.query.enabled {
+        return None;
+    }
+    strip_prefix_ignore_case(head.uri.path(), "/TOTVS_BROKER_QUERY")?;
+    if let Some(refusal) = refusal(&pool, peer) {
+        debug!(client = %peer, "query refused: {}", refusal.trim_end());
+        return Some(text(StatusCode::FORBIDDEN, refusal));
+    }
+    Some(answer(ctx, balancer, peer, head, Some(http())))
+}
+
+/// Routes one request (from an allowed client) to its answer; `http`: the figures of an HTTP
+/// balancer.
 fn answer(
     ctx: &Context,
     balancer: &Balancer,
     peer: SocketAddr,
-    request: &Request<Incoming>,
-) -> Response<Full<Bytes>> {
-    if request.method() != Method::GET && request.method() != Method::HEAD {
+    request: &Parts,
+    http: Option<HttpFigures>,
+) -> Response<Bytes> {
+    if request.method != Method::GET && request.method != Method::HEAD {
         let mut response = text(
             StatusCode::METHOD_NOT_ALLOWED,
             "only GET and HEAD are answered here\n".into(),
@@ -302,7 +333,7 @@ fn answer(
             .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
         return response;
     }
-    let path = request.uri().path();
+    let path = request.uri.path();
     let Some(rest) = strip_prefix_ignore_case(path, "/TOTVS_BROKER_QUERY") else {
         return text(StatusCode::NOT_FOUND, COMMANDS.into());
     };
@@ -311,7 +342,7 @@ fn answer(
     let rest = rest.trim_start_matches('/');
     let (command, argument) = rest.split_once('/').unwrap_or((rest, ""));
     let host = request
-        .headers()
+        .headers
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
         .map(host_name)
@@ -329,14 +360,16 @@ fn answer(
                 (pool.config.kind, pool.config.listen)
             })
             .collect();
-        Snapshot::take(
+        let mut snapshot = Snapshot::take(
             balancer,
             ctx.config.load().general.language,
             ctx.started_wall_ms,
             peer,
             ctx.shutdown.is_draining(),
             others,
-        )
+        );
+        snapshot.http = http.clone();
+        snapshot
     };
     match command.to_ascii_uppercase().as_str() {
         "" if wants_html(request) => html(page::status(&snapshot(), &host, None)),
@@ -496,9 +529,9 @@ fn host_name(value: &str) -> String {
 }
 
 /// A browser asks for HTML; scripts and monitors (no Accept, `*/*`, JSON) get JSON.
-fn wants_html(request: &Request<Incoming>) -> bool {
+fn wants_html(request: &Parts) -> bool {
     request
-        .headers()
+        .headers
         .get_all(header::ACCEPT)
         .iter()
         .filter_map(|v| v.to_str().ok())
@@ -506,24 +539,24 @@ fn wants_html(request: &Request<Incoming>) -> bool {
 }
 
 /// `?refresh=N`, 1 to 3600 seconds.
-fn refresh(request: &Request<Incoming>) -> Option<u32> {
-    request.uri().query()?.split('&').find_map(|pair| {
+fn refresh(request: &Parts) -> Option<u32> {
+    request.uri.query()?.split('&').find_map(|pair| {
         let (key, value) = pair.split_once('=')?;
         let seconds = value.parse::<u32>().ok()?;
         (key.eq_ignore_ascii_case("refresh") && (1..=3600).contains(&seconds)).then_some(seconds)
     })
 }
 
-fn html(page: String) -> Response<Full<Bytes>> {
+fn html(page: String) -> Response<Bytes> {
     body(StatusCode::OK, "text/html; charset=utf-8", page)
 }
 
-fn text(status: StatusCode, message: String) -> Response<Full<Bytes>> {
+fn text(status: StatusCode, message: String) -> Response<Bytes> {
     body(status, "text/plain; charset=utf-8", message)
 }
 
-fn body(status: StatusCode, content_type: &'static str, content: String) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from(content)));
+fn body(status: StatusCode, content_type: &'static str, content: String) -> Response<Bytes> {
+    let mut response = Response::new(Bytes::from(content));
     *response.status_mut() = status;
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));

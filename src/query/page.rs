@@ -5,12 +5,15 @@
 //!
 //! The pages keep the contracts of the TOTVS page that public monitors parse
 //! (tests/monitors.rs runs their parsers on them): the heading carries `TOTVS Broker para
-//! SmartClient` whatever the language (peder1981/monitor recognises the page by it); the
+//! SmartClient` (`TOTVS Broker para HTTP` on an HTTP balancer) whatever the language
+//! (peder1981/monitor recognises the page by it, and reads each layout by it); the
 //! version text is followed by `<br>`; the server table follows a `Servers (N)` heading, every
 //! row opens with a plain `<tr>`, every data cell is a `<td>`, and the first three are plain
 //! `<td>`s: a link to `/TOTVS_BROKER_QUERY/ServerStatus/host:port`, the connections, and the
-//! quarantine cell (`-` or the local time the quarantine ends). Columns of our own, and the
-//! state classes (`inQuarantine`, `isDisabled`), come after those three.
+//! quarantine cell (`-` or the local time the quarantine ends). On an HTTP balancer the
+//! TOTVS HTTP broker's layout: server, sessions, connections, the quarantine's start (`-`
+//! when none), its reasons. Columns of our own, and the state classes (`inQuarantine`,
+//! `isDisabled`), come after those.
 
 use std::fmt::Write;
 use std::time::Duration;
@@ -68,11 +71,11 @@ fn span(d: Duration) -> String {
 /// The text public monitors recognise a TOTVS broker's page by; never translated.
 fn marker(kind: BalancerKind) -> &'static str {
     match kind {
-        // Both are TCP balancers, which the TOTVS SmartClient broker is; the HTTP broker's
-        // page will say `TOTVS Broker para HTTP`.
+        // Both are TCP balancers, which the TOTVS SmartClient broker is.
         BalancerKind::SmartClientDesktop | BalancerKind::WebServices => {
             "TOTVS Broker para SmartClient"
         }
+        BalancerKind::Http(_) => "TOTVS Broker para HTTP",
     }
 }
 
@@ -272,9 +275,15 @@ fn summary(out: &mut String, l: &Labels, snap: &Snapshot) {
     } else {
         l.active_connections
     };
+    out.push_str("<p class='summary'>");
+    if snap.state.kind.is_http() {
+        // `0 sessões ativas`: peder1981/monitor reads the sessions from the text before
+        // ` ativas` when it mentions `sess` (0 until the HTTP broker keeps sessions).
+        let _ = write!(out, "<b>0 {}</b> · ", l.active_sessions);
+    }
     let _ = write!(
         out,
-        "<p class='summary'><b>{} {connections}</b> · {available} {} {} {}",
+        "<b>{} {connections}</b> · {available} {} {} {}",
         snap.state.active,
         l.of,
         snap.state.servers.len(),
@@ -345,6 +354,12 @@ fn facts(out: &mut String, l: &Labels, snap: &Snapshot) {
         &show_duration(snap.state.quarantine_time),
         "",
     );
+    if let Some(http) = &snap.http {
+        let r = &http.requests;
+        fact(out, l.requests, &r.requests.to_string(), "");
+        fact(out, l.answers_5xx, &r.classes[4].to_string(), "");
+        fact(out, l.upgrades, &r.upgrades.to_string(), "");
+    }
     fact(out, l.refused, &snap.state.rejected.to_string(), "");
     fact(out, l.unserved, &snap.state.unserved.to_string(), "");
     fact(
@@ -373,14 +388,27 @@ fn facts(out: &mut String, l: &Labels, snap: &Snapshot) {
 }
 
 fn server_table(out: &mut String, l: &Labels, snap: &Snapshot) {
+    let http = snap.state.kind.is_http();
     let _ = write!(
         out,
-        "<div class='card'><h2>Servers ({})</h2><div class='scroll'><table class='servers'><tr><th>{}</th><th>{}</th><th>{}</th>\
-         <th>{}</th><th>{}</th><th>{}</th><th>{}</th><th>{}</th><th>{}</th><th>{}</th><th>{}</th></tr>",
+        "<div class='card'><h2>Servers ({})</h2><div class='scroll'><table class='servers'><tr><th>{}</th>",
         snap.state.servers.len(),
         l.server,
-        l.connections,
-        l.quarantine,
+    );
+    if http {
+        // The TOTVS HTTP broker's columns: sessions, connections, the quarantine's start,
+        // its reasons.
+        let _ = write!(
+            out,
+            "<th>{}</th><th>{}</th><th>{}</th><th>{}</th>",
+            l.sessions, l.connections, l.quarantine_since, l.reasons
+        );
+    } else {
+        let _ = write!(out, "<th>{}</th><th>{}</th>", l.connections, l.quarantine);
+    }
+    let _ = write!(
+        out,
+        "<th>{}</th><th>{}</th><th>{}</th><th>{}</th><th>{}</th><th>{}</th><th>{}</th><th>{}</th></tr>",
         l.state,
         l.id,
         l.weight,
@@ -391,10 +419,6 @@ fn server_table(out: &mut String, l: &Labels, snap: &Snapshot) {
         l.last_check
     );
     for s in &snap.state.servers {
-        let quarantine = match s.quarantine {
-            Some((_, until)) => clock(until),
-            None => "-".to_string(),
-        };
         let class = match s.state {
             Standing::Quarantined => " class='inQuarantine'",
             Standing::Draining | Standing::Disabled => " class='isDisabled'",
@@ -405,11 +429,34 @@ fn server_table(out: &mut String, l: &Labels, snap: &Snapshot) {
         // row on the literal `<td>` and reads seven cells (alignment: the stylesheet).
         let _ = write!(
             out,
-            "<tr><td><a href=\"/TOTVS_BROKER_QUERY/ServerStatus/{address}\">{address}</a></td>\
-             <td>{}</td><td>{quarantine}</td><td{class}>{}</td><td>{}</td><td>{}</td>\
+            "<tr><td><a href=\"/TOTVS_BROKER_QUERY/ServerStatus/{address}\">{address}</a></td>"
+        );
+        match s.quarantine {
+            // Sessions stay 0 until the HTTP broker keeps sessions (affinity).
+            Some((since, _)) if http => {
+                let why = s.reason.map_or("-", |r| reason(l, r));
+                let _ = write!(
+                    out,
+                    "<td>0</td><td>{}</td><td>{}</td><td>{why}</td>",
+                    s.active,
+                    clock(since)
+                );
+            }
+            None if http => {
+                let _ = write!(out, "<td>0</td><td>{}</td><td>-</td><td>-</td>", s.active);
+            }
+            Some((_, until)) => {
+                let _ = write!(out, "<td>{}</td><td>{}</td>", s.active, clock(until));
+            }
+            None => {
+                let _ = write!(out, "<td>{}</td><td>-</td>", s.active);
+            }
+        }
+        let _ = write!(
+            out,
+            "<td{class}>{}</td><td>{}</td><td>{}</td>\
              <td>{}</td><td>{}</td><td><span title='{} bytes'>{}</span></td>\
              <td><span title='{} bytes'>{}</span></td><td>{}</td></tr>",
-            s.active,
             state_cell(l, s),
             esc(&s.id),
             s.weight,
@@ -981,6 +1028,7 @@ mod tests {
             peer: "127.0.0.1:1".parse().expect("address"),
             draining: false,
             others: Vec::new(),
+            http: None,
         }
     }
 

@@ -8,6 +8,16 @@ use crate::balancer::{Balancer, BalancerState};
 pub use crate::balancer::{ServerState, Standing};
 use crate::clock::wall_ms;
 use crate::config::{BalancerKind, Language};
+use crate::http::{PoolFigures, stats::Figures};
+
+/// An HTTP balancer's figures beside its state: the engine's counters and each server's pool.
+#[derive(Debug, Clone, Default)]
+pub struct HttpFigures {
+    /// Requests by status class, the duration histogram, failures and retries.
+    pub requests: Figures,
+    /// Each server's kept-alive connections, by `host:port`, in configuration order.
+    pub pools: Vec<(String, PoolFigures)>,
+}
 
 /// A balancer as a query sees it.
 #[derive(Debug, Clone)]
@@ -30,6 +40,8 @@ pub struct Snapshot {
     pub draining: bool,
     /// The other balancers of this process: (section, listen address).
     pub others: Vec<(BalancerKind, SocketAddr)>,
+    /// An HTTP balancer's own figures; `None` for a TCP balancer.
+    pub http: Option<HttpFigures>,
 }
 
 impl Snapshot {
@@ -53,6 +65,7 @@ impl Snapshot {
             peer,
             draining,
             others,
+            http: None,
         }
     }
 

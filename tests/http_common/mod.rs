@@ -164,7 +164,7 @@ impl Upstreams for TestUpstreams {
 
     fn report(&self, event: Event<'_, SocketAddr>) {
         let recorded = match event {
-            Event::ConnectFailed { server, error } => {
+            Event::ConnectFailed { server, error, .. } => {
                 Recorded::ConnectFailed(*server, error.to_string())
             }
             Event::Opened { server } => Recorded::Opened(*server),
@@ -361,9 +361,9 @@ where
 
 // ---- origin servers -----------------------------------------------------------------------
 
-type OriginBody = BoxBody<Bytes, Infallible>;
+pub type OriginBody = BoxBody<Bytes, Infallible>;
 
-fn full(text: impl Into<Bytes>) -> OriginBody {
+pub fn full(text: impl Into<Bytes>) -> OriginBody {
     Full::new(text.into()).boxed()
 }
 

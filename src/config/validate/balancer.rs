@@ -186,29 +186,53 @@ impl Validator {
                 ));
             }
         }
-        match &b.monitoring {
-            Monitoring::SendExpect { expect, .. } if expect.is_empty() => {
-                let line = inherited
-                    .find("MONITORING_TYPE")
-                    .map_or(section.line, |(e, _)| e.line);
-                self.errors.push(ConfigError::new(
-                    line,
-                    name,
-                    Some("MONITOR_EXPECT"),
-                    "is required with MONITORING_TYPE=SEND_EXPECT: the bytes the reply must start \
-                     with (escapes \\r \\n \\t \\\\ \\xNN)",
-                ));
+        if let Monitoring::SendExpect { expect, .. } = &b.monitoring
+            && expect.is_empty()
+        {
+            let line = inherited
+                .find("MONITORING_TYPE")
+                .map_or(section.line, |(e, _)| e.line);
+            self.errors.push(ConfigError::new(
+                line,
+                name,
+                Some("MONITOR_EXPECT"),
+                "is required with MONITORING_TYPE=SEND_EXPECT: the bytes the reply must start \
+                 with (escapes \\r \\n \\t \\\\ \\xNN)",
+            ));
+        }
+        // The keys that complete a monitoring type, unused with another.
+        let completing = [
+            (
+                ["MONITOR_SEND", "MONITOR_EXPECT"],
+                "SEND_EXPECT",
+                matches!(b.monitoring, Monitoring::SendExpect { .. }),
+            ),
+            (
+                ["MONITOR_PATH", "MONITOR_EXPECT_STATUS"],
+                "HTTP",
+                matches!(b.monitoring, Monitoring::Http { .. }),
+            ),
+        ];
+        for (keys, kind, used) in completing {
+            for key in keys.into_iter().filter(|_| !used) {
+                if let Some((entry, _)) = inherited.find(key) {
+                    let message =
+                        format!("is ignored: it is used with MONITORING_TYPE={kind} only");
+                    self.notices.push(notice(entry, key, message));
+                }
             }
-            Monitoring::SendExpect { .. } => {}
-            _ => {
-                for key in ["MONITOR_SEND", "MONITOR_EXPECT"] {
-                    if let Some((entry, _)) = inherited.find(key) {
-                        self.notices.push(notice(
-                            entry,
-                            key,
-                            "is ignored: it is used with MONITORING_TYPE=SEND_EXPECT only".into(),
-                        ));
-                    }
+        }
+        if !b.kind.is_http() {
+            // Unused here, and not printed: kept at their defaults, so the printed
+            // configuration reads back the same.
+            b.http = BalancerConfig::defaults(b.kind).http;
+            for key in keys::balancer().filter(|k| is_http_key(k.name)) {
+                if let Some(entry) = section.entries.iter().find(|e| e.key == key.name) {
+                    self.notices.push(notice(
+                        entry,
+                        key.name,
+                        "is ignored: it is used by HTTP balancers ([BALANCE_HTTP...]) only".into(),
+                    ));
                 }
             }
         }
@@ -242,6 +266,11 @@ impl Validator {
             ));
         }
     }
+}
+
+/// True for the keys only an HTTP balancer reads.
+fn is_http_key(name: &str) -> bool {
+    name.starts_with("HTTP_") || name == "LOG_REQUESTS"
 }
 
 /// The error for a key a balancer section has no use for, with the nearest known key.

@@ -1,6 +1,8 @@
 //! Which sections are what: `[General]`, the balancer sections, and the sections appbroker
-//! ignores (a full AppServer ini has many); a section given twice, the HTTP broker's, and a
-//! misspelt balancer section are errors.
+//! ignores (a full AppServer ini has many); a section given twice and a misspelt balancer
+//! section are errors. Any section whose name starts with `BALANCE_HTTP` is an HTTP balancer
+//! (TOTVS sites name them `[BALANCE_HTTP]`, `[BALANCE_HTTP_2]`...); `[BALANCE_HTML]`, the
+//! older name, is one too, with a notice.
 
 use std::collections::BTreeMap;
 
@@ -38,15 +40,17 @@ impl Validator {
             }
             match section.name.as_str() {
                 "GENERAL" => found.general = Some(section),
-                "BALANCE_HTTP" | "BALANCE_HTML" => self.errors.push(ConfigError::new(
-                    section.line,
-                    &section.written,
-                    None,
-                    "the HTTP broker (session affinity by cookie) is not available in appbroker \
-                     yet; balance HTTP traffic as plain TCP with [BALANCE_WEB_SERVICES], or \
-                     remove the section",
-                )),
                 name => match BalancerKind::from_section(name) {
+                    Some(kind) if name == "BALANCE_HTML" => {
+                        self.notices.push(ConfigError::new(
+                            section.line,
+                            &section.written,
+                            None,
+                            "is the older name of [BALANCE_HTTP]; it is read as an HTTP \
+                             balancer (rename it when convenient)",
+                        ));
+                        found.balancers.push((kind, section));
+                    }
                     Some(kind) => found.balancers.push((kind, section)),
                     None if name.starts_with("BALANCE_") => self.unknown_balancer(section),
                     None => ignored.push(format!("[{}]", section.written)),
@@ -69,8 +73,9 @@ impl Validator {
                 line: None,
                 section: None,
                 key: None,
-                message: "no balancer section; add [BALANCE_SMART_CLIENT_DESKTOP] or \
-                          [BALANCE_WEB_SERVICES] with LOCAL_SERVER_PORT and REMOTE_SERVER_01"
+                message: "no balancer section; add [BALANCE_SMART_CLIENT_DESKTOP], \
+                          [BALANCE_WEB_SERVICES] or [BALANCE_HTTP] with LOCAL_SERVER_PORT and \
+                          REMOTE_SERVER_01"
                     .into(),
             });
         }
@@ -82,11 +87,14 @@ impl Validator {
         let known = [
             BalancerKind::SmartClientDesktop.section(),
             BalancerKind::WebServices.section(),
+            "BALANCE_HTTP",
         ];
         let hint = suggest(&section.name, &known)
             .map(|s| format!("did you mean [{s}]?"))
             .unwrap_or_else(|| {
-                "expected [BALANCE_SMART_CLIENT_DESKTOP] or [BALANCE_WEB_SERVICES]".into()
+                "expected [BALANCE_SMART_CLIENT_DESKTOP], [BALANCE_WEB_SERVICES] or \
+                 [BALANCE_HTTP...]"
+                    .into()
             });
         self.errors.push(ConfigError::new(
             section.line,

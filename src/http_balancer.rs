@@ -1,0 +1,329 @@
+//! An HTTP balancer (`[BALANCE_HTTP*]`) at run time: the balancer as the HTTP engine's
+//! [`Upstreams`] (choose with the balancer's policy, connect with the dialer, quarantine the
+//! servers that fail, account for every request and upgraded connection), and each accepted
+//! connection handed to the engine with a `MAX_CONNECTIONS` place.
+//!
+//! The query interface is routed by path here (`/TOTVS_BROKER_QUERY/...` is answered by the
+//! balancer itself), so no client waits for a sniff. A request holds a [`Lease`] on its
+//! server while in hand, and an upgraded connection (WebSocket) holds it until it ends: the
+//! server's connections on the status page are the requests and WebSockets it serves now.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock, Weak};
+
+use hyper::Response;
+use hyper::body::Bytes;
+use hyper::http::request::Parts;
+use tokio::net::TcpStream;
+use tokio_util::task::TaskTracker;
+use tracing::{Span, info};
+
+use crate::balancer::{Balancer, Closed, Eligible, Lease, Pool, Server};
+use crate::config::{BalancerConfig, Language};
+use crate::context::{Context, Ending};
+use crate::dial::{self, ConnectError};
+use crate::events::{Event as BrokerEvent, Unserved};
+use crate::http::{self, Choice, Downstream, Event, Exchange, Outcome, Proxy, Tunnel, Upstreams};
+use crate::os_error::explain_connect;
+use crate::query::{self, snapshot::HttpFigures};
+use crate::relay;
+use crate::stream::Stream;
+
+/// An HTTP balancer's engine.
+pub type HttpProxy = Proxy<Backends>;
+
+/// A server of the balancer as the engine keys its pool: the balancer's own, compared by
+/// identity, so a server a reload re-created never shares the old one's connections.
+#[derive(Debug, Clone)]
+pub struct Target(pub Arc<Server>);
+
+impl PartialEq for Target {
+    fn eq(&self, other: &Target) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for Target {}
+
+impl std::hash::Hash for Target {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        std::ptr::hash(Arc::as_ptr(&self.0), state);
+    }
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0.address)
+    }
+}
+
+/// The balancer behind an HTTP engine.
+#[derive(Debug)]
+pub struct Backends {
+    balancer: Arc<Balancer>,
+    ctx: Arc<Context>,
+    /// The engine, for the figures a query shows (set once it is made).
+    proxy: OnceLock<Weak<HttpProxy>>,
+    /// The balancer's span, made once: the access log writes a line per request in it.
+    span: Span,
+}
+
+/// The engine of `balancer`, with its settings. Within a tokio runtime (its idle sweep runs
+/// there).
+pub fn proxy(balancer: &Arc<Balancer>, ctx: &Arc<Context>) -> Arc<HttpProxy> {
+    let backends = Arc::new(Backends {
+        balancer: Arc::clone(balancer),
+        ctx: Arc::clone(ctx),
+        proxy: OnceLock::new(),
+        span: balancer.span(),
+    });
+    let pool = balancer.pool();
+    let language = ctx.config.load().general.language;
+    let proxy = Proxy::new(Arc::clone(&backends), settings(&pool.config, language));
+    let _ = backends.proxy.set(Arc::downgrade(&proxy));
+    proxy
+}
+
+/// The engine's settings from a balancer's keys.
+pub fn settings(config: &BalancerConfig, language: Language) -> http::Settings {
+    let keys = &config.http;
+    http::Settings {
+        forwarded_headers: keys.forwarded_headers,
+        max_idle: keys.pool_max_idle as usize,
+        idle_timeout: keys.pool_idle_timeout,
+        request_timeout: keys.request_timeout,
+        retry_idempotent: keys.retry_idempotent,
+        tunnel_idle_timeout: config.idle_timeout,
+        language,
+        ..http::Settings::default()
+    }
+}
+
+/// A reload applied to the engine: the new settings, and the idle connections of servers
+/// that left the pool (`old`) closed.
+pub fn reconfigure(proxy: &HttpProxy, old: &Pool, new: &Pool, language: Language) {
+    proxy.set_settings(settings(&new.config, language));
+    for gone in old
+        .servers
+        .iter()
+        .filter(|o| !new.servers.iter().any(|n| Arc::ptr_eq(n, o)))
+    {
+        proxy.forget(&Target(Arc::clone(gone)));
+    }
+}
+
+/// Serves one accepted connection of an HTTP balancer (`client`: who, and whether `stream`
+/// is TLS, for `X-Forwarded-Proto`): a `MAX_CONNECTIONS` place (or the
+/// connection is closed at once, as on a TCP balancer), then the engine until the client
+/// closes; `ending.closing` answers the request in hand and closes, `ending.cut` ends it at
+/// once (an upgraded connection too).
+pub fn start<S: Stream>(
+    proxy: &Arc<HttpProxy>,
+    tasks: &TaskTracker,
+    ending: &Ending,
+    local: Option<SocketAddr>,
+    stream: S,
+    client: Downstream,
+) {
+    let balancer = &proxy.upstreams().balancer;
+    let pool = balancer.pool();
+    let Some(slot) = balancer.try_take_slot(&pool) else {
+        balancer.refused(local);
+        return;
+    };
+    balancer.admitted();
+    slot.admit();
+    let (proxy, closing, cut) = (
+        Arc::clone(proxy),
+        ending.closing.clone(),
+        ending.cut.clone(),
+    );
+    tasks.spawn(async move {
+        let _slot = slot;
+        tokio::select! {
+            _ = cut.cancelled() => {}
+            _ = proxy.serve(stream, Bytes::new(), client, closing) => {}
+        }
+    });
+}
+
+impl Backends {
+    /// A finished request: the server's traffic, the 503 counted, the access-log line.
+    fn exchanged(&self, exchange: &Exchange<Target>) {
+        if let Some(server) = &exchange.server {
+            server.0.add_traffic(exchange.to_server, exchange.to_client);
+        }
+        let (balancer, span) = (&self.balancer, &self.span);
+        if exchange.outcome == Outcome::NoServer {
+            span.in_scope(|| balancer.unserved(exchange.client, Unserved::NoServer));
+        }
+        balancer.events().emit(|| BrokerEvent::Request {
+            balancer: balancer.kind(),
+            client: exchange.client,
+            method: exchange.method.to_string(),
+            path: exchange.uri.to_string(),
+            status: exchange.status.map(|s| s.as_u16()),
+            server: exchange.server.as_ref().map(|s| s.0.address.clone()),
+        });
+        if balancer.pool().config.http.log_requests {
+            span.in_scope(|| access_line(exchange));
+        }
+    }
+
+    /// An upgraded connection ended: its closing line, as a relayed connection's.
+    fn tunnel_ended(&self, tunnel: &Tunnel<Target>) {
+        let outcome = relay::Outcome {
+            to_server: tunnel.to_server,
+            to_client: tunnel.to_client,
+            end: tunnel.end.clone(),
+        };
+        let closed = Closed {
+            client: tunnel.client,
+            duration: tunnel.duration,
+            outcome: &outcome,
+            log_connections: self.balancer.pool().config.log_connections,
+        };
+        tunnel
+            .server
+            .0
+            .add_traffic(tunnel.to_server, tunnel.to_client);
+        self.balancer
+            .ended_on(&tunnel.server.0, &closed, &self.span);
+    }
+
+    /// The figures a query of this balancer shows.
+    fn figures(&self) -> HttpFigures {
+        let Some(proxy) = self.proxy.get().and_then(Weak::upgrade) else {
+            return HttpFigures::default();
+        };
+        let pools = proxy.pool_figures();
+        HttpFigures {
+            requests: proxy.stats().figures(),
+            pools: self
+                .balancer
+                .pool()
+                .servers
+                .iter()
+                .map(|s| {
+                    let figures = pools
+                        .iter()
+                        .find(|(t, _)| Arc::ptr_eq(&t.0, s))
+                        .map(|(_, f)| *f)
+                        .unwrap_or_default();
+                    (s.address.clone(), figures)
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The access log's line for one request (`LOG_REQUESTS`): who, what, the answer, the bytes
+/// each way, how long, which server.
+fn access_line(exchange: &Exchange<Target>) {
+    let status = exchange
+        .status
+        .map_or_else(|| "-".to_string(), |s| s.as_u16().to_string());
+    let server = exchange
+        .server
+        .as_ref()
+        .map_or_else(|| "-".to_string(), ToString::to_string);
+    let error = match &exchange.outcome {
+        Outcome::ServerFailed(error) => Some(error.as_str()),
+        Outcome::ServerTimeout => Some("no answer within the response timeout"),
+        Outcome::Incomplete => Some("answer incomplete"),
+        Outcome::ClientFailed => Some("request body broken off"),
+        _ => None,
+    };
+    info!(
+        client = %exchange.client,
+        method = %exchange.method,
+        path = %exchange.uri,
+        status = %status,
+        bytes_from_client = exchange.to_server,
+        bytes_to_client = exchange.to_client,
+        duration = %format_args!("{:.3}s", exchange.duration.as_secs_f64()),
+        server = %server,
+        error = error,
+        "request"
+    );
+}
+
+impl Upstreams for Backends {
+    type Server = Target;
+    type Lease = Lease;
+    type Stream = TcpStream;
+
+    /// The balancer's pick among the servers not tried yet, up to `MAX_ATTEMPTS`; every
+    /// server quarantined, they are tried anyway (a quarantine may be stale), as for a TCP
+    /// client.
+    fn choose(
+        &self,
+        _request: &Parts,
+        _client: &Downstream,
+        tried: &[Target],
+    ) -> Option<Choice<Self>> {
+        let pool = self.balancer.pool();
+        if tried.len() >= pool.config.max_attempts as usize {
+            return None;
+        }
+        let tried: Vec<usize> = pool
+            .servers
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| tried.iter().any(|t| Arc::ptr_eq(&t.0, s)))
+            .map(|(i, _)| i)
+            .collect();
+        let now = self.balancer.clock_ms();
+        let lease = pool
+            .pick(now, &tried, Eligible::Available)
+            .or_else(|| pool.pick(now, &tried, Eligible::EvenQuarantined))?;
+        Some(Choice::of(Target(Arc::clone(&lease.server)), lease))
+    }
+
+    async fn connect(&self, server: &Target) -> io::Result<TcpStream> {
+        let pool = self.balancer.pool();
+        let config = &pool.config;
+        let s = &server.0;
+        match dial::connect(self.balancer.resolver(), &s.host, s.port, config).await {
+            Ok(stream) => {
+                dial::keep_alive(&stream, &config.keepalive, &s.address);
+                self.balancer.connected_to(s, s.is_quarantined());
+                Ok(stream)
+            }
+            // Kept whole, so the report tells whose fault it was.
+            Err(e) => Err(io::Error::other(e)),
+        }
+    }
+
+    fn report(&self, event: Event<'_, Target>) {
+        match event {
+            Event::ConnectFailed {
+                server,
+                client,
+                error,
+            } => {
+                let explained = match error.get_ref().and_then(|e| e.downcast_ref()) {
+                    // Not tried: no server is to blame, the next candidate is tried.
+                    Some(ConnectError::ResolverBusy { .. }) => return,
+                    Some(e) => ConnectError::explain(e),
+                    None => explain_connect(error),
+                };
+                let s = &server.0;
+                self.span.in_scope(|| {
+                    self.balancer
+                        .connect_failed_to(s, s.is_quarantined(), &explained, client)
+                });
+            }
+            Event::Opened { .. } | Event::Closed { .. } => {}
+            Event::Exchange(exchange) => self.exchanged(exchange),
+            Event::Tunnel(tunnel) => self.tunnel_ended(tunnel),
+        }
+    }
+
+    fn intercept(&self, request: &Parts, client: &Downstream) -> Option<Response<Bytes>> {
+        query::intercept(&self.ctx, &self.balancer, client.peer, request, || {
+            self.figures()
+        })
+    }
+}
