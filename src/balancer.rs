@@ -360,8 +360,8 @@ struct Stats {
 /// Loads `config`'s TLS towards clients and servers (nothing when it has none), reading the
 /// system's trusted roots only when they are needed.
 fn load_tls(config: &BalancerConfig, resumption: Option<&Resumption>) -> Result<Secured, Findings> {
-    let server = config.tls.server(false);
-    let upstream = config.tls.upstream(false);
+    let server = config.tls.server(config.kind.is_http());
+    let upstream = config.tls.upstream(config.kind.is_http());
     if server.is_none() && upstream.is_none() {
         return Ok(Secured::default());
     }

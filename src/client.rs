@@ -7,6 +7,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{Duration, Instant};
 use tokio_util::either::Either;
@@ -14,10 +15,12 @@ use tokio_util::task::TaskTracker;
 use tracing::{Instrument, Span, debug};
 
 use crate::balancer::{Balancer, ClientSlot, Closed, Eligible, Lease, Pool};
+use crate::config::Language;
 use crate::context::{Context, Ending};
 use crate::dial::{ConnectError, ServerStream, dial, keep_alive};
 use crate::events::Unserved;
-use crate::http_balancer::HttpProxy;
+use crate::http::{self, Downstream};
+use crate::http_balancer::{self, HttpProxy};
 use crate::os_error::words;
 use crate::query::{
     self,
@@ -25,6 +28,7 @@ use crate::query::{
 };
 use crate::relay::{Counters, End, Outcome, relay};
 use crate::stream::Stream;
+use crate::tls::HandshakeFailure;
 use crate::tls::first_byte::{self, Arrival};
 
 /// A client's stream once the port's TLS, if any, is set up: plain TCP, or TLS.
@@ -81,11 +85,23 @@ impl Client<TcpStream> {
         } else if self.pool.tls_missing() {
             debug!(client = %self.peer, "closed: the balancer's TLS keys are not loaded");
         } else if self.pool.tls.server.is_none() {
-            entrance.tasks.spawn(self.run(at_limit));
+            match &entrance.http {
+                Some(proxy) => self.serve_http(proxy, false),
+                None => {
+                    entrance.tasks.spawn(self.run(at_limit));
+                }
+            }
         } else {
             entrance.tasks.spawn(async move {
-                if let Some(client) = self.secure().await {
-                    client.run(at_limit).await;
+                let Some(client) = self.secure().await else {
+                    return;
+                };
+                match client.entrance.http.clone() {
+                    Some(proxy) => {
+                        let tls = matches!(client.stream, Either::Right(_));
+                        client.serve_http(&proxy, tls);
+                    }
+                    None => client.run(at_limit).await,
                 }
             });
         }
@@ -103,12 +119,26 @@ impl Client<TcpStream> {
             stream,
             peer,
         } = self;
+        let same_port = pool.config.tls.plain_on_same_port;
         let plain = match &pool.tls.server {
             None => true,
-            Some(_) if !pool.config.tls.plain_on_same_port => false,
+            // A TCP client of a TLS-only port goes straight to the handshake; an HTTP one is
+            // looked at first, so plain HTTP can be told to use https.
+            Some(_) if !same_port && entrance.http.is_none() => false,
             Some(_) => match first_byte::peek(&stream, pool.config.query.sniff_timeout).await {
                 Ok(Arrival::Tls) => false,
-                Ok(Arrival::Plain | Arrival::Silent) => true,
+                Ok(Arrival::Plain) if !same_port => {
+                    let failure = HandshakeFailure::plain_http();
+                    let balancer = &entrance.balancer;
+                    entrance
+                        .span
+                        .in_scope(|| balancer.handshake_failed(peer, &failure));
+                    let language = entrance.ctx.config.load().general.language;
+                    answer_plain_http(stream, language).await;
+                    return None;
+                }
+                Ok(Arrival::Plain) => true,
+                Ok(Arrival::Silent) => same_port,
                 Ok(Arrival::Closed) | Err(_) => return None,
             },
         };
@@ -137,7 +167,33 @@ impl Client<TcpStream> {
     }
 }
 
+/// Answers a plain HTTP request sent to a TLS-only HTTP port with a 400 page that says to use
+/// https, as nginx does; the request's first bytes are read first (within a second, at most
+/// 64 KiB), so closing does not reset the connection before the answer is read.
+async fn answer_plain_http(mut stream: TcpStream, language: Language) {
+    let mut head = vec![0u8; 64 * 1024];
+    let answer = async {
+        let _ = stream.read(&mut head).await;
+        stream
+            .write_all(&http::pages::plain_http_to_tls_port(language))
+            .await?;
+        stream.shutdown().await
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(1), answer).await;
+}
+
 impl<S: Stream> Client<S> {
+    /// Hands the client to its HTTP balancer's engine (`tls`: it came over TLS, for
+    /// `X-Forwarded-Proto`), which takes its `MAX_CONNECTIONS` place.
+    fn serve_http(self, proxy: &Arc<HttpProxy>, tls: bool) {
+        let e = &self.entrance;
+        let downstream = Downstream {
+            peer: self.peer,
+            tls,
+        };
+        http_balancer::start(proxy, &e.tasks, &e.ending, e.local, self.stream, downstream);
+    }
+
     /// A client accepted through `entrance` from `peer`.
     pub fn new(entrance: &Arc<Entrance>, stream: S, peer: SocketAddr) -> Client<S> {
         Client {

@@ -15,8 +15,7 @@ use crate::balancer::Balancer;
 use crate::client::{Client, Entrance};
 use crate::config::{BalancerConfig, Keepalive};
 use crate::context::{Context, Ending};
-use crate::http::Downstream;
-use crate::http_balancer::{self, HttpProxy};
+use crate::http_balancer::HttpProxy;
 use crate::os_error::{explain_bind, words};
 use crate::sys;
 
@@ -129,13 +128,7 @@ pub async fn accept_loop(
         if !sys::ACCEPTED_INHERIT_OPTIONS {
             set_accepted_options(&stream, &balancer.pool().config.keepalive, peer);
         }
-        match &entrance.http {
-            Some(proxy) => {
-                let (e, client) = (&entrance, Downstream { peer, tls: false });
-                http_balancer::start(proxy, &e.tasks, &e.ending, e.local, stream, client);
-            }
-            None => Client::new(&entrance, stream, peer).start(),
-        }
+        Client::new(&entrance, stream, peer).start();
     };
     // The keepalive settings the listener carries for its accepted sockets to inherit; set
     // again when a reload changes them.

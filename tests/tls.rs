@@ -916,3 +916,87 @@ fn the_tdn_example_is_told_what_to_change_and_then_passes() {
     );
     assert!(stdout.contains("SSL_ENCRYPT_UPSTREAM=1"), "{stdout}");
 }
+
+/// An HTTP origin on loopback that answers every request with its own head as the body, so a
+/// test can read what the broker forwarded.
+async fn head_echo_origin() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut reader = BufReader::new(stream);
+                let mut head = String::new();
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let end = line == "\r\n";
+                    head.push_str(&line);
+                    if end {
+                        break;
+                    }
+                }
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{head}",
+                    head.len()
+                );
+                let _ = reader.get_mut().write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_balancer_speaks_https_and_tells_plain_http_to_use_it() {
+    let ca = Ca::new("Test CA");
+    let files = Files::new();
+    let origin = head_echo_origin().await;
+    let ini = format!(
+        "[General]\nSHUTDOWN_TIMEOUT=5\n[BALANCE_HTTP]\nLOCAL_SERVER_ADDRESS=127.0.0.1\n\
+         LOCAL_SERVER_PORT=@PORT@\n{}REMOTE_SERVER_01=127.0.0.1 {}\n",
+        files.serve(&ca.broker_leaf()),
+        origin.port()
+    );
+    let broker = InProcess::start(&ini).await;
+    let mut config = (*client_config(ca.roots())).clone();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let config = Arc::new(config);
+
+    let stream = tls_connect(&config, broker.addr()).await.unwrap();
+    assert_eq!(
+        stream.get_ref().1.alpn_protocol(),
+        Some(&b"http/1.1"[..]),
+        "ALPN"
+    );
+    let answer = get(stream, "/page").await;
+    assert!(
+        answer.starts_with("HTTP/1.1 200") || answer.starts_with("HTTP/1.0 200"),
+        "{answer}"
+    );
+    let lower = answer.to_ascii_lowercase();
+    assert!(lower.contains("x-forwarded-proto: https"), "{answer}");
+    assert!(lower.contains("get /page http/1."), "{answer}");
+
+    // Plain HTTP to the TLS port: 400, saying to use https; counted, no server blamed.
+    let got = plain_until_closed(
+        broker.addr(),
+        b"GET /page HTTP/1.1\r\nHost: localhost\r\n\r\n",
+    )
+    .await
+    .unwrap_or_default();
+    let got = String::from_utf8_lossy(&got);
+    assert!(got.starts_with("HTTP/1.1 400 "), "{got}");
+    assert!(got.contains("https://"), "{got}");
+    eventually("the plain client counted as not_tls", || {
+        broker
+            .state()
+            .handshake_failures
+            .iter()
+            .any(|(cause, n)| *cause == "not_tls" && *n == 1)
+    })
+    .await;
+    assert!(broker.state().servers[0].quarantine.is_none());
+}

@@ -27,7 +27,7 @@ mod body;
 pub mod check;
 mod headers;
 mod io;
-mod pages;
+pub mod pages;
 mod pool;
 mod proxy;
 pub mod stats;

@@ -74,6 +74,33 @@ pub(crate) fn page(status: StatusCode, language: Language) -> Bytes {
     ))
 }
 
+/// The whole answer (status line, headers, page) to a plain HTTP request that reached a port
+/// speaking only TLS: 400, saying to use https (nginx answers the same case with its "plain
+/// HTTP request was sent to HTTPS port"). Written before the TLS engine, so it is raw bytes.
+pub fn plain_http_to_tls_port(language: Language) -> Bytes {
+    let (title, sentence) = match language {
+        Language::English => (
+            "Use https",
+            "This port speaks HTTPS only: open the same address with https:// instead of http://.",
+        ),
+        Language::Portuguese => (
+            "Use https",
+            "Esta porta aceita somente HTTPS: abra o mesmo endereço com https:// em vez de http://.",
+        ),
+    };
+    let body = format!(
+        "<!DOCTYPE html>\n<html lang=\"{lang}\"><head><meta charset=\"utf-8\">\
+         <title>400 {title}</title></head>\n<body><h1>400 {title}</h1>\n\
+         <p>{sentence}</p>\n<p><small>appbroker</small></p></body></html>\n",
+        lang = language.as_str(),
+    );
+    Bytes::from(format!(
+        "HTTP/1.1 400 Bad Request\r\nContent-Type: text/html; charset=utf-8\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -110,6 +110,14 @@ impl HandshakeFailure {
         }
     }
 
+    /// A client that sent plain HTTP to a TLS-only HTTP port (answered 400: use https).
+    pub fn plain_http() -> Self {
+        HandshakeFailure::new(
+            Cause::NotTls,
+            "the client sent plain HTTP to this TLS port; it was answered 400 (use https)",
+        )
+    }
+
     /// A handshake that did not finish within `limit`.
     pub fn timed_out(limit: Duration, peer: Peer) -> Self {
         HandshakeFailure::new(
