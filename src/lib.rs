@@ -55,6 +55,8 @@
 //! - [`demo`]: stand-in echo servers for `appbroker demo`, and its line client.
 //! - [`clock`], [`throttle`], [`sys`]: time, log-rate limiting, the few system calls the
 //!   standard library lacks.
+//! - `inherit`: descriptors handed over by a supervisor or systemd, taken by number: the one
+//!   module allowed `unsafe` (Unix only).
 
 // A closed standard output or error must not panic the broker: no print macros.
 #![deny(clippy::print_stdout, clippy::print_stderr)]
@@ -73,6 +75,8 @@ pub mod dial;
 pub mod events;
 pub mod health;
 pub mod http;
+#[cfg(unix)]
+pub mod inherit;
 pub mod listener;
 pub mod logging;
 pub mod monitor;
