@@ -91,7 +91,10 @@ pub fn take_listener(fd: RawFd) -> Result<std::net::TcpListener, InheritError> {
 /// Lets `fd` be inherited by the programs this process runs (clears close-on-exec): how a
 /// supervisor hands its listeners to every child it starts, and to itself when it re-executes.
 pub fn hand_down(fd: &impl std::os::fd::AsFd) -> io::Result<()> {
-    nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()))?;
+    nix::fcntl::fcntl(
+        fd,
+        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+    )?;
     Ok(())
 }
 

@@ -48,6 +48,13 @@ struct Cli {
     #[arg(long)]
     check: bool,
 
+    /// Run as a supervisor (Unix): bind every listener, run the broker as a child process on
+    /// them and start another at once when it dies (clients meanwhile wait in the listen
+    /// queue, none is refused); SIGHUP, SIGTERM and SIGINT are passed on to it, and the
+    /// supervisor stops with it. See docs/high-availability.md.
+    #[arg(long, conflicts_with = "check")]
+    supervise: bool,
+
     /// Log level (error, warn, info, debug, trace); wins over RUST_LOG. Default: info.
     #[arg(long, value_name = "LEVEL")]
     log_level: Option<String>,
@@ -262,6 +269,10 @@ fn main() -> ExitCode {
     for notice in &notices {
         warn!("{}", notice.located(&file));
     }
+    #[cfg(unix)]
+    if cli.supervise && demo.is_none() {
+        return supervise(config, &log);
+    }
     let client_command = demo.map(|args| client_command(&cli, args));
     match run(config, client_command, &log) {
         Ok(()) => ExitCode::SUCCESS,
@@ -276,6 +287,47 @@ fn main() -> ExitCode {
                 None => ExitCode::from(1),
             }
         }
+    }
+}
+
+/// `--supervise`: binds every listener and runs the broker as a child on them until it stops.
+#[cfg(unix)]
+fn supervise(config: Config, log: &logging::Log) -> ExitCode {
+    use appbroker::supervisor;
+    let fail = |e: &dyn std::fmt::Display| {
+        tracing::error!("supervisor: {e}");
+        if !log.to_console() {
+            logging::to_stderr(&format!("appbroker: {e}"));
+        }
+        ExitCode::from(1)
+    };
+    let mut held = Vec::new();
+    if let Err(e) = supervisor::hold(&config, &mut held) {
+        return fail(&e);
+    }
+    if let Err(e) = log.open_file() {
+        return fail(&e);
+    }
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => return fail(&format!("cannot find this program's file: {e}")),
+    };
+    // The same command line, less --supervise: the child is the broker itself.
+    let args = std::env::args_os()
+        .skip(1)
+        .filter(|a| a != "--supervise")
+        .collect();
+    let options = supervisor::Options { exe, args };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => return fail(&format!("cannot start the runtime: {e}")),
+    };
+    match runtime.block_on(supervisor::run(config, held, options)) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => fail(&appbroker::os_error::words(&e)),
     }
 }
 
@@ -468,7 +520,20 @@ fn bind_control_socket(
         return Ok(None);
     };
     let group = config.general.control_group.as_deref();
-    match admin::socket::ControlSocket::bind(path, group) {
+    let mut bound = admin::socket::ControlSocket::bind(path, group);
+    if let Err(admin::socket::SocketError::Live(_)) = &bound
+        && std::env::var_os(appbroker::supervisor::LISTENERS_ENV).is_some()
+    {
+        // A supervised broker replacing another (the ports changed): the one draining keeps
+        // its connection to the socket, the new one takes the path.
+        info!(
+            "taking the control socket {} over from the broker this one replaces",
+            path.display()
+        );
+        let _ = std::fs::remove_file(path);
+        bound = admin::socket::ControlSocket::bind(path, group);
+    }
+    match bound {
         Ok(socket) => Ok(Some(socket)),
         // Another broker runs this file, or the operator named a socket or group that cannot
         // be: a start that says so beats a broker nobody can administer.
@@ -520,6 +585,18 @@ fn serve_control_socket(
     Ok(None)
 }
 
+/// The listeners a supervisor handed down, one set per balancer; `None` when there is none.
+#[cfg(unix)]
+fn inherited(config: &Config) -> anyhow::Result<Option<Vec<Vec<std::net::TcpListener>>>> {
+    Ok(appbroker::supervisor::inherited_listeners(config)?)
+}
+
+/// No supervisor without Unix.
+#[cfg(not(unix))]
+fn inherited(_config: &Config) -> anyhow::Result<Option<Vec<Vec<std::net::TcpListener>>>> {
+    Ok(None)
+}
+
 /// Runs the broker; with `demo` (the command that runs its client), the demo's stand-in
 /// servers and console too.
 fn run(config: Config, demo: Option<String>, log: &logging::Log) -> anyhow::Result<()> {
@@ -554,7 +631,10 @@ fn run(config: Config, demo: Option<String>, log: &logging::Log) -> anyhow::Resu
         // Before the ports: a second broker on the same file says so, rather than that its
         // ports are taken.
         let mut socket = bind_control_socket(socket_path.as_deref(), &config)?;
-        let bound = Broker::bind(config, workers)?;
+        let bound = match inherited(&config)? {
+            Some(listeners) => Broker::on_listeners(config, workers, listeners),
+            None => Broker::bind(config, workers)?,
+        };
         if let Some(path) = &state_path {
             admin::state_file::restore(path, &bound.balancers());
         }
@@ -568,6 +648,8 @@ fn run(config: Config, demo: Option<String>, log: &logging::Log) -> anyhow::Resu
         let mut broker = bound.start();
         let admin = std::sync::Arc::new(admin::Admin::new(broker.control(), state_path));
         let serving = serve_control_socket(socket.as_mut(), admin)?;
+        #[cfg(unix)]
+        appbroker::supervisor::report_ready();
         let control = broker.control();
         handle_signals(control.shutdown_state(), move || {
             control.reload_file_later()

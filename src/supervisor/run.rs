@@ -1,0 +1,390 @@
+//! The supervisor's loop: start a child on the listeners held, wait for it to serve or die,
+//! restart it (with back-off while it dies at start), forward signals, and replace it with a
+//! new child when a reload changes the ports.
+
+use std::ffi::OsString;
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tokio::io::AsyncReadExt;
+use tokio::process::Command;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::oneshot;
+use tracing::{error, info, warn};
+
+use super::{Backoff, Held, LISTENERS_ENV, READY_ENV, describe, encode, hold};
+use crate::config::{Config, show_duration};
+use crate::inherit;
+
+/// What the supervisor runs: the broker's binary with the command line it was given, less
+/// `--supervise`.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The binary.
+    pub exe: PathBuf,
+    /// Its arguments.
+    pub args: Vec<OsString>,
+}
+
+/// One child broker.
+struct Child {
+    process: tokio::process::Child,
+    pid: u32,
+    /// Fires when the child says READY (an error when it closed its end without); `None`
+    /// once it has fired.
+    ready: Option<oneshot::Receiver<()>>,
+    /// True once it said READY.
+    served: bool,
+}
+
+impl Child {
+    /// Starts the broker on `held`, with a socket to say READY on.
+    fn spawn(options: &Options, held: &[Held]) -> std::io::Result<Child> {
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
+        inherit::hand_down(&theirs)?;
+        let mut command = Command::new(&options.exe);
+        command
+            .args(&options.args)
+            .env(LISTENERS_ENV, encode(&Held::entries(held)))
+            .env(READY_ENV, theirs.as_raw_fd().to_string())
+            // Its own process group: a terminal's Ctrl-C reaches the supervisor only, which
+            // forwards it once (twice would make the broker exit at once).
+            .process_group(0);
+        let process = command.spawn()?;
+        // Only the child's copy may stay open: the end is seen when the child is gone.
+        drop(theirs);
+        ours.set_nonblocking(true)?;
+        let mut ours = tokio::net::UnixStream::from_std(ours)?;
+        let (said, ready) = oneshot::channel();
+        tokio::spawn(async move {
+            let mut line = [0u8; 6];
+            if ours.read_exact(&mut line).await.is_ok() && &line == b"READY\n" {
+                let _ = said.send(());
+            }
+        });
+        let pid = process.id().unwrap_or_default();
+        Ok(Child {
+            process,
+            pid,
+            ready: Some(ready),
+            served: false,
+        })
+    }
+
+    /// Sends `signal`; a child that is gone already needs none.
+    fn signal(&self, signal: Signal) {
+        if let Ok(pid) = i32::try_from(self.pid) {
+            let _ = kill(Pid::from_raw(pid), signal);
+        }
+    }
+}
+
+/// What happened to the replacing child.
+enum NextEvent {
+    /// It closed its READY socket: with the word (true) or without.
+    Said(bool),
+    /// It ended.
+    Ended(std::io::Result<std::process::ExitStatus>),
+}
+
+/// The signals the supervisor takes.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+/// What the supervisor's loop is doing.
+struct Supervisor {
+    options: Options,
+    config: Config,
+    held: Vec<Held>,
+    backoff: Backoff,
+    /// The child serving (or starting, when none served yet).
+    current: Child,
+    /// A child replacing `current` after a reload changed the ports, until it serves.
+    next: Option<Child>,
+    /// A stop was forwarded: the supervisor ends with the child.
+    stopping: bool,
+    /// When the last child died, to say how long the ports went unserved.
+    died_at: Option<Instant>,
+}
+
+/// Runs the supervisor until its child stops on purpose (after a forwarded SIGTERM or SIGINT,
+/// or an exit with code 0); the exit code to end with. `held` are the listeners `config`
+/// names, bound already.
+pub async fn run(config: Config, held: Vec<Held>, options: Options) -> std::io::Result<u8> {
+    let mut signals = Signals {
+        term: signal(SignalKind::terminate())?,
+        int: signal(SignalKind::interrupt())?,
+        hup: signal(SignalKind::hangup())?,
+    };
+    Held::hand_down(&held)?;
+    let current = Child::spawn(&options, &held)?;
+    info!(
+        "supervisor: holding {} listening socket(s); broker started (pid {})",
+        Held::entries(&held).len(),
+        current.pid
+    );
+    let mut supervisor = Supervisor {
+        options,
+        config,
+        held,
+        backoff: Backoff::default(),
+        current,
+        next: None,
+        stopping: false,
+        died_at: None,
+    };
+    supervisor.watch(&mut signals).await
+}
+
+impl Supervisor {
+    async fn watch(&mut self, signals: &mut Signals) -> std::io::Result<u8> {
+        loop {
+            let next_event = async {
+                let Some(next) = self.next.as_mut() else {
+                    return std::future::pending().await;
+                };
+                match next.ready.as_mut() {
+                    Some(ready) => tokio::select! {
+                        said = ready => NextEvent::Said(said.is_ok()),
+                        status = next.process.wait() => NextEvent::Ended(status),
+                    },
+                    None => NextEvent::Ended(next.process.wait().await),
+                }
+            };
+            let current = &mut self.current;
+            let current_said = async {
+                match current.ready.as_mut() {
+                    Some(ready) => ready.await.is_ok(),
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                status = current.process.wait() => {
+                    if let Some(code) = self.current_ended(status?, signals).await? {
+                        return Ok(code);
+                    }
+                }
+                said = current_said => {
+                    self.current.ready = None;
+                    if said {
+                        self.current_serves();
+                    }
+                }
+                event = next_event => match event {
+                    NextEvent::Said(said) => {
+                        if let Some(next) = self.next.as_mut() {
+                            next.ready = None;
+                        }
+                        if said {
+                            self.next_serves();
+                        }
+                    }
+                    NextEvent::Ended(status) => self.next_ended(status?),
+                },
+                _ = signals.hup.recv() => self.reload(),
+                _ = signals.term.recv() => self.stop(Signal::SIGTERM),
+                _ = signals.int.recv() => self.stop(Signal::SIGINT),
+            }
+        }
+    }
+
+    /// The replacing child ended before it served: the running one carries on.
+    fn next_ended(&mut self, status: std::process::ExitStatus) {
+        if let Some(next) = self.next.take() {
+            error!(
+                "supervisor: the new broker (pid {}) {} before it served; the running one \
+                 (pid {}) carries on",
+                next.pid,
+                describe(status),
+                self.current.pid
+            );
+        }
+    }
+
+    /// The current child said READY.
+    fn current_serves(&mut self) {
+        self.current.served = true;
+        self.backoff = Backoff::default();
+        match self.died_at.take() {
+            Some(died) => info!(
+                "supervisor: broker (pid {}) serves, {} after the last one died",
+                self.current.pid,
+                show_duration(died.elapsed())
+            ),
+            None => info!("supervisor: broker (pid {}) serves", self.current.pid),
+        }
+    }
+
+    /// The replacing child said READY: it becomes the current one, and the old one drains.
+    fn next_serves(&mut self) {
+        let Some(mut next) = self.next.take() else {
+            return;
+        };
+        next.served = true;
+        let old = std::mem::replace(&mut self.current, next);
+        info!(
+            "supervisor: broker (pid {}) serves; the previous one (pid {}) stops accepting and \
+             drains its connections",
+            self.current.pid, old.pid
+        );
+        old.signal(Signal::SIGTERM);
+        let mut process = old.process;
+        tokio::spawn(async move {
+            if let Ok(status) = process.wait().await {
+                info!(
+                    "supervisor: the previous broker (pid {}) {}",
+                    old.pid,
+                    describe(status)
+                );
+            }
+        });
+    }
+
+    /// The current child ended: the supervisor's exit code when it should stop with it; else
+    /// the next child is started (after the back-off when it died at start).
+    async fn current_ended(
+        &mut self,
+        status: std::process::ExitStatus,
+        signals: &mut Signals,
+    ) -> std::io::Result<Option<u8>> {
+        let pid = self.current.pid;
+        if self.stopping || status.success() {
+            info!(
+                "supervisor: broker (pid {pid}) {}; stopping",
+                describe(status)
+            );
+            // The replacing child, if any, goes too.
+            if let Some(next) = &self.next {
+                next.signal(Signal::SIGTERM);
+            }
+            return Ok(Some(
+                status.code().map_or(1, |c| u8::try_from(c).unwrap_or(1)),
+            ));
+        }
+        self.died_at = Some(Instant::now());
+        if let Some(next) = self.next.take() {
+            warn!(
+                "supervisor: broker (pid {pid}) {}; its replacement (pid {}) takes over",
+                describe(status),
+                next.pid
+            );
+            self.current = next;
+            return Ok(None);
+        }
+        let delay = self.backoff.after_exit(self.current.served);
+        if self.current.served {
+            warn!(
+                "supervisor: broker (pid {pid}) {} while serving; starting another now \
+                 (clients wait in the listen queue meanwhile)",
+                describe(status)
+            );
+        } else {
+            warn!(
+                "supervisor: broker (pid {pid}) {} before it served; starting another in {}",
+                describe(status),
+                show_duration(delay)
+            );
+            // A stop asked for meanwhile ends the wait, and the supervisor.
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = signals.term.recv() => return Ok(Some(0)),
+                _ = signals.int.recv() => return Ok(Some(0)),
+            }
+        }
+        self.current = self.respawn().await;
+        Ok(None)
+    }
+
+    /// A new child on the listeners held, retried with the back-off while it cannot be
+    /// started at all (the binary gone, no process left).
+    async fn respawn(&mut self) -> Child {
+        loop {
+            match Child::spawn(&self.options, &self.held) {
+                Ok(child) => {
+                    info!("supervisor: broker started (pid {})", child.pid);
+                    return child;
+                }
+                Err(e) => {
+                    let delay = self.backoff.after_exit(false);
+                    error!(
+                        "supervisor: cannot start the broker {}: {}; trying again in {}",
+                        self.options.exe.display(),
+                        crate::os_error::words(&e),
+                        show_duration(delay)
+                    );
+                    tokio::time::sleep(delay).await;
+                }
+            }
+        }
+    }
+
+    /// SIGHUP: the file read again; the child reloads in place when the ports are the same,
+    /// else a new child on the new set replaces it.
+    fn reload(&mut self) {
+        let config = match Config::from_path(&self.config.source) {
+            Ok(loaded) => loaded.config,
+            Err(_) => {
+                // The child reads it too and logs every error; the running one carries on.
+                info!("supervisor: received SIGHUP; passing it on to the broker");
+                self.current.signal(Signal::SIGHUP);
+                return;
+            }
+        };
+        let addresses = |c: &Config| c.balancers.iter().map(|b| b.listen).collect::<Vec<_>>();
+        if addresses(&config) == addresses(&self.config) {
+            info!("supervisor: received SIGHUP; passing it on to the broker");
+            self.current.signal(Signal::SIGHUP);
+            self.config = config;
+            return;
+        }
+        if let Err(e) = hold(&config, &mut self.held) {
+            error!("supervisor: {e}; the broker keeps the ports it has");
+            return;
+        }
+        self.config = config;
+        if let Err(e) = Held::hand_down(&self.held) {
+            error!(
+                "supervisor: cannot hand the listeners down: {}",
+                crate::os_error::words(&e)
+            );
+            return;
+        }
+        match Child::spawn(&self.options, &self.held) {
+            Ok(child) => {
+                info!(
+                    "supervisor: received SIGHUP: the ports changed; a new broker (pid {}) \
+                     starts on them and replaces the running one (pid {}) once it serves",
+                    child.pid, self.current.pid
+                );
+                if let Some(previous) = self.next.replace(child) {
+                    previous.signal(Signal::SIGTERM);
+                }
+            }
+            Err(e) => error!(
+                "supervisor: cannot start the broker {}: {}",
+                self.options.exe.display(),
+                crate::os_error::words(&e)
+            ),
+        }
+    }
+
+    /// SIGTERM or SIGINT: passed on; the supervisor stops with the child.
+    fn stop(&mut self, signal: Signal) {
+        info!(
+            "supervisor: received {}; passing it on to the broker (pid {}) and stopping with it",
+            signal.as_str(),
+            self.current.pid
+        );
+        self.stopping = true;
+        self.current.signal(signal);
+        if let Some(next) = &self.next {
+            next.signal(signal);
+        }
+    }
+}
