@@ -82,6 +82,19 @@ impl Child {
     }
 }
 
+/// The supervisor's exit code after its child's `status`: the child's own code; 0 when a stop
+/// was forwarded and the child ended by that signal (it had no handler yet: it was starting);
+/// else 1.
+fn stop_code(status: std::process::ExitStatus, stopping: bool) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    let forwarded = [Signal::SIGTERM as i32, Signal::SIGINT as i32];
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code).unwrap_or(1),
+        (None, Some(signal)) if stopping && forwarded.contains(&signal) => 0,
+        _ => 1,
+    }
+}
+
 /// What happened to the replacing child.
 enum NextEvent {
     /// It closed its READY socket: with the word (true) or without.
@@ -263,9 +276,7 @@ impl Supervisor {
             if let Some(next) = &self.next {
                 next.signal(Signal::SIGTERM);
             }
-            return Ok(Some(
-                status.code().map_or(1, |c| u8::try_from(c).unwrap_or(1)),
-            ));
+            return Ok(Some(stop_code(status, self.stopping)));
         }
         self.died_at = Some(Instant::now());
         if let Some(next) = self.next.take() {

@@ -1,0 +1,270 @@
+//! Supervised mode through the real binary (`appbroker --supervise`): the child SIGKILLed
+//! again and again under load refuses no one, a child that dies at start is restarted with
+//! a growing back-off, the supervisor's SIGTERM stops it with its child (even one starting),
+//! and a SIGHUP that adds a port makes the supervisor hold it too.
+#![cfg(target_os = "linux")]
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test that cannot go on should panic
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use common::*;
+use nix::sys::signal::Signal;
+use tokio::net::TcpStream;
+
+/// One balancer on 127.0.0.1:`@PORT@` over `server`, no monitor (these tests are about the
+/// processes), and `extra` lines in `[General]`.
+fn ini(server: &TestServer, extra: &str) -> String {
+    format!(
+        "[General]\nSHUTDOWN_TIMEOUT=5\n{extra}\n[BALANCE_SMART_CLIENT_DESKTOP]\n\
+         LOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT=@PORT@\nMONITORING_TYPE=DISABLED\n\
+         REMOTE_SERVER_01={}\n",
+        server.ini()
+    )
+}
+
+/// The pid of the `n`th child (from 1) that said it serves, from the supervisor's log.
+async fn serving_child(broker: &Broker, n: usize) -> i32 {
+    wait_serving(broker, n).await;
+    let lines: Vec<String> = broker
+        .logs()
+        .into_iter()
+        .filter(|l| l.contains("supervisor: broker (pid ") && l.contains(") serves"))
+        .collect();
+    assert!(lines.len() >= n, "{}", broker.log_text());
+    pid_in(&lines[n - 1])
+}
+
+/// The number after `(pid ` in `line`.
+fn pid_in(line: &str) -> i32 {
+    let start = line.find("(pid ").expect("a pid") + 5;
+    let digits: String = line[start..].chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().expect("a pid")
+}
+
+/// Waits until `n` lines say a child serves.
+async fn wait_serving(broker: &Broker, n: usize) {
+    let end = Instant::now() + DEADLINE;
+    while broker
+        .logs()
+        .iter()
+        .filter(|l| l.contains("supervisor: broker (pid ") && l.contains(") serves"))
+        .count()
+        < n
+    {
+        assert!(Instant::now() < end, "no child #{n} serves:\n{}", broker.log_text());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn kill(pid: i32, signal: Signal) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal).expect("signal the child");
+}
+
+/// True once process `pid` is gone (or a zombie nobody waits for).
+fn gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn killing_the_child_twenty_times_under_load_refuses_no_one() {
+    let server = TestServer::start("A").await;
+    let broker = Broker::start_with(&ini(&server, ""), &["--supervise"]).await;
+    let addr = broker.addr();
+    wait_serving(&broker, 1).await;
+    // The load: four clients in a loop, each a new connection and one exchange.
+    let stop = Arc::new(AtomicBool::new(false));
+    let refused = Arc::new(AtomicUsize::new(0));
+    let exchanges = Arc::new(AtomicUsize::new(0));
+    let cut = Arc::new(AtomicUsize::new(0));
+    let mut load = Vec::new();
+    for _ in 0..4 {
+        let (stop, refused, exchanges, cut) = (
+            Arc::clone(&stop),
+            Arc::clone(&refused),
+            Arc::clone(&exchanges),
+            Arc::clone(&cut),
+        );
+        load.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                match TcpStream::connect(addr).await {
+                    Err(_) => {
+                        refused.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(mut stream) => match exchange(&mut stream, "load").await {
+                        Ok(_) => {
+                            exchanges.fetch_add(1, Ordering::Relaxed);
+                        }
+                        // Accepted by the child that was killed: cut with it.
+                        Err(_) => {
+                            cut.fetch_add(1, Ordering::Relaxed);
+                        }
+                    },
+                }
+            }
+        }));
+    }
+    let mut gaps = Vec::new();
+    for kill_number in 1..=20 {
+        let pid = serving_child(&broker, kill_number).await;
+        let before = exchanges.load(Ordering::Relaxed);
+        eventually("the load goes through the child", || {
+            exchanges.load(Ordering::Relaxed) > before + 4
+        })
+        .await;
+        let killed = Instant::now();
+        kill(pid, Signal::SIGKILL);
+        // The next client accepted: a fresh connection that gets its answer.
+        let mut probe = within("a client served after the kill", TcpStream::connect(addr))
+            .await
+            .expect("connect after the kill");
+        exchange(&mut probe, "after the kill")
+            .await
+            .expect("served by the next child");
+        gaps.push(killed.elapsed());
+        wait_serving(&broker, kill_number + 1).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for task in load {
+        task.await.unwrap();
+    }
+    gaps.sort();
+    eprintln!(
+        "20 SIGKILLs under load: {} exchanges, {} cut with a killed child, {} refused; kill to \
+         next client served: median {:?}, max {:?}",
+        exchanges.load(Ordering::Relaxed),
+        cut.load(Ordering::Relaxed),
+        refused.load(Ordering::Relaxed),
+        gaps[gaps.len() / 2],
+        gaps[gaps.len() - 1]
+    );
+    assert_eq!(refused.load(Ordering::Relaxed), 0, "{}", broker.log_text());
+    assert_eq!(
+        broker.count_logs("killed by SIGKILL while serving; starting another now"),
+        20,
+        "{}",
+        broker.log_text()
+    );
+}
+
+#[tokio::test]
+async fn a_child_that_dies_at_start_is_restarted_with_a_growing_back_off() {
+    let server = TestServer::start("A").await;
+    let good = ini(&server, "");
+    let broker = Broker::start_with(&good, &["--supervise"]).await;
+    let pid = serving_child(&broker, 1).await;
+    let text = std::fs::read_to_string(&broker.config_path).unwrap();
+    // Every child started from now on finds an error in the file and exits at start.
+    std::fs::write(&broker.config_path, format!("{text}NO_SUCH_KEY=1\n")).unwrap();
+    kill(pid, Signal::SIGKILL);
+    broker
+        .wait_for_log("before it served; starting another in 400ms")
+        .await;
+    for delay in ["100ms", "200ms"] {
+        assert!(
+            broker.has_log(&format!(
+                "exited with code 2 before it served; starting another in {delay}"
+            )),
+            "{}",
+            broker.log_text()
+        );
+    }
+    // Mended, the next child serves, and the supervisor says how long the port went unserved.
+    std::fs::write(&broker.config_path, text).unwrap();
+    wait_serving(&broker, 2).await;
+    assert!(broker.has_log("after the last one died"), "{}", broker.log_text());
+    assert_eq!(ask(broker.addr()).await.unwrap(), "A");
+}
+
+#[tokio::test]
+async fn sigterm_stops_the_supervisor_with_its_child_serving_or_starting() {
+    let server = TestServer::start("A").await;
+    // Serving: the child drains and exits 0, the supervisor with it.
+    let mut broker = Broker::start_with(&ini(&server, ""), &["--supervise"]).await;
+    let pid = serving_child(&broker, 1).await;
+    broker.signal(Signal::SIGTERM);
+    let status = broker.wait_exit().await;
+    assert_eq!(status.code(), Some(0), "{}", broker.log_text());
+    assert!(gone(pid), "the child outlived its supervisor");
+    assert!(broker.has_log("supervisor: received SIGTERM; passing it on"));
+
+    // Starting: SIGTERM as soon as the supervisor started a new child.
+    let mut broker = Broker::start_with(&ini(&server, ""), &["--supervise"]).await;
+    let pid = serving_child(&broker, 1).await;
+    kill(pid, Signal::SIGKILL);
+    let line = broker.wait_for_log("supervisor: broker started (pid").await;
+    broker.signal(Signal::SIGTERM);
+    let status = broker.wait_exit().await;
+    assert_eq!(status.code(), Some(0), "{}", broker.log_text());
+    assert!(gone(pid_in(&line)), "{}", broker.log_text());
+}
+
+/// The inodes of the sockets listening on 127.0.0.1:`port`, from `/proc/net/tcp`.
+fn listening_inodes(port: u16) -> Vec<String> {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let local = format!("0100007F:{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|f| f.len() > 9 && f[1] == local && f[3] == "0A")
+        .map(|f| f[9].to_string())
+        .collect()
+}
+
+/// True when process `pid` holds a socket with one of `inodes`.
+fn holds(pid: u32, inodes: &[String]) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .any(|target| {
+            let target = target.to_string_lossy();
+            inodes.iter().any(|i| target == format!("socket:[{i}]"))
+        })
+}
+
+#[tokio::test]
+async fn a_port_added_by_sighup_is_held_by_the_supervisor_and_survives_a_crash() {
+    let a = TestServer::start("A").await;
+    let b = TestServer::start("B").await;
+    let broker = Broker::start_with(&ini(&a, ""), &["--supervise"]).await;
+    let first = serving_child(&broker, 1).await;
+    let second_port = broker.ports[1];
+    let added = format!(
+        "{}[BALANCE_WEB_SERVICES]\nLOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT={second_port}\n\
+         MONITORING_TYPE=DISABLED\nREMOTE_SERVER_01={}\n",
+        std::fs::read_to_string(&broker.config_path).unwrap(),
+        b.ini()
+    );
+    std::fs::write(&broker.config_path, added).unwrap();
+    broker.signal(Signal::SIGHUP);
+    broker
+        .wait_for_log("the ports changed; a new broker (pid")
+        .await;
+    wait_serving(&broker, 2).await;
+    broker
+        .wait_for_log(&format!("the previous broker (pid {first}) exited with code 0"))
+        .await;
+    let second: SocketAddr = SocketAddr::from(([127, 0, 0, 1], second_port));
+    assert_eq!(ask(second).await.unwrap(), "B");
+    let inodes = listening_inodes(second_port);
+    assert!(!inodes.is_empty());
+    assert!(
+        holds(broker.pid(), &inodes),
+        "the supervisor does not hold the new port"
+    );
+    // A crash now loses neither port.
+    kill(serving_child(&broker, 2).await, Signal::SIGKILL);
+    assert_eq!(ask(second).await.unwrap(), "B");
+    assert_eq!(ask(broker.addr()).await.unwrap(), "A");
+}
