@@ -42,7 +42,10 @@ async fn serving_child(broker: &Broker, n: usize) -> i32 {
 /// The number after `(pid ` in `line`.
 fn pid_in(line: &str) -> i32 {
     let start = line.find("(pid ").expect("a pid") + 5;
-    let digits: String = line[start..].chars().take_while(char::is_ascii_digit).collect();
+    let digits: String = line[start..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
     digits.parse().expect("a pid")
 }
 
@@ -56,7 +59,11 @@ async fn wait_serving(broker: &Broker, n: usize) {
         .count()
         < n
     {
-        assert!(Instant::now() < end, "no child #{n} serves:\n{}", broker.log_text());
+        assert!(
+            Instant::now() < end,
+            "no child #{n} serves:\n{}",
+            broker.log_text()
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
@@ -182,7 +189,11 @@ async fn a_child_that_dies_at_start_is_restarted_with_a_growing_back_off() {
     // Mended, the next child serves, and the supervisor says how long the port went unserved.
     std::fs::write(&broker.config_path, text).unwrap();
     wait_serving(&broker, 2).await;
-    assert!(broker.has_log("after the last one died"), "{}", broker.log_text());
+    assert!(
+        broker.has_log("after the last one died"),
+        "{}",
+        broker.log_text()
+    );
     assert_eq!(ask(broker.addr()).await.unwrap(), "A");
 }
 
@@ -253,7 +264,9 @@ async fn a_port_added_by_sighup_is_held_by_the_supervisor_and_survives_a_crash()
         .await;
     wait_serving(&broker, 2).await;
     broker
-        .wait_for_log(&format!("the previous broker (pid {first}) exited with code 0"))
+        .wait_for_log(&format!(
+            "the previous broker (pid {first}) exited with code 0"
+        ))
         .await;
     let second: SocketAddr = SocketAddr::from(([127, 0, 0, 1], second_port));
     assert_eq!(ask(second).await.unwrap(), "B");
