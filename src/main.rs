@@ -90,6 +90,17 @@ enum Command {
     /// whatever the query interface allows; it checks liveness, not whether any AppServer is
     /// up. For keepalived's track_script (contrib/keepalived).
     Ping,
+
+    /// Upgrade in place: the supervisor of --config (appbroker --supervise) re-executes
+    /// itself from the binary now on disk (same pid), starts a new broker on the listeners it
+    /// holds, with the state file's overrides and quarantines, and once that one serves, the
+    /// old one stops accepting and drains for SHUTDOWN_TIMEOUT. The new binary checks the
+    /// file first.
+    ///
+    /// Exit codes: 0 upgraded; 1 refused (the reason is printed; the running broker carries
+    /// on), or the broker runs without a supervisor; 3 no supervisor answered.
+    #[command(verbatim_doc_comment)]
+    Upgrade,
 }
 
 #[derive(Debug, clap::Args)]
@@ -198,6 +209,7 @@ fn main() -> ExitCode {
     match &cli.command {
         Some(Command::Ctl(args)) => return ctl(&cli, args),
         Some(Command::Ping) => return ping(&cli),
+        Some(Command::Upgrade) => return upgrade(&cli),
         _ => {}
     }
     let demo = match &cli.command {
@@ -290,10 +302,11 @@ fn main() -> ExitCode {
     }
 }
 
-/// `--supervise`: binds every listener and runs the broker as a child on them until it stops.
+/// `--supervise`: binds every listener (or, re-executed by an upgrade, takes them over) and
+/// runs the broker as a child on them until it stops.
 #[cfg(unix)]
 fn supervise(config: Config, log: &logging::Log) -> ExitCode {
-    use appbroker::supervisor;
+    use appbroker::supervisor::{self, upgrade};
     let fail = |e: &dyn std::fmt::Display| {
         tracing::error!("supervisor: {e}");
         if !log.to_console() {
@@ -301,13 +314,32 @@ fn supervise(config: Config, log: &logging::Log) -> ExitCode {
         }
         ExitCode::from(1)
     };
-    let mut held = Vec::new();
+    let handover = std::env::var(upgrade::HANDOVER_ENV)
+        .ok()
+        .and_then(|text| upgrade::Handover::decode(&text));
+    let mut held = match supervisor::inherited_held() {
+        Ok(held) => held,
+        Err(e) => return fail(&e),
+    };
     if let Err(e) = supervisor::hold(&config, &mut held) {
         return fail(&e);
     }
     if let Err(e) = log.open_file() {
         return fail(&e);
     }
+    let taken = handover.map(|h| -> Result<_, appbroker::inherit::InheritError> {
+        let socket = appbroker::inherit::take_socket(h.socket)?;
+        let client = appbroker::inherit::take_socket(h.client)?;
+        Ok((h.child, socket.into(), client.into()))
+    });
+    let (socket, upgrading) = match taken {
+        Some(Ok((child, socket, client))) => (Some(socket), Some((child, client))),
+        Some(Err(e)) => return fail(&format!("cannot take over after the upgrade: {e}")),
+        None => match supervisor_socket(&config) {
+            Ok(socket) => (socket, None),
+            Err(e) => return fail(&e),
+        },
+    };
     let exe = match std::env::current_exe() {
         Ok(exe) => exe,
         Err(e) => return fail(&format!("cannot find this program's file: {e}")),
@@ -317,7 +349,13 @@ fn supervise(config: Config, log: &logging::Log) -> ExitCode {
         .skip(1)
         .filter(|a| a != "--supervise")
         .collect();
-    let options = supervisor::Options { exe, args };
+    let start = supervisor::Start {
+        config,
+        held,
+        options: supervisor::Options { exe, args },
+        socket,
+        upgrading,
+    };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -325,10 +363,87 @@ fn supervise(config: Config, log: &logging::Log) -> ExitCode {
         Ok(runtime) => runtime,
         Err(e) => return fail(&format!("cannot start the runtime: {e}")),
     };
-    match runtime.block_on(supervisor::run(config, held, options)) {
+    match runtime.block_on(supervisor::run(start)) {
         Ok(code) => ExitCode::from(code),
         Err(e) => fail(&appbroker::os_error::words(&e)),
     }
+}
+
+/// The supervisor's socket for `appbroker upgrade`, beside the broker's control socket;
+/// `None` with `CONTROL_SOCKET=0`.
+#[cfg(unix)]
+fn supervisor_socket(config: &Config) -> Result<Option<std::os::unix::net::UnixListener>, String> {
+    let env = admin::paths::Env::current();
+    let Some(control) = admin::paths::control_socket(&config.general, &config.source, &env)
+    else {
+        info!("supervisor: no control socket (CONTROL_SOCKET=0), so no `appbroker upgrade`");
+        return Ok(None);
+    };
+    let path = appbroker::supervisor::upgrade::socket_path(&control);
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    match appbroker::supervisor::upgrade::bind(&path) {
+        Ok(socket) => {
+            info!("supervisor: `appbroker upgrade` asks on {}", path.display());
+            Ok(Some(socket))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Err(e.to_string()),
+        Err(e) => {
+            warn!(
+                "supervisor: cannot make {}: {}; `appbroker upgrade` cannot reach this \
+                 supervisor",
+                path.display(),
+                appbroker::os_error::words(&e)
+            );
+            Ok(None)
+        }
+    }
+}
+
+/// `appbroker upgrade`: asks the supervisor of --config to re-execute itself from the binary
+/// on disk and replace the broker; 0 upgraded, 1 refused, 3 no supervisor answered.
+#[cfg(unix)]
+fn upgrade(cli: &Cli) -> ExitCode {
+    use appbroker::supervisor::upgrade;
+    let control = match control_socket(cli, None) {
+        Ok(control) => control,
+        Err(code) => return code,
+    };
+    let path = upgrade::socket_path(&control);
+    match upgrade::ask(&path) {
+        Ok(answer) if answer.starts_with("upgraded") => {
+            let _ = writeln!(std::io::stdout(), "{answer}");
+            ExitCode::SUCCESS
+        }
+        Ok(answer) => {
+            logging::to_stderr(&format!("appbroker upgrade: {answer}"));
+            ExitCode::from(admin::ctl::REFUSED)
+        }
+        Err(e @ upgrade::AskError::NoSupervisor { .. }) => {
+            // A broker that runs without a supervisor answers on the control socket.
+            if admin::ctl::ask(&control, &Request::Ping, Duration::ZERO).is_ok() {
+                logging::to_stderr(
+                    "appbroker upgrade: the broker runs without a supervisor; an upgrade needs \
+                     the supervised mode (appbroker --supervise): restart it that way",
+                );
+                return ExitCode::from(admin::ctl::REFUSED);
+            }
+            logging::to_stderr(&format!("appbroker upgrade: {e}"));
+            ExitCode::from(admin::ctl::NO_BROKER)
+        }
+        Err(e) => {
+            logging::to_stderr(&format!("appbroker upgrade: {e}"));
+            ExitCode::from(admin::ctl::NO_BROKER)
+        }
+    }
+}
+
+/// No supervisor without Unix.
+#[cfg(not(unix))]
+fn upgrade(_cli: &Cli) -> ExitCode {
+    logging::to_stderr("appbroker upgrade: the supervised mode needs a Unix system");
+    ExitCode::from(1)
 }
 
 /// The control socket of the broker of `--config` (default `appserver.ini`), or the exit code

@@ -27,8 +27,9 @@ use crate::config::Config;
 use crate::inherit;
 
 mod run;
+pub mod upgrade;
 
-pub use run::{Options, run};
+pub use run::{Options, Start, run};
 
 /// The environment variable naming a supervised child's listeners: `FD@ADDRESS` entries
 /// separated by commas, ADDRESS being the configured `LOCAL_SERVER_ADDRESS:LOCAL_SERVER_PORT`
@@ -163,6 +164,26 @@ pub fn inherited_listeners(
         sets.push(set);
     }
     Ok(Some(sets))
+}
+
+/// The listeners a previous image of this supervisor held, from [`LISTENERS_ENV`] (after an
+/// upgrade's re-execution); empty when there is none.
+pub fn inherited_held() -> Result<Vec<Held>, InheritedError> {
+    let Ok(text) = std::env::var(LISTENERS_ENV) else {
+        return Ok(Vec::new());
+    };
+    let mut held: Vec<Held> = Vec::new();
+    for (fd, addr) in decode(&text).map_err(InheritedError::Malformed)? {
+        let listener = inherit::take_listener(fd)?;
+        match held.iter_mut().find(|h| h.configured == addr) {
+            Some(h) => h.listeners.push(listener),
+            None => held.push(Held {
+                configured: addr,
+                listeners: vec![listener],
+            }),
+        }
+    }
+    Ok(held)
 }
 
 /// Tells the supervisor, if there is one, that this child serves. Errors are the

@@ -12,9 +12,10 @@ use nix::unistd::Pid;
 use tokio::io::AsyncReadExt;
 use tokio::process::Command;
 use tokio::signal::unix::{SignalKind, signal};
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 use tracing::{error, info, warn};
 
+use super::upgrade::{HANDOVER_ENV, Handover, REQUEST};
 use super::{Backoff, Held, LISTENERS_ENV, READY_ENV, describe, encode, hold};
 use crate::config::{Config, show_duration};
 use crate::inherit;
@@ -31,7 +32,9 @@ pub struct Options {
 
 /// One child broker.
 struct Child {
-    process: tokio::process::Child,
+    /// Fires with its exit status once it has ended (an error when it could not be waited
+    /// for).
+    ended: oneshot::Receiver<std::io::Result<std::process::ExitStatus>>,
     pid: u32,
     /// Fires when the child says READY (an error when it closed its end without); `None`
     /// once it has fired.
@@ -53,7 +56,9 @@ impl Child {
             // Its own process group: a terminal's Ctrl-C reaches the supervisor only, which
             // forwards it once (twice would make the broker exit at once).
             .process_group(0);
-        let process = command.spawn()?;
+        // Not for the broker: what one supervisor image tells the next.
+        command.env_remove(super::upgrade::HANDOVER_ENV);
+        let mut process = command.spawn()?;
         // Only the child's copy may stay open: the end is seen when the child is gone.
         drop(theirs);
         ours.set_nonblocking(true)?;
@@ -66,18 +71,106 @@ impl Child {
             }
         });
         let pid = process.id().unwrap_or_default();
+        let (tell, ended) = oneshot::channel();
+        tokio::spawn(async move {
+            let _ = tell.send(process.wait().await);
+        });
         Ok(Child {
-            process,
+            ended,
             pid,
             ready: Some(ready),
             served: false,
         })
     }
 
+    /// The child a previous image of this supervisor started before it re-executed itself
+    /// (an upgrade): still this process's child, waited for by its pid.
+    fn adopt(pid: u32) -> Child {
+        let (tell, ended) = oneshot::channel();
+        let (_, ready) = oneshot::channel();
+        tokio::task::spawn_blocking(move || {
+            let status = i32::try_from(pid)
+                .map_err(std::io::Error::other)
+                .and_then(|pid| wait_for(Pid::from_raw(pid)));
+            let _ = tell.send(status);
+        });
+        Child {
+            ended,
+            pid,
+            ready: Some(ready),
+            served: true,
+        }
+    }
+
+    /// Its exit status, once it has ended.
+    async fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        ended(&mut self.ended).await
+    }
+
     /// Sends `signal`; a child that is gone already needs none.
     fn signal(&self, signal: Signal) {
         if let Ok(pid) = i32::try_from(self.pid) {
             let _ = kill(Pid::from_raw(pid), signal);
+        }
+    }
+}
+
+/// A child's exit status from its `ended` channel.
+async fn ended(
+    ended: &mut oneshot::Receiver<std::io::Result<std::process::ExitStatus>>,
+) -> std::io::Result<std::process::ExitStatus> {
+    ended
+        .await
+        .unwrap_or_else(|_| Err(std::io::Error::other("its waiter ended")))
+}
+
+/// Reads the one request line of a connection on the supervisor's socket (bounded in time
+/// and size, in a task of its own so a silent client holds nothing up) and hands the
+/// connection on when it asks for an upgrade.
+fn read_request(
+    stream: tokio::net::UnixStream,
+    requests: mpsc::Sender<std::os::unix::net::UnixStream>,
+) {
+    tokio::spawn(async move {
+        let mut line = Vec::new();
+        let mut reader = tokio::io::BufReader::new(stream).take(64);
+        let read = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            tokio::io::AsyncBufReadExt::read_until(&mut reader, b'\n', &mut line),
+        )
+        .await;
+        let Ok(stream) = reader.into_inner().into_inner().into_std() else {
+            return;
+        };
+        if read.is_ok() && line.trim_ascii() == REQUEST.as_bytes() {
+            let _ = stream.set_nonblocking(false);
+            let _ = requests.send(stream).await;
+        } else {
+            answer(stream, "refused: unknown request (this socket takes `upgrade`)");
+        }
+    });
+}
+
+/// Writes `line` to an `appbroker upgrade` and hangs up.
+fn answer(mut client: std::os::unix::net::UnixStream, line: &str) {
+    use std::io::Write;
+    let _ = client.set_nonblocking(false);
+    let _ = client.set_write_timeout(Some(std::time::Duration::from_secs(5)));
+    let _ = client.write_all(format!("{line}\n").as_bytes());
+}
+
+/// Waits for child `pid` to end; its status.
+fn wait_for(pid: Pid) -> std::io::Result<std::process::ExitStatus> {
+    use nix::sys::wait::{WaitStatus, waitpid};
+    use std::os::unix::process::ExitStatusExt;
+    loop {
+        match waitpid(pid, None)? {
+            WaitStatus::Exited(_, code) => return Ok(ExitStatusExt::from_raw((code & 0xff) << 8)),
+            WaitStatus::Signaled(_, signal, core) => {
+                let core = if core { 0x80 } else { 0 };
+                return Ok(ExitStatusExt::from_raw(signal as i32 | core));
+            }
+            _ => continue,
         }
     }
 }
@@ -124,40 +217,112 @@ struct Supervisor {
     stopping: bool,
     /// When the last child died, to say how long the ports went unserved.
     died_at: Option<Instant>,
+    /// The socket `appbroker upgrade` asks on.
+    socket: Option<tokio::net::UnixListener>,
+    /// Where connections on it send their request, once read.
+    requests: mpsc::Sender<std::os::unix::net::UnixStream>,
+    /// The `appbroker upgrade` waiting for the new broker to serve (or fail).
+    waiting: Option<std::os::unix::net::UnixStream>,
+}
+
+/// Where the supervisor starts from.
+pub struct Start {
+    /// The configuration it read.
+    pub config: Config,
+    /// The listeners `config` names, bound already (or inherited).
+    pub held: Vec<Held>,
+    /// What to run.
+    pub options: Options,
+    /// Its socket for `appbroker upgrade` (`None` with `CONTROL_SOCKET=0`).
+    pub socket: Option<std::os::unix::net::UnixListener>,
+    /// After an upgrade's re-execution: the broker the previous image ran, and the
+    /// connection waiting for the answer.
+    pub upgrading: Option<(u32, std::os::unix::net::UnixStream)>,
 }
 
 /// Runs the supervisor until its child stops on purpose (after a forwarded SIGTERM or SIGINT,
-/// or an exit with code 0); the exit code to end with. `held` are the listeners `config`
-/// names, bound already.
-pub async fn run(config: Config, held: Vec<Held>, options: Options) -> std::io::Result<u8> {
+/// or an exit with code 0); the exit code to end with.
+pub async fn run(start: Start) -> std::io::Result<u8> {
     let mut signals = Signals {
         term: signal(SignalKind::terminate())?,
         int: signal(SignalKind::interrupt())?,
         hup: signal(SignalKind::hangup())?,
     };
+    let Start {
+        config,
+        held,
+        options,
+        socket,
+        upgrading,
+    } = start;
     Held::hand_down(&held)?;
-    let current = Child::spawn(&options, &held)?;
-    info!(
-        "supervisor: holding {} listening socket(s); broker started (pid {})",
-        Held::entries(&held).len(),
-        current.pid
-    );
+    let (requests, incoming) = mpsc::channel(1);
+    let socket = match socket {
+        Some(listener) => {
+            listener.set_nonblocking(true)?;
+            let listener = tokio::net::UnixListener::from_std(listener)?;
+            Some(listener)
+        }
+        None => None,
+    };
+    let (current, next, waiting) = match upgrading {
+        Some((pid, client)) => {
+            let next = Child::spawn(&options, &held)?;
+            info!(
+                "supervisor: re-executed {} for an upgrade; new broker started (pid {}), the \
+                 running one (pid {pid}) serves until it does",
+                options.exe.display(),
+                next.pid
+            );
+            (Child::adopt(pid), Some(next), Some(client))
+        }
+        None => {
+            let current = Child::spawn(&options, &held)?;
+            info!(
+                "supervisor: holding {} listening socket(s); broker started (pid {})",
+                Held::entries(&held).len(),
+                current.pid
+            );
+            (current, None, None)
+        }
+    };
     let mut supervisor = Supervisor {
         options,
         config,
         held,
         backoff: Backoff::default(),
         current,
-        next: None,
+        next,
         stopping: false,
         died_at: None,
+        socket,
+        requests,
+        waiting,
     };
-    supervisor.watch(&mut signals).await
+    let code = supervisor.watch(&mut signals, incoming).await;
+    // Stopping for good (an upgrade's exec never comes back here): its socket goes with it.
+    if let Some(socket) = &supervisor.socket
+        && let Ok(address) = socket.local_addr()
+        && let Some(path) = address.as_pathname()
+    {
+        let _ = std::fs::remove_file(path);
+    }
+    code
 }
 
 impl Supervisor {
-    async fn watch(&mut self, signals: &mut Signals) -> std::io::Result<u8> {
+    async fn watch(
+        &mut self,
+        signals: &mut Signals,
+        mut incoming: mpsc::Receiver<std::os::unix::net::UnixStream>,
+    ) -> std::io::Result<u8> {
         loop {
+            let accepted = async {
+                match &self.socket {
+                    Some(socket) => socket.accept().await.map(|(stream, _)| stream),
+                    None => std::future::pending().await,
+                }
+            };
             let next_event = async {
                 let Some(next) = self.next.as_mut() else {
                     return std::future::pending().await;
@@ -165,9 +330,9 @@ impl Supervisor {
                 match next.ready.as_mut() {
                     Some(ready) => tokio::select! {
                         said = ready => NextEvent::Said(said.is_ok()),
-                        status = next.process.wait() => NextEvent::Ended(status),
+                        status = ended(&mut next.ended) => NextEvent::Ended(status),
                     },
-                    None => NextEvent::Ended(next.process.wait().await),
+                    None => NextEvent::Ended(next.wait().await),
                 }
             };
             let current = &mut self.current;
@@ -178,7 +343,7 @@ impl Supervisor {
                 }
             };
             tokio::select! {
-                status = current.process.wait() => {
+                status = ended(&mut current.ended) => {
                     if let Some(code) = self.current_ended(status?, signals).await? {
                         return Ok(code);
                     }
@@ -200,6 +365,8 @@ impl Supervisor {
                     }
                     NextEvent::Ended(status) => self.next_ended(status?),
                 },
+                Ok(stream) = accepted => read_request(stream, self.requests.clone()),
+                Some(client) = incoming.recv() => self.upgrade(client).await,
                 _ = signals.hup.recv() => self.reload(),
                 _ = signals.term.recv() => self.stop(Signal::SIGTERM),
                 _ = signals.int.recv() => self.stop(Signal::SIGINT),
@@ -210,14 +377,95 @@ impl Supervisor {
     /// The replacing child ended before it served: the running one carries on.
     fn next_ended(&mut self, status: std::process::ExitStatus) {
         if let Some(next) = self.next.take() {
-            error!(
-                "supervisor: the new broker (pid {}) {} before it served; the running one \
-                 (pid {}) carries on",
+            let what = format!(
+                "the new broker (pid {}) {} before it served; the running one (pid {}) \
+                 carries on",
                 next.pid,
                 describe(status),
                 self.current.pid
             );
+            error!("supervisor: {what}");
+            self.answer(&format!("refused: {what} (its log says why)"));
         }
+    }
+
+    /// Answers the `appbroker upgrade` waiting, if one is.
+    fn answer(&mut self, line: &str) {
+        if let Some(client) = self.waiting.take() {
+            answer(client, line);
+        }
+    }
+
+    /// `appbroker upgrade`: the new binary checks the file; then this process re-executes
+    /// itself from it, handing over the listeners, the running broker and `client`, which the
+    /// next image answers once the new broker serves (or fails). Returns only when refused.
+    async fn upgrade(&mut self, client: std::os::unix::net::UnixStream) {
+        if self.next.is_some() || self.waiting.is_some() {
+            answer(
+                client,
+                "refused: a new broker is starting already; try again once it serves",
+            );
+            return;
+        }
+        let exe = &self.options.exe;
+        info!("supervisor: upgrade asked: checking the configuration with {}", exe.display());
+        let check = Command::new(exe)
+            .arg("--check")
+            .arg("--config")
+            .arg(&self.config.source)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .await;
+        let refused = match check {
+            Err(e) => Some(format!("cannot run {}: {}", exe.display(), crate::os_error::words(&e))),
+            Ok(out) if !out.status.success() => {
+                let errors = String::from_utf8_lossy(&out.stderr);
+                let errors: Vec<&str> = errors.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+                Some(format!(
+                    "{} --check {}: {}",
+                    exe.display(),
+                    describe(out.status),
+                    errors.join(" | ")
+                ))
+            }
+            Ok(_) => None,
+        };
+        if let Some(why) = refused {
+            warn!("supervisor: upgrade refused: {why}; the running broker carries on");
+            answer(client, &format!("refused: {why}; the running broker carries on"));
+            return;
+        }
+        let why = self.exec(&client);
+        error!("supervisor: upgrade refused: {why}; the running broker carries on");
+        answer(client, &format!("refused: {why}; the running broker carries on"));
+    }
+
+    /// Re-executes this process from the binary on disk with the handover; returns only on
+    /// failure, with why.
+    fn exec(&self, client: &std::os::unix::net::UnixStream) -> String {
+        use std::os::unix::process::CommandExt;
+        let Some(socket) = &self.socket else {
+            return "the supervisor has no socket".into();
+        };
+        let handover = Handover {
+            child: self.current.pid,
+            client: client.as_raw_fd(),
+            socket: socket.as_raw_fd(),
+        };
+        let handed = Held::hand_down(&self.held)
+            .and_then(|()| inherit::hand_down(client))
+            .and_then(|()| inherit::hand_down(socket));
+        if let Err(e) = handed {
+            return format!("cannot hand the sockets down: {}", crate::os_error::words(&e));
+        }
+        info!("supervisor: re-executing {} (same pid)", self.options.exe.display());
+        let e = std::process::Command::new(&self.options.exe)
+            .arg("--supervise")
+            .args(&self.options.args)
+            .env(LISTENERS_ENV, encode(&Held::entries(&self.held)))
+            .env(HANDOVER_ENV, handover.encode())
+            .exec();
+        format!("cannot re-execute {}: {}", self.options.exe.display(), crate::os_error::words(&e))
     }
 
     /// The current child said READY.
@@ -241,15 +489,20 @@ impl Supervisor {
         };
         next.served = true;
         let old = std::mem::replace(&mut self.current, next);
+        let line = format!(
+            "upgraded: broker (pid {}) serves; the previous one (pid {}) drains",
+            self.current.pid, old.pid
+        );
+        self.answer(&line);
         info!(
             "supervisor: broker (pid {}) serves; the previous one (pid {}) stops accepting and \
              drains its connections",
             self.current.pid, old.pid
         );
         old.signal(Signal::SIGTERM);
-        let mut process = old.process;
+        let mut old = old;
         tokio::spawn(async move {
-            if let Ok(status) = process.wait().await {
+            if let Ok(status) = old.wait().await {
                 info!(
                     "supervisor: the previous broker (pid {}) {}",
                     old.pid,
