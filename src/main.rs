@@ -374,8 +374,7 @@ fn supervise(config: Config, log: &logging::Log) -> ExitCode {
 #[cfg(unix)]
 fn supervisor_socket(config: &Config) -> Result<Option<std::os::unix::net::UnixListener>, String> {
     let env = admin::paths::Env::current();
-    let Some(control) = admin::paths::control_socket(&config.general, &config.source, &env)
-    else {
+    let Some(control) = admin::paths::control_socket(&config.general, &config.source, &env) else {
         info!("supervisor: no control socket (CONTROL_SOCKET=0), so no `appbroker upgrade`");
         return Ok(None);
     };

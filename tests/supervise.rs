@@ -281,3 +281,187 @@ async fn a_port_added_by_sighup_is_held_by_the_supervisor_and_survives_a_crash()
     assert_eq!(ask(second).await.unwrap(), "B");
     assert_eq!(ask(broker.addr()).await.unwrap(), "A");
 }
+
+/// `appbroker ARGS --config <the broker's file>`, run to its end with the broker's
+/// directories: (exit code, stdout, stderr).
+async fn command(broker: &Broker, args: &[&str]) -> (i32, String, String) {
+    let mut command = std::process::Command::new(binary());
+    command.args(args).arg("--config").arg(&broker.config_path);
+    own_admin_dirs(&mut command, broker.dir.path());
+    tokio::task::spawn_blocking(move || run_bounded(command))
+        .await
+        .unwrap()
+}
+
+/// Four clients in a loop, each a new connection and one exchange, until told to stop:
+/// (exchanges, failures) once stopped. Every failure is a refused connect or a failed
+/// exchange.
+struct Load {
+    stop: Arc<AtomicBool>,
+    exchanges: Arc<AtomicUsize>,
+    failures: Arc<std::sync::Mutex<Vec<String>>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(addr: SocketAddr) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let exchanges = Arc::new(AtomicUsize::new(0));
+        let failures = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let tasks = (0..4)
+            .map(|_| {
+                let (stop, exchanges, failures) = (
+                    Arc::clone(&stop),
+                    Arc::clone(&exchanges),
+                    Arc::clone(&failures),
+                );
+                tokio::spawn(async move {
+                    while !stop.load(Ordering::Relaxed) {
+                        let result = match TcpStream::connect(addr).await {
+                            Ok(mut stream) => exchange(&mut stream, "load").await.map(|_| ()),
+                            Err(e) => Err(e),
+                        };
+                        match result {
+                            Ok(()) => exchanges.fetch_add(1, Ordering::Relaxed),
+                            Err(e) => {
+                                failures.lock().unwrap().push(e.to_string());
+                                0
+                            }
+                        };
+                    }
+                })
+            })
+            .collect();
+        Load {
+            stop,
+            exchanges,
+            failures,
+            tasks,
+        }
+    }
+
+    async fn moved_on(&self) {
+        let before = self.exchanges.load(Ordering::Relaxed);
+        eventually("the load goes through", || {
+            self.exchanges.load(Ordering::Relaxed) > before + 4
+        })
+        .await;
+    }
+
+    async fn stop(self) -> (usize, Vec<String>) {
+        self.stop.store(true, Ordering::Relaxed);
+        for task in self.tasks {
+            task.await.unwrap();
+        }
+        let failures = self.failures.lock().unwrap().clone();
+        (self.exchanges.load(Ordering::Relaxed), failures)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn twenty_upgrades_under_load_fail_no_exchange_and_keep_the_overrides() {
+    let a = TestServer::start("A").await;
+    let b = TestServer::start("B").await;
+    let text = format!(
+        "[General]\nSHUTDOWN_TIMEOUT=5\n[BALANCE_SMART_CLIENT_DESKTOP]\n\
+         LOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT=@PORT@\nMONITORING_TYPE=DISABLED\n\
+         REMOTE_SERVER_01={}\nREMOTE_SERVER_02={}\n",
+        a.ini(),
+        b.ini()
+    );
+    let broker = Broker::start_with(&text, &["--supervise"]).await;
+    wait_serving(&broker, 1).await;
+    let (code, _, err) = command(&broker, &["ctl", "disable", "SMART_CLIENT_DESKTOP", "02"]).await;
+    assert_eq!(code, 0, "{err}");
+    let load = Load::start(broker.addr());
+    for upgrade in 1..=20 {
+        load.moved_on().await;
+        let old = serving_child(&broker, upgrade).await;
+        // Opened before the upgrade: it finishes on the old broker, which drains.
+        let (mut held, name) = hold(broker.addr()).await;
+        assert_eq!(name, "A");
+        let (code, out, err) = command(&broker, &["upgrade"]).await;
+        assert_eq!(
+            code,
+            0,
+            "upgrade {upgrade}: {out}{err}\n{}",
+            broker.log_text()
+        );
+        assert!(out.starts_with("upgraded: broker (pid "), "{out}");
+        assert_ne!(serving_child(&broker, upgrade + 1).await, old);
+        assert_eq!(exchange(&mut held, "after the upgrade").await.unwrap(), "A");
+        drop(held);
+        broker
+            .wait_for_log(&format!(
+                "the previous broker (pid {old}) exited with code 0"
+            ))
+            .await;
+    }
+    load.moved_on().await;
+    let (exchanges, failures) = load.stop().await;
+    eprintln!(
+        "20 upgrades under load: {exchanges} exchanges, {} failed",
+        failures.len()
+    );
+    assert!(failures.is_empty(), "{failures:?}\n{}", broker.log_text());
+    // The same supervisor all along, and server 02 still disabled: every client on A.
+    assert_eq!(broker.count_logs("re-executing"), 20);
+    assert!(broker.child.id() > 0 && !gone(broker.pid() as i32));
+    let (_, show, _) = command(&broker, &["ctl", "show"]).await;
+    assert!(show.to_lowercase().contains("disabled"), "{show}");
+    assert_eq!(ask_many(broker.addr(), 4).await, ["A", "A", "A", "A"]);
+}
+
+#[tokio::test]
+async fn an_upgrade_with_a_broken_file_is_refused_and_the_broker_carries_on() {
+    let server = TestServer::start("A").await;
+    let broker = Broker::start_with(&ini(&server, ""), &["--supervise"]).await;
+    let pid = serving_child(&broker, 1).await;
+    let text = std::fs::read_to_string(&broker.config_path).unwrap();
+    std::fs::write(&broker.config_path, format!("{text}NO_SUCH_KEY=1\n")).unwrap();
+    let (code, out, err) = command(&broker, &["upgrade"]).await;
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("refused") && err.contains("NO_SUCH_KEY") && err.contains("carries on"),
+        "{err}"
+    );
+    assert!(!gone(pid));
+    assert_eq!(ask(broker.addr()).await.unwrap(), "A");
+    assert_eq!(broker.count_logs("re-executing"), 0);
+}
+
+#[tokio::test]
+async fn upgrade_without_a_supervisor_says_so_and_without_a_broker_exits_3() {
+    let server = TestServer::start("A").await;
+    let mut broker = Broker::start(&ini(&server, "")).await;
+    let (code, _, err) = command(&broker, &["upgrade"]).await;
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("needs the supervised mode"), "{err}");
+    broker.signal(Signal::SIGTERM);
+    broker.wait_exit().await;
+    let (code, _, err) = command(&broker, &["upgrade"]).await;
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("no supervisor answers"), "{err}");
+}
+
+#[tokio::test]
+async fn an_old_broker_that_does_not_drain_is_cut_at_shutdown_timeout() {
+    let server = TestServer::start("A").await;
+    let broker = Broker::start_with(
+        &ini(&server, "").replace("SHUTDOWN_TIMEOUT=5", "SHUTDOWN_TIMEOUT=1"),
+        &["--supervise"],
+    )
+    .await;
+    let old = serving_child(&broker, 1).await;
+    let (mut held, _) = hold(broker.addr()).await;
+    let (code, out, err) = command(&broker, &["upgrade"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    // The connection stays idle: the old broker cuts it when SHUTDOWN_TIMEOUT is over, and
+    // ends.
+    let read = within("the cut", wait_end(&mut held)).await;
+    assert_end_seen("the held connection", &read);
+    broker
+        .wait_for_log(&format!("the previous broker (pid {old}) exited"))
+        .await;
+    assert_eq!(ask(broker.addr()).await.unwrap(), "A");
+}

@@ -146,7 +146,10 @@ fn read_request(
             let _ = stream.set_nonblocking(false);
             let _ = requests.send(stream).await;
         } else {
-            answer(stream, "refused: unknown request (this socket takes `upgrade`)");
+            answer(
+                stream,
+                "refused: unknown request (this socket takes `upgrade`)",
+            );
         }
     });
 }
@@ -408,7 +411,10 @@ impl Supervisor {
             return;
         }
         let exe = &self.options.exe;
-        info!("supervisor: upgrade asked: checking the configuration with {}", exe.display());
+        info!(
+            "supervisor: upgrade asked: checking the configuration with {}",
+            exe.display()
+        );
         let check = Command::new(exe)
             .arg("--check")
             .arg("--config")
@@ -417,10 +423,18 @@ impl Supervisor {
             .output()
             .await;
         let refused = match check {
-            Err(e) => Some(format!("cannot run {}: {}", exe.display(), crate::os_error::words(&e))),
+            Err(e) => Some(format!(
+                "cannot run {}: {}",
+                exe.display(),
+                crate::os_error::words(&e)
+            )),
             Ok(out) if !out.status.success() => {
                 let errors = String::from_utf8_lossy(&out.stderr);
-                let errors: Vec<&str> = errors.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+                let errors: Vec<&str> = errors
+                    .lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty())
+                    .collect();
                 Some(format!(
                     "{} --check {}: {}",
                     exe.display(),
@@ -432,12 +446,18 @@ impl Supervisor {
         };
         if let Some(why) = refused {
             warn!("supervisor: upgrade refused: {why}; the running broker carries on");
-            answer(client, &format!("refused: {why}; the running broker carries on"));
+            answer(
+                client,
+                &format!("refused: {why}; the running broker carries on"),
+            );
             return;
         }
         let why = self.exec(&client);
         error!("supervisor: upgrade refused: {why}; the running broker carries on");
-        answer(client, &format!("refused: {why}; the running broker carries on"));
+        answer(
+            client,
+            &format!("refused: {why}; the running broker carries on"),
+        );
     }
 
     /// Re-executes this process from the binary on disk with the handover; returns only on
@@ -456,16 +476,26 @@ impl Supervisor {
             .and_then(|()| inherit::hand_down(client))
             .and_then(|()| inherit::hand_down(socket));
         if let Err(e) = handed {
-            return format!("cannot hand the sockets down: {}", crate::os_error::words(&e));
+            return format!(
+                "cannot hand the sockets down: {}",
+                crate::os_error::words(&e)
+            );
         }
-        info!("supervisor: re-executing {} (same pid)", self.options.exe.display());
+        info!(
+            "supervisor: re-executing {} (same pid)",
+            self.options.exe.display()
+        );
         let e = std::process::Command::new(&self.options.exe)
             .arg("--supervise")
             .args(&self.options.args)
             .env(LISTENERS_ENV, encode(&Held::entries(&self.held)))
             .env(HANDOVER_ENV, handover.encode())
             .exec();
-        format!("cannot re-execute {}: {}", self.options.exe.display(), crate::os_error::words(&e))
+        format!(
+            "cannot re-execute {}: {}",
+            self.options.exe.display(),
+            crate::os_error::words(&e)
+        )
     }
 
     /// The current child said READY.

@@ -111,7 +111,9 @@ pub fn ask(socket: &Path) -> Result<String, AskError> {
         path: path.clone(),
         words: crate::os_error::words(&e),
     };
-    stream.set_read_timeout(Some(ANSWER_TIME)).map_err(no_answer)?;
+    stream
+        .set_read_timeout(Some(ANSWER_TIME))
+        .map_err(no_answer)?;
     stream
         .write_all(format!("{REQUEST}\n").as_bytes())
         .map_err(no_answer)?;
