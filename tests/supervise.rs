@@ -373,6 +373,14 @@ async fn twenty_upgrades_under_load_fail_no_exchange_and_keep_the_overrides() {
     wait_serving(&broker, 1).await;
     let (code, _, err) = command(&broker, &["ctl", "disable", "SMART_CLIENT_DESKTOP", "02"]).await;
     assert_eq!(code, 0, "{err}");
+    let (code, _, err) = command(
+        &broker,
+        &["ctl", "quarantine", "SMART_CLIENT_DESKTOP", "02", "60m"],
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let (_, before, _) = command(&broker, &["ctl", "--json", "show"]).await;
+    assert!(before.contains("\"forced\": true"), "{before}");
     let load = Load::start(broker.addr());
     for upgrade in 1..=20 {
         load.moved_on().await;
@@ -409,6 +417,24 @@ async fn twenty_upgrades_under_load_fail_no_exchange_and_keep_the_overrides() {
     assert!(broker.child.id() > 0 && !gone(broker.pid() as i32));
     let (_, show, _) = command(&broker, &["ctl", "show"]).await;
     assert!(show.to_lowercase().contains("disabled"), "{show}");
+    let (_, after, _) = command(&broker, &["ctl", "--json", "show"]).await;
+    let overrides = |json: &str| -> Vec<String> {
+        let value: serde_json::Value = serde_json::from_str(json).unwrap();
+        let servers = &value["balancers"][0]["servers"];
+        servers
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                let q = &s["quarantine"];
+                format!(
+                    "{} {} {} {} {}",
+                    s["id"], s["state"], s["overrides"], q["until_epoch_ms"], q["forced"]
+                )
+            })
+            .collect()
+    };
+    assert_eq!(overrides(&before), overrides(&after), "{before}\n{after}");
     assert_eq!(ask_many(broker.addr(), 4).await, ["A", "A", "A", "A"]);
 }
 
