@@ -285,6 +285,12 @@ fn main() -> ExitCode {
     if cli.supervise && demo.is_none() {
         return supervise(config, &log);
     }
+    if std::env::var_os("LISTEN_FDS").is_some() {
+        warn!(
+            "systemd passed listening sockets (LISTEN_FDS), which only the supervised mode takes: \
+             add --supervise to ExecStart; binding the ports as usual"
+        );
+    }
     let client_command = demo.map(|args| client_command(&cli, args));
     match run(config, client_command, &log) {
         Ok(()) => ExitCode::SUCCESS,
@@ -317,7 +323,12 @@ fn supervise(config: Config, log: &logging::Log) -> ExitCode {
     let handover = std::env::var(upgrade::HANDOVER_ENV)
         .ok()
         .and_then(|text| upgrade::Handover::decode(&text));
-    let mut held = match supervisor::inherited_held() {
+    // After an upgrade, the previous image's listeners; else systemd's (appbroker.socket).
+    let held = match handover {
+        Some(_) => supervisor::inherited_held(),
+        None => supervisor::systemd::activated(&config),
+    };
+    let mut held = match held {
         Ok(held) => held,
         Err(e) => return fail(&e),
     };

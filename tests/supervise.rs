@@ -491,3 +491,86 @@ async fn an_old_broker_that_does_not_drain_is_cut_at_shutdown_timeout() {
         .await;
     assert_eq!(ask(broker.addr()).await.unwrap(), "A");
 }
+
+#[tokio::test]
+async fn the_supervisor_tells_systemd_it_is_ready_once_the_broker_serves() {
+    let server = TestServer::start("A").await;
+    let dir = tempfile::tempdir().unwrap();
+    let notify = dir.path().join("notify");
+    let listener = std::os::unix::net::UnixDatagram::bind(&notify).unwrap();
+    listener.set_read_timeout(Some(DEADLINE)).unwrap();
+    let ports = free_ports();
+    let config_path = dir.path().join("appserver.ini");
+    std::fs::write(
+        &config_path,
+        fill_placeholders(&ini(&server, ""), &ports, dir.path()),
+    )
+    .unwrap();
+    let mut command = std::process::Command::new(binary());
+    command
+        .arg("--supervise")
+        .arg("--config")
+        .arg(&config_path)
+        .env("NOTIFY_SOCKET", &notify);
+    let broker = Broker::spawn_command(dir, config_path, ports, command);
+    let said = tokio::task::spawn_blocking(move || {
+        let mut buf = [0u8; 64];
+        let n = listener
+            .recv(&mut buf)
+            .expect("READY=1 within the deadline");
+        String::from_utf8_lossy(&buf[..n]).to_string()
+    })
+    .await
+    .unwrap();
+    assert_eq!(said, "READY=1");
+    // Ready means serving, and the variable is the supervisor's: the broker never sees it.
+    assert_eq!(ask(broker.addr()).await.unwrap(), "A");
+    let child = serving_child(&broker, 1).await;
+    let environ = std::fs::read(format!("/proc/{child}/environ")).unwrap();
+    assert!(!String::from_utf8_lossy(&environ).contains("NOTIFY_SOCKET"));
+}
+
+#[tokio::test]
+#[ignore = "needs systemd-socket-activate (apt-get install systemd)"]
+async fn sockets_from_systemd_are_matched_by_address_and_the_others_bound() {
+    let server = TestServer::start("A").await;
+    let dir = tempfile::tempdir().unwrap();
+    let ports = free_ports();
+    let text = format!(
+        "{}[BALANCE_WEB_SERVICES]\nLOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT=@PORT2@\n\
+         MONITORING_TYPE=DISABLED\nREMOTE_SERVER_01={}\n",
+        ini(&server, ""),
+        server.ini()
+    );
+    let config_path = dir.path().join("appserver.ini");
+    std::fs::write(&config_path, fill_placeholders(&text, &ports, dir.path())).unwrap();
+    // systemd's own tool for this: it listens, and at the first client runs the command with
+    // LISTEN_FDS=1 and the socket as descriptor 3.
+    let mut command = std::process::Command::new("systemd-socket-activate");
+    let at = |name: &str| format!("{name}={}", dir.path().display());
+    command
+        .arg("-l")
+        .arg(format!("127.0.0.1:{}", ports[0]))
+        .args(["-E", &at("RUNTIME_DIRECTORY"), "-E", &at("STATE_DIRECTORY")])
+        .arg(binary())
+        .arg("--supervise")
+        .arg("--config")
+        .arg(&config_path);
+    let broker = Broker::spawn_command(dir, config_path, ports, command);
+    broker.wait_for_log("Listening on 127.0.0.1").await;
+    // The first client wakes it, waits in systemd's queue, and is served.
+    assert_eq!(ask(broker.addr()).await.unwrap(), "A");
+    broker
+        .wait_for_log("[BALANCE_SMART_CLIENT_DESKTOP] listens on 127.0.0.1")
+        .await;
+    assert!(broker.has_log("passed by systemd"), "{}", broker.log_text());
+    assert!(
+        broker.has_log("systemd passed no socket for [BALANCE_WEB_SERVICES]"),
+        "{}",
+        broker.log_text()
+    );
+    assert_eq!(ask(broker.addr2()).await.unwrap(), "A");
+    // systemd's socket survives the broker's crash, held by the supervisor.
+    kill(serving_child(&broker, 1).await, Signal::SIGKILL);
+    assert_eq!(ask(broker.addr()).await.unwrap(), "A");
+}

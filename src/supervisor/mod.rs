@@ -27,6 +27,7 @@ use crate::config::Config;
 use crate::inherit;
 
 mod run;
+pub mod systemd;
 pub mod upgrade;
 
 pub use run::{Options, Start, run};

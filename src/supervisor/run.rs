@@ -58,6 +58,9 @@ impl Child {
             .process_group(0);
         // Not for the broker: what one supervisor image tells the next.
         command.env_remove(super::upgrade::HANDOVER_ENV);
+        for variable in super::systemd::VARIABLES {
+            command.env_remove(variable);
+        }
         let mut process = command.spawn()?;
         // Only the child's copy may stay open: the end is seen when the child is gone.
         drop(theirs);
@@ -112,6 +115,19 @@ impl Child {
         if let Ok(pid) = i32::try_from(self.pid) {
             let _ = kill(Pid::from_raw(pid), signal);
         }
+    }
+}
+
+/// READY=1 to systemd (`Type=notify`), when it runs the supervisor; again after an upgrade,
+/// which systemd takes as the same news.
+fn tell_systemd_ready() {
+    match super::systemd::notify("READY=1") {
+        Ok(true) => info!("supervisor: told systemd it is ready"),
+        Ok(false) => {}
+        Err(e) => warn!(
+            "supervisor: cannot tell systemd it is ready (NOTIFY_SOCKET): {}",
+            crate::os_error::words(&e)
+        ),
     }
 }
 
@@ -490,6 +506,10 @@ impl Supervisor {
             .args(&self.options.args)
             .env(LISTENERS_ENV, encode(&Held::entries(&self.held)))
             .env(HANDOVER_ENV, handover.encode())
+            // What systemd passed is in LISTENERS_ENV now; the same pid must not take it twice.
+            .env_remove("LISTEN_FDS")
+            .env_remove("LISTEN_PID")
+            .env_remove("LISTEN_FDNAMES")
             .exec();
         format!(
             "cannot re-execute {}: {}",
@@ -502,6 +522,7 @@ impl Supervisor {
     fn current_serves(&mut self) {
         self.current.served = true;
         self.backoff = Backoff::default();
+        tell_systemd_ready();
         match self.died_at.take() {
             Some(died) => info!(
                 "supervisor: broker (pid {}) serves, {} after the last one died",
@@ -518,6 +539,7 @@ impl Supervisor {
             return;
         };
         next.served = true;
+        tell_systemd_ready();
         let old = std::mem::replace(&mut self.current, next);
         let line = format!(
             "upgraded: broker (pid {}) serves; the previous one (pid {}) drains",
