@@ -90,17 +90,17 @@ impl Child {
     /// (an upgrade): still this process's child, waited for by its pid.
     fn adopt(pid: u32) -> Child {
         let (tell, ended) = oneshot::channel();
-        let (_, ready) = oneshot::channel();
         tokio::task::spawn_blocking(move || {
             let status = i32::try_from(pid)
                 .map_err(std::io::Error::other)
                 .and_then(|pid| wait_for(Pid::from_raw(pid)));
             let _ = tell.send(status);
         });
+        // It served already: that is why it was running.
         Child {
             ended,
             pid,
-            ready: Some(ready),
+            ready: None,
             served: true,
         }
     }
