@@ -587,3 +587,48 @@ async fn sockets_from_systemd_are_matched_by_address_and_the_others_bound() {
     kill(serving_child(&broker, 1).await, Signal::SIGKILL);
     assert_eq!(ask(broker.addr()).await.unwrap(), "A");
 }
+
+#[tokio::test]
+async fn an_upgrade_moves_a_port_from_the_wildcard_to_one_address() {
+    let server = TestServer::start("A").await;
+    // Two workers: SO_REUSEPORT on the sockets held, which the move needs.
+    let text = ini(&server, "WORKERS=2").replace(
+        "LOCAL_SERVER_ADDRESS=127.0.0.1",
+        "LOCAL_SERVER_ADDRESS=0.0.0.0",
+    );
+    let broker = Broker::start_with(&text, &["--supervise"]).await;
+    let old = serving_child(&broker, 1).await;
+    let port = broker.ports[0];
+    let wildcard = format!("00000000:{port:04X}");
+    let listening_at = |local: &str| {
+        std::fs::read_to_string("/proc/net/tcp")
+            .unwrap()
+            .lines()
+            .any(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                f.len() > 3 && f[1] == local && f[3] == "0A"
+            })
+    };
+    assert!(listening_at(&wildcard));
+    let (mut held, _) = hold(broker.addr()).await;
+    let moved = std::fs::read_to_string(&broker.config_path)
+        .unwrap()
+        .replace(
+            "LOCAL_SERVER_ADDRESS=0.0.0.0",
+            "LOCAL_SERVER_ADDRESS=127.0.0.1",
+        );
+    std::fs::write(&broker.config_path, moved).unwrap();
+    let (code, out, err) = command(&broker, &["upgrade"]).await;
+    assert_eq!(code, 0, "{out}{err}\n{}", broker.log_text());
+    assert_eq!(ask(broker.addr()).await.unwrap(), "A");
+    // The connection from before finishes on the old broker; then the wildcard is gone.
+    assert_eq!(exchange(&mut held, "still here").await.unwrap(), "A");
+    drop(held);
+    broker
+        .wait_for_log(&format!(
+            "the previous broker (pid {old}) exited with code 0"
+        ))
+        .await;
+    eventually("the wildcard socket closed", || !listening_at(&wildcard)).await;
+    assert!(holds(broker.pid(), &listening_inodes(port)));
+}

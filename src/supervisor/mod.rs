@@ -237,9 +237,19 @@ pub fn hold(config: &Config, held: &mut Vec<Held>) -> Result<(), crate::BindErro
     for balancer in &config.balancers {
         let known = |h: &Held| h.configured == balancer.listen;
         if !held.iter().any(known) && !fresh.iter().any(known) {
+            // The same port at the wildcard instead of one address, or the other way round:
+            // beside the sockets held, which go once the new broker serves.
+            let moved = held
+                .iter()
+                .any(|h| switches_wildcard(h.configured, balancer.listen));
+            let listeners = if moved {
+                crate::listener::bind_beside(balancer, count)?
+            } else {
+                crate::listener::bind(balancer, count)?
+            };
             fresh.push(Held {
                 configured: balancer.listen,
-                listeners: crate::listener::bind(balancer, count)?,
+                listeners,
             });
         }
     }
@@ -254,6 +264,14 @@ pub fn hold(config: &Config, held: &mut Vec<Held>) -> Result<(), crate::BindErro
         .filter_map(|b| all.remove(&b.listen))
         .collect();
     Ok(())
+}
+
+/// True when `to` is `from`'s port at the wildcard instead of one address, or the other way
+/// round (the same family).
+fn switches_wildcard(from: SocketAddr, to: SocketAddr) -> bool {
+    from.port() == to.port()
+        && from.is_ipv4() == to.is_ipv4()
+        && from.ip().is_unspecified() != to.ip().is_unspecified()
 }
 
 #[cfg(test)]
