@@ -341,10 +341,10 @@ fn supervise(config: Config, log: &logging::Log) -> ExitCode {
     let taken = handover.map(|h| -> Result<_, appbroker::inherit::InheritError> {
         let socket = appbroker::inherit::take_socket(h.socket)?;
         let client = appbroker::inherit::take_socket(h.client)?;
-        Ok((h.child, socket.into(), client.into()))
+        Ok((h, socket.into(), client.into()))
     });
     let (socket, upgrading) = match taken {
-        Some(Ok((child, socket, client))) => (Some(socket), Some((child, client))),
+        Some(Ok((handover, socket, client))) => (Some(socket), Some((handover, client))),
         Some(Err(e)) => return fail(&format!("cannot take over after the upgrade: {e}")),
         None => match supervisor_socket(&config) {
             Ok(socket) => (socket, None),

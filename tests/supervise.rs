@@ -632,3 +632,25 @@ async fn an_upgrade_moves_a_port_from_the_wildcard_to_one_address() {
     eventually("the wildcard socket closed", || !listening_at(&wildcard)).await;
     assert!(holds(broker.pid(), &listening_inodes(port)));
 }
+
+#[tokio::test]
+async fn a_broker_still_draining_at_the_next_upgrade_is_waited_for_by_the_new_image() {
+    let server = TestServer::start("A").await;
+    let broker = Broker::start_with(&ini(&server, ""), &["--supervise"]).await;
+    let first = serving_child(&broker, 1).await;
+    let (mut held, _) = hold(broker.addr()).await;
+    let (code, out, err) = command(&broker, &["upgrade"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    // The first broker drains `held`; upgraded again meanwhile, the supervisor re-executes.
+    let (code, out, err) = command(&broker, &["upgrade"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(broker.count_logs("re-executing"), 2);
+    assert_eq!(exchange(&mut held, "still draining").await.unwrap(), "A");
+    drop(held);
+    broker
+        .wait_for_log(&format!(
+            "the previous broker (pid {first}) exited with code 0"
+        ))
+        .await;
+    eventually("the first broker reaped, no zombie", || gone(first)).await;
+}

@@ -242,6 +242,9 @@ struct Supervisor {
     requests: mpsc::Sender<std::os::unix::net::UnixStream>,
     /// The `appbroker upgrade` waiting for the new broker to serve (or fail).
     waiting: Option<std::os::unix::net::UnixStream>,
+    /// Brokers replaced and draining, with what waits for them: handed to the next image
+    /// on an upgrade, which waits for them in turn.
+    retired: Vec<(u32, tokio::task::JoinHandle<()>)>,
 }
 
 /// Where the supervisor starts from.
@@ -254,9 +257,9 @@ pub struct Start {
     pub options: Options,
     /// Its socket for `appbroker upgrade` (`None` with `CONTROL_SOCKET=0`).
     pub socket: Option<std::os::unix::net::UnixListener>,
-    /// After an upgrade's re-execution: the broker the previous image ran, and the
+    /// After an upgrade's re-execution: what the previous image handed over, and the
     /// connection waiting for the answer.
-    pub upgrading: Option<(u32, std::os::unix::net::UnixStream)>,
+    pub upgrading: Option<(Handover, std::os::unix::net::UnixStream)>,
 }
 
 /// Runs the supervisor until its child stops on purpose (after a forwarded SIGTERM or SIGINT,
@@ -284,8 +287,12 @@ pub async fn run(start: Start) -> std::io::Result<u8> {
         }
         None => None,
     };
+    let retiring = upgrading
+        .as_ref()
+        .map(|(handover, _)| handover.retired.clone())
+        .unwrap_or_default();
     let (current, next, waiting) = match upgrading {
-        Some((pid, client)) => {
+        Some((Handover { child: pid, .. }, client)) => {
             let next = Child::spawn(&options, &held)?;
             info!(
                 "supervisor: re-executed {} for an upgrade; new broker started (pid {}), the \
@@ -317,7 +324,11 @@ pub async fn run(start: Start) -> std::io::Result<u8> {
         socket,
         requests,
         waiting,
+        retired: Vec::new(),
     };
+    for pid in retiring {
+        supervisor.retire(Child::adopt(pid));
+    }
     let code = supervisor.watch(&mut signals, incoming).await;
     // Stopping for good (an upgrade's exec never comes back here): its socket goes with it.
     if let Some(socket) = &supervisor.socket
@@ -487,6 +498,12 @@ impl Supervisor {
             child: self.current.pid,
             client: client.as_raw_fd(),
             socket: socket.as_raw_fd(),
+            retired: self
+                .retired
+                .iter()
+                .filter(|(_, waiter)| !waiter.is_finished())
+                .map(|(pid, _)| *pid)
+                .collect(),
         };
         let handed = Held::hand_down(&self.held)
             .and_then(|()| inherit::hand_down(client))
@@ -552,8 +569,14 @@ impl Supervisor {
             self.current.pid, old.pid
         );
         old.signal(Signal::SIGTERM);
-        let mut old = old;
-        tokio::spawn(async move {
+        self.retire(old);
+    }
+
+    /// Waits for a broker that drains, in the background, and logs its end.
+    fn retire(&mut self, mut old: Child) {
+        self.retired.retain(|(_, waiter)| !waiter.is_finished());
+        let pid = old.pid;
+        let waiter = tokio::spawn(async move {
             if let Ok(status) = old.wait().await {
                 info!(
                     "supervisor: the previous broker (pid {}) {}",
@@ -562,6 +585,7 @@ impl Supervisor {
                 );
             }
         });
+        self.retired.push((pid, waiter));
     }
 
     /// The current child ended: the supervisor's exit code when it should stop with it; else

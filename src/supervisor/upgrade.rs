@@ -12,8 +12,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The environment variable by which a supervisor that re-executes itself tells its next
-/// image what to take over: `CHILD_PID:CLIENT_FD:SOCKET_FD` (the running broker, the
-/// connection waiting for the upgrade's answer, the supervisor's socket).
+/// image what to take over: `CHILD_PID:CLIENT_FD:SOCKET_FD:RETIRED` (the running broker, the
+/// connection waiting for the upgrade's answer, the supervisor's socket, and the pids of
+/// brokers still draining, separated by commas).
 pub const HANDOVER_ENV: &str = "APPBROKER_UPGRADE";
 
 /// The request.
@@ -25,7 +26,7 @@ pub const REQUEST: &str = "upgrade";
 pub const ANSWER_TIME: Duration = Duration::from_secs(60);
 
 /// What an image of the supervisor hands the next.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Handover {
     /// The broker running when the upgrade was asked for.
     pub child: u32,
@@ -33,12 +34,21 @@ pub struct Handover {
     pub client: i32,
     /// The supervisor's socket.
     pub socket: i32,
+    /// Brokers replaced earlier and still draining: waited for by the next image.
+    pub retired: Vec<u32>,
 }
 
 impl Handover {
     /// As [`HANDOVER_ENV`] holds it.
     pub fn encode(&self) -> String {
-        format!("{}:{}:{}", self.child, self.client, self.socket)
+        let retired: Vec<String> = self.retired.iter().map(u32::to_string).collect();
+        format!(
+            "{}:{}:{}:{}",
+            self.child,
+            self.client,
+            self.socket,
+            retired.join(",")
+        )
     }
 
     /// [`HANDOVER_ENV`]'s text; `None` when malformed.
@@ -48,6 +58,13 @@ impl Handover {
             child: parts.next()?.parse().ok()?,
             client: parts.next()?.parse().ok()?,
             socket: parts.next()?.parse().ok()?,
+            retired: match parts.next()? {
+                "" => Vec::new(),
+                pids => pids
+                    .split(',')
+                    .map(|p| p.parse().ok())
+                    .collect::<Option<_>>()?,
+            },
         };
         parts.next().is_none().then_some(handover)
     }
@@ -136,13 +153,25 @@ mod tests {
 
     #[test]
     fn the_handover_round_trips_and_rejects_junk() {
-        let h = Handover {
+        let mut h = Handover {
             child: 4242,
             client: 9,
             socket: 7,
+            retired: vec![],
         };
+        assert_eq!(Handover::decode(&h.encode()), Some(h.clone()));
+        h.retired = vec![4000, 4100];
+        assert_eq!(h.encode(), "4242:9:7:4000,4100");
         assert_eq!(Handover::decode(&h.encode()), Some(h));
-        for bad in ["", "1:2", "1:2:3:4", "a:2:3", "-1:2:3"] {
+        for bad in [
+            "",
+            "1:2",
+            "1:2:3",
+            "1:2:3:4:5",
+            "a:2:3:",
+            "-1:2:3:",
+            "1:2:3:x",
+        ] {
             assert_eq!(Handover::decode(bad), None, "{bad}");
         }
     }
