@@ -83,52 +83,122 @@ fn gone(pid: i32) -> bool {
     }
 }
 
+/// `appbroker ARGS --config <the broker's file>`, run to its end with the broker's
+/// directories: (exit code, stdout, stderr).
+async fn command(broker: &Broker, args: &[&str]) -> (i32, String, String) {
+    let mut command = std::process::Command::new(binary());
+    command.args(args).arg("--config").arg(&broker.config_path);
+    own_admin_dirs(&mut command, broker.dir.path());
+    tokio::task::spawn_blocking(move || run_bounded(command))
+        .await
+        .unwrap()
+}
+
+/// The load: four clients in a loop, each a new connection and one exchange, until stopped.
+struct Load {
+    stop: Arc<AtomicBool>,
+    exchanges: Arc<AtomicUsize>,
+    /// Connects that failed (refused), with the error.
+    refused: Arc<std::sync::Mutex<Vec<String>>>,
+    /// Exchanges that failed after the connect (cut with a killed broker, say).
+    cut: Arc<AtomicUsize>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// What a load saw, once stopped.
+struct Seen {
+    exchanges: usize,
+    refused: Vec<String>,
+    cut: usize,
+}
+
+impl Load {
+    fn start(addr: SocketAddr) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let exchanges = Arc::new(AtomicUsize::new(0));
+        let refused = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let cut = Arc::new(AtomicUsize::new(0));
+        let tasks = (0..4)
+            .map(|_| {
+                let (stop, exchanges, refused, cut) = (
+                    Arc::clone(&stop),
+                    Arc::clone(&exchanges),
+                    Arc::clone(&refused),
+                    Arc::clone(&cut),
+                );
+                tokio::spawn(async move {
+                    while !stop.load(Ordering::Relaxed) {
+                        let mut stream = match TcpStream::connect(addr).await {
+                            Ok(stream) => stream,
+                            Err(e) => {
+                                refused.lock().unwrap().push(e.to_string());
+                                continue;
+                            }
+                        };
+                        let counter = match exchange(&mut stream, "load").await {
+                            Ok(_) => &exchanges,
+                            Err(_) => &cut,
+                        };
+                        counter.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        Load {
+            stop,
+            exchanges,
+            refused,
+            cut,
+            tasks,
+        }
+    }
+
+    /// Waits until a few more exchanges went through.
+    async fn moved_on(&self) {
+        let before = self.exchanges.load(Ordering::Relaxed);
+        eventually("the load goes through", || {
+            self.exchanges.load(Ordering::Relaxed) > before + 4
+        })
+        .await;
+    }
+
+    async fn stop(self) -> Seen {
+        self.stop.store(true, Ordering::Relaxed);
+        for task in self.tasks {
+            task.await.unwrap();
+        }
+        let refused = self.refused.lock().unwrap().clone();
+        Seen {
+            exchanges: self.exchanges.load(Ordering::Relaxed),
+            refused,
+            cut: self.cut.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// After an upgrade: `held`, opened on broker `old` before it, still exchanges (it finishes
+/// there); closed, `old` has nothing left to drain and ends.
+async fn finishes_on_the_old_broker(broker: &Broker, mut held: TcpStream, old: i32) {
+    assert_eq!(exchange(&mut held, "after the upgrade").await.unwrap(), "A");
+    drop(held);
+    broker
+        .wait_for_log(&format!(
+            "the previous broker (pid {old}) exited with code 0"
+        ))
+        .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn killing_the_child_twenty_times_under_load_refuses_no_one() {
     let server = TestServer::start("A").await;
     let broker = Broker::start_with(&ini(&server, ""), &["--supervise"]).await;
     let addr = broker.addr();
     wait_serving(&broker, 1).await;
-    // The load: four clients in a loop, each a new connection and one exchange.
-    let stop = Arc::new(AtomicBool::new(false));
-    let refused = Arc::new(AtomicUsize::new(0));
-    let exchanges = Arc::new(AtomicUsize::new(0));
-    let cut = Arc::new(AtomicUsize::new(0));
-    let mut load = Vec::new();
-    for _ in 0..4 {
-        let (stop, refused, exchanges, cut) = (
-            Arc::clone(&stop),
-            Arc::clone(&refused),
-            Arc::clone(&exchanges),
-            Arc::clone(&cut),
-        );
-        load.push(tokio::spawn(async move {
-            while !stop.load(Ordering::Relaxed) {
-                match TcpStream::connect(addr).await {
-                    Err(_) => {
-                        refused.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Ok(mut stream) => match exchange(&mut stream, "load").await {
-                        Ok(_) => {
-                            exchanges.fetch_add(1, Ordering::Relaxed);
-                        }
-                        // Accepted by the child that was killed: cut with it.
-                        Err(_) => {
-                            cut.fetch_add(1, Ordering::Relaxed);
-                        }
-                    },
-                }
-            }
-        }));
-    }
+    let load = Load::start(addr);
     let mut gaps = Vec::new();
     for kill_number in 1..=20 {
         let pid = serving_child(&broker, kill_number).await;
-        let before = exchanges.load(Ordering::Relaxed);
-        eventually("the load goes through the child", || {
-            exchanges.load(Ordering::Relaxed) > before + 4
-        })
-        .await;
+        load.moved_on().await;
         let killed = Instant::now();
         kill(pid, Signal::SIGKILL);
         // The next client accepted: a fresh connection that gets its answer.
@@ -141,21 +211,23 @@ async fn killing_the_child_twenty_times_under_load_refuses_no_one() {
         gaps.push(killed.elapsed());
         wait_serving(&broker, kill_number + 1).await;
     }
-    stop.store(true, Ordering::Relaxed);
-    for task in load {
-        task.await.unwrap();
-    }
+    let seen = load.stop().await;
     gaps.sort();
     eprintln!(
         "20 SIGKILLs under load: {} exchanges, {} cut with a killed child, {} refused; kill to \
          next client served: median {:?}, max {:?}",
-        exchanges.load(Ordering::Relaxed),
-        cut.load(Ordering::Relaxed),
-        refused.load(Ordering::Relaxed),
+        seen.exchanges,
+        seen.cut,
+        seen.refused.len(),
         gaps[gaps.len() / 2],
         gaps[gaps.len() - 1]
     );
-    assert_eq!(refused.load(Ordering::Relaxed), 0, "{}", broker.log_text());
+    assert!(
+        seen.refused.is_empty(),
+        "{:?}\n{}",
+        seen.refused,
+        broker.log_text()
+    );
     assert_eq!(
         broker.count_logs("killed by SIGKILL while serving; starting another now"),
         20,
@@ -222,8 +294,13 @@ async fn sigterm_stops_the_supervisor_with_its_child_serving_or_starting() {
 
 /// The inodes of the sockets listening on 127.0.0.1:`port`, from `/proc/net/tcp`.
 fn listening_inodes(port: u16) -> Vec<String> {
+    listening_inodes_at(&format!("0100007F:{port:04X}"))
+}
+
+/// The inodes of the sockets listening on `local` as `/proc/net/tcp` writes it
+/// (`0100007F:1388`).
+fn listening_inodes_at(local: &str) -> Vec<String> {
     let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
-    let local = format!("0100007F:{port:04X}");
     table
         .lines()
         .skip(1)
@@ -282,82 +359,6 @@ async fn a_port_added_by_sighup_is_held_by_the_supervisor_and_survives_a_crash()
     assert_eq!(ask(broker.addr()).await.unwrap(), "A");
 }
 
-/// `appbroker ARGS --config <the broker's file>`, run to its end with the broker's
-/// directories: (exit code, stdout, stderr).
-async fn command(broker: &Broker, args: &[&str]) -> (i32, String, String) {
-    let mut command = std::process::Command::new(binary());
-    command.args(args).arg("--config").arg(&broker.config_path);
-    own_admin_dirs(&mut command, broker.dir.path());
-    tokio::task::spawn_blocking(move || run_bounded(command))
-        .await
-        .unwrap()
-}
-
-/// Four clients in a loop, each a new connection and one exchange, until told to stop:
-/// (exchanges, failures) once stopped. Every failure is a refused connect or a failed
-/// exchange.
-struct Load {
-    stop: Arc<AtomicBool>,
-    exchanges: Arc<AtomicUsize>,
-    failures: Arc<std::sync::Mutex<Vec<String>>>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-}
-
-impl Load {
-    fn start(addr: SocketAddr) -> Load {
-        let stop = Arc::new(AtomicBool::new(false));
-        let exchanges = Arc::new(AtomicUsize::new(0));
-        let failures = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let tasks = (0..4)
-            .map(|_| {
-                let (stop, exchanges, failures) = (
-                    Arc::clone(&stop),
-                    Arc::clone(&exchanges),
-                    Arc::clone(&failures),
-                );
-                tokio::spawn(async move {
-                    while !stop.load(Ordering::Relaxed) {
-                        let result = match TcpStream::connect(addr).await {
-                            Ok(mut stream) => exchange(&mut stream, "load").await.map(|_| ()),
-                            Err(e) => Err(e),
-                        };
-                        match result {
-                            Ok(()) => exchanges.fetch_add(1, Ordering::Relaxed),
-                            Err(e) => {
-                                failures.lock().unwrap().push(e.to_string());
-                                0
-                            }
-                        };
-                    }
-                })
-            })
-            .collect();
-        Load {
-            stop,
-            exchanges,
-            failures,
-            tasks,
-        }
-    }
-
-    async fn moved_on(&self) {
-        let before = self.exchanges.load(Ordering::Relaxed);
-        eventually("the load goes through", || {
-            self.exchanges.load(Ordering::Relaxed) > before + 4
-        })
-        .await;
-    }
-
-    async fn stop(self) -> (usize, Vec<String>) {
-        self.stop.store(true, Ordering::Relaxed);
-        for task in self.tasks {
-            task.await.unwrap();
-        }
-        let failures = self.failures.lock().unwrap().clone();
-        (self.exchanges.load(Ordering::Relaxed), failures)
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn twenty_upgrades_under_load_fail_no_exchange_and_keep_the_overrides() {
     let a = TestServer::start("A").await;
@@ -386,7 +387,7 @@ async fn twenty_upgrades_under_load_fail_no_exchange_and_keep_the_overrides() {
         load.moved_on().await;
         let old = serving_child(&broker, upgrade).await;
         // Opened before the upgrade: it finishes on the old broker, which drains.
-        let (mut held, name) = hold(broker.addr()).await;
+        let (held, name) = hold(broker.addr()).await;
         assert_eq!(name, "A");
         let (code, out, err) = command(&broker, &["upgrade"]).await;
         assert_eq!(
@@ -397,21 +398,23 @@ async fn twenty_upgrades_under_load_fail_no_exchange_and_keep_the_overrides() {
         );
         assert!(out.starts_with("upgraded: broker (pid "), "{out}");
         assert_ne!(serving_child(&broker, upgrade + 1).await, old);
-        assert_eq!(exchange(&mut held, "after the upgrade").await.unwrap(), "A");
-        drop(held);
-        broker
-            .wait_for_log(&format!(
-                "the previous broker (pid {old}) exited with code 0"
-            ))
-            .await;
+        finishes_on_the_old_broker(&broker, held, old).await;
     }
     load.moved_on().await;
-    let (exchanges, failures) = load.stop().await;
+    let seen = load.stop().await;
     eprintln!(
-        "20 upgrades under load: {exchanges} exchanges, {} failed",
-        failures.len()
+        "20 upgrades under load: {} exchanges, {} refused, {} failed",
+        seen.exchanges,
+        seen.refused.len(),
+        seen.cut
     );
-    assert!(failures.is_empty(), "{failures:?}\n{}", broker.log_text());
+    assert!(
+        seen.refused.is_empty(),
+        "{:?}\n{}",
+        seen.refused,
+        broker.log_text()
+    );
+    assert_eq!(seen.cut, 0, "{}", broker.log_text());
     // The same supervisor all along, and server 02 still disabled: every client on A.
     assert_eq!(broker.count_logs("re-executing"), 20);
     assert!(broker.child.id() > 0 && !gone(broker.pid() as i32));
@@ -600,17 +603,8 @@ async fn an_upgrade_moves_a_port_from_the_wildcard_to_one_address() {
     let old = serving_child(&broker, 1).await;
     let port = broker.ports[0];
     let wildcard = format!("00000000:{port:04X}");
-    let listening_at = |local: &str| {
-        std::fs::read_to_string("/proc/net/tcp")
-            .unwrap()
-            .lines()
-            .any(|l| {
-                let f: Vec<&str> = l.split_whitespace().collect();
-                f.len() > 3 && f[1] == local && f[3] == "0A"
-            })
-    };
-    assert!(listening_at(&wildcard));
-    let (mut held, _) = hold(broker.addr()).await;
+    assert!(!listening_inodes_at(&wildcard).is_empty());
+    let (held, _) = hold(broker.addr()).await;
     let moved = std::fs::read_to_string(&broker.config_path)
         .unwrap()
         .replace(
@@ -622,14 +616,11 @@ async fn an_upgrade_moves_a_port_from_the_wildcard_to_one_address() {
     assert_eq!(code, 0, "{out}{err}\n{}", broker.log_text());
     assert_eq!(ask(broker.addr()).await.unwrap(), "A");
     // The connection from before finishes on the old broker; then the wildcard is gone.
-    assert_eq!(exchange(&mut held, "still here").await.unwrap(), "A");
-    drop(held);
-    broker
-        .wait_for_log(&format!(
-            "the previous broker (pid {old}) exited with code 0"
-        ))
-        .await;
-    eventually("the wildcard socket closed", || !listening_at(&wildcard)).await;
+    finishes_on_the_old_broker(&broker, held, old).await;
+    eventually("the wildcard socket closed", || {
+        listening_inodes_at(&wildcard).is_empty()
+    })
+    .await;
     assert!(holds(broker.pid(), &listening_inodes(port)));
 }
 
@@ -638,19 +629,13 @@ async fn a_broker_still_draining_at_the_next_upgrade_is_waited_for_by_the_new_im
     let server = TestServer::start("A").await;
     let broker = Broker::start_with(&ini(&server, ""), &["--supervise"]).await;
     let first = serving_child(&broker, 1).await;
-    let (mut held, _) = hold(broker.addr()).await;
+    let (held, _) = hold(broker.addr()).await;
     let (code, out, err) = command(&broker, &["upgrade"]).await;
     assert_eq!(code, 0, "{out}{err}");
     // The first broker drains `held`; upgraded again meanwhile, the supervisor re-executes.
     let (code, out, err) = command(&broker, &["upgrade"]).await;
     assert_eq!(code, 0, "{out}{err}");
     assert_eq!(broker.count_logs("re-executing"), 2);
-    assert_eq!(exchange(&mut held, "still draining").await.unwrap(), "A");
-    drop(held);
-    broker
-        .wait_for_log(&format!(
-            "the previous broker (pid {first}) exited with code 0"
-        ))
-        .await;
+    finishes_on_the_old_broker(&broker, held, first).await;
     eventually("the first broker reaped, no zombie", || gone(first)).await;
 }
