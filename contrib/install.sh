@@ -2,7 +2,8 @@
 # Installs appbroker as a systemd service: the steps of README.md's "Running it for real".
 #   - the binary into /usr/local/bin/appbroker;
 #   - /etc/appbroker/appserver.ini from appserver.ini.example (an existing one is kept);
-#   - the unit into /etc/systemd/system/appbroker.service;
+#   - the unit into /etc/systemd/system/appbroker.service, and appbroker.socket beside it
+#     (not enabled: the alternative where systemd holds the ports);
 #   - a system user `appbroker`, which the unit runs as; systemd creates /var/log/appbroker for
 #     it (LogsDirectory=), where ConsoleFile may point; without ConsoleFile the journal has the log.
 # It starts nothing: list your AppServers in the configuration first, then
@@ -33,6 +34,7 @@ else
     install -m 0644 appserver.ini.example "$root/etc/appbroker/appserver.ini"
 fi
 install -D -m 0644 contrib/appbroker.service "$root/etc/systemd/system/appbroker.service"
+install -D -m 0644 contrib/appbroker.socket "$root/etc/systemd/system/appbroker.socket"
 
 if [ -z "$root" ]; then
     if ! getent passwd appbroker >/dev/null; then

@@ -60,6 +60,10 @@
 //! - [`demo`]: stand-in echo servers for `appbroker demo`, and its line client.
 //! - [`clock`], [`throttle`], [`sys`]: time, log-rate limiting, the few system calls the
 //!   standard library lacks.
+//! - `supervisor`: `--supervise`: a parent that holds every listener and restarts the broker
+//!   it runs as a child on them; the child's side (take the listeners, say READY).
+//! - `inherit`: descriptors handed over by a supervisor or systemd, taken by number: the one
+//!   module allowed `unsafe` (Unix only).
 
 // A closed standard output or error must not panic the broker: no print macros.
 #![deny(clippy::print_stdout, clippy::print_stderr)]
@@ -79,6 +83,8 @@ pub mod events;
 pub mod health;
 pub mod http;
 pub mod http_balancer;
+#[cfg(unix)]
+pub mod inherit;
 pub mod listener;
 pub mod logging;
 pub mod monitor;
@@ -92,6 +98,8 @@ pub mod select;
 pub mod self_loop;
 pub mod shutdown;
 pub mod stream;
+#[cfg(unix)]
+pub mod supervisor;
 pub mod sys;
 pub mod throttle;
 pub mod tls;

@@ -51,6 +51,37 @@ pub fn bind(
     config: &BalancerConfig,
     count: usize,
 ) -> Result<Vec<std::net::TcpListener>, BindError> {
+    bind_sockets(config, count, Sharing::Probed(count > 1))
+}
+
+/// As [`bind`], on a port this process already listens on at another address of the same
+/// family, the wildcard or one address (a supervisor moving a balancer between the two for an
+/// upgrade): every socket with SO_REUSEPORT and no probe, which Linux allows when the sockets
+/// already there have SO_REUSEPORT too (they do where there are several per port). For the
+/// time both are open, the kernel gives a client to the more specific address.
+pub fn bind_beside(
+    config: &BalancerConfig,
+    count: usize,
+) -> Result<Vec<std::net::TcpListener>, BindError> {
+    bind_sockets(config, count, Sharing::Beside)
+}
+
+/// How the sockets of one [`bind_sockets`] share their port.
+#[derive(Clone, Copy)]
+enum Sharing {
+    /// SO_REUSEPORT when true (several sockets), after a probe without it that fails when any
+    /// other socket holds the port.
+    Probed(bool),
+    /// SO_REUSEPORT on every socket and no probe: the port is this process's already.
+    Beside,
+}
+
+/// `count` sockets on the balancer's address, sharing the port as `sharing` says.
+fn bind_sockets(
+    config: &BalancerConfig,
+    count: usize,
+    sharing: Sharing,
+) -> Result<Vec<std::net::TcpListener>, BindError> {
     let address = config.listen;
     let fail = |e: io::Error| BindError {
         balancer: config.kind.to_string(),
@@ -71,14 +102,15 @@ pub fn bind(
         }
         Ok(socket)
     };
-    if count > 1 {
+    let reuse_port = matches!(sharing, Sharing::Probed(true) | Sharing::Beside);
+    if let Sharing::Probed(true) = sharing {
         let probe = socket().map_err(fail)?;
         probe.bind(&address.into()).map_err(fail)?;
     }
     let mut listeners = Vec::with_capacity(count);
     for _ in 0..count {
         let socket = socket().map_err(fail)?;
-        if count > 1 {
+        if reuse_port {
             sys::set_reuse_port(&socket).map_err(fail)?;
         }
         socket.set_nonblocking(true).map_err(fail)?;

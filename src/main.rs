@@ -49,6 +49,13 @@ struct Cli {
     #[arg(long)]
     check: bool,
 
+    /// Run as a supervisor (Unix): bind every listener, run the broker as a child process on
+    /// them and start another at once when it dies (clients meanwhile wait in the listen
+    /// queue, none is refused); SIGHUP, SIGTERM and SIGINT are passed on to it, and the
+    /// supervisor stops with it. See docs/high-availability.md.
+    #[arg(long, conflicts_with = "check")]
+    supervise: bool,
+
     /// Log level (error, warn, info, debug, trace); wins over RUST_LOG. Default: info.
     #[arg(long, value_name = "LEVEL")]
     log_level: Option<String>,
@@ -84,6 +91,17 @@ enum Command {
     /// whatever the query interface allows; it checks liveness, not whether any AppServer is
     /// up. For keepalived's track_script (contrib/keepalived).
     Ping,
+
+    /// Upgrade in place: the supervisor of --config (appbroker --supervise) re-executes
+    /// itself from the binary now on disk (same pid), starts a new broker on the listeners it
+    /// holds, with the state file's overrides and quarantines, and once that one serves, the
+    /// old one stops accepting and drains for SHUTDOWN_TIMEOUT. The new binary checks the
+    /// file first.
+    ///
+    /// Exit codes: 0 upgraded; 1 refused (the reason is printed; the running broker carries
+    /// on), or the broker runs without a supervisor; 3 no supervisor answered.
+    #[command(verbatim_doc_comment)]
+    Upgrade,
 }
 
 #[derive(Debug, clap::Args)]
@@ -192,6 +210,7 @@ fn main() -> ExitCode {
     match &cli.command {
         Some(Command::Ctl(args)) => return ctl(&cli, args),
         Some(Command::Ping) => return ping(&cli),
+        Some(Command::Upgrade) => return upgrade(&cli),
         _ => {}
     }
     let demo = match &cli.command {
@@ -270,6 +289,16 @@ fn main() -> ExitCode {
     for warning in &warnings {
         warn!("{}", warning.located(&file));
     }
+    #[cfg(unix)]
+    if cli.supervise && demo.is_none() {
+        return supervise(config, &log);
+    }
+    if std::env::var_os("LISTEN_FDS").is_some() {
+        warn!(
+            "systemd passed listening sockets (LISTEN_FDS), which only the supervised mode takes: \
+             add --supervise to ExecStart; binding the ports as usual"
+        );
+    }
     let client_command = demo.map(|args| client_command(&cli, args));
     match run(config, client_command, &log) {
         Ok(()) => ExitCode::SUCCESS,
@@ -285,6 +314,154 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// `--supervise`: binds every listener (or, re-executed by an upgrade, takes them over) and
+/// runs the broker as a child on them until it stops.
+#[cfg(unix)]
+fn supervise(config: Config, log: &logging::Log) -> ExitCode {
+    use appbroker::supervisor::{self, upgrade};
+    let fail = |e: &dyn std::fmt::Display| {
+        tracing::error!("supervisor: {e}");
+        if !log.to_console() {
+            logging::to_stderr(&format!("appbroker: {e}"));
+        }
+        ExitCode::from(1)
+    };
+    let handover = std::env::var(upgrade::HANDOVER_ENV)
+        .ok()
+        .and_then(|text| upgrade::Handover::decode(&text));
+    // After an upgrade, the previous image's listeners; else systemd's (appbroker.socket).
+    let held = match handover {
+        Some(_) => supervisor::inherited_held(),
+        None => supervisor::systemd::activated(&config),
+    };
+    let mut held = match held {
+        Ok(held) => held,
+        Err(e) => return fail(&e),
+    };
+    if let Err(e) = supervisor::hold(&config, &mut held) {
+        return fail(&e);
+    }
+    if let Err(e) = log.open_file() {
+        return fail(&e);
+    }
+    let taken = handover.map(|h| -> Result<_, appbroker::inherit::InheritError> {
+        let socket = appbroker::inherit::take_socket(h.socket)?;
+        let client = appbroker::inherit::take_socket(h.client)?;
+        Ok((h, socket.into(), client.into()))
+    });
+    let (socket, upgrading) = match taken {
+        Some(Ok((handover, socket, client))) => (Some(socket), Some((handover, client))),
+        Some(Err(e)) => return fail(&format!("cannot take over after the upgrade: {e}")),
+        None => match supervisor_socket(&config) {
+            Ok(socket) => (socket, None),
+            Err(e) => return fail(&e),
+        },
+    };
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => return fail(&format!("cannot find this program's file: {e}")),
+    };
+    // The same command line, less --supervise: the child is the broker itself.
+    let args = std::env::args_os()
+        .skip(1)
+        .filter(|a| a != "--supervise")
+        .collect();
+    let start = supervisor::Start {
+        config,
+        held,
+        options: supervisor::Options { exe, args },
+        socket,
+        upgrading,
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => return fail(&format!("cannot start the runtime: {e}")),
+    };
+    match runtime.block_on(supervisor::run(start)) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => fail(&appbroker::os_error::words(&e)),
+    }
+}
+
+/// The supervisor's socket for `appbroker upgrade`, beside the broker's control socket;
+/// `None` with `CONTROL_SOCKET=0`.
+#[cfg(unix)]
+fn supervisor_socket(config: &Config) -> Result<Option<std::os::unix::net::UnixListener>, String> {
+    let env = admin::paths::Env::current();
+    let Some(control) = admin::paths::control_socket(&config.general, &config.source, &env) else {
+        info!("supervisor: no control socket (CONTROL_SOCKET=0), so no `appbroker upgrade`");
+        return Ok(None);
+    };
+    let path = appbroker::supervisor::upgrade::socket_path(&control);
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    match appbroker::supervisor::upgrade::bind(&path) {
+        Ok(socket) => {
+            info!("supervisor: `appbroker upgrade` asks on {}", path.display());
+            Ok(Some(socket))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Err(e.to_string()),
+        Err(e) => {
+            warn!(
+                "supervisor: cannot make {}: {}; `appbroker upgrade` cannot reach this \
+                 supervisor",
+                path.display(),
+                appbroker::os_error::words(&e)
+            );
+            Ok(None)
+        }
+    }
+}
+
+/// `appbroker upgrade`: asks the supervisor of --config to re-execute itself from the binary
+/// on disk and replace the broker; 0 upgraded, 1 refused, 3 no supervisor answered.
+#[cfg(unix)]
+fn upgrade(cli: &Cli) -> ExitCode {
+    use appbroker::supervisor::upgrade;
+    let control = match control_socket(cli, None) {
+        Ok(control) => control,
+        Err(code) => return code,
+    };
+    let path = upgrade::socket_path(&control);
+    match upgrade::ask(&path) {
+        Ok(answer) if answer.starts_with("upgraded") => {
+            let _ = writeln!(std::io::stdout(), "{answer}");
+            ExitCode::SUCCESS
+        }
+        Ok(answer) => {
+            logging::to_stderr(&format!("appbroker upgrade: {answer}"));
+            ExitCode::from(admin::ctl::REFUSED)
+        }
+        Err(e @ upgrade::AskError::NoSupervisor { .. }) => {
+            // A broker that runs without a supervisor answers on the control socket.
+            if admin::ctl::ask(&control, &Request::Ping, Duration::ZERO).is_ok() {
+                logging::to_stderr(
+                    "appbroker upgrade: the broker runs without a supervisor; an upgrade needs \
+                     the supervised mode (appbroker --supervise): restart it that way",
+                );
+                return ExitCode::from(admin::ctl::REFUSED);
+            }
+            logging::to_stderr(&format!("appbroker upgrade: {e}"));
+            ExitCode::from(admin::ctl::NO_BROKER)
+        }
+        Err(e) => {
+            logging::to_stderr(&format!("appbroker upgrade: {e}"));
+            ExitCode::from(admin::ctl::NO_BROKER)
+        }
+    }
+}
+
+/// No supervisor without Unix.
+#[cfg(not(unix))]
+fn upgrade(_cli: &Cli) -> ExitCode {
+    logging::to_stderr("appbroker upgrade: the supervised mode needs a Unix system");
+    ExitCode::from(1)
 }
 
 /// The control socket of the broker of `--config` (default `appserver.ini`), or the exit code
@@ -476,7 +653,20 @@ fn bind_control_socket(
         return Ok(None);
     };
     let group = config.general.control_group.as_deref();
-    match admin::socket::ControlSocket::bind(path, group) {
+    let mut bound = admin::socket::ControlSocket::bind(path, group);
+    if let Err(admin::socket::SocketError::Live(_)) = &bound
+        && std::env::var_os(appbroker::supervisor::LISTENERS_ENV).is_some()
+    {
+        // A supervised broker replacing another (the ports changed): the one draining keeps
+        // its connection to the socket, the new one takes the path.
+        info!(
+            "taking the control socket {} over from the broker this one replaces",
+            path.display()
+        );
+        let _ = std::fs::remove_file(path);
+        bound = admin::socket::ControlSocket::bind(path, group);
+    }
+    match bound {
         Ok(socket) => Ok(Some(socket)),
         // Another broker runs this file, or the operator named a socket or group that cannot
         // be: a start that says so beats a broker nobody can administer.
@@ -528,6 +718,18 @@ fn serve_control_socket(
     Ok(None)
 }
 
+/// The listeners a supervisor handed down, one set per balancer; `None` when there is none.
+#[cfg(unix)]
+fn inherited(config: &Config) -> anyhow::Result<Option<Vec<Vec<std::net::TcpListener>>>> {
+    Ok(appbroker::supervisor::inherited_listeners(config)?)
+}
+
+/// No supervisor without Unix.
+#[cfg(not(unix))]
+fn inherited(_config: &Config) -> anyhow::Result<Option<Vec<Vec<std::net::TcpListener>>>> {
+    Ok(None)
+}
+
 /// Runs the broker; with `demo` (the command that runs its client), the demo's stand-in
 /// servers and console too.
 fn run(config: Config, demo: Option<String>, log: &logging::Log) -> anyhow::Result<()> {
@@ -562,7 +764,10 @@ fn run(config: Config, demo: Option<String>, log: &logging::Log) -> anyhow::Resu
         // Before the ports: a second broker on the same file says so, rather than that its
         // ports are taken.
         let mut socket = bind_control_socket(socket_path.as_deref(), &config)?;
-        let bound = Broker::bind(config, workers)?;
+        let bound = match inherited(&config)? {
+            Some(listeners) => Broker::on_listeners(config, workers, listeners),
+            None => Broker::bind(config, workers)?,
+        };
         if let Some(path) = &state_path {
             admin::state_file::restore(path, &bound.balancers());
         }
@@ -576,6 +781,8 @@ fn run(config: Config, demo: Option<String>, log: &logging::Log) -> anyhow::Resu
         let mut broker = bound.start();
         let admin = std::sync::Arc::new(admin::Admin::new(broker.control(), state_path));
         let serving = serve_control_socket(socket.as_mut(), admin)?;
+        #[cfg(unix)]
+        appbroker::supervisor::report_ready();
         let control = broker.control();
         handle_signals(control.shutdown_state(), move || {
             control.reload_file_later()

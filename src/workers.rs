@@ -34,6 +34,25 @@ impl Workers {
     }
 }
 
+/// How many worker threads `WORKERS=count` starts (0: one per CPU this process may run on).
+pub fn thread_count(count: usize) -> usize {
+    match count {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    }
+}
+
+/// How many listening sockets each balancer gets with `WORKERS=count`, as
+/// [`Workers::listeners_per_balancer`] says once they run: for a supervisor that binds them
+/// before any worker exists.
+pub fn listeners_for(count: usize) -> usize {
+    if crate::sys::REUSEPORT_SPREADS {
+        thread_count(count)
+    } else {
+        1
+    }
+}
+
 /// The worker threads themselves, stopped and joined by [`WorkerThreads::stop`].
 #[derive(Debug)]
 pub struct WorkerThreads {
@@ -45,10 +64,7 @@ pub struct WorkerThreads {
 impl WorkerThreads {
     /// Starts `count` worker threads (0: one per CPU this process may run on).
     pub fn start(count: usize) -> io::Result<WorkerThreads> {
-        let count = match count {
-            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-            n => n,
-        };
+        let count = thread_count(count);
         let stop = CancellationToken::new();
         let mut handles = Vec::with_capacity(count);
         let mut threads = Vec::with_capacity(count);

@@ -761,3 +761,39 @@ fn the_documentation_lists_exactly_the_keys_of_the_table() {
         );
     }
 }
+
+/// The timing doctor speaks in the three places a file is read: `--check` (a notice on
+/// standard error, exit 0), the start, and a reload (warnings in the log).
+#[tokio::test]
+async fn contradictory_timings_are_warned_about_at_check_start_and_reload() {
+    let server = common::TestServer::start("A").await;
+    let ini = format!(
+        "[BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT=@PORT@\n\
+         QUERY_ALLOW=127.0.0.1\nREMOTE_SERVER_01={}\nQUARANTINE_TIME=30s\nMONITOR_INTERVAL=40s\n",
+        server.ini()
+    );
+    let warning =
+        "QUARANTINE_TIME: 30s is shorter than MONITOR_INTERVAL x MONITOR_RISE (40s x 1 = 40s)";
+    let broker = common::Broker::start(&ini).await;
+    let (code, _, stderr) = check(&broker.config_path);
+    assert_eq!(code, 0, "{stderr}");
+    let notice = stderr
+        .lines()
+        .find(|l| l.contains(warning))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert!(
+        notice.starts_with("notice: ") && notice.contains("appserver.ini:6:"),
+        "{notice}"
+    );
+    assert_eq!(broker.count_logs(warning), 1, "{}", broker.log_text());
+    // A reload with the other rule broken: its warning, on the reload.
+    let text = std::fs::read_to_string(&broker.config_path).unwrap();
+    std::fs::write(&broker.config_path, format!("{text}CONNECT_TIMEOUT=20s\n")).unwrap();
+    broker.signal(nix::sys::signal::Signal::SIGHUP);
+    broker
+        .wait_for_log(
+            "CONNECT_TIMEOUT x MAX_ATTEMPTS (20s x 3 = 60s) is longer than QUARANTINE_TIME (30s)",
+        )
+        .await;
+    assert_eq!(broker.count_logs(warning), 2, "{}", broker.log_text());
+}

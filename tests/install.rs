@@ -128,7 +128,9 @@ fn the_install_steps_put_every_file_in_place_under_a_temporary_root() {
     let text = std::fs::read_to_string(&unit).unwrap();
     for path in [
         "/usr/local/bin/appbroker --check --config /etc/appbroker/appserver.ini",
-        "ExecStart=/usr/local/bin/appbroker --config /etc/appbroker/appserver.ini",
+        "ExecStart=/usr/local/bin/appbroker --supervise --config /etc/appbroker/appserver.ini",
+        "Type=notify",
+        "KillMode=mixed",
         "User=appbroker",
         "LogsDirectory=appbroker",
     ] {
@@ -149,7 +151,14 @@ fn the_systemd_unit_passes_systemd_analyze_verify() {
         .replace("/usr/local/bin/appbroker", &installed.display().to_string());
     let unit: PathBuf = root.path().join("appbroker.service");
     std::fs::write(&unit, text).unwrap();
+    // The socket unit beside it, as installed: it names the service above.
+    std::fs::copy(
+        root.path().join("etc/systemd/system/appbroker.socket"),
+        root.path().join("appbroker.socket"),
+    )
+    .unwrap();
     assert_unit_verifies(&unit);
+    assert_unit_verifies(&root.path().join("appbroker.socket"));
 }
 
 #[test]

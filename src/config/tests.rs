@@ -245,3 +245,51 @@ fn http_keys_in_a_tcp_section_and_http_monitor_keys_without_http_are_noticed() {
     assert!(noticed("LOG_REQUESTS", "HTTP balancers"));
     assert!(noticed("MONITOR_PATH", "MONITORING_TYPE=HTTP only"));
 }
+
+/// Each timing rule: the lines added to MINIMAL, the key its warning names, words it says.
+#[test]
+fn contradictory_timings_are_one_warning_each_naming_both_values() {
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "QUARANTINE_TIME=30s\nMONITOR_INTERVAL=20s\nMONITOR_RISE=2\n",
+            "QUARANTINE_TIME",
+            "30s is shorter than MONITOR_INTERVAL x MONITOR_RISE (20s x 2 = 40s)",
+        ),
+        (
+            "KEEPALIVE_TIME=120s\nKEEPALIVE_INTERVAL=15s\nKEEPALIVE_COUNT=6\n",
+            "KEEPALIVE_TIME",
+            "(120s + 15s x 6 = 210s), longer than the 180s a SmartClient keeps reconnecting",
+        ),
+        (
+            "TCP_USER_TIMEOUT=30s\n",
+            "TCP_USER_TIMEOUT",
+            "30s is below KEEPALIVE_TIME (60s)",
+        ),
+        (
+            "CONNECT_TIMEOUT=10s\nMAX_ATTEMPTS=20\n",
+            "MAX_ATTEMPTS",
+            "CONNECT_TIMEOUT x MAX_ATTEMPTS (10s x 20 = 200s) is longer than QUARANTINE_TIME (120s)",
+        ),
+    ];
+    for (lines, key, words) in cases {
+        let loaded = load(&format!("{MINIMAL}{lines}")).unwrap();
+        let timing: Vec<&ConfigError> = loaded
+            .notices
+            .iter()
+            .filter(|n| n.key.as_deref() != Some("QUERY_ALLOW"))
+            .collect();
+        assert_eq!(timing.len(), 1, "{lines}: {timing:?}");
+        assert_eq!(timing[0].key.as_deref(), Some(*key), "{lines}");
+        let text = timing[0].located("t.ini");
+        assert!(text.contains(words), "{lines}: {text}");
+        // On the key's own line (the file sets it), not the section's (line 1).
+        assert!(timing[0].line > Some(1), "{text}");
+    }
+    // Monitoring off: no check could release a quarantine anyway, so rule one says nothing.
+    let off = "QUARANTINE_TIME=20s\nMONITORING_TYPE=DISABLED\n";
+    let loaded = load(&format!("{MINIMAL}{off}")).unwrap();
+    assert_eq!(loaded.notices.len(), 1, "{:?}", loaded.notices);
+    // Keepalive off: neither keepalive rule applies.
+    let loaded = load(&format!("{MINIMAL}KEEPALIVE_TIME=0\nTCP_USER_TIMEOUT=5s\n")).unwrap();
+    assert_eq!(loaded.notices.len(), 1, "{:?}", loaded.notices);
+}

@@ -255,6 +255,13 @@ impl Validator {
             let keepalive = &mut b.keepalive;
             keepalive.user_timeout = keepalive.enabled().then(|| keepalive.dead_after().min(DAY));
         }
+        // Timings that contradict each other: a warning each, on the key's line if the file
+        // sets it.
+        for (key, message) in super::timing::contradictions(b) {
+            let line = inherited.find(key).map_or(section.line, |(e, _)| e.line);
+            self.notices
+                .push(ConfigError::new(line, name, Some(key), message));
+        }
         // Answering everyone is the TOTVS behaviour; say so once unless the file chose it.
         if b.query.enabled && inherited.find("QUERY_ALLOW").is_none() {
             self.notices.push(ConfigError::new(

@@ -1,13 +1,15 @@
 //! Validation: scanned sections and entries to a typed [`Config`], collecting every error
 //! rather than stopping at the first. Split by concern: which sections are what
-//! ([`sections`]), `[General]` ([`general`]), one balancer section ([`balancer`]), and the
-//! checks across balancers ([`across`]). Every key is read through the table of
+//! ([`sections`]), `[General]` ([`general`]), one balancer section ([`balancer`]) and its
+//! timings that contradict each other ([`timing`]), and the checks across balancers
+//! ([`across`]). Every key is read through the table of
 //! [`super::keys`].
 
 mod across;
 mod balancer;
 mod general;
 mod sections;
+mod timing;
 mod tls;
 
 use std::collections::BTreeMap;

@@ -1,0 +1,94 @@
+//! The timing doctor: settings of one balancer that contradict each other in time. The rule
+//! comes from a failover that stalled for two hours (a WebSphere messaging engine's lock held
+//! by a dead holder, in the seeds): whoever takes over must wait longer than it takes to
+//! notice that the old holder is gone. Each contradiction is a warning (a notice), one line
+//! with both values and what to change; the configuration still loads.
+
+use std::time::Duration;
+
+use crate::config::value::show_duration;
+use crate::config::{BalancerConfig, Monitoring};
+
+/// How long a SmartClient whose network dropped keeps trying to reconnect through the broker:
+/// about 180 s. TDN (the TOTVS broker's documentation, https://tdn.totvs.com/x/tImkFw): from
+/// broker DLL 2.1.11 reconnection is time-based, about 180 s, "the interval the application
+/// server holds a connection without network activity" (the AppServer's `ConnectionTimeout`).
+pub const SMARTCLIENT_RECONNECT_WINDOW: Duration = Duration::from_secs(180);
+
+/// The contradictions in `b`'s timings: (the key the line is about, the message).
+pub fn contradictions(b: &BalancerConfig) -> Vec<(&'static str, String)> {
+    let mut found = Vec::new();
+    let show = |d: Duration| show_duration(d);
+    let checks = b.monitor_interval * b.monitor_rise;
+    if b.monitoring != Monitoring::Disabled && b.quarantine_time < checks {
+        found.push((
+            "QUARANTINE_TIME",
+            format!(
+                "{} is shorter than MONITOR_INTERVAL x MONITOR_RISE ({} x {} = {}): a quarantine \
+                 runs out before passing checks could ever release it, so a failed server gets \
+                 clients again untested; lengthen QUARANTINE_TIME past {}, or shorten \
+                 MONITOR_INTERVAL",
+                show(b.quarantine_time),
+                show(b.monitor_interval),
+                b.monitor_rise,
+                show(checks),
+                show(checks)
+            ),
+        ));
+    }
+    let k = &b.keepalive;
+    if k.enabled() && k.dead_after() > SMARTCLIENT_RECONNECT_WINDOW {
+        found.push((
+            "KEEPALIVE_TIME",
+            format!(
+                "a dead peer is noticed after KEEPALIVE_TIME + KEEPALIVE_INTERVAL x \
+                 KEEPALIVE_COUNT ({} + {} x {} = {}), longer than the {} a SmartClient keeps \
+                 reconnecting (TOTVS broker DLL 2.1.11 and later): the broker holds a dead \
+                 client's server connection past the time its user gave up; lower them to at \
+                 most {} in all",
+                show(k.time),
+                show(k.interval),
+                k.count,
+                show(k.dead_after()),
+                show(SMARTCLIENT_RECONNECT_WINDOW),
+                show(SMARTCLIENT_RECONNECT_WINDOW)
+            ),
+        ));
+    }
+    if let Some(user_timeout) = k.user_timeout
+        && k.enabled()
+        && !user_timeout.is_zero()
+        && user_timeout < k.time
+    {
+        found.push((
+            "TCP_USER_TIMEOUT",
+            format!(
+                "{} is below KEEPALIVE_TIME ({}): Linux drops a connection whose first keepalive \
+                 probe goes unanswered once TCP_USER_TIMEOUT has passed, so KEEPALIVE_INTERVAL \
+                 and KEEPALIVE_COUNT never count; set it to at least KEEPALIVE_TIME + \
+                 KEEPALIVE_INTERVAL x KEEPALIVE_COUNT ({}), or leave it out",
+                show(user_timeout),
+                show(k.time),
+                show(k.dead_after())
+            ),
+        ));
+    }
+    let attempts = b.connect_timeout * b.max_attempts;
+    if attempts > b.quarantine_time {
+        found.push((
+            "MAX_ATTEMPTS",
+            format!(
+                "CONNECT_TIMEOUT x MAX_ATTEMPTS ({} x {} = {}) is longer than QUARANTINE_TIME \
+                 ({}): a client still trying servers outlasts the quarantines its own failed \
+                 connects started, and meets the same dead servers again; shorten \
+                 CONNECT_TIMEOUT or MAX_ATTEMPTS, or lengthen QUARANTINE_TIME past {}",
+                show(b.connect_timeout),
+                b.max_attempts,
+                show(attempts),
+                show(b.quarantine_time),
+                show(attempts)
+            ),
+        ));
+    }
+    found
+}

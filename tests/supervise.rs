@@ -1,0 +1,641 @@
+//! Supervised mode through the real binary (`appbroker --supervise`): the child SIGKILLed
+//! again and again under load refuses no one, a child that dies at start is restarted with
+//! a growing back-off, the supervisor's SIGTERM stops it with its child (even one starting),
+//! and a SIGHUP that adds a port makes the supervisor hold it too.
+#![cfg(target_os = "linux")]
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test that cannot go on should panic
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use common::*;
+use nix::sys::signal::Signal;
+use tokio::net::TcpStream;
+
+/// One balancer on 127.0.0.1:`@PORT@` over `server`, no monitor (these tests are about the
+/// processes), and `extra` lines in `[General]`.
+fn ini(server: &TestServer, extra: &str) -> String {
+    format!(
+        "[General]\nSHUTDOWN_TIMEOUT=5\n{extra}\n[BALANCE_SMART_CLIENT_DESKTOP]\n\
+         LOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT=@PORT@\nMONITORING_TYPE=DISABLED\n\
+         REMOTE_SERVER_01={}\n",
+        server.ini()
+    )
+}
+
+/// The pid of the `n`th child (from 1) that said it serves, from the supervisor's log.
+async fn serving_child(broker: &Broker, n: usize) -> i32 {
+    wait_serving(broker, n).await;
+    let lines: Vec<String> = broker
+        .logs()
+        .into_iter()
+        .filter(|l| l.contains("supervisor: broker (pid ") && l.contains(") serves"))
+        .collect();
+    assert!(lines.len() >= n, "{}", broker.log_text());
+    pid_in(&lines[n - 1])
+}
+
+/// The number after `(pid ` in `line`.
+fn pid_in(line: &str) -> i32 {
+    let start = line.find("(pid ").expect("a pid") + 5;
+    let digits: String = line[start..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().expect("a pid")
+}
+
+/// Waits until `n` lines say a child serves.
+async fn wait_serving(broker: &Broker, n: usize) {
+    let end = Instant::now() + DEADLINE;
+    while broker
+        .logs()
+        .iter()
+        .filter(|l| l.contains("supervisor: broker (pid ") && l.contains(") serves"))
+        .count()
+        < n
+    {
+        assert!(
+            Instant::now() < end,
+            "no child #{n} serves:\n{}",
+            broker.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn kill(pid: i32, signal: Signal) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal).expect("signal the child");
+}
+
+/// True once process `pid` is gone (or a zombie nobody waits for).
+fn gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+    }
+}
+
+/// `appbroker ARGS --config <the broker's file>`, run to its end with the broker's
+/// directories: (exit code, stdout, stderr).
+async fn command(broker: &Broker, args: &[&str]) -> (i32, String, String) {
+    let mut command = std::process::Command::new(binary());
+    command.args(args).arg("--config").arg(&broker.config_path);
+    own_admin_dirs(&mut command, broker.dir.path());
+    tokio::task::spawn_blocking(move || run_bounded(command))
+        .await
+        .unwrap()
+}
+
+/// The load: four clients in a loop, each a new connection and one exchange, until stopped.
+struct Load {
+    stop: Arc<AtomicBool>,
+    exchanges: Arc<AtomicUsize>,
+    /// Connects that failed (refused), with the error.
+    refused: Arc<std::sync::Mutex<Vec<String>>>,
+    /// Exchanges that failed after the connect (cut with a killed broker, say).
+    cut: Arc<AtomicUsize>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// What a load saw, once stopped.
+struct Seen {
+    exchanges: usize,
+    refused: Vec<String>,
+    cut: usize,
+}
+
+impl Load {
+    fn start(addr: SocketAddr) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let exchanges = Arc::new(AtomicUsize::new(0));
+        let refused = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let cut = Arc::new(AtomicUsize::new(0));
+        let tasks = (0..4)
+            .map(|_| {
+                let (stop, exchanges, refused, cut) = (
+                    Arc::clone(&stop),
+                    Arc::clone(&exchanges),
+                    Arc::clone(&refused),
+                    Arc::clone(&cut),
+                );
+                tokio::spawn(async move {
+                    while !stop.load(Ordering::Relaxed) {
+                        let mut stream = match TcpStream::connect(addr).await {
+                            Ok(stream) => stream,
+                            Err(e) => {
+                                refused.lock().unwrap().push(e.to_string());
+                                continue;
+                            }
+                        };
+                        let counter = match exchange(&mut stream, "load").await {
+                            Ok(_) => &exchanges,
+                            Err(_) => &cut,
+                        };
+                        counter.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        Load {
+            stop,
+            exchanges,
+            refused,
+            cut,
+            tasks,
+        }
+    }
+
+    /// Waits until a few more exchanges went through.
+    async fn moved_on(&self) {
+        let before = self.exchanges.load(Ordering::Relaxed);
+        eventually("the load goes through", || {
+            self.exchanges.load(Ordering::Relaxed) > before + 4
+        })
+        .await;
+    }
+
+    async fn stop(self) -> Seen {
+        self.stop.store(true, Ordering::Relaxed);
+        for task in self.tasks {
+            task.await.unwrap();
+        }
+        let refused = self.refused.lock().unwrap().clone();
+        Seen {
+            exchanges: self.exchanges.load(Ordering::Relaxed),
+            refused,
+            cut: self.cut.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// After an upgrade: `held`, opened on broker `old` before it, still exchanges (it finishes
+/// there); closed, `old` has nothing left to drain and ends.
+async fn finishes_on_the_old_broker(broker: &Broker, mut held: TcpStream, old: i32) {
+    assert_eq!(exchange(&mut held, "after the upgrade").await.unwrap(), "A");
+    drop(held);
+    broker
+        .wait_for_log(&format!(
+            "the previous broker (pid {old}) exited with code 0"
+        ))
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn killing_the_child_twenty_times_under_load_refuses_no_one() {
+    let server = TestServer::start("A").await;
+    let broker = Broker::start_with(&ini(&server, ""), &["--supervise"]).await;
+    let addr = broker.addr();
+    wait_serving(&broker, 1).await;
+    let load = Load::start(addr);
+    let mut gaps = Vec::new();
+    for kill_number in 1..=20 {
+        let pid = serving_child(&broker, kill_number).await;
+        load.moved_on().await;
+        let killed = Instant::now();
+        kill(pid, Signal::SIGKILL);
+        // The next client accepted: a fresh connection that gets its answer.
+        let mut probe = within("a client served after the kill", TcpStream::connect(addr))
+            .await
+            .expect("connect after the kill");
+        exchange(&mut probe, "after the kill")
+            .await
+            .expect("served by the next child");
+        gaps.push(killed.elapsed());
+        wait_serving(&broker, kill_number + 1).await;
+    }
+    let seen = load.stop().await;
+    gaps.sort();
+    eprintln!(
+        "20 SIGKILLs under load: {} exchanges, {} cut with a killed child, {} refused; kill to \
+         next client served: median {:?}, max {:?}",
+        seen.exchanges,
+        seen.cut,
+        seen.refused.len(),
+        gaps[gaps.len() / 2],
+        gaps[gaps.len() - 1]
+    );
+    assert!(
+        seen.refused.is_empty(),
+        "{:?}\n{}",
+        seen.refused,
+        broker.log_text()
+    );
+    assert_eq!(
+        broker.count_logs("killed by SIGKILL while serving; starting another now"),
+        20,
+        "{}",
+        broker.log_text()
+    );
+}
+
+#[tokio::test]
+async fn a_child_that_dies_at_start_is_restarted_with_a_growing_back_off() {
+    let server = TestServer::start("A").await;
+    let good = ini(&server, "");
+    let broker = Broker::start_with(&good, &["--supervise"]).await;
+    let pid = serving_child(&broker, 1).await;
+    let text = std::fs::read_to_string(&broker.config_path).unwrap();
+    // Every child started from now on finds an error in the file and exits at start.
+    std::fs::write(&broker.config_path, format!("{text}NO_SUCH_KEY=1\n")).unwrap();
+    kill(pid, Signal::SIGKILL);
+    broker
+        .wait_for_log("before it served; starting another in 400ms")
+        .await;
+    for delay in ["100ms", "200ms"] {
+        assert!(
+            broker.has_log(&format!(
+                "exited with code 2 before it served; starting another in {delay}"
+            )),
+            "{}",
+            broker.log_text()
+        );
+    }
+    // Mended, the next child serves, and the supervisor says how long the port went unserved.
+    std::fs::write(&broker.config_path, text).unwrap();
+    wait_serving(&broker, 2).await;
+    assert!(
+        broker.has_log("after the last one died"),
+        "{}",
+        broker.log_text()
+    );
+    assert_eq!(ask(broker.addr()).await.unwrap(), "A");
+}
+
+#[tokio::test]
+async fn sigterm_stops_the_supervisor_with_its_child_serving_or_starting() {
+    let server = TestServer::start("A").await;
+    // Serving: the child drains and exits 0, the supervisor with it.
+    let mut broker = Broker::start_with(&ini(&server, ""), &["--supervise"]).await;
+    let pid = serving_child(&broker, 1).await;
+    broker.signal(Signal::SIGTERM);
+    let status = broker.wait_exit().await;
+    assert_eq!(status.code(), Some(0), "{}", broker.log_text());
+    assert!(gone(pid), "the child outlived its supervisor");
+    assert!(broker.has_log("supervisor: received SIGTERM; passing it on"));
+
+    // Starting: SIGTERM as soon as the supervisor started a new child.
+    let mut broker = Broker::start_with(&ini(&server, ""), &["--supervise"]).await;
+    let pid = serving_child(&broker, 1).await;
+    kill(pid, Signal::SIGKILL);
+    let line = broker.wait_for_log("supervisor: broker started (pid").await;
+    broker.signal(Signal::SIGTERM);
+    let status = broker.wait_exit().await;
+    assert_eq!(status.code(), Some(0), "{}", broker.log_text());
+    assert!(gone(pid_in(&line)), "{}", broker.log_text());
+}
+
+/// The inodes of the sockets listening on 127.0.0.1:`port`, from `/proc/net/tcp`.
+fn listening_inodes(port: u16) -> Vec<String> {
+    listening_inodes_at(&format!("0100007F:{port:04X}"))
+}
+
+/// The inodes of the sockets listening on `local` as `/proc/net/tcp` writes it
+/// (`0100007F:1388`).
+fn listening_inodes_at(local: &str) -> Vec<String> {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    table
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|f| f.len() > 9 && f[1] == local && f[3] == "0A")
+        .map(|f| f[9].to_string())
+        .collect()
+}
+
+/// True when process `pid` holds a socket with one of `inodes`.
+fn holds(pid: u32, inodes: &[String]) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .any(|target| {
+            let target = target.to_string_lossy();
+            inodes.iter().any(|i| target == format!("socket:[{i}]"))
+        })
+}
+
+#[tokio::test]
+async fn a_port_added_by_sighup_is_held_by_the_supervisor_and_survives_a_crash() {
+    let a = TestServer::start("A").await;
+    let b = TestServer::start("B").await;
+    let broker = Broker::start_with(&ini(&a, ""), &["--supervise"]).await;
+    let first = serving_child(&broker, 1).await;
+    let second_port = broker.ports[1];
+    let added = format!(
+        "{}[BALANCE_WEB_SERVICES]\nLOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT={second_port}\n\
+         MONITORING_TYPE=DISABLED\nREMOTE_SERVER_01={}\n",
+        std::fs::read_to_string(&broker.config_path).unwrap(),
+        b.ini()
+    );
+    std::fs::write(&broker.config_path, added).unwrap();
+    broker.signal(Signal::SIGHUP);
+    broker
+        .wait_for_log("the ports changed; a new broker (pid")
+        .await;
+    wait_serving(&broker, 2).await;
+    broker
+        .wait_for_log(&format!(
+            "the previous broker (pid {first}) exited with code 0"
+        ))
+        .await;
+    let second: SocketAddr = SocketAddr::from(([127, 0, 0, 1], second_port));
+    assert_eq!(ask(second).await.unwrap(), "B");
+    let inodes = listening_inodes(second_port);
+    assert!(!inodes.is_empty());
+    assert!(
+        holds(broker.pid(), &inodes),
+        "the supervisor does not hold the new port"
+    );
+    // A crash now loses neither port.
+    kill(serving_child(&broker, 2).await, Signal::SIGKILL);
+    assert_eq!(ask(second).await.unwrap(), "B");
+    assert_eq!(ask(broker.addr()).await.unwrap(), "A");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn twenty_upgrades_under_load_fail_no_exchange_and_keep_the_overrides() {
+    let a = TestServer::start("A").await;
+    let b = TestServer::start("B").await;
+    let text = format!(
+        "[General]\nSHUTDOWN_TIMEOUT=5\n[BALANCE_SMART_CLIENT_DESKTOP]\n\
+         LOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT=@PORT@\nMONITORING_TYPE=DISABLED\n\
+         REMOTE_SERVER_01={}\nREMOTE_SERVER_02={}\n",
+        a.ini(),
+        b.ini()
+    );
+    let broker = Broker::start_with(&text, &["--supervise"]).await;
+    wait_serving(&broker, 1).await;
+    let (code, _, err) = command(&broker, &["ctl", "disable", "SMART_CLIENT_DESKTOP", "02"]).await;
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = command(
+        &broker,
+        &["ctl", "quarantine", "SMART_CLIENT_DESKTOP", "02", "60m"],
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let (_, before, _) = command(&broker, &["ctl", "--json", "show"]).await;
+    assert!(before.contains("\"forced\": true"), "{before}");
+    let load = Load::start(broker.addr());
+    for upgrade in 1..=20 {
+        load.moved_on().await;
+        let old = serving_child(&broker, upgrade).await;
+        // Opened before the upgrade: it finishes on the old broker, which drains.
+        let (held, name) = hold(broker.addr()).await;
+        assert_eq!(name, "A");
+        let (code, out, err) = command(&broker, &["upgrade"]).await;
+        assert_eq!(
+            code,
+            0,
+            "upgrade {upgrade}: {out}{err}\n{}",
+            broker.log_text()
+        );
+        assert!(out.starts_with("upgraded: broker (pid "), "{out}");
+        assert_ne!(serving_child(&broker, upgrade + 1).await, old);
+        finishes_on_the_old_broker(&broker, held, old).await;
+    }
+    load.moved_on().await;
+    let seen = load.stop().await;
+    eprintln!(
+        "20 upgrades under load: {} exchanges, {} refused, {} failed",
+        seen.exchanges,
+        seen.refused.len(),
+        seen.cut
+    );
+    assert!(
+        seen.refused.is_empty(),
+        "{:?}\n{}",
+        seen.refused,
+        broker.log_text()
+    );
+    assert_eq!(seen.cut, 0, "{}", broker.log_text());
+    // The same supervisor all along, and server 02 still disabled: every client on A.
+    assert_eq!(broker.count_logs("re-executing"), 20);
+    assert!(broker.child.id() > 0 && !gone(broker.pid() as i32));
+    let (_, show, _) = command(&broker, &["ctl", "show"]).await;
+    assert!(show.to_lowercase().contains("disabled"), "{show}");
+    let (_, after, _) = command(&broker, &["ctl", "--json", "show"]).await;
+    // What each server's overrides and quarantine are; the quarantine's end in whole
+    // seconds, as the state file keeps the time left and each restore re-reads the clock.
+    let overrides = |json: &str| -> Vec<(String, i64)> {
+        let value: serde_json::Value = serde_json::from_str(json).unwrap();
+        let servers = &value["balancers"][0]["servers"];
+        servers
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                let q = &s["quarantine"];
+                let text = format!(
+                    "{} {} {} {}",
+                    s["id"], s["state"], s["overrides"], q["forced"]
+                );
+                (text, q["until_epoch_ms"].as_i64().unwrap_or(0))
+            })
+            .collect()
+    };
+    let (before, after) = (overrides(&before), overrides(&after));
+    for (b, a) in before.iter().zip(&after) {
+        assert_eq!(b.0, a.0);
+        assert!(
+            (b.1 - a.1).abs() < 1000,
+            "quarantine end {} then {}",
+            b.1,
+            a.1
+        );
+    }
+    assert_eq!(before.len(), after.len());
+    assert_eq!(ask_many(broker.addr(), 4).await, ["A", "A", "A", "A"]);
+}
+
+#[tokio::test]
+async fn an_upgrade_with_a_broken_file_is_refused_and_the_broker_carries_on() {
+    let server = TestServer::start("A").await;
+    let broker = Broker::start_with(&ini(&server, ""), &["--supervise"]).await;
+    let pid = serving_child(&broker, 1).await;
+    let text = std::fs::read_to_string(&broker.config_path).unwrap();
+    std::fs::write(&broker.config_path, format!("{text}NO_SUCH_KEY=1\n")).unwrap();
+    let (code, out, err) = command(&broker, &["upgrade"]).await;
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("refused") && err.contains("NO_SUCH_KEY") && err.contains("carries on"),
+        "{err}"
+    );
+    assert!(!gone(pid));
+    assert_eq!(ask(broker.addr()).await.unwrap(), "A");
+    assert_eq!(broker.count_logs("re-executing"), 0);
+}
+
+#[tokio::test]
+async fn upgrade_without_a_supervisor_says_so_and_without_a_broker_exits_3() {
+    let server = TestServer::start("A").await;
+    let mut broker = Broker::start(&ini(&server, "")).await;
+    let (code, _, err) = command(&broker, &["upgrade"]).await;
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("needs the supervised mode"), "{err}");
+    broker.signal(Signal::SIGTERM);
+    broker.wait_exit().await;
+    let (code, _, err) = command(&broker, &["upgrade"]).await;
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("no supervisor answers"), "{err}");
+}
+
+#[tokio::test]
+async fn an_old_broker_that_does_not_drain_is_cut_at_shutdown_timeout() {
+    let server = TestServer::start("A").await;
+    let broker = Broker::start_with(
+        &ini(&server, "").replace("SHUTDOWN_TIMEOUT=5", "SHUTDOWN_TIMEOUT=1"),
+        &["--supervise"],
+    )
+    .await;
+    let old = serving_child(&broker, 1).await;
+    let (mut held, _) = hold(broker.addr()).await;
+    let (code, out, err) = command(&broker, &["upgrade"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    // The connection stays idle: the old broker cuts it when SHUTDOWN_TIMEOUT is over, and
+    // ends.
+    let read = within("the cut", wait_end(&mut held)).await;
+    assert_end_seen("the held connection", &read);
+    broker
+        .wait_for_log(&format!("the previous broker (pid {old}) exited"))
+        .await;
+    assert_eq!(ask(broker.addr()).await.unwrap(), "A");
+}
+
+#[tokio::test]
+async fn the_supervisor_tells_systemd_it_is_ready_once_the_broker_serves() {
+    let server = TestServer::start("A").await;
+    let dir = tempfile::tempdir().unwrap();
+    let notify = dir.path().join("notify");
+    let listener = std::os::unix::net::UnixDatagram::bind(&notify).unwrap();
+    listener.set_read_timeout(Some(DEADLINE)).unwrap();
+    let ports = free_ports();
+    let config_path = dir.path().join("appserver.ini");
+    std::fs::write(
+        &config_path,
+        fill_placeholders(&ini(&server, ""), &ports, dir.path()),
+    )
+    .unwrap();
+    let mut command = std::process::Command::new(binary());
+    command
+        .arg("--supervise")
+        .arg("--config")
+        .arg(&config_path)
+        .env("NOTIFY_SOCKET", &notify);
+    let broker = Broker::spawn_command(dir, config_path, ports, command);
+    let said = tokio::task::spawn_blocking(move || {
+        let mut buf = [0u8; 64];
+        let n = listener
+            .recv(&mut buf)
+            .expect("READY=1 within the deadline");
+        String::from_utf8_lossy(&buf[..n]).to_string()
+    })
+    .await
+    .unwrap();
+    assert_eq!(said, "READY=1");
+    // Ready means serving, and the variable is the supervisor's: the broker never sees it.
+    assert_eq!(ask(broker.addr()).await.unwrap(), "A");
+    let child = serving_child(&broker, 1).await;
+    let environ = std::fs::read(format!("/proc/{child}/environ")).unwrap();
+    assert!(!String::from_utf8_lossy(&environ).contains("NOTIFY_SOCKET"));
+}
+
+#[tokio::test]
+#[ignore = "needs systemd-socket-activate (apt-get install systemd)"]
+async fn sockets_from_systemd_are_matched_by_address_and_the_others_bound() {
+    let server = TestServer::start("A").await;
+    let dir = tempfile::tempdir().unwrap();
+    let ports = free_ports();
+    let text = format!(
+        "{}[BALANCE_WEB_SERVICES]\nLOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT=@PORT2@\n\
+         MONITORING_TYPE=DISABLED\nREMOTE_SERVER_01={}\n",
+        ini(&server, ""),
+        server.ini()
+    );
+    let config_path = dir.path().join("appserver.ini");
+    std::fs::write(&config_path, fill_placeholders(&text, &ports, dir.path())).unwrap();
+    // systemd's own tool for this: it listens, and at the first client runs the command with
+    // LISTEN_FDS=1 and the socket as descriptor 3.
+    let mut command = std::process::Command::new("systemd-socket-activate");
+    let at = |name: &str| format!("{name}={}", dir.path().display());
+    command
+        .arg("-l")
+        .arg(format!("127.0.0.1:{}", ports[0]))
+        .args(["-E", &at("RUNTIME_DIRECTORY"), "-E", &at("STATE_DIRECTORY")])
+        .arg(binary())
+        .arg("--supervise")
+        .arg("--config")
+        .arg(&config_path);
+    let broker = Broker::spawn_command(dir, config_path, ports, command);
+    broker.wait_for_log("Listening on 127.0.0.1").await;
+    // The first client wakes it, waits in systemd's queue, and is served.
+    assert_eq!(ask(broker.addr()).await.unwrap(), "A");
+    broker
+        .wait_for_log("[BALANCE_SMART_CLIENT_DESKTOP] listens on 127.0.0.1")
+        .await;
+    assert!(broker.has_log("passed by systemd"), "{}", broker.log_text());
+    assert!(
+        broker.has_log("systemd passed no socket for [BALANCE_WEB_SERVICES]"),
+        "{}",
+        broker.log_text()
+    );
+    assert_eq!(ask(broker.addr2()).await.unwrap(), "A");
+    // systemd's socket survives the broker's crash, held by the supervisor.
+    kill(serving_child(&broker, 1).await, Signal::SIGKILL);
+    assert_eq!(ask(broker.addr()).await.unwrap(), "A");
+}
+
+#[tokio::test]
+async fn an_upgrade_moves_a_port_from_the_wildcard_to_one_address() {
+    let server = TestServer::start("A").await;
+    // Two workers: SO_REUSEPORT on the sockets held, which the move needs.
+    let text = ini(&server, "WORKERS=2").replace(
+        "LOCAL_SERVER_ADDRESS=127.0.0.1",
+        "LOCAL_SERVER_ADDRESS=0.0.0.0",
+    );
+    let broker = Broker::start_with(&text, &["--supervise"]).await;
+    let old = serving_child(&broker, 1).await;
+    let port = broker.ports[0];
+    let wildcard = format!("00000000:{port:04X}");
+    assert!(!listening_inodes_at(&wildcard).is_empty());
+    let (held, _) = hold(broker.addr()).await;
+    let moved = std::fs::read_to_string(&broker.config_path)
+        .unwrap()
+        .replace(
+            "LOCAL_SERVER_ADDRESS=0.0.0.0",
+            "LOCAL_SERVER_ADDRESS=127.0.0.1",
+        );
+    std::fs::write(&broker.config_path, moved).unwrap();
+    let (code, out, err) = command(&broker, &["upgrade"]).await;
+    assert_eq!(code, 0, "{out}{err}\n{}", broker.log_text());
+    assert_eq!(ask(broker.addr()).await.unwrap(), "A");
+    // The connection from before finishes on the old broker; then the wildcard is gone.
+    finishes_on_the_old_broker(&broker, held, old).await;
+    eventually("the wildcard socket closed", || {
+        listening_inodes_at(&wildcard).is_empty()
+    })
+    .await;
+    assert!(holds(broker.pid(), &listening_inodes(port)));
+}
+
+#[tokio::test]
+async fn a_broker_still_draining_at_the_next_upgrade_is_waited_for_by_the_new_image() {
+    let server = TestServer::start("A").await;
+    let broker = Broker::start_with(&ini(&server, ""), &["--supervise"]).await;
+    let first = serving_child(&broker, 1).await;
+    let (held, _) = hold(broker.addr()).await;
+    let (code, out, err) = command(&broker, &["upgrade"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    // The first broker drains `held`; upgraded again meanwhile, the supervisor re-executes.
+    let (code, out, err) = command(&broker, &["upgrade"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(broker.count_logs("re-executing"), 2);
+    finishes_on_the_old_broker(&broker, held, first).await;
+    eventually("the first broker reaped, no zombie", || gone(first)).await;
+}
