@@ -77,6 +77,19 @@ impl Ticket {
             .find_map(|(_, value)| Ticket::parse(value.trim().trim_matches('"')))
     }
 
+    /// A `Cookie` header without the broker's cookie, for the request forwarded to the
+    /// server (other cookies untouched, in order); `None` when nothing else is left.
+    pub fn strip(header: &str) -> Option<String> {
+        let kept: Vec<&str> = header
+            .split(';')
+            .map(str::trim)
+            .filter(|pair| {
+                !pair.is_empty() && pair.split_once('=').is_none_or(|(name, _)| name != COOKIE)
+            })
+            .collect();
+        (!kept.is_empty()).then(|| kept.join("; "))
+    }
+
     /// The `Set-Cookie` value that hands this ticket to a browser (`Secure` over TLS).
     pub fn set_cookie(&self, secure: bool) -> String {
         let secure = if secure { "; Secure" } else { "" };
@@ -150,7 +163,13 @@ impl Sessions {
 
     /// A request brought `ticket` back at `now`: its session is refreshed, or made (the
     /// oldest idle ones forgotten to stay within `max`).
-    pub fn touch(&mut self, ticket: Ticket, now: Instant, timeout: Duration, max: usize) -> Touched {
+    pub fn touch(
+        &mut self,
+        ticket: Ticket,
+        now: Instant,
+        timeout: Duration,
+        max: usize,
+    ) -> Touched {
         self.expire(now, timeout);
         if let Some(entry) = self.entries.get_mut(&ticket) {
             if entry.open == 0 {
@@ -231,6 +250,11 @@ impl Sessions {
         {
             *n = n.saturating_sub(1);
         }
+    }
+
+    /// True when `ticket` is a live session.
+    pub fn knows(&self, ticket: Ticket) -> bool {
+        self.entries.contains_key(&ticket)
     }
 
     /// Live sessions bound to `server`.
@@ -322,11 +346,28 @@ mod tests {
 
     #[test]
     fn the_cookie_is_found_among_others() {
-        let header = b"a=1; TOTVS_BROKER_SH_001=bogus; TOTVS_BROKER_SH_001=02.q3VdAbCdEfGhIjKlMnOpQr; b=2";
+        let header =
+            b"a=1; TOTVS_BROKER_SH_001=bogus; TOTVS_BROKER_SH_001=02.q3VdAbCdEfGhIjKlMnOpQr; b=2";
         let t = Ticket::from_cookies([&header[..]]).expect("found");
         assert_eq!(t.server, id("02"));
         assert_eq!(Ticket::from_cookies([&b"a=1; b=2"[..]]), None);
         assert_eq!(Ticket::from_cookies([&b"\xff\xfe"[..]]), None);
+    }
+
+    #[test]
+    fn the_cookie_is_stripped_and_others_kept() {
+        for (header, left) in [
+            ("TOTVS_BROKER_SH_001=01.x", None),
+            ("a=1; TOTVS_BROKER_SH_001=01.x; b=2", Some("a=1; b=2")),
+            ("a=1;TOTVS_BROKER_SH_001=anything", Some("a=1")),
+            (
+                "TOTVS_BROKER_SH_0011=keep",
+                Some("TOTVS_BROKER_SH_0011=keep"),
+            ),
+            ("", None),
+        ] {
+            assert_eq!(Ticket::strip(header).as_deref(), left, "{header:?}");
+        }
     }
 
     #[test]
@@ -386,8 +427,14 @@ mod tests {
         s.touch(ticket("01", 0), Instant::now(), MINUTE, 3);
         s.touch(ticket("02", 9), Instant::now(), MINUTE, 3);
         assert_eq!(s.len(), 3);
-        assert_eq!(s.touch(ticket("01", 1), Instant::now(), MINUTE, 3), Touched::New);
-        assert_eq!(s.touch(ticket("01", 0), Instant::now(), MINUTE, 3), Touched::Known);
+        assert_eq!(
+            s.touch(ticket("01", 1), Instant::now(), MINUTE, 3),
+            Touched::New
+        );
+        assert_eq!(
+            s.touch(ticket("01", 0), Instant::now(), MINUTE, 3),
+            Touched::Known
+        );
         assert_eq!((s.count(id("01")), s.count(id("02"))), (2, 1));
         assert_eq!(s.peak(), 3);
     }

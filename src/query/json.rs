@@ -148,6 +148,8 @@ pub fn render(snap: &Snapshot) -> String {
         balanceMethod: match snap.state.sort_method {
             SortMethod::Connection => 1,
             SortMethod::RoundRobin => 2,
+            // What the TOTVS HTTP broker reports (captures/peder1981-monitor...).
+            SortMethod::Session => 4,
         },
         date: date(snap.now_wall_ms),
         time: clock(snap.now_wall_ms),

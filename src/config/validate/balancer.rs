@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use super::super::keys::{self, DAY, MAX_SERVERS, Stands, TOTVS_UNUSED};
 use super::super::{
-    BalancerConfig, BalancerKind, ConfigError, Monitoring, ServerConfig, ServerId,
+    BalancerConfig, BalancerKind, ConfigError, Monitoring, ServerConfig, ServerId, SortMethod,
     TOTVS_MONITORING_TYPES, TOTVS_SORT_METHODS,
 };
 use super::{Lookup, Origin, Section, Validator, suggest, value};
@@ -186,6 +186,19 @@ impl Validator {
                 ));
             }
         }
+        if !b.kind.is_http() && b.sort_method == SortMethod::Session {
+            // A TCP client has no cookie: its sessions are its connections.
+            b.sort_method = SortMethod::Connection;
+            if let Some((entry, _)) = inherited.find("SORT_METHOD") {
+                self.notices.push(notice(
+                    entry,
+                    "SORT_METHOD",
+                    "SESSION balances HTTP sessions; a TCP balancer's sessions are its \
+                     connections, so CONNECTION (fewest connections per weight) is used"
+                        .into(),
+                ));
+            }
+        }
         if let Monitoring::SendExpect { expect, .. } = &b.monitoring
             && expect.is_empty()
         {
@@ -270,7 +283,7 @@ impl Validator {
 
 /// True for the keys only an HTTP balancer reads.
 fn is_http_key(name: &str) -> bool {
-    name.starts_with("HTTP_") || name == "LOG_REQUESTS"
+    name.starts_with("HTTP_") || name == "LOG_REQUESTS" || name == "SESSION_TIMEOUT"
 }
 
 /// The error for a key a balancer section has no use for, with the nearest known key.
