@@ -28,7 +28,8 @@ use crate::dial::{self, ConnectError};
 use crate::events::{Event as BrokerEvent, Unserved};
 use crate::http::{self, Choice, Downstream, Event, Exchange, Outcome, Proxy, Tunnel, Upstreams};
 use crate::os_error::explain_connect;
-use crate::query::{self, snapshot::HttpFigures};
+use crate::query;
+use crate::query::snapshot::{HttpFigures, SESSION_AGES_SHOWN, ServerSessions, SessionFigures};
 use crate::relay;
 use crate::sessions::{Sessions, Ticket};
 use crate::stream::Stream;
@@ -232,7 +233,33 @@ impl Backends {
             return HttpFigures::default();
         };
         let pools = proxy.pool_figures();
+        let pool = self.balancer.pool();
+        let sessions = {
+            let mut table = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+            let now = Instant::now();
+            table.expire(now, pool.config.http.session_timeout);
+            self.count_sessions(&table, &pool.servers);
+            SessionFigures {
+                live: table.len() as u64,
+                total: table.total(),
+                peak: table.peak(),
+                moved: table.moved_count(),
+                servers: pool
+                    .servers
+                    .iter()
+                    .map(|s| {
+                        let figures = ServerSessions {
+                            live: table.count(s.id),
+                            peak: table.peak_of(s.id),
+                            ages: table.ages(s.id, now, SESSION_AGES_SHOWN),
+                        };
+                        (s.address.clone(), figures)
+                    })
+                    .collect(),
+            }
+        };
         HttpFigures {
+            sessions,
             requests: proxy.stats().figures(),
             pools: self
                 .balancer

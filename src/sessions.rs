@@ -132,8 +132,8 @@ pub struct Sessions {
     /// Idle sessions by last request, oldest first (sessions with an open WebSocket are not
     /// here: they cannot expire or be evicted).
     idle: BTreeSet<(Instant, Ticket)>,
-    /// Live sessions per server.
-    per_server: HashMap<ServerId, u64>,
+    /// Live sessions per server, and the most at once.
+    per_server: HashMap<ServerId, (u64, u64)>,
     /// Sessions since start.
     total: u64,
     /// Most live sessions at once.
@@ -191,7 +191,9 @@ impl Sessions {
         }
         self.entries.insert(ticket, Entry { last: now, open: 0 });
         self.idle.insert((now, ticket));
-        *self.per_server.entry(ticket.server).or_default() += 1;
+        let (live, peak) = self.per_server.entry(ticket.server).or_default();
+        *live += 1;
+        *peak = (*peak).max(*live);
         self.total += 1;
         self.peak = self.peak.max(self.entries.len() as u64);
         Touched::New
@@ -246,9 +248,9 @@ impl Sessions {
     /// Removes `ticket` from the entries and its server's count (not from `idle`).
     fn forget(&mut self, ticket: Ticket) {
         if self.entries.remove(&ticket).is_some()
-            && let Some(n) = self.per_server.get_mut(&ticket.server)
+            && let Some((live, _)) = self.per_server.get_mut(&ticket.server)
         {
-            *n = n.saturating_sub(1);
+            *live = live.saturating_sub(1);
         }
     }
 
@@ -259,7 +261,12 @@ impl Sessions {
 
     /// Live sessions bound to `server`.
     pub fn count(&self, server: ServerId) -> u64 {
-        self.per_server.get(&server).copied().unwrap_or(0)
+        self.per_server.get(&server).map_or(0, |(live, _)| *live)
+    }
+
+    /// Most live sessions bound to `server` at once.
+    pub fn peak_of(&self, server: ServerId) -> u64 {
+        self.per_server.get(&server).map_or(0, |(_, peak)| *peak)
     }
 
     /// Live sessions.
@@ -287,15 +294,23 @@ impl Sessions {
         self.moved
     }
 
-    /// The ages at `now` of `server`'s live sessions, youngest first.
-    pub fn ages(&self, server: ServerId, now: Instant) -> Vec<Duration> {
+    /// How long each of `server`'s live sessions has been idle at `now` (0 while a
+    /// WebSocket of it is open), longest first, at most `limit` of them.
+    pub fn ages(&self, server: ServerId, now: Instant, limit: usize) -> Vec<Duration> {
         let mut ages: Vec<Duration> = self
             .entries
             .iter()
             .filter(|(t, _)| t.server == server)
-            .map(|(_, e)| now.saturating_duration_since(e.last))
+            .map(|(_, e)| {
+                if e.open > 0 {
+                    Duration::ZERO
+                } else {
+                    now.saturating_duration_since(e.last)
+                }
+            })
             .collect();
-        ages.sort();
+        ages.sort_unstable_by(|a, b| b.cmp(a));
+        ages.truncate(limit);
         ages
     }
 }
@@ -458,8 +473,10 @@ mod tests {
         s.touch(ticket("01", 2), Instant::now(), MINUTE, 10);
         s.touch(ticket("02", 3), Instant::now(), MINUTE, 10);
         assert_eq!(
-            s.ages(id("01"), Instant::now()),
-            vec![Duration::ZERO, Duration::from_secs(5)]
+            s.ages(id("01"), Instant::now(), 10),
+            vec![Duration::from_secs(5), Duration::ZERO]
         );
+        assert_eq!(s.ages(id("01"), Instant::now(), 1).len(), 1);
+        assert_eq!((s.peak_of(id("01")), s.peak_of(id("02"))), (2, 1));
     }
 }

@@ -173,32 +173,7 @@ impl Validator {
         let notice = |entry: &super::Entry, key: &str, message: String| {
             ConfigError::new(entry.line, name, Some(key), message)
         };
-        if let Some((entry, _)) = inherited.find("SORT_METHOD") {
-            let upper = entry.value.to_ascii_uppercase();
-            if TOTVS_SORT_METHODS.contains(&upper.as_str()) {
-                self.notices.push(notice(
-                    entry,
-                    "SORT_METHOD",
-                    format!(
-                        "{upper} needs figures only a TOTVS AppServer reports; CONNECTION (fewest \
-                         connections per weight) is used instead"
-                    ),
-                ));
-            }
-        }
-        if !b.kind.is_http() && b.sort_method == SortMethod::Session {
-            // A TCP client has no cookie: its sessions are its connections.
-            b.sort_method = SortMethod::Connection;
-            if let Some((entry, _)) = inherited.find("SORT_METHOD") {
-                self.notices.push(notice(
-                    entry,
-                    "SORT_METHOD",
-                    "SESSION balances HTTP sessions; a TCP balancer's sessions are its \
-                     connections, so CONNECTION (fewest connections per weight) is used"
-                        .into(),
-                ));
-            }
-        }
+        self.sort_method(section, &inherited, b);
         if let Monitoring::SendExpect { expect, .. } = &b.monitoring
             && expect.is_empty()
         {
@@ -277,6 +252,41 @@ impl Validator {
                 "is not set: anyone who reaches this port can read the server addresses at \
                  /TOTVS_BROKER_QUERY; set QUERY_ALLOW (addresses or CIDRs) to restrict it",
             ));
+        }
+    }
+
+    /// `SORT_METHOD`'s notices: a TOTVS method that stands for CONNECTION, SESSION on a TCP
+    /// balancer (which then uses CONNECTION).
+    fn sort_method(&mut self, section: &Section, inherited: &Lookup<'_>, b: &mut BalancerConfig) {
+        let name = section.written.as_str();
+        let notice = |entry: &super::Entry, key: &str, message: String| {
+            ConfigError::new(entry.line, name, Some(key), message)
+        };
+        if let Some((entry, _)) = inherited.find("SORT_METHOD") {
+            let upper = entry.value.to_ascii_uppercase();
+            if TOTVS_SORT_METHODS.contains(&upper.as_str()) {
+                self.notices.push(notice(
+                    entry,
+                    "SORT_METHOD",
+                    format!(
+                        "{upper} needs figures only a TOTVS AppServer reports; CONNECTION (fewest \
+                         connections per weight) is used instead"
+                    ),
+                ));
+            }
+        }
+        if !b.kind.is_http() && b.sort_method == SortMethod::Session {
+            // A TCP client has no cookie: its sessions are its connections.
+            b.sort_method = SortMethod::Connection;
+            if let Some((entry, _)) = inherited.find("SORT_METHOD") {
+                self.notices.push(notice(
+                    entry,
+                    "SORT_METHOD",
+                    "SESSION balances HTTP sessions; a TCP balancer's sessions are its \
+                     connections, so CONNECTION (fewest connections per weight) is used"
+                        .into(),
+                ));
+            }
         }
     }
 }
