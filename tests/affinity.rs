@@ -282,3 +282,50 @@ async fn two_brokers_with_one_configuration_agree_on_a_cookie() {
         assert_eq!(second[i], first[2 * i], "{cookie}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_query_answers_count_sessions_per_server_and_moves() {
+    let dead = dead_addr().await;
+    let live = Origin::start().await;
+    let broker = InProcess::start(&ini(&[(dead, 1), (live.addr, 1)], "")).await;
+    // A session on 01, whose failed connect moves it to 02; then three sessions on 02 (01 is
+    // in quarantine).
+    let on_dead = "TOTVS_BROKER_SH_001=01.q3VdAbCdEfGhIjKlMnOpQr";
+    let (status, moved) = get_with(broker.addr(), "/", Some(on_dead)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(moved.unwrap().starts_with("02."));
+    for _ in 0..3 {
+        let (_, cookie) = get_with(broker.addr(), "/", None).await;
+        let header = format!("TOTVS_BROKER_SH_001={}", cookie.unwrap());
+        get_with(broker.addr(), "/", Some(&header)).await;
+    }
+    let (status, _, json) = http_common::get(broker.addr(), "/TOTVS_BROKER_QUERY/JSON").await;
+    assert_eq!(status, StatusCode::OK);
+    let json: serde_json::Value = serde_json::from_slice(&json).unwrap();
+    assert_eq!(json["servers"][1]["sessions"], 3, "{json:#}");
+    assert_eq!(json["servers"][1]["sessions_max"], "3");
+    assert_eq!(json["servers"][0]["sessions"], 0);
+    assert_eq!(json["servers"][0]["sessions_max"], "1");
+    assert_eq!(json["total"]["sessions"], 3);
+    assert_eq!(json["totalSessionsHistory"], 4);
+    assert_eq!(json["balanceMethod"], 4);
+    assert_eq!(json["http"]["sessions_moved"], 1);
+    let (_, _, metrics) = http_common::get(broker.addr(), "/TOTVS_BROKER_QUERY/METRICS").await;
+    let metrics = String::from_utf8_lossy(&metrics);
+    let line = format!(
+        "appbroker_http_sessions{{balancer=\"BALANCE_HTTP\",server=\"{}\"}} 3",
+        live.addr
+    );
+    assert!(metrics.contains(&line), "{metrics}");
+    assert!(
+        metrics.contains("appbroker_http_sessions_moved_total{balancer=\"BALANCE_HTTP\"} 1"),
+        "{metrics}"
+    );
+    let (_, _, page) = http_common::get(
+        broker.addr(),
+        &format!("/TOTVS_BROKER_QUERY/ServerStatus/{}", live.addr),
+    )
+    .await;
+    let page = String::from_utf8_lossy(&page);
+    assert!(page.contains("Sessions (3, max 3)"), "{page}");
+}
