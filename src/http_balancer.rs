@@ -386,7 +386,9 @@ impl Upstreams for Backends {
             .pick(now, &tried, Eligible::Available)
             .or_else(|| pool.pick(now, &tried, Eligible::EvenQuarantined))?;
         let fresh = Ticket::fresh(lease.server.id);
+        // Every server in quarantine, the pick may be its own server again: no move.
         if let Some(old) = moving
+            && old.server != lease.server.id
             && table.moved(old)
         {
             let from = bound.map_or_else(
