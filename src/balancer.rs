@@ -147,12 +147,6 @@ impl Server {
         self.sessions.store(n, Relaxed);
     }
 
-    /// True while an operator holds it out of the balancing (disabled or draining) or its
-    /// weight is 0: it keeps its sessions but gets no new ones.
-    pub fn is_held(&self) -> bool {
-        self.held.load(Relaxed) || self.weight.load(Relaxed) == 0
-    }
-
     /// True while a quarantine is recorded (it may have run out and await its release line).
     pub fn is_quarantined(&self) -> bool {
         self.health.is_quarantined()
