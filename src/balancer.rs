@@ -67,6 +67,9 @@ pub struct Server {
     active: AtomicU64,
     /// Connections relayed since start.
     total: AtomicU64,
+    /// Live HTTP sessions bound to it (issue 14), as the HTTP balancer's table last counted
+    /// them: what SORT_METHOD=SESSION spreads.
+    sessions: AtomicU64,
     /// Most connections counted against it at once.
     peak: AtomicU64,
     /// Active connections sampled each minute over the last hour (wall ms, count), oldest
@@ -101,6 +104,7 @@ impl Server {
             cut: Mutex::new(CancellationToken::new()),
             active: AtomicU64::new(0),
             total: AtomicU64::new(0),
+            sessions: AtomicU64::new(0),
             peak: AtomicU64::new(0),
             samples: Mutex::new(VecDeque::with_capacity(SAMPLES)),
             failed_connects: AtomicU64::new(0),
@@ -131,6 +135,16 @@ impl Server {
     /// quarantine, or it is over).
     pub fn is_available(&self, now_ms: u64) -> bool {
         self.health.is_available(now_ms)
+    }
+
+    /// Live HTTP sessions bound to it.
+    pub fn sessions(&self) -> u64 {
+        self.sessions.load(Relaxed)
+    }
+
+    /// The HTTP balancer's session table counted `n` live sessions bound to it.
+    pub fn set_sessions(&self, n: u64) {
+        self.sessions.store(n, Relaxed);
     }
 
     /// True while a quarantine is recorded (it may have run out and await its release line).
@@ -1255,21 +1269,32 @@ impl Pool {
                         s.health.is_available(clock_ms) || !s.health.is_forced()
                     }
                 };
+            let sessions = match self.config.sort_method {
+                SortMethod::Session => s.sessions.load(Relaxed),
+                _ => 0,
+            };
             ok.then_some(Load {
                 weight,
-                active: s.active.load(Relaxed),
+                active: s.active.load(Relaxed) + sessions,
             })
         }));
         let index = selector.pick(loads)?;
-        let server = Arc::clone(&self.servers[index]);
+        let lease = self.lease(index, eligible == Eligible::EvenQuarantined);
+        drop(guard);
+        lease
+    }
+
+    /// Counts a connection against the server at `index`, chosen by the caller (an HTTP
+    /// session's server, which it keeps while disabled, draining or of weight 0).
+    pub fn lease(&self, index: usize, stale: bool) -> Option<Lease> {
+        let server = Arc::clone(self.servers.get(index)?);
         let active = server.active.fetch_add(1, Relaxed) + 1;
         fetch_max(&server.peak, active);
-        drop(guard);
         let cut = server.cut.lock().unwrap_or_else(|p| p.into_inner()).clone();
         Some(Lease {
             index,
             server,
-            stale: eligible == Eligible::EvenQuarantined,
+            stale,
             cut,
         })
     }

@@ -10,14 +10,16 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use hyper::Response;
 use hyper::body::Bytes;
+use hyper::header::{COOKIE, HeaderMap, HeaderValue, SET_COOKIE, UPGRADE};
 use hyper::http::request::Parts;
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
-use tracing::{Span, info};
+use tracing::{Span, info, warn};
 
 use crate::balancer::{Balancer, Closed, Eligible, Lease, Pool, Server};
 use crate::config::{BalancerConfig, Language};
@@ -26,8 +28,10 @@ use crate::dial::{self, ConnectError};
 use crate::events::{Event as BrokerEvent, Unserved};
 use crate::http::{self, Choice, Downstream, Event, Exchange, Outcome, Proxy, Tunnel, Upstreams};
 use crate::os_error::explain_connect;
-use crate::query::{self, snapshot::HttpFigures};
+use crate::query;
+use crate::query::snapshot::{HttpFigures, SESSION_AGES_SHOWN, ServerSessions, SessionFigures};
 use crate::relay;
+use crate::sessions::{Sessions, Ticket};
 use crate::stream::Stream;
 
 /// An HTTP balancer's engine.
@@ -67,6 +71,28 @@ pub struct Backends {
     proxy: OnceLock<Weak<HttpProxy>>,
     /// The balancer's span, made once: the access log writes a line per request in it.
     span: Span,
+    /// The live sessions (issue 14), kept across reloads. One small lock, held for a table
+    /// operation and a count per server.
+    sessions: Arc<Mutex<Sessions>>,
+}
+
+/// What a request holds while in hand: its server's connection count and, for a WebSocket
+/// upgrade of a session, the session's pin (it does not expire while the WebSocket is open).
+#[derive(Debug)]
+pub struct Held {
+    /// The server's connection count.
+    pub lease: Lease,
+    /// The session pinned, and its table, when the request asked for an upgrade.
+    pinned: Option<(Ticket, Arc<Mutex<Sessions>>)>,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some((ticket, sessions)) = self.pinned.take() {
+            let mut table = sessions.lock().unwrap_or_else(|p| p.into_inner());
+            table.closed(ticket, Instant::now());
+        }
+    }
 }
 
 /// The engine of `balancer`, with its settings. Within a tokio runtime (its idle sweep runs
@@ -77,6 +103,7 @@ pub fn proxy(balancer: &Arc<Balancer>, ctx: &Arc<Context>) -> Arc<HttpProxy> {
         ctx: Arc::clone(ctx),
         proxy: OnceLock::new(),
         span: balancer.span(),
+        sessions: Arc::default(),
     });
     let pool = balancer.pool();
     let language = ctx.config.load().general.language;
@@ -192,13 +219,47 @@ impl Backends {
             .ended_on(&tunnel.server.0, &closed, &self.span);
     }
 
+    /// Each server's live sessions as the table counts them (what SORT_METHOD=SESSION
+    /// spreads and the pages show).
+    fn count_sessions(&self, table: &Sessions, servers: &[Arc<Server>]) {
+        for server in servers {
+            server.set_sessions(table.count(server.id));
+        }
+    }
+
     /// The figures a query of this balancer shows.
     fn figures(&self) -> HttpFigures {
         let Some(proxy) = self.proxy.get().and_then(Weak::upgrade) else {
             return HttpFigures::default();
         };
         let pools = proxy.pool_figures();
+        let pool = self.balancer.pool();
+        let sessions = {
+            let mut table = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+            let now = Instant::now();
+            table.expire(now, pool.config.http.session_timeout);
+            self.count_sessions(&table, &pool.servers);
+            SessionFigures {
+                live: table.len() as u64,
+                total: table.total(),
+                peak: table.peak(),
+                moved: table.moved_count(),
+                servers: pool
+                    .servers
+                    .iter()
+                    .map(|s| {
+                        let figures = ServerSessions {
+                            live: table.count(s.id),
+                            peak: table.peak_of(s.id),
+                            ages: table.ages(s.id, now, SESSION_AGES_SHOWN),
+                        };
+                        (s.address.clone(), figures)
+                    })
+                    .collect(),
+            }
+        };
         HttpFigures {
+            sessions,
             requests: proxy.stats().figures(),
             pools: self
                 .balancer
@@ -251,22 +312,69 @@ fn access_line(exchange: &Exchange<Target>) {
 
 impl Upstreams for Backends {
     type Server = Target;
-    type Lease = Lease;
+    type Lease = Held;
     type Stream = TcpStream;
 
-    /// The balancer's pick among the servers not tried yet, up to `MAX_ATTEMPTS`; every
-    /// server quarantined, they are tried anyway (a quarantine may be stale), as for a TCP
-    /// client.
+    /// A request's server: the one its `TOTVS_BROKER_SH_001` cookie names while that server
+    /// can take it (disabled, draining or weight 0 included: only new sessions avoid those);
+    /// else the balancer's pick among the servers not tried yet, up to `MAX_ATTEMPTS`, with a
+    /// new cookie set on the answer (every server quarantined, they are tried anyway: a
+    /// quarantine may be stale). A live session whose server is in quarantine, removed or
+    /// failed this request is moved (logged once, counted), or refused with a 503 under
+    /// `HTTP_STICKY_STRICT=1`.
     fn choose(
         &self,
-        _request: &Parts,
-        _client: &Downstream,
+        request: &Parts,
+        client: &Downstream,
         tried: &[Target],
     ) -> Option<Choice<Self>> {
         let pool = self.balancer.pool();
         if tried.len() >= pool.config.max_attempts as usize {
             return None;
         }
+        let keys = &pool.config.http;
+        let now = self.balancer.clock_ms();
+        let ticket = Ticket::from_cookies(
+            request
+                .headers
+                .get_all(COOKIE)
+                .iter()
+                .map(HeaderValue::as_bytes),
+        );
+        let bound = ticket.and_then(|t| pool.servers.iter().position(|s| s.id == t.server));
+        let mut table = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        let upgrade = request.headers.contains_key(UPGRADE);
+        let pin = |table: &mut Sessions, ticket: Ticket| {
+            upgrade.then(|| {
+                table.opened(ticket);
+                (ticket, Arc::clone(&self.sessions))
+            })
+        };
+        if let (Some(ticket), Some(index)) = (ticket, bound) {
+            let server = &pool.servers[index];
+            let failed = tried.iter().any(|t| Arc::ptr_eq(&t.0, server));
+            if !failed && server.is_available(now) {
+                table.touch(
+                    ticket,
+                    Instant::now(),
+                    keys.session_timeout,
+                    keys.max_sessions as usize,
+                );
+                let pinned = pin(&mut table, ticket);
+                self.count_sessions(&table, &pool.servers);
+                drop(table);
+                let lease = pool.lease(index, false)?;
+                let server = Target(Arc::clone(&lease.server));
+                return Some(Choice::of(server, Held { lease, pinned }));
+            }
+        }
+        // A cookie naming a server that is not configured is a live session's only while
+        // the table knows it (the server was removed); else it is no cookie at all.
+        let moving = ticket.filter(|t| bound.is_some() || table.knows(*t));
+        if moving.is_some() && keys.sticky_strict {
+            return None;
+        }
+        table.expire(Instant::now(), keys.session_timeout);
         let tried: Vec<usize> = pool
             .servers
             .iter()
@@ -274,11 +382,58 @@ impl Upstreams for Backends {
             .filter(|(_, s)| tried.iter().any(|t| Arc::ptr_eq(&t.0, s)))
             .map(|(i, _)| i)
             .collect();
-        let now = self.balancer.clock_ms();
         let lease = pool
             .pick(now, &tried, Eligible::Available)
             .or_else(|| pool.pick(now, &tried, Eligible::EvenQuarantined))?;
-        Some(Choice::of(Target(Arc::clone(&lease.server)), lease))
+        let fresh = Ticket::fresh(lease.server.id);
+        // Every server in quarantine, the pick may be its own server again: no move.
+        if let Some(old) = moving
+            && old.server != lease.server.id
+            && table.moved(old)
+        {
+            let from = bound.map_or_else(
+                || format!("{} (no longer configured)", old.server),
+                |i| format!("{} ({})", old.server, pool.servers[i].address),
+            );
+            self.span.in_scope(|| {
+                warn!(client = %client.peer, from = %from, server = %lease.server.address, "session moved: its server cannot take it; cookie set anew")
+            });
+        }
+        self.count_sessions(&table, &pool.servers);
+        drop(table);
+        let mut response_headers = HeaderMap::new();
+        if let Ok(value) = HeaderValue::from_str(&fresh.set_cookie(client.tls)) {
+            response_headers.insert(SET_COOKIE, value);
+        }
+        Some(Choice {
+            server: Target(Arc::clone(&lease.server)),
+            lease: Held {
+                lease,
+                pinned: None,
+            },
+            response_headers,
+        })
+    }
+
+    /// The broker's cookie is the broker's: the server sees the client's other cookies only.
+    fn rewrite(&self, head: &mut HeaderMap) {
+        let cookies: Vec<HeaderValue> = head.get_all(COOKIE).iter().cloned().collect();
+        if !cookies.iter().any(|c| {
+            c.to_str()
+                .is_ok_and(|c| c.contains(crate::sessions::COOKIE))
+        }) {
+            return;
+        }
+        head.remove(COOKIE);
+        for cookie in cookies {
+            let kept = match cookie.to_str() {
+                Ok(text) => Ticket::strip(text).and_then(|t| HeaderValue::from_str(&t).ok()),
+                Err(_) => Some(cookie),
+            };
+            if let Some(kept) = kept {
+                head.append(COOKIE, kept);
+            }
+        }
     }
 
     async fn connect(&self, server: &Target) -> io::Result<TcpStream> {

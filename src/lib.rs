@@ -42,6 +42,8 @@
 //! - [`http_balancer`]: an HTTP balancer at run time: the balancer as the HTTP engine's
 //!   upstreams (choose, dial, quarantine, account, the access log), each accepted connection
 //!   handed to the engine, the query interface routed by path.
+//! - [`sessions`]: HTTP session affinity: the `TOTVS_BROKER_SH_001` cookie and the table of
+//!   live sessions (expiry, cap, counts per server), pure logic.
 //! - [`http`]: the HTTP broker's engine (a reverse proxy over hyper, generic over the
 //!   balancer it serves), and the HTTP monitor check.
 //! - [`tls`]: rustls acceptors and connectors, certificate loading and its diagnosis (the
@@ -96,6 +98,7 @@ pub mod relay;
 pub mod resolve;
 pub mod select;
 pub mod self_loop;
+pub mod sessions;
 pub mod shutdown;
 pub mod stream;
 #[cfg(unix)]

@@ -8,7 +8,8 @@ use crate::config::SortMethod;
 pub struct Load {
     /// Configured weight, at least 1 (weight-0 servers are never eligible).
     pub weight: u32,
-    /// Connections counted against the server right now.
+    /// Connections counted against the server right now (for SESSION, plus its live
+    /// sessions).
     pub active: u64,
 }
 
@@ -35,7 +36,8 @@ impl Selector {
     /// Picks among the eligible servers (`None` marks one that is not). Returns its index.
     pub fn pick(&mut self, servers: &[Option<Load>]) -> Option<usize> {
         let chosen = match self.method {
-            SortMethod::Connection => self.least_connections(servers),
+            // The caller counts a server's live sessions into its load for SESSION.
+            SortMethod::Connection | SortMethod::Session => self.least_connections(servers),
             SortMethod::RoundRobin => self.smooth_round_robin(servers),
         }?;
         self.last = Some(chosen);

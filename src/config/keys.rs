@@ -537,7 +537,7 @@ pub static KEYS: &[Key] = &[
         field: field!(Balancer.sort_method = SortMethod, |m: &SortMethod| Some(
             m.as_str().into()
         )),
-        doc: "how the next server is chosen: CONNECTION or ROUND_ROBIN",
+        doc: "how the next server is chosen: CONNECTION, ROUND_ROBIN or SESSION (HTTP: the default)",
     },
     Key {
         name: "MONITORING_TYPE",
@@ -921,6 +921,31 @@ pub static KEYS: &[Key] = &[
         field: http_field!(retry_idempotent = Flag, flag),
         doc: "HTTP: retry on the next server an idempotent request that failed before any answer",
     },
+    Key {
+        name: "SESSION_TIMEOUT",
+        stands: Stands::Balancer,
+        domain: upto_a_day(Duration::from_secs(1)),
+        field: http_field!(session_timeout = Duration, duration),
+        doc: "HTTP: a session ends after this long without a request (not while a WebSocket of it is open)",
+    },
+    Key {
+        name: "HTTP_MAX_SESSIONS",
+        stands: Stands::Balancer,
+        domain: Domain::Integer {
+            min: 0,
+            max: 10_000_000,
+            what: "a number of sessions from 0 (none tracked) to 10000000",
+        },
+        field: http_field!(max_sessions = Integer as u32, number),
+        doc: "HTTP: most sessions tracked; the oldest idle are forgotten first (they keep their server)",
+    },
+    Key {
+        name: "HTTP_STICKY_STRICT",
+        stands: Stands::Balancer,
+        domain: Domain::Flag,
+        field: http_field!(sticky_strict = Flag, flag),
+        doc: "HTTP: answer 503 rather than move a session whose server is in quarantine or removed",
+    },
 ];
 
 /// Keys TOTVS broker files carry that appbroker accepts without using, and what it does
@@ -937,10 +962,6 @@ pub const TOTVS_UNUSED: &[(&str, &str)] = &[
     (
         "STANDBY_TIME",
         "a client's server connection ends when the client's does (no SmartClient standby)",
-    ),
-    (
-        "SESSION_TIMEOUT",
-        "the HTTP broker keeps no sessions yet (session affinity is to come)",
     ),
     (
         "PROTHEUS_MONITOR_EMBEDDED",
@@ -985,7 +1006,12 @@ impl BalancerConfig {
             kind,
             listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0),
             servers: Vec::new(),
-            sort_method: SortMethod::Connection,
+            // Sessions are what an HTTP balancer spreads (issue 14).
+            sort_method: if kind.is_http() {
+                SortMethod::Session
+            } else {
+                SortMethod::Connection
+            },
             monitoring: Monitoring::Connection,
             monitor_interval: Duration::from_secs(60),
             quarantine_time: Duration::from_secs(120),
@@ -1027,6 +1053,9 @@ impl BalancerConfig {
                 request_timeout: Duration::from_secs(30),
                 log_requests: true,
                 retry_idempotent: false,
+                session_timeout: Duration::from_secs(600),
+                max_sessions: 100_000,
+                sticky_strict: false,
             },
         }
     }

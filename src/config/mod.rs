@@ -115,7 +115,7 @@ pub struct ValueError(&'static str);
 impl ValueError {
     const LANGUAGE: ValueError = ValueError("expected en or pt-BR");
     const SORT_METHOD: ValueError =
-        ValueError("is not a sort method; expected CONNECTION or ROUND_ROBIN");
+        ValueError("is not a sort method; expected CONNECTION, ROUND_ROBIN or SESSION");
     const MONITORING: ValueError =
         ValueError("is not a monitoring type; expected CONNECTION, SEND_EXPECT, HTTP or DISABLED");
 }
@@ -304,6 +304,12 @@ pub struct HttpSettings {
     /// `HTTP_RETRY_IDEMPOTENT`: an idempotent request without a body that failed after it was
     /// sent, with no byte of an answer, is tried on the next server.
     pub retry_idempotent: bool,
+    /// `SESSION_TIMEOUT`: a session ends after this long without a request.
+    pub session_timeout: Duration,
+    /// `HTTP_MAX_SESSIONS`: most sessions tracked (the oldest idle forgotten first).
+    pub max_sessions: u32,
+    /// `HTTP_STICKY_STRICT`: 503 rather than move a session to another server.
+    pub sticky_strict: bool,
 }
 
 /// TCP keepalive, so a vanished peer is noticed in minutes rather than the kernel's two hours.
@@ -375,6 +381,9 @@ pub enum SortMethod {
     Connection,
     /// Smooth weighted round robin, as nginx does it.
     RoundRobin,
+    /// HTTP balancers (their default): fewest live sessions (plus requests in hand) per unit
+    /// of weight. A TCP balancer has no sessions and uses CONNECTION.
+    Session,
 }
 
 impl SortMethod {
@@ -383,6 +392,7 @@ impl SortMethod {
         match self {
             SortMethod::Connection => "CONNECTION",
             SortMethod::RoundRobin => "ROUND_ROBIN",
+            SortMethod::Session => "SESSION",
         }
     }
 }
@@ -390,12 +400,13 @@ impl SortMethod {
 impl FromStr for SortMethod {
     type Err = ValueError;
 
-    /// `CONNECTION` or `ROUND_ROBIN`, in any case. (The TOTVS methods that stand for
+    /// `CONNECTION`, `ROUND_ROBIN` or `SESSION`, in any case. (The TOTVS methods that stand for
     /// CONNECTION are the configuration's business: [`TOTVS_SORT_METHODS`].)
     fn from_str(text: &str) -> Result<Self, ValueError> {
         match text.to_ascii_uppercase().as_str() {
             "CONNECTION" => Ok(SortMethod::Connection),
             "ROUND_ROBIN" => Ok(SortMethod::RoundRobin),
+            "SESSION" => Ok(SortMethod::Session),
             _ => Err(ValueError::SORT_METHOD),
         }
     }
@@ -712,7 +723,6 @@ pub fn plural(n: usize, thing: &str) -> String {
 /// TOTVS sort methods that need figures only a TOTVS AppServer reports about itself:
 /// accepted, with a notice, and CONNECTION is used.
 pub const TOTVS_SORT_METHODS: &[&str] = &[
-    "SESSION",
     "SERVER_MEMORY",
     "SERVER_USERS",
     "SERVER_THREADS",

@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 
-use super::snapshot::{ServerState, Snapshot, Standing};
+use super::snapshot::{ServerSessions, ServerState, Snapshot, Standing};
 use crate::clock::{local_date as date, time_of_day as clock};
 use crate::config::SortMethod;
 use crate::overrides::Mode;
@@ -72,6 +72,12 @@ struct Http {
     retried_next_server: u64,
     upgrades: u64,
     request_duration_sum_ms: f64,
+    /// Live sessions now.
+    sessions: u64,
+    /// Most live sessions at once.
+    sessions_peak: u64,
+    /// Sessions moved to another server since start (their server in quarantine or removed).
+    sessions_moved: u64,
 }
 
 #[derive(Serialize)]
@@ -128,7 +134,19 @@ struct Check<'a> {
 
 /// The JSON text of `snap`.
 pub fn render(snap: &Snapshot) -> String {
-    let servers: Vec<Server<'_>> = snap.state.servers.iter().map(server).collect();
+    let sessions = |address: &str| {
+        snap.http
+            .as_ref()
+            .map(|h| h.sessions_of(address))
+            .unwrap_or_default()
+    };
+    let servers: Vec<Server<'_>> = snap
+        .state
+        .servers
+        .iter()
+        .map(|s| server(s, sessions(&s.address)))
+        .collect();
+    let live_sessions = snap.http.as_ref().map_or(0, |h| h.sessions.live);
     let status = Status {
         serviceDescription: format!(
             "appbroker {} broker [{}]",
@@ -148,19 +166,21 @@ pub fn render(snap: &Snapshot) -> String {
         balanceMethod: match snap.state.sort_method {
             SortMethod::Connection => 1,
             SortMethod::RoundRobin => 2,
+            // What the TOTVS HTTP broker reports (captures/peder1981-monitor...).
+            SortMethod::Session => 4,
         },
         date: date(snap.now_wall_ms),
         time: clock(snap.now_wall_ms),
         startedDate: date(snap.started_wall_ms),
         startedTime: clock(snap.started_wall_ms),
         totalConnectionsHistory: snap.state.accepted,
-        totalSessionsHistory: 0,
+        totalSessionsHistory: snap.http.as_ref().map_or(0, |h| h.sessions.total),
         lastConnectionDate: when(snap.state.last_connection_wall_ms, date),
         lastConnectionTime: when(snap.state.last_connection_wall_ms, clock),
         ID: snap.pid.to_string(),
         total: Total {
             connections: snap.state.servers.iter().map(|s| s.active).sum(),
-            sessions: 0,
+            sessions: live_sessions,
             users: 0,
         },
         servers,
@@ -197,6 +217,9 @@ pub fn render(snap: &Snapshot) -> String {
                 retried_next_server: r.retried_next,
                 upgrades: r.upgrades,
                 request_duration_sum_ms: r.duration_sum.as_secs_f64() * 1000.0,
+                sessions: h.sessions.live,
+                sessions_peak: h.sessions.peak,
+                sessions_moved: h.sessions.moved,
             }
         }),
     };
@@ -227,13 +250,13 @@ fn disabled_reasons(s: &ServerState) -> String {
     reasons.join("; ")
 }
 
-fn server(s: &ServerState) -> Server<'_> {
+fn server(s: &ServerState, sessions: ServerSessions) -> Server<'_> {
     Server {
         server: &s.address,
         connections: s.active,
-        sessions: 0,
+        sessions: sessions.live,
         connections_max: s.peak.to_string(),
-        sessions_max: "0".into(),
+        sessions_max: sessions.peak.to_string(),
         quarantine_entry_time: s
             .quarantine
             .map_or_else(|| "-".into(), |(since, _)| clock(since)),

@@ -188,6 +188,7 @@ pub fn render(snap: &Snapshot) -> String {
     tls(&mut out, snap, &balancer);
     if let Some(http) = &snap.http {
         http_families(&mut out, &balancer, http);
+        session_families(&mut out, &balancer, http);
     }
     out
 }
@@ -252,6 +253,37 @@ const PER_POOL: &[Family<PoolFigures>] = &[
         |p| p.reused as f64,
     ),
 ];
+
+/// An HTTP balancer's session families: live per server, since start, moved.
+fn session_families(out: &mut String, balancer: &str, http: &HttpFigures) {
+    let s = &http.sessions;
+    family(
+        out,
+        "http_sessions",
+        "gauge",
+        "Live HTTP sessions (TOTVS_BROKER_SH_001 cookies brought back) per server.",
+        s.servers.iter().map(|(server, f)| {
+            (
+                format!("{balancer},server=\"{}\"", label(server)),
+                f.live as f64,
+            )
+        }),
+    );
+    family(
+        out,
+        "http_sessions_total",
+        "counter",
+        "HTTP sessions since start.",
+        [(balancer.to_string(), s.total as f64)],
+    );
+    family(
+        out,
+        "http_sessions_moved_total",
+        "counter",
+        "HTTP sessions moved to another server (theirs in quarantine or removed) since start.",
+        [(balancer.to_string(), s.moved as f64)],
+    );
+}
 
 /// An HTTP balancer's families: answers by status class, the request duration histogram,
 /// failures and retries by kind, upgrades, and each server's pool.

@@ -19,7 +19,7 @@ use std::fmt::Write;
 use std::time::Duration;
 
 use super::labels::{Labels, of};
-use super::snapshot::{ServerState, Snapshot, Standing};
+use super::snapshot::{ServerSessions, ServerState, Snapshot, Standing};
 use crate::clock::{local_date as date, time_of_day as clock};
 use crate::config::{BalancerKind, Config, Monitoring, Origin, show_duration};
 use crate::health::Reason;
@@ -277,9 +277,16 @@ fn summary(out: &mut String, l: &Labels, snap: &Snapshot) {
     };
     out.push_str("<p class='summary'>");
     if snap.state.kind.is_http() {
-        // `0 sessões ativas`: peder1981/monitor reads the sessions from the text before
-        // ` ativas` when it mentions `sess` (0 until the HTTP broker keeps sessions).
-        let _ = write!(out, "<b>0 {}</b> · ", l.active_sessions);
+        // `N sessões ativas`: peder1981/monitor reads the sessions from the text before
+        // ` ativas` when it mentions `sess`.
+        let (live, moved) = snap
+            .http
+            .as_ref()
+            .map_or((0, 0), |h| (h.sessions.live, h.sessions.moved));
+        let _ = write!(out, "<b>{live} {}</b> · ", l.active_sessions);
+        if moved > 0 {
+            let _ = write!(out, "{moved} moved · ");
+        }
     }
     let _ = write!(
         out,
@@ -431,19 +438,26 @@ fn server_table(out: &mut String, l: &Labels, snap: &Snapshot) {
             out,
             "<tr><td><a href=\"/TOTVS_BROKER_QUERY/ServerStatus/{address}\">{address}</a></td>"
         );
+        let sessions = snap
+            .http
+            .as_ref()
+            .map_or(0, |h| h.sessions_of(&s.address).live);
         match s.quarantine {
-            // Sessions stay 0 until the HTTP broker keeps sessions (affinity).
             Some((since, _)) if http => {
                 let why = s.reason.map_or("-", |r| reason(l, r));
                 let _ = write!(
                     out,
-                    "<td>0</td><td>{}</td><td>{}</td><td>{why}</td>",
+                    "<td>{sessions}</td><td>{}</td><td>{}</td><td>{why}</td>",
                     s.active,
                     clock(since)
                 );
             }
             None if http => {
-                let _ = write!(out, "<td>0</td><td>{}</td><td>-</td><td>-</td>", s.active);
+                let _ = write!(
+                    out,
+                    "<td>{sessions}</td><td>{}</td><td>-</td><td>-</td>",
+                    s.active
+                );
             }
             Some((_, until)) => {
                 let _ = write!(out, "<td>{}</td><td>{}</td>", s.active, clock(until));
@@ -886,6 +900,32 @@ pub fn config(snap: &Snapshot, config: &Config, host: &str) -> String {
     out
 }
 
+/// An HTTP server's live sessions: how many, the most at once, and how long each has been
+/// idle (longest first; 0 s while a WebSocket of it is open).
+fn session_ages(out: &mut String, l: &Labels, sessions: &ServerSessions) {
+    let _ = write!(
+        out,
+        "<div class='card'><h2>{} ({}, max {})</h2>",
+        l.sessions, sessions.live, sessions.peak
+    );
+    if sessions.ages.is_empty() {
+        let _ = write!(out, "<p class='muted'>{}</p>", l.none);
+    } else {
+        out.push_str("<p class='ages'>");
+        let ages: Vec<String> = sessions.ages.iter().map(|a| span(*a)).collect();
+        out.push_str(&ages.join(" · "));
+        if (sessions.ages.len() as u64) < sessions.live {
+            let _ = write!(
+                out,
+                " · … {} more",
+                sessions.live - sessions.ages.len() as u64
+            );
+        }
+        out.push_str("</p>");
+    }
+    out.push_str("</div>");
+}
+
 /// The detail of one server: its figures and its recent quarantines.
 pub fn server(snap: &Snapshot, s: &ServerState, host: &str) -> String {
     let l = of(snap.language);
@@ -927,6 +967,9 @@ pub fn server(snap: &Snapshot, s: &ServerState, host: &str) -> String {
         "",
     );
     out.push_str("</section></div>");
+    if let Some(http) = &snap.http {
+        session_ages(&mut out, l, &http.sessions_of(&s.address));
+    }
     let _ = write!(
         out,
         "<div class='card'><h2>{} ({})</h2>",

@@ -17,6 +17,51 @@ pub struct HttpFigures {
     pub requests: Figures,
     /// Each server's kept-alive connections, by `host:port`, in configuration order.
     pub pools: Vec<(String, PoolFigures)>,
+    /// The sessions (issue 14).
+    pub sessions: SessionFigures,
+}
+
+/// An HTTP balancer's sessions: live, since start, moved, and per server.
+#[derive(Debug, Clone, Default)]
+pub struct SessionFigures {
+    /// Live sessions now.
+    pub live: u64,
+    /// Sessions since start.
+    pub total: u64,
+    /// Most live sessions at once.
+    pub peak: u64,
+    /// Sessions moved to another server (their server in quarantine or removed).
+    pub moved: u64,
+    /// Each server's sessions, by `host:port`, in configuration order.
+    pub servers: Vec<(String, ServerSessions)>,
+}
+
+/// One server's sessions.
+#[derive(Debug, Clone, Default)]
+pub struct ServerSessions {
+    /// Live now.
+    pub live: u64,
+    /// Most at once.
+    pub peak: u64,
+    /// The longest idle times of its live sessions, longest first (at most
+    /// [`SESSION_AGES_SHOWN`]).
+    pub ages: Vec<std::time::Duration>,
+}
+
+/// Session ages a server's page lists: enough to see who is idle, a page that stays small
+/// with 100,000 sessions.
+pub const SESSION_AGES_SHOWN: usize = 200;
+
+impl HttpFigures {
+    /// `address`'s sessions, zero when the balancer has none for it.
+    pub fn sessions_of(&self, address: &str) -> ServerSessions {
+        self.sessions
+            .servers
+            .iter()
+            .find(|(a, _)| a == address)
+            .map(|(_, s)| s.clone())
+            .unwrap_or_default()
+    }
 }
 
 /// A balancer as a query sees it.

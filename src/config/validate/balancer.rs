@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use super::super::keys::{self, DAY, MAX_SERVERS, Stands, TOTVS_UNUSED};
 use super::super::{
-    BalancerConfig, BalancerKind, ConfigError, Monitoring, ServerConfig, ServerId,
+    BalancerConfig, BalancerKind, ConfigError, Monitoring, ServerConfig, ServerId, SortMethod,
     TOTVS_MONITORING_TYPES, TOTVS_SORT_METHODS,
 };
 use super::{Lookup, Origin, Section, Validator, suggest, value};
@@ -173,19 +173,7 @@ impl Validator {
         let notice = |entry: &super::Entry, key: &str, message: String| {
             ConfigError::new(entry.line, name, Some(key), message)
         };
-        if let Some((entry, _)) = inherited.find("SORT_METHOD") {
-            let upper = entry.value.to_ascii_uppercase();
-            if TOTVS_SORT_METHODS.contains(&upper.as_str()) {
-                self.notices.push(notice(
-                    entry,
-                    "SORT_METHOD",
-                    format!(
-                        "{upper} needs figures only a TOTVS AppServer reports; CONNECTION (fewest \
-                         connections per weight) is used instead"
-                    ),
-                ));
-            }
-        }
+        self.sort_method(section, &inherited, b);
         if let Monitoring::SendExpect { expect, .. } = &b.monitoring
             && expect.is_empty()
         {
@@ -273,11 +261,46 @@ impl Validator {
             ));
         }
     }
+
+    /// `SORT_METHOD`'s notices: a TOTVS method that stands for CONNECTION, SESSION on a TCP
+    /// balancer (which then uses CONNECTION).
+    fn sort_method(&mut self, section: &Section, inherited: &Lookup<'_>, b: &mut BalancerConfig) {
+        let name = section.written.as_str();
+        let notice = |entry: &super::Entry, key: &str, message: String| {
+            ConfigError::new(entry.line, name, Some(key), message)
+        };
+        if let Some((entry, _)) = inherited.find("SORT_METHOD") {
+            let upper = entry.value.to_ascii_uppercase();
+            if TOTVS_SORT_METHODS.contains(&upper.as_str()) {
+                self.notices.push(notice(
+                    entry,
+                    "SORT_METHOD",
+                    format!(
+                        "{upper} needs figures only a TOTVS AppServer reports; CONNECTION (fewest \
+                         connections per weight) is used instead"
+                    ),
+                ));
+            }
+        }
+        if !b.kind.is_http() && b.sort_method == SortMethod::Session {
+            // A TCP client has no cookie: its sessions are its connections.
+            b.sort_method = SortMethod::Connection;
+            if let Some((entry, _)) = inherited.find("SORT_METHOD") {
+                self.notices.push(notice(
+                    entry,
+                    "SORT_METHOD",
+                    "SESSION balances HTTP sessions; a TCP balancer's sessions are its \
+                     connections, so CONNECTION (fewest connections per weight) is used"
+                        .into(),
+                ));
+            }
+        }
+    }
 }
 
 /// True for the keys only an HTTP balancer reads.
 fn is_http_key(name: &str) -> bool {
-    name.starts_with("HTTP_") || name == "LOG_REQUESTS"
+    name.starts_with("HTTP_") || name == "LOG_REQUESTS" || name == "SESSION_TIMEOUT"
 }
 
 /// The error for a key a balancer section has no use for, with the nearest known key.

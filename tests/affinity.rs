@@ -1,0 +1,331 @@
+//! HTTP session affinity (issue 14) through the real broker: `[BALANCE_HTTP]` in process on a
+//! generated ini, loopback origin servers, the `TOTVS_BROKER_SH_001` cookie as a client
+//! sends it back. Which server served a request is read from the broker's request events and
+//! from what each origin saw.
+// Helpers outside `#[test]` functions may unwrap too: a panic there is a failed assertion.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+mod http_common;
+
+use std::net::SocketAddr;
+
+use appbroker::Event;
+use common::{InProcess, Reason};
+use http_common::{Origin, client, dead_addr, full, request, send};
+use hyper::header::{COOKIE, SET_COOKIE};
+use hyper::{HeaderMap, StatusCode};
+
+/// An ini with one `[BALANCE_HTTP]` on `@PORT@`, monitoring off, `extra` lines in the
+/// section, and `servers` as `(address, weight)` under ids 01, 02...
+fn ini(servers: &[(SocketAddr, u32)], extra: &str) -> String {
+    let mut text = String::from(
+        "[General]\nSHUTDOWN_TIMEOUT=5\n[BALANCE_HTTP]\nLOCAL_SERVER_ADDRESS=127.0.0.1\n\
+         LOCAL_SERVER_PORT=@PORT@\nQUERY_ALLOW=127.0.0.1\nMONITORING_TYPE=DISABLED\n",
+    );
+    text.push_str(extra);
+    text.push('\n');
+    for (i, (addr, weight)) in servers.iter().enumerate() {
+        text.push_str(&format!(
+            "REMOTE_SERVER_{:02}={} {} {weight}\n",
+            i + 1,
+            addr.ip(),
+            addr.port()
+        ));
+    }
+    text
+}
+
+/// One GET of `path` on a new connection to `broker`, with `cookie` as its `Cookie` header:
+/// the status, and the cookie value the answer sets, if any.
+async fn get_with(
+    broker: SocketAddr,
+    path: &str,
+    cookie: Option<&str>,
+) -> (StatusCode, Option<String>) {
+    let mut sender = client(broker).await;
+    let mut req = request("GET", broker, path, full(""));
+    if let Some(cookie) = cookie {
+        req.headers_mut().insert(COOKIE, cookie.parse().unwrap());
+    }
+    let (status, headers, _) = send(&mut sender, req).await;
+    (status, set_cookie(&headers))
+}
+
+/// The value of the broker's cookie in an answer's `Set-Cookie`, checked whole.
+fn set_cookie(headers: &HeaderMap) -> Option<String> {
+    let line = headers.get(SET_COOKIE)?.to_str().unwrap();
+    let value = line
+        .strip_prefix("TOTVS_BROKER_SH_001=")
+        .and_then(|rest| rest.strip_suffix("; Path=/; HttpOnly; SameSite=Lax"))
+        .unwrap_or_else(|| panic!("unexpected Set-Cookie: {line}"));
+    let (id, random) = value.split_once('.').unwrap();
+    assert_eq!(id.len(), 2, "{value}");
+    assert_eq!(random.len(), 22, "{value}");
+    assert!(
+        random
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_'),
+        "{value}"
+    );
+    Some(value.to_string())
+}
+
+/// The servers the broker's finished requests went to, in order.
+fn served(broker: &InProcess) -> Vec<String> {
+    broker
+        .events
+        .all()
+        .iter()
+        .filter_map(|e| match e {
+            Event::Request { server, .. } => Some(server.clone().unwrap_or_default()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Waits until the broker published `n` finished requests; returns the servers of them.
+async fn served_n(broker: &InProcess, n: usize) -> Vec<String> {
+    broker
+        .events
+        .wait_for_count("the requests", n, |e| matches!(e, Event::Request { .. }))
+        .await;
+    served(broker)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_client_stays_on_its_server_across_connections() {
+    let (a, b) = (Origin::start().await, Origin::start().await);
+    let broker = InProcess::start(&ini(&[(a.addr, 1), (b.addr, 1)], "")).await;
+    let (status, cookie) = get_with(broker.addr(), "/first", None).await;
+    assert_eq!(status, StatusCode::OK);
+    let cookie = cookie.expect("the first answer sets the cookie");
+    let first = served_n(&broker, 1).await[0].clone();
+    let expected_id = if first == a.addr.to_string() {
+        "01"
+    } else {
+        "02"
+    };
+    assert!(
+        cookie.starts_with(&format!("{expected_id}.")),
+        "{cookie} for {first}"
+    );
+    // Twenty more requests, each on a new connection, with other cookies around ours.
+    for i in 0..20 {
+        let header = format!("lang=pt; TOTVS_BROKER_SH_001={cookie}; theme=dark");
+        let (status, again) = get_with(broker.addr(), &format!("/p/{i}"), Some(&header)).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(again, None, "a valid cookie is not set again");
+    }
+    let servers = served_n(&broker, 21).await;
+    assert!(servers.iter().all(|s| *s == first), "{servers:?}");
+    // The servers never saw the broker's cookie; the others reached them untouched.
+    let seen: Vec<_> = a.seen().into_iter().chain(b.seen()).collect();
+    assert_eq!(seen.len(), 21);
+    for s in seen.iter().filter(|s| s.target.starts_with("/p/")) {
+        assert_eq!(s.headers[COOKIE], "lang=pt; theme=dark");
+    }
+    assert!(seen[0].headers.get(COOKIE).is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_sessions_are_spread_by_weight() {
+    let (a, b) = (Origin::start().await, Origin::start().await);
+    let broker = InProcess::start(&ini(&[(a.addr, 1), (b.addr, 3)], "")).await;
+    let mut ids = Vec::new();
+    // Forty browsers one after the other, each bringing its cookie back once (which makes it
+    // a session, what SORT_METHOD=SESSION, the HTTP default, spreads).
+    for _ in 0..40 {
+        let (_, cookie) = get_with(broker.addr(), "/", None).await;
+        let cookie = cookie.unwrap();
+        let header = format!("TOTVS_BROKER_SH_001={cookie}");
+        let (status, _) = get_with(broker.addr(), "/again", Some(&header)).await;
+        assert_eq!(status, StatusCode::OK);
+        ids.push(cookie[..2].to_string());
+    }
+    let on_01 = ids.iter().filter(|id| *id == "01").count();
+    assert_eq!((on_01, 40 - on_01), (10, 30), "{ids:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_and_unknown_cookies_count_as_none() {
+    let a = Origin::start().await;
+    let broker = InProcess::start(&ini(&[(a.addr, 1)], "")).await;
+    for forged in [
+        "TOTVS_BROKER_SH_001=99.AAAAAAAAAAAAAAAAAAAAAA",
+        "TOTVS_BROKER_SH_001=01.short",
+        "TOTVS_BROKER_SH_001=10.0.0.1:8080",
+        "TOTVS_BROKER_SH_001=",
+        "TOTVS_BROKER_SH_001=01.AAAAAAAAAAAAAAAAAAAA+/",
+    ] {
+        let (status, cookie) = get_with(broker.addr(), "/", Some(forged)).await;
+        assert_eq!(status, StatusCode::OK, "{forged}");
+        assert!(cookie.expect(forged).starts_with("01."), "{forged}");
+    }
+    // None reached the server, nor any broker cookie at all.
+    assert!(a.seen().iter().all(|s| s.headers.get(COOKIE).is_none()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_on_a_failing_server_moves_and_gets_a_new_cookie() {
+    let dead = dead_addr().await;
+    let live = Origin::start().await;
+    let broker = InProcess::start(&ini(&[(dead, 1), (live.addr, 1)], "")).await;
+    let on_dead = "TOTVS_BROKER_SH_001=01.q3VdAbCdEfGhIjKlMnOpQr";
+    let (status, cookie) = get_with(broker.addr(), "/", Some(on_dead)).await;
+    assert_eq!(status, StatusCode::OK);
+    let cookie = cookie.expect("the moved session gets a new cookie");
+    assert!(cookie.starts_with("02."), "{cookie}");
+    broker
+        .events
+        .wait_for_quarantine(&dead.to_string(), Reason::Connect)
+        .await;
+    // In quarantine now: the old cookie goes straight to the other server, set anew.
+    let (status, again) = get_with(broker.addr(), "/", Some(on_dead)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(again.unwrap().starts_with("02."));
+    // The new one stays.
+    let header = format!("TOTVS_BROKER_SH_001={cookie}");
+    assert_eq!(
+        get_with(broker.addr(), "/", Some(&header)).await,
+        (StatusCode::OK, None)
+    );
+    let servers = served_n(&broker, 3).await;
+    assert!(
+        servers.iter().all(|s| *s == live.addr.to_string()),
+        "{servers:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strict_mode_answers_503_rather_than_moving() {
+    let dead = dead_addr().await;
+    let live = Origin::start().await;
+    let broker = InProcess::start(&ini(&[(dead, 1), (live.addr, 1)], "HTTP_STICKY_STRICT=1")).await;
+    let on_dead = "TOTVS_BROKER_SH_001=01.q3VdAbCdEfGhIjKlMnOpQr";
+    let (status, cookie) = get_with(broker.addr(), "/", Some(on_dead)).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(cookie, None, "the broker's own page sets no cookie");
+    assert!(live.seen().is_empty());
+    // A client without a session is served as ever.
+    let (status, cookie) = get_with(broker.addr(), "/", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(cookie.unwrap().starts_with("02."));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draining_server_keeps_its_sessions_and_gets_no_new_ones() {
+    let (a, b) = (Origin::start().await, Origin::start().await);
+    // 01 at weight 0: draining from the start.
+    let broker = InProcess::start(&ini(&[(a.addr, 0), (b.addr, 1)], "")).await;
+    let on_a = "TOTVS_BROKER_SH_001=01.q3VdAbCdEfGhIjKlMnOpQr";
+    for _ in 0..3 {
+        assert_eq!(
+            get_with(broker.addr(), "/", Some(on_a)).await,
+            (StatusCode::OK, None)
+        );
+    }
+    let (_, fresh) = get_with(broker.addr(), "/", None).await;
+    assert!(fresh.unwrap().starts_with("02."));
+    assert_eq!((a.seen().len(), b.seen().len()), (3, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_removed_by_a_reload_moves_its_sessions() {
+    let (a, b) = (Origin::start().await, Origin::start().await);
+    let broker = InProcess::start(&ini(&[(a.addr, 1), (b.addr, 1)], "")).await;
+    let on_b = "TOTVS_BROKER_SH_001=02.q3VdAbCdEfGhIjKlMnOpQr";
+    let on_a = "TOTVS_BROKER_SH_001=01.AAAAAAAAAAAAAAAAAAAAAA";
+    assert_eq!(
+        get_with(broker.addr(), "/", Some(on_b)).await,
+        (StatusCode::OK, None)
+    );
+    assert_eq!(
+        get_with(broker.addr(), "/", Some(on_a)).await,
+        (StatusCode::OK, None)
+    );
+    broker.reload(&ini(&[(a.addr, 1)], "")).await;
+    // The session on 01 is kept across the reload; the one on 02 moves to 01.
+    assert_eq!(
+        get_with(broker.addr(), "/", Some(on_a)).await,
+        (StatusCode::OK, None)
+    );
+    let (status, moved) = get_with(broker.addr(), "/", Some(on_b)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(moved.unwrap().starts_with("01."));
+    assert_eq!((a.seen().len(), b.seen().len()), (3, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_brokers_with_one_configuration_agree_on_a_cookie() {
+    let (a, b) = (Origin::start().await, Origin::start().await);
+    let text = ini(&[(a.addr, 1), (b.addr, 1)], "");
+    let (one, two) = (InProcess::start(&text).await, InProcess::start(&text).await);
+    // Sessions made on the first broker, spread over both servers.
+    let mut cookies = Vec::new();
+    for _ in 0..4 {
+        let (_, cookie) = get_with(one.addr(), "/", None).await;
+        let cookie = cookie.unwrap();
+        let header = format!("TOTVS_BROKER_SH_001={cookie}");
+        get_with(one.addr(), "/", Some(&header)).await;
+        cookies.push(cookie);
+    }
+    let first = served_n(&one, 8).await;
+    // Each one through the second broker reaches the same server, and keeps its cookie.
+    for (i, cookie) in cookies.iter().enumerate() {
+        let header = format!("TOTVS_BROKER_SH_001={cookie}");
+        assert_eq!(
+            get_with(two.addr(), "/", Some(&header)).await,
+            (StatusCode::OK, None)
+        );
+        let second = served_n(&two, i + 1).await;
+        assert_eq!(second[i], first[2 * i], "{cookie}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_query_answers_count_sessions_per_server_and_moves() {
+    let dead = dead_addr().await;
+    let live = Origin::start().await;
+    let broker = InProcess::start(&ini(&[(dead, 1), (live.addr, 1)], "")).await;
+    // A session on 01, whose failed connect moves it to 02; then three sessions on 02 (01 is
+    // in quarantine).
+    let on_dead = "TOTVS_BROKER_SH_001=01.q3VdAbCdEfGhIjKlMnOpQr";
+    let (status, moved) = get_with(broker.addr(), "/", Some(on_dead)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(moved.unwrap().starts_with("02."));
+    for _ in 0..3 {
+        let (_, cookie) = get_with(broker.addr(), "/", None).await;
+        let header = format!("TOTVS_BROKER_SH_001={}", cookie.unwrap());
+        get_with(broker.addr(), "/", Some(&header)).await;
+    }
+    let (status, _, json) = http_common::get(broker.addr(), "/TOTVS_BROKER_QUERY/JSON").await;
+    assert_eq!(status, StatusCode::OK);
+    let json: serde_json::Value = serde_json::from_slice(&json).unwrap();
+    assert_eq!(json["servers"][1]["sessions"], 3, "{json:#}");
+    assert_eq!(json["servers"][1]["sessions_max"], "3");
+    assert_eq!(json["servers"][0]["sessions"], 0);
+    assert_eq!(json["servers"][0]["sessions_max"], "1");
+    assert_eq!(json["total"]["sessions"], 3);
+    assert_eq!(json["totalSessionsHistory"], 4);
+    assert_eq!(json["balanceMethod"], 4);
+    assert_eq!(json["http"]["sessions_moved"], 1);
+    let (_, _, metrics) = http_common::get(broker.addr(), "/TOTVS_BROKER_QUERY/METRICS").await;
+    let metrics = String::from_utf8_lossy(&metrics);
+    let line = format!(
+        "appbroker_http_sessions{{balancer=\"BALANCE_HTTP\",server=\"{}\"}} 3",
+        live.addr
+    );
+    assert!(metrics.contains(&line), "{metrics}");
+    assert!(
+        metrics.contains("appbroker_http_sessions_moved_total{balancer=\"BALANCE_HTTP\"} 1"),
+        "{metrics}"
+    );
+    let (_, _, page) = http_common::get(
+        broker.addr(),
+        &format!("/TOTVS_BROKER_QUERY/ServerStatus/{}", live.addr),
+    )
+    .await;
+    let page = String::from_utf8_lossy(&page);
+    assert!(page.contains("Sessions (3, max 3)"), "{page}");
+}

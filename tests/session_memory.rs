@@ -1,0 +1,47 @@
+//! Memory per HTTP session (issue 14): 100,000 sessions in one balancer's table, the
+//! process's resident memory read before and after. Run by hand, alone (it reads the whole
+//! process's RSS): `cargo test --release --test session_memory -- --ignored --nocapture`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use appbroker::config::ServerId;
+use appbroker::sessions::{Sessions, Ticket};
+use tokio::time::Instant;
+
+/// The process's resident set in bytes (`VmRSS` of /proc/self/status).
+fn rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kib * 1024
+}
+
+#[test]
+#[ignore = "a measurement, run by hand"]
+fn memory_per_session() {
+    const N: usize = 100_000;
+    let ids = [
+        ServerId::parse("01").unwrap(),
+        ServerId::parse("02").unwrap(),
+    ];
+    // Tickets made before the first reading: what is measured is the table alone.
+    let tickets: Vec<Ticket> = (0..N).map(|i| Ticket::fresh(ids[i % 2])).collect();
+    let before = rss();
+    let mut table = Sessions::new();
+    let now = Instant::now();
+    for t in &tickets {
+        table.touch(*t, now, Duration::from_secs(600), N);
+    }
+    let after = rss();
+    assert_eq!(table.len(), N);
+    let per = (after - before) as f64 / N as f64;
+    println!(
+        "{N} sessions: {} KiB more resident, {per:.0} bytes per session",
+        (after - before) / 1024
+    );
+    assert!(
+        after - before < 64 << 20,
+        "100,000 sessions fit in a few tens of MiB"
+    );
+}
