@@ -246,22 +246,7 @@ fn main() -> ExitCode {
     };
     let file = config.source.display().to_string();
     if cli.check {
-        for notice in &notices {
-            logging::to_stderr(&format!("notice: {}", notice.located(&file)));
-        }
-        for warning in &warnings {
-            logging::to_stderr(&format!("warning: {}", warning.located(&file)));
-        }
-        // A closed standard output loses the printout, not the verdict (the exit code).
-        let _ = std::io::stdout().write_all(config.to_ini().as_bytes());
-        // On standard error, so standard output stays the INI above.
-        let servers: usize = config.balancers.iter().map(|b| b.servers.len()).sum();
-        logging::to_stderr(&format!(
-            "configuration OK: {file} ({}, {})",
-            config::plural(config.balancers.len(), "balancer"),
-            config::plural(servers, "server")
-        ));
-        return ExitCode::SUCCESS;
+        return check_report(&config, &notices, &warnings, &file);
     }
     if let Some(args) = demo {
         if let Some(address) = args.client {
@@ -314,6 +299,32 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// `--check`: the notices and warnings on standard error, the effective configuration on
+/// standard output, and the verdict.
+fn check_report(
+    config: &Config,
+    notices: &[config::ConfigError],
+    warnings: &[config::ConfigError],
+    file: &str,
+) -> ExitCode {
+    for notice in notices {
+        logging::to_stderr(&format!("notice: {}", notice.located(file)));
+    }
+    for warning in warnings {
+        logging::to_stderr(&format!("warning: {}", warning.located(file)));
+    }
+    // A closed standard output loses the printout, not the verdict (the exit code).
+    let _ = std::io::stdout().write_all(config.to_ini().as_bytes());
+    // On standard error, so standard output stays the INI above.
+    let servers: usize = config.balancers.iter().map(|b| b.servers.len()).sum();
+    logging::to_stderr(&format!(
+        "configuration OK: {file} ({}, {})",
+        config::plural(config.balancers.len(), "balancer"),
+        config::plural(servers, "server")
+    ));
+    ExitCode::SUCCESS
 }
 
 /// `--supervise`: binds every listener (or, re-executed by an upgrade, takes them over) and
