@@ -526,15 +526,24 @@ async fn ctl_exit_codes_say_done_refused_usage_and_no_broker() {
     assert_eq!(code, 1, "{err}");
 }
 
+/// True when the test runs as root; otherwise says it skipped `why` (it must not pass
+/// silently: under `CI`, which runs as root, it fails).
+fn root_or_skip(why: &str) -> bool {
+    if nix::unistd::geteuid().is_root() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI runs as root: this test must run there"
+    );
+    eprintln!("skipped: {why}");
+    false
+}
+
 /// Who the test runs as may connect; a user created here may not (the socket is 0600).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_user_cannot_use_the_control_socket() {
-    if !nix::unistd::geteuid().is_root() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI runs as root: this test must run there"
-        );
-        eprintln!("skipped: creating a user needs root");
+    if !root_or_skip("creating a user needs root") {
         return;
     }
     let a = TestServer::start("a").await;
@@ -559,12 +568,7 @@ async fn another_user_cannot_use_the_control_socket() {
 /// does not exist stops the start with its name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_control_group_lets_its_members_in() {
-    if !nix::unistd::geteuid().is_root() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI runs as root: this test must run there"
-        );
-        eprintln!("skipped: creating a user needs root");
+    if !root_or_skip("creating a user needs root") {
         return;
     }
     let a = TestServer::start("a").await;
@@ -603,12 +607,7 @@ async fn a_control_group_lets_its_members_in() {
 /// socket's directory root's) serves anyway, and says how to get a control socket.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_derived_socket_that_cannot_be_made_is_a_warning_not_a_failed_start() {
-    if !nix::unistd::geteuid().is_root() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI runs as root: this test must run there"
-        );
-        eprintln!("skipped: becoming another user needs root");
+    if !root_or_skip("becoming another user needs root") {
         return;
     }
     let a = TestServer::start("a").await;

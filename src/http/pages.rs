@@ -65,13 +65,17 @@ fn words(status: StatusCode, language: Language) -> (&'static str, &'static str)
 /// The page for `status` in `language`.
 pub(crate) fn page(status: StatusCode, language: Language) -> Bytes {
     let (title, sentence) = words(status, language);
-    let code = status.as_u16();
-    Bytes::from(format!(
+    Bytes::from(html(status.as_u16(), title, sentence, language))
+}
+
+/// The short HTML page every answer of the broker's own uses.
+fn html(code: u16, title: &str, sentence: &str, language: Language) -> String {
+    format!(
         "<!DOCTYPE html>\n<html lang=\"{lang}\"><head><meta charset=\"utf-8\">\
          <title>{code} {title}</title></head>\n<body><h1>{code} {title}</h1>\n\
          <p>{sentence}</p>\n<p><small>appbroker</small></p></body></html>\n",
         lang = language.as_str(),
-    ))
+    )
 }
 
 /// The whole answer (status line, headers, page) to a plain HTTP request that reached a port
@@ -88,12 +92,7 @@ pub fn plain_http_to_tls_port(language: Language) -> Bytes {
             "Esta porta aceita somente HTTPS: abra o mesmo endereço com https:// em vez de http://.",
         ),
     };
-    let body = format!(
-        "<!DOCTYPE html>\n<html lang=\"{lang}\"><head><meta charset=\"utf-8\">\
-         <title>400 {title}</title></head>\n<body><h1>400 {title}</h1>\n\
-         <p>{sentence}</p>\n<p><small>appbroker</small></p></body></html>\n",
-        lang = language.as_str(),
-    );
+    let body = html(400, title, sentence, language);
     Bytes::from(format!(
         "HTTP/1.1 400 Bad Request\r\nContent-Type: text/html; charset=utf-8\r\n\
          Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
