@@ -4,6 +4,7 @@
 //! threads for each exchange, as nginx's workers. Control work (signals, reloads, the
 //! monitor, sampling) runs on the main thread's runtime.
 
+use std::cell::Cell;
 use std::io;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -32,6 +33,18 @@ impl Workers {
             1
         }
     }
+}
+
+thread_local! {
+    /// The worker thread this is, if it is one.
+    static WORKER: Cell<Option<usize>> = const { Cell::new(None) };
+}
+
+/// Which worker thread the caller runs on (`None` off the workers: the control thread, or a
+/// test's runtime). What is bound to one worker's runtime (an HTTP server connection's
+/// driver) is best used from that worker alone.
+pub fn current() -> Option<usize> {
+    WORKER.with(Cell::get)
 }
 
 /// How many worker threads `WORKERS=count` starts (0: one per CPU this process may run on).
@@ -77,7 +90,10 @@ impl WorkerThreads {
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("appbroker-{index}"))
-                    .spawn(move || runtime.block_on(stop.cancelled()))?,
+                    .spawn(move || {
+                        WORKER.with(|worker| worker.set(Some(index)));
+                        runtime.block_on(stop.cancelled());
+                    })?,
             );
         }
         Ok(WorkerThreads {

@@ -891,7 +891,7 @@ pub static KEYS: &[Key] = &[
             what: "a number of connections from 0 (no pooling) to 10000",
         },
         field: http_field!(pool_max_idle = Integer as u32, number),
-        doc: "HTTP: idle keep-alive connections kept per server (0: a new one per request)",
+        doc: "HTTP: idle keep-alive connections kept per server and worker thread (0: a new one per request)",
     },
     Key {
         name: "HTTP_POOL_IDLE_TIMEOUT",

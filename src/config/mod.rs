@@ -293,7 +293,7 @@ impl TlsKeys {
 pub struct HttpSettings {
     /// `HTTP_FORWARDED_HEADERS`: append `X-Forwarded-For`, `-Proto` and `-Host`.
     pub forwarded_headers: bool,
-    /// `HTTP_POOL_MAX_IDLE`: idle keep-alive connections kept per server.
+    /// `HTTP_POOL_MAX_IDLE`: idle keep-alive connections kept per server and worker thread.
     pub pool_max_idle: u32,
     /// `HTTP_POOL_IDLE_TIMEOUT`: an idle kept-alive connection older than this is closed.
     pub pool_idle_timeout: Duration,

@@ -221,7 +221,7 @@ pub enum Outcome {
 pub struct Settings {
     /// `HTTP_FORWARDED_HEADERS`: add `X-Forwarded-For`, `-Proto` and `-Host`.
     pub forwarded_headers: bool,
-    /// `HTTP_POOL_MAX_IDLE`: idle connections kept per server.
+    /// `HTTP_POOL_MAX_IDLE`: idle connections kept per server and worker thread.
     pub max_idle: usize,
     /// `HTTP_POOL_IDLE_TIMEOUT`: an idle connection older than this is closed, not reused.
     pub idle_timeout: Duration,

@@ -1,7 +1,12 @@
-//! Kept-alive connections to the servers, by server: at most `max_idle` idle ones each, the
-//! most recently used taken first (so the surplus ages out), none older than the idle
-//! timeout, none the server has closed. A connection comes back only after an exchange that
-//! finished cleanly: after any error it is dropped, never reused.
+//! Kept-alive connections to the servers, by server and by worker thread: at most `max_idle`
+//! idle ones each, the most recently used taken first (so the surplus ages out), none older
+//! than the idle timeout, none the server has closed. A connection comes back only after an
+//! exchange that finished cleanly: after any error it is dropped, never reused.
+//!
+//! A connection's driver (hyper's connection task) runs on the worker that opened it, so a
+//! request is only given a connection of its own worker: one from another worker would cost a
+//! wake-up of that thread, and one back, on every request (nginx's upstream keepalive is per
+//! worker for the same reason).
 //!
 //! One small lock, held to push or pop a connection; the figures are atomics.
 
@@ -15,6 +20,7 @@ use hyper::client::conn::http1::SendRequest;
 use tokio::time::Instant;
 
 use super::body::RequestBody;
+use crate::workers;
 
 /// A connection's sending half; hyper's connection task holds the rest.
 pub(crate) type Sender = SendRequest<RequestBody>;
@@ -84,9 +90,17 @@ struct Idle {
 
 #[derive(Default)]
 struct Slot {
-    /// Oldest first.
-    idle: Vec<Idle>,
+    /// By the worker thread whose runtime drives them (`None`: off the workers, where one
+    /// runtime may run a task on any of its threads); oldest first.
+    idle: HashMap<Option<usize>, Vec<Idle>>,
     figures: Arc<Figures>,
+}
+
+impl Slot {
+    /// The calling worker's idle connections.
+    fn here(&mut self) -> &mut Vec<Idle> {
+        self.idle.entry(workers::current()).or_default()
+    }
 }
 
 /// The kept-alive connections of one balancer's servers.
@@ -114,8 +128,8 @@ impl<S: Clone + Eq + Hash> Pool<S> {
         Arc::clone(&slots.entry(server.clone()).or_default().figures)
     }
 
-    /// The most recently pooled connection to `server` that is still usable; the expired
-    /// and closed ones met on the way are dropped.
+    /// The most recently pooled connection to `server` of the calling worker that is still
+    /// usable; the expired and closed ones met on the way are dropped.
     pub(crate) fn take(&self, server: &S, idle_timeout: Duration) -> Option<Conn> {
         let now = Instant::now();
         let mut dropped = Vec::new();
@@ -123,7 +137,7 @@ impl<S: Clone + Eq + Hash> Pool<S> {
             let mut slots = self.slots();
             let slot = slots.get_mut(server)?;
             let mut taken = None;
-            while let Some(idle) = slot.idle.pop() {
+            while let Some(idle) = slot.here().pop() {
                 if now.duration_since(idle.since) < idle_timeout
                     && !idle.sender.is_closed()
                     && idle.sender.is_ready()
@@ -144,8 +158,9 @@ impl<S: Clone + Eq + Hash> Pool<S> {
         })
     }
 
-    /// Keeps `conn` for `server`'s next request; beyond `max_idle` the oldest goes. A server
-    /// forgotten meanwhile (removed by a reload) keeps nothing: the connection closes.
+    /// Keeps `conn` for `server`'s next request on the calling worker (the one that opened
+    /// it); beyond `max_idle` the worker's oldest goes. A server forgotten meanwhile (removed
+    /// by a reload) keeps nothing: the connection closes.
     pub(crate) fn put(&self, server: &S, conn: Conn, max_idle: usize) {
         if conn.sender.is_closed() || max_idle == 0 {
             return;
@@ -155,13 +170,14 @@ impl<S: Clone + Eq + Hash> Pool<S> {
             let Some(slot) = slots.get_mut(server) else {
                 return;
             };
-            slot.idle.push(Idle {
+            let here = slot.here();
+            here.push(Idle {
                 sender: conn.sender,
                 traffic: conn.traffic,
                 since: Instant::now(),
             });
-            let over = slot.idle.len().saturating_sub(max_idle);
-            slot.idle.drain(..over).collect::<Vec<_>>()
+            let over = here.len().saturating_sub(max_idle);
+            here.drain(..over).collect::<Vec<_>>()
         };
         drop(surplus);
     }
@@ -172,13 +188,11 @@ impl<S: Clone + Eq + Hash> Pool<S> {
         let mut dropped = Vec::new();
         {
             let mut slots = self.slots();
-            for slot in slots.values_mut() {
-                let (keep, old) = std::mem::take(&mut slot.idle)
-                    .into_iter()
-                    .partition(|idle| {
-                        now.duration_since(idle.since) < idle_timeout && !idle.sender.is_closed()
-                    });
-                slot.idle = keep;
+            for idle in slots.values_mut().flat_map(|slot| slot.idle.values_mut()) {
+                let (keep, old) = std::mem::take(idle).into_iter().partition(|idle| {
+                    now.duration_since(idle.since) < idle_timeout && !idle.sender.is_closed()
+                });
+                *idle = keep;
                 dropped.push(old);
             }
         }
@@ -197,7 +211,7 @@ impl<S: Clone + Eq + Hash> Pool<S> {
             .iter()
             .map(|(server, slot)| {
                 let figures = PoolFigures {
-                    idle: slot.idle.len(),
+                    idle: slot.idle.values().map(Vec::len).sum(),
                     open: slot.figures.open.load(Relaxed),
                     opened: slot.figures.opened.load(Relaxed),
                     reused: slot.figures.reused.load(Relaxed),
