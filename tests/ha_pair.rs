@@ -19,7 +19,7 @@ use std::net::Ipv4Addr;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use netns::pair::{Attempt, Clients, Outcome, Pair, Settings};
+use netns::pair::{Attempt, Clients, Outcome, Pair, Settings, WEB_SERVERS, web_server_id};
 use nix::sys::signal::Signal;
 
 /// One pair at a time (see the top of the file).
@@ -329,6 +329,103 @@ fn a_killed_broker_hands_the_address_over_and_the_survivor_keeps_quarantining() 
         "host {} changed state with every server down\n{}",
         pair.brokers[*new].name,
         pair.explain()
+    );
+}
+
+#[test]
+#[ignore = "needs root and network namespaces (iproute2, keepalived)"]
+fn an_http_session_keeps_its_server_through_the_survivor_until_that_server_stops() {
+    let _one = one_at_a_time();
+    let mut steady = Steady::start(&SHIPPED);
+    let (old, new) = (steady.address(steady.old), steady.address(steady.new));
+    let served = |server: &str, via| Outcome::Served {
+        server: server.to_owned(),
+        via,
+    };
+
+    // A browser's first request, through the active broker: its answer sets the cookie,
+    // which names the server that answered by its id in [BALANCE_HTTP].
+    let first = steady.pair.get("/first", None);
+    let Outcome::Served { server, via } = first.outcome.clone() else {
+        panic!("the first request was not served: {first:?}");
+    };
+    assert_eq!(
+        via, old,
+        "the first request did not go through the active host"
+    );
+    let cookie = first
+        .set_cookie
+        .expect("the first answer sets the broker's cookie");
+    assert!(
+        cookie.starts_with(&format!("{}.", web_server_id(&server))),
+        "cookie {cookie} for {server}"
+    );
+    // A few more requests of that browser, each on a new connection: its server every time,
+    // and the cookie is not set again.
+    for i in 0..5 {
+        let page = steady.pair.get(&format!("/before/{i}"), Some(&cookie));
+        assert_eq!(page.outcome, served(&server, old), "{page:?}");
+        assert_eq!(page.set_cookie, None, "a valid cookie set again: {page:?}");
+    }
+
+    steady.take_over(
+        "SIGKILL of the broker, an HTTP session open (advert_int 1)",
+        |pair, old| pair.brokers[old].kill_broker(),
+    );
+
+    // The same cookie through the survivor, which has never seen it: the same server, since
+    // the cookie names it by id and both hosts run the same file, and no new cookie, since
+    // the server is alive.
+    let Steady {
+        pair,
+        new: survivor,
+        ..
+    } = &mut steady;
+    for i in 0..10 {
+        let page = pair.get(&format!("/after/{i}"), Some(&cookie));
+        assert_eq!(
+            page.outcome,
+            served(&server, new),
+            "{page:?}\n{}",
+            pair.explain()
+        );
+        assert_eq!(
+            page.set_cookie, None,
+            "the survivor set the cookie anew: {page:?}"
+        );
+    }
+
+    // The session's server stops: the survivor finds it refusing, quarantines it and moves the
+    // session to the other one, whose id the new cookie names.
+    pair.servers.stop(&server);
+    let (other, _) = *WEB_SERVERS
+        .iter()
+        .find(|(s, _)| *s != server)
+        .expect("a second web server");
+    let moved = pair.get("/moved", Some(&cookie));
+    assert_eq!(
+        moved.outcome,
+        served(other, new),
+        "{moved:?}\n{}",
+        pair.explain()
+    );
+    let moved_cookie = moved
+        .set_cookie
+        .expect("the moved session's answer sets a new cookie");
+    assert!(
+        moved_cookie.starts_with(&format!("{}.", web_server_id(other))),
+        "cookie {moved_cookie} for {other}"
+    );
+    for i in 0..5 {
+        let page = pair.get(&format!("/moved/{i}"), Some(&moved_cookie));
+        assert_eq!(page.outcome, served(other, new), "{page:?}");
+        assert_eq!(page.set_cookie, None, "a valid cookie set again: {page:?}");
+    }
+    let log = pair.brokers[*survivor].broker_text();
+    assert_eq!(
+        log.matches("session moved").count(),
+        1,
+        "the survivor did not log the move once:\n{log}"
     );
 }
 
