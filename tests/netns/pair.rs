@@ -9,6 +9,7 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Child;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -320,7 +321,20 @@ impl Pair {
 
     /// Starts a client every [`CLIENT_EVERY`] from the client host to the virtual address.
     pub fn clients(&self) -> Clients {
-        Clients::start(&self.client, SocketAddr::from((VIRTUAL_ADDRESS, PORT)))
+        let target = SocketAddr::from((VIRTUAL_ADDRESS, PORT));
+        Clients::start(&self.client, target, Asks::Line)
+    }
+
+    /// Starts a browser's request every [`CLIENT_EVERY`] from the client host to the HTTP
+    /// balancer at the virtual address, each on a new connection with the broker's cookie
+    /// `cookie`. The cookie is valid while its server lives: an answer that sets it anew
+    /// counts as wrong.
+    pub fn browser(&self, cookie: &str) -> Clients {
+        let target = SocketAddr::from((VIRTUAL_ADDRESS, HTTP_PORT));
+        let asks = Asks::Page {
+            cookie: cookie.to_owned(),
+        };
+        Clients::start(&self.client, target, asks)
     }
 
     /// `GET /TOTVS_BROKER_QUERY/JSON` from the client host through the virtual address: the
@@ -651,18 +665,30 @@ pub struct Attempt {
 }
 
 /// A client every [`CLIENT_EVERY`] to the virtual address, each one connecting, sending a
-/// line and reading the answer (issue 16's client loop), bounded in count
+/// line (or a request) and reading the answer (issue 16's client loop), bounded in count
 /// ([`MAX_ATTEMPTS`]) and each in time ([`ATTEMPT_TIMEOUT`]). Stopped when dropped.
 pub struct Clients {
     done: Arc<Mutex<Vec<Attempt>>>,
+    /// How many clients the loop has started.
+    started: Arc<AtomicUsize>,
     stop: CancellationToken,
 }
 
+/// What each client of a [`Clients`] loop asks.
+#[derive(Clone)]
+enum Asks {
+    /// The line `attempt <n>` of the echo servers, through the TCP balancer.
+    Line,
+    /// `GET /attempt/<n>` with the broker's cookie `cookie`, through the HTTP balancer.
+    Page { cookie: String },
+}
+
 impl Clients {
-    fn start(inside: &Inside, target: SocketAddr) -> Clients {
+    fn start(inside: &Inside, target: SocketAddr, asks: Asks) -> Clients {
         let done = Arc::new(Mutex::new(Vec::new()));
+        let started = Arc::new(AtomicUsize::new(0));
         let stop = CancellationToken::new();
-        let (record, until) = (Arc::clone(&done), stop.clone());
+        let (record, count, until) = (Arc::clone(&done), Arc::clone(&started), stop.clone());
         inside.handle.spawn(async move {
             let mut every = tokio::time::interval(CLIENT_EVERY);
             for n in 0..MAX_ATTEMPTS {
@@ -670,10 +696,14 @@ impl Clients {
                     () = until.cancelled() => break,
                     _ = every.tick() => {}
                 }
-                let record = Arc::clone(&record);
+                let (record, asks) = (Arc::clone(&record), asks.clone());
+                count.fetch_add(1, Ordering::SeqCst);
                 tokio::spawn(async move {
                     let started = Instant::now();
-                    let outcome = attempt(target, n).await;
+                    let outcome = match asks {
+                        Asks::Line => attempt(target, n).await,
+                        Asks::Page { cookie } => page_attempt(target, n, &cookie).await,
+                    };
                     let ended = Instant::now();
                     let attempt = Attempt {
                         n,
@@ -685,7 +715,27 @@ impl Clients {
                 });
             }
         });
-        Clients { done, stop }
+        Clients {
+            done,
+            started,
+            stop,
+        }
+    }
+
+    /// Stops the loop and waits until every client it started has finished: what comes next
+    /// meets none of them. Returns every attempt.
+    pub fn stop(self) -> Vec<Attempt> {
+        self.stop.cancel();
+        wait_for(
+            "the clients started to finish",
+            DEADLINE,
+            || {
+                let done = self.done.lock().expect("the record").len();
+                (done == self.started.load(Ordering::SeqCst)).then_some(())
+            },
+            String::new,
+        );
+        self.attempts()
     }
 
     /// Every attempt finished so far, in the order they started.
@@ -746,6 +796,18 @@ async fn attempt(target: SocketAddr, n: u64) -> Outcome {
     judge(answer.await, &sent)
 }
 
+/// One browser's request: `GET /attempt/<n>` with the broker's cookie `cookie`, within
+/// [`ATTEMPT_TIMEOUT`]; wrong when the answer sets the cookie anew.
+async fn page_attempt(target: SocketAddr, n: u64, cookie: &str) -> Outcome {
+    let path = format!("/attempt/{n}");
+    let answer = tokio::time::timeout(ATTEMPT_TIMEOUT, fetch(target, &path, Some(cookie)));
+    let page = judge_page(answer.await, &path);
+    match page.set_cookie {
+        Some(set) => Outcome::Wrong(format!("cookie set anew to {set}: {:?}", page.outcome)),
+        None => page.outcome,
+    }
+}
+
 /// Sends `sent` as a line on `stream` and reads one line back.
 async fn ask(stream: &mut BufReader<TcpStream>, sent: &str) -> std::io::Result<String> {
     stream
@@ -800,13 +862,17 @@ pub struct Page {
     pub set_cookie: Option<String>,
 }
 
+/// An HTTP answer as [`fetch`] read it.
+struct Answer {
+    status: StatusCode,
+    /// The `Set-Cookie` line, if any.
+    set_cookie: Option<String>,
+    body: String,
+}
+
 /// One `GET path` on a new connection to `target`, `cookie` (a value of [`COOKIE_NAME`])
-/// sent with it: the status, the `Set-Cookie` line and the body.
-async fn fetch(
-    target: SocketAddr,
-    path: &str,
-    cookie: Option<&str>,
-) -> Result<(StatusCode, Option<String>, String), String> {
+/// sent with it; `Err` says what went wrong.
+async fn fetch(target: SocketAddr, path: &str, cookie: Option<&str>) -> Result<Answer, String> {
     let stream = TcpStream::connect(target)
         .await
         .map_err(|e| e.to_string())?;
@@ -838,28 +904,29 @@ async fn fetch(
         .await
         .map_err(|e| e.to_string())?
         .to_bytes();
-    Ok((
+    Ok(Answer {
         status,
         set_cookie,
-        String::from_utf8_lossy(&body).into_owned(),
-    ))
+        body: String::from_utf8_lossy(&body).into_owned(),
+    })
 }
 
 /// What the answer to `GET path` says: served by which web server through which broker host,
 /// with which cookie set, or what went wrong. A `Set-Cookie` that is not the broker's cookie
 /// as issue 14 has it (`<id>.<22 base64url>; Path=/; HttpOnly; SameSite=Lax`) is wrong.
 fn judge_page(
-    answer: Result<
-        Result<(StatusCode, Option<String>, String), String>,
-        tokio::time::error::Elapsed,
-    >,
+    answer: Result<Result<Answer, String>, tokio::time::error::Elapsed>,
     path: &str,
 ) -> Page {
     let failed = |why: String| Page {
         outcome: Outcome::Failed(why),
         set_cookie: None,
     };
-    let (status, set_cookie, body) = match answer {
+    let Answer {
+        status,
+        set_cookie,
+        body,
+    } = match answer {
         Err(_) => return failed(format!("no answer within {ATTEMPT_TIMEOUT:?}")),
         Ok(Err(e)) => return failed(e),
         Ok(Ok(answer)) => answer,
