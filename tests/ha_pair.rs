@@ -19,7 +19,9 @@ use std::net::Ipv4Addr;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use netns::pair::{Attempt, Clients, Outcome, Pair, Settings, WEB_SERVERS, web_server_id};
+use netns::pair::{
+    Attempt, Clients, HTTP_PORT, Outcome, PORT, Pair, Settings, WEB_SERVERS, web_server_id,
+};
 use nix::sys::signal::Signal;
 
 /// One pair at a time (see the top of the file).
@@ -283,7 +285,7 @@ fn a_killed_broker_hands_the_address_over_and_the_survivor_keeps_quarantining() 
         "s1 quarantined in the JSON asked through the virtual address",
         netns::DEADLINE,
         || {
-            let json = pair.query_json();
+            let json = pair.query_json(PORT);
             (server(&json, ":7001")?["inquarantine"] == true).then_some(json)
         },
         || pair.explain(),
@@ -429,6 +431,36 @@ fn an_http_session_keeps_its_server_through_the_survivor_until_that_server_stops
         1,
         "the survivor did not log the move once:\n{log}"
     );
+    // The survivor's HTTP balancer (its JSON, asked at the virtual address) has the stopped
+    // server in quarantine, the other one serving, and one session moved.
+    let port_of = |name: &str| {
+        let (_, port) = WEB_SERVERS.iter().find(|(s, _)| *s == name).unwrap();
+        format!(":{port}")
+    };
+    let (stopped_port, other_port) = (port_of(&server), port_of(other));
+    let state = |json: &serde_json::Value, port: &str| {
+        json["servers"]
+            .as_array()?
+            .iter()
+            .find(|s| s["server"].as_str().is_some_and(|s| s.ends_with(port)))
+            .map(|s| s["inquarantine"].clone())
+    };
+    let json = netns::wait_for(
+        "the stopped web server quarantined in the JSON asked through the virtual address",
+        netns::DEADLINE,
+        || {
+            let json = pair.query_json(HTTP_PORT);
+            (state(&json, &stopped_port)? == true).then_some(json)
+        },
+        || pair.explain(),
+    );
+    assert_eq!(
+        json["ID"].as_str(),
+        Some(pair.brokers[*survivor].broker_pid().to_string().as_str()),
+        "the JSON came from another broker than the survivor: {json:#}"
+    );
+    assert_eq!(state(&json, &other_port), Some(false.into()), "{json:#}");
+    assert_eq!(json["http"]["sessions_moved"], 1, "{json:#}");
 }
 
 /// Pulls the active host's cable: the other host takes the address once the master-down

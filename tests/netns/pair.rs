@@ -337,10 +337,11 @@ impl Pair {
         Clients::start(&self.client, target, asks)
     }
 
-    /// `GET /TOTVS_BROKER_QUERY/JSON` from the client host through the virtual address: the
-    /// answer of whichever broker holds it.
-    pub fn query_json(&self) -> serde_json::Value {
-        let target = SocketAddr::from((VIRTUAL_ADDRESS, PORT));
+    /// `GET /TOTVS_BROKER_QUERY/JSON` from the client host through the virtual address, on
+    /// the balancer of `port` ([`PORT`], [`HTTP_PORT`]): the answer of whichever broker holds
+    /// the address.
+    pub fn query_json(&self, port: u16) -> serde_json::Value {
+        let target = SocketAddr::from((VIRTUAL_ADDRESS, port));
         let answer = run_inside(&self.client, async move {
             let mut stream = TcpStream::connect(target).await?;
             stream
