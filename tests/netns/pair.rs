@@ -874,12 +874,10 @@ struct Answer {
 /// One `GET path` on a new connection to `target`, `cookie` (a value of [`COOKIE_NAME`])
 /// sent with it; `Err` says what went wrong.
 async fn fetch(target: SocketAddr, path: &str, cookie: Option<&str>) -> Result<Answer, String> {
-    let stream = TcpStream::connect(target)
-        .await
-        .map_err(|e| e.to_string())?;
+    let stream = TcpStream::connect(target).await.map_err(|e| words(&e))?;
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| words(&e))?;
     tokio::spawn(connection);
     let mut request = Request::get(path)
         .header(HOST, target.to_string())
@@ -887,13 +885,8 @@ async fn fetch(target: SocketAddr, path: &str, cookie: Option<&str>) -> Result<A
     if let Some(cookie) = cookie {
         request = request.header(COOKIE, format!("{COOKIE_NAME}={cookie}"));
     }
-    let request = request
-        .body(Empty::<Bytes>::new())
-        .map_err(|e| e.to_string())?;
-    let response = sender
-        .send_request(request)
-        .await
-        .map_err(|e| e.to_string())?;
+    let request = request.body(Empty::<Bytes>::new()).map_err(|e| words(&e))?;
+    let response = sender.send_request(request).await.map_err(|e| words(&e))?;
     let status = response.status();
     let set_cookie = response
         .headers()
@@ -903,13 +896,25 @@ async fn fetch(target: SocketAddr, path: &str, cookie: Option<&str>) -> Result<A
         .into_body()
         .collect()
         .await
-        .map_err(|e| e.to_string())?
+        .map_err(|e| words(&e))?
         .to_bytes();
     Ok(Answer {
         status,
         set_cookie,
         body: String::from_utf8_lossy(&body).into_owned(),
     })
+}
+
+/// An error and its causes, `: `-separated: hyper's own words (`connection error`) say little
+/// without the I/O error beneath.
+fn words(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        text.push_str(&format!(": {e}"));
+        cause = e.source();
+    }
+    text
 }
 
 /// What the answer to `GET path` says: served by which web server through which broker host,
