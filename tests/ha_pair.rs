@@ -337,6 +337,32 @@ fn a_killed_broker_hands_the_address_over_and_the_survivor_keeps_quarantining() 
     );
 }
 
+/// A browser's first request through the virtual address: its answer sets the broker's cookie,
+/// which names the server that answered by its id in [BALANCE_HTTP]. Returns that server, the
+/// cookie's value and the broker host that relayed the request.
+fn open_session(pair: &Pair) -> (String, String, Ipv4Addr) {
+    let first = pair.get("/first", None);
+    let Outcome::Served { server, via } = first.outcome.clone() else {
+        panic!("the first request was not served: {first:?}");
+    };
+    let cookie = first
+        .set_cookie
+        .expect("the first answer sets the broker's cookie");
+    assert!(
+        cookie.starts_with(&format!("{}.", web_server_id(&server))),
+        "cookie {cookie} for {server}"
+    );
+    (server, cookie, via)
+}
+
+/// The requests of `attempts` that were answered by another server than `server`.
+fn served_elsewhere<'a>(attempts: &'a [Attempt], server: &str) -> Vec<&'a Attempt> {
+    attempts
+        .iter()
+        .filter(|a| matches!(&a.outcome, Outcome::Served { server: s, .. } if s != server))
+        .collect()
+}
+
 #[test]
 #[ignore = "needs root and network namespaces (iproute2, keepalived)"]
 fn an_http_session_keeps_its_server_through_the_survivor_until_that_server_stops() {
@@ -348,22 +374,10 @@ fn an_http_session_keeps_its_server_through_the_survivor_until_that_server_stops
         via,
     };
 
-    // A browser's first request, through the active broker: its answer sets the cookie,
-    // which names the server that answered by its id in [BALANCE_HTTP].
-    let first = steady.pair.get("/first", None);
-    let Outcome::Served { server, via } = first.outcome.clone() else {
-        panic!("the first request was not served: {first:?}");
-    };
+    let (server, cookie, via) = open_session(&steady.pair);
     assert_eq!(
         via, old,
         "the first request did not go through the active host"
-    );
-    let cookie = first
-        .set_cookie
-        .expect("the first answer sets the broker's cookie");
-    assert!(
-        cookie.starts_with(&format!("{}.", web_server_id(&server))),
-        "cookie {cookie} for {server}"
     );
     // That browser goes on, a request every 50 ms, each on a new connection with the cookie.
     let browser = steady.pair.browser(&cookie);
@@ -386,10 +400,7 @@ fn an_http_session_keeps_its_server_through_the_survivor_until_that_server_stops
     browser.wait_count(20, first.ended);
     let attempts = browser.stop();
     let seen = Takeover::check(&attempts, takeover.at, old, new);
-    let elsewhere: Vec<_> = attempts
-        .iter()
-        .filter(|a| matches!(&a.outcome, Outcome::Served { server: s, .. } if *s != server))
-        .collect();
+    let elsewhere = served_elsewhere(&attempts, &server);
     assert!(
         elsewhere.is_empty(),
         "requests with the cookie of {server} served by another server: {elsewhere:#?}"
@@ -535,6 +546,9 @@ fn a_stopping_broker_hands_the_address_over_before_it_refuses_anyone() {
 fn a_split_brain_serves_clients_through_either_host_and_ends_with_one() {
     let _one = one_at_a_time();
     let Steady { pair, clients, .. } = Steady::start(&SHIPPED);
+    // A browser with an HTTP session sends its cookie every 50 ms throughout.
+    let (server, cookie, _) = open_session(&pair);
+    let browser = pair.browser(&cookie);
 
     // The two broker hosts stop hearing each other while both still reach everyone else:
     // the backup takes the address too.
@@ -581,29 +595,58 @@ fn a_split_brain_serves_clients_through_either_host_and_ends_with_one() {
     let attempts = clients.attempts();
     let heal = Takeover::check(&attempts, healed, b_address, a_address);
 
-    let during: Vec<_> = attempts
-        .iter()
-        .filter(|x| x.started > split && x.started <= healed)
-        .collect();
-    let through = |address| {
-        during
+    let during = |attempts: &[Attempt]| -> (usize, usize, usize, usize) {
+        let during: Vec<_> = attempts
             .iter()
-            .filter(|x| x.outcome.served_via(address))
-            .count()
+            .filter(|x| x.started > split && x.started <= healed)
+            .collect();
+        let through = |address| {
+            during
+                .iter()
+                .filter(|x| x.outcome.served_via(address))
+                .count()
+        };
+        let failed = during
+            .iter()
+            .filter(|x| matches!(x.outcome, Outcome::Failed(_)))
+            .count();
+        (during.len(), through(a_address), through(b_address), failed)
     };
-    let failed = during
-        .iter()
-        .filter(|x| matches!(x.outcome, Outcome::Failed(_)))
-        .count();
+    let (count, via_a, via_b, failed) = during(&attempts);
     eprintln!(
-        "ha_pair: split brain (both hosts held the address from +{:.2}s to +{:.2}s): {} \
-         clients, {} through a, {} through b, {failed} failed; healed while clients went \
-         through b, host a alone again: {}",
+        "ha_pair: split brain (both hosts held the address from +{:.2}s to +{:.2}s): {count} \
+         clients, {via_a} through a, {via_b} through b, {failed} failed; healed while clients \
+         went through b, host a alone again: {}",
         secs(split, both),
         secs(split, healed),
-        during.len(),
-        through(a_address),
-        through(b_address),
         heal.summary()
+    );
+
+    // The browser's requests went through either broker as its connections did, and each
+    // broker sent them to the server the cookie names, none setting a new one.
+    let pages = browser.stop();
+    let wrong: Vec<_> = pages
+        .iter()
+        .filter(|x| matches!(x.outcome, Outcome::Wrong(_)))
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "browser requests answered wrong: {wrong:#?}"
+    );
+    let elsewhere = served_elsewhere(&pages, &server);
+    assert!(
+        elsewhere.is_empty(),
+        "requests with the cookie of {server} served by another server: {elsewhere:#?}"
+    );
+    let (count, via_a, via_b, failed) = during(&pages);
+    assert!(
+        via_a > 0 && via_b > 0,
+        "the browser's requests did not go through both hosts during the split brain \
+         ({via_a} through a, {via_b} through b)"
+    );
+    eprintln!(
+        "ha_pair: the same split brain seen by a browser whose cookie names {server}: {count} \
+         requests, {via_a} through a, {via_b} through b, every answer from {server}, {failed} \
+         failed"
     );
 }
