@@ -5,7 +5,10 @@
 //! every 50 ms. Each test breaks the active host one way (its broker killed, its cable pulled,
 //! the two hosts cut from each other, its broker stopped) and checks that clients are served
 //! again, by the other host, with no wrong answer, and that the host coming back takes nothing
-//! back; each prints the takeover time it measured, for docs/high-availability.md.
+//! back; each prints the takeover time it measured, for docs/high-availability.md. A browser
+//! with the `[BALANCE_HTTP]` session cookie goes through a takeover and a split brain: through
+//! either broker its requests reach the server the cookie names, and no broker sets it anew
+//! while that server lives.
 //!
 //! They need root (namespaces), iproute2 and keepalived: `#[ignore]`d with that, run by
 //! `.ci/run`, and failing (not passing untried) where namespaces cannot be made. They run one
