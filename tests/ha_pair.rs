@@ -5,7 +5,10 @@
 //! every 50 ms. Each test breaks the active host one way (its broker killed, its cable pulled,
 //! the two hosts cut from each other, its broker stopped) and checks that clients are served
 //! again, by the other host, with no wrong answer, and that the host coming back takes nothing
-//! back; each prints the takeover time it measured, for docs/high-availability.md.
+//! back; each prints the takeover time it measured, for docs/high-availability.md. A browser
+//! with the `[BALANCE_HTTP]` session cookie goes through a takeover and a split brain: through
+//! either broker its requests reach the server the cookie names, and no broker sets it anew
+//! while that server lives.
 //!
 //! They need root (namespaces), iproute2 and keepalived: `#[ignore]`d with that, run by
 //! `.ci/run`, and failing (not passing untried) where namespaces cannot be made. They run one
@@ -19,7 +22,9 @@ use std::net::Ipv4Addr;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use netns::pair::{Attempt, Clients, Outcome, Pair, Settings};
+use netns::pair::{
+    Attempt, Clients, HTTP_PORT, Outcome, PORT, Pair, Settings, WEB_SERVERS, web_server_id,
+};
 use nix::sys::signal::Signal;
 
 /// One pair at a time (see the top of the file).
@@ -47,6 +52,8 @@ fn secs(from: Instant, to: Instant) -> f64 {
 
 /// What the clients saw of one takeover, from the fault to the first client served again.
 struct Takeover {
+    /// When the fault was made.
+    at: Instant,
     /// From the fault to the first answer relayed by the new host.
     served_again: Duration,
     /// The clients started after the fault that got no answer, with when they started.
@@ -100,6 +107,7 @@ impl Takeover {
             })
             .collect();
         Takeover {
+            at: fault,
             served_again: back - fault,
             failed,
         }
@@ -280,7 +288,7 @@ fn a_killed_broker_hands_the_address_over_and_the_survivor_keeps_quarantining() 
         "s1 quarantined in the JSON asked through the virtual address",
         netns::DEADLINE,
         || {
-            let json = pair.query_json();
+            let json = pair.query_json(PORT);
             (server(&json, ":7001")?["inquarantine"] == true).then_some(json)
         },
         || pair.explain(),
@@ -330,6 +338,143 @@ fn a_killed_broker_hands_the_address_over_and_the_survivor_keeps_quarantining() 
         pair.brokers[*new].name,
         pair.explain()
     );
+}
+
+/// A browser's first request through the virtual address: its answer sets the broker's cookie,
+/// which names the server that answered by its id in [BALANCE_HTTP]. Returns that server, the
+/// cookie's value and the broker host that relayed the request.
+fn open_session(pair: &Pair) -> (String, String, Ipv4Addr) {
+    let first = pair.get("/first", None);
+    let Outcome::Served { server, via } = first.outcome.clone() else {
+        panic!("the first request was not served: {first:?}");
+    };
+    let cookie = first
+        .set_cookie
+        .expect("the first answer sets the broker's cookie");
+    assert!(
+        cookie.starts_with(&format!("{}.", web_server_id(&server))),
+        "cookie {cookie} for {server}"
+    );
+    (server, cookie, via)
+}
+
+/// The requests of `attempts` that were answered by another server than `server`.
+fn served_elsewhere<'a>(attempts: &'a [Attempt], server: &str) -> Vec<&'a Attempt> {
+    attempts
+        .iter()
+        .filter(|a| matches!(&a.outcome, Outcome::Served { server: s, .. } if s != server))
+        .collect()
+}
+
+#[test]
+#[ignore = "needs root and network namespaces (iproute2, keepalived)"]
+fn an_http_session_keeps_its_server_through_the_survivor_until_that_server_stops() {
+    let _one = one_at_a_time();
+    let mut steady = Steady::start(&SHIPPED);
+    let (old, new) = (steady.address(steady.old), steady.address(steady.new));
+    let served = |server: &str, via| Outcome::Served {
+        server: server.to_owned(),
+        via,
+    };
+
+    let (server, cookie, via) = open_session(&steady.pair);
+    assert_eq!(
+        via, old,
+        "the first request did not go through the active host"
+    );
+    // That browser goes on, a request every 50 ms, each on a new connection with the cookie.
+    let browser = steady.pair.browser(&cookie);
+    wait_served_via(&steady.pair, &browser, Instant::now(), old);
+
+    let takeover = steady.take_over(
+        "SIGKILL of the broker, an HTTP session open (advert_int 1)",
+        |pair, old| pair.brokers[old].kill_broker(),
+    );
+
+    // Through the survivor, which has never seen the cookie: the same server, since the
+    // cookie names it by id and both hosts run the same file, and no new cookie, since the
+    // server is alive (an answer that sets one is wrong). Before and after: that server only.
+    let Steady {
+        pair,
+        new: survivor,
+        ..
+    } = &mut steady;
+    let first = wait_served_via(pair, &browser, takeover.at, new);
+    browser.wait_count(20, first.ended);
+    let attempts = browser.stop();
+    let seen = Takeover::check(&attempts, takeover.at, old, new);
+    let elsewhere = served_elsewhere(&attempts, &server);
+    assert!(
+        elsewhere.is_empty(),
+        "requests with the cookie of {server} served by another server: {elsewhere:#?}"
+    );
+    eprintln!(
+        "ha_pair: the same takeover seen by a browser whose cookie names {server}: {}",
+        seen.summary()
+    );
+
+    // The session's server stops: the survivor finds it refusing, quarantines it and moves the
+    // session to the other one, whose id the new cookie names.
+    pair.servers.stop(&server);
+    let (other, _) = *WEB_SERVERS
+        .iter()
+        .find(|(s, _)| *s != server)
+        .expect("a second web server");
+    let moved = pair.get("/moved", Some(&cookie));
+    assert_eq!(
+        moved.outcome,
+        served(other, new),
+        "{moved:?}\n{}",
+        pair.explain()
+    );
+    let moved_cookie = moved
+        .set_cookie
+        .expect("the moved session's answer sets a new cookie");
+    assert!(
+        moved_cookie.starts_with(&format!("{}.", web_server_id(other))),
+        "cookie {moved_cookie} for {other}"
+    );
+    for i in 0..5 {
+        let page = pair.get(&format!("/moved/{i}"), Some(&moved_cookie));
+        assert_eq!(page.outcome, served(other, new), "{page:?}");
+        assert_eq!(page.set_cookie, None, "a valid cookie set again: {page:?}");
+    }
+    let log = pair.brokers[*survivor].broker_text();
+    assert_eq!(
+        log.matches("session moved").count(),
+        1,
+        "the survivor did not log the move once:\n{log}"
+    );
+    // The survivor's HTTP balancer (its JSON, asked at the virtual address) has the stopped
+    // server in quarantine, the other one serving, and one session moved.
+    let port_of = |name: &str| {
+        let (_, port) = WEB_SERVERS.iter().find(|(s, _)| *s == name).unwrap();
+        format!(":{port}")
+    };
+    let (stopped_port, other_port) = (port_of(&server), port_of(other));
+    let state = |json: &serde_json::Value, port: &str| {
+        json["servers"]
+            .as_array()?
+            .iter()
+            .find(|s| s["server"].as_str().is_some_and(|s| s.ends_with(port)))
+            .map(|s| s["inquarantine"].clone())
+    };
+    let json = netns::wait_for(
+        "the stopped web server quarantined in the JSON asked through the virtual address",
+        netns::DEADLINE,
+        || {
+            let json = pair.query_json(HTTP_PORT);
+            (state(&json, &stopped_port)? == true).then_some(json)
+        },
+        || pair.explain(),
+    );
+    assert_eq!(
+        json["ID"].as_str(),
+        Some(pair.brokers[*survivor].broker_pid().to_string().as_str()),
+        "the JSON came from another broker than the survivor: {json:#}"
+    );
+    assert_eq!(state(&json, &other_port), Some(false.into()), "{json:#}");
+    assert_eq!(json["http"]["sessions_moved"], 1, "{json:#}");
 }
 
 /// Pulls the active host's cable: the other host takes the address once the master-down
@@ -404,6 +549,9 @@ fn a_stopping_broker_hands_the_address_over_before_it_refuses_anyone() {
 fn a_split_brain_serves_clients_through_either_host_and_ends_with_one() {
     let _one = one_at_a_time();
     let Steady { pair, clients, .. } = Steady::start(&SHIPPED);
+    // A browser with an HTTP session sends its cookie every 50 ms throughout.
+    let (server, cookie, _) = open_session(&pair);
+    let browser = pair.browser(&cookie);
 
     // The two broker hosts stop hearing each other while both still reach everyone else:
     // the backup takes the address too.
@@ -450,29 +598,58 @@ fn a_split_brain_serves_clients_through_either_host_and_ends_with_one() {
     let attempts = clients.attempts();
     let heal = Takeover::check(&attempts, healed, b_address, a_address);
 
-    let during: Vec<_> = attempts
-        .iter()
-        .filter(|x| x.started > split && x.started <= healed)
-        .collect();
-    let through = |address| {
-        during
+    let during = |attempts: &[Attempt]| -> (usize, usize, usize, usize) {
+        let during: Vec<_> = attempts
             .iter()
-            .filter(|x| x.outcome.served_via(address))
-            .count()
+            .filter(|x| x.started > split && x.started <= healed)
+            .collect();
+        let through = |address| {
+            during
+                .iter()
+                .filter(|x| x.outcome.served_via(address))
+                .count()
+        };
+        let failed = during
+            .iter()
+            .filter(|x| matches!(x.outcome, Outcome::Failed(_)))
+            .count();
+        (during.len(), through(a_address), through(b_address), failed)
     };
-    let failed = during
-        .iter()
-        .filter(|x| matches!(x.outcome, Outcome::Failed(_)))
-        .count();
+    let (count, via_a, via_b, failed) = during(&attempts);
     eprintln!(
-        "ha_pair: split brain (both hosts held the address from +{:.2}s to +{:.2}s): {} \
-         clients, {} through a, {} through b, {failed} failed; healed while clients went \
-         through b, host a alone again: {}",
+        "ha_pair: split brain (both hosts held the address from +{:.2}s to +{:.2}s): {count} \
+         clients, {via_a} through a, {via_b} through b, {failed} failed; healed while clients \
+         went through b, host a alone again: {}",
         secs(split, both),
         secs(split, healed),
-        during.len(),
-        through(a_address),
-        through(b_address),
         heal.summary()
+    );
+
+    // The browser's requests went through either broker as its connections did, and each
+    // broker sent them to the server the cookie names, none setting a new one.
+    let pages = browser.stop();
+    let wrong: Vec<_> = pages
+        .iter()
+        .filter(|x| matches!(x.outcome, Outcome::Wrong(_)))
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "browser requests answered wrong: {wrong:#?}"
+    );
+    let elsewhere = served_elsewhere(&pages, &server);
+    assert!(
+        elsewhere.is_empty(),
+        "requests with the cookie of {server} served by another server: {elsewhere:#?}"
+    );
+    let (count, via_a, via_b, failed) = during(&pages);
+    assert!(
+        via_a > 0 && via_b > 0,
+        "the browser's requests did not go through both hosts during the split brain \
+         ({via_a} through a, {via_b} through b)"
+    );
+    eprintln!(
+        "ha_pair: the same split brain seen by a browser whose cookie names {server}: {count} \
+         requests, {via_a} through a, {via_b} through b, every answer from {server}, {failed} \
+         failed"
     );
 }

@@ -1,16 +1,24 @@
 //! The pair of docs/high-availability.md on a [`Lan`]: broker hosts `a` and `b`, each running
 //! the real appbroker and keepalived with contrib/keepalived/'s files; a `servers` host with
-//! two echo servers that the brokers balance; a `client` host that sends a client to the
-//! virtual address every 50 ms and records what each one got.
+//! two echo servers that the brokers balance and two web servers behind their `[BALANCE_HTTP]`;
+//! a `client` host that sends a client to the virtual address every 50 ms and records what each
+//! one got, and asks the web servers through it with or without the broker's cookie.
 //!
 //! Addresses come from 198.18.0.0/15, the range RFC 2544 sets aside for network tests; they
 //! live only in the test's namespaces, as do the fixed ports (nothing else listens there).
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Child;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::header::{CONNECTION, COOKIE, HOST, SET_COOKIE};
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
@@ -23,6 +31,13 @@ pub const VIRTUAL_ADDRESS: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 100);
 pub const PORT: u16 = 5000;
 /// The echo servers, by name, on the `servers` host.
 pub const SERVERS: [(&str, u16); 2] = [("s1", 7001), ("s2", 7002)];
+/// The HTTP balancer's port on both hosts (`[BALANCE_HTTP]`'s LOCAL_SERVER_PORT).
+pub const HTTP_PORT: u16 = 8080;
+/// The web servers, by name, on the `servers` host: `[BALANCE_HTTP]`'s REMOTE_SERVER_01 and
+/// _02, in this order.
+pub const WEB_SERVERS: [(&str, u16); 2] = [("w1", 8001), ("w2", 8002)];
+/// The broker's session cookie (issue 14): `<REMOTE_SERVER id>.<22 base64url characters>`.
+pub const COOKIE_NAME: &str = "TOTVS_BROKER_SH_001";
 const SERVERS_ADDRESS: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 30);
 const CLIENT_ADDRESS: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 20);
 /// Time between two clients of [`Clients`] (issue 16's client loop).
@@ -44,22 +59,31 @@ fn contrib(file: &str) -> PathBuf {
 /// SHUTDOWN_GRACE is above keepalived's fall x interval (2 s): a broker stopping gracefully
 /// fails its check and gives the address away while it still accepts. The check runs
 /// `appbroker ping`, over the control socket: `QUERY_ALLOW=198.18.0.20` (the client host
-/// alone) in the balancer makes every test here prove that it does not need the query port.
+/// alone) in the balancers makes every test here prove that it does not need the query port.
 /// The hosts share one file system here, unlike real ones: each has the file in a directory of
 /// its own, and the control socket and state file are named relative to it, not
-/// `/run/appbroker`.
+/// `/run/appbroker`. The `[BALANCE_HTTP]` section is the same on both hosts too, so the two
+/// brokers agree on what a cookie's server id names.
 fn broker_ini() -> String {
     let mut ini = String::from(
         "[General]\nConsoleLog=1\nSHUTDOWN_GRACE=5s\nSHUTDOWN_TIMEOUT=2s\n\
-         CONTROL_SOCKET=appbroker.sock\nSTATE_FILE=appbroker.state\n\n\
-         [BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_ADDRESS=0.0.0.0\nQUERY_ALLOW=198.18.0.20\n",
+         CONTROL_SOCKET=appbroker.sock\nSTATE_FILE=appbroker.state\n",
     );
-    ini.push_str(&format!("LOCAL_SERVER_PORT={PORT}\n"));
-    for (i, (_, port)) in SERVERS.iter().enumerate() {
+    let sections = [
+        ("BALANCE_SMART_CLIENT_DESKTOP", PORT, &SERVERS),
+        ("BALANCE_HTTP", HTTP_PORT, &WEB_SERVERS),
+    ];
+    for (section, port, servers) in sections {
         ini.push_str(&format!(
-            "REMOTE_SERVER_{:02}={SERVERS_ADDRESS} {port}\n",
-            i + 1
+            "\n[{section}]\nLOCAL_SERVER_ADDRESS=0.0.0.0\nQUERY_ALLOW={CLIENT_ADDRESS}\n\
+             LOCAL_SERVER_PORT={port}\n"
         ));
+        for (i, (_, port)) in servers.iter().enumerate() {
+            ini.push_str(&format!(
+                "REMOTE_SERVER_{:02}={SERVERS_ADDRESS} {port}\n",
+                i + 1
+            ));
+        }
     }
     ini
 }
@@ -297,13 +321,27 @@ impl Pair {
 
     /// Starts a client every [`CLIENT_EVERY`] from the client host to the virtual address.
     pub fn clients(&self) -> Clients {
-        Clients::start(&self.client, SocketAddr::from((VIRTUAL_ADDRESS, PORT)))
+        let target = SocketAddr::from((VIRTUAL_ADDRESS, PORT));
+        Clients::start(&self.client, target, Asks::Line)
     }
 
-    /// `GET /TOTVS_BROKER_QUERY/JSON` from the client host through the virtual address: the
-    /// answer of whichever broker holds it.
-    pub fn query_json(&self) -> serde_json::Value {
-        let target = SocketAddr::from((VIRTUAL_ADDRESS, PORT));
+    /// Starts a browser's request every [`CLIENT_EVERY`] from the client host to the HTTP
+    /// balancer at the virtual address, each on a new connection with the broker's cookie
+    /// `cookie`. The cookie is valid while its server lives: an answer that sets it anew
+    /// counts as wrong.
+    pub fn browser(&self, cookie: &str) -> Clients {
+        let target = SocketAddr::from((VIRTUAL_ADDRESS, HTTP_PORT));
+        let asks = Asks::Page {
+            cookie: cookie.to_owned(),
+        };
+        Clients::start(&self.client, target, asks)
+    }
+
+    /// `GET /TOTVS_BROKER_QUERY/JSON` from the client host through the virtual address, on
+    /// the balancer of `port` ([`PORT`], [`HTTP_PORT`]): the answer of whichever broker holds
+    /// the address.
+    pub fn query_json(&self, port: u16) -> serde_json::Value {
+        let target = SocketAddr::from((VIRTUAL_ADDRESS, port));
         let answer = run_inside(&self.client, async move {
             let mut stream = TcpStream::connect(target).await?;
             stream
@@ -338,6 +376,18 @@ impl Pair {
             let mut stream = stream.lock().await;
             let answer = tokio::time::timeout(ATTEMPT_TIMEOUT, ask(&mut stream, &sent));
             judge(answer.await, &sent)
+        })
+    }
+
+    /// `GET path` from the client host to the HTTP balancer at the virtual address, with the
+    /// broker's cookie `cookie` if given, on a new connection (as a browser after a takeover).
+    pub fn get(&self, path: &str, cookie: Option<&str>) -> Page {
+        let target = SocketAddr::from((VIRTUAL_ADDRESS, HTTP_PORT));
+        let (path, cookie) = (path.to_owned(), cookie.map(str::to_owned));
+        run_inside(&self.client, async move {
+            let answer =
+                tokio::time::timeout(ATTEMPT_TIMEOUT, fetch(target, &path, cookie.as_deref()));
+            judge_page(answer.await, &path)
         })
     }
 }
@@ -456,14 +506,14 @@ impl Drop for BrokerHost {
     }
 }
 
-/// The echo servers on the `servers` host.
+/// The stand-in servers on the `servers` host: the echo servers and the web servers.
 pub struct Servers {
     /// The runtime serving them, on the `servers` host.
     _inside: Inside,
     running: Vec<Running>,
 }
 
-/// One echo server, and how to stop it.
+/// One stand-in server, and how to stop it.
 struct Running {
     name: &'static str,
     stop: CancellationToken,
@@ -471,11 +521,21 @@ struct Running {
     stopped: std::sync::mpsc::Receiver<()>,
 }
 
+/// What a stand-in server speaks on each connection it accepts.
+#[derive(Clone, Copy)]
+enum Speaks {
+    /// [`echo`]: lines, for the TCP balancer.
+    Lines,
+    /// [`web_page`]: HTTP/1.1, for the HTTP balancer.
+    Http,
+}
+
 impl Servers {
     fn start(inside: Inside) -> Servers {
-        let running = SERVERS
-            .iter()
-            .map(|&(name, port)| {
+        let servers = (SERVERS.iter().map(|&s| (s, Speaks::Lines)))
+            .chain(WEB_SERVERS.iter().map(|&s| (s, Speaks::Http)));
+        let running = servers
+            .map(|((name, port), speaks)| {
                 let listener = run_inside(&inside, async move {
                     TcpListener::bind((SERVERS_ADDRESS, port)).await
                 })
@@ -484,7 +544,7 @@ impl Servers {
                 let (stopped_tx, stopped) = std::sync::mpsc::channel();
                 inside
                     .handle
-                    .spawn(echo(name, listener, stop.clone(), stopped_tx));
+                    .spawn(serve(name, speaks, listener, stop.clone(), stopped_tx));
                 Running {
                     name,
                     stop,
@@ -515,12 +575,11 @@ impl Servers {
     }
 }
 
-/// Serves `listener` until `stop`: each line `L` a client sends comes back as
-/// `<name> via <client's address>: L`, so a client learns which server answered and
-/// through which broker host. Sends on `stopped` once the listener and every connection
-/// are closed.
-async fn echo(
+/// Serves `listener` until `stop`, each connection as `speaks` says. Sends on `stopped` once
+/// the listener and every connection are closed.
+async fn serve(
     name: &'static str,
+    speaks: Speaks,
     listener: TcpListener,
     stop: CancellationToken,
     stopped: std::sync::mpsc::Sender<()>,
@@ -531,22 +590,51 @@ async fn echo(
             () = stop.cancelled() => break,
             accepted = listener.accept() => {
                 let Ok((stream, peer)) = accepted else { continue };
-                connections.spawn(async move {
-                    let (read, mut write) = stream.into_split();
-                    let mut lines = BufReader::new(read).lines();
-                    while let Ok(Some(line)) = lines.next_line().await {
-                        let reply = format!("{name} via {}: {line}\n", peer.ip());
-                        if write.write_all(reply.as_bytes()).await.is_err() {
-                            break;
-                        }
-                    }
-                });
+                match speaks {
+                    Speaks::Lines => connections.spawn(echo(name, stream, peer)),
+                    Speaks::Http => connections.spawn(web_page(name, stream, peer)),
+                };
             }
         }
     }
     drop(listener);
     connections.shutdown().await;
     let _ = stopped.send(());
+}
+
+/// Each line `L` the client sends comes back as `<name> via <client's address>: L`, so a
+/// client learns which server answered and through which broker host.
+async fn echo(name: &'static str, stream: TcpStream, peer: SocketAddr) {
+    let (read, mut write) = stream.into_split();
+    let mut lines = BufReader::new(read).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let reply = format!("{name} via {}: {line}\n", peer.ip());
+        if write.write_all(reply.as_bytes()).await.is_err() {
+            break;
+        }
+    }
+}
+
+/// Answers every request (keep-alive included, as the broker's pool uses it) `200 OK` with
+/// the body `<name> via <client's address>: <path>`: the echo's words, over HTTP. It also
+/// says `with the broker's cookie` when the request still carried [`COOKIE_NAME`], which the
+/// broker must remove (issue 14), so such an answer is judged wrong.
+async fn web_page(name: &'static str, stream: TcpStream, peer: SocketAddr) {
+    let service = service_fn(move |request: Request<hyper::body::Incoming>| async move {
+        let leaked = request
+            .headers()
+            .get_all(COOKIE)
+            .iter()
+            .any(|c| c.to_str().is_ok_and(|c| c.contains(COOKIE_NAME)));
+        let mut body = format!("{name} via {}: {}", peer.ip(), request.uri().path());
+        if leaked {
+            body.push_str(" with the broker's cookie");
+        }
+        Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::from(body))))
+    });
+    let _ = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(stream), service)
+        .await;
 }
 
 /// What one client got.
@@ -578,18 +666,30 @@ pub struct Attempt {
 }
 
 /// A client every [`CLIENT_EVERY`] to the virtual address, each one connecting, sending a
-/// line and reading the answer (issue 16's client loop), bounded in count
+/// line (or a request) and reading the answer (issue 16's client loop), bounded in count
 /// ([`MAX_ATTEMPTS`]) and each in time ([`ATTEMPT_TIMEOUT`]). Stopped when dropped.
 pub struct Clients {
     done: Arc<Mutex<Vec<Attempt>>>,
+    /// How many clients the loop has started.
+    started: Arc<AtomicUsize>,
     stop: CancellationToken,
 }
 
+/// What each client of a [`Clients`] loop asks.
+#[derive(Clone)]
+enum Asks {
+    /// The line `attempt <n>` of the echo servers, through the TCP balancer.
+    Line,
+    /// `GET /attempt/<n>` with the broker's cookie `cookie`, through the HTTP balancer.
+    Page { cookie: String },
+}
+
 impl Clients {
-    fn start(inside: &Inside, target: SocketAddr) -> Clients {
+    fn start(inside: &Inside, target: SocketAddr, asks: Asks) -> Clients {
         let done = Arc::new(Mutex::new(Vec::new()));
+        let started = Arc::new(AtomicUsize::new(0));
         let stop = CancellationToken::new();
-        let (record, until) = (Arc::clone(&done), stop.clone());
+        let (record, count, until) = (Arc::clone(&done), Arc::clone(&started), stop.clone());
         inside.handle.spawn(async move {
             let mut every = tokio::time::interval(CLIENT_EVERY);
             for n in 0..MAX_ATTEMPTS {
@@ -597,10 +697,14 @@ impl Clients {
                     () = until.cancelled() => break,
                     _ = every.tick() => {}
                 }
-                let record = Arc::clone(&record);
+                let (record, asks) = (Arc::clone(&record), asks.clone());
+                count.fetch_add(1, Ordering::SeqCst);
                 tokio::spawn(async move {
                     let started = Instant::now();
-                    let outcome = attempt(target, n).await;
+                    let outcome = match asks {
+                        Asks::Line => attempt(target, n).await,
+                        Asks::Page { cookie } => page_attempt(target, n, &cookie).await,
+                    };
                     let ended = Instant::now();
                     let attempt = Attempt {
                         n,
@@ -612,7 +716,27 @@ impl Clients {
                 });
             }
         });
-        Clients { done, stop }
+        Clients {
+            done,
+            started,
+            stop,
+        }
+    }
+
+    /// Stops the loop and waits until every client it started has finished: what comes next
+    /// meets none of them. Returns every attempt.
+    pub fn stop(self) -> Vec<Attempt> {
+        self.stop.cancel();
+        wait_for(
+            "the clients started to finish",
+            DEADLINE,
+            || {
+                let done = self.done.lock().expect("the record").len();
+                (done == self.started.load(Ordering::SeqCst)).then_some(())
+            },
+            String::new,
+        );
+        self.attempts()
     }
 
     /// Every attempt finished so far, in the order they started.
@@ -673,6 +797,18 @@ async fn attempt(target: SocketAddr, n: u64) -> Outcome {
     judge(answer.await, &sent)
 }
 
+/// One browser's request: `GET /attempt/<n>` with the broker's cookie `cookie`, within
+/// [`ATTEMPT_TIMEOUT`]; wrong when the answer sets the cookie anew.
+async fn page_attempt(target: SocketAddr, n: u64, cookie: &str) -> Outcome {
+    let path = format!("/attempt/{n}");
+    let answer = tokio::time::timeout(ATTEMPT_TIMEOUT, fetch(target, &path, Some(cookie)));
+    let page = judge_page(answer.await, &path);
+    match page.set_cookie {
+        Some(set) => Outcome::Wrong(format!("cookie set anew to {set}: {:?}", page.outcome)),
+        None => page.outcome,
+    }
+}
+
 /// Sends `sent` as a line on `stream` and reads one line back.
 async fn ask(stream: &mut BufReader<TcpStream>, sent: &str) -> std::io::Result<String> {
     stream
@@ -698,15 +834,143 @@ fn judge(
         }
         Ok(Ok(line)) => line,
     };
-    let served = line
-        .strip_suffix(&format!(": {sent}\n"))
+    served(&line, &format!(": {sent}\n"), &SERVERS)
+}
+
+/// `Served` when `answer` is `<name> via <broker host's address><end>` and `name` one of
+/// `servers`; `Wrong` otherwise.
+fn served(answer: &str, end: &str, servers: &[(&str, u16)]) -> Outcome {
+    let served = answer
+        .strip_suffix(end)
         .and_then(|head| head.split_once(" via "))
         .and_then(|(server, via)| Some((server, via.parse::<Ipv4Addr>().ok()?)));
     match served {
-        Some((server, via)) if SERVERS.iter().any(|(s, _)| *s == server) => Outcome::Served {
+        Some((server, via)) if servers.iter().any(|(s, _)| *s == server) => Outcome::Served {
             server: server.to_owned(),
             via,
         },
-        _ => Outcome::Wrong(line),
+        _ => Outcome::Wrong(answer.to_owned()),
     }
+}
+
+/// What one request to the HTTP balancer got.
+#[derive(Debug, Clone)]
+pub struct Page {
+    /// Which web server answered through which broker host, or what went wrong (a status
+    /// other than 200 is a failure, its words the status).
+    pub outcome: Outcome,
+    /// The value of the broker's cookie in the answer's `Set-Cookie`, when it set one.
+    pub set_cookie: Option<String>,
+}
+
+/// An HTTP answer as [`fetch`] read it.
+struct Answer {
+    status: StatusCode,
+    /// The `Set-Cookie` line, if any.
+    set_cookie: Option<String>,
+    body: String,
+}
+
+/// One `GET path` on a new connection to `target`, `cookie` (a value of [`COOKIE_NAME`])
+/// sent with it; `Err` says what went wrong.
+async fn fetch(target: SocketAddr, path: &str, cookie: Option<&str>) -> Result<Answer, String> {
+    let stream = TcpStream::connect(target).await.map_err(|e| words(&e))?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| words(&e))?;
+    tokio::spawn(connection);
+    let mut request = Request::get(path)
+        .header(HOST, target.to_string())
+        .header(CONNECTION, "close");
+    if let Some(cookie) = cookie {
+        request = request.header(COOKIE, format!("{COOKIE_NAME}={cookie}"));
+    }
+    let request = request.body(Empty::<Bytes>::new()).map_err(|e| words(&e))?;
+    let response = sender.send_request(request).await.map_err(|e| words(&e))?;
+    let status = response.status();
+    let set_cookie = response
+        .headers()
+        .get(SET_COOKIE)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| words(&e))?
+        .to_bytes();
+    Ok(Answer {
+        status,
+        set_cookie,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    })
+}
+
+/// An error and its causes, `: `-separated: hyper's own words (`connection error`) say little
+/// without the I/O error beneath.
+fn words(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        text.push_str(&format!(": {e}"));
+        cause = e.source();
+    }
+    text
+}
+
+/// What the answer to `GET path` says: served by which web server through which broker host,
+/// with which cookie set, or what went wrong. A `Set-Cookie` that is not the broker's cookie
+/// as issue 14 has it (`<id>.<22 base64url>; Path=/; HttpOnly; SameSite=Lax`) is wrong.
+fn judge_page(
+    answer: Result<Result<Answer, String>, tokio::time::error::Elapsed>,
+    path: &str,
+) -> Page {
+    let failed = |why: String| Page {
+        outcome: Outcome::Failed(why),
+        set_cookie: None,
+    };
+    let Answer {
+        status,
+        set_cookie,
+        body,
+    } = match answer {
+        Err(_) => return failed(format!("no answer within {ATTEMPT_TIMEOUT:?}")),
+        Ok(Err(e)) => return failed(e),
+        Ok(Ok(answer)) => answer,
+    };
+    if status != StatusCode::OK {
+        return failed(format!("status {status}: {body}"));
+    }
+    let value = set_cookie.as_deref().map(|line| {
+        line.strip_prefix(&format!("{COOKIE_NAME}="))
+            .and_then(|rest| rest.strip_suffix("; Path=/; HttpOnly; SameSite=Lax"))
+            .filter(|value| {
+                value.split_once('.').is_some_and(|(id, random)| {
+                    id.len() == 2
+                        && random.len() == 22
+                        && random
+                            .bytes()
+                            .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
+                })
+            })
+    });
+    match value {
+        Some(None) => Page {
+            outcome: Outcome::Wrong(format!("Set-Cookie: {}", set_cookie.unwrap_or_default())),
+            set_cookie: None,
+        },
+        value => Page {
+            outcome: served(&body, &format!(": {path}"), &WEB_SERVERS),
+            set_cookie: value.flatten().map(str::to_owned),
+        },
+    }
+}
+
+/// The `REMOTE_SERVER` id of the web server `name` in `[BALANCE_HTTP]` (`01`, `02`): what
+/// the broker's cookie starts with.
+pub fn web_server_id(name: &str) -> String {
+    let index = WEB_SERVERS
+        .iter()
+        .position(|(s, _)| *s == name)
+        .unwrap_or_else(|| panic!("no web server {name}"));
+    format!("{:02}", index + 1)
 }
