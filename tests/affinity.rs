@@ -1,7 +1,9 @@
 //! HTTP session affinity (issue 14) through the real broker: `[BALANCE_HTTP]` in process on a
 //! generated ini, loopback origin servers, the `TOTVS_BROKER_SH_001` cookie as a client
 //! sends it back. Which server served a request is read from the broker's request events and
-//! from what each origin saw.
+//! from what each origin saw. Real clients too: headless Chromium on the demo's page (its
+//! stand-in web servers in process, which record what they served), and curl with a cookie
+//! jar.
 // Helpers outside `#[test]` functions may unwrap too: a panic there is a failed assertion.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -11,7 +13,9 @@ mod http_common;
 use std::net::SocketAddr;
 
 use appbroker::Event;
-use common::{InProcess, Reason};
+use appbroker::demo::web::{Record, Resource};
+use appbroker::demo::{Speaks, StandIn};
+use common::{DevTools, InProcess, Reason, find_chromium};
 use http_common::{Origin, client, dead_addr, full, request, send};
 use hyper::header::{COOKIE, SET_COOKIE};
 use hyper::{HeaderMap, StatusCode};
@@ -328,4 +332,137 @@ async fn the_query_answers_count_sessions_per_server_and_moves() {
     .await;
     let page = String::from_utf8_lossy(&page);
     assert!(page.contains("Sessions (3, max 3)"), "{page}");
+}
+
+// ---- real clients: Chromium on the demo's page, curl with a cookie jar ---------------------
+
+/// One of the demo's stand-in web servers, named `name`, on a port of its own.
+async fn web_stand_in(name: &str) -> StandIn {
+    let any_port = SocketAddr::from(([127, 0, 0, 1], 0));
+    StandIn::start(name.to_string(), any_port, Speaks::Web(Record::default()))
+        .await
+        .unwrap()
+}
+
+/// What `server` served, as its own record says.
+fn resources(server: &StandIn) -> Vec<Resource> {
+    let record = server.record().expect("a web stand-in");
+    record.served().iter().map(|s| s.resource).collect()
+}
+
+/// No request a stand-in served carried the broker's cookie.
+fn assert_no_broker_cookie(server: &StandIn) {
+    for served in server.record().unwrap().served() {
+        assert!(
+            !served
+                .cookie
+                .as_deref()
+                .unwrap_or_default()
+                .contains("TOTVS_BROKER_SH_001"),
+            "{served:?} reached {}",
+            server.name
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs chromium (apt-get install chromium)"]
+async fn chromium_keeps_page_script_and_websocket_on_one_server_and_moves_when_it_stops() {
+    let binary = find_chromium().expect("chromium on the PATH (apt-get install chromium)");
+    let mut servers = [
+        web_stand_in("server 01").await,
+        web_stand_in("server 02").await,
+    ];
+    let broker = InProcess::start(&ini(
+        &[(servers[0].address, 1), (servers[1].address, 1)],
+        "",
+    ))
+    .await;
+    let profile = tempfile::tempdir().unwrap();
+    let url = format!("http://{}/", broker.addr());
+    let mut browser = DevTools::open(&binary, profile.path(), &url).await;
+    let echoed = |t: &str| t.contains("holds this WebSocket; echo: hello from the browser");
+    let shown = browser.text_until("the WebSocket's echo", echoed).await;
+    eprintln!("first load, the browser showed:\n{shown}\n");
+    let cookie = browser
+        .cookie("TOTVS_BROKER_SH_001")
+        .await
+        .expect("the browser holds the broker's cookie");
+    let (held, other) = if cookie.starts_with("01.") {
+        (0, 1)
+    } else {
+        (1, 0)
+    };
+    let name = servers[held].name.clone();
+    for line in [
+        format!("page: served by {name}"),
+        format!("script: served by {name}"),
+        format!("websocket: {name} holds this WebSocket"),
+    ] {
+        assert!(shown.contains(&line), "{line:?} not in:\n{shown}");
+    }
+    // The servers' own records: the page, its script and the WebSocket all on one server.
+    let first = resources(&servers[held]);
+    for wanted in [Resource::Page, Resource::Script, Resource::WebSocket] {
+        assert!(first.contains(&wanted), "{wanted:?} not in {first:?}");
+    }
+    assert_eq!(resources(&servers[other]), []);
+
+    // A second load in the same browser, its cookie brought back: the same server.
+    browser.reload().await;
+    common::eventually("the second load's WebSocket", || {
+        resources(&servers[held])
+            .iter()
+            .filter(|r| **r == Resource::WebSocket)
+            .count()
+            == 2
+    })
+    .await;
+    let shown = browser.text_until("the second echo", echoed).await;
+    assert!(
+        shown.contains(&format!("page: served by {name}")),
+        "{shown}"
+    );
+    assert_eq!(resources(&servers[other]), []);
+    assert_eq!(
+        browser.cookie("TOTVS_BROKER_SH_001").await.as_deref(),
+        Some(cookie.as_str())
+    );
+
+    // Its server stopped: the page sees its WebSocket close; the next load moves to the
+    // other server, with a new cookie naming it.
+    servers[held].stop();
+    browser
+        .text_until("the WebSocket closed", |t| t.contains("(closed)"))
+        .await;
+    let before = resources(&servers[held]).len();
+    browser.reload().await;
+    common::eventually("the moved load's WebSocket", || {
+        resources(&servers[other]).contains(&Resource::WebSocket)
+    })
+    .await;
+    let shown = browser.text_until("the echo after the move", echoed).await;
+    eprintln!("after {name} stopped, the browser showed:\n{shown}\n");
+    let moved_to = servers[other].name.clone();
+    assert!(
+        shown.contains(&format!("page: served by {moved_to}"))
+            && shown.contains(&format!("script: served by {moved_to}"))
+            && shown.contains(&format!("websocket: {moved_to} holds this WebSocket")),
+        "{shown}"
+    );
+    let moved = browser
+        .cookie("TOTVS_BROKER_SH_001")
+        .await
+        .expect("the browser holds a cookie");
+    eprintln!("cookie before: {cookie}; after: {moved}");
+    assert_ne!(moved, cookie);
+    assert!(moved.starts_with(&format!("0{}.", other + 1)), "{moved}");
+    let second = resources(&servers[other]);
+    for wanted in [Resource::Page, Resource::Script, Resource::WebSocket] {
+        assert!(second.contains(&wanted), "{wanted:?} not in {second:?}");
+    }
+    assert_eq!(resources(&servers[held]).len(), before);
+    for server in &servers {
+        assert_no_broker_cookie(server);
+    }
 }
