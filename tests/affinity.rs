@@ -466,3 +466,89 @@ async fn chromium_keeps_page_script_and_websocket_on_one_server_and_moves_when_i
         assert_no_broker_cookie(server);
     }
 }
+
+/// `curl` on the PATH; under `CI` its absence fails the test.
+fn find_curl() -> std::path::PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|dir| dir.join("curl"))
+        .find(|candidate| candidate.is_file())
+        .expect("curl on the PATH (apt-get install curl)")
+}
+
+/// The broker's cookie as curl's jar (Netscape format) holds it: (its line's fields, the
+/// value).
+fn jar_cookie(jar: &std::path::Path) -> Option<(Vec<String>, String)> {
+    let text = std::fs::read_to_string(jar).ok()?;
+    let line = text
+        .lines()
+        .find(|l| l.split('\t').nth(5) == Some("TOTVS_BROKER_SH_001"))?;
+    let fields: Vec<String> = line.split('\t').map(str::to_string).collect();
+    let value = fields.last()?.clone();
+    Some((fields, value))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs curl (apt-get install curl)"]
+async fn curl_with_a_cookie_jar_stays_on_one_server() {
+    let curl = find_curl();
+    let (a, b) = (Origin::start().await, Origin::start().await);
+    let broker = InProcess::start(&ini(&[(a.addr, 1), (b.addr, 1)], "")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let jar = dir.path().join("jar");
+    let jar_arg = jar.to_str().unwrap();
+    let mut values = Vec::new();
+    // Six curl processes, so six connections, each reading and writing the jar.
+    for i in 0..6 {
+        let url = format!("http://{}/page/{i}", broker.addr());
+        let output = common::within(
+            "curl",
+            tokio::process::Command::new(&curl)
+                .args(["-sS", "--fail", "--max-time", "10"])
+                .args(["-c", jar_arg, "-b", jar_arg, &url])
+                .kill_on_drop(true)
+                .output(),
+        )
+        .await
+        .unwrap();
+        assert!(
+            output.status.success(),
+            "curl: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let (fields, value) = jar_cookie(&jar).expect("the jar holds TOTVS_BROKER_SH_001");
+        // `#HttpOnly_` marks an HttpOnly cookie; path /, not secure, no expiry (a session
+        // cookie).
+        assert_eq!(
+            fields[0],
+            format!("#HttpOnly_{}", broker.addr().ip()),
+            "{fields:?}"
+        );
+        assert_eq!(fields[2..5], ["/", "FALSE", "0"], "{fields:?}");
+        values.push(value);
+    }
+    let value = &values[0];
+    assert!(values.iter().all(|v| v == value), "{values:?}");
+    let (id, random) = value.split_once('.').unwrap();
+    assert!(["01", "02"].contains(&id), "{value}");
+    assert_eq!(random.len(), 22, "{value}");
+    assert!(
+        random
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_'),
+        "{value}"
+    );
+    // All six on the server the cookie names; none of them brought it to the server.
+    let servers = served_n(&broker, 6).await;
+    let named = if id == "01" { a.addr } else { b.addr };
+    assert!(
+        servers.iter().all(|s| *s == named.to_string()),
+        "{servers:?}"
+    );
+    let seen: Vec<_> = a.seen().into_iter().chain(b.seen()).collect();
+    assert_eq!(seen.len(), 6);
+    assert!(
+        seen.iter().all(|s| s.headers.get(COOKIE).is_none()),
+        "a cookie reached a server"
+    );
+}
