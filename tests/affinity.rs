@@ -552,3 +552,158 @@ async fn curl_with_a_cookie_jar_stays_on_one_server() {
         "a cookie reached a server"
     );
 }
+
+// ---- session lifetime through the broker: WebSocket pin, expiry, the cap ------------------
+
+/// The balancer's JSON query answer.
+async fn json(broker: &InProcess) -> serde_json::Value {
+    let (status, _, body) = http_common::get(broker.addr(), "/TOTVS_BROKER_QUERY/JSON").await;
+    assert_eq!(status, StatusCode::OK);
+    serde_json::from_slice(&body).unwrap()
+}
+
+/// A new session: a first request without a cookie, then one bringing it back. Its value.
+async fn new_session(broker: &InProcess) -> String {
+    let (_, cookie) = get_with(broker.addr(), "/", None).await;
+    let cookie = cookie.expect("a first answer sets the cookie");
+    let header = format!("TOTVS_BROKER_SH_001={cookie}");
+    assert_eq!(
+        get_with(broker.addr(), "/", Some(&header)).await,
+        (StatusCode::OK, None)
+    );
+    cookie
+}
+
+/// Polls the JSON answer until `wanted` holds; the answer.
+async fn json_until(
+    broker: &InProcess,
+    what: &str,
+    wanted: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let end = std::time::Instant::now() + common::DEADLINE;
+    loop {
+        let answer = json(broker).await;
+        if wanted(&answer) {
+            return answer;
+        }
+        assert!(
+            std::time::Instant::now() < end,
+            "timed out waiting for {what}: {answer:#}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// The live sessions per server (01, 02) and in all, from the JSON answer.
+fn live(answer: &serde_json::Value) -> (u64, u64, u64) {
+    let n = |v: &serde_json::Value| v.as_u64().unwrap();
+    (
+        n(&answer["servers"][0]["sessions"]),
+        n(&answer["servers"][1]["sessions"]),
+        n(&answer["total"]["sessions"]),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_websocket_keeps_its_session_past_the_timeout_and_idle_ones_expire() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let servers = [
+        web_stand_in("server 01").await,
+        web_stand_in("server 02").await,
+    ];
+    let broker = InProcess::start(&ini(
+        &[(servers[0].address, 1), (servers[1].address, 1)],
+        "SESSION_TIMEOUT=1s",
+    ))
+    .await;
+    // Session A, then a WebSocket of it.
+    let a = new_session(&broker).await;
+    let stream = tokio::net::TcpStream::connect(broker.addr()).await.unwrap();
+    let url = format!("ws://{}/demo/ws", broker.addr());
+    let mut request = url.into_client_request().unwrap();
+    request
+        .headers_mut()
+        .insert(COOKIE, format!("TOTVS_BROKER_SH_001={a}").parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::client_async(request, stream)
+        .await
+        .unwrap();
+    ws.send(Message::text("ping")).await.unwrap();
+    let echo = common::within("the echo", ws.next())
+        .await
+        .unwrap()
+        .unwrap();
+    let holder = if a.starts_with("01.") { 0 } else { 1 };
+    assert_eq!(
+        echo,
+        Message::text(format!(
+            "{} holds this WebSocket; echo: ping",
+            servers[holder].name
+        ))
+    );
+    // Session C, made after A's last request, on the other server (the fewest sessions).
+    let c = new_session(&broker).await;
+    assert_ne!(c[..2], a[..2], "{a} {c}");
+    // C ends after a second without a request; A, idle as long, is kept by its WebSocket.
+    let answer = json_until(&broker, "C's end", |j| live(j).2 <= 1).await;
+    let mut expected = (0, 0, 1);
+    if holder == 0 {
+        expected.0 = 1;
+    } else {
+        expected.1 = 1;
+    }
+    assert_eq!(live(&answer), expected, "{answer:#}");
+    assert_eq!(answer["totalSessionsHistory"], 2);
+    // The expired cookie still names its server: served there, not set anew, a session again.
+    let header = format!("TOTVS_BROKER_SH_001={c}");
+    assert_eq!(
+        get_with(broker.addr(), "/", Some(&header)).await,
+        (StatusCode::OK, None)
+    );
+    let c_record = servers[1 - holder].record().unwrap().served();
+    assert_eq!(c_record.len(), 3, "{c_record:?}");
+    assert_eq!(json(&broker).await["totalSessionsHistory"], 3);
+    // The WebSocket closed, A ends a timeout later too.
+    ws.close(None).await.unwrap();
+    while ws.next().await.is_some() {}
+    drop(ws);
+    json_until(&broker, "every session's end", |j| live(j) == (0, 0, 0)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_http_max_sessions_the_oldest_idle_is_forgotten_and_keeps_its_server() {
+    let (a, b) = (Origin::start().await, Origin::start().await);
+    let broker = InProcess::start(&ini(&[(a.addr, 1), (b.addr, 1)], "HTTP_MAX_SESSIONS=3")).await;
+    let mut cookies = Vec::new();
+    for _ in 0..5 {
+        cookies.push(new_session(&broker).await);
+    }
+    let answer = json(&broker).await;
+    assert_eq!(answer["total"]["sessions"], 3, "{answer:#}");
+    assert_eq!(answer["totalSessionsHistory"], 5, "{answer:#}");
+    // The oldest, forgotten, still reaches the server its cookie names, and keeps its cookie.
+    let oldest = &cookies[0];
+    let header = format!("TOTVS_BROKER_SH_001={oldest}");
+    assert_eq!(
+        get_with(broker.addr(), "/", Some(&header)).await,
+        (StatusCode::OK, None)
+    );
+    // Eleven requests to servers, and the JSON query (served by no server) between.
+    let servers: Vec<String> = served_n(&broker, 12)
+        .await
+        .into_iter()
+        .filter(|s| !s.is_empty())
+        .collect();
+    let named = if oldest.starts_with("01.") {
+        a.addr
+    } else {
+        b.addr
+    };
+    assert_eq!(servers[10], named.to_string(), "{oldest}");
+    assert_eq!(servers[1], named.to_string(), "{oldest}");
+    // A session again (the next oldest idle forgotten for it): still three.
+    let answer = json(&broker).await;
+    assert_eq!(answer["total"]["sessions"], 3, "{answer:#}");
+    assert_eq!(answer["totalSessionsHistory"], 6, "{answer:#}");
+}
