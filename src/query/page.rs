@@ -1024,6 +1024,7 @@ mod tests {
             forced: false,
             state: Standing::Available,
             active,
+            sessions: 0,
             peak: 0,
             total: 0,
             failed_connects: 0,
