@@ -707,3 +707,42 @@ async fn past_http_max_sessions_the_oldest_idle_is_forgotten_and_keeps_its_serve
     assert_eq!(answer["total"]["sessions"], 3, "{answer:#}");
     assert_eq!(answer["totalSessionsHistory"], 6, "{answer:#}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_page_says_sessions_moved_in_its_language() {
+    for (language, one, two) in [
+        ("en", "1 session moved", "2 sessions moved"),
+        ("pt-BR", "1 sessão movida", "2 sessões movidas"),
+    ] {
+        let mut servers = [
+            web_stand_in("server 01").await,
+            web_stand_in("server 02").await,
+        ];
+        let text = ini(&[(servers[0].address, 1), (servers[1].address, 1)], "")
+            .replace("[General]\n", &format!("[General]\nLANGUAGE={language}\n"));
+        let broker = InProcess::start(&text).await;
+        // Two sessions on 01; then 01 stops, and each moves to 02 at its next request.
+        let cookies: Vec<String> = (0..2)
+            .map(|i| format!("TOTVS_BROKER_SH_001=01.q3VdAbCdEfGhIjKlMnOpQ{i}"))
+            .collect();
+        for cookie in &cookies {
+            assert_eq!(
+                get_with(broker.addr(), "/", Some(cookie)).await,
+                (StatusCode::OK, None)
+            );
+        }
+        servers[0].stop();
+        for (cookie, shown) in cookies.iter().zip([one, two]) {
+            let (_, moved) = get_with(broker.addr(), "/", Some(cookie)).await;
+            assert!(moved.unwrap().starts_with("02."));
+            let (_, _, page) = http_common::get(broker.addr(), "/TOTVS_BROKER_QUERY/STATUS").await;
+            let page = String::from_utf8_lossy(&page).into_owned();
+            let start = page.find("<p class='summary'>").expect("the summary");
+            let summary = &page[start..start + page[start..].find("</p>").unwrap()];
+            assert!(summary.contains(shown), "{language}: {summary}");
+            if language != "en" {
+                assert!(!summary.contains("moved"), "{summary}");
+            }
+        }
+    }
+}
