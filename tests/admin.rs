@@ -676,14 +676,7 @@ impl Drop for Throwaway {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn show_counts_each_servers_live_http_sessions_until_they_expire() {
-    use appbroker::demo::web::Record;
-    use appbroker::demo::{Speaks, StandIn};
-    let any_port = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
-    let mut servers = Vec::new();
-    for name in ["server 01", "server 02"] {
-        let speaks = Speaks::Web(Record::default());
-        servers.push(StandIn::start(name.into(), any_port, speaks).await.unwrap());
-    }
+    let servers = web_stand_ins().await;
     let broker = Broker::start(&format!(
         "[BALANCE_HTTP]\nLOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT=@PORT@\n\
          MONITORING_TYPE=DISABLED\nSESSION_TIMEOUT=1s\nREMOTE_SERVER_01=127.0.0.1 {}\n\

@@ -13,9 +13,9 @@ mod http_common;
 use std::net::SocketAddr;
 
 use appbroker::Event;
-use appbroker::demo::web::{Record, Resource};
-use appbroker::demo::{Speaks, StandIn};
-use common::{DevTools, InProcess, Reason, find_chromium};
+use appbroker::demo::StandIn;
+use appbroker::demo::web::Resource;
+use common::{DevTools, InProcess, Reason, find_chromium, web_stand_ins};
 use http_common::{Origin, client, dead_addr, full, request, send};
 use hyper::header::{COOKIE, SET_COOKIE};
 use hyper::{HeaderMap, StatusCode};
@@ -63,6 +63,12 @@ fn set_cookie(headers: &HeaderMap) -> Option<String> {
         .strip_prefix("TOTVS_BROKER_SH_001=")
         .and_then(|rest| rest.strip_suffix("; Path=/; HttpOnly; SameSite=Lax"))
         .unwrap_or_else(|| panic!("unexpected Set-Cookie: {line}"));
+    assert_cookie_shape(value);
+    Some(value.to_string())
+}
+
+/// `value` is `<two-character id>.<22 characters of base64url>`.
+fn assert_cookie_shape(value: &str) {
     let (id, random) = value.split_once('.').unwrap();
     assert_eq!(id.len(), 2, "{value}");
     assert_eq!(random.len(), 22, "{value}");
@@ -72,7 +78,6 @@ fn set_cookie(headers: &HeaderMap) -> Option<String> {
             .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_'),
         "{value}"
     );
-    Some(value.to_string())
 }
 
 /// The servers the broker's finished requests went to, in order.
@@ -336,12 +341,9 @@ async fn the_query_answers_count_sessions_per_server_and_moves() {
 
 // ---- real clients: Chromium on the demo's page, curl with a cookie jar ---------------------
 
-/// One of the demo's stand-in web servers, named `name`, on a port of its own.
-async fn web_stand_in(name: &str) -> StandIn {
-    let any_port = SocketAddr::from(([127, 0, 0, 1], 0));
-    StandIn::start(name.to_string(), any_port, Speaks::Web(Record::default()))
-        .await
-        .unwrap()
+/// [`ini`] over the demo's two stand-in web servers, weight 1 each.
+fn ini_over(servers: &[StandIn; 2], extra: &str) -> String {
+    ini(&[(servers[0].address, 1), (servers[1].address, 1)], extra)
 }
 
 /// What `server` served, as its own record says.
@@ -369,15 +371,8 @@ fn assert_no_broker_cookie(server: &StandIn) {
 #[ignore = "needs chromium (apt-get install chromium)"]
 async fn chromium_keeps_page_script_and_websocket_on_one_server_and_moves_when_it_stops() {
     let binary = find_chromium().expect("chromium on the PATH (apt-get install chromium)");
-    let mut servers = [
-        web_stand_in("server 01").await,
-        web_stand_in("server 02").await,
-    ];
-    let broker = InProcess::start(&ini(
-        &[(servers[0].address, 1), (servers[1].address, 1)],
-        "",
-    ))
-    .await;
+    let mut servers = web_stand_ins().await;
+    let broker = InProcess::start(&ini_over(&servers, "")).await;
     let profile = tempfile::tempdir().unwrap();
     let url = format!("http://{}/", broker.addr());
     let mut browser = DevTools::open(&binary, profile.path(), &url).await;
@@ -529,15 +524,9 @@ async fn curl_with_a_cookie_jar_stays_on_one_server() {
     }
     let value = &values[0];
     assert!(values.iter().all(|v| v == value), "{values:?}");
-    let (id, random) = value.split_once('.').unwrap();
+    assert_cookie_shape(value);
+    let id = &value[..2];
     assert!(["01", "02"].contains(&id), "{value}");
-    assert_eq!(random.len(), 22, "{value}");
-    assert!(
-        random
-            .bytes()
-            .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_'),
-        "{value}"
-    );
     // All six on the server the cookie names; none of them brought it to the server.
     let servers = served_n(&broker, 6).await;
     let named = if id == "01" { a.addr } else { b.addr };
@@ -609,15 +598,8 @@ async fn an_open_websocket_keeps_its_session_past_the_timeout_and_idle_ones_expi
     use futures_util::{SinkExt, StreamExt};
     use tokio_tungstenite::tungstenite::Message;
     use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-    let servers = [
-        web_stand_in("server 01").await,
-        web_stand_in("server 02").await,
-    ];
-    let broker = InProcess::start(&ini(
-        &[(servers[0].address, 1), (servers[1].address, 1)],
-        "SESSION_TIMEOUT=1s",
-    ))
-    .await;
+    let servers = web_stand_ins().await;
+    let broker = InProcess::start(&ini_over(&servers, "SESSION_TIMEOUT=1s")).await;
     // Session A, then a WebSocket of it.
     let a = new_session(&broker).await;
     let stream = tokio::net::TcpStream::connect(broker.addr()).await.unwrap();
@@ -714,11 +696,8 @@ async fn the_status_page_says_sessions_moved_in_its_language() {
         ("en", "1 session moved", "2 sessions moved"),
         ("pt-BR", "1 sessão movida", "2 sessões movidas"),
     ] {
-        let mut servers = [
-            web_stand_in("server 01").await,
-            web_stand_in("server 02").await,
-        ];
-        let text = ini(&[(servers[0].address, 1), (servers[1].address, 1)], "")
+        let mut servers = web_stand_ins().await;
+        let text = ini_over(&servers, "")
             .replace("[General]\n", &format!("[General]\nLANGUAGE={language}\n"));
         let broker = InProcess::start(&text).await;
         // Two sessions on 01; then 01 stops, and each moves to 02 at its next request.

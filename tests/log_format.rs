@@ -643,15 +643,8 @@ async fn running_out_of_query_places_is_logged_once_per_episode() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_moved_session_is_logged_once_however_often_its_old_cookie_comes_back() {
-    use appbroker::demo::web::Record;
-    use appbroker::demo::{Speaks, StandIn};
     const MOVED: &str = "session moved: its server cannot take it; cookie set anew";
-    let any_port = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
-    let mut servers = Vec::new();
-    for name in ["server 01", "server 02"] {
-        let speaks = Speaks::Web(Record::default());
-        servers.push(StandIn::start(name.into(), any_port, speaks).await.unwrap());
-    }
+    let mut servers = web_stand_ins().await;
     let (one, two) = (servers[0].address, servers[1].address);
     let broker = Broker::start(&format!(
         "[BALANCE_HTTP]\nLOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT=@PORT@\n\

@@ -12,6 +12,19 @@ use std::time::Duration;
 /// run longer than this has hung, and is killed.
 pub const BROWSER_DEADLINE: Duration = Duration::from_secs(60);
 
+/// Headless, and quiet: no sandbox (tests run as root), no GPU, no QUIC, and none of the
+/// background traffic a first run makes.
+const HEADLESS: &[&str] = &[
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+];
+
 /// `chromium` on the PATH (Debian's package installs /usr/bin/chromium).
 pub fn find_chromium() -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
@@ -26,16 +39,7 @@ pub fn find_chromium() -> Option<PathBuf> {
 pub async fn chromium(binary: &Path, profile: &Path, url: &str, args: &[&str]) -> Vec<u8> {
     let mut command = tokio::process::Command::new(binary);
     command
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-        ])
+        .args(HEADLESS)
         .arg(format!("--user-data-dir={}", profile.display()))
         .args(args)
         .arg(url)
@@ -80,17 +84,8 @@ impl DevTools {
     pub async fn open(binary: &Path, profile: &Path, url: &str) -> DevTools {
         let mut command = tokio::process::Command::new(binary);
         command
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--remote-debugging-port=0",
-            ])
+            .args(HEADLESS)
+            .arg("--remote-debugging-port=0")
             .arg(format!("--user-data-dir={}", profile.display()))
             .arg(url)
             .stdin(Stdio::null())
