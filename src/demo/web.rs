@@ -5,6 +5,7 @@
 //! to another with a new cookie. Each server keeps a record of what it served, which the tests
 //! read to tell which server served each request.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 
@@ -56,21 +57,30 @@ pub struct Served {
     pub cookie: Option<String>,
 }
 
-/// What one stand-in web server served, in order; shared with whoever started it.
+/// What one stand-in web server served, in order (the last [`KEPT`]); shared with whoever
+/// started it.
 #[derive(Debug, Clone, Default)]
-pub struct Record(Arc<Mutex<Vec<Served>>>);
+pub struct Record(Arc<Mutex<VecDeque<Served>>>);
+
+/// Requests a record keeps: plenty for a test or a look, and a demo left running under a load
+/// generator stays small.
+pub const KEPT: usize = 10_000;
 
 impl Record {
-    /// Everything served so far.
+    /// Everything served so far (the last [`KEPT`]).
     pub fn served(&self) -> Vec<Served> {
-        self.lock().clone()
+        self.lock().iter().cloned().collect()
     }
 
     fn push(&self, served: Served) {
-        self.lock().push(served);
+        let mut record = self.lock();
+        if record.len() == KEPT {
+            record.pop_front();
+        }
+        record.push_back(served);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Served>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Served>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
