@@ -439,6 +439,11 @@ impl Upstreams for Backends {
         })
     }
 
+    fn keeps(&self, server: &Target) -> bool {
+        let pool = self.balancer.pool();
+        pool.servers.iter().any(|s| Arc::ptr_eq(s, &server.0))
+    }
+
     /// The broker's cookie is the broker's: the server sees the client's other cookies only.
     fn rewrite(&self, head: &mut HeaderMap) {
         let cookies: Vec<HeaderValue> = head.get_all(COOKIE).iter().cloned().collect();
