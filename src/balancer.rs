@@ -206,6 +206,7 @@ impl Server {
             forced: detail.forced,
             state: standing,
             active: self.active.load(Relaxed),
+            sessions: self.sessions.load(Relaxed),
             peak: self.peak.load(Relaxed),
             total: self.total.load(Relaxed),
             failed_connects: self.failed_connects.load(Relaxed),
@@ -256,6 +257,9 @@ pub struct ServerState {
     pub state: Standing,
     /// Connections counted against it now.
     pub active: u64,
+    /// Live HTTP sessions bound to it (0 on a TCP balancer), as the HTTP balancer's table
+    /// last counted them (at least every second).
+    pub sessions: u64,
     /// Most at once since start.
     pub peak: u64,
     /// Connections relayed since start.

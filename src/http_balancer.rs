@@ -17,7 +17,7 @@ use hyper::body::Bytes;
 use hyper::header::{COOKIE, HeaderMap, HeaderValue, SET_COOKIE, UPGRADE};
 use hyper::http::request::Parts;
 use tokio::net::TcpStream;
-use tokio::time::Instant;
+use tokio::time::{Duration, Instant};
 use tokio_util::task::TaskTracker;
 use tracing::{Span, info, warn};
 
@@ -95,8 +95,8 @@ impl Drop for Held {
     }
 }
 
-/// The engine of `balancer`, with its settings. Within a tokio runtime (its idle sweep runs
-/// there).
+/// The engine of `balancer`, with its settings. Within a tokio runtime (its idle sweep and
+/// the sessions' expiry run there).
 pub fn proxy(balancer: &Arc<Balancer>, ctx: &Arc<Context>) -> Arc<HttpProxy> {
     let backends = Arc::new(Backends {
         balancer: Arc::clone(balancer),
@@ -109,7 +109,29 @@ pub fn proxy(balancer: &Arc<Balancer>, ctx: &Arc<Context>) -> Arc<HttpProxy> {
     let language = ctx.config.load().general.language;
     let proxy = Proxy::new(Arc::clone(&backends), settings(&pool.config, language));
     let _ = backends.proxy.set(Arc::downgrade(&proxy));
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(expire_sessions(Arc::downgrade(&backends)));
+    }
     proxy
+}
+
+/// How often the sessions idle past `SESSION_TIMEOUT` are ended and each server's count set
+/// again, when no request or query does it first: so `appbroker ctl show` and the balancing
+/// of new sessions see a count at most this old.
+const SESSION_SWEEP: Duration = Duration::from_secs(1);
+
+/// Ends expired sessions every [`SESSION_SWEEP`] until the engine is gone.
+async fn expire_sessions(backends: Weak<Backends>) {
+    loop {
+        tokio::time::sleep(SESSION_SWEEP).await;
+        let Some(backends) = backends.upgrade() else {
+            return;
+        };
+        let pool = backends.balancer.pool();
+        let mut table = backends.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        table.expire(Instant::now(), pool.config.http.session_timeout);
+        backends.count_sessions(&table, &pool.servers);
+    }
 }
 
 /// The engine's settings from a balancer's keys.
@@ -375,6 +397,8 @@ impl Upstreams for Backends {
             return None;
         }
         table.expire(Instant::now(), keys.session_timeout);
+        // The pick below reads the counts: without the sessions just ended.
+        self.count_sessions(&table, &pool.servers);
         let tried: Vec<usize> = pool
             .servers
             .iter()
@@ -413,6 +437,11 @@ impl Upstreams for Backends {
             },
             response_headers,
         })
+    }
+
+    fn keeps(&self, server: &Target) -> bool {
+        let pool = self.balancer.pool();
+        pool.servers.iter().any(|s| Arc::ptr_eq(s, &server.0))
     }
 
     /// The broker's cookie is the broker's: the server sees the client's other cookies only.

@@ -67,9 +67,11 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the built-in appserver.ini.example (or --config PATH) with echo servers standing in
-    /// for its REMOTE_SERVERs (127.0.0.1:6001-6003 and 6011-6012), listening on 127.0.0.1
-    /// only. Talk to it from another terminal with `appbroker demo --client`: typed lines come
-    /// back prefixed with the name of the server that answered. Type a server's id (e.g. 02)
+    /// for its REMOTE_SERVERs (127.0.0.1:6001-6003 and 6011-6012) and web servers behind its
+    /// HTTP balancer (8081-8082), listening on 127.0.0.1 only. Talk to it from another
+    /// terminal with `appbroker demo --client`: typed lines come back prefixed with the name
+    /// of the server that answered; open http://127.0.0.1:8080/ in a browser to see session
+    /// affinity (the page says which server answered). Type a server's id (e.g. 02)
     /// and Enter on the demo's console to stop that server or start it again; Enter alone
     /// lists them. Ctrl-C stops the demo.
     Demo(DemoArgs),

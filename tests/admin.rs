@@ -673,3 +673,50 @@ impl Drop for Throwaway {
         let _ = Command::new("userdel").arg(&self.name).status();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn show_counts_each_servers_live_http_sessions_until_they_expire() {
+    let servers = web_stand_ins().await;
+    let broker = Broker::start(&format!(
+        "[BALANCE_HTTP]\nLOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT=@PORT@\n\
+         MONITORING_TYPE=DISABLED\nSESSION_TIMEOUT=1s\nREMOTE_SERVER_01=127.0.0.1 {}\n\
+         REMOTE_SERVER_02=127.0.0.1 {}\n",
+        servers[0].address.port(),
+        servers[1].address.port()
+    ))
+    .await;
+    // Three sessions (a cookie set, then brought back), spread 01, 02, 01.
+    for _ in 0..3 {
+        let first = http_get(broker.addr(), "/", &[]).await;
+        let set = first.header("set-cookie").expect("the broker's cookie");
+        let cookie = set.split(';').next().unwrap().to_string();
+        let again = http_get(broker.addr(), "/", &[("Cookie", &cookie)]).await;
+        assert_eq!(again.status, 200);
+    }
+    assert_eq!(shown_server(&broker, "01")["sessions"], 2);
+    assert_eq!(shown_server(&broker, "02")["sessions"], 1);
+    let table = ctl_ok(&broker, &["show"]);
+    let row = |id: &str| {
+        table
+            .lines()
+            .find(|l| l.trim_start().starts_with(id))
+            .unwrap_or_else(|| panic!("no row {id}:\n{table}"))
+            .split_whitespace()
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    assert!(table.contains("CONNS SESSIONS  WEIGHT"), "{table}");
+    // ID, SERVER, STATE, CONNS, SESSIONS, WEIGHT.
+    assert_eq!(row("01")[4], "2", "{table}");
+    assert_eq!(row("02")[4], "1", "{table}");
+    // With no request nor query to sweep them, they end a second later all the same.
+    eventually("the sessions' end", || {
+        let servers = shown(&broker)["servers"].clone();
+        servers
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["sessions"] == 0)
+    })
+    .await;
+}

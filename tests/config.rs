@@ -184,7 +184,7 @@ fn the_shipped_example_passes_the_check_without_notices() {
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(
         stderr,
-        format!("configuration OK: {EXAMPLE} (2 balancers, 5 servers)\n"),
+        format!("configuration OK: {EXAMPLE} (3 balancers, 7 servers)\n"),
         "the example should need no notice"
     );
     let printed = sections(&stdout);
@@ -194,7 +194,8 @@ fn the_shipped_example_passes_the_check_without_notices() {
         [
             "General",
             "BALANCE_SMART_CLIENT_DESKTOP",
-            "BALANCE_WEB_SERVICES"
+            "BALANCE_WEB_SERVICES",
+            "BALANCE_HTTP"
         ]
     );
 }

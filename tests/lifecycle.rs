@@ -609,7 +609,7 @@ fn demo_config() -> (tempfile::TempDir, std::path::PathBuf, Vec<u16>) {
         .map(|l| l.local_addr().unwrap().port())
         .collect();
     for (old, new) in DEMO_PORTS.iter().zip(&ports) {
-        let (from, to) = if *old < 6000 {
+        let (from, to) = if DEMO_LISTEN_PORTS.contains(old) {
             (format!("PORT={old}\n"), format!("PORT={new}\n"))
         } else {
             (format!("127.0.0.1 {old}"), format!("127.0.0.1 {new}"))
@@ -623,8 +623,12 @@ fn demo_config() -> (tempfile::TempDir, std::path::PathBuf, Vec<u16>) {
     (dir, path, ports)
 }
 
-/// The example's ports: its two balancers', then its five servers'.
-const DEMO_PORTS: [u16; 7] = [5000, 5001, 6001, 6002, 6003, 6011, 6012];
+/// The example's ports: its two TCP balancers', their five servers', then its HTTP
+/// balancer's and its two servers'.
+const DEMO_PORTS: [u16; 10] = [5000, 5001, 6001, 6002, 6003, 6011, 6012, 8080, 8081, 8082];
+
+/// The ports of [`DEMO_PORTS`] that balancers listen on.
+const DEMO_LISTEN_PORTS: [u16; 3] = [5000, 5001, 8080];
 
 /// A running demo on free ports.
 struct Demo {
@@ -737,6 +741,7 @@ async fn the_demo_listens_on_loopback_unless_asked() {
     for (section, port) in [
         ("[BALANCE_SMART_CLIENT_DESKTOP]", demo.ports[0]),
         ("[BALANCE_WEB_SERVICES]", demo.ports[1]),
+        ("[BALANCE_HTTP]", demo.ports[7]),
     ] {
         // The example says 0.0.0.0 (a real broker serves the network); the demo does not.
         demo.process
@@ -754,6 +759,80 @@ async fn the_demo_listens_on_loopback_unless_asked() {
             open.ports[0]
         ))
         .await;
+}
+
+/// One GET of `/` through the demo's HTTP balancer on a connection of its own, with `cookie`
+/// as the broker's cookie: (the server the answer names in its header, the cookie it sets,
+/// the page).
+async fn demo_page(demo: &Demo, cookie: Option<&str>) -> (String, Option<String>, String) {
+    let mut stream = TcpStream::connect(("127.0.0.1", demo.ports[7]))
+        .await
+        .unwrap();
+    let cookie = cookie.map_or_else(String::new, |c| {
+        format!("Cookie: TOTVS_BROKER_SH_001={c}\r\n")
+    });
+    let request = format!("GET / HTTP/1.1\r\nHost: demo\r\n{cookie}Connection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    within("the demo's page", async {
+        tokio::io::AsyncReadExt::read_to_string(&mut stream, &mut answer).await
+    })
+    .await
+    .unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").expect("a head and a body");
+    assert!(head.starts_with("HTTP/1.1 200 "), "{answer}");
+    let header = |name: &str| {
+        head.lines()
+            .find_map(|l| {
+                l.split_once(": ")
+                    .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+            })
+            .map(|(_, v)| v.to_string())
+    };
+    let server = header("x-appbroker-demo-server").expect("the server's name");
+    assert!(
+        body.contains(&format!("page: served by {server}")),
+        "{body}"
+    );
+    let set = header("set-cookie").map(|line| {
+        line.strip_prefix("TOTVS_BROKER_SH_001=")
+            .and_then(|l| l.split_once(';'))
+            .map(|(value, _)| value.to_string())
+            .unwrap_or_else(|| panic!("unexpected Set-Cookie {line}"))
+    });
+    (server, set, body.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_web_page_stays_on_one_server_and_moves_when_it_stops() {
+    let mut demo = start_demo(&[]).await;
+    demo.process
+        .wait_for_log(&format!(
+            "demo: open http://127.0.0.1:{}/ in a browser",
+            demo.ports[7]
+        ))
+        .await;
+    let (first, cookie, page) = demo_page(&demo, None).await;
+    let cookie = cookie.expect("the first answer sets the broker's cookie");
+    let id = &cookie[..2];
+    let port = demo.ports[if id == "01" { 8 } else { 9 }];
+    assert_eq!(first, format!("server {id} 127.0.0.1:{port}"), "{cookie}");
+    assert!(page.contains("<script src=\"/demo.js\">"), "{page}");
+    for _ in 0..3 {
+        assert_eq!(demo_page(&demo, Some(&cookie)).await.0, first);
+    }
+    // Stopped on the console (with the TCP balancers' servers of that id): the next load
+    // goes to the other server, with a new cookie naming it.
+    demo.process.type_line(id);
+    demo.process
+        .wait_for_log(&format!("demo: stopped BALANCE_HTTP/{id}"))
+        .await;
+    let (moved, new_cookie, _) = demo_page(&demo, Some(&cookie)).await;
+    let new_cookie = new_cookie.expect("a moved session gets a new cookie");
+    assert_ne!(moved, first);
+    assert_ne!(&new_cookie[..2], id, "{new_cookie}");
+    let (again, set, _) = demo_page(&demo, Some(&new_cookie)).await;
+    assert_eq!((again, set), (moved, None));
 }
 
 /// Runs `command` (a shell-free command line) with `input` on its standard input; returns

@@ -640,3 +640,55 @@ async fn running_out_of_query_places_is_logged_once_per_episode() {
     assert!(line.contains("refused"), "{line}");
     assert_eq!(broker.count_logs("QUERY_MAX_CONNECTIONS (1) reached"), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_session_is_logged_once_however_often_its_old_cookie_comes_back() {
+    const MOVED: &str = "session moved: its server cannot take it; cookie set anew";
+    let mut servers = web_stand_ins().await;
+    let (one, two) = (servers[0].address, servers[1].address);
+    let broker = Broker::start(&format!(
+        "[BALANCE_HTTP]\nLOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT=@PORT@\n\
+         MONITORING_TYPE=DISABLED\nLOG_REQUESTS=1\nREMOTE_SERVER_01={} {}\n\
+         REMOTE_SERVER_02={} {}\n",
+        one.ip(),
+        one.port(),
+        two.ip(),
+        two.port()
+    ))
+    .await;
+    // Two sessions on 01, then 01 stops.
+    let cookies = [
+        "TOTVS_BROKER_SH_001=01.q3VdAbCdEfGhIjKlMnOpQ0",
+        "TOTVS_BROKER_SH_001=01.q3VdAbCdEfGhIjKlMnOpQ1",
+    ];
+    for cookie in cookies {
+        let answer = http_get(broker.addr(), "/", &[("Cookie", cookie)]).await;
+        assert_eq!(answer.status, 200);
+    }
+    servers[0].stop();
+    // Each old cookie three times, as a client that ignores the new one would: one move
+    // each (the first), the next ones balanced like any unknown cookie.
+    for cookie in cookies {
+        for _ in 0..3 {
+            let answer = http_get(broker.addr(), "/", &[("Cookie", cookie)]).await;
+            assert_eq!(answer.status, 200);
+            assert!(answer.header("set-cookie").unwrap().contains("=02."));
+        }
+    }
+    // Every request's access line written: every move line before it too.
+    broker.wait_for_logs("INFO  request ", 8).await;
+    let moved: Vec<Line> = lines(&broker)
+        .into_iter()
+        .filter(|l| l.message_is(MOVED))
+        .collect();
+    assert_eq!(moved.len(), 2, "{}", broker.log_text());
+    for line in &moved {
+        assert_eq!(line.level, "WARN");
+        assert!(
+            line.text.contains(&format!("from=\"01 ({one})\""))
+                && line.text.contains(&format!("server={two}")),
+            "{}",
+            line.text
+        );
+    }
+}

@@ -133,8 +133,8 @@ pub fn print(answer: &Answer, json: bool) {
 pub fn table(b: &BalancerView) -> String {
     let mut out = format!("{} on {}: {} open\n", b.section, b.listen, b.connections);
     out.push_str(&format!(
-        "  {:<4} {:<24} {:<12} {:>6} {:>7}  {}\n",
-        "ID", "SERVER", "STATE", "CONNS", "WEIGHT", "OVERRIDES AND QUARANTINE"
+        "  {:<4} {:<24} {:<12} {:>6} {:>8} {:>7}  {}\n",
+        "ID", "SERVER", "STATE", "CONNS", "SESSIONS", "WEIGHT", "OVERRIDES AND QUARANTINE"
     ));
     for s in &b.servers {
         let mut notes = Vec::new();
@@ -167,11 +167,12 @@ pub fn table(b: &BalancerView) -> String {
             ));
         }
         out.push_str(&format!(
-            "  {:<4} {:<24} {:<12} {:>6} {:>7}  {}\n",
+            "  {:<4} {:<24} {:<12} {:>6} {:>8} {:>7}  {}\n",
             s.id,
             s.address,
             s.state,
             s.connections,
+            s.sessions,
             s.weight,
             notes.join("; ")
         ));

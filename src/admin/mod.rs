@@ -307,7 +307,7 @@ fn server_view(s: &ServerState) -> ServerView {
         address: s.address.clone(),
         state: state.to_string(),
         connections: s.active,
-        sessions: 0,
+        sessions: s.sessions,
         weight: s.weight,
         file_weight: s.file_weight,
         overrides: s.overrides.clone(),

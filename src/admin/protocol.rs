@@ -195,7 +195,7 @@ pub struct ServerView {
     pub state: String,
     /// Connections open now.
     pub connections: u64,
-    /// HTTP sessions bound to it (0 until the HTTP broker serves).
+    /// Live HTTP sessions bound to it (0 on a TCP balancer).
     pub sessions: u64,
     /// The weight in use.
     pub weight: u32,

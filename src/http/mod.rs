@@ -104,6 +104,14 @@ pub trait Upstreams: Send + Sync + 'static {
     /// The head to forward, once the first server is chosen: a last change of the balancer's
     /// own (the affinity will take its cookie out here). Headers are already rewritten.
     fn rewrite(&self, _head: &mut HeaderMap) {}
+
+    /// False once `server` has left the balancer (a reload removed it): a connection to it
+    /// that finishes its request is closed, not pooled. A request chosen just before the
+    /// reload may still be connecting when the pool forgets the server; without this its
+    /// connection would wait in the pool, open, until the idle timeout.
+    fn keeps(&self, _server: &Self::Server) -> bool {
+        true
+    }
 }
 
 /// The balancer's decision for one request.

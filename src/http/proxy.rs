@@ -484,7 +484,7 @@ impl<U: Upstreams> Proxy<U> {
         conn.reused = true;
         if conn.sender.is_ready() {
             let max_idle = self.settings.load().max_idle;
-            self.pool.put(&server, conn, max_idle);
+            self.pool_again(&server, conn, max_idle);
             return;
         }
         if conn.sender.is_closed() {
@@ -497,9 +497,19 @@ impl<U: Upstreams> Proxy<U> {
             let settings = self.settings.load_full();
             let ready = tokio::time::timeout(settings.idle_timeout, conn.sender.ready()).await;
             if matches!(ready, Ok(Ok(()))) {
-                self.pool.put(&server, conn, settings.max_idle);
+                self.pool_again(&server, conn, settings.max_idle);
             }
         });
+    }
+
+    /// Puts `conn` in `server`'s pool, or closes it when the server has left the balancer
+    /// (its slot, made again by this connection's figures, goes with it).
+    fn pool_again(&self, server: &U::Server, conn: Conn, max_idle: usize) {
+        if self.upstreams.keeps(server) {
+            self.pool.put(server, conn, max_idle);
+        } else {
+            self.pool.forget(server);
+        }
     }
 }
 

@@ -285,7 +285,12 @@ fn summary(out: &mut String, l: &Labels, snap: &Snapshot) {
             .map_or((0, 0), |h| (h.sessions.live, h.sessions.moved));
         let _ = write!(out, "<b>{live} {}</b> · ", l.active_sessions);
         if moved > 0 {
-            let _ = write!(out, "{moved} moved · ");
+            let words = if moved == 1 {
+                l.session_moved
+            } else {
+                l.sessions_moved
+            };
+            let _ = write!(out, "{moved} {words} · ");
         }
     }
     let _ = write!(
@@ -1024,6 +1029,7 @@ mod tests {
             forced: false,
             state: Standing::Available,
             active,
+            sessions: 0,
             peak: 0,
             total: 0,
             failed_connects: 0,

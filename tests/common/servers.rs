@@ -245,3 +245,14 @@ pub async fn served(addr: SocketAddr) -> Option<TcpStream> {
         }
     }
 }
+
+/// Two of the demo's stand-in web servers, `server 01` and `server 02`, each on a port of its
+/// own: HTTP origins that record what they served, answer a WebSocket, and can be stopped.
+pub async fn web_stand_ins() -> [appbroker::demo::StandIn; 2] {
+    use appbroker::demo::{Speaks, StandIn, web::Record};
+    let any_port = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    let start =
+        |name: &str| StandIn::start(name.to_string(), any_port, Speaks::Web(Record::default()));
+    let (one, two) = (start("server 01").await, start("server 02").await);
+    [one.expect("start server 01"), two.expect("start server 02")]
+}
