@@ -666,6 +666,23 @@ async fn a_moved_session_is_logged_once_however_often_its_old_cookie_comes_back(
         assert_eq!(answer.status, 200);
     }
     servers[0].stop();
+    // The stand-in's connections close a moment after it stops: until the broker has seen
+    // its kept-alive one close, a request could still be answered on it.
+    let open = format!(
+        "appbroker_http_pool_open_connections{{balancer=\"BALANCE_HTTP\",server=\"{one}\"}} 0"
+    );
+    let end = Instant::now() + DEADLINE;
+    while !String::from_utf8_lossy(
+        &http_get(broker.addr(), "/TOTVS_BROKER_QUERY/METRICS", &[])
+            .await
+            .body,
+    )
+    .lines()
+    .any(|line| line == open)
+    {
+        assert!(Instant::now() < end, "01's pooled connection never closed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     // Each old cookie three times, as a client that ignores the new one would: one move
     // each (the first), the next ones balanced like any unknown cookie.
     for cookie in cookies {
