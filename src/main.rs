@@ -357,13 +357,22 @@ fn supervise(config: Config, log: &logging::Log) -> ExitCode {
     if let Err(e) = log.open_file() {
         return fail(&e);
     }
-    let taken = handover.map(|h| -> Result<_, appbroker::inherit::InheritError> {
-        let socket = appbroker::inherit::take_socket(h.socket)?;
-        let client = appbroker::inherit::take_socket(h.client)?;
-        Ok((h, socket.into(), client.into()))
+    let taken = handover.map(|handover| -> Result<_, appbroker::inherit::InheritError> {
+        let socket = appbroker::inherit::take_socket(handover.socket)?;
+        let client = appbroker::inherit::take_socket(handover.client)?.into();
+        let lifeline = match std::env::var(upgrade::LIFELINE_ENV).map(|t| t.parse()) {
+            Ok(Ok(fd)) => Some(appbroker::inherit::take_socket(fd)?.into()),
+            _ => None,
+        };
+        let upgrading = supervisor::Upgrading {
+            handover,
+            client,
+            lifeline,
+        };
+        Ok((socket.into(), upgrading))
     });
     let (socket, upgrading) = match taken {
-        Some(Ok((handover, socket, client))) => (Some(socket), Some((handover, client))),
+        Some(Ok((socket, upgrading))) => (Some(socket), Some(upgrading)),
         Some(Err(e)) => return fail(&format!("cannot take over after the upgrade: {e}")),
         None => match supervisor_socket(&config) {
             Ok(socket) => (socket, None),
@@ -793,7 +802,7 @@ fn run(config: Config, demo: Option<String>, log: &logging::Log) -> anyhow::Resu
         let admin = std::sync::Arc::new(admin::Admin::new(broker.control(), state_path));
         let serving = serve_control_socket(socket.as_mut(), admin)?;
         #[cfg(unix)]
-        appbroker::supervisor::report_ready();
+        appbroker::supervisor::report_ready(&broker.control().shutdown_state());
         let control = broker.control();
         handle_signals(control.shutdown_state(), move || {
             control.reload_file_later()

@@ -15,7 +15,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{error, info, warn};
 
-use super::upgrade::{HANDOVER_ENV, Handover, REQUEST};
+use super::upgrade::{HANDOVER_ENV, Handover, LIFELINE_ENV, REQUEST};
 use super::{Backoff, Held, LISTENERS_ENV, READY_ENV, describe, encode, hold};
 use crate::config::{Config, show_duration};
 use crate::inherit;
@@ -41,6 +41,10 @@ struct Child {
     ready: Option<oneshot::Receiver<()>>,
     /// True once it said READY.
     served: bool,
+    /// The supervisor's end of the socket the child said READY on: while it is open the
+    /// child knows its supervisor lives, and it stops once every copy is closed (this
+    /// process gone). `None` for a child adopted from an image that kept no such end.
+    lifeline: Option<std::os::unix::net::UnixStream>,
 }
 
 impl Child {
@@ -57,13 +61,16 @@ impl Child {
             // forwards it once (twice would make the broker exit at once).
             .process_group(0);
         // Not for the broker: what one supervisor image tells the next.
-        command.env_remove(super::upgrade::HANDOVER_ENV);
+        command.env_remove(HANDOVER_ENV).env_remove(LIFELINE_ENV);
         for variable in super::systemd::VARIABLES {
             command.env_remove(variable);
         }
         let mut process = command.spawn()?;
         // Only the child's copy may stay open: the end is seen when the child is gone.
         drop(theirs);
+        // Closed on exec (as `ours` is): no other child inherits it, so the child sees its
+        // end when this process is gone, and only then.
+        let lifeline = ours.try_clone()?;
         ours.set_nonblocking(true)?;
         let mut ours = tokio::net::UnixStream::from_std(ours)?;
         let (said, ready) = oneshot::channel();
@@ -83,12 +90,14 @@ impl Child {
             pid,
             ready: Some(ready),
             served: false,
+            lifeline: Some(lifeline),
         })
     }
 
     /// The child a previous image of this supervisor started before it re-executed itself
-    /// (an upgrade): still this process's child, waited for by its pid.
-    fn adopt(pid: u32) -> Child {
+    /// (an upgrade): still this process's child, waited for by its pid, with the end of its
+    /// socket that image handed over.
+    fn adopt(pid: u32, lifeline: Option<std::os::unix::net::UnixStream>) -> Child {
         let (tell, ended) = oneshot::channel();
         tokio::task::spawn_blocking(move || {
             let status = i32::try_from(pid)
@@ -102,6 +111,7 @@ impl Child {
             pid,
             ready: None,
             served: true,
+            lifeline,
         }
     }
 
@@ -257,9 +267,19 @@ pub struct Start {
     pub options: Options,
     /// Its socket for `appbroker upgrade` (`None` with `CONTROL_SOCKET=0`).
     pub socket: Option<std::os::unix::net::UnixListener>,
-    /// After an upgrade's re-execution: what the previous image handed over, and the
-    /// connection waiting for the answer.
-    pub upgrading: Option<(Handover, std::os::unix::net::UnixStream)>,
+    /// After an upgrade's re-execution: what the previous image handed over.
+    pub upgrading: Option<Upgrading>,
+}
+
+/// What a supervisor re-executed by an upgrade takes over from its previous image.
+pub struct Upgrading {
+    /// The pids and descriptor numbers it was told.
+    pub handover: Handover,
+    /// The connection of `appbroker upgrade`, waiting for the answer.
+    pub client: std::os::unix::net::UnixStream,
+    /// The supervisor's end of the running broker's socket ([`LIFELINE_ENV`]), kept open so
+    /// that broker does not take the re-execution for the supervisor's death.
+    pub lifeline: Option<std::os::unix::net::UnixStream>,
 }
 
 /// Runs the supervisor until its child stops on purpose (after a forwarded SIGTERM or SIGINT,
@@ -289,10 +309,14 @@ pub async fn run(start: Start) -> std::io::Result<u8> {
     };
     let retiring = upgrading
         .as_ref()
-        .map(|(handover, _)| handover.retired.clone())
+        .map(|u| u.handover.retired.clone())
         .unwrap_or_default();
     let (current, next, waiting) = match upgrading {
-        Some((Handover { child: pid, .. }, client)) => {
+        Some(Upgrading {
+            handover: Handover { child: pid, .. },
+            client,
+            lifeline,
+        }) => {
             let next = Child::spawn(&options, &held)?;
             info!(
                 "supervisor: re-executed {} for an upgrade; new broker started (pid {}), the \
@@ -300,7 +324,7 @@ pub async fn run(start: Start) -> std::io::Result<u8> {
                 options.exe.display(),
                 next.pid
             );
-            (Child::adopt(pid), Some(next), Some(client))
+            (Child::adopt(pid, lifeline), Some(next), Some(client))
         }
         None => {
             let current = Child::spawn(&options, &held)?;
@@ -327,7 +351,9 @@ pub async fn run(start: Start) -> std::io::Result<u8> {
         retired: Vec::new(),
     };
     for pid in retiring {
-        supervisor.retire(Child::adopt(pid));
+        // Draining already: their ends were not handed over, and they need none (a broker
+        // that drains ignores its supervisor's end).
+        supervisor.retire(Child::adopt(pid, None));
     }
     let code = supervisor.watch(&mut signals, incoming).await;
     // Stopping for good (an upgrade's exec never comes back here): its socket goes with it.
@@ -505,34 +531,52 @@ impl Supervisor {
                 .map(|(pid, _)| *pid)
                 .collect(),
         };
+        let lifeline = self.current.lifeline.as_ref();
         let handed = Held::hand_down(&self.held)
             .and_then(|()| inherit::hand_down(client))
-            .and_then(|()| inherit::hand_down(socket));
-        if let Err(e) = handed {
-            return format!(
+            .and_then(|()| inherit::hand_down(socket))
+            .and_then(|()| lifeline.map_or(Ok(()), inherit::hand_down));
+        let why = match handed {
+            Err(e) => format!(
                 "cannot hand the sockets down: {}",
                 crate::os_error::words(&e)
-            );
+            ),
+            Ok(()) => {
+                info!(
+                    "supervisor: re-executing {} (same pid)",
+                    self.options.exe.display()
+                );
+                let mut command = std::process::Command::new(&self.options.exe);
+                command
+                    .arg("--supervise")
+                    .args(&self.options.args)
+                    .env(LISTENERS_ENV, encode(&Held::entries(&self.held)))
+                    .env(HANDOVER_ENV, handover.encode())
+                    .env_remove(LIFELINE_ENV)
+                    // What systemd passed is in LISTENERS_ENV now; the same pid must not take
+                    // it twice.
+                    .env_remove("LISTEN_FDS")
+                    .env_remove("LISTEN_PID")
+                    .env_remove("LISTEN_FDNAMES");
+                if let Some(lifeline) = lifeline {
+                    command.env(LIFELINE_ENV, lifeline.as_raw_fd().to_string());
+                }
+                let e = command.exec();
+                format!(
+                    "cannot re-execute {}: {}",
+                    self.options.exe.display(),
+                    crate::os_error::words(&e)
+                )
+            }
+        };
+        // Still this image: the socket and the broker's end must not leak into the children
+        // it starts from now on (a child holding the end would keep another alive as an
+        // orphan). The client is answered and closed by the caller.
+        let _ = inherit::keep(socket);
+        if let Some(lifeline) = lifeline {
+            let _ = inherit::keep(lifeline);
         }
-        info!(
-            "supervisor: re-executing {} (same pid)",
-            self.options.exe.display()
-        );
-        let e = std::process::Command::new(&self.options.exe)
-            .arg("--supervise")
-            .args(&self.options.args)
-            .env(LISTENERS_ENV, encode(&Held::entries(&self.held)))
-            .env(HANDOVER_ENV, handover.encode())
-            // What systemd passed is in LISTENERS_ENV now; the same pid must not take it twice.
-            .env_remove("LISTEN_FDS")
-            .env_remove("LISTEN_PID")
-            .env_remove("LISTEN_FDNAMES")
-            .exec();
-        format!(
-            "cannot re-execute {}: {}",
-            self.options.exe.display(),
-            crate::os_error::words(&e)
-        )
+        why
     }
 
     /// The current child said READY.

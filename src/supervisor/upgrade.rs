@@ -17,6 +17,13 @@ use std::time::Duration;
 /// brokers still draining, separated by commas).
 pub const HANDOVER_ENV: &str = "APPBROKER_UPGRADE";
 
+/// The environment variable by which a supervisor that re-executes itself hands its next
+/// image its end of the running broker's socket (the descriptor number): the broker stops
+/// when that end closes, so it must stay open across the exec. Apart from [`HANDOVER_ENV`]
+/// so that images from before it (which reject a handover they do not know) can still be
+/// upgraded to, and back.
+pub const LIFELINE_ENV: &str = "APPBROKER_LIFELINE_FD";
+
 /// The request.
 pub const REQUEST: &str = "upgrade";
 
