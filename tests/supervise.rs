@@ -1,7 +1,8 @@
 //! Supervised mode through the real binary (`appbroker --supervise`): the child SIGKILLed
 //! again and again under load refuses no one, a child that dies at start is restarted with
 //! a growing back-off, the supervisor's SIGTERM stops it with its child (even one starting),
-//! and a SIGHUP that adds a port makes the supervisor hold it too.
+//! a child whose supervisor is killed stops rather than serve on as an orphan, and a SIGHUP
+//! that adds a port makes the supervisor hold it too.
 #![cfg(target_os = "linux")]
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test that cannot go on should panic
 
@@ -292,6 +293,56 @@ async fn sigterm_stops_the_supervisor_with_its_child_serving_or_starting() {
     assert!(gone(pid_in(&line)), "{}", broker.log_text());
 }
 
+/// True when a connect to `addr` is refused now.
+fn refused(addr: SocketAddr) -> bool {
+    std::net::TcpStream::connect(addr)
+        .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused)
+}
+
+/// Kills the supervisor of `broker` (SIGKILL, so it can tell no one) and checks that its
+/// serving child `child` notices, stops accepting (the port refuses: nobody holds it now),
+/// finishes `held`, a connection open before, and ends.
+async fn an_orphan_stops(broker: &Broker, child: i32, mut held: TcpStream) {
+    let supervisor = broker.pid();
+    kill(supervisor as i32, Signal::SIGKILL);
+    broker
+        .wait_for_log(&format!(
+            "the supervisor (pid {supervisor}) is gone: shutting down gracefully"
+        ))
+        .await;
+    eventually("the port refuses", || refused(broker.addr())).await;
+    // Graceful: the connection from before is served to its end.
+    assert_eq!(exchange(&mut held, "draining").await.unwrap(), "A");
+    drop(held);
+    eventually("the orphaned child ended", || gone(child)).await;
+}
+
+#[tokio::test]
+async fn a_child_whose_supervisor_is_killed_drains_and_stops() {
+    let server = TestServer::start("A").await;
+    let broker = Broker::start_with(&ini(&server, ""), &["--supervise"]).await;
+    let child = serving_child(&broker, 1).await;
+    let (held, _) = hold(broker.addr()).await;
+    an_orphan_stops(&broker, child, held).await;
+}
+
+#[tokio::test]
+async fn after_an_upgrade_the_child_still_stops_with_its_supervisor() {
+    let server = TestServer::start("A").await;
+    let broker = Broker::start_with(&ini(&server, ""), &["--supervise"]).await;
+    let old = serving_child(&broker, 1).await;
+    let (before, _) = hold(broker.addr()).await;
+    let (code, out, err) = command(&broker, &["upgrade"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    // The old broker drains because the new one serves, not because it lost its
+    // supervisor's end across the re-execution.
+    finishes_on_the_old_broker(&broker, before, old).await;
+    assert_eq!(broker.count_logs("is gone"), 0, "{}", broker.log_text());
+    let new = serving_child(&broker, 2).await;
+    let (held, _) = hold(broker.addr()).await;
+    an_orphan_stops(&broker, new, held).await;
+}
+
 /// The inodes of the sockets listening on 127.0.0.1:`port`, from `/proc/net/tcp`.
 fn listening_inodes(port: u16) -> Vec<String> {
     listening_inodes_at(&format!("0100007F:{port:04X}"))
@@ -417,6 +468,8 @@ async fn twenty_upgrades_under_load_fail_no_exchange_and_keep_the_overrides() {
     assert_eq!(seen.cut, 0, "{}", broker.log_text());
     // The same supervisor all along, and server 02 still disabled: every client on A.
     assert_eq!(broker.count_logs("re-executing"), 20);
+    // No broker took a re-execution for its supervisor's death.
+    assert_eq!(broker.count_logs("is gone"), 0, "{}", broker.log_text());
     assert!(broker.child.id() > 0 && !gone(broker.pid() as i32));
     let (_, show, _) = command(&broker, &["ctl", "show"]).await;
     assert!(show.to_lowercase().contains("disabled"), "{show}");
