@@ -799,10 +799,16 @@ fn run(config: Config, demo: Option<String>, log: &logging::Log) -> anyhow::Resu
             demo::introduce(config, servers.len(), client);
         }
         let mut broker = bound.start();
-        let admin = std::sync::Arc::new(admin::Admin::new(broker.control(), state_path));
-        let serving = serve_control_socket(socket.as_mut(), admin)?;
+        let admin = admin::Admin::new(broker.control(), state_path);
         #[cfg(unix)]
-        appbroker::supervisor::report_ready(&broker.control().shutdown_state());
+        let supervisor = appbroker::supervisor::Link::take();
+        #[cfg(unix)]
+        let admin = admin.supervised_by(supervisor.clone());
+        let serving = serve_control_socket(socket.as_mut(), std::sync::Arc::new(admin))?;
+        #[cfg(unix)]
+        if let Some(supervisor) = &supervisor {
+            supervisor.ready(&broker.control().shutdown_state()).await;
+        }
         let control = broker.control();
         handle_signals(control.shutdown_state(), move || {
             control.reload_file_later()

@@ -23,16 +23,15 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use tracing::warn;
-
 use crate::config::Config;
 use crate::inherit;
-use crate::shutdown::Shutdown;
 
+mod link;
 mod run;
 pub mod systemd;
 pub mod upgrade;
 
+pub use link::{Link, Supervised};
 pub use run::{Options, Start, Upgrading, run};
 
 /// The environment variable naming a supervised child's listeners: `FD@ADDRESS` entries
@@ -41,7 +40,7 @@ pub use run::{Options, Start, Upgrading, run};
 pub const LISTENERS_ENV: &str = "APPBROKER_LISTENERS";
 
 /// The environment variable naming the socket a supervised child writes `READY` to once it
-/// serves.
+/// serves, and keeps for the rest of its life: its [`Link`] to the supervisor.
 pub const READY_ENV: &str = "APPBROKER_READY_FD";
 
 /// The first delay before restarting a child that died before it served.
@@ -188,58 +187,6 @@ pub fn inherited_held() -> Result<Vec<Held>, InheritedError> {
         }
     }
     Ok(held)
-}
-
-/// Tells the supervisor, if there is one, that this child serves, and from then on watches
-/// the same socket for the supervisor's end: only the supervisor holds the other end (it is
-/// closed on exec in every other process, and handed across the supervisor's own re-exec on an
-/// upgrade), so end-of-file means the supervisor is gone. A broker nobody restarts, upgrades
-/// or stops with the service must not keep serving as an orphan: it shuts down gracefully, as
-/// on SIGTERM (stops accepting, drains for `SHUTDOWN_TIMEOUT`). Call it inside the runtime.
-pub fn report_ready(shutdown: &Shutdown) {
-    let Ok(text) = std::env::var(READY_ENV) else {
-        return;
-    };
-    let Ok(fd) = text.parse::<RawFd>() else {
-        return;
-    };
-    let Ok(socket) = inherit::take_socket(fd) else {
-        return;
-    };
-    let mut stream = std::os::unix::net::UnixStream::from(socket);
-    // A write that fails means the supervisor is gone already: the watch below sees it too.
-    let _ = std::io::Write::write_all(&mut stream, b"READY\n");
-    let supervisor = nix::unistd::getppid();
-    let watched = stream
-        .set_nonblocking(true)
-        .and_then(|()| tokio::net::UnixStream::from_std(stream));
-    let mut stream = match watched {
-        Ok(stream) => stream,
-        Err(e) => {
-            warn!(
-                "cannot watch the supervisor's socket: {}; this broker will not notice if the \
-                 supervisor dies",
-                crate::os_error::words(&e)
-            );
-            return;
-        }
-    };
-    let shutdown = shutdown.clone();
-    tokio::spawn(async move {
-        let mut buf = [0u8; 64];
-        // The supervisor writes nothing on it: any read that is not end-of-file (or an error,
-        // which a vanished peer gives as a reset) is ignored.
-        while let Ok(1..) = tokio::io::AsyncReadExt::read(&mut stream, &mut buf).await {}
-        if shutdown.is_requested() {
-            // Stopping already (a drain after an upgrade, say): nothing to add.
-            return;
-        }
-        warn!(
-            "the supervisor (pid {supervisor}) is gone: shutting down gracefully, as on \
-             SIGTERM (nothing would restart, upgrade or stop this broker now)"
-        );
-        shutdown.request();
-    });
 }
 
 /// The listening sockets a supervisor holds for one configured address.

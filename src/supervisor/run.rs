@@ -15,6 +15,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{error, info, warn};
 
+use super::link::Supervised;
 use super::upgrade::{HANDOVER_ENV, Handover, LIFELINE_ENV, REQUEST};
 use super::{Backoff, Held, LISTENERS_ENV, READY_ENV, describe, encode, hold};
 use crate::config::{Config, show_duration};
@@ -48,8 +49,8 @@ struct Child {
 }
 
 impl Child {
-    /// Starts the broker on `held`, with a socket to say READY on.
-    fn spawn(options: &Options, held: &[Held]) -> std::io::Result<Child> {
+    /// Starts the broker on `held`, with a socket to say READY on (and ask on: `asks`).
+    fn spawn(options: &Options, held: &[Held], asks: &Asks) -> std::io::Result<Child> {
         let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
         inherit::hand_down(&theirs)?;
         let mut command = Command::new(&options.exe);
@@ -71,16 +72,9 @@ impl Child {
         // Closed on exec (as `ours` is): no other child inherits it, so the child sees its
         // end when this process is gone, and only then.
         let lifeline = ours.try_clone()?;
-        ours.set_nonblocking(true)?;
-        let mut ours = tokio::net::UnixStream::from_std(ours)?;
-        let (said, ready) = oneshot::channel();
-        tokio::spawn(async move {
-            let mut line = [0u8; 6];
-            if ours.read_exact(&mut line).await.is_ok() && &line == b"READY\n" {
-                let _ = said.send(());
-            }
-        });
         let pid = process.id().unwrap_or_default();
+        let (said, ready) = oneshot::channel();
+        listen(ours, pid, Some(said), asks.clone())?;
         let (tell, ended) = oneshot::channel();
         tokio::spawn(async move {
             let _ = tell.send(process.wait().await);
@@ -97,7 +91,20 @@ impl Child {
     /// The child a previous image of this supervisor started before it re-executed itself
     /// (an upgrade): still this process's child, waited for by its pid, with the end of its
     /// socket that image handed over.
-    fn adopt(pid: u32, lifeline: Option<std::os::unix::net::UnixStream>) -> Child {
+    fn adopt(pid: u32, lifeline: Option<std::os::unix::net::UnixStream>, asks: &Asks) -> Child {
+        if let Some(lifeline) = &lifeline {
+            // What it asks from now on is answered by this image.
+            let listening = lifeline
+                .try_clone()
+                .and_then(|stream| listen(stream, pid, None, asks.clone()));
+            if let Err(e) = listening {
+                warn!(
+                    "supervisor: cannot read the running broker's socket: {}; its `ctl \
+                     reload` will not reach the supervisor",
+                    crate::os_error::words(&e)
+                );
+            }
+        }
         let (tell, ended) = oneshot::channel();
         tokio::task::spawn_blocking(move || {
             let status = i32::try_from(pid)
@@ -120,12 +127,64 @@ impl Child {
         ended(&mut self.ended).await
     }
 
+    /// Answers what the child asked on its socket; one that is gone needs no answer.
+    fn tell(&self, answer: &Supervised) {
+        if let Some(mut stream) = self.lifeline.as_ref() {
+            // A line, into a socket buffer the child keeps reading: it never waits.
+            let _ = std::io::Write::write_all(&mut stream, answer.line().as_bytes());
+        }
+    }
+
     /// Sends `signal`; a child that is gone already needs none.
     fn signal(&self, signal: Signal) {
         if let Ok(pid) = i32::try_from(self.pid) {
             let _ = kill(Pid::from_raw(pid), signal);
         }
     }
+}
+
+/// Where children's questions go: the pid of the child that asks (`RELOAD`).
+type Asks = mpsc::Sender<u32>;
+
+/// Reads what child `pid` writes on its socket until it closes it (it ended): `READY` once
+/// (to `said`), then `RELOAD` questions (to `asks`). Lines are bounded: the child is trusted,
+/// but a supervisor with little in it that can crash reads nothing unbounded.
+fn listen(
+    stream: std::os::unix::net::UnixStream,
+    pid: u32,
+    mut said: Option<oneshot::Sender<()>>,
+    asks: Asks,
+) -> std::io::Result<()> {
+    stream.set_nonblocking(true)?;
+    let stream = tokio::net::UnixStream::from_std(stream)?;
+    tokio::spawn(async move {
+        let mut reader = tokio::io::BufReader::new(stream);
+        loop {
+            let mut line = Vec::new();
+            let read = tokio::io::AsyncBufReadExt::read_until(
+                &mut (&mut reader).take(64),
+                b'\n',
+                &mut line,
+            )
+            .await;
+            if !matches!(read, Ok(1..)) {
+                return;
+            }
+            match line.trim_ascii() {
+                b"READY" => {
+                    if let Some(said) = said.take() {
+                        let _ = said.send(());
+                    }
+                }
+                b"RELOAD" => {
+                    // Unsent: the supervisor is stopping, nobody is left to answer.
+                    let Ok(()) = asks.send(pid).await else { return };
+                }
+                _ => {}
+            }
+        }
+    });
+    Ok(())
 }
 
 /// READY=1 to systemd (`Type=notify`), when it runs the supervisor; again after an upgrade,
@@ -225,6 +284,16 @@ enum NextEvent {
     Ended(std::io::Result<std::process::ExitStatus>),
 }
 
+/// What reading the file again came to.
+enum Reread {
+    /// The same listen addresses (or a file the broker will refuse): it reloads in place.
+    Same,
+    /// New ones, held now; a new broker starts on them. The line says so.
+    Replacing(String),
+    /// New ones that cannot be held or served: why. The running broker keeps its ports.
+    Failed(String),
+}
+
 /// The signals the supervisor takes.
 struct Signals {
     term: tokio::signal::unix::Signal,
@@ -250,6 +319,8 @@ struct Supervisor {
     socket: Option<tokio::net::UnixListener>,
     /// Where connections on it send their request, once read.
     requests: mpsc::Sender<std::os::unix::net::UnixStream>,
+    /// Where children send their questions.
+    asks: Asks,
     /// The `appbroker upgrade` waiting for the new broker to serve (or fail).
     waiting: Option<std::os::unix::net::UnixStream>,
     /// Brokers replaced and draining, with what waits for them: handed to the next image
@@ -299,6 +370,7 @@ pub async fn run(start: Start) -> std::io::Result<u8> {
     } = start;
     Held::hand_down(&held)?;
     let (requests, incoming) = mpsc::channel(1);
+    let (asks, asked) = mpsc::channel(4);
     let socket = match socket {
         Some(listener) => {
             listener.set_nonblocking(true)?;
@@ -317,17 +389,17 @@ pub async fn run(start: Start) -> std::io::Result<u8> {
             client,
             lifeline,
         }) => {
-            let next = Child::spawn(&options, &held)?;
+            let next = Child::spawn(&options, &held, &asks)?;
             info!(
                 "supervisor: re-executed {} for an upgrade; new broker started (pid {}), the \
                  running one (pid {pid}) serves until it does",
                 options.exe.display(),
                 next.pid
             );
-            (Child::adopt(pid, lifeline), Some(next), Some(client))
+            (Child::adopt(pid, lifeline, &asks), Some(next), Some(client))
         }
         None => {
-            let current = Child::spawn(&options, &held)?;
+            let current = Child::spawn(&options, &held, &asks)?;
             info!(
                 "supervisor: holding {} listening socket(s); broker started (pid {})",
                 Held::entries(&held).len(),
@@ -347,15 +419,16 @@ pub async fn run(start: Start) -> std::io::Result<u8> {
         died_at: None,
         socket,
         requests,
+        asks,
         waiting,
         retired: Vec::new(),
     };
     for pid in retiring {
         // Draining already: their ends were not handed over, and they need none (a broker
         // that drains ignores its supervisor's end).
-        supervisor.retire(Child::adopt(pid, None));
+        supervisor.retire(Child::adopt(pid, None, &supervisor.asks.clone()));
     }
-    let code = supervisor.watch(&mut signals, incoming).await;
+    let code = supervisor.watch(&mut signals, incoming, asked).await;
     // Stopping for good (an upgrade's exec never comes back here): its socket goes with it.
     if let Some(socket) = &supervisor.socket
         && let Ok(address) = socket.local_addr()
@@ -371,6 +444,7 @@ impl Supervisor {
         &mut self,
         signals: &mut Signals,
         mut incoming: mpsc::Receiver<std::os::unix::net::UnixStream>,
+        mut asked: mpsc::Receiver<u32>,
     ) -> std::io::Result<u8> {
         loop {
             let accepted = async {
@@ -423,6 +497,7 @@ impl Supervisor {
                 },
                 Ok(stream) = accepted => read_request(stream, self.requests.clone()),
                 Some(client) = incoming.recv() => self.upgrade(client).await,
+                Some(pid) = asked.recv() => self.reload_asked(pid),
                 _ = signals.hup.recv() => self.reload(),
                 _ = signals.term.recv() => self.stop(Signal::SIGTERM),
                 _ = signals.int.recv() => self.stop(Signal::SIGINT),
@@ -689,7 +764,7 @@ impl Supervisor {
     /// started at all (the binary gone, no process left).
     async fn respawn(&mut self) -> Child {
         loop {
-            match Child::spawn(&self.options, &self.held) {
+            match Child::spawn(&self.options, &self.held, &self.asks) {
                 Ok(child) => {
                     info!("supervisor: broker started (pid {})", child.pid);
                     return child;
@@ -711,50 +786,81 @@ impl Supervisor {
     /// SIGHUP: the file read again; the child reloads in place when the ports are the same,
     /// else a new child on the new set replaces it.
     fn reload(&mut self) {
-        let config = match Config::from_path(&self.config.source) {
-            Ok(loaded) => loaded.config,
-            Err(_) => {
-                // The child reads it too and logs every error; the running one carries on.
+        match self.reread() {
+            Reread::Same => {
                 info!("supervisor: received SIGHUP; passing it on to the broker");
                 self.current.signal(Signal::SIGHUP);
-                return;
             }
-        };
-        let addresses = |c: &Config| c.balancers.iter().map(|b| b.listen).collect::<Vec<_>>();
-        if addresses(&config) == addresses(&self.config) {
-            info!("supervisor: received SIGHUP; passing it on to the broker");
-            self.current.signal(Signal::SIGHUP);
-            self.config = config;
+            Reread::Replacing(line) => info!("supervisor: received SIGHUP: {line}"),
+            Reread::Failed(why) => error!("supervisor: {why}"),
+        }
+    }
+
+    /// `appbroker ctl reload`, asked of broker `pid`, which asks this supervisor first: it
+    /// is told to reload in place when the ports are the same, else a new broker on the new
+    /// set replaces it, as on SIGHUP.
+    fn reload_asked(&mut self, pid: u32) {
+        if pid != self.current.pid {
+            // One being replaced already: its successor reads the file anew.
+            if let Some(next) = self.next.as_ref().filter(|c| c.pid == pid) {
+                next.tell(&Supervised::InPlace);
+            }
             return;
         }
+        let answer = match self.reread() {
+            Reread::Same => Supervised::InPlace,
+            Reread::Replacing(line) => {
+                info!("supervisor: `ctl reload` asked of the broker (pid {pid}): {line}");
+                Supervised::Replaced(line)
+            }
+            Reread::Failed(why) => {
+                error!("supervisor: `ctl reload` asked of the broker (pid {pid}): {why}");
+                Supervised::Refused(why)
+            }
+        };
+        self.current.tell(&answer);
+    }
+
+    /// Reads the file again and makes the listeners held the ones it names; a new child on
+    /// them when they changed, which replaces the running one once it serves.
+    fn reread(&mut self) -> Reread {
+        let Ok(loaded) = Config::from_path(&self.config.source) else {
+            // The broker reads it too and says what is wrong; the running one carries on.
+            return Reread::Same;
+        };
+        let config = loaded.config;
+        let addresses = |c: &Config| c.balancers.iter().map(|b| b.listen).collect::<Vec<_>>();
+        if addresses(&config) == addresses(&self.config) {
+            self.config = config;
+            return Reread::Same;
+        }
         if let Err(e) = hold(&config, &mut self.held) {
-            error!("supervisor: {e}; the broker keeps the ports it has");
-            return;
+            return Reread::Failed(format!("{e}; the broker keeps the ports it has"));
         }
         self.config = config;
         if let Err(e) = Held::hand_down(&self.held) {
-            error!(
-                "supervisor: cannot hand the listeners down: {}",
+            return Reread::Failed(format!(
+                "cannot hand the listeners down: {}",
                 crate::os_error::words(&e)
-            );
-            return;
+            ));
         }
-        match Child::spawn(&self.options, &self.held) {
+        match Child::spawn(&self.options, &self.held, &self.asks) {
             Ok(child) => {
-                info!(
-                    "supervisor: received SIGHUP: the ports changed; a new broker (pid {}) \
-                     starts on them and replaces the running one (pid {}) once it serves",
+                let line = format!(
+                    "the ports changed; a new broker (pid {}) starts on them (held by the \
+                     supervisor) and replaces the running one (pid {}) once it serves",
                     child.pid, self.current.pid
                 );
                 if let Some(previous) = self.next.replace(child) {
                     previous.signal(Signal::SIGTERM);
                 }
+                Reread::Replacing(line)
             }
-            Err(e) => error!(
-                "supervisor: cannot start the broker {}: {}",
+            Err(e) => Reread::Failed(format!(
+                "cannot start the broker {}: {}",
                 self.options.exe.display(),
                 crate::os_error::words(&e)
-            ),
+            )),
         }
     }
 
