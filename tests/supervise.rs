@@ -2,7 +2,7 @@
 //! again and again under load refuses no one, a child that dies at start is restarted with
 //! a growing back-off, the supervisor's SIGTERM stops it with its child (even one starting),
 //! a child whose supervisor is killed stops rather than serve on as an orphan, and a SIGHUP
-//! that adds a port makes the supervisor hold it too.
+//! or `ctl reload` that adds a port makes the supervisor hold it too.
 #![cfg(target_os = "linux")]
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test that cannot go on should panic
 
@@ -372,20 +372,37 @@ fn holds(pid: u32, inodes: &[String]) -> bool {
         })
 }
 
+/// Adds a second balancer, on `broker`'s second port over `server`, to its file; its address.
+fn add_second_balancer(broker: &Broker, server: &TestServer) -> SocketAddr {
+    let port = broker.ports[1];
+    let added = format!(
+        "{}[BALANCE_WEB_SERVICES]\nLOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT={port}\n\
+         MONITORING_TYPE=DISABLED\nREMOTE_SERVER_01={}\n",
+        std::fs::read_to_string(&broker.config_path).unwrap(),
+        server.ini()
+    );
+    std::fs::write(&broker.config_path, added).unwrap();
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+/// The supervisor holds `addr`'s listening sockets.
+fn supervisor_holds(broker: &Broker, addr: SocketAddr) {
+    let inodes = listening_inodes(addr.port());
+    assert!(!inodes.is_empty(), "nothing listens on {addr}");
+    assert!(
+        holds(broker.pid(), &inodes),
+        "the supervisor does not hold {addr}\n{}",
+        broker.log_text()
+    );
+}
+
 #[tokio::test]
 async fn a_port_added_by_sighup_is_held_by_the_supervisor_and_survives_a_crash() {
     let a = TestServer::start("A").await;
     let b = TestServer::start("B").await;
     let broker = Broker::start_with(&ini(&a, ""), &["--supervise"]).await;
     let first = serving_child(&broker, 1).await;
-    let second_port = broker.ports[1];
-    let added = format!(
-        "{}[BALANCE_WEB_SERVICES]\nLOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT={second_port}\n\
-         MONITORING_TYPE=DISABLED\nREMOTE_SERVER_01={}\n",
-        std::fs::read_to_string(&broker.config_path).unwrap(),
-        b.ini()
-    );
-    std::fs::write(&broker.config_path, added).unwrap();
+    let second = add_second_balancer(&broker, &b);
     broker.signal(Signal::SIGHUP);
     broker
         .wait_for_log("the ports changed; a new broker (pid")
@@ -396,18 +413,61 @@ async fn a_port_added_by_sighup_is_held_by_the_supervisor_and_survives_a_crash()
             "the previous broker (pid {first}) exited with code 0"
         ))
         .await;
-    let second: SocketAddr = SocketAddr::from(([127, 0, 0, 1], second_port));
     assert_eq!(ask(second).await.unwrap(), "B");
-    let inodes = listening_inodes(second_port);
-    assert!(!inodes.is_empty());
-    assert!(
-        holds(broker.pid(), &inodes),
-        "the supervisor does not hold the new port"
-    );
+    supervisor_holds(&broker, second);
     // A crash now loses neither port.
     kill(serving_child(&broker, 2).await, Signal::SIGKILL);
     assert_eq!(ask(second).await.unwrap(), "B");
     assert_eq!(ask(broker.addr()).await.unwrap(), "A");
+}
+
+#[tokio::test]
+async fn a_port_added_by_ctl_reload_is_held_by_the_supervisor_at_once() {
+    let a = TestServer::start("A").await;
+    let b = TestServer::start("B").await;
+    let broker = Broker::start_with(&ini(&a, ""), &["--supervise"]).await;
+    let first = serving_child(&broker, 1).await;
+    let second = add_second_balancer(&broker, &b);
+    let (code, out, err) = command(&broker, &["ctl", "reload"]).await;
+    assert_eq!(code, 0, "{out}{err}\n{}", broker.log_text());
+    assert!(out.contains("held by the supervisor"), "{out}");
+    // Held as soon as the reload answered, before the new broker even serves.
+    supervisor_holds(&broker, second);
+    wait_serving(&broker, 2).await;
+    broker
+        .wait_for_log(&format!(
+            "the previous broker (pid {first}) exited with code 0"
+        ))
+        .await;
+    assert_eq!(ask(second).await.unwrap(), "B");
+    // During a restart (the supervisor stopped, so no broker runs at all), a client of the
+    // new port waits in the queue the supervisor holds, and the next broker serves it.
+    let child = serving_child(&broker, 2).await;
+    kill(broker.pid() as i32, Signal::SIGSTOP);
+    kill(child, Signal::SIGKILL);
+    eventually("the child gone", || gone(child)).await;
+    let mut client = TcpStream::connect(second)
+        .await
+        .expect("not refused during the restart");
+    kill(broker.pid() as i32, Signal::SIGCONT);
+    assert_eq!(exchange(&mut client, "queued").await.unwrap(), "B");
+    wait_serving(&broker, 3).await;
+    // A reload with the same ports is the broker's own, with its changes listed.
+    let text = std::fs::read_to_string(&broker.config_path).unwrap();
+    std::fs::write(
+        &broker.config_path,
+        text.replace("SHUTDOWN_TIMEOUT=5", "SHUTDOWN_TIMEOUT=6"),
+    )
+    .unwrap();
+    let (code, out, err) = command(&broker, &["ctl", "reload"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("SHUTDOWN_TIMEOUT"), "{out}");
+    assert_eq!(
+        broker.count_logs("a new broker (pid"),
+        1,
+        "{}",
+        broker.log_text()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
