@@ -421,7 +421,9 @@ fn supervisor_socket(config: &Config) -> Result<Option<std::os::unix::net::UnixL
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         let _ = std::fs::create_dir_all(dir);
     }
-    match appbroker::supervisor::upgrade::bind(&path) {
+    let gid = admin::socket::group_id(config.general.control_group.as_deref())
+        .map_err(|e| e.to_string())?;
+    match appbroker::supervisor::upgrade::bind(&path, gid) {
         Ok(socket) => {
             info!("supervisor: `appbroker upgrade` asks on {}", path.display());
             Ok(Some(socket))

@@ -83,9 +83,11 @@ pub fn socket_path(control: &Path) -> PathBuf {
     control.with_extension("supervisor.sock")
 }
 
-/// Binds the supervisor's socket at `path` (mode 0600: an upgrade is the service owner's
-/// business), replacing a stale one; a live one means another supervisor runs this file.
-pub fn bind(path: &Path) -> std::io::Result<std::os::unix::net::UnixListener> {
+/// Binds the supervisor's socket at `path`, replacing a stale one; a live one means another
+/// supervisor runs this file. Its mode is the control socket's: 0600 (an upgrade is the
+/// service owner's business), or 0660 owned by group `gid` (`CONTROL_GROUP`: operators who
+/// may reload and drain through `ctl` may upgrade too).
+pub fn bind(path: &Path, gid: Option<u32>) -> std::io::Result<std::os::unix::net::UnixListener> {
     use std::os::unix::fs::PermissionsExt;
     if UnixStream::connect(path).is_ok() {
         return Err(std::io::Error::new(
@@ -97,8 +99,14 @@ pub fn bind(path: &Path) -> std::io::Result<std::os::unix::net::UnixListener> {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
         _ => {}
     }
+    // Made with the umask's mode (no write for others with the usual 022, so nobody else can
+    // connect meanwhile), then narrowed.
     let listener = std::os::unix::net::UnixListener::bind(path)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    let mode = if gid.is_some() { 0o660 } else { 0o600 };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    if let Some(gid) = gid {
+        std::os::unix::fs::chown(path, None, Some(gid))?;
+    }
     Ok(listener)
 }
 
