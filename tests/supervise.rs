@@ -752,3 +752,40 @@ async fn a_broker_still_draining_at_the_next_upgrade_is_waited_for_by_the_new_im
     finishes_on_the_old_broker(&broker, held, first).await;
     eventually("the first broker reaped, no zombie", || gone(first)).await;
 }
+
+#[tokio::test]
+async fn the_supervisor_socket_follows_control_group_as_the_control_socket_does() {
+    let server = TestServer::start("A").await;
+    // Without CONTROL_GROUP: the service owner's alone.
+    let broker = Broker::start_with(&ini(&server, ""), &["--supervise"]).await;
+    let mode = |path: &std::path::Path| {
+        let meta = std::fs::metadata(path).unwrap();
+        let mode = std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777;
+        (mode, std::os::unix::fs::MetadataExt::gid(&meta))
+    };
+    let supervisor_socket = broker.dir.path().join("appserver.supervisor.sock");
+    assert_eq!(mode(&supervisor_socket).0, 0o600);
+    drop(broker);
+    // With it: 0660 and the group's, as the broker's own. (Root may give it to any group; a
+    // user, to its own.)
+    let group = if nix::unistd::geteuid().is_root() {
+        nix::unistd::Group::from_name("daemon")
+            .unwrap()
+            .expect("group daemon")
+    } else {
+        nix::unistd::Group::from_gid(nix::unistd::getegid())
+            .unwrap()
+            .expect("this user's group")
+    };
+    let broker = Broker::start_with(
+        &ini(&server, &format!("CONTROL_GROUP={}", group.name)),
+        &["--supervise"],
+    )
+    .await;
+    let expected = (0o660, group.gid.as_raw());
+    assert_eq!(mode(&broker.dir.path().join("appserver.sock")), expected);
+    let supervisor_socket = broker.dir.path().join("appserver.supervisor.sock");
+    assert_eq!(mode(&supervisor_socket), expected);
+    let (code, out, err) = command(&broker, &["upgrade"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+}
