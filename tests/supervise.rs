@@ -385,6 +385,15 @@ fn add_second_balancer(broker: &Broker, server: &TestServer) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
 }
 
+/// How many descriptors of process `pid` name the socket with `inode`.
+fn descriptors_of(pid: u32, inode: &str) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|target| target.to_string_lossy() == format!("socket:[{inode}]"))
+        .count()
+}
+
 /// The supervisor holds `addr`'s listening sockets.
 fn supervisor_holds(broker: &Broker, addr: SocketAddr) {
     let inodes = listening_inodes(addr.port());
@@ -665,10 +674,11 @@ async fn sockets_from_systemd_are_matched_by_address_and_the_others_bound() {
     let server = TestServer::start("A").await;
     let dir = tempfile::tempdir().unwrap();
     let ports = free_ports();
+    // Two worker threads: both accept on systemd's one socket.
     let text = format!(
         "{}[BALANCE_WEB_SERVICES]\nLOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT=@PORT2@\n\
          MONITORING_TYPE=DISABLED\nREMOTE_SERVER_01={}\n",
-        ini(&server, ""),
+        ini(&server, "WORKERS=2"),
         server.ini()
     );
     let config_path = dir.path().join("appserver.ini");
@@ -699,8 +709,18 @@ async fn sockets_from_systemd_are_matched_by_address_and_the_others_bound() {
         broker.log_text()
     );
     assert_eq!(ask(broker.addr2()).await.unwrap(), "A");
+    assert!(
+        broker.has_log("(one socket, shared by 2 worker threads)"),
+        "{}",
+        broker.log_text()
+    );
+    // One accept loop per worker on systemd's socket: the broker holds two descriptors of it.
+    let child = serving_child(&broker, 1).await;
+    let inodes = listening_inodes(broker.ports[0]);
+    assert_eq!(inodes.len(), 1, "systemd's socket alone listens there");
+    assert_eq!(descriptors_of(child as u32, &inodes[0]), 2);
     // systemd's socket survives the broker's crash, held by the supervisor.
-    kill(serving_child(&broker, 1).await, Signal::SIGKILL);
+    kill(child, Signal::SIGKILL);
     assert_eq!(ask(broker.addr()).await.unwrap(), "A");
 }
 
