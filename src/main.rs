@@ -812,10 +812,29 @@ fn run(config: Config, demo: Option<String>, log: &logging::Log) -> anyhow::Resu
             supervisor.ready(&broker.control().shutdown_state()).await;
         }
         let control = broker.control();
-        handle_signals(control.shutdown_state(), move || {
-            control.reload_file_later()
-        })
-        .context("cannot install the signal handlers")?;
+        let shutdown = control.shutdown_state();
+        #[cfg(unix)]
+        let reload = move || match supervisor.clone() {
+            // Under a supervisor, which holds every port the file names, a SIGHUP sent to the
+            // broker itself goes through it as `ctl reload` does.
+            Some(supervisor) => {
+                let control = control.clone();
+                tokio::spawn(async move {
+                    use appbroker::supervisor::Supervised;
+                    match supervisor.reload().await {
+                        Some(Supervised::Replaced(line)) => info!("received SIGHUP: {line}"),
+                        Some(Supervised::Refused(why)) => {
+                            tracing::error!("received SIGHUP: reload refused: {why}")
+                        }
+                        Some(Supervised::InPlace) | None => control.reload_file_later(),
+                    }
+                });
+            }
+            None => control.reload_file_later(),
+        };
+        #[cfg(not(unix))]
+        let reload = move || control.reload_file_later();
+        handle_signals(shutdown, reload).context("cannot install the signal handlers")?;
         if let Some(servers) = servers {
             tokio::spawn(demo::console(servers));
         }

@@ -42,6 +42,9 @@ struct Child {
     ready: Option<oneshot::Receiver<()>>,
     /// True once it said READY.
     served: bool,
+    /// The configured addresses of the listeners it was started on; `None` when adopted
+    /// (those the supervisor held then).
+    listens: Option<Vec<std::net::SocketAddr>>,
     /// The supervisor's end of the socket the child said READY on: while it is open the
     /// child knows its supervisor lives, and it stops once every copy is closed (this
     /// process gone). `None` for a child adopted from an image that kept no such end.
@@ -84,6 +87,7 @@ impl Child {
             pid,
             ready: Some(ready),
             served: false,
+            listens: Some(held.iter().map(|h| h.configured).collect()),
             lifeline: Some(lifeline),
         })
     }
@@ -118,6 +122,7 @@ impl Child {
             pid,
             ready: None,
             served: true,
+            listens: None,
             lifeline,
         }
     }
@@ -796,29 +801,51 @@ impl Supervisor {
         }
     }
 
-    /// `appbroker ctl reload`, asked of broker `pid`, which asks this supervisor first: it
-    /// is told to reload in place when the ports are the same, else a new broker on the new
-    /// set replaces it, as on SIGHUP.
+    /// A reload asked of broker `pid` (`appbroker ctl reload`, or a SIGHUP sent to it rather
+    /// than to the supervisor), which asks this supervisor first. The file is read as on
+    /// SIGHUP: new ports are held and a new broker starts on them (`replaced`); with the
+    /// ports the asking broker runs on, it reloads itself (`in place`). One that runs on
+    /// other ports is being replaced already (by a reload that came first): it is told so,
+    /// and does not bind ports the supervisor holds.
     fn reload_asked(&mut self, pid: u32) {
-        if pid != self.current.pid {
-            // One being replaced already: its successor reads the file anew.
-            if let Some(next) = self.next.as_ref().filter(|c| c.pid == pid) {
-                next.tell(&Supervised::InPlace);
-            }
-            return;
-        }
         let answer = match self.reread() {
-            Reread::Same => Supervised::InPlace,
-            Reread::Replacing(line) => {
-                info!("supervisor: `ctl reload` asked of the broker (pid {pid}): {line}");
-                Supervised::Replaced(line)
-            }
             Reread::Failed(why) => {
-                error!("supervisor: `ctl reload` asked of the broker (pid {pid}): {why}");
+                error!("supervisor: reload asked by the broker (pid {pid}): {why}");
                 Supervised::Refused(why)
             }
+            Reread::Replacing(line) => {
+                info!("supervisor: reload asked by the broker (pid {pid}): {line}");
+                Supervised::Replaced(line)
+            }
+            Reread::Same => {
+                let now: Vec<_> = self.config.balancers.iter().map(|b| b.listen).collect();
+                let behind = self
+                    .child(pid)
+                    .and_then(|c| c.listens.as_ref())
+                    .is_some_and(|l| *l != now);
+                match &self.next {
+                    Some(next) if behind && next.pid != pid => Supervised::Replaced(format!(
+                        "the ports changed; a new broker (pid {}) starts on them (held by the \
+                         supervisor) and replaces this one (pid {pid}) once it serves",
+                        next.pid
+                    )),
+                    _ => Supervised::InPlace,
+                }
+            }
         };
-        self.current.tell(&answer);
+        // A broker already replaced and draining gets no answer: it reloads in place once
+        // its wait is over, which changes nothing that matters for a broker that stops.
+        if let Some(child) = self.child(pid) {
+            child.tell(&answer);
+        }
+    }
+
+    /// The running or the replacing broker, by pid.
+    fn child(&self, pid: u32) -> Option<&Child> {
+        [Some(&self.current), self.next.as_ref()]
+            .into_iter()
+            .flatten()
+            .find(|c| c.pid == pid)
     }
 
     /// Reads the file again and makes the listeners held the ones it names; a new child on
