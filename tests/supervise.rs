@@ -479,6 +479,35 @@ async fn a_port_added_by_ctl_reload_is_held_by_the_supervisor_at_once() {
     );
 }
 
+#[tokio::test]
+async fn a_sighup_sent_to_the_broker_itself_goes_through_its_supervisor() {
+    let a = TestServer::start("A").await;
+    let b = TestServer::start("B").await;
+    let broker = Broker::start_with(&ini(&a, ""), &["--supervise"]).await;
+    let child = serving_child(&broker, 1).await;
+    let second = add_second_balancer(&broker, &b);
+    // As `pkill -HUP appbroker` would, to the broker and the supervisor both.
+    kill(child, Signal::SIGHUP);
+    broker.signal(Signal::SIGHUP);
+    wait_serving(&broker, 2).await;
+    supervisor_holds(&broker, second);
+    assert_eq!(ask(second).await.unwrap(), "B");
+    // One replacement (the broker's own SIGHUP is told of it), and the old broker never
+    // tried to bind the port itself.
+    assert_eq!(
+        broker.count_logs("and replaces the running one"),
+        1,
+        "{}",
+        broker.log_text()
+    );
+    assert_eq!(
+        broker.count_logs("cannot listen"),
+        0,
+        "{}",
+        broker.log_text()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn twenty_upgrades_under_load_fail_no_exchange_and_keep_the_overrides() {
     let a = TestServer::start("A").await;
