@@ -182,6 +182,11 @@ impl Load {
 async fn finishes_on_the_old_broker(broker: &Broker, mut held: TcpStream, old: i32) {
     assert_eq!(exchange(&mut held, "after the upgrade").await.unwrap(), "A");
     drop(held);
+    previous_exited(broker, old).await;
+}
+
+/// Waits until the supervisor says broker `old`, replaced, exited with code 0.
+async fn previous_exited(broker: &Broker, old: i32) {
     broker
         .wait_for_log(&format!(
             "the previous broker (pid {old}) exited with code 0"
@@ -372,17 +377,47 @@ fn holds(pid: u32, inodes: &[String]) -> bool {
         })
 }
 
-/// Adds a second balancer, on `broker`'s second port over `server`, to its file; its address.
-fn add_second_balancer(broker: &Broker, server: &TestServer) -> SocketAddr {
-    let port = broker.ports[1];
-    let added = format!(
-        "{}[BALANCE_WEB_SERVICES]\nLOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT={port}\n\
-         MONITORING_TYPE=DISABLED\nREMOTE_SERVER_01={}\n",
-        std::fs::read_to_string(&broker.config_path).unwrap(),
-        server.ini()
-    );
-    std::fs::write(&broker.config_path, added).unwrap();
-    SocketAddr::from(([127, 0, 0, 1], port))
+/// A supervised broker over server A whose file has just gained a second balancer, over B
+/// on the broker's second port, not applied yet.
+struct Gaining {
+    broker: Broker,
+    /// Its first child.
+    first: i32,
+    /// The new balancer's address.
+    second: SocketAddr,
+    _servers: (TestServer, TestServer),
+}
+
+impl Gaining {
+    async fn start() -> Gaining {
+        let a = TestServer::start("A").await;
+        let b = TestServer::start("B").await;
+        let broker = Broker::start_with(&ini(&a, ""), &["--supervise"]).await;
+        let first = serving_child(&broker, 1).await;
+        let port = broker.ports[1];
+        let added = format!(
+            "{}[BALANCE_WEB_SERVICES]\nLOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT={port}\n\
+             MONITORING_TYPE=DISABLED\nREMOTE_SERVER_01={}\n",
+            std::fs::read_to_string(&broker.config_path).unwrap(),
+            b.ini()
+        );
+        std::fs::write(&broker.config_path, added).unwrap();
+        Gaining {
+            broker,
+            first,
+            second: SocketAddr::from(([127, 0, 0, 1], port)),
+            _servers: (a, b),
+        }
+    }
+
+    /// Waits until a second broker serves and the first has ended; then the new port serves,
+    /// and the supervisor holds it.
+    async fn replaced(&self) {
+        wait_serving(&self.broker, 2).await;
+        previous_exited(&self.broker, self.first).await;
+        assert_eq!(ask(self.second).await.unwrap(), "B");
+        supervisor_holds(&self.broker, self.second);
+    }
 }
 
 /// How many descriptors of process `pid` name the socket with `inode`.
@@ -407,51 +442,32 @@ fn supervisor_holds(broker: &Broker, addr: SocketAddr) {
 
 #[tokio::test]
 async fn a_port_added_by_sighup_is_held_by_the_supervisor_and_survives_a_crash() {
-    let a = TestServer::start("A").await;
-    let b = TestServer::start("B").await;
-    let broker = Broker::start_with(&ini(&a, ""), &["--supervise"]).await;
-    let first = serving_child(&broker, 1).await;
-    let second = add_second_balancer(&broker, &b);
+    let gaining = Gaining::start().await;
+    let (broker, second) = (&gaining.broker, gaining.second);
     broker.signal(Signal::SIGHUP);
     broker
         .wait_for_log("the ports changed; a new broker (pid")
         .await;
-    wait_serving(&broker, 2).await;
-    broker
-        .wait_for_log(&format!(
-            "the previous broker (pid {first}) exited with code 0"
-        ))
-        .await;
-    assert_eq!(ask(second).await.unwrap(), "B");
-    supervisor_holds(&broker, second);
+    gaining.replaced().await;
     // A crash now loses neither port.
-    kill(serving_child(&broker, 2).await, Signal::SIGKILL);
+    kill(serving_child(broker, 2).await, Signal::SIGKILL);
     assert_eq!(ask(second).await.unwrap(), "B");
     assert_eq!(ask(broker.addr()).await.unwrap(), "A");
 }
 
 #[tokio::test]
 async fn a_port_added_by_ctl_reload_is_held_by_the_supervisor_at_once() {
-    let a = TestServer::start("A").await;
-    let b = TestServer::start("B").await;
-    let broker = Broker::start_with(&ini(&a, ""), &["--supervise"]).await;
-    let first = serving_child(&broker, 1).await;
-    let second = add_second_balancer(&broker, &b);
-    let (code, out, err) = command(&broker, &["ctl", "reload"]).await;
+    let gaining = Gaining::start().await;
+    let (broker, second) = (&gaining.broker, gaining.second);
+    let (code, out, err) = command(broker, &["ctl", "reload"]).await;
     assert_eq!(code, 0, "{out}{err}\n{}", broker.log_text());
     assert!(out.contains("held by the supervisor"), "{out}");
     // Held as soon as the reload answered, before the new broker even serves.
-    supervisor_holds(&broker, second);
-    wait_serving(&broker, 2).await;
-    broker
-        .wait_for_log(&format!(
-            "the previous broker (pid {first}) exited with code 0"
-        ))
-        .await;
-    assert_eq!(ask(second).await.unwrap(), "B");
+    supervisor_holds(broker, second);
+    gaining.replaced().await;
     // During a restart (the supervisor stopped, so no broker runs at all), a client of the
     // new port waits in the queue the supervisor holds, and the next broker serves it.
-    let child = serving_child(&broker, 2).await;
+    let child = serving_child(broker, 2).await;
     kill(broker.pid() as i32, Signal::SIGSTOP);
     kill(child, Signal::SIGKILL);
     eventually("the child gone", || gone(child)).await;
@@ -460,7 +476,7 @@ async fn a_port_added_by_ctl_reload_is_held_by_the_supervisor_at_once() {
         .expect("not refused during the restart");
     kill(broker.pid() as i32, Signal::SIGCONT);
     assert_eq!(exchange(&mut client, "queued").await.unwrap(), "B");
-    wait_serving(&broker, 3).await;
+    wait_serving(broker, 3).await;
     // A reload with the same ports is the broker's own, with its changes listed.
     let text = std::fs::read_to_string(&broker.config_path).unwrap();
     std::fs::write(
@@ -468,7 +484,7 @@ async fn a_port_added_by_ctl_reload_is_held_by_the_supervisor_at_once() {
         text.replace("SHUTDOWN_TIMEOUT=5", "SHUTDOWN_TIMEOUT=6"),
     )
     .unwrap();
-    let (code, out, err) = command(&broker, &["ctl", "reload"]).await;
+    let (code, out, err) = command(broker, &["ctl", "reload"]).await;
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("SHUTDOWN_TIMEOUT"), "{out}");
     assert_eq!(
@@ -481,17 +497,12 @@ async fn a_port_added_by_ctl_reload_is_held_by_the_supervisor_at_once() {
 
 #[tokio::test]
 async fn a_sighup_sent_to_the_broker_itself_goes_through_its_supervisor() {
-    let a = TestServer::start("A").await;
-    let b = TestServer::start("B").await;
-    let broker = Broker::start_with(&ini(&a, ""), &["--supervise"]).await;
-    let child = serving_child(&broker, 1).await;
-    let second = add_second_balancer(&broker, &b);
+    let gaining = Gaining::start().await;
+    let broker = &gaining.broker;
     // As `pkill -HUP appbroker` would, to the broker and the supervisor both.
-    kill(child, Signal::SIGHUP);
+    kill(gaining.first, Signal::SIGHUP);
     broker.signal(Signal::SIGHUP);
-    wait_serving(&broker, 2).await;
-    supervisor_holds(&broker, second);
-    assert_eq!(ask(second).await.unwrap(), "B");
+    gaining.replaced().await;
     // One replacement (the broker's own SIGHUP is told of it), and the old broker never
     // tried to bind the port itself.
     assert_eq!(

@@ -17,6 +17,11 @@ use super::READY_ENV;
 use crate::inherit;
 use crate::shutdown::Shutdown;
 
+/// How long a broker waits for its supervisor's answer to `RELOAD`: it reads a file and
+/// binds a few sockets, well under a second; bounded so that a supervisor that does not
+/// answer (an image from before the question) cannot hang a reload.
+const ANSWER_TIME: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// What the supervisor said to a `RELOAD`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Supervised {
@@ -146,17 +151,12 @@ impl Link {
         // An answer left from a question that gave up waiting is not this one's.
         while answered.try_recv().is_ok() {}
         writer.write_all(b"RELOAD\n").await.ok()?;
-        // The supervisor answers at once (it reads a file and binds sockets); bounded so a
-        // supervisor that does not know the question cannot hang the reload.
         let line = tokio::time::timeout(ANSWER_TIME, answered.recv())
             .await
             .ok()??;
         Supervised::parse(&line)
     }
 }
-
-/// How long a broker waits for its supervisor's answer to `RELOAD`.
-const ANSWER_TIME: std::time::Duration = std::time::Duration::from_secs(10);
 
 #[cfg(test)]
 mod tests {
