@@ -309,6 +309,7 @@ fn refused(addr: SocketAddr) -> bool {
 /// finishes `held`, a connection open before, and ends.
 async fn an_orphan_stops(broker: &Broker, child: i32, mut held: TcpStream) {
     let supervisor = broker.pid();
+    let killed = Instant::now();
     kill(supervisor as i32, Signal::SIGKILL);
     broker
         .wait_for_log(&format!(
@@ -316,6 +317,10 @@ async fn an_orphan_stops(broker: &Broker, child: i32, mut held: TcpStream) {
         ))
         .await;
     eventually("the port refuses", || refused(broker.addr())).await;
+    eprintln!(
+        "supervisor SIGKILLed: its broker's port refuses {:?} later",
+        killed.elapsed()
+    );
     // Graceful: the connection from before is served to its end.
     assert_eq!(exchange(&mut held, "draining").await.unwrap(), "A");
     drop(held);
