@@ -298,6 +298,50 @@ async fn sigterm_stops_the_supervisor_with_its_child_serving_or_starting() {
     assert!(gone(pid_in(&line)), "{}", broker.log_text());
 }
 
+#[tokio::test]
+async fn a_broker_kept_by_a_failed_upgrade_still_serves_and_still_stops_with_its_supervisor() {
+    let server = TestServer::start("A").await;
+    // A control socket named in the file: one that cannot be made stops a broker's start,
+    // which `--check` does not see.
+    let broker = Broker::start_with(
+        &ini(&server, "CONTROL_SOCKET=@DIR@/run/appserver.sock"),
+        &["--supervise"],
+    )
+    .await;
+    let old = serving_child(&broker, 1).await;
+    let run = broker.dir.path().join("run");
+    let mut asking =
+        std::os::unix::net::UnixStream::connect(run.join("appserver.supervisor.sock")).unwrap();
+    // The directory becomes a file: the new broker cannot make its socket, and dies at start.
+    std::fs::remove_dir_all(&run).unwrap();
+    std::fs::write(&run, "not a directory").unwrap();
+    let answer = tokio::task::spawn_blocking(move || {
+        use std::io::{BufRead, Write};
+        asking.set_read_timeout(Some(DEADLINE)).unwrap();
+        asking.write_all(b"upgrade\n").unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(asking)
+            .read_line(&mut line)
+            .unwrap();
+        line
+    })
+    .await
+    .unwrap();
+    assert!(
+        answer.starts_with("refused: the new broker") && answer.contains("carries on"),
+        "{answer}\n{}",
+        broker.log_text()
+    );
+    // The old broker carries on indeed: it did not take the re-execution for its
+    // supervisor's death.
+    assert_eq!(ask(broker.addr()).await.unwrap(), "A");
+    assert!(!gone(old));
+    assert_eq!(broker.count_logs("is gone"), 0, "{}", broker.log_text());
+    // And the re-executed supervisor holds its end: killed, the old broker stops.
+    let (held, _) = hold(broker.addr()).await;
+    an_orphan_stops(&broker, old, held).await;
+}
+
 /// True when a connect to `addr` is refused now.
 fn refused(addr: SocketAddr) -> bool {
     std::net::TcpStream::connect(addr)
