@@ -289,21 +289,37 @@ impl Drop for Broker {
     }
 }
 
-/// SIGKILLs `child` and all its descendants, and reaps `child`. It is stopped first
-/// (SIGSTOP) so that it starts no new process between the look at `/proc` and the kill; the
-/// descendants, killed while it is stopped, are reaped by init once it is gone.
+/// SIGKILLs `child` and all its descendants, reaps `child`, and waits (a few seconds at
+/// most) until the descendants are gone too. It is stopped first (SIGSTOP) so that it starts
+/// no new process between the look at `/proc` and the kill; the descendants, killed while it
+/// is stopped, are reaped by init once it is gone.
 pub fn kill_tree(child: &mut Child) {
     use nix::sys::signal::{Signal, kill};
     use nix::unistd::Pid;
     let root = child.id() as i32;
+    let mut killed = Vec::new();
     if let Ok(None) = child.try_wait() {
         let _ = kill(Pid::from_raw(root), Signal::SIGSTOP);
-        for pid in descendants(root) {
+        killed = descendants(root);
+        for &pid in &killed {
             let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
         }
     }
     let _ = child.kill();
     let _ = child.wait();
+    let end = Instant::now() + Duration::from_secs(5);
+    while killed.iter().any(|&pid| running(pid)) && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// True while process `pid` exists and is no zombie.
+fn running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit(')')
+            .next()
+            .is_some_and(|rest| !rest.trim_start().starts_with('Z'))
+    })
 }
 
 /// Every live descendant of process `root` (children first), from the parent pids in
