@@ -67,11 +67,12 @@ pub struct Link {
 
 #[derive(Debug)]
 struct Inner {
-    /// Held for a whole question and its answer: one at a time.
+    /// The way to the supervisor, and its answers: held for a whole question and its
+    /// answer, so one at a time.
     writer: Mutex<(OwnedWriteHalf, mpsc::Receiver<String>)>,
-    /// The lines the supervisor writes, from the reading task; `None` until [`Link::ready`]
-    /// starts it.
+    /// The way back, until [`Link::ready`] hands it to the task that reads it.
     reader: std::sync::Mutex<Option<tokio::net::unix::OwnedReadHalf>>,
+    /// Where that task puts each line the supervisor writes.
     answers: mpsc::Sender<String>,
 }
 
