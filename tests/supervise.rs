@@ -545,6 +545,29 @@ async fn a_port_added_by_ctl_reload_is_held_by_the_supervisor_at_once() {
 }
 
 #[tokio::test]
+async fn a_ctl_reload_adding_a_port_the_supervisor_cannot_bind_is_refused_and_changes_nothing() {
+    let gaining = Gaining::start().await;
+    let broker = &gaining.broker;
+    // Someone else holds the new port.
+    let _taken = std::net::TcpListener::bind(gaining.second).unwrap();
+    let (code, out, err) = command(broker, &["ctl", "reload"]).await;
+    assert_eq!(code, 1, "{out}{err}\n{}", broker.log_text());
+    assert!(
+        err.contains(&gaining.second.to_string()) && err.contains("keeps the ports it has"),
+        "{err}"
+    );
+    // The broker carries on, alone and on its port.
+    assert_eq!(ask(broker.addr()).await.unwrap(), "A");
+    assert!(!gone(gaining.first));
+    assert_eq!(
+        broker.count_logs("a new broker (pid"),
+        0,
+        "{}",
+        broker.log_text()
+    );
+}
+
+#[tokio::test]
 async fn a_sighup_sent_to_the_broker_itself_goes_through_its_supervisor() {
     let gaining = Gaining::start().await;
     let broker = &gaining.broker;
