@@ -98,6 +98,16 @@ pub fn hand_down(fd: &impl std::os::fd::AsFd) -> io::Result<()> {
     Ok(())
 }
 
+/// Closes `fd` on exec again, after a [`hand_down`] for an exec that failed: what was meant
+/// for the next image of this process must not leak into the children it starts instead.
+pub fn keep(fd: &impl std::os::fd::AsFd) -> io::Result<()> {
+    nix::fcntl::fcntl(
+        fd,
+        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+    )?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

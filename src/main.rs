@@ -359,13 +359,22 @@ fn supervise(config: Config, log: &logging::Log) -> ExitCode {
     if let Err(e) = log.open_file() {
         return fail(&e);
     }
-    let taken = handover.map(|h| -> Result<_, appbroker::inherit::InheritError> {
-        let socket = appbroker::inherit::take_socket(h.socket)?;
-        let client = appbroker::inherit::take_socket(h.client)?;
-        Ok((h, socket.into(), client.into()))
+    let taken = handover.map(|handover| -> Result<_, appbroker::inherit::InheritError> {
+        let socket = appbroker::inherit::take_socket(handover.socket)?;
+        let client = appbroker::inherit::take_socket(handover.client)?.into();
+        let lifeline = match std::env::var(upgrade::LIFELINE_ENV).map(|t| t.parse()) {
+            Ok(Ok(fd)) => Some(appbroker::inherit::take_socket(fd)?.into()),
+            _ => None,
+        };
+        let upgrading = supervisor::Upgrading {
+            handover,
+            client,
+            lifeline,
+        };
+        Ok((socket.into(), upgrading))
     });
     let (socket, upgrading) = match taken {
-        Some(Ok((handover, socket, client))) => (Some(socket), Some((handover, client))),
+        Some(Ok((socket, upgrading))) => (Some(socket), Some(upgrading)),
         Some(Err(e)) => return fail(&format!("cannot take over after the upgrade: {e}")),
         None => match supervisor_socket(&config) {
             Ok(socket) => (socket, None),
@@ -414,7 +423,9 @@ fn supervisor_socket(config: &Config) -> Result<Option<std::os::unix::net::UnixL
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         let _ = std::fs::create_dir_all(dir);
     }
-    match appbroker::supervisor::upgrade::bind(&path) {
+    let gid = admin::socket::group_id(config.general.control_group.as_deref())
+        .map_err(|e| e.to_string())?;
+    match appbroker::supervisor::upgrade::bind(&path, gid) {
         Ok(socket) => {
             info!("supervisor: `appbroker upgrade` asks on {}", path.display());
             Ok(Some(socket))
@@ -792,15 +803,40 @@ fn run(config: Config, demo: Option<String>, log: &logging::Log) -> anyhow::Resu
             demo::introduce(config, servers.len(), client);
         }
         let mut broker = bound.start();
-        let admin = std::sync::Arc::new(admin::Admin::new(broker.control(), state_path));
-        let serving = serve_control_socket(socket.as_mut(), admin)?;
+        let admin = admin::Admin::new(broker.control(), state_path);
         #[cfg(unix)]
-        appbroker::supervisor::report_ready();
+        let supervisor = appbroker::supervisor::Link::take();
+        #[cfg(unix)]
+        let admin = admin.supervised_by(supervisor.clone());
+        let serving = serve_control_socket(socket.as_mut(), std::sync::Arc::new(admin))?;
+        #[cfg(unix)]
+        if let Some(supervisor) = &supervisor {
+            supervisor.ready(&broker.control().shutdown_state()).await;
+        }
         let control = broker.control();
-        handle_signals(control.shutdown_state(), move || {
-            control.reload_file_later()
-        })
-        .context("cannot install the signal handlers")?;
+        let shutdown = control.shutdown_state();
+        #[cfg(unix)]
+        let reload = move || match supervisor.clone() {
+            // Under a supervisor, which holds every port the file names, a SIGHUP sent to the
+            // broker itself goes through it as `ctl reload` does.
+            Some(supervisor) => {
+                let control = control.clone();
+                tokio::spawn(async move {
+                    use appbroker::supervisor::Supervised;
+                    match supervisor.reload().await {
+                        Some(Supervised::Replaced(line)) => info!("received SIGHUP: {line}"),
+                        Some(Supervised::Refused(why)) => {
+                            tracing::error!("received SIGHUP: reload refused: {why}")
+                        }
+                        Some(Supervised::InPlace) | None => control.reload_file_later(),
+                    }
+                });
+            }
+            None => control.reload_file_later(),
+        };
+        #[cfg(not(unix))]
+        let reload = move || control.reload_file_later();
+        handle_signals(shutdown, reload).context("cannot install the signal handlers")?;
         if let Some(servers) = servers {
             tokio::spawn(demo::console(servers));
         }

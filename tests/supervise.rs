@@ -1,7 +1,8 @@
 //! Supervised mode through the real binary (`appbroker --supervise`): the child SIGKILLed
 //! again and again under load refuses no one, a child that dies at start is restarted with
 //! a growing back-off, the supervisor's SIGTERM stops it with its child (even one starting),
-//! and a SIGHUP that adds a port makes the supervisor hold it too.
+//! a child whose supervisor is killed stops rather than serve on as an orphan, and a SIGHUP
+//! or `ctl reload` that adds a port makes the supervisor hold it too.
 #![cfg(target_os = "linux")]
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test that cannot go on should panic
 
@@ -181,6 +182,11 @@ impl Load {
 async fn finishes_on_the_old_broker(broker: &Broker, mut held: TcpStream, old: i32) {
     assert_eq!(exchange(&mut held, "after the upgrade").await.unwrap(), "A");
     drop(held);
+    previous_exited(broker, old).await;
+}
+
+/// Waits until the supervisor says broker `old`, replaced, exited with code 0.
+async fn previous_exited(broker: &Broker, old: i32) {
     broker
         .wait_for_log(&format!(
             "the previous broker (pid {old}) exited with code 0"
@@ -292,6 +298,105 @@ async fn sigterm_stops_the_supervisor_with_its_child_serving_or_starting() {
     assert!(gone(pid_in(&line)), "{}", broker.log_text());
 }
 
+#[tokio::test]
+async fn a_broker_kept_by_a_failed_upgrade_still_serves_and_still_stops_with_its_supervisor() {
+    let server = TestServer::start("A").await;
+    // A control socket named in the file: one that cannot be made stops a broker's start,
+    // which `--check` does not see.
+    let broker = Broker::start_with(
+        &ini(&server, "CONTROL_SOCKET=@DIR@/run/appserver.sock"),
+        &["--supervise"],
+    )
+    .await;
+    let old = serving_child(&broker, 1).await;
+    let run = broker.dir.path().join("run");
+    let mut asking =
+        std::os::unix::net::UnixStream::connect(run.join("appserver.supervisor.sock")).unwrap();
+    // The directory becomes a file: the new broker cannot make its socket, and dies at start.
+    std::fs::remove_dir_all(&run).unwrap();
+    std::fs::write(&run, "not a directory").unwrap();
+    let answer = tokio::task::spawn_blocking(move || {
+        use std::io::{BufRead, Write};
+        asking.set_read_timeout(Some(DEADLINE)).unwrap();
+        asking.write_all(b"upgrade\n").unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(asking)
+            .read_line(&mut line)
+            .unwrap();
+        line
+    })
+    .await
+    .unwrap();
+    assert!(
+        answer.starts_with("refused: the new broker") && answer.contains("carries on"),
+        "{answer}\n{}",
+        broker.log_text()
+    );
+    // The old broker carries on indeed: it did not take the re-execution for its
+    // supervisor's death.
+    assert_eq!(ask(broker.addr()).await.unwrap(), "A");
+    assert!(!gone(old));
+    assert_eq!(broker.count_logs("is gone"), 0, "{}", broker.log_text());
+    // And the re-executed supervisor holds its end: killed, the old broker stops.
+    let (held, _) = hold(broker.addr()).await;
+    an_orphan_stops(&broker, old, held).await;
+}
+
+/// True when a connect to `addr` is refused now.
+fn refused(addr: SocketAddr) -> bool {
+    std::net::TcpStream::connect(addr)
+        .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused)
+}
+
+/// Kills the supervisor of `broker` (SIGKILL, so it can tell no one) and checks that its
+/// serving child `child` notices, stops accepting (the port refuses: nobody holds it now),
+/// finishes `held`, a connection open before, and ends.
+async fn an_orphan_stops(broker: &Broker, child: i32, mut held: TcpStream) {
+    let supervisor = broker.pid();
+    let killed = Instant::now();
+    kill(supervisor as i32, Signal::SIGKILL);
+    broker
+        .wait_for_log(&format!(
+            "the supervisor (pid {supervisor}) is gone: shutting down gracefully"
+        ))
+        .await;
+    eventually("the port refuses", || refused(broker.addr())).await;
+    eprintln!(
+        "supervisor SIGKILLed: its broker's port refuses {:?} later",
+        killed.elapsed()
+    );
+    // Graceful: the connection from before is served to its end.
+    assert_eq!(exchange(&mut held, "draining").await.unwrap(), "A");
+    drop(held);
+    eventually("the orphaned child ended", || gone(child)).await;
+}
+
+#[tokio::test]
+async fn a_child_whose_supervisor_is_killed_drains_and_stops() {
+    let server = TestServer::start("A").await;
+    let broker = Broker::start_with(&ini(&server, ""), &["--supervise"]).await;
+    let child = serving_child(&broker, 1).await;
+    let (held, _) = hold(broker.addr()).await;
+    an_orphan_stops(&broker, child, held).await;
+}
+
+#[tokio::test]
+async fn after_an_upgrade_the_child_still_stops_with_its_supervisor() {
+    let server = TestServer::start("A").await;
+    let broker = Broker::start_with(&ini(&server, ""), &["--supervise"]).await;
+    let old = serving_child(&broker, 1).await;
+    let (before, _) = hold(broker.addr()).await;
+    let (code, out, err) = command(&broker, &["upgrade"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    // The old broker drains because the new one serves, not because it lost its
+    // supervisor's end across the re-execution.
+    finishes_on_the_old_broker(&broker, before, old).await;
+    assert_eq!(broker.count_logs("is gone"), 0, "{}", broker.log_text());
+    let new = serving_child(&broker, 2).await;
+    let (held, _) = hold(broker.addr()).await;
+    an_orphan_stops(&broker, new, held).await;
+}
+
 /// The inodes of the sockets listening on 127.0.0.1:`port`, from `/proc/net/tcp`.
 fn listening_inodes(port: u16) -> Vec<String> {
     listening_inodes_at(&format!("0100007F:{port:04X}"))
@@ -321,42 +426,169 @@ fn holds(pid: u32, inodes: &[String]) -> bool {
         })
 }
 
+/// A supervised broker over server A whose file has just gained a second balancer, over B
+/// on the broker's second port, not applied yet.
+struct Gaining {
+    broker: Broker,
+    /// Its first child.
+    first: i32,
+    /// The new balancer's address.
+    second: SocketAddr,
+    _servers: (TestServer, TestServer),
+}
+
+impl Gaining {
+    async fn start() -> Gaining {
+        let a = TestServer::start("A").await;
+        let b = TestServer::start("B").await;
+        let broker = Broker::start_with(&ini(&a, ""), &["--supervise"]).await;
+        let first = serving_child(&broker, 1).await;
+        let port = broker.ports[1];
+        let added = format!(
+            "{}[BALANCE_WEB_SERVICES]\nLOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT={port}\n\
+             MONITORING_TYPE=DISABLED\nREMOTE_SERVER_01={}\n",
+            std::fs::read_to_string(&broker.config_path).unwrap(),
+            b.ini()
+        );
+        std::fs::write(&broker.config_path, added).unwrap();
+        Gaining {
+            broker,
+            first,
+            second: SocketAddr::from(([127, 0, 0, 1], port)),
+            _servers: (a, b),
+        }
+    }
+
+    /// Waits until a second broker serves and the first has ended; then the new port serves,
+    /// and the supervisor holds it.
+    async fn replaced(&self) {
+        wait_serving(&self.broker, 2).await;
+        previous_exited(&self.broker, self.first).await;
+        assert_eq!(ask(self.second).await.unwrap(), "B");
+        supervisor_holds(&self.broker, self.second);
+    }
+}
+
+/// How many descriptors of process `pid` name the socket with `inode`.
+fn descriptors_of(pid: u32, inode: &str) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|target| target.to_string_lossy() == format!("socket:[{inode}]"))
+        .count()
+}
+
+/// The supervisor holds `addr`'s listening sockets.
+fn supervisor_holds(broker: &Broker, addr: SocketAddr) {
+    let inodes = listening_inodes(addr.port());
+    assert!(!inodes.is_empty(), "nothing listens on {addr}");
+    assert!(
+        holds(broker.pid(), &inodes),
+        "the supervisor does not hold {addr}\n{}",
+        broker.log_text()
+    );
+}
+
 #[tokio::test]
 async fn a_port_added_by_sighup_is_held_by_the_supervisor_and_survives_a_crash() {
-    let a = TestServer::start("A").await;
-    let b = TestServer::start("B").await;
-    let broker = Broker::start_with(&ini(&a, ""), &["--supervise"]).await;
-    let first = serving_child(&broker, 1).await;
-    let second_port = broker.ports[1];
-    let added = format!(
-        "{}[BALANCE_WEB_SERVICES]\nLOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT={second_port}\n\
-         MONITORING_TYPE=DISABLED\nREMOTE_SERVER_01={}\n",
-        std::fs::read_to_string(&broker.config_path).unwrap(),
-        b.ini()
-    );
-    std::fs::write(&broker.config_path, added).unwrap();
+    let gaining = Gaining::start().await;
+    let (broker, second) = (&gaining.broker, gaining.second);
     broker.signal(Signal::SIGHUP);
     broker
         .wait_for_log("the ports changed; a new broker (pid")
         .await;
-    wait_serving(&broker, 2).await;
-    broker
-        .wait_for_log(&format!(
-            "the previous broker (pid {first}) exited with code 0"
-        ))
-        .await;
-    let second: SocketAddr = SocketAddr::from(([127, 0, 0, 1], second_port));
-    assert_eq!(ask(second).await.unwrap(), "B");
-    let inodes = listening_inodes(second_port);
-    assert!(!inodes.is_empty());
-    assert!(
-        holds(broker.pid(), &inodes),
-        "the supervisor does not hold the new port"
-    );
+    gaining.replaced().await;
     // A crash now loses neither port.
-    kill(serving_child(&broker, 2).await, Signal::SIGKILL);
+    kill(serving_child(broker, 2).await, Signal::SIGKILL);
     assert_eq!(ask(second).await.unwrap(), "B");
     assert_eq!(ask(broker.addr()).await.unwrap(), "A");
+}
+
+#[tokio::test]
+async fn a_port_added_by_ctl_reload_is_held_by_the_supervisor_at_once() {
+    let gaining = Gaining::start().await;
+    let (broker, second) = (&gaining.broker, gaining.second);
+    let (code, out, err) = command(broker, &["ctl", "reload"]).await;
+    assert_eq!(code, 0, "{out}{err}\n{}", broker.log_text());
+    assert!(out.contains("held by the supervisor"), "{out}");
+    // Held as soon as the reload answered, before the new broker even serves.
+    supervisor_holds(broker, second);
+    gaining.replaced().await;
+    // During a restart (the supervisor stopped, so no broker runs at all), a client of the
+    // new port waits in the queue the supervisor holds, and the next broker serves it.
+    let child = serving_child(broker, 2).await;
+    kill(broker.pid() as i32, Signal::SIGSTOP);
+    kill(child, Signal::SIGKILL);
+    eventually("the child gone", || gone(child)).await;
+    let mut client = TcpStream::connect(second)
+        .await
+        .expect("not refused during the restart");
+    kill(broker.pid() as i32, Signal::SIGCONT);
+    assert_eq!(exchange(&mut client, "queued").await.unwrap(), "B");
+    wait_serving(broker, 3).await;
+    // A reload with the same ports is the broker's own, with its changes listed.
+    let text = std::fs::read_to_string(&broker.config_path).unwrap();
+    std::fs::write(
+        &broker.config_path,
+        text.replace("SHUTDOWN_TIMEOUT=5", "SHUTDOWN_TIMEOUT=6"),
+    )
+    .unwrap();
+    let (code, out, err) = command(broker, &["ctl", "reload"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("SHUTDOWN_TIMEOUT"), "{out}");
+    assert_eq!(
+        broker.count_logs("a new broker (pid"),
+        1,
+        "{}",
+        broker.log_text()
+    );
+}
+
+#[tokio::test]
+async fn a_ctl_reload_adding_a_port_the_supervisor_cannot_bind_is_refused_and_changes_nothing() {
+    let gaining = Gaining::start().await;
+    let broker = &gaining.broker;
+    // Someone else holds the new port.
+    let _taken = std::net::TcpListener::bind(gaining.second).unwrap();
+    let (code, out, err) = command(broker, &["ctl", "reload"]).await;
+    assert_eq!(code, 1, "{out}{err}\n{}", broker.log_text());
+    assert!(
+        err.contains(&gaining.second.to_string()) && err.contains("keeps the ports it has"),
+        "{err}"
+    );
+    // The broker carries on, alone and on its port.
+    assert_eq!(ask(broker.addr()).await.unwrap(), "A");
+    assert!(!gone(gaining.first));
+    assert_eq!(
+        broker.count_logs("a new broker (pid"),
+        0,
+        "{}",
+        broker.log_text()
+    );
+}
+
+#[tokio::test]
+async fn a_sighup_sent_to_the_broker_itself_goes_through_its_supervisor() {
+    let gaining = Gaining::start().await;
+    let broker = &gaining.broker;
+    // As `pkill -HUP appbroker` would, to the broker and the supervisor both.
+    kill(gaining.first, Signal::SIGHUP);
+    broker.signal(Signal::SIGHUP);
+    gaining.replaced().await;
+    // One replacement (the broker's own SIGHUP is told of it), and the old broker never
+    // tried to bind the port itself.
+    assert_eq!(
+        broker.count_logs("and replaces the running one"),
+        1,
+        "{}",
+        broker.log_text()
+    );
+    assert_eq!(
+        broker.count_logs("cannot listen"),
+        0,
+        "{}",
+        broker.log_text()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -417,6 +649,8 @@ async fn twenty_upgrades_under_load_fail_no_exchange_and_keep_the_overrides() {
     assert_eq!(seen.cut, 0, "{}", broker.log_text());
     // The same supervisor all along, and server 02 still disabled: every client on A.
     assert_eq!(broker.count_logs("re-executing"), 20);
+    // No broker took a re-execution for its supervisor's death.
+    assert_eq!(broker.count_logs("is gone"), 0, "{}", broker.log_text());
     assert!(broker.child.id() > 0 && !gone(broker.pid() as i32));
     let (_, show, _) = command(&broker, &["ctl", "show"]).await;
     assert!(show.to_lowercase().contains("disabled"), "{show}");
@@ -552,10 +786,11 @@ async fn sockets_from_systemd_are_matched_by_address_and_the_others_bound() {
     let server = TestServer::start("A").await;
     let dir = tempfile::tempdir().unwrap();
     let ports = free_ports();
+    // Two worker threads: both accept on systemd's one socket.
     let text = format!(
         "{}[BALANCE_WEB_SERVICES]\nLOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT=@PORT2@\n\
          MONITORING_TYPE=DISABLED\nREMOTE_SERVER_01={}\n",
-        ini(&server, ""),
+        ini(&server, "WORKERS=2"),
         server.ini()
     );
     let config_path = dir.path().join("appserver.ini");
@@ -586,8 +821,18 @@ async fn sockets_from_systemd_are_matched_by_address_and_the_others_bound() {
         broker.log_text()
     );
     assert_eq!(ask(broker.addr2()).await.unwrap(), "A");
+    assert!(
+        broker.has_log("(one socket, shared by 2 worker threads)"),
+        "{}",
+        broker.log_text()
+    );
+    // One accept loop per worker on systemd's socket: the broker holds two descriptors of it.
+    let child = serving_child(&broker, 1).await;
+    let inodes = listening_inodes(broker.ports[0]);
+    assert_eq!(inodes.len(), 1, "systemd's socket alone listens there");
+    assert_eq!(descriptors_of(child as u32, &inodes[0]), 2);
     // systemd's socket survives the broker's crash, held by the supervisor.
-    kill(serving_child(&broker, 1).await, Signal::SIGKILL);
+    kill(child, Signal::SIGKILL);
     assert_eq!(ask(broker.addr()).await.unwrap(), "A");
 }
 
@@ -638,4 +883,41 @@ async fn a_broker_still_draining_at_the_next_upgrade_is_waited_for_by_the_new_im
     assert_eq!(broker.count_logs("re-executing"), 2);
     finishes_on_the_old_broker(&broker, held, first).await;
     eventually("the first broker reaped, no zombie", || gone(first)).await;
+}
+
+#[tokio::test]
+async fn the_supervisor_socket_follows_control_group_as_the_control_socket_does() {
+    let server = TestServer::start("A").await;
+    // Without CONTROL_GROUP: the service owner's alone.
+    let broker = Broker::start_with(&ini(&server, ""), &["--supervise"]).await;
+    let mode = |path: &std::path::Path| {
+        let meta = std::fs::metadata(path).unwrap();
+        let mode = std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777;
+        (mode, std::os::unix::fs::MetadataExt::gid(&meta))
+    };
+    let supervisor_socket = broker.dir.path().join("appserver.supervisor.sock");
+    assert_eq!(mode(&supervisor_socket).0, 0o600);
+    drop(broker);
+    // With it: 0660 and the group's, as the broker's own. (Root may give it to any group; a
+    // user, to its own.)
+    let group = if nix::unistd::geteuid().is_root() {
+        nix::unistd::Group::from_name("daemon")
+            .unwrap()
+            .expect("group daemon")
+    } else {
+        nix::unistd::Group::from_gid(nix::unistd::getegid())
+            .unwrap()
+            .expect("this user's group")
+    };
+    let broker = Broker::start_with(
+        &ini(&server, &format!("CONTROL_GROUP={}", group.name)),
+        &["--supervise"],
+    )
+    .await;
+    let expected = (0o660, group.gid.as_raw());
+    assert_eq!(mode(&broker.dir.path().join("appserver.sock")), expected);
+    let supervisor_socket = broker.dir.path().join("appserver.supervisor.sock");
+    assert_eq!(mode(&supervisor_socket), expected);
+    let (code, out, err) = command(&broker, &["upgrade"]).await;
+    assert_eq!(code, 0, "{out}{err}");
 }

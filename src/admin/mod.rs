@@ -45,6 +45,10 @@ pub struct Admin {
     control: Control,
     /// Where changes are kept; `None` when `STATE_FILE=0`.
     state_file: Option<PathBuf>,
+    /// The supervisor, when the broker runs under one: a reload goes through it, so that it
+    /// holds every port the file names.
+    #[cfg(unix)]
+    supervisor: Option<crate::supervisor::Link>,
 }
 
 impl Admin {
@@ -53,7 +57,15 @@ impl Admin {
         Admin {
             control,
             state_file,
+            #[cfg(unix)]
+            supervisor: None,
         }
+    }
+
+    /// The same, for a broker run by a supervisor (`--supervise`).
+    #[cfg(unix)]
+    pub fn supervised_by(self, supervisor: Option<crate::supervisor::Link>) -> Admin {
+        Admin { supervisor, ..self }
     }
 
     /// Carries out `request` on behalf of `by` (`uid 1000`), and answers.
@@ -235,8 +247,20 @@ impl Admin {
         }
     }
 
-    /// The configuration file read again and applied, as SIGHUP does.
+    /// The configuration file read again and applied, as SIGHUP does. Under a supervisor,
+    /// which must hold every port the file names, it is asked first: when the ports are the
+    /// ones it holds the broker reloads in place, else the supervisor binds the new ones and
+    /// a new broker on them replaces this one (what a SIGHUP to the supervisor does).
     async fn reload(&self) -> Answer {
+        #[cfg(unix)]
+        if let Some(supervisor) = &self.supervisor {
+            use crate::supervisor::Supervised;
+            match supervisor.reload().await {
+                Some(Supervised::Replaced(line)) => return Answer::done(line),
+                Some(Supervised::Refused(why)) => return Answer::refused(why),
+                Some(Supervised::InPlace) | None => {}
+            }
+        }
         let answer = match self.control.reload_file().await {
             Ok(reloaded) if reloaded.errors.is_empty() => Answer {
                 changes: reloaded.changes,

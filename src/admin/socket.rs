@@ -63,6 +63,30 @@ pub struct ControlSocket {
     inode: u64,
 }
 
+/// Why `CONTROL_GROUP` names no group id.
+#[derive(Debug, thiserror::Error)]
+pub enum GroupError {
+    /// No group of that name.
+    #[error("CONTROL_GROUP {0} is no group of this machine")]
+    NoGroup(String),
+    /// The group database could not be read.
+    #[error("cannot look CONTROL_GROUP up: {0}")]
+    Lookup(std::io::Error),
+}
+
+/// The id of the group `CONTROL_GROUP` names (`None`: none named): the owners of the control
+/// socket and of the supervisor's beside it.
+pub fn group_id(group: Option<&str>) -> Result<Option<u32>, GroupError> {
+    let Some(name) = group else {
+        return Ok(None);
+    };
+    match nix::unistd::Group::from_name(name) {
+        Ok(Some(group)) => Ok(Some(group.gid.as_raw())),
+        Ok(None) => Err(GroupError::NoGroup(name.to_string())),
+        Err(e) => Err(GroupError::Lookup(e.into())),
+    }
+}
+
 impl ControlSocket {
     /// Binds the control socket at `path` (its directory made if need be), replacing a
     /// stale one, with mode 0600, or 0660 and owned by `group`.
@@ -71,14 +95,10 @@ impl ControlSocket {
             path: path.to_path_buf(),
             words: crate::os_error::words(&e),
         };
-        let gid = match group {
-            Some(name) => match nix::unistd::Group::from_name(name) {
-                Ok(Some(group)) => Some(group.gid.as_raw()),
-                Ok(None) => return Err(SocketError::NoGroup(name.to_string())),
-                Err(e) => return Err(io(e.into())),
-            },
-            None => None,
-        };
+        let gid = group_id(group).map_err(|e| match e {
+            GroupError::NoGroup(name) => SocketError::NoGroup(name),
+            GroupError::Lookup(e) => io(e),
+        })?;
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(io)?;
         }

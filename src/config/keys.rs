@@ -486,7 +486,7 @@ pub static KEYS: &[Key] = &[
             set: |g, v| g.control_group = take!(v, Name).flatten(),
             get: |g| Some(g.control_group.clone().unwrap_or_default()),
         },
-        doc: "a group whose members may use the control socket too (mode 0660); read at start only",
+        doc: "a group whose members may use the control socket too (mode 0660), and the supervisor's socket of `appbroker upgrade`; read at start only",
     },
     Key {
         name: "STATE_FILE",

@@ -26,11 +26,13 @@ use std::time::Duration;
 use crate::config::Config;
 use crate::inherit;
 
+mod link;
 mod run;
 pub mod systemd;
 pub mod upgrade;
 
-pub use run::{Options, Start, run};
+pub use link::{Link, Supervised};
+pub use run::{Options, Start, Upgrading, run};
 
 /// The environment variable naming a supervised child's listeners: `FD@ADDRESS` entries
 /// separated by commas, ADDRESS being the configured `LOCAL_SERVER_ADDRESS:LOCAL_SERVER_PORT`
@@ -38,7 +40,7 @@ pub use run::{Options, Start, run};
 pub const LISTENERS_ENV: &str = "APPBROKER_LISTENERS";
 
 /// The environment variable naming the socket a supervised child writes `READY` to once it
-/// serves.
+/// serves, and keeps for the rest of its life: its [`Link`] to the supervisor.
 pub const READY_ENV: &str = "APPBROKER_READY_FD";
 
 /// The first delay before restarting a child that died before it served.
@@ -185,21 +187,6 @@ pub fn inherited_held() -> Result<Vec<Held>, InheritedError> {
         }
     }
     Ok(held)
-}
-
-/// Tells the supervisor, if there is one, that this child serves. Errors are the
-/// supervisor's business (it is gone, or restarting): nothing to do about them here.
-pub fn report_ready() {
-    let Ok(text) = std::env::var(READY_ENV) else {
-        return;
-    };
-    let Ok(fd) = text.parse::<RawFd>() else {
-        return;
-    };
-    if let Ok(socket) = inherit::take_socket(fd) {
-        let mut stream = std::os::unix::net::UnixStream::from(socket);
-        let _ = std::io::Write::write_all(&mut stream, b"READY\n");
-    }
 }
 
 /// The listening sockets a supervisor holds for one configured address.

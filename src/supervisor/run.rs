@@ -15,7 +15,8 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{error, info, warn};
 
-use super::upgrade::{HANDOVER_ENV, Handover, REQUEST};
+use super::link::Supervised;
+use super::upgrade::{HANDOVER_ENV, Handover, LIFELINE_ENV, REQUEST};
 use super::{Backoff, Held, LISTENERS_ENV, READY_ENV, describe, encode, hold};
 use crate::config::{Config, show_duration};
 use crate::inherit;
@@ -41,11 +42,18 @@ struct Child {
     ready: Option<oneshot::Receiver<()>>,
     /// True once it said READY.
     served: bool,
+    /// The configured addresses of the listeners it was started on; `None` when adopted
+    /// (those the supervisor held then).
+    listens: Option<Vec<std::net::SocketAddr>>,
+    /// The supervisor's end of the socket the child said READY on: while it is open the
+    /// child knows its supervisor lives, and it stops once every copy is closed (this
+    /// process gone). `None` for a child adopted from an image that kept no such end.
+    lifeline: Option<std::os::unix::net::UnixStream>,
 }
 
 impl Child {
-    /// Starts the broker on `held`, with a socket to say READY on.
-    fn spawn(options: &Options, held: &[Held]) -> std::io::Result<Child> {
+    /// Starts the broker on `held`, with a socket to say READY on (and ask on: `asks`).
+    fn spawn(options: &Options, held: &[Held], asks: &Asks) -> std::io::Result<Child> {
         let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
         inherit::hand_down(&theirs)?;
         let mut command = Command::new(&options.exe);
@@ -57,23 +65,19 @@ impl Child {
             // forwards it once (twice would make the broker exit at once).
             .process_group(0);
         // Not for the broker: what one supervisor image tells the next.
-        command.env_remove(super::upgrade::HANDOVER_ENV);
+        command.env_remove(HANDOVER_ENV).env_remove(LIFELINE_ENV);
         for variable in super::systemd::VARIABLES {
             command.env_remove(variable);
         }
         let mut process = command.spawn()?;
         // Only the child's copy may stay open: the end is seen when the child is gone.
         drop(theirs);
-        ours.set_nonblocking(true)?;
-        let mut ours = tokio::net::UnixStream::from_std(ours)?;
-        let (said, ready) = oneshot::channel();
-        tokio::spawn(async move {
-            let mut line = [0u8; 6];
-            if ours.read_exact(&mut line).await.is_ok() && &line == b"READY\n" {
-                let _ = said.send(());
-            }
-        });
+        // Closed on exec (as `ours` is): no other child inherits it, so the child sees its
+        // end when this process is gone, and only then.
+        let lifeline = ours.try_clone()?;
         let pid = process.id().unwrap_or_default();
+        let (said, ready) = oneshot::channel();
+        listen(ours, pid, Some(said), asks.clone())?;
         let (tell, ended) = oneshot::channel();
         tokio::spawn(async move {
             let _ = tell.send(process.wait().await);
@@ -83,12 +87,28 @@ impl Child {
             pid,
             ready: Some(ready),
             served: false,
+            listens: Some(held.iter().map(|h| h.configured).collect()),
+            lifeline: Some(lifeline),
         })
     }
 
     /// The child a previous image of this supervisor started before it re-executed itself
-    /// (an upgrade): still this process's child, waited for by its pid.
-    fn adopt(pid: u32) -> Child {
+    /// (an upgrade): still this process's child, waited for by its pid, with the end of its
+    /// socket that image handed over.
+    fn adopt(pid: u32, lifeline: Option<std::os::unix::net::UnixStream>, asks: &Asks) -> Child {
+        if let Some(lifeline) = &lifeline {
+            // What it asks from now on is answered by this image.
+            let listening = lifeline
+                .try_clone()
+                .and_then(|stream| listen(stream, pid, None, asks.clone()));
+            if let Err(e) = listening {
+                warn!(
+                    "supervisor: cannot read the running broker's socket: {}; its `ctl \
+                     reload` will not reach the supervisor",
+                    crate::os_error::words(&e)
+                );
+            }
+        }
         let (tell, ended) = oneshot::channel();
         tokio::task::spawn_blocking(move || {
             let status = i32::try_from(pid)
@@ -102,6 +122,8 @@ impl Child {
             pid,
             ready: None,
             served: true,
+            listens: None,
+            lifeline,
         }
     }
 
@@ -110,12 +132,64 @@ impl Child {
         ended(&mut self.ended).await
     }
 
+    /// Answers what the child asked on its socket; one that is gone needs no answer.
+    fn tell(&self, answer: &Supervised) {
+        if let Some(mut stream) = self.lifeline.as_ref() {
+            // A line, into a socket buffer the child keeps reading: it never waits.
+            let _ = std::io::Write::write_all(&mut stream, answer.line().as_bytes());
+        }
+    }
+
     /// Sends `signal`; a child that is gone already needs none.
     fn signal(&self, signal: Signal) {
         if let Ok(pid) = i32::try_from(self.pid) {
             let _ = kill(Pid::from_raw(pid), signal);
         }
     }
+}
+
+/// Where children's questions go: the pid of the child that asks (`RELOAD`).
+type Asks = mpsc::Sender<u32>;
+
+/// Reads what child `pid` writes on its socket until it closes it (it ended): `READY` once
+/// (to `said`), then `RELOAD` questions (to `asks`). Lines are bounded: the child is trusted,
+/// but a supervisor with little in it that can crash reads nothing unbounded.
+fn listen(
+    stream: std::os::unix::net::UnixStream,
+    pid: u32,
+    mut said: Option<oneshot::Sender<()>>,
+    asks: Asks,
+) -> std::io::Result<()> {
+    stream.set_nonblocking(true)?;
+    let stream = tokio::net::UnixStream::from_std(stream)?;
+    tokio::spawn(async move {
+        let mut reader = tokio::io::BufReader::new(stream);
+        loop {
+            let mut line = Vec::new();
+            let read = tokio::io::AsyncBufReadExt::read_until(
+                &mut (&mut reader).take(64),
+                b'\n',
+                &mut line,
+            )
+            .await;
+            if !matches!(read, Ok(1..)) {
+                return;
+            }
+            match line.trim_ascii() {
+                b"READY" => {
+                    if let Some(said) = said.take() {
+                        let _ = said.send(());
+                    }
+                }
+                b"RELOAD" => {
+                    // Unsent: the supervisor is stopping, nobody is left to answer.
+                    let Ok(()) = asks.send(pid).await else { return };
+                }
+                _ => {}
+            }
+        }
+    });
+    Ok(())
 }
 
 /// READY=1 to systemd (`Type=notify`), when it runs the supervisor; again after an upgrade,
@@ -215,6 +289,16 @@ enum NextEvent {
     Ended(std::io::Result<std::process::ExitStatus>),
 }
 
+/// What reading the file again came to.
+enum Reread {
+    /// The same listen addresses (or a file the broker will refuse): it reloads in place.
+    Same,
+    /// New ones, held now; a new broker starts on them. The line says so.
+    Replacing(String),
+    /// New ones that cannot be held or served: why. The running broker keeps its ports.
+    Failed(String),
+}
+
 /// The signals the supervisor takes.
 struct Signals {
     term: tokio::signal::unix::Signal,
@@ -240,6 +324,8 @@ struct Supervisor {
     socket: Option<tokio::net::UnixListener>,
     /// Where connections on it send their request, once read.
     requests: mpsc::Sender<std::os::unix::net::UnixStream>,
+    /// Where children send their questions.
+    asks: Asks,
     /// The `appbroker upgrade` waiting for the new broker to serve (or fail).
     waiting: Option<std::os::unix::net::UnixStream>,
     /// Brokers replaced and draining, with what waits for them: handed to the next image
@@ -257,9 +343,19 @@ pub struct Start {
     pub options: Options,
     /// Its socket for `appbroker upgrade` (`None` with `CONTROL_SOCKET=0`).
     pub socket: Option<std::os::unix::net::UnixListener>,
-    /// After an upgrade's re-execution: what the previous image handed over, and the
-    /// connection waiting for the answer.
-    pub upgrading: Option<(Handover, std::os::unix::net::UnixStream)>,
+    /// After an upgrade's re-execution: what the previous image handed over.
+    pub upgrading: Option<Upgrading>,
+}
+
+/// What a supervisor re-executed by an upgrade takes over from its previous image.
+pub struct Upgrading {
+    /// The pids and descriptor numbers it was told.
+    pub handover: Handover,
+    /// The connection of `appbroker upgrade`, waiting for the answer.
+    pub client: std::os::unix::net::UnixStream,
+    /// The supervisor's end of the running broker's socket ([`LIFELINE_ENV`]), kept open so
+    /// that broker does not take the re-execution for the supervisor's death.
+    pub lifeline: Option<std::os::unix::net::UnixStream>,
 }
 
 /// Runs the supervisor until its child stops on purpose (after a forwarded SIGTERM or SIGINT,
@@ -279,6 +375,7 @@ pub async fn run(start: Start) -> std::io::Result<u8> {
     } = start;
     Held::hand_down(&held)?;
     let (requests, incoming) = mpsc::channel(1);
+    let (asks, asked) = mpsc::channel(4);
     let socket = match socket {
         Some(listener) => {
             listener.set_nonblocking(true)?;
@@ -289,21 +386,25 @@ pub async fn run(start: Start) -> std::io::Result<u8> {
     };
     let retiring = upgrading
         .as_ref()
-        .map(|(handover, _)| handover.retired.clone())
+        .map(|u| u.handover.retired.clone())
         .unwrap_or_default();
     let (current, next, waiting) = match upgrading {
-        Some((Handover { child: pid, .. }, client)) => {
-            let next = Child::spawn(&options, &held)?;
+        Some(Upgrading {
+            handover: Handover { child: pid, .. },
+            client,
+            lifeline,
+        }) => {
+            let next = Child::spawn(&options, &held, &asks)?;
             info!(
                 "supervisor: re-executed {} for an upgrade; new broker started (pid {}), the \
                  running one (pid {pid}) serves until it does",
                 options.exe.display(),
                 next.pid
             );
-            (Child::adopt(pid), Some(next), Some(client))
+            (Child::adopt(pid, lifeline, &asks), Some(next), Some(client))
         }
         None => {
-            let current = Child::spawn(&options, &held)?;
+            let current = Child::spawn(&options, &held, &asks)?;
             info!(
                 "supervisor: holding {} listening socket(s); broker started (pid {})",
                 Held::entries(&held).len(),
@@ -323,13 +424,16 @@ pub async fn run(start: Start) -> std::io::Result<u8> {
         died_at: None,
         socket,
         requests,
+        asks,
         waiting,
         retired: Vec::new(),
     };
     for pid in retiring {
-        supervisor.retire(Child::adopt(pid));
+        // Draining already: their ends were not handed over, and they need none (a broker
+        // that drains ignores its supervisor's end).
+        supervisor.retire(Child::adopt(pid, None, &supervisor.asks.clone()));
     }
-    let code = supervisor.watch(&mut signals, incoming).await;
+    let code = supervisor.watch(&mut signals, incoming, asked).await;
     // Stopping for good (an upgrade's exec never comes back here): its socket goes with it.
     if let Some(socket) = &supervisor.socket
         && let Ok(address) = socket.local_addr()
@@ -345,6 +449,7 @@ impl Supervisor {
         &mut self,
         signals: &mut Signals,
         mut incoming: mpsc::Receiver<std::os::unix::net::UnixStream>,
+        mut asked: mpsc::Receiver<u32>,
     ) -> std::io::Result<u8> {
         loop {
             let accepted = async {
@@ -397,6 +502,7 @@ impl Supervisor {
                 },
                 Ok(stream) = accepted => read_request(stream, self.requests.clone()),
                 Some(client) = incoming.recv() => self.upgrade(client).await,
+                Some(pid) = asked.recv() => self.reload_asked(pid),
                 _ = signals.hup.recv() => self.reload(),
                 _ = signals.term.recv() => self.stop(Signal::SIGTERM),
                 _ = signals.int.recv() => self.stop(Signal::SIGINT),
@@ -505,34 +611,52 @@ impl Supervisor {
                 .map(|(pid, _)| *pid)
                 .collect(),
         };
+        let lifeline = self.current.lifeline.as_ref();
         let handed = Held::hand_down(&self.held)
             .and_then(|()| inherit::hand_down(client))
-            .and_then(|()| inherit::hand_down(socket));
-        if let Err(e) = handed {
-            return format!(
+            .and_then(|()| inherit::hand_down(socket))
+            .and_then(|()| lifeline.map_or(Ok(()), inherit::hand_down));
+        let why = match handed {
+            Err(e) => format!(
                 "cannot hand the sockets down: {}",
                 crate::os_error::words(&e)
-            );
+            ),
+            Ok(()) => {
+                info!(
+                    "supervisor: re-executing {} (same pid)",
+                    self.options.exe.display()
+                );
+                let mut command = std::process::Command::new(&self.options.exe);
+                command
+                    .arg("--supervise")
+                    .args(&self.options.args)
+                    .env(LISTENERS_ENV, encode(&Held::entries(&self.held)))
+                    .env(HANDOVER_ENV, handover.encode())
+                    .env_remove(LIFELINE_ENV)
+                    // What systemd passed is in LISTENERS_ENV now; the same pid must not take
+                    // it twice.
+                    .env_remove("LISTEN_FDS")
+                    .env_remove("LISTEN_PID")
+                    .env_remove("LISTEN_FDNAMES");
+                if let Some(lifeline) = lifeline {
+                    command.env(LIFELINE_ENV, lifeline.as_raw_fd().to_string());
+                }
+                let e = command.exec();
+                format!(
+                    "cannot re-execute {}: {}",
+                    self.options.exe.display(),
+                    crate::os_error::words(&e)
+                )
+            }
+        };
+        // Still this image: the socket and the broker's end must not leak into the children
+        // it starts from now on (a child holding the end would keep another alive as an
+        // orphan). The client is answered and closed by the caller.
+        let _ = inherit::keep(socket);
+        if let Some(lifeline) = lifeline {
+            let _ = inherit::keep(lifeline);
         }
-        info!(
-            "supervisor: re-executing {} (same pid)",
-            self.options.exe.display()
-        );
-        let e = std::process::Command::new(&self.options.exe)
-            .arg("--supervise")
-            .args(&self.options.args)
-            .env(LISTENERS_ENV, encode(&Held::entries(&self.held)))
-            .env(HANDOVER_ENV, handover.encode())
-            // What systemd passed is in LISTENERS_ENV now; the same pid must not take it twice.
-            .env_remove("LISTEN_FDS")
-            .env_remove("LISTEN_PID")
-            .env_remove("LISTEN_FDNAMES")
-            .exec();
-        format!(
-            "cannot re-execute {}: {}",
-            self.options.exe.display(),
-            crate::os_error::words(&e)
-        )
+        why
     }
 
     /// The current child said READY.
@@ -645,7 +769,7 @@ impl Supervisor {
     /// started at all (the binary gone, no process left).
     async fn respawn(&mut self) -> Child {
         loop {
-            match Child::spawn(&self.options, &self.held) {
+            match Child::spawn(&self.options, &self.held, &self.asks) {
                 Ok(child) => {
                     info!("supervisor: broker started (pid {})", child.pid);
                     return child;
@@ -667,50 +791,103 @@ impl Supervisor {
     /// SIGHUP: the file read again; the child reloads in place when the ports are the same,
     /// else a new child on the new set replaces it.
     fn reload(&mut self) {
-        let config = match Config::from_path(&self.config.source) {
-            Ok(loaded) => loaded.config,
-            Err(_) => {
-                // The child reads it too and logs every error; the running one carries on.
+        match self.reread() {
+            Reread::Same => {
                 info!("supervisor: received SIGHUP; passing it on to the broker");
                 self.current.signal(Signal::SIGHUP);
-                return;
+            }
+            Reread::Replacing(line) => info!("supervisor: received SIGHUP: {line}"),
+            Reread::Failed(why) => error!("supervisor: {why}"),
+        }
+    }
+
+    /// A reload asked of broker `pid` (`appbroker ctl reload`, or a SIGHUP sent to it rather
+    /// than to the supervisor), which asks this supervisor first. The file is read as on
+    /// SIGHUP: new ports are held and a new broker starts on them (`replaced`); with the
+    /// ports the asking broker runs on, it reloads itself (`in place`). One that runs on
+    /// other ports is being replaced already (by a reload that came first): it is told so,
+    /// and does not bind ports the supervisor holds.
+    fn reload_asked(&mut self, pid: u32) {
+        let answer = match self.reread() {
+            Reread::Failed(why) => {
+                error!("supervisor: reload asked by the broker (pid {pid}): {why}");
+                Supervised::Refused(why)
+            }
+            Reread::Replacing(line) => {
+                info!("supervisor: reload asked by the broker (pid {pid}): {line}");
+                Supervised::Replaced(line)
+            }
+            Reread::Same => {
+                let now: Vec<_> = self.config.balancers.iter().map(|b| b.listen).collect();
+                let behind = self
+                    .child(pid)
+                    .and_then(|c| c.listens.as_ref())
+                    .is_some_and(|l| *l != now);
+                match &self.next {
+                    Some(next) if behind && next.pid != pid => Supervised::Replaced(format!(
+                        "the ports changed; a new broker (pid {}) starts on them (held by the \
+                         supervisor) and replaces this one (pid {pid}) once it serves",
+                        next.pid
+                    )),
+                    _ => Supervised::InPlace,
+                }
             }
         };
+        // A broker already replaced and draining gets no answer: it reloads in place once
+        // its wait is over, which changes nothing that matters for a broker that stops.
+        if let Some(child) = self.child(pid) {
+            child.tell(&answer);
+        }
+    }
+
+    /// The running or the replacing broker, by pid.
+    fn child(&self, pid: u32) -> Option<&Child> {
+        [Some(&self.current), self.next.as_ref()]
+            .into_iter()
+            .flatten()
+            .find(|c| c.pid == pid)
+    }
+
+    /// Reads the file again and makes the listeners held the ones it names; a new child on
+    /// them when they changed, which replaces the running one once it serves.
+    fn reread(&mut self) -> Reread {
+        let Ok(loaded) = Config::from_path(&self.config.source) else {
+            // The broker reads it too and says what is wrong; the running one carries on.
+            return Reread::Same;
+        };
+        let config = loaded.config;
         let addresses = |c: &Config| c.balancers.iter().map(|b| b.listen).collect::<Vec<_>>();
         if addresses(&config) == addresses(&self.config) {
-            info!("supervisor: received SIGHUP; passing it on to the broker");
-            self.current.signal(Signal::SIGHUP);
             self.config = config;
-            return;
+            return Reread::Same;
         }
         if let Err(e) = hold(&config, &mut self.held) {
-            error!("supervisor: {e}; the broker keeps the ports it has");
-            return;
+            return Reread::Failed(format!("{e}; the broker keeps the ports it has"));
         }
         self.config = config;
         if let Err(e) = Held::hand_down(&self.held) {
-            error!(
-                "supervisor: cannot hand the listeners down: {}",
+            return Reread::Failed(format!(
+                "cannot hand the listeners down: {}",
                 crate::os_error::words(&e)
-            );
-            return;
+            ));
         }
-        match Child::spawn(&self.options, &self.held) {
+        match Child::spawn(&self.options, &self.held, &self.asks) {
             Ok(child) => {
-                info!(
-                    "supervisor: received SIGHUP: the ports changed; a new broker (pid {}) \
-                     starts on them and replaces the running one (pid {}) once it serves",
+                let line = format!(
+                    "the ports changed; a new broker (pid {}) starts on them (held by the \
+                     supervisor) and replaces the running one (pid {}) once it serves",
                     child.pid, self.current.pid
                 );
                 if let Some(previous) = self.next.replace(child) {
                     previous.signal(Signal::SIGTERM);
                 }
+                Reread::Replacing(line)
             }
-            Err(e) => error!(
-                "supervisor: cannot start the broker {}: {}",
+            Err(e) => Reread::Failed(format!(
+                "cannot start the broker {}: {}",
                 self.options.exe.display(),
                 crate::os_error::words(&e)
-            ),
+            )),
         }
     }
 

@@ -66,6 +66,11 @@ pub fn activated(config: &Config) -> Result<Vec<Held>, InheritedError> {
     if pid != std::process::id() {
         return Ok(Vec::new());
     }
+    // systemd makes one socket per `ListenStream=`, where a balancer bound here gets one
+    // SO_REUSEPORT socket per worker thread: every worker accepts on systemd's socket instead,
+    // each on a descriptor of its own (the kernel gives each connection to one of them; not
+    // spread as evenly as by SO_REUSEPORT, but no worker is left out).
+    let workers = crate::workers::listeners_for(config.general.workers as usize);
     let mut held: Vec<Held> = Vec::new();
     for fd in FIRST_FD..FIRST_FD + count {
         let listener = inherit::take_listener(fd)?;
@@ -74,13 +79,26 @@ pub fn activated(config: &Config) -> Result<Vec<Held>, InheritedError> {
             .map_err(|source| inherit::InheritError::NotSocket { fd, source })?;
         match config.balancers.iter().find(|b| b.listen == address) {
             Some(b) if !held.iter().any(|h| h.configured == b.listen) => {
+                let shared = if workers > 1 {
+                    format!(" (one socket, shared by {workers} worker threads)")
+                } else {
+                    String::new()
+                };
                 info!(
-                    "supervisor: {} listens on {address}, passed by systemd",
+                    "supervisor: {} listens on {address}, passed by systemd{shared}",
                     b.kind
                 );
+                let mut listeners = Vec::with_capacity(workers);
+                for _ in 1..workers {
+                    let copy = listener
+                        .try_clone()
+                        .map_err(|source| inherit::InheritError::NotSocket { fd, source })?;
+                    listeners.push(copy);
+                }
+                listeners.push(listener);
                 held.push(Held {
                     configured: b.listen,
-                    listeners: vec![listener],
+                    listeners,
                 });
             }
             _ => warn!(

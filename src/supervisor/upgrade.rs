@@ -17,6 +17,13 @@ use std::time::Duration;
 /// brokers still draining, separated by commas).
 pub const HANDOVER_ENV: &str = "APPBROKER_UPGRADE";
 
+/// The environment variable by which a supervisor that re-executes itself hands its next
+/// image its end of the running broker's socket (the descriptor number): the broker stops
+/// when that end closes, so it must stay open across the exec. Apart from [`HANDOVER_ENV`]
+/// so that images from before it (which reject a handover they do not know) can still be
+/// upgraded to, and back.
+pub const LIFELINE_ENV: &str = "APPBROKER_LIFELINE_FD";
+
 /// The request.
 pub const REQUEST: &str = "upgrade";
 
@@ -76,9 +83,11 @@ pub fn socket_path(control: &Path) -> PathBuf {
     control.with_extension("supervisor.sock")
 }
 
-/// Binds the supervisor's socket at `path` (mode 0600: an upgrade is the service owner's
-/// business), replacing a stale one; a live one means another supervisor runs this file.
-pub fn bind(path: &Path) -> std::io::Result<std::os::unix::net::UnixListener> {
+/// Binds the supervisor's socket at `path`, replacing a stale one; a live one means another
+/// supervisor runs this file. Its mode is the control socket's: 0600 (an upgrade is the
+/// service owner's business), or 0660 owned by group `gid` (`CONTROL_GROUP`: operators who
+/// may reload and drain through `ctl` may upgrade too).
+pub fn bind(path: &Path, gid: Option<u32>) -> std::io::Result<std::os::unix::net::UnixListener> {
     use std::os::unix::fs::PermissionsExt;
     if UnixStream::connect(path).is_ok() {
         return Err(std::io::Error::new(
@@ -90,8 +99,14 @@ pub fn bind(path: &Path) -> std::io::Result<std::os::unix::net::UnixListener> {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
         _ => {}
     }
+    // Made with the umask's mode (no write for others with the usual 022, so nobody else can
+    // connect meanwhile), then narrowed.
     let listener = std::os::unix::net::UnixListener::bind(path)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    let mode = if gid.is_some() { 0o660 } else { 0o600 };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    if let Some(gid) = gid {
+        std::os::unix::fs::chown(path, None, Some(gid))?;
+    }
     Ok(listener)
 }
 

@@ -58,8 +58,7 @@ impl Broker {
                     return broker;
                 }
                 if broker.has_log("address already in use") {
-                    let _ = broker.child.kill();
-                    let _ = broker.child.wait();
+                    kill_tree(&mut broker.child);
                     continue; // someone took the port between free_ports() and the bind
                 }
             }
@@ -283,10 +282,80 @@ impl Broker {
 }
 
 impl Drop for Broker {
+    /// Ends the process and every process it started (a supervisor's brokers, an upgrade's
+    /// check), even when the test panicked: a test leaves nothing running behind it.
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        kill_tree(&mut self.child);
     }
+}
+
+/// SIGKILLs `child` and all its descendants, reaps `child`, and waits (a few seconds at
+/// most) until the descendants are gone too. It is stopped first (SIGSTOP) so that it starts
+/// no new process between the look at `/proc` and the kill; the descendants, killed while it
+/// is stopped, are reaped by init once it is gone.
+pub fn kill_tree(child: &mut Child) {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let root = child.id() as i32;
+    let mut killed = Vec::new();
+    if let Ok(None) = child.try_wait() {
+        let _ = kill(Pid::from_raw(root), Signal::SIGSTOP);
+        killed = descendants(root);
+        for &pid in &killed {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let end = Instant::now() + Duration::from_secs(5);
+    while killed.iter().any(|&pid| running(pid)) && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// True while process `pid` exists and is no zombie.
+fn running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit(')')
+            .next()
+            .is_some_and(|rest| !rest.trim_start().starts_with('Z'))
+    })
+}
+
+/// Every live descendant of process `root` (children first), from the parent pids in
+/// `/proc/*/stat`.
+pub fn descendants(root: i32) -> Vec<i32> {
+    let parents: Vec<(i32, i32)> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| {
+            let pid: i32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // `pid (comm) state ppid ...`; comm may hold spaces and parentheses.
+            let ppid = stat
+                .rsplit(')')
+                .next()?
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            Some((pid, ppid))
+        })
+        .collect();
+    let mut found = vec![root];
+    let mut at = 0;
+    while at < found.len() {
+        let parent = found[at];
+        found.extend(
+            parents
+                .iter()
+                .filter(|&&(_, ppid)| ppid == parent)
+                .map(|&(pid, _)| pid),
+        );
+        at += 1;
+    }
+    found.remove(0);
+    found
 }
 
 /// Runs the binary with `args` to completion, returning (exit code, stdout, stderr).
