@@ -357,7 +357,23 @@ mod tests {
         calls: AtomicUsize,
     }
 
+    /// Opens its gate when dropped: a test that fails while lookups wait on the gate then
+    /// fails, rather than hanging as the runtime waits for their blocking threads at its end.
+    struct OpenAtEnd(Arc<Gate>);
+
+    impl Drop for OpenAtEnd {
+        fn drop(&mut self) {
+            self.0.release();
+        }
+    }
+
     impl Gate {
+        /// A closed gate, and its opening at the end of the test.
+        fn closed() -> (Arc<Gate>, OpenAtEnd) {
+            let gate = Arc::new(Gate::default());
+            (Arc::clone(&gate), OpenAtEnd(gate))
+        }
+
         fn lookup(self: &Arc<Self>) -> Lookup {
             let gate = Arc::clone(self);
             Arc::new(move |name: &str| {
@@ -398,7 +414,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn one_lookup_per_name_however_many_ask() {
-        let gate = Arc::new(Gate::default());
+        let (gate, _open_at_end) = Gate::closed();
         let resolver = Arc::new(Resolver::with_lookup(32, gate.lookup()));
         let askers: Vec<_> = (0..200)
             .map(|_| {
@@ -422,7 +438,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn lookups_in_flight_are_capped_and_the_others_are_turned_away_at_once() {
-        let gate = Arc::new(Gate::default());
+        let (gate, _open_at_end) = Gate::closed();
         let resolver = Arc::new(Resolver::with_lookup(4, gate.lookup()));
         let mut waiting = Vec::new();
         let mut busy = 0;
@@ -441,7 +457,8 @@ mod tests {
         }
         assert_eq!(busy, 6);
         assert_eq!(waiting.len(), 4);
-        assert_eq!(gate.calls(), 4);
+        // Each lookup's thread may start after its asker gave up (a loaded machine).
+        until("four lookups started", || gate.calls() == 4).await;
         assert_eq!(resolver.in_flight(), 4);
         // Asking again for a name in flight joins its lookup: no new one, no thread.
         let again = resolver
@@ -464,7 +481,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_cache_time_of_0_looks_up_every_time_and_a_failure_is_never_cached() {
-        let gate = Arc::new(Gate::default());
+        let (gate, _open_at_end) = Gate::closed();
         gate.release();
         let resolver = Arc::new(Resolver::with_lookup(32, gate.lookup()));
         for n in 1..=3 {
