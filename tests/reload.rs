@@ -64,8 +64,12 @@ fn web_services(server: &TestServer) -> String {
     )
 }
 
-/// Asks through `addr` `count` times, each on a new connection; returns who answered.
+/// Asks through `addr` (the first balancer's) `count` times, each on a new connection, the
+/// next only once the broker has counted the last one's end (so a fewest-connections pick
+/// sees the loads the expected orders assume); returns who answered.
 async fn ask_many(broker: &InProcess, addr: SocketAddr, count: usize) -> Vec<String> {
+    let active = || -> u64 { broker.state().servers.iter().map(|s| s.active).sum() };
+    let held = active();
     let mut answers = Vec::with_capacity(count);
     for i in 0..count {
         match ask(addr).await {
@@ -75,6 +79,7 @@ async fn ask_many(broker: &InProcess, addr: SocketAddr, count: usize) -> Vec<Str
                 broker.events.text()
             ),
         }
+        eventually("the last client's end counted", || active() <= held).await;
     }
     answers
 }
