@@ -299,21 +299,28 @@ async fn same_port_mode_serves_tls_and_plain_clients() {
     assert!(broker.state().handshake_failures.is_empty());
 }
 
-/// A TLS echo server (`<name>: <line>`) with `leaf`, on loopback.
-async fn tls_echo_server(name: &'static str, leaf: &Leaf) -> SocketAddr {
+/// A TLS server's acceptor with `leaf` (its key PKCS#8, as rcgen and OpenSSL write it),
+/// speaking `alpn` when given.
+fn acceptor_of(leaf: &Leaf, alpn: Option<&[u8]>) -> TlsAcceptor {
     let key = rustls::pki_types::PrivateKeyDer::try_from(
         rustls::pki_types::pem::PemObject::from_pem_slice(leaf.key.as_bytes())
             .map(|k: rustls::pki_types::PrivatePkcs8KeyDer<'static>| k.secret_pkcs8_der().to_vec())
             .unwrap(),
     )
     .unwrap();
-    let config = ServerConfig::builder_with_provider(appbroker::tls::provider())
+    let mut config = ServerConfig::builder_with_provider(appbroker::tls::provider())
         .with_safe_default_protocol_versions()
         .unwrap()
         .with_no_client_auth()
         .with_single_cert(vec![leaf.der.clone()], key)
         .unwrap();
-    let acceptor = TlsAcceptor::from(Arc::new(config));
+    config.alpn_protocols = alpn.into_iter().map(<[u8]>::to_vec).collect();
+    TlsAcceptor::from(Arc::new(config))
+}
+
+/// A TLS echo server (`<name>: <line>`) with `leaf`, on loopback.
+async fn tls_echo_server(name: &'static str, leaf: &Leaf) -> SocketAddr {
+    let acceptor = acceptor_of(leaf, None);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -999,4 +1006,173 @@ async fn an_http_balancer_speaks_https_and_tells_plain_http_to_use_it() {
     })
     .await;
     assert!(broker.state().servers[0].quarantine.is_none());
+}
+
+/// What a TLS-only HTTP server saw on one connection it accepted.
+#[derive(Debug, Clone, Default)]
+struct Seen {
+    /// The first bytes, when they were not a TLS handshake (clear text).
+    clear: Option<String>,
+    /// The application protocol agreed (ALPN).
+    alpn: Option<Vec<u8>>,
+    /// The paths asked on it, in order.
+    paths: Vec<String>,
+}
+
+/// A TLS-only HTTP/1.1 server with `leaf` (keep-alive, ALPN `http/1.1`) answering every
+/// request `served <path>`, and what each connection it accepted carried. A connection whose
+/// first byte is no TLS handshake record (0x16) is recorded as clear text and closed.
+async fn tls_http_server(leaf: &Leaf) -> (SocketAddr, Arc<std::sync::Mutex<Vec<Seen>>>) {
+    let acceptor = acceptor_of(leaf, Some(b"http/1.1"));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen: Arc<std::sync::Mutex<Vec<Seen>>> = Arc::default();
+    let record = Arc::clone(&seen);
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let index = {
+                let mut seen = record.lock().unwrap();
+                seen.push(Seen::default());
+                seen.len() - 1
+            };
+            let (acceptor, record) = (acceptor.clone(), Arc::clone(&record));
+            tokio::spawn(async move {
+                let mut first = [0u8; 64];
+                let Ok(n) = tcp.peek(&mut first).await else {
+                    return;
+                };
+                if n == 0 {
+                    return;
+                }
+                if first[0] != 0x16 {
+                    let mut clear = vec![0u8; 256];
+                    let n = tokio::io::AsyncReadExt::read(&mut tcp, &mut clear)
+                        .await
+                        .unwrap_or(0);
+                    record.lock().unwrap()[index].clear =
+                        Some(String::from_utf8_lossy(&clear[..n]).into_owned());
+                    return;
+                }
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                record.lock().unwrap()[index].alpn =
+                    tls.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
+                let service = hyper::service::service_fn(
+                    move |request: hyper::Request<hyper::body::Incoming>| {
+                        let path = request.uri().path().to_string();
+                        record.lock().unwrap()[index].paths.push(path.clone());
+                        async move {
+                            Ok::<_, std::convert::Infallible>(hyper::Response::new(
+                                http_body_util::Full::new(bytes::Bytes::from(format!(
+                                    "served {path}"
+                                ))),
+                            ))
+                        }
+                    },
+                );
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                    .await;
+            });
+        }
+    });
+    (addr, seen)
+}
+
+/// A configuration of one HTTP balancer over one server at `port`, with `extra` lines.
+fn http_tls_ini(port: u16, extra: &str) -> String {
+    format!(
+        "[General]\nSHUTDOWN_TIMEOUT=5\n[BALANCE_HTTP]\nLOCAL_SERVER_ADDRESS=127.0.0.1\n\
+         LOCAL_SERVER_PORT=@PORT@\n{extra}REMOTE_SERVER_01=127.0.0.1 {port}\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_balancer_speaks_tls_to_its_servers_and_reuses_one_pooled_connection() {
+    let ca = Ca::new("Upstream CA");
+    let files = Files::new();
+    let ca_file = files.write("upstream-ca.pem", ca.pem());
+    let (addr, seen) = tls_http_server(&ca.issue(&["127.0.0.1"], |_| {})).await;
+    let ini = http_tls_ini(
+        addr.port(),
+        &format!(
+            "SSL_ENCRYPT_UPSTREAM=1\nSSL_UPSTREAM_CA={}\nMONITORING_TYPE=HTTP\n\
+             MONITOR_PATH=/health\nMONITOR_INTERVAL=100ms\n",
+            ca_file.display()
+        ),
+    );
+    let broker = InProcess::start(&ini).await;
+
+    // Five requests on one kept-alive client connection (one worker, so one pool).
+    let mut client = HttpConnection::connect(broker.addr()).await;
+    for i in 0..5 {
+        let answer = client.request("GET", &format!("/r{i}"), &[]).await.unwrap();
+        assert_eq!(
+            (answer.status, answer.text()),
+            (200, format!("served /r{i}")),
+            "{:?}",
+            seen.lock().unwrap()
+        );
+    }
+    // The monitor's HTTP check goes over TLS too, on the same dialer.
+    eventually("a passed HTTP check over TLS", || {
+        broker.state().servers[0]
+            .last_check
+            .as_ref()
+            .is_some_and(|c| c.error.is_none())
+    })
+    .await;
+
+    let seen = seen.lock().unwrap().clone();
+    let clear: Vec<_> = seen.iter().filter_map(|c| c.clear.as_ref()).collect();
+    assert!(clear.is_empty(), "clear text reached the server: {clear:?}");
+    let carrying: Vec<&Seen> = seen
+        .iter()
+        .filter(|c| c.paths.iter().any(|p| p.starts_with("/r")))
+        .collect();
+    assert_eq!(
+        carrying.len(),
+        1,
+        "five requests, one pooled TLS connection: {seen:?}"
+    );
+    assert_eq!(carrying[0].paths, ["/r0", "/r1", "/r2", "/r3", "/r4"]);
+    assert_eq!(carrying[0].alpn.as_deref(), Some(&b"http/1.1"[..]));
+    assert!(seen.iter().any(|c| c.paths == ["/health"]), "{seen:?}");
+    assert_eq!(broker.state().servers[0].failed_connects, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_balancer_sends_nothing_to_a_server_it_cannot_verify_and_says_why() {
+    let trusted = Ca::new("Upstream CA");
+    let files = Files::new();
+    let ca_file = files.write("upstream-ca.pem", trusted.pem());
+    let stranger = Ca::new("Someone else").issue(&["127.0.0.1"], |_| {});
+    let (addr, seen) = tls_http_server(&stranger).await;
+    let ini = http_tls_ini(
+        addr.port(),
+        &format!(
+            "SSL_ENCRYPT_UPSTREAM=1\nSSL_UPSTREAM_CA={}\nMONITORING_TYPE=DISABLED\n\
+             MAX_ATTEMPTS=1\n",
+            ca_file.display()
+        ),
+    );
+    let broker = InProcess::start(&ini).await;
+    let answer = http_get(broker.addr(), "/secret", &[]).await;
+    assert_eq!(answer.status, 503, "{}", answer.text());
+    let seen = seen.lock().unwrap().clone();
+    assert!(!seen.is_empty(), "the broker tried the server");
+    assert!(
+        seen.iter().all(|c| c.clear.is_none() && c.paths.is_empty()),
+        "{seen:?}"
+    );
+    let error = broker.state().servers[0]
+        .last_error
+        .clone()
+        .expect("a reason");
+    assert!(
+        error.starts_with("TLS handshake failed: unknown issuer"),
+        "{error}"
+    );
+    assert!(broker.state().servers[0].quarantine.is_some());
 }
