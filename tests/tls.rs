@@ -1171,8 +1171,195 @@ async fn an_http_balancer_sends_nothing_to_a_server_it_cannot_verify_and_says_wh
         .clone()
         .expect("a reason");
     assert!(
-        error.starts_with("TLS handshake failed: unknown issuer"),
+        error.starts_with(
+            "TLS handshake failed: unknown issuer: the server's certificate \
+                           (CN=127.0.0.1, issued by CN=Someone else,"
+        ),
         "{error}"
     );
     assert!(broker.state().servers[0].quarantine.is_some());
+}
+
+/// A server's own certificate as `openssl req -x509` makes it, made here with rcgen:
+/// self-signed, marked CA:TRUE, no subject alternative name, `name` its CN.
+fn self_signed(name: &str, tweak: impl FnOnce(&mut CertificateParams)) -> Leaf {
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.distinguished_name = dn(name);
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    tweak(&mut params);
+    let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let cert = params.self_signed(&key).unwrap();
+    Leaf {
+        der: cert.der().clone(),
+        pem: cert.pem(),
+        key: key.serialize_pem(),
+    }
+}
+
+/// `appbroker --check` on one TCP balancer encrypting upstream with `extra` (its
+/// `SSL_UPSTREAM_CA`).
+fn check_upstream(files: &Files, extra: &str) -> (i32, String, String) {
+    let ini = files.write(
+        "appserver.ini",
+        format!(
+            "[BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_PORT=5000\nSSL_ENCRYPT_UPSTREAM=1\n\
+             {extra}REMOTE_SERVER_01=127.0.0.1 6000\n"
+        ),
+    );
+    run_cli(&["--check", "--config", ini.to_str().unwrap()])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_own_certificate_in_ssl_upstream_ca_is_pinned_until_it_expires() {
+    let files = Files::new();
+    let own = self_signed("appserver", |_| {});
+    let pinned = format!(
+        "SSL_UPSTREAM_CA={}\n",
+        files.write("appserver.crt", &own.pem).display()
+    );
+    let (served, error) = through_upstream_tls(&own, &pinned).await;
+    assert_eq!(served.as_deref(), Some("tls-a: through"), "{error:?}");
+    let (code, _, stderr) = check_upstream(&files, &pinned);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.lines().any(|l| l.starts_with("notice:")
+            && l.contains("SSL_UPSTREAM_CA")
+            && l.contains(
+                "appserver.crt: CN=appserver, self-signed, marked CA:TRUE, no subject \
+                           alternative name"
+            )
+            && l.contains("is pinned")),
+        "{stderr}"
+    );
+
+    let expired = self_signed("appserver", |p| {
+        p.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        p.not_after = rcgen::date_time_ymd(2021, 1, 1);
+    });
+    let pinned = format!(
+        "SSL_UPSTREAM_CA={}\n",
+        files.write("expired.crt", &expired.pem).display()
+    );
+    let (served, error) = through_upstream_tls(&expired, &pinned).await;
+    assert_eq!(served, None);
+    let error = error.expect("a reason");
+    assert!(
+        error.starts_with(
+            "TLS handshake failed: certificate expired on 2021-01-01 00:00:00 UTC: the \
+             certificate pinned in SSL_UPSTREAM_CA (CN=appserver, self-signed,"
+        ) && error.ends_with(
+            "make the server a new one and put it in SSL_UPSTREAM_CA in place of the old"
+        ),
+        "{error}"
+    );
+    let (code, _, stderr) = check_upstream(&files, &pinned);
+    assert_eq!(
+        code, 0,
+        "an expired pin is a warning, not a refusal: {stderr}"
+    );
+    assert!(
+        stderr.lines().any(|l| l.starts_with("warning:")
+            && l.contains(
+                "expired.crt: the pinned certificate CN=appserver expired on 2021-01-01"
+            )),
+        "{stderr}"
+    );
+}
+
+/// A server's own certificate made by the real `openssl req -x509` (RSA 2048, a year, as
+/// AppServer guides write the command), saved as `<file>.crt` and `<file>.key`.
+fn openssl_req_x509(files: &Files, name: &str, file: &str) -> Leaf {
+    let (cert, key) = (
+        files.0.path().join(format!("{file}.crt")),
+        files.0.path().join(format!("{file}.key")),
+    );
+    let mut command = Command::new("openssl");
+    command.args([
+        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "365",
+    ]);
+    command.args(["-subj", &format!("/CN={name}")]);
+    command.arg("-keyout").arg(&key).arg("-out").arg(&cert);
+    let (code, _, stderr) = run_bounded(command);
+    assert_eq!(code, 0, "{stderr}");
+    let pem = std::fs::read_to_string(&cert).unwrap();
+    let der = rustls::pki_types::pem::PemObject::from_pem_slice(pem.as_bytes()).unwrap();
+    Leaf {
+        der,
+        pem,
+        key: std::fs::read_to_string(&key).unwrap(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs openssl (apt-get install openssl)"]
+async fn a_certificate_made_by_openssl_req_x509_is_pinned_by_naming_it_and_another_is_not() {
+    if !have("openssl") {
+        return;
+    }
+    let files = Files::new();
+    let own = openssl_req_x509(&files, "appserver", "own");
+    // What the issue met: CA:TRUE, no subjectAltName.
+    let mut text = Command::new("openssl");
+    text.args(["x509", "-noout", "-text", "-in"])
+        .arg(files.0.path().join("own.crt"));
+    let (code, text, stderr) = run_bounded(text);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        text.contains("CA:TRUE") && !text.contains("Subject Alternative Name"),
+        "{text}"
+    );
+    let pinned = format!(
+        "SSL_UPSTREAM_CA={}\n",
+        files.0.path().join("own.crt").display()
+    );
+
+    // A TCP balancer and an HTTP one: the same dial path, the same verifier.
+    let (served, error) = through_upstream_tls(&own, &pinned).await;
+    assert_eq!(served.as_deref(), Some("tls-a: through"), "{error:?}");
+    let (addr, seen) = tls_http_server(&own).await;
+    let ini = http_tls_ini(
+        addr.port(),
+        &format!("SSL_ENCRYPT_UPSTREAM=1\n{pinned}MONITORING_TYPE=DISABLED\n"),
+    );
+    let broker = InProcess::start(&ini).await;
+    let answer = http_get(broker.addr(), "/pinned", &[]).await;
+    assert_eq!(
+        (answer.status, answer.text()),
+        (200, "served /pinned".to_string()),
+        "{:?}",
+        broker.state().servers[0].last_error
+    );
+    assert!(seen.lock().unwrap().iter().all(|c| c.clear.is_none()));
+
+    // Another `openssl req -x509` certificate of the same name (the server's, made again):
+    // refused, saying what it is and what is pinned, never webpki's CaUsedAsEndEntity.
+    let again = openssl_req_x509(&files, "appserver", "again");
+    let (served, error) = through_upstream_tls(&again, &pinned).await;
+    assert_eq!(served, None);
+    let error = error.expect("a reason");
+    assert!(
+        error.starts_with(
+            "TLS handshake failed: not trusted: the server's certificate (CN=appserver, \
+             self-signed, marked CA:TRUE, no subject alternative name, valid until"
+        ) && error.contains("is not the certificate pinned in SSL_UPSTREAM_CA (")
+            && error.contains("own.crt holds CN=appserver)"),
+        "{error}"
+    );
+    assert!(
+        !error.contains("Other(") && !error.contains("CaUsedAsEndEntity"),
+        "{error}"
+    );
+
+    // --check's doctor says it is pinned.
+    let (code, _, stderr) = check_upstream(&files, &pinned);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.lines().any(|l| l.starts_with("notice:")
+            && l.contains(
+                "own.crt: CN=appserver, self-signed, marked CA:TRUE, no subject \
+                           alternative name"
+            )
+            && l.contains("is pinned")),
+        "{stderr}"
+    );
 }
