@@ -28,7 +28,8 @@ use super::{ALPN_HTTP1, SslMethod, files, provider};
 pub struct UpstreamSettings {
     /// `SSL_UPSTREAM_VERIFY` (default on).
     pub verify: bool,
-    /// `SSL_UPSTREAM_CA`: the CAs trusted for the servers (default: the system's roots).
+    /// `SSL_UPSTREAM_CA`: the CAs trusted for the servers, and servers' own certificates,
+    /// pinned (default: the system's roots).
     pub ca: Option<PathBuf>,
     /// `SSL_UPSTREAM_SERVER_NAME`: the name to verify (and send as SNI) instead of each
     /// server's address, for servers addressed by IP.
