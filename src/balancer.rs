@@ -781,16 +781,15 @@ impl Balancer {
     /// A connect to `server` for `client` failed with `error` (`stale`: the server was chosen
     /// although quarantined). A cause that blames anyone but the broker counts against the
     /// server and quarantines it (unless its quarantine is what the choice went around); a
-    /// cause that is the broker's own blames no server. Returns whether the server was
-    /// blamed. Called by [`Balancer::dial`], and by the HTTP engine for a new connection the
-    /// server closed before it took the request.
+    /// cause that is the broker's own blames no server. Called by [`Balancer::dial`], and by
+    /// the HTTP engine for a new connection the server closed before it took the request.
     pub fn connect_failed(
         &self,
         server: &Server,
         stale: bool,
         error: &ConnectError,
         client: SocketAddr,
-    ) -> bool {
+    ) {
         let error = error.explain();
         let blamed = error.points_at != PointsAt::Broker;
         self.events.emit(|| Event::ConnectFailed {
@@ -808,7 +807,7 @@ impl Balancer {
                      blamed until this clears"
                 );
             }
-            return false;
+            return;
         }
         server.failed_connects.fetch_add(1, Relaxed);
         if stale {
@@ -819,7 +818,6 @@ impl Balancer {
             error!(client = %client, "cannot connect to server {}: {error}", server.address);
             self.quarantine(server, Reason::Connect, &error.words);
         }
-        true
     }
 
     /// A client closed without a server.

@@ -1080,12 +1080,9 @@ async fn tls_http_server(leaf: &Leaf) -> (SocketAddr, Arc<std::sync::Mutex<Vec<S
     (addr, seen)
 }
 
-/// A configuration of one HTTP balancer over one server at `port`, with `extra` lines.
+/// [`tls_ini`] for an HTTP balancer.
 fn http_tls_ini(port: u16, extra: &str) -> String {
-    format!(
-        "[General]\nSHUTDOWN_TIMEOUT=5\n[BALANCE_HTTP]\nLOCAL_SERVER_ADDRESS=127.0.0.1\n\
-         LOCAL_SERVER_PORT=@PORT@\n{extra}REMOTE_SERVER_01=127.0.0.1 {port}\n"
-    )
+    tls_ini(port, extra).replace("[BALANCE_SMART_CLIENT_DESKTOP]", "[BALANCE_HTTP]")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
