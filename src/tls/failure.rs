@@ -347,7 +347,7 @@ fn refused_words(error: &CertificateError, seen: &Seen<'_>) -> HandshakeFailure 
         ),
         BadEncoding => (
             Cause::BadCertificate,
-            "the server's certificate is not a valid X.509 certificate".to_string(),
+            format!("{what} is not a valid X.509 certificate (its encoding is broken)"),
         ),
         Revoked => (Cause::BadCertificate, format!("{what} is revoked")),
         Other(other) => match other.0.downcast_ref::<webpki::Error>() {

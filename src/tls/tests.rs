@@ -1112,6 +1112,50 @@ async fn only_a_servers_own_certificate_is_said_pinned_and_a_pinned_leaf_ignores
 }
 
 #[test]
+fn every_refusal_of_a_servers_certificate_is_told_in_words() {
+    use rustls::{CertificateError as E, OtherError};
+    let presented = Presented::read(&self_signed("appserver", |_| {}).der).unwrap();
+    let trusted = Arc::new(verify::Trusted::CaFile {
+        path: "/etc/appbroker/appservers.pem".into(),
+        subjects: "CN=appserver2".into(),
+    });
+    let webpki = |e: webpki::Error| E::Other(OtherError(Arc::new(e)));
+    let cases = [
+        E::BadEncoding,
+        E::Expired,
+        E::NotValidYet,
+        E::Revoked,
+        E::UnknownIssuer,
+        E::BadSignature,
+        E::NotValidForName,
+        E::InvalidPurpose,
+        E::UnhandledCriticalExtension,
+        E::ApplicationVerificationFailure,
+        webpki(webpki::Error::CaUsedAsEndEntity),
+        webpki(webpki::Error::EndEntityUsedAsCa),
+        webpki(webpki::Error::PathLenConstraintViolated),
+        webpki(webpki::Error::NameConstraintViolation),
+        webpki(webpki::Error::UnsupportedCertVersion),
+        webpki(webpki::Error::UnsupportedCriticalExtension),
+    ];
+    for error in cases {
+        let shown = format!("{error:?}");
+        let refused = verify::Refused {
+            error,
+            presented: Some(presented.clone()),
+            pinned: false,
+            trusted: Arc::clone(&trusted),
+        };
+        let wrapped = rustls::Error::InvalidCertificate(E::Other(OtherError(Arc::new(refused))));
+        let why = HandshakeFailure::from_rustls(&wrapped, Peer::Server);
+        assert!(
+            why.words.contains("CN=appserver") && !debug_strings(&why.words),
+            "{shown}: {why}"
+        );
+    }
+}
+
+#[test]
 fn upstream_settings_that_cannot_work_are_refused() {
     let files = Files::new();
     let no_system = SystemRoots {
