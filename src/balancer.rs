@@ -24,14 +24,16 @@ use crate::config::{
     BalancerConfig, BalancerKind, Host, Monitoring, ServerConfig, ServerId, SortMethod, plural,
     setting_changes,
 };
+use crate::dial::{self, ConnectError, ServerStream};
 use crate::events::{Event, Events, Unserved};
 use crate::health::{Check, CheckFailed, Episode, Health, Now, Reason, Release};
-use crate::os_error::{Explained, PointsAt};
+use crate::os_error::PointsAt;
 use crate::overrides::{Hold, Overrides};
 use crate::places::{Place, QueryPlaces};
 use crate::relay::{End, Outcome};
 use crate::resolve::Resolver;
 use crate::select::{Load, Selector};
+use crate::stream::Stream;
 use crate::throttle::{self, Throttle};
 use crate::tls::{
     CertificateSummary, Finding, Findings, HandshakeFailure, Resumption, ServerTls, UpstreamTls,
@@ -718,16 +720,48 @@ impl Balancer {
         }
     }
 
-    /// A client's connect through `lease` succeeded: see [`Balancer::connected_to`].
-    pub fn connected(&self, lease: &Lease) {
-        self.connected_to(&lease.server, lease.stale);
+    /// Dials `server` for `client` with `pool`'s settings: the dialer (resolve, the broker
+    /// itself refused, connect within `CONNECT_TIMEOUT`), the upstream TLS of `pool`'s
+    /// generation (`SSL_ENCRYPT_UPSTREAM=1`, verified as its keys say), TCP keepalive; then
+    /// the connect accounted for, once ([`Balancer::connected`] or
+    /// [`Balancer::connect_failed`]; `stale`: the server was chosen although quarantined).
+    /// The one dial path of both engines, a TCP client's and an HTTP request's, so every
+    /// `SSL_*` and socket key means the same on both. A lookup not tried for
+    /// `DNS_MAX_LOOKUPS` is no failure of the server: it is not counted.
+    pub async fn dial(
+        &self,
+        pool: &Pool,
+        server: &Server,
+        stale: bool,
+        client: SocketAddr,
+    ) -> Result<ServerStream, ConnectError> {
+        let config = &pool.config;
+        let tls = pool.tls.upstream.as_ref();
+        match dial::dial(&self.resolver, &server.host, server.port, config, tls).await {
+            Ok(stream) => {
+                if let Some(socket) = stream.socket() {
+                    dial::keep_alive(socket, &config.keepalive, &server.address);
+                }
+                self.connected(server, stale);
+                Ok(stream)
+            }
+            Err(e @ ConnectError::ResolverBusy { .. }) => {
+                // As after a connect timeout, the next candidate; the resolver says it once.
+                debug!(client = %client, server = %server.address, "not tried: DNS_MAX_LOOKUPS lookups in flight");
+                Err(e)
+            }
+            Err(e) => {
+                self.connect_failed(server, stale, &e, client);
+                Err(e)
+            }
+        }
     }
 
     /// A connect to `server` succeeded (`stale`: it was chosen although quarantined). A
     /// connect proves what a CONNECTION check proves, so a stale quarantine ends (not one
     /// found by a SEND_EXPECT or HTTP check, which a connect cannot overrule); a broker fault
     /// episode ends.
-    pub fn connected_to(&self, server: &Server, stale: bool) {
+    fn connected(&self, server: &Server, stale: bool) {
         server.total.fetch_add(1, Relaxed);
         if stale
             && !matches!(
@@ -744,23 +778,19 @@ impl Balancer {
         }
     }
 
-    /// A client's connect through `lease` failed with `error`. A server-side cause counts
-    /// against the server and quarantines it (unless its quarantine is what the lease went
-    /// around); a cause that is the broker's own blames no server. Returns false then: the
-    /// client is to be closed rather than sent to the next server.
-    pub fn connect_failed(&self, lease: &Lease, error: &Explained, client: SocketAddr) -> bool {
-        self.connect_failed_to(&lease.server, lease.stale, error, client)
-    }
-
-    /// As [`Balancer::connect_failed`], for a connect to `server` (`stale`: it was chosen
-    /// although quarantined).
-    pub fn connect_failed_to(
+    /// A connect to `server` for `client` failed with `error` (`stale`: the server was chosen
+    /// although quarantined). A cause that blames anyone but the broker counts against the
+    /// server and quarantines it (unless its quarantine is what the choice went around); a
+    /// cause that is the broker's own blames no server. Called by [`Balancer::dial`], and by
+    /// the HTTP engine for a new connection the server closed before it took the request.
+    pub fn connect_failed(
         &self,
         server: &Server,
         stale: bool,
-        error: &Explained,
+        error: &ConnectError,
         client: SocketAddr,
-    ) -> bool {
+    ) {
+        let error = error.explain();
         let blamed = error.points_at != PointsAt::Broker;
         self.events.emit(|| Event::ConnectFailed {
             balancer: self.kind(),
@@ -777,7 +807,7 @@ impl Balancer {
                      blamed until this clears"
                 );
             }
-            return false;
+            return;
         }
         server.failed_connects.fetch_add(1, Relaxed);
         if stale {
@@ -788,7 +818,6 @@ impl Balancer {
             error!(client = %client, "cannot connect to server {}: {error}", server.address);
             self.quarantine(server, Reason::Connect, &error.words);
         }
-        true
     }
 
     /// A client closed without a server.
@@ -816,15 +845,10 @@ impl Balancer {
         }
     }
 
-    /// A relayed connection ended: its closing line, in `span` (always for an idle close,
-    /// which the broker decided; otherwise with `LOG_CONNECTIONS`).
-    pub fn ended(&self, lease: &Lease, closed: &Closed<'_>, span: &Span) {
-        self.ended_on(&lease.server, closed, span);
-    }
-
-    /// As [`Balancer::ended`], for a connection relayed to `server` (an upgraded HTTP
-    /// connection, whose lease the HTTP engine holds).
-    pub fn ended_on(&self, server: &Server, closed: &Closed<'_>, span: &Span) {
+    /// A connection relayed to `server` ended (a TCP client's, or an HTTP connection's after
+    /// its upgrade): its closing line, in `span` (always for an idle close, which the broker
+    /// decided; otherwise with `LOG_CONNECTIONS`).
+    pub fn ended(&self, server: &Server, closed: &Closed<'_>, span: &Span) {
         let outcome = closed.outcome;
         self.events.emit(|| Event::ConnectionEnded {
             balancer: self.kind(),

@@ -8,7 +8,6 @@
 //! server while in hand, and an upgraded connection (WebSocket) holds it until it ends: the
 //! server's connections on the status page are the requests and WebSockets it serves now.
 
-use std::io;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
@@ -16,18 +15,16 @@ use hyper::Response;
 use hyper::body::Bytes;
 use hyper::header::{COOKIE, HeaderMap, HeaderValue, SET_COOKIE, UPGRADE};
 use hyper::http::request::Parts;
-use tokio::net::TcpStream;
 use tokio::time::{Duration, Instant};
 use tokio_util::task::TaskTracker;
-use tracing::{Span, info, warn};
+use tracing::{Instrument, Span, info, warn};
 
 use crate::balancer::{Balancer, Closed, Eligible, Lease, Pool, Server};
 use crate::config::{BalancerConfig, Language};
 use crate::context::{Context, Ending};
-use crate::dial::{self, ConnectError};
+use crate::dial::{ConnectError, ServerStream};
 use crate::events::{Event as BrokerEvent, Unserved};
 use crate::http::{self, Choice, Downstream, Event, Exchange, Outcome, Proxy, Tunnel, Upstreams};
-use crate::os_error::explain_connect;
 use crate::query;
 use crate::query::snapshot::{HttpFigures, SESSION_AGES_SHOWN, ServerSessions, SessionFigures};
 use crate::relay;
@@ -237,8 +234,7 @@ impl Backends {
             .server
             .0
             .add_traffic(tunnel.to_server, tunnel.to_client);
-        self.balancer
-            .ended_on(&tunnel.server.0, &closed, &self.span);
+        self.balancer.ended(&tunnel.server.0, &closed, &self.span);
     }
 
     /// Each server's live sessions as the table counts them (what SORT_METHOD=SESSION
@@ -335,7 +331,8 @@ fn access_line(exchange: &Exchange<Target>) {
 impl Upstreams for Backends {
     type Server = Target;
     type Lease = Held;
-    type Stream = TcpStream;
+    type Stream = ServerStream;
+    type ConnectError = ConnectError;
 
     /// A request's server: the one its `TOTVS_BROKER_SH_001` cookie names while that server
     /// can take it (disabled, draining or weight 0 included: only new sessions avoid those);
@@ -465,19 +462,19 @@ impl Upstreams for Backends {
         }
     }
 
-    async fn connect(&self, server: &Target) -> io::Result<TcpStream> {
+    /// The balancer's one dial path ([`Balancer::dial`]): TLS with `SSL_ENCRYPT_UPSTREAM=1`,
+    /// the socket options, the connect accounted for (a server found in quarantine is taken
+    /// as chosen although quarantined, as a TCP client's pick would be).
+    async fn connect(
+        &self,
+        server: &Target,
+        client: SocketAddr,
+    ) -> Result<ServerStream, ConnectError> {
         let pool = self.balancer.pool();
-        let config = &pool.config;
         let s = &server.0;
-        match dial::connect(self.balancer.resolver(), &s.host, s.port, config).await {
-            Ok(stream) => {
-                dial::keep_alive(&stream, &config.keepalive, &s.address);
-                self.balancer.connected_to(s, s.is_quarantined());
-                Ok(stream)
-            }
-            // Kept whole, so the report tells whose fault it was.
-            Err(e) => Err(io::Error::other(e)),
-        }
+        let stale = s.is_quarantined();
+        let dialed = self.balancer.dial(&pool, s, stale, client);
+        dialed.instrument(self.span.clone()).await
     }
 
     fn report(&self, event: Event<'_, Target>) {
@@ -487,16 +484,11 @@ impl Upstreams for Backends {
                 client,
                 error,
             } => {
-                let explained = match error.get_ref().and_then(|e| e.downcast_ref()) {
-                    // Not tried: no server is to blame, the next candidate is tried.
-                    Some(ConnectError::ResolverBusy { .. }) => return,
-                    Some(e) => ConnectError::explain(e),
-                    None => explain_connect(error),
-                };
                 let s = &server.0;
+                let error = ConnectError::ClosedBeforeRequest(error.to_string());
                 self.span.in_scope(|| {
                     self.balancer
-                        .connect_failed_to(s, s.is_quarantined(), &explained, client)
+                        .connect_failed(s, s.is_quarantined(), &error, client)
                 });
             }
             Event::Opened { .. } | Event::Closed { .. } => {}

@@ -770,7 +770,7 @@ pub static KEYS: &[Key] = &[
         stands: Stands::Balancer,
         domain: Domain::Flag,
         field: field!(Balancer.tls.encrypt_upstream = Flag, flag),
-        doc: "TLS towards the servers, for clients' traffic and SEND_EXPECT checks",
+        doc: "TLS towards the servers, for clients' traffic (TCP and HTTP) and SEND_EXPECT and HTTP checks",
     },
     Key {
         name: "SSL_UPSTREAM_VERIFY",
@@ -784,7 +784,7 @@ pub static KEYS: &[Key] = &[
         stands: Stands::Balancer,
         domain: Domain::Path,
         field: field!(Balancer.tls.upstream_ca = Path, path),
-        doc: "PEM bundle of the CAs trusted for the servers (empty: the system's roots)",
+        doc: "PEM file of the CAs trusted for the servers and of servers' own certificates, pinned (empty: the system's roots)",
     },
     Key {
         name: "SSL_UPSTREAM_SERVER_NAME",

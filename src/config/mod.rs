@@ -247,12 +247,13 @@ pub struct TlsKeys {
     pub passphrase: Option<Passphrase>,
     /// `SSL_METHOD`: the TLS versions spoken, both ways.
     pub method: SslMethod,
-    /// `SSL_ENCRYPT_UPSTREAM`: TLS towards the servers (clients' traffic and SEND_EXPECT
-    /// checks).
+    /// `SSL_ENCRYPT_UPSTREAM`: TLS towards the servers (clients' traffic, TCP and HTTP alike,
+    /// and SEND_EXPECT and HTTP checks).
     pub encrypt_upstream: bool,
     /// `SSL_UPSTREAM_VERIFY`: verify the servers' certificates (on unless said otherwise).
     pub upstream_verify: bool,
-    /// `SSL_UPSTREAM_CA`: the CAs trusted for the servers (default: the system's roots).
+    /// `SSL_UPSTREAM_CA`: the CAs trusted for the servers, and servers' own certificates,
+    /// pinned (default: the system's roots).
     pub upstream_ca: Option<PathBuf>,
     /// `SSL_UPSTREAM_SERVER_NAME`: the name verified (and sent as SNI) instead of each
     /// server's host, for servers addressed by IP.

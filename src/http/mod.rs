@@ -4,9 +4,10 @@
 //! (keep-alive, upgrades, a head timeout, 414 and 431 on oversized heads); each request is
 //! sent to a server the balancer chooses, over a kept-alive connection from the proxy's own
 //! pool or a fresh one, and the answer streams back. The balancer stands behind the small
-//! [`Upstreams`] trait: it chooses, connects (its dialer: TCP or TLS towards servers) and is
-//! told what happened (connect failures to quarantine, upstream connections opened and
-//! closed, one [`Exchange`] per request for the access log and the counters).
+//! [`Upstreams`] trait: it chooses, connects (its dialer: TCP or TLS towards servers, each
+//! connect accounted for by the balancer) and is told what happened (a new connection the
+//! server closed unused, upstream connections opened and closed, one [`Exchange`] per request
+//! for the access log and the counters).
 //!
 //! # Layout
 //!
@@ -68,9 +69,15 @@ pub trait Upstreams: Send + Sync + 'static {
     /// session alive while its WebSocket is open).
     type Lease: Send + Unpin + 'static;
 
-    /// A connection to a server: plain TCP, or TLS when the balancer encrypts upstream. An
-    /// upgraded connection hands this stream back whole to the relay (splice when it is TCP).
+    /// A connection to a server: plain TCP, or TLS when the balancer encrypts upstream (at
+    /// wiring: the dialer's stream, either). The pool keeps it as it is, so a kept-alive
+    /// connection is reused over TLS as over TCP; an upgraded connection hands it back whole
+    /// to the relay (splice when it is plain TCP).
     type Stream: Stream;
+
+    /// Why a connect failed, as the balancer's dialer says (at wiring: the dialer's typed
+    /// error, which knows whom it blames).
+    type ConnectError: std::error::Error + Send + Sync + 'static;
 
     /// The server for this request, none of `tried` (servers that already failed it); `None`
     /// when no server is available, answered 503. `request` is the client's head as received
@@ -82,13 +89,16 @@ pub trait Upstreams: Send + Sync + 'static {
         tried: &[Self::Server],
     ) -> Option<Choice<Self>>;
 
-    /// A new connection to `server`, within the balancer's connect timeout. An error here
-    /// means nothing of the request reached the server: it is reported as
-    /// [`Event::ConnectFailed`] and the next candidate is tried.
+    /// A new connection to `server` for `client`'s request, within the balancer's connect
+    /// timeout, its TLS handshake done when the balancer encrypts upstream. The balancer
+    /// accounts for the connect itself, either way (a failure quarantines the server as it
+    /// says); an error means nothing of the request reached the server, and the next
+    /// candidate is tried.
     fn connect(
         &self,
         server: &Self::Server,
-    ) -> impl Future<Output = std::io::Result<Self::Stream>> + Send;
+        client: SocketAddr,
+    ) -> impl Future<Output = Result<Self::Stream, Self::ConnectError>> + Send;
 
     /// What happened, for quarantine, accounting and the access log. Called on the data
     /// path: keep it short (counters, a log line), never blocking.
@@ -148,15 +158,16 @@ pub struct Downstream {
 /// What the engine tells the balancer.
 #[derive(Debug)]
 pub enum Event<'a, S> {
-    /// Connecting to `server` failed before any byte of the request was sent: quarantine it.
-    /// The request goes on to the next candidate.
+    /// A new connection to `server` (its connect accounted for already) failed before any
+    /// byte of the request reached the server: the server closed it first. Quarantine it, as
+    /// a failed connect; the request goes on to the next candidate.
     ConnectFailed {
         /// The server.
         server: &'a S,
         /// The client whose request it was for.
         client: SocketAddr,
-        /// Why, as the dialer said.
-        error: &'a std::io::Error,
+        /// Why, in the engine's words.
+        error: &'a str,
     },
     /// A connection to `server` opened (pooled, then perhaps upgraded): one more of the
     /// server's connections.

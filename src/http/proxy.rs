@@ -334,11 +334,10 @@ impl<U: Upstreams> Proxy<U> {
                     if unsent {
                         // A fresh connection the server closed before taking the request:
                         // nothing reached it, like a refused connect.
-                        let error = std::io::Error::other(failure.error);
                         self.upstreams.report(Event::ConnectFailed {
                             server,
                             client,
-                            error: &error,
+                            error: &failure.error,
                         });
                         return Tried::NotSent;
                     }
@@ -351,14 +350,11 @@ impl<U: Upstreams> Proxy<U> {
     /// A new connection to `server` for `client`'s request, or `None` after reporting why
     /// not.
     async fn dial(self: &Arc<Self>, server: &U::Server, client: SocketAddr) -> Option<Conn> {
-        let stream = match self.upstreams.connect(server).await {
+        let stream = match self.upstreams.connect(server, client).await {
             Ok(stream) => stream,
             Err(error) => {
-                self.upstreams.report(Event::ConnectFailed {
-                    server,
-                    client,
-                    error: &error,
-                });
+                // The balancer accounted for it (quarantine, its log line).
+                debug!(server = %server, error = %error, "connect failed; next server");
                 return None;
             }
         };
@@ -374,11 +370,10 @@ impl<U: Upstreams> Proxy<U> {
         let (sender, connection) = match client::Builder::new().handshake(io).await {
             Ok(handshake) => handshake,
             Err(e) => {
-                let error = std::io::Error::other(e);
                 self.upstreams.report(Event::ConnectFailed {
                     server,
                     client,
-                    error: &error,
+                    error: &e.to_string(),
                 });
                 return None;
             }

@@ -133,6 +133,7 @@ impl Upstreams for TestUpstreams {
     type Server = SocketAddr;
     type Lease = TestLease;
     type Stream = TcpStream;
+    type ConnectError = std::io::Error;
 
     fn choose(
         &self,
@@ -150,15 +151,23 @@ impl Upstreams for TestUpstreams {
         })
     }
 
+    /// Accounts for a failed connect itself, as a balancer does.
     fn connect(
         &self,
         server: &SocketAddr,
+        _client: SocketAddr,
     ) -> impl Future<Output = std::io::Result<TcpStream>> + Send {
         let server = *server;
         async move {
-            tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(server))
-                .await
-                .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))?
+            let connected =
+                tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(server))
+                    .await
+                    .unwrap_or_else(|_| Err(std::io::Error::from(std::io::ErrorKind::TimedOut)));
+            if let Err(e) = &connected {
+                let failed = Recorded::ConnectFailed(server, e.to_string());
+                self.events.lock().unwrap().push(failed);
+            }
+            connected
         }
     }
 
