@@ -25,12 +25,24 @@ use std::net::SocketAddr;
 use appbroker::Event;
 use common::{InProcess, Reason};
 use http_common::http_ini;
-use http_common::scripted::{ATTACKER_ANSWER, RawClient, Scripted, ask, get_of};
+use http_common::scripted::{ATTACKER_ANSWER, Answer, RawClient, Scripted, ask, get_of};
 
 /// The ini for one `[BALANCE_HTTP]` over `server` with `extra` keys, on one worker thread, so
 /// every request meets the same pool.
 fn ini(server: SocketAddr, extra: &str) -> String {
     http_ini(&[server], extra).replacen("[General]\n", "[General]\nWORKERS=1\n", 1)
+}
+
+/// A scripted server, and a broker in front of it with `extra` keys (pages in Portuguese
+/// when `portuguese`).
+async fn start(extra: &str, portuguese: bool) -> (Scripted, InProcess) {
+    let server = Scripted::start().await;
+    let mut text = ini(server.addr, extra);
+    if portuguese {
+        text = text.replacen("[General]\n", "[General]\nLANGUAGE=pt-BR\n", 1);
+    }
+    let broker = InProcess::start(&text).await;
+    (server, broker)
 }
 
 /// The value of the METRICS line that starts with `series`.
@@ -88,8 +100,7 @@ async fn settled(broker: &InProcess, server: &Scripted) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_before_the_body_never_reaches_the_next_user_of_its_server_connection() {
-    let server = Scripted::start().await;
-    let broker = InProcess::start(&ini(server.addr, "HTTP_POOL_MAX_IDLE=1")).await;
+    let (server, broker) = start("HTTP_POOL_MAX_IDLE=1", false).await;
     // The attacker's head, then its body once the server has answered without reading it.
     let mut attacker = RawClient::connect(broker.addr()).await;
     let head = format!(
@@ -148,8 +159,7 @@ async fn an_answer_before_the_body_never_reaches_the_next_user_of_its_server_con
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_expect_100_continue_no_body_follows_a_final_status() {
-    let server = Scripted::start().await;
-    let broker = InProcess::start(&ini(server.addr, "HTTP_POOL_MAX_IDLE=1")).await;
+    let (server, broker) = start("HTTP_POOL_MAX_IDLE=1", false).await;
     let mut client = RawClient::connect(broker.addr()).await;
     let head = format!(
         "PUT /early-expect HTTP/1.1\r\nHost: app.example\r\nContent-Length: {}\r\n\
@@ -172,19 +182,20 @@ async fn with_expect_100_continue_no_body_follows_a_final_status() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_expect_100_continue_no_body_follows_a_final_status_while_its_answer_streams() {
-    let server = Scripted::start().await;
     // The answer stalls after its first bytes, and is cut when HTTP_RESPONSE_TIMEOUT has
     // passed: the broker's wait for a server that ignores `Expect` (1 s) is long over by then.
     let extra = "HTTP_RESPONSE_TIMEOUT=3s";
-    let broker = InProcess::start(&ini(server.addr, extra)).await;
+    let (server, broker) = start(extra, false).await;
     let mut client = RawClient::connect(broker.addr()).await;
     let head = "PUT /stall-body HTTP/1.1\r\nHost: app.example\r\nContent-Length: 4\r\n\
                 Expect: 100-continue\r\n\r\n";
     assert!(client.send(head.as_bytes()).await);
-    let answer = client.answer().await.expect("the head and what came");
+    let answer = client.head().await.expect("the head");
     assert_eq!(answer.status, 200, "no 100 Continue first: {answer:?}");
     assert!(answer.closes(), "{answer:?}");
-    let _ = client.send(b"body").await;
+    assert_eq!(client.bytes(10).await, b"0123456789");
+    // The answer is streaming when the client sends its body anyway.
+    assert!(client.send(b"body").await);
     assert!(client.closed().await);
     let conn = server.wait_closed(0).await;
     assert_eq!(
@@ -216,14 +227,8 @@ async fn a_length_beside_chunked_is_dropped_and_the_log_counts_what_the_client_g
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_never_answers_is_a_504_in_the_page_language() {
-    let server = Scripted::start().await;
     let extra = "HTTP_RESPONSE_TIMEOUT=300ms";
-    let broker = InProcess::start(&ini(server.addr, extra).replacen(
-        "[General]\n",
-        "[General]\nLANGUAGE=pt-BR\n",
-        1,
-    ))
-    .await;
+    let (server, broker) = start(extra, true).await;
     let mut client = RawClient::connect(broker.addr()).await;
     assert!(client.send(&get_of("/hang")).await);
     let answer = client.answer().await.expect("a 504");
@@ -244,8 +249,7 @@ async fn a_server_that_never_answers_is_a_504_in_the_page_language() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_silent_midway_through_its_answer_has_the_client_connection_cut() {
-    let server = Scripted::start().await;
-    let broker = InProcess::start(&ini(server.addr, "HTTP_RESPONSE_TIMEOUT=300ms")).await;
+    let (server, broker) = start("HTTP_RESPONSE_TIMEOUT=300ms", false).await;
     let mut client = RawClient::connect(broker.addr()).await;
     assert!(client.send(&get_of("/stall-body")).await);
     let answer = client.answer().await.expect("the head and what came");
@@ -260,14 +264,8 @@ async fn a_server_silent_midway_through_its_answer_has_the_client_connection_cut
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_is_quarantined_after_n_timeouts_in_a_row_and_not_before() {
-    let server = Scripted::start().await;
     let extra = "HTTP_RESPONSE_TIMEOUT=200ms\nHTTP_TIMEOUTS_TO_QUARANTINE=3\nQUARANTINE_TIME=600";
-    let broker = InProcess::start(&ini(server.addr, extra).replacen(
-        "[General]\n",
-        "[General]\nLANGUAGE=pt-BR\n",
-        1,
-    ))
-    .await;
+    let (server, broker) = start(extra, true).await;
     let address = server.addr.to_string();
     // Two timeouts, an answer, two timeouts: never three in a row.
     for (n, path) in ["/hang", "/hang", "/ok", "/hang", "/hang"]
@@ -317,10 +315,9 @@ async fn a_server_is_quarantined_after_n_timeouts_in_a_row_and_not_before() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_passing_connect_check_does_not_end_a_timeout_quarantine() {
-    let server = Scripted::start().await;
     let extra = "HTTP_RESPONSE_TIMEOUT=100ms\nHTTP_TIMEOUTS_TO_QUARANTINE=1\n\
                  QUARANTINE_TIME=600\nMONITORING_TYPE=CONNECTION\nMONITOR_INTERVAL=100ms";
-    let broker = InProcess::start(&ini(server.addr, extra)).await;
+    let (server, broker) = start(extra, false).await;
     let address = server.addr.to_string();
     assert_eq!(ask(broker.addr(), &get_of("/hang")).await.status, 504);
     broker
@@ -347,8 +344,7 @@ async fn a_passing_connect_check_does_not_end_a_timeout_quarantine() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timeouts_quarantine_no_server_by_default() {
-    let server = Scripted::start().await;
-    let broker = InProcess::start(&ini(server.addr, "HTTP_RESPONSE_TIMEOUT=100ms")).await;
+    let (server, broker) = start("HTTP_RESPONSE_TIMEOUT=100ms", false).await;
     for n in 1..=5 {
         assert_eq!(ask(broker.addr(), &get_of("/hang")).await.status, 504);
         broker
@@ -390,8 +386,7 @@ async fn stalled_upload(broker: SocketAddr, server: &Scripted, path: &str) -> Ra
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_slower_than_the_body_timeout_is_a_408_and_its_server_connection_closed() {
-    let server = Scripted::start().await;
-    let broker = InProcess::start(&ini(server.addr, "HTTP_BODY_TIMEOUT=300ms")).await;
+    let (server, broker) = start("HTTP_BODY_TIMEOUT=300ms", false).await;
     let mut client = stalled_upload(broker.addr(), &server, "/upload").await;
     let answer = client.answer().await.expect("a 408");
     assert_eq!(answer.status, 408, "{answer:?}");
@@ -405,8 +400,7 @@ async fn a_body_slower_than_the_body_timeout_is_a_408_and_its_server_connection_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_stalled_after_the_answer_began_closes_the_connection() {
-    let server = Scripted::start().await;
-    let broker = InProcess::start(&ini(server.addr, "HTTP_BODY_TIMEOUT=300ms")).await;
+    let (server, broker) = start("HTTP_BODY_TIMEOUT=300ms", false).await;
     let mut client = stalled_upload(broker.addr(), &server, "/stall-body").await;
     let answer = client.answer().await.expect("the head and what came");
     assert_eq!(answer.status, 200);
@@ -419,8 +413,7 @@ async fn a_body_stalled_after_the_answer_began_closes_the_connection() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_bodies_hold_no_server_connection_past_the_body_timeout() {
     const CLIENTS: usize = 300;
-    let server = Scripted::start().await;
-    let broker = InProcess::start(&ini(server.addr, "HTTP_BODY_TIMEOUT=500ms")).await;
+    let (server, broker) = start("HTTP_BODY_TIMEOUT=500ms", false).await;
     let addr = broker.addr();
     let clients: Vec<_> = (0..CLIENTS)
         .map(|_| {
@@ -452,65 +445,61 @@ async fn slow_bodies_hold_no_server_connection_past_the_body_timeout() {
 
 // ---- what the engine of our own is to do (hyper cannot) ----------------------------------
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the HTTP engine of its own"]
-async fn informational_answers_reach_the_client_before_the_final_one() {
-    let server = Scripted::start().await;
-    let broker = InProcess::start(&ini(server.addr, "")).await;
-    let mut client = RawClient::connect(broker.addr()).await;
-    assert!(client.send(&get_of("/informational")).await);
-    let processing = client.answer().await.expect("102");
-    assert_eq!(processing.status_line, "HTTP/1.1 102 Processing");
-    let hints = client.answer().await.expect("103");
-    assert_eq!(hints.status, 103);
-    assert_eq!(
-        hints.header("link").as_deref(),
-        Some("</app.css>; rel=preload")
-    );
-    let last = client.answer().await.expect("the final answer");
-    assert_eq!((last.status, last.text().as_str()), (200, "final"));
-}
+/// What the engine of our own is to do and hyper cannot (issue 21's points 10 and 12): its
+/// server sends no 1xx of ours, answers an HTTP/1.0 request in HTTP/1.0, and its parser
+/// refuses `HTTP/1.2` and `HTTP/2.0` with a 400. Ignored, and skipped by `.ci/run`'s
+/// `--include-ignored` by this module's name, until that engine comes.
+mod awaiting_the_engine_of_its_own {
+    use super::*;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the HTTP engine of its own"]
-async fn an_http_1_0_request_is_answered_with_an_http_1_1_status_line() {
-    let server = Scripted::start().await;
-    let broker = InProcess::start(&ini(server.addr, "")).await;
-    let answer = ask(
-        broker.addr(),
-        b"GET /old HTTP/1.0\r\nHost: app.example\r\n\r\n",
-    )
-    .await;
-    assert_eq!(answer.status_line, "HTTP/1.1 200 OK");
-    assert_eq!(answer.text(), "ok /old");
-}
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "needs the HTTP engine of its own"]
+    async fn informational_answers_reach_the_client_before_the_final_one() {
+        let (_server, broker) = start("", false).await;
+        let mut client = RawClient::connect(broker.addr()).await;
+        assert!(client.send(&get_of("/informational")).await);
+        let processing = client.answer().await.expect("102");
+        assert_eq!(processing.status_line, "HTTP/1.1 102 Processing");
+        let hints = client.answer().await.expect("103");
+        assert_eq!(hints.status, 103);
+        assert_eq!(
+            hints.header("link").as_deref(),
+            Some("</app.css>; rel=preload")
+        );
+        let last = client.answer().await.expect("the final answer");
+        assert_eq!((last.status, last.text().as_str()), (200, "final"));
+    }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the HTTP engine of its own"]
-async fn http_1_2_is_served_as_http_1_1() {
-    let server = Scripted::start().await;
-    let broker = InProcess::start(&ini(server.addr, "")).await;
-    let answer = ask(
-        broker.addr(),
-        b"GET /newer HTTP/1.2\r\nHost: app.example\r\n\r\n",
-    )
-    .await;
-    assert_eq!(answer.status_line, "HTTP/1.1 200 OK");
-    assert_eq!(answer.text(), "ok /newer");
-    let head = server.heads_for("/newer")[0].text();
-    assert!(head.starts_with("GET /newer HTTP/1.1\r\n"), "{head}");
-}
+    /// The answer to `request`, alone on a connection to a broker of its own, and the server.
+    async fn answer_to(request: &[u8]) -> (Scripted, Answer) {
+        let (server, broker) = start("", false).await;
+        let answer = ask(broker.addr(), request).await;
+        (server, answer)
+    }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the HTTP engine of its own"]
-async fn http_2_0_on_an_http_1_connection_is_a_505() {
-    let server = Scripted::start().await;
-    let broker = InProcess::start(&ini(server.addr, "")).await;
-    let answer = ask(
-        broker.addr(),
-        b"GET /two HTTP/2.0\r\nHost: app.example\r\n\r\n",
-    )
-    .await;
-    assert_eq!(answer.status, 505, "{answer:?}");
-    assert!(server.heads().is_empty());
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "needs the HTTP engine of its own"]
+    async fn an_http_1_0_request_is_answered_with_an_http_1_1_status_line() {
+        let (_server, answer) = answer_to(b"GET /old HTTP/1.0\r\nHost: app.example\r\n\r\n").await;
+        assert_eq!(answer.status_line, "HTTP/1.1 200 OK");
+        assert_eq!(answer.text(), "ok /old");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "needs the HTTP engine of its own"]
+    async fn http_1_2_is_served_as_http_1_1() {
+        let (server, answer) = answer_to(b"GET /newer HTTP/1.2\r\nHost: app.example\r\n\r\n").await;
+        assert_eq!(answer.status_line, "HTTP/1.1 200 OK");
+        assert_eq!(answer.text(), "ok /newer");
+        let head = server.heads_for("/newer")[0].text();
+        assert!(head.starts_with("GET /newer HTTP/1.1\r\n"), "{head}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "needs the HTTP engine of its own"]
+    async fn http_2_0_on_an_http_1_connection_is_a_505() {
+        let (server, answer) = answer_to(b"GET /two HTTP/2.0\r\nHost: app.example\r\n\r\n").await;
+        assert_eq!(answer.status, 505, "{answer:?}");
+        assert!(server.heads().is_empty());
+    }
 }

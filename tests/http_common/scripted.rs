@@ -410,22 +410,8 @@ impl RawClient {
     /// connection's close when it has neither); `None` when the connection closed first. A
     /// body cut short is returned as far as it came.
     pub async fn answer(&mut self) -> Option<Answer> {
-        let head = loop {
-            if let Some(end) = find(&self.buf, b"\r\n\r\n") {
-                break self.buf.drain(..end + 4).collect::<Vec<u8>>();
-            }
-            if !self.fill().await {
-                return None;
-            }
-        };
-        let status_line = String::from_utf8_lossy(head.split(|&b| b == b'\r').next()?).to_string();
-        let status = status_line.split(' ').nth(1)?.parse().ok()?;
-        let mut answer = Answer {
-            status_line,
-            status,
-            head,
-            body: Vec::new(),
-        };
+        let mut answer = self.head().await?;
+        let status = answer.status;
         if (100..200).contains(&status) || status == 204 || status == 304 {
             return Some(answer);
         }
@@ -444,6 +430,34 @@ impl RawClient {
             std::mem::take(&mut self.buf)
         };
         Some(answer)
+    }
+
+    /// The next answer's head alone (its body left unread); `None` when the connection
+    /// closed first.
+    pub async fn head(&mut self) -> Option<Answer> {
+        let head = loop {
+            if let Some(end) = find(&self.buf, b"\r\n\r\n") {
+                break self.buf.drain(..end + 4).collect::<Vec<u8>>();
+            }
+            if !self.fill().await {
+                return None;
+            }
+        };
+        let status_line = String::from_utf8_lossy(head.split(|&b| b == b'\r').next()?).to_string();
+        let status = status_line.split(' ').nth(1)?.parse().ok()?;
+        Some(Answer {
+            status_line,
+            status,
+            head,
+            body: Vec::new(),
+        })
+    }
+
+    /// The next `n` bytes; fewer when the connection closed first.
+    pub async fn bytes(&mut self, n: usize) -> Vec<u8> {
+        while self.buf.len() < n && self.fill().await {}
+        let n = n.min(self.buf.len());
+        self.buf.drain(..n).collect()
     }
 
     /// A chunked body, as far as it came.
@@ -468,7 +482,7 @@ impl RawClient {
             }
             while self.buf.len() < size + 2 {
                 if !self.fill().await {
-                    body.extend(self.buf.drain(..));
+                    body.append(&mut self.buf);
                     return body;
                 }
             }
