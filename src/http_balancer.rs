@@ -256,9 +256,9 @@ impl Backends {
                 let timeout = show_duration(keys.response_timeout);
                 if in_a_row == 1 {
                     warn!(
-                        server = %server.address,
-                        "server did not answer within HTTP_RESPONSE_TIMEOUT={timeout}; its \
-                         requests are answered 504 (or cut, when the answer had begun)"
+                        "server {} did not answer within HTTP_RESPONSE_TIMEOUT={timeout}; its \
+                         requests are answered 504 (or cut, when the answer had begun)",
+                        server.address
                     );
                 }
                 let limit = keys.timeouts_to_quarantine;
@@ -271,8 +271,8 @@ impl Backends {
                 let run = server.answered();
                 if run > 0 {
                     info!(
-                        server = %server.address,
-                        "server answering again after {run} requests timed out in a row"
+                        "server {} answering again after {run} requests timed out in a row",
+                        server.address
                     );
                 }
             }
