@@ -263,6 +263,26 @@ async fn a_server_silent_midway_through_its_answer_has_the_client_connection_cut
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgraded_connection_outlives_the_http_timeouts() {
+    let (_server, broker) = start(TUNNEL_KEYS, false).await;
+    let mut client = RawClient::connect(broker.addr()).await;
+    let upgrade = "GET /upgrade HTTP/1.1\r\nHost: app.example\r\nConnection: upgrade\r\n\
+                   Upgrade: echo\r\n\r\n";
+    assert!(client.send(upgrade.as_bytes()).await);
+    assert_eq!(client.head().await.expect("the 101").status, 101);
+    assert!(client.send(b"ping").await);
+    assert_eq!(client.bytes(4).await, b"ping");
+    // Silent both ways for several times both timeouts: IDLE_TIMEOUT (off) governs a
+    // tunnel, not the HTTP timeouts. This wait is what is tested, not a synchronisation.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(client.send(b"pong").await);
+    assert_eq!(client.bytes(4).await, b"pong");
+}
+
+/// The HTTP timeouts at their shortest, for the tunnel's test.
+const TUNNEL_KEYS: &str = "HTTP_RESPONSE_TIMEOUT=100ms\nHTTP_BODY_TIMEOUT=100ms";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_is_quarantined_after_n_timeouts_in_a_row_and_not_before() {
     let extra = "HTTP_RESPONSE_TIMEOUT=200ms\nHTTP_TIMEOUTS_TO_QUARANTINE=3\nQUARANTINE_TIME=600";
     let (server, broker) = start(extra, true).await;
