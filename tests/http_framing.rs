@@ -9,8 +9,9 @@
 //!   never reaches the next user of that connection. With `Expect: 100-continue`, no body
 //!   follows a final status.
 //! - `HTTP_RESPONSE_TIMEOUT` (504 before the head, the connection cut after),
-//!   `HTTP_BODY_TIMEOUT` (408, the server connection closed) and
-//!   `HTTP_TIMEOUTS_TO_QUARANTINE` (off by default).
+//!   `HTTP_BODY_TIMEOUT` (408, the server connection closed; 300 stalled uploads hold no
+//!   server connection past it) and `HTTP_TIMEOUTS_TO_QUARANTINE` (off by default; a
+//!   `CONNECTION` check does not end its quarantine). An upgraded connection outlives both.
 //! - A length beside `Transfer-Encoding: chunked` is dropped (RFC 9112 6.3).
 //! - Informational answers and protocol versions the engine of our own is to handle
 //!   (ignored until it comes).
