@@ -83,6 +83,8 @@ pub struct Server {
     bytes_to_server: AtomicU64,
     /// Bytes from this server to clients.
     bytes_to_client: AtomicU64,
+    /// HTTP requests to it that timed out in a row (`HTTP_TIMEOUTS_TO_QUARANTINE`).
+    timeouts_in_a_row: AtomicU32,
     /// Quarantine state and check results.
     health: Health,
 }
@@ -112,6 +114,7 @@ impl Server {
             failed_connects: AtomicU64::new(0),
             bytes_to_server: AtomicU64::new(0),
             bytes_to_client: AtomicU64::new(0),
+            timeouts_in_a_row: AtomicU32::new(0),
             health: Health::default(),
         };
         server.sample();
@@ -125,6 +128,25 @@ impl Server {
             samples.pop_front();
         }
         samples.push_back((wall_ms(), self.active.load(Relaxed)));
+    }
+
+    /// An HTTP request to it timed out: the requests timed out in a row now, this one
+    /// included.
+    pub fn timed_out(&self) -> u32 {
+        self.timeouts_in_a_row
+            .fetch_add(1, Relaxed)
+            .saturating_add(1)
+    }
+
+    /// It answered an HTTP request: the requests that had timed out in a row before (0:
+    /// none), a run now ended.
+    pub fn answered(&self) -> u32 {
+        // Read first: this runs for every request, and a write would bounce the cache line
+        // between cores for nothing.
+        if self.timeouts_in_a_row.load(Relaxed) == 0 {
+            return 0;
+        }
+        self.timeouts_in_a_row.swap(0, Relaxed)
     }
 
     /// Counts bytes moved to and from the server outside a relay (HTTP requests' bodies).
@@ -152,6 +174,11 @@ impl Server {
     /// True while a quarantine is recorded (it may have run out and await its release line).
     pub fn is_quarantined(&self) -> bool {
         self.health.is_quarantined()
+    }
+
+    /// Why the current (or last) quarantine started.
+    pub fn quarantine_reason(&self) -> Option<Reason> {
+        self.health.reason()
     }
 
     /// Connections counted against it now.

@@ -19,6 +19,9 @@ pub enum Reason {
     Monitor,
     /// A client's connect to it failed.
     Connect,
+    /// Its requests timed out `HTTP_TIMEOUTS_TO_QUARANTINE` times in a row (an HTTP
+    /// balancer): it accepts connections but does not answer.
+    Timeout,
     /// An operator asked for it (`appbroker ctl quarantine`): checks do not end it.
     Operator,
 }
@@ -29,6 +32,7 @@ impl Reason {
         match self {
             Reason::Monitor => "monitor",
             Reason::Connect => "connect",
+            Reason::Timeout => "timeout",
             Reason::Operator => "operator",
         }
     }
@@ -168,6 +172,11 @@ impl Health {
     /// other server is quarantined too.
     pub fn is_forced(&self) -> bool {
         self.lock().forced
+    }
+
+    /// Why the current (or last) quarantine started.
+    pub fn reason(&self) -> Option<Reason> {
+        self.lock().reason
     }
 
     /// True while a quarantine is recorded (it may have run out and await its release).

@@ -20,16 +20,18 @@ use tokio_util::task::TaskTracker;
 use tracing::{Instrument, Span, info, warn};
 
 use crate::balancer::{Balancer, Closed, Eligible, Lease, Pool, Server};
-use crate::config::{BalancerConfig, Language};
+use crate::config::{BalancerConfig, Language, show_duration};
 use crate::context::{Context, Ending};
 use crate::dial::{ConnectError, ServerStream};
 use crate::events::{Event as BrokerEvent, Unserved};
+use crate::health::Reason;
 use crate::http::{self, Choice, Downstream, Event, Exchange, Outcome, Proxy, Tunnel, Upstreams};
 use crate::query;
 use crate::query::snapshot::{HttpFigures, SESSION_AGES_SHOWN, ServerSessions, SessionFigures};
 use crate::relay;
 use crate::sessions::{Sessions, Ticket};
 use crate::stream::Stream;
+use crate::throttle::Throttle;
 
 /// An HTTP balancer's engine.
 pub type HttpProxy = Proxy<Backends>;
@@ -71,6 +73,9 @@ pub struct Backends {
     /// The live sessions (issue 14), kept across reloads. One small lock, held for a table
     /// operation and a count per server.
     sessions: Arc<Mutex<Sessions>>,
+    /// Clients whose body stalled past `HTTP_BODY_TIMEOUT`: a line a second at most, with the
+    /// count of those left out.
+    body_timeouts_log: Throttle,
 }
 
 /// What a request holds while in hand: its server's connection count and, for a WebSocket
@@ -101,6 +106,7 @@ pub fn proxy(balancer: &Arc<Balancer>, ctx: &Arc<Context>) -> Arc<HttpProxy> {
         proxy: OnceLock::new(),
         span: balancer.span(),
         sessions: Arc::default(),
+        body_timeouts_log: Throttle::new(1000),
     });
     let pool = balancer.pool();
     let language = ctx.config.load().general.language;
@@ -139,6 +145,8 @@ pub fn settings(config: &BalancerConfig, language: Language) -> http::Settings {
         max_idle: keys.pool_max_idle as usize,
         idle_timeout: keys.pool_idle_timeout,
         request_timeout: keys.request_timeout,
+        response_timeout: keys.response_timeout,
+        body_timeout: keys.body_timeout,
         retry_idempotent: keys.retry_idempotent,
         tunnel_idle_timeout: config.idle_timeout,
         language,
@@ -195,14 +203,30 @@ pub fn start<S: Stream>(
 }
 
 impl Backends {
-    /// A finished request: the server's traffic, the 503 counted, the access-log line.
+    /// A finished request: the server's traffic and its timeouts, the 503 counted, the
+    /// access-log line.
     fn exchanged(&self, exchange: &Exchange<Target>) {
         if let Some(server) = &exchange.server {
             server.0.add_traffic(exchange.to_server, exchange.to_client);
+            self.span
+                .in_scope(|| self.count_timeouts(&server.0, &exchange.outcome));
         }
         let (balancer, span) = (&self.balancer, &self.span);
         if exchange.outcome == Outcome::NoServer {
             span.in_scope(|| balancer.unserved(exchange.client, Unserved::NoServer));
+        }
+        if exchange.outcome == Outcome::ClientTimeout
+            && let Some(suppressed) = self.body_timeouts_log.allow()
+        {
+            let timeout = show_duration(balancer.pool().config.http.body_timeout);
+            span.in_scope(|| {
+                warn!(
+                    more_since_last_line = suppressed,
+                    client = %exchange.client,
+                    "a client's request body stopped arriving for HTTP_BODY_TIMEOUT={timeout}; \
+                     answered 408 (or its connection closed, when the answer had begun)"
+                );
+            });
         }
         balancer.events().emit(|| BrokerEvent::Request {
             balancer: balancer.kind(),
@@ -214,6 +238,42 @@ impl Backends {
         });
         if balancer.pool().config.http.log_requests {
             span.in_scope(|| access_line(exchange));
+        }
+    }
+
+    /// A server's requests that time out in a row: the first of a run is logged, every
+    /// `HTTP_TIMEOUTS_TO_QUARANTINE` of them quarantine it (0: never), and an answer ends the
+    /// run (logged when one was running). A failure of the client's, or a client gone before
+    /// the answer, says nothing of the server.
+    fn count_timeouts(&self, server: &Server, outcome: &Outcome) {
+        let keys = &self.balancer.pool().config.http;
+        match outcome {
+            Outcome::ServerTimeout => {
+                let in_a_row = server.timed_out();
+                let timeout = show_duration(keys.response_timeout);
+                if in_a_row == 1 {
+                    warn!(
+                        "server {} did not answer within HTTP_RESPONSE_TIMEOUT={timeout}; its \
+                         requests are answered 504 (or cut, when the answer had begun)",
+                        server.address
+                    );
+                }
+                let limit = keys.timeouts_to_quarantine;
+                if limit > 0 && in_a_row.is_multiple_of(limit) {
+                    let words = format!("did not answer {limit} requests within {timeout}");
+                    self.balancer.quarantine(server, Reason::Timeout, &words);
+                }
+            }
+            Outcome::Served | Outcome::ServerFailed(_) => {
+                let run = server.answered();
+                if run > 0 {
+                    info!(
+                        "server {} answering again after {run} requests timed out in a row",
+                        server.address
+                    );
+                }
+            }
+            _ => {}
         }
     }
 
@@ -309,9 +369,10 @@ fn access_line(exchange: &Exchange<Target>) {
         .map_or_else(|| "-".to_string(), ToString::to_string);
     let error = match &exchange.outcome {
         Outcome::ServerFailed(error) => Some(error.as_str()),
-        Outcome::ServerTimeout => Some("no answer within the response timeout"),
+        Outcome::ServerTimeout => Some("the server was silent past HTTP_RESPONSE_TIMEOUT"),
         Outcome::Incomplete => Some("answer incomplete"),
         Outcome::ClientFailed => Some("request body broken off"),
+        Outcome::ClientTimeout => Some("the request body was silent past HTTP_BODY_TIMEOUT"),
         _ => None,
     };
     info!(

@@ -300,6 +300,14 @@ pub struct HttpSettings {
     pub pool_idle_timeout: Duration,
     /// `HTTP_REQUEST_TIMEOUT`: a request's head must arrive within this.
     pub request_timeout: Duration,
+    /// `HTTP_RESPONSE_TIMEOUT`: the longest wait for an answer's head once the request was
+    /// sent, and the longest silence within the answer's body.
+    pub response_timeout: Duration,
+    /// `HTTP_BODY_TIMEOUT`: the longest silence within a request's body.
+    pub body_timeout: Duration,
+    /// `HTTP_TIMEOUTS_TO_QUARANTINE`: requests timed out in a row that quarantine a server
+    /// (0: never).
+    pub timeouts_to_quarantine: u32,
     /// `LOG_REQUESTS`: one access-log line per request.
     pub log_requests: bool,
     /// `HTTP_RETRY_IDEMPOTENT`: an idempotent request without a body that failed after it was

@@ -209,8 +209,13 @@ fn client_ip(ip: IpAddr) -> String {
     }
 }
 
-/// The answer's head for the client: hop-by-hop headers out, but an upgrade's (101).
+/// The answer's head for the client: hop-by-hop headers out, but an upgrade's (101). A
+/// `Content-Length` beside `Transfer-Encoding` goes too: the body was read by its chunks (RFC
+/// 9112 6.3), and a stale length would cut it short for the client.
 pub(crate) fn response_headers(headers: &mut HeaderMap, upgrade: bool) {
+    if headers.contains_key(header::TRANSFER_ENCODING) {
+        headers.remove(header::CONTENT_LENGTH);
+    }
     remove_hop_by_hop(headers, upgrade);
 }
 
@@ -303,6 +308,24 @@ mod tests {
         let out = request_headers(&head, &CLIENT, false, false);
         let names: Vec<&str> = out.keys().map(HeaderName::as_str).collect();
         assert_eq!(names, ["host", "content-length", "cookie"]);
+    }
+
+    #[test]
+    fn an_answer_framed_by_chunks_loses_its_stale_length() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("3"));
+        headers.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        headers.insert(header::ETAG, HeaderValue::from_static("\"v1\""));
+        response_headers(&mut headers, false);
+        let names: Vec<&str> = headers.keys().map(HeaderName::as_str).collect();
+        assert_eq!(names, ["etag"]);
+        let mut length_only = HeaderMap::new();
+        length_only.insert(header::CONTENT_LENGTH, HeaderValue::from_static("3"));
+        response_headers(&mut length_only, false);
+        assert_eq!(length_only[header::CONTENT_LENGTH], "3");
     }
 
     #[test]

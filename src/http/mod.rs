@@ -16,8 +16,8 @@
 //! - `pool`: kept-alive connections per server, bounded and idle-timed.
 //! - `headers`: what is refused, and the head rewritten each way (hop-by-hop headers,
 //!   `X-Forwarded-*`).
-//! - `body`: bodies streamed both ways, counted, with `Expect: 100-continue` held end to
-//!   end.
+//! - `body`: bodies streamed both ways, counted, each side's silence bounded, with `Expect:
+//!   100-continue` held end to end.
 //! - `upgrade`: an upgraded connection (WebSocket) relayed both ways.
 //! - `io`: the stream wrappers (bytes read ahead, traffic counted).
 //! - `pages`: the broker's own answers (502, 503, 504, refusals) in the page language.
@@ -225,11 +225,15 @@ pub enum Outcome {
     NoServer,
     /// The server failed after the request was sent (closed, reset, answered garbage): 502.
     ServerFailed(String),
-    /// The server sent no answer within the response timeout: 504.
+    /// The server sent no answer within the response timeout (504), or stopped sending its
+    /// answer's body for that long (the client's connection cut).
     ServerTimeout,
     /// The client's body broke off or was malformed (a bad chunk) while it was sent on: 400,
     /// the client's fault.
     ClientFailed,
+    /// The client's body stopped coming for the body timeout: 408, or the connection closed
+    /// when the answer had begun. The client's fault too.
+    ClientTimeout,
     /// The answer started but did not finish: the server or the client broke off midway.
     Incomplete,
 }
@@ -247,9 +251,13 @@ pub struct Settings {
     /// `HTTP_REQUEST_TIMEOUT`: a request's head must arrive within this (from the end of the
     /// previous answer on a kept-alive connection); past it the connection is closed.
     pub request_timeout: Duration,
-    /// How long a server may stay silent (no byte either way) before its answer's head: past
-    /// it, 504. `None`: wait as long as it takes.
-    pub response_timeout: Option<Duration>,
+    /// `HTTP_RESPONSE_TIMEOUT`: the longest wait for an answer's head once the whole request
+    /// was sent (past it, 504), and the longest silence within the answer's body (past it,
+    /// the client's connection is cut).
+    pub response_timeout: Duration,
+    /// `HTTP_BODY_TIMEOUT`: the longest silence within a request's body; past it, 408 when
+    /// no answer has begun, else the client's connection is closed.
+    pub body_timeout: Duration,
     /// `HTTP_RETRY_IDEMPOTENT`: a request with an idempotent method and no body that failed
     /// after it was sent, with no byte of an answer, is tried on the next server.
     pub retry_idempotent: bool,
@@ -263,15 +271,16 @@ pub struct Settings {
 }
 
 impl Default for Settings {
-    /// The defaults: forwarded headers on, 32 idle connections per server kept 60 s,
-    /// 30 s for a request's head.
+    /// The keys' defaults: forwarded headers on, 32 idle connections per server kept 60 s,
+    /// 30 s for a request's head, 600 s for an answer, 60 s of silence within a body.
     fn default() -> Settings {
         Settings {
             forwarded_headers: true,
             max_idle: 32,
             idle_timeout: Duration::from_secs(60),
             request_timeout: Duration::from_secs(30),
-            response_timeout: None,
+            response_timeout: Duration::from_secs(600),
+            body_timeout: Duration::from_secs(60),
             retry_idempotent: false,
             tunnel_idle_timeout: None,
             language: Language::English,

@@ -43,6 +43,16 @@ fn words(status: StatusCode, language: Language) -> (&'static str, &'static str)
             "O broker não repassa este tipo de requisição (CONNECT, ou uma codificação de \
              transferência que não seja chunked).",
         ),
+        (408, Language::English) => (
+            "Request timed out",
+            "The request's body stopped arriving before it was complete. Check the network and \
+             try again.",
+        ),
+        (408, Language::Portuguese) => (
+            "Tempo da requisição esgotado",
+            "O corpo da requisição parou de chegar antes de completo. Verifique a rede e tente \
+             novamente.",
+        ),
         (414, Language::English) => (
             "Address too long",
             "The requested address is longer than the broker accepts.",
@@ -106,7 +116,7 @@ mod tests {
 
     #[test]
     fn every_page_is_in_its_language() {
-        for code in [400, 414, 501, 502, 503, 504] {
+        for code in [400, 408, 414, 501, 502, 503, 504] {
             let Ok(status) = StatusCode::from_u16(code) else {
                 panic!("status")
             };

@@ -5,7 +5,12 @@
 //! chosen; a connection taken from the pool, else dialed (a connect failure is reported for
 //! quarantine and the next server chosen, whatever the method: nothing reached the server);
 //! sent; the answer streamed back, and the connection given back to the pool once both ways
-//! finished cleanly. When a request fails after it was sent:
+//! finished cleanly: the whole request handed to the connection before its answer ended, and
+//! the answer read to its framed end. Any other connection is closed as soon as the engine
+//! lets go of it (a server that answered before reading the body, and keeps its connection,
+//! would otherwise read the rest of that body, perhaps a request of its own, as the next
+//! user's request); the client then gets the answer with `Connection: close`. When a request
+//! fails after it was sent:
 //! - on a pooled connection that the server closed as it was reused (no byte of an answer,
 //!   and either nothing of the request written or a request that may be sent twice: no body,
 //!   idempotent method), it is sent once more on a fresh connection, as Go's and hyper-util's
@@ -13,7 +18,8 @@
 //! - with `retry_idempotent`, an idempotent request with no body and no byte of an answer
 //!   goes to the next server;
 //! - otherwise the client gets a 502 (504 when the server stayed silent past the response
-//!   timeout) for that request only.
+//!   timeout, counted from the whole request sent) for that request only; a client whose
+//!   body stalls past the body timeout gets a 408.
 //!
 //! hyper's low-level `client::conn::http1` is used rather than hyper-util's pooled client:
 //! the pool has to be keyed by the balancer's servers (not by URI authority), a connect
@@ -43,7 +49,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use super::body::{Done, RequestBody, ResponseBody, Upload};
+use super::body::{Done, Ended, RequestBody, ResponseBody, Upload};
 use super::headers;
 use super::io::{Lifetime, Prefixed, Upstream};
 use super::pool::Traffic;
@@ -210,7 +216,7 @@ impl<U: Upstreams> Proxy<U> {
             finish.exchange.outcome = Outcome::Refused;
             return self.page(refusal.status(), finish, &settings, true);
         }
-        let mut attempt = Attempt::new(&head, body, &mut finish);
+        let mut attempt = Attempt::new(&head, body, &mut finish, settings.body_timeout);
         let failed = match self
             .forward(&head, client, &mut attempt, &settings, &mut finish)
             .await
@@ -222,6 +228,10 @@ impl<U: Upstreams> Proxy<U> {
             Err(failed) => failed,
         };
         let status = match failed {
+            Some(_) if finish.upload.timed_out.load(Relaxed) => {
+                finish.exchange.outcome = Outcome::ClientTimeout;
+                return self.page(StatusCode::REQUEST_TIMEOUT, finish, &settings, true);
+            }
             Some(_) if finish.upload.failed.load(Relaxed) => {
                 finish.exchange.outcome = Outcome::ClientFailed;
                 return self.page(StatusCode::BAD_REQUEST, finish, &settings, true);
@@ -266,7 +276,7 @@ impl<U: Upstreams> Proxy<U> {
                 attempt.request.headers = headers;
             }
             match self
-                .try_server(server, client.peer, attempt, settings)
+                .try_server(server, client.peer, attempt, settings, &finish.upload)
                 .await
             {
                 Tried::Answered(response, conn) => return Ok((response, conn, choice)),
@@ -275,7 +285,7 @@ impl<U: Upstreams> Proxy<U> {
                     debug!(client = %client.peer, server = %server, error = %failure.error, "request failed after it was sent");
                     let retry = settings.retry_idempotent
                         && attempt.request.replayable
-                        && !finish.upload.failed.load(Relaxed)
+                        && !finish.upload.clients_fault()
                         && !failure.answered
                         && !failure.timeout;
                     failed = Some(failure);
@@ -297,6 +307,7 @@ impl<U: Upstreams> Proxy<U> {
         client: SocketAddr,
         attempt: &mut Attempt,
         settings: &Settings,
+        upload: &Upload,
     ) -> Tried {
         let mut conn = match self.pool.take(server, settings.idle_timeout) {
             Some(conn) => conn,
@@ -311,7 +322,7 @@ impl<U: Upstreams> Proxy<U> {
                 return Tried::NotSent;
             };
             let request = attempt.request.build(body);
-            match send(&mut conn, request, settings.response_timeout).await {
+            match send(&mut conn, request, upload, settings.response_timeout).await {
                 Ok(response) => return Tried::Answered(response, conn),
                 Err(mut failure) => {
                     let unsent = failure.returned.is_some();
@@ -378,15 +389,24 @@ impl<U: Upstreams> Proxy<U> {
                 return None;
             }
         };
+        let closing = CancellationToken::new();
+        let closed = closing.clone();
         tokio::spawn(async move {
-            if let Err(e) = connection.with_upgrades().await {
-                debug!(error = %e, "server connection ended");
+            tokio::select! {
+                ended = connection.with_upgrades() => {
+                    if let Err(e) = ended {
+                        debug!(error = %e, "server connection ended");
+                    }
+                }
+                // Dropping hyper's connection closes the socket, whatever it was doing.
+                () = closed.cancelled() => {}
             }
         });
         Some(Conn {
             sender,
             traffic,
             reused: false,
+            closer: closing.drop_guard(),
         })
     }
 
@@ -408,7 +428,6 @@ impl<U: Upstreams> Proxy<U> {
                 Outcome::ServerFailed("switched protocols unasked (101)".into());
             return self.page(StatusCode::BAD_GATEWAY, finish, settings, false);
         }
-        let mut reusable = !switching;
         let mut lease = Some(choice.lease);
         if let Some((client, slot)) = upgrade.filter(|_| switching) {
             let pending = Pending {
@@ -421,24 +440,38 @@ impl<U: Upstreams> Proxy<U> {
             *slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(pending);
             self.stats.upgrades.fetch_add(1, Relaxed);
         }
-        if let Some(continued) = &finish.continued
-            && !continued.is_cancelled()
-        {
-            // An `Expect` the server answered without `100 Continue`: the body may be
-            // unsent, and the connection in an unknown state.
-            reusable = false;
+        let conn = if switching {
+            // hyper's connection hands its stream to the upgrade: it must not be closed.
+            let _ = conn.closer.disarm();
+            None
+        } else {
+            Some(conn)
+        };
+        let early = !finish.upload.is_finished();
+        if early && finish.continued.is_some() {
+            // A final status to an `Expect: 100-continue`: no body follows it.
+            finish.upload.abandon();
         }
         let (mut parts, incoming) = response.into_parts();
         headers::response_headers(&mut parts.headers, switching);
         for (name, value) in &choice.response_headers {
             parts.headers.append(name, value.clone());
         }
+        if early && !switching {
+            // Answered before the request was sent whole: should the answer end first, the
+            // rest of the body is not read, so the client's connection cannot carry another
+            // request.
+            parts
+                .headers
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
         parts.version = Version::HTTP_11;
         finish.exchange.status = Some(status);
         finish.answered = true;
-        finish.conn = reusable.then_some((choice.server, conn));
+        finish.conn = conn.map(|conn| (choice.server, conn));
         finish.lease = lease;
-        Response::from_parts(parts, ResponseBody::server(incoming, finish))
+        let body = ResponseBody::server(incoming, finish, settings.response_timeout);
+        Response::from_parts(parts, body)
     }
 
     /// The broker's own answer: a short page in the balancer's language.
@@ -474,7 +507,7 @@ impl<U: Upstreams> Proxy<U> {
     }
 
     /// Gives `conn` back to `server`'s pool once hyper is ready to send on it again (it may
-    /// still be finishing a request body the server answered before reading).
+    /// still be flushing the request's last bytes).
     fn give_back(self: Arc<Self>, server: U::Server, mut conn: Conn) {
         conn.reused = true;
         if conn.sender.is_ready() {
@@ -579,15 +612,26 @@ struct Attempt {
 }
 
 impl Attempt {
-    /// The request of `head` with `body`, before any server is chosen.
-    fn new<U: Upstreams>(head: &Parts, body: Incoming, finish: &mut Finish<U>) -> Attempt {
+    /// The request of `head` with `body` (each wait for its next frame bounded by
+    /// `body_timeout`), before any server is chosen.
+    fn new<U: Upstreams>(
+        head: &Parts,
+        body: Incoming,
+        finish: &mut Finish<U>,
+        body_timeout: Duration,
+    ) -> Attempt {
         let continued = head
             .headers
             .get(header::EXPECT)
             .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
             .then(CancellationToken::new);
         finish.continued = continued.clone();
-        let body = RequestBody::new(body, Arc::clone(&finish.upload), continued.clone());
+        let body = RequestBody::new(
+            body,
+            Arc::clone(&finish.upload),
+            continued.clone(),
+            body_timeout,
+        );
         Attempt {
             request: Outgoing {
                 method: head.method.clone(),
@@ -635,35 +679,27 @@ struct Failure {
     timeout: bool,
 }
 
-/// Sends `request` on `conn` and waits for the answer's head, at most `quiet` without a byte
-/// moving either way (so a long upload does not count against the server).
+/// Sends `request` on `conn` and waits for the answer's head, at most `timeout` once the
+/// whole request was handed to the connection (`upload`): a long upload, or a slow client's
+/// body (bounded by its own timeout), does not count against the server.
 async fn send(
     conn: &mut Conn,
     request: Request<RequestBody>,
-    quiet: Option<Duration>,
+    upload: &Upload,
+    timeout: Duration,
 ) -> Result<Response<Incoming>, Failure> {
-    let before = conn.traffic.mark();
+    let before = conn.traffic.read.load(Relaxed);
     let mut sent = pin!(conn.sender.try_send_request(request));
-    let traffic = &conn.traffic;
-    let outcome = match quiet {
-        None => Some(sent.await),
-        Some(quiet) => {
-            let mut seen = before;
-            loop {
-                tokio::select! {
-                    outcome = sent.as_mut() => break Some(outcome),
-                    _ = tokio::time::sleep(quiet) => {
-                        let now = traffic.mark();
-                        if now == seen {
-                            break None;
-                        }
-                        seen = now;
-                    }
-                }
-            }
+    let outcome = loop {
+        if upload.is_finished() {
+            break tokio::time::timeout(timeout, sent.as_mut()).await.ok();
+        }
+        tokio::select! {
+            outcome = sent.as_mut() => break Some(outcome),
+            () = upload.finished() => {}
         }
     };
-    let answered = traffic.read.load(Relaxed) != before.0;
+    let answered = conn.traffic.read.load(Relaxed) != before;
     match outcome {
         Some(Ok(response)) => Ok(response),
         Some(Err(mut e)) => Err(Failure {
@@ -673,7 +709,7 @@ async fn send(
             timeout: false,
         }),
         None => Err(Failure {
-            error: format!("no answer within {quiet:?} of silence"),
+            error: format!("no answer within {timeout:?} of the request"),
             returned: None,
             answered,
             timeout: true,
@@ -689,7 +725,8 @@ pub(crate) struct Finish<U: Upstreams> {
     started: Instant,
     /// How the request's body went.
     upload: Arc<Upload>,
-    /// The connection to give back if the answer goes whole.
+    /// The server's connection the answer comes on (none once upgraded): given back when the
+    /// exchange finished cleanly, else closed.
     conn: Option<(U::Server, Conn)>,
     /// The balancer's lease, dropped once the request is finished with (unless an upgrade
     /// took it).
@@ -699,8 +736,8 @@ pub(crate) struct Finish<U: Upstreams> {
     answered: bool,
     /// Body bytes sent to the client.
     sent: u64,
-    /// The answer's body went whole.
-    complete: bool,
+    /// How the answer's body ended (`Cut` until it is known).
+    ended: Ended,
 }
 
 impl<U: Upstreams> Finish<U> {
@@ -725,15 +762,15 @@ impl<U: Upstreams> Finish<U> {
             continued: None,
             answered: false,
             sent: 0,
-            complete: false,
+            ended: Ended::Cut,
         }
     }
 }
 
 impl<U: Upstreams> Done for Finish<U> {
-    fn done(mut self, sent: u64, complete: bool) {
+    fn done(mut self, sent: u64, ended: Ended) {
         self.sent = sent;
-        self.complete = complete;
+        self.ended = ended;
     }
 }
 
@@ -747,10 +784,18 @@ impl<U: Upstreams> Drop for Finish<U> {
         if !self.answered {
             exchange.status = None;
             exchange.outcome = Outcome::Incomplete;
-        } else if !self.complete && exchange.outcome == Outcome::Served {
-            exchange.outcome = Outcome::Incomplete;
+        } else if exchange.outcome == Outcome::Served {
+            exchange.outcome = match self.ended {
+                Ended::Whole => Outcome::Served,
+                Ended::ServerSilent => Outcome::ServerTimeout,
+                Ended::Cut if self.upload.timed_out.load(Relaxed) => Outcome::ClientTimeout,
+                Ended::Cut => Outcome::Incomplete,
+            };
         }
-        if let Some((server, conn)) = self.conn.take().filter(|_| self.complete) {
+        // Both messages framed and whole, the request's before the answer's end: else the
+        // connection (dropped here) closes.
+        let clean = self.ended == Ended::Whole && self.upload.is_finished();
+        if let Some((server, conn)) = self.conn.take().filter(|_| clean) {
             Arc::clone(&self.proxy).give_back(server, conn);
         }
         self.proxy

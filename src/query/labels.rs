@@ -69,6 +69,7 @@ pub struct Labels {
     pub until: &'static str,
     pub by_monitor: &'static str,
     pub by_connect: &'static str,
+    pub by_timeout: &'static str,
     pub by_operator: &'static str,
     pub draining: &'static str,
     pub refresh: &'static str,
@@ -160,6 +161,7 @@ const EN: Labels = Labels {
     until: "until",
     by_monitor: "monitor",
     by_connect: "client connect",
+    by_timeout: "response timeout",
     by_operator: "operator",
     draining: "Shutting down: PING answers 503 while clients are still served",
     refresh: "Auto-refresh",
@@ -251,6 +253,7 @@ const PT_BR: Labels = Labels {
     until: "até",
     by_monitor: "monitor",
     by_connect: "conexão de client",
+    by_timeout: "tempo de resposta",
     by_operator: "operador",
     draining: "Encerrando: PING responde 503 enquanto os clients ainda são atendidos",
     refresh: "Atualização automática",
@@ -352,6 +355,7 @@ impl Labels {
             self.until,
             self.by_monitor,
             self.by_connect,
+            self.by_timeout,
             self.by_operator,
             self.draining,
             self.refresh,
@@ -471,6 +475,12 @@ fn portuguese(text: &str) -> Cow<'_, str> {
             None => format!("não foi possível resolver {rest}"),
         });
     }
+    // `did not answer N requests within T` (an HTTP balancer's timeout quarantine).
+    if let Some((count, within)) = strip_prefix_ignore_case(text, "did not answer ")
+        .and_then(|rest| rest.split_once(" requests within "))
+    {
+        return Cow::Owned(format!("não respondeu a {count} requisições em {within}"));
+    }
     if let Some(name) = text.strip_suffix(" resolves to no address") {
         return Cow::Owned(format!("{name} não resolve para nenhum endereço"));
     }
@@ -511,6 +521,10 @@ mod tests {
                 "app01 não resolve para nenhum endereço",
             ),
             ("quarantine time is up", "o tempo de quarentena acabou"),
+            (
+                "did not answer 3 requests within 600s",
+                "não respondeu a 3 requisições em 600s",
+            ),
         ] {
             assert_eq!(pt.words(en), wanted);
         }

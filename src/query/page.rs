@@ -495,6 +495,7 @@ fn reason(l: &Labels, reason: Reason) -> &'static str {
     match reason {
         Reason::Monitor => l.by_monitor,
         Reason::Connect => l.by_connect,
+        Reason::Timeout => l.by_timeout,
         Reason::Operator => l.by_operator,
     }
 }
