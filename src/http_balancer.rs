@@ -350,7 +350,12 @@ impl Backends {
             let failed = tried.iter().any(|t| Arc::ptr_eq(&t.0, server));
             if !failed && server.is_available(self.balancer.clock_ms()) {
                 let now = Instant::now();
-                table.touch(ticket, now, keys.session_timeout, keys.max_sessions as usize);
+                table.touch(
+                    ticket,
+                    now,
+                    keys.session_timeout,
+                    keys.max_sessions as usize,
+                );
                 // A WebSocket pins its session: it does not expire while the WebSocket lives.
                 let pinned = upgrade.then(|| {
                     table.opened(ticket);
@@ -458,10 +463,14 @@ impl Backends {
     fn session_moved(&self, pool: &Pool, old: Ticket, to: &Server, client: &Downstream) {
         let mut moves = self.moves.lock().unwrap_or_else(|p| p.into_inner());
         let (episode, from) = moves.entry(old.server).or_insert_with(|| {
-            let from = pool.servers.iter().find(|s| s.id == old.server).map_or_else(
-                || format!("{} (no longer configured)", old.server),
-                |s| format!("{} ({})", old.server, s.address),
-            );
+            let from = pool
+                .servers
+                .iter()
+                .find(|s| s.id == old.server)
+                .map_or_else(
+                    || format!("{} (no longer configured)", old.server),
+                    |s| format!("{} ({})", old.server, s.address),
+                );
             (Episode::default(), from)
         });
         if episode.strike() {
@@ -558,7 +567,8 @@ impl Upstreams for Backends {
         let moving = match affinity {
             Affinity::Signed(ticket) | Affinity::Previous(ticket) => {
                 // Signed with SESSION_SECRET_PREVIOUS: the same session, signed anew.
-                let renewed = matches!(affinity, Affinity::Previous(_)).then(|| keys.renew(&ticket));
+                let renewed =
+                    matches!(affinity, Affinity::Previous(_)).then(|| keys.renew(&ticket));
                 let upgrade = request.headers.contains_key(UPGRADE);
                 match self.session(&pool, ticket, renewed, tried, upgrade, client) {
                     Bound::Served(choice) => return choice,

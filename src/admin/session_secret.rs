@@ -188,7 +188,10 @@ mod tests {
     fn a_first_start_writes_a_private_file_and_the_next_reads_it() {
         let dir = tempfile::tempdir().expect("temp dir");
         let state = dir.path().join("sub/appserver.state");
-        assert_eq!(path_for(&state), dir.path().join("sub/appserver.state.secret"));
+        assert_eq!(
+            path_for(&state),
+            dir.path().join("sub/appserver.state.secret")
+        );
         let first = keep(Some(&state));
         assert_eq!(first.kept, Kept::Created(path_for(&state)));
         #[cfg(unix)]

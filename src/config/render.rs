@@ -57,7 +57,8 @@ impl Config {
                 .iter()
                 .partition(|(_, _, origin)| *origin == Origin::Default);
             for (key, value, _) in set {
-                let secret = keys::find(key).is_some_and(|k| matches!(k.domain, Domain::Secret { .. }));
+                let secret =
+                    keys::find(key).is_some_and(|k| matches!(k.domain, Domain::Secret { .. }));
                 if secret && !value.is_empty() {
                     // Never printed; a comment, so that the printout still reads back (without it).
                     let _ = writeln!(out, "; {key}={value} (a secret is never printed)");

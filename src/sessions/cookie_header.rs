@@ -59,7 +59,10 @@ pub fn mentions_broker_cookie(header: &[u8]) -> bool {
 pub fn without_broker_cookie(header: &[u8]) -> Option<Vec<u8>> {
     let mut pairs: Vec<Cow<'_, [u8]>> = Vec::new();
     for pair in header.split(|&b| b == b';') {
-        if !pair.split(|&b| b == b',').any(|item| broker_value(item).is_some()) {
+        if !pair
+            .split(|&b| b == b',')
+            .any(|item| broker_value(item).is_some())
+        {
             pairs.push(Cow::Borrowed(pair));
             continue;
         }
@@ -73,9 +76,7 @@ pub fn without_broker_cookie(header: &[u8]) -> Option<Vec<u8>> {
     }
     let joined = pairs.join(&b";"[..]);
     let left = trim(&joined);
-    let separators_only = left
-        .iter()
-        .all(|b| matches!(b, b' ' | b'\t' | b';' | b','));
+    let separators_only = left.iter().all(|b| matches!(b, b' ' | b'\t' | b';' | b','));
     (!separators_only).then(|| left.to_vec())
 }
 
@@ -103,7 +104,10 @@ impl Affinity {
             if !mentions_broker_cookie(header) {
                 continue;
             }
-            for ticket in items(header).filter_map(broker_value).filter_map(Ticket::parse) {
+            for ticket in items(header)
+                .filter_map(broker_value)
+                .filter_map(Ticket::parse)
+            {
                 match keys.check(&ticket) {
                     Signed::Current => return Affinity::Signed(ticket),
                     Signed::Previous => previous = previous.or(Some(ticket)),
@@ -149,7 +153,10 @@ mod tests {
         );
         let unsigned = Ticket::parse(b"01.q3VdAbCdEfGhIjKlMnOpQr").expect("parses");
         assert_eq!(
-            Affinity::of([&b"TOTVS_BROKER_SH_001=01.q3VdAbCdEfGhIjKlMnOpQr"[..]], &keys()),
+            Affinity::of(
+                [&b"TOTVS_BROKER_SH_001=01.q3VdAbCdEfGhIjKlMnOpQr"[..]],
+                &keys()
+            ),
             Affinity::Unsigned(unsigned)
         );
         assert_eq!(Affinity::of([&b"a=1; b=2"[..]], &keys()), Affinity::None);
@@ -161,9 +168,20 @@ mod tests {
         let good = signed("01");
         for byte in 0x80..=0xffu8 {
             for header in [
-                [&b"lang=S"[..], &[byte], b"o; TOTVS_BROKER_SH_001=", good.to_string().as_bytes()]
-                    .concat(),
-                [b"TOTVS_BROKER_SH_001=", good.to_string().as_bytes(), b"; x=", &[byte]].concat(),
+                [
+                    &b"lang=S"[..],
+                    &[byte],
+                    b"o; TOTVS_BROKER_SH_001=",
+                    good.to_string().as_bytes(),
+                ]
+                .concat(),
+                [
+                    b"TOTVS_BROKER_SH_001=",
+                    good.to_string().as_bytes(),
+                    b"; x=",
+                    &[byte],
+                ]
+                .concat(),
             ] {
                 assert_eq!(Affinity::of([&header[..]], &keys()), Affinity::Signed(good));
                 let left = strip(&header).expect("the other cookie stays");
@@ -202,18 +220,30 @@ mod tests {
     fn stripping_keeps_every_other_byte_and_separator() {
         for (header, left) in [
             (&b"TOTVS_BROKER_SH_001=01.x"[..], None),
-            (b"a=1; TOTVS_BROKER_SH_001=01.x; b=2", Some(&b"a=1; b=2"[..])),
+            (
+                b"a=1; TOTVS_BROKER_SH_001=01.x; b=2",
+                Some(&b"a=1; b=2"[..]),
+            ),
             (b"a=1;TOTVS_BROKER_SH_001=anything", Some(b"a=1")),
             (b"TOTVS_BROKER_SH_001=x;  a=1", Some(b"a=1")),
             (b"a=1;b=2; TOTVS_BROKER_SH_001=x", Some(b"a=1;b=2")),
-            (b"a = 1 ;TOTVS_BROKER_SH_001=x; b=\"q\"", Some(b"a = 1 ; b=\"q\"")),
+            (
+                b"a = 1 ;TOTVS_BROKER_SH_001=x; b=\"q\"",
+                Some(b"a = 1 ; b=\"q\""),
+            ),
             (b"a=1, TOTVS_BROKER_SH_001=x, b=2", Some(b"a=1, b=2")),
             (b"TOTVS_BROKER_SH_001=x, a=1; b=2", Some(b"a=1; b=2")),
             (b"p=a,b, TOTVS_BROKER_SH_001=x", Some(b"p=a,b")),
             (b"TOTVS_BROKER_SH_001 =x; TOTVS_BROKER_SH_001=y", None),
-            (b"TOTVS_BROKER_SH_0011=keep", Some(b"TOTVS_BROKER_SH_0011=keep")),
+            (
+                b"TOTVS_BROKER_SH_0011=keep",
+                Some(b"TOTVS_BROKER_SH_0011=keep"),
+            ),
             (b"lang=S\xe3o; TOTVS_BROKER_SH_001=x", Some(b"lang=S\xe3o")),
-            (b"n=\xc3\xa9\xff; TOTVS_BROKER_SH_001=x;m=\x80", Some(b"n=\xc3\xa9\xff;m=\x80")),
+            (
+                b"n=\xc3\xa9\xff; TOTVS_BROKER_SH_001=x;m=\x80",
+                Some(b"n=\xc3\xa9\xff;m=\x80"),
+            ),
             (b"", None),
             (b" ; ", None),
         ] {

@@ -100,7 +100,10 @@ impl SessionSecrets {
             ),
             (None, Kept::Created(path)) => (
                 false,
-                format!("a secret generated now and kept in {} {pair}", path.display()),
+                format!(
+                    "a secret generated now and kept in {} {pair}",
+                    path.display()
+                ),
             ),
             (None, Kept::Nowhere(why)) => (
                 true,
@@ -160,7 +163,10 @@ mod tests {
         let by_own = secrets.keys().issue(id);
         secrets.configure(&general(Some(A), None));
         let by_a = secrets.keys().issue(id);
-        assert!(!secrets.keys().verify(&by_own), "the own secret no longer counts");
+        assert!(
+            !secrets.keys().verify(&by_own),
+            "the own secret no longer counts"
+        );
         // Rotation: B signs, A still verifies.
         secrets.configure(&general(Some(B), Some(A)));
         assert!(secrets.keys().verify(&by_a));
@@ -176,7 +182,8 @@ mod tests {
             kept,
             ..OwnSecret::for_this_run("")
         };
-        let line = |kept, general: &General| SessionSecrets::new(own(kept), general).describe(general);
+        let line =
+            |kept, general: &General| SessionSecrets::new(own(kept), general).describe(general);
         let set = line(Kept::Read(path.clone()), &general(Some(A), Some(B)));
         assert!(!set.warn);
         assert_eq!(
@@ -186,7 +193,10 @@ mod tests {
         );
         assert!(!set.line.contains(A) && !set.line.contains(B));
         let read = line(Kept::Read(path.clone()), &general(None, None));
-        assert!(read.line.contains("the secret kept in /var/lib/appbroker/appserver.state.secret"));
+        assert!(
+            read.line
+                .contains("the secret kept in /var/lib/appbroker/appserver.state.secret")
+        );
         let created = line(Kept::Created(path), &general(None, None));
         assert!(created.line.contains("a secret generated now and kept in"));
         let nowhere = line(Kept::Nowhere("STATE_FILE=0".into()), &general(None, None));

@@ -332,7 +332,10 @@ mod tests {
         assert_eq!((s.len(), s.count(id("01")), s.total()), (1, 1, 1));
         tokio::time::advance(Duration::from_secs(30)).await;
         s.expire(Instant::now(), MINUTE);
-        assert!(s.is_empty(), "its idle time counts from the old cookie's last request");
+        assert!(
+            s.is_empty(),
+            "its idle time counts from the old cookie's last request"
+        );
         s.renew(old, new);
         assert!(s.is_empty(), "no session, nothing renewed");
     }
