@@ -313,7 +313,7 @@ impl Backends {
 }
 
 /// Where a signed cookie's session goes.
-enum Bound {
+enum Sticky {
     /// To its server (or, `None`, a 503: its server has no room to count the request).
     Served(Option<Choice<Backends>>),
     /// Elsewhere: the live session moving (`Some`), or a cookie of no live session whose
@@ -334,8 +334,8 @@ impl Backends {
         tried: &[Target],
         upgrade: bool,
         client: &Downstream,
-    ) -> Bound {
-        let keys = &pool.config.http;
+    ) -> Sticky {
+        let http = &pool.config.http;
         let index = pool.servers.iter().position(|s| s.id == ticket.server);
         let mut table = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
         let ticket = match renewed {
@@ -353,8 +353,8 @@ impl Backends {
                 table.touch(
                     ticket,
                     now,
-                    keys.session_timeout,
-                    keys.max_sessions as usize,
+                    http.session_timeout,
+                    http.max_sessions as usize,
                 );
                 // A WebSocket pins its session: it does not expire while the WebSocket lives.
                 let pinned = upgrade.then(|| {
@@ -363,19 +363,16 @@ impl Backends {
                 });
                 self.count_sessions(&table, &pool.servers);
                 drop(table);
-                let choice = pool.lease(index, false).map(|lease| Choice {
-                    server: Target(Arc::clone(&lease.server)),
-                    lease: Held { lease, pinned },
-                    response_headers: renewed
-                        .map(|new| set_cookie(new, client.tls))
-                        .unwrap_or_default(),
-                });
-                return Bound::Served(choice);
+                let cookie = renewed.map(|new| set_cookie(new, client.tls));
+                let choice = pool
+                    .lease(index, false)
+                    .map(|lease| chosen(lease, pinned, cookie.unwrap_or_default()));
+                return Sticky::Served(choice);
             }
         }
         // A cookie naming a server that is not configured is a live session's only while
         // the table knows it (the server was removed); else it is no cookie at all.
-        Bound::Moving(Some(ticket).filter(|t| index.is_some() || table.knows(*t)))
+        Sticky::Moving(Some(ticket).filter(|t| index.is_some() || table.knows(*t)))
     }
 
     /// A cookie of the right form that does not verify: forged, or issued by a version that
@@ -401,15 +398,11 @@ impl Backends {
         if failed || !server.takes_new_clients(self.balancer.clock_ms()) {
             return None;
         }
-        let signed = keys.issue(ticket.server);
-        Some(pool.lease(index, false).map(|lease| Choice {
-            server: Target(Arc::clone(&lease.server)),
-            lease: Held {
-                lease,
-                pinned: None,
-            },
-            response_headers: set_cookie(signed, client.tls),
-        }))
+        let cookie = set_cookie(keys.issue(ticket.server), client.tls);
+        Some(
+            pool.lease(index, false)
+                .map(|lease| chosen(lease, None, cookie)),
+        )
     }
 
     /// The balancer's pick for a request without a session (or whose session `moving` moves
@@ -446,15 +439,8 @@ impl Backends {
         }
         self.count_sessions(&table, &pool.servers);
         drop(table);
-        let fresh = keys.issue(lease.server.id);
-        Some(Choice {
-            server: Target(Arc::clone(&lease.server)),
-            response_headers: set_cookie(fresh, client.tls),
-            lease: Held {
-                lease,
-                pinned: None,
-            },
-        })
+        let cookie = set_cookie(keys.issue(lease.server.id), client.tls);
+        Some(chosen(lease, None, cookie))
     }
 
     /// A live session moved off its server (`old` names it) to `to`: the first of an episode
@@ -495,6 +481,20 @@ impl Backends {
             }
             false
         });
+    }
+}
+
+/// The request goes to `lease`'s server, holding `lease` (and the session `pinned`), with
+/// `response_headers` added to the answer.
+fn chosen(
+    lease: Lease,
+    pinned: Option<(Ticket, Arc<Mutex<Sessions>>)>,
+    response_headers: HeaderMap,
+) -> Choice<Backends> {
+    Choice {
+        server: Target(Arc::clone(&lease.server)),
+        lease: Held { lease, pinned },
+        response_headers,
     }
 }
 
@@ -571,8 +571,8 @@ impl Upstreams for Backends {
                     matches!(affinity, Affinity::Previous(_)).then(|| keys.renew(&ticket));
                 let upgrade = request.headers.contains_key(UPGRADE);
                 match self.session(&pool, ticket, renewed, tried, upgrade, client) {
-                    Bound::Served(choice) => return choice,
-                    Bound::Moving(moving) => moving,
+                    Sticky::Served(choice) => return choice,
+                    Sticky::Moving(moving) => moving,
                 }
             }
             Affinity::Unsigned(ticket) => {

@@ -16,7 +16,8 @@ use appbroker::Event;
 use appbroker::demo::StandIn;
 use appbroker::demo::web::Resource;
 use common::{
-    DevTools, InProcess, Reason, find_chromium, session_secret_line, signed_cookie, web_stand_ins,
+    DevTools, InProcess, Reason, find_chromium, http_ini, session_secret_line, signed_cookie,
+    web_stand_ins,
 };
 use http_common::{Origin, client, dead_addr, full, request, send};
 use hyper::header::{COOKIE, SET_COOKIE};
@@ -26,22 +27,7 @@ use hyper::{HeaderMap, StatusCode};
 /// section, and `servers` as `(address, weight)` under ids 01, 02...; the tests'
 /// `SESSION_SECRET`, so that [`signed`] makes cookies the broker takes as its own.
 fn ini(servers: &[(SocketAddr, u32)], extra: &str) -> String {
-    let mut text = format!(
-        "[General]\nSHUTDOWN_TIMEOUT=5\n{}[BALANCE_HTTP]\nLOCAL_SERVER_ADDRESS=127.0.0.1\n\
-         LOCAL_SERVER_PORT=@PORT@\nQUERY_ALLOW=127.0.0.1\nMONITORING_TYPE=DISABLED\n",
-        session_secret_line()
-    );
-    text.push_str(extra);
-    text.push('\n');
-    for (i, (addr, weight)) in servers.iter().enumerate() {
-        text.push_str(&format!(
-            "REMOTE_SERVER_{:02}={} {} {weight}\n",
-            i + 1,
-            addr.ip(),
-            addr.port()
-        ));
-    }
-    text
+    http_ini(&session_secret_line(), servers, extra)
 }
 
 /// One GET of `path` on a new connection to `broker`, with `cookie` as its `Cookie` header:

@@ -17,28 +17,18 @@ use appbroker::overrides::{Hold, Mode};
 use appbroker::sessions::{CookieKeys, Kept, OwnSecret, Ticket};
 use appbroker::tls::files::Passphrase;
 use common::{
-    Broker, HttpConnection, HttpResponse, InProcess, SESSION_SECRET, http_get, run_cli,
+    Broker, HttpConnection, HttpResponse, InProcess, SESSION_SECRET, http_get, http_ini, run_cli,
     session_secret_line, signed_cookie, signed_cookie_with,
 };
 use http_common::{Origin, raw_origin, read_head};
 use tokio::io::AsyncWriteExt;
 
-/// An ini with one `[BALANCE_HTTP]` on `@PORT@` (monitoring off), `general` lines in
-/// `[General]`, `extra` in the section, and `servers` as `(address, weight)` under ids 01, 02...
-fn ini(general: &str, servers: &[(SocketAddr, u32)], extra: &str) -> String {
-    let mut text = format!(
-        "[General]\nSHUTDOWN_TIMEOUT=5\n{general}\n[BALANCE_HTTP]\nLOCAL_SERVER_ADDRESS=127.0.0.1\n\
-         LOCAL_SERVER_PORT=@PORT@\nQUERY_ALLOW=127.0.0.1\nMONITORING_TYPE=DISABLED\n{extra}\n"
-    );
-    for (i, (addr, weight)) in servers.iter().enumerate() {
-        text.push_str(&format!(
-            "REMOTE_SERVER_{:02}={} {} {weight}\n",
-            i + 1,
-            addr.ip(),
-            addr.port()
-        ));
-    }
-    text
+/// [`http_ini`] with the tests' `SESSION_SECRET`, over two loopback origins (ids 01 and 02).
+async fn two_origins(extra: &str) -> (Origin, Origin, InProcess) {
+    let (a, b) = (Origin::start().await, Origin::start().await);
+    let text = http_ini(&session_secret_line(), &[(a.addr, 1), (b.addr, 1)], extra);
+    let broker = InProcess::start(&text).await;
+    (a, b, broker)
 }
 
 /// One GET of `path` on a new connection, with `cookie` as the whole `Cookie` header.
@@ -83,13 +73,7 @@ fn forged(id: &str, n: usize) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forged_cookie_never_reaches_a_disabled_server_and_is_never_a_session() {
-    let (a, b) = (Origin::start().await, Origin::start().await);
-    let broker = InProcess::start(&ini(
-        &session_secret_line(),
-        &[(a.addr, 1), (b.addr, 1)],
-        "",
-    ))
-    .await;
+    let (a, b, broker) = two_origins("").await;
     // An operator takes 02 out: compromised, keep users off.
     let balancer = broker.broker.control().balancers()[0].clone();
     let server = balancer.find_server("02").unwrap();
@@ -144,13 +128,7 @@ async fn a_forged_cookie_never_reaches_a_disabled_server_and_is_never_a_session(
 async fn twenty_thousand_forged_cookies_on_one_connection_make_no_session() {
     const FORGED: usize = 20_000;
     const BATCH: usize = 200;
-    let (a, b) = (Origin::start().await, Origin::start().await);
-    let broker = InProcess::start(&ini(
-        &session_secret_line(),
-        &[(a.addr, 1), (b.addr, 1)],
-        "LOG_REQUESTS=0",
-    ))
-    .await;
+    let (_a, _b, broker) = two_origins("LOG_REQUESTS=0").await;
     let mut connection = HttpConnection::connect(broker.addr()).await;
     // Pipelined in batches: the requests as fast as one connection carries them.
     for start in (0..FORGED).step_by(BATCH) {
@@ -184,7 +162,7 @@ async fn a_rotation_with_session_secret_previous_keeps_the_session() {
     const NEW: &str = "the secret after the rotation, 32 characters or more";
     let (a, b) = (Origin::start().await, Origin::start().await);
     let servers = [(a.addr, 1), (b.addr, 1)];
-    let broker = InProcess::start(&ini(&format!("SESSION_SECRET={OLD}"), &servers, "")).await;
+    let broker = InProcess::start(&http_ini(&format!("SESSION_SECRET={OLD}"), &servers, "")).await;
     let cookie = set_cookie(&get(broker.addr(), "/first", None).await).unwrap();
     let header = format!("TOTVS_BROKER_SH_001={cookie}");
     assert_eq!(
@@ -198,7 +176,7 @@ async fn a_rotation_with_session_secret_previous_keeps_the_session() {
     };
     // The new secret signs, the old one still counts: the session stays, signed anew.
     let reloaded = broker
-        .reload(&ini(
+        .reload(&http_ini(
             &format!("SESSION_SECRET={NEW}\nSESSION_SECRET_PREVIOUS={OLD}"),
             &servers,
             "",
@@ -240,7 +218,7 @@ async fn a_rotation_with_session_secret_previous_keeps_the_session() {
     assert_eq!(answer["totalSessionsHistory"], 1, "{answer:#}");
     // The old secret dropped: its cookies no longer count; the renewed one does.
     broker
-        .reload(&ini(&format!("SESSION_SECRET={NEW}"), &servers, ""))
+        .reload(&http_ini(&format!("SESSION_SECRET={NEW}"), &servers, ""))
         .await;
     assert_eq!(
         set_cookie(&get(broker.addr(), "/kept", Some(&renewed_header)).await),
@@ -273,7 +251,7 @@ async fn the_upgrade_window_honours_an_old_cookie_signing_it_anew_then_stops() {
     );
     let servers = [(a.addr, 0), (b.addr, 1), (c.addr, 1)];
     let text = |timeout: &str| {
-        ini(
+        http_ini(
             &session_secret_line(),
             &servers,
             &format!("SESSION_TIMEOUT={timeout}"),
@@ -329,14 +307,7 @@ async fn the_upgrade_window_honours_an_old_cookie_signing_it_anew_then_stops() {
         assert!(std::time::Instant::now() < end, "the window never closed");
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    b.release(1);
-    assert_eq!(
-        common::within("the held request", held)
-            .await
-            .unwrap()
-            .status,
-        200
-    );
+    release_02(&b, held).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -345,7 +316,7 @@ async fn a_window_opened_longer_than_a_session_timeout_ago_honours_nothing() {
     let (a, b) = (Origin::start().await, Origin::start().await);
     let servers = [(a.addr, 1), (b.addr, 1)];
     let broker = InProcess::start_with(
-        &ini(&session_secret_line(), &servers, "SESSION_TIMEOUT=10m"),
+        &http_ini(&session_secret_line(), &servers, "SESSION_TIMEOUT=10m"),
         |bound| bound.with_own_secret(own_secret_made(11 * 60 * 1000)),
     )
     .await;
@@ -357,14 +328,14 @@ async fn a_window_opened_longer_than_a_session_timeout_ago_honours_nothing() {
     assert_eq!((paths(&a).len(), paths(&b).len()), (3, 0));
     // The held request's session only.
     assert_eq!(json(&broker).await["totalSessionsHistory"], 1);
+    release_02(&b, held).await;
+}
+
+/// Lets [`hold_on_02`]'s request answer; it must be a 200.
+async fn release_02(b: &Origin, held: tokio::task::JoinHandle<HttpResponse>) {
     b.release(1);
-    assert_eq!(
-        common::within("the held request", held)
-            .await
-            .unwrap()
-            .status,
-        200
-    );
+    let answer = common::within("the held request", held).await.unwrap();
+    assert_eq!(answer.status, 200);
 }
 
 /// A request with a session on 02 held there until the test releases it (`b` is 02): 02 has
@@ -386,7 +357,7 @@ async fn hold_on_02(broker: &InProcess, b: &Origin) -> tokio::task::JoinHandle<H
 
 /// An HTTP balancer over `servers` for the binary, without `SESSION_SECRET`.
 fn binary_ini(general: &str, servers: &[(SocketAddr, u32)]) -> String {
-    ini(general, servers, "").replace("SHUTDOWN_TIMEOUT=5", "SHUTDOWN_TIMEOUT=1")
+    http_ini(general, servers, "").replace("SHUTDOWN_TIMEOUT=5", "SHUTDOWN_TIMEOUT=1")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -475,7 +446,7 @@ fn check_prints_a_secret_as_set_and_an_error_never_repeats_it() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("appserver.ini");
     let secret = "a configured secret that must never be printed";
-    let text = ini(
+    let text = http_ini(
         &format!("SESSION_SECRET={secret}"),
         &[("127.0.0.1:8080".parse().unwrap(), 1)],
         "",
@@ -548,7 +519,7 @@ fn cookie_lines(head: &[u8]) -> Vec<Vec<u8>> {
 async fn any_byte_in_another_cookie_keeps_affinity_and_the_broker_cookie_from_the_server() {
     let (one, one_heads) = recording_server().await;
     let (two, two_heads) = recording_server().await;
-    let broker = InProcess::start(&ini(
+    let broker = InProcess::start(&http_ini(
         &session_secret_line(),
         &[(one, 1), (two, 1)],
         "LOG_REQUESTS=0",

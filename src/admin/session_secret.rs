@@ -5,12 +5,12 @@
 //! reads it can forge cookies. Written whole (a temporary file renamed over the old one); a
 //! file that is unreadable is reported and left alone, one that is not ours is replaced.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use tracing::warn;
 
+use super::state_file::write_whole;
 use crate::clock::wall_ms;
 use crate::config::keys::SESSION_SECRET_MIN;
 use crate::sessions::{CookieKeys, Kept, OwnSecret};
@@ -158,26 +158,7 @@ fn write(path: &Path, secret: &Passphrase, created: u64) -> std::io::Result<()> 
         secret: String::from_utf8_lossy(secret.expose()).into_owned(),
     };
     let text = serde_json::to_vec_pretty(&file).map_err(std::io::Error::other)?;
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
-    }
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(".tmp");
-    let temporary = path.with_file_name(name);
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut out = options.open(&temporary)?;
-    // A temporary file left by a crash keeps its mode when opened again: set it.
-    #[cfg(unix)]
-    out.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
-    out.write_all(&text)?;
-    out.write_all(b"\n")?;
-    // On disk before the rename makes it the file: a crash then leaves the old one whole.
-    out.sync_all()?;
-    drop(out);
-    std::fs::rename(&temporary, path)
+    write_whole(path, &text, true)
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 //!
 //! Why these sizes: 22 base64url characters hold 132 bits (the form the TOTVS broker's
 //! cookie has, and browsers and tests already expect). A 64-bit tag leaves an attacker one
-//! chance in 2^64 per request (at a million requests a second, half a million years for an
+//! chance in 2^64 per request (at a million requests a second, about 400,000 years for an
 //! even chance); a 64-bit nonce keeps two browsers' values apart (a collision only merges
 //! their counts, never their servers). The last character's 4 spare bits are zero.
 

@@ -243,6 +243,25 @@ pub fn server_json<'a>(
         .find(|s| s["server"] == address)
 }
 
+/// An ini with one `[BALANCE_HTTP]` on `@PORT@` (monitoring off, queries from loopback),
+/// `general` lines in `[General]`, `extra` lines in the section, and `servers` as
+/// `(address, weight)` under ids 01, 02...
+pub fn http_ini(general: &str, servers: &[(SocketAddr, u32)], extra: &str) -> String {
+    let mut text = format!(
+        "[General]\nSHUTDOWN_TIMEOUT=5\n{general}\n[BALANCE_HTTP]\nLOCAL_SERVER_ADDRESS=127.0.0.1\n\
+         LOCAL_SERVER_PORT=@PORT@\nQUERY_ALLOW=127.0.0.1\nMONITORING_TYPE=DISABLED\n{extra}\n"
+    );
+    for (i, (addr, weight)) in servers.iter().enumerate() {
+        text.push_str(&format!(
+            "REMOTE_SERVER_{:02}={} {} {weight}\n",
+            i + 1,
+            addr.ip(),
+            addr.port()
+        ));
+    }
+    text
+}
+
 /// The `SESSION_SECRET` tests give their HTTP balancers (`[General]`), so that they can make
 /// valid session cookies themselves ([`signed_cookie`]).
 pub const SESSION_SECRET: &str = "the tests' session secret, 32+ characters";
