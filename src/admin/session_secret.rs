@@ -190,6 +190,24 @@ mod tests {
         assert_eq!(again.since_wall_ms, first.since_wall_ms);
     }
 
+    #[cfg(unix)]
+    #[test]
+    fn a_file_others_may_read_is_made_private_and_kept() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let state = dir.path().join("a.state");
+        let first = keep(Some(&state));
+        let file = path_for(&state);
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        let again = keep(Some(&state));
+        assert_eq!(
+            (again.kept, again.secret),
+            (Kept::Read(file.clone()), first.secret)
+        );
+        let mode = std::fs::metadata(&file).expect("kept").permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
     #[test]
     fn a_foreign_file_is_replaced_and_no_state_file_means_this_run_only() {
         let dir = tempfile::tempdir().expect("temp dir");
