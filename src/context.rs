@@ -1,6 +1,7 @@
 //! The broker's shared state, handed to every task that serves a connection: the running
 //! configuration, every balancer, when the broker started, its shutdown state, the session
-//! cookies' keys, and how a balancer tells its connections to end. Data only: the logic lives with its owners.
+//! cookies' keys, and how a balancer tells its connections to end. Data only: the logic lives
+//! with its owners.
 
 use std::sync::Arc;
 

@@ -18,8 +18,9 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
 use super::doctor::{Finding, MAX_PEM_FILE};
 
-/// `SSL_PASSPHRASE` (and `SESSION_SECRET`): kept out of every printout. Its `Debug` and `Display` show `(set)`, so a
-/// configuration dump, a log line or a panic message cannot leak it.
+/// `SSL_PASSPHRASE` (and `SESSION_SECRET`): kept out of every printout. Its `Debug` and
+/// `Display` show `(set)`, so a configuration dump, a log line or a panic message cannot leak
+/// it.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Passphrase(String);
 
