@@ -80,6 +80,10 @@ pub fn without_broker_cookie(header: &[u8]) -> Option<Vec<u8>> {
     (!separators_only).then(|| left.to_vec())
 }
 
+/// Values of the broker's cookie checked per request at most: a browser holds a few (from other
+/// paths or hosts); a request stuffed with forged ones costs no more than this many MACs.
+const MAX_CHECKED: usize = 8;
+
 /// What a request's cookies say about its session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Affinity {
@@ -100,19 +104,18 @@ impl Affinity {
     /// (a browser may hold several, from other paths or hosts).
     pub fn of<'a>(headers: impl IntoIterator<Item = &'a [u8]>, keys: &CookieKeys) -> Affinity {
         let (mut previous, mut unsigned) = (None, None);
-        for header in headers {
-            if !mentions_broker_cookie(header) {
-                continue;
-            }
-            for ticket in items(header)
-                .filter_map(broker_value)
-                .filter_map(Ticket::parse)
-            {
-                match keys.check(&ticket) {
-                    Signed::Current => return Affinity::Signed(ticket),
-                    Signed::Previous => previous = previous.or(Some(ticket)),
-                    Signed::Neither => unsigned = unsigned.or(Some(ticket)),
-                }
+        let tickets = headers
+            .into_iter()
+            .filter(|header| mentions_broker_cookie(header))
+            .flat_map(items)
+            .filter_map(broker_value)
+            .filter_map(Ticket::parse)
+            .take(MAX_CHECKED);
+        for ticket in tickets {
+            match keys.check(&ticket) {
+                Signed::Current => return Affinity::Signed(ticket),
+                Signed::Previous => previous = previous.or(Some(ticket)),
+                Signed::Neither => unsigned = unsigned.or(Some(ticket)),
             }
         }
         match (previous, unsigned) {
@@ -160,6 +163,15 @@ mod tests {
             Affinity::Unsigned(unsigned)
         );
         assert_eq!(Affinity::of([&b"a=1; b=2"[..]], &keys()), Affinity::None);
+        // Past the first eight values, none is checked.
+        let stuffed = format!(
+            "{}TOTVS_BROKER_SH_001={good}",
+            "TOTVS_BROKER_SH_001=01.q3VdAbCdEfGhIjKlMnOpQr; ".repeat(8)
+        );
+        assert_eq!(
+            Affinity::of([stuffed.as_bytes()], &keys()),
+            Affinity::Unsigned(unsigned)
+        );
         assert_eq!(Affinity::of([&b"\xff\xfe"[..]], &keys()), Affinity::None);
     }
 
