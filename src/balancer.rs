@@ -161,6 +161,12 @@ impl Server {
         self.health.is_available(now_ms)
     }
 
+    /// True when new clients may go to it: out of quarantine, not disabled or draining, of a
+    /// weight above 0 (what [`Pool::pick`] asks of a server).
+    pub fn takes_new_clients(&self, now_ms: u64) -> bool {
+        self.weight.load(Relaxed) > 0 && !self.held.load(Relaxed) && self.is_available(now_ms)
+    }
+
     /// Live HTTP sessions bound to it.
     pub fn sessions(&self) -> u64 {
         self.sessions.load(Relaxed)

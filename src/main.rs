@@ -798,6 +798,8 @@ fn run(config: Config, demo: Option<String>, log: &logging::Log) -> anyhow::Resu
         // Only now, with the ports bound: an instance that cannot start (another holds the
         // ports) leaves the running one's log file alone.
         log.open_file()?;
+        // Beside the state file, so that a restart keeps every HTTP session.
+        let bound = bound.with_own_secret(admin::session_secret::keep(state_path.as_deref()));
         // After the `listening on` lines, so the way in is the last thing on the screen.
         if let (Some(servers), Some(client), Some(config)) = (&servers, &demo, &shown) {
             demo::introduce(config, servers.len(), client);

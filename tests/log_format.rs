@@ -642,14 +642,17 @@ async fn running_out_of_query_places_is_logged_once_per_episode() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_moved_session_is_logged_once_however_often_its_old_cookie_comes_back() {
+async fn moved_sessions_are_logged_once_per_server_episode_with_their_count() {
     const MOVED: &str = "session moved: its server cannot take it; cookie set anew";
+    const COUNTED: &str =
+        "sessions moved off their server: 2 in this episode, the first one logged";
     let mut servers = web_stand_ins().await;
     let (one, two) = (servers[0].address, servers[1].address);
     let broker = Broker::start(&format!(
-        "[BALANCE_HTTP]\nLOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT=@PORT@\n\
+        "[General]\n{}[BALANCE_HTTP]\nLOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT=@PORT@\n\
          MONITORING_TYPE=DISABLED\nLOG_REQUESTS=1\nREMOTE_SERVER_01={} {}\n\
          REMOTE_SERVER_02={} {}\n",
+        session_secret_line(),
         one.ip(),
         one.port(),
         two.ip(),
@@ -657,11 +660,8 @@ async fn a_moved_session_is_logged_once_however_often_its_old_cookie_comes_back(
     ))
     .await;
     // Two sessions on 01, then 01 stops.
-    let cookies = [
-        "TOTVS_BROKER_SH_001=01.q3VdAbCdEfGhIjKlMnOpQ0",
-        "TOTVS_BROKER_SH_001=01.q3VdAbCdEfGhIjKlMnOpQ1",
-    ];
-    for cookie in cookies {
+    let cookies = [0, 1].map(|n| format!("TOTVS_BROKER_SH_001={}", signed_cookie("01", n)));
+    for cookie in &cookies {
         let answer = http_get(broker.addr(), "/", &[("Cookie", cookie)]).await;
         assert_eq!(answer.status, 200);
     }
@@ -684,8 +684,9 @@ async fn a_moved_session_is_logged_once_however_often_its_old_cookie_comes_back(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // Each old cookie three times, as a client that ignores the new one would: one move
-    // each (the first), the next ones balanced like any unknown cookie.
-    for cookie in cookies {
+    // each (the first), the next ones balanced like any unknown cookie. Two moves off 01 in
+    // one episode: the first logged, the second counted.
+    for cookie in &cookies {
         for _ in 0..3 {
             let answer = http_get(broker.addr(), "/", &[("Cookie", cookie)]).await;
             assert_eq!(answer.status, 200);
@@ -698,7 +699,7 @@ async fn a_moved_session_is_logged_once_however_often_its_old_cookie_comes_back(
         .into_iter()
         .filter(|l| l.message_is(MOVED))
         .collect();
-    assert_eq!(moved.len(), 2, "{}", broker.log_text());
+    assert_eq!(moved.len(), 1, "{}", broker.log_text());
     for line in &moved {
         assert_eq!(line.level, "WARN");
         assert!(
@@ -708,4 +709,11 @@ async fn a_moved_session_is_logged_once_however_often_its_old_cookie_comes_back(
             line.text
         );
     }
+    // A quiet second ends the episode: its count.
+    let line = broker.wait_for_log(COUNTED).await;
+    assert!(
+        line.contains("INFO") && line.contains(&format!("from=\"01 ({one})\"")),
+        "{line}"
+    );
+    assert!(line.contains("moved=2"), "{line}");
 }

@@ -7,11 +7,13 @@
 //! - [`protocol`]: the JSON lines spoken on the socket.
 //! - [`paths`]: where the socket and the state file live.
 //! - [`state_file`]: overrides kept over a restart.
+//! - [`session_secret`]: the secret of the HTTP session cookies, kept beside the state file.
 //! - `socket` (Unix): the control socket itself; [`ctl`]: its client, `appbroker ctl`.
 
 pub mod ctl;
 pub mod paths;
 pub mod protocol;
+pub mod session_secret;
 #[cfg(unix)]
 pub mod socket;
 pub mod state_file;

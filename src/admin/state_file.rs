@@ -159,14 +159,34 @@ pub fn save(path: &Path, balancers: &[Arc<Balancer>]) -> std::io::Result<()> {
         servers,
     };
     let text = serde_json::to_vec_pretty(&file).map_err(std::io::Error::other)?;
+    write_whole(path, &text, false)
+}
+
+/// Writes `text` and a newline as the file at `path`, its directory made if need be, through
+/// a temporary file renamed over the old one: a crash leaves the old file or the new, never
+/// half of one. `private`: mode 0600 from the first byte (on Unix), for a secret.
+pub(super) fn write_whole(path: &Path, text: &[u8], private: bool) -> std::io::Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)?;
     }
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(".tmp");
     let temporary = path.with_file_name(name);
-    let mut out = std::fs::File::create(&temporary)?;
-    out.write_all(&text)?;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    if private {
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    }
+    let mut out = options.open(&temporary)?;
+    // A temporary file left by a crash keeps its mode when opened again: set it.
+    #[cfg(unix)]
+    if private {
+        out.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    }
+    #[cfg(not(unix))]
+    let _ = private;
+    out.write_all(text)?;
     out.write_all(b"\n")?;
     // On disk before the rename makes it the file: a crash then leaves the old one whole.
     out.sync_all()?;

@@ -75,8 +75,12 @@ pub enum Domain {
     Language,
     /// Any text; empty for none.
     Text,
-    /// A secret (`SSL_PASSPHRASE`): any text, empty for none, printed as `(set)`.
-    Secret,
+    /// A secret (`SSL_PASSPHRASE`, `SESSION_SECRET`): any text of at least `min` characters,
+    /// empty for none, printed as `(set)`; never repeated in an error.
+    Secret {
+        /// Fewest characters accepted (0: any).
+        min: usize,
+    },
     /// An [`SslMethod`], as TOTVS writes it.
     SslMethod,
     /// An HTTP request path: `/` and what follows, without blanks.
@@ -209,7 +213,16 @@ impl Domain {
             }),
             Domain::Language => Value::Language(text.parse().map_err(|e| format!("{e}"))?),
             Domain::Text => Value::Text((!text.is_empty()).then(|| text.to_string())),
-            Domain::Secret => Value::Secret((!text.is_empty()).then(|| Passphrase::new(text))),
+            Domain::Secret { min } => {
+                let length = text.chars().count();
+                if length > 0 && length < min {
+                    return Err(format!(
+                        "is {length} characters long; a secret needs at least {min} (make one \
+                         with `openssl rand -base64 32`)"
+                    ));
+                }
+                Value::Secret((!text.is_empty()).then(|| Passphrase::new(text)))
+            }
             Domain::SslMethod => Value::SslMethod(text.parse().map_err(|e| format!("{e}"))?),
             Domain::HttpPath => {
                 if !text.starts_with('/') || text.bytes().any(|b| b <= b' ' || b == 0x7f) {
@@ -319,6 +332,15 @@ fn path(p: &Option<PathBuf>) -> Option<String> {
             .unwrap_or_default(),
     )
 }
+
+/// A secret as printed: `(set)`, or empty for none; never its value.
+fn shown_secret(secret: &Option<Passphrase>) -> Option<String> {
+    Some(secret.as_ref().map(ToString::to_string).unwrap_or_default())
+}
+
+/// The fewest characters of `SESSION_SECRET`: 32 characters of `openssl rand -base64 32` (the
+/// documented way to make one) carry 192 bits, past any guessing.
+pub const SESSION_SECRET_MIN: usize = 32;
 
 /// A number as printed.
 fn number(n: &impl ToString) -> Option<String> {
@@ -497,6 +519,24 @@ pub static KEYS: &[Key] = &[
             get: |g| Some(shown_path(g.state_file.as_ref())),
         },
         doc: "where operators' overrides are kept over restarts (empty: derived from the file's name; 0: none); read at start only",
+    },
+    Key {
+        name: "SESSION_SECRET",
+        stands: Stands::General,
+        domain: Domain::Secret {
+            min: SESSION_SECRET_MIN,
+        },
+        field: field!(General.session_secret = Secret, shown_secret),
+        doc: "signs the HTTP session cookie; the same on both brokers of a pair (empty: generated and kept in <state>.secret); shown as (set)",
+    },
+    Key {
+        name: "SESSION_SECRET_PREVIOUS",
+        stands: Stands::General,
+        domain: Domain::Secret {
+            min: SESSION_SECRET_MIN,
+        },
+        field: field!(General.session_secret_previous = Secret, shown_secret),
+        doc: "a former SESSION_SECRET whose cookies still count, for a rotation that moves no session; shown as (set)",
     },
     Key {
         name: "LOCAL_SERVER_ADDRESS",
@@ -741,12 +781,8 @@ pub static KEYS: &[Key] = &[
     Key {
         name: "SSL_PASSPHRASE",
         stands: Stands::Balancer,
-        domain: Domain::Secret,
-        field: field!(Balancer.tls.passphrase = Secret, |p: &Option<
-            Passphrase,
-        >| Some(
-            p.as_ref().map(ToString::to_string).unwrap_or_default()
-        )),
+        domain: Domain::Secret { min: 0 },
+        field: field!(Balancer.tls.passphrase = Secret, shown_secret),
         doc: "decrypts an encrypted PKCS#8 SSL_KEY; never printed, shown as (set)",
     },
     Key {
@@ -1018,6 +1054,8 @@ impl General {
             control_socket: None,
             control_group: None,
             state_file: None,
+            session_secret: None,
+            session_secret_previous: None,
         }
     }
 }
@@ -1113,7 +1151,7 @@ mod tests {
             Domain::Monitoring => "DISABLED",
             Domain::Language => "pt-BR",
             Domain::Text => "appserver.example.com",
-            Domain::Secret => "(set)",
+            Domain::Secret { .. } => "a secret of 32 characters or more",
             Domain::SslMethod => "TLSv1.3",
             Domain::HttpPath => "/health?full=1",
             Domain::StatusRange => "204-299",
@@ -1148,12 +1186,17 @@ mod tests {
                 }
             };
             let printed = printed.unwrap_or_else(|| panic!("{} is printed", key.name));
-            assert_eq!(
-                key.domain.parse(&printed),
-                key.domain.parse(text),
-                "{}: `{text}` printed as `{printed}`",
-                key.name
-            );
+            if matches!(key.domain, Domain::Secret { .. }) {
+                // Never printed: the round trip is `(set)`.
+                assert_eq!(printed, "(set)", "{}", key.name);
+            } else {
+                assert_eq!(
+                    key.domain.parse(&printed),
+                    key.domain.parse(text),
+                    "{}: `{text}` printed as `{printed}`",
+                    key.name
+                );
+            }
             assert!(
                 matches!(key.field, Field::General { .. }) == (key.stands == Stands::General),
                 "{}: a [General] key sets General",
@@ -1181,6 +1224,22 @@ mod tests {
             }
         }
         assert!(Domain::SortMethod.parse("FEWEST").is_err());
+    }
+
+    #[test]
+    fn a_session_secret_shorter_than_32_characters_is_refused_without_being_repeated() {
+        let key = find("SESSION_SECRET").expect("the key");
+        let mut general = General::defaults();
+        let error = key
+            .set_general(&mut general, "short-secret")
+            .expect_err("too short");
+        assert!(error.contains("12 characters long"), "{error}");
+        assert!(!error.contains("short-secret"), "{error}");
+        key.set_general(&mut general, "").expect("empty: none");
+        assert_eq!(general.session_secret, None);
+        let long = "x".repeat(32);
+        key.set_general(&mut general, &long).expect("32 characters");
+        assert_eq!(general.session_secret, Some(Passphrase::new(long)));
     }
 
     #[test]

@@ -12,7 +12,7 @@ mod render;
 mod validate;
 mod value;
 
-pub use render::{EffectiveSection, setting_changes};
+pub use render::{EffectiveSection, secret_changes, setting_changes};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
@@ -72,6 +72,11 @@ pub struct General {
     pub control_group: Option<String>,
     /// `STATE_FILE`: where overrides are kept; `None` derives it, `0` turns it off.
     pub state_file: Option<PathBuf>,
+    /// `SESSION_SECRET`: signs the HTTP session cookie; `None`: the secret kept beside the
+    /// state file (or one made for this run).
+    pub session_secret: Option<Passphrase>,
+    /// `SESSION_SECRET_PREVIOUS`: a former secret whose cookies still verify (a rotation).
+    pub session_secret_previous: Option<Passphrase>,
 }
 
 /// `LANGUAGE`: the language of the status pages.
