@@ -25,7 +25,9 @@ use crate::config::{
     setting_changes,
 };
 use crate::events::{Event, Events, Unserved};
-use crate::health::{Check, CheckFailed, Episode, Health, Now, Reason, Release};
+use crate::health::{
+    Asked, Check, CheckFailed, Episode, Health, Now, Quarantined, Reason, Release,
+};
 use crate::os_error::{Explained, PointsAt};
 use crate::overrides::{Hold, Overrides};
 use crate::places::{Place, QueryPlaces};
@@ -215,7 +217,10 @@ impl Server {
             quarantine: (!self.health.is_available(now_ms))
                 .then_some((detail.since_wall_ms, detail.until_wall_ms)),
             reason: detail.reason,
-            last_error: detail.last_error,
+            last_error: detail.last_failure.as_ref().map(|f| f.words.clone()),
+            last_error_wall_ms: detail.last_failure.as_ref().map_or(0, |f| f.at_wall_ms),
+            error_current: detail.last_failure.as_ref().is_some_and(|f| f.current),
+            asked: detail.asked,
             quarantines: detail.quarantines,
             last_check: detail.last_check,
             history: detail.history.into_iter().collect(),
@@ -274,8 +279,17 @@ pub struct ServerState {
     pub quarantine: Option<(u64, u64)>,
     /// Why the current or last quarantine started.
     pub reason: Option<Reason>,
-    /// The last connect error in words.
+    /// The last failure's error in words (a failed check's or client's connect that
+    /// quarantined it), current or not.
     pub last_error: Option<String>,
+    /// When that failure came (wall ms); 0 when none did.
+    pub last_error_wall_ms: u64,
+    /// True while that failure stands: the server has not proved itself since (no check
+    /// passed, no client's connect succeeded after a connect failure). Pages show the error
+    /// only then.
+    pub error_current: bool,
+    /// Who asked for the current quarantine and why, while an operator's lasts.
+    pub asked: Option<Asked>,
     /// Quarantines since start.
     pub quarantines: u64,
     /// The last monitor check.
@@ -729,6 +743,7 @@ impl Balancer {
     /// episode ends.
     pub fn connected_to(&self, server: &Server, stale: bool) {
         server.total.fetch_add(1, Relaxed);
+        server.health.connected();
         if stale
             && !matches!(
                 self.pool.load().config.monitoring,
@@ -993,17 +1008,19 @@ impl Balancer {
         now
     }
 
-    /// Puts `server` in quarantine for `duration` on an operator's word: passing checks do not
-    /// end it, only its time or [`Balancer::release_by`].
-    pub fn force_quarantine(&self, server: &Server, duration: Duration, by: &str) {
-        self.quarantine_for(
-            server,
-            Reason::Operator,
-            &format!("asked by {by}"),
-            duration,
-        );
+    /// Puts `server` in quarantine for `duration` on an operator's word (`asked`: who, or who
+    /// and why): passing checks do not end it, only its time or [`Balancer::release_by`].
+    pub fn force_quarantine(&self, server: &Server, duration: Duration, asked: impl Into<Asked>) {
+        let asked = asked.into();
+        let (by, words) = (asked.by.clone(), asked.words());
+        let why = match asked.reason.as_str() {
+            "" => String::new(),
+            reason => format!(" ({reason})"),
+        };
+        let q = server.health.forced(asked, duration, self.now());
+        self.quarantined(server, Reason::Operator, &words, q);
         info!(
-            "server {} put in quarantine by {by} for {}: checks do not end it; `appbroker ctl release` does",
+            "server {} put in quarantine by {by}{why} for {}: checks do not end it; `appbroker ctl release` does",
             server.address,
             crate::config::show_duration(duration)
         );
@@ -1068,6 +1085,12 @@ impl Balancer {
     /// Puts `server` in quarantine for `reason` for `duration` (or moves its end), and logs it.
     fn quarantine_for(&self, server: &Server, reason: Reason, error: &str, duration: Duration) {
         let q = server.health.failed(reason, error, duration, self.now());
+        self.quarantined(server, reason, error, q);
+    }
+
+    /// What a quarantine's start (or its end moved) tells: the release of the one before, if
+    /// its time was up, the event and the TOTVS line.
+    fn quarantined(&self, server: &Server, reason: Reason, error: &str, q: Quarantined) {
         if q.expired_first {
             self.released(server, Release::TimeUp);
         }
