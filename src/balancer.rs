@@ -832,7 +832,8 @@ impl Balancer {
     }
 
     /// A relayed connection ended: its closing line, in `span` (always for an idle close,
-    /// which the broker decided; otherwise with `LOG_CONNECTIONS`).
+    /// which the broker decided; otherwise with `LOG_CONNECTIONS`; at debug for a connection
+    /// that carried no byte either way).
     pub fn ended(&self, lease: &Lease, closed: &Closed<'_>, span: &Span) {
         self.ended_on(&lease.server, closed, span);
     }
@@ -850,6 +851,21 @@ impl Balancer {
             bytes_to_client: outcome.to_client,
             ended_by: outcome.end.clone(),
         });
+        if outcome.to_server == 0 && outcome.to_client == 0 {
+            // Nothing either way: a browser's speculative connection, a port check. Counted as
+            // any (its server took a connection), told at debug only: a demo session's page
+            // views wrote a dozen such lines among the ones that matter.
+            span.in_scope(|| {
+                debug!(
+                    duration = %format_args!("{:.3}s", closed.duration.as_secs_f64()),
+                    ended_by = %outcome.end,
+                    client = %closed.client,
+                    server = %server.address,
+                    "connection closed without a byte either way"
+                );
+            });
+            return;
+        }
         if closed.log_connections || matches!(outcome.end, End::Idle) {
             span.in_scope(|| {
                 info!(
