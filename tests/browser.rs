@@ -310,6 +310,28 @@ async fn status_page_renders_in_chromium() {
         desk.smallest_label >= 10.0,
         "axis labels too small: {desk:?}"
     );
+    // Each column drawn by what it holds, as on the HTTP page.
+    assert_eq!(
+        desk.table_overflow, 0.0,
+        "the table fits its card: {desk:?}"
+    );
+    for header in TCP_FIGURES {
+        for cell in column(&desk, header) {
+            assert_eq!(
+                (cell.align.as_str(), cell.white_space.as_str()),
+                ("right", "nowrap"),
+                "{header}: {cell:?}"
+            );
+        }
+    }
+    for header in ["State", "Last check"] {
+        for cell in column(&desk, header) {
+            assert!(
+                cell.align == "left" && cell.white_space == "normal" && cell.lines <= 3,
+                "{header}: {cell:?}"
+            );
+        }
+    }
     screenshot(
         &binary,
         profile.path(),
@@ -384,6 +406,16 @@ async fn the_status_page_fits_a_phone_with_the_table_first() {
     )
     .await;
 }
+
+/// The TCP page's columns of figures.
+const TCP_FIGURES: [&str; 6] = [
+    "Connections",
+    "Weight",
+    "Total",
+    "Failed connects",
+    "Bytes from clients",
+    "Bytes to clients",
+];
 
 /// An HTTP balancer of three web servers, in `language`: 01 available (its weight set by an
 /// operator), 02 refusing connections and quarantined by the monitor, 03 disabled by an
