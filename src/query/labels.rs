@@ -73,7 +73,7 @@ pub struct Labels {
     /// A weight an operator set (`ctl weight`), and the file's.
     pub weight_set: &'static str,
     pub weight_file: &'static str,
-    /// `Error at 12:03:04`, `client connect at 12:03:04`.
+    /// `Error at 12:03:04`.
     pub at: &'static str,
     pub chart: &'static str,
     pub chart_note: &'static str,

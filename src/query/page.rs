@@ -13,7 +13,9 @@
 //! quarantine cell (`-` or the local time the quarantine ends). On an HTTP balancer the
 //! TOTVS HTTP broker's layout: server, sessions, connections, the quarantine's start (`-`
 //! when none), its reasons. Columns of our own, and the state classes (`inQuarantine`,
-//! `isDisabled`), come after those.
+//! `isDisabled`), come after those. Each layout is a list of columns ([`Layout`]) from which
+//! the header, the cells and the stylesheet's rules for them (under a class on `<table>`, as
+//! the cells carry no attributes) are all made.
 
 use std::fmt::Write;
 use std::time::Duration;
@@ -494,19 +496,25 @@ struct Column {
     cell: fn(&Row<'_>) -> String,
 }
 
-/// A layout of the server table: its class on `<table>` and its columns in order.
+/// A layout of the server table: its class on `<table>`, and the TOTVS page's columns that
+/// monitors read by position, which [`OWN_COLUMNS`] follow.
 struct Layout {
     class: &'static str,
-    columns: &'static [Column],
+    totvs: &'static [Column],
 }
 
 impl Layout {
+    /// Every column, in order.
+    fn columns(&self) -> impl Iterator<Item = &'static Column> {
+        self.totvs.iter().chain(OWN_COLUMNS)
+    }
+
     /// The stylesheet's rules for this layout's columns: each drawn by what it holds, and on
     /// a phone only those it shows.
     fn rules(&self) -> String {
         let mut rules = String::new();
         let (mut room, mut hidden) = (Vec::new(), Vec::new());
-        for (i, column) in self.columns.iter().enumerate() {
+        for (i, column) in self.columns().enumerate() {
             let (class, n, holds) = (self.class, i + 1, column.holds);
             let nth = format!("table.servers.{class} :is(th, td):nth-child({n})");
             let _ = writeln!(rules, "{nth} {{ text-align:{}; }}", holds.align());
@@ -534,167 +542,137 @@ impl Layout {
     }
 }
 
+/// A column a phone leaves out, its cell without a class: most of them.
+const fn column(
+    header: fn(&Labels) -> &'static str,
+    holds: Holds,
+    cell: fn(&Row<'_>) -> String,
+) -> Column {
+    Column {
+        header,
+        holds,
+        on_phone: false,
+        state_class: false,
+        cell,
+    }
+}
+
 const SERVER: Column = Column {
-    header: |l| l.server,
-    holds: Holds::Name,
     on_phone: true,
-    state_class: false,
-    cell: |r| {
-        let address = esc(&r.s.address);
-        format!("<a href=\"/TOTVS_BROKER_QUERY/ServerStatus/{address}\">{address}</a>")
-    },
+    ..column(
+        |l| l.server,
+        Holds::Name,
+        |r| {
+            let address = esc(&r.s.address);
+            format!("<a href=\"/TOTVS_BROKER_QUERY/ServerStatus/{address}\">{address}</a>")
+        },
+    )
 };
 const CONNECTIONS: Column = Column {
-    header: |l| l.connections,
-    holds: Holds::Figure,
     on_phone: true,
-    state_class: false,
-    cell: |r| r.s.active.to_string(),
-};
-/// The TOTVS SmartClient broker's third cell: `-`, or when the quarantine ends.
-const QUARANTINE_END: Column = Column {
-    header: |l| l.quarantine,
-    holds: Holds::Time,
-    on_phone: false,
-    state_class: false,
-    cell: |r| {
-        r.s.quarantine
-            .map_or_else(|| "-".into(), |(_, until)| clock(until))
-    },
+    ..HTTP_CONNECTIONS
 };
 /// An HTTP balancer's connections: left out on a phone, where its sessions (the TOTVS HTTP
 /// broker's figure) and the state take the room.
-const HTTP_CONNECTIONS: Column = Column {
-    on_phone: false,
-    ..CONNECTIONS
-};
-const SESSIONS: Column = Column {
-    header: |l| l.sessions,
-    holds: Holds::Figure,
-    on_phone: true,
-    state_class: false,
-    cell: |r| {
-        let sessions = r.snap.http.as_ref().map(|h| h.sessions_of(&r.s.address));
-        sessions.map_or(0, |s| s.live).to_string()
+const HTTP_CONNECTIONS: Column =
+    column(|l| l.connections, Holds::Figure, |r| r.s.active.to_string());
+/// The TOTVS SmartClient broker's third cell: `-`, or when the quarantine ends.
+const QUARANTINE_END: Column = column(
+    |l| l.quarantine,
+    Holds::Time,
+    |r| {
+        r.s.quarantine
+            .map_or_else(|| "-".into(), |(_, until)| clock(until))
     },
+);
+const SESSIONS: Column = Column {
+    on_phone: true,
+    ..column(
+        |l| l.sessions,
+        Holds::Figure,
+        |r| {
+            let sessions = r.snap.http.as_ref().map(|h| h.sessions_of(&r.s.address));
+            sessions.map_or(0, |s| s.live).to_string()
+        },
+    )
 };
 /// The TOTVS HTTP broker's fourth cell: `-`, or when the quarantine started.
-const QUARANTINE_START: Column = Column {
-    header: |l| l.quarantine_since,
-    holds: Holds::Time,
-    on_phone: false,
-    state_class: false,
-    cell: |r| {
+const QUARANTINE_START: Column = column(
+    |l| l.quarantine_since,
+    Holds::Time,
+    |r| {
         r.s.quarantine
             .map_or_else(|| "-".into(), |(since, _)| clock(since))
     },
-};
-const REASONS: Column = Column {
-    header: |l| l.reasons,
-    holds: Holds::Cause,
-    on_phone: false,
-    state_class: false,
-    cell: |r| match (r.s.quarantine, r.s.reason) {
+);
+const REASONS: Column = column(
+    |l| l.reasons,
+    Holds::Cause,
+    |r| match (r.s.quarantine, r.s.reason) {
         (Some(_), Some(why)) => reason(r.l, why).to_string(),
         _ => "-".into(),
     },
-};
+);
 const STATE: Column = Column {
-    header: |l| l.state,
-    holds: Holds::Words,
     on_phone: true,
     state_class: true,
-    cell: |r| state_cell(r.l, r.s),
+    ..column(|l| l.state, Holds::Words, |r| state_cell(r.l, r.s))
 };
-const ID: Column = Column {
-    header: |l| l.id,
-    holds: Holds::Name,
-    on_phone: false,
-    state_class: false,
-    cell: |r| esc(&r.s.id),
-};
-const WEIGHT: Column = Column {
-    header: |l| l.weight,
-    holds: Holds::Figure,
-    on_phone: false,
-    state_class: false,
-    cell: |r| weight_cell(r.l, r.s),
-};
-const TOTAL: Column = Column {
-    header: |l| l.total_short,
-    holds: Holds::Figure,
-    on_phone: false,
-    state_class: false,
-    cell: |r| r.s.total.to_string(),
-};
-const FAILED_CONNECTS: Column = Column {
-    header: |l| l.failed_connects,
-    holds: Holds::Figure,
-    on_phone: false,
-    state_class: false,
-    cell: |r| r.s.failed_connects.to_string(),
-};
-const BYTES_IN: Column = Column {
-    header: |l| l.bytes_in,
-    holds: Holds::Figure,
-    on_phone: false,
-    state_class: false,
-    cell: |r| exact_bytes(r.s.bytes_to_server),
-};
-const BYTES_OUT: Column = Column {
-    header: |l| l.bytes_out,
-    holds: Holds::Figure,
-    on_phone: false,
-    state_class: false,
-    cell: |r| exact_bytes(r.s.bytes_to_client),
-};
-const LAST_CHECK: Column = Column {
-    header: |l| l.last_check,
-    holds: Holds::Check,
-    on_phone: false,
-    state_class: false,
-    cell: |r| check_cell(r.l, r.s, &r.snap.state.monitoring),
-};
+const ID: Column = column(|l| l.id, Holds::Name, |r| esc(&r.s.id));
+const WEIGHT: Column = column(|l| l.weight, Holds::Figure, |r| weight_cell(r.l, r.s));
+const TOTAL: Column = column(|l| l.total_short, Holds::Figure, |r| r.s.total.to_string());
+const FAILED_CONNECTS: Column = column(
+    |l| l.failed_connects,
+    Holds::Figure,
+    |r| r.s.failed_connects.to_string(),
+);
+const BYTES_IN: Column = column(
+    |l| l.bytes_in,
+    Holds::Figure,
+    |r| exact_bytes(r.s.bytes_to_server),
+);
+const BYTES_OUT: Column = column(
+    |l| l.bytes_out,
+    Holds::Figure,
+    |r| exact_bytes(r.s.bytes_to_client),
+);
+const LAST_CHECK: Column = column(
+    |l| l.last_check,
+    Holds::Check,
+    |r| check_cell(r.l, r.s, &r.snap.state.monitoring),
+);
 
 /// A TCP balancer's table: the TOTVS SmartClient broker's first three columns (server,
 /// connections, the quarantine's end), then appbroker's own.
 const TCP_LAYOUT: Layout = Layout {
     class: "tcp",
-    columns: &[
-        SERVER,
-        CONNECTIONS,
-        QUARANTINE_END,
-        STATE,
-        ID,
-        WEIGHT,
-        TOTAL,
-        FAILED_CONNECTS,
-        BYTES_IN,
-        BYTES_OUT,
-        LAST_CHECK,
-    ],
+    totvs: &[SERVER, CONNECTIONS, QUARANTINE_END],
 };
 
 /// An HTTP balancer's table: the TOTVS HTTP broker's first five columns (server, sessions,
 /// connections, the quarantine's start, its reasons), then appbroker's own.
 const HTTP_LAYOUT: Layout = Layout {
     class: "http",
-    columns: &[
+    totvs: &[
         SERVER,
         SESSIONS,
         HTTP_CONNECTIONS,
         QUARANTINE_START,
         REASONS,
-        STATE,
-        ID,
-        WEIGHT,
-        TOTAL,
-        FAILED_CONNECTS,
-        BYTES_IN,
-        BYTES_OUT,
-        LAST_CHECK,
     ],
 };
+
+/// The columns of appbroker's own, after the TOTVS page's in either layout.
+const OWN_COLUMNS: &[Column] = &[
+    STATE,
+    ID,
+    WEIGHT,
+    TOTAL,
+    FAILED_CONNECTS,
+    BYTES_IN,
+    BYTES_OUT,
+    LAST_CHECK,
+];
 
 /// `12.3 MiB`, the exact count in its tooltip.
 fn exact_bytes(n: u64) -> String {
@@ -725,7 +703,7 @@ fn server_table(out: &mut String, l: &Labels, snap: &Snapshot) {
         snap.state.servers.len(),
         layout.class
     );
-    for column in layout.columns {
+    for column in layout.columns() {
         let _ = write!(out, "<th>{}</th>", (column.header)(l));
     }
     out.push_str("</tr>");
@@ -739,7 +717,7 @@ fn server_table(out: &mut String, l: &Labels, snap: &Snapshot) {
         };
         let row = Row { l, snap, s };
         out.push_str("<tr>");
-        for column in layout.columns {
+        for column in layout.columns() {
             let class = if column.state_class { class } else { "" };
             let _ = write!(out, "<td{class}>{}</td>", (column.cell)(&row));
         }
@@ -1905,7 +1883,7 @@ mod tests {
         for layout in [&TCP_LAYOUT, &HTTP_LAYOUT] {
             let rules = layout.rules();
             let l = of(Language::English);
-            for (i, column) in layout.columns.iter().enumerate() {
+            for (i, column) in layout.columns().enumerate() {
                 let nth = format!(
                     "table.servers.{} :is(th, td):nth-child({})",
                     layout.class,
@@ -1916,8 +1894,7 @@ mod tests {
             }
             // A phone: the server, a figure, the state; nothing else.
             let phone: Vec<&str> = layout
-                .columns
-                .iter()
+                .columns()
                 .filter(|c| c.on_phone)
                 .map(|c| (c.header)(l))
                 .collect();
@@ -1931,7 +1908,7 @@ mod tests {
         // The monitors' cells come first, in the TOTVS pages' order.
         let headers = |layout: &Layout| -> Vec<&str> {
             let l = of(Language::English);
-            layout.columns.iter().map(|c| (c.header)(l)).collect()
+            layout.columns().map(|c| (c.header)(l)).collect()
         };
         assert_eq!(
             headers(&TCP_LAYOUT)[..3],
