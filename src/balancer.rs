@@ -26,7 +26,9 @@ use crate::config::{
 };
 use crate::dial::{self, ConnectError, ServerStream};
 use crate::events::{Event, Events, Unserved};
-use crate::health::{Check, CheckFailed, Episode, Health, Now, Reason, Release};
+use crate::health::{
+    Asked, Check, CheckFailed, Episode, Health, Now, Quarantined, Reason, Release,
+};
 use crate::os_error::PointsAt;
 use crate::overrides::{Hold, Overrides};
 use crate::places::{Place, QueryPlaces};
@@ -250,7 +252,10 @@ impl Server {
             quarantine: (!self.health.is_available(now_ms))
                 .then_some((detail.since_wall_ms, detail.until_wall_ms)),
             reason: detail.reason,
-            last_error: detail.last_error,
+            last_error: detail.last_failure.as_ref().map(|f| f.words.clone()),
+            last_error_wall_ms: detail.last_failure.as_ref().map_or(0, |f| f.at_wall_ms),
+            error_current: detail.last_failure.as_ref().is_some_and(|f| f.current),
+            asked: detail.asked,
             quarantines: detail.quarantines,
             last_check: detail.last_check,
             history: detail.history.into_iter().collect(),
@@ -309,8 +314,17 @@ pub struct ServerState {
     pub quarantine: Option<(u64, u64)>,
     /// Why the current or last quarantine started.
     pub reason: Option<Reason>,
-    /// The last connect error in words.
+    /// The last failure's error in words (a failed check's or client's connect that
+    /// quarantined it), current or not.
     pub last_error: Option<String>,
+    /// When that failure came (wall ms); 0 when none did.
+    pub last_error_wall_ms: u64,
+    /// True while that failure stands: the server has not proved itself since (no check
+    /// passed, no client's connect succeeded after a connect failure). Pages show the error
+    /// only then.
+    pub error_current: bool,
+    /// Who asked for the current quarantine and why, while an operator's lasts.
+    pub asked: Option<Asked>,
     /// Quarantines since start.
     pub quarantines: u64,
     /// The last monitor check.
@@ -792,11 +806,15 @@ impl Balancer {
 
     /// A connect to `server` succeeded (`stale`: it was chosen although quarantined). A
     /// connect proves what a CONNECTION check proves, so a stale quarantine ends (not one
-    /// found by a SEND_EXPECT or HTTP check, which a connect cannot overrule); a broker fault
-    /// episode ends.
+    /// found by a SEND_EXPECT or HTTP check, which a connect cannot overrule, nor one for
+    /// requests that timed out); a broker fault episode ends.
     fn connected(&self, server: &Server, stale: bool) {
         server.total.fetch_add(1, Relaxed);
+        server.health.connected();
+        // A connect proves the port accepts, nothing more: not that a server quarantined for
+        // not answering its requests (`timeout`) answers them now.
         if stale
+            && server.quarantine_reason() != Some(Reason::Timeout)
             && !matches!(
                 self.pool.load().config.monitoring,
                 Monitoring::SendExpect { .. } | Monitoring::Http { .. }
@@ -880,7 +898,8 @@ impl Balancer {
 
     /// A connection relayed to `server` ended (a TCP client's, or an HTTP connection's after
     /// its upgrade): its closing line, in `span` (always for an idle close, which the broker
-    /// decided; otherwise with `LOG_CONNECTIONS`).
+    /// decided; otherwise with `LOG_CONNECTIONS`; at debug for a connection that carried no
+    /// byte either way).
     pub fn ended(&self, server: &Server, closed: &Closed<'_>, span: &Span) {
         let outcome = closed.outcome;
         self.events.emit(|| Event::ConnectionEnded {
@@ -892,6 +911,21 @@ impl Balancer {
             bytes_to_client: outcome.to_client,
             ended_by: outcome.end.clone(),
         });
+        if outcome.to_server == 0 && outcome.to_client == 0 {
+            // Nothing either way: a browser's speculative connection, a port check. Counted as
+            // any (its server took a connection), told at debug only: a demo session's page
+            // views wrote a dozen such lines among the ones that matter.
+            span.in_scope(|| {
+                debug!(
+                    duration = %format_args!("{:.3}s", closed.duration.as_secs_f64()),
+                    ended_by = %outcome.end,
+                    client = %closed.client,
+                    server = %server.address,
+                    "connection closed without a byte either way"
+                );
+            });
+            return;
+        }
         if closed.log_connections || matches!(outcome.end, End::Idle) {
             span.in_scope(|| {
                 info!(
@@ -1050,17 +1084,19 @@ impl Balancer {
         now
     }
 
-    /// Puts `server` in quarantine for `duration` on an operator's word: passing checks do not
-    /// end it, only its time or [`Balancer::release_by`].
-    pub fn force_quarantine(&self, server: &Server, duration: Duration, by: &str) {
-        self.quarantine_for(
-            server,
-            Reason::Operator,
-            &format!("asked by {by}"),
-            duration,
-        );
+    /// Puts `server` in quarantine for `duration` on an operator's word (`asked`: who, or who
+    /// and why): passing checks do not end it, only its time or [`Balancer::release_by`].
+    pub fn force_quarantine(&self, server: &Server, duration: Duration, asked: impl Into<Asked>) {
+        let asked = asked.into();
+        let (by, words) = (asked.by.clone(), asked.words());
+        let why = match asked.reason.as_str() {
+            "" => String::new(),
+            reason => format!(" ({reason})"),
+        };
+        let q = server.health.forced(asked, duration, self.now());
+        self.quarantined(server, Reason::Operator, &words, q);
         info!(
-            "server {} put in quarantine by {by} for {}: checks do not end it; `appbroker ctl release` does",
+            "server {} put in quarantine by {by}{why} for {}: checks do not end it; `appbroker ctl release` does",
             server.address,
             crate::config::show_duration(duration)
         );
@@ -1125,6 +1161,12 @@ impl Balancer {
     /// Puts `server` in quarantine for `reason` for `duration` (or moves its end), and logs it.
     fn quarantine_for(&self, server: &Server, reason: Reason, error: &str, duration: Duration) {
         let q = server.health.failed(reason, error, duration, self.now());
+        self.quarantined(server, reason, error, q);
+    }
+
+    /// What a quarantine's start (or its end moved) tells: the release of the one before, if
+    /// its time was up, the event and the TOTVS line.
+    fn quarantined(&self, server: &Server, reason: Reason, error: &str, q: Quarantined) {
         if q.expired_first {
             self.released(server, Release::TimeUp);
         }

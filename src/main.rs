@@ -163,6 +163,10 @@ enum CtlCommand {
         id: String,
         #[arg(value_parser = duration)]
         duration: Option<Duration>,
+        /// Why, for the log, the status page and `show` (shown instead of the server's last
+        /// error).
+        #[arg(long)]
+        reason: Option<String>,
     },
     /// Take the server out of quarantine now, whoever put it there.
     Release { section: String, id: String },
@@ -568,12 +572,14 @@ fn ctl(cli: &Cli, args: &CtlArgs) -> ExitCode {
             section,
             id,
             duration,
+            reason,
         } => {
             let (section, server) = target(section, id);
             Request::Quarantine {
                 section,
                 server,
                 duration: duration.map(config::show_duration),
+                reason: reason.clone(),
             }
         }
         CtlCommand::Release { section, id } => {

@@ -281,6 +281,111 @@ async fn an_operators_quarantine_outlasts_passing_checks_until_released() {
     assert!(out.contains("was not in quarantine"), "{out}");
 }
 
+/// The STATUS page's state cell of the server at `address`.
+async fn state_on_the_page(broker: &Broker, address: &str) -> String {
+    let html = http_get(broker.addr(), "/TOTVS_BROKER_QUERY/STATUS", &[])
+        .await
+        .text();
+    let row = html
+        .split("<tr>")
+        .find(|row| row.contains(&format!("ServerStatus/{address}\"")))
+        .unwrap_or_else(|| panic!("no row of {address}:\n{html}"));
+    // Server, connections, quarantine, state.
+    let cell = row.split("<td").nth(4).expect("the state cell");
+    cell[..cell.find("</td>").unwrap()].to_string()
+}
+
+/// A healthy server an operator quarantines (after an outage it recovered from) is shown with
+/// who asked and why, on the page, in `show` and the JSON, and after a restart: not with the
+/// error of the outage, which would read as one still going on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operators_quarantine_says_who_and_why_not_the_last_error() {
+    let mut a = TestServer::start("a").await;
+    let b = TestServer::start("b").await;
+    let mut broker = Broker::start(&ini_for(
+        &[&a, &b],
+        "MONITORING_TYPE=CONNECTION\nMONITOR_INTERVAL=100ms",
+    ))
+    .await;
+    a.stop().await;
+    broker
+        .wait_for_log(&format!("putting server {} in quarantine", a.address()))
+        .await;
+    a.resume().await;
+    broker
+        .wait_for_log(&format!(
+            "releasing server {} from quarantine (monitor check passed)",
+            a.address()
+        ))
+        .await;
+    let healthy = state_on_the_page(&broker, &a.address()).await;
+    assert!(
+        !healthy.contains("refused"),
+        "proved itself since: {healthy}"
+    );
+
+    ctl_ok(
+        &broker,
+        &[
+            "quarantine",
+            "SMART_CLIENT_DESKTOP",
+            "01",
+            "10m",
+            "--reason",
+            "AppServer restart",
+        ],
+    );
+    let me = format!("uid {}", nix::unistd::getuid());
+    broker
+        .wait_for_log(&format!(
+            "put in quarantine by {me} (AppServer restart) for 600s"
+        ))
+        .await;
+    let asked = |broker: &Broker| {
+        let server = shown_server(broker, "01");
+        assert_eq!(server["quarantine"]["reason"], "operator", "{server:#}");
+        server["quarantine"]["asked"].clone()
+    };
+    assert_eq!(
+        asked(&broker),
+        serde_json::json!({"by": me, "reason": "AppServer restart"})
+    );
+    let (_, shown, _) = ctl(&broker, &["show"]);
+    assert!(
+        shown.contains("operator's quarantine (operator) until ")
+            && shown.contains(&format!(", asked by {me}: AppServer restart")),
+        "{shown}"
+    );
+    let cell = state_on_the_page(&broker, &a.address()).await;
+    assert!(
+        cell.contains(&format!(" · asked by {me}: AppServer restart</small>"))
+            && !cell.contains("refused"),
+        "{cell}"
+    );
+    let status = query_json(broker.addr()).await;
+    let server = server_json(&status, &a.address()).unwrap();
+    assert_eq!(server["quarantine_asked"]["reason"], "AppServer restart");
+    assert_eq!(server["last_error_current"], false, "{server:#}");
+
+    // Kept over a restart, said to be from before it.
+    broker.signal(Signal::SIGTERM);
+    assert!(broker.wait_exit().await.success());
+    let dir = std::mem::replace(&mut broker.dir, tempfile::tempdir().unwrap());
+    let restarted = Broker::spawn_file(dir, broker.config_path.clone(), broker.ports.clone(), &[]);
+    restarted.wait_for_log("broker ready").await;
+    assert_eq!(
+        asked(&restarted),
+        serde_json::json!({"by": format!("{me} before the restart"), "reason": "AppServer restart"})
+    );
+    let cell = state_on_the_page(&restarted, &a.address()).await;
+    assert!(
+        cell.contains(&format!(
+            "asked by {me} before the restart: AppServer restart"
+        )),
+        "{cell}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cut_closes_that_servers_connections_and_no_other() {
     let a = TestServer::start("a").await;

@@ -385,6 +385,70 @@ async fn a_quarantine_whose_time_is_up_is_logged_as_such() {
     .await;
 }
 
+/// A connection that carries no byte either way (a browser's speculative connection to a TCP
+/// balancer's page, forwarded once `QUERY_SNIFF_TIMEOUT` passes; a port check held open) is
+/// counted as any, and its closing line is at debug, whether the client closed it or
+/// `IDLE_TIMEOUT` did; one that carried bytes keeps its line at info.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_without_a_byte_either_way_is_told_at_debug() {
+    let server = TestServer::start("a").await;
+    let broker = Broker::spawn(
+        &ini_for(
+            &[&server],
+            "LOG_CONNECTIONS=1\nQUERY_SNIFF_TIMEOUT=50ms\nIDLE_TIMEOUT=1s",
+        ),
+        &["--log-level", "debug"],
+    );
+    broker.wait_for_log("broker ready").await;
+    let closing = |client: std::net::SocketAddr| {
+        move |l: &Line| {
+            l.text.starts_with("connection closed")
+                && format!("{} ", l.text).contains(&format!("client={client} "))
+        }
+    };
+    // Silent, then closed by the client once forwarded.
+    let silent = TcpStream::connect(broker.addr()).await.expect("connect");
+    let first = silent.local_addr().expect("address");
+    eventually("the silent client forwarded", || server.accepted() == 1).await;
+    drop(silent);
+    let line = wait_for_line(&broker, "the silent client's closing line", closing(first)).await;
+    assert_eq!(line.level, "DEBUG", "{}", line.text);
+    assert!(
+        line.message_is("connection closed without a byte either way")
+            && line.text.contains("ended_by=client")
+            && line.text.contains(&format!("server={}", server.address())),
+        "{}",
+        line.text
+    );
+    // Silent until IDLE_TIMEOUT closes it.
+    let idle = TcpStream::connect(broker.addr()).await.expect("connect");
+    let second = idle.local_addr().expect("address");
+    let line = wait_for_line(&broker, "the idle client's closing line", closing(second)).await;
+    assert_eq!(line.level, "DEBUG", "{}", line.text);
+    assert!(line.text.contains("ended_by=idle-timeout"), "{}", line.text);
+    drop(idle);
+    // Counted as any connection: its server took it.
+    let status = query_json(broker.addr()).await;
+    assert_eq!(status["servers"][0]["total_connections"], 2, "{status:#}");
+    // A client that spoke: at info, as always.
+    let (spoke, _) = hold(broker.addr()).await;
+    let third = spoke.local_addr().expect("address");
+    drop(spoke);
+    let line = wait_for_line(
+        &broker,
+        "the speaking client's closing line",
+        closing(third),
+    )
+    .await;
+    assert_eq!(line.level, "INFO", "{}", line.text);
+    assert!(line.message_is("connection closed"), "{}", line.text);
+    let said: Vec<Line> = lines(&broker)
+        .into_iter()
+        .filter(|l| closing(first)(l) || closing(second)(l))
+        .collect();
+    assert_eq!(said.len(), 2, "one line each: {said:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_close_is_logged_even_without_log_connections() {
     let server = TestServer::start("a").await;

@@ -160,8 +160,13 @@ pub fn table(b: &BalancerView) -> String {
             } else {
                 "quarantine"
             };
+            let asked = q
+                .asked
+                .as_ref()
+                .map(|a| format!(", {}", a.words()))
+                .unwrap_or_default();
             notes.push(format!(
-                "{kind} ({}) until {}",
+                "{kind} ({}) until {}{asked}",
                 q.reason,
                 time_of_day(q.until_epoch_ms)
             ));

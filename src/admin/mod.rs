@@ -30,6 +30,7 @@ use crate::broker::{Control, ReloadError};
 use crate::clock::wall_ms;
 use crate::config::keys::DAY;
 use crate::config::{duration_within, plural, show_duration};
+use crate::health::Asked;
 use crate::overrides::{Hold, MAX_WEIGHT, Mode};
 use protocol::{Answer, BalancerView, QuarantineView, Request, ServerView, names_section};
 
@@ -163,7 +164,9 @@ impl Admin {
                     Answer::done(format!("{name} weight {now}"))
                 }
             },
-            Request::Quarantine { duration, .. } => {
+            Request::Quarantine {
+                duration, reason, ..
+            } => {
                 let duration = match duration {
                     None => balancer.pool().config.quarantine_time,
                     Some(text) => match duration_within(&text, Duration::from_millis(1), DAY) {
@@ -171,7 +174,11 @@ impl Admin {
                         Err(e) => return Answer::refused(format!("duration `{text}` {e}")),
                     },
                 };
-                balancer.force_quarantine(server, duration, by);
+                let asked = Asked {
+                    by: by.to_string(),
+                    reason: reason.unwrap_or_default(),
+                };
+                balancer.force_quarantine(server, duration, asked);
                 Answer::done(format!(
                     "{name} in quarantine for {} (until released)",
                     show_duration(duration)
@@ -342,6 +349,7 @@ fn server_view(s: &ServerState) -> ServerView {
             until_epoch_ms: until,
             reason: s.reason.map_or("", |r| r.as_str()).to_string(),
             forced: s.forced,
+            asked: s.asked.clone(),
         }),
     }
 }

@@ -14,10 +14,15 @@ use tracing::{info, warn};
 
 use crate::balancer::Balancer;
 use crate::clock::wall_ms;
+use crate::health::Asked;
 use crate::overrides::Overrides;
 
 /// The format's version; a file of another one is not read.
 const VERSION: u32 = 1;
+
+/// Added to who asked for an operator's quarantine restored at start: `uid 0 before the
+/// restart`, as the log and the page say it.
+const BEFORE_THE_RESTART: &str = " before the restart";
 
 /// The file as written.
 #[derive(Debug, Serialize, Deserialize)]
@@ -41,6 +46,10 @@ struct Entry {
     /// The end of an operator's quarantine, ms since the Unix epoch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     quarantine_until_epoch_ms: Option<u64>,
+    /// Who asked for it and why (a file written before this field restores as asked by "an
+    /// operator").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    quarantine_asked: Option<Asked>,
 }
 
 /// Why the file was not read.
@@ -128,7 +137,14 @@ pub fn restore(path: &Path, balancers: &[Arc<Balancer>]) {
         }
         if let Some(until) = entry.quarantine_until_epoch_ms.filter(|&u| u > now) {
             let left = Duration::from_millis(until - now);
-            balancer.force_quarantine(&server, left, "an operator before the restart");
+            let mut asked = entry
+                .quarantine_asked
+                .unwrap_or_else(|| "an operator".into());
+            // Said once, however many restarts it outlives.
+            if !asked.by.ends_with(BEFORE_THE_RESTART) {
+                asked.by.push_str(BEFORE_THE_RESTART);
+            }
+            balancer.force_quarantine(&server, left, asked);
         }
     }
 }
@@ -141,6 +157,7 @@ pub fn save(path: &Path, balancers: &[Arc<Balancer>]) -> std::io::Result<()> {
         let state = balancer.state();
         for s in state.servers {
             let until = s.quarantine.filter(|_| s.forced).map(|(_, until)| until);
+            let asked = s.asked.filter(|_| until.is_some());
             if s.overrides.is_empty() && until.is_none() {
                 continue;
             }
@@ -150,6 +167,7 @@ pub fn save(path: &Path, balancers: &[Arc<Balancer>]) -> std::io::Result<()> {
                 address: s.address,
                 overrides: s.overrides,
                 quarantine_until_epoch_ms: until,
+                quarantine_asked: asked,
             });
         }
     }
