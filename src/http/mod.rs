@@ -227,8 +227,11 @@ pub enum Outcome {
 /// [`Proxy::set_settings`]).
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// `HTTP_FORWARDED_HEADERS`: add `X-Forwarded-For`, `-Proto` and `-Host`.
+    /// `HTTP_FORWARDED_HEADERS`: add `X-Forwarded-For`, `-Proto`, `-Host` and `X-Real-IP`.
     pub forwarded_headers: bool,
+    /// `HTTP_UPGRADE_PROTOCOLS`: the protocols a request may switch to (`websocket`), matched
+    /// in any case; a request asking for another goes on as plain HTTP.
+    pub upgrade_protocols: Vec<String>,
     /// `HTTP_POOL_MAX_IDLE`: idle connections kept per server and worker thread.
     pub max_idle: usize,
     /// `HTTP_POOL_IDLE_TIMEOUT`: an idle connection older than this is closed, not reused.
@@ -252,11 +255,12 @@ pub struct Settings {
 }
 
 impl Default for Settings {
-    /// The defaults: forwarded headers on, 32 idle connections per server kept 60 s,
-    /// 30 s for a request's head.
+    /// The defaults: forwarded headers on, WebSocket the one upgrade, 32 idle
+    /// connections per server kept 60 s, 30 s for a request's head.
     fn default() -> Settings {
         Settings {
             forwarded_headers: true,
+            upgrade_protocols: vec!["websocket".to_string()],
             max_idle: 32,
             idle_timeout: Duration::from_secs(60),
             request_timeout: Duration::from_secs(30),
