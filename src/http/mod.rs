@@ -14,7 +14,9 @@
 //!   send, retry what may be retried, answer.
 //! - `pool`: kept-alive connections per server, bounded and idle-timed.
 //! - `headers`: what is refused, and the head rewritten each way (hop-by-hop headers,
-//!   `X-Forwarded-*`).
+//!   upgrades, the client's addresses, `X-Forwarded-*`).
+//! - `head_errors`: hyper's own answer to a head it cannot parse (400, 431) replaced by the
+//!   broker's page.
 //! - `body`: bodies streamed both ways, counted, with `Expect: 100-continue` held end to
 //!   end.
 //! - `upgrade`: an upgraded connection (WebSocket) relayed both ways.
@@ -25,6 +27,7 @@
 
 mod body;
 pub mod check;
+mod head_errors;
 mod headers;
 mod io;
 pub mod pages;
@@ -56,7 +59,8 @@ pub use stats::Stats;
 /// The balancer as the HTTP engine sees it: who serves a request, how to reach it, and what
 /// to account. Kept narrow so the engine knows nothing of configuration, quarantine or pages.
 pub trait Upstreams: Send + Sync + 'static {
-    /// A server as the balancer knows it. The pool keeps connections by it, so two values
+    /// A server as the balancer knows it, displayed as its `host:port` (the `Host` of a
+    /// request that named none). The pool keeps connections by it, so two values
     /// are equal exactly when they are the same server (at wiring: a newtype over
     /// `Arc<balancer::Server>` compared by identity, so a reload that re-creates a server
     /// does not mix its connections with the old one's).
@@ -205,10 +209,11 @@ pub struct Exchange<S> {
 pub enum Outcome {
     /// The server's answer was sent whole.
     Served,
-    /// The balancer answered it itself ([`Upstreams::intercept`]: a query).
+    /// The balancer answered it itself ([`Upstreams::intercept`]: a query), or the broker did
+    /// as its last recipient (an `OPTIONS` with `Max-Forwards: 0`).
     Local,
-    /// The broker refused the request itself (CONNECT, a transfer coding it cannot frame, a
-    /// request line too long).
+    /// The broker refused the request itself (CONNECT, TRACE, a transfer coding it cannot
+    /// frame, a missing or invalid `Host`, a request line too long).
     Refused,
     /// No server could take it: 503.
     NoServer,
