@@ -17,8 +17,9 @@ mod http_common;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
+use appbroker::http::Settings;
 use common::{DEADLINE, InProcess};
-use http_common::{raw_exchange, raw_origin, read_head};
+use http_common::{Broker, TestUpstreams, dead_addr, raw_exchange, raw_origin, read_head};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -355,6 +356,22 @@ async fn an_absolute_targets_authority_is_the_host_and_a_hostless_request_gets_t
     assert_eq!(head.one("x-forwarded-host"), None);
 }
 
+#[tokio::test]
+async fn a_hostless_request_retried_on_the_next_server_names_that_one() {
+    // The engine alone, over servers tried in order: the first refuses the connect.
+    let server = Recorder::start().await;
+    let dead = dead_addr().await;
+    let broker = Broker::start(
+        TestUpstreams::new(&[dead, server.addr]),
+        Settings::default(),
+    )
+    .await;
+    let answer = raw_exchange(broker.addr, b"GET /old HTTP/1.0\r\n\r\n").await;
+    assert!(answer.starts_with("HTTP/1."), "{answer}");
+    let head = server.only_head();
+    assert_eq!(head.one("host"), Some(server.addr.to_string()));
+}
+
 // ---- the client's addresses ---------------------------------------------------------------
 
 /// A request naming addresses of its own choosing in every header that can carry one.
@@ -628,6 +645,36 @@ async fn a_malformed_head_after_answers_on_a_kept_alive_connection_gets_its_page
         "Content-Length is not one number",
     );
     assert_eq!(server.heads().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_own_400_reaches_the_client_as_the_server_wrote_it() {
+    // The server refuses everything with an empty 400, as hyper refuses a head: only hyper's
+    // is replaced by the broker's page, whatever came before on the connection.
+    let server =
+        Recorder::answering(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n").await;
+    let broker = InProcess::start(&ini(server.addr, "", "")).await;
+    let mut stream = TcpStream::connect(broker.addr()).await.unwrap();
+    for request in [
+        &b"GET /a HTTP/1.1\r\nHost: h\r\n\r\n"[..],
+        b"HEAD /b HTTP/1.1\r\nHost: h\r\n\r\n",
+        b"HEAD /c HTTP/1.1\r\nHost: h\r\n\r\n",
+        b"GET /d HTTP/1.1\r\nHost: h\r\n\r\n",
+    ] {
+        stream.write_all(request).await.unwrap();
+        let head = tokio::time::timeout(DEADLINE, read_head(&mut stream))
+            .await
+            .unwrap();
+        let head = String::from_utf8_lossy(&head).into_owned();
+        assert_eq!(status_line(&head), "HTTP/1.1 400 Bad Request", "{head}");
+        assert_eq!(
+            field(head.as_bytes(), "content-length").as_deref(),
+            Some("0"),
+            "{head}"
+        );
+        assert_eq!(field(head.as_bytes(), "content-type"), None, "{head}");
+    }
+    assert_eq!(server.heads().len(), 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
