@@ -152,6 +152,7 @@ pub fn settings(config: &BalancerConfig, language: Language) -> http::Settings {
     let keys = &config.http;
     http::Settings {
         forwarded_headers: keys.forwarded_headers,
+        upgrade_protocols: keys.upgrade_protocols.clone(),
         max_idle: keys.pool_max_idle as usize,
         idle_timeout: keys.pool_idle_timeout,
         request_timeout: keys.request_timeout,

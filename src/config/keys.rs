@@ -61,6 +61,9 @@ pub enum Domain {
     ListenIp,
     /// Addresses or CIDRs, separated by commas or blanks.
     Cidrs,
+    /// HTTP protocol names (`websocket`, `h2c`, a name with `/version`), separated by commas
+    /// or blanks; empty for none.
+    Protocols,
     /// Bytes with escapes `\r`, `\n`, `\t`, `\\`, `\xNN`.
     Escaped,
     /// A file path; empty for none.
@@ -135,6 +138,8 @@ pub enum Value {
     Ip(IpAddr),
     /// From [`Domain::Cidrs`].
     Cidrs(Vec<Cidr>),
+    /// From [`Domain::Protocols`].
+    Protocols(Vec<String>),
     /// From [`Domain::Escaped`].
     Bytes(Vec<u8>),
     /// From [`Domain::Path`].
@@ -192,6 +197,7 @@ impl Domain {
             }
             Domain::ListenIp => Value::Ip(value::ip(text)?),
             Domain::Cidrs => Value::Cidrs(value::cidrs(text)?),
+            Domain::Protocols => Value::Protocols(value::protocols(text)?),
             Domain::Escaped => Value::Bytes(value::escaped(text)?),
             Domain::Path => Value::Path((!text.is_empty()).then(|| PathBuf::from(text))),
             Domain::Name => Value::Name(value::name(text)?),
@@ -916,7 +922,21 @@ pub static KEYS: &[Key] = &[
         stands: Stands::Balancer,
         domain: Domain::Flag,
         field: http_field!(forwarded_headers = Flag, flag),
-        doc: "HTTP: append X-Forwarded-For, X-Forwarded-Proto and X-Forwarded-Host to requests",
+        doc: "HTTP: append X-Forwarded-For, set X-Forwarded-Proto, X-Forwarded-Host and X-Real-IP on requests",
+    },
+    Key {
+        name: "HTTP_UPGRADE_PROTOCOLS",
+        stands: Stands::Balancer,
+        domain: Domain::Protocols,
+        field: Field::Balancer {
+            set: |b, v| {
+                if let Some(protocols) = take!(v, Protocols) {
+                    b.http.upgrade_protocols = protocols;
+                }
+            },
+            get: |b| on_http(b, &b.http.upgrade_protocols, |p| Some(p.join(", "))),
+        },
+        doc: "HTTP: the protocols a request may switch to (Upgrade); others go on as plain HTTP",
     },
     Key {
         name: "HTTP_POOL_MAX_IDLE",
@@ -1111,6 +1131,7 @@ impl BalancerConfig {
             },
             http: HttpSettings {
                 forwarded_headers: true,
+                upgrade_protocols: vec!["websocket".to_string()],
                 pool_max_idle: 32,
                 pool_idle_timeout: Duration::from_secs(60),
                 request_timeout: Duration::from_secs(30),
@@ -1144,6 +1165,7 @@ mod tests {
             Domain::Duration { .. } | Domain::DurationOrOff { .. } => "7s",
             Domain::ListenIp => "10.0.0.7",
             Domain::Cidrs => "10.0.0.0/8, ::1/128",
+            Domain::Protocols => "websocket h2c/1",
             Domain::Escaped => r"PING\r\n",
             Domain::Path => "/var/log/broker.log",
             Domain::Name => "appbroker",

@@ -295,10 +295,13 @@ impl TlsKeys {
 }
 
 /// The settings of an HTTP balancer's engine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpSettings {
-    /// `HTTP_FORWARDED_HEADERS`: append `X-Forwarded-For`, `-Proto` and `-Host`.
+    /// `HTTP_FORWARDED_HEADERS`: append `X-Forwarded-For`, set `-Proto`, `-Host` and
+    /// `X-Real-IP`.
     pub forwarded_headers: bool,
+    /// `HTTP_UPGRADE_PROTOCOLS`: the protocols a request may switch to, as written.
+    pub upgrade_protocols: Vec<String>,
     /// `HTTP_POOL_MAX_IDLE`: idle keep-alive connections kept per server and worker thread.
     pub pool_max_idle: u32,
     /// `HTTP_POOL_IDLE_TIMEOUT`: an idle kept-alive connection older than this is closed.

@@ -15,7 +15,9 @@
 //!   send, retry what may be retried, answer.
 //! - `pool`: kept-alive connections per server, bounded and idle-timed.
 //! - `headers`: what is refused, and the head rewritten each way (hop-by-hop headers,
-//!   `X-Forwarded-*`).
+//!   upgrades, the client's addresses, `X-Forwarded-*`).
+//! - `head_errors`: hyper's own answer to a head it cannot parse (400, 431) replaced by the
+//!   broker's page.
 //! - `body`: bodies streamed both ways, counted, each side's silence bounded, with `Expect:
 //!   100-continue` held end to end.
 //! - `upgrade`: an upgraded connection (WebSocket) relayed both ways.
@@ -26,6 +28,7 @@
 
 mod body;
 pub mod check;
+mod head_errors;
 mod headers;
 mod io;
 pub mod pages;
@@ -57,7 +60,8 @@ pub use stats::Stats;
 /// The balancer as the HTTP engine sees it: who serves a request, how to reach it, and what
 /// to account. Kept narrow so the engine knows nothing of configuration, quarantine or pages.
 pub trait Upstreams: Send + Sync + 'static {
-    /// A server as the balancer knows it. The pool keeps connections by it, so two values
+    /// A server as the balancer knows it, displayed as its `host:port` (the `Host` of a
+    /// request that named none). The pool keeps connections by it, so two values
     /// are equal exactly when they are the same server (at wiring: a newtype over
     /// `Arc<balancer::Server>` compared by identity, so a reload that re-creates a server
     /// does not mix its connections with the old one's).
@@ -216,10 +220,11 @@ pub struct Exchange<S> {
 pub enum Outcome {
     /// The server's answer was sent whole.
     Served,
-    /// The balancer answered it itself ([`Upstreams::intercept`]: a query).
+    /// The balancer answered it itself ([`Upstreams::intercept`]: a query), or the broker did
+    /// as its last recipient (an `OPTIONS` with `Max-Forwards: 0`).
     Local,
-    /// The broker refused the request itself (CONNECT, a transfer coding it cannot frame, a
-    /// request line too long).
+    /// The broker refused the request itself (CONNECT, TRACE, a transfer coding it cannot
+    /// frame, a missing or invalid `Host`, a request line too long).
     Refused,
     /// No server could take it: 503.
     NoServer,
@@ -242,8 +247,11 @@ pub enum Outcome {
 /// [`Proxy::set_settings`]).
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// `HTTP_FORWARDED_HEADERS`: add `X-Forwarded-For`, `-Proto` and `-Host`.
+    /// `HTTP_FORWARDED_HEADERS`: add `X-Forwarded-For`, `-Proto`, `-Host` and `X-Real-IP`.
     pub forwarded_headers: bool,
+    /// `HTTP_UPGRADE_PROTOCOLS`: the protocols a request may switch to (`websocket`), matched
+    /// in any case; a request asking for another goes on as plain HTTP.
+    pub upgrade_protocols: Vec<String>,
     /// `HTTP_POOL_MAX_IDLE`: idle connections kept per server and worker thread.
     pub max_idle: usize,
     /// `HTTP_POOL_IDLE_TIMEOUT`: an idle connection older than this is closed, not reused.
@@ -271,11 +279,13 @@ pub struct Settings {
 }
 
 impl Default for Settings {
-    /// The keys' defaults: forwarded headers on, 32 idle connections per server kept 60 s,
-    /// 30 s for a request's head, 600 s for an answer, 60 s of silence within a body.
+    /// The keys' defaults: forwarded headers on, WebSocket the one upgrade, 32 idle
+    /// connections per server kept 60 s, 30 s for a request's head, 600 s for an answer, 60 s
+    /// of silence within a body.
     fn default() -> Settings {
         Settings {
             forwarded_headers: true,
+            upgrade_protocols: vec!["websocket".to_string()],
             max_idle: 32,
             idle_timeout: Duration::from_secs(60),
             request_timeout: Duration::from_secs(30),

@@ -1,7 +1,8 @@
 //! One HTTP balancer's engine: client connections served with hyper, each request sent to
 //! the server the balancer chooses over a pooled connection or a fresh one.
 //!
-//! A request's way: refused by the broker ([`headers::refusal`]) or rewritten; a server
+//! A request's way: refused by the broker ([`headers::refusal`]), answered by it as its last
+//! recipient (an `OPTIONS` with `Max-Forwards: 0`), or rewritten; a server
 //! chosen; a connection taken from the pool, else dialed (a connect failure is reported for
 //! quarantine and the next server chosen, whatever the method: nothing reached the server);
 //! sent; the answer streamed back, and the connection given back to the pool once both ways
@@ -50,7 +51,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use super::body::{Done, Ended, RequestBody, ResponseBody, Upload};
-use super::headers;
+use super::head_errors::{Answers, Counted, HeadErrors};
+use super::headers::{self, Refusal};
 use super::io::{Lifetime, Prefixed, Upstream};
 use super::pool::Traffic;
 use super::pool::{Conn, Pool, PoolFigures};
@@ -58,11 +60,6 @@ use super::stats::Stats;
 use super::upgrade::{self, Pending};
 use super::{Choice, Downstream, Event, Exchange, Outcome, Settings, Upstreams, pages};
 use crate::stream::Stream;
-
-/// Largest request head accepted (request line and headers): beyond it, 431. nginx allows
-/// 4 x 8 KiB of headers by default, HAProxy 16 KiB in all; browsers with many cookies stay
-/// well under 64 KiB.
-const MAX_HEAD: usize = 64 * 1024;
 
 /// The answer's body as the client gets it.
 type Answer<U> = ResponseBody<Finish<U>>;
@@ -150,15 +147,22 @@ impl<U: Upstreams> Proxy<U> {
     {
         let settings = self.settings.load();
         let upgraded: Arc<Mutex<Option<Pending<U>>>> = Arc::default();
+        let answers: Arc<Answers> = Arc::default();
         let service = {
             let proxy = Arc::clone(&self);
             let upgraded = Arc::clone(&upgraded);
+            let answers = Arc::clone(&answers);
             service_fn(move |request| {
                 let proxy = Arc::clone(&proxy);
                 let upgraded = Arc::clone(&upgraded);
-                async move { Ok::<_, Infallible>(proxy.handle(request, client, &upgraded).await) }
+                let in_hand = answers.given();
+                async move {
+                    let response = proxy.handle(request, client, &upgraded).await;
+                    Ok::<_, Infallible>(response.map(|body| Counted::new(body, in_hand)))
+                }
             })
         };
+        let io = HeadErrors::new(Prefixed::new(read_ahead, io), answers, settings.language);
         let connection = server::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(settings.request_timeout)
@@ -168,8 +172,9 @@ impl<U: Upstreams> Proxy<U> {
             // nginx does. The price: a client that shuts only its sending side after the
             // request (`nc -q`) gets no answer.
             .half_close(false)
-            .max_header_size(MAX_HEAD)
-            .serve_connection(TokioIo::new(Prefixed::new(read_ahead, io)), service)
+            .max_header_size(headers::MAX_HEAD)
+            .max_headers(headers::MAX_HEADERS)
+            .serve_connection(TokioIo::new(io), service)
             .with_upgrades();
         drop(settings);
         let mut connection = pin!(connection);
@@ -204,8 +209,12 @@ impl<U: Upstreams> Proxy<U> {
         upgraded: &Mutex<Option<Pending<U>>>,
     ) -> Response<Answer<U>> {
         let settings = self.settings.load_full();
-        let client_upgrade = headers::wants_upgrade(request.version(), request.headers())
-            .then(|| hyper::upgrade::on(&mut request));
+        let upgrade_to = headers::upgrade_to(
+            request.version(),
+            request.headers(),
+            &settings.upgrade_protocols,
+        );
+        let client_upgrade = upgrade_to.map(|_| hyper::upgrade::on(&mut request));
         let (head, body) = request.into_parts();
         let mut finish = Finish::new(Arc::clone(self), client.peer, &head);
         if let Some(response) = self.upstreams.intercept(&head, &client) {
@@ -214,7 +223,11 @@ impl<U: Upstreams> Proxy<U> {
         }
         if let Some(refusal) = headers::refusal(&head) {
             finish.exchange.outcome = Outcome::Refused;
-            return self.page(refusal.status(), finish, &settings, true);
+            return self.refuse(refusal, finish, &settings);
+        }
+        if headers::answered_here(&head) {
+            finish.exchange.outcome = Outcome::Local;
+            return local(headers::options_answer(), finish);
         }
         let mut attempt = Attempt::new(&head, body, &mut finish, settings.body_timeout);
         let failed = match self
@@ -234,7 +247,7 @@ impl<U: Upstreams> Proxy<U> {
             }
             Some(_) if finish.upload.failed.load(Relaxed) => {
                 finish.exchange.outcome = Outcome::ClientFailed;
-                return self.page(StatusCode::BAD_REQUEST, finish, &settings, true);
+                return self.refuse(Refusal::Body, finish, &settings);
             }
             Some(failure) if failure.timeout => {
                 finish.exchange.outcome = Outcome::ServerTimeout;
@@ -269,12 +282,11 @@ impl<U: Upstreams> Proxy<U> {
             tried.push(server.clone());
             finish.exchange.server = Some(server.clone());
             if tried.len() == 1 {
-                let upgrade = attempt.request.upgrade;
-                let mut headers =
-                    headers::request_headers(head, &client, settings.forwarded_headers, upgrade);
+                let mut headers = headers::request_headers(head, &client, settings);
                 self.upstreams.rewrite(&mut headers);
                 attempt.request.headers = headers;
             }
+            headers::host_of_server(head, &mut attempt.request.headers, server);
             match self
                 .try_server(server, client.peer, attempt, settings, &finish.upload)
                 .await
@@ -478,11 +490,40 @@ impl<U: Upstreams> Proxy<U> {
     fn page(
         &self,
         status: StatusCode,
-        mut finish: Finish<U>,
+        finish: Finish<U>,
         settings: &Settings,
         close: bool,
     ) -> Response<Answer<U>> {
         let page = pages::page(status, settings.language);
+        self.own_answer(status, page, finish, settings, close)
+    }
+
+    /// The broker's answer to a request it refused: what was wrong, in the balancer's
+    /// language; nothing more is read from the connection. A 405 says the methods allowed.
+    fn refuse(
+        &self,
+        refusal: Refusal,
+        finish: Finish<U>,
+        settings: &Settings,
+    ) -> Response<Answer<U>> {
+        let page = pages::refused(refusal, settings.language);
+        let mut answer = self.own_answer(refusal.status(), page, finish, settings, true);
+        if refusal == Refusal::Trace {
+            let allow = HeaderValue::from_static(headers::ALLOW);
+            answer.headers_mut().insert(header::ALLOW, allow);
+        }
+        answer
+    }
+
+    /// An answer of the broker's own with `page` for its body.
+    fn own_answer(
+        &self,
+        status: StatusCode,
+        page: Bytes,
+        mut finish: Finish<U>,
+        settings: &Settings,
+        close: bool,
+    ) -> Response<Answer<U>> {
         finish.exchange.status = Some(status);
         finish.answered = true;
         let mut response = Response::new(ResponseBody::page(page, finish));
@@ -582,7 +623,6 @@ struct Outgoing {
     replayable: bool,
     /// `Expect: 100-continue`: cancelled when the server says `100 Continue`.
     continued: Option<CancellationToken>,
-    upgrade: bool,
 }
 
 impl Outgoing {
@@ -639,7 +679,6 @@ impl Attempt {
                 headers: HeaderMap::new(),
                 replayable: body.is_end_stream() && is_idempotent(&head.method),
                 continued,
-                upgrade: headers::wants_upgrade(head.version, &head.headers),
             },
             body: Some(body),
             stale_retried: false,
