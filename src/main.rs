@@ -525,6 +525,19 @@ fn ctl(cli: &Cli, args: &CtlArgs) -> ExitCode {
         Err(code) => return code,
     };
     let target = |section: &String, id: &String| (section.clone(), id.clone());
+    if let CtlCommand::Disable {
+        reason: Some(reason),
+        ..
+    }
+    | CtlCommand::Drain {
+        reason: Some(reason),
+        ..
+    } = &args.command
+        && let Some(problem) = appbroker::overrides::reason_problem(reason)
+    {
+        logging::to_stderr(&format!("appbroker ctl: --reason: {problem}"));
+        return ExitCode::from(2);
+    }
     let request = match &args.command {
         CtlCommand::Show { section } => Request::Show {
             section: section.clone(),

@@ -720,3 +720,98 @@ async fn show_counts_each_servers_live_http_sessions_until_they_expire() {
     })
     .await;
 }
+
+/// A connection to `broker`'s control socket that has sent `bytes`.
+fn control_connection(broker: &Broker, bytes: &[u8]) -> UnixStream {
+    let mut stream = UnixStream::connect(socket_of(broker)).unwrap();
+    stream.write_all(bytes).unwrap();
+    stream
+}
+
+/// The next line `stream` reads, within the deadline.
+fn answer_line(stream: &UnixStream) -> String {
+    stream.set_read_timeout(Some(DEADLINE)).unwrap();
+    let mut line = String::new();
+    BufReader::new(stream).read_line(&mut line).unwrap();
+    line
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reason_with_control_characters_is_refused_and_one_kept_in_a_state_file_is_escaped() {
+    let a = TestServer::start("a").await;
+    let dir = tempfile::tempdir().unwrap();
+    let ports = free_ports();
+    let config_path = dir.path().join("appserver.ini");
+    std::fs::write(
+        &config_path,
+        fill_placeholders(&ini_for(&[&a], ""), &ports, dir.path()),
+    )
+    .unwrap();
+    // A state file from before control characters were refused (or edited by hand): a line
+    // break that would forge a log line, and escape sequences for a terminal.
+    let kept = serde_json::json!({
+        "appbroker_state": 1,
+        "written_epoch_ms": 0,
+        "servers": [{
+            "section": "BALANCE_SMART_CLIENT_DESKTOP",
+            "id": "01",
+            "address": a.address(),
+            "overrides": {"hold": {
+                "mode": "disabled",
+                "reason": "patch\nWARN  server 10.0.0.9:1234 enabled by uid 0\u{1b}[2J",
+                "by": "uid 0\u{9b}31m",
+                "since_wall_ms": 0,
+            }},
+        }],
+    });
+    std::fs::write(dir.path().join("appserver.state"), kept.to_string()).unwrap();
+    let broker = Broker::spawn_file(dir, config_path, ports, &[]);
+    broker.wait_for_log("broker ready").await;
+    let raw = |text: &str| text.contains('\u{1b}') || text.contains('\u{9b}');
+    let restored = broker.wait_for_log("restored from the state file").await;
+    assert!(
+        restored.contains(r"patch\nWARN  server 10.0.0.9:1234 enabled by uid 0\x1b[2J")
+            && restored.contains(r"uid 0\u{9b}31m"),
+        "{restored}"
+    );
+    assert!(
+        !broker
+            .logs()
+            .iter()
+            .any(|l| raw(l) || l.starts_with("WARN  server 10.0.0.9"))
+    );
+    let show = ctl_ok(&broker, &["show"]);
+    assert!(!raw(&show) && show.contains(r"patch\nWARN"), "{show}");
+    let page = http_get(broker.addr(), "/TOTVS_BROKER_QUERY/STATUS", &[])
+        .await
+        .text();
+    assert!(!raw(&page) && page.contains(r"\x1b[2J"), "{page}");
+
+    // Given now: refused by `ctl` (exit 2, saying which), and by the broker to a client of
+    // its own.
+    let forged = "patch\nWARN  forged\u{1b}[2J";
+    let (code, out, err) = ctl(
+        &broker,
+        &["drain", "SMART_CLIENT_DESKTOP", "01", "--reason", forged],
+    );
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains(r"control characters (\n, \x1b)"), "{err}");
+    assert!(!raw(&err));
+    let request = serde_json::json!({
+        "command": "disable",
+        "section": "SMART_CLIENT_DESKTOP",
+        "server": "01",
+        "reason": forged,
+    });
+    let stream = control_connection(&broker, format!("{request}\n").as_bytes());
+    let answer: Value = serde_json::from_str(&answer_line(&stream)).unwrap();
+    assert_eq!(answer["ok"], false, "{answer}");
+    assert!(
+        answer["error"]
+            .as_str()
+            .unwrap()
+            .contains("control characters"),
+        "{answer}"
+    );
+    assert_eq!(broker.count_logs("forged"), 0, "{}", broker.log_text());
+}

@@ -10,6 +10,7 @@ use std::time::Duration;
 use super::protocol::{Answer, BalancerView, Request};
 use crate::clock::time_of_day;
 use crate::logging::to_stderr;
+use crate::overrides::escape_controls;
 
 /// Exit code: the broker did it.
 pub const DONE: u8 = 0;
@@ -139,15 +140,17 @@ pub fn table(b: &BalancerView) -> String {
     for s in &b.servers {
         let mut notes = Vec::new();
         if let Some(h) = &s.overrides.hold {
+            // Escaped: a broker of an earlier build may hold a reason with control
+            // characters, which would reach the terminal.
             let reason = if h.reason.is_empty() {
                 String::new()
             } else {
-                format!(": {}", h.reason)
+                format!(": {}", escape_controls(&h.reason))
             };
             notes.push(format!(
                 "{} by {} since {}{reason}",
                 h.mode.as_str(),
-                h.by,
+                escape_controls(&h.by),
                 time_of_day(h.since_wall_ms)
             ));
         }

@@ -124,7 +124,11 @@ pub fn restore(path: &Path, balancers: &[Arc<Balancer>]) {
             continue;
         };
         if !entry.overrides.is_empty() {
-            balancer.restore(&server, entry.overrides);
+            // A file from before control characters were refused (or edited by hand) may
+            // hold them: escaped before they reach a log line, a page or `ctl show`.
+            let mut overrides = entry.overrides;
+            overrides.hold = overrides.hold.map(crate::overrides::Hold::escaped);
+            balancer.restore(&server, overrides);
         }
         if let Some(until) = entry.quarantine_until_epoch_ms.filter(|&u| u > now) {
             let left = Duration::from_millis(until - now);
