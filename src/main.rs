@@ -89,10 +89,17 @@ enum Command {
     Ctl(CtlArgs),
 
     /// Exit 0 when the broker of --config (default appserver.ini) is alive and accepting, 1
-    /// otherwise with the reason on standard error. Asked over the control socket, so it works
-    /// whatever the query interface allows; it checks liveness, not whether any AppServer is
-    /// up. For keepalived's track_script (contrib/keepalived).
-    Ping,
+    /// otherwise with the reason on standard error (`no answer within 1s` when it does not
+    /// answer in time). Asked over the control socket, so it works whatever the query
+    /// interface allows, and is answered whatever other control clients do; it checks
+    /// liveness, not whether any AppServer is up. For keepalived's track_script
+    /// (contrib/keepalived).
+    Ping {
+        /// How long to wait for the answer: seconds, or a number with ms, s or m. Keep it
+        /// under the check's own timeout (keepalived's `timeout 2`).
+        #[arg(long, value_parser = duration, default_value = "1s")]
+        timeout: Duration,
+    },
 
     /// Upgrade in place: the supervisor of --config (appbroker --supervise) re-executes
     /// itself from the binary now on disk (same pid), starts a new broker on the listeners it
@@ -211,7 +218,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match &cli.command {
         Some(Command::Ctl(args)) => return ctl(&cli, args),
-        Some(Command::Ping) => return ping(&cli),
+        Some(Command::Ping { timeout }) => return ping(&cli, *timeout),
         Some(Command::Upgrade) => return upgrade(&cli),
         _ => {}
     }
@@ -623,13 +630,14 @@ fn ctl(cli: &Cli, args: &CtlArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// `appbroker ping`: 0 when the broker answers over its control socket and is not stopping.
-fn ping(cli: &Cli) -> ExitCode {
+/// `appbroker ping`: 0 when the broker answers over its control socket within `timeout` and
+/// is not stopping.
+fn ping(cli: &Cli, timeout: Duration) -> ExitCode {
     let socket = match control_socket(cli, None) {
         Ok(socket) => socket,
         Err(_) => return ExitCode::from(1),
     };
-    match admin::ctl::ask(&socket, &Request::Ping, Duration::ZERO) {
+    match admin::ctl::ask_within(&socket, &Request::Ping, timeout) {
         Ok(answer) if answer.ok => ExitCode::SUCCESS,
         Ok(answer) => {
             let why = answer.error.unwrap_or_default();

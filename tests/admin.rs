@@ -721,6 +721,18 @@ async fn show_counts_each_servers_live_http_sessions_until_they_expire() {
     .await;
 }
 
+/// `appbroker ping --config <the broker's file> --timeout TIMEOUT`: (exit code, stdout,
+/// stderr).
+fn ping(broker: &Broker, timeout: &str) -> (i32, String, String) {
+    let mut command = Command::new(binary());
+    command
+        .args(["ping", "--config"])
+        .arg(&broker.config_path)
+        .args(["--timeout", timeout]);
+    own_admin_dirs(&mut command, broker.dir.path());
+    run_bounded(command)
+}
+
 /// A connection to `broker`'s control socket that has sent `bytes`.
 fn control_connection(broker: &Broker, bytes: &[u8]) -> UnixStream {
     let mut stream = UnixStream::connect(socket_of(broker)).unwrap();
@@ -734,6 +746,78 @@ fn answer_line(stream: &UnixStream) -> String {
     let mut line = String::new();
     BufReader::new(stream).read_line(&mut line).unwrap();
     line
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ping_and_show_are_answered_whatever_other_control_clients_do() {
+    let a = TestServer::start("a").await;
+    let broker = Broker::start_with(&ini_for(&[&a], ""), &["--log-level", "debug"]).await;
+    // Sixteen clients that each send half a request and stop there.
+    let halves: Vec<UnixStream> = (0..16)
+        .map(|_| control_connection(&broker, br#"{"command":"sh"#))
+        .collect();
+    let (code, out, err) = ping(&broker, "1s");
+    assert_eq!(code, 0, "{out}{err}");
+    ctl_ok(&broker, &["show"]);
+    // Sixteen waits, as a maintenance script's `drain --wait`s, on a server with a connection
+    // open: they wait, and hold no place meanwhile.
+    let (held, _) = hold(broker.addr()).await;
+    ctl_ok(&broker, &["drain", "SMART_CLIENT_DESKTOP", "01"]);
+    let wait = br#"{"command":"wait","section":"SMART_CLIENT_DESKTOP","server":"01","timeout":"1m"}
+"#;
+    let waits: Vec<UnixStream> = (0..16).map(|_| control_connection(&broker, wait)).collect();
+    broker
+        .wait_for_logs(r#"control request: {"command":"wait""#, 16)
+        .await;
+    let (code, out, err) = ping(&broker, "1s");
+    assert_eq!(code, 0, "{out}{err}");
+    ctl_ok(&broker, &["show"]);
+    // Half a request is not waited for past 5 s: each of those connections is closed.
+    for half in &halves {
+        assert_eq!(answer_line(half), "", "closed without an answer");
+    }
+    // Sixteen idle connections that asked something keep their places: the next request
+    // finds none, waits a moment and is refused as busy, which is logged once; ping is still
+    // answered.
+    let idle: Vec<UnixStream> = (0..16)
+        .map(|_| {
+            let stream = control_connection(&broker, b"{\"command\":\"show\"}\n");
+            assert!(answer_line(&stream).contains("\"ok\":true"));
+            stream
+        })
+        .collect();
+    for _ in 0..2 {
+        let (code, out, err) = ctl(&broker, &["show"]);
+        assert_eq!(code, 1, "{out}{err}");
+        assert!(err.contains("busy: all 16 places are taken"), "{err}");
+    }
+    assert_eq!(ping(&broker, "1s").0, 0);
+    assert_eq!(
+        broker.count_logs("control socket: all 16 places are taken"),
+        1,
+        "{}",
+        broker.log_text()
+    );
+    drop(idle);
+    // The waits end with the server's last connection.
+    drop(held);
+    for wait in &waits {
+        let answer = answer_line(wait);
+        assert!(answer.contains("no connection left"), "{answer}");
+    }
+    ctl_ok(&broker, &["show"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ping_gives_up_after_its_timeout_on_a_broker_that_does_not_answer() {
+    let a = TestServer::start("a").await;
+    let broker = Broker::start(&ini_for(&[&a], "")).await;
+    broker.signal(Signal::SIGSTOP);
+    let (code, out, err) = ping(&broker, "300ms");
+    broker.signal(Signal::SIGCONT);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("no answer within 300ms"), "{err}");
+    assert_eq!(ping(&broker, "1s").0, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
