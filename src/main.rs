@@ -60,6 +60,11 @@ struct Cli {
     #[arg(long, value_name = "LEVEL")]
     log_level: Option<String>,
 
+    /// Print `appbroker-handover N`, the version of what a supervisor hands its next image on
+    /// an upgrade, and exit: asked by a running supervisor of the binary it would re-execute.
+    #[arg(long, hide = true, exclusive = true)]
+    handover_version: bool,
+
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -104,8 +109,9 @@ enum Command {
     /// Upgrade in place: the supervisor of --config (appbroker --supervise) re-executes
     /// itself from the binary now on disk (same pid), starts a new broker on the listeners it
     /// holds, with the state file's overrides and quarantines, and once that one serves, the
-    /// old one stops accepting and drains for SHUTDOWN_TIMEOUT. The new binary checks the
-    /// file first.
+    /// old one stops accepting and drains for SHUTDOWN_TIMEOUT. The new binary must pass
+    /// --check on the file and take this build's hand-over (--handover-version) first, within
+    /// UPGRADE_TIMEOUT; this command waits that plus 30 s for the answer.
     ///
     /// Exit codes: 0 upgraded; 1 refused (the reason is printed; the running broker carries
     /// on), or the broker runs without a supervisor; 3 no supervisor answered.
@@ -216,6 +222,12 @@ struct DemoArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    #[cfg(unix)]
+    if cli.handover_version {
+        let line = appbroker::supervisor::upgrade::handover_line();
+        let _ = writeln!(std::io::stdout(), "{line}");
+        return ExitCode::SUCCESS;
+    }
     match &cli.command {
         Some(Command::Ctl(args)) => return ctl(&cli, args),
         Some(Command::Ping { timeout }) => return ping(&cli, *timeout),
@@ -460,7 +472,12 @@ fn upgrade(cli: &Cli) -> ExitCode {
         Err(code) => return code,
     };
     let path = upgrade::socket_path(&control);
-    match upgrade::ask(&path) {
+    let file = cli
+        .config
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("appserver.ini"));
+    let within = upgrade::answer_time(upgrade::timeout_of_file(&file));
+    match upgrade::ask(&path, within) {
         Ok(answer) if answer.starts_with("upgraded") => {
             let _ = writeln!(std::io::stdout(), "{answer}");
             ExitCode::SUCCESS
@@ -827,6 +844,15 @@ fn run(config: Config, demo: Option<String>, log: &logging::Log) -> anyhow::Resu
         let admin = admin::Admin::new(broker.control(), state_path);
         #[cfg(unix)]
         let supervisor = appbroker::supervisor::Link::take();
+        // Before READY: from now on its supervisor's watchdog knows this broker lives.
+        #[cfg(unix)]
+        if let Some(supervisor) = &supervisor {
+            let workers = threads.workers();
+            let ticks = workers.ticks(appbroker::supervisor::HEARTBEAT);
+            supervisor
+                .send_heartbeats(workers.handles().len(), ticks)
+                .await;
+        }
         #[cfg(unix)]
         let admin = admin.supervised_by(supervisor.clone());
         let serving = serve_control_socket(socket.as_mut(), std::sync::Arc::new(admin))?;

@@ -499,6 +499,23 @@ pub static KEYS: &[Key] = &[
         doc: "where operators' overrides are kept over restarts (empty: derived from the file's name; 0: none); read at start only",
     },
     Key {
+        name: "UPGRADE_TIMEOUT",
+        stands: Stands::General,
+        domain: upto_a_day(Duration::from_secs(1)),
+        field: field!(General.upgrade_timeout = Duration, duration),
+        doc: "under --supervise, how long `appbroker upgrade` gives the new binary's checks before it refuses; read at each upgrade",
+    },
+    Key {
+        name: "WATCHDOG_TIMEOUT",
+        stands: Stands::General,
+        domain: Domain::DurationOrOff {
+            min: Duration::from_secs(1),
+            max: DAY,
+        },
+        field: field!(General.watchdog_timeout = Duration, duration),
+        doc: "under --supervise, a broker that sends no heartbeat this long is killed and replaced (0: never)",
+    },
+    Key {
         name: "LOCAL_SERVER_ADDRESS",
         stands: Stands::OwnSection,
         domain: Domain::ListenIp,
@@ -993,6 +1010,8 @@ impl General {
             control_socket: None,
             control_group: None,
             state_file: None,
+            upgrade_timeout: Duration::from_secs(30),
+            watchdog_timeout: Duration::from_secs(10),
         }
     }
 }

@@ -72,6 +72,12 @@ pub struct General {
     pub control_group: Option<String>,
     /// `STATE_FILE`: where overrides are kept; `None` derives it, `0` turns it off.
     pub state_file: Option<PathBuf>,
+    /// `UPGRADE_TIMEOUT`: how long a supervisor gives the new binary's `--check` and
+    /// `--handover-version` before it refuses the upgrade and kills them.
+    pub upgrade_timeout: Duration,
+    /// `WATCHDOG_TIMEOUT`: how long a supervisor waits for a heartbeat from its broker before
+    /// it kills and replaces it; zero for never.
+    pub watchdog_timeout: Duration,
 }
 
 /// `LANGUAGE`: the language of the status pages.
