@@ -391,19 +391,24 @@ async fn overrides_survive_a_reload_and_a_restart() {
     assert!(names(&restarted, 4).await.iter().all(|n| n == "b"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_corrupt_state_file_is_reported_and_ignored() {
-    let a = TestServer::start("a").await;
+/// A broker over `server` started (not waited for) beside the state file `state`.
+fn with_state_file(server: &TestServer, state: &str) -> Broker {
     let dir = tempfile::tempdir().unwrap();
     let ports = free_ports();
     let config_path = dir.path().join("appserver.ini");
     std::fs::write(
         &config_path,
-        fill_placeholders(&ini_for(&[&a], ""), &ports, dir.path()),
+        fill_placeholders(&ini_for(&[server], ""), &ports, dir.path()),
     )
     .unwrap();
-    std::fs::write(dir.path().join("appserver.state"), "{\"half\": [1, 2").unwrap();
-    let broker = Broker::spawn_file(dir, config_path, ports, &[]);
+    std::fs::write(dir.path().join("appserver.state"), state).unwrap();
+    Broker::spawn_file(dir, config_path, ports, &[])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_state_file_is_reported_and_ignored() {
+    let a = TestServer::start("a").await;
+    let broker = with_state_file(&a, "{\"half\": [1, 2");
     broker.wait_for_log("broker ready").await;
     assert!(
         broker.has_log("is not one appbroker wrote"),
@@ -823,14 +828,6 @@ async fn ping_gives_up_after_its_timeout_on_a_broker_that_does_not_answer() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reason_with_control_characters_is_refused_and_one_kept_in_a_state_file_is_escaped() {
     let a = TestServer::start("a").await;
-    let dir = tempfile::tempdir().unwrap();
-    let ports = free_ports();
-    let config_path = dir.path().join("appserver.ini");
-    std::fs::write(
-        &config_path,
-        fill_placeholders(&ini_for(&[&a], ""), &ports, dir.path()),
-    )
-    .unwrap();
     // A state file from before control characters were refused (or edited by hand): a line
     // break that would forge a log line, and escape sequences for a terminal.
     let kept = serde_json::json!({
@@ -848,8 +845,7 @@ async fn a_reason_with_control_characters_is_refused_and_one_kept_in_a_state_fil
             }},
         }],
     });
-    std::fs::write(dir.path().join("appserver.state"), kept.to_string()).unwrap();
-    let broker = Broker::spawn_file(dir, config_path, ports, &[]);
+    let broker = with_state_file(&a, &kept.to_string());
     broker.wait_for_log("broker ready").await;
     let raw = |text: &str| text.contains('\u{1b}') || text.contains('\u{9b}');
     let restored = broker.wait_for_log("restored from the state file").await;

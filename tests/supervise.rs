@@ -760,9 +760,12 @@ async fn an_old_broker_that_does_not_drain_is_cut_at_shutdown_timeout() {
     assert_eq!(ask(broker.addr()).await.unwrap(), "A");
 }
 
-#[tokio::test]
-async fn the_supervisor_tells_systemd_it_is_ready_once_the_broker_serves() {
-    let server = TestServer::start("A").await;
+/// A supervised broker over `server` started as systemd starts a `Type=notify` service, with
+/// `env` besides, and the notify socket it writes to.
+fn under_systemd(
+    server: &TestServer,
+    env: &[(&str, &str)],
+) -> (Broker, std::os::unix::net::UnixDatagram) {
     let dir = tempfile::tempdir().unwrap();
     let notify = dir.path().join("notify");
     let listener = std::os::unix::net::UnixDatagram::bind(&notify).unwrap();
@@ -771,7 +774,7 @@ async fn the_supervisor_tells_systemd_it_is_ready_once_the_broker_serves() {
     let config_path = dir.path().join("appserver.ini");
     std::fs::write(
         &config_path,
-        fill_placeholders(&ini(&server, ""), &ports, dir.path()),
+        fill_placeholders(&ini(server, ""), &ports, dir.path()),
     )
     .unwrap();
     let mut command = std::process::Command::new(binary());
@@ -779,8 +782,16 @@ async fn the_supervisor_tells_systemd_it_is_ready_once_the_broker_serves() {
         .arg("--supervise")
         .arg("--config")
         .arg(&config_path)
-        .env("NOTIFY_SOCKET", &notify);
+        .env("NOTIFY_SOCKET", &notify)
+        .envs(env.iter().copied());
     let broker = Broker::spawn_command(dir, config_path, ports, command);
+    (broker, listener)
+}
+
+#[tokio::test]
+async fn the_supervisor_tells_systemd_it_is_ready_once_the_broker_serves() {
+    let server = TestServer::start("A").await;
+    let (broker, listener) = under_systemd(&server, &[]);
     let said = tokio::task::spawn_blocking(move || {
         let mut buf = [0u8; 64];
         let n = listener
@@ -1221,26 +1232,8 @@ async fn a_broker_that_never_announced_heartbeats_is_left_alone_by_the_watchdog(
 #[tokio::test]
 async fn the_supervisor_tells_systemds_watchdog_it_lives() {
     let server = TestServer::start("A").await;
-    let dir = tempfile::tempdir().unwrap();
-    let notify = dir.path().join("notify");
-    let listener = std::os::unix::net::UnixDatagram::bind(&notify).unwrap();
-    listener.set_read_timeout(Some(DEADLINE)).unwrap();
-    let ports = free_ports();
-    let config_path = dir.path().join("appserver.ini");
-    std::fs::write(
-        &config_path,
-        fill_placeholders(&ini(&server, ""), &ports, dir.path()),
-    )
-    .unwrap();
-    let mut command = std::process::Command::new(binary());
-    command
-        .arg("--supervise")
-        .arg("--config")
-        .arg(&config_path)
-        .env("NOTIFY_SOCKET", &notify)
-        // WatchdogSec=0.2s: WATCHDOG=1 every 100ms.
-        .env("WATCHDOG_USEC", "200000");
-    let broker = Broker::spawn_command(dir, config_path, ports, command);
+    // WatchdogSec=0.2s: WATCHDOG=1 every 100ms.
+    let (broker, listener) = under_systemd(&server, &[("WATCHDOG_USEC", "200000")]);
     let said = tokio::task::spawn_blocking(move || {
         let mut said = Vec::new();
         let mut buf = [0u8; 64];

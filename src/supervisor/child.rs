@@ -90,9 +90,14 @@ impl Child {
         let spawned = Held::hand_down(held)
             .and_then(|()| inherit::hand_down(&theirs))
             .and_then(|()| command.spawn());
-        let kept = Held::keep(held);
+        if let Err(e) = Held::keep(held) {
+            warn!(
+                "supervisor: cannot close the listeners on exec again: {}; an upgrade's check \
+                 could inherit them",
+                crate::os_error::words(&e)
+            );
+        }
         let mut process = spawned?;
-        kept?;
         // Only the child's copy may stay open: the end is seen when the child is gone.
         drop(theirs);
         // Closed on exec (as `ours` is): no other child inherits it, so the child sees its

@@ -2,7 +2,7 @@
 //! restart it (with back-off while it dies at start, at once after it served, or once the
 //! watchdog killed it for its silence), forward signals, replace it with a new child when a
 //! reload changes the ports, and tell systemd it lives. An upgrade asked on its socket is
-//! vetted beside the loop and carried out by [`super::reexec`].
+//! vetted beside the loop and carried out by `reexec`.
 
 use std::ffi::OsString;
 use std::path::PathBuf;

@@ -1,7 +1,7 @@
 //! The watchdog's judgement, pure: when each worker runtime of a broker last sent its
 //! heartbeat, and which have been silent for `WATCHDOG_TIMEOUT`. A stopped process (SIGSTOP,
 //! a debugger) silences them all; a deadlocked runtime, its own. The lifeline's reader
-//! ([`super::child`]) feeds it and acts on its verdict.
+//! (`child`) feeds it and acts on its verdict.
 
 use std::time::{Duration, Instant};
 
