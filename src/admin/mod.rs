@@ -73,6 +73,23 @@ impl Admin {
 
     /// Carries out `request` on behalf of `by` (`uid 1000`), and answers.
     pub async fn answer(&self, request: Request, by: &str) -> Answer {
+        // `ctl` refuses these itself; a client of its own must be refused too.
+        if let Request::Disable {
+            reason: Some(reason),
+            ..
+        }
+        | Request::Drain {
+            reason: Some(reason),
+            ..
+        }
+        | Request::Quarantine {
+            reason: Some(reason),
+            ..
+        } = &request
+            && let Some(problem) = crate::overrides::reason_problem(reason)
+        {
+            return Answer::refused(problem);
+        }
         if let Some((section, server)) = request.target() {
             let (balancer, server) = match self.find(section, server) {
                 Ok(found) => found,

@@ -133,13 +133,20 @@ pub fn restore(path: &Path, balancers: &[Arc<Balancer>]) {
             continue;
         };
         if !entry.overrides.is_empty() {
-            balancer.restore(&server, entry.overrides);
+            // A file from before control characters were refused (or edited by hand) may
+            // hold them: escaped before they reach a log line, a page or `ctl show`.
+            let mut overrides = entry.overrides;
+            overrides.hold = overrides.hold.map(crate::overrides::Hold::escaped);
+            balancer.restore(&server, overrides);
         }
         if let Some(until) = entry.quarantine_until_epoch_ms.filter(|&u| u > now) {
             let left = Duration::from_millis(until - now);
             let mut asked = entry
                 .quarantine_asked
                 .unwrap_or_else(|| "an operator".into());
+            // Escaped as a hold's reason is, above.
+            asked.by = crate::overrides::escape_controls(&asked.by);
+            asked.reason = crate::overrides::escape_controls(&asked.reason);
             // Said once, however many restarts it outlives.
             if !asked.by.ends_with(BEFORE_THE_RESTART) {
                 asked.by.push_str(BEFORE_THE_RESTART);

@@ -545,6 +545,23 @@ pub static KEYS: &[Key] = &[
         doc: "a former SESSION_SECRET whose cookies still count, for a rotation that moves no session; shown as (set)",
     },
     Key {
+        name: "UPGRADE_TIMEOUT",
+        stands: Stands::General,
+        domain: upto_a_day(Duration::from_secs(1)),
+        field: field!(General.upgrade_timeout = Duration, duration),
+        doc: "under --supervise, how long `appbroker upgrade` gives the new binary's checks before it refuses; read at each upgrade",
+    },
+    Key {
+        name: "WATCHDOG_TIMEOUT",
+        stands: Stands::General,
+        domain: Domain::DurationOrOff {
+            min: Duration::from_secs(1),
+            max: DAY,
+        },
+        field: field!(General.watchdog_timeout = Duration, duration),
+        doc: "under --supervise, a broker that sends no heartbeat this long is killed and replaced (0: never)",
+    },
+    Key {
         name: "LOCAL_SERVER_ADDRESS",
         stands: Stands::OwnSection,
         domain: Domain::ListenIp,
@@ -1076,6 +1093,8 @@ impl General {
             state_file: None,
             session_secret: None,
             session_secret_previous: None,
+            upgrade_timeout: Duration::from_secs(30),
+            watchdog_timeout: Duration::from_secs(10),
         }
     }
 }

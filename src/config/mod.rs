@@ -77,6 +77,12 @@ pub struct General {
     pub session_secret: Option<Passphrase>,
     /// `SESSION_SECRET_PREVIOUS`: a former secret whose cookies still verify (a rotation).
     pub session_secret_previous: Option<Passphrase>,
+    /// `UPGRADE_TIMEOUT`: how long a supervisor gives the new binary's `--check` and
+    /// `--handover-version` before it refuses the upgrade and kills them.
+    pub upgrade_timeout: Duration,
+    /// `WATCHDOG_TIMEOUT`: how long a supervisor waits for a heartbeat from its broker before
+    /// it kills and replaces it; zero for never.
+    pub watchdog_timeout: Duration,
 }
 
 /// `LANGUAGE`: the language of the status pages.
