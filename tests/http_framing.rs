@@ -280,8 +280,10 @@ async fn an_upgraded_connection_outlives_the_http_timeouts() {
     assert_eq!(client.bytes(4).await, b"pong");
 }
 
-/// The HTTP timeouts at their shortest, for the tunnel's test.
-const TUNNEL_KEYS: &str = "HTTP_RESPONSE_TIMEOUT=100ms\nHTTP_BODY_TIMEOUT=100ms";
+/// The HTTP timeouts at their shortest, for the tunnel's test; the scripted server switches
+/// to `echo`, which `HTTP_UPGRADE_PROTOCOLS` must allow.
+const TUNNEL_KEYS: &str =
+    "HTTP_RESPONSE_TIMEOUT=100ms\nHTTP_BODY_TIMEOUT=100ms\nHTTP_UPGRADE_PROTOCOLS=echo";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_is_quarantined_after_n_timeouts_in_a_row_and_not_before() {
