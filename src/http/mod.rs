@@ -25,6 +25,7 @@
 
 mod body;
 pub mod check;
+pub mod h1;
 mod headers;
 mod io;
 pub mod pages;

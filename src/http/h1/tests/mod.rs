@@ -1,0 +1,2 @@
+//! Tests of the core as a whole: property tests, the differential test against hyper, the
+//! sizes of its structs and a micro-benchmark.
