@@ -65,15 +65,12 @@ impl Editor {
             return Err(EditError::Field);
         }
         check_value(parts)?;
-        let start = self.scratch.len();
-        self.scratch.extend_from_slice(b": ");
-        self.push_parts(parts);
-        self.scratch.extend_from_slice(b"\r\n");
+        let value = self.write_line(&[], parts.iter().copied());
         self.removed &= !bit(field);
         self.set |= bit(field);
-        self.edits.push(Edit::Set {
+        self.push(Edit::Set {
             field: field.0,
-            value: Span::between(start, self.scratch.len()),
+            value,
         });
         Ok(())
     }
@@ -84,34 +81,48 @@ impl Editor {
             return Err(EditError::Name);
         }
         check_value(parts)?;
-        self.add_unchecked(name, parts);
+        self.add_unchecked(name, parts.iter().copied());
         Ok(())
     }
 
     /// [`Editor::add`] for bytes already checked (the client's own, parsed).
-    pub(crate) fn add_unchecked(&mut self, name: &[u8], parts: &[&[u8]]) {
-        let start = self.scratch.len();
-        self.scratch.extend_from_slice(name);
-        self.scratch.extend_from_slice(b": ");
-        self.push_parts(parts);
-        self.scratch.extend_from_slice(b"\r\n");
-        let line = Span::between(start, self.scratch.len());
-        self.edits.push(Edit::Add(Piece::Scratch(line)));
+    pub(crate) fn add_unchecked<'a>(
+        &mut self,
+        name: &[u8],
+        parts: impl IntoIterator<Item = &'a [u8]>,
+    ) {
+        let line = self.write_line(name, parts);
+        self.push(Edit::Add(Piece::Scratch(line)));
     }
 
     /// A constant line added (`Transfer-Encoding: chunked`, `Connection: close`), with its
     /// CRLF.
     pub(crate) fn add_line(&mut self, line: &'static [u8]) {
-        self.edits.push(Edit::Add(Piece::Static(line)));
+        self.push(Edit::Add(Piece::Static(line)));
     }
 
-    fn push_parts(&mut self, parts: &[&[u8]]) {
+    fn push(&mut self, edit: Edit) {
+        if self.edits.capacity() == 0 {
+            // The standard rewriting makes up to seven, the balancer one or two: grown once.
+            self.edits.reserve(12);
+        }
+        self.edits.push(edit);
+    }
+
+    /// `name: parts` CRLF into the scratch (no name: `: parts` CRLF, a new value), where.
+    fn write_line<'a>(&mut self, name: &[u8], parts: impl IntoIterator<Item = &'a [u8]>) -> Span {
         if self.scratch.capacity() == 0 {
+            // The forwarded lines and a cookie fit: grown once.
             self.scratch.reserve(256);
         }
+        let start = self.scratch.len();
+        self.scratch.extend_from_slice(name);
+        self.scratch.extend_from_slice(b": ");
         for part in parts {
             self.scratch.extend_from_slice(part);
         }
+        self.scratch.extend_from_slice(b"\r\n");
+        Span::between(start, self.scratch.len())
     }
 
     /// The head: `start` (its start line, empty pieces left out), the added lines, every
@@ -181,10 +192,20 @@ fn is_token(b: u8) -> bool {
 fn check_value(parts: &[&[u8]]) -> Result<(), EditError> {
     let ok = parts
         .iter()
-        .flat_map(|p| p.iter())
-        .all(|&b| b == b'\t' || (b' '..=b'~').contains(&b) || b >= 0x80);
+        .all(|p| p.iter().all(|&b| VALUE_BYTES[usize::from(b)]));
     if ok { Ok(()) } else { Err(EditError::Value) }
 }
+
+/// The bytes a field value may hold, as a table (one load a byte).
+static VALUE_BYTES: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        table[b] = b == 0x09 || (b >= 0x20 && b != 0x7f);
+        b += 1;
+    }
+    table
+};
 
 #[cfg(test)]
 mod tests {

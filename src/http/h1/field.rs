@@ -55,42 +55,51 @@ pub enum FieldName {
     Other,
 }
 
-/// The known names by length: a name is compared only with the few of its own length.
-const KNOWN: [(&[u8], FieldName); 22] = [
-    (b"te", FieldName::Te),
-    (b"host", FieldName::Host),
-    (b"cookie", FieldName::Cookie),
-    (b"expect", FieldName::Expect),
-    (b"trailer", FieldName::Trailer),
-    (b"upgrade", FieldName::Upgrade),
-    (b"forwarded", FieldName::Forwarded),
-    (b"x-real-ip", FieldName::XRealIp),
-    (b"connection", FieldName::Connection),
-    (b"keep-alive", FieldName::KeepAlive),
-    (b"set-cookie", FieldName::SetCookie),
-    (b"x-client-ip", FieldName::XClientIp),
-    (b"max-forwards", FieldName::MaxForwards),
-    (b"content-length", FieldName::ContentLength),
-    (b"true-client-ip", FieldName::TrueClientIp),
-    (b"http2-settings", FieldName::Http2Settings),
-    (b"x-forwarded-for", FieldName::XForwardedFor),
-    (b"proxy-connection", FieldName::ProxyConnection),
-    (b"x-forwarded-host", FieldName::XForwardedHost),
-    (b"x-forwarded-port", FieldName::XForwardedPort),
-    (b"transfer-encoding", FieldName::TransferEncoding),
-    (b"x-forwarded-proto", FieldName::XForwardedProto),
-];
-
 impl FieldName {
-    /// The name `name` is, in any case.
+    /// The name `name` is, in any case: its length and first letter pick the one known name
+    /// it can be, compared once (a browser's head has about 15 names, most of them none of
+    /// these).
     pub fn of(name: &[u8]) -> FieldName {
-        // KNOWN is sorted by length: skip to the names as long as this one.
-        let from = KNOWN.partition_point(|(known, _)| known.len() < name.len());
-        KNOWN[from..]
-            .iter()
-            .take_while(|(known, _)| known.len() == name.len())
-            .find(|(known, _)| known.eq_ignore_ascii_case(name))
-            .map_or(FieldName::Other, |&(_, kind)| kind)
+        let Some(&first) = name.first() else {
+            return FieldName::Other;
+        };
+        let (known, kind): (&[u8], FieldName) = match (name.len(), first | 0x20) {
+            (2, b't') => (b"te", FieldName::Te),
+            (4, b'h') => (b"host", FieldName::Host),
+            (6, b'c') => (b"cookie", FieldName::Cookie),
+            (6, b'e') => (b"expect", FieldName::Expect),
+            (7, b't') => (b"trailer", FieldName::Trailer),
+            (7, b'u') => (b"upgrade", FieldName::Upgrade),
+            (9, b'f') => (b"forwarded", FieldName::Forwarded),
+            (9, b'x') => (b"x-real-ip", FieldName::XRealIp),
+            (10, b'c') => (b"connection", FieldName::Connection),
+            (10, b'k') => (b"keep-alive", FieldName::KeepAlive),
+            (10, b's') => (b"set-cookie", FieldName::SetCookie),
+            (11, b'x') => (b"x-client-ip", FieldName::XClientIp),
+            (12, b'm') => (b"max-forwards", FieldName::MaxForwards),
+            (14, b'c') => (b"content-length", FieldName::ContentLength),
+            (14, b't') => (b"true-client-ip", FieldName::TrueClientIp),
+            (14, b'h') => (b"http2-settings", FieldName::Http2Settings),
+            (15, b'x') => (b"x-forwarded-for", FieldName::XForwardedFor),
+            (16, b'p') => (b"proxy-connection", FieldName::ProxyConnection),
+            (16, b'x') if name[12] | 0x20 == b'h' => {
+                (b"x-forwarded-host", FieldName::XForwardedHost)
+            }
+            (16, b'x') => (b"x-forwarded-port", FieldName::XForwardedPort),
+            (17, b't') => (b"transfer-encoding", FieldName::TransferEncoding),
+            (17, b'x') => (b"x-forwarded-proto", FieldName::XForwardedProto),
+            _ => return FieldName::Other,
+        };
+        if known.eq_ignore_ascii_case(name) {
+            kind
+        } else {
+            FieldName::Other
+        }
+    }
+
+    /// Its bit in the set of names a head has.
+    fn bit(self) -> u32 {
+        1 << (self as u32)
     }
 }
 
@@ -141,6 +150,8 @@ pub struct FieldRef<'a> {
 #[derive(Debug, Clone, Default)]
 pub struct Fields {
     list: Vec<Field>,
+    /// The names present, a bit each: an absent one is known so without a look.
+    kinds: u32,
 }
 
 impl Fields {
@@ -161,8 +172,15 @@ impl Fields {
 
     /// The ids of the lines named `kind`.
     pub fn named(&self, kind: FieldName) -> impl Iterator<Item = FieldId> + '_ {
+        let present = self.has(kind);
         self.ids()
+            .take_while(move |_| present)
             .filter(move |id| self.list[id.index()].kind == kind)
+    }
+
+    /// Whether a line is named `kind`.
+    pub fn has(&self, kind: FieldName) -> bool {
+        self.kinds & kind.bit() != 0
     }
 
     /// Line `id` as bytes of `buf`, if the head has it.
@@ -210,11 +228,12 @@ impl Fields {
         headers: &[httparse::Header<'_>],
         lenient: bool,
     ) -> Fields {
-        let list = headers
+        let list: Vec<Field> = headers
             .iter()
             .map(|h| field(buf, h.name.as_bytes(), h.value, lenient))
             .collect();
-        Fields { list }
+        let kinds = list.iter().fold(0, |kinds, f| kinds | f.kind.bit());
+        Fields { list, kinds }
     }
 
     /// Makes each folded value one line (RFC 9112 §5.2: a proxy replaces each obs-fold with
@@ -301,6 +320,32 @@ impl Connection {
 mod tests {
     use super::*;
 
+    /// Every name [`FieldName::of`] knows.
+    const KNOWN: [(&[u8], FieldName); 22] = [
+        (b"te", FieldName::Te),
+        (b"host", FieldName::Host),
+        (b"cookie", FieldName::Cookie),
+        (b"expect", FieldName::Expect),
+        (b"trailer", FieldName::Trailer),
+        (b"upgrade", FieldName::Upgrade),
+        (b"forwarded", FieldName::Forwarded),
+        (b"x-real-ip", FieldName::XRealIp),
+        (b"connection", FieldName::Connection),
+        (b"keep-alive", FieldName::KeepAlive),
+        (b"set-cookie", FieldName::SetCookie),
+        (b"x-client-ip", FieldName::XClientIp),
+        (b"max-forwards", FieldName::MaxForwards),
+        (b"content-length", FieldName::ContentLength),
+        (b"true-client-ip", FieldName::TrueClientIp),
+        (b"http2-settings", FieldName::Http2Settings),
+        (b"x-forwarded-for", FieldName::XForwardedFor),
+        (b"proxy-connection", FieldName::ProxyConnection),
+        (b"x-forwarded-host", FieldName::XForwardedHost),
+        (b"x-forwarded-port", FieldName::XForwardedPort),
+        (b"transfer-encoding", FieldName::TransferEncoding),
+        (b"x-forwarded-proto", FieldName::XForwardedProto),
+    ];
+
     #[test]
     fn names_are_recognised_in_any_case_and_only_whole() {
         let cases: &[(&[u8], FieldName)] = &[
@@ -314,6 +359,7 @@ mod tests {
             (b"TE", FieldName::Te),
             (b"X-Forwarded-Proto", FieldName::XForwardedProto),
             (b"x-forwarded-port", FieldName::XForwardedPort),
+            (b"x-forwarded-xost", FieldName::Other),
             (b"Proxy-Connection", FieldName::ProxyConnection),
             (b"Set-Cookie", FieldName::SetCookie),
             (b"cookie", FieldName::Cookie),
@@ -325,8 +371,16 @@ mod tests {
         }
         for (name, kind) in KNOWN {
             assert_eq!(FieldName::of(name), kind);
+            assert_eq!(FieldName::of(&name.to_ascii_uppercase()), kind);
+            let mut other = name.to_vec();
+            other[name.len() - 1] ^= 0x01;
+            assert_eq!(
+                FieldName::of(&other),
+                FieldName::Other,
+                "{}",
+                other.escape_ascii()
+            );
         }
-        assert!(KNOWN.is_sorted_by_key(|(n, _)| n.len()));
     }
 
     #[test]

@@ -14,8 +14,10 @@
 //! 2. **Head.** [`RequestHead::parse`] on the bytes read so far: `Ok(None)` means read more
 //!    (the scan remembers where it got, so a head arriving in pieces is parsed once), an error
 //!    is answered with [`HeadError::status`] and its words on a page, then the connection
-//!    closes. The head is offsets into the buffer: it borrows nothing, so it lives in the
-//!    connection's struct beside the buffer across awaits.
+//!    closes. A head in pieces is parsed again only once its blank line came: a client that
+//!    half-closes on a partial head may be parsed once more with a fresh [`HeadScan`] to be
+//!    told what was wrong. The head is offsets into the buffer: it borrows nothing, so it
+//!    lives in the connection's struct beside the buffer across awaits.
 //! 3. **Choose and dial** with the head (method, target, cookies: [`Fields`]). The balancer's
 //!    own change (its cookie out) goes through the [`Editor`] that
 //!    [`RequestHead::to_server`] returns; [`RequestHead::write`] then gives an [`OutHead`]:
@@ -29,8 +31,8 @@
 //!    [`BodyReader::skip_data`]. Meanwhile the server socket is watched: a response that
 //!    begins before the body is sent stops the body (issue 21 point 2).
 //! 5. **Response** into a second pooled buffer: [`ResponseHead::parse`] with what was
-//!    [`Asked`]. [`Framing::Interim`] (100, 103) is forwarded to an HTTP/1.1 client and the
-//!    next head parsed; a final head goes out through [`ResponseHead::to_client`] (status
+//!    [`Asked`] ([`RequestHead::asked`]). [`Framing::Interim`] (100, 103) is forwarded to an
+//!    HTTP/1.1 client and the next head parsed; a final head goes out through [`ResponseHead::to_client`] (status
 //!    line `HTTP/1.1`, `Connection` as [`client_keep_alive`] decides, the balancer's
 //!    `Set-Cookie` added) and its body through a [`BodyReader`]; to an HTTP/1.0 client a
 //!    chunked body is sent as its data only ([`ResponseHead::dechunks_for`]) and the
@@ -56,7 +58,13 @@
 //!   as 1.1 (httparse refuses it, so the version digit is rewritten in the buffer and the head
 //!   parsed again, only on that error); another major is a 505. Everything the broker writes
 //!   says `HTTP/1.1`, to servers and to clients of any version.
-//! - Framing: [`framing`](self#framing) below, and each type's documentation.
+//! - Requests (RFC 9112 §3.2, issue 21 point 8): one `Host`, required in HTTP/1.1, a host
+//!   name or address with an optional port; a target in origin form, `*` for OPTIONS only,
+//!   an authority for CONNECT only, or an `http(s)://` address without user info (sent on
+//!   in origin form, its authority as `Host`).
+//! - Trailers are checked and dropped ([`ChunkedDecoder`] says why); `101` to a request that
+//!   asked no upgrade is refused (RFC 9110 §15.2.2); a 1xx is not forwarded to HTTP/1.0.
+//! - Framing: below, and each type's documentation.
 //!
 //! # Framing
 //!

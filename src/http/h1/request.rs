@@ -184,6 +184,15 @@ impl RequestHead {
             && self.fields.named(FieldName::Upgrade).next().is_some()
     }
 
+    /// What the server is asked, sent as `how` says: the method, and an upgrade if one goes
+    /// on (the response's framing depends on both).
+    pub fn asked(&self, how: &super::ToServer<'_>) -> super::Asked {
+        super::Asked {
+            method: self.method,
+            upgrade: how.upgrade && self.wants_upgrade(),
+        }
+    }
+
     /// The protocols the client asks to switch to (`websocket`), for the allowed list.
     pub fn upgrade_protocols<'a>(&'a self, buf: &'a [u8]) -> impl Iterator<Item = &'a [u8]> {
         self.fields.tokens(buf, FieldName::Upgrade)
@@ -363,10 +372,7 @@ pub(crate) fn valid_host(value: &[u8]) -> bool {
                 .iter()
                 .all(|&b| b.is_ascii_hexdigit() || b == b':' || b == b'.')
     } else {
-        !host.is_empty()
-            && host.iter().all(|&b| {
-                b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b'%')
-            })
+        !host.is_empty() && host.iter().all(|&b| NAME_BYTES[usize::from(b)])
     };
     let port_ok = match port.split_first() {
         None => true,
@@ -375,6 +381,18 @@ pub(crate) fn valid_host(value: &[u8]) -> bool {
     };
     name_ok && port_ok
 }
+
+/// The bytes of a host name, as a table (one load a byte).
+static NAME_BYTES: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        table[b] = c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'~' | b'%');
+        b += 1;
+    }
+    table
+};
 
 /// The body's framing (RFC 9112 §6.3): chunked by a final `chunked` coding (refused on
 /// HTTP/1.0), else a length, else empty; with both, the coding wins and the connection

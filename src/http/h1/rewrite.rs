@@ -48,7 +48,7 @@ impl RequestHead {
     /// [`RequestHead::write`].
     pub fn to_server(&self, buf: &[u8], how: &ToServer<'_>) -> Editor {
         let mut editor = Editor::new();
-        let upgrade = how.upgrade && self.wants_upgrade();
+        let upgrade = self.asked(how).upgrade;
         for (id, field) in self.fields().iter(buf) {
             let named = || self.connection().names(self.fields(), buf, field.name);
             if leaves_for_server(self, id, field.kind, how, upgrade)
@@ -71,9 +71,9 @@ impl RequestHead {
     /// `Host` from an absolute target's authority, or the server's for a request with none.
     fn host_line(&self, buf: &[u8], how: &ToServer<'_>, editor: &mut Editor) {
         if let Target::Absolute { authority, .. } = self.form() {
-            editor.add_unchecked(b"Host", &[authority.of(buf)]);
+            editor.add_unchecked(b"Host", [authority.of(buf)]);
         } else if !self.has_host_line() {
-            editor.add_unchecked(b"Host", &[how.host]);
+            editor.add_unchecked(b"Host", [how.host]);
         }
     }
 
@@ -176,21 +176,19 @@ fn set_length(editor: &mut Editor, field: FieldId, value: u64) {
 /// `X-Forwarded-For` with the client appended to the chain the client sent (as nginx's
 /// `$proxy_add_x_forwarded_for`), `X-Forwarded-Proto`, `-Host` and `X-Real-IP` the broker's.
 fn add_forwarded(request: &RequestHead, buf: &[u8], forwarded: Forwarded<'_>, editor: &mut Editor) {
-    let mut chain: Vec<&[u8]> = Vec::new();
-    for id in request.fields().named(FieldName::XForwardedFor) {
-        let value = request.fields().get(buf, id).map_or(&b""[..], |f| f.value);
-        if !value.is_empty() {
-            chain.extend_from_slice(&[value, b", "]);
-        }
-    }
-    chain.push(forwarded.client);
-    editor.add_unchecked(b"X-Forwarded-For", &chain);
+    let fields = request.fields();
+    let chain = fields
+        .named(FieldName::XForwardedFor)
+        .filter_map(|id| fields.get(buf, id))
+        .filter(|f| !f.value.is_empty())
+        .flat_map(|f| [f.value, &b", "[..]]);
+    editor.add_unchecked(b"X-Forwarded-For", chain.chain([forwarded.client]));
     let proto: &[u8] = if forwarded.https { b"https" } else { b"http" };
-    editor.add_unchecked(b"X-Forwarded-Proto", &[proto]);
+    editor.add_unchecked(b"X-Forwarded-Proto", [proto]);
     if let Some(host) = request.host(buf) {
-        editor.add_unchecked(b"X-Forwarded-Host", &[host]);
+        editor.add_unchecked(b"X-Forwarded-Host", [host]);
     }
-    editor.add_unchecked(b"X-Real-IP", &[forwarded.client]);
+    editor.add_unchecked(b"X-Real-IP", [forwarded.client]);
 }
 
 impl ResponseHead {
