@@ -141,6 +141,7 @@ async fn hyper_server(raw: &[u8]) -> Requests {
     Requests {
         messages,
         refused: refusal(&answers),
+        heads_at_eof: 0,
     }
 }
 

@@ -24,6 +24,9 @@ pub(crate) struct Requests {
     pub(crate) messages: Vec<Message>,
     /// The status a head was refused with, if one was.
     pub(crate) refused: Option<u16>,
+    /// Heads parsed only by the last try at the input's end: none, when the scan finds the
+    /// end of every head that came whole.
+    pub(crate) heads_at_eof: usize,
 }
 
 /// Bytes arriving in pieces: `input` cut at `cuts` (sorted or not, out of range ignored).
@@ -113,7 +116,10 @@ fn next_request(
     loop {
         if buf.len() > start {
             match RequestHead::parse(&mut buf[start..], &mut scan) {
-                Ok(Some(head)) => return Some(head),
+                Ok(Some(head)) => {
+                    seen.heads_at_eof += usize::from(last);
+                    return Some(head);
+                }
                 Ok(None) if last => return None,
                 Ok(None) => {}
                 Err(e) => {

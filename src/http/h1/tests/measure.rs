@@ -60,7 +60,7 @@ fn what_an_idle_or_reading_connection_keeps_stays_small() {
         "{}",
         size_of::<ChunkedDecoder>()
     );
-    assert!(size_of::<BodyReader>() <= 24, "{}", size_of::<BodyReader>());
+    assert!(size_of::<BodyReader>() <= 16, "{}", size_of::<BodyReader>());
     assert!(size_of::<Span>() == 8);
 }
 
