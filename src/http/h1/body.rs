@@ -43,7 +43,7 @@ enum Reading {
     Done,
 }
 
-/// A body being read: 24 bytes, kept in the connection's struct while the body passes.
+/// A body being read: 16 bytes, kept in the connection's struct while the body passes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BodyReader {
     reading: Reading,

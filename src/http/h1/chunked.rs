@@ -75,7 +75,7 @@ pub enum ChunkedError {
     TrailersTooLong,
 }
 
-/// The chunked decoder: 24 bytes of state, whatever the body's size.
+/// The chunked decoder: 16 bytes of state, whatever the body's size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChunkedDecoder {
     state: State,

@@ -6,7 +6,7 @@ use std::mem::MaybeUninit;
 
 use super::field::{Connection, FieldName};
 use super::framing::{self, Codings, Length};
-use super::version::{self, Fix};
+use super::version;
 use super::{
     Body, FieldId, Fields, HeadError, HeadScan, MAX_FIELDS, MAX_HEAD, MAX_TARGET, Method, Span,
     Version,
@@ -70,14 +70,13 @@ impl RequestHead {
     /// more, into the same buffer, and call again with the same `scan`). `buf` is mutable
     /// for one case only: `HTTP/1.2` to `HTTP/1.9` become `HTTP/1.1` in place.
     pub fn parse(buf: &mut [u8], scan: &mut HeadScan) -> Result<Option<RequestHead>, HeadError> {
-        if scan.ready(buf) {
-            if let Some(parsed) = parse_fixing_version(buf)? {
-                return RequestHead::of(buf, parsed).map(Some);
-            }
-            scan.advance(buf);
-        }
-        scan.check(buf.len(), MAX_REQUEST_LINE, HeadError::TargetTooLong)?;
-        Ok(None)
+        let parsed =
+            scan.parse_when_ready(buf, MAX_REQUEST_LINE, HeadError::TargetTooLong, |buf| {
+                version::parse_mending(buf, httparse_request, version::fix_request)
+            })?;
+        parsed
+            .map(|parsed| RequestHead::of(buf, parsed))
+            .transpose()
     }
 
     /// The head httparse parsed, checked and framed.
@@ -245,17 +244,6 @@ impl RequestHead {
 
     pub(crate) fn has_host_line(&self) -> bool {
         self.host.is_some()
-    }
-}
-
-/// httparse's request head, with the version fixed first when it is a higher 1.x.
-fn parse_fixing_version(buf: &mut [u8]) -> Result<Option<Parsed>, HeadError> {
-    match httparse_request(buf) {
-        Err(httparse::Error::Version) => match version::fix_request(buf)? {
-            Fix::NotYet => Ok(None),
-            Fix::Fixed => httparse_request(buf).map_err(|e| HeadError::of_httparse(e, buf)),
-        },
-        result => result.map_err(|e| HeadError::of_httparse(e, buf)),
     }
 }
 

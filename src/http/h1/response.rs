@@ -7,7 +7,7 @@ use std::mem::MaybeUninit;
 
 use super::field::Connection;
 use super::framing::{self, Codings, Length};
-use super::version::{self, Fix};
+use super::version;
 use super::{Body, Fields, HeadError, HeadScan, MAX_FIELDS, MAX_HEAD, Method, Span, Version};
 
 /// What the request sent to the server asked, as the response's framing depends on it.
@@ -71,15 +71,14 @@ impl ResponseHead {
         scan: &mut HeadScan,
         asked: Asked,
     ) -> Result<Option<ResponseHead>, HeadError> {
-        if scan.ready(buf) {
-            if let Some(parsed) = parse_fixing_version(buf)? {
-                parsed.fields.unfold(buf);
-                return ResponseHead::of(buf, parsed, asked).map(Some);
-            }
-            scan.advance(buf);
-        }
-        scan.check(buf.len(), MAX_HEAD, HeadError::HeadTooLarge)?;
-        Ok(None)
+        let parsed = scan.parse_when_ready(buf, MAX_HEAD, HeadError::HeadTooLarge, |buf| {
+            version::parse_mending(buf, httparse_response, version::fix_response)
+        })?;
+        let Some(parsed) = parsed else {
+            return Ok(None);
+        };
+        parsed.fields.unfold(buf);
+        ResponseHead::of(buf, parsed, asked).map(Some)
     }
 
     fn of(buf: &[u8], parsed: Parsed, asked: Asked) -> Result<ResponseHead, HeadError> {
@@ -195,17 +194,6 @@ impl ResponseHead {
 
     pub(crate) fn connection(&self) -> Connection {
         self.connection
-    }
-}
-
-/// httparse's response head, with the version fixed first when it is a higher 1.x.
-fn parse_fixing_version(buf: &mut [u8]) -> Result<Option<Parsed>, HeadError> {
-    match httparse_response(buf) {
-        Err(httparse::Error::Version) => match version::fix_response(buf)? {
-            Fix::NotYet => Ok(None),
-            Fix::Fixed => httparse_response(buf).map_err(|e| HeadError::of_httparse(e, buf)),
-        },
-        result => result.map_err(|e| HeadError::of_httparse(e, buf)),
     }
 }
 

@@ -20,6 +20,26 @@ pub struct HeadScan {
 }
 
 impl HeadScan {
+    /// The head `parse` finds at the start of `buf` once the scan says it may be whole;
+    /// until then `None`, the limits of a partial head checked (a start line longer than
+    /// `line_limit` is `too_long`).
+    pub(crate) fn parse_when_ready<T>(
+        &mut self,
+        buf: &mut [u8],
+        line_limit: usize,
+        too_long: HeadError,
+        parse: impl FnOnce(&mut [u8]) -> Result<Option<T>, HeadError>,
+    ) -> Result<Option<T>, HeadError> {
+        if self.ready(buf) {
+            if let Some(head) = parse(buf)? {
+                return Ok(Some(head));
+            }
+            self.advance(buf);
+        }
+        self.check(buf.len(), line_limit, too_long)?;
+        Ok(None)
+    }
+
     /// Whether `buf` may hold a whole head: yes at the first try, then only when the bytes
     /// not yet scanned complete the blank line.
     pub(crate) fn ready(&mut self, buf: &[u8]) -> bool {

@@ -17,6 +17,22 @@ pub(crate) enum Fix {
     NotYet,
 }
 
+/// A head by `parse` (one run of httparse) over `buf`; when httparse refuses the version
+/// only, the version judged by `fix`, mended, and the head parsed again.
+pub(crate) fn parse_mending<T>(
+    buf: &mut [u8],
+    parse: fn(&[u8]) -> Result<Option<T>, httparse::Error>,
+    fix: fn(&mut [u8]) -> Result<Fix, HeadError>,
+) -> Result<Option<T>, HeadError> {
+    match parse(buf) {
+        Err(httparse::Error::Version) => match fix(buf)? {
+            Fix::NotYet => Ok(None),
+            Fix::Fixed => parse(buf).map_err(|e| HeadError::of_httparse(e, buf)),
+        },
+        result => result.map_err(|e| HeadError::of_httparse(e, buf)),
+    }
+}
+
 /// A request's version, the last word of its first line.
 pub(crate) fn fix_request(buf: &mut [u8]) -> Result<Fix, HeadError> {
     let start = skip_empty_lines(buf);
