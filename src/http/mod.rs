@@ -16,6 +16,8 @@
 //! - `pool`: kept-alive connections per server, bounded and idle-timed.
 //! - `headers`: what is refused, and the head rewritten each way (hop-by-hop headers,
 //!   upgrades, the client's addresses, `X-Forwarded-*`).
+//! - [`h1`]: the HTTP/1 engine of our own, pure so far (not wired): heads parsed in place,
+//!   framing, chunks, the outgoing head as slices, the reuse rule.
 //! - `head_errors`: hyper's own answer to a head it cannot parse (400, 431) replaced by the
 //!   broker's page.
 //! - `body`: bodies streamed both ways, counted, each side's silence bounded, with `Expect:
@@ -28,6 +30,7 @@
 
 mod body;
 pub mod check;
+pub mod h1;
 mod head_errors;
 mod headers;
 mod io;

@@ -1,0 +1,241 @@
+//! The changes to a head on its way, kept small and typed: remove a line, give a line a new
+//! value, add a line. Lines are named by the [`FieldId`] the head's fields gave; values are
+//! bytes checked for what would split a line (CR, LF, NUL), so no edit can inject a header.
+//! Changed bytes go to a scratch that the [`OutHead`] takes over; the rest stays in the
+//! input buffer.
+
+use super::field::Field;
+use super::out::{OutHead, Piece};
+use super::{FieldId, Fields, Span};
+
+/// Why an edit was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum EditError {
+    /// A header name must be a token (RFC 9110 §5.1).
+    #[error("a header name must be letters, digits and !#$%&'*+-.^_`|~")]
+    Name,
+    /// A value may not hold CR, LF, NUL or another control byte but tab.
+    #[error("a header value may not hold CR, LF, NUL or another control byte")]
+    Value,
+    /// A field id the head does not have.
+    #[error("no such header line")]
+    Field,
+}
+
+/// A change besides removals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Edit {
+    /// Line `field` gets the value in scratch (written as `: value` CRLF).
+    Set { field: u8, value: Span },
+    /// A line added after the start line.
+    Add(Piece),
+}
+
+/// The changes to one head, made by the standard rewriting each way and then by the wiring
+/// and the balancer (its cookie out), written by the head's `write`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Editor {
+    /// One bit per field ([`MAX_FIELDS`](super::MAX_FIELDS) fit).
+    removed: u128,
+    set: u128,
+    edits: Vec<Edit>,
+    scratch: Vec<u8>,
+}
+
+impl Editor {
+    /// No change.
+    pub fn new() -> Editor {
+        Editor::default()
+    }
+
+    /// Line `field` is not forwarded.
+    pub fn remove(&mut self, field: FieldId) {
+        self.removed |= bit(field);
+    }
+
+    /// Whether line `field` is not forwarded.
+    pub fn is_removed(&self, field: FieldId) -> bool {
+        self.removed & bit(field) != 0
+    }
+
+    /// Line `field` goes with the value made of `parts` end to end (a cookie without the
+    /// broker's crumb; `X-Forwarded-For` with the client appended), its name as received.
+    pub fn set(&mut self, field: FieldId, parts: &[&[u8]]) -> Result<(), EditError> {
+        if field.index() >= 128 {
+            return Err(EditError::Field);
+        }
+        check_value(parts)?;
+        let value = self.write_line(&[], parts.iter().copied());
+        self.removed &= !bit(field);
+        self.set |= bit(field);
+        self.push(Edit::Set {
+            field: field.0,
+            value,
+        });
+        Ok(())
+    }
+
+    /// A line `name: parts…` added after the start line (`Set-Cookie`, `X-Real-IP`).
+    pub fn add(&mut self, name: &[u8], parts: &[&[u8]]) -> Result<(), EditError> {
+        if name.is_empty() || !name.iter().all(|&b| is_token(b)) {
+            return Err(EditError::Name);
+        }
+        check_value(parts)?;
+        self.add_unchecked(name, parts.iter().copied());
+        Ok(())
+    }
+
+    /// [`Editor::add`] for bytes already checked (the client's own, parsed).
+    pub(crate) fn add_unchecked<'a>(
+        &mut self,
+        name: &[u8],
+        parts: impl IntoIterator<Item = &'a [u8]>,
+    ) {
+        let line = self.write_line(name, parts);
+        self.push(Edit::Add(Piece::Scratch(line)));
+    }
+
+    /// A constant line added (`Transfer-Encoding: chunked`, `Connection: close`), with its
+    /// CRLF.
+    pub(crate) fn add_line(&mut self, line: &'static [u8]) {
+        self.push(Edit::Add(Piece::Static(line)));
+    }
+
+    fn push(&mut self, edit: Edit) {
+        if self.edits.capacity() == 0 {
+            // The standard rewriting makes up to seven, the balancer one or two: grown once.
+            self.edits.reserve(12);
+        }
+        self.edits.push(edit);
+    }
+
+    /// `name: parts` CRLF into the scratch (no name: `: parts` CRLF, a new value), where.
+    fn write_line<'a>(&mut self, name: &[u8], parts: impl IntoIterator<Item = &'a [u8]>) -> Span {
+        if self.scratch.capacity() == 0 {
+            // The forwarded lines and a cookie fit: grown once.
+            self.scratch.reserve(256);
+        }
+        let start = self.scratch.len();
+        self.scratch.extend_from_slice(name);
+        self.scratch.extend_from_slice(b": ");
+        for part in parts {
+            self.scratch.extend_from_slice(part);
+        }
+        self.scratch.extend_from_slice(b"\r\n");
+        Span::between(start, self.scratch.len())
+    }
+
+    /// The head: `start` (its start line, empty pieces left out), the added lines, every
+    /// line of `fields` not removed (as it came when it can be, else written anew with `: `
+    /// and CRLF), then `end` (the blank line).
+    pub(crate) fn write(self, start: &[Piece], fields: &Fields, end: Piece) -> OutHead {
+        let mut out = OutHead::new(self.scratch);
+        for piece in start {
+            out.push(*piece);
+        }
+        for edit in &self.edits {
+            if let Edit::Add(piece) = edit {
+                out.push(*piece);
+            }
+        }
+        for (i, field) in fields.raw().iter().enumerate() {
+            let mask = 1u128 << i.min(127);
+            if self.removed & mask != 0 {
+                continue;
+            }
+            if self.set & mask != 0 {
+                out.push(Piece::Input(field.name));
+                out.push(Piece::Scratch(new_value(&self.edits, i)));
+            } else {
+                write_field(&mut out, field);
+            }
+        }
+        out.push(end);
+        out
+    }
+}
+
+/// A line as it came when it is clean, else its name and value with `: ` and CRLF.
+fn write_field(out: &mut OutHead, field: &Field) {
+    if field.clean {
+        out.push(Piece::Input(field.line()));
+    } else {
+        out.push(Piece::Input(field.name));
+        out.push(Piece::Static(b": "));
+        out.push(Piece::Input(field.value));
+        out.push(Piece::Static(b"\r\n"));
+    }
+}
+
+/// The last value set for field `i`.
+fn new_value(edits: &[Edit], i: usize) -> Span {
+    edits
+        .iter()
+        .rev()
+        .find_map(|e| match *e {
+            Edit::Set { field, value } if usize::from(field) == i => Some(value),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+fn bit(field: FieldId) -> u128 {
+    1u128.checked_shl(u32::from(field.0)).unwrap_or(0)
+}
+
+/// A token byte (RFC 9110 §5.6.2).
+fn is_token(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// Whether `parts` may stand in a field value: tab, visible bytes, spaces, obs-text.
+fn check_value(parts: &[&[u8]]) -> Result<(), EditError> {
+    let ok = parts
+        .iter()
+        .all(|p| p.iter().all(|&b| VALUE_BYTES[usize::from(b)]));
+    if ok { Ok(()) } else { Err(EditError::Value) }
+}
+
+/// The bytes a field value may hold, as a table (one load a byte).
+static VALUE_BYTES: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        table[b] = b == 0x09 || (b >= 0x20 && b != 0x7f);
+        b += 1;
+    }
+    table
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_and_names_that_would_split_a_line_are_refused() {
+        let mut editor = Editor::new();
+        assert_eq!(editor.add(b"Set-Cookie", &[b"a=1"]), Ok(()));
+        assert_eq!(
+            editor.add(b"X", &[b"a\r\nInjected: 1"]),
+            Err(EditError::Value)
+        );
+        assert_eq!(editor.add(b"X", &[b"a\0"]), Err(EditError::Value));
+        assert_eq!(editor.add(b"X", &[b"caf\xc3\xa9\tok"]), Ok(()));
+        assert_eq!(editor.add(b"X Y", &[b"1"]), Err(EditError::Name));
+        assert_eq!(editor.add(b"", &[b"1"]), Err(EditError::Name));
+        assert_eq!(editor.add(b"X:", &[b"1"]), Err(EditError::Name));
+        assert_eq!(editor.set(FieldId(0), &[b"\n"]), Err(EditError::Value));
+        assert_eq!(editor.set(FieldId(200), &[b"1"]), Err(EditError::Field));
+    }
+
+    #[test]
+    fn set_undoes_remove_and_the_last_set_wins() {
+        let mut editor = Editor::new();
+        editor.remove(FieldId(3));
+        assert!(editor.is_removed(FieldId(3)));
+        editor.set(FieldId(3), &[b"a"]).unwrap();
+        editor.set(FieldId(3), &[b"b", b"c"]).unwrap();
+        assert!(!editor.is_removed(FieldId(3)));
+        assert_eq!(new_value(&editor.edits, 3).of(&editor.scratch), b": bc\r\n");
+    }
+}

@@ -1,0 +1,258 @@
+//! The pure core of the HTTP/1.1 engine that owns its connections (issue 24): heads parsed in
+//! place, framing decided by RFC 9112 §6, bodies checked as they pass, and the outgoing head
+//! built as slices of the input for one vectored write. No socket, clock, log line or lock
+//! here: the wiring drives it and logs what it decides.
+//!
+//! # How the wiring uses it
+//!
+//! One task per client connection, a small state machine over two tokio sockets:
+//!
+//! 1. **Idle, no buffer.** A kept-alive client waits on `TcpStream::readable()` holding only
+//!    its socket and a [`HeadScan`] (a few bytes). Woken, it takes a buffer from the worker's
+//!    pool (a small tier for ordinary heads, [`MAX_HEAD`] at most), `try_read`s, and on
+//!    `WouldBlock` gives the buffer back at once (nginx does the same).
+//! 2. **Head.** [`RequestHead::parse`] on the bytes read so far: `Ok(None)` means read more
+//!    (the scan remembers where it got, so a head arriving in pieces is parsed once), an error
+//!    is answered with [`HeadError::status`] and its words on a page, then the connection
+//!    closes. A head in pieces is parsed again only once its blank line came: a client that
+//!    half-closes on a partial head may be parsed once more with a fresh [`HeadScan`] to be
+//!    told what was wrong. The head is offsets into the buffer: it borrows nothing, so it
+//!    lives in the connection's struct beside the buffer across awaits.
+//! 3. **Choose and dial** with the head (method, target, cookies: [`Fields`]). The balancer's
+//!    own change (its cookie out) goes through the [`Editor`] that
+//!    [`RequestHead::to_server`] returns; [`RequestHead::write`] then gives an [`OutHead`]:
+//!    the unchanged lines as slices of the buffer, the changed ones from a small scratch. Body
+//!    bytes already read go in the same write ([`OutHead::append_input`]);
+//!    [`OutHead::io_slices`] and [`OutHead::advance`] follow a short `write_vectored`.
+//! 4. **Request body.** A [`BodyReader`] over the bytes past the head and later reads: each
+//!    [`BodyReader::step`] says how many of the next bytes are data, framing (forwarded as
+//!    they are) or trailers (dropped); nothing is buffered whole. A large `Content-Length`
+//!    between plain sockets goes by splice: [`BodyReader::data_ahead`] bytes, then
+//!    [`BodyReader::skip_data`]. Meanwhile the server socket is watched: a response that
+//!    begins before the body is sent stops the body (issue 21 point 2).
+//! 5. **Response** into a second pooled buffer: [`ResponseHead::parse`] with what was
+//!    [`Asked`] ([`RequestHead::asked`]). [`Framing::Interim`] (100, 103) is forwarded to an
+//!    HTTP/1.1 client and the next head parsed; a final head goes out through [`ResponseHead::to_client`] (status
+//!    line `HTTP/1.1`, `Connection` as [`client_keep_alive`] decides, the balancer's
+//!    `Set-Cookie` added) and its body through a [`BodyReader`]; to an HTTP/1.0 client a
+//!    chunked body is sent as its data only ([`ResponseHead::dechunks_for`]) and the
+//!    connection closes.
+//! 6. **Tunnel** ([`Framing::Tunnel`]: 101, CONNECT 2xx): bytes already read on either side
+//!    are written to the other, both buffers go back to the pool, and the two sockets go to
+//!    the relay (splice between plain sockets), which keeps no read-ahead buffer.
+//! 7. **End.** [`reuse`] decides, once, whether the server connection goes back to the
+//!    worker's pool and whether the client gets another request; bytes left in the client's
+//!    buffer are its next (pipelined) request, parsed from where the last one ended; with none
+//!    left the buffer goes back to the pool and the client waits idle again.
+//!
+//! # RFC decisions
+//!
+//! - Toward clients, strict (RFC 9112 §5.1, §5.2): whitespace before a colon, a folded line,
+//!   NUL, a bare CR or any other control byte in a value is a 400. A bare LF ending a line is
+//!   accepted (§2.2: a recipient MAY), as hyper and nginx do: every line whose end is not
+//!   CRLF is written anew with CRLF, so a server never sees a line the broker read otherwise.
+//! - Toward servers, lenient as pingora is: whitespace before a colon is taken out and a
+//!   folded line's CRLFs become spaces in place before the head is forwarded (§5.1, §5.2 let a
+//!   proxy do exactly this).
+//! - Versions (RFC 9110 §2.5, §6.2): `HTTP/1.0` and `HTTP/1.1`; a higher 1.x minor is taken
+//!   as 1.1 (httparse refuses it, so the version digit is rewritten in the buffer and the head
+//!   parsed again, only on that error); another major is a 505. Everything the broker writes
+//!   says `HTTP/1.1`, to servers and to clients of any version.
+//! - Requests (RFC 9112 §3.2, issue 21 point 8): one `Host`, required in HTTP/1.1, a host
+//!   name or address with an optional port; a target in origin form, `*` for OPTIONS only,
+//!   an authority for CONNECT only, or an `http(s)://` address without user info (sent on
+//!   in origin form, its authority as `Host`).
+//! - Trailers are checked and dropped ([`ChunkedDecoder`] says why); `101` to a request that
+//!   asked no upgrade is refused (RFC 9110 §15.2.2); a 1xx is not forwarded to HTTP/1.0.
+//! - Framing: below, and each type's documentation.
+//!
+//! # Framing
+//!
+//! A request's body ([`Body`]): `chunked` when the last transfer coding is `chunked` (once,
+//! and alone: another coding is a 501, a list not ending in it a 400, any on HTTP/1.0 a
+//! 400); else `Content-Length` (digits only; repeated with one value it is folded, with two a
+//! 400); else empty. With both, the coding wins, the length is not forwarded, and the client
+//! connection closes after. A response's ([`Framing`]) follows the request's method and its
+//! status: 1xx is interim (101 a tunnel, when an upgrade was asked), HEAD, 204 and 304 have
+//! no body whatever they say, a CONNECT's 2xx is a tunnel, then chunked over a length (the
+//! length is not forwarded: issue 21 point 7), a length, or the rest of the connection.
+//!
+//! # Layout
+//!
+//! - `scan`: where a head ends across reads, without parsing it again; partial heads' limits.
+//! - `version`: the HTTP version, where httparse cannot judge it.
+//! - `field`: header fields as spans, their names recognised once, token lists.
+//! - `framing`: `Content-Length` and `Transfer-Encoding`.
+//! - `request`, `response`: the heads, parsed, checked and framed.
+//! - `chunked`, `body`: bodies checked as they pass.
+//! - `reuse`: whether each side's connection serves another exchange.
+//! - `edit`, `out`, `rewrite`: what changes in a head on its way, and the slices written.
+//! - `error`: why a head is refused, in words a page can show.
+
+mod body;
+mod chunked;
+mod edit;
+mod error;
+mod field;
+mod framing;
+mod out;
+mod request;
+mod response;
+mod reuse;
+mod rewrite;
+mod scan;
+mod version;
+
+#[cfg(test)]
+mod tests;
+
+pub use body::{BodyError, BodyReader, Step};
+pub use chunked::{ChunkedDecoder, ChunkedError, Part};
+pub use edit::{EditError, Editor};
+pub use error::{HeadError, Syntax};
+pub use field::{FieldId, FieldName, FieldRef, Fields};
+pub use framing::Body;
+pub use out::OutHead;
+pub use request::{RequestHead, Target};
+pub use response::{Asked, Framing, ResponseHead};
+pub use reuse::{Finish, Reuse, client_keep_alive, reuse};
+pub use rewrite::{Forwarded, ToClient, ToServer};
+pub use scan::HeadScan;
+
+/// The longest request target (beyond it: 414). nginx's line is 8 KiB; TOTVS WebApp targets
+/// are short, but portals put state in query strings.
+pub const MAX_TARGET: usize = 16 * 1024;
+
+/// The longest head, request line and fields together (beyond it: 431; from a server, 502).
+/// Also the largest buffer the wiring needs for a head: the pool's large tier.
+pub const MAX_HEAD: usize = 64 * 1024;
+
+/// The most header lines in a head (beyond: 431), hyper's limit before: a browser sends
+/// about 15. httparse is given this many slots on the stack, uninitialised.
+pub const MAX_FIELDS: usize = 100;
+
+/// The longest chunk-size line, extensions included (pingora's bound).
+pub const MAX_CHUNK_LINE: usize = 8 * 1024;
+
+/// The longest trailer section of a chunked body (pingora's bound); trailers are checked and
+/// dropped, never forwarded.
+pub const MAX_TRAILERS: usize = 64 * 1024;
+
+/// A run of bytes in the buffer a head was parsed from: an offset and a length (kawa's
+/// `Slice`, pingora's `KVRef`), so a head borrows nothing and keeps the original bytes,
+/// names in their case included.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Span {
+    /// Where the bytes begin.
+    pub start: u32,
+    /// How many there are.
+    pub len: u32,
+}
+
+impl Span {
+    /// The span of `len` bytes from `start` (a buffer of 4 GiB or more is never parsed).
+    pub(crate) fn new(start: usize, len: usize) -> Span {
+        Span {
+            start: u32::try_from(start).unwrap_or(u32::MAX),
+            len: u32::try_from(len).unwrap_or(0),
+        }
+    }
+
+    /// The span from `start` to `end`.
+    pub(crate) fn between(start: usize, end: usize) -> Span {
+        Span::new(start, end.saturating_sub(start))
+    }
+
+    /// Where the bytes end.
+    pub fn end(self) -> usize {
+        self.start as usize + self.len as usize
+    }
+
+    /// Its bytes in `buf` (the buffer it was parsed from; empty if `buf` is shorter).
+    pub fn of(self, buf: &[u8]) -> &[u8] {
+        buf.get(self.start as usize..self.end()).unwrap_or_default()
+    }
+
+    /// Where `part`, a slice of `buf`, lies in it.
+    pub(crate) fn within(buf: &[u8], part: &[u8]) -> Span {
+        let start = (part.as_ptr() as usize).wrapping_sub(buf.as_ptr() as usize);
+        Span::new(start, part.len())
+    }
+}
+
+/// The HTTP/1 versions a message may carry (`HTTP/1.2` and later minors are read as 1.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    /// HTTP/1.0: no chunked coding, closes after each exchange unless `keep-alive` is said.
+    Http10,
+    /// HTTP/1.1.
+    Http11,
+}
+
+impl Version {
+    /// The version of httparse's minor digit (0 or 1).
+    pub(crate) fn of_minor(minor: u8) -> Version {
+        if minor == 0 {
+            Version::Http10
+        } else {
+            Version::Http11
+        }
+    }
+}
+
+/// A request method, recognised once (methods are case-sensitive: `get` is `Other`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    /// `GET`.
+    Get,
+    /// `HEAD`: its response has no body whatever its head says.
+    Head,
+    /// `POST`.
+    Post,
+    /// `PUT`.
+    Put,
+    /// `DELETE`.
+    Delete,
+    /// `OPTIONS`: the only method with the `*` target.
+    Options,
+    /// `TRACE`.
+    Trace,
+    /// `CONNECT`: the only method with an authority target; a 2xx makes a tunnel.
+    Connect,
+    /// `PATCH`.
+    Patch,
+    /// Any other token.
+    Other,
+}
+
+impl Method {
+    /// The method named by `token`.
+    pub fn of(token: &[u8]) -> Method {
+        match token {
+            b"GET" => Method::Get,
+            b"HEAD" => Method::Head,
+            b"POST" => Method::Post,
+            b"PUT" => Method::Put,
+            b"DELETE" => Method::Delete,
+            b"OPTIONS" => Method::Options,
+            b"TRACE" => Method::Trace,
+            b"CONNECT" => Method::Connect,
+            b"PATCH" => Method::Patch,
+            _ => Method::Other,
+        }
+    }
+
+    /// Whether sending it twice means what sending it once does (RFC 9110 §9.2.2): a request
+    /// that failed with no answer may be tried on another server.
+    pub fn is_idempotent(self) -> bool {
+        matches!(
+            self,
+            Method::Get
+                | Method::Head
+                | Method::Put
+                | Method::Delete
+                | Method::Options
+                | Method::Trace
+        )
+    }
+}
