@@ -286,8 +286,11 @@ fn main() -> ExitCode {
              add --supervise to ExecStart; binding the ports as usual"
         );
     }
-    let client_command = demo.map(|args| client_command(&cli, args));
-    match run(config, client_command, &log) {
+    let demo = demo.map(|args| DemoStart {
+        client_command: client_command(&cli, args),
+        built_in: cli.config.is_none(),
+    });
+    match run(config, demo, &log) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
@@ -637,7 +640,14 @@ fn demo_client(config: &Config, args: &DemoArgs, address: Option<SocketAddr>) ->
         return ExitCode::from(2);
     };
     match demo::client(address) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(demo::Ended::ByUser) => ExitCode::SUCCESS,
+        Ok(demo::Ended::ByServer) => {
+            logging::to_stderr(&format!(
+                "appbroker: connection closed by {address}: the server that answered was \
+                 stopped, or the demo ended; connect again to be sent to a server that runs"
+            ));
+            ExitCode::from(1)
+        }
         Err(e) => {
             logging::to_stderr(&format!(
                 "appbroker: cannot talk to {address}: {}; is the demo running? Start it with \
@@ -649,14 +659,18 @@ fn demo_client(config: &Config, args: &DemoArgs, address: Option<SocketAddr>) ->
     }
 }
 
+/// This very program, as a command to print: the path it runs from.
+fn this_program() -> String {
+    std::env::current_exe().map_or_else(
+        |_| "appbroker".to_string(),
+        |path| path.display().to_string(),
+    )
+}
+
 /// The command that runs the client of the demo just started: this very binary, with the
 /// demo's own options, so it works wherever and however the demo was started.
 fn client_command(cli: &Cli, args: &DemoArgs) -> String {
-    let exe = std::env::current_exe().map_or_else(
-        |_| "appbroker".to_string(),
-        |path| path.display().to_string(),
-    );
-    let mut command = format!("{exe} demo --client");
+    let mut command = format!("{} demo --client", this_program());
     if let Some(path) = &cli.config {
         command.push_str(&format!(" --config {}", path.display()));
     }
@@ -754,9 +768,16 @@ fn inherited(_config: &Config) -> anyhow::Result<Option<Vec<Vec<std::net::TcpLis
     Ok(None)
 }
 
-/// Runs the broker; with `demo` (the command that runs its client), the demo's stand-in
-/// servers and console too.
-fn run(config: Config, demo: Option<String>, log: &logging::Log) -> anyhow::Result<()> {
+/// What [`run`] needs to run the demo.
+struct DemoStart {
+    /// The command that runs its client.
+    client_command: String,
+    /// Its configuration is the built-in example (no `--config`).
+    built_in: bool,
+}
+
+/// Runs the broker; with `demo`, the demo's stand-in servers and console too.
+fn run(config: Config, demo: Option<DemoStart>, log: &logging::Log) -> anyhow::Result<()> {
     match sys::raise_open_file_limit() {
         Ok(limit) => info!(
             "open-file limit {limit}: room for about {} clients",
@@ -782,16 +803,31 @@ fn run(config: Config, demo: Option<String>, log: &logging::Log) -> anyhow::Resu
             None => None,
         };
         let shown = demo.as_ref().map(|_| config.clone());
-        let env = admin::paths::Env::current();
-        let socket_path = admin::paths::control_socket(&config.general, &config.source, &env);
-        let state_path = admin::paths::state_file(&config.general, &config.source, &env);
+        // Removed when this block ends, the control socket's file first.
+        let scratch = match &demo {
+            Some(_) => Some(demo::Scratch::create().context("cannot make the demo's directory")?),
+            None => None,
+        };
+        let (socket_path, state_path) = match &scratch {
+            Some(scratch) => (Some(scratch.control_socket()), Some(scratch.state_file())),
+            None => {
+                let env = admin::paths::Env::current();
+                (
+                    admin::paths::control_socket(&config.general, &config.source, &env),
+                    admin::paths::state_file(&config.general, &config.source, &env),
+                )
+            }
+        };
         // Before the ports: a second broker on the same file says so, rather than that its
         // ports are taken.
         let mut socket = bind_control_socket(socket_path.as_deref(), &config)?;
-        let bound = match inherited(&config)? {
+        let mut bound = match inherited(&config)? {
             Some(listeners) => Broker::on_listeners(config, workers, listeners),
             None => Broker::bind(config, workers)?,
         };
+        if let Some(demo) = &demo {
+            bound = bound.refuse_file_reloads(demo::no_reload(demo.built_in));
+        }
         if let Some(path) = &state_path {
             admin::state_file::restore(path, &bound.balancers());
         }
@@ -799,8 +835,15 @@ fn run(config: Config, demo: Option<String>, log: &logging::Log) -> anyhow::Resu
         // ports) leaves the running one's log file alone.
         log.open_file()?;
         // After the `listening on` lines, so the way in is the last thing on the screen.
-        if let (Some(servers), Some(client), Some(config)) = (&servers, &demo, &shown) {
-            demo::introduce(config, servers.len(), client);
+        if let (Some(servers), Some(demo), Some(config), Some(scratch)) =
+            (&servers, &demo, &shown, &scratch)
+        {
+            let ctl = format!(
+                "{} ctl --socket {} show",
+                this_program(),
+                scratch.control_socket().display()
+            );
+            demo::introduce(config, servers.len(), &demo.client_command, &ctl);
         }
         let mut broker = bound.start();
         let admin = admin::Admin::new(broker.control(), state_path);
@@ -844,12 +887,13 @@ fn run(config: Config, demo: Option<String>, log: &logging::Log) -> anyhow::Resu
         if let Some(task) = serving {
             task.abort();
         }
-        // Its file goes with it.
+        // Its file goes with it, then the demo's directory.
         drop(socket);
+        drop(scratch);
         Ok(())
     });
-    // The demo's console waits on a blocking read of standard input, which nothing can
-    // cancel: do not wait for it.
+    // The demo's console may be waiting on standard input, which nothing can cancel: do not
+    // wait for it.
     runtime.shutdown_background();
     threads.stop();
     result

@@ -272,6 +272,7 @@ impl Admin {
                 ..Answer::refused("configuration reloaded in part")
             },
             Err(ReloadError::Stopped) => Answer::refused("the broker is stopping"),
+            Err(ReloadError::Refused(why)) => Answer::refused(format!("reload rejected: {why}")),
             Err(e) => Answer {
                 errors: e.lines(),
                 ..Answer::refused("reload rejected: the running configuration stays")
