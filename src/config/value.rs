@@ -418,19 +418,27 @@ pub fn show_escaped(bytes: &[u8]) -> String {
     out
 }
 
-/// Levenshtein distance, for "did you mean" suggestions.
-pub fn edit_distance(a: &str, b: &str) -> usize {
+/// For "did you mean" suggestions: the Levenshtein distance of `a` and `b` when it is at most
+/// `max`; `None` (found as soon as
+/// every way is longer) when it is more. A file may hold 100,000 unknown keys, each compared
+/// with every known one.
+pub fn edit_distance_within(a: &str, b: &str, max: usize) -> Option<usize> {
     let b: Vec<char> = b.chars().collect();
     let mut previous: Vec<usize> = (0..=b.len()).collect();
+    let mut current = Vec::with_capacity(b.len() + 1);
     for (i, ca) in a.chars().enumerate() {
-        let mut current = vec![i + 1];
+        current.clear();
+        current.push(i + 1);
         for (j, cb) in b.iter().enumerate() {
             let substitution = previous[j] + usize::from(ca != *cb);
             current.push(substitution.min(previous[j + 1] + 1).min(current[j] + 1));
         }
-        previous = current;
+        if current.iter().all(|&d| d > max) {
+            return None;
+        }
+        std::mem::swap(&mut previous, &mut current);
     }
-    previous[b.len()]
+    Some(previous[b.len()]).filter(|&d| d <= max)
 }
 
 #[cfg(test)]
@@ -589,8 +597,13 @@ mod tests {
 
     #[test]
     fn distance() {
-        assert_eq!(edit_distance("SORT_METOD", "SORT_METHOD"), 1);
-        assert_eq!(edit_distance("", "ABC"), 3);
-        assert_eq!(edit_distance("KITTEN", "SITTING"), 3);
+        let distance = |a, b| edit_distance_within(a, b, usize::MAX - 1).unwrap();
+        assert_eq!(distance("SORT_METOD", "SORT_METHOD"), 1);
+        assert_eq!(distance("", "ABC"), 3);
+        assert_eq!(distance("KITTEN", "SITTING"), 3);
+        assert_eq!(edit_distance_within("KITTEN", "SITTING", 3), Some(3));
+        assert_eq!(edit_distance_within("KITTEN", "SITTING", 2), None);
+        assert_eq!(edit_distance_within("LANGAUGE", "LANGUAGE", 2), Some(2));
+        assert_eq!(edit_distance_within("X", "CONNECT_TIMEOUT", 3), None);
     }
 }
