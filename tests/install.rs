@@ -180,7 +180,7 @@ fn the_install_steps_put_every_file_in_place_under_a_temporary_root() {
 }
 
 #[test]
-#[ignore = "needs systemd-analyze (apt-get install systemd)"]
+#[ignore = "needs systemd-analyze (systemd)"]
 fn the_systemd_unit_passes_systemd_analyze_verify() {
     // Installed under a temporary root; the unit's paths are pointed there, so the check
     // sees the very files the steps installed (systemd-analyze checks that they exist).
