@@ -776,6 +776,56 @@ struct DemoStart {
     built_in: bool,
 }
 
+/// The demo while it runs.
+struct DemoRun {
+    start: DemoStart,
+    /// The stand-in servers, until the console takes them.
+    servers: Option<std::collections::BTreeMap<String, demo::StandIn>>,
+    /// The configuration as it started, for the introduction.
+    shown: Config,
+    /// Its control socket and state file; removed with it.
+    scratch: demo::Scratch,
+}
+
+impl DemoRun {
+    /// Starts the stand-in servers of `config` and makes the demo's directory.
+    async fn start(start: DemoStart, config: &Config) -> anyhow::Result<DemoRun> {
+        Ok(DemoRun {
+            servers: Some(demo::start_servers(config).await?),
+            scratch: demo::Scratch::create().context("cannot make the demo's directory")?,
+            shown: config.clone(),
+            start,
+        })
+    }
+
+    /// Says how to use the demo.
+    fn introduce(&self) {
+        let ctl = format!(
+            "{} ctl --socket {} show",
+            this_program(),
+            self.scratch.control_socket().display()
+        );
+        let servers = self.servers.as_ref().map_or(0, |s| s.len());
+        demo::introduce(&self.shown, servers, &self.start.client_command, &ctl);
+    }
+}
+
+/// The control socket's and the state file's paths: the demo's own, or as the configuration
+/// says.
+fn admin_paths(config: &Config, demo: Option<&DemoRun>) -> (Option<PathBuf>, Option<PathBuf>) {
+    if let Some(demo) = demo {
+        return (
+            Some(demo.scratch.control_socket()),
+            Some(demo.scratch.state_file()),
+        );
+    }
+    let env = admin::paths::Env::current();
+    (
+        admin::paths::control_socket(&config.general, &config.source, &env),
+        admin::paths::state_file(&config.general, &config.source, &env),
+    )
+}
+
 /// Runs the broker; with `demo`, the demo's stand-in servers and console too.
 fn run(config: Config, demo: Option<DemoStart>, log: &logging::Log) -> anyhow::Result<()> {
     match sys::raise_open_file_limit() {
@@ -798,26 +848,11 @@ fn run(config: Config, demo: Option<DemoStart>, log: &logging::Log) -> anyhow::R
         .context("cannot start the runtime")?;
     let workers = threads.workers();
     let result = runtime.block_on(async {
-        let servers = match &demo {
-            Some(_) => Some(demo::start_servers(&config).await?),
+        let mut demo = match demo {
+            Some(start) => Some(DemoRun::start(start, &config).await?),
             None => None,
         };
-        let shown = demo.as_ref().map(|_| config.clone());
-        // Removed when this block ends, the control socket's file first.
-        let scratch = match &demo {
-            Some(_) => Some(demo::Scratch::create().context("cannot make the demo's directory")?),
-            None => None,
-        };
-        let (socket_path, state_path) = match &scratch {
-            Some(scratch) => (Some(scratch.control_socket()), Some(scratch.state_file())),
-            None => {
-                let env = admin::paths::Env::current();
-                (
-                    admin::paths::control_socket(&config.general, &config.source, &env),
-                    admin::paths::state_file(&config.general, &config.source, &env),
-                )
-            }
-        };
+        let (socket_path, state_path) = admin_paths(&config, demo.as_ref());
         // Before the ports: a second broker on the same file says so, rather than that its
         // ports are taken.
         let mut socket = bind_control_socket(socket_path.as_deref(), &config)?;
@@ -826,7 +861,7 @@ fn run(config: Config, demo: Option<DemoStart>, log: &logging::Log) -> anyhow::R
             None => Broker::bind(config, workers)?,
         };
         if let Some(demo) = &demo {
-            bound = bound.refuse_file_reloads(demo::no_reload(demo.built_in));
+            bound = bound.refuse_file_reloads(demo::no_reload(demo.start.built_in));
         }
         if let Some(path) = &state_path {
             admin::state_file::restore(path, &bound.balancers());
@@ -835,15 +870,8 @@ fn run(config: Config, demo: Option<DemoStart>, log: &logging::Log) -> anyhow::R
         // ports) leaves the running one's log file alone.
         log.open_file()?;
         // After the `listening on` lines, so the way in is the last thing on the screen.
-        if let (Some(servers), Some(demo), Some(config), Some(scratch)) =
-            (&servers, &demo, &shown, &scratch)
-        {
-            let ctl = format!(
-                "{} ctl --socket {} show",
-                this_program(),
-                scratch.control_socket().display()
-            );
-            demo::introduce(config, servers.len(), &demo.client_command, &ctl);
+        if let Some(demo) = &demo {
+            demo.introduce();
         }
         let mut broker = bound.start();
         let admin = admin::Admin::new(broker.control(), state_path);
@@ -880,7 +908,7 @@ fn run(config: Config, demo: Option<DemoStart>, log: &logging::Log) -> anyhow::R
         #[cfg(not(unix))]
         let reload = move || control.reload_file_later();
         handle_signals(shutdown, reload).context("cannot install the signal handlers")?;
-        if let Some(servers) = servers {
+        if let Some(servers) = demo.as_mut().and_then(|d| d.servers.take()) {
             tokio::spawn(demo::console(servers));
         }
         broker.stopped().await;
@@ -889,7 +917,7 @@ fn run(config: Config, demo: Option<DemoStart>, log: &logging::Log) -> anyhow::R
         }
         // Its file goes with it, then the demo's directory.
         drop(socket);
-        drop(scratch);
+        drop(demo);
         Ok(())
     });
     // The demo's console may be waiting on standard input, which nothing can cancel: do not

@@ -770,10 +770,12 @@ fn general_keys(text: &str) -> Vec<String> {
     for line in text.lines().map(str::trim) {
         if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
             in_general = name.trim().eq_ignore_ascii_case("general");
-        } else if in_general && !line.starts_with(';') && !line.starts_with('#') {
-            if let Some((key, _)) = line.split_once('=') {
-                keys.push(key.trim().to_ascii_uppercase());
-            }
+        } else if in_general
+            && !line.starts_with(';')
+            && !line.starts_with('#')
+            && let Some((key, _)) = line.split_once('=')
+        {
+            keys.push(key.trim().to_ascii_uppercase());
         }
     }
     keys
