@@ -1078,17 +1078,7 @@ async fn the_demo_client_says_when_the_other_side_closed_and_exits_1() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_keeps_its_socket_and_state_in_a_directory_it_removes_and_reloads_nothing() {
     let mut demo = start_demo(&[]).await;
-    let line = demo
-        .process
-        .wait_for_log("demo: its control socket and state are in a directory of its own")
-        .await;
-    let command = line
-        .split('`')
-        .nth(1)
-        .expect("the ctl command between backquotes");
-    let ctl_show: Vec<&str> = command.split_whitespace().collect();
-    assert_eq!(ctl_show[..3], [binary(), "ctl", "--socket"], "{command}");
-    let socket = std::path::PathBuf::from(ctl_show[3]);
+    let socket = demo_socket(&demo).await;
     let scratch = socket.parent().unwrap().to_path_buf();
     // In the temporary directory (TMPDIR), not where a broker of this file keeps them (the
     // test's RUNTIME_DIRECTORY and STATE_DIRECTORY, or /run/appbroker and /var/lib/appbroker).
@@ -1118,20 +1108,29 @@ async fn the_demo_keeps_its_socket_and_state_in_a_directory_it_removes_and_reloa
 
     // The next demo starts afresh: no drain from the last one.
     let next = start_demo(&[]).await;
-    let line = next
+    let socket = demo_socket(&next).await;
+    let mut show = Command::new(binary());
+    show.arg("ctl")
+        .arg("--socket")
+        .arg(&socket)
+        .args(["show", "--json"]);
+    assert_eq!(shown_state(&run_bounded(show)), "available");
+}
+
+/// The control socket of `demo`, from the `ctl` command its start prints.
+async fn demo_socket(demo: &Demo) -> std::path::PathBuf {
+    let line = demo
         .process
         .wait_for_log("demo: its control socket and state are in a directory of its own")
         .await;
-    let socket = line
+    let command = line
         .split('`')
         .nth(1)
-        .unwrap()
-        .split_whitespace()
-        .nth(3)
-        .unwrap();
-    let mut show = Command::new(binary());
-    show.args(["ctl", "--socket", socket, "show", "--json"]);
-    assert_eq!(shown_state(&run_bounded(show)), "available");
+        .expect("the ctl command between backquotes");
+    let words: Vec<&str> = command.split_whitespace().collect();
+    assert_eq!(words[..3], [binary(), "ctl", "--socket"], "{command}");
+    assert_eq!(words[4..], ["show"], "{command}");
+    std::path::PathBuf::from(words[3])
 }
 
 /// The state of the desktop balancer's server 01 in the output of `ctl show --json`.

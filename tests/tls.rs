@@ -299,21 +299,25 @@ async fn same_port_mode_serves_tls_and_plain_clients() {
     assert!(broker.state().handshake_failures.is_empty());
 }
 
-/// A TLS echo server (`<name>: <line>`) with `leaf`, on loopback.
-async fn tls_echo_server(name: &'static str, leaf: &Leaf) -> SocketAddr {
+/// A rustls server configuration that serves `leaf`.
+fn server_config(leaf: &Leaf) -> ServerConfig {
     let key = rustls::pki_types::PrivateKeyDer::try_from(
         rustls::pki_types::pem::PemObject::from_pem_slice(leaf.key.as_bytes())
             .map(|k: rustls::pki_types::PrivatePkcs8KeyDer<'static>| k.secret_pkcs8_der().to_vec())
             .unwrap(),
     )
     .unwrap();
-    let config = ServerConfig::builder_with_provider(appbroker::tls::provider())
+    ServerConfig::builder_with_provider(appbroker::tls::provider())
         .with_safe_default_protocol_versions()
         .unwrap()
         .with_no_client_auth()
         .with_single_cert(vec![leaf.der.clone()], key)
-        .unwrap();
-    let acceptor = TlsAcceptor::from(Arc::new(config));
+        .unwrap()
+}
+
+/// A TLS echo server (`<name>: <line>`) with `leaf`, on loopback.
+async fn tls_echo_server(name: &'static str, leaf: &Leaf) -> SocketAddr {
+    let acceptor = TlsAcceptor::from(Arc::new(server_config(leaf)));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -1004,19 +1008,7 @@ async fn an_http_balancer_speaks_https_and_tells_plain_http_to_use_it() {
 /// A TLS web server with `leaf` on loopback, answering each request `200` and recording the
 /// name each client sent (SNI) and each request's `Host`.
 async fn tls_web_server(leaf: &Leaf) -> (SocketAddr, Arc<std::sync::Mutex<Vec<String>>>) {
-    let key = rustls::pki_types::PrivateKeyDer::try_from(
-        rustls::pki_types::pem::PemObject::from_pem_slice(leaf.key.as_bytes())
-            .map(|k: rustls::pki_types::PrivatePkcs8KeyDer<'static>| k.secret_pkcs8_der().to_vec())
-            .unwrap(),
-    )
-    .unwrap();
-    let config = ServerConfig::builder_with_provider(appbroker::tls::provider())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(vec![leaf.der.clone()], key)
-        .unwrap();
-    let config = Arc::new(config);
+    let config = Arc::new(server_config(leaf));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));

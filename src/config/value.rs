@@ -419,9 +419,8 @@ pub fn show_escaped(bytes: &[u8]) -> String {
 }
 
 /// For "did you mean" suggestions: the Levenshtein distance of `a` and `b` when it is at most
-/// `max`; `None` (found as soon as
-/// every way is longer) when it is more. A file may hold 100,000 unknown keys, each compared
-/// with every known one.
+/// `max`; `None` when it is more, found as soon as every way is longer (a file may hold
+/// 100,000 unknown keys, each compared with the known ones).
 pub fn edit_distance_within(a: &str, b: &str, max: usize) -> Option<usize> {
     let b: Vec<char> = b.chars().collect();
     let mut previous: Vec<usize> = (0..=b.len()).collect();

@@ -66,11 +66,6 @@ impl Scratch {
         Err(last.unwrap_or_else(|| io::Error::other("no name left")))
     }
 
-    /// The directory.
-    pub fn dir(&self) -> &std::path::Path {
-        &self.dir
-    }
-
     /// The control socket's path in it.
     pub fn control_socket(&self) -> std::path::PathBuf {
         self.dir.join("demo.sock")
@@ -310,6 +305,12 @@ fn id_of(key: &str) -> &str {
 const TYPE_IDS: &str = "demo: type a server id (01, 02, ...) and Enter here to stop or start \
                         the servers with that id; Enter alone lists them; Ctrl-C ends the demo";
 
+/// What the console says while the demo runs in the background.
+const BACKGROUND: &str = "demo: typing server ids is not available while the demo runs in the \
+                          background of the terminal (`appbroker demo &`): it serves as usual; \
+                          `fg` brings it to the foreground, where ids can be typed and Ctrl-C \
+                          ends it";
+
 /// How often a demo in the background looks whether it has the terminal again (`fg`).
 const LOOK_AGAIN: std::time::Duration = std::time::Duration::from_millis(500);
 
@@ -344,7 +345,11 @@ fn read_console(typed: &tokio::sync::mpsc::Sender<String>) {
                 std::thread::sleep(LOOK_AGAIN);
                 continue;
             }
-            if sys::wait_for_input().is_err() || sys::input_in_background() {
+            if let Err(e) = sys::wait_for_input() {
+                warn!("demo: cannot wait for the console ({e}): server ids can no longer be typed");
+                return;
+            }
+            if sys::input_in_background() {
                 continue;
             }
         }
@@ -373,12 +378,6 @@ fn read_console(typed: &tokio::sync::mpsc::Sender<String>) {
         }
     }
 }
-
-/// What the console says while the demo runs in the background.
-const BACKGROUND: &str = "demo: typing server ids is not available while the demo runs in the \
-                          background of the terminal (`appbroker demo &`): it serves as usual; \
-                          `fg` brings it to the foreground, where ids can be typed and Ctrl-C \
-                          ends it";
 
 /// Tells the person who started the demo what to do with it: the client command, the status
 /// page, the page to open in a browser (the console says itself whether ids can be typed).
