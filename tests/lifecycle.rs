@@ -979,9 +979,14 @@ async fn the_demo_in_the_background_of_a_terminal_serves_and_says_ids_cannot_be_
         "-c",
         "set -m; \"$0\" \"$@\" & wait",
     ];
+    // A job that stops ends the shell's `wait`, and the shell with it, orphaning the demo:
+    // everything in the shell's session is ended with the test, even when it fails.
+    let mut _session = None;
     let demo = start_demo_as(&shell, &[], |mut command| {
         command.stdin(tty);
-        Process::spawn_keeping_stdin(command)
+        let process = Process::spawn_keeping_stdin(command);
+        _session = Some(Session(process.child.id() as i32));
+        process
     })
     .await;
     demo.process
@@ -1023,6 +1028,35 @@ async fn the_demo_in_the_background_of_a_terminal_serves_and_says_ids_cannot_be_
     );
     demo.process.signal(Signal::SIGINT);
     assert_eq!(demo.process.wait_exit().await.code(), Some(0));
+}
+
+/// A session (the id of its leader) whose every process is SIGKILLed when this is dropped.
+struct Session(i32);
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|p| p.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            // `pid (comm) state ppid pgrp session ...`; comm may hold spaces and parentheses.
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let session = stat
+                .rsplit(')')
+                .next()
+                .and_then(|rest| rest.split_whitespace().nth(3)?.parse::<i32>().ok());
+            if session == Some(self.0) {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
+            }
+        }
+    }
 }
 
 /// The desktop balancer's servers 1 to 3 as they name themselves.
