@@ -24,14 +24,18 @@ use crate::config::{
     BalancerConfig, BalancerKind, Host, Monitoring, ServerConfig, ServerId, SortMethod, plural,
     setting_changes,
 };
+use crate::dial::{self, ConnectError, ServerStream};
 use crate::events::{Event, Events, Unserved};
-use crate::health::{Check, CheckFailed, Episode, Health, Now, Reason, Release};
-use crate::os_error::{Explained, PointsAt};
+use crate::health::{
+    Asked, Check, CheckFailed, Episode, Health, Now, Quarantined, Reason, Release,
+};
+use crate::os_error::PointsAt;
 use crate::overrides::{Hold, Overrides};
 use crate::places::{Place, QueryPlaces};
 use crate::relay::{End, Outcome};
 use crate::resolve::Resolver;
 use crate::select::{Load, Selector};
+use crate::stream::Stream;
 use crate::throttle::{self, Throttle};
 use crate::tls::{
     CertificateSummary, Finding, Findings, HandshakeFailure, Resumption, ServerTls, UpstreamTls,
@@ -81,6 +85,8 @@ pub struct Server {
     bytes_to_server: AtomicU64,
     /// Bytes from this server to clients.
     bytes_to_client: AtomicU64,
+    /// HTTP requests to it that timed out in a row (`HTTP_TIMEOUTS_TO_QUARANTINE`).
+    timeouts_in_a_row: AtomicU32,
     /// Quarantine state and check results.
     health: Health,
 }
@@ -110,6 +116,7 @@ impl Server {
             failed_connects: AtomicU64::new(0),
             bytes_to_server: AtomicU64::new(0),
             bytes_to_client: AtomicU64::new(0),
+            timeouts_in_a_row: AtomicU32::new(0),
             health: Health::default(),
         };
         server.sample();
@@ -125,6 +132,25 @@ impl Server {
         samples.push_back((wall_ms(), self.active.load(Relaxed)));
     }
 
+    /// An HTTP request to it timed out: the requests timed out in a row now, this one
+    /// included.
+    pub fn timed_out(&self) -> u32 {
+        self.timeouts_in_a_row
+            .fetch_add(1, Relaxed)
+            .saturating_add(1)
+    }
+
+    /// It answered an HTTP request: the requests that had timed out in a row before (0:
+    /// none), a run now ended.
+    pub fn answered(&self) -> u32 {
+        // Read first: this runs for every request, and a write would bounce the cache line
+        // between cores for nothing.
+        if self.timeouts_in_a_row.load(Relaxed) == 0 {
+            return 0;
+        }
+        self.timeouts_in_a_row.swap(0, Relaxed)
+    }
+
     /// Counts bytes moved to and from the server outside a relay (HTTP requests' bodies).
     pub fn add_traffic(&self, to_server: u64, to_client: u64) {
         self.bytes_to_server.fetch_add(to_server, Relaxed);
@@ -135,6 +161,12 @@ impl Server {
     /// quarantine, or it is over).
     pub fn is_available(&self, now_ms: u64) -> bool {
         self.health.is_available(now_ms)
+    }
+
+    /// True when new clients may go to it: out of quarantine, not disabled or draining, of a
+    /// weight above 0 (what [`Pool::pick`] asks of a server).
+    pub fn takes_new_clients(&self, now_ms: u64) -> bool {
+        self.weight.load(Relaxed) > 0 && !self.held.load(Relaxed) && self.is_available(now_ms)
     }
 
     /// Live HTTP sessions bound to it.
@@ -150,6 +182,11 @@ impl Server {
     /// True while a quarantine is recorded (it may have run out and await its release line).
     pub fn is_quarantined(&self) -> bool {
         self.health.is_quarantined()
+    }
+
+    /// Why the current (or last) quarantine started.
+    pub fn quarantine_reason(&self) -> Option<Reason> {
+        self.health.reason()
     }
 
     /// Connections counted against it now.
@@ -215,7 +252,10 @@ impl Server {
             quarantine: (!self.health.is_available(now_ms))
                 .then_some((detail.since_wall_ms, detail.until_wall_ms)),
             reason: detail.reason,
-            last_error: detail.last_error,
+            last_error: detail.last_failure.as_ref().map(|f| f.words.clone()),
+            last_error_wall_ms: detail.last_failure.as_ref().map_or(0, |f| f.at_wall_ms),
+            error_current: detail.last_failure.as_ref().is_some_and(|f| f.current),
+            asked: detail.asked,
             quarantines: detail.quarantines,
             last_check: detail.last_check,
             history: detail.history.into_iter().collect(),
@@ -274,8 +314,17 @@ pub struct ServerState {
     pub quarantine: Option<(u64, u64)>,
     /// Why the current or last quarantine started.
     pub reason: Option<Reason>,
-    /// The last connect error in words.
+    /// The last failure's error in words (a failed check's or client's connect that
+    /// quarantined it), current or not.
     pub last_error: Option<String>,
+    /// When that failure came (wall ms); 0 when none did.
+    pub last_error_wall_ms: u64,
+    /// True while that failure stands: the server has not proved itself since (no check
+    /// passed, no client's connect succeeded after a connect failure). Pages show the error
+    /// only then.
+    pub error_current: bool,
+    /// Who asked for the current quarantine and why, while an operator's lasts.
+    pub asked: Option<Asked>,
     /// Quarantines since start.
     pub quarantines: u64,
     /// The last monitor check.
@@ -718,18 +767,54 @@ impl Balancer {
         }
     }
 
-    /// A client's connect through `lease` succeeded: see [`Balancer::connected_to`].
-    pub fn connected(&self, lease: &Lease) {
-        self.connected_to(&lease.server, lease.stale);
+    /// Dials `server` for `client` with `pool`'s settings: the dialer (resolve, the broker
+    /// itself refused, connect within `CONNECT_TIMEOUT`), the upstream TLS of `pool`'s
+    /// generation (`SSL_ENCRYPT_UPSTREAM=1`, verified as its keys say), TCP keepalive; then
+    /// the connect accounted for, once ([`Balancer::connected`] or
+    /// [`Balancer::connect_failed`]; `stale`: the server was chosen although quarantined).
+    /// The one dial path of both engines, a TCP client's and an HTTP request's, so every
+    /// `SSL_*` and socket key means the same on both. A lookup not tried for
+    /// `DNS_MAX_LOOKUPS` is no failure of the server: it is not counted.
+    pub async fn dial(
+        &self,
+        pool: &Pool,
+        server: &Server,
+        stale: bool,
+        client: SocketAddr,
+    ) -> Result<ServerStream, ConnectError> {
+        let config = &pool.config;
+        let tls = pool.tls.upstream.as_ref();
+        match dial::dial(&self.resolver, &server.host, server.port, config, tls).await {
+            Ok(stream) => {
+                if let Some(socket) = stream.socket() {
+                    dial::keep_alive(socket, &config.keepalive, &server.address);
+                }
+                self.connected(server, stale);
+                Ok(stream)
+            }
+            Err(e @ ConnectError::ResolverBusy { .. }) => {
+                // As after a connect timeout, the next candidate; the resolver says it once.
+                debug!(client = %client, server = %server.address, "not tried: DNS_MAX_LOOKUPS lookups in flight");
+                Err(e)
+            }
+            Err(e) => {
+                self.connect_failed(server, stale, &e, client);
+                Err(e)
+            }
+        }
     }
 
     /// A connect to `server` succeeded (`stale`: it was chosen although quarantined). A
     /// connect proves what a CONNECTION check proves, so a stale quarantine ends (not one
-    /// found by a SEND_EXPECT or HTTP check, which a connect cannot overrule); a broker fault
-    /// episode ends.
-    pub fn connected_to(&self, server: &Server, stale: bool) {
+    /// found by a SEND_EXPECT or HTTP check, which a connect cannot overrule, nor one for
+    /// requests that timed out); a broker fault episode ends.
+    fn connected(&self, server: &Server, stale: bool) {
         server.total.fetch_add(1, Relaxed);
+        server.health.connected();
+        // A connect proves the port accepts, nothing more: not that a server quarantined for
+        // not answering its requests (`timeout`) answers them now.
         if stale
+            && server.quarantine_reason() != Some(Reason::Timeout)
             && !matches!(
                 self.pool.load().config.monitoring,
                 Monitoring::SendExpect { .. } | Monitoring::Http { .. }
@@ -744,23 +829,19 @@ impl Balancer {
         }
     }
 
-    /// A client's connect through `lease` failed with `error`. A server-side cause counts
-    /// against the server and quarantines it (unless its quarantine is what the lease went
-    /// around); a cause that is the broker's own blames no server. Returns false then: the
-    /// client is to be closed rather than sent to the next server.
-    pub fn connect_failed(&self, lease: &Lease, error: &Explained, client: SocketAddr) -> bool {
-        self.connect_failed_to(&lease.server, lease.stale, error, client)
-    }
-
-    /// As [`Balancer::connect_failed`], for a connect to `server` (`stale`: it was chosen
-    /// although quarantined).
-    pub fn connect_failed_to(
+    /// A connect to `server` for `client` failed with `error` (`stale`: the server was chosen
+    /// although quarantined). A cause that blames anyone but the broker counts against the
+    /// server and quarantines it (unless its quarantine is what the choice went around); a
+    /// cause that is the broker's own blames no server. Called by [`Balancer::dial`], and by
+    /// the HTTP engine for a new connection the server closed before it took the request.
+    pub fn connect_failed(
         &self,
         server: &Server,
         stale: bool,
-        error: &Explained,
+        error: &ConnectError,
         client: SocketAddr,
-    ) -> bool {
+    ) {
+        let error = error.explain();
         let blamed = error.points_at != PointsAt::Broker;
         self.events.emit(|| Event::ConnectFailed {
             balancer: self.kind(),
@@ -777,7 +858,7 @@ impl Balancer {
                      blamed until this clears"
                 );
             }
-            return false;
+            return;
         }
         server.failed_connects.fetch_add(1, Relaxed);
         if stale {
@@ -788,7 +869,6 @@ impl Balancer {
             error!(client = %client, "cannot connect to server {}: {error}", server.address);
             self.quarantine(server, Reason::Connect, &error.words);
         }
-        true
     }
 
     /// A client closed without a server.
@@ -816,15 +896,11 @@ impl Balancer {
         }
     }
 
-    /// A relayed connection ended: its closing line, in `span` (always for an idle close,
-    /// which the broker decided; otherwise with `LOG_CONNECTIONS`).
-    pub fn ended(&self, lease: &Lease, closed: &Closed<'_>, span: &Span) {
-        self.ended_on(&lease.server, closed, span);
-    }
-
-    /// As [`Balancer::ended`], for a connection relayed to `server` (an upgraded HTTP
-    /// connection, whose lease the HTTP engine holds).
-    pub fn ended_on(&self, server: &Server, closed: &Closed<'_>, span: &Span) {
+    /// A connection relayed to `server` ended (a TCP client's, or an HTTP connection's after
+    /// its upgrade): its closing line, in `span` (always for an idle close, which the broker
+    /// decided; otherwise with `LOG_CONNECTIONS`; at debug for a connection that carried no
+    /// byte either way).
+    pub fn ended(&self, server: &Server, closed: &Closed<'_>, span: &Span) {
         let outcome = closed.outcome;
         self.events.emit(|| Event::ConnectionEnded {
             balancer: self.kind(),
@@ -835,6 +911,21 @@ impl Balancer {
             bytes_to_client: outcome.to_client,
             ended_by: outcome.end.clone(),
         });
+        if outcome.to_server == 0 && outcome.to_client == 0 {
+            // Nothing either way: a browser's speculative connection, a port check. Counted as
+            // any (its server took a connection), told at debug only: a demo session's page
+            // views wrote a dozen such lines among the ones that matter.
+            span.in_scope(|| {
+                debug!(
+                    duration = %format_args!("{:.3}s", closed.duration.as_secs_f64()),
+                    ended_by = %outcome.end,
+                    client = %closed.client,
+                    server = %server.address,
+                    "connection closed without a byte either way"
+                );
+            });
+            return;
+        }
         if closed.log_connections || matches!(outcome.end, End::Idle) {
             span.in_scope(|| {
                 info!(
@@ -993,17 +1084,19 @@ impl Balancer {
         now
     }
 
-    /// Puts `server` in quarantine for `duration` on an operator's word: passing checks do not
-    /// end it, only its time or [`Balancer::release_by`].
-    pub fn force_quarantine(&self, server: &Server, duration: Duration, by: &str) {
-        self.quarantine_for(
-            server,
-            Reason::Operator,
-            &format!("asked by {by}"),
-            duration,
-        );
+    /// Puts `server` in quarantine for `duration` on an operator's word (`asked`: who, or who
+    /// and why): passing checks do not end it, only its time or [`Balancer::release_by`].
+    pub fn force_quarantine(&self, server: &Server, duration: Duration, asked: impl Into<Asked>) {
+        let asked = asked.into();
+        let (by, words) = (asked.by.clone(), asked.words());
+        let why = match asked.reason.as_str() {
+            "" => String::new(),
+            reason => format!(" ({reason})"),
+        };
+        let q = server.health.forced(asked, duration, self.now());
+        self.quarantined(server, Reason::Operator, &words, q);
         info!(
-            "server {} put in quarantine by {by} for {}: checks do not end it; `appbroker ctl release` does",
+            "server {} put in quarantine by {by}{why} for {}: checks do not end it; `appbroker ctl release` does",
             server.address,
             crate::config::show_duration(duration)
         );
@@ -1068,6 +1161,12 @@ impl Balancer {
     /// Puts `server` in quarantine for `reason` for `duration` (or moves its end), and logs it.
     fn quarantine_for(&self, server: &Server, reason: Reason, error: &str, duration: Duration) {
         let q = server.health.failed(reason, error, duration, self.now());
+        self.quarantined(server, reason, error, q);
+    }
+
+    /// What a quarantine's start (or its end moved) tells: the release of the one before, if
+    /// its time was up, the event and the TOTVS line.
+    fn quarantined(&self, server: &Server, reason: Reason, error: &str, q: Quarantined) {
         if q.expired_first {
             self.released(server, Release::TimeUp);
         }

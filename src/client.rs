@@ -17,7 +17,7 @@ use tracing::{Instrument, Span, debug};
 use crate::balancer::{Balancer, ClientSlot, Closed, Eligible, Lease, Pool};
 use crate::config::Language;
 use crate::context::{Context, Ending};
-use crate::dial::{ConnectError, ServerStream, dial, keep_alive};
+use crate::dial::ServerStream;
 use crate::events::Unserved;
 use crate::http::{self, Downstream};
 use crate::http_balancer::{self, HttpProxy};
@@ -318,26 +318,13 @@ impl<S: Stream> Client<S> {
                 break; // every server was tried
             };
             tried.push(lease.index);
-            let server = &lease.server;
-            let tls = pool.tls.upstream.as_ref();
-            match dial(balancer.resolver(), &server.host, server.port, config, tls).await {
-                Ok(stream) => {
-                    balancer.connected(&lease);
-                    if let Some(socket) = stream.socket() {
-                        keep_alive(socket, &config.keepalive, &server.address);
-                    }
-                    return Some((lease, stream));
+            match balancer.dial(pool, &lease.server, lease.stale, peer).await {
+                Ok(stream) => return Some((lease, stream)),
+                Err(e) if !e.try_next() => {
+                    balancer.unserved(peer, Unserved::BrokerFault);
+                    return None;
                 }
-                Err(ConnectError::ResolverBusy { .. }) => {
-                    // As after a connect timeout, the next candidate; the resolver says it once.
-                    debug!(client = %peer, "server {} not tried: DNS_MAX_LOOKUPS lookups in flight", server.address);
-                }
-                Err(e) => {
-                    if !balancer.connect_failed(&lease, &e.explain(), peer) {
-                        balancer.unserved(peer, Unserved::BrokerFault);
-                        return None;
-                    }
-                }
+                Err(_) => {}
             }
         }
         balancer.unserved(peer, Unserved::NoServer);
@@ -380,7 +367,9 @@ impl<S: Stream> Client<S> {
             log_connections: self.pool.config.log_connections,
         };
         let entrance = &self.entrance;
-        entrance.balancer.ended(lease, &closed, &entrance.span);
+        entrance
+            .balancer
+            .ended(&lease.server, &closed, &entrance.span);
     }
 }
 
@@ -404,11 +393,16 @@ mod tests {
     }
     /// A client of `balancer` (its stream a loopback connection), to call its steps alone.
     async fn client_of(balancer: &Arc<Balancer>, config: Config) -> Client<TcpStream> {
+        let session_secrets = crate::sessions::SessionSecrets::new(
+            crate::sessions::OwnSecret::for_this_run("a test"),
+            &config.general,
+        );
         let ctx = Arc::new(Context {
             config: arc_swap::ArcSwap::from_pointee(config),
             balancers: arc_swap::ArcSwap::from_pointee(vec![Arc::clone(balancer)]),
             started_wall_ms: 0,
             shutdown: crate::shutdown::Shutdown::new(),
+            session_secrets,
         });
         let entrance = Arc::new(Entrance {
             ctx,

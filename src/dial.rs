@@ -21,7 +21,9 @@ use crate::tls::{Cause, HandshakeFailure, UpstreamTls};
 /// A connection to a server: plain TCP, or TLS with `SSL_ENCRYPT_UPSTREAM=1`.
 pub type ServerStream = Either<TcpStream, tokio_rustls::client::TlsStream<TcpStream>>;
 
-/// Why a server could not be connected to.
+/// Why a server could not be connected to: what both engines get back from a dial, with
+/// whom it blames ([`ConnectError::blame`]) and whether the next server is worth trying
+/// ([`ConnectError::try_next`]), as pingora's errors carry their source and retry flag.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
     /// The connect, or the lookup of the server's name, failed.
@@ -47,9 +49,18 @@ pub enum ConnectError {
         /// The broker's listener it reaches.
         listener: SocketAddr,
     },
+    /// Not tried: `SSL_ENCRYPT_UPSTREAM=1`, but this generation's TLS towards the servers did
+    /// not load (its files changed between the check and the start). Nothing goes out in
+    /// clear instead, and no server is blamed.
+    #[error("SSL_ENCRYPT_UPSTREAM=1 but the TLS towards the servers is not loaded")]
+    TlsNotLoaded,
     /// Connected, but the TLS handshake with the server failed (`SSL_ENCRYPT_UPSTREAM=1`).
     #[error("TLS handshake failed: {0}")]
     Handshake(HandshakeFailure),
+    /// Connected, but the server closed the new connection before it took a request (the
+    /// HTTP engine finds this out at the first request): nothing reached it.
+    #[error("the server closed a new connection before taking the request: {0}")]
+    ClosedBeforeRequest(String),
 }
 
 impl ConnectError {
@@ -78,25 +89,76 @@ impl ConnectError {
                 PointsAt::Configuration,
                 "give the address of an application server in REMOTE_SERVER",
             ),
-            ConnectError::Handshake(failure) => match failure.cause {
-                Cause::TimedOut | Cause::Closed | Cause::Io => other(
-                    PointsAt::Network,
-                    "the server accepts connections but does not finish a TLS handshake: is TLS \
-                     on at its port?",
-                ),
-                Cause::NotTls => other(
-                    PointsAt::Configuration,
-                    "the server does not speak TLS on this port: turn TLS on at the server or \
-                     set SSL_ENCRYPT_UPSTREAM=0",
-                ),
-                _ => other(
-                    PointsAt::Configuration,
-                    "give the server a certificate the broker trusts (SSL_UPSTREAM_CA) for the \
-                     name it is reached by (SSL_UPSTREAM_SERVER_NAME), or say \
-                     SSL_UPSTREAM_VERIFY=0",
-                ),
-            },
+            ConnectError::TlsNotLoaded => other(
+                PointsAt::Broker,
+                "the balancer's SSL_* files did not load when it started: fix them (appbroker \
+                 --check says how) and reload",
+            ),
+            ConnectError::Handshake(failure) => {
+                let (points_at, advice) = handshake_advice(failure.cause);
+                other(points_at, advice)
+            }
+            ConnectError::ClosedBeforeRequest(_) => other(
+                PointsAt::Server,
+                "the server accepts connections but closes them unused: its own log says why",
+            ),
         }
+    }
+
+    /// Whom the failure blames. Only a failure that is not the broker's own counts against
+    /// the server (and quarantines it).
+    pub fn blame(&self) -> PointsAt {
+        self.explain().points_at
+    }
+
+    /// Whether the next candidate may still serve the client: false only when the broker
+    /// itself cannot connect anyone now (out of descriptors, local ports or memory; its TLS
+    /// not loaded). A lookup not tried for `DNS_MAX_LOOKUPS` blames the broker too, but the
+    /// next server may be given by address.
+    pub fn try_next(&self) -> bool {
+        matches!(self, ConnectError::ResolverBusy { .. }) || self.blame() != PointsAt::Broker
+    }
+}
+
+/// Whom a failed handshake with a server points at, and what to change. The words of the
+/// failure say what the certificate is and what was expected ([`HandshakeFailure`]).
+fn handshake_advice(cause: Cause) -> (PointsAt, &'static str) {
+    match cause {
+        Cause::TimedOut | Cause::Closed | Cause::Io => (
+            PointsAt::Network,
+            "the server accepts connections but does not finish a TLS handshake: is TLS on at \
+             its port?",
+        ),
+        Cause::NotTls => (
+            PointsAt::Configuration,
+            "the server does not speak TLS on this port: turn TLS on at the server or set \
+             SSL_ENCRYPT_UPSTREAM=0",
+        ),
+        Cause::Incompatible => (
+            PointsAt::Configuration,
+            "appbroker speaks TLS 1.2 and 1.3 (as SSL_METHOD allows) with today's ciphers: \
+             enable them at the server",
+        ),
+        Cause::CertificateRefused => (
+            PointsAt::Configuration,
+            "appbroker presents no client certificate to the servers: turn client-certificate \
+             authentication off at the server's port",
+        ),
+        Cause::Protocol => (
+            PointsAt::Server,
+            "the server broke off the TLS handshake: its own log says why",
+        ),
+        Cause::Expired
+        | Cause::NotYetValid
+        | Cause::UnknownIssuer
+        | Cause::NameMismatch
+        | Cause::WrongPurpose
+        | Cause::BadCertificate => (
+            PointsAt::Configuration,
+            "trust the server's certificate in SSL_UPSTREAM_CA (the CA that issued it, or the \
+             certificate itself, pinned) for the name it is reached by \
+             (SSL_UPSTREAM_SERVER_NAME), or say SSL_UPSTREAM_VERIFY=0",
+        ),
     }
 }
 
@@ -151,6 +213,7 @@ pub async fn connect(
 /// Connects to `host:port` as [`connect`] does, then, when `tls` is given
 /// (`SSL_ENCRYPT_UPSTREAM=1`), makes the TLS handshake with the server, bounded by
 /// `CONNECT_TIMEOUT` as the connect is (a handshake is a round trip or two, like a connect).
+/// With `SSL_ENCRYPT_UPSTREAM=1` and no `tls` nothing is connected: never clear text instead.
 pub async fn dial(
     resolver: &Arc<Resolver>,
     host: &Host,
@@ -158,6 +221,9 @@ pub async fn dial(
     config: &BalancerConfig,
     tls: Option<&UpstreamTls>,
 ) -> Result<ServerStream, ConnectError> {
+    if config.tls.encrypt_upstream && tls.is_none() {
+        return Err(ConnectError::TlsNotLoaded);
+    }
     let stream = connect(resolver, host, port, config).await?;
     let Some(tls) = tls else {
         return Ok(Either::Left(stream));

@@ -9,8 +9,10 @@
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
 
 /// Why a server was put in quarantine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,6 +21,9 @@ pub enum Reason {
     Monitor,
     /// A client's connect to it failed.
     Connect,
+    /// Its requests timed out `HTTP_TIMEOUTS_TO_QUARANTINE` times in a row (an HTTP
+    /// balancer): it accepts connections but does not answer.
+    Timeout,
     /// An operator asked for it (`appbroker ctl quarantine`): checks do not end it.
     Operator,
 }
@@ -29,6 +34,7 @@ impl Reason {
         match self {
             Reason::Monitor => "monitor",
             Reason::Connect => "connect",
+            Reason::Timeout => "timeout",
             Reason::Operator => "operator",
         }
     }
@@ -88,6 +94,55 @@ pub struct Episode {
 /// Quarantines kept per server for its detail page.
 const HISTORY: usize = 20;
 
+/// The last failure that quarantined a server (or moved its quarantine's end): what, when,
+/// who found it, and whether it still stands. Pages show it only while it does: a server
+/// that has proved itself since is not shown with an old error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// The error in words.
+    pub words: String,
+    /// When it came (wall ms).
+    pub at_wall_ms: u64,
+    /// Who found it: the monitor, or a client's connect.
+    pub found_by: Reason,
+    /// True until the server proves itself alive: a monitor check passes, or (for a
+    /// client's connect that failed) a client's connect to it succeeds.
+    pub current: bool,
+}
+
+/// Who asked for an operator's quarantine and why, shown instead of any error while it lasts:
+/// a healthy server taken out on purpose must not read as failing.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Asked {
+    /// `uid 1000` (the control socket's peer), or who restored it.
+    pub by: String,
+    /// The operator's reason (`ctl quarantine --reason`); empty when none was given.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+}
+
+impl Asked {
+    /// `asked by uid 0`, or `asked by uid 0: AppServer restart`: the quarantine's words in the
+    /// log and its history.
+    pub fn words(&self) -> String {
+        if self.reason.is_empty() {
+            format!("asked by {}", self.by)
+        } else {
+            format!("asked by {}: {}", self.by, self.reason)
+        }
+    }
+}
+
+/// Who asked, without a reason: what `force_quarantine(server, duration, "uid 0")` means.
+impl From<&str> for Asked {
+    fn from(by: &str) -> Asked {
+        Asked {
+            by: by.to_string(),
+            reason: String::new(),
+        }
+    }
+}
+
 /// What is known of a server's quarantine beyond its deadline, for logs and pages.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Detail {
@@ -97,8 +152,10 @@ pub struct Detail {
     pub until_wall_ms: u64,
     /// Why the current (or last) quarantine started.
     pub reason: Option<Reason>,
-    /// The last connect error, in words.
-    pub last_error: Option<String>,
+    /// The last failure (a check's or a client's connect), and whether it still stands.
+    pub last_failure: Option<Failure>,
+    /// Who asked for the current quarantine and why, while an operator's lasts.
+    pub asked: Option<Asked>,
     /// Quarantines started since the broker started.
     pub quarantines: u64,
     /// The last monitor check.
@@ -154,6 +211,10 @@ pub struct CheckFailed {
 pub struct Health {
     /// Quarantine end on the balancer's clock, in ms; 0 when not in quarantine.
     until_ms: AtomicU64,
+    /// True while the last failure is a client's connect that no connect has overruled yet:
+    /// what [`Health::connected`] reads, so a client's connect costs one atomic read, not
+    /// the lock.
+    connect_failure_stands: AtomicBool,
     detail: Mutex<Detail>,
 }
 
@@ -168,6 +229,11 @@ impl Health {
     /// other server is quarantined too.
     pub fn is_forced(&self) -> bool {
         self.lock().forced
+    }
+
+    /// Why the current (or last) quarantine started.
+    pub fn reason(&self) -> Option<Reason> {
+        self.lock().reason
     }
 
     /// True while a quarantine is recorded (it may have run out and await its release).
@@ -194,7 +260,28 @@ impl Health {
     /// released yet is over: it is closed first, and this failure starts a new one.
     pub fn failed(&self, reason: Reason, error: &str, duration: Duration, now: Now) -> Quarantined {
         let mut detail = self.lock();
-        let expired_first = self.close(&mut detail, Release::TimeUp, now, true);
+        self.quarantine(&mut detail, reason, error, duration, now)
+    }
+
+    /// An operator's quarantine (`asked`: who and why) until now + `duration`: as a failure of
+    /// reason [`Reason::Operator`], with who asked shown instead of any error while it lasts.
+    pub fn forced(&self, asked: Asked, duration: Duration, now: Now) -> Quarantined {
+        let mut detail = self.lock();
+        let q = self.quarantine(&mut detail, Reason::Operator, &asked.words(), duration, now);
+        detail.asked = Some(asked);
+        q
+    }
+
+    /// [`Health::failed`] under the lock.
+    fn quarantine(
+        &self,
+        detail: &mut Detail,
+        reason: Reason,
+        error: &str,
+        duration: Duration,
+        now: Now,
+    ) -> Quarantined {
+        let expired_first = self.close(detail, Release::TimeUp, now, true);
         let until_wall_ms = now.wall_ms + duration.as_millis() as u64;
         let started = self.until_ms.load(Relaxed) == 0;
         if started {
@@ -228,7 +315,14 @@ impl Health {
         // Any failure, a client's included, starts the count to MONITOR_RISE again.
         detail.passes_in_a_row = 0;
         if reason != Reason::Operator {
-            detail.last_error = Some(error.to_string());
+            detail.last_failure = Some(Failure {
+                words: error.to_string(),
+                at_wall_ms: now.wall_ms,
+                found_by: reason,
+                current: true,
+            });
+            self.connect_failure_stands
+                .store(reason == Reason::Connect, Relaxed);
         }
         self.until_ms.store(until_ms, Relaxed);
         Quarantined {
@@ -247,7 +341,34 @@ impl Health {
         if detail.forced && why != Release::Operator {
             return false;
         }
+        if matches!(why, Release::CheckPassed | Release::ClientConnected) {
+            self.proved(&mut detail);
+        }
         self.close(&mut detail, why, now, false)
+    }
+
+    /// A client's connect to the server succeeded: a client's connect that failed before no
+    /// longer stands (a monitor's finding waits for its next check). One atomic read when
+    /// nothing stands, as on every connect of a healthy server.
+    pub fn connected(&self) {
+        if self.connect_failure_stands.swap(false, Relaxed) {
+            let mut detail = self.lock();
+            if let Some(f) = detail
+                .last_failure
+                .as_mut()
+                .filter(|f| f.found_by == Reason::Connect)
+            {
+                f.current = false;
+            }
+        }
+    }
+
+    /// The server proved itself alive: its last failure no longer stands.
+    fn proved(&self, detail: &mut Detail) {
+        self.connect_failure_stands.store(false, Relaxed);
+        if let Some(f) = &mut detail.last_failure {
+            f.current = false;
+        }
     }
 
     /// Ends the quarantine when its time is up at `now`. True when one ended.
@@ -260,6 +381,7 @@ impl Health {
     pub fn check_passed(&self, check: Check) -> u32 {
         let mut detail = self.lock();
         detail.last_check = Some(check);
+        self.proved(&mut detail);
         detail.fails_in_a_row = 0;
         detail.passes_in_a_row = detail.passes_in_a_row.saturating_add(1);
         detail.passes_in_a_row
@@ -291,6 +413,7 @@ impl Health {
         }
         self.until_ms.store(0, Relaxed);
         detail.forced = false;
+        detail.asked = None;
         detail.since_wall_ms = 0;
         detail.until_wall_ms = 0;
         if let Some(last) = detail
@@ -447,5 +570,66 @@ mod tests {
         assert!(!health.expired(at(29)));
         assert!(health.expired(at(30)));
         assert!(!health.is_forced());
+    }
+
+    #[test]
+    fn a_failure_stands_until_the_server_proves_itself() {
+        let stands = |h: &Health| h.detail().last_failure.map(|f| (f.words, f.current));
+        let check = |error: Option<&str>| Check {
+            at_wall_ms: 0,
+            duration: Duration::ZERO,
+            error: error.map(str::to_string),
+        };
+        // A client's connect failed; the quarantine's time ran out with nothing proved.
+        let health = Health::default();
+        health.failed(Reason::Connect, "refused", MINUTES_2, at(0));
+        assert!(health.expired(at(120)));
+        let failure = health.detail().last_failure.expect("kept");
+        assert_eq!((failure.at_wall_ms, failure.current), (at(0).wall_ms, true));
+        // A client's connect succeeds: that is what failed, so it no longer stands.
+        health.connected();
+        assert_eq!(stands(&health), Some(("refused".into(), false)));
+        // The monitor's finding is not overruled by a connect, only by a check.
+        health.failed(Reason::Monitor, "unexpected reply", MINUTES_2, at(200));
+        health.connected();
+        assert_eq!(stands(&health), Some(("unexpected reply".into(), true)));
+        health.check_failed(check(Some("unexpected reply")), at(201));
+        assert_eq!(stands(&health), Some(("unexpected reply".into(), true)));
+        health.check_passed(check(None));
+        assert_eq!(stands(&health), Some(("unexpected reply".into(), false)));
+        // A release that proves it (a check, or a client when all were quarantined) too.
+        health.failed(Reason::Monitor, "refused", MINUTES_2, at(400));
+        assert!(health.passed(Release::ClientConnected, at(401)));
+        assert_eq!(stands(&health), Some(("refused".into(), false)));
+        // An operator's release proves nothing.
+        health.failed(Reason::Connect, "timed out", MINUTES_2, at(500));
+        assert!(health.passed(Release::Operator, at(501)));
+        assert_eq!(stands(&health), Some(("timed out".into(), true)));
+    }
+
+    #[test]
+    fn an_operators_quarantine_keeps_who_asked_and_why_while_it_lasts() {
+        let health = Health::default();
+        health.failed(Reason::Connect, "refused", MINUTES_2, at(0));
+        let asked = Asked {
+            by: "uid 0".into(),
+            reason: "AppServer restart".into(),
+        };
+        assert_eq!(asked.words(), "asked by uid 0: AppServer restart");
+        assert_eq!(Asked::from("uid 7").words(), "asked by uid 7");
+        health.forced(asked.clone(), MINUTES_2, at(10));
+        let detail = health.detail();
+        assert_eq!(detail.asked, Some(asked));
+        assert_eq!(detail.reason, Some(Reason::Operator));
+        assert_eq!(
+            detail.history.back().map(|e| e.error.as_str()),
+            Some("refused"),
+            "moved out, the episode the client's connect started"
+        );
+        // Nor does a failure meanwhile replace the operator's words.
+        health.failed(Reason::Monitor, "timed out", MINUTES_2, at(20));
+        assert!(health.detail().asked.is_some());
+        assert!(health.passed(Release::Operator, at(30)));
+        assert_eq!(health.detail().asked, None, "gone with its quarantine");
     }
 }

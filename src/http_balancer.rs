@@ -8,7 +8,7 @@
 //! server while in hand, and an upgraded connection (WebSocket) holds it until it ends: the
 //! server's connections on the status page are the requests and WebSockets it serves now.
 
-use std::io;
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
@@ -16,23 +16,26 @@ use hyper::Response;
 use hyper::body::Bytes;
 use hyper::header::{COOKIE, HeaderMap, HeaderValue, SET_COOKIE, UPGRADE};
 use hyper::http::request::Parts;
-use tokio::net::TcpStream;
 use tokio::time::{Duration, Instant};
 use tokio_util::task::TaskTracker;
-use tracing::{Span, info, warn};
+use tracing::{Instrument, Span, info, warn};
 
 use crate::balancer::{Balancer, Closed, Eligible, Lease, Pool, Server};
-use crate::config::{BalancerConfig, Language};
+use crate::clock::wall_ms;
+use crate::config::{BalancerConfig, Language, ServerId, show_duration};
 use crate::context::{Context, Ending};
-use crate::dial::{self, ConnectError};
+use crate::dial::{ConnectError, ServerStream};
 use crate::events::{Event as BrokerEvent, Unserved};
+use crate::health::Reason;
 use crate::http::{self, Choice, Downstream, Event, Exchange, Outcome, Proxy, Tunnel, Upstreams};
-use crate::os_error::explain_connect;
 use crate::query;
 use crate::query::snapshot::{HttpFigures, SESSION_AGES_SHOWN, ServerSessions, SessionFigures};
 use crate::relay;
-use crate::sessions::{Sessions, Ticket};
+use crate::sessions::{
+    Affinity, CookieKeys, Sessions, Ticket, mentions_broker_cookie, without_broker_cookie,
+};
 use crate::stream::Stream;
+use crate::throttle::{Episode, Throttle};
 
 /// An HTTP balancer's engine.
 pub type HttpProxy = Proxy<Backends>;
@@ -74,6 +77,12 @@ pub struct Backends {
     /// The live sessions (issue 14), kept across reloads. One small lock, held for a table
     /// operation and a count per server.
     sessions: Arc<Mutex<Sessions>>,
+    /// Clients whose body stalled past `HTTP_BODY_TIMEOUT`: a line a second at most, with the
+    /// count of those left out.
+    body_timeouts_log: Throttle,
+    /// Sessions moving off each server, per episode, and how the server is named in the log
+    /// (at most one entry per configured id).
+    moves: Mutex<HashMap<ServerId, (Episode, String)>>,
 }
 
 /// What a request holds while in hand: its server's connection count and, for a WebSocket
@@ -104,6 +113,8 @@ pub fn proxy(balancer: &Arc<Balancer>, ctx: &Arc<Context>) -> Arc<HttpProxy> {
         proxy: OnceLock::new(),
         span: balancer.span(),
         sessions: Arc::default(),
+        body_timeouts_log: Throttle::new(1000),
+        moves: Mutex::default(),
     });
     let pool = balancer.pool();
     let language = ctx.config.load().general.language;
@@ -117,7 +128,7 @@ pub fn proxy(balancer: &Arc<Balancer>, ctx: &Arc<Context>) -> Arc<HttpProxy> {
 
 /// How often the sessions idle past `SESSION_TIMEOUT` are ended and each server's count set
 /// again, when no request or query does it first: so `appbroker ctl show` and the balancing
-/// of new sessions see a count at most this old.
+/// of new sessions see a count at most this old. Episodes of moved sessions end here too.
 const SESSION_SWEEP: Duration = Duration::from_secs(1);
 
 /// Ends expired sessions every [`SESSION_SWEEP`] until the engine is gone.
@@ -131,6 +142,8 @@ async fn expire_sessions(backends: Weak<Backends>) {
         let mut table = backends.sessions.lock().unwrap_or_else(|p| p.into_inner());
         table.expire(Instant::now(), pool.config.http.session_timeout);
         backends.count_sessions(&table, &pool.servers);
+        drop(table);
+        backends.moves_ended();
     }
 }
 
@@ -139,9 +152,12 @@ pub fn settings(config: &BalancerConfig, language: Language) -> http::Settings {
     let keys = &config.http;
     http::Settings {
         forwarded_headers: keys.forwarded_headers,
+        upgrade_protocols: keys.upgrade_protocols.clone(),
         max_idle: keys.pool_max_idle as usize,
         idle_timeout: keys.pool_idle_timeout,
         request_timeout: keys.request_timeout,
+        response_timeout: keys.response_timeout,
+        body_timeout: keys.body_timeout,
         retry_idempotent: keys.retry_idempotent,
         tunnel_idle_timeout: config.idle_timeout,
         language,
@@ -198,14 +214,30 @@ pub fn start<S: Stream>(
 }
 
 impl Backends {
-    /// A finished request: the server's traffic, the 503 counted, the access-log line.
+    /// A finished request: the server's traffic and its timeouts, the 503 counted, the
+    /// access-log line.
     fn exchanged(&self, exchange: &Exchange<Target>) {
         if let Some(server) = &exchange.server {
             server.0.add_traffic(exchange.to_server, exchange.to_client);
+            self.span
+                .in_scope(|| self.count_timeouts(&server.0, &exchange.outcome));
         }
         let (balancer, span) = (&self.balancer, &self.span);
         if exchange.outcome == Outcome::NoServer {
             span.in_scope(|| balancer.unserved(exchange.client, Unserved::NoServer));
+        }
+        if exchange.outcome == Outcome::ClientTimeout
+            && let Some(suppressed) = self.body_timeouts_log.allow()
+        {
+            let timeout = show_duration(balancer.pool().config.http.body_timeout);
+            span.in_scope(|| {
+                warn!(
+                    more_since_last_line = suppressed,
+                    client = %exchange.client,
+                    "a client's request body stopped arriving for HTTP_BODY_TIMEOUT={timeout}; \
+                     answered 408 (or its connection closed, when the answer had begun)"
+                );
+            });
         }
         balancer.events().emit(|| BrokerEvent::Request {
             balancer: balancer.kind(),
@@ -217,6 +249,42 @@ impl Backends {
         });
         if balancer.pool().config.http.log_requests {
             span.in_scope(|| access_line(exchange));
+        }
+    }
+
+    /// A server's requests that time out in a row: the first of a run is logged, every
+    /// `HTTP_TIMEOUTS_TO_QUARANTINE` of them quarantine it (0: never), and an answer ends the
+    /// run (logged when one was running). A failure of the client's, or a client gone before
+    /// the answer, says nothing of the server.
+    fn count_timeouts(&self, server: &Server, outcome: &Outcome) {
+        let keys = &self.balancer.pool().config.http;
+        match outcome {
+            Outcome::ServerTimeout => {
+                let in_a_row = server.timed_out();
+                let timeout = show_duration(keys.response_timeout);
+                if in_a_row == 1 {
+                    warn!(
+                        "server {} did not answer within HTTP_RESPONSE_TIMEOUT={timeout}; its \
+                         requests are answered 504 (or cut, when the answer had begun)",
+                        server.address
+                    );
+                }
+                let limit = keys.timeouts_to_quarantine;
+                if limit > 0 && in_a_row.is_multiple_of(limit) {
+                    let words = format!("did not answer {limit} requests within {timeout}");
+                    self.balancer.quarantine(server, Reason::Timeout, &words);
+                }
+            }
+            Outcome::Served | Outcome::ServerFailed(_) => {
+                let run = server.answered();
+                if run > 0 {
+                    info!(
+                        "server {} answering again after {run} requests timed out in a row",
+                        server.address
+                    );
+                }
+            }
+            _ => {}
         }
     }
 
@@ -237,8 +305,7 @@ impl Backends {
             .server
             .0
             .add_traffic(tunnel.to_server, tunnel.to_client);
-        self.balancer
-            .ended_on(&tunnel.server.0, &closed, &self.span);
+        self.balancer.ended(&tunnel.server.0, &closed, &self.span);
     }
 
     /// Each server's live sessions as the table counts them (what SORT_METHOD=SESSION
@@ -301,6 +368,201 @@ impl Backends {
     }
 }
 
+/// Where a signed cookie's session goes.
+enum Sticky {
+    /// To its server (or, `None`, a 503: its server has no room to count the request).
+    Served(Option<Choice<Backends>>),
+    /// Elsewhere: the live session moving (`Some`), or a cookie of no live session whose
+    /// server cannot take it, balanced as none (`None`).
+    Moving(Option<Ticket>),
+}
+
+impl Backends {
+    /// A signed cookie: its session refreshed and the request on its server, while that
+    /// server is configured, available and has not failed this request. `renewed`: the
+    /// cookie signed anew after a rotation, which the session goes on as (and the answer
+    /// sets).
+    fn session(
+        &self,
+        pool: &Pool,
+        ticket: Ticket,
+        renewed: Option<Ticket>,
+        tried: &[Target],
+        upgrade: bool,
+        client: &Downstream,
+    ) -> Sticky {
+        let http = &pool.config.http;
+        let index = pool.servers.iter().position(|s| s.id == ticket.server);
+        let mut table = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        let ticket = match renewed {
+            Some(new) => {
+                table.renew(ticket, new);
+                new
+            }
+            None => ticket,
+        };
+        if let Some(index) = index {
+            let server = &pool.servers[index];
+            let failed = tried.iter().any(|t| Arc::ptr_eq(&t.0, server));
+            if !failed && server.is_available(self.balancer.clock_ms()) {
+                let now = Instant::now();
+                table.touch(
+                    ticket,
+                    now,
+                    http.session_timeout,
+                    http.max_sessions as usize,
+                );
+                // A WebSocket pins its session: it does not expire while the WebSocket lives.
+                let pinned = upgrade.then(|| {
+                    table.opened(ticket);
+                    (ticket, Arc::clone(&self.sessions))
+                });
+                self.count_sessions(&table, &pool.servers);
+                drop(table);
+                let cookie = renewed.map(|new| set_cookie(new, client.tls));
+                let choice = pool
+                    .lease(index, false)
+                    .map(|lease| chosen(lease, pinned, cookie.unwrap_or_default()));
+                return Sticky::Served(choice);
+            }
+        }
+        // A cookie naming a server that is not configured is a live session's only while
+        // the table knows it (the server was removed); else it is no cookie at all.
+        Sticky::Moving(Some(ticket).filter(|t| index.is_some() || table.knows(*t)))
+    }
+
+    /// A cookie of the right form that does not verify: forged, or issued by a version that
+    /// did not sign cookies. In the upgrade window (one `SESSION_TIMEOUT` after the first
+    /// start that signed them) it is honoured when it names a server that takes new clients,
+    /// and signed anew for the same server, so upgrading moves no session; it never becomes
+    /// a session (forged ones would fill the table and skew the spread). Otherwise, and
+    /// always for a server an operator took out, it is no cookie (`None`).
+    fn unsigned(
+        &self,
+        pool: &Pool,
+        keys: &CookieKeys,
+        ticket: Ticket,
+        tried: &[Target],
+        client: &Downstream,
+    ) -> Option<Option<Choice<Self>>> {
+        if !keys.honours_unsigned(wall_ms(), pool.config.http.session_timeout) {
+            return None;
+        }
+        let index = pool.servers.iter().position(|s| s.id == ticket.server)?;
+        let server = &pool.servers[index];
+        let failed = tried.iter().any(|t| Arc::ptr_eq(&t.0, server));
+        if failed || !server.takes_new_clients(self.balancer.clock_ms()) {
+            return None;
+        }
+        let cookie = set_cookie(keys.issue(ticket.server), client.tls);
+        Some(
+            pool.lease(index, false)
+                .map(|lease| chosen(lease, None, cookie)),
+        )
+    }
+
+    /// The balancer's pick for a request without a session (or whose session `moving` moves
+    /// off its server), with a new cookie for the server picked.
+    fn balance(
+        &self,
+        pool: &Pool,
+        keys: &CookieKeys,
+        moving: Option<Ticket>,
+        tried: &[Target],
+        client: &Downstream,
+    ) -> Option<Choice<Self>> {
+        let now = self.balancer.clock_ms();
+        let mut table = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        table.expire(Instant::now(), pool.config.http.session_timeout);
+        // The pick below reads the counts: without the sessions just ended.
+        self.count_sessions(&table, &pool.servers);
+        let tried: Vec<usize> = pool
+            .servers
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| tried.iter().any(|t| Arc::ptr_eq(&t.0, s)))
+            .map(|(i, _)| i)
+            .collect();
+        let lease = pool
+            .pick(now, &tried, Eligible::Available)
+            .or_else(|| pool.pick(now, &tried, Eligible::EvenQuarantined))?;
+        // Every server in quarantine, the pick may be its own server again: no move.
+        if let Some(old) = moving
+            && old.server != lease.server.id
+            && table.moved(old)
+        {
+            self.session_moved(pool, old, &lease.server, client);
+        }
+        self.count_sessions(&table, &pool.servers);
+        drop(table);
+        let cookie = set_cookie(keys.issue(lease.server.id), client.tls);
+        Some(chosen(lease, None, cookie))
+    }
+
+    /// A live session moved off its server (`old` names it) to `to`: the first of an episode
+    /// of its server is logged, the others counted (see [`Backends::moves_ended`]), so a
+    /// server in quarantine with thousands of sessions writes one line, not thousands.
+    fn session_moved(&self, pool: &Pool, old: Ticket, to: &Server, client: &Downstream) {
+        let mut moves = self.moves.lock().unwrap_or_else(|p| p.into_inner());
+        let (episode, from) = moves.entry(old.server).or_insert_with(|| {
+            let from = pool
+                .servers
+                .iter()
+                .find(|s| s.id == old.server)
+                .map_or_else(
+                    || format!("{} (no longer configured)", old.server),
+                    |s| format!("{} ({})", old.server, s.address),
+                );
+            (Episode::default(), from)
+        });
+        if episode.strike() {
+            self.span.in_scope(|| {
+                warn!(client = %client.peer, from = %from, server = %to.address, "session moved: its server cannot take it; cookie set anew")
+            });
+        }
+    }
+
+    /// The episodes of moved sessions that have been quiet for a second: each ends, with a
+    /// line counting its moves when there was more than the one logged.
+    fn moves_ended(&self) {
+        let mut moves = self.moves.lock().unwrap_or_else(|p| p.into_inner());
+        moves.retain(|_, (episode, from)| {
+            let Some(moved) = episode.end() else {
+                return true;
+            };
+            if moved > 1 {
+                self.span.in_scope(|| {
+                    info!(from = %from, moved, "sessions moved off their server: {moved} in this episode, the first one logged")
+                });
+            }
+            false
+        });
+    }
+}
+
+/// The request goes to `lease`'s server, holding `lease` (and the session `pinned`), with
+/// `response_headers` added to the answer.
+fn chosen(
+    lease: Lease,
+    pinned: Option<(Ticket, Arc<Mutex<Sessions>>)>,
+    response_headers: HeaderMap,
+) -> Choice<Backends> {
+    Choice {
+        server: Target(Arc::clone(&lease.server)),
+        lease: Held { lease, pinned },
+        response_headers,
+    }
+}
+
+/// The answer's `Set-Cookie` handing `ticket` to the browser.
+fn set_cookie(ticket: Ticket, tls: bool) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    if let Ok(value) = HeaderValue::from_str(&ticket.set_cookie(tls)) {
+        headers.insert(SET_COOKIE, value);
+    }
+    headers
+}
+
 /// The access log's line for one request (`LOG_REQUESTS`): who, what, the answer, the bytes
 /// each way, how long, which server.
 fn access_line(exchange: &Exchange<Target>) {
@@ -313,9 +575,10 @@ fn access_line(exchange: &Exchange<Target>) {
         .map_or_else(|| "-".to_string(), ToString::to_string);
     let error = match &exchange.outcome {
         Outcome::ServerFailed(error) => Some(error.as_str()),
-        Outcome::ServerTimeout => Some("no answer within the response timeout"),
+        Outcome::ServerTimeout => Some("the server was silent past HTTP_RESPONSE_TIMEOUT"),
         Outcome::Incomplete => Some("answer incomplete"),
         Outcome::ClientFailed => Some("request body broken off"),
+        Outcome::ClientTimeout => Some("the request body was silent past HTTP_BODY_TIMEOUT"),
         _ => None,
     };
     info!(
@@ -335,15 +598,17 @@ fn access_line(exchange: &Exchange<Target>) {
 impl Upstreams for Backends {
     type Server = Target;
     type Lease = Held;
-    type Stream = TcpStream;
+    type Stream = ServerStream;
+    type ConnectError = ConnectError;
 
     /// A request's server: the one its `TOTVS_BROKER_SH_001` cookie names while that server
-    /// can take it (disabled, draining or weight 0 included: only new sessions avoid those);
-    /// else the balancer's pick among the servers not tried yet, up to `MAX_ATTEMPTS`, with a
-    /// new cookie set on the answer (every server quarantined, they are tried anyway: a
-    /// quarantine may be stale). A live session whose server is in quarantine, removed or
-    /// failed this request is moved (logged once, counted), or refused with a 503 under
-    /// `HTTP_STICKY_STRICT=1`.
+    /// can take it (disabled, draining or weight 0 included: only new sessions avoid those),
+    /// when the broker signed that cookie; else the balancer's pick among the servers not
+    /// tried yet, up to `MAX_ATTEMPTS`, with a new cookie set on the answer (every server
+    /// quarantined, they are tried anyway: a quarantine may be stale). A live session whose
+    /// server is in quarantine, removed or failed this request is moved (logged once per
+    /// server and episode, counted), or refused with a 503 under `HTTP_STICKY_STRICT=1`. A
+    /// cookie that does not verify is no session: see [`Backends::unsigned`].
     fn choose(
         &self,
         request: &Parts,
@@ -354,89 +619,32 @@ impl Upstreams for Backends {
         if tried.len() >= pool.config.max_attempts as usize {
             return None;
         }
-        let keys = &pool.config.http;
-        let now = self.balancer.clock_ms();
-        let ticket = Ticket::from_cookies(
-            request
-                .headers
-                .get_all(COOKIE)
-                .iter()
-                .map(HeaderValue::as_bytes),
-        );
-        let bound = ticket.and_then(|t| pool.servers.iter().position(|s| s.id == t.server));
-        let mut table = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
-        let upgrade = request.headers.contains_key(UPGRADE);
-        let pin = |table: &mut Sessions, ticket: Ticket| {
-            upgrade.then(|| {
-                table.opened(ticket);
-                (ticket, Arc::clone(&self.sessions))
-            })
-        };
-        if let (Some(ticket), Some(index)) = (ticket, bound) {
-            let server = &pool.servers[index];
-            let failed = tried.iter().any(|t| Arc::ptr_eq(&t.0, server));
-            if !failed && server.is_available(now) {
-                table.touch(
-                    ticket,
-                    Instant::now(),
-                    keys.session_timeout,
-                    keys.max_sessions as usize,
-                );
-                let pinned = pin(&mut table, ticket);
-                self.count_sessions(&table, &pool.servers);
-                drop(table);
-                let lease = pool.lease(index, false)?;
-                let server = Target(Arc::clone(&lease.server));
-                return Some(Choice::of(server, Held { lease, pinned }));
+        let keys = self.ctx.session_secrets.keys();
+        let cookies = request.headers.get_all(COOKIE);
+        let affinity = Affinity::of(cookies.iter().map(HeaderValue::as_bytes), &keys);
+        let moving = match affinity {
+            Affinity::Signed(ticket) | Affinity::Previous(ticket) => {
+                // Signed with SESSION_SECRET_PREVIOUS: the same session, signed anew.
+                let renewed =
+                    matches!(affinity, Affinity::Previous(_)).then(|| keys.renew(&ticket));
+                let upgrade = request.headers.contains_key(UPGRADE);
+                match self.session(&pool, ticket, renewed, tried, upgrade, client) {
+                    Sticky::Served(choice) => return choice,
+                    Sticky::Moving(moving) => moving,
+                }
             }
-        }
-        // A cookie naming a server that is not configured is a live session's only while
-        // the table knows it (the server was removed); else it is no cookie at all.
-        let moving = ticket.filter(|t| bound.is_some() || table.knows(*t));
-        if moving.is_some() && keys.sticky_strict {
+            Affinity::Unsigned(ticket) => {
+                if let Some(choice) = self.unsigned(&pool, &keys, ticket, tried, client) {
+                    return choice;
+                }
+                None
+            }
+            Affinity::None => None,
+        };
+        if moving.is_some() && pool.config.http.sticky_strict {
             return None;
         }
-        table.expire(Instant::now(), keys.session_timeout);
-        // The pick below reads the counts: without the sessions just ended.
-        self.count_sessions(&table, &pool.servers);
-        let tried: Vec<usize> = pool
-            .servers
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| tried.iter().any(|t| Arc::ptr_eq(&t.0, s)))
-            .map(|(i, _)| i)
-            .collect();
-        let lease = pool
-            .pick(now, &tried, Eligible::Available)
-            .or_else(|| pool.pick(now, &tried, Eligible::EvenQuarantined))?;
-        let fresh = Ticket::fresh(lease.server.id);
-        // Every server in quarantine, the pick may be its own server again: no move.
-        if let Some(old) = moving
-            && old.server != lease.server.id
-            && table.moved(old)
-        {
-            let from = bound.map_or_else(
-                || format!("{} (no longer configured)", old.server),
-                |i| format!("{} ({})", old.server, pool.servers[i].address),
-            );
-            self.span.in_scope(|| {
-                warn!(client = %client.peer, from = %from, server = %lease.server.address, "session moved: its server cannot take it; cookie set anew")
-            });
-        }
-        self.count_sessions(&table, &pool.servers);
-        drop(table);
-        let mut response_headers = HeaderMap::new();
-        if let Ok(value) = HeaderValue::from_str(&fresh.set_cookie(client.tls)) {
-            response_headers.insert(SET_COOKIE, value);
-        }
-        Some(Choice {
-            server: Target(Arc::clone(&lease.server)),
-            lease: Held {
-                lease,
-                pinned: None,
-            },
-            response_headers,
-        })
+        self.balance(&pool, &keys, moving, tried, client)
     }
 
     fn keeps(&self, server: &Target) -> bool {
@@ -444,20 +652,22 @@ impl Upstreams for Backends {
         pool.servers.iter().any(|s| Arc::ptr_eq(s, &server.0))
     }
 
-    /// The broker's cookie is the broker's: the server sees the client's other cookies only.
+    /// The broker's cookie is the broker's: the server sees the client's other cookies only,
+    /// byte for byte (whatever their encoding).
     fn rewrite(&self, head: &mut HeaderMap) {
-        let cookies: Vec<HeaderValue> = head.get_all(COOKIE).iter().cloned().collect();
-        if !cookies.iter().any(|c| {
-            c.to_str()
-                .is_ok_and(|c| c.contains(crate::sessions::COOKIE))
-        }) {
+        let mentioned = |c: &HeaderValue| mentions_broker_cookie(c.as_bytes());
+        if !head.get_all(COOKIE).iter().any(mentioned) {
             return;
         }
+        let cookies: Vec<HeaderValue> = head.get_all(COOKIE).iter().cloned().collect();
         head.remove(COOKIE);
         for cookie in cookies {
-            let kept = match cookie.to_str() {
-                Ok(text) => Ticket::strip(text).and_then(|t| HeaderValue::from_str(&t).ok()),
-                Err(_) => Some(cookie),
+            let kept = if mentioned(&cookie) {
+                // The bytes left are bytes of a valid value: from_bytes takes them.
+                without_broker_cookie(cookie.as_bytes())
+                    .and_then(|b| HeaderValue::from_bytes(&b).ok())
+            } else {
+                Some(cookie)
             };
             if let Some(kept) = kept {
                 head.append(COOKIE, kept);
@@ -465,19 +675,19 @@ impl Upstreams for Backends {
         }
     }
 
-    async fn connect(&self, server: &Target) -> io::Result<TcpStream> {
+    /// The balancer's one dial path ([`Balancer::dial`]): TLS with `SSL_ENCRYPT_UPSTREAM=1`,
+    /// the socket options, the connect accounted for (a server found in quarantine is taken
+    /// as chosen although quarantined, as a TCP client's pick would be).
+    async fn connect(
+        &self,
+        server: &Target,
+        client: SocketAddr,
+    ) -> Result<ServerStream, ConnectError> {
         let pool = self.balancer.pool();
-        let config = &pool.config;
         let s = &server.0;
-        match dial::connect(self.balancer.resolver(), &s.host, s.port, config).await {
-            Ok(stream) => {
-                dial::keep_alive(&stream, &config.keepalive, &s.address);
-                self.balancer.connected_to(s, s.is_quarantined());
-                Ok(stream)
-            }
-            // Kept whole, so the report tells whose fault it was.
-            Err(e) => Err(io::Error::other(e)),
-        }
+        let stale = s.is_quarantined();
+        let dialed = self.balancer.dial(&pool, s, stale, client);
+        dialed.instrument(self.span.clone()).await
     }
 
     fn report(&self, event: Event<'_, Target>) {
@@ -487,16 +697,11 @@ impl Upstreams for Backends {
                 client,
                 error,
             } => {
-                let explained = match error.get_ref().and_then(|e| e.downcast_ref()) {
-                    // Not tried: no server is to blame, the next candidate is tried.
-                    Some(ConnectError::ResolverBusy { .. }) => return,
-                    Some(e) => ConnectError::explain(e),
-                    None => explain_connect(error),
-                };
                 let s = &server.0;
+                let error = ConnectError::ClosedBeforeRequest(error.to_string());
                 self.span.in_scope(|| {
                     self.balancer
-                        .connect_failed_to(s, s.is_quarantined(), &explained, client)
+                        .connect_failed(s, s.is_quarantined(), &error, client)
                 });
             }
             Event::Opened { .. } | Event::Closed { .. } => {}

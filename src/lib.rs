@@ -42,8 +42,9 @@
 //! - [`http_balancer`]: an HTTP balancer at run time: the balancer as the HTTP engine's
 //!   upstreams (choose, dial, quarantine, account, the access log), each accepted connection
 //!   handed to the engine, the query interface routed by path.
-//! - [`sessions`]: HTTP session affinity: the `TOTVS_BROKER_SH_001` cookie and the table of
-//!   live sessions (expiry, cap, counts per server), pure logic.
+//! - [`sessions`]: HTTP session affinity: the `TOTVS_BROKER_SH_001` cookie (signed, so only
+//!   the broker's own count; read from the `Cookie` header as bytes), its secrets, and the
+//!   table of live sessions (expiry, cap, counts per server), pure logic.
 //! - [`http`]: the HTTP broker's engine (a reverse proxy over hyper, generic over the
 //!   balancer it serves), and the HTTP monitor check.
 //! - [`tls`]: rustls acceptors and connectors, certificate loading and its diagnosis (the

@@ -60,6 +60,11 @@ struct Cli {
     #[arg(long, value_name = "LEVEL")]
     log_level: Option<String>,
 
+    /// Print `appbroker-handover N`, the version of what a supervisor hands its next image on
+    /// an upgrade, and exit: asked by a running supervisor of the binary it would re-execute.
+    #[arg(long, hide = true, exclusive = true)]
+    handover_version: bool,
+
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -89,16 +94,24 @@ enum Command {
     Ctl(CtlArgs),
 
     /// Exit 0 when the broker of --config (default appserver.ini) is alive and accepting, 1
-    /// otherwise with the reason on standard error. Asked over the control socket, so it works
-    /// whatever the query interface allows; it checks liveness, not whether any AppServer is
-    /// up. For keepalived's track_script (contrib/keepalived).
-    Ping,
+    /// otherwise with the reason on standard error (`no answer within 1s` when it does not
+    /// answer in time). Asked over the control socket, so it works whatever the query
+    /// interface allows, and is answered whatever other control clients do; it checks
+    /// liveness, not whether any AppServer is up. For keepalived's track_script
+    /// (contrib/keepalived).
+    Ping {
+        /// How long to wait for the answer: seconds, or a number with ms, s or m. Keep it
+        /// under the check's own timeout (keepalived's `timeout 2`).
+        #[arg(long, value_parser = duration, default_value = "1s")]
+        timeout: Duration,
+    },
 
     /// Upgrade in place: the supervisor of --config (appbroker --supervise) re-executes
     /// itself from the binary now on disk (same pid), starts a new broker on the listeners it
     /// holds, with the state file's overrides and quarantines, and once that one serves, the
-    /// old one stops accepting and drains for SHUTDOWN_TIMEOUT. The new binary checks the
-    /// file first.
+    /// old one stops accepting and drains for SHUTDOWN_TIMEOUT. The new binary must pass
+    /// --check on the file and take this build's hand-over (--handover-version) first, within
+    /// UPGRADE_TIMEOUT; this command waits that plus 30 s for the answer.
     ///
     /// Exit codes: 0 upgraded; 1 refused (the reason is printed; the running broker carries
     /// on), or the broker runs without a supervisor; 3 no supervisor answered.
@@ -163,6 +176,10 @@ enum CtlCommand {
         id: String,
         #[arg(value_parser = duration)]
         duration: Option<Duration>,
+        /// Why, for the log, the status page and `show` (shown instead of the server's last
+        /// error).
+        #[arg(long)]
+        reason: Option<String>,
     },
     /// Take the server out of quarantine now, whoever put it there.
     Release { section: String, id: String },
@@ -209,9 +226,15 @@ struct DemoArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    #[cfg(unix)]
+    if cli.handover_version {
+        let line = appbroker::supervisor::upgrade::handover_line();
+        let _ = writeln!(std::io::stdout(), "{line}");
+        return ExitCode::SUCCESS;
+    }
     match &cli.command {
         Some(Command::Ctl(args)) => return ctl(&cli, args),
-        Some(Command::Ping) => return ping(&cli),
+        Some(Command::Ping { timeout }) => return ping(&cli, *timeout),
         Some(Command::Upgrade) => return upgrade(&cli),
         _ => {}
     }
@@ -456,7 +479,12 @@ fn upgrade(cli: &Cli) -> ExitCode {
         Err(code) => return code,
     };
     let path = upgrade::socket_path(&control);
-    match upgrade::ask(&path) {
+    let file = cli
+        .config
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("appserver.ini"));
+    let within = upgrade::answer_time(upgrade::timeout_of_file(&file));
+    match upgrade::ask(&path, within) {
         Ok(answer) if answer.starts_with("upgraded") => {
             let _ = writeln!(std::io::stdout(), "{answer}");
             ExitCode::SUCCESS
@@ -528,6 +556,23 @@ fn ctl(cli: &Cli, args: &CtlArgs) -> ExitCode {
         Err(code) => return code,
     };
     let target = |section: &String, id: &String| (section.clone(), id.clone());
+    if let CtlCommand::Disable {
+        reason: Some(reason),
+        ..
+    }
+    | CtlCommand::Drain {
+        reason: Some(reason),
+        ..
+    }
+    | CtlCommand::Quarantine {
+        reason: Some(reason),
+        ..
+    } = &args.command
+        && let Some(problem) = appbroker::overrides::reason_problem(reason)
+    {
+        logging::to_stderr(&format!("appbroker ctl: --reason: {problem}"));
+        return ExitCode::from(2);
+    }
     let request = match &args.command {
         CtlCommand::Show { section } => Request::Show {
             section: section.clone(),
@@ -571,12 +616,14 @@ fn ctl(cli: &Cli, args: &CtlArgs) -> ExitCode {
             section,
             id,
             duration,
+            reason,
         } => {
             let (section, server) = target(section, id);
             Request::Quarantine {
                 section,
                 server,
                 duration: duration.map(config::show_duration),
+                reason: reason.clone(),
             }
         }
         CtlCommand::Release { section, id } => {
@@ -613,13 +660,14 @@ fn ctl(cli: &Cli, args: &CtlArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// `appbroker ping`: 0 when the broker answers over its control socket and is not stopping.
-fn ping(cli: &Cli) -> ExitCode {
+/// `appbroker ping`: 0 when the broker answers over its control socket within `timeout` and
+/// is not stopping.
+fn ping(cli: &Cli, timeout: Duration) -> ExitCode {
     let socket = match control_socket(cli, None) {
         Ok(socket) => socket,
         Err(_) => return ExitCode::from(1),
     };
-    match admin::ctl::ask(&socket, &Request::Ping, Duration::ZERO) {
+    match admin::ctl::ask_within(&socket, &Request::Ping, timeout) {
         Ok(answer) if answer.ok => ExitCode::SUCCESS,
         Ok(answer) => {
             let why = answer.error.unwrap_or_default();
@@ -869,6 +917,8 @@ fn run(config: Config, demo: Option<DemoStart>, log: &logging::Log) -> anyhow::R
         // Only now, with the ports bound: an instance that cannot start (another holds the
         // ports) leaves the running one's log file alone.
         log.open_file()?;
+        // Beside the state file, so that a restart keeps every HTTP session.
+        let bound = bound.with_own_secret(admin::session_secret::keep(state_path.as_deref()));
         // After the `listening on` lines, so the way in is the last thing on the screen.
         if let Some(demo) = &demo {
             demo.introduce();
@@ -877,6 +927,15 @@ fn run(config: Config, demo: Option<DemoStart>, log: &logging::Log) -> anyhow::R
         let admin = admin::Admin::new(broker.control(), state_path);
         #[cfg(unix)]
         let supervisor = appbroker::supervisor::Link::take();
+        // Before READY: from now on its supervisor's watchdog knows this broker lives.
+        #[cfg(unix)]
+        if let Some(supervisor) = &supervisor {
+            let workers = threads.workers();
+            let ticks = workers.ticks(appbroker::supervisor::HEARTBEAT);
+            supervisor
+                .send_heartbeats(workers.handles().len(), ticks)
+                .await;
+        }
         #[cfg(unix)]
         let admin = admin.supervised_by(supervisor.clone());
         let serving = serve_control_socket(socket.as_mut(), std::sync::Arc::new(admin))?;

@@ -282,6 +282,13 @@ fn passed(balancer: &Balancer, pool: &Pool, server: &Server, took: Duration) {
     if !server.is_quarantined() {
         return;
     }
+    if server.quarantine_reason() == Some(Reason::Timeout)
+        && matches!(pool.config.monitoring, Monitoring::Connection)
+    {
+        // The port accepting proves nothing to a server quarantined for not answering its
+        // requests: its quarantine runs its time (a SEND_EXPECT or HTTP check could end it).
+        return;
+    }
     let rise = pool.config.monitor_rise;
     if passes >= rise {
         balancer.release(server, Release::CheckPassed);

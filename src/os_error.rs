@@ -1,6 +1,7 @@
 //! What an operating-system error means to an operator: the words, the errno name, the Windows
 //! code a TOTVS broker operator knows, and whether it points at the network, at configuration,
-//! or at the broker's own resources (the TOTVS broker note classifies them the same way).
+//! at the server itself or at the broker's own resources (the TOTVS broker note classifies
+//! them the same way, the server aside).
 
 use std::fmt;
 use std::io;
@@ -13,6 +14,9 @@ pub enum PointsAt {
     Network,
     /// Configuration or operation: nothing listening, a wrong address or port.
     Configuration,
+    /// The server itself: it took the connection, then failed it (closed it before taking a
+    /// request, broke off its TLS handshake). Its own log says why.
+    Server,
     /// The broker's own limits (descriptors, local ports, memory): no server is to blame.
     Broker,
 }
@@ -23,6 +27,7 @@ impl PointsAt {
         match self {
             PointsAt::Network => "infrastructure",
             PointsAt::Configuration => "configuration/operation",
+            PointsAt::Server => "the server",
             PointsAt::Broker => "broker resources",
         }
     }

@@ -53,6 +53,58 @@ pub struct Overrides {
 /// The most weight an operator may give: the file's own bound.
 pub const MAX_WEIGHT: u32 = 1000;
 
+/// Why `reason` cannot be an operator's reason, in words naming its control characters
+/// (escaped); `None` when it can. A reason is shown in log lines, pages and terminals: a line
+/// break in it would forge a log line, an escape sequence would reach whoever reads it.
+pub fn reason_problem(reason: &str) -> Option<String> {
+    let mut found: Vec<String> = Vec::new();
+    for c in reason.chars().filter(|c| c.is_control()) {
+        let shown = escape_controls(&c.to_string());
+        if !found.contains(&shown) {
+            found.push(shown);
+        }
+    }
+    if found.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "the reason holds control characters ({}); give it as one line of printable text",
+        found.join(", ")
+    ))
+}
+
+/// `text` with its control characters written out (`\n`, `\x1b`, `\u{9b}`): for text kept
+/// from before [`reason_problem`] refused them (a state file), wherever it is shown.
+pub fn escape_controls(text: &str) -> String {
+    if !text.chars().any(char::is_control) {
+        return text.to_string();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() && c.is_ascii() => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+impl Hold {
+    /// The same hold with its reason and who asked escaped ([`escape_controls`]): as a hold
+    /// read back from a state file enters the broker.
+    pub fn escaped(self) -> Hold {
+        Hold {
+            reason: escape_controls(&self.reason),
+            by: escape_controls(&self.by),
+            ..self
+        }
+    }
+}
+
 impl Overrides {
     /// True when nothing is overridden.
     pub fn is_empty(&self) -> bool {
@@ -91,6 +143,21 @@ impl Overrides {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn control_characters_are_refused_in_a_reason_and_escaped_where_kept() {
+        assert_eq!(reason_problem("OS patch, ticket #4411 (José)"), None);
+        let forged = "patch\nWARN  server 10.0.0.9:1234 enabled\x1b[2J\u{9b}";
+        let problem = reason_problem(forged).expect("refused");
+        assert!(problem.contains("(\\n, \\x1b, \\u{9b})"), "{problem}");
+        let escaped = escape_controls(forged);
+        assert_eq!(
+            escaped,
+            "patch\\nWARN  server 10.0.0.9:1234 enabled\\x1b[2J\\u{9b}"
+        );
+        assert!(!escaped.chars().any(char::is_control));
+        assert_eq!(escape_controls("plain"), "plain");
+    }
 
     fn hold(mode: Mode, reason: &str, at: u64) -> Hold {
         Hold {

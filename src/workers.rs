@@ -2,14 +2,18 @@
 //! and, on Linux, its own listening socket per balancer (SO_REUSEPORT), so a connection is
 //! accepted, relayed and closed on one thread: no work stealing and no wake-ups across
 //! threads for each exchange, as nginx's workers. Control work (signals, reloads, the
-//! monitor, sampling) runs on the main thread's runtime.
+//! monitor, sampling) runs on the main thread's runtime. Each runtime can be asked to tick
+//! ([`Workers::ticks`]): a supervised broker's heartbeats, which stop when a runtime is stuck.
 
 use std::cell::Cell;
 use std::io;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use std::time::Duration;
+
 use tokio::runtime::Handle;
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 /// Where connection work can be spawned: one handle per worker thread.
@@ -32,6 +36,28 @@ impl Workers {
         } else {
             1
         }
+    }
+
+    /// Every `period`, each worker's index from a task on that worker's own runtime (the
+    /// first at once), until the receiver is dropped: proof that each event loop still turns.
+    /// A runtime blocked by a deadlock or a busy loop sends nothing, while the others go on;
+    /// a tick that finds the channel full is dropped (the receiver is the one behind).
+    pub fn ticks(&self, period: Duration) -> mpsc::Receiver<usize> {
+        let (tick, ticks) = mpsc::channel(self.handles.len() * 4);
+        for (index, handle) in self.handles.iter().enumerate() {
+            let tick = tick.clone();
+            handle.spawn(async move {
+                let mut every = tokio::time::interval(period);
+                every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    every.tick().await;
+                    if let Err(mpsc::error::TrySendError::Closed(_)) = tick.try_send(index) {
+                        return;
+                    }
+                }
+            });
+        }
+        ticks
     }
 }
 
@@ -121,5 +147,36 @@ impl WorkerThreads {
     /// Stops every worker without waiting for the threads to end.
     pub fn detach(self) {
         self.stop.cancel();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_blocked_runtime_stops_ticking_while_the_others_go_on() {
+        let threads = WorkerThreads::start(2).expect("two workers");
+        let workers = threads.workers();
+        // Worker 1's runtime is blocked (as by a deadlock) until `release` is sent.
+        let (release, blocked) = std::sync::mpsc::channel::<()>();
+        workers.handles()[1].spawn(async move {
+            let _ = blocked.recv();
+        });
+        let mut ticks = workers.ticks(Duration::from_millis(5));
+        let mut from = [0usize; 2];
+        while from[0] < 20 {
+            let index = ticks.recv().await.expect("ticks");
+            from[index] += 1;
+        }
+        // Its first tick may have come before the block took hold: none since.
+        assert!(from[1] <= 1, "{from:?}");
+        release.send(()).expect("release");
+        while from[1] < 3 {
+            let index = ticks.recv().await.expect("ticks");
+            from[index] += 1;
+        }
+        drop(ticks);
+        threads.stop();
     }
 }

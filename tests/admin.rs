@@ -281,6 +281,111 @@ async fn an_operators_quarantine_outlasts_passing_checks_until_released() {
     assert!(out.contains("was not in quarantine"), "{out}");
 }
 
+/// The STATUS page's state cell of the server at `address`.
+async fn state_on_the_page(broker: &Broker, address: &str) -> String {
+    let html = http_get(broker.addr(), "/TOTVS_BROKER_QUERY/STATUS", &[])
+        .await
+        .text();
+    let row = html
+        .split("<tr>")
+        .find(|row| row.contains(&format!("ServerStatus/{address}\"")))
+        .unwrap_or_else(|| panic!("no row of {address}:\n{html}"));
+    // Server, connections, quarantine, state.
+    let cell = row.split("<td").nth(4).expect("the state cell");
+    cell[..cell.find("</td>").unwrap()].to_string()
+}
+
+/// A healthy server an operator quarantines (after an outage it recovered from) is shown with
+/// who asked and why, on the page, in `show` and the JSON, and after a restart: not with the
+/// error of the outage, which would read as one still going on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operators_quarantine_says_who_and_why_not_the_last_error() {
+    let mut a = TestServer::start("a").await;
+    let b = TestServer::start("b").await;
+    let mut broker = Broker::start(&ini_for(
+        &[&a, &b],
+        "MONITORING_TYPE=CONNECTION\nMONITOR_INTERVAL=100ms",
+    ))
+    .await;
+    a.stop().await;
+    broker
+        .wait_for_log(&format!("putting server {} in quarantine", a.address()))
+        .await;
+    a.resume().await;
+    broker
+        .wait_for_log(&format!(
+            "releasing server {} from quarantine (monitor check passed)",
+            a.address()
+        ))
+        .await;
+    let healthy = state_on_the_page(&broker, &a.address()).await;
+    assert!(
+        !healthy.contains("refused"),
+        "proved itself since: {healthy}"
+    );
+
+    ctl_ok(
+        &broker,
+        &[
+            "quarantine",
+            "SMART_CLIENT_DESKTOP",
+            "01",
+            "10m",
+            "--reason",
+            "AppServer restart",
+        ],
+    );
+    let me = format!("uid {}", nix::unistd::getuid());
+    broker
+        .wait_for_log(&format!(
+            "put in quarantine by {me} (AppServer restart) for 600s"
+        ))
+        .await;
+    let asked = |broker: &Broker| {
+        let server = shown_server(broker, "01");
+        assert_eq!(server["quarantine"]["reason"], "operator", "{server:#}");
+        server["quarantine"]["asked"].clone()
+    };
+    assert_eq!(
+        asked(&broker),
+        serde_json::json!({"by": me, "reason": "AppServer restart"})
+    );
+    let (_, shown, _) = ctl(&broker, &["show"]);
+    assert!(
+        shown.contains("operator's quarantine (operator) until ")
+            && shown.contains(&format!(", asked by {me}: AppServer restart")),
+        "{shown}"
+    );
+    let cell = state_on_the_page(&broker, &a.address()).await;
+    assert!(
+        cell.contains(&format!(" · asked by {me}: AppServer restart</small>"))
+            && !cell.contains("refused"),
+        "{cell}"
+    );
+    let status = query_json(broker.addr()).await;
+    let server = server_json(&status, &a.address()).unwrap();
+    assert_eq!(server["quarantine_asked"]["reason"], "AppServer restart");
+    assert_eq!(server["last_error_current"], false, "{server:#}");
+
+    // Kept over a restart, said to be from before it.
+    broker.signal(Signal::SIGTERM);
+    assert!(broker.wait_exit().await.success());
+    let dir = std::mem::replace(&mut broker.dir, tempfile::tempdir().unwrap());
+    let restarted = Broker::spawn_file(dir, broker.config_path.clone(), broker.ports.clone(), &[]);
+    restarted.wait_for_log("broker ready").await;
+    assert_eq!(
+        asked(&restarted),
+        serde_json::json!({"by": format!("{me} before the restart"), "reason": "AppServer restart"})
+    );
+    let cell = state_on_the_page(&restarted, &a.address()).await;
+    assert!(
+        cell.contains(&format!(
+            "asked by {me} before the restart: AppServer restart"
+        )),
+        "{cell}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cut_closes_that_servers_connections_and_no_other() {
     let a = TestServer::start("a").await;
@@ -391,19 +496,24 @@ async fn overrides_survive_a_reload_and_a_restart() {
     assert!(names(&restarted, 4).await.iter().all(|n| n == "b"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_corrupt_state_file_is_reported_and_ignored() {
-    let a = TestServer::start("a").await;
+/// A broker over `server` started (not waited for) beside the state file `state`.
+fn with_state_file(server: &TestServer, state: &str) -> Broker {
     let dir = tempfile::tempdir().unwrap();
     let ports = free_ports();
     let config_path = dir.path().join("appserver.ini");
     std::fs::write(
         &config_path,
-        fill_placeholders(&ini_for(&[&a], ""), &ports, dir.path()),
+        fill_placeholders(&ini_for(&[server], ""), &ports, dir.path()),
     )
     .unwrap();
-    std::fs::write(dir.path().join("appserver.state"), "{\"half\": [1, 2").unwrap();
-    let broker = Broker::spawn_file(dir, config_path, ports, &[]);
+    std::fs::write(dir.path().join("appserver.state"), state).unwrap();
+    Broker::spawn_file(dir, config_path, ports, &[])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_state_file_is_reported_and_ignored() {
+    let a = TestServer::start("a").await;
+    let broker = with_state_file(&a, "{\"half\": [1, 2");
     broker.wait_for_log("broker ready").await;
     assert!(
         broker.has_log("is not one appbroker wrote"),
@@ -732,4 +842,202 @@ async fn show_counts_each_servers_live_http_sessions_until_they_expire() {
             .all(|s| s["sessions"] == 0)
     })
     .await;
+}
+
+/// `appbroker ping --config <the broker's file> --timeout TIMEOUT`: (exit code, stdout,
+/// stderr).
+fn ping(broker: &Broker, timeout: &str) -> (i32, String, String) {
+    let mut command = Command::new(binary());
+    command
+        .args(["ping", "--config"])
+        .arg(&broker.config_path)
+        .args(["--timeout", timeout]);
+    own_admin_dirs(&mut command, broker.dir.path());
+    run_bounded(command)
+}
+
+/// A connection to `broker`'s control socket that has sent `bytes`.
+fn control_connection(broker: &Broker, bytes: &[u8]) -> UnixStream {
+    let mut stream = UnixStream::connect(socket_of(broker)).unwrap();
+    stream.write_all(bytes).unwrap();
+    stream
+}
+
+/// The next line `stream` reads, within the deadline.
+fn answer_line(stream: &UnixStream) -> String {
+    stream.set_read_timeout(Some(DEADLINE)).unwrap();
+    let mut line = String::new();
+    BufReader::new(stream).read_line(&mut line).unwrap();
+    line
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ping_and_show_are_answered_whatever_other_control_clients_do() {
+    let a = TestServer::start("a").await;
+    let broker = Broker::start_with(&ini_for(&[&a], ""), &["--log-level", "debug"]).await;
+    // Sixteen clients that each send half a request and stop there.
+    let halves: Vec<UnixStream> = (0..16)
+        .map(|_| control_connection(&broker, br#"{"command":"sh"#))
+        .collect();
+    let (code, out, err) = ping(&broker, "1s");
+    assert_eq!(code, 0, "{out}{err}");
+    ctl_ok(&broker, &["show"]);
+    // Sixteen waits, as a maintenance script's `drain --wait`s, on a server with a connection
+    // open: they wait, and hold no place meanwhile.
+    let (held, _) = hold(broker.addr()).await;
+    ctl_ok(&broker, &["drain", "SMART_CLIENT_DESKTOP", "01"]);
+    let wait = br#"{"command":"wait","section":"SMART_CLIENT_DESKTOP","server":"01","timeout":"1m"}
+"#;
+    let waits: Vec<UnixStream> = (0..16).map(|_| control_connection(&broker, wait)).collect();
+    broker
+        .wait_for_logs(r#"control request: {"command":"wait""#, 16)
+        .await;
+    let (code, out, err) = ping(&broker, "1s");
+    assert_eq!(code, 0, "{out}{err}");
+    ctl_ok(&broker, &["show"]);
+    // Half a request is not waited for past 5 s: each of those connections is closed.
+    for half in &halves {
+        assert_eq!(answer_line(half), "", "closed without an answer");
+    }
+    // Sixteen idle connections that asked something keep their places: the next request
+    // finds none, waits a moment and is refused as busy, which is logged once; ping is still
+    // answered.
+    let idle: Vec<UnixStream> = (0..16)
+        .map(|_| {
+            let stream = control_connection(&broker, b"{\"command\":\"show\"}\n");
+            assert!(answer_line(&stream).contains("\"ok\":true"));
+            stream
+        })
+        .collect();
+    for _ in 0..2 {
+        let (code, out, err) = ctl(&broker, &["show"]);
+        assert_eq!(code, 1, "{out}{err}");
+        assert!(err.contains("busy: all 16 places are taken"), "{err}");
+    }
+    assert_eq!(ping(&broker, "1s").0, 0);
+    assert_eq!(
+        broker.count_logs("control socket: all 16 places are taken"),
+        1,
+        "{}",
+        broker.log_text()
+    );
+    drop(idle);
+    // The waits end with the server's last connection.
+    drop(held);
+    for wait in &waits {
+        let answer = answer_line(wait);
+        assert!(answer.contains("no connection left"), "{answer}");
+    }
+    ctl_ok(&broker, &["show"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ping_gives_up_after_its_timeout_on_a_broker_that_does_not_answer() {
+    let a = TestServer::start("a").await;
+    let broker = Broker::start(&ini_for(&[&a], "")).await;
+    broker.signal(Signal::SIGSTOP);
+    let (code, out, err) = ping(&broker, "300ms");
+    broker.signal(Signal::SIGCONT);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("no answer within 300ms"), "{err}");
+    assert_eq!(ping(&broker, "1s").0, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reason_with_control_characters_is_refused_and_one_kept_in_a_state_file_is_escaped() {
+    let a = TestServer::start("a").await;
+    // A state file from before control characters were refused (or edited by hand): a line
+    // break that would forge a log line, and escape sequences for a terminal.
+    let kept = serde_json::json!({
+        "appbroker_state": 1,
+        "written_epoch_ms": 0,
+        "servers": [{
+            "section": "BALANCE_SMART_CLIENT_DESKTOP",
+            "id": "01",
+            "address": a.address(),
+            "overrides": {"hold": {
+                "mode": "disabled",
+                "reason": "patch\nWARN  server 10.0.0.9:1234 enabled by uid 0\u{1b}[2J",
+                "by": "uid 0\u{9b}31m",
+                "since_wall_ms": 0,
+            }},
+            "quarantine_until_epoch_ms": std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis() as u64
+                + 3_600_000,
+            "quarantine_asked": {"by": "uid 0", "reason": "restart\n\u{1b}]0;owned\u{7}"},
+        }],
+    });
+    let broker = with_state_file(&a, &kept.to_string());
+    broker.wait_for_log("broker ready").await;
+    let raw = |text: &str| text.contains('\u{1b}') || text.contains('\u{9b}');
+    let restored = broker.wait_for_log("restored from the state file").await;
+    assert!(
+        restored.contains(r"patch\nWARN  server 10.0.0.9:1234 enabled by uid 0\x1b[2J")
+            && restored.contains(r"uid 0\u{9b}31m"),
+        "{restored}"
+    );
+    assert!(
+        !broker
+            .logs()
+            .iter()
+            .any(|l| raw(l) || l.starts_with("WARN  server 10.0.0.9"))
+    );
+    let show = ctl_ok(&broker, &["show"]);
+    assert!(!raw(&show) && show.contains(r"patch\nWARN"), "{show}");
+    let page = http_get(broker.addr(), "/TOTVS_BROKER_QUERY/STATUS", &[])
+        .await
+        .text();
+    assert!(!raw(&page) && page.contains(r"\x1b[2J"), "{page}");
+    let json: Value = serde_json::from_str(
+        &http_get(broker.addr(), "/TOTVS_BROKER_QUERY/JSON", &[])
+            .await
+            .text(),
+    )
+    .unwrap();
+    let asked = &json["servers"][0]["quarantine_asked"];
+    assert_eq!(asked["reason"], r"restart\n\x1b]0;owned\x07", "{json}");
+
+    // Given now: refused by `ctl` (exit 2, saying which), and by the broker to a client of
+    // its own.
+    let forged = "patch\nWARN  forged\u{1b}[2J";
+    let (code, out, err) = ctl(
+        &broker,
+        &["drain", "SMART_CLIENT_DESKTOP", "01", "--reason", forged],
+    );
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains(r"control characters (\n, \x1b)"), "{err}");
+    assert!(!raw(&err));
+    let (code, out, err) = ctl(
+        &broker,
+        &[
+            "quarantine",
+            "SMART_CLIENT_DESKTOP",
+            "01",
+            "--reason",
+            forged,
+        ],
+    );
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains(r"control characters (\n, \x1b)"), "{err}");
+    for command in ["disable", "quarantine"] {
+        let request = serde_json::json!({
+            "command": command,
+            "section": "SMART_CLIENT_DESKTOP",
+            "server": "01",
+            "reason": forged,
+        });
+        let stream = control_connection(&broker, format!("{request}\n").as_bytes());
+        let answer: Value = serde_json::from_str(&answer_line(&stream)).unwrap();
+        assert_eq!(answer["ok"], false, "{answer}");
+        assert!(
+            answer["error"]
+                .as_str()
+                .unwrap()
+                .contains("control characters"),
+            "{answer}"
+        );
+    }
+    assert_eq!(broker.count_logs("forged"), 0, "{}", broker.log_text());
 }

@@ -15,29 +15,19 @@ use std::net::SocketAddr;
 use appbroker::Event;
 use appbroker::demo::StandIn;
 use appbroker::demo::web::Resource;
-use common::{DevTools, InProcess, Reason, find_chromium, web_stand_ins};
+use common::{
+    DevTools, InProcess, Reason, find_chromium, http_ini, session_secret_line, signed_cookie,
+    web_stand_ins,
+};
 use http_common::{Origin, client, dead_addr, full, request, send};
 use hyper::header::{COOKIE, SET_COOKIE};
 use hyper::{HeaderMap, StatusCode};
 
 /// An ini with one `[BALANCE_HTTP]` on `@PORT@`, monitoring off, `extra` lines in the
-/// section, and `servers` as `(address, weight)` under ids 01, 02...
+/// section, and `servers` as `(address, weight)` under ids 01, 02...; the tests'
+/// `SESSION_SECRET`, so that [`signed`] makes cookies the broker takes as its own.
 fn ini(servers: &[(SocketAddr, u32)], extra: &str) -> String {
-    let mut text = String::from(
-        "[General]\nSHUTDOWN_TIMEOUT=5\n[BALANCE_HTTP]\nLOCAL_SERVER_ADDRESS=127.0.0.1\n\
-         LOCAL_SERVER_PORT=@PORT@\nQUERY_ALLOW=127.0.0.1\nMONITORING_TYPE=DISABLED\n",
-    );
-    text.push_str(extra);
-    text.push('\n');
-    for (i, (addr, weight)) in servers.iter().enumerate() {
-        text.push_str(&format!(
-            "REMOTE_SERVER_{:02}={} {} {weight}\n",
-            i + 1,
-            addr.ip(),
-            addr.port()
-        ));
-    }
-    text
+    http_ini(&session_secret_line(), servers, extra)
 }
 
 /// One GET of `path` on a new connection to `broker`, with `cookie` as its `Cookie` header:
@@ -54,6 +44,11 @@ async fn get_with(
     }
     let (status, headers, _) = send(&mut sender, req).await;
     (status, set_cookie(&headers))
+}
+
+/// `Cookie: TOTVS_BROKER_SH_001=<a value the broker signed for server id, one per n>`.
+fn signed(id: &str, n: u64) -> String {
+    format!("TOTVS_BROKER_SH_001={}", signed_cookie(id, n))
 }
 
 /// The value of the broker's cookie in an answer's `Set-Cookie`, checked whole.
@@ -166,6 +161,8 @@ async fn forged_and_unknown_cookies_count_as_none() {
         "TOTVS_BROKER_SH_001=10.0.0.1:8080",
         "TOTVS_BROKER_SH_001=",
         "TOTVS_BROKER_SH_001=01.AAAAAAAAAAAAAAAAAAAA+/",
+        // Of the right form, but not signed with the broker's secret.
+        "TOTVS_BROKER_SH_001=01.q3VdAbCdEfGhIjKlMnOpQr",
     ] {
         let (status, cookie) = get_with(broker.addr(), "/", Some(forged)).await;
         assert_eq!(status, StatusCode::OK, "{forged}");
@@ -180,7 +177,7 @@ async fn a_session_on_a_failing_server_moves_and_gets_a_new_cookie() {
     let dead = dead_addr().await;
     let live = Origin::start().await;
     let broker = InProcess::start(&ini(&[(dead, 1), (live.addr, 1)], "")).await;
-    let on_dead = "TOTVS_BROKER_SH_001=01.q3VdAbCdEfGhIjKlMnOpQr";
+    let on_dead = &signed("01", 1);
     let (status, cookie) = get_with(broker.addr(), "/", Some(on_dead)).await;
     assert_eq!(status, StatusCode::OK);
     let cookie = cookie.expect("the moved session gets a new cookie");
@@ -211,7 +208,7 @@ async fn strict_mode_answers_503_rather_than_moving() {
     let dead = dead_addr().await;
     let live = Origin::start().await;
     let broker = InProcess::start(&ini(&[(dead, 1), (live.addr, 1)], "HTTP_STICKY_STRICT=1")).await;
-    let on_dead = "TOTVS_BROKER_SH_001=01.q3VdAbCdEfGhIjKlMnOpQr";
+    let on_dead = &signed("01", 1);
     let (status, cookie) = get_with(broker.addr(), "/", Some(on_dead)).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(cookie, None, "the broker's own page sets no cookie");
@@ -227,7 +224,7 @@ async fn a_draining_server_keeps_its_sessions_and_gets_no_new_ones() {
     let (a, b) = (Origin::start().await, Origin::start().await);
     // 01 at weight 0: draining from the start.
     let broker = InProcess::start(&ini(&[(a.addr, 0), (b.addr, 1)], "")).await;
-    let on_a = "TOTVS_BROKER_SH_001=01.q3VdAbCdEfGhIjKlMnOpQr";
+    let on_a = &signed("01", 1);
     for _ in 0..3 {
         assert_eq!(
             get_with(broker.addr(), "/", Some(on_a)).await,
@@ -243,8 +240,8 @@ async fn a_draining_server_keeps_its_sessions_and_gets_no_new_ones() {
 async fn a_server_removed_by_a_reload_moves_its_sessions() {
     let (a, b) = (Origin::start().await, Origin::start().await);
     let broker = InProcess::start(&ini(&[(a.addr, 1), (b.addr, 1)], "")).await;
-    let on_b = "TOTVS_BROKER_SH_001=02.q3VdAbCdEfGhIjKlMnOpQr";
-    let on_a = "TOTVS_BROKER_SH_001=01.AAAAAAAAAAAAAAAAAAAAAA";
+    let on_b = &signed("02", 1);
+    let on_a = &signed("01", 2);
     assert_eq!(
         get_with(broker.addr(), "/", Some(on_b)).await,
         (StatusCode::OK, None)
@@ -299,7 +296,7 @@ async fn the_query_answers_count_sessions_per_server_and_moves() {
     let broker = InProcess::start(&ini(&[(dead, 1), (live.addr, 1)], "")).await;
     // A session on 01, whose failed connect moves it to 02; then three sessions on 02 (01 is
     // in quarantine).
-    let on_dead = "TOTVS_BROKER_SH_001=01.q3VdAbCdEfGhIjKlMnOpQr";
+    let on_dead = &signed("01", 1);
     let (status, moved) = get_with(broker.addr(), "/", Some(on_dead)).await;
     assert_eq!(status, StatusCode::OK);
     assert!(moved.unwrap().starts_with("02."));
@@ -701,9 +698,7 @@ async fn the_status_page_says_sessions_moved_in_its_language() {
             .replace("[General]\n", &format!("[General]\nLANGUAGE={language}\n"));
         let broker = InProcess::start(&text).await;
         // Two sessions on 01; then 01 stops, and each moves to 02 at its next request.
-        let cookies: Vec<String> = (0..2)
-            .map(|i| format!("TOTVS_BROKER_SH_001=01.q3VdAbCdEfGhIjKlMnOpQ{i}"))
-            .collect();
+        let cookies: Vec<String> = (0..2).map(|i| signed("01", i)).collect();
         for cookie in &cookies {
             assert_eq!(
                 get_with(broker.addr(), "/", Some(cookie)).await,

@@ -110,6 +110,28 @@ struct Layout {
     smallest_label: f64,
     /// Columns of the table shown, by their header.
     columns_shown: Vec<String>,
+    /// Every header, shown or not.
+    headers: Vec<String>,
+    /// The data rows' cells, as laid out.
+    rows: Vec<Vec<Cell>>,
+    /// The summary line's text.
+    summary: String,
+    /// How much wider the table is than its card's room for it (it scrolls inside the card).
+    table_overflow: f64,
+}
+
+/// One data cell as Chromium laid it out.
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code)] // read through Debug in messages
+struct Cell {
+    /// Its computed `text-align` and `white-space`.
+    align: String,
+    white_space: String,
+    /// The lines its text takes.
+    lines: u32,
+    shown: bool,
+    text: String,
 }
 
 /// Measures the layout of the page shown in the frame `#page` once everything has loaded
@@ -120,6 +142,17 @@ const MEASURE: &str = "<script>addEventListener('load', () => {
   const table = d.querySelector('table.servers');
   const rows = [...table.querySelectorAll('tr')];
   const shown = e => w.getComputedStyle(e).display !== 'none';
+  // The lines an element's text takes: its text's fragments, grouped by where they sit.
+  const lines = e => {
+    const walk = d.createTreeWalker(e, NodeFilter.SHOW_TEXT), middles = [];
+    while (walk.nextNode()) {
+      const range = d.createRange();
+      range.selectNodeContents(walk.currentNode);
+      for (const r of range.getClientRects()) if (r.width > 0) middles.push((r.top + r.bottom) / 2);
+    }
+    middles.sort((a, b) => a - b);
+    return middles.filter((m, i) => i === 0 || m - middles[i - 1] > 6).length;
+  };
   const charts = [...d.querySelectorAll('.chart > svg')].filter(shown);
   const labels = charts.flatMap(c => [...c.querySelectorAll('text')]).map(t => t.getBoundingClientRect().height);
   document.body.setAttribute('data-layout', JSON.stringify({
@@ -133,6 +166,16 @@ const MEASURE: &str = "<script>addEventListener('load', () => {
     chartHeight: charts.length ? charts[0].getBoundingClientRect().height : 0,
     smallestLabel: labels.length ? Math.min(...labels) : 0,
     columnsShown: [...rows[0].children].filter(shown).map(th => th.textContent),
+    headers: [...rows[0].children].map(th => th.textContent),
+    rows: rows.slice(1).map(r => [...r.children].map(td => {
+      const style = w.getComputedStyle(td);
+      return {
+        align: style.textAlign, whiteSpace: style.whiteSpace, shown: shown(td), text: td.innerText,
+        lines: lines(td),
+      };
+    })),
+    summary: d.querySelector('.summary').innerText,
+    tableOverflow: table.parentElement.scrollWidth - table.parentElement.clientWidth,
   }));
 });</script>";
 
@@ -267,6 +310,28 @@ async fn status_page_renders_in_chromium() {
         desk.smallest_label >= 10.0,
         "axis labels too small: {desk:?}"
     );
+    // Each column drawn by what it holds, as on the HTTP page.
+    assert_eq!(
+        desk.table_overflow, 0.0,
+        "the table fits its card: {desk:?}"
+    );
+    for header in TCP_FIGURES {
+        for cell in column(&desk, header) {
+            assert_eq!(
+                (cell.align.as_str(), cell.white_space.as_str()),
+                ("right", "nowrap"),
+                "{header}: {cell:?}"
+            );
+        }
+    }
+    for header in ["State", "Last check"] {
+        for cell in column(&desk, header) {
+            assert!(
+                cell.align == "left" && cell.white_space == "normal" && cell.lines <= 3,
+                "{header}: {cell:?}"
+            );
+        }
+    }
     screenshot(
         &binary,
         profile.path(),
@@ -340,4 +405,214 @@ async fn the_status_page_fits_a_phone_with_the_table_first() {
         "status-page-1280-pt-BR.png",
     )
     .await;
+}
+
+/// The TCP page's columns of figures.
+const TCP_FIGURES: [&str; 6] = [
+    "Connections",
+    "Weight",
+    "Total",
+    "Failed connects",
+    "Bytes from clients",
+    "Bytes to clients",
+];
+
+/// An HTTP balancer of three web servers, in `language`: 01 available (its weight set by an
+/// operator), 02 refusing connections and quarantined by the monitor, 03 disabled by an
+/// operator with a reason.
+async fn http_scene(language: &str) -> HttpScene {
+    let [one, three] = web_stand_ins().await;
+    // Bound, not listening: connections to it are refused.
+    let refusing = reserve("127.0.0.1:0".parse().unwrap()).expect("a port");
+    let two = refusing.local_addr().unwrap().as_socket().unwrap();
+    let server = |a: std::net::SocketAddr| format!("{} {}", a.ip(), a.port());
+    let ini = format!(
+        "[General]\nLANGUAGE={language}\n[BALANCE_HTTP]\nLOCAL_SERVER_ADDRESS=127.0.0.1\n\
+         LOCAL_SERVER_PORT=@PORT@\nMONITORING_TYPE=CONNECTION\nMONITOR_INTERVAL=500ms\n\
+         REMOTE_SERVER_01={}\nREMOTE_SERVER_02={}\nREMOTE_SERVER_03={}\n",
+        server(one.address),
+        server(two),
+        server(three.address)
+    );
+    let broker = InProcess::start(&ini).await;
+    let balancer = broker.broker.control().balancers()[0].clone();
+    balancer.set_weight(&balancer.find_server("01").unwrap(), Some(3), "uid 0");
+    let hold = appbroker::overrides::Hold {
+        mode: appbroker::overrides::Mode::Disabled,
+        reason: "AppServer upgrade".into(),
+        by: "uid 0".into(),
+        since_wall_ms: appbroker::clock::wall_ms(),
+    };
+    balancer.hold(&balancer.find_server("03").unwrap(), hold);
+    // A round has checked everyone: 02 quarantined, 01 and 03 checked.
+    let end = Instant::now() + DEADLINE;
+    loop {
+        let status = query_json(broker.addr()).await;
+        let servers = status["servers"].as_array().unwrap();
+        if servers[1]["inquarantine"] == true && servers.iter().all(|s| !s["last_check"].is_null())
+        {
+            break;
+        }
+        assert!(Instant::now() < end, "02 never quarantined:\n{status:#}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let html = http_get(broker.addr(), "/TOTVS_BROKER_QUERY/STATUS", &[])
+        .await
+        .text();
+    HttpScene {
+        broker,
+        _servers: [one, three],
+        _refusing: refusing,
+        html,
+    }
+}
+
+/// [`http_scene`]'s broker, the servers it keeps up, and its page.
+struct HttpScene {
+    broker: InProcess,
+    _servers: [appbroker::demo::StandIn; 2],
+    _refusing: socket2::Socket,
+    html: String,
+}
+
+/// What the HTTP page says in `language`: the headers of the columns holding figures and
+/// words, the columns a phone shows, and the words of each state.
+struct HttpWords {
+    figures: [&'static str; 7],
+    words: [&'static str; 3],
+    phone: [&'static str; 3],
+    available: &'static str,
+    quarantined: &'static str,
+    refused: &'static str,
+    disabled: &'static str,
+    summary: &'static str,
+}
+
+const HTTP_EN: HttpWords = HttpWords {
+    figures: [
+        "Sessions",
+        "Connections",
+        "Weight",
+        "Total",
+        "Failed connects",
+        "Bytes from clients",
+        "Bytes to clients",
+    ],
+    words: ["Reasons", "State", "Last check"],
+    phone: ["Server", "Sessions", "State"],
+    available: "available",
+    quarantined: "quarantined",
+    refused: "connection refused",
+    disabled: "disabled",
+    summary: "1 of 3 servers available · 1 in quarantine · 1 disabled",
+};
+
+const HTTP_PT: HttpWords = HttpWords {
+    figures: [
+        "Sessões",
+        "Conexões",
+        "Peso",
+        "Total",
+        "Conexões com falha",
+        "Bytes dos clientes",
+        "Bytes para os clientes",
+    ],
+    words: ["Motivos", "Estado", "Última verificação"],
+    phone: ["Server", "Sessões", "Estado"],
+    available: "disponível",
+    quarantined: "em quarentena",
+    refused: "conexão recusada",
+    disabled: "desabilitado",
+    summary: "1 de 3 servidores disponíveis · 1 em quarentena · 1 desabilitado",
+};
+
+/// The cells of the column headed `header`, one per row.
+fn column<'a>(layout: &'a Layout, header: &str) -> Vec<&'a Cell> {
+    let at = layout
+        .headers
+        .iter()
+        .position(|h| h == header)
+        .unwrap_or_else(|| panic!("no column {header}: {:?}", layout.headers));
+    layout.rows.iter().map(|row| &row[at]).collect()
+}
+
+/// The HTTP page at a desktop's and a phone's width: each column drawn by what it holds
+/// (figures right-aligned on one line, words left-aligned with room), the state and its cause
+/// on a phone, in `words`' language.
+async fn check_http_page(binary: &Path, language: &str, words: &HttpWords) {
+    let scene = http_scene(language).await;
+    let (broker, html) = (&scene.broker, &scene.html);
+    let profile = tempfile::tempdir().expect("profile dir");
+    // For a person, first: left also when an assertion below fails.
+    let url = format!("http://{}/TOTVS_BROKER_QUERY/STATUS", broker.addr());
+    for (width, height) in [(1280, 900), (390, 1400)] {
+        let name = format!("status-page-http-{width}-{language}.png");
+        screenshot(binary, profile.path(), &url, (width, height), &name).await;
+    }
+
+    let desk = layout(binary, profile.path(), html, (1280, 900)).await;
+    eprintln!("{language} at 1280 x 900: {desk:#?}");
+    assert!(desk.summary.ends_with(words.summary), "{desk:?}");
+    assert!(desk.scroll_width <= desk.viewport_width, "{desk:?}");
+    assert_eq!(desk.columns_shown, desk.headers, "every column: {desk:?}");
+    assert_eq!(
+        desk.table_overflow, 0.0,
+        "the table fits its card: {desk:?}"
+    );
+    for header in words.figures {
+        for cell in column(&desk, header) {
+            assert_eq!(
+                (cell.align.as_str(), cell.white_space.as_str()),
+                ("right", "nowrap"),
+                "{header}: {cell:?}"
+            );
+        }
+    }
+    for header in words.words {
+        for cell in column(&desk, header) {
+            assert!(
+                ["left", "start"].contains(&cell.align.as_str()) && cell.white_space == "normal",
+                "{header}: {cell:?}"
+            );
+            assert!(cell.lines <= 3, "{header} squeezed: {cell:?}");
+        }
+    }
+    let last_check = words.words[2];
+    for cell in column(&desk, last_check) {
+        assert!(cell.lines <= 2, "{last_check} squeezed: {cell:?}");
+    }
+
+    let phone = layout(binary, profile.path(), html, (390, 844)).await;
+    eprintln!("{language} at 390 x 844: {phone:#?}");
+    assert!(
+        phone.scroll_width <= phone.viewport_width,
+        "the page scrolls sideways: {phone:?}"
+    );
+    assert!(phone.table_right <= phone.viewport_width, "{phone:?}");
+    assert_eq!(phone.columns_shown, words.phone, "{phone:?}");
+    let state: Vec<&str> = column(&phone, words.phone[2])
+        .iter()
+        .map(|c| c.text.as_str())
+        .collect();
+    assert!(state[0].starts_with(words.available), "{state:?}");
+    assert!(
+        !state[0].contains('\n'),
+        "an available server, no error: {state:?}"
+    );
+    assert!(
+        state[1].starts_with(words.quarantined) && state[1].contains(words.refused),
+        "the badge and the error on a phone: {state:?}"
+    );
+    assert!(
+        state[2].starts_with(words.disabled) && state[2].contains("AppServer upgrade"),
+        "{state:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs chromium on the PATH"]
+async fn the_http_balancers_page_is_laid_out_by_what_each_column_holds() {
+    let binary = find_chromium().expect("chromium on the PATH (Debian's package: chromium)");
+    check_http_page(&binary, "en", &HTTP_EN).await;
+    check_http_page(&binary, "pt-BR", &HTTP_PT).await;
 }

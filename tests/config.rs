@@ -312,6 +312,10 @@ fn every_key_is_printed_with_its_default() {
         ("CONTROL_SOCKET", ""),
         ("CONTROL_GROUP", ""),
         ("STATE_FILE", ""),
+        ("SESSION_SECRET", ""),
+        ("SESSION_SECRET_PREVIOUS", ""),
+        ("UPGRADE_TIMEOUT", "30s"),
+        ("WATCHDOG_TIMEOUT", "10s"),
     ]
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .into();

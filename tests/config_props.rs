@@ -333,6 +333,11 @@ fn key_line(key: &'static Key) -> BoxedStrategy<Option<String>> {
                 .prop_map(move |list| format!("{name}={}", list.join(", "))),
         )
         .boxed(),
+        Domain::Protocols => prop::option::of(
+            prop::collection::vec("[a-zA-Z][a-zA-Z0-9-]{0,9}(/[0-9]{1,2})?", 0..3)
+                .prop_map(move |list| format!("{name}={}", list.join(", "))),
+        )
+        .boxed(),
         Domain::Path => {
             prop::option::of("[a-z/]{1,20}\\.log".prop_map(move |p| format!("{name}=/var/log/{p}")))
                 .boxed()
@@ -397,8 +402,9 @@ fn settings(stands: Stands) -> impl Strategy<Value = Vec<String>> {
                 Domain::Monitoring | Domain::Escaped | Domain::HttpPath | Domain::StatusRange
             )
         })
-        // The SSL_* keys name files the doctor reads: tests/tls.rs covers them.
-        .filter(|k| !k.name.starts_with("SSL_"))
+        // The SSL_* keys name files the doctor reads: tests/tls.rs covers them. Secrets are
+        // never printed, so a printout cannot read back to them.
+        .filter(|k| !k.name.starts_with("SSL_") && !matches!(k.domain, Domain::Secret { .. }))
         .map(key_line)
         .collect();
     let monitoring = if stands == Stands::Balancer {

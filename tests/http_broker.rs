@@ -23,36 +23,11 @@ use appbroker::Event;
 use appbroker::config::BalancerKind;
 use common::{InProcess, Reason, Release, eventually, within};
 use futures_util::{SinkExt, StreamExt};
-use http_common::{Origin, OriginBody, client, dead_addr, full, get, request, send};
+use http_common::{Origin, OriginBody, client, dead_addr, full, get, http_ini, request, send};
 use hyper::StatusCode;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, TcpStream};
-
-/// An ini with one `[BALANCE_HTTP]` on `@PORT@` over `servers`, plus `extra` lines in the
-/// section. Monitoring is disabled unless `extra` sets it, so tests decide when checks run.
-fn http_ini(servers: &[SocketAddr], extra: &str) -> String {
-    let mut text = String::from(
-        "[General]\nSHUTDOWN_TIMEOUT=5\n[BALANCE_HTTP]\nLOCAL_SERVER_ADDRESS=127.0.0.1\n\
-         LOCAL_SERVER_PORT=@PORT@\nQUERY_ALLOW=127.0.0.1\n",
-    );
-    if !extra.to_ascii_uppercase().contains("MONITORING_TYPE") {
-        text.push_str("MONITORING_TYPE=DISABLED\n");
-    }
-    for line in extra.lines() {
-        text.push_str(line);
-        text.push('\n');
-    }
-    for (i, server) in servers.iter().enumerate() {
-        text.push_str(&format!(
-            "REMOTE_SERVER_{:02}={} {}\n",
-            i + 1,
-            server.ip(),
-            server.port()
-        ));
-    }
-    text
-}
 
 /// The finished requests the broker published, in order: (status, server).
 fn requests(broker: &InProcess) -> Vec<(Option<u16>, Option<String>)> {

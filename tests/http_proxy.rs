@@ -749,7 +749,7 @@ async fn a_silent_server_is_a_504_after_the_response_timeout() {
     })
     .await;
     let settings = Settings {
-        response_timeout: Some(Duration::from_millis(300)),
+        response_timeout: Duration::from_millis(300),
         ..settings()
     };
     let broker = Broker::start(TestUpstreams::new(&[silent]), settings).await;

@@ -385,6 +385,70 @@ async fn a_quarantine_whose_time_is_up_is_logged_as_such() {
     .await;
 }
 
+/// A connection that carries no byte either way (a browser's speculative connection to a TCP
+/// balancer's page, forwarded once `QUERY_SNIFF_TIMEOUT` passes; a port check held open) is
+/// counted as any, and its closing line is at debug, whether the client closed it or
+/// `IDLE_TIMEOUT` did; one that carried bytes keeps its line at info.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_without_a_byte_either_way_is_told_at_debug() {
+    let server = TestServer::start("a").await;
+    let broker = Broker::spawn(
+        &ini_for(
+            &[&server],
+            "LOG_CONNECTIONS=1\nQUERY_SNIFF_TIMEOUT=50ms\nIDLE_TIMEOUT=1s",
+        ),
+        &["--log-level", "debug"],
+    );
+    broker.wait_for_log("broker ready").await;
+    let closing = |client: std::net::SocketAddr| {
+        move |l: &Line| {
+            l.text.starts_with("connection closed")
+                && format!("{} ", l.text).contains(&format!("client={client} "))
+        }
+    };
+    // Silent, then closed by the client once forwarded.
+    let silent = TcpStream::connect(broker.addr()).await.expect("connect");
+    let first = silent.local_addr().expect("address");
+    eventually("the silent client forwarded", || server.accepted() == 1).await;
+    drop(silent);
+    let line = wait_for_line(&broker, "the silent client's closing line", closing(first)).await;
+    assert_eq!(line.level, "DEBUG", "{}", line.text);
+    assert!(
+        line.message_is("connection closed without a byte either way")
+            && line.text.contains("ended_by=client")
+            && line.text.contains(&format!("server={}", server.address())),
+        "{}",
+        line.text
+    );
+    // Silent until IDLE_TIMEOUT closes it.
+    let idle = TcpStream::connect(broker.addr()).await.expect("connect");
+    let second = idle.local_addr().expect("address");
+    let line = wait_for_line(&broker, "the idle client's closing line", closing(second)).await;
+    assert_eq!(line.level, "DEBUG", "{}", line.text);
+    assert!(line.text.contains("ended_by=idle-timeout"), "{}", line.text);
+    drop(idle);
+    // Counted as any connection: its server took it.
+    let status = query_json(broker.addr()).await;
+    assert_eq!(status["servers"][0]["total_connections"], 2, "{status:#}");
+    // A client that spoke: at info, as always.
+    let (spoke, _) = hold(broker.addr()).await;
+    let third = spoke.local_addr().expect("address");
+    drop(spoke);
+    let line = wait_for_line(
+        &broker,
+        "the speaking client's closing line",
+        closing(third),
+    )
+    .await;
+    assert_eq!(line.level, "INFO", "{}", line.text);
+    assert!(line.message_is("connection closed"), "{}", line.text);
+    let said: Vec<Line> = lines(&broker)
+        .into_iter()
+        .filter(|l| closing(first)(l) || closing(second)(l))
+        .collect();
+    assert_eq!(said.len(), 2, "one line each: {said:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_close_is_logged_even_without_log_connections() {
     let server = TestServer::start("a").await;
@@ -642,14 +706,17 @@ async fn running_out_of_query_places_is_logged_once_per_episode() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_moved_session_is_logged_once_however_often_its_old_cookie_comes_back() {
+async fn moved_sessions_are_logged_once_per_server_episode_with_their_count() {
     const MOVED: &str = "session moved: its server cannot take it; cookie set anew";
+    const COUNTED: &str =
+        "sessions moved off their server: 2 in this episode, the first one logged";
     let mut servers = web_stand_ins().await;
     let (one, two) = (servers[0].address, servers[1].address);
     let broker = Broker::start(&format!(
-        "[BALANCE_HTTP]\nLOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT=@PORT@\n\
+        "[General]\n{}[BALANCE_HTTP]\nLOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT=@PORT@\n\
          MONITORING_TYPE=DISABLED\nLOG_REQUESTS=1\nREMOTE_SERVER_01={} {}\n\
          REMOTE_SERVER_02={} {}\n",
+        session_secret_line(),
         one.ip(),
         one.port(),
         two.ip(),
@@ -657,11 +724,8 @@ async fn a_moved_session_is_logged_once_however_often_its_old_cookie_comes_back(
     ))
     .await;
     // Two sessions on 01, then 01 stops.
-    let cookies = [
-        "TOTVS_BROKER_SH_001=01.q3VdAbCdEfGhIjKlMnOpQ0",
-        "TOTVS_BROKER_SH_001=01.q3VdAbCdEfGhIjKlMnOpQ1",
-    ];
-    for cookie in cookies {
+    let cookies = [0, 1].map(|n| format!("TOTVS_BROKER_SH_001={}", signed_cookie("01", n)));
+    for cookie in &cookies {
         let answer = http_get(broker.addr(), "/", &[("Cookie", cookie)]).await;
         assert_eq!(answer.status, 200);
     }
@@ -684,8 +748,9 @@ async fn a_moved_session_is_logged_once_however_often_its_old_cookie_comes_back(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // Each old cookie three times, as a client that ignores the new one would: one move
-    // each (the first), the next ones balanced like any unknown cookie.
-    for cookie in cookies {
+    // each (the first), the next ones balanced like any unknown cookie. Two moves off 01 in
+    // one episode: the first logged, the second counted.
+    for cookie in &cookies {
         for _ in 0..3 {
             let answer = http_get(broker.addr(), "/", &[("Cookie", cookie)]).await;
             assert_eq!(answer.status, 200);
@@ -698,7 +763,7 @@ async fn a_moved_session_is_logged_once_however_often_its_old_cookie_comes_back(
         .into_iter()
         .filter(|l| l.message_is(MOVED))
         .collect();
-    assert_eq!(moved.len(), 2, "{}", broker.log_text());
+    assert_eq!(moved.len(), 1, "{}", broker.log_text());
     for line in &moved {
         assert_eq!(line.level, "WARN");
         assert!(
@@ -708,4 +773,11 @@ async fn a_moved_session_is_logged_once_however_often_its_old_cookie_comes_back(
             line.text
         );
     }
+    // A quiet second ends the episode: its count.
+    let line = broker.wait_for_log(COUNTED).await;
+    assert!(
+        line.contains("INFO") && line.contains(&format!("from=\"01 ({one})\"")),
+        "{line}"
+    );
+    assert!(line.contains("moved=2"), "{line}");
 }

@@ -1037,4 +1037,13 @@ async fn peder1981_reads_an_http_balancers_page_in_the_http_brokers_layout() {
     // The cell splitting before 35a8f98 reads the rows the same way.
     let before = peder::parse_html_with(&html, peder::cells_before_35a8f98);
     assert_eq!(contract(&before), rows);
+    // tbarbito's reads the third cell, the connections on this layout (`0` is neither empty
+    // nor `-`): every server is quarantined to it, the available one too. What
+    // docs/operations.md warns of: point it at a TCP balancer's page only.
+    let slaves = tbarbito::parse_broker_page(&html);
+    let third: Vec<(&str, bool)> = slaves
+        .iter()
+        .map(|s| (s.quarantine.as_str(), s.is_quarantined()))
+        .collect();
+    assert_eq!(third, [("0", true), ("0", true)]);
 }

@@ -802,6 +802,78 @@ async fn quarantine_shows_in_json_within_a_monitor_round() {
     let released = server_json(&status, &b.address());
     assert_eq!(released["quarantine"], "-", "{released}");
     assert_eq!(released["quarantine_entry_time"], "-", "{released}");
+    // Its error is history once a check passed: kept with its time, not shown.
+    assert_eq!(released["last_error"], "connection refused", "{released}");
+    assert!(
+        released["last_error_epoch_ms"].as_u64().is_some(),
+        "{released}"
+    );
+    assert_eq!(released["last_error_current"], false, "{released}");
+    let page = get(&broker, "/TOTVS_BROKER_QUERY/STATUS").await.text();
+    assert_eq!(
+        state_cell(&page, &b.address()),
+        "<span class='badge ok'>available</span>"
+    );
+}
+
+/// The state cell of the server at `address` on a STATUS page, without its `<td>`.
+fn state_cell(page: &str, address: &str) -> String {
+    let row = page
+        .split("<tr>")
+        .find(|row| row.contains(&format!("ServerStatus/{address}\"")))
+        .unwrap_or_else(|| panic!("no row of {address}:\n{page}"));
+    let cells: Vec<&str> = row.split("<td").collect();
+    let cell = cells[4];
+    cell[cell.find('>').unwrap() + 1..cell.find("</td>").unwrap()].to_string()
+}
+
+/// Without a monitor, a server whose quarantine ran out is shown with the error that put it
+/// there, and when, until a client's connect to it succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_connect_error_is_shown_until_a_connect_succeeds() {
+    let a = TestServer::start("a").await;
+    let mut b = TestServer::start("b").await;
+    let ini = ini_for(
+        &[&a, &b],
+        "SORT_METHOD=ROUND_ROBIN\nMONITORING_TYPE=DISABLED\nQUARANTINE_TIME=200ms",
+    );
+    let broker = InProcess::start(&ini).await;
+    b.stop().await;
+    quarantine_by_clients(&broker, &b).await;
+    let status = json_when(&broker, "b's quarantine over", |status| {
+        server_json(status, &b.address())["inquarantine"] == false
+    })
+    .await;
+    let over = server_json(&status, &b.address());
+    assert_eq!(
+        over["last_error_current"], true,
+        "nothing proved since: {over}"
+    );
+    let at = over["last_error_epoch_ms"].as_u64().unwrap();
+    let page = get(&broker, "/TOTVS_BROKER_QUERY/STATUS").await.text();
+    let cell = state_cell(&page, &b.address());
+    assert!(
+        cell.contains("available")
+            && cell.contains(&format!(
+                "Error at {}: connection refused",
+                appbroker::clock::time_of_day(at)
+            )),
+        "{cell}"
+    );
+
+    b.resume().await;
+    let end = Instant::now() + DEADLINE;
+    while ask(broker.addr()).await.expect("answered") != "b" {
+        assert!(Instant::now() < end, "b never reached");
+    }
+    let page = get(&broker, "/TOTVS_BROKER_QUERY/STATUS").await.text();
+    assert_eq!(
+        state_cell(&page, &b.address()),
+        "<span class='badge ok'>available</span>",
+        "a client reached it: the error is history"
+    );
+    let server = json(&broker).await["servers"][1].clone();
+    assert_eq!(server["last_error_current"], false, "{server}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1000,7 +1072,7 @@ async fn portuguese_labels_follow_the_totvs_page() {
     .text();
     let text = visible_text(&detail);
     assert!(!text.contains("connection refused"), "{text}");
-    assert!(text.contains("conexão de client"), "{text}");
+    assert!(text.contains("conexão de cliente"), "{text}");
     let english = InProcess::start(&ini_for(&[&a], "")).await;
     let page = get(&english, "/TOTVS_BROKER_QUERY/STATUS").await.text();
     assert!(!page.contains("Quarentena"), "English by default");

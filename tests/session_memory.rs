@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use appbroker::config::ServerId;
-use appbroker::sessions::{Sessions, Ticket};
+use appbroker::sessions::{CookieKeys, Sessions, Ticket};
 use tokio::time::Instant;
 
 /// The process's resident set in bytes (`VmRSS` of /proc/self/status).
@@ -26,7 +26,8 @@ fn memory_per_session() {
         ServerId::parse("02").unwrap(),
     ];
     // Tickets made before the first reading: what is measured is the table alone.
-    let tickets: Vec<Ticket> = (0..N).map(|i| Ticket::fresh(ids[i % 2])).collect();
+    let keys = CookieKeys::new(b"the memory measurement's secret", None, None);
+    let tickets: Vec<Ticket> = (0..N).map(|i| keys.issue(ids[i % 2])).collect();
     let before = rss();
     let mut table = Sessions::new();
     let now = Instant::now();

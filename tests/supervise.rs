@@ -1,8 +1,11 @@
 //! Supervised mode through the real binary (`appbroker --supervise`): the child SIGKILLed
 //! again and again under load refuses no one, a child that dies at start is restarted with
 //! a growing back-off, the supervisor's SIGTERM stops it with its child (even one starting),
-//! a child whose supervisor is killed stops rather than serve on as an orphan, and a SIGHUP
-//! or `ctl reload` that adds a port makes the supervisor hold it too.
+//! a child whose supervisor is killed stops rather than serve on as an orphan, a SIGHUP or
+//! `ctl reload` that adds a port makes the supervisor hold it too, a stopped child is killed
+//! by the watchdog and replaced, and an upgrade's new binary (a script of the test's own)
+//! that hangs in its check or is no compatible appbroker is refused while the supervisor
+//! goes on serving.
 #![cfg(target_os = "linux")]
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test that cannot go on should panic
 
@@ -82,6 +85,21 @@ fn gone(pid: i32) -> bool {
             .next()
             .is_some_and(|rest| rest.trim_start().starts_with('Z')),
     }
+}
+
+/// True once every thread of process `pid` is stopped (state `T`): a signal's stop takes
+/// effect as each thread next runs.
+fn stopped(pid: i32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.filter_map(Result::ok).all(|task| {
+        std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+            stat.rsplit(')')
+                .next()
+                .is_some_and(|rest| rest.trim_start().starts_with('T'))
+        })
+    })
 }
 
 /// `appbroker ARGS --config <the broker's file>`, run to its end with the broker's
@@ -742,9 +760,12 @@ async fn an_old_broker_that_does_not_drain_is_cut_at_shutdown_timeout() {
     assert_eq!(ask(broker.addr()).await.unwrap(), "A");
 }
 
-#[tokio::test]
-async fn the_supervisor_tells_systemd_it_is_ready_once_the_broker_serves() {
-    let server = TestServer::start("A").await;
+/// A supervised broker over `server` started as systemd starts a `Type=notify` service, with
+/// `env` besides, and the notify socket it writes to.
+fn under_systemd(
+    server: &TestServer,
+    env: &[(&str, &str)],
+) -> (Broker, std::os::unix::net::UnixDatagram) {
     let dir = tempfile::tempdir().unwrap();
     let notify = dir.path().join("notify");
     let listener = std::os::unix::net::UnixDatagram::bind(&notify).unwrap();
@@ -753,7 +774,7 @@ async fn the_supervisor_tells_systemd_it_is_ready_once_the_broker_serves() {
     let config_path = dir.path().join("appserver.ini");
     std::fs::write(
         &config_path,
-        fill_placeholders(&ini(&server, ""), &ports, dir.path()),
+        fill_placeholders(&ini(server, ""), &ports, dir.path()),
     )
     .unwrap();
     let mut command = std::process::Command::new(binary());
@@ -761,8 +782,16 @@ async fn the_supervisor_tells_systemd_it_is_ready_once_the_broker_serves() {
         .arg("--supervise")
         .arg("--config")
         .arg(&config_path)
-        .env("NOTIFY_SOCKET", &notify);
+        .env("NOTIFY_SOCKET", &notify)
+        .envs(env.iter().copied());
     let broker = Broker::spawn_command(dir, config_path, ports, command);
+    (broker, listener)
+}
+
+#[tokio::test]
+async fn the_supervisor_tells_systemd_it_is_ready_once_the_broker_serves() {
+    let server = TestServer::start("A").await;
+    let (broker, listener) = under_systemd(&server, &[]);
     let said = tokio::task::spawn_blocking(move || {
         let mut buf = [0u8; 64];
         let n = listener
@@ -920,4 +949,310 @@ async fn the_supervisor_socket_follows_control_group_as_the_control_socket_does(
     assert_eq!(mode(&supervisor_socket), expected);
     let (code, out, err) = command(&broker, &["upgrade"]).await;
     assert_eq!(code, 0, "{out}{err}");
+}
+
+/// An upgrade's new binary whose `--check` hangs (in a shell that waits for a `sleep` it
+/// started, so a kill of the shell alone would leave the `sleep`); everything else it hands
+/// to the binary under test. The pids go to `check.pid` and `sleep.pid`.
+const HANGING_CHECK: &str = r#"case "$1" in
+--check)
+    echo $$ > @DIR@/check.pid
+    sleep 600 &
+    echo $! > @DIR@/sleep.pid
+    wait
+    exit 0 ;;
+esac
+exec @REAL@ "$@""#;
+
+/// The pid a script wrote to `path`, once it has.
+async fn pid_in_file(path: &std::path::Path) -> i32 {
+    let end = Instant::now() + DEADLINE;
+    loop {
+        if let Some(pid) = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+        {
+            return pid;
+        }
+        assert!(Instant::now() < end, "no pid in {}", path.display());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// `appbroker upgrade` for `broker`, run in the background.
+fn upgrade_in_background(broker: &Broker) -> tokio::task::JoinHandle<(i32, String, String)> {
+    let mut command = std::process::Command::new(binary());
+    command
+        .arg("upgrade")
+        .arg("--config")
+        .arg(&broker.config_path);
+    own_admin_dirs(&mut command, broker.dir.path());
+    tokio::task::spawn_blocking(move || run_bounded(command))
+}
+
+#[tokio::test]
+async fn while_an_upgrades_check_hangs_the_supervisor_restarts_answers_and_stops_killing_it() {
+    let mut strays = Strays::default();
+    let server = TestServer::start("A").await;
+    let installed = Installed::new();
+    let mut broker = Broker::start_exe(&installed.path, &ini(&server, ""), &["--supervise"]).await;
+    let first = serving_child(&broker, 1).await;
+    installed.install_script(HANGING_CHECK);
+    let upgrading = upgrade_in_background(&broker);
+    let check = pid_in_file(&installed.file("check.pid")).await;
+    let sleep = pid_in_file(&installed.file("sleep.pid")).await;
+    strays.0.extend([check, sleep]);
+    // The check and what it started hold none of the listeners: hung, they cannot keep the
+    // port open once the supervisor is gone.
+    let inodes = listening_inodes(broker.ports[0]);
+    assert!(!inodes.is_empty());
+    for pid in [check, sleep] {
+        assert!(!holds(pid as u32, &inodes), "pid {pid} holds the listener");
+    }
+    // Meanwhile the supervisor answers its socket: a second upgrade is refused at once.
+    let (code, out, err) = command(&broker, &["upgrade"]).await;
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("an upgrade is in progress"), "{err}");
+    // And a broker that dies is replaced at once.
+    kill(first, Signal::SIGKILL);
+    wait_serving(&broker, 2).await;
+    assert_eq!(ask(broker.addr()).await.unwrap(), "A");
+    // SIGTERM: the upgrade is refused, the check killed, and the supervisor stops as usual.
+    broker.signal(Signal::SIGTERM);
+    let status = broker.wait_exit().await;
+    assert_eq!(status.code(), Some(0), "{}", broker.log_text());
+    let (code, out, err) = upgrading.await.unwrap();
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("the supervisor received SIGTERM; its check was stopped"),
+        "{err}"
+    );
+    eventually("the check and its sleep killed", || {
+        gone(check) && gone(sleep)
+    })
+    .await;
+    assert_eq!(
+        broker.count_logs("re-executing"),
+        0,
+        "{}",
+        broker.log_text()
+    );
+}
+
+#[tokio::test]
+async fn an_upgrades_check_that_outlasts_upgrade_timeout_is_killed_and_the_upgrade_refused() {
+    let mut strays = Strays::default();
+    let server = TestServer::start("A").await;
+    let installed = Installed::new();
+    let broker = Broker::start_exe(
+        &installed.path,
+        &ini(&server, "UPGRADE_TIMEOUT=1s"),
+        &["--supervise"],
+    )
+    .await;
+    let first = serving_child(&broker, 1).await;
+    installed.install_script(HANGING_CHECK);
+    let (code, out, err) = command(&broker, &["upgrade"]).await;
+    let (check, sleep) = (
+        pid_in_file(&installed.file("check.pid")).await,
+        pid_in_file(&installed.file("sleep.pid")).await,
+    );
+    strays.0.extend([check, sleep]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("--check gave no answer within 1s (UPGRADE_TIMEOUT): it was killed")
+            && err.contains("the running broker carries on"),
+        "{err}"
+    );
+    // Its whole process group is killed: the shell and the sleep it waits for.
+    eventually("the check and its sleep killed", || {
+        gone(check) && gone(sleep)
+    })
+    .await;
+    assert!(!gone(first));
+    assert_eq!(ask(broker.addr()).await.unwrap(), "A");
+    assert_eq!(
+        broker.count_logs("re-executing"),
+        0,
+        "{}",
+        broker.log_text()
+    );
+    // With a binary that passes, the next upgrade goes through.
+    installed.install_binary();
+    let (code, out, err) = command(&broker, &["upgrade"]).await;
+    assert_eq!(code, 0, "{out}{err}\n{}", broker.log_text());
+    assert_ne!(serving_child(&broker, 2).await, first);
+}
+
+#[tokio::test]
+async fn an_upgrade_to_a_binary_that_is_no_compatible_appbroker_is_refused_and_the_broker_carries_on()
+ {
+    let server = TestServer::start("A").await;
+    let installed = Installed::new();
+    let broker = Broker::start_exe(&installed.path, &ini(&server, ""), &["--supervise"]).await;
+    let first = serving_child(&broker, 1).await;
+    let cases = [
+        // Passes any check; no appbroker at all. Re-executed into, it would exit, and the
+        // broker with it.
+        (
+            "exit 0",
+            "printed nothing where `appbroker-handover 1` was expected",
+        ),
+        // An appbroker whose hand-over this image does not speak.
+        (
+            "case \"$1\" in --handover-version) echo appbroker-handover 999;; esac\nexit 0",
+            "takes hand-over version 999",
+        ),
+        // A build older than this one (a downgrade): it knows no such option.
+        (
+            "case \"$1\" in --handover-version) echo \"error: unexpected argument\" >&2; \
+             exit 2;; esac\nexec @REAL@ \"$@\"",
+            "`--handover-version` exited with code 2",
+        ),
+    ];
+    for (script, says) in cases {
+        installed.install_script(script);
+        let (code, out, err) = command(&broker, &["upgrade"]).await;
+        assert_eq!(code, 1, "{script}: {out}{err}\n{}", broker.log_text());
+        assert!(
+            err.contains(says) && err.contains("the running broker carries on"),
+            "{script}: {err}"
+        );
+    }
+    assert_eq!(
+        broker.count_logs("re-executing"),
+        0,
+        "{}",
+        broker.log_text()
+    );
+    assert!(!gone(first) && !gone(broker.pid() as i32));
+    assert_eq!(ask(broker.addr()).await.unwrap(), "A");
+    assert_eq!(broker.count_logs("is gone"), 0, "{}", broker.log_text());
+}
+
+#[test]
+fn the_unit_restarts_the_supervisor_however_it_ends_and_watches_it() {
+    let unit = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/contrib/appbroker.service"
+    ))
+    .unwrap();
+    let value = |key: &str| {
+        unit.lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}=")))
+            .unwrap_or_else(|| panic!("no {key}= in the unit"))
+            .trim()
+            .to_string()
+    };
+    // An exit 0 nobody asked for (a broker that exits 0, a binary that is no appbroker) must
+    // not leave the service down.
+    assert_eq!(value("Restart"), "always");
+    let watchdog: u64 = value("WatchdogSec").parse().expect("seconds");
+    assert!(watchdog > 0);
+}
+
+#[tokio::test]
+async fn a_stopped_broker_is_killed_by_the_watchdog_once_a_reload_turns_it_on_and_replaced() {
+    let server = TestServer::start("A").await;
+    let broker = Broker::start_with(&ini(&server, "WATCHDOG_TIMEOUT=0"), &["--supervise"]).await;
+    let first = serving_child(&broker, 1).await;
+    let text = std::fs::read_to_string(&broker.config_path).unwrap();
+    std::fs::write(
+        &broker.config_path,
+        text.replace("WATCHDOG_TIMEOUT=0", "WATCHDOG_TIMEOUT=2s"),
+    )
+    .unwrap();
+    broker.signal(Signal::SIGHUP);
+    broker
+        .wait_for_log("supervisor: WATCHDOG_TIMEOUT is now 2s")
+        .await;
+    // Stopped (as by SIGSTOP, a debugger, a frozen cgroup): it serves no one.
+    kill(first, Signal::SIGSTOP);
+    eventually("every thread of the broker stopped", || stopped(first)).await;
+    let mut queued = TcpStream::connect(broker.addr())
+        .await
+        .expect("queued, not refused");
+    broker
+        .wait_for_log(&format!(
+            "broker (pid {first}) sent no heartbeat for 2s (stopped, hung or being debugged) \
+             (WATCHDOG_TIMEOUT): killing it (SIGKILL); starting another on the listeners held"
+        ))
+        .await;
+    broker
+        .wait_for_log(&format!(
+            "broker (pid {first}) killed by SIGKILL while serving; starting another now"
+        ))
+        .await;
+    assert_ne!(serving_child(&broker, 2).await, first);
+    // The client that connected meanwhile waited in the queue, and the new broker serves it.
+    assert_eq!(exchange(&mut queued, "queued").await.unwrap(), "A");
+    eventually("the stopped broker gone", || gone(first)).await;
+}
+
+#[tokio::test]
+async fn a_broker_that_never_announced_heartbeats_is_left_alone_by_the_watchdog() {
+    let server = TestServer::start("A").await;
+    let installed = Installed::new();
+    let broker = Broker::start_exe(
+        &installed.path,
+        &ini(&server, "WATCHDOG_TIMEOUT=1s\nUPGRADE_TIMEOUT=1s"),
+        &["--supervise"],
+    )
+    .await;
+    let first = serving_child(&broker, 1).await;
+    // A stand-in for a broker of an earlier build: READY, and never a heartbeat. (bash: the
+    // descriptor's number may have two digits.) Its `--check` hangs, for the wait below.
+    installed.install_script(
+        "#!/bin/bash\ncase \"$1\" in\n--check) exec sleep 600 ;;\n--handover-version) exec \
+         @REAL@ \"$@\" ;;\nesac\necho $$ > @DIR@/standin.pid\necho READY >&\"$APPBROKER_READY_FD\"\n\
+         exec sleep 600",
+    );
+    kill(first, Signal::SIGKILL);
+    let standin = pid_in_file(&installed.file("standin.pid")).await;
+    broker
+        .wait_for_log(&format!(
+            "broker (pid {standin}) sends no heartbeats (an earlier build): the watchdog \
+             leaves it alone"
+        ))
+        .await;
+    // An upgrade refused after UPGRADE_TIMEOUT (1s), asked after the stand-in served: longer
+    // than WATCHDOG_TIMEOUT (1s) has passed once it is answered.
+    let (code, out, err) = command(&broker, &["upgrade"]).await;
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("no answer within 1s"), "{err}");
+    assert!(!gone(standin), "{}", broker.log_text());
+    assert_eq!(
+        broker.count_logs("sent no heartbeat"),
+        0,
+        "{}",
+        broker.log_text()
+    );
+}
+
+#[tokio::test]
+async fn the_supervisor_tells_systemds_watchdog_it_lives() {
+    let server = TestServer::start("A").await;
+    // WatchdogSec=0.2s: WATCHDOG=1 every 100ms.
+    let (broker, listener) = under_systemd(&server, &[("WATCHDOG_USEC", "200000")]);
+    let said = tokio::task::spawn_blocking(move || {
+        let mut said = Vec::new();
+        let mut buf = [0u8; 64];
+        while said.iter().filter(|s| *s == "WATCHDOG=1").count() < 3 {
+            let n = listener
+                .recv(&mut buf)
+                .expect("datagrams within the deadline");
+            said.push(String::from_utf8_lossy(&buf[..n]).to_string());
+        }
+        said
+    })
+    .await
+    .unwrap();
+    assert!(
+        said.iter().all(|s| s == "READY=1" || s == "WATCHDOG=1"),
+        "{said:?}"
+    );
+    // The watchdog is the supervisor's: the broker never sees the variable.
+    let child = serving_child(&broker, 1).await;
+    let environ = std::fs::read(format!("/proc/{child}/environ")).unwrap();
+    assert!(!String::from_utf8_lossy(&environ).contains("WATCHDOG_USEC"));
 }

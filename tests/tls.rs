@@ -299,25 +299,33 @@ async fn same_port_mode_serves_tls_and_plain_clients() {
     assert!(broker.state().handshake_failures.is_empty());
 }
 
-/// A rustls server configuration that serves `leaf`.
-fn server_config(leaf: &Leaf) -> ServerConfig {
+/// A TLS server's configuration with `leaf` (its key PKCS#8, as rcgen and OpenSSL write it),
+/// speaking `alpn` when given.
+fn server_config(leaf: &Leaf, alpn: Option<&[u8]>) -> ServerConfig {
     let key = rustls::pki_types::PrivateKeyDer::try_from(
         rustls::pki_types::pem::PemObject::from_pem_slice(leaf.key.as_bytes())
             .map(|k: rustls::pki_types::PrivatePkcs8KeyDer<'static>| k.secret_pkcs8_der().to_vec())
             .unwrap(),
     )
     .unwrap();
-    ServerConfig::builder_with_provider(appbroker::tls::provider())
+    let mut config = ServerConfig::builder_with_provider(appbroker::tls::provider())
         .with_safe_default_protocol_versions()
         .unwrap()
         .with_no_client_auth()
         .with_single_cert(vec![leaf.der.clone()], key)
-        .unwrap()
+        .unwrap();
+    config.alpn_protocols = alpn.into_iter().map(<[u8]>::to_vec).collect();
+    config
+}
+
+/// A TLS server's acceptor with `leaf`, speaking `alpn` when given.
+fn acceptor_of(leaf: &Leaf, alpn: Option<&[u8]>) -> TlsAcceptor {
+    TlsAcceptor::from(Arc::new(server_config(leaf, alpn)))
 }
 
 /// A TLS echo server (`<name>: <line>`) with `leaf`, on loopback.
 async fn tls_echo_server(name: &'static str, leaf: &Leaf) -> SocketAddr {
-    let acceptor = TlsAcceptor::from(Arc::new(server_config(leaf)));
+    let acceptor = acceptor_of(leaf, None);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -624,7 +632,7 @@ fn have(program: &str) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs openssl and curl"]
+#[ignore = "needs openssl and curl (apt-get install openssl curl)"]
 async fn openssl_s_client_and_curl_verify_the_broker_and_are_served() {
     if !have("openssl") || !have("curl") {
         return;
@@ -704,7 +712,7 @@ fn spki_hash(cert: &Path) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs chromium and openssl"]
+#[ignore = "needs chromium and openssl (apt-get install chromium openssl)"]
 async fn the_status_page_over_https_in_chromium() {
     if !have("openssl") {
         return;
@@ -1005,10 +1013,363 @@ async fn an_http_balancer_speaks_https_and_tells_plain_http_to_use_it() {
     assert!(broker.state().servers[0].quarantine.is_none());
 }
 
+/// What a TLS-only HTTP server saw on one connection it accepted.
+#[derive(Debug, Clone, Default)]
+struct Seen {
+    /// The first bytes, when they were not a TLS handshake (clear text).
+    clear: Option<String>,
+    /// The application protocol agreed (ALPN).
+    alpn: Option<Vec<u8>>,
+    /// The paths asked on it, in order.
+    paths: Vec<String>,
+}
+
+/// A TLS-only HTTP/1.1 server with `leaf` (keep-alive, ALPN `http/1.1`) answering every
+/// request `served <path>`, and what each connection it accepted carried. A connection whose
+/// first byte is no TLS handshake record (0x16) is recorded as clear text and closed.
+async fn tls_http_server(leaf: &Leaf) -> (SocketAddr, Arc<std::sync::Mutex<Vec<Seen>>>) {
+    let acceptor = acceptor_of(leaf, Some(b"http/1.1"));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen: Arc<std::sync::Mutex<Vec<Seen>>> = Arc::default();
+    let record = Arc::clone(&seen);
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let index = {
+                let mut seen = record.lock().unwrap();
+                seen.push(Seen::default());
+                seen.len() - 1
+            };
+            let (acceptor, record) = (acceptor.clone(), Arc::clone(&record));
+            tokio::spawn(async move {
+                let mut first = [0u8; 64];
+                let Ok(n) = tcp.peek(&mut first).await else {
+                    return;
+                };
+                if n == 0 {
+                    return;
+                }
+                if first[0] != 0x16 {
+                    let mut clear = vec![0u8; 256];
+                    let n = tokio::io::AsyncReadExt::read(&mut tcp, &mut clear)
+                        .await
+                        .unwrap_or(0);
+                    record.lock().unwrap()[index].clear =
+                        Some(String::from_utf8_lossy(&clear[..n]).into_owned());
+                    return;
+                }
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                record.lock().unwrap()[index].alpn =
+                    tls.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
+                let service = hyper::service::service_fn(
+                    move |request: hyper::Request<hyper::body::Incoming>| {
+                        let path = request.uri().path().to_string();
+                        record.lock().unwrap()[index].paths.push(path.clone());
+                        async move {
+                            Ok::<_, std::convert::Infallible>(hyper::Response::new(
+                                http_body_util::Full::new(bytes::Bytes::from(format!(
+                                    "served {path}"
+                                ))),
+                            ))
+                        }
+                    },
+                );
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                    .await;
+            });
+        }
+    });
+    (addr, seen)
+}
+
+/// [`tls_ini`] for an HTTP balancer.
+fn http_tls_ini(port: u16, extra: &str) -> String {
+    tls_ini(port, extra).replace("[BALANCE_SMART_CLIENT_DESKTOP]", "[BALANCE_HTTP]")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_balancer_speaks_tls_to_its_servers_and_reuses_one_pooled_connection() {
+    let ca = Ca::new("Upstream CA");
+    let files = Files::new();
+    let ca_file = files.write("upstream-ca.pem", ca.pem());
+    let (addr, seen) = tls_http_server(&ca.issue(&["127.0.0.1"], |_| {})).await;
+    let ini = http_tls_ini(
+        addr.port(),
+        &format!(
+            "SSL_ENCRYPT_UPSTREAM=1\nSSL_UPSTREAM_CA={}\nMONITORING_TYPE=HTTP\n\
+             MONITOR_PATH=/health\nMONITOR_INTERVAL=100ms\n",
+            ca_file.display()
+        ),
+    );
+    let broker = InProcess::start(&ini).await;
+
+    // Five requests on one kept-alive client connection (one worker, so one pool).
+    let mut client = HttpConnection::connect(broker.addr()).await;
+    for i in 0..5 {
+        let answer = client.request("GET", &format!("/r{i}"), &[]).await.unwrap();
+        assert_eq!(
+            (answer.status, answer.text()),
+            (200, format!("served /r{i}")),
+            "{:?}",
+            seen.lock().unwrap()
+        );
+    }
+    // The monitor's HTTP check goes over TLS too, on the same dialer.
+    eventually("a passed HTTP check over TLS", || {
+        broker.state().servers[0]
+            .last_check
+            .as_ref()
+            .is_some_and(|c| c.error.is_none())
+    })
+    .await;
+
+    let seen = seen.lock().unwrap().clone();
+    let clear: Vec<_> = seen.iter().filter_map(|c| c.clear.as_ref()).collect();
+    assert!(clear.is_empty(), "clear text reached the server: {clear:?}");
+    let carrying: Vec<&Seen> = seen
+        .iter()
+        .filter(|c| c.paths.iter().any(|p| p.starts_with("/r")))
+        .collect();
+    assert_eq!(
+        carrying.len(),
+        1,
+        "five requests, one pooled TLS connection: {seen:?}"
+    );
+    assert_eq!(carrying[0].paths, ["/r0", "/r1", "/r2", "/r3", "/r4"]);
+    assert_eq!(carrying[0].alpn.as_deref(), Some(&b"http/1.1"[..]));
+    assert!(seen.iter().any(|c| c.paths == ["/health"]), "{seen:?}");
+    assert_eq!(broker.state().servers[0].failed_connects, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_balancer_sends_nothing_to_a_server_it_cannot_verify_and_says_why() {
+    let trusted = Ca::new("Upstream CA");
+    let files = Files::new();
+    let ca_file = files.write("upstream-ca.pem", trusted.pem());
+    let stranger = Ca::new("Someone else").issue(&["127.0.0.1"], |_| {});
+    let (addr, seen) = tls_http_server(&stranger).await;
+    let ini = http_tls_ini(
+        addr.port(),
+        &format!(
+            "SSL_ENCRYPT_UPSTREAM=1\nSSL_UPSTREAM_CA={}\nMONITORING_TYPE=DISABLED\n\
+             MAX_ATTEMPTS=1\n",
+            ca_file.display()
+        ),
+    );
+    let broker = InProcess::start(&ini).await;
+    let answer = http_get(broker.addr(), "/secret", &[]).await;
+    assert_eq!(answer.status, 503, "{}", answer.text());
+    let seen = seen.lock().unwrap().clone();
+    assert!(!seen.is_empty(), "the broker tried the server");
+    assert!(
+        seen.iter().all(|c| c.clear.is_none() && c.paths.is_empty()),
+        "{seen:?}"
+    );
+    let error = broker.state().servers[0]
+        .last_error
+        .clone()
+        .expect("a reason");
+    assert!(
+        error.starts_with(
+            "TLS handshake failed: unknown issuer: the server's certificate \
+                           (CN=127.0.0.1, issued by CN=Someone else,"
+        ),
+        "{error}"
+    );
+    assert!(broker.state().servers[0].quarantine.is_some());
+}
+
+/// A server's own certificate as `openssl req -x509` makes it, made here with rcgen:
+/// self-signed, marked CA:TRUE, no subject alternative name, `name` its CN.
+fn self_signed(name: &str, tweak: impl FnOnce(&mut CertificateParams)) -> Leaf {
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.distinguished_name = dn(name);
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    tweak(&mut params);
+    let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let cert = params.self_signed(&key).unwrap();
+    Leaf {
+        der: cert.der().clone(),
+        pem: cert.pem(),
+        key: key.serialize_pem(),
+    }
+}
+
+/// `appbroker --check` on one TCP balancer encrypting upstream with `extra` (its
+/// `SSL_UPSTREAM_CA`).
+fn check_upstream(files: &Files, extra: &str) -> (i32, String, String) {
+    let ini = files.write(
+        "appserver.ini",
+        format!(
+            "[BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_PORT=5000\nSSL_ENCRYPT_UPSTREAM=1\n\
+             {extra}REMOTE_SERVER_01=127.0.0.1 6000\n"
+        ),
+    );
+    run_cli(&["--check", "--config", ini.to_str().unwrap()])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_own_certificate_in_ssl_upstream_ca_is_pinned_until_it_expires() {
+    let files = Files::new();
+    let own = self_signed("appserver", |_| {});
+    let pinned = format!(
+        "SSL_UPSTREAM_CA={}\n",
+        files.write("appserver.crt", &own.pem).display()
+    );
+    let (served, error) = through_upstream_tls(&own, &pinned).await;
+    assert_eq!(served.as_deref(), Some("tls-a: through"), "{error:?}");
+    let (code, _, stderr) = check_upstream(&files, &pinned);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.lines().any(|l| l.starts_with("notice:")
+            && l.contains("SSL_UPSTREAM_CA")
+            && l.contains(
+                "appserver.crt: CN=appserver, self-signed, marked CA:TRUE, no subject \
+                           alternative name"
+            )
+            && l.contains("is pinned")),
+        "{stderr}"
+    );
+
+    let expired = self_signed("appserver", |p| {
+        p.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        p.not_after = rcgen::date_time_ymd(2021, 1, 1);
+    });
+    let pinned = format!(
+        "SSL_UPSTREAM_CA={}\n",
+        files.write("expired.crt", &expired.pem).display()
+    );
+    let (served, error) = through_upstream_tls(&expired, &pinned).await;
+    assert_eq!(served, None);
+    let error = error.expect("a reason");
+    assert!(
+        error.starts_with(
+            "TLS handshake failed: certificate expired on 2021-01-01 00:00:00 UTC: the \
+             certificate pinned in SSL_UPSTREAM_CA (CN=appserver, self-signed,"
+        ) && error.ends_with(
+            "make the server a new one and put it in SSL_UPSTREAM_CA in place of the old"
+        ),
+        "{error}"
+    );
+    let (code, _, stderr) = check_upstream(&files, &pinned);
+    assert_eq!(
+        code, 0,
+        "an expired pin is a warning, not a refusal: {stderr}"
+    );
+    assert!(
+        stderr.lines().any(|l| l.starts_with("warning:")
+            && l.contains(
+                "expired.crt: the pinned certificate CN=appserver expired on 2021-01-01"
+            )),
+        "{stderr}"
+    );
+}
+
+/// A server's own certificate made by the real `openssl req -x509` (RSA 2048, a year, as
+/// AppServer guides write the command), saved as `<file>.crt` and `<file>.key`.
+fn openssl_req_x509(files: &Files, name: &str, file: &str) -> Leaf {
+    let (cert, key) = (
+        files.0.path().join(format!("{file}.crt")),
+        files.0.path().join(format!("{file}.key")),
+    );
+    let mut command = Command::new("openssl");
+    command.args([
+        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "365",
+    ]);
+    command.args(["-subj", &format!("/CN={name}")]);
+    command.arg("-keyout").arg(&key).arg("-out").arg(&cert);
+    let (code, _, stderr) = run_bounded(command);
+    assert_eq!(code, 0, "{stderr}");
+    let pem = std::fs::read_to_string(&cert).unwrap();
+    let der = rustls::pki_types::pem::PemObject::from_pem_slice(pem.as_bytes()).unwrap();
+    Leaf {
+        der,
+        pem,
+        key: std::fs::read_to_string(&key).unwrap(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs openssl (apt-get install openssl)"]
+async fn a_certificate_made_by_openssl_req_x509_is_pinned_by_naming_it_and_another_is_not() {
+    if !have("openssl") {
+        return;
+    }
+    let files = Files::new();
+    let own = openssl_req_x509(&files, "appserver", "own");
+    // What the issue met: CA:TRUE, no subjectAltName.
+    let mut text = Command::new("openssl");
+    text.args(["x509", "-noout", "-text", "-in"])
+        .arg(files.0.path().join("own.crt"));
+    let (code, text, stderr) = run_bounded(text);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        text.contains("CA:TRUE") && !text.contains("Subject Alternative Name"),
+        "{text}"
+    );
+    let pinned = format!(
+        "SSL_UPSTREAM_CA={}\n",
+        files.0.path().join("own.crt").display()
+    );
+
+    // A TCP balancer and an HTTP one: the same dial path, the same verifier.
+    let (served, error) = through_upstream_tls(&own, &pinned).await;
+    assert_eq!(served.as_deref(), Some("tls-a: through"), "{error:?}");
+    let (addr, seen) = tls_http_server(&own).await;
+    let ini = http_tls_ini(
+        addr.port(),
+        &format!("SSL_ENCRYPT_UPSTREAM=1\n{pinned}MONITORING_TYPE=DISABLED\n"),
+    );
+    let broker = InProcess::start(&ini).await;
+    let answer = http_get(broker.addr(), "/pinned", &[]).await;
+    assert_eq!(
+        (answer.status, answer.text()),
+        (200, "served /pinned".to_string()),
+        "{:?}",
+        broker.state().servers[0].last_error
+    );
+    assert!(seen.lock().unwrap().iter().all(|c| c.clear.is_none()));
+
+    // Another `openssl req -x509` certificate of the same name (the server's, made again):
+    // refused, saying what it is and what is pinned, never webpki's CaUsedAsEndEntity.
+    let again = openssl_req_x509(&files, "appserver", "again");
+    let (served, error) = through_upstream_tls(&again, &pinned).await;
+    assert_eq!(served, None);
+    let error = error.expect("a reason");
+    assert!(
+        error.starts_with(
+            "TLS handshake failed: not trusted: the server's certificate (CN=appserver, \
+             self-signed, marked CA:TRUE, no subject alternative name, valid until"
+        ) && error.contains("is not the certificate pinned in SSL_UPSTREAM_CA (")
+            && error.contains("own.crt holds CN=appserver)"),
+        "{error}"
+    );
+    assert!(
+        !error.contains("Other(") && !error.contains("CaUsedAsEndEntity"),
+        "{error}"
+    );
+
+    // --check's doctor says it is pinned.
+    let (code, _, stderr) = check_upstream(&files, &pinned);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.lines().any(|l| l.starts_with("notice:")
+            && l.contains(
+                "own.crt: CN=appserver, self-signed, marked CA:TRUE, no subject \
+                           alternative name"
+            )
+            && l.contains("is pinned")),
+        "{stderr}"
+    );
+}
+
 /// A TLS web server with `leaf` on loopback, answering each request `200` and recording the
 /// name each client sent (SNI) and each request's `Host`.
 async fn tls_web_server(leaf: &Leaf) -> (SocketAddr, Arc<std::sync::Mutex<Vec<String>>>) {
-    let config = Arc::new(server_config(leaf));
+    let config = Arc::new(server_config(leaf, None));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));

@@ -29,9 +29,12 @@ use crate::{Bench, CpuWork};
 /// issue 14's affinity cookie.
 pub const COOKIE_NAME: &str = "TOTVS_BROKER_SH_001";
 /// Valid cookies for servers 01 and 02, `<REMOTE_SERVER id>.<22 base64url characters>`
-/// (issue 14's format). HAProxy's servers carry these same values as their `cookie`, so one
-/// `Cookie` header routes alike through all three proxies.
-pub const COOKIES: [&str; 2] = ["01.QmVuY2hGaXhlZENvb2tpZQ", "02.QmVuY2hGaXhlZENvb2tpZQ"];
+/// (issue 14's format), signed with benches/appbroker-http.ini's `SESSION_SECRET` (issue 21:
+/// the nonce `BenchFix`; `printf 'appbroker TOTVS_BROKER_SH_001 v1\0%s' 01BenchFix | openssl
+/// dgst -sha256 -hmac "$SECRET" -binary | head -c 8` is the tag, base64url after the nonce).
+/// HAProxy's servers carry these same values as their `cookie`, so one `Cookie` header routes
+/// alike through all three proxies.
+pub const COOKIES: [&str; 2] = ["01.QmVuY2hGaXhjW_XsZEqCkg", "02.QmVuY2hGaXh01CD1j9djDw"];
 /// The origin's own page of counts, read straight from the origin (never through a proxy).
 const COUNTS_PATH: &str = "/_origin/counts";
 /// The origin's answer: 65 bytes of text.

@@ -3,13 +3,14 @@
 //! scripts rely on: 0 done, 1 refused by the broker (its reason printed), 3 no broker
 //! answered. (2, bad usage, is the command line's own.)
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
 use super::protocol::{Answer, BalancerView, Request};
 use crate::clock::time_of_day;
 use crate::logging::to_stderr;
+use crate::overrides::escape_controls;
 
 /// Exit code: the broker did it.
 pub const DONE: u8 = 0;
@@ -43,41 +44,118 @@ pub enum CtlError {
         /// What happened.
         words: String,
     },
+    /// The broker did not answer in time (hung, stopped, or its socket's queue full).
+    #[error(
+        "no answer within {} from the broker on {path} (hung or stopped?)",
+        crate::config::show_duration(*.within)
+    )]
+    Late {
+        /// The socket.
+        path: String,
+        /// How long it was given.
+        within: Duration,
+    },
 }
 
 /// Sends `request` on the control socket at `socket`, waiting up to `wait` past the usual
 /// time for its answer (a `wait` request's own timeout).
-#[cfg(unix)]
 pub fn ask(socket: &Path, request: &Request, wait: Duration) -> Result<Answer, CtlError> {
+    ask_within(socket, request, ANSWER_TIME + wait)
+}
+
+/// Sends `request` on the control socket at `socket` and reads its answer, all within
+/// `within` (the connect too: a broker that accepts nothing fills its queue, and a connect to
+/// a full one would wait).
+#[cfg(unix)]
+pub fn ask_within(socket: &Path, request: &Request, within: Duration) -> Result<Answer, CtlError> {
+    use std::io::{ErrorKind, Read};
     let path = socket.display().to_string();
-    let no_broker = |e: std::io::Error| CtlError::NoBroker {
+    let deadline = std::time::Instant::now() + within;
+    let late = || CtlError::Late {
         path: path.clone(),
-        words: crate::os_error::words(&e),
+        within,
     };
     let no_answer = |words: String| CtlError::NoAnswer {
         path: path.clone(),
         words,
     };
-    let mut stream = std::os::unix::net::UnixStream::connect(socket).map_err(no_broker)?;
-    let _ = stream.set_read_timeout(Some(ANSWER_TIME + wait));
+    let mut stream = connect(socket, deadline).map_err(|e| match e.kind() {
+        ErrorKind::WouldBlock | ErrorKind::TimedOut => late(),
+        _ => CtlError::NoBroker {
+            path: path.clone(),
+            words: crate::os_error::words(&e),
+        },
+    })?;
     let mut line = serde_json::to_vec(request).map_err(|e| no_answer(e.to_string()))?;
     line.push(b'\n');
-    stream
-        .write_all(&line)
-        .map_err(|e| no_answer(crate::os_error::words(&e)))?;
-    let mut answer = String::new();
-    BufReader::new(&stream)
-        .read_line(&mut answer)
-        .map_err(|e| no_answer(crate::os_error::words(&e)))?;
+    let left = |deadline: std::time::Instant| {
+        deadline
+            .checked_duration_since(std::time::Instant::now())
+            .filter(|d| !d.is_zero())
+    };
+    let failed = |e: std::io::Error| match e.kind() {
+        ErrorKind::WouldBlock | ErrorKind::TimedOut => late(),
+        _ => no_answer(crate::os_error::words(&e)),
+    };
+    let _ = stream.set_write_timeout(left(deadline).or(Some(Duration::from_millis(1))));
+    stream.write_all(&line).map_err(failed)?;
+    // Up to the newline, each read bounded by the time left.
+    let mut answer = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while answer.last() != Some(&b'\n') {
+        let Some(rest) = left(deadline) else {
+            return Err(late());
+        };
+        let _ = stream.set_read_timeout(Some(rest));
+        match stream.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => answer.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(failed(e)),
+        }
+    }
     if answer.is_empty() {
         return Err(no_answer("it closed the connection".into()));
     }
+    let answer = String::from_utf8_lossy(&answer);
     serde_json::from_str(&answer).map_err(|e| no_answer(format!("{e} in {}", answer.trim())))
+}
+
+/// Connects to the Unix socket `path` by `deadline`: a connect that finds the listen queue
+/// full is tried again until then, rather than left to wait.
+#[cfg(unix)]
+fn connect(
+    path: &Path,
+    deadline: std::time::Instant,
+) -> std::io::Result<std::os::unix::net::UnixStream> {
+    let address = socket2::SockAddr::unix(path)?;
+    loop {
+        let socket = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None)?;
+        socket.set_nonblocking(true)?;
+        match socket.connect(&address) {
+            Ok(()) => {
+                socket.set_nonblocking(false)?;
+                return Ok(socket.into());
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if std::time::Instant::now() >= deadline {
+                    return Err(e);
+                }
+                // The queue is full: the broker accepts nothing now. Look again shortly.
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// Without Unix sockets there is no control socket to ask.
 #[cfg(not(unix))]
-pub fn ask(socket: &Path, _request: &Request, _wait: Duration) -> Result<Answer, CtlError> {
+pub fn ask_within(
+    socket: &Path,
+    _request: &Request,
+    _within: Duration,
+) -> Result<Answer, CtlError> {
     Err(CtlError::NoBroker {
         path: socket.display().to_string(),
         words: "the control socket needs a Unix system".into(),
@@ -139,15 +217,17 @@ pub fn table(b: &BalancerView) -> String {
     for s in &b.servers {
         let mut notes = Vec::new();
         if let Some(h) = &s.overrides.hold {
+            // Escaped: a broker of an earlier build may hold a reason with control
+            // characters, which would reach the terminal.
             let reason = if h.reason.is_empty() {
                 String::new()
             } else {
-                format!(": {}", h.reason)
+                format!(": {}", escape_controls(&h.reason))
             };
             notes.push(format!(
                 "{} by {} since {}{reason}",
                 h.mode.as_str(),
-                h.by,
+                escape_controls(&h.by),
                 time_of_day(h.since_wall_ms)
             ));
         }
@@ -160,8 +240,13 @@ pub fn table(b: &BalancerView) -> String {
             } else {
                 "quarantine"
             };
+            let asked = q
+                .asked
+                .as_ref()
+                .map(|a| format!(", {}", a.words()))
+                .unwrap_or_default();
             notes.push(format!(
-                "{kind} ({}) until {}",
+                "{kind} ({}) until {}{asked}",
                 q.reason,
                 time_of_day(q.until_epoch_ms)
             ));

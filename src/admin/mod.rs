@@ -7,11 +7,13 @@
 //! - [`protocol`]: the JSON lines spoken on the socket.
 //! - [`paths`]: where the socket and the state file live.
 //! - [`state_file`]: overrides kept over a restart.
+//! - [`session_secret`]: the secret of the HTTP session cookies, kept beside the state file.
 //! - `socket` (Unix): the control socket itself; [`ctl`]: its client, `appbroker ctl`.
 
 pub mod ctl;
 pub mod paths;
 pub mod protocol;
+pub mod session_secret;
 #[cfg(unix)]
 pub mod socket;
 pub mod state_file;
@@ -28,6 +30,7 @@ use crate::broker::{Control, ReloadError};
 use crate::clock::wall_ms;
 use crate::config::keys::DAY;
 use crate::config::{duration_within, plural, show_duration};
+use crate::health::Asked;
 use crate::overrides::{Hold, MAX_WEIGHT, Mode};
 use protocol::{Answer, BalancerView, QuarantineView, Request, ServerView, names_section};
 
@@ -70,6 +73,23 @@ impl Admin {
 
     /// Carries out `request` on behalf of `by` (`uid 1000`), and answers.
     pub async fn answer(&self, request: Request, by: &str) -> Answer {
+        // `ctl` refuses these itself; a client of its own must be refused too.
+        if let Request::Disable {
+            reason: Some(reason),
+            ..
+        }
+        | Request::Drain {
+            reason: Some(reason),
+            ..
+        }
+        | Request::Quarantine {
+            reason: Some(reason),
+            ..
+        } = &request
+            && let Some(problem) = crate::overrides::reason_problem(reason)
+        {
+            return Answer::refused(problem);
+        }
         if let Some((section, server)) = request.target() {
             let (balancer, server) = match self.find(section, server) {
                 Ok(found) => found,
@@ -157,7 +177,9 @@ impl Admin {
                     Answer::done(format!("{name} weight {now}"))
                 }
             },
-            Request::Quarantine { duration, .. } => {
+            Request::Quarantine {
+                duration, reason, ..
+            } => {
                 let duration = match duration {
                     None => balancer.pool().config.quarantine_time,
                     Some(text) => match duration_within(&text, Duration::from_millis(1), DAY) {
@@ -165,7 +187,11 @@ impl Admin {
                         Err(e) => return Answer::refused(format!("duration `{text}` {e}")),
                     },
                 };
-                balancer.force_quarantine(server, duration, by);
+                let asked = Asked {
+                    by: by.to_string(),
+                    reason: reason.unwrap_or_default(),
+                };
+                balancer.force_quarantine(server, duration, asked);
                 Answer::done(format!(
                     "{name} in quarantine for {} (until released)",
                     show_duration(duration)
@@ -345,6 +371,7 @@ fn server_view(s: &ServerState) -> ServerView {
             until_epoch_ms: until,
             reason: s.reason.map_or("", |r| r.as_str()).to_string(),
             forced: s.forced,
+            asked: s.asked.clone(),
         }),
     }
 }

@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::health::Asked;
 use crate::overrides::Overrides;
 
 /// The longest request line the broker reads; anything longer is answered with an error and
@@ -65,6 +66,10 @@ pub enum Request {
         /// `30s`, `10m`, `500ms` or seconds.
         #[serde(default)]
         duration: Option<String>,
+        /// Why, for logs, pages and `show`: shown instead of the server's last error, so a
+        /// healthy server taken out on purpose does not read as failing.
+        #[serde(default)]
+        reason: Option<String>,
     },
     /// Ends a quarantine now, whoever started it.
     Release {
@@ -219,6 +224,9 @@ pub struct QuarantineView {
     pub reason: String,
     /// Asked for by an operator: checks do not end it.
     pub forced: bool,
+    /// An operator's: who asked and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asked: Option<Asked>,
 }
 
 /// True when `name` names `section` (`BALANCE_WEB_SERVICES`): as written, or without
@@ -255,6 +263,15 @@ mod tests {
                     section: "x".into(),
                     server: "01".into(),
                     weight: None,
+                },
+            ),
+            (
+                r#"{"command":"quarantine","section":"x","server":"02","reason":"restart"}"#,
+                Request::Quarantine {
+                    section: "x".into(),
+                    server: "02".into(),
+                    duration: None,
+                    reason: Some("restart".into()),
                 },
             ),
             (r#"{"command":"reload"}"#, Request::Reload),

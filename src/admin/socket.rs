@@ -3,6 +3,13 @@
 //! line, one answer per line. A stale socket left by a dead broker is replaced; a live
 //! broker's is not. Each connection's peer is known by its uid (`SO_PEERCRED`), which every
 //! change's log line names.
+//!
+//! No client can keep another out for long, and none can keep `ping` out at all (keepalived
+//! asks it once a second, and gives the virtual address away when it goes unanswered): the
+//! accept loop never waits; a connection must send a request line within
+//! [`REQUEST_TIME`] while it holds no place; `ping` is answered without one; every other
+//! request takes one of [`MAX_CONNECTIONS`] places, kept while its connection stays open, but
+//! for a `wait`, which gives it up while it waits.
 
 use std::io::ErrorKind;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
@@ -13,17 +20,34 @@ use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, error, info, warn};
 
 use super::Admin;
 use super::protocol::{Answer, MAX_REQUEST, Request};
+use crate::config::show_duration;
+use crate::throttle::Episode;
 
-/// Control connections served at once; more wait for a place. Administration is a person or
-/// a script or two: this only bounds what a runaway loop can hold.
-const MAX_CONNECTIONS: usize = 16;
+/// Places: control connections served at once, each from its first request (but `ping`)
+/// until it closes. Administration is a person or a script or two: this only bounds what a
+/// runaway loop can hold.
+pub const MAX_CONNECTIONS: usize = 16;
 
-/// How long a control connection may sit without a request before it is closed.
+/// How long a request waits for a place when all are taken (a burst of scripts, each done in
+/// a moment) before it is refused as busy.
+const PLACE_WAIT: Duration = Duration::from_secs(2);
+
+/// Connections without a place (not sent their first request yet, or asking only `ping`) at
+/// once; more are closed at once. Each lasts [`REQUEST_TIME`] at most.
+const MAX_ARRIVING: usize = 64;
+
+/// How long a connection without a place may take to send its request line.
+pub const REQUEST_TIME: Duration = Duration::from_secs(5);
+
+/// `wait`s (`ctl drain --wait`) waiting at once, each on no place; more are refused.
+const MAX_WAITS: usize = 256;
+
+/// How long a connection with a place may sit without a request before it is closed.
 const IDLE: Duration = Duration::from_secs(300);
 
 /// Why the control socket could not be made.
@@ -165,21 +189,92 @@ impl Drop for ControlSocket {
     }
 }
 
-/// Accepts control connections forever; a failed accept is logged once and retried.
+/// What the control socket's connections share: their places and the episodes of running
+/// short of them.
+#[derive(Debug)]
+struct Rooms {
+    places: Arc<Semaphore>,
+    arriving: Arc<Semaphore>,
+    waits: Arc<Semaphore>,
+    /// Requests that found every place taken.
+    no_place: Episode,
+    /// Connections closed at once, [`MAX_ARRIVING`] others having sent no request yet.
+    crowded: Episode,
+}
+
+impl Rooms {
+    fn new() -> Rooms {
+        Rooms {
+            places: Arc::new(Semaphore::new(MAX_CONNECTIONS)),
+            arriving: Arc::new(Semaphore::new(MAX_ARRIVING)),
+            waits: Arc::new(Semaphore::new(MAX_WAITS)),
+            no_place: Episode::default(),
+            crowded: Episode::default(),
+        }
+    }
+
+    /// Room for a connection just accepted to send its first request; `None` (logged once
+    /// per episode) when too many have sent none yet.
+    fn arrival(&self) -> Option<OwnedSemaphorePermit> {
+        let Ok(arrival) = Arc::clone(&self.arriving).try_acquire_owned() else {
+            if self.crowded.strike() {
+                warn!(
+                    "control socket: {MAX_ARRIVING} connections have sent no request yet: new \
+                     ones are closed at once until those send theirs or time out ({})",
+                    show_duration(REQUEST_TIME)
+                );
+            }
+            return None;
+        };
+        if let Some(closed) = self.crowded.end() {
+            info!("control socket: accepting again; {closed} connections were closed meanwhile");
+        }
+        Some(arrival)
+    }
+
+    /// A place for a request; waits [`PLACE_WAIT`] for one when all are taken (logged once
+    /// per episode), `None` after that.
+    async fn place(&self) -> Option<OwnedSemaphorePermit> {
+        if let Ok(place) = Arc::clone(&self.places).try_acquire_owned() {
+            if let Some(short) = self.no_place.end() {
+                info!(
+                    "control socket: places free again; {short} requests found all taken \
+                     meanwhile"
+                );
+            }
+            return Some(place);
+        }
+        if self.no_place.strike() {
+            warn!(
+                "control socket: all {MAX_CONNECTIONS} places are taken (connections served \
+                 at once): requests wait up to {} for one, then are refused as busy; `ping` is \
+                 answered regardless",
+                show_duration(PLACE_WAIT)
+            );
+        }
+        tokio::time::timeout(PLACE_WAIT, Arc::clone(&self.places).acquire_owned())
+            .await
+            .ok()?
+            .ok()
+    }
+}
+
+/// Accepts control connections forever, never waiting for room (each connection finds its
+/// own); a failed accept is logged once and retried.
 async fn accept_loop(listener: UnixListener, admin: Arc<Admin>) {
-    let places = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let rooms = Arc::new(Rooms::new());
     let mut failing = false;
     loop {
-        let Ok(place) = Arc::clone(&places).acquire_owned().await else {
-            return;
-        };
         match listener.accept().await {
             Ok((stream, _)) => {
                 failing = false;
-                let admin = Arc::clone(&admin);
+                // Closed at once, without room: the client sees its end.
+                let Some(arrival) = rooms.arrival() else {
+                    continue;
+                };
+                let (admin, rooms) = (Arc::clone(&admin), Arc::clone(&rooms));
                 tokio::spawn(async move {
-                    serve(stream, &admin).await;
-                    drop(place);
+                    Connection::new(stream, arrival).serve(&admin, &rooms).await;
                 });
             }
             Err(e) => {
@@ -196,50 +291,150 @@ async fn accept_loop(listener: UnixListener, admin: Arc<Admin>) {
     }
 }
 
-/// Serves one control connection: a request per line, an answer per line.
-async fn serve(stream: UnixStream, admin: &Admin) {
-    let by = match stream.peer_cred() {
-        Ok(cred) => format!("uid {}", cred.uid()),
-        Err(_) => "an unknown user".to_string(),
-    };
-    let (read, mut write) = stream.into_split();
-    let mut read = BufReader::new(read);
-    loop {
+/// The room a control connection holds: to arrive in, until its first request other than
+/// `ping` takes it a place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Holds {
+    /// Room to send a request in, within [`REQUEST_TIME`].
+    Arrival,
+    /// A place, kept until the connection closes.
+    Place,
+    /// A wait's room, until its answer ends the connection.
+    Waiting,
+}
+
+/// One control connection: a request per line, an answer per line.
+struct Connection {
+    by: String,
+    read: BufReader<tokio::net::unix::OwnedReadHalf>,
+    write: tokio::net::unix::OwnedWriteHalf,
+    holds: Holds,
+    /// The room `holds` names, given back when dropped.
+    _room: OwnedSemaphorePermit,
+}
+
+/// What to do after an answer.
+enum Then {
+    /// Read the next request.
+    Next,
+    /// Close the connection.
+    Close,
+}
+
+impl Connection {
+    fn new(stream: UnixStream, arrival: OwnedSemaphorePermit) -> Connection {
+        let by = match stream.peer_cred() {
+            Ok(cred) => format!("uid {}", cred.uid()),
+            Err(_) => "an unknown user".to_string(),
+        };
+        let (read, write) = stream.into_split();
+        Connection {
+            by,
+            read: BufReader::new(read),
+            write,
+            holds: Holds::Arrival,
+            _room: arrival,
+        }
+    }
+
+    /// Serves requests until the client closes, fails, idles too long or must go.
+    async fn serve(mut self, admin: &Admin, rooms: &Rooms) {
+        loop {
+            let Some(line) = self.read_line().await else {
+                return;
+            };
+            let text = String::from_utf8_lossy(&line);
+            let text = text.trim();
+            if text.is_empty() {
+                continue;
+            }
+            let (answer, then) = match serde_json::from_str::<Request>(text) {
+                Ok(request) => {
+                    debug!(by = %self.by, "control request: {text}");
+                    self.carry_out(request, admin, rooms).await
+                }
+                Err(e) => {
+                    warn!(by = %self.by, "control socket: not a request from {}: {e}", self.by);
+                    let answer = Answer::refused(format!(
+                        "not a request ({e}); send one JSON object per line, such as \
+                         {{\"command\":\"show\"}} (docs/operations.md lists them)"
+                    ));
+                    (answer, Then::Next)
+                }
+            };
+            if send(&mut self.write, &answer).await.is_err() {
+                return;
+            }
+            if let Then::Close = then {
+                return;
+            }
+        }
+    }
+
+    /// The next request line, within [`REQUEST_TIME`] without a place or [`IDLE`] with one;
+    /// `None` when the connection is to end (closed, failed, too slow, or a line too long,
+    /// answered so).
+    async fn read_line(&mut self) -> Option<Vec<u8>> {
+        let within = match self.holds {
+            Holds::Place => IDLE,
+            Holds::Arrival | Holds::Waiting => REQUEST_TIME,
+        };
         let mut line = Vec::new();
-        let mut limited = (&mut read).take(MAX_REQUEST as u64 + 1);
-        // Closed, failed, or idle too long: the connection ends.
-        match tokio::time::timeout(IDLE, limited.read_until(b'\n', &mut line)).await {
+        let mut limited = (&mut self.read).take(MAX_REQUEST as u64 + 1);
+        match tokio::time::timeout(within, limited.read_until(b'\n', &mut line)).await {
             Ok(Ok(read)) if read > 0 => {}
-            _ => return,
+            _ => return None,
         }
         if line.len() > MAX_REQUEST && line.last() != Some(&b'\n') {
+            let by = &self.by;
             warn!(by = %by, "control socket: a request of over {MAX_REQUEST} bytes from {by}; connection closed");
             let answer = Answer::refused(format!(
                 "request longer than {MAX_REQUEST} bytes; send one JSON request per line"
             ));
-            let _ = send(&mut write, &answer).await;
-            return;
+            let _ = send(&mut self.write, &answer).await;
+            return None;
         }
-        let text = String::from_utf8_lossy(&line);
-        let text = text.trim();
-        if text.is_empty() {
-            continue;
-        }
-        let answer = match serde_json::from_str::<Request>(text) {
-            Ok(request) => {
-                debug!(by = %by, "control request: {text}");
-                admin.answer(request, &by).await
+        Some(line)
+    }
+
+    /// Carries `request` out with the room it needs: none for `ping`, a place for the
+    /// others, and for a `wait`, a wait's room instead of its place (its answer ends the
+    /// connection).
+    async fn carry_out(
+        &mut self,
+        request: Request,
+        admin: &Admin,
+        rooms: &Rooms,
+    ) -> (Answer, Then) {
+        match request {
+            Request::Ping => (admin.answer(request, &self.by).await, Then::Next),
+            Request::Wait { .. } => {
+                let Ok(waiting) = Arc::clone(&rooms.waits).try_acquire_owned() else {
+                    let busy =
+                        format!("{MAX_WAITS} waits are running already; try again once some end");
+                    return (Answer::refused(busy), Then::Close);
+                };
+                // Its place (or its room to arrive in) goes back while it waits: a wait can
+                // last minutes.
+                self.holds = Holds::Waiting;
+                self._room = waiting;
+                (admin.answer(request, &self.by).await, Then::Close)
             }
-            Err(e) => {
-                warn!(by = %by, "control socket: not a request from {by}: {e}");
-                Answer::refused(format!(
-                    "not a request ({e}); send one JSON object per line, such as \
-                     {{\"command\":\"show\"}} (docs/operations.md lists them)"
-                ))
+            request => {
+                if self.holds != Holds::Place {
+                    let Some(place) = rooms.place().await else {
+                        let busy = format!(
+                            "the control socket is busy: all {MAX_CONNECTIONS} places are \
+                             taken by other connections; try again shortly"
+                        );
+                        return (Answer::refused(busy), Then::Close);
+                    };
+                    // The place replaces the room to arrive in.
+                    self.holds = Holds::Place;
+                    self._room = place;
+                }
+                (admin.answer(request, &self.by).await, Then::Next)
             }
-        };
-        if send(&mut write, &answer).await.is_err() {
-            return;
         }
     }
 }

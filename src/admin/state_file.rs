@@ -14,10 +14,15 @@ use tracing::{info, warn};
 
 use crate::balancer::Balancer;
 use crate::clock::wall_ms;
+use crate::health::Asked;
 use crate::overrides::Overrides;
 
 /// The format's version; a file of another one is not read.
 const VERSION: u32 = 1;
+
+/// Added to who asked for an operator's quarantine restored at start: `uid 0 before the
+/// restart`, as the log and the page say it.
+const BEFORE_THE_RESTART: &str = " before the restart";
 
 /// The file as written.
 #[derive(Debug, Serialize, Deserialize)]
@@ -41,6 +46,10 @@ struct Entry {
     /// The end of an operator's quarantine, ms since the Unix epoch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     quarantine_until_epoch_ms: Option<u64>,
+    /// Who asked for it and why (a file written before this field restores as asked by "an
+    /// operator").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    quarantine_asked: Option<Asked>,
 }
 
 /// Why the file was not read.
@@ -124,11 +133,25 @@ pub fn restore(path: &Path, balancers: &[Arc<Balancer>]) {
             continue;
         };
         if !entry.overrides.is_empty() {
-            balancer.restore(&server, entry.overrides);
+            // A file from before control characters were refused (or edited by hand) may
+            // hold them: escaped before they reach a log line, a page or `ctl show`.
+            let mut overrides = entry.overrides;
+            overrides.hold = overrides.hold.map(crate::overrides::Hold::escaped);
+            balancer.restore(&server, overrides);
         }
         if let Some(until) = entry.quarantine_until_epoch_ms.filter(|&u| u > now) {
             let left = Duration::from_millis(until - now);
-            balancer.force_quarantine(&server, left, "an operator before the restart");
+            let mut asked = entry
+                .quarantine_asked
+                .unwrap_or_else(|| "an operator".into());
+            // Escaped as a hold's reason is, above.
+            asked.by = crate::overrides::escape_controls(&asked.by);
+            asked.reason = crate::overrides::escape_controls(&asked.reason);
+            // Said once, however many restarts it outlives.
+            if !asked.by.ends_with(BEFORE_THE_RESTART) {
+                asked.by.push_str(BEFORE_THE_RESTART);
+            }
+            balancer.force_quarantine(&server, left, asked);
         }
     }
 }
@@ -141,6 +164,7 @@ pub fn save(path: &Path, balancers: &[Arc<Balancer>]) -> std::io::Result<()> {
         let state = balancer.state();
         for s in state.servers {
             let until = s.quarantine.filter(|_| s.forced).map(|(_, until)| until);
+            let asked = s.asked.filter(|_| until.is_some());
             if s.overrides.is_empty() && until.is_none() {
                 continue;
             }
@@ -150,6 +174,7 @@ pub fn save(path: &Path, balancers: &[Arc<Balancer>]) -> std::io::Result<()> {
                 address: s.address,
                 overrides: s.overrides,
                 quarantine_until_epoch_ms: until,
+                quarantine_asked: asked,
             });
         }
     }
@@ -159,14 +184,34 @@ pub fn save(path: &Path, balancers: &[Arc<Balancer>]) -> std::io::Result<()> {
         servers,
     };
     let text = serde_json::to_vec_pretty(&file).map_err(std::io::Error::other)?;
+    write_whole(path, &text, false)
+}
+
+/// Writes `text` and a newline as the file at `path`, its directory made if need be, through
+/// a temporary file renamed over the old one: a crash leaves the old file or the new, never
+/// half of one. `private`: mode 0600 from the first byte (on Unix), for a secret.
+pub(super) fn write_whole(path: &Path, text: &[u8], private: bool) -> std::io::Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)?;
     }
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(".tmp");
     let temporary = path.with_file_name(name);
-    let mut out = std::fs::File::create(&temporary)?;
-    out.write_all(&text)?;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    if private {
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    }
+    let mut out = options.open(&temporary)?;
+    // A temporary file left by a crash keeps its mode when opened again: set it.
+    #[cfg(unix)]
+    if private {
+        out.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    }
+    #[cfg(not(unix))]
+    let _ = private;
+    out.write_all(text)?;
     out.write_all(b"\n")?;
     // On disk before the rename makes it the file: a crash then leaves the old one whole.
     out.sync_all()?;

@@ -18,14 +18,16 @@ use arc_swap::ArcSwap;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
 
 use crate::balancer::{Balancer, BalancerState};
-use crate::clock::wall_ms;
+use crate::clock::{time_of_day, wall_ms};
 use crate::config::{BalancerKind, Config, LoadError};
 use crate::context::Context;
 use crate::events::{Events, Reloaded, Subscription};
 use crate::listener::{self, BindError};
 use crate::resolve::Resolver;
+use crate::sessions::{OwnSecret, SessionSecrets};
 use crate::shutdown::Shutdown;
 use crate::workers::{WorkerThreads, Workers};
 use run::Runtime;
@@ -101,6 +103,9 @@ pub struct Bound {
     /// Shared by every balancer: the cache and the bound on lookups are the process's.
     resolver: Arc<Resolver>,
     events: Events,
+    /// The secret of the session cookies when `SESSION_SECRET` is not set; `None`: one made
+    /// for this run at the start.
+    own_secret: Option<OwnSecret>,
     /// Why the file is not read again on a reload, when it is not.
     no_file_reload: Option<String>,
 }
@@ -240,6 +245,7 @@ impl Broker {
             bound,
             resolver,
             events,
+            own_secret: None,
             no_file_reload: None,
         }
     }
@@ -351,6 +357,14 @@ impl Bound {
         self.events.subscribe()
     }
 
+    /// The secret that signs the session cookies while `SESSION_SECRET` is not set: the one
+    /// kept beside the state file (`admin::session_secret::keep`). Without it, a secret made
+    /// for this run signs them, and sessions move when the broker starts again.
+    pub fn with_own_secret(mut self, own: OwnSecret) -> Bound {
+        self.own_secret = Some(own);
+        self
+    }
+
     /// Refuses every reload of the file (SIGHUP, `ctl reload`) with `why`: for a
     /// configuration no file holds as it runs (the demo's built-in example, or a file whose
     /// listening addresses the demo replaced). A configuration given to [`Broker::reload`] is
@@ -364,6 +378,11 @@ impl Bound {
     /// and the control loop (on the current runtime).
     pub fn start(self) -> Broker {
         let shutdown = Shutdown::new();
+        let own = self
+            .own_secret
+            .unwrap_or_else(|| OwnSecret::for_this_run("no secret file was given"));
+        let session_secrets = SessionSecrets::new(own, &self.config.general);
+        log_session_secret(&session_secrets, &self.config);
         let ctx = Arc::new(Context {
             config: ArcSwap::from_pointee(self.config),
             balancers: ArcSwap::from_pointee(
@@ -371,6 +390,7 @@ impl Bound {
             ),
             started_wall_ms: wall_ms(),
             shutdown: shutdown.clone(),
+            session_secrets,
         });
         let stopping = CancellationToken::new();
         let units: Vec<Unit> = self
@@ -405,6 +425,35 @@ impl Bound {
             task: Some(tokio::spawn(runtime.run(receiver))),
             threads: self.threads,
             stopping,
+        }
+    }
+}
+
+/// Which secret signs the session cookies, and until when the cookies of the version before
+/// are honoured: logged at start when the file has an HTTP balancer (a TCP one has no use for
+/// either).
+fn log_session_secret(secrets: &SessionSecrets, config: &Config) {
+    if !config.balancers.iter().any(|b| b.kind.is_http()) {
+        return;
+    }
+    let described = secrets.describe(&config.general);
+    if described.warn {
+        warn!("{}", described.line);
+    } else {
+        info!("{}", described.line);
+    }
+    let Some(since) = secrets.since_wall_ms() else {
+        return;
+    };
+    let now = wall_ms();
+    for b in config.balancers.iter().filter(|b| b.kind.is_http()) {
+        let until = since.saturating_add(b.http.session_timeout.as_millis() as u64);
+        if until > now {
+            info!(
+                "{}: until {} (one SESSION_TIMEOUT after the first start that signed session cookies), an unsigned cookie naming a server that takes new clients is honoured and signed anew",
+                b.kind,
+                time_of_day(until)
+            );
         }
     }
 }

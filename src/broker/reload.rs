@@ -86,12 +86,15 @@ impl Runtime {
         if old.general.workers != config.general.workers {
             warn!("WORKERS changed; it takes effect when appbroker is restarted");
         }
+        let mut changes = config::setting_changes(
+            "[General]",
+            &old.general_settings(),
+            &config.general_settings(),
+        );
+        changes.extend(config::secret_changes(&old.general, &config.general));
+        self.ctx.session_secrets.configure(&config.general);
         let mut reloaded = Reloaded {
-            changes: config::setting_changes(
-                "[General]",
-                &old.general_settings(),
-                &config.general_settings(),
-            ),
+            changes,
             errors: Vec::new(),
         };
         self.remove_gone(&config, &mut reloaded).await;

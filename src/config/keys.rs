@@ -61,6 +61,9 @@ pub enum Domain {
     ListenIp,
     /// Addresses or CIDRs, separated by commas or blanks.
     Cidrs,
+    /// HTTP protocol names (`websocket`, `h2c`, a name with `/version`), separated by commas
+    /// or blanks; empty for none.
+    Protocols,
     /// Bytes with escapes `\r`, `\n`, `\t`, `\\`, `\xNN`.
     Escaped,
     /// A file path; empty for none.
@@ -75,8 +78,12 @@ pub enum Domain {
     Language,
     /// Any text; empty for none.
     Text,
-    /// A secret (`SSL_PASSPHRASE`): any text, empty for none, printed as `(set)`.
-    Secret,
+    /// A secret (`SSL_PASSPHRASE`, `SESSION_SECRET`): any text of at least `min` characters,
+    /// empty for none, printed as `(set)`; never repeated in an error.
+    Secret {
+        /// Fewest characters accepted (0: any).
+        min: usize,
+    },
     /// An [`SslMethod`], as TOTVS writes it.
     SslMethod,
     /// An HTTP request path: `/` and what follows, without blanks.
@@ -131,6 +138,8 @@ pub enum Value {
     Ip(IpAddr),
     /// From [`Domain::Cidrs`].
     Cidrs(Vec<Cidr>),
+    /// From [`Domain::Protocols`].
+    Protocols(Vec<String>),
     /// From [`Domain::Escaped`].
     Bytes(Vec<u8>),
     /// From [`Domain::Path`].
@@ -188,6 +197,7 @@ impl Domain {
             }
             Domain::ListenIp => Value::Ip(value::ip(text)?),
             Domain::Cidrs => Value::Cidrs(value::cidrs(text)?),
+            Domain::Protocols => Value::Protocols(value::protocols(text)?),
             Domain::Escaped => Value::Bytes(value::escaped(text)?),
             Domain::Path => Value::Path((!text.is_empty()).then(|| PathBuf::from(text))),
             Domain::Name => Value::Name(value::name(text)?),
@@ -209,7 +219,16 @@ impl Domain {
             }),
             Domain::Language => Value::Language(text.parse().map_err(|e| format!("{e}"))?),
             Domain::Text => Value::Text((!text.is_empty()).then(|| text.to_string())),
-            Domain::Secret => Value::Secret((!text.is_empty()).then(|| Passphrase::new(text))),
+            Domain::Secret { min } => {
+                let length = text.chars().count();
+                if length > 0 && length < min {
+                    return Err(format!(
+                        "is {length} characters long; a secret needs at least {min} (make one \
+                         with `openssl rand -base64 32`)"
+                    ));
+                }
+                Value::Secret((!text.is_empty()).then(|| Passphrase::new(text)))
+            }
             Domain::SslMethod => Value::SslMethod(text.parse().map_err(|e| format!("{e}"))?),
             Domain::HttpPath => {
                 if !text.starts_with('/') || text.bytes().any(|b| b <= b' ' || b == 0x7f) {
@@ -319,6 +338,15 @@ fn path(p: &Option<PathBuf>) -> Option<String> {
             .unwrap_or_default(),
     )
 }
+
+/// A secret as printed: `(set)`, or empty for none; never its value.
+fn shown_secret(secret: &Option<Passphrase>) -> Option<String> {
+    Some(secret.as_ref().map(ToString::to_string).unwrap_or_default())
+}
+
+/// The fewest characters of `SESSION_SECRET`: 32 characters of `openssl rand -base64 32` (the
+/// documented way to make one) carry 192 bits, past any guessing.
+pub const SESSION_SECRET_MIN: usize = 32;
 
 /// A number as printed.
 fn number(n: &impl ToString) -> Option<String> {
@@ -497,6 +525,41 @@ pub static KEYS: &[Key] = &[
             get: |g| Some(shown_path(g.state_file.as_ref())),
         },
         doc: "where operators' overrides are kept over restarts (empty: derived from the file's name; 0: none); read at start only",
+    },
+    Key {
+        name: "SESSION_SECRET",
+        stands: Stands::General,
+        domain: Domain::Secret {
+            min: SESSION_SECRET_MIN,
+        },
+        field: field!(General.session_secret = Secret, shown_secret),
+        doc: "signs the HTTP session cookie; the same on both brokers of a pair (empty: generated and kept in <state>.secret); shown as (set)",
+    },
+    Key {
+        name: "SESSION_SECRET_PREVIOUS",
+        stands: Stands::General,
+        domain: Domain::Secret {
+            min: SESSION_SECRET_MIN,
+        },
+        field: field!(General.session_secret_previous = Secret, shown_secret),
+        doc: "a former SESSION_SECRET whose cookies still count, for a rotation that moves no session; shown as (set)",
+    },
+    Key {
+        name: "UPGRADE_TIMEOUT",
+        stands: Stands::General,
+        domain: upto_a_day(Duration::from_secs(1)),
+        field: field!(General.upgrade_timeout = Duration, duration),
+        doc: "under --supervise, how long `appbroker upgrade` gives the new binary's checks before it refuses; read at each upgrade",
+    },
+    Key {
+        name: "WATCHDOG_TIMEOUT",
+        stands: Stands::General,
+        domain: Domain::DurationOrOff {
+            min: Duration::from_secs(1),
+            max: DAY,
+        },
+        field: field!(General.watchdog_timeout = Duration, duration),
+        doc: "under --supervise, a broker that sends no heartbeat this long is killed and replaced (0: never)",
     },
     Key {
         name: "LOCAL_SERVER_ADDRESS",
@@ -741,12 +804,8 @@ pub static KEYS: &[Key] = &[
     Key {
         name: "SSL_PASSPHRASE",
         stands: Stands::Balancer,
-        domain: Domain::Secret,
-        field: field!(Balancer.tls.passphrase = Secret, |p: &Option<
-            Passphrase,
-        >| Some(
-            p.as_ref().map(ToString::to_string).unwrap_or_default()
-        )),
+        domain: Domain::Secret { min: 0 },
+        field: field!(Balancer.tls.passphrase = Secret, shown_secret),
         doc: "decrypts an encrypted PKCS#8 SSL_KEY; never printed, shown as (set)",
     },
     Key {
@@ -770,7 +829,7 @@ pub static KEYS: &[Key] = &[
         stands: Stands::Balancer,
         domain: Domain::Flag,
         field: field!(Balancer.tls.encrypt_upstream = Flag, flag),
-        doc: "TLS towards the servers, for clients' traffic and SEND_EXPECT checks",
+        doc: "TLS towards the servers, for clients' traffic (TCP and HTTP) and SEND_EXPECT and HTTP checks",
     },
     Key {
         name: "SSL_UPSTREAM_VERIFY",
@@ -784,7 +843,7 @@ pub static KEYS: &[Key] = &[
         stands: Stands::Balancer,
         domain: Domain::Path,
         field: field!(Balancer.tls.upstream_ca = Path, path),
-        doc: "PEM bundle of the CAs trusted for the servers (empty: the system's roots)",
+        doc: "PEM file of the CAs trusted for the servers and of servers' own certificates, pinned (empty: the system's roots)",
     },
     Key {
         name: "SSL_UPSTREAM_SERVER_NAME",
@@ -880,7 +939,21 @@ pub static KEYS: &[Key] = &[
         stands: Stands::Balancer,
         domain: Domain::Flag,
         field: http_field!(forwarded_headers = Flag, flag),
-        doc: "HTTP: append X-Forwarded-For, X-Forwarded-Proto and X-Forwarded-Host to requests",
+        doc: "HTTP: append X-Forwarded-For, set X-Forwarded-Proto, X-Forwarded-Host and X-Real-IP on requests",
+    },
+    Key {
+        name: "HTTP_UPGRADE_PROTOCOLS",
+        stands: Stands::Balancer,
+        domain: Domain::Protocols,
+        field: Field::Balancer {
+            set: |b, v| {
+                if let Some(protocols) = take!(v, Protocols) {
+                    b.http.upgrade_protocols = protocols;
+                }
+            },
+            get: |b| on_http(b, &b.http.upgrade_protocols, |p| Some(p.join(", "))),
+        },
+        doc: "HTTP: the protocols a request may switch to (Upgrade); others go on as plain HTTP",
     },
     Key {
         name: "HTTP_POOL_MAX_IDLE",
@@ -906,6 +979,31 @@ pub static KEYS: &[Key] = &[
         domain: upto_a_day(Duration::from_millis(100)),
         field: http_field!(request_timeout = Duration, duration),
         doc: "HTTP: a request's head must arrive within this (slow clients are closed)",
+    },
+    Key {
+        name: "HTTP_RESPONSE_TIMEOUT",
+        stands: Stands::Balancer,
+        domain: upto_a_day(Duration::from_millis(100)),
+        field: http_field!(response_timeout = Duration, duration),
+        doc: "HTTP: the longest wait for a server's answer once the request is sent, and the longest silence within its body (504 before the head, the connection cut after)",
+    },
+    Key {
+        name: "HTTP_BODY_TIMEOUT",
+        stands: Stands::Balancer,
+        domain: upto_a_day(Duration::from_millis(100)),
+        field: http_field!(body_timeout = Duration, duration),
+        doc: "HTTP: the longest silence within a client's request body (408 before any answer, else the connection is closed)",
+    },
+    Key {
+        name: "HTTP_TIMEOUTS_TO_QUARANTINE",
+        stands: Stands::Balancer,
+        domain: Domain::Integer {
+            min: 0,
+            max: 1000,
+            what: "a number of requests from 0 (never) to 1000",
+        },
+        field: http_field!(timeouts_to_quarantine = Integer as u32, number),
+        doc: "HTTP: a server whose requests time out (HTTP_RESPONSE_TIMEOUT) this many times in a row is quarantined (0: never)",
     },
     Key {
         name: "LOG_REQUESTS",
@@ -1012,6 +1110,10 @@ impl General {
             control_socket: None,
             control_group: None,
             state_file: None,
+            session_secret: None,
+            session_secret_previous: None,
+            upgrade_timeout: Duration::from_secs(30),
+            watchdog_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -1067,9 +1169,13 @@ impl BalancerConfig {
             },
             http: HttpSettings {
                 forwarded_headers: true,
+                upgrade_protocols: vec!["websocket".to_string()],
                 pool_max_idle: 32,
                 pool_idle_timeout: Duration::from_secs(60),
                 request_timeout: Duration::from_secs(30),
+                response_timeout: Duration::from_secs(600),
+                body_timeout: Duration::from_secs(60),
+                timeouts_to_quarantine: 0,
                 log_requests: true,
                 retry_idempotent: false,
                 session_timeout: Duration::from_secs(600),
@@ -1097,6 +1203,7 @@ mod tests {
             Domain::Duration { .. } | Domain::DurationOrOff { .. } => "7s",
             Domain::ListenIp => "10.0.0.7",
             Domain::Cidrs => "10.0.0.0/8, ::1/128",
+            Domain::Protocols => "websocket h2c/1",
             Domain::Escaped => r"PING\r\n",
             Domain::Path => "/var/log/broker.log",
             Domain::Name => "appbroker",
@@ -1104,7 +1211,7 @@ mod tests {
             Domain::Monitoring => "DISABLED",
             Domain::Language => "pt-BR",
             Domain::Text => "appserver.example.com",
-            Domain::Secret => "(set)",
+            Domain::Secret { .. } => "a secret of 32 characters or more",
             Domain::SslMethod => "TLSv1.3",
             Domain::HttpPath => "/health?full=1",
             Domain::StatusRange => "204-299",
@@ -1139,12 +1246,17 @@ mod tests {
                 }
             };
             let printed = printed.unwrap_or_else(|| panic!("{} is printed", key.name));
-            assert_eq!(
-                key.domain.parse(&printed),
-                key.domain.parse(text),
-                "{}: `{text}` printed as `{printed}`",
-                key.name
-            );
+            if matches!(key.domain, Domain::Secret { .. }) {
+                // Never printed: the round trip is `(set)`.
+                assert_eq!(printed, "(set)", "{}", key.name);
+            } else {
+                assert_eq!(
+                    key.domain.parse(&printed),
+                    key.domain.parse(text),
+                    "{}: `{text}` printed as `{printed}`",
+                    key.name
+                );
+            }
             assert!(
                 matches!(key.field, Field::General { .. }) == (key.stands == Stands::General),
                 "{}: a [General] key sets General",
@@ -1172,6 +1284,22 @@ mod tests {
             }
         }
         assert!(Domain::SortMethod.parse("FEWEST").is_err());
+    }
+
+    #[test]
+    fn a_session_secret_shorter_than_32_characters_is_refused_without_being_repeated() {
+        let key = find("SESSION_SECRET").expect("the key");
+        let mut general = General::defaults();
+        let error = key
+            .set_general(&mut general, "short-secret")
+            .expect_err("too short");
+        assert!(error.contains("12 characters long"), "{error}");
+        assert!(!error.contains("short-secret"), "{error}");
+        key.set_general(&mut general, "").expect("empty: none");
+        assert_eq!(general.session_secret, None);
+        let long = "x".repeat(32);
+        key.set_general(&mut general, &long).expect("32 characters");
+        assert_eq!(general.session_secret, Some(Passphrase::new(long)));
     }
 
     #[test]

@@ -12,7 +12,7 @@ mod render;
 mod validate;
 mod value;
 
-pub use render::{EffectiveSection, setting_changes};
+pub use render::{EffectiveSection, secret_changes, setting_changes};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
@@ -72,6 +72,17 @@ pub struct General {
     pub control_group: Option<String>,
     /// `STATE_FILE`: where overrides are kept; `None` derives it, `0` turns it off.
     pub state_file: Option<PathBuf>,
+    /// `SESSION_SECRET`: signs the HTTP session cookie; `None`: the secret kept beside the
+    /// state file (or one made for this run).
+    pub session_secret: Option<Passphrase>,
+    /// `SESSION_SECRET_PREVIOUS`: a former secret whose cookies still verify (a rotation).
+    pub session_secret_previous: Option<Passphrase>,
+    /// `UPGRADE_TIMEOUT`: how long a supervisor gives the new binary's `--check` and
+    /// `--handover-version` before it refuses the upgrade and kills them.
+    pub upgrade_timeout: Duration,
+    /// `WATCHDOG_TIMEOUT`: how long a supervisor waits for a heartbeat from its broker before
+    /// it kills and replaces it; zero for never.
+    pub watchdog_timeout: Duration,
 }
 
 /// `LANGUAGE`: the language of the status pages.
@@ -247,12 +258,13 @@ pub struct TlsKeys {
     pub passphrase: Option<Passphrase>,
     /// `SSL_METHOD`: the TLS versions spoken, both ways.
     pub method: SslMethod,
-    /// `SSL_ENCRYPT_UPSTREAM`: TLS towards the servers (clients' traffic and SEND_EXPECT
-    /// checks).
+    /// `SSL_ENCRYPT_UPSTREAM`: TLS towards the servers (clients' traffic, TCP and HTTP alike,
+    /// and SEND_EXPECT and HTTP checks).
     pub encrypt_upstream: bool,
     /// `SSL_UPSTREAM_VERIFY`: verify the servers' certificates (on unless said otherwise).
     pub upstream_verify: bool,
-    /// `SSL_UPSTREAM_CA`: the CAs trusted for the servers (default: the system's roots).
+    /// `SSL_UPSTREAM_CA`: the CAs trusted for the servers, and servers' own certificates,
+    /// pinned (default: the system's roots).
     pub upstream_ca: Option<PathBuf>,
     /// `SSL_UPSTREAM_SERVER_NAME`: the name verified (and sent as SNI) instead of each
     /// server's host, for servers addressed by IP.
@@ -289,16 +301,27 @@ impl TlsKeys {
 }
 
 /// The settings of an HTTP balancer's engine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpSettings {
-    /// `HTTP_FORWARDED_HEADERS`: append `X-Forwarded-For`, `-Proto` and `-Host`.
+    /// `HTTP_FORWARDED_HEADERS`: append `X-Forwarded-For`, set `-Proto`, `-Host` and
+    /// `X-Real-IP`.
     pub forwarded_headers: bool,
+    /// `HTTP_UPGRADE_PROTOCOLS`: the protocols a request may switch to, as written.
+    pub upgrade_protocols: Vec<String>,
     /// `HTTP_POOL_MAX_IDLE`: idle keep-alive connections kept per server and worker thread.
     pub pool_max_idle: u32,
     /// `HTTP_POOL_IDLE_TIMEOUT`: an idle kept-alive connection older than this is closed.
     pub pool_idle_timeout: Duration,
     /// `HTTP_REQUEST_TIMEOUT`: a request's head must arrive within this.
     pub request_timeout: Duration,
+    /// `HTTP_RESPONSE_TIMEOUT`: the longest wait for an answer's head once the request was
+    /// sent, and the longest silence within the answer's body.
+    pub response_timeout: Duration,
+    /// `HTTP_BODY_TIMEOUT`: the longest silence within a request's body.
+    pub body_timeout: Duration,
+    /// `HTTP_TIMEOUTS_TO_QUARANTINE`: requests timed out in a row that quarantine a server
+    /// (0: never).
+    pub timeouts_to_quarantine: u32,
     /// `LOG_REQUESTS`: one access-log line per request.
     pub log_requests: bool,
     /// `HTTP_RETRY_IDEMPOTENT`: an idempotent request without a body that failed after it was

@@ -1,10 +1,11 @@
 //! The effective configuration printed back as INI (`appbroker --check`): every key of the
-//! [table](super::keys), defaults included, in a form that parses to the same [`Config`].
+//! [table](super::keys), defaults included, in a form that parses to the same [`Config`]
+//! (but its secrets, printed `(set)` in a comment).
 
 use std::fmt::Write;
 
-use super::keys::{self, Field};
-use super::{BalancerConfig, Config, Origin};
+use super::keys::{self, Domain, Field};
+use super::{BalancerConfig, Config, General, Origin};
 
 /// One section of the effective configuration.
 #[derive(Debug, Clone)]
@@ -56,7 +57,14 @@ impl Config {
                 .iter()
                 .partition(|(_, _, origin)| *origin == Origin::Default);
             for (key, value, _) in set {
-                let _ = writeln!(out, "{key}={value}");
+                let secret =
+                    keys::find(key).is_some_and(|k| matches!(k.domain, Domain::Secret { .. }));
+                if secret && !value.is_empty() {
+                    // Never printed; a comment, so that the printout still reads back (without it).
+                    let _ = writeln!(out, "; {key}={value} (a secret is never printed)");
+                } else {
+                    let _ = writeln!(out, "{key}={value}");
+                }
             }
             if !defaults.is_empty() {
                 out.push_str("; defaults (not set in the file):\n");
@@ -102,6 +110,27 @@ pub fn setting_changes(
             None => Some(format!("{label} {key} {}", shown(value))),
         })
         .collect()
+}
+
+/// `[General] KEY changed` for each secret set before and after, to another value: printed
+/// `(set)` both times, a change [`setting_changes`] cannot see, and never shown.
+pub fn secret_changes(before: &General, after: &General) -> Vec<String> {
+    [
+        (
+            "SESSION_SECRET",
+            &before.session_secret,
+            &after.session_secret,
+        ),
+        (
+            "SESSION_SECRET_PREVIOUS",
+            &before.session_secret_previous,
+            &after.session_secret_previous,
+        ),
+    ]
+    .into_iter()
+    .filter(|(_, was, now)| was.is_some() && now.is_some() && was != now)
+    .map(|(key, _, _)| format!("[General] {key} changed (not shown)"))
+    .collect()
 }
 
 impl BalancerConfig {

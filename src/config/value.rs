@@ -266,6 +266,32 @@ pub fn show_duration(d: Duration) -> String {
     }
 }
 
+/// HTTP protocol names, separated by commas or blanks (`websocket h2c`), for
+/// `HTTP_UPGRADE_PROTOCOLS`: each a token, or a token, `/` and a token (`websocket/13`), as
+/// RFC 9110 7.8 writes a protocol. Empty: none.
+pub fn protocols(text: &str) -> Result<Vec<String>, String> {
+    let token = |t: &str| {
+        !t.is_empty()
+            && t.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+    };
+    let mut list = Vec::new();
+    for item in text.split([',', ' ', '\t']).filter(|i| !i.is_empty()) {
+        let mut parts = item.split('/');
+        let valid = parts.next().is_some_and(token)
+            && parts.next().is_none_or(token)
+            && parts.next().is_none();
+        if !valid {
+            return Err(format!(
+                "has `{item}`; expected protocol names like websocket or h2c, separated by \
+                 commas or blanks (empty: none)"
+            ));
+        }
+        list.push(item.to_string());
+    }
+    Ok(list)
+}
+
 /// An address or a network (`10.0.0.0/8`, `::1`), for `QUERY_ALLOW`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Cidr {
@@ -476,6 +502,26 @@ mod tests {
         for ms in [10, 500, 1000, 61_500, 120_000] {
             let d = Duration::from_millis(ms);
             assert_eq!(duration(&show_duration(d), min), Ok(d));
+        }
+    }
+
+    #[test]
+    fn protocol_lists() {
+        let cases: &[(&str, &[&str])] = &[
+            ("websocket", &["websocket"]),
+            ("WebSocket, h2c", &["WebSocket", "h2c"]),
+            ("websocket/13\th2c ,,", &["websocket/13", "h2c"]),
+            ("", &[]),
+            (" , ", &[]),
+        ];
+        for (text, list) in cases {
+            assert_eq!(
+                protocols(text),
+                Ok(list.iter().map(|p| p.to_string()).collect())
+            );
+        }
+        for bad in ["web socket/", "a/b/c", "/13", "ws;q=1", "caf\u{e9}", "h2c/"] {
+            assert!(protocols(bad).is_err(), "{bad} should be rejected");
         }
     }
 

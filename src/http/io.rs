@@ -152,11 +152,7 @@ impl<U: Upstreams> AsyncWrite for Upstream<U> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let polled = Pin::new(&mut self.stream).poll_write(cx, buf);
-        if let Poll::Ready(Ok(n)) = polled {
-            self.traffic.written.fetch_add(n as u64, Relaxed);
-        }
-        polled
+        Pin::new(&mut self.stream).poll_write(cx, buf)
     }
 
     fn poll_write_vectored(
@@ -164,11 +160,7 @@ impl<U: Upstreams> AsyncWrite for Upstream<U> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let polled = Pin::new(&mut self.stream).poll_write_vectored(cx, bufs);
-        if let Poll::Ready(Ok(n)) = polled {
-            self.traffic.written.fetch_add(n as u64, Relaxed);
-        }
-        polled
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {

@@ -4,9 +4,10 @@
 //! (keep-alive, upgrades, a head timeout, 414 and 431 on oversized heads); each request is
 //! sent to a server the balancer chooses, over a kept-alive connection from the proxy's own
 //! pool or a fresh one, and the answer streams back. The balancer stands behind the small
-//! [`Upstreams`] trait: it chooses, connects (its dialer: TCP or TLS towards servers) and is
-//! told what happened (connect failures to quarantine, upstream connections opened and
-//! closed, one [`Exchange`] per request for the access log and the counters).
+//! [`Upstreams`] trait: it chooses, connects (its dialer: TCP or TLS towards servers, each
+//! connect accounted for by the balancer) and is told what happened (a new connection the
+//! server closed unused, upstream connections opened and closed, one [`Exchange`] per request
+//! for the access log and the counters).
 //!
 //! # Layout
 //!
@@ -14,9 +15,11 @@
 //!   send, retry what may be retried, answer.
 //! - `pool`: kept-alive connections per server, bounded and idle-timed.
 //! - `headers`: what is refused, and the head rewritten each way (hop-by-hop headers,
-//!   `X-Forwarded-*`).
-//! - `body`: bodies streamed both ways, counted, with `Expect: 100-continue` held end to
-//!   end.
+//!   upgrades, the client's addresses, `X-Forwarded-*`).
+//! - `head_errors`: hyper's own answer to a head it cannot parse (400, 431) replaced by the
+//!   broker's page.
+//! - `body`: bodies streamed both ways, counted, each side's silence bounded, with `Expect:
+//!   100-continue` held end to end.
 //! - `upgrade`: an upgraded connection (WebSocket) relayed both ways.
 //! - `io`: the stream wrappers (bytes read ahead, traffic counted).
 //! - `pages`: the broker's own answers (502, 503, 504, refusals) in the page language.
@@ -25,6 +28,7 @@
 
 mod body;
 pub mod check;
+mod head_errors;
 mod headers;
 mod io;
 pub mod pages;
@@ -56,7 +60,8 @@ pub use stats::Stats;
 /// The balancer as the HTTP engine sees it: who serves a request, how to reach it, and what
 /// to account. Kept narrow so the engine knows nothing of configuration, quarantine or pages.
 pub trait Upstreams: Send + Sync + 'static {
-    /// A server as the balancer knows it. The pool keeps connections by it, so two values
+    /// A server as the balancer knows it, displayed as its `host:port` (the `Host` of a
+    /// request that named none). The pool keeps connections by it, so two values
     /// are equal exactly when they are the same server (at wiring: a newtype over
     /// `Arc<balancer::Server>` compared by identity, so a reload that re-creates a server
     /// does not mix its connections with the old one's).
@@ -68,9 +73,15 @@ pub trait Upstreams: Send + Sync + 'static {
     /// session alive while its WebSocket is open).
     type Lease: Send + Unpin + 'static;
 
-    /// A connection to a server: plain TCP, or TLS when the balancer encrypts upstream. An
-    /// upgraded connection hands this stream back whole to the relay (splice when it is TCP).
+    /// A connection to a server: plain TCP, or TLS when the balancer encrypts upstream (at
+    /// wiring: the dialer's stream, either). The pool keeps it as it is, so a kept-alive
+    /// connection is reused over TLS as over TCP; an upgraded connection hands it back whole
+    /// to the relay (splice when it is plain TCP).
     type Stream: Stream;
+
+    /// Why a connect failed, as the balancer's dialer says (at wiring: the dialer's typed
+    /// error, which knows whom it blames).
+    type ConnectError: std::error::Error + Send + Sync + 'static;
 
     /// The server for this request, none of `tried` (servers that already failed it); `None`
     /// when no server is available, answered 503. `request` is the client's head as received
@@ -82,13 +93,16 @@ pub trait Upstreams: Send + Sync + 'static {
         tried: &[Self::Server],
     ) -> Option<Choice<Self>>;
 
-    /// A new connection to `server`, within the balancer's connect timeout. An error here
-    /// means nothing of the request reached the server: it is reported as
-    /// [`Event::ConnectFailed`] and the next candidate is tried.
+    /// A new connection to `server` for `client`'s request, within the balancer's connect
+    /// timeout, its TLS handshake done when the balancer encrypts upstream. The balancer
+    /// accounts for the connect itself, either way (a failure quarantines the server as it
+    /// says); an error means nothing of the request reached the server, and the next
+    /// candidate is tried.
     fn connect(
         &self,
         server: &Self::Server,
-    ) -> impl Future<Output = std::io::Result<Self::Stream>> + Send;
+        client: SocketAddr,
+    ) -> impl Future<Output = Result<Self::Stream, Self::ConnectError>> + Send;
 
     /// What happened, for quarantine, accounting and the access log. Called on the data
     /// path: keep it short (counters, a log line), never blocking.
@@ -148,15 +162,16 @@ pub struct Downstream {
 /// What the engine tells the balancer.
 #[derive(Debug)]
 pub enum Event<'a, S> {
-    /// Connecting to `server` failed before any byte of the request was sent: quarantine it.
-    /// The request goes on to the next candidate.
+    /// A new connection to `server` (its connect accounted for already) failed before any
+    /// byte of the request reached the server: the server closed it first. Quarantine it, as
+    /// a failed connect; the request goes on to the next candidate.
     ConnectFailed {
         /// The server.
         server: &'a S,
         /// The client whose request it was for.
         client: SocketAddr,
-        /// Why, as the dialer said.
-        error: &'a std::io::Error,
+        /// Why, in the engine's words.
+        error: &'a str,
     },
     /// A connection to `server` opened (pooled, then perhaps upgraded): one more of the
     /// server's connections.
@@ -205,20 +220,25 @@ pub struct Exchange<S> {
 pub enum Outcome {
     /// The server's answer was sent whole.
     Served,
-    /// The balancer answered it itself ([`Upstreams::intercept`]: a query).
+    /// The balancer answered it itself ([`Upstreams::intercept`]: a query), or the broker did
+    /// as its last recipient (an `OPTIONS` with `Max-Forwards: 0`).
     Local,
-    /// The broker refused the request itself (CONNECT, a transfer coding it cannot frame, a
-    /// request line too long).
+    /// The broker refused the request itself (CONNECT, TRACE, a transfer coding it cannot
+    /// frame, a missing or invalid `Host`, a request line too long).
     Refused,
     /// No server could take it: 503.
     NoServer,
     /// The server failed after the request was sent (closed, reset, answered garbage): 502.
     ServerFailed(String),
-    /// The server sent no answer within the response timeout: 504.
+    /// The server sent no answer within the response timeout (504), or stopped sending its
+    /// answer's body for that long (the client's connection cut).
     ServerTimeout,
     /// The client's body broke off or was malformed (a bad chunk) while it was sent on: 400,
     /// the client's fault.
     ClientFailed,
+    /// The client's body stopped coming for the body timeout: 408, or the connection closed
+    /// when the answer had begun. The client's fault too.
+    ClientTimeout,
     /// The answer started but did not finish: the server or the client broke off midway.
     Incomplete,
 }
@@ -227,8 +247,11 @@ pub enum Outcome {
 /// [`Proxy::set_settings`]).
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// `HTTP_FORWARDED_HEADERS`: add `X-Forwarded-For`, `-Proto` and `-Host`.
+    /// `HTTP_FORWARDED_HEADERS`: add `X-Forwarded-For`, `-Proto`, `-Host` and `X-Real-IP`.
     pub forwarded_headers: bool,
+    /// `HTTP_UPGRADE_PROTOCOLS`: the protocols a request may switch to (`websocket`), matched
+    /// in any case; a request asking for another goes on as plain HTTP.
+    pub upgrade_protocols: Vec<String>,
     /// `HTTP_POOL_MAX_IDLE`: idle connections kept per server and worker thread.
     pub max_idle: usize,
     /// `HTTP_POOL_IDLE_TIMEOUT`: an idle connection older than this is closed, not reused.
@@ -236,9 +259,13 @@ pub struct Settings {
     /// `HTTP_REQUEST_TIMEOUT`: a request's head must arrive within this (from the end of the
     /// previous answer on a kept-alive connection); past it the connection is closed.
     pub request_timeout: Duration,
-    /// How long a server may stay silent (no byte either way) before its answer's head: past
-    /// it, 504. `None`: wait as long as it takes.
-    pub response_timeout: Option<Duration>,
+    /// `HTTP_RESPONSE_TIMEOUT`: the longest wait for an answer's head once the whole request
+    /// was sent (past it, 504), and the longest silence within the answer's body (past it,
+    /// the client's connection is cut).
+    pub response_timeout: Duration,
+    /// `HTTP_BODY_TIMEOUT`: the longest silence within a request's body; past it, 408 when
+    /// no answer has begun, else the client's connection is closed.
+    pub body_timeout: Duration,
     /// `HTTP_RETRY_IDEMPOTENT`: a request with an idempotent method and no body that failed
     /// after it was sent, with no byte of an answer, is tried on the next server.
     pub retry_idempotent: bool,
@@ -252,15 +279,18 @@ pub struct Settings {
 }
 
 impl Default for Settings {
-    /// The defaults: forwarded headers on, 32 idle connections per server kept 60 s,
-    /// 30 s for a request's head.
+    /// The keys' defaults: forwarded headers on, WebSocket the one upgrade, 32 idle
+    /// connections per server kept 60 s, 30 s for a request's head, 600 s for an answer, 60 s
+    /// of silence within a body.
     fn default() -> Settings {
         Settings {
             forwarded_headers: true,
+            upgrade_protocols: vec!["websocket".to_string()],
             max_idle: 32,
             idle_timeout: Duration::from_secs(60),
             request_timeout: Duration::from_secs(30),
-            response_timeout: None,
+            response_timeout: Duration::from_secs(600),
+            body_timeout: Duration::from_secs(60),
             retry_idempotent: false,
             tunnel_idle_timeout: None,
             language: Language::English,

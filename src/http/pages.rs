@@ -1,12 +1,14 @@
 //! The broker's own answers (no server available, a server that failed, a refused request):
-//! a short HTML page in the balancer's language that says what happened and what to do.
+//! a short HTML page in the balancer's language that says what happened, what was wrong with
+//! the request when it was refused, and what to do.
 
 use bytes::Bytes;
 use hyper::StatusCode;
 
+use super::headers::{HeadFault, Refusal};
 use crate::config::Language;
 
-/// The title and the sentence of the page for `status`.
+/// The title and the sentence of the page for `status`, when the server side failed.
 fn words(status: StatusCode, language: Language) -> (&'static str, &'static str) {
     match (status.as_u16(), language) {
         (503, Language::English) => (
@@ -33,33 +35,226 @@ fn words(status: StatusCode, language: Language) -> (&'static str, &'static str)
             "Tempo esgotado",
             "O servidor não respondeu esta requisição a tempo. Tente novamente.",
         ),
-        (501, Language::English) => (
-            "Not implemented",
-            "The broker does not pass this kind of request on (CONNECT, or a transfer coding \
-             other than chunked).",
+        (408, Language::English) => (
+            "Request timed out",
+            "The request's body stopped arriving before it was complete. Check the network and \
+             try again.",
         ),
-        (501, Language::Portuguese) => (
-            "Não implementado",
-            "O broker não repassa este tipo de requisição (CONNECT, ou uma codificação de \
-             transferência que não seja chunked).",
-        ),
-        (414, Language::English) => (
-            "Address too long",
-            "The requested address is longer than the broker accepts.",
-        ),
-        (414, Language::Portuguese) => (
-            "Endereço longo demais",
-            "O endereço pedido é mais longo do que o broker aceita.",
+        (408, Language::Portuguese) => (
+            "Tempo da requisição esgotado",
+            "O corpo da requisição parou de chegar antes de completo. Verifique a rede e tente \
+             novamente.",
         ),
         (_, Language::English) => (
-            "Bad request",
-            "The request is not valid HTTP/1.1 (a Host header is required, and only one).",
+            "Error",
+            "The broker could not serve this request. Try again.",
         ),
         (_, Language::Portuguese) => (
-            "Requisição inválida",
-            "A requisição não é HTTP/1.1 válido (o cabeçalho Host é obrigatório, e único).",
+            "Erro",
+            "O broker não pôde atender esta requisição. Tente novamente.",
         ),
     }
+}
+
+/// The title and the sentence of the page for `refusal`, English first, then Portuguese:
+/// what was wrong with the request, and what to do where the client can do something.
+fn refusal_words(refusal: Refusal) -> [(&'static str, &'static str); 2] {
+    const BAD: [&str; 2] = ["Bad request", "Requisição inválida"];
+    const LARGE: [&str; 2] = ["Headers too large", "Cabeçalhos grandes demais"];
+    let ([en, pt], sentences) = match refusal {
+        Refusal::Connect => (
+            ["Not implemented", "Não implementado"],
+            [
+                "The broker does not pass CONNECT on: it forwards requests to its servers, it is \
+                 no tunnel to other addresses.",
+                "O broker não repassa CONNECT: ele encaminha requisições aos seus servidores, não \
+                 é um túnel para outros endereços.",
+            ],
+        ),
+        Refusal::TransferCoding => (
+            ["Not implemented", "Não implementado"],
+            [
+                "The request's Transfer-Encoding names a coding other than chunked (or chunked \
+                 twice), which the broker cannot pass on: send the body with Content-Length, or \
+                 chunked only.",
+                "O Transfer-Encoding da requisição traz uma codificação além de chunked (ou \
+                 chunked duas vezes), que o broker não repassa: envie o corpo com Content-Length, \
+                 ou só chunked.",
+            ],
+        ),
+        Refusal::Trace => (
+            ["Method not allowed", "Método não permitido"],
+            [
+                "The broker does not pass TRACE on: the server would echo the whole request \
+                 back, cookies included.",
+                "O broker não repassa TRACE: o servidor devolveria a requisição inteira, cookies \
+                 inclusive.",
+            ],
+        ),
+        Refusal::NoHost => (
+            BAD,
+            [
+                "An HTTP/1.1 request needs a Host header, and this one has none.",
+                "Uma requisição HTTP/1.1 precisa do cabeçalho Host, e esta não o tem.",
+            ],
+        ),
+        Refusal::ManyHosts => (
+            BAD,
+            [
+                "The request has more than one Host header; it must have exactly one.",
+                "A requisição tem mais de um cabeçalho Host; deve ter exatamente um.",
+            ],
+        ),
+        Refusal::BadHost => (
+            BAD,
+            [
+                "The request's Host (or the host in its address) is not a valid host: a name, an \
+                 IPv4 address or an IPv6 one in brackets, then :port if any, without blanks, \
+                 slashes or @.",
+                "O Host da requisição (ou o host do seu endereço) não é um host válido: um nome, \
+                 um endereço IPv4 ou um IPv6 entre colchetes, e :porta se houver, sem espaços, \
+                 barras ou @.",
+            ],
+        ),
+        Refusal::UserInfo => (
+            BAD,
+            [
+                "The request's address carries a user name (http://user@host/), which the broker \
+                 does not pass on.",
+                "O endereço da requisição traz um nome de usuário (http://usuario@host/), que o \
+                 broker não repassa.",
+            ],
+        ),
+        Refusal::AuthorityForm => (
+            BAD,
+            [
+                "The request asks for a bare host:port, a form only CONNECT may use: ask for a \
+                 path, such as /.",
+                "A requisição pede só host:porta, forma que apenas CONNECT pode usar: peça um \
+                 caminho, como /.",
+            ],
+        ),
+        Refusal::TargetTooLong => (
+            ["Address too long", "Endereço longo demais"],
+            [
+                "The requested address is longer than the broker accepts (16 KiB).",
+                "O endereço pedido é mais longo do que o broker aceita (16 KiB).",
+            ],
+        ),
+        Refusal::Body => (
+            BAD,
+            [
+                "The request's body could not be read: a chunk of its chunked encoding is \
+                 malformed, or the body ended before it was whole.",
+                "O corpo da requisição não pôde ser lido: um trecho da codificação chunked está \
+                 malformado, ou o corpo terminou antes de vir inteiro.",
+            ],
+        ),
+        Refusal::Head(fault) => head_words(fault, BAD, LARGE),
+    };
+    [(en, sentences[0]), (pt, sentences[1])]
+}
+
+/// The titles and sentences of a head hyper refused.
+fn head_words(
+    fault: HeadFault,
+    bad: [&'static str; 2],
+    large: [&'static str; 2],
+) -> ([&'static str; 2], [&'static str; 2]) {
+    match fault {
+        HeadFault::RequestLine => (
+            bad,
+            [
+                "The request's first line is not METHOD address HTTP/1.1, with one space \
+                 between them.",
+                "A primeira linha da requisição não é MÉTODO endereço HTTP/1.1, com um espaço \
+                 entre eles.",
+            ],
+        ),
+        HeadFault::Folded => (
+            bad,
+            [
+                "A header of the request goes on over the next line (obsolete line folding), \
+                 which the broker refuses: write each header on one line.",
+                "Um cabeçalho da requisição continua na linha seguinte (dobra de linha \
+                 obsoleta), que o broker recusa: escreva cada cabeçalho em uma só linha.",
+            ],
+        ),
+        HeadFault::HeaderLine => (
+            bad,
+            [
+                "A header line of the request is not name: value (a blank before the colon, no \
+                 colon, or a control character).",
+                "Uma linha de cabeçalho da requisição não é nome: valor (um espaço antes dos \
+                 dois-pontos, sem dois-pontos, ou um caractere de controle).",
+            ],
+        ),
+        HeadFault::ContentLength => (
+            bad,
+            [
+                "The request's Content-Length is not one number (a sign, a list, or two that \
+                 differ).",
+                "O Content-Length da requisição não é um número só (um sinal, uma lista, ou dois \
+                 diferentes).",
+            ],
+        ),
+        HeadFault::TransferEncoding => (
+            bad,
+            [
+                "The request's Transfer-Encoding is not allowed: in HTTP/1.0, or with a last \
+                 coding other than chunked.",
+                "O Transfer-Encoding da requisição não é aceito: em HTTP/1.0, ou com a última \
+                 codificação diferente de chunked.",
+            ],
+        ),
+        HeadFault::TooManyHeaders => (
+            large,
+            [
+                "The request has more than 100 header lines.",
+                "A requisição tem mais de 100 linhas de cabeçalho.",
+            ],
+        ),
+        HeadFault::TooLarge => (
+            large,
+            [
+                "The request's head (its first line and headers) is larger than 64 KiB, often \
+                 for too many cookies: clear this site's cookies and try again.",
+                "O cabeçalho da requisição (primeira linha e cabeçalhos) passa de 64 KiB, muitas \
+                 vezes por cookies demais: apague os cookies deste site e tente novamente.",
+            ],
+        ),
+        HeadFault::Malformed => (
+            bad,
+            [
+                "The request's head is not valid HTTP/1.1: its first line or a header is \
+                 malformed.",
+                "O cabeçalho da requisição não é HTTP/1.1 válido: a primeira linha ou um \
+                 cabeçalho está malformado.",
+            ],
+        ),
+    }
+}
+
+/// The title and sentence of `refusal` in `language`.
+fn refused_words(refusal: Refusal, language: Language) -> (&'static str, &'static str) {
+    let [en, pt] = refusal_words(refusal);
+    match language {
+        Language::English => en,
+        Language::Portuguese => pt,
+    }
+}
+
+/// The page for `refusal` in `language`.
+pub(crate) fn refused(refusal: Refusal, language: Language) -> Bytes {
+    let (title, sentence) = refused_words(refusal, language);
+    Bytes::from(html(refusal.status().as_u16(), title, sentence, language))
+}
+
+/// The whole answer (status line, headers, page) to a head hyper refused, the connection
+/// closed after it: written by `head_errors` in place of hyper's empty one.
+pub(crate) fn refused_answer(refusal: Refusal, language: Language) -> Bytes {
+    let (title, sentence) = refused_words(refusal, language);
+    whole_answer(refusal.status(), title, sentence, language)
 }
 
 /// The page for `status` in `language`.
@@ -92,10 +287,16 @@ pub fn plain_http_to_tls_port(language: Language) -> Bytes {
             "Esta porta aceita somente HTTPS: abra o mesmo endereço com https:// em vez de http://.",
         ),
     };
-    let body = html(400, title, sentence, language);
+    whole_answer(StatusCode::BAD_REQUEST, title, sentence, language)
+}
+
+/// An answer as bytes on the wire, for the places that write before (or instead of) hyper:
+/// the page, `no-store`, and `Connection: close`.
+fn whole_answer(status: StatusCode, title: &str, sentence: &str, language: Language) -> Bytes {
+    let body = html(status.as_u16(), title, sentence, language);
     Bytes::from(format!(
-        "HTTP/1.1 400 Bad Request\r\nContent-Type: text/html; charset=utf-8\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "HTTP/1.1 {status}\r\nContent-Type: text/html; charset=utf-8\r\n\
+         Cache-Control: no-store\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     ))
 }
@@ -103,10 +304,11 @@ pub fn plain_http_to_tls_port(language: Language) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::headers::{MAX_HEAD, MAX_HEADERS, MAX_REQUEST_LINE};
 
     #[test]
     fn every_page_is_in_its_language() {
-        for code in [400, 414, 501, 502, 503, 504] {
+        for code in [408, 502, 503, 504] {
             let Ok(status) = StatusCode::from_u16(code) else {
                 panic!("status")
             };
@@ -122,5 +324,87 @@ mod tests {
         }
         let pt = page(StatusCode::SERVICE_UNAVAILABLE, Language::Portuguese);
         assert!(String::from_utf8_lossy(&pt).contains("Nenhum servidor disponível"));
+    }
+
+    const REFUSALS: [Refusal; 18] = [
+        Refusal::Connect,
+        Refusal::Trace,
+        Refusal::TransferCoding,
+        Refusal::NoHost,
+        Refusal::ManyHosts,
+        Refusal::BadHost,
+        Refusal::UserInfo,
+        Refusal::AuthorityForm,
+        Refusal::TargetTooLong,
+        Refusal::Body,
+        Refusal::Head(HeadFault::RequestLine),
+        Refusal::Head(HeadFault::Folded),
+        Refusal::Head(HeadFault::HeaderLine),
+        Refusal::Head(HeadFault::ContentLength),
+        Refusal::Head(HeadFault::TransferEncoding),
+        Refusal::Head(HeadFault::TooManyHeaders),
+        Refusal::Head(HeadFault::TooLarge),
+        Refusal::Head(HeadFault::Malformed),
+    ];
+
+    #[test]
+    fn every_refusal_says_what_was_wrong_in_each_language() {
+        for (i, refusal) in REFUSALS.into_iter().enumerate() {
+            let code = refusal.status().as_u16();
+            for language in [Language::English, Language::Portuguese] {
+                let (title, sentence) = refused_words(refusal, language);
+                let page = String::from_utf8_lossy(&refused(refusal, language)).into_owned();
+                assert!(page.contains(&format!("<h1>{code} {title}</h1>")), "{page}");
+                assert!(page.contains(sentence), "{page}");
+                assert!(page.contains(&format!("lang=\"{}\"", language.as_str())));
+                for other in &REFUSALS[..i] {
+                    assert_ne!(
+                        refused_words(*other, language).1,
+                        sentence,
+                        "{refusal:?} says what {other:?} says"
+                    );
+                }
+            }
+            assert_ne!(
+                refused_words(refusal, Language::English).1,
+                refused_words(refusal, Language::Portuguese).1
+            );
+        }
+        // The figures the pages give are the limits in force.
+        let sentence = |r, l| refused_words(r, l).1;
+        for language in [Language::English, Language::Portuguese] {
+            let many = sentence(Refusal::Head(HeadFault::TooManyHeaders), language);
+            assert!(many.contains(&format!(" {MAX_HEADERS} ")), "{many}");
+            let large = sentence(Refusal::Head(HeadFault::TooLarge), language);
+            assert!(
+                large.contains(&format!(" {} KiB", MAX_HEAD / 1024)),
+                "{large}"
+            );
+            let long = sentence(Refusal::TargetTooLong, language);
+            assert!(
+                long.contains(&format!("({} KiB)", MAX_REQUEST_LINE / 1024)),
+                "{long}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_whole_answer_is_framed_by_its_length_and_closes() {
+        let refusal = Refusal::Head(HeadFault::Folded);
+        let answer = refused_answer(refusal, Language::Portuguese);
+        let text = String::from_utf8_lossy(&answer).into_owned();
+        let Some((head, body)) = text.split_once("\r\n\r\n") else {
+            panic!("{text}")
+        };
+        assert!(head.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{head}");
+        assert!(head.contains("\r\nConnection: close"), "{head}");
+        assert!(
+            head.contains(&format!("\r\nContent-Length: {}", body.len())),
+            "{head}"
+        );
+        assert_eq!(body.as_bytes(), &refused(refusal, Language::Portuguese)[..]);
+        let tls = String::from_utf8_lossy(&plain_http_to_tls_port(Language::English)).into_owned();
+        assert!(tls.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{tls}");
+        assert!(tls.contains("https://"), "{tls}");
     }
 }

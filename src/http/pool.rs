@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use hyper::client::conn::http1::SendRequest;
 use tokio::time::Instant;
+use tokio_util::sync::DropGuard;
 
 use super::body::RequestBody;
 use crate::workers;
@@ -32,22 +33,17 @@ pub(crate) struct Conn {
     /// Taken from the pool (it served a request before), rather than just opened: a failure
     /// may then be the server closing it at the moment of reuse.
     pub(crate) reused: bool,
+    /// Closes the connection when dropped, whatever hyper's task for it is still doing
+    /// (sending a body the server answered without); disarmed when an upgrade takes the
+    /// stream.
+    pub(crate) closer: DropGuard,
 }
 
-/// Bytes a server connection moved so far, each way. A request's retry is decided on them:
-/// nothing written means the server cannot have seen the request, nothing read means no byte
-/// of an answer arrived.
+/// Bytes a server connection read so far: a request's retry is decided on them (nothing read
+/// means no byte of an answer arrived).
 #[derive(Debug, Default)]
 pub(crate) struct Traffic {
     pub(crate) read: AtomicU64,
-    pub(crate) written: AtomicU64,
-}
-
-impl Traffic {
-    /// Both counts, to compare with later.
-    pub(crate) fn mark(&self) -> (u64, u64) {
-        (self.read.load(Relaxed), self.written.load(Relaxed))
-    }
 }
 
 /// A server's connection figures, for METRICS.
@@ -85,6 +81,7 @@ pub struct PoolFigures {
 struct Idle {
     sender: Sender,
     traffic: Arc<Traffic>,
+    closer: DropGuard,
     since: Instant,
 }
 
@@ -155,6 +152,7 @@ impl<S: Clone + Eq + Hash> Pool<S> {
             sender: idle.sender,
             traffic: idle.traffic,
             reused: true,
+            closer: idle.closer,
         })
     }
 
@@ -174,6 +172,7 @@ impl<S: Clone + Eq + Hash> Pool<S> {
             here.push(Idle {
                 sender: conn.sender,
                 traffic: conn.traffic,
+                closer: conn.closer,
                 since: Instant::now(),
             });
             let over = here.len().saturating_sub(max_idle);

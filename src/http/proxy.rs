@@ -1,11 +1,17 @@
 //! One HTTP balancer's engine: client connections served with hyper, each request sent to
 //! the server the balancer chooses over a pooled connection or a fresh one.
 //!
-//! A request's way: refused by the broker ([`headers::refusal`]) or rewritten; a server
+//! A request's way: refused by the broker ([`headers::refusal`]), answered by it as its last
+//! recipient (an `OPTIONS` with `Max-Forwards: 0`), or rewritten; a server
 //! chosen; a connection taken from the pool, else dialed (a connect failure is reported for
 //! quarantine and the next server chosen, whatever the method: nothing reached the server);
 //! sent; the answer streamed back, and the connection given back to the pool once both ways
-//! finished cleanly. When a request fails after it was sent:
+//! finished cleanly: the whole request handed to the connection before its answer ended, and
+//! the answer read to its framed end. Any other connection is closed as soon as the engine
+//! lets go of it (a server that answered before reading the body, and keeps its connection,
+//! would otherwise read the rest of that body, perhaps a request of its own, as the next
+//! user's request); the client then gets the answer with `Connection: close`. When a request
+//! fails after it was sent:
 //! - on a pooled connection that the server closed as it was reused (no byte of an answer,
 //!   and either nothing of the request written or a request that may be sent twice: no body,
 //!   idempotent method), it is sent once more on a fresh connection, as Go's and hyper-util's
@@ -13,7 +19,8 @@
 //! - with `retry_idempotent`, an idempotent request with no body and no byte of an answer
 //!   goes to the next server;
 //! - otherwise the client gets a 502 (504 when the server stayed silent past the response
-//!   timeout) for that request only.
+//!   timeout, counted from the whole request sent) for that request only; a client whose
+//!   body stalls past the body timeout gets a 408.
 //!
 //! hyper's low-level `client::conn::http1` is used rather than hyper-util's pooled client:
 //! the pool has to be keyed by the balancer's servers (not by URI authority), a connect
@@ -43,8 +50,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use super::body::{Done, RequestBody, ResponseBody, Upload};
-use super::headers;
+use super::body::{Done, Ended, RequestBody, ResponseBody, Upload};
+use super::head_errors::{Answers, Counted, HeadErrors};
+use super::headers::{self, Refusal};
 use super::io::{Lifetime, Prefixed, Upstream};
 use super::pool::Traffic;
 use super::pool::{Conn, Pool, PoolFigures};
@@ -52,11 +60,6 @@ use super::stats::Stats;
 use super::upgrade::{self, Pending};
 use super::{Choice, Downstream, Event, Exchange, Outcome, Settings, Upstreams, pages};
 use crate::stream::Stream;
-
-/// Largest request head accepted (request line and headers): beyond it, 431. nginx allows
-/// 4 x 8 KiB of headers by default, HAProxy 16 KiB in all; browsers with many cookies stay
-/// well under 64 KiB.
-const MAX_HEAD: usize = 64 * 1024;
 
 /// The answer's body as the client gets it.
 type Answer<U> = ResponseBody<Finish<U>>;
@@ -144,15 +147,22 @@ impl<U: Upstreams> Proxy<U> {
     {
         let settings = self.settings.load();
         let upgraded: Arc<Mutex<Option<Pending<U>>>> = Arc::default();
+        let answers: Arc<Answers> = Arc::default();
         let service = {
             let proxy = Arc::clone(&self);
             let upgraded = Arc::clone(&upgraded);
+            let answers = Arc::clone(&answers);
             service_fn(move |request| {
                 let proxy = Arc::clone(&proxy);
                 let upgraded = Arc::clone(&upgraded);
-                async move { Ok::<_, Infallible>(proxy.handle(request, client, &upgraded).await) }
+                let in_hand = answers.given();
+                async move {
+                    let response = proxy.handle(request, client, &upgraded).await;
+                    Ok::<_, Infallible>(response.map(|body| Counted::new(body, in_hand)))
+                }
             })
         };
+        let io = HeadErrors::new(Prefixed::new(read_ahead, io), answers, settings.language);
         let connection = server::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(settings.request_timeout)
@@ -162,8 +172,9 @@ impl<U: Upstreams> Proxy<U> {
             // nginx does. The price: a client that shuts only its sending side after the
             // request (`nc -q`) gets no answer.
             .half_close(false)
-            .max_header_size(MAX_HEAD)
-            .serve_connection(TokioIo::new(Prefixed::new(read_ahead, io)), service)
+            .max_header_size(headers::MAX_HEAD)
+            .max_headers(headers::MAX_HEADERS)
+            .serve_connection(TokioIo::new(io), service)
             .with_upgrades();
         drop(settings);
         let mut connection = pin!(connection);
@@ -198,8 +209,12 @@ impl<U: Upstreams> Proxy<U> {
         upgraded: &Mutex<Option<Pending<U>>>,
     ) -> Response<Answer<U>> {
         let settings = self.settings.load_full();
-        let client_upgrade = headers::wants_upgrade(request.version(), request.headers())
-            .then(|| hyper::upgrade::on(&mut request));
+        let upgrade_to = headers::upgrade_to(
+            request.version(),
+            request.headers(),
+            &settings.upgrade_protocols,
+        );
+        let client_upgrade = upgrade_to.map(|_| hyper::upgrade::on(&mut request));
         let (head, body) = request.into_parts();
         let mut finish = Finish::new(Arc::clone(self), client.peer, &head);
         if let Some(response) = self.upstreams.intercept(&head, &client) {
@@ -208,9 +223,13 @@ impl<U: Upstreams> Proxy<U> {
         }
         if let Some(refusal) = headers::refusal(&head) {
             finish.exchange.outcome = Outcome::Refused;
-            return self.page(refusal.status(), finish, &settings, true);
+            return self.refuse(refusal, finish, &settings);
         }
-        let mut attempt = Attempt::new(&head, body, &mut finish);
+        if headers::answered_here(&head) {
+            finish.exchange.outcome = Outcome::Local;
+            return local(headers::options_answer(), finish);
+        }
+        let mut attempt = Attempt::new(&head, body, &mut finish, settings.body_timeout);
         let failed = match self
             .forward(&head, client, &mut attempt, &settings, &mut finish)
             .await
@@ -222,9 +241,13 @@ impl<U: Upstreams> Proxy<U> {
             Err(failed) => failed,
         };
         let status = match failed {
+            Some(_) if finish.upload.timed_out.load(Relaxed) => {
+                finish.exchange.outcome = Outcome::ClientTimeout;
+                return self.page(StatusCode::REQUEST_TIMEOUT, finish, &settings, true);
+            }
             Some(_) if finish.upload.failed.load(Relaxed) => {
                 finish.exchange.outcome = Outcome::ClientFailed;
-                return self.page(StatusCode::BAD_REQUEST, finish, &settings, true);
+                return self.refuse(Refusal::Body, finish, &settings);
             }
             Some(failure) if failure.timeout => {
                 finish.exchange.outcome = Outcome::ServerTimeout;
@@ -259,14 +282,13 @@ impl<U: Upstreams> Proxy<U> {
             tried.push(server.clone());
             finish.exchange.server = Some(server.clone());
             if tried.len() == 1 {
-                let upgrade = attempt.request.upgrade;
-                let mut headers =
-                    headers::request_headers(head, &client, settings.forwarded_headers, upgrade);
+                let mut headers = headers::request_headers(head, &client, settings);
                 self.upstreams.rewrite(&mut headers);
                 attempt.request.headers = headers;
             }
+            headers::host_of_server(head, &mut attempt.request.headers, server);
             match self
-                .try_server(server, client.peer, attempt, settings)
+                .try_server(server, client.peer, attempt, settings, &finish.upload)
                 .await
             {
                 Tried::Answered(response, conn) => return Ok((response, conn, choice)),
@@ -275,7 +297,7 @@ impl<U: Upstreams> Proxy<U> {
                     debug!(client = %client.peer, server = %server, error = %failure.error, "request failed after it was sent");
                     let retry = settings.retry_idempotent
                         && attempt.request.replayable
-                        && !finish.upload.failed.load(Relaxed)
+                        && !finish.upload.clients_fault()
                         && !failure.answered
                         && !failure.timeout;
                     failed = Some(failure);
@@ -297,6 +319,7 @@ impl<U: Upstreams> Proxy<U> {
         client: SocketAddr,
         attempt: &mut Attempt,
         settings: &Settings,
+        upload: &Upload,
     ) -> Tried {
         let mut conn = match self.pool.take(server, settings.idle_timeout) {
             Some(conn) => conn,
@@ -311,7 +334,7 @@ impl<U: Upstreams> Proxy<U> {
                 return Tried::NotSent;
             };
             let request = attempt.request.build(body);
-            match send(&mut conn, request, settings.response_timeout).await {
+            match send(&mut conn, request, upload, settings.response_timeout).await {
                 Ok(response) => return Tried::Answered(response, conn),
                 Err(mut failure) => {
                     let unsent = failure.returned.is_some();
@@ -334,11 +357,10 @@ impl<U: Upstreams> Proxy<U> {
                     if unsent {
                         // A fresh connection the server closed before taking the request:
                         // nothing reached it, like a refused connect.
-                        let error = std::io::Error::other(failure.error);
                         self.upstreams.report(Event::ConnectFailed {
                             server,
                             client,
-                            error: &error,
+                            error: &failure.error,
                         });
                         return Tried::NotSent;
                     }
@@ -351,14 +373,11 @@ impl<U: Upstreams> Proxy<U> {
     /// A new connection to `server` for `client`'s request, or `None` after reporting why
     /// not.
     async fn dial(self: &Arc<Self>, server: &U::Server, client: SocketAddr) -> Option<Conn> {
-        let stream = match self.upstreams.connect(server).await {
+        let stream = match self.upstreams.connect(server, client).await {
             Ok(stream) => stream,
             Err(error) => {
-                self.upstreams.report(Event::ConnectFailed {
-                    server,
-                    client,
-                    error: &error,
-                });
+                // The balancer accounted for it (quarantine, its log line).
+                debug!(server = %server, error = %error, "connect failed; next server");
                 return None;
             }
         };
@@ -374,24 +393,32 @@ impl<U: Upstreams> Proxy<U> {
         let (sender, connection) = match client::Builder::new().handshake(io).await {
             Ok(handshake) => handshake,
             Err(e) => {
-                let error = std::io::Error::other(e);
                 self.upstreams.report(Event::ConnectFailed {
                     server,
                     client,
-                    error: &error,
+                    error: &e.to_string(),
                 });
                 return None;
             }
         };
+        let closing = CancellationToken::new();
+        let closed = closing.clone();
         tokio::spawn(async move {
-            if let Err(e) = connection.with_upgrades().await {
-                debug!(error = %e, "server connection ended");
+            tokio::select! {
+                ended = connection.with_upgrades() => {
+                    if let Err(e) = ended {
+                        debug!(error = %e, "server connection ended");
+                    }
+                }
+                // Dropping hyper's connection closes the socket, whatever it was doing.
+                () = closed.cancelled() => {}
             }
         });
         Some(Conn {
             sender,
             traffic,
             reused: false,
+            closer: closing.drop_guard(),
         })
     }
 
@@ -413,7 +440,6 @@ impl<U: Upstreams> Proxy<U> {
                 Outcome::ServerFailed("switched protocols unasked (101)".into());
             return self.page(StatusCode::BAD_GATEWAY, finish, settings, false);
         }
-        let mut reusable = !switching;
         let mut lease = Some(choice.lease);
         if let Some((client, slot)) = upgrade.filter(|_| switching) {
             let pending = Pending {
@@ -426,35 +452,78 @@ impl<U: Upstreams> Proxy<U> {
             *slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(pending);
             self.stats.upgrades.fetch_add(1, Relaxed);
         }
-        if let Some(continued) = &finish.continued
-            && !continued.is_cancelled()
-        {
-            // An `Expect` the server answered without `100 Continue`: the body may be
-            // unsent, and the connection in an unknown state.
-            reusable = false;
+        let conn = if switching {
+            // hyper's connection hands its stream to the upgrade: it must not be closed.
+            let _ = conn.closer.disarm();
+            None
+        } else {
+            Some(conn)
+        };
+        let early = !finish.upload.is_finished();
+        if early && finish.continued.is_some() {
+            // A final status to an `Expect: 100-continue`: no body follows it.
+            finish.upload.abandon();
         }
         let (mut parts, incoming) = response.into_parts();
         headers::response_headers(&mut parts.headers, switching);
         for (name, value) in &choice.response_headers {
             parts.headers.append(name, value.clone());
         }
+        if early && !switching {
+            // Answered before the request was sent whole: should the answer end first, the
+            // rest of the body is not read, so the client's connection cannot carry another
+            // request.
+            parts
+                .headers
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
         parts.version = Version::HTTP_11;
         finish.exchange.status = Some(status);
         finish.answered = true;
-        finish.conn = reusable.then_some((choice.server, conn));
+        finish.conn = conn.map(|conn| (choice.server, conn));
         finish.lease = lease;
-        Response::from_parts(parts, ResponseBody::server(incoming, finish))
+        let body = ResponseBody::server(incoming, finish, settings.response_timeout);
+        Response::from_parts(parts, body)
     }
 
     /// The broker's own answer: a short page in the balancer's language.
     fn page(
         &self,
         status: StatusCode,
-        mut finish: Finish<U>,
+        finish: Finish<U>,
         settings: &Settings,
         close: bool,
     ) -> Response<Answer<U>> {
         let page = pages::page(status, settings.language);
+        self.own_answer(status, page, finish, settings, close)
+    }
+
+    /// The broker's answer to a request it refused: what was wrong, in the balancer's
+    /// language; nothing more is read from the connection. A 405 says the methods allowed.
+    fn refuse(
+        &self,
+        refusal: Refusal,
+        finish: Finish<U>,
+        settings: &Settings,
+    ) -> Response<Answer<U>> {
+        let page = pages::refused(refusal, settings.language);
+        let mut answer = self.own_answer(refusal.status(), page, finish, settings, true);
+        if refusal == Refusal::Trace {
+            let allow = HeaderValue::from_static(headers::ALLOW);
+            answer.headers_mut().insert(header::ALLOW, allow);
+        }
+        answer
+    }
+
+    /// An answer of the broker's own with `page` for its body.
+    fn own_answer(
+        &self,
+        status: StatusCode,
+        page: Bytes,
+        mut finish: Finish<U>,
+        settings: &Settings,
+        close: bool,
+    ) -> Response<Answer<U>> {
         finish.exchange.status = Some(status);
         finish.answered = true;
         let mut response = Response::new(ResponseBody::page(page, finish));
@@ -479,7 +548,7 @@ impl<U: Upstreams> Proxy<U> {
     }
 
     /// Gives `conn` back to `server`'s pool once hyper is ready to send on it again (it may
-    /// still be finishing a request body the server answered before reading).
+    /// still be flushing the request's last bytes).
     fn give_back(self: Arc<Self>, server: U::Server, mut conn: Conn) {
         conn.reused = true;
         if conn.sender.is_ready() {
@@ -554,7 +623,6 @@ struct Outgoing {
     replayable: bool,
     /// `Expect: 100-continue`: cancelled when the server says `100 Continue`.
     continued: Option<CancellationToken>,
-    upgrade: bool,
 }
 
 impl Outgoing {
@@ -584,15 +652,26 @@ struct Attempt {
 }
 
 impl Attempt {
-    /// The request of `head` with `body`, before any server is chosen.
-    fn new<U: Upstreams>(head: &Parts, body: Incoming, finish: &mut Finish<U>) -> Attempt {
+    /// The request of `head` with `body` (each wait for its next frame bounded by
+    /// `body_timeout`), before any server is chosen.
+    fn new<U: Upstreams>(
+        head: &Parts,
+        body: Incoming,
+        finish: &mut Finish<U>,
+        body_timeout: Duration,
+    ) -> Attempt {
         let continued = head
             .headers
             .get(header::EXPECT)
             .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
             .then(CancellationToken::new);
         finish.continued = continued.clone();
-        let body = RequestBody::new(body, Arc::clone(&finish.upload), continued.clone());
+        let body = RequestBody::new(
+            body,
+            Arc::clone(&finish.upload),
+            continued.clone(),
+            body_timeout,
+        );
         Attempt {
             request: Outgoing {
                 method: head.method.clone(),
@@ -600,7 +679,6 @@ impl Attempt {
                 headers: HeaderMap::new(),
                 replayable: body.is_end_stream() && is_idempotent(&head.method),
                 continued,
-                upgrade: headers::wants_upgrade(head.version, &head.headers),
             },
             body: Some(body),
             stale_retried: false,
@@ -640,35 +718,27 @@ struct Failure {
     timeout: bool,
 }
 
-/// Sends `request` on `conn` and waits for the answer's head, at most `quiet` without a byte
-/// moving either way (so a long upload does not count against the server).
+/// Sends `request` on `conn` and waits for the answer's head, at most `timeout` once the
+/// whole request was handed to the connection (`upload`): a long upload, or a slow client's
+/// body (bounded by its own timeout), does not count against the server.
 async fn send(
     conn: &mut Conn,
     request: Request<RequestBody>,
-    quiet: Option<Duration>,
+    upload: &Upload,
+    timeout: Duration,
 ) -> Result<Response<Incoming>, Failure> {
-    let before = conn.traffic.mark();
+    let before = conn.traffic.read.load(Relaxed);
     let mut sent = pin!(conn.sender.try_send_request(request));
-    let traffic = &conn.traffic;
-    let outcome = match quiet {
-        None => Some(sent.await),
-        Some(quiet) => {
-            let mut seen = before;
-            loop {
-                tokio::select! {
-                    outcome = sent.as_mut() => break Some(outcome),
-                    _ = tokio::time::sleep(quiet) => {
-                        let now = traffic.mark();
-                        if now == seen {
-                            break None;
-                        }
-                        seen = now;
-                    }
-                }
-            }
+    let outcome = loop {
+        if upload.is_finished() {
+            break tokio::time::timeout(timeout, sent.as_mut()).await.ok();
+        }
+        tokio::select! {
+            outcome = sent.as_mut() => break Some(outcome),
+            () = upload.finished() => {}
         }
     };
-    let answered = traffic.read.load(Relaxed) != before.0;
+    let answered = conn.traffic.read.load(Relaxed) != before;
     match outcome {
         Some(Ok(response)) => Ok(response),
         Some(Err(mut e)) => Err(Failure {
@@ -678,7 +748,7 @@ async fn send(
             timeout: false,
         }),
         None => Err(Failure {
-            error: format!("no answer within {quiet:?} of silence"),
+            error: format!("no answer within {timeout:?} of the request"),
             returned: None,
             answered,
             timeout: true,
@@ -694,7 +764,8 @@ pub(crate) struct Finish<U: Upstreams> {
     started: Instant,
     /// How the request's body went.
     upload: Arc<Upload>,
-    /// The connection to give back if the answer goes whole.
+    /// The server's connection the answer comes on (none once upgraded): given back when the
+    /// exchange finished cleanly, else closed.
     conn: Option<(U::Server, Conn)>,
     /// The balancer's lease, dropped once the request is finished with (unless an upgrade
     /// took it).
@@ -704,8 +775,8 @@ pub(crate) struct Finish<U: Upstreams> {
     answered: bool,
     /// Body bytes sent to the client.
     sent: u64,
-    /// The answer's body went whole.
-    complete: bool,
+    /// How the answer's body ended (`Cut` until it is known).
+    ended: Ended,
 }
 
 impl<U: Upstreams> Finish<U> {
@@ -730,15 +801,15 @@ impl<U: Upstreams> Finish<U> {
             continued: None,
             answered: false,
             sent: 0,
-            complete: false,
+            ended: Ended::Cut,
         }
     }
 }
 
 impl<U: Upstreams> Done for Finish<U> {
-    fn done(mut self, sent: u64, complete: bool) {
+    fn done(mut self, sent: u64, ended: Ended) {
         self.sent = sent;
-        self.complete = complete;
+        self.ended = ended;
     }
 }
 
@@ -752,10 +823,18 @@ impl<U: Upstreams> Drop for Finish<U> {
         if !self.answered {
             exchange.status = None;
             exchange.outcome = Outcome::Incomplete;
-        } else if !self.complete && exchange.outcome == Outcome::Served {
-            exchange.outcome = Outcome::Incomplete;
+        } else if exchange.outcome == Outcome::Served {
+            exchange.outcome = match self.ended {
+                Ended::Whole => Outcome::Served,
+                Ended::ServerSilent => Outcome::ServerTimeout,
+                Ended::Cut if self.upload.timed_out.load(Relaxed) => Outcome::ClientTimeout,
+                Ended::Cut => Outcome::Incomplete,
+            };
         }
-        if let Some((server, conn)) = self.conn.take().filter(|_| self.complete) {
+        // Both messages framed and whole, the request's before the answer's end: else the
+        // connection (dropped here) closes.
+        let clean = self.ended == Ended::Whole && self.upload.is_finished();
+        if let Some((server, conn)) = self.conn.take().filter(|_| clean) {
             Arc::clone(&self.proxy).give_back(server, conn);
         }
         self.proxy

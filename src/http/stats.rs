@@ -37,6 +37,7 @@ pub struct Stats {
     pub(crate) server_failed: AtomicU64,
     pub(crate) server_timeout: AtomicU64,
     pub(crate) refused: AtomicU64,
+    pub(crate) client_body_timeout: AtomicU64,
     pub(crate) retried_stale: AtomicU64,
     pub(crate) retried_next: AtomicU64,
     pub(crate) upgrades: AtomicU64,
@@ -57,11 +58,13 @@ pub struct Figures {
     pub no_server: u64,
     /// Answered 502: the server failed after the request was sent.
     pub server_failed: u64,
-    /// Answered 504: the server did not answer in time.
+    /// Answered 504, or cut midway: the server did not answer in time.
     pub server_timeout: u64,
     /// Refused by the broker itself (CONNECT, transfer coding, Host, target too long, a
     /// malformed body).
     pub refused: u64,
+    /// Answered 408, or closed midway: the client's body stopped coming.
+    pub client_body_timeout: u64,
     /// Sent again on a fresh connection after the server closed a pooled one as it was used.
     pub retried_stale: u64,
     /// Sent to the next server after a failure (`HTTP_RETRY_IDEMPOTENT`).
@@ -93,6 +96,7 @@ impl Stats {
             Outcome::ServerFailed(_) => &self.server_failed,
             Outcome::ServerTimeout => &self.server_timeout,
             Outcome::Refused | Outcome::ClientFailed => &self.refused,
+            Outcome::ClientTimeout => &self.client_body_timeout,
             Outcome::Served | Outcome::Local | Outcome::Incomplete => return,
         };
         counter.fetch_add(1, Relaxed);
@@ -118,6 +122,7 @@ impl Stats {
             server_failed: self.server_failed.load(Relaxed),
             server_timeout: self.server_timeout.load(Relaxed),
             refused: self.refused.load(Relaxed),
+            client_body_timeout: self.client_body_timeout.load(Relaxed),
             retried_stale: self.retried_stale.load(Relaxed),
             retried_next: self.retried_next.load(Relaxed),
             upgrades: self.upgrades.load(Relaxed),

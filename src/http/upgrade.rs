@@ -13,6 +13,7 @@ use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use tokio::io::AsyncWriteExt;
 
+use super::head_errors::HeadErrors;
 use super::io::{Prefixed, Upstream};
 use super::{Tunnel, Upstreams};
 use crate::relay::{Counters, End, Side, relay};
@@ -91,12 +92,12 @@ where
 {
     let (client, server) = tokio::try_join!(client, server).map_err(io::Error::other)?;
     let client = client
-        .downcast::<TokioIo<Prefixed<I>>>()
+        .downcast::<TokioIo<HeadErrors<Prefixed<I>>>>()
         .map_err(|_| io::Error::other("the client's upgraded stream is not the accepted one"))?;
     let server = server
         .downcast::<TokioIo<Upstream<U>>>()
         .map_err(|_| io::Error::other("the server's upgraded stream is not the dialed one"))?;
-    let (unread, client_io) = client.io.into_inner().into_parts();
+    let (unread, client_io) = client.io.into_inner().into_inner().into_parts();
     let client_ahead = if unread.is_empty() {
         client.read_buf
     } else {

@@ -9,6 +9,7 @@ use serde::Serialize;
 use super::snapshot::{ServerSessions, ServerState, Snapshot, Standing};
 use crate::clock::{local_date as date, time_of_day as clock};
 use crate::config::SortMethod;
+use crate::health::Asked;
 use crate::overrides::Mode;
 
 #[derive(Serialize)]
@@ -68,6 +69,7 @@ struct Http {
     server_failed: u64,
     server_timeout: u64,
     refused: u64,
+    client_body_timeout: u64,
     retried_stale_connection: u64,
     retried_next_server: u64,
     upgrades: u64,
@@ -114,6 +116,9 @@ struct Server<'a> {
     state: &'static str,
     reason: Option<&'static str>,
     last_error: Option<&'a str>,
+    last_error_epoch_ms: Option<u64>,
+    last_error_current: bool,
+    quarantine_asked: Option<&'a Asked>,
     quarantine_start_epoch_ms: Option<u64>,
     quarantine_end_epoch_ms: Option<u64>,
     quarantines: u64,
@@ -213,6 +218,7 @@ pub fn render(snap: &Snapshot) -> String {
                 server_failed: r.server_failed,
                 server_timeout: r.server_timeout,
                 refused: r.refused,
+                client_body_timeout: r.client_body_timeout,
                 retried_stale_connection: r.retried_stale,
                 retried_next_server: r.retried_next,
                 upgrades: r.upgrades,
@@ -291,6 +297,9 @@ fn server(s: &ServerState, sessions: ServerSessions) -> Server<'_> {
         },
         reason: s.reason.map(|r| r.as_str()),
         last_error: s.last_error.as_deref(),
+        last_error_epoch_ms: s.last_error.as_ref().map(|_| s.last_error_wall_ms),
+        last_error_current: s.error_current,
+        quarantine_asked: s.asked.as_ref(),
         quarantine_start_epoch_ms: s.quarantine.map(|(since, _)| since),
         quarantine_end_epoch_ms: s.quarantine.map(|(_, until)| until),
         quarantines: s.quarantines,

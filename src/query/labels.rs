@@ -24,9 +24,14 @@ pub struct Labels {
     pub upstream_unverified: &'static str,
     pub active_connections: &'static str,
     pub active_connection: &'static str,
-    pub servers_available: &'static str,
+    /// `1 of 1 server available`, `2 of 3 servers available`: by the count of servers.
+    pub servers_available: (&'static str, &'static str),
     pub of: &'static str,
     pub in_quarantine: &'static str,
+    /// `1 disabled`, `2 disabled` (by an operator).
+    pub disabled_count: (&'static str, &'static str),
+    /// `1 draining` (weight 0, or drained by an operator).
+    pub draining_count: (&'static str, &'static str),
     pub total: &'static str,
     pub last_connection: &'static str,
     pub max_simultaneous: &'static str,
@@ -63,12 +68,20 @@ pub struct Labels {
     pub quarantined: &'static str,
     pub draining_server: &'static str,
     pub disabled_server: &'static str,
+    /// `disabled by uid 0`.
+    pub by: &'static str,
+    /// A weight an operator set (`ctl weight`), and the file's.
+    pub weight_set: &'static str,
+    pub weight_file: &'static str,
+    /// `Error at 12:03:04`.
+    pub at: &'static str,
     pub chart: &'static str,
     pub chart_note: &'static str,
     pub chart_now: &'static str,
     pub until: &'static str,
     pub by_monitor: &'static str,
     pub by_connect: &'static str,
+    pub by_timeout: &'static str,
     pub by_operator: &'static str,
     pub draining: &'static str,
     pub refresh: &'static str,
@@ -92,9 +105,11 @@ pub struct Labels {
     pub never: &'static str,
     pub failed: &'static str,
     pub back: &'static str,
+    /// `Sessions (3, max 5)`.
+    pub max: &'static str,
+    /// `… 12 more` (sessions not listed).
+    pub more: &'static str,
     pub hidden: &'static str,
-    pub ready_of: &'static str,
-    pub ready_available: (&'static str, &'static str),
     pub ready_accepting: &'static str,
     pub ready_no_server: &'static str,
     pub ready_full: &'static str,
@@ -117,9 +132,11 @@ const EN: Labels = Labels {
                           the connections to them are encrypted but not authenticated",
     active_connections: "active connections",
     active_connection: "active connection",
-    servers_available: "servers available",
+    servers_available: ("server available", "servers available"),
     of: "of",
     in_quarantine: "in quarantine",
+    disabled_count: ("disabled", "disabled"),
+    draining_count: ("draining", "draining"),
     total: "Connections since start",
     last_connection: "Last connection",
     max_simultaneous: "Maximum simultaneous connections",
@@ -154,12 +171,17 @@ const EN: Labels = Labels {
     quarantined: "quarantined",
     draining_server: "draining (weight 0)",
     disabled_server: "disabled by an operator",
+    by: "by",
+    weight_set: "set by an operator",
+    weight_file: "file",
+    at: "at",
     chart: "Active connections per server, sampled each minute (up to an hour)",
     chart_note: "a dot is a sample; a line holds its value until the next one",
     chart_now: "now",
     until: "until",
     by_monitor: "monitor",
     by_connect: "client connect",
+    by_timeout: "response timeout",
     by_operator: "operator",
     draining: "Shutting down: PING answers 503 while clients are still served",
     refresh: "Auto-refresh",
@@ -183,9 +205,9 @@ const EN: Labels = Labels {
     never: "never",
     failed: "failed",
     back: "Back to the status page",
+    max: "max",
+    more: "more",
     hidden: "(not shown: only to clients every balancer's QUERY_ALLOW admits)",
-    ready_of: "of",
-    ready_available: ("server available", "servers available"),
     ready_accepting: "accepting clients",
     ready_no_server: "no server available",
     ready_full: "reached: new clients are closed at once",
@@ -208,9 +230,11 @@ const PT_BR: Labels = Labels {
                           verificados; as conexões com eles são cifradas mas não autenticadas",
     active_connections: "conexões ativas",
     active_connection: "conexão ativa",
-    servers_available: "servers disponíveis",
+    servers_available: ("servidor disponível", "servidores disponíveis"),
     of: "de",
     in_quarantine: "em quarentena",
+    disabled_count: ("desabilitado", "desabilitados"),
+    draining_count: ("drenando", "drenando"),
     total: "Conexões desde o início da operação",
     last_connection: "Última conexão",
     max_simultaneous: "Número máximo de conexões simultâneas",
@@ -238,21 +262,26 @@ const PT_BR: Labels = Labels {
     state: "Estado",
     total_short: "Total",
     failed_connects: "Conexões com falha",
-    bytes_in: "Bytes dos clients",
-    bytes_out: "Bytes para os clients",
+    bytes_in: "Bytes dos clientes",
+    bytes_out: "Bytes para os clientes",
     last_check: "Última verificação",
     available: "disponível",
     quarantined: "em quarentena",
     draining_server: "drenando (peso 0)",
     disabled_server: "desabilitado por um operador",
+    by: "por",
+    weight_set: "definido por um operador",
+    weight_file: "arquivo",
+    at: "às",
     chart: "Conexões ativas por servidor, amostradas a cada minuto (até uma hora)",
     chart_note: "cada ponto é uma amostra; a linha mantém o valor até a seguinte",
     chart_now: "agora",
     until: "até",
     by_monitor: "monitor",
-    by_connect: "conexão de client",
+    by_connect: "conexão de cliente",
+    by_timeout: "tempo de resposta",
     by_operator: "operador",
-    draining: "Encerrando: PING responde 503 enquanto os clients ainda são atendidos",
+    draining: "Encerrando: PING responde 503 enquanto os clientes ainda são atendidos",
     refresh: "Atualização automática",
     off: "desligada",
     other_balancers: "Outros balanceadores",
@@ -274,9 +303,9 @@ const PT_BR: Labels = Labels {
     never: "nunca",
     failed: "falhou",
     back: "Voltar à página de status",
-    hidden: "(oculto: só para clients admitidos pelo QUERY_ALLOW de todos os balanceadores)",
-    ready_of: "de",
-    ready_available: ("servidor disponível", "servidores disponíveis"),
+    max: "máx.",
+    more: "a mais",
+    hidden: "(oculto: só para clientes admitidos pelo QUERY_ALLOW de todos os balanceadores)",
     ready_accepting: "aceitando conexões",
     ready_no_server: "nenhum servidor disponível",
     ready_full: "atingido: novas conexões são encerradas de imediato",
@@ -309,9 +338,13 @@ impl Labels {
             self.upstream_unverified,
             self.active_connections,
             self.active_connection,
-            self.servers_available,
+            self.servers_available.0,
+            self.servers_available.1,
             self.of,
             self.in_quarantine,
+            self.disabled_count.0,
+            self.disabled_count.1,
+            self.draining_count.0,
             self.total,
             self.last_connection,
             self.max_simultaneous,
@@ -346,12 +379,17 @@ impl Labels {
             self.quarantined,
             self.draining_server,
             self.disabled_server,
+            self.by,
+            self.weight_set,
+            self.weight_file,
+            self.at,
             self.chart,
             self.chart_note,
             self.chart_now,
             self.until,
             self.by_monitor,
             self.by_connect,
+            self.by_timeout,
             self.by_operator,
             self.draining,
             self.refresh,
@@ -375,6 +413,13 @@ impl Labels {
             self.never,
             self.failed,
             self.back,
+            self.max,
+            self.more,
+            self.hidden,
+            self.ready_accepting,
+            self.ready_no_server,
+            self.ready_full,
+            self.ready_shutting_down,
         ]
     }
 
@@ -438,7 +483,7 @@ const PT_PHRASES: &[(&str, &str)] = &[
     ("quarantine time is up", "o tempo de quarentena acabou"),
     (
         "a client connected to it",
-        "um client conseguiu conectar-se a ele",
+        "um cliente conseguiu conectar-se a ele",
     ),
 ];
 
@@ -450,6 +495,8 @@ const PT_STARTS: &[(&str, &str)] = &[
     ("unexpected reply ", "resposta inesperada "),
     ("closed after ", "fechou a conexão após "),
     ("failed to lookup address information: ", ""),
+    // An operator's quarantine (health::Asked::words); who and why stay as they came.
+    ("asked by ", "pedida por "),
 ];
 
 fn portuguese(text: &str) -> Cow<'_, str> {
@@ -470,6 +517,12 @@ fn portuguese(text: &str) -> Cow<'_, str> {
             Some((name, why)) => format!("não foi possível resolver {name}: {}", portuguese(why)),
             None => format!("não foi possível resolver {rest}"),
         });
+    }
+    // `did not answer N requests within T` (an HTTP balancer's timeout quarantine).
+    if let Some((count, within)) = strip_prefix_ignore_case(text, "did not answer ")
+        .and_then(|rest| rest.split_once(" requests within "))
+    {
+        return Cow::Owned(format!("não respondeu a {count} requisições em {within}"));
     }
     if let Some(name) = text.strip_suffix(" resolves to no address") {
         return Cow::Owned(format!("{name} não resolve para nenhum endereço"));
@@ -511,6 +564,10 @@ mod tests {
                 "app01 não resolve para nenhum endereço",
             ),
             ("quarantine time is up", "o tempo de quarentena acabou"),
+            (
+                "did not answer 3 requests within 600s",
+                "não respondeu a 3 requisições em 600s",
+            ),
         ] {
             assert_eq!(pt.words(en), wanted);
         }

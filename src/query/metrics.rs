@@ -326,13 +326,15 @@ fn http_families(out: &mut String, balancer: &str, http: &HttpFigures) {
         ("server_failed", r.server_failed),
         ("server_timeout", r.server_timeout),
         ("refused", r.refused),
+        ("client_body_timeout", r.client_body_timeout),
     ];
     family(
         out,
         "http_failures_total",
         "counter",
-        "Requests the broker answered itself: no_server 503, server_failed 502, \
-         server_timeout 504, refused 4xx.",
+        "Requests the broker answered itself or cut: no_server 503, server_failed 502, \
+         server_timeout 504 or an answer cut midway, refused 4xx, client_body_timeout 408 or a \
+         connection closed midway.",
         failures
             .iter()
             .map(|(kind, n)| (format!("{balancer},kind=\"{kind}\""), *n as f64)),

@@ -487,13 +487,13 @@ fn readiness(ctx: &Context, balancer: &Balancer) -> (bool, String) {
             format!("NOT READY: {} ({})\n", l.ready_no_server, why.join(", ")),
         );
     }
-    let (one, many) = l.ready_available;
+    let (one, many) = l.servers_available;
     let servers = if total == 1 { one } else { many };
     (
         true,
         format!(
             "READY: {available} {} {total} {servers}, {}\n",
-            l.ready_of, l.ready_accepting
+            l.of, l.ready_accepting
         ),
     )
 }

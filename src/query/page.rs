@@ -13,7 +13,9 @@
 //! quarantine cell (`-` or the local time the quarantine ends). On an HTTP balancer the
 //! TOTVS HTTP broker's layout: server, sessions, connections, the quarantine's start (`-`
 //! when none), its reasons. Columns of our own, and the state classes (`inQuarantine`,
-//! `isDisabled`), come after those.
+//! `isDisabled`), come after those. Each layout is a list of columns ([`Layout`]) from which
+//! the header, the cells and the stylesheet's rules for them (under a class on `<table>`, as
+//! the cells carry no attributes) are all made.
 
 use std::fmt::Write;
 use std::time::Duration;
@@ -23,6 +25,7 @@ use super::snapshot::{ServerSessions, ServerState, Snapshot, Standing};
 use crate::clock::{local_date as date, time_of_day as clock};
 use crate::config::{BalancerKind, Config, Monitoring, Origin, show_duration};
 use crate::health::Reason;
+use crate::overrides::Mode;
 
 /// Escapes text for HTML.
 pub fn esc(text: &str) -> String {
@@ -79,9 +82,10 @@ fn marker(kind: BalancerKind) -> &'static str {
     }
 }
 
-/// The stylesheet. At 700 px wide and below (a phone; a tablet in portrait keeps the desktop
-/// layout) the table shows the server, its connections and its state, and the narrow chart
-/// takes the wide one's place.
+/// The stylesheet but the server table's columns ([`stylesheet`] adds them). At 700 px wide
+/// and below (a phone; a tablet in portrait keeps the desktop layout) the table shows the
+/// server, its figures that matter and its state, and the narrow chart takes the wide one's
+/// place.
 const STYLE: &str = "
 :root { --ink:#1d2733; --muted:#5f6b78; --line:#dde3ea; --bg:#f5f7fa; --card:#fff; --accent:#1f6feb;
         --bad:#b42318; --badbg:#fdecec; --warn:#7a5600; --warnbg:#fff6d6; --good:#1a7f37; --goodbg:#e8f5ec; }
@@ -98,6 +102,7 @@ main { padding:16px 24px 28px; max-width:1400px; }
 .summary { margin:0 0 14px; font-size:16px; }
 .summary b { font-size:22px; }
 .summary .bad { color:var(--bad); font-weight:600; }
+.summary .held { color:var(--warn); font-weight:600; }
 .facts { display:grid; grid-template-columns:repeat(auto-fill,minmax(220px,1fr)); gap:10px; margin-bottom:18px; }
 .fact { background:var(--card); border:1px solid var(--line); border-radius:8px; padding:8px 12px; min-width:0; }
 .fact .label { display:block; color:var(--muted); font-size:12px; }
@@ -111,17 +116,18 @@ th, td { border:1px solid var(--line); padding:5px 8px; text-align:left; vertica
 th { background:#eef2f6; font-weight:600; font-size:13px; }
 td { overflow-wrap:break-word; }
 .scroll { overflow-x:auto; }
-table.servers td:first-child { white-space:nowrap; }
-table.servers td:nth-child(2), table.servers td:nth-child(3), table.servers td:nth-child(n+6):nth-child(-n+10), td.num { text-align:right; font-variant-numeric:tabular-nums; white-space:nowrap; }
+td.num { text-align:right; font-variant-numeric:tabular-nums; white-space:nowrap; }
 tr:nth-child(even) > td { background:#fafbfc; }
 tr:has(> td.inQuarantine) > td { background:var(--badbg); }
 tr:has(> td.inQuarantine) > td:first-child { box-shadow: inset 4px 0 0 var(--bad); }
 tr:has(> td.isDisabled) > td { background:var(--warnbg); }
+table.servers.http .why { display:none; }
 .badge { display:inline-block; padding:0 7px; border-radius:6px; font-weight:600; font-size:13px; white-space:nowrap; }
 .badge.ok { color:var(--good); background:var(--goodbg); }
 .badge.bad { color:#fff; background:var(--bad); }
 .badge.warn { color:var(--warn); background:var(--warnbg); border:1px solid #f0d68a; }
 .failed { color:var(--bad); font-weight:600; }
+.line { white-space:nowrap; }
 small, .muted { color:var(--muted); }
 a { color:var(--accent); }
 .chart > svg { width:100%; height:auto; display:block; }
@@ -138,8 +144,6 @@ footer { color:var(--muted); font-size:12px; margin-top:14px; }
   .facts { grid-template-columns:repeat(2,minmax(0,1fr)); gap:6px; }
   .fact.big .value { font-size:20px; }
   th, td { padding:4px 5px; }
-  table.servers th:nth-child(3), table.servers td:nth-child(3),
-  table.servers th:nth-child(n+5), table.servers td:nth-child(n+5) { display:none; }
   .badge { white-space:normal; }
   table.servers .why { display:none; }
   .chart > svg.wide { display:none; }
@@ -162,8 +166,20 @@ fn head(out: &mut String, l: &Labels, title: &str, refresh: Option<u32>) {
         out,
         "<title>{}</title><style>{}</style></head><body>",
         esc(title),
-        STYLE
+        stylesheet()
     );
+}
+
+/// [`STYLE`] and the server table's column rules of both layouts, made once.
+fn stylesheet() -> &'static str {
+    static SHEET: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SHEET.get_or_init(|| {
+        let mut sheet = STYLE.to_string();
+        for layout in [&TCP_LAYOUT, &HTTP_LAYOUT] {
+            sheet.push_str(&layout.rules());
+        }
+        sheet
+    })
 }
 
 /// The header every page shares: the TOTVS marker, the balancer and the version, the links.
@@ -254,22 +270,24 @@ pub fn status(snap: &Snapshot, host: &str, refresh: Option<u32>) -> String {
     out
 }
 
-/// One line of what matters most: active connections, servers available, in quarantine.
-/// `<b>7 conexões ativas</b>` is one text run: peder1981/monitor takes the number from the
-/// text before ` ativas` when it mentions `conex`.
+/// One line of what matters most: active connections, servers available, and every server
+/// that is not: in quarantine, disabled or draining (an operator's changes included, so the
+/// counts add up to the servers). `<b>7 conexões ativas</b>` is one text run: peder1981/monitor
+/// takes the number from the text before ` ativas` when it mentions `conex`.
 fn summary(out: &mut String, l: &Labels, snap: &Snapshot) {
-    let available = snap
-        .state
-        .servers
-        .iter()
-        .filter(|s| s.state == Standing::Available)
-        .count();
-    let quarantined = snap
-        .state
-        .servers
-        .iter()
-        .filter(|s| s.state == Standing::Quarantined)
-        .count();
+    let servers = &snap.state.servers;
+    let count = |standing: Standing, mode: Option<Mode>| {
+        servers
+            .iter()
+            .filter(|s| s.state == standing)
+            .filter(|s| mode.is_none() || s.overrides.hold.as_ref().map(|h| h.mode) == mode)
+            .count()
+    };
+    let available = count(Standing::Available, None);
+    let quarantined = count(Standing::Quarantined, None);
+    let drained = count(Standing::Disabled, Some(Mode::Drain));
+    let disabled = count(Standing::Disabled, None) - drained;
+    let draining = count(Standing::Draining, None) + drained;
     let connections = if snap.state.active == 1 {
         l.active_connection
     } else {
@@ -298,8 +316,8 @@ fn summary(out: &mut String, l: &Labels, snap: &Snapshot) {
         "<b>{} {connections}</b> · {available} {} {} {}",
         snap.state.active,
         l.of,
-        snap.state.servers.len(),
-        l.servers_available
+        servers.len(),
+        plural(servers.len(), l.servers_available)
     );
     if quarantined > 0 {
         let _ = write!(
@@ -308,7 +326,17 @@ fn summary(out: &mut String, l: &Labels, snap: &Snapshot) {
             l.in_quarantine
         );
     }
+    for (n, words) in [(disabled, l.disabled_count), (draining, l.draining_count)] {
+        if n > 0 {
+            let _ = write!(out, " · <span class='held'>{n} {}</span>", plural(n, words));
+        }
+    }
     out.push_str("</p>");
+}
+
+/// The singular of `words` for one, else the plural.
+fn plural(n: usize, (one, many): (&'static str, &'static str)) -> &'static str {
+    if n == 1 { one } else { many }
 }
 
 fn facts(out: &mut String, l: &Labels, snap: &Snapshot) {
@@ -399,94 +427,301 @@ fn facts(out: &mut String, l: &Labels, snap: &Snapshot) {
     out.push_str("</section>");
 }
 
-fn server_table(out: &mut String, l: &Labels, snap: &Snapshot) {
-    let http = snap.state.kind.is_http();
-    let _ = write!(
-        out,
-        "<div class='card'><h2>Servers ({})</h2><div class='scroll'><table class='servers'><tr><th>{}</th>",
-        snap.state.servers.len(),
-        l.server,
-    );
-    if http {
-        // The TOTVS HTTP broker's columns: sessions, connections, the quarantine's start,
-        // its reasons.
-        let _ = write!(
-            out,
-            "<th>{}</th><th>{}</th><th>{}</th><th>{}</th>",
-            l.sessions, l.connections, l.quarantine_since, l.reasons
-        );
-    } else {
-        let _ = write!(out, "<th>{}</th><th>{}</th>", l.connections, l.quarantine);
+/// What a column of the server table holds, which is how the stylesheet draws it, wherever
+/// the layout puts it: figures right-aligned on one line, words left-aligned and wrapping.
+/// The cells stay plain `<td>`s (monitors split rows on the literal `<td>`): the rules name
+/// the columns by position within the table's layout class ([`Layout::rules`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Holds {
+    /// The server's link, or a short name (its id): one line.
+    Name,
+    /// A count or an amount of bytes: right-aligned, one line, digits of one width.
+    Figure,
+    /// A time of day, or `-`: one line.
+    Time,
+    /// A word or two (who found a failure): they wrap.
+    Cause,
+    /// A state and its cause: they wrap, in room for a badge.
+    Words,
+    /// A check's result, duration and time: in room for a passing one on one line.
+    Check,
+}
+
+impl Holds {
+    /// Where its header and cells align.
+    fn align(self) -> &'static str {
+        match self {
+            Holds::Figure => "right",
+            _ => "left",
+        }
     }
+
+    /// The rest of its cells' rule (not its header's: `Bytes from clients` may wrap over
+    /// `0 B`).
+    fn cells(self) -> &'static str {
+        match self {
+            Holds::Name => "white-space:nowrap;",
+            Holds::Figure | Holds::Time => "font-variant-numeric:tabular-nums; white-space:nowrap;",
+            Holds::Cause | Holds::Words | Holds::Check => "",
+        }
+    }
+
+    /// The width it is given before the table shares out the rest, on a desktop (a phone
+    /// shows few columns, and has no room to give).
+    fn room(self) -> Option<&'static str> {
+        match self {
+            Holds::Words => Some("9em"),
+            Holds::Check => Some("12em"),
+            _ => None,
+        }
+    }
+}
+
+/// What a row's cells are made from.
+struct Row<'a> {
+    l: &'a Labels,
+    snap: &'a Snapshot,
+    s: &'a ServerState,
+}
+
+/// One column of the server table: its header, what it holds, whether a phone shows it, and
+/// its cell's content (what goes between `<td>` and `</td>`).
+struct Column {
+    header: fn(&Labels) -> &'static str,
+    holds: Holds,
+    on_phone: bool,
+    /// Its cell carries the TOTVS page's state class (`inQuarantine`, `isDisabled`): the
+    /// state column only.
+    state_class: bool,
+    cell: fn(&Row<'_>) -> String,
+}
+
+/// A layout of the server table: its class on `<table>`, and the TOTVS page's columns that
+/// monitors read by position, which [`OWN_COLUMNS`] follow.
+struct Layout {
+    class: &'static str,
+    totvs: &'static [Column],
+}
+
+impl Layout {
+    /// Every column, in order.
+    fn columns(&self) -> impl Iterator<Item = &'static Column> {
+        self.totvs.iter().chain(OWN_COLUMNS)
+    }
+
+    /// The stylesheet's rules for this layout's columns: each drawn by what it holds, and on
+    /// a phone only those it shows.
+    fn rules(&self) -> String {
+        let mut rules = String::new();
+        let (mut room, mut hidden) = (Vec::new(), Vec::new());
+        for (i, column) in self.columns().enumerate() {
+            let (class, n, holds) = (self.class, i + 1, column.holds);
+            let nth = format!("table.servers.{class} :is(th, td):nth-child({n})");
+            let _ = writeln!(rules, "{nth} {{ text-align:{}; }}", holds.align());
+            if !holds.cells().is_empty() {
+                let _ = writeln!(
+                    rules,
+                    "table.servers.{class} td:nth-child({n}) {{ {} }}",
+                    holds.cells()
+                );
+            }
+            if let Some(width) = holds.room() {
+                room.push(format!("{nth} {{ min-width:{width}; }}"));
+            }
+            if !column.on_phone {
+                hidden.push(nth);
+            }
+        }
+        let _ = writeln!(rules, "@media (min-width: 701px) {{ {} }}", room.join(" "));
+        let _ = writeln!(
+            rules,
+            "@media (max-width: 700px) {{ {} {{ display:none; }} }}",
+            hidden.join(", ")
+        );
+        rules
+    }
+}
+
+/// A column a phone leaves out, its cell without a class: most of them.
+const fn column(
+    header: fn(&Labels) -> &'static str,
+    holds: Holds,
+    cell: fn(&Row<'_>) -> String,
+) -> Column {
+    Column {
+        header,
+        holds,
+        on_phone: false,
+        state_class: false,
+        cell,
+    }
+}
+
+const SERVER: Column = Column {
+    on_phone: true,
+    ..column(
+        |l| l.server,
+        Holds::Name,
+        |r| {
+            let address = esc(&r.s.address);
+            format!("<a href=\"/TOTVS_BROKER_QUERY/ServerStatus/{address}\">{address}</a>")
+        },
+    )
+};
+const CONNECTIONS: Column = Column {
+    on_phone: true,
+    ..HTTP_CONNECTIONS
+};
+/// An HTTP balancer's connections: left out on a phone, where its sessions (the TOTVS HTTP
+/// broker's figure) and the state take the room.
+const HTTP_CONNECTIONS: Column =
+    column(|l| l.connections, Holds::Figure, |r| r.s.active.to_string());
+/// The TOTVS SmartClient broker's third cell: `-`, or when the quarantine ends.
+const QUARANTINE_END: Column = column(
+    |l| l.quarantine,
+    Holds::Time,
+    |r| {
+        r.s.quarantine
+            .map_or_else(|| "-".into(), |(_, until)| clock(until))
+    },
+);
+const SESSIONS: Column = Column {
+    on_phone: true,
+    ..column(
+        |l| l.sessions,
+        Holds::Figure,
+        |r| {
+            let sessions = r.snap.http.as_ref().map(|h| h.sessions_of(&r.s.address));
+            sessions.map_or(0, |s| s.live).to_string()
+        },
+    )
+};
+/// The TOTVS HTTP broker's fourth cell: `-`, or when the quarantine started.
+const QUARANTINE_START: Column = column(
+    |l| l.quarantine_since,
+    Holds::Time,
+    |r| {
+        r.s.quarantine
+            .map_or_else(|| "-".into(), |(since, _)| clock(since))
+    },
+);
+const REASONS: Column = column(
+    |l| l.reasons,
+    Holds::Cause,
+    |r| match (r.s.quarantine, r.s.reason) {
+        (Some(_), Some(why)) => reason(r.l, why).to_string(),
+        _ => "-".into(),
+    },
+);
+const STATE: Column = Column {
+    on_phone: true,
+    state_class: true,
+    ..column(|l| l.state, Holds::Words, |r| state_cell(r.l, r.s))
+};
+const ID: Column = column(|l| l.id, Holds::Name, |r| esc(&r.s.id));
+const WEIGHT: Column = column(|l| l.weight, Holds::Figure, |r| weight_cell(r.l, r.s));
+const TOTAL: Column = column(|l| l.total_short, Holds::Figure, |r| r.s.total.to_string());
+const FAILED_CONNECTS: Column = column(
+    |l| l.failed_connects,
+    Holds::Figure,
+    |r| r.s.failed_connects.to_string(),
+);
+const BYTES_IN: Column = column(
+    |l| l.bytes_in,
+    Holds::Figure,
+    |r| exact_bytes(r.s.bytes_to_server),
+);
+const BYTES_OUT: Column = column(
+    |l| l.bytes_out,
+    Holds::Figure,
+    |r| exact_bytes(r.s.bytes_to_client),
+);
+const LAST_CHECK: Column = column(
+    |l| l.last_check,
+    Holds::Check,
+    |r| check_cell(r.l, r.s, &r.snap.state.monitoring),
+);
+
+/// A TCP balancer's table: the TOTVS SmartClient broker's first three columns (server,
+/// connections, the quarantine's end), then appbroker's own.
+const TCP_LAYOUT: Layout = Layout {
+    class: "tcp",
+    totvs: &[SERVER, CONNECTIONS, QUARANTINE_END],
+};
+
+/// An HTTP balancer's table: the TOTVS HTTP broker's first five columns (server, sessions,
+/// connections, the quarantine's start, its reasons), then appbroker's own.
+const HTTP_LAYOUT: Layout = Layout {
+    class: "http",
+    totvs: &[
+        SERVER,
+        SESSIONS,
+        HTTP_CONNECTIONS,
+        QUARANTINE_START,
+        REASONS,
+    ],
+};
+
+/// The columns of appbroker's own, after the TOTVS page's in either layout.
+const OWN_COLUMNS: &[Column] = &[
+    STATE,
+    ID,
+    WEIGHT,
+    TOTAL,
+    FAILED_CONNECTS,
+    BYTES_IN,
+    BYTES_OUT,
+    LAST_CHECK,
+];
+
+/// `12.3 MiB`, the exact count in its tooltip.
+fn exact_bytes(n: u64) -> String {
+    format!("<span title='{n} bytes'>{}</span>", bytes(n))
+}
+
+/// The weight in use, and when an operator set it, the file's below it (`ctl show`'s
+/// `weight set (file: 2)`), short enough to keep the column narrow.
+fn weight_cell(l: &Labels, s: &ServerState) -> String {
+    match s.overrides.weight {
+        Some(_) => format!(
+            "{}<br><small class='override' title='{}'>{}: {}</small>",
+            s.weight, l.weight_set, l.weight_file, s.file_weight
+        ),
+        None => s.weight.to_string(),
+    }
+}
+
+fn server_table(out: &mut String, l: &Labels, snap: &Snapshot) {
+    let layout = if snap.state.kind.is_http() {
+        &HTTP_LAYOUT
+    } else {
+        &TCP_LAYOUT
+    };
     let _ = write!(
         out,
-        "<th>{}</th><th>{}</th><th>{}</th><th>{}</th><th>{}</th><th>{}</th><th>{}</th><th>{}</th></tr>",
-        l.state,
-        l.id,
-        l.weight,
-        l.total_short,
-        l.failed_connects,
-        l.bytes_in,
-        l.bytes_out,
-        l.last_check
+        "<div class='card'><h2>Servers ({})</h2><div class='scroll'><table class='servers {}'><tr>",
+        snap.state.servers.len(),
+        layout.class
     );
+    for column in layout.columns() {
+        let _ = write!(out, "<th>{}</th>", (column.header)(l));
+    }
+    out.push_str("</tr>");
     for s in &snap.state.servers {
+        // Plain `<td>`s but the state's: peder1981's monitor before its 35a8f98 splits the
+        // row on the literal `<td>` (alignment: the stylesheet, by the table's class).
         let class = match s.state {
             Standing::Quarantined => " class='inQuarantine'",
             Standing::Draining | Standing::Disabled => " class='isDisabled'",
             Standing::Available => "",
         };
-        let address = esc(&s.address);
-        // Plain `<td>`s but the state's: peder1981's monitor before its 35a8f98 splits the
-        // row on the literal `<td>` and reads seven cells (alignment: the stylesheet).
-        let _ = write!(
-            out,
-            "<tr><td><a href=\"/TOTVS_BROKER_QUERY/ServerStatus/{address}\">{address}</a></td>"
-        );
-        let sessions = snap
-            .http
-            .as_ref()
-            .map_or(0, |h| h.sessions_of(&s.address).live);
-        match s.quarantine {
-            Some((since, _)) if http => {
-                let why = s.reason.map_or("-", |r| reason(l, r));
-                let _ = write!(
-                    out,
-                    "<td>{sessions}</td><td>{}</td><td>{}</td><td>{why}</td>",
-                    s.active,
-                    clock(since)
-                );
-            }
-            None if http => {
-                let _ = write!(
-                    out,
-                    "<td>{sessions}</td><td>{}</td><td>-</td><td>-</td>",
-                    s.active
-                );
-            }
-            Some((_, until)) => {
-                let _ = write!(out, "<td>{}</td><td>{}</td>", s.active, clock(until));
-            }
-            None => {
-                let _ = write!(out, "<td>{}</td><td>-</td>", s.active);
-            }
+        let row = Row { l, snap, s };
+        out.push_str("<tr>");
+        for column in layout.columns() {
+            let class = if column.state_class { class } else { "" };
+            let _ = write!(out, "<td{class}>{}</td>", (column.cell)(&row));
         }
-        let _ = write!(
-            out,
-            "<td{class}>{}</td><td>{}</td><td>{}</td>\
-             <td>{}</td><td>{}</td><td><span title='{} bytes'>{}</span></td>\
-             <td><span title='{} bytes'>{}</span></td><td>{}</td></tr>",
-            state_cell(l, s),
-            esc(&s.id),
-            s.weight,
-            s.total,
-            s.failed_connects,
-            s.bytes_to_server,
-            bytes(s.bytes_to_server),
-            s.bytes_to_client,
-            bytes(s.bytes_to_client),
-            check_cell(l, s, &snap.state.monitoring),
-        );
+        out.push_str("</tr>");
     }
     out.push_str("</table></div></div>");
 }
@@ -495,6 +730,7 @@ fn reason(l: &Labels, reason: Reason) -> &'static str {
     match reason {
         Reason::Monitor => l.by_monitor,
         Reason::Connect => l.by_connect,
+        Reason::Timeout => l.by_timeout,
         Reason::Operator => l.by_operator,
     }
 }
@@ -503,49 +739,75 @@ fn state_cell(l: &Labels, s: &ServerState) -> String {
     match s.state {
         Standing::Available => {
             let mut cell = format!("<span class='badge ok'>{}</span>", l.available);
-            if let Some(error) = &s.last_error {
+            // Only an error that still stands: one the server has proved itself past is
+            // history (its ServerStatus page keeps it), not what a reader should act on.
+            if let Some((at, words)) = current_error(l, s) {
                 let _ = write!(
                     cell,
-                    "<br><small>{}: {}</small>",
-                    l.error,
-                    esc(&l.words(error))
+                    "<br><small>{} {} {at}: {words}</small>",
+                    l.error, l.at
                 );
             }
             cell
         }
         Standing::Draining => format!("<span class='badge warn'>{}</span>", l.draining_server),
         Standing::Disabled => {
-            let hold = s.overrides.hold.as_ref();
-            let why = hold
-                .map(|h| format!("{} · {}", h.mode.as_str(), h.by))
-                .unwrap_or_default();
-            let reason = hold
-                .filter(|h| !h.reason.is_empty())
-                .map(|h| format!(": {}", esc(&h.reason)))
-                .unwrap_or_default();
+            // An operator's hold: disabled or draining, by whom and why.
+            let Some(hold) = &s.overrides.hold else {
+                return format!("<span class='badge warn'>{}</span>", l.disabled_count.0);
+            };
+            let badge = match hold.mode {
+                Mode::Drain => l.draining_count.0,
+                Mode::Disabled => l.disabled_count.0,
+            };
+            let reason = match hold.reason.as_str() {
+                "" => String::new(),
+                reason => format!(": {}", esc(reason)),
+            };
             format!(
-                "<span class='badge warn'>{}</span><br><small>{}{reason}</small>",
-                l.disabled_server,
-                esc(&why)
+                "<span class='badge warn'>{badge}</span><br><small>{} {}{reason}</small>",
+                l.by,
+                esc(&hold.by)
             )
         }
         Standing::Quarantined => {
             // The end time again: on a phone the quarantine column is hidden.
             let until = s
                 .quarantine
-                .map(|(_, until)| format!("{} {} · ", l.until, clock(until)))
+                .map(|(_, until)| format!("{} {}", l.until, clock(until)))
                 .unwrap_or_default();
-            // Who found it (monitor or a client) is left out on a phone, to keep the row low.
-            let why = s.reason.map_or(String::new(), |r| {
-                format!("<span class='why'>{}: </span>", reason(l, r))
-            });
             format!(
-                "<span class='badge bad'>{}</span><br><small>{until}{why}{}</small>",
+                "<span class='badge bad'>{}</span><br><small>{until} · {}</small>",
                 l.quarantined,
-                esc(&l.words(s.last_error.as_deref().unwrap_or("-")))
+                quarantine_cause(l, s)
             )
         }
     }
+}
+
+/// Why a server is in quarantine, for its state cell: an operator's who and why (never an
+/// old error: the server may be healthy), or who found the failure, when, and the error.
+fn quarantine_cause(l: &Labels, s: &ServerState) -> String {
+    if let Some(asked) = &s.asked {
+        return esc(&l.words(&asked.words()));
+    }
+    if s.forced || s.reason == Some(Reason::Operator) {
+        return l.by_operator.to_string();
+    }
+    // Who found it is left out on a phone, to keep the row low, and on an HTTP balancer's
+    // page, whose Reasons column says it. When is the quarantine's: its end here, its start
+    // in the HTTP layout's column.
+    let who = s.reason.map_or("", |r| reason(l, r));
+    match current_error(l, s) {
+        Some((_, words)) => format!("<span class='why'>{who}: </span>{words}"),
+        None => who.to_string(),
+    }
+}
+
+/// The server's last error while it stands: when it came and its words, for a page.
+fn current_error(l: &Labels, s: &ServerState) -> Option<(String, String)> {
+    let words = s.last_error.as_deref().filter(|_| s.error_current)?;
+    Some((clock(s.last_error_wall_ms), esc(&l.words(words))))
 }
 
 fn check_cell(l: &Labels, s: &ServerState, monitoring: &Monitoring) -> String {
@@ -554,16 +816,18 @@ fn check_cell(l: &Labels, s: &ServerState, monitoring: &Monitoring) -> String {
         (None, _) => format!("<span class='muted'>{}</span>", l.never),
         (Some(check), _) => match &check.error {
             None => format!(
-                "OK <small>{} · {}</small>",
+                "<span class='line'>OK <small>{} · {}</small></span>",
                 span(check.duration),
                 clock(check.at_wall_ms)
             ),
+            // Its result and when on one line, as a passing one's; why below.
             Some(error) => format!(
-                "<span class='failed'>{}</span> <small>{} · {} · {}</small>",
+                "<span class='line'><span class='failed'>{}</span> <small>{} · {}</small></span>\
+                 <br><small>{}</small>",
                 l.failed,
-                esc(&l.words(error)),
                 span(check.duration),
-                clock(check.at_wall_ms)
+                clock(check.at_wall_ms),
+                esc(&l.words(error))
             ),
         },
     }
@@ -910,8 +1174,8 @@ pub fn config(snap: &Snapshot, config: &Config, host: &str) -> String {
 fn session_ages(out: &mut String, l: &Labels, sessions: &ServerSessions) {
     let _ = write!(
         out,
-        "<div class='card'><h2>{} ({}, max {})</h2>",
-        l.sessions, sessions.live, sessions.peak
+        "<div class='card'><h2>{} ({}, {} {})</h2>",
+        l.sessions, sessions.live, l.max, sessions.peak
     );
     if sessions.ages.is_empty() {
         let _ = write!(out, "<p class='muted'>{}</p>", l.none);
@@ -922,8 +1186,9 @@ fn session_ages(out: &mut String, l: &Labels, sessions: &ServerSessions) {
         if (sessions.ages.len() as u64) < sessions.live {
             let _ = write!(
                 out,
-                " · … {} more",
-                sessions.live - sessions.ages.len() as u64
+                " · … {} {}",
+                sessions.live - sessions.ages.len() as u64,
+                l.more
             );
         }
         out.push_str("</p>");
@@ -1038,6 +1303,9 @@ mod tests {
             quarantine: None,
             reason: None,
             last_error: None,
+            last_error_wall_ms: 0,
+            error_current: false,
+            asked: None,
             quarantines: 0,
             last_check: None,
             history: Vec::new(),
@@ -1288,22 +1556,8 @@ mod tests {
         );
     }
 
-    #[test]
-    fn portuguese_pages_carry_no_english() {
-        let mut s = server(1, NOW, &[(2, 0)], 0);
-        s.state = Standing::Quarantined;
-        s.quarantine = Some((NOW - 1000, NOW + 119_000));
-        s.reason = Some(Reason::Monitor);
-        s.last_error = Some("connection refused".into());
-        s.last_check = Some(crate::health::Check {
-            at_wall_ms: NOW,
-            duration: Duration::from_millis(2),
-            error: Some("timed out after 1s".into()),
-        });
-        let mut snap = snapshot(NOW, vec![s]);
-        snap.language = Language::Portuguese;
-        let page = status(&snap, "localhost", None);
-        // What a reader sees: the text outside tags, the stylesheet left out.
+    /// What a reader sees of `page`: the text outside tags, the stylesheet left out.
+    fn visible(page: &str) -> String {
         let style_end = page.find("</style>").expect("a stylesheet");
         let mut text = String::new();
         let mut in_tag = false;
@@ -1318,28 +1572,258 @@ mod tests {
                 _ => {}
             }
         }
-        for english in [
-            "connection refused",
-            "timed out",
-            "now",
-            "active connection",
-            "available",
-            "quarantined",
-            "failed",
-            "until",
-            "Last check",
+        text
+    }
+
+    /// A page's servers in every standing: 01 available with a weight an operator set and an
+    /// error it has proved itself past; 02 quarantined by the monitor; 03 disabled by an
+    /// operator; 04 drained by one; 05 of weight 0; 06 in an operator's quarantine.
+    fn every_standing() -> Vec<ServerState> {
+        let mut servers: Vec<ServerState> = (1..=6).map(|i| server(i, NOW, &[(2, 0)], 0)).collect();
+        let hold = |mode| crate::overrides::Hold {
+            mode,
+            reason: "AppServer upgrade".into(),
+            by: "uid 0".into(),
+            since_wall_ms: NOW - 60_000,
+        };
+        let failed = |s: &mut ServerState, current| {
+            s.last_error = Some("connection refused".into());
+            s.last_error_wall_ms = NOW - 30_000;
+            s.error_current = current;
+        };
+        servers[0].overrides.weight = Some(3);
+        (servers[0].weight, servers[0].file_weight) = (3, 2);
+        failed(&mut servers[0], false);
+        servers[1].state = Standing::Quarantined;
+        servers[1].quarantine = Some((NOW - 30_000, NOW + 90_000));
+        servers[1].reason = Some(Reason::Monitor);
+        failed(&mut servers[1], true);
+        servers[1].last_check = Some(crate::health::Check {
+            at_wall_ms: NOW,
+            duration: Duration::from_millis(2),
+            error: Some("timed out after 1s".into()),
+        });
+        servers[2].state = Standing::Disabled;
+        servers[2].overrides.hold = Some(hold(Mode::Disabled));
+        servers[3].state = Standing::Disabled;
+        servers[3].overrides.hold = Some(hold(Mode::Drain));
+        servers[4].state = Standing::Draining;
+        servers[4].weight = 0;
+        servers[5].state = Standing::Quarantined;
+        servers[5].quarantine = Some((NOW - 10_000, NOW + 590_000));
+        servers[5].reason = Some(Reason::Operator);
+        servers[5].forced = true;
+        servers[5].asked = Some(crate::health::Asked {
+            by: "uid 0".into(),
+            reason: "AppServer restart".into(),
+        });
+        // Its last error is from before, and still stands: the operator's words are shown.
+        failed(&mut servers[5], true);
+        servers
+    }
+
+    /// `snap` as an HTTP balancer's.
+    fn http(mut snap: Snapshot) -> Snapshot {
+        snap.state.kind = BalancerKind::Http("BALANCE_HTTP");
+        snap.http = Some(Default::default());
+        snap
+    }
+
+    /// The state cell of server `i` (0-based) on `page`.
+    fn state_of(page: &str, i: usize) -> String {
+        let row = page
+            .split("<tr>")
+            .filter(|r| r.contains("ServerStatus/"))
+            .nth(i)
+            .expect("the row");
+        let start = row.find("<td class='").expect("the state cell");
+        row[start..start + row[start..].find("</td>").expect("its end")].to_string()
+    }
+
+    #[test]
+    fn an_error_is_shown_only_while_it_stands_and_with_when_it_came() {
+        let mut snap = snapshot(NOW, every_standing());
+        snap.state.servers[2] = server(3, NOW, &[(2, 0)], 0);
+        let page = status(&snap, "localhost", None);
+        let healthy = page.split("<tr>").nth(2).expect("01's row");
+        assert!(
+            !healthy.contains("connection refused") && !healthy.contains("Error"),
+            "proved itself since: {healthy}"
+        );
+        snap.state.servers[0].error_current = true;
+        let page = status(&snap, "localhost", None);
+        let at = clock(NOW - 30_000);
+        let healthy = page.split("<tr>").nth(2).expect("01's row");
+        assert!(
+            healthy.contains(&format!("Error at {at}: connection refused")),
+            "still standing, with its time: {healthy}"
+        );
+        // In quarantine: the end, who found it (not on a phone) and the error.
+        assert_eq!(
+            state_of(&page, 1),
+            format!(
+                "<td class='inQuarantine'><span class='badge bad'>quarantined</span><br><small>\
+                 until {} · <span class='why'>monitor: </span>connection refused</small>",
+                clock(NOW + 90_000)
+            )
+        );
+    }
+
+    #[test]
+    fn an_operators_quarantine_says_who_and_why_instead_of_an_error() {
+        for (language, words) in [
+            (Language::English, "asked by uid 0: AppServer restart"),
+            (Language::Portuguese, "pedida por uid 0: AppServer restart"),
         ] {
-            assert!(
-                !text.contains(english),
-                "{english:?} on the Portuguese page:\n{text}"
-            );
+            let mut snap = snapshot(NOW, every_standing());
+            snap.language = language;
+            for snap in [snap.clone(), http(snap)] {
+                let page = status(&snap, "localhost", None);
+                let cell = state_of(&page, 5);
+                // Outside the `.why` a phone hides: a phone shows it too.
+                assert!(
+                    cell.ends_with(&format!(" · {words}</small>")),
+                    "{language:?}: {cell}"
+                );
+                assert!(
+                    !cell.contains("refused") && !cell.contains("recusada"),
+                    "{cell}"
+                );
+            }
         }
+    }
+
+    #[test]
+    fn the_summary_counts_every_server_that_takes_no_clients_and_weights_set_are_marked() {
+        for (language, said, weight) in [
+            (
+                Language::English,
+                "0 active connections</b> · 1 of 6 servers available · \
+                 <span class='bad'>2 in quarantine</span> · <span class='held'>1 disabled</span> · \
+                 <span class='held'>2 draining</span></p>",
+                "<td>3<br><small class='override' title='set by an operator'>file: 2</small></td>",
+            ),
+            (
+                Language::Portuguese,
+                "0 conexões ativas</b> · 1 de 6 servidores disponíveis · \
+                 <span class='bad'>2 em quarentena</span> · <span class='held'>1 desabilitado</span> · \
+                 <span class='held'>2 drenando</span></p>",
+                "<td>3<br><small class='override' title='definido por um operador'>arquivo: 2</small></td>",
+            ),
+        ] {
+            let mut snap = snapshot(NOW, every_standing());
+            snap.language = language;
+            let page = status(&snap, "localhost", None);
+            assert!(page.contains(said), "{language:?}: {page}");
+            assert!(page.contains(weight), "{language:?}: {page}");
+            // The badges say the same as the summary.
+            assert!(state_of(&page, 2).contains(&format!(">{}<", of(language).disabled_count.0)));
+            assert!(state_of(&page, 3).contains(&format!(">{}<", of(language).draining_count.0)));
+        }
+        let one = snapshot(NOW, vec![server(1, NOW, &[(2, 0)], 1)]);
+        let page = status(&one, "localhost", None);
+        assert!(
+            page.contains("1 active connection</b> · 1 of 1 server available</p>"),
+            "{page}"
+        );
+    }
+
+    /// English words that must not be on a pt-BR page (whole words, case-sensitive), once the
+    /// texts kept verbatim from the TOTVS page are taken out.
+    const ENGLISH: &[&str] = &[
+        "server",
+        "servers",
+        "Servers",
+        "client",
+        "clients",
+        "connection",
+        "connections",
+        "available",
+        "quarantined",
+        "quarantine",
+        "disabled",
+        "draining",
+        "drained",
+        "set",
+        "file",
+        "by",
+        "at",
+        "of",
+        "until",
+        "asked",
+        "now",
+        "failed",
+        "refused",
+        "more",
+        "max",
+        "Error",
+        "Last",
+        "check",
+        "weight",
+        "sessions",
+        "moved",
+        "timed",
+        "out",
+        "after",
+        "monitor check",
+        "none",
+        "never",
+        "ongoing",
+        "Back",
+    ];
+
+    /// The texts of the TOTVS page that monitors find the page by: kept verbatim.
+    const TOTVS_VERBATIM: &[&str] = &["Consulta efetuada pelo client", "Servers (", "Server"];
+
+    #[test]
+    fn portuguese_pages_are_in_one_language() {
+        let mut snap = snapshot(NOW, every_standing());
+        snap.language = Language::Portuguese;
+        let mut http_snap = http(snap.clone());
+        if let Some(h) = &mut http_snap.http {
+            h.sessions.moved = 2;
+            h.sessions.servers = vec![(
+                "10.0.0.1:1".into(),
+                ServerSessions {
+                    live: 201,
+                    peak: 250,
+                    ages: vec![Duration::from_secs(5); crate::query::snapshot::SESSION_AGES_SHOWN],
+                },
+            )];
+        }
+        let pages = [
+            status(&snap, "localhost", None),
+            status(&http_snap, "localhost", None),
+            super::server(&snap, &snap.state.servers[1], "localhost"),
+            super::server(&snap, &snap.state.servers[5], "localhost"),
+            super::server(&http_snap, &http_snap.state.servers[0], "localhost"),
+        ];
+        for page in &pages {
+            let mut text = visible(page);
+            for kept in TOTVS_VERBATIM {
+                text = text.replace(kept, " ");
+            }
+            let words: Vec<&str> = text
+                .split(|c: char| !c.is_alphanumeric())
+                .filter(|w| !w.is_empty())
+                .collect();
+            for english in ENGLISH.iter().filter(|e| !e.contains(' ')) {
+                assert!(
+                    !words.contains(english),
+                    "{english:?} on a pt-BR page:\n{text}"
+                );
+            }
+            assert!(!text.contains("monitor check"), "{text}");
+        }
+        let text = visible(&pages[0]);
         for portuguese in [
             "conexão recusada",
             "tempo esgotado após 1s",
             " agora ",
             "0 conexões ativas",
             "em quarentena",
+            "servidores disponíveis",
+            "pedida por uid 0",
         ] {
             assert!(text.contains(portuguese), "{portuguese:?} missing:\n{text}");
         }
@@ -1347,5 +1831,99 @@ mod tests {
         assert_eq!(text.matches("conexões ativas").count(), 1, "{text}");
         // The one text exempt from the language: what monitors recognise the page by.
         assert!(text.contains("TOTVS Broker para SmartClient"));
+        assert!(visible(&pages[1]).contains("TOTVS Broker para HTTP"));
+    }
+
+    /// peder1981/monitor's `MonExtrairAtivas`: the counts it reads from the text before each
+    /// ` ativas` that mentions `sess` or `conex`, in page order (tests/monitors.rs has the
+    /// whole port).
+    fn active_counts(page: &str) -> Vec<(&'static str, String)> {
+        let mut found = Vec::new();
+        let mut from = 0;
+        while let Some(at) = page[from..].find(" ativas").map(|i| i + from) {
+            let piece = &page[page[..at].rfind('>').map_or(0, |i| i + 1)..at];
+            if piece.contains("sess") {
+                found.push(("sessions", piece.to_string()));
+            } else if piece.contains("conex") {
+                found.push(("connections", piece.to_string()));
+            }
+            from = at + " ativas".len();
+        }
+        found
+    }
+
+    #[test]
+    fn only_the_summary_says_ativas_after_sess_or_conex() {
+        let mut snap = snapshot(NOW, every_standing());
+        snap.language = Language::Portuguese;
+        snap.state.active = 7;
+        let tcp = status(&snap, "localhost", None);
+        assert_eq!(
+            active_counts(&tcp),
+            [("connections", "7 conexões".to_string())]
+        );
+        let mut snap = http(snap);
+        if let Some(h) = &mut snap.http {
+            h.sessions.live = 3;
+        }
+        let page = status(&snap, "localhost", None);
+        assert_eq!(
+            active_counts(&page),
+            [
+                ("sessions", "3 sessões".to_string()),
+                ("connections", "7 conexões".to_string())
+            ]
+        );
+        for s in &snap.state.servers {
+            assert!(active_counts(&super::server(&snap, s, "localhost")).is_empty());
+        }
+    }
+
+    #[test]
+    fn each_layout_draws_its_columns_by_what_they_hold() {
+        for layout in [&TCP_LAYOUT, &HTTP_LAYOUT] {
+            let rules = layout.rules();
+            let l = of(Language::English);
+            for (i, column) in layout.columns().enumerate() {
+                let nth = format!(
+                    "table.servers.{} :is(th, td):nth-child({})",
+                    layout.class,
+                    i + 1
+                );
+                let align = format!("{nth} {{ text-align:{}; }}", column.holds.align());
+                assert!(rules.contains(&align), "{}: {rules}", (column.header)(l));
+            }
+            // A phone: the server, a figure, the state; nothing else.
+            let phone: Vec<&str> = layout
+                .columns()
+                .filter(|c| c.on_phone)
+                .map(|c| (c.header)(l))
+                .collect();
+            let figure = if layout.class == "http" {
+                "Sessions"
+            } else {
+                "Connections"
+            };
+            assert_eq!(phone, ["Server", figure, "State"], "{}", layout.class);
+        }
+        // The monitors' cells come first, in the TOTVS pages' order.
+        let headers = |layout: &Layout| -> Vec<&str> {
+            let l = of(Language::English);
+            layout.columns().map(|c| (c.header)(l)).collect()
+        };
+        assert_eq!(
+            headers(&TCP_LAYOUT)[..3],
+            ["Server", "Connections", "Quarantine"]
+        );
+        assert_eq!(
+            headers(&HTTP_LAYOUT)[..5],
+            [
+                "Server",
+                "Sessions",
+                "Connections",
+                "Quarantine since",
+                "Reasons"
+            ]
+        );
     }
 }

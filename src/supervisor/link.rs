@@ -1,9 +1,11 @@
 //! A supervised broker's side of the socket it shares with its supervisor ([`READY_ENV`]):
-//! one line each way at a time. The broker says `READY` once it serves and `RELOAD` when
-//! `appbroker ctl reload` asks it to read its file again; the supervisor answers `RELOAD` with
-//! `in place`, `replaced: ...` or `refused: ...`. Only the supervisor holds the other end, so
-//! its end-of-file means the supervisor is gone: the broker then shuts down gracefully rather
-//! than serve on as an orphan nothing restarts, upgrades or stops.
+//! one line each way at a time. The broker says `HEARTBEATS N` (it will send heartbeats from
+//! its N worker runtimes), then `BEAT I` once a second from each runtime I; `READY` once it
+//! serves; and `RELOAD` when `appbroker ctl reload` asks it to read its file again. The
+//! supervisor answers `RELOAD` with `in place`, `replaced: ...` or `refused: ...`, and kills a
+//! broker whose heartbeats stop (`WATCHDOG_TIMEOUT`). Only the supervisor holds the other end,
+//! so its end-of-file means the supervisor is gone: the broker then shuts down gracefully
+//! rather than serve on as an orphan nothing restarts, upgrades or stops.
 
 use std::os::fd::RawFd;
 use std::sync::Arc;
@@ -67,9 +69,11 @@ pub struct Link {
 
 #[derive(Debug)]
 struct Inner {
-    /// The way to the supervisor, and its answers: held for a whole question and its
-    /// answer, so one at a time.
-    writer: Mutex<(OwnedWriteHalf, mpsc::Receiver<String>)>,
+    /// The way to the supervisor: held for one line at a time, so heartbeats go on while a
+    /// question waits for its answer.
+    writer: Mutex<OwnedWriteHalf>,
+    /// The supervisor's answers: held for a whole question and its answer, so one at a time.
+    answered: Mutex<mpsc::Receiver<String>>,
     /// The way back, until [`Link::ready`] hands it to the task that reads it.
     reader: std::sync::Mutex<Option<tokio::net::unix::OwnedReadHalf>>,
     /// Where that task puts each line the supervisor writes.
@@ -101,7 +105,8 @@ impl Link {
         let (answers, answered) = mpsc::channel(1);
         Some(Link {
             inner: Arc::new(Inner {
-                writer: Mutex::new((writer, answered)),
+                writer: Mutex::new(writer),
+                answered: Mutex::new(answered),
                 reader: std::sync::Mutex::new(Some(reader)),
                 answers,
             }),
@@ -112,7 +117,7 @@ impl Link {
     /// end-of-file (the supervisor gone) `shutdown` is asked for, as SIGTERM does.
     pub async fn ready(&self, shutdown: &Shutdown) {
         // A write that fails means the supervisor is gone already: the watch sees it too.
-        let _ = self.inner.writer.lock().await.0.write_all(b"READY\n").await;
+        let _ = self.say(b"READY\n").await;
         let Some(reader) = self
             .inner
             .reader
@@ -147,17 +152,47 @@ impl Link {
     /// `None` when it gave no answer (gone, or an image from before the question): reload
     /// in place then, as without a supervisor.
     pub async fn reload(&self) -> Option<Supervised> {
-        let mut guard = self.inner.writer.lock().await;
-        let (writer, answered) = &mut *guard;
+        let mut answered = self.inner.answered.lock().await;
         // An answer left from a question that gave up waiting is not this one's.
         while answered.try_recv().is_ok() {}
-        writer.write_all(b"RELOAD\n").await.ok()?;
+        self.say(b"RELOAD\n").await.ok()?;
         let line = tokio::time::timeout(ANSWER_TIME, answered.recv())
             .await
             .ok()??;
         Supervised::parse(&line)
     }
+
+    /// Sends the supervisor heartbeats from `runtimes` worker runtimes: says so (before it
+    /// returns, so before a `READY` said next), then writes `BEAT I` for each tick of runtime
+    /// I on `ticks` ([`crate::workers::Workers::ticks`]). Written from a task of the calling
+    /// (control) runtime, so that one stuck stops them too; ends when the supervisor is gone.
+    pub async fn send_heartbeats(&self, runtimes: usize, mut ticks: mpsc::Receiver<usize>) {
+        let announce = format!("HEARTBEATS {runtimes}\n");
+        if self.say(announce.as_bytes()).await.is_err() {
+            return;
+        }
+        let link = self.clone();
+        tokio::spawn(async move {
+            while let Some(index) = ticks.recv().await {
+                if link
+                    .say(format!("BEAT {index}\n").as_bytes())
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+        });
+    }
+
+    /// Writes `line` to the supervisor.
+    async fn say(&self, line: &[u8]) -> std::io::Result<()> {
+        self.inner.writer.lock().await.write_all(line).await
+    }
 }
+
+/// How often each worker runtime of a supervised broker sends a heartbeat.
+pub const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(1);
 
 #[cfg(test)]
 mod tests {

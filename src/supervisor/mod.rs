@@ -4,9 +4,15 @@
 //! keeps open, and the next child serves them: a crash refuses no one.
 //!
 //! The parent does nothing else, so little in it can crash: it binds, spawns, waits, forwards
-//! SIGHUP, SIGTERM and SIGINT, and reads one line from each child (`READY`, once it serves).
-//! The child finds its listeners in [`LISTENERS_ENV`] (descriptor numbers and the configured
-//! address each serves) and its way to say ready in [`READY_ENV`].
+//! SIGHUP, SIGTERM and SIGINT, and reads a few short lines from each child (`READY`, once it
+//! serves; its heartbeats, without which it is killed and replaced). The child finds its
+//! listeners in [`LISTENERS_ENV`] (descriptor numbers and the configured address each serves)
+//! and its way to say ready in [`READY_ENV`].
+//!
+//! - `run`: the loop; `child`: one broker and its lifeline; [`watchdog`]: the heartbeats
+//!   judged; `vet` and `reexec`: an upgrade's new binary checked beside the loop, then the
+//!   re-execution; [`upgrade`]: the supervisor's socket and what one image hands the next;
+//!   [`systemd`]: notify, watchdog and socket activation; [`Link`]: the broker's side.
 //!
 //! A reload that adds or moves a port: the parent reads the file again on SIGHUP. When the
 //! set of listen addresses is unchanged it forwards the SIGHUP and the child reloads in place;
@@ -26,12 +32,16 @@ use std::time::Duration;
 use crate::config::Config;
 use crate::inherit;
 
+mod child;
 mod link;
+mod reexec;
 mod run;
 pub mod systemd;
 pub mod upgrade;
+mod vet;
+pub mod watchdog;
 
-pub use link::{Link, Supervised};
+pub use link::{HEARTBEAT, Link, Supervised};
 pub use run::{Options, Start, Upgrading, run};
 
 /// The environment variable naming a supervised child's listeners: `FD@ADDRESS` entries
@@ -206,11 +216,20 @@ impl Held {
             .collect()
     }
 
-    /// Makes every socket of `held` inherited by the children (and by an exec of this
-    /// process).
+    /// Makes every socket of `held` inherited by the next process this one starts (a broker)
+    /// or becomes (an upgrade's exec); [`Held::keep`] right after, so nothing else started
+    /// later (an upgrade's check) inherits them.
     pub fn hand_down(held: &[Held]) -> std::io::Result<()> {
         for listener in held.iter().flat_map(|h| &h.listeners) {
             inherit::hand_down(&listener.as_fd())?;
+        }
+        Ok(())
+    }
+
+    /// Closes every socket of `held` on exec again, after a [`Held::hand_down`].
+    pub fn keep(held: &[Held]) -> std::io::Result<()> {
+        for listener in held.iter().flat_map(|h| &h.listeners) {
+            inherit::keep(&listener.as_fd())?;
         }
         Ok(())
     }

@@ -1,25 +1,25 @@
 //! The supervisor's loop: start a child on the listeners held, wait for it to serve or die,
-//! restart it (with back-off while it dies at start), forward signals, and replace it with a
-//! new child when a reload changes the ports.
+//! restart it (with back-off while it dies at start, at once after it served, or once the
+//! watchdog killed it for its silence), forward signals, replace it with a new child when a
+//! reload changes the ports, and tell systemd it lives. An upgrade asked on its socket is
+//! vetted beside the loop and carried out by `reexec`.
 
 use std::ffi::OsString;
-use std::os::fd::AsRawFd;
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
-use tokio::io::AsyncReadExt;
-use tokio::process::Command;
+use nix::sys::signal::Signal;
 use tokio::signal::unix::{SignalKind, signal};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, watch};
 use tracing::{error, info, warn};
 
+use super::child::{Child, Ears, Heard, ended};
 use super::link::Supervised;
-use super::upgrade::{HANDOVER_ENV, Handover, LIFELINE_ENV, REQUEST};
-use super::{Backoff, Held, LISTENERS_ENV, READY_ENV, describe, encode, hold};
+use super::upgrade::{Handover, read_request};
+use super::vet::Vetting;
+use super::watchdog::Silence;
+use super::{Backoff, Held, describe, hold};
 use crate::config::{Config, show_duration};
-use crate::inherit;
 
 /// What the supervisor runs: the broker's binary with the command line it was given, less
 /// `--supervise`.
@@ -29,167 +29,6 @@ pub struct Options {
     pub exe: PathBuf,
     /// Its arguments.
     pub args: Vec<OsString>,
-}
-
-/// One child broker.
-struct Child {
-    /// Fires with its exit status once it has ended (an error when it could not be waited
-    /// for).
-    ended: oneshot::Receiver<std::io::Result<std::process::ExitStatus>>,
-    pid: u32,
-    /// Fires when the child says READY (an error when it closed its end without); `None`
-    /// once it has fired.
-    ready: Option<oneshot::Receiver<()>>,
-    /// True once it said READY.
-    served: bool,
-    /// The configured addresses of the listeners it was started on; `None` when adopted
-    /// (those the supervisor held then).
-    listens: Option<Vec<std::net::SocketAddr>>,
-    /// The supervisor's end of the socket the child said READY on: while it is open the
-    /// child knows its supervisor lives, and it stops once every copy is closed (this
-    /// process gone). `None` for a child adopted from an image that kept no such end.
-    lifeline: Option<std::os::unix::net::UnixStream>,
-}
-
-impl Child {
-    /// Starts the broker on `held`, with a socket to say READY on (and ask on: `asks`).
-    fn spawn(options: &Options, held: &[Held], asks: &Asks) -> std::io::Result<Child> {
-        let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
-        inherit::hand_down(&theirs)?;
-        let mut command = Command::new(&options.exe);
-        command
-            .args(&options.args)
-            .env(LISTENERS_ENV, encode(&Held::entries(held)))
-            .env(READY_ENV, theirs.as_raw_fd().to_string())
-            // Its own process group: a terminal's Ctrl-C reaches the supervisor only, which
-            // forwards it once (twice would make the broker exit at once).
-            .process_group(0);
-        // Not for the broker: what one supervisor image tells the next.
-        command.env_remove(HANDOVER_ENV).env_remove(LIFELINE_ENV);
-        for variable in super::systemd::VARIABLES {
-            command.env_remove(variable);
-        }
-        let mut process = command.spawn()?;
-        // Only the child's copy may stay open: the end is seen when the child is gone.
-        drop(theirs);
-        // Closed on exec (as `ours` is): no other child inherits it, so the child sees its
-        // end when this process is gone, and only then.
-        let lifeline = ours.try_clone()?;
-        let pid = process.id().unwrap_or_default();
-        let (said, ready) = oneshot::channel();
-        listen(ours, pid, Some(said), asks.clone())?;
-        let (tell, ended) = oneshot::channel();
-        tokio::spawn(async move {
-            let _ = tell.send(process.wait().await);
-        });
-        Ok(Child {
-            ended,
-            pid,
-            ready: Some(ready),
-            served: false,
-            listens: Some(held.iter().map(|h| h.configured).collect()),
-            lifeline: Some(lifeline),
-        })
-    }
-
-    /// The child a previous image of this supervisor started before it re-executed itself
-    /// (an upgrade): still this process's child, waited for by its pid, with the end of its
-    /// socket that image handed over.
-    fn adopt(pid: u32, lifeline: Option<std::os::unix::net::UnixStream>, asks: &Asks) -> Child {
-        if let Some(lifeline) = &lifeline {
-            // What it asks from now on is answered by this image.
-            let listening = lifeline
-                .try_clone()
-                .and_then(|stream| listen(stream, pid, None, asks.clone()));
-            if let Err(e) = listening {
-                warn!(
-                    "supervisor: cannot read the running broker's socket: {}; its `ctl \
-                     reload` will not reach the supervisor",
-                    crate::os_error::words(&e)
-                );
-            }
-        }
-        let (tell, ended) = oneshot::channel();
-        tokio::task::spawn_blocking(move || {
-            let status = i32::try_from(pid)
-                .map_err(std::io::Error::other)
-                .and_then(|pid| wait_for(Pid::from_raw(pid)));
-            let _ = tell.send(status);
-        });
-        // It served already: that is why it was running.
-        Child {
-            ended,
-            pid,
-            ready: None,
-            served: true,
-            listens: None,
-            lifeline,
-        }
-    }
-
-    /// Its exit status, once it has ended.
-    async fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
-        ended(&mut self.ended).await
-    }
-
-    /// Answers what the child asked on its socket; one that is gone needs no answer.
-    fn tell(&self, answer: &Supervised) {
-        if let Some(mut stream) = self.lifeline.as_ref() {
-            // A line, into a socket buffer the child keeps reading: it never waits.
-            let _ = std::io::Write::write_all(&mut stream, answer.line().as_bytes());
-        }
-    }
-
-    /// Sends `signal`; a child that is gone already needs none.
-    fn signal(&self, signal: Signal) {
-        if let Ok(pid) = i32::try_from(self.pid) {
-            let _ = kill(Pid::from_raw(pid), signal);
-        }
-    }
-}
-
-/// Where children's questions go: the pid of the child that asks (`RELOAD`).
-type Asks = mpsc::Sender<u32>;
-
-/// Reads what child `pid` writes on its socket until it closes it (it ended): `READY` once
-/// (to `said`), then `RELOAD` questions (to `asks`). Lines are bounded: the child is trusted,
-/// but a supervisor with little in it that can crash reads nothing unbounded.
-fn listen(
-    stream: std::os::unix::net::UnixStream,
-    pid: u32,
-    mut said: Option<oneshot::Sender<()>>,
-    asks: Asks,
-) -> std::io::Result<()> {
-    stream.set_nonblocking(true)?;
-    let stream = tokio::net::UnixStream::from_std(stream)?;
-    tokio::spawn(async move {
-        let mut reader = tokio::io::BufReader::new(stream);
-        loop {
-            let mut line = Vec::new();
-            let read = tokio::io::AsyncBufReadExt::read_until(
-                &mut (&mut reader).take(64),
-                b'\n',
-                &mut line,
-            )
-            .await;
-            if !matches!(read, Ok(1..)) {
-                return;
-            }
-            match line.trim_ascii() {
-                b"READY" => {
-                    if let Some(said) = said.take() {
-                        let _ = said.send(());
-                    }
-                }
-                b"RELOAD" => {
-                    // Unsent: the supervisor is stopping, nobody is left to answer.
-                    let Ok(()) = asks.send(pid).await else { return };
-                }
-                _ => {}
-            }
-        }
-    });
-    Ok(())
 }
 
 /// READY=1 to systemd (`Type=notify`), when it runs the supervisor; again after an upgrade,
@@ -202,69 +41,6 @@ fn tell_systemd_ready() {
             "supervisor: cannot tell systemd it is ready (NOTIFY_SOCKET): {}",
             crate::os_error::words(&e)
         ),
-    }
-}
-
-/// A child's exit status from its `ended` channel.
-async fn ended(
-    ended: &mut oneshot::Receiver<std::io::Result<std::process::ExitStatus>>,
-) -> std::io::Result<std::process::ExitStatus> {
-    ended
-        .await
-        .unwrap_or_else(|_| Err(std::io::Error::other("its waiter ended")))
-}
-
-/// Reads the one request line of a connection on the supervisor's socket (bounded in time
-/// and size, in a task of its own so a silent client holds nothing up) and hands the
-/// connection on when it asks for an upgrade.
-fn read_request(
-    stream: tokio::net::UnixStream,
-    requests: mpsc::Sender<std::os::unix::net::UnixStream>,
-) {
-    tokio::spawn(async move {
-        let mut line = Vec::new();
-        let mut reader = tokio::io::BufReader::new(stream).take(64);
-        let read = tokio::time::timeout(
-            std::time::Duration::from_secs(5),
-            tokio::io::AsyncBufReadExt::read_until(&mut reader, b'\n', &mut line),
-        )
-        .await;
-        let Ok(stream) = reader.into_inner().into_inner().into_std() else {
-            return;
-        };
-        if read.is_ok() && line.trim_ascii() == REQUEST.as_bytes() {
-            let _ = stream.set_nonblocking(false);
-            let _ = requests.send(stream).await;
-        } else {
-            answer(
-                stream,
-                "refused: unknown request (this socket takes `upgrade`)",
-            );
-        }
-    });
-}
-
-/// Writes `line` to an `appbroker upgrade` and hangs up.
-fn answer(mut client: std::os::unix::net::UnixStream, line: &str) {
-    use std::io::Write;
-    let _ = client.set_nonblocking(false);
-    let _ = client.set_write_timeout(Some(std::time::Duration::from_secs(5)));
-    let _ = client.write_all(format!("{line}\n").as_bytes());
-}
-
-/// Waits for child `pid` to end; its status.
-fn wait_for(pid: Pid) -> std::io::Result<std::process::ExitStatus> {
-    use nix::sys::wait::{WaitStatus, waitpid};
-    use std::os::unix::process::ExitStatusExt;
-    loop {
-        match waitpid(pid, None)? {
-            WaitStatus::Exited(_, code) => return Ok(ExitStatusExt::from_raw((code & 0xff) << 8)),
-            WaitStatus::Signaled(_, signal, core) => {
-                let core = if core { 0x80 } else { 0 };
-                return Ok(ExitStatusExt::from_raw(signal as i32 | core));
-            }
-            _ => continue,
-        }
     }
 }
 
@@ -307,30 +83,35 @@ struct Signals {
 }
 
 /// What the supervisor's loop is doing.
-struct Supervisor {
-    options: Options,
-    config: Config,
-    held: Vec<Held>,
+pub(super) struct Supervisor {
+    pub(super) options: Options,
+    pub(super) config: Config,
+    pub(super) held: Vec<Held>,
     backoff: Backoff,
     /// The child serving (or starting, when none served yet).
-    current: Child,
-    /// A child replacing `current` after a reload changed the ports, until it serves.
-    next: Option<Child>,
+    pub(super) current: Child,
+    /// A child replacing `current` after a reload changed the ports or an upgrade, until it
+    /// serves.
+    pub(super) next: Option<Child>,
     /// A stop was forwarded: the supervisor ends with the child.
-    stopping: bool,
+    pub(super) stopping: bool,
     /// When the last child died, to say how long the ports went unserved.
     died_at: Option<Instant>,
     /// The socket `appbroker upgrade` asks on.
-    socket: Option<tokio::net::UnixListener>,
+    pub(super) socket: Option<tokio::net::UnixListener>,
     /// Where connections on it send their request, once read.
     requests: mpsc::Sender<std::os::unix::net::UnixStream>,
-    /// Where children send their questions.
-    asks: Asks,
+    /// Where children's lifelines report, and the watchdog's limit they read.
+    pub(super) ears: Ears,
+    /// `WATCHDOG_TIMEOUT`, as the lifelines' readers see it.
+    watchdog: watch::Sender<Duration>,
+    /// The upgrade whose new binary is being vetted, with the `appbroker upgrade` asking.
+    pub(super) vetting: Option<(Vetting, std::os::unix::net::UnixStream)>,
     /// The `appbroker upgrade` waiting for the new broker to serve (or fail).
-    waiting: Option<std::os::unix::net::UnixStream>,
+    pub(super) waiting: Option<std::os::unix::net::UnixStream>,
     /// Brokers replaced and draining, with what waits for them: handed to the next image
     /// on an upgrade, which waits for them in turn.
-    retired: Vec<(u32, tokio::task::JoinHandle<()>)>,
+    pub(super) retired: Vec<(u32, tokio::task::JoinHandle<()>)>,
 }
 
 /// Where the supervisor starts from.
@@ -353,15 +134,27 @@ pub struct Upgrading {
     pub handover: Handover,
     /// The connection of `appbroker upgrade`, waiting for the answer.
     pub client: std::os::unix::net::UnixStream,
-    /// The supervisor's end of the running broker's socket ([`LIFELINE_ENV`]), kept open so
-    /// that broker does not take the re-execution for the supervisor's death.
+    /// The supervisor's end of the running broker's socket
+    /// ([`super::upgrade::LIFELINE_ENV`]), kept open so that broker does not take the
+    /// re-execution for the supervisor's death.
     pub lifeline: Option<std::os::unix::net::UnixStream>,
+}
+
+/// What the loop hears from its sources besides the children's ends.
+struct Sources {
+    signals: Signals,
+    /// Upgrade requests read on the socket.
+    incoming: mpsc::Receiver<std::os::unix::net::UnixStream>,
+    /// What the children's lifelines bring.
+    heard: mpsc::Receiver<Heard>,
+    /// systemd's watchdog (`WATCHDOG_USEC`), when it watches.
+    systemd: Option<super::systemd::Watchdog>,
 }
 
 /// Runs the supervisor until its child stops on purpose (after a forwarded SIGTERM or SIGINT,
 /// or an exit with code 0); the exit code to end with.
 pub async fn run(start: Start) -> std::io::Result<u8> {
-    let mut signals = Signals {
+    let signals = Signals {
         term: signal(SignalKind::terminate())?,
         int: signal(SignalKind::interrupt())?,
         hup: signal(SignalKind::hangup())?,
@@ -373,9 +166,13 @@ pub async fn run(start: Start) -> std::io::Result<u8> {
         socket,
         upgrading,
     } = start;
-    Held::hand_down(&held)?;
     let (requests, incoming) = mpsc::channel(1);
-    let (asks, asked) = mpsc::channel(4);
+    let (heard_tx, heard) = mpsc::channel(4);
+    let (watchdog, limit) = watch::channel(config.general.watchdog_timeout);
+    let ears = Ears {
+        heard: heard_tx,
+        watchdog: limit,
+    };
     let socket = match socket {
         Some(listener) => {
             listener.set_nonblocking(true)?;
@@ -388,31 +185,8 @@ pub async fn run(start: Start) -> std::io::Result<u8> {
         .as_ref()
         .map(|u| u.handover.retired.clone())
         .unwrap_or_default();
-    let (current, next, waiting) = match upgrading {
-        Some(Upgrading {
-            handover: Handover { child: pid, .. },
-            client,
-            lifeline,
-        }) => {
-            let next = Child::spawn(&options, &held, &asks)?;
-            info!(
-                "supervisor: re-executed {} for an upgrade; new broker started (pid {}), the \
-                 running one (pid {pid}) serves until it does",
-                options.exe.display(),
-                next.pid
-            );
-            (Child::adopt(pid, lifeline, &asks), Some(next), Some(client))
-        }
-        None => {
-            let current = Child::spawn(&options, &held, &asks)?;
-            info!(
-                "supervisor: holding {} listening socket(s); broker started (pid {})",
-                Held::entries(&held).len(),
-                current.pid
-            );
-            (current, None, None)
-        }
-    };
+    let (current, next, waiting) = first_children(&options, &held, &ears, upgrading)?;
+    let systemd = super::systemd::Watchdog::from_env();
     let mut supervisor = Supervisor {
         options,
         config,
@@ -424,16 +198,26 @@ pub async fn run(start: Start) -> std::io::Result<u8> {
         died_at: None,
         socket,
         requests,
-        asks,
+        ears,
+        watchdog,
+        vetting: None,
         waiting,
         retired: Vec::new(),
     };
     for pid in retiring {
         // Draining already: their ends were not handed over, and they need none (a broker
         // that drains ignores its supervisor's end).
-        supervisor.retire(Child::adopt(pid, None, &supervisor.asks.clone()));
+        let ears = supervisor.ears.clone();
+        supervisor.retire(Child::adopt(pid, None, None, &ears));
     }
-    let code = supervisor.watch(&mut signals, incoming, asked).await;
+    let mut sources = Sources {
+        signals,
+        incoming,
+        heard,
+        systemd,
+    };
+    let code = supervisor.watch(&mut sources).await;
+    supervisor.abandon_upgrade("the supervisor is stopping");
     // Stopping for good (an upgrade's exec never comes back here): its socket goes with it.
     if let Some(socket) = &supervisor.socket
         && let Ok(address) = socket.local_addr()
@@ -444,13 +228,52 @@ pub async fn run(start: Start) -> std::io::Result<u8> {
     code
 }
 
+/// The children the supervisor starts with: a broker on the listeners held; after an
+/// upgrade's re-execution, the running broker adopted, a new one starting to replace it, and
+/// the `appbroker upgrade` waiting for that.
+fn first_children(
+    options: &Options,
+    held: &[Held],
+    ears: &Ears,
+    upgrading: Option<Upgrading>,
+) -> std::io::Result<(Child, Option<Child>, Option<std::os::unix::net::UnixStream>)> {
+    Ok(match upgrading {
+        Some(Upgrading {
+            handover,
+            client,
+            lifeline,
+        }) => {
+            let next = Child::spawn(options, held, ears)?;
+            let pid = handover.child;
+            info!(
+                "supervisor: re-executed {} for an upgrade; new broker started (pid {}), the \
+                 running one (pid {pid}) serves until it does",
+                options.exe.display(),
+                next.pid
+            );
+            if handover.heartbeats.is_none() {
+                info!(
+                    "supervisor: the running broker (pid {pid}) sends no heartbeats (an \
+                     earlier build): the watchdog leaves it alone until it is replaced"
+                );
+            }
+            let adopted = Child::adopt(pid, lifeline, handover.heartbeats, ears);
+            (adopted, Some(next), Some(client))
+        }
+        None => {
+            let current = Child::spawn(options, held, ears)?;
+            info!(
+                "supervisor: holding {} listening socket(s); broker started (pid {})",
+                Held::entries(held).len(),
+                current.pid
+            );
+            (current, None, None)
+        }
+    })
+}
+
 impl Supervisor {
-    async fn watch(
-        &mut self,
-        signals: &mut Signals,
-        mut incoming: mpsc::Receiver<std::os::unix::net::UnixStream>,
-        mut asked: mpsc::Receiver<u32>,
-    ) -> std::io::Result<u8> {
+    async fn watch(&mut self, sources: &mut Sources) -> std::io::Result<u8> {
         loop {
             let accepted = async {
                 match &self.socket {
@@ -470,6 +293,20 @@ impl Supervisor {
                     None => NextEvent::Ended(next.wait().await),
                 }
             };
+            let vetted = async {
+                match self.vetting.as_mut() {
+                    Some((vetting, _)) => (&mut vetting.verdict)
+                        .await
+                        .unwrap_or_else(|_| Err("the check's task ended".into())),
+                    None => std::future::pending().await,
+                }
+            };
+            let systemd = async {
+                match sources.systemd.as_mut() {
+                    Some(watchdog) => watchdog.due().await,
+                    None => std::future::pending().await,
+                }
+            };
             let current = &mut self.current;
             let current_said = async {
                 match current.ready.as_mut() {
@@ -477,6 +314,7 @@ impl Supervisor {
                     None => std::future::pending().await,
                 }
             };
+            let signals = &mut sources.signals;
             tokio::select! {
                 status = ended(&mut current.ended) => {
                     if let Some(code) = self.current_ended(status?, signals).await? {
@@ -500,12 +338,19 @@ impl Supervisor {
                     }
                     NextEvent::Ended(status) => self.next_ended(status?),
                 },
+                verdict = vetted => self.vetted(verdict),
                 Ok(stream) = accepted => read_request(stream, self.requests.clone()),
-                Some(client) = incoming.recv() => self.upgrade(client).await,
-                Some(pid) = asked.recv() => self.reload_asked(pid),
+                Some(client) = sources.incoming.recv() => self.upgrade_asked(client),
+                Some(heard) = sources.heard.recv() => match heard {
+                    Heard::Reload(pid) => self.reload_asked(pid),
+                    Heard::Silent(silence) => self.silent(&silence),
+                },
                 _ = signals.hup.recv() => self.reload(),
                 _ = signals.term.recv() => self.stop(Signal::SIGTERM),
                 _ = signals.int.recv() => self.stop(Signal::SIGINT),
+                () = systemd => if let Some(watchdog) = sources.systemd.as_mut() {
+                    watchdog.tell();
+                },
             }
         }
     }
@@ -526,137 +371,31 @@ impl Supervisor {
     }
 
     /// Answers the `appbroker upgrade` waiting, if one is.
-    fn answer(&mut self, line: &str) {
+    pub(super) fn answer(&mut self, line: &str) {
         if let Some(client) = self.waiting.take() {
-            answer(client, line);
+            super::upgrade::answer(client, line);
         }
     }
 
-    /// `appbroker upgrade`: the new binary checks the file; then this process re-executes
-    /// itself from it, handing over the listeners, the running broker and `client`, which the
-    /// next image answers once the new broker serves (or fails). Returns only when refused.
-    async fn upgrade(&mut self, client: std::os::unix::net::UnixStream) {
-        if self.next.is_some() || self.waiting.is_some() {
-            answer(
-                client,
-                "refused: a new broker is starting already; try again once it serves",
-            );
+    /// A broker's heartbeats stopped for `WATCHDOG_TIMEOUT`: killed, and (the running one)
+    /// replaced at once on the listeners held, as after any death while serving.
+    fn silent(&mut self, silence: &Silence) {
+        if self.stopping {
             return;
         }
-        let exe = &self.options.exe;
-        info!(
-            "supervisor: upgrade asked: checking the configuration with {}",
-            exe.display()
-        );
-        let check = Command::new(exe)
-            .arg("--check")
-            .arg("--config")
-            .arg(&self.config.source)
-            .stdin(std::process::Stdio::null())
-            .output()
-            .await;
-        let refused = match check {
-            Err(e) => Some(format!(
-                "cannot run {}: {}",
-                exe.display(),
-                crate::os_error::words(&e)
-            )),
-            Ok(out) if !out.status.success() => {
-                let errors = String::from_utf8_lossy(&out.stderr);
-                let errors: Vec<&str> = errors
-                    .lines()
-                    .map(str::trim)
-                    .filter(|l| !l.is_empty())
-                    .collect();
-                Some(format!(
-                    "{} --check {}: {}",
-                    exe.display(),
-                    describe(out.status),
-                    errors.join(" | ")
-                ))
-            }
-            Ok(_) => None,
-        };
-        if let Some(why) = refused {
-            warn!("supervisor: upgrade refused: {why}; the running broker carries on");
-            answer(
-                client,
-                &format!("refused: {why}; the running broker carries on"),
-            );
+        let (which, then) = if self.current.pid == silence.pid {
+            (&self.current, "starting another on the listeners held")
+        } else if let Some(next) = self.next.as_ref().filter(|n| n.pid == silence.pid) {
+            (next, "the running one carries on")
+        } else {
             return;
-        }
-        let why = self.exec(&client);
-        error!("supervisor: upgrade refused: {why}; the running broker carries on");
-        answer(
-            client,
-            &format!("refused: {why}; the running broker carries on"),
+        };
+        warn!(
+            "supervisor: broker (pid {}) {} (WATCHDOG_TIMEOUT): killing it (SIGKILL); {then}",
+            silence.pid,
+            silence.words()
         );
-    }
-
-    /// Re-executes this process from the binary on disk with the handover; returns only on
-    /// failure, with why.
-    fn exec(&self, client: &std::os::unix::net::UnixStream) -> String {
-        use std::os::unix::process::CommandExt;
-        let Some(socket) = &self.socket else {
-            return "the supervisor has no socket".into();
-        };
-        let handover = Handover {
-            child: self.current.pid,
-            client: client.as_raw_fd(),
-            socket: socket.as_raw_fd(),
-            retired: self
-                .retired
-                .iter()
-                .filter(|(_, waiter)| !waiter.is_finished())
-                .map(|(pid, _)| *pid)
-                .collect(),
-        };
-        let lifeline = self.current.lifeline.as_ref();
-        let handed = Held::hand_down(&self.held)
-            .and_then(|()| inherit::hand_down(client))
-            .and_then(|()| inherit::hand_down(socket))
-            .and_then(|()| lifeline.map_or(Ok(()), inherit::hand_down));
-        let why = match handed {
-            Err(e) => format!(
-                "cannot hand the sockets down: {}",
-                crate::os_error::words(&e)
-            ),
-            Ok(()) => {
-                info!(
-                    "supervisor: re-executing {} (same pid)",
-                    self.options.exe.display()
-                );
-                let mut command = std::process::Command::new(&self.options.exe);
-                command
-                    .arg("--supervise")
-                    .args(&self.options.args)
-                    .env(LISTENERS_ENV, encode(&Held::entries(&self.held)))
-                    .env(HANDOVER_ENV, handover.encode())
-                    .env_remove(LIFELINE_ENV)
-                    // What systemd passed is in LISTENERS_ENV now; the same pid must not take
-                    // it twice.
-                    .env_remove("LISTEN_FDS")
-                    .env_remove("LISTEN_PID")
-                    .env_remove("LISTEN_FDNAMES");
-                if let Some(lifeline) = lifeline {
-                    command.env(LIFELINE_ENV, lifeline.as_raw_fd().to_string());
-                }
-                let e = command.exec();
-                format!(
-                    "cannot re-execute {}: {}",
-                    self.options.exe.display(),
-                    crate::os_error::words(&e)
-                )
-            }
-        };
-        // Still this image: the socket and the broker's end must not leak into the children
-        // it starts from now on (a child holding the end would keep another alive as an
-        // orphan). The client is answered and closed by the caller.
-        let _ = inherit::keep(socket);
-        if let Some(lifeline) = lifeline {
-            let _ = inherit::keep(lifeline);
-        }
-        why
+        which.signal(Signal::SIGKILL);
     }
 
     /// The current child said READY.
@@ -672,6 +411,7 @@ impl Supervisor {
             ),
             None => info!("supervisor: broker (pid {}) serves", self.current.pid),
         }
+        without_heartbeats(&self.current);
     }
 
     /// The replacing child said READY: it becomes the current one, and the old one drains.
@@ -692,10 +432,10 @@ impl Supervisor {
              drains its connections",
             self.current.pid, old.pid
         );
+        without_heartbeats(&self.current);
         old.signal(Signal::SIGTERM);
         self.retire(old);
     }
-
     /// Waits for a broker that drains, in the background, and logs its end.
     fn retire(&mut self, mut old: Child) {
         self.retired.retain(|(_, waiter)| !waiter.is_finished());
@@ -769,7 +509,7 @@ impl Supervisor {
     /// started at all (the binary gone, no process left).
     async fn respawn(&mut self) -> Child {
         loop {
-            match Child::spawn(&self.options, &self.held, &self.asks) {
+            match Child::spawn(&self.options, &self.held, &self.ears) {
                 Ok(child) => {
                     info!("supervisor: broker started (pid {})", child.pid);
                     return child;
@@ -858,20 +598,14 @@ impl Supervisor {
         let config = loaded.config;
         let addresses = |c: &Config| c.balancers.iter().map(|b| b.listen).collect::<Vec<_>>();
         if addresses(&config) == addresses(&self.config) {
-            self.config = config;
+            self.take_config(config);
             return Reread::Same;
         }
         if let Err(e) = hold(&config, &mut self.held) {
             return Reread::Failed(format!("{e}; the broker keeps the ports it has"));
         }
-        self.config = config;
-        if let Err(e) = Held::hand_down(&self.held) {
-            return Reread::Failed(format!(
-                "cannot hand the listeners down: {}",
-                crate::os_error::words(&e)
-            ));
-        }
-        match Child::spawn(&self.options, &self.held, &self.asks) {
+        self.take_config(config);
+        match Child::spawn(&self.options, &self.held, &self.ears) {
             Ok(child) => {
                 let line = format!(
                     "the ports changed; a new broker (pid {}) starts on them (held by the \
@@ -891,17 +625,49 @@ impl Supervisor {
         }
     }
 
-    /// SIGTERM or SIGINT: passed on; the supervisor stops with the child.
+    /// `config`, read again, becomes the supervisor's: the watchdog's new limit applies to
+    /// every broker from now on.
+    fn take_config(&mut self, config: Config) {
+        let limit = config.general.watchdog_timeout;
+        if limit != self.config.general.watchdog_timeout {
+            info!(
+                "supervisor: WATCHDOG_TIMEOUT is now {}",
+                if limit.is_zero() {
+                    "0 (off)".to_string()
+                } else {
+                    show_duration(limit)
+                }
+            );
+        }
+        self.watchdog.send_replace(limit);
+        self.config = config;
+    }
+
+    /// SIGTERM or SIGINT: passed on; the supervisor stops with the child. An upgrade being
+    /// vetted is refused and its check killed.
     fn stop(&mut self, signal: Signal) {
         info!(
             "supervisor: received {}; passing it on to the broker (pid {}) and stopping with it",
             signal.as_str(),
             self.current.pid
         );
+        self.abandon_upgrade(&format!("the supervisor received {}", signal.as_str()));
         self.stopping = true;
         self.current.signal(signal);
         if let Some(next) = &self.next {
             next.signal(signal);
         }
+    }
+}
+
+/// Says so when `child` serves without having announced heartbeats (a broker of an earlier
+/// build, or a stand-in): the watchdog leaves it alone.
+fn without_heartbeats(child: &Child) {
+    if child.heartbeats().is_none() {
+        info!(
+            "supervisor: broker (pid {}) sends no heartbeats (an earlier build): the watchdog \
+             leaves it alone",
+            child.pid
+        );
     }
 }

@@ -1,7 +1,8 @@
 //! systemd's side of supervised mode: `Type=notify` (READY=1 on `$NOTIFY_SOCKET` once the
-//! first broker serves: one datagram, no crate needed) and socket activation (the listeners
-//! of an `appbroker.socket` unit, `$LISTEN_FDS` from descriptor 3, matched to the
-//! configuration's balancers by address and port).
+//! first broker serves: one datagram, no crate needed), its watchdog (`WatchdogSec=`:
+//! WATCHDOG=1 from the supervisor's loop, so a supervisor that stops turning is restarted)
+//! and socket activation (the listeners of an `appbroker.socket` unit, `$LISTEN_FDS` from
+//! descriptor 3, matched to the configuration's balancers by address and port).
 
 use std::os::unix::net::UnixDatagram;
 
@@ -12,11 +13,13 @@ use crate::config::Config;
 use crate::inherit;
 
 /// The variables systemd sets for the process it starts, which are not the children's.
-pub const VARIABLES: [&str; 4] = [
+pub const VARIABLES: [&str; 6] = [
     "NOTIFY_SOCKET",
     "LISTEN_FDS",
     "LISTEN_PID",
     "LISTEN_FDNAMES",
+    "WATCHDOG_USEC",
+    "WATCHDOG_PID",
 ];
 
 /// The first descriptor systemd passes (`SD_LISTEN_FDS_START`).
@@ -47,6 +50,61 @@ pub fn notify(state: &str) -> std::io::Result<bool> {
     }
     socket.send_to(state.as_bytes(), &path)?;
     Ok(true)
+}
+
+/// systemd's watchdog on this process (`WatchdogSec=` sets `WATCHDOG_USEC`): WATCHDOG=1 at
+/// half its period, as sd_watchdog_enabled(3) advises, from the supervisor's loop.
+#[derive(Debug)]
+pub struct Watchdog {
+    every: tokio::time::Interval,
+    /// The last WATCHDOG=1 failed: said once, until one goes through.
+    failing: bool,
+}
+
+impl Watchdog {
+    /// The watchdog systemd set for this process; `None` when it set none (or set it for
+    /// another pid, `WATCHDOG_PID`).
+    pub fn from_env() -> Option<Watchdog> {
+        let usec: u64 = std::env::var("WATCHDOG_USEC").ok()?.parse().ok()?;
+        if let Ok(pid) = std::env::var("WATCHDOG_PID")
+            && pid.parse::<u32>().ok() != Some(std::process::id())
+        {
+            return None;
+        }
+        let every = std::time::Duration::from_micros(usec / 2);
+        if every.is_zero() {
+            return None;
+        }
+        info!(
+            "supervisor: systemd's watchdog is on: WATCHDOG=1 every {}",
+            crate::config::show_duration(every)
+        );
+        Some(Watchdog {
+            every: tokio::time::interval(every),
+            failing: false,
+        })
+    }
+
+    /// Waits until the next WATCHDOG=1 is due.
+    pub async fn due(&mut self) {
+        self.every.tick().await;
+    }
+
+    /// Sends WATCHDOG=1; a failure is logged once per episode.
+    pub fn tell(&mut self) {
+        match notify("WATCHDOG=1") {
+            Ok(_) => self.failing = false,
+            Err(e) if !self.failing => {
+                self.failing = true;
+                warn!(
+                    "supervisor: cannot tell systemd's watchdog it lives (NOTIFY_SOCKET): {}; \
+                     systemd will restart the service if this goes on",
+                    crate::os_error::words(&e)
+                );
+            }
+            Err(_) => {}
+        }
+    }
 }
 
 /// The listeners systemd passed this process (`LISTEN_PID` is its pid), each kept for the

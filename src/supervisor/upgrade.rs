@@ -5,32 +5,89 @@
 //! The supervisor answers on a socket of its own rather than through the broker's control
 //! socket because the broker is what an upgrade replaces: the one who answers must outlive it.
 //! The protocol is one line each way: `upgrade`, then `upgraded: ...` or `refused: ...`.
+//!
+//! After the exec nothing of the old image is left to refuse anything: so before it, the new
+//! binary must say it takes this handover ([`HANDOVER_VERSION`], asked with
+//! `--handover-version`). A binary that is no appbroker, or one older than this (which knows
+//! no such option), is refused, and the running broker carries on.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// The version of what one image of the supervisor hands the next on an upgrade: the
+/// variables [`HANDOVER_ENV`], [`LIFELINE_ENV`] and the listeners', the descriptors they
+/// name, and the lines a running broker speaks on its lifeline. An image re-executes only
+/// into a binary that prints the same (`--handover-version`); any change to those is a new
+/// version, and an upgrade across it is a stop, an install and a start.
+pub const HANDOVER_VERSION: u32 = 1;
+
+/// What `appbroker --handover-version` prints, one line.
+pub fn handover_line() -> String {
+    format!("appbroker-handover {HANDOVER_VERSION}")
+}
+
+/// The version in what a binary's `--handover-version` printed: exactly one line
+/// `appbroker-handover N`; `None` for anything else.
+pub fn handover_version(printed: &[u8]) -> Option<u32> {
+    let text = std::str::from_utf8(printed).ok()?;
+    let line = text.strip_suffix('\n').unwrap_or(text);
+    if line.contains('\n') {
+        return None;
+    }
+    let number = line.strip_prefix("appbroker-handover ")?;
+    if !number.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    number.parse().ok()
+}
+
 /// The environment variable by which a supervisor that re-executes itself tells its next
-/// image what to take over: `CHILD_PID:CLIENT_FD:SOCKET_FD:RETIRED` (the running broker, the
-/// connection waiting for the upgrade's answer, the supervisor's socket, and the pids of
-/// brokers still draining, separated by commas).
+/// image what to take over: `CHILD_PID:CLIENT_FD:SOCKET_FD:RETIRED:HEARTBEATS` (the running
+/// broker, the connection waiting for the upgrade's answer, the supervisor's socket, the pids
+/// of brokers still draining, separated by commas, and how many runtimes the running broker
+/// sends heartbeats from, empty for none). An image from before heartbeats writes the first
+/// four alone.
 pub const HANDOVER_ENV: &str = "APPBROKER_UPGRADE";
 
 /// The environment variable by which a supervisor that re-executes itself hands its next
 /// image its end of the running broker's socket (the descriptor number): the broker stops
 /// when that end closes, so it must stay open across the exec. Apart from [`HANDOVER_ENV`]
-/// so that images from before it (which reject a handover they do not know) can still be
-/// upgraded to, and back.
+/// because images from before it wrote none.
 pub const LIFELINE_ENV: &str = "APPBROKER_LIFELINE_FD";
 
 /// The request.
 pub const REQUEST: &str = "upgrade";
 
-/// How long `appbroker upgrade` waits for the answer: a new broker reads its file, binds
-/// nothing (it inherits), restores the state file and starts its workers: seconds at most.
-/// Long enough for a loaded machine, bounded so a hung supervisor does not hang a script.
-pub const ANSWER_TIME: Duration = Duration::from_secs(60);
+/// How long a new broker may take to serve, on top of `UPGRADE_TIMEOUT`, in the time
+/// `appbroker upgrade` waits for its answer: it reads its file, binds nothing (it inherits),
+/// restores the state file and starts its workers: seconds at most. Long enough for a loaded
+/// machine, bounded so a hung supervisor does not hang a script.
+pub const BROKER_START: Duration = Duration::from_secs(30);
+
+/// `UPGRADE_TIMEOUT` as the file at `path` says now (its default when it says nothing
+/// readable: the file's errors are the check's to report): read at each upgrade, by the
+/// supervisor and by `appbroker upgrade` alike.
+pub fn timeout_of_file(path: &Path) -> Duration {
+    let default = crate::config::General::defaults().upgrade_timeout;
+    let Some(key) = crate::config::keys::find("UPGRADE_TIMEOUT") else {
+        return default;
+    };
+    match crate::config::general_value(path, key.name) {
+        Ok(Some(text)) => match key.domain.parse(&text) {
+            Ok(crate::config::keys::Value::Duration(d)) => d,
+            _ => default,
+        },
+        _ => default,
+    }
+}
+
+/// How long `appbroker upgrade` waits for its answer: the checks' bound, then the new
+/// broker's start.
+pub fn answer_time(upgrade_timeout: Duration) -> Duration {
+    upgrade_timeout + BROKER_START
+}
 
 /// What an image of the supervisor hands the next.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,6 +100,9 @@ pub struct Handover {
     pub socket: i32,
     /// Brokers replaced earlier and still draining: waited for by the next image.
     pub retired: Vec<u32>,
+    /// How many runtimes the running broker sends heartbeats from (`None`: it never said:
+    /// a broker of an earlier build, which the watchdog leaves alone).
+    pub heartbeats: Option<usize>,
 }
 
 impl Handover {
@@ -50,11 +110,12 @@ impl Handover {
     pub fn encode(&self) -> String {
         let retired: Vec<String> = self.retired.iter().map(u32::to_string).collect();
         format!(
-            "{}:{}:{}:{}",
+            "{}:{}:{}:{}:{}",
             self.child,
             self.client,
             self.socket,
-            retired.join(",")
+            retired.join(","),
+            self.heartbeats.map(|n| n.to_string()).unwrap_or_default()
         )
     }
 
@@ -71,6 +132,11 @@ impl Handover {
                     .split(',')
                     .map(|p| p.parse().ok())
                     .collect::<Option<_>>()?,
+            },
+            // Absent from the handover of an image from before heartbeats.
+            heartbeats: match parts.next() {
+                None | Some("") => None,
+                Some(n) => Some(n.parse().ok().filter(|&n| n > 0)?),
             },
         };
         parts.next().is_none().then_some(handover)
@@ -121,7 +187,7 @@ pub enum AskError {
         /// The OS error in words.
         words: String,
     },
-    /// It answered nothing in time, or hung up.
+    /// It hung up, or the connection failed.
     #[error("the supervisor on {path} gave no answer: {words}")]
     NoAnswer {
         /// The socket.
@@ -129,11 +195,23 @@ pub enum AskError {
         /// What happened.
         words: String,
     },
+    /// It answered nothing in time.
+    #[error(
+        "no answer within {} from the supervisor on {path}; the upgrade may still be under \
+         way: its log says how it ends",
+        crate::config::show_duration(*.within)
+    )]
+    Late {
+        /// The socket.
+        path: String,
+        /// How long it was given.
+        within: Duration,
+    },
 }
 
-/// Asks the supervisor on `socket` to upgrade; its answer line (`upgraded: ...` or
-/// `refused: ...`).
-pub fn ask(socket: &Path) -> Result<String, AskError> {
+/// Asks the supervisor on `socket` to upgrade, waiting up to `within` for its answer line
+/// (`upgraded: ...` or `refused: ...`).
+pub fn ask(socket: &Path, within: Duration) -> Result<String, AskError> {
     let path = socket.display().to_string();
     let mut stream = UnixStream::connect(socket).map_err(|e| AskError::NoSupervisor {
         path: path.clone(),
@@ -143,16 +221,19 @@ pub fn ask(socket: &Path) -> Result<String, AskError> {
         path: path.clone(),
         words: crate::os_error::words(&e),
     };
-    stream
-        .set_read_timeout(Some(ANSWER_TIME))
-        .map_err(no_answer)?;
+    stream.set_read_timeout(Some(within)).map_err(no_answer)?;
     stream
         .write_all(format!("{REQUEST}\n").as_bytes())
         .map_err(no_answer)?;
     let mut line = String::new();
-    BufReader::new(stream)
-        .read_line(&mut line)
-        .map_err(no_answer)?;
+    match BufReader::new(stream).read_line(&mut line) {
+        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+            return Err(AskError::Late { path, within });
+        }
+        read => {
+            read.map_err(no_answer)?;
+        }
+    }
     if line.is_empty() {
         return Err(AskError::NoAnswer {
             path,
@@ -160,6 +241,44 @@ pub fn ask(socket: &Path) -> Result<String, AskError> {
         });
     }
     Ok(line.trim_end().to_string())
+}
+
+/// Reads the one request line of a connection on the supervisor's socket (bounded in time
+/// and size, in a task of its own so a silent client holds nothing up) and hands the
+/// connection on to `requests` when it asks for an upgrade.
+pub(super) fn read_request(
+    stream: tokio::net::UnixStream,
+    requests: tokio::sync::mpsc::Sender<UnixStream>,
+) {
+    tokio::spawn(async move {
+        use tokio::io::AsyncReadExt;
+        let mut line = Vec::new();
+        let mut reader = tokio::io::BufReader::new(stream).take(64);
+        let read = tokio::time::timeout(
+            Duration::from_secs(5),
+            tokio::io::AsyncBufReadExt::read_until(&mut reader, b'\n', &mut line),
+        )
+        .await;
+        let Ok(stream) = reader.into_inner().into_inner().into_std() else {
+            return;
+        };
+        if read.is_ok() && line.trim_ascii() == REQUEST.as_bytes() {
+            let _ = stream.set_nonblocking(false);
+            let _ = requests.send(stream).await;
+        } else {
+            answer(
+                stream,
+                "refused: unknown request (this socket takes `upgrade`)",
+            );
+        }
+    });
+}
+
+/// Writes `line` to an `appbroker upgrade` and hangs up.
+pub(super) fn answer(mut client: UnixStream, line: &str) {
+    let _ = client.set_nonblocking(false);
+    let _ = client.set_write_timeout(Some(Duration::from_secs(5)));
+    let _ = client.write_all(format!("{line}\n").as_bytes());
 }
 
 #[cfg(test)]
@@ -173,22 +292,66 @@ mod tests {
             client: 9,
             socket: 7,
             retired: vec![],
+            heartbeats: None,
         };
         assert_eq!(Handover::decode(&h.encode()), Some(h.clone()));
         h.retired = vec![4000, 4100];
-        assert_eq!(h.encode(), "4242:9:7:4000,4100");
+        assert_eq!(h.encode(), "4242:9:7:4000,4100:");
+        assert_eq!(Handover::decode(&h.encode()), Some(h.clone()));
+        // As an image from before heartbeats writes it.
+        assert_eq!(Handover::decode("4242:9:7:4000,4100"), Some(h.clone()));
+        h.heartbeats = Some(4);
+        assert_eq!(h.encode(), "4242:9:7:4000,4100:4");
         assert_eq!(Handover::decode(&h.encode()), Some(h));
         for bad in [
             "",
             "1:2",
             "1:2:3",
-            "1:2:3:4:5",
+            "1:2:3:4:5:6",
+            "1:2:3:4:x",
+            "1:2:3:4:0",
             "a:2:3:",
             "-1:2:3:",
             "1:2:3:x",
         ] {
             assert_eq!(Handover::decode(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn only_one_line_naming_a_version_is_a_handover_version() {
+        assert_eq!(
+            handover_version(handover_line().as_bytes()),
+            Some(HANDOVER_VERSION)
+        );
+        assert_eq!(handover_version(b"appbroker-handover 7\n"), Some(7));
+        for junk in [
+            &b""[..],
+            b"\n",
+            b"appbroker-handover\n",
+            b"appbroker-handover 1\nappbroker-handover 1\n",
+            b"appbroker-handover +1\n",
+            b"appbroker-handover 1 \n",
+            b"appbroker 1.2.0\n",
+            b"appbroker-handover 99999999999999999999\n",
+        ] {
+            assert_eq!(handover_version(junk), None, "{junk:?}");
+        }
+    }
+
+    #[test]
+    fn an_upgrade_that_gets_no_answer_in_time_says_how_long_it_waited() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("s.sock");
+        // A supervisor that takes the request and never answers.
+        let _silent = std::os::unix::net::UnixListener::bind(&path).expect("bind");
+        let error = ask(&path, Duration::from_millis(50)).expect_err("no answer");
+        assert!(
+            error
+                .to_string()
+                .starts_with("no answer within 50ms from the supervisor on"),
+            "{error}"
+        );
     }
 
     #[test]

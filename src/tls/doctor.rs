@@ -12,7 +12,9 @@
 //!   CA's certificate;
 //! - it has expired, expires within [`EXPIRY_WARNING_DAYS`] or is not valid yet (warnings, never a
 //!   refusal to start: one expired certificate must not take every other balancer down);
-//! - the chain is out of order, or stops short of a root (an intermediate missing).
+//! - the chain is out of order, or stops short of a root (an intermediate missing);
+//! - a certificate of `SSL_UPSTREAM_CA` is a server's own, so it is pinned ([`pinned`]: a
+//!   notice), and has expired (a warning: servers presenting it are refused).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -389,6 +391,38 @@ pub enum Finding {
         /// What the root store said.
         detail: String,
     },
+    /// A certificate of `SSL_UPSTREAM_CA` that is a server's own (self-signed as `openssl
+    /// req -x509` makes it, or no CA's at all): trusted when a server presents exactly it.
+    #[error(
+        "SSL_UPSTREAM_CA {}: {presented} is pinned: a server that presents exactly this \
+         certificate is trusted as it is (its CA flag and names are not checked, its dates are){}",
+        path.display(),
+        if presented.ca { "; as a CA it is trusted too, for any certificate it signed" } else { "" }
+    )]
+    Pinned {
+        /// The CA file.
+        path: PathBuf,
+        /// The certificate.
+        presented: Box<Presented>,
+    },
+    /// A pinned certificate past its end of validity.
+    #[error(
+        "SSL_UPSTREAM_CA {}: the pinned certificate {} expired on {} ({} ago); a server \
+         presenting it is refused: make the server a new certificate and put it in this file \
+         in place of the old one",
+        path.display(),
+        presented.subject,
+        utc(presented.not_after),
+        days(*ago)
+    )]
+    PinnedExpired {
+        /// The CA file.
+        path: PathBuf,
+        /// The certificate.
+        presented: Box<Presented>,
+        /// How long ago it expired.
+        ago: Duration,
+    },
     /// Verification asked, no CA given, and the system trusts nothing.
     #[error(
         "SSL_UPSTREAM_VERIFY=1 and SSL_UPSTREAM_CA is not set, but this system has no trusted \
@@ -417,8 +451,9 @@ impl Finding {
     pub fn severity(&self) -> Severity {
         use Finding::*;
         match self {
-            PassphraseUnused(_) | PrivateIssuer { .. } => Severity::Notice,
+            PassphraseUnused(_) | PrivateIssuer { .. } | Pinned { .. } => Severity::Notice,
             NotForServers { .. }
+            | PinnedExpired { .. }
             | CaAsIdentity { .. }
             | Expired { .. }
             | ExpiresSoon { .. }
@@ -475,7 +510,7 @@ impl Finding {
             | LeafNotFirst { .. }
             | MissingIntermediate { .. }
             | PrivateIssuer { .. } => "SSL_CERTIFICATE",
-            UnusableCa { .. } => "SSL_UPSTREAM_CA",
+            UnusableCa { .. } | Pinned { .. } | PinnedExpired { .. } => "SSL_UPSTREAM_CA",
             NoSystemRoots(_) => "SSL_UPSTREAM_VERIFY",
             BadServerName(_) => "SSL_UPSTREAM_SERVER_NAME",
         }
@@ -542,24 +577,126 @@ impl CertificateSummary {
     }
 }
 
+/// What `SSL_UPSTREAM_CA`'s certificates mean at `now`: each one that is a server's own rather
+/// than a CA's (no CA at all, or self-signed without the key usage of signing certificates,
+/// as `openssl req -x509` makes it) is said to be pinned, and an expired one is a warning:
+/// pinning trusts it only while it is valid. A CA's certificate gets no line: it is used as
+/// any CA bundle's.
+pub fn pinned(path: &Path, certificates: &[CertificateDer<'_>], now: SystemTime) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    for der in certificates {
+        let Ok((_, cert)) = x509_parser::parse_x509_certificate(der) else {
+            continue;
+        };
+        let signs_certificates = cert
+            .key_usage()
+            .ok()
+            .flatten()
+            .is_some_and(|usage| usage.value.key_cert_sign());
+        let presented = Presented::of(&cert);
+        if presented.ca && (!presented.self_signed || signs_certificates) {
+            continue;
+        }
+        if let Ok(ago) = now.duration_since(presented.not_after) {
+            findings.push(Finding::PinnedExpired {
+                path: path.to_path_buf(),
+                presented: Box::new(presented),
+                ago,
+            });
+        } else {
+            findings.push(Finding::Pinned {
+                path: path.to_path_buf(),
+                presented: Box::new(presented),
+            });
+        }
+    }
+    findings
+}
+
 /// Reads the leaf of a chain for the status page and METRICS. `None` when the chain is empty
 /// or its first certificate cannot be parsed (loading refuses both before this is asked).
 pub fn summarize(path: &Path, chain: &[CertificateDer<'_>]) -> Option<CertificateSummary> {
     let (_, leaf) = x509_parser::parse_x509_certificate(chain.first()?).ok()?;
-    let names = leaf
-        .subject_alternative_name()
-        .ok()
-        .flatten()
-        .map(|san| san.value.general_names.iter().filter_map(name).collect())
-        .unwrap_or_default();
     Some(CertificateSummary {
         path: path.to_path_buf(),
         subject: leaf.subject().to_string(),
         issuer: leaf.issuer().to_string(),
-        names,
+        names: names(&leaf),
         not_before: time(leaf.validity().not_before.timestamp()),
         not_after: time(leaf.validity().not_after.timestamp()),
     })
+}
+
+/// A certificate as an operator tells one from another: whose, by whom, for which names,
+/// until when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Presented {
+    /// `CN=appserver`.
+    pub subject: String,
+    /// Its issuer (the subject again when self-signed).
+    pub issuer: String,
+    /// Issued by itself (`openssl req -x509`).
+    pub self_signed: bool,
+    /// Marked CA:TRUE.
+    pub ca: bool,
+    /// Its subject alternative names (DNS names and IP addresses).
+    pub names: Vec<String>,
+    /// Start of validity.
+    pub not_before: SystemTime,
+    /// End of validity.
+    pub not_after: SystemTime,
+}
+
+impl Presented {
+    /// Reads `der`; `None` when it is no X.509 certificate.
+    pub fn read(der: &[u8]) -> Option<Presented> {
+        let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+        Some(Presented::of(&cert))
+    }
+
+    /// Describes a parsed certificate.
+    pub fn of(cert: &X509Certificate<'_>) -> Presented {
+        Presented {
+            subject: cert.subject().to_string(),
+            issuer: cert.issuer().to_string(),
+            self_signed: cert.subject().as_raw() == cert.issuer().as_raw(),
+            ca: cert.is_ca(),
+            names: names(cert),
+            not_before: time(cert.validity().not_before.timestamp()),
+            not_after: time(cert.validity().not_after.timestamp()),
+        }
+    }
+}
+
+impl fmt::Display for Presented {
+    /// `CN=appserver, self-signed, marked CA:TRUE, no subject alternative name, valid until
+    /// 2027-01-01 00:00:00 UTC`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.subject)?;
+        if self.self_signed {
+            f.write_str(", self-signed")?;
+        } else {
+            write!(f, ", issued by {}", self.issuer)?;
+        }
+        if self.ca {
+            f.write_str(", marked CA:TRUE")?;
+        }
+        if self.names.is_empty() {
+            f.write_str(", no subject alternative name")?;
+        } else {
+            write!(f, ", for {}", self.names.join(", "))?;
+        }
+        write!(f, ", valid until {}", utc(self.not_after))
+    }
+}
+
+/// The DNS names and IP addresses of a certificate's subject alternative names.
+pub(crate) fn names(cert: &X509Certificate<'_>) -> Vec<String> {
+    cert.subject_alternative_name()
+        .ok()
+        .flatten()
+        .map(|san| san.value.general_names.iter().filter_map(name).collect())
+        .unwrap_or_default()
 }
 
 /// A DNS name or IP address of a subject alternative name, as text.
@@ -801,7 +938,7 @@ fn der_contents(der: &[u8]) -> Option<&[u8]> {
 }
 
 /// Seconds since the epoch as a time (certificates before 1970 are treated as of 1970).
-fn time(seconds: i64) -> SystemTime {
+pub(crate) fn time(seconds: i64) -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(u64::try_from(seconds).unwrap_or(0))
 }
 

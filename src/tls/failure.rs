@@ -1,7 +1,10 @@
 //! A failed TLS handshake in an operator's words: `certificate expired on 2026-03-01 12:00:00
 //! UTC`, `unknown issuer`, `name mismatch: certificate is for app1.example`, `not TLS: ...`.
 //! The [`Cause`] is what METRICS counts and what makes a log episode (one line when a cause
-//! starts, not one per client); the words are the line.
+//! starts, not one per client); the words are the line. A server's certificate refused by the
+//! broker's verifier is told with what it is (subject, issuer, names, dates), what was trusted
+//! instead (`SSL_UPSTREAM_CA` and what it holds) and what to change; never with a library's
+//! debug string.
 //!
 //! Towards a server, every failure quarantines it (the reason is these words); from a client,
 //! none blames any server.
@@ -12,7 +15,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rustls::{AlertDescription, CertificateError, Error, PeerIncompatible};
 
-use super::doctor::utc;
+use super::doctor::{Presented, utc};
+use super::verify::{Refused, Trusted};
 
 /// Who is on the other end of the failed handshake.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -201,32 +205,102 @@ impl HandshakeFailure {
     }
 }
 
-/// The server's certificate, refused by our verification.
+/// A certificate refused by our verification, in words. The broker's own verifier
+/// ([`PinnedOrIssued`](super::verify::PinnedOrIssued)) says what the certificate is and what
+/// was trusted instead ([`Refused`]); a bare error (none from the broker's verifiers) is told
+/// with what it says alone.
 fn certificate(error: &CertificateError) -> HandshakeFailure {
+    if let CertificateError::Other(other) = error
+        && let Some(refused) = other.0.downcast_ref::<Refused>()
+    {
+        return refused_words(&refused.error, &Seen::from(refused));
+    }
+    refused_words(error, &Seen::default())
+}
+
+/// What a refusal knows besides its error.
+#[derive(Default)]
+struct Seen<'a> {
+    /// The certificate presented.
+    presented: Option<&'a Presented>,
+    /// It is the one pinned in `SSL_UPSTREAM_CA`.
+    pinned: bool,
+    /// What the broker trusts.
+    trusted: Option<&'a Trusted>,
+}
+
+impl<'a> From<&'a Refused> for Seen<'a> {
+    fn from(refused: &'a Refused) -> Self {
+        Seen {
+            presented: refused.presented.as_ref(),
+            pinned: refused.pinned,
+            trusted: Some(&refused.trusted),
+        }
+    }
+}
+
+impl Seen<'_> {
+    /// `the server's certificate (CN=app1, issued by CN=AppServer CA, ...)`, or the pinned one.
+    fn what(&self) -> String {
+        let whose = if self.pinned {
+            "the certificate pinned in SSL_UPSTREAM_CA"
+        } else {
+            "the server's certificate"
+        };
+        match self.presented {
+            Some(p) => format!("{whose} ({p})"),
+            None => whose.to_string(),
+        }
+    }
+
+    /// `; the certificate is CN=app1, issued by CN=AppServer CA`, when known: which
+    /// certificate, its names told already.
+    fn whose(&self) -> String {
+        self.presented.map_or_else(String::new, |p| {
+            let by = if p.self_signed {
+                "self-signed".to_string()
+            } else {
+                format!("issued by {}", p.issuer)
+            };
+            format!("; the certificate is {}, {by}", p.subject)
+        })
+    }
+
+    fn self_signed(&self) -> bool {
+        self.presented.is_some_and(|p| p.self_signed)
+    }
+}
+
+/// The words for `error` about the certificate `seen` describes.
+fn refused_words(error: &CertificateError, seen: &Seen<'_>) -> HandshakeFailure {
     use CertificateError::*;
+    let what = seen.what();
     let (cause, words) = match error {
         ExpiredContext { not_after, .. } => (
             Cause::Expired,
-            format!("certificate expired on {}", utc(unix(not_after.as_secs()))),
+            format!(
+                "certificate expired on {}: {what}; {}",
+                utc(unix(not_after.as_secs())),
+                renew(seen)
+            ),
         ),
-        Expired => (Cause::Expired, "certificate expired".to_string()),
+        Expired => (
+            Cause::Expired,
+            format!("certificate expired: {what}; {}", renew(seen)),
+        ),
         NotValidYetContext { not_before, .. } => (
             Cause::NotYetValid,
             format!(
-                "certificate not valid before {} (or a clock is wrong)",
+                "certificate not valid before {} (or a clock is wrong): {what}; check the \
+                 clocks of the server and of this machine",
                 utc(unix(not_before.as_secs()))
             ),
         ),
         NotValidYet => (
             Cause::NotYetValid,
-            "certificate not valid yet (or a clock is wrong)".to_string(),
+            format!("certificate not valid yet (or a clock is wrong): {what}"),
         ),
-        UnknownIssuer => (
-            Cause::UnknownIssuer,
-            "unknown issuer: the certificate is not signed by a CA in SSL_UPSTREAM_CA (or the \
-             system's roots when it is not set)"
-                .to_string(),
-        ),
+        UnknownIssuer => not_trusted(seen),
         NotValidForNameContext {
             expected,
             presented,
@@ -234,7 +308,7 @@ fn certificate(error: &CertificateError) -> HandshakeFailure {
             Cause::NameMismatch,
             format!(
                 "name mismatch: certificate is for {}, not {} (set SSL_UPSTREAM_SERVER_NAME to \
-                 a name it holds)",
+                 a name it holds){}",
                 if presented.is_empty() {
                     "no name (it has no subject alternative names)".to_string()
                 } else {
@@ -244,21 +318,142 @@ fn certificate(error: &CertificateError) -> HandshakeFailure {
                         .collect::<Vec<_>>()
                         .join(", ")
                 },
-                expected.to_str()
+                expected.to_str(),
+                seen.whose()
             ),
         ),
-        NotValidForName => (Cause::NameMismatch, "name mismatch".to_string()),
+        NotValidForName => (Cause::NameMismatch, format!("name mismatch: {what}")),
         InvalidPurpose | InvalidPurposeContext { .. } => (
             Cause::WrongPurpose,
-            "the certificate does not allow TLS server authentication (extended key usage)"
-                .to_string(),
+            format!(
+                "{what} does not allow TLS server authentication (its extended key usage): \
+                 issue the server one that does"
+            ),
         ),
-        other => (
+        BadSignature => (
             Cause::BadCertificate,
-            format!("invalid certificate: {other:?}"),
+            format!(
+                "{what} does not verify: its signature does not match its issuer's key (a CA \
+                 of the same name but another key in SSL_UPSTREAM_CA?)"
+            ),
+        ),
+        UnsupportedSignatureAlgorithmContext { .. }
+        | UnsupportedSignatureAlgorithmForPublicKeyContext { .. } => (
+            Cause::BadCertificate,
+            format!(
+                "{what} is signed with an algorithm appbroker does not accept (it takes RSA \
+                 with SHA-256 or better, ECDSA and Ed25519): issue the server a new one"
+            ),
+        ),
+        BadEncoding => (
+            Cause::BadCertificate,
+            format!("{what} is not a valid X.509 certificate (its encoding is broken)"),
+        ),
+        Revoked => (Cause::BadCertificate, format!("{what} is revoked")),
+        Other(other) => match other.0.downcast_ref::<webpki::Error>() {
+            Some(webpki::Error::CaUsedAsEndEntity) => not_trusted(seen),
+            Some(e) => (Cause::BadCertificate, webpki_words(e, &what)),
+            None => (
+                Cause::BadCertificate,
+                format!("{what} was refused: {other}"),
+            ),
+        },
+        _ => (
+            Cause::BadCertificate,
+            format!("{what} was refused by the certificate checks"),
         ),
     };
     HandshakeFailure::new(cause, words)
+}
+
+/// What to do about an expired (or not yet valid) certificate.
+fn renew(seen: &Seen<'_>) -> &'static str {
+    if seen.pinned {
+        "a pinned certificate is trusted only while it is valid: make the server a new one and \
+         put it in SSL_UPSTREAM_CA in place of the old"
+    } else {
+        "renew it on the server"
+    }
+}
+
+/// A certificate no trusted CA issued and that is not pinned: a self-signed one (the server's
+/// own, `openssl req -x509`) is to be pinned, another's CA added.
+fn not_trusted(seen: &Seen<'_>) -> (Cause, String) {
+    let what = seen.what();
+    let file = match seen.trusted {
+        Some(Trusted::CaFile { path, subjects }) => Some(format!("{path} holds {subjects}")),
+        Some(Trusted::System) => None,
+        None => {
+            return (
+                Cause::UnknownIssuer,
+                "unknown issuer: the certificate is not signed by a CA in SSL_UPSTREAM_CA (or \
+                 the system's roots when it is not set)"
+                    .to_string(),
+            );
+        }
+    };
+    let words = match (
+        file,
+        seen.self_signed(),
+        seen.presented.is_some_and(|p| p.ca),
+    ) {
+        (Some(file), true, _) => format!(
+            "not trusted: {what} is not the certificate pinned in SSL_UPSTREAM_CA ({file}): if \
+             it is the server's own (made again since?), put this very certificate in \
+             SSL_UPSTREAM_CA"
+        ),
+        (None, true, _) => format!(
+            "not trusted: {what} is self-signed and SSL_UPSTREAM_CA is not set: put this very \
+             certificate in SSL_UPSTREAM_CA to pin it"
+        ),
+        (file, false, true) => format!(
+            "not trusted: {what} is a CA's certificate, which a server cannot use as its own, \
+             and is not pinned in SSL_UPSTREAM_CA{}: give the server a certificate that CA \
+             issued, or put this very certificate in SSL_UPSTREAM_CA",
+            file.map_or_else(String::new, |f| format!(" ({f})"))
+        ),
+        (Some(file), false, false) => format!(
+            "unknown issuer: {what} is not signed by a CA in SSL_UPSTREAM_CA, nor pinned there \
+             ({file}): add the CA that issued it, or the certificate itself, to SSL_UPSTREAM_CA"
+        ),
+        (None, false, false) => format!(
+            "unknown issuer: {what} is not signed by a CA this system trusts (SSL_UPSTREAM_CA is \
+             not set): set SSL_UPSTREAM_CA to the CA that issued it, or to the certificate itself"
+        ),
+    };
+    (Cause::UnknownIssuer, words)
+}
+
+/// webpki's other reasons, in words.
+fn webpki_words(error: &webpki::Error, what: &str) -> String {
+    use webpki::Error::*;
+    match error {
+        EndEntityUsedAsCa => format!(
+            "{what} comes with a chain in which a server's certificate stands for a CA: fix the \
+             chain the server sends"
+        ),
+        PathLenConstraintViolated | MaximumPathDepthExceeded => format!(
+            "{what} comes with a chain longer than its CAs allow: send the server's certificate \
+             and its intermediates only"
+        ),
+        NameConstraintViolation => format!(
+            "{what} holds a name its CA may not issue for (name constraints): issue it from a CA \
+             allowed that name"
+        ),
+        UnsupportedCertVersion => format!(
+            "{what} is an X.509 version 1 certificate, which carries no extensions and cannot be \
+             checked: make a version 3 one (openssl req -x509 does)"
+        ),
+        UnsupportedCriticalExtension => format!(
+            "{what} has an extension marked critical that appbroker does not know: issue one \
+             without it"
+        ),
+        CertNotValidForName(_) => format!("name mismatch: {what}"),
+        _ => format!(
+            "{what} breaks a rule of certificate path validation (webpki: {error}): issue it \
+             from a CA in SSL_UPSTREAM_CA, or pin it there"
+        ),
+    }
 }
 
 /// `DnsName("app1.example")` or `IpAddress(10.0.0.1)`, as webpki lists a certificate's
@@ -275,6 +470,23 @@ fn presented_name(name: &str) -> String {
 fn alert_received(alert: AlertDescription, peer: Peer) -> HandshakeFailure {
     let who = peer.as_str();
     match alert {
+        // The broker presents no certificate to its servers: one that wants a certificate
+        // (or refuses the empty one) asks for client-certificate authentication.
+        AlertDescription::CertificateRequired
+        | AlertDescription::UnknownCA
+        | AlertDescription::BadCertificate
+        | AlertDescription::CertificateUnknown
+        | AlertDescription::UnsupportedCertificate
+            if peer == Peer::Server =>
+        {
+            HandshakeFailure::new(
+                Cause::CertificateRefused,
+                format!(
+                    "{who} refused the handshake (TLS alert {alert:?}): it asks for a client \
+                     certificate, which appbroker does not present to servers"
+                ),
+            )
+        }
         AlertDescription::UnknownCA
         | AlertDescription::BadCertificate
         | AlertDescription::CertificateUnknown
@@ -324,7 +536,10 @@ fn incompatible(why: &PeerIncompatible, peer: Peer) -> HandshakeFailure {
         NoSignatureSchemesInCommon | SignatureAlgorithmsExtensionRequired => {
             format!("no signature scheme in common with {who} for the certificate's key")
         }
-        other => format!("{who} is not compatible: {other:?}"),
+        _ => format!(
+            "{who} is not compatible: no TLS version, cipher suite or extension in common that \
+             appbroker accepts (TLS 1.2 and 1.3, SSL_METHOD)"
+        ),
     };
     HandshakeFailure::new(Cause::Incompatible, words)
 }

@@ -18,8 +18,9 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
 use super::doctor::{Finding, MAX_PEM_FILE};
 
-/// `SSL_PASSPHRASE`: kept out of every printout. Its `Debug` and `Display` show `(set)`, so a
-/// configuration dump, a log line or a panic message cannot leak it.
+/// `SSL_PASSPHRASE` (and `SESSION_SECRET`): kept out of every printout. Its `Debug` and
+/// `Display` show `(set)`, so a configuration dump, a log line or a panic message cannot leak
+/// it.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Passphrase(String);
 
@@ -30,7 +31,9 @@ impl Passphrase {
         Passphrase(value.into())
     }
 
-    fn expose(&self) -> &[u8] {
+    /// The secret's bytes, for the one use it is for (decrypting the key, keying the session
+    /// cookie's MAC); never to be printed.
+    pub fn expose(&self) -> &[u8] {
         self.0.as_bytes()
     }
 }

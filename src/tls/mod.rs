@@ -14,6 +14,9 @@
 //!   reloads ([`Resumption`]).
 //! - [`upstream`]: [`UpstreamTls`], the connector side, verifying the servers' certificates or,
 //!   when told to, not.
+//! - [`verify`]: how a server's certificate is trusted: pinned (one of `SSL_UPSTREAM_CA`'s
+//!   own, as `openssl req -x509` makes them) or issued by a trusted CA; a refusal with what
+//!   the certificate is.
 //! - [`failure`]: a failed handshake in an operator's words ([`HandshakeFailure`]).
 //! - [`first_byte`]: TLS or plain, told apart by a client's first byte
 //!   (`SSL_PLAIN_ON_SAME_PORT`).
@@ -27,6 +30,7 @@ pub mod files;
 pub mod first_byte;
 pub mod server;
 pub mod upstream;
+pub mod verify;
 
 #[cfg(test)]
 mod tests;
@@ -38,7 +42,7 @@ use std::sync::{Arc, OnceLock};
 use rustls::SupportedProtocolVersion;
 use rustls::crypto::CryptoProvider;
 
-pub use doctor::{CertificateSummary, Finding, Findings, Severity};
+pub use doctor::{CertificateSummary, Finding, Findings, Presented, Severity};
 pub use failure::{Cause, HandshakeFailure, Peer};
 pub use first_byte::Arrival;
 pub use server::{Resumption, ServerSettings, ServerTls};

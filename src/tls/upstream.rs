@@ -1,12 +1,13 @@
 //! The connector side, `SSL_ENCRYPT_UPSTREAM=1`: TLS towards the servers, for clients' traffic
-//! and the monitor's checks alike. The servers' certificates are verified against
-//! `SSL_UPSTREAM_CA` or the system's roots, by the name they are reached by or
-//! `SSL_UPSTREAM_SERVER_NAME`; with `SSL_UPSTREAM_VERIFY=0` they are not verified at all
-//! ([`AcceptAnyServerCertificate`]), and [`UpstreamTls::warning`] says so.
+//! (TCP and HTTP balancers alike) and the monitor's checks. The servers' certificates are
+//! verified ([`PinnedOrIssued`]): one of `SSL_UPSTREAM_CA`'s own certificates is trusted as
+//! it is (pinned), any other must chain to a CA there, or to the system's roots, for the name
+//! it is reached by or `SSL_UPSTREAM_SERVER_NAME`; with `SSL_UPSTREAM_VERIFY=0` they are not
+//! verified at all ([`AcceptAnyServerCertificate`]), and [`UpstreamTls::warning`] says so.
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::{ClientConfig, WebPkiServerVerifier};
@@ -17,8 +18,9 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
-use super::doctor::{Finding, Findings};
+use super::doctor::{self, Finding, Findings};
 use super::failure::{Cause, HandshakeFailure, Peer};
+use super::verify::PinnedOrIssued;
 use super::{ALPN_HTTP1, SslMethod, files, provider};
 
 /// What a balancer's TLS towards its servers is built from: its `SSL_*UPSTREAM*` keys.
@@ -26,7 +28,8 @@ use super::{ALPN_HTTP1, SslMethod, files, provider};
 pub struct UpstreamSettings {
     /// `SSL_UPSTREAM_VERIFY` (default on).
     pub verify: bool,
-    /// `SSL_UPSTREAM_CA`: the CAs trusted for the servers (default: the system's roots).
+    /// `SSL_UPSTREAM_CA`: the CAs trusted for the servers, and servers' own certificates,
+    /// pinned (default: the system's roots).
     pub ca: Option<PathBuf>,
     /// `SSL_UPSTREAM_SERVER_NAME`: the name to verify (and send as SNI) instead of each
     /// server's address, for servers addressed by IP.
@@ -78,6 +81,9 @@ pub fn system_roots() -> SystemRoots {
 /// A balancer's TLS towards its servers, ready to connect.
 #[derive(Debug, Clone)]
 pub struct UpstreamTls {
+    /// What the doctor found in `SSL_UPSTREAM_CA` that did not stop the load (certificates
+    /// pinned, a pinned one expired): logged at start and on reload, printed by `--check`.
+    pub findings: Vec<Finding>,
     config: Arc<ClientConfig>,
     server_name: Option<ServerName<'static>>,
     verified: bool,
@@ -102,23 +108,31 @@ impl UpstreamTls {
                 key: "SSL_METHOD",
                 detail: e.to_string(),
             })?;
+        let mut findings = Vec::new();
         let mut config = if settings.verify {
-            let roots = match &settings.ca {
-                Some(path) => Arc::new(ca_bundle(path)?),
+            let (roots, pinned) = match &settings.ca {
+                Some(path) => {
+                    let (roots, certificates) = ca_bundle(path)?;
+                    findings = doctor::pinned(path, &certificates, SystemTime::now());
+                    (Arc::new(roots), Some((path.as_path(), certificates)))
+                }
                 None if system.store.is_empty() => {
                     return Err(
                         Finding::NoSystemRoots(system.problem.clone().unwrap_or_default()).into(),
                     );
                 }
-                None => system.store.clone(),
+                None => (system.store.clone(), None),
             };
-            let verifier = WebPkiServerVerifier::builder_with_provider(roots, provider())
+            let webpki = WebPkiServerVerifier::builder_with_provider(roots, provider())
                 .build()
                 .map_err(|e| Finding::Unexpected {
                     key: "SSL_UPSTREAM_CA",
                     detail: e.to_string(),
                 })?;
-            builder.with_webpki_verifier(verifier).with_no_client_auth()
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(PinnedOrIssued::new(webpki, pinned)))
+                .with_no_client_auth()
         } else {
             builder
                 .dangerous()
@@ -129,6 +143,7 @@ impl UpstreamTls {
             config.alpn_protocols = vec![ALPN_HTTP1.to_vec()];
         }
         Ok(UpstreamTls {
+            findings,
             config: Arc::new(config),
             server_name,
             verified: settings.verify,
@@ -182,19 +197,21 @@ impl UpstreamTls {
     }
 }
 
-/// The roots of an `SSL_UPSTREAM_CA` bundle.
-fn ca_bundle(path: &std::path::Path) -> Result<RootCertStore, Finding> {
+/// The roots of an `SSL_UPSTREAM_CA` bundle, and its certificates (each pinned too).
+fn ca_bundle(
+    path: &std::path::Path,
+) -> Result<(RootCertStore, Vec<CertificateDer<'static>>), Finding> {
     const KEY: &str = "SSL_UPSTREAM_CA";
     let certs = files::read(KEY, path).and_then(|pem| files::certificates(KEY, path, &pem))?;
     let mut roots = RootCertStore::empty();
-    let (added, ignored) = roots.add_parsable_certificates(certs);
+    let (added, ignored) = roots.add_parsable_certificates(certs.iter().cloned());
     if added == 0 {
         return Err(Finding::UnusableCa {
             path: path.to_path_buf(),
             detail: format!("{ignored} certificate(s) refused"),
         });
     }
-    Ok(roots)
+    Ok((roots, certs))
 }
 
 /// `SSL_UPSTREAM_VERIFY=0`: accepts any certificate for any name. The handshake's signatures

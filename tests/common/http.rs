@@ -242,3 +242,44 @@ pub fn server_json<'a>(
         .iter()
         .find(|s| s["server"] == address)
 }
+
+/// An ini with one `[BALANCE_HTTP]` on `@PORT@` (monitoring off, queries from loopback),
+/// `general` lines in `[General]`, `extra` lines in the section, and `servers` as
+/// `(address, weight)` under ids 01, 02...
+pub fn http_ini(general: &str, servers: &[(SocketAddr, u32)], extra: &str) -> String {
+    let mut text = format!(
+        "[General]\nSHUTDOWN_TIMEOUT=5\n{general}\n[BALANCE_HTTP]\nLOCAL_SERVER_ADDRESS=127.0.0.1\n\
+         LOCAL_SERVER_PORT=@PORT@\nQUERY_ALLOW=127.0.0.1\nMONITORING_TYPE=DISABLED\n{extra}\n"
+    );
+    for (i, (addr, weight)) in servers.iter().enumerate() {
+        text.push_str(&format!(
+            "REMOTE_SERVER_{:02}={} {} {weight}\n",
+            i + 1,
+            addr.ip(),
+            addr.port()
+        ));
+    }
+    text
+}
+
+/// The `SESSION_SECRET` tests give their HTTP balancers (`[General]`), so that they can make
+/// valid session cookies themselves ([`signed_cookie`]).
+pub const SESSION_SECRET: &str = "the tests' session secret, 32+ characters";
+
+/// `SESSION_SECRET=...` as an ini line.
+pub fn session_secret_line() -> String {
+    format!("SESSION_SECRET={SESSION_SECRET}\n")
+}
+
+/// A valid `TOTVS_BROKER_SH_001` value for server `id` under [`SESSION_SECRET`], one per `n`:
+/// what the broker would have issued.
+pub fn signed_cookie(id: &str, n: u64) -> String {
+    signed_cookie_with(SESSION_SECRET, id, n)
+}
+
+/// A valid `TOTVS_BROKER_SH_001` value for server `id` under `secret`, one per `n`.
+pub fn signed_cookie_with(secret: &str, id: &str, n: u64) -> String {
+    let keys = appbroker::sessions::CookieKeys::new(secret.as_bytes(), None, None);
+    let id = appbroker::config::ServerId::parse(id).expect("a server id");
+    keys.sign(id, n.to_be_bytes()).to_string()
+}

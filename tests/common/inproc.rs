@@ -12,7 +12,7 @@ use appbroker::config::{BalancerKind, Config, Notice};
 use appbroker::events::{Missed, Reloaded, Subscription};
 pub use appbroker::health::{Reason, Release};
 pub use appbroker::relay::{End, Side};
-use appbroker::{Broker, Event, ReloadError, StartError};
+use appbroker::{Bound, Broker, Event, ReloadError, StartError};
 use tokio::task::JoinHandle;
 
 use super::{DEADLINE, fill_placeholders, free_ports};
@@ -34,6 +34,12 @@ impl InProcess {
     /// Starts a broker on `ini`, where `@PORT@` (and `@PORT2@` for a second balancer) stand
     /// for free ports and `@DIR@` for its directory, and waits until it serves.
     pub async fn start(ini: &str) -> InProcess {
+        InProcess::start_with(ini, |bound| bound).await
+    }
+
+    /// As [`InProcess::start`], with `prepare` applied to the bound broker before it starts
+    /// (its own session secret given, say).
+    pub async fn start_with(ini: &str, prepare: impl Fn(Bound) -> Bound) -> InProcess {
         for _ in 0..5 {
             let dir = tempfile::tempdir().expect("temp dir");
             let ports = free_ports();
@@ -52,7 +58,7 @@ impl InProcess {
                 Err(e) => panic!("the broker did not start: {e}"),
             };
             let events = EventLog::follow(bound.subscribe());
-            let broker = bound.start();
+            let broker = prepare(bound).start();
             events
                 .wait_for("the broker ready", |e| *e == Event::Ready)
                 .await;

@@ -3,7 +3,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -46,8 +46,13 @@ impl Broker {
 
     /// As [`Broker::start`], with extra command-line arguments.
     pub async fn start_with(ini: &str, args: &[&str]) -> Broker {
+        Broker::start_exe(Path::new(binary()), ini, args).await
+    }
+
+    /// As [`Broker::start_with`], running the binary at `exe` (an [`Installed`] copy).
+    pub async fn start_exe(exe: &Path, ini: &str, args: &[&str]) -> Broker {
         for _ in 0..5 {
-            let mut broker = Broker::spawn(ini, args);
+            let mut broker = Broker::spawn_exe(exe, ini, args);
             let ready = broker.wait_until(|lines| {
                 lines
                     .iter()
@@ -69,12 +74,19 @@ impl Broker {
 
     /// Spawns the broker without waiting for anything.
     pub fn spawn(ini: &str, args: &[&str]) -> Broker {
+        Broker::spawn_exe(Path::new(binary()), ini, args)
+    }
+
+    /// As [`Broker::spawn`], running the binary at `exe`.
+    pub fn spawn_exe(exe: &Path, ini: &str, args: &[&str]) -> Broker {
         let dir = tempfile::tempdir().expect("temp dir");
         let ports = free_ports();
         let config_path = dir.path().join("appserver.ini");
         std::fs::write(&config_path, fill_placeholders(ini, &ports, dir.path()))
             .expect("write ini");
-        Broker::spawn_file(dir, config_path, ports, args)
+        let mut command = Command::new(exe);
+        command.arg("--config").arg(&config_path).args(args);
+        Broker::spawn_command(dir, config_path, ports, command)
     }
 
     /// Spawns the broker on a file already written.
@@ -286,6 +298,80 @@ impl Drop for Broker {
     /// check), even when the test panicked: a test leaves nothing running behind it.
     fn drop(&mut self) {
         kill_tree(&mut self.child);
+    }
+}
+
+/// The binary under test at a path of the test's own, which the test replaces as an install
+/// does (a new file renamed into place): by a script of its own, the "new binary" of an
+/// upgrade, or by the binary again. A supervisor started from [`Installed::path`] runs
+/// whatever is there when it restarts a broker or is upgraded.
+pub struct Installed {
+    dir: tempfile::TempDir,
+    /// Where it is installed.
+    pub path: PathBuf,
+}
+
+impl Installed {
+    /// The binary under test, installed: hard-linked (it is large) from beside the build,
+    /// copied where a link cannot be made.
+    pub fn new() -> Installed {
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
+        let installed = Installed {
+            path: dir.path().join("appbroker"),
+            dir,
+        };
+        installed.install_binary();
+        installed
+    }
+
+    /// The binary under test, installed again.
+    pub fn install_binary(&self) {
+        let next = self.dir.path().join("appbroker.next");
+        let _ = std::fs::remove_file(&next);
+        if std::fs::hard_link(binary(), &next).is_err() {
+            std::fs::copy(binary(), &next).expect("copy the binary");
+        }
+        std::fs::rename(&next, &self.path).expect("install the binary");
+    }
+
+    /// A script installed instead: `body` (after `#!/bin/sh` unless it names its own
+    /// interpreter), where `@REAL@` stands for the binary under test and `@DIR@` for a
+    /// directory it may write to (pid files).
+    pub fn install_script(&self, body: &str) {
+        use std::os::unix::fs::PermissionsExt;
+        let next = self.dir.path().join("appbroker.next");
+        let text = body
+            .replace("@REAL@", binary())
+            .replace("@DIR@", &self.dir.path().display().to_string());
+        let text = if text.starts_with("#!") {
+            text
+        } else {
+            format!("#!/bin/sh\n{text}")
+        };
+        std::fs::write(&next, format!("{text}\n")).expect("write the script");
+        std::fs::set_permissions(&next, std::fs::Permissions::from_mode(0o755))
+            .expect("make it executable");
+        std::fs::rename(&next, &self.path).expect("install the script");
+    }
+
+    /// A file of the test's own beside it (`check.pid`, written by a script).
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+}
+
+/// Processes a test started outside any [`Broker`]'s tree (a script's, reparented when its
+/// supervisor went, or one the test stopped), killed when this is dropped, even when the
+/// test panicked.
+#[derive(Default)]
+pub struct Strays(pub Vec<i32>);
+
+impl Drop for Strays {
+    fn drop(&mut self) {
+        for &pid in &self.0 {
+            let pid = nix::unistd::Pid::from_raw(pid);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+        }
     }
 }
 

@@ -4,6 +4,8 @@
 //! checked as they stream.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+pub mod scripted;
+
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
@@ -133,6 +135,7 @@ impl Upstreams for TestUpstreams {
     type Server = SocketAddr;
     type Lease = TestLease;
     type Stream = TcpStream;
+    type ConnectError = std::io::Error;
 
     fn choose(
         &self,
@@ -150,15 +153,23 @@ impl Upstreams for TestUpstreams {
         })
     }
 
+    /// Accounts for a failed connect itself, as a balancer does.
     fn connect(
         &self,
         server: &SocketAddr,
+        _client: SocketAddr,
     ) -> impl Future<Output = std::io::Result<TcpStream>> + Send {
         let server = *server;
         async move {
-            tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(server))
-                .await
-                .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))?
+            let connected =
+                tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(server))
+                    .await
+                    .unwrap_or_else(|_| Err(std::io::Error::from(std::io::ErrorKind::TimedOut)));
+            if let Err(e) = &connected {
+                let failed = Recorded::ConnectFailed(server, e.to_string());
+                self.events.lock().unwrap().push(failed);
+            }
+            connected
         }
     }
 
@@ -227,6 +238,31 @@ impl Broker {
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)
     }
+}
+
+/// An ini with one `[BALANCE_HTTP]` on `@PORT@` over `servers`, plus `extra` lines in the
+/// section. Monitoring is disabled unless `extra` sets it, so tests decide when checks run.
+pub fn http_ini(servers: &[SocketAddr], extra: &str) -> String {
+    let mut text = String::from(
+        "[General]\nSHUTDOWN_TIMEOUT=5\n[BALANCE_HTTP]\nLOCAL_SERVER_ADDRESS=127.0.0.1\n\
+         LOCAL_SERVER_PORT=@PORT@\nQUERY_ALLOW=127.0.0.1\n",
+    );
+    if !extra.to_ascii_uppercase().contains("MONITORING_TYPE") {
+        text.push_str("MONITORING_TYPE=DISABLED\n");
+    }
+    for line in extra.lines() {
+        text.push_str(line);
+        text.push('\n');
+    }
+    for (i, server) in servers.iter().enumerate() {
+        text.push_str(&format!(
+            "REMOTE_SERVER_{:02}={} {}\n",
+            i + 1,
+            server.ip(),
+            server.port()
+        ));
+    }
+    text
 }
 
 /// An address where nothing listens (connections refused).

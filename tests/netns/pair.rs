@@ -63,11 +63,13 @@ fn contrib(file: &str) -> PathBuf {
 /// The hosts share one file system here, unlike real ones: each has the file in a directory of
 /// its own, and the control socket and state file are named relative to it, not
 /// `/run/appbroker`. The `[BALANCE_HTTP]` section is the same on both hosts too, so the two
-/// brokers agree on what a cookie's server id names.
+/// brokers agree on what a cookie's server id names, and so is `SESSION_SECRET`
+/// (contrib/keepalived/appbroker-pair.conf says so), so each takes the cookies the other signed.
 fn broker_ini() -> String {
     let mut ini = String::from(
         "[General]\nConsoleLog=1\nSHUTDOWN_GRACE=5s\nSHUTDOWN_TIMEOUT=2s\n\
-         CONTROL_SOCKET=appbroker.sock\nSTATE_FILE=appbroker.state\n",
+         CONTROL_SOCKET=appbroker.sock\nSTATE_FILE=appbroker.state\n\
+         SESSION_SECRET=the pair's session secret, the same on both hosts\n",
     );
     let sections = [
         ("BALANCE_SMART_CLIENT_DESKTOP", PORT, &SERVERS),

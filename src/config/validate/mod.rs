@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::ini::{self, Entry, Section};
-use super::keys::Key;
+use super::keys::{Domain, Key};
 use super::value;
 use super::{
     BalancerConfig, Config, ConfigError, LoadError, Loaded, MAX_ERRORS_SHOWN, Notice, Origin,
@@ -214,11 +214,16 @@ impl Validator {
                 Origin::General(_) => "General",
                 _ => &lookup.section.written,
             };
+            // A secret is never repeated, not even a wrong one: the error may reach a log.
+            let value = match key.domain {
+                Domain::Secret { .. } => "the value (not shown)".to_string(),
+                _ => format!("`{}`", entry.value),
+            };
             self.errors.push(ConfigError::new(
                 entry.line,
                 where_,
                 Some(&entry.written),
-                format!("`{}` {message}", entry.value),
+                format!("{value} {message}"),
             ));
         }
         Some(entry)

@@ -128,10 +128,11 @@ impl Validator {
                 Err(found) => findings.extend(found.0),
             }
         }
-        if let Some(settings) = upstream
-            && let Err(found) = UpstreamTls::load(&settings, roots)
-        {
-            findings.extend(found.0);
+        if let Some(settings) = upstream {
+            match UpstreamTls::load(&settings, roots) {
+                Ok(tls) => findings.extend(tls.findings),
+                Err(found) => findings.extend(found.0),
+            }
         }
         findings
     }

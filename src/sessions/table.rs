@@ -1,109 +1,14 @@
-//! HTTP session affinity (issue 14): the `TOTVS_BROKER_SH_001` cookie and the table of live
-//! sessions. Pure logic: no sockets, no configuration; the HTTP balancer calls it.
-//!
-//! A cookie value is `<REMOTE_SERVER id>.<22 characters of base64url randomness>`: it names
-//! its server by id, so two brokers with one configuration agree on it and a restart keeps
-//! every browser on its server. A value becomes a session when a request brings it back;
-//! the table only counts and ages sessions (the cookie alone decides where a request goes),
-//! so a session it forgot keeps its affinity.
+//! The table of live HTTP sessions (issue 14): a value becomes a session when a request
+//! brings it back; the table only counts and ages sessions (the cookie alone decides where a
+//! request goes), so a session it forgot keeps its affinity. Only signed values reach it.
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::ticket::Ticket;
 use crate::config::ServerId;
-
-/// The cookie's name, as the TOTVS broker sets it.
-pub const COOKIE: &str = "TOTVS_BROKER_SH_001";
-
-/// Characters of randomness in a cookie value: 22 base64url characters, 132 bits.
-const RANDOM: usize = 22;
-
-/// The URL-safe base64 alphabet (RFC 4648 §5): safe in a cookie without quoting.
-const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-
-/// One cookie value, parsed: the server it names and its random part. Stored inline (24
-/// bytes), so a session costs no allocation of its own.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Ticket {
-    /// The `REMOTE_SERVER` id the value names.
-    pub server: ServerId,
-    random: [u8; RANDOM],
-}
-
-impl Ticket {
-    /// A new value for `server` from `random` bytes (from a secure generator): each byte's
-    /// low six bits pick a character.
-    pub fn new(server: ServerId, random: [u8; RANDOM]) -> Ticket {
-        Ticket {
-            server,
-            random: random.map(|b| ALPHABET[usize::from(b & 63)]),
-        }
-    }
-
-    /// A new value for `server` with fresh randomness from the TLS library's secure
-    /// generator (aws-lc), so nobody can guess another browser's value.
-    pub fn fresh(server: ServerId) -> Ticket {
-        let mut random = [0u8; RANDOM];
-        let provider = rustls::crypto::aws_lc_rs::default_provider();
-        if provider.secure_random.fill(&mut random).is_err() {
-            // aws-lc's generator does not fail on Linux; should it, the value still names
-            // its server, which is all affinity needs.
-            random = std::array::from_fn(|i| (i as u8).wrapping_mul(37));
-        }
-        Ticket::new(server, random)
-    }
-
-    /// Parses a value; `None` for anything but `<two-character id>.<22 base64url characters>`.
-    pub fn parse(value: &str) -> Option<Ticket> {
-        let (id, random) = value.split_once('.')?;
-        let server = ServerId::parse(id)?;
-        let random: [u8; RANDOM] = random.as_bytes().try_into().ok()?;
-        random
-            .iter()
-            .all(|c| ALPHABET.contains(c))
-            .then_some(Ticket { server, random })
-    }
-
-    /// The first valid value of the cookie among a request's `Cookie` header values.
-    pub fn from_cookies<'a>(headers: impl IntoIterator<Item = &'a [u8]>) -> Option<Ticket> {
-        headers
-            .into_iter()
-            .filter_map(|h| std::str::from_utf8(h).ok())
-            .flat_map(|h| h.split(';'))
-            .filter_map(|pair| pair.trim().split_once('='))
-            .filter(|(name, _)| *name == COOKIE)
-            .find_map(|(_, value)| Ticket::parse(value.trim().trim_matches('"')))
-    }
-
-    /// A `Cookie` header without the broker's cookie, for the request forwarded to the
-    /// server (other cookies untouched, in order); `None` when nothing else is left.
-    pub fn strip(header: &str) -> Option<String> {
-        let kept: Vec<&str> = header
-            .split(';')
-            .map(str::trim)
-            .filter(|pair| {
-                !pair.is_empty() && pair.split_once('=').is_none_or(|(name, _)| name != COOKIE)
-            })
-            .collect();
-        (!kept.is_empty()).then(|| kept.join("; "))
-    }
-
-    /// The `Set-Cookie` value that hands this ticket to a browser (`Secure` over TLS).
-    pub fn set_cookie(&self, secure: bool) -> String {
-        let secure = if secure { "; Secure" } else { "" };
-        format!("{COOKIE}={self}; Path=/; HttpOnly; SameSite=Lax{secure}")
-    }
-}
-
-impl std::fmt::Display for Ticket {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // The random part is ASCII from ALPHABET by construction.
-        let random = std::str::from_utf8(&self.random).unwrap_or("");
-        write!(f, "{}.{random}", self.server)
-    }
-}
 
 /// What the table knows of one session.
 #[derive(Debug, Clone, Copy)]
@@ -212,6 +117,22 @@ impl Sessions {
         true
     }
 
+    /// `old`'s session goes on as `new` (its cookie signed anew after a rotation): its age,
+    /// WebSockets and count kept. Nothing when `old` is no live session.
+    pub fn renew(&mut self, old: Ticket, new: Ticket) {
+        if old == new || self.entries.contains_key(&new) {
+            return;
+        }
+        let Some(entry) = self.entries.remove(&old) else {
+            return;
+        };
+        if entry.open == 0 {
+            self.idle.remove(&(entry.last, old));
+            self.idle.insert((entry.last, new));
+        }
+        self.entries.insert(new, entry);
+    }
+
     /// A WebSocket of `ticket`'s session opened: the session stays alive until it closes.
     pub fn opened(&mut self, ticket: Ticket) {
         if let Some(entry) = self.entries.get_mut(&ticket) {
@@ -318,82 +239,17 @@ impl Sessions {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sessions::CookieKeys;
 
     fn id(text: &str) -> ServerId {
         ServerId::parse(text).expect("an id")
     }
 
     fn ticket(server: &str, n: u8) -> Ticket {
-        Ticket::new(id(server), [n; RANDOM])
+        CookieKeys::new(b"the table tests' secret", None, None).sign(id(server), [n; 8])
     }
 
     const MINUTE: Duration = Duration::from_secs(60);
-
-    #[test]
-    fn a_value_round_trips_and_names_its_server() {
-        let t = Ticket::fresh(id("01"));
-        let text = t.to_string();
-        assert_eq!(text.len(), 2 + 1 + RANDOM);
-        assert!(text.starts_with("01."));
-        assert_eq!(Ticket::parse(&text), Some(t));
-        assert_ne!(Ticket::fresh(id("01")), t, "fresh values differ");
-    }
-
-    #[test]
-    fn anything_else_is_no_value() {
-        let good = "01.q3VdAbCdEfGhIjKlMnOpQr";
-        assert!(Ticket::parse(good).is_some());
-        for bad in [
-            "",
-            "01",
-            "01.",
-            "1.q3VdAbCdEfGhIjKlMnOpQr",
-            "001.q3VdAbCdEfGhIjKlMnOpQr",
-            "01.q3VdAbCdEfGhIjKlMnOpQ",
-            "01.q3VdAbCdEfGhIjKlMnOpQrs",
-            "01.q3VdAbCdEfGhIjKlMnOp+/",
-            "0é.q3VdAbCdEfGhIjKlMnOpQr",
-            "01.q3VdAbCdEfGhIjKlMnOpQé",
-        ] {
-            assert_eq!(Ticket::parse(bad), None, "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn the_cookie_is_found_among_others() {
-        let header =
-            b"a=1; TOTVS_BROKER_SH_001=bogus; TOTVS_BROKER_SH_001=02.q3VdAbCdEfGhIjKlMnOpQr; b=2";
-        let t = Ticket::from_cookies([&header[..]]).expect("found");
-        assert_eq!(t.server, id("02"));
-        assert_eq!(Ticket::from_cookies([&b"a=1; b=2"[..]]), None);
-        assert_eq!(Ticket::from_cookies([&b"\xff\xfe"[..]]), None);
-    }
-
-    #[test]
-    fn the_cookie_is_stripped_and_others_kept() {
-        for (header, left) in [
-            ("TOTVS_BROKER_SH_001=01.x", None),
-            ("a=1; TOTVS_BROKER_SH_001=01.x; b=2", Some("a=1; b=2")),
-            ("a=1;TOTVS_BROKER_SH_001=anything", Some("a=1")),
-            (
-                "TOTVS_BROKER_SH_0011=keep",
-                Some("TOTVS_BROKER_SH_0011=keep"),
-            ),
-            ("", None),
-        ] {
-            assert_eq!(Ticket::strip(header).as_deref(), left, "{header:?}");
-        }
-    }
-
-    #[test]
-    fn set_cookie_is_the_documented_line() {
-        let t = ticket("01", 0);
-        assert_eq!(
-            t.set_cookie(false),
-            "TOTVS_BROKER_SH_001=01.AAAAAAAAAAAAAAAAAAAAAA; Path=/; HttpOnly; SameSite=Lax"
-        );
-        assert!(t.set_cookie(true).ends_with("; SameSite=Lax; Secure"));
-    }
 
     #[tokio::test(start_paused = true)]
     async fn sessions_expire_after_the_timeout_without_a_request() {
@@ -463,6 +319,25 @@ mod tests {
         assert!(s.moved(a));
         assert!(!s.moved(a));
         assert_eq!((s.moved_count(), s.len(), s.count(id("01"))), (1, 0, 0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_renewed_session_keeps_its_age_and_count() {
+        let mut s = Sessions::new();
+        let (old, new) = (ticket("01", 1), ticket("01", 2));
+        s.touch(old, Instant::now(), MINUTE, 10);
+        tokio::time::advance(Duration::from_secs(30)).await;
+        s.renew(old, new);
+        assert!(!s.knows(old) && s.knows(new));
+        assert_eq!((s.len(), s.count(id("01")), s.total()), (1, 1, 1));
+        tokio::time::advance(Duration::from_secs(30)).await;
+        s.expire(Instant::now(), MINUTE);
+        assert!(
+            s.is_empty(),
+            "its idle time counts from the old cookie's last request"
+        );
+        s.renew(old, new);
+        assert!(s.is_empty(), "no session, nothing renewed");
     }
 
     #[tokio::test(start_paused = true)]

@@ -1,0 +1,398 @@
+//! The `TOTVS_BROKER_SH_001` cookie's value, `<REMOTE_SERVER id>.<22 base64url characters>`,
+//! and the keys that sign it (issue 21). The 22 characters are 16 bytes: a random nonce of 8
+//! and the first 8 bytes of HMAC-SHA256 over the id and the nonce under `SESSION_SECRET`.
+//! Only a value this broker (or its pair, with the same secret) issued verifies: a forged one
+//! counts as no cookie, so it cannot steer a request to a server an operator took out, nor
+//! make sessions.
+//!
+//! Why these sizes: 22 base64url characters hold 132 bits (the form the TOTVS broker's
+//! cookie has, and browsers and tests already expect). A 64-bit tag leaves an attacker one
+//! chance in 2^64 per request (at a million requests a second, about 400,000 years for an
+//! even chance); a 64-bit nonce keeps two browsers' values apart (a collision only merges
+//! their counts, never their servers). The last character's 4 spare bits are zero.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+use aws_lc_rs::{constant_time, hmac};
+
+use crate::config::ServerId;
+use crate::tls::files::Passphrase;
+
+/// The cookie's name, as the TOTVS broker sets it.
+pub const COOKIE: &str = "TOTVS_BROKER_SH_001";
+
+/// Characters after the id and the dot: 22 base64url characters, 132 bits.
+const RANDOM: usize = 22;
+
+/// Bytes of nonce, then of tag, in the 16 the characters carry.
+const NONCE: usize = 8;
+const TAG: usize = 8;
+
+/// What the MAC covers before the id and nonce: a value made for another purpose under the
+/// same secret can never pass for a cookie.
+const LABEL: &[u8] = b"appbroker TOTVS_BROKER_SH_001 v1\0";
+
+/// The URL-safe base64 alphabet (RFC 4648 §5): safe in a cookie without quoting.
+const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+/// Random bytes of a generated secret: 256 bits, written as 43 base64url characters.
+const SECRET_BYTES: usize = 32;
+
+/// One cookie value as a request brought it: the server it names and its 22 characters,
+/// not yet verified. Stored inline (24 bytes), so a session costs no allocation of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Ticket {
+    /// The `REMOTE_SERVER` id the value names.
+    pub server: ServerId,
+    random: [u8; RANDOM],
+}
+
+impl Ticket {
+    /// Parses a value as bytes; `None` for anything but `<two-character id>.<22 base64url
+    /// characters>`. Says nothing of who made it: see [`CookieKeys::verify`].
+    pub fn parse(value: &[u8]) -> Option<Ticket> {
+        let dot = value.iter().position(|&b| b == b'.')?;
+        let id = std::str::from_utf8(&value[..dot]).ok()?;
+        let server = ServerId::parse(id)?;
+        let random: [u8; RANDOM] = value[dot + 1..].try_into().ok()?;
+        random
+            .iter()
+            .all(|c| ALPHABET.contains(c))
+            .then_some(Ticket { server, random })
+    }
+
+    /// A value for `server` carrying `bytes`, encoded as base64url without padding.
+    fn encode(server: ServerId, bytes: [u8; NONCE + TAG]) -> Ticket {
+        let bits = u128::from_be_bytes(bytes);
+        let mut random = [0u8; RANDOM];
+        // 21 characters of 6 bits, the most significant first, then the last 2 bits in the
+        // top of the 22nd (its low 4 bits zero), as RFC 4648 writes 16 bytes.
+        for (i, c) in random.iter_mut().take(RANDOM - 1).enumerate() {
+            *c = ALPHABET[((bits >> (122 - 6 * i)) & 63) as usize];
+        }
+        random[RANDOM - 1] = ALPHABET[((bits & 3) << 4) as usize];
+        Ticket { server, random }
+    }
+
+    /// The 16 bytes the characters carry; `None` when the spare bits are not zero (no value
+    /// this broker wrote).
+    fn decode(&self) -> Option<[u8; NONCE + TAG]> {
+        let sextet = |c: u8| ALPHABET.iter().position(|&a| a == c).map(|v| v as u128);
+        let mut bits: u128 = 0;
+        for &c in &self.random[..RANDOM - 1] {
+            bits = (bits << 6) | sextet(c)?;
+        }
+        let last = sextet(self.random[RANDOM - 1])?;
+        if last & 0x0f != 0 {
+            return None;
+        }
+        Some(((bits << 2) | (last >> 4)).to_be_bytes())
+    }
+
+    /// The `Set-Cookie` value that hands this ticket to a browser (`Secure` over TLS).
+    pub fn set_cookie(&self, secure: bool) -> String {
+        let secure = if secure { "; Secure" } else { "" };
+        format!("{COOKIE}={self}; Path=/; HttpOnly; SameSite=Lax{secure}")
+    }
+}
+
+impl std::fmt::Display for Ticket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The random part is ASCII from ALPHABET by construction.
+        let random = std::str::from_utf8(&self.random).unwrap_or("");
+        write!(f, "{}.{random}", self.server)
+    }
+}
+
+/// Which secret signed a value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signed {
+    /// `SESSION_SECRET` (or the broker's own secret).
+    Current,
+    /// `SESSION_SECRET_PREVIOUS`: to be signed anew.
+    Previous,
+    /// Neither: forged, or from before cookies were signed.
+    Neither,
+}
+
+/// The keys cookies are signed and verified with: the current secret signs and verifies,
+/// the previous one (`SESSION_SECRET_PREVIOUS`, during a rotation) verifies only. Also when
+/// cookies were first signed, which bounds the upgrade window (see
+/// [`CookieKeys::honours_unsigned`]).
+pub struct CookieKeys {
+    current: hmac::Key,
+    previous: Option<hmac::Key>,
+    /// Wall ms of the first start that signed cookies, when known (the secret file's birth);
+    /// `None`: no upgrade window.
+    signed_since_wall_ms: Option<u64>,
+}
+
+impl std::fmt::Debug for CookieKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CookieKeys")
+            .field("previous", &self.previous.is_some())
+            .field("signed_since_wall_ms", &self.signed_since_wall_ms)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CookieKeys {
+    /// Keys from the secrets' bytes.
+    pub fn new(
+        current: &[u8],
+        previous: Option<&[u8]>,
+        signed_since_wall_ms: Option<u64>,
+    ) -> CookieKeys {
+        CookieKeys {
+            current: hmac::Key::new(hmac::HMAC_SHA256, current),
+            previous: previous.map(|p| hmac::Key::new(hmac::HMAC_SHA256, p)),
+            signed_since_wall_ms,
+        }
+    }
+
+    /// A new value for `server`, with a fresh random nonce.
+    pub fn issue(&self, server: ServerId) -> Ticket {
+        self.sign(server, random_bytes())
+    }
+
+    /// The value for `server` with `nonce`, signed with the current secret. Deterministic,
+    /// for tests and benchmarks that need a fixed valid value; [`CookieKeys::issue`] is the
+    /// broker's.
+    pub fn sign(&self, server: ServerId, nonce: [u8; NONCE]) -> Ticket {
+        let mut bytes = [0u8; NONCE + TAG];
+        bytes[..NONCE].copy_from_slice(&nonce);
+        bytes[NONCE..].copy_from_slice(&tag(&self.current, server, &nonce));
+        Ticket::encode(server, bytes)
+    }
+
+    /// Which secret signed `ticket`, if either did. The tags are compared in constant time:
+    /// how long a refusal takes says nothing of how close a guess came.
+    pub fn check(&self, ticket: &Ticket) -> Signed {
+        let Some(bytes) = ticket.decode() else {
+            return Signed::Neither;
+        };
+        let (nonce, given) = bytes.split_at(NONCE);
+        let by = |key: &hmac::Key| {
+            constant_time::verify_slices_are_equal(&tag(key, ticket.server, nonce), given).is_ok()
+        };
+        if by(&self.current) {
+            Signed::Current
+        } else if self.previous.as_ref().is_some_and(by) {
+            Signed::Previous
+        } else {
+            Signed::Neither
+        }
+    }
+
+    /// True when the current or the previous secret signed `ticket`.
+    pub fn verify(&self, ticket: &Ticket) -> bool {
+        self.check(ticket) != Signed::Neither
+    }
+
+    /// `ticket` signed again with the current secret, its server and nonce kept: what a
+    /// cookie signed with the previous secret becomes at its next request, so that once a
+    /// `SESSION_TIMEOUT` has passed every live session carries the current one.
+    pub fn renew(&self, ticket: &Ticket) -> Ticket {
+        let nonce = ticket.decode().map_or([0; NONCE], |bytes| {
+            let mut nonce = [0u8; NONCE];
+            nonce.copy_from_slice(&bytes[..NONCE]);
+            nonce
+        });
+        self.sign(ticket.server, nonce)
+    }
+
+    /// True while a cookie that does not verify may still be honoured (once per request,
+    /// when its server takes new clients, re-issued signed): for one `session_timeout` after
+    /// the first start that signed cookies, so the sessions of the version before survive the
+    /// upgrade. Those sessions cannot be older: idle longer, they had ended anyway.
+    pub fn honours_unsigned(&self, now_wall_ms: u64, session_timeout: Duration) -> bool {
+        self.signed_since_wall_ms.is_some_and(|since| {
+            now_wall_ms.saturating_sub(since) < session_timeout.as_millis() as u64
+        })
+    }
+
+    /// A new secret from the system's random source (256 bits as 43 base64url characters):
+    /// what the broker keeps in `<state>.secret` when `SESSION_SECRET` is not set.
+    pub fn generate_secret() -> Passphrase {
+        let bytes: [u8; SECRET_BYTES] = random_bytes();
+        let mut text = String::with_capacity(SECRET_BYTES * 4 / 3 + 1);
+        for chunk in bytes.chunks(3) {
+            let mut group = [0u8; 3];
+            group[..chunk.len()].copy_from_slice(chunk);
+            let bits = u32::from_be_bytes([0, group[0], group[1], group[2]]);
+            for i in 0..=chunk.len() {
+                text.push(char::from(ALPHABET[((bits >> (18 - 6 * i)) & 63) as usize]));
+            }
+        }
+        Passphrase::new(text)
+    }
+}
+
+/// The first [`TAG`] bytes of HMAC-SHA256 under `key` over the label, the id and the nonce.
+fn tag(key: &hmac::Key, server: ServerId, nonce: &[u8]) -> [u8; TAG] {
+    let mut context = hmac::Context::with_key(key);
+    context.update(LABEL);
+    context.update(server.as_str().as_bytes());
+    context.update(nonce);
+    let full = context.sign();
+    let mut tag = [0u8; TAG];
+    tag.copy_from_slice(&full.as_ref()[..TAG]);
+    tag
+}
+
+/// `N` bytes from aws-lc's generator (seeded from the operating system's source, the one
+/// rustls uses for TLS).
+fn random_bytes<const N: usize>() -> [u8; N] {
+    let mut bytes = [0u8; N];
+    if aws_lc_rs::rand::fill(&mut bytes).is_err() {
+        // aws-lc aborts rather than return an error on Linux; should it return one, the
+        // standard library's hasher keys (random per process, from the OS) and a counter
+        // still give distinct nonces. Secrets are never made this way in practice.
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        for chunk in bytes.chunks_mut(8) {
+            use std::hash::{BuildHasher, Hasher};
+            let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+            hasher.write_u64(COUNTER.fetch_add(1, Relaxed));
+            let value = hasher.finish().to_be_bytes();
+            chunk.copy_from_slice(&value[..chunk.len()]);
+        }
+    }
+    bytes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(text: &str) -> ServerId {
+        ServerId::parse(text).expect("an id")
+    }
+
+    fn keys(secret: &str) -> CookieKeys {
+        CookieKeys::new(secret.as_bytes(), None, None)
+    }
+
+    const SECRET: &str = "a session secret of at least 32 chars";
+
+    #[test]
+    fn a_value_matches_hmac_sha256_as_openssl_computes_it() {
+        // printf 'appbroker TOTVS_BROKER_SH_001 v1\0%s' "01BenchFix" |
+        //   openssl dgst -sha256 -hmac 'a session secret of at least 32 chars' -binary |
+        //   head -c 8: the tag; then base64url of "BenchFix" + tag, without padding.
+        let t = keys(SECRET).sign(id("01"), *b"BenchFix");
+        assert_eq!(t.to_string(), EXPECTED);
+        assert_eq!(Ticket::parse(EXPECTED.as_bytes()), Some(t));
+    }
+
+    /// Computed with openssl (see the test above).
+    const EXPECTED: &str = "01.QmVuY2hGaXgITL_cGggwrg";
+
+    #[test]
+    fn issued_values_verify_and_differ() {
+        let k = keys(SECRET);
+        let (a, b) = (k.issue(id("01")), k.issue(id("01")));
+        assert_ne!(a, b, "fresh nonces");
+        for t in [a, b] {
+            let text = t.to_string();
+            assert_eq!(text.len(), 2 + 1 + RANDOM);
+            assert!(text.starts_with("01."));
+            assert!(k.verify(&Ticket::parse(text.as_bytes()).expect("parses")));
+        }
+    }
+
+    #[test]
+    fn a_value_with_another_id_nonce_secret_or_spare_bits_does_not_verify() {
+        let k = keys(SECRET);
+        let t = k.sign(id("01"), *b"12345678");
+        assert!(k.verify(&t));
+        // The same characters naming another server.
+        let text = t.to_string().replacen("01.", "02.", 1);
+        assert!(!k.verify(&Ticket::parse(text.as_bytes()).expect("parses")));
+        // Any one character changed.
+        let original = t.to_string();
+        for at in 3..original.len() {
+            for c in [b'A', b'z', b'-'] {
+                let mut bytes = original.clone().into_bytes();
+                if bytes[at] == c {
+                    continue;
+                }
+                bytes[at] = c;
+                let other = Ticket::parse(&bytes).expect("parses");
+                assert!(!k.verify(&other), "{}", String::from_utf8_lossy(&bytes));
+            }
+        }
+        assert!(!keys("another secret, just as long as it").verify(&t));
+        // Old-style values (22 random characters) almost never verify.
+        let forged = Ticket::parse(b"01.q3VdAbCdEfGhIjKlMnOpQr").expect("parses");
+        assert!(!k.verify(&forged));
+    }
+
+    #[test]
+    fn the_previous_secret_verifies_but_does_not_sign() {
+        let old = keys("the secret before the rotation, 32+");
+        let t = old.sign(id("07"), *b"nonce-07");
+        let rotated = CookieKeys::new(
+            SECRET.as_bytes(),
+            Some(b"the secret before the rotation, 32+"),
+            None,
+        );
+        assert_eq!(rotated.check(&t), Signed::Previous);
+        let new = rotated.issue(id("07"));
+        assert!(!old.verify(&new) && rotated.verify(&new) && keys(SECRET).verify(&new));
+        // Renewed: the same server and nonce, signed with the current secret.
+        let renewed = rotated.renew(&t);
+        assert_eq!(rotated.check(&renewed), Signed::Current);
+        assert_eq!(renewed, keys(SECRET).sign(id("07"), *b"nonce-07"));
+    }
+
+    #[test]
+    fn anything_else_is_no_value() {
+        let good = "01.q3VdAbCdEfGhIjKlMnOpQr";
+        assert!(Ticket::parse(good.as_bytes()).is_some());
+        for bad in [
+            &b""[..],
+            b"01",
+            b"01.",
+            b"1.q3VdAbCdEfGhIjKlMnOpQr",
+            b"001.q3VdAbCdEfGhIjKlMnOpQr",
+            b"01.q3VdAbCdEfGhIjKlMnOpQ",
+            b"01.q3VdAbCdEfGhIjKlMnOpQrs",
+            b"01.q3VdAbCdEfGhIjKlMnOp+/",
+            "0é.q3VdAbCdEfGhIjKlMnOpQr".as_bytes(),
+            "01.q3VdAbCdEfGhIjKlMnOpQé".as_bytes(),
+            b"01.q3VdAbCdEfGhIjKlMnOpQ\xe3",
+            b"\xff\xfe.q3VdAbCdEfGhIjKlMnOpQr",
+        ] {
+            assert_eq!(Ticket::parse(bad), None, "{}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
+    fn the_upgrade_window_lasts_one_session_timeout_from_the_first_signed_start() {
+        let minute = Duration::from_secs(60);
+        let k = CookieKeys::new(SECRET.as_bytes(), None, Some(1_000_000));
+        assert!(k.honours_unsigned(1_000_000, minute));
+        assert!(k.honours_unsigned(1_059_999, minute));
+        assert!(!k.honours_unsigned(1_060_000, minute));
+        assert!(!keys(SECRET).honours_unsigned(0, minute), "no window known");
+    }
+
+    #[test]
+    fn a_generated_secret_is_43_base64url_characters_and_new_each_time() {
+        let (a, b) = (CookieKeys::generate_secret(), CookieKeys::generate_secret());
+        assert_eq!(a.expose().len(), 43);
+        assert!(a.expose().iter().all(|c| ALPHABET.contains(c)));
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn set_cookie_is_the_documented_line() {
+        let t = Ticket::encode(id("01"), [0; 16]);
+        assert_eq!(
+            t.set_cookie(false),
+            "TOTVS_BROKER_SH_001=01.AAAAAAAAAAAAAAAAAAAAAA; Path=/; HttpOnly; SameSite=Lax"
+        );
+        assert!(t.set_cookie(true).ends_with("; SameSite=Lax; Secure"));
+    }
+}

@@ -1,0 +1,380 @@
+//! One broker the supervisor runs: started on the listeners it holds (or adopted from the
+//! previous image after an upgrade), waited for and signalled; and its lifeline, the socket
+//! it says `READY` on, read for its questions (`RELOAD`) and its heartbeats, which the
+//! watchdog judges there: a broker that announced heartbeats and then sends none for
+//! `WATCHDOG_TIMEOUT` is reported to the loop, which kills it.
+
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tokio::io::AsyncReadExt;
+use tokio::process::Command;
+use tokio::sync::{mpsc, oneshot, watch};
+use tracing::{debug, warn};
+
+use super::link::Supervised;
+use super::upgrade::{HANDOVER_ENV, LIFELINE_ENV};
+use super::watchdog::{Beats, Silence};
+use super::{Held, LISTENERS_ENV, READY_ENV, encode};
+use crate::inherit;
+
+/// What a child's lifeline brings the loop.
+#[derive(Debug)]
+pub enum Heard {
+    /// Broker `pid` asks for a reload (`RELOAD`).
+    Reload(u32),
+    /// A broker's heartbeats stopped.
+    Silent(Silence),
+}
+
+/// Where the lifelines' readers report, and the watchdog's limit they judge by (zero: off;
+/// changed on reload).
+#[derive(Debug, Clone)]
+pub struct Ears {
+    /// The loop's end.
+    pub heard: mpsc::Sender<Heard>,
+    /// `WATCHDOG_TIMEOUT`, as last read.
+    pub watchdog: watch::Receiver<Duration>,
+}
+
+/// One child broker.
+pub struct Child {
+    /// Fires with its exit status once it has ended (an error when it could not be waited
+    /// for).
+    pub ended: oneshot::Receiver<std::io::Result<std::process::ExitStatus>>,
+    /// Its process id.
+    pub pid: u32,
+    /// Fires when the child says READY (an error when it closed its end without); `None`
+    /// once it has fired.
+    pub ready: Option<oneshot::Receiver<()>>,
+    /// True once it said READY.
+    pub served: bool,
+    /// The configured addresses of the listeners it was started on; `None` when adopted
+    /// (those the supervisor held then).
+    pub listens: Option<Vec<std::net::SocketAddr>>,
+    /// The supervisor's end of the socket the child said READY on: while it is open the
+    /// child knows its supervisor lives, and it stops once every copy is closed (this
+    /// process gone). `None` for a child adopted from an image that kept no such end.
+    pub lifeline: Option<UnixStream>,
+    /// How many runtimes it sends heartbeats from, once it said so (0: not said, as a broker
+    /// of an earlier build never does); handed to the next image on an upgrade.
+    pub heartbeats: Arc<AtomicUsize>,
+}
+
+impl Child {
+    /// Starts the broker on `held`, with a socket to say READY on (and ask on).
+    pub fn spawn(options: &super::Options, held: &[Held], ears: &Ears) -> std::io::Result<Child> {
+        let (ours, theirs) = UnixStream::pair()?;
+        let mut command = Command::new(&options.exe);
+        command
+            .args(&options.args)
+            .env(LISTENERS_ENV, encode(&Held::entries(held)))
+            .env(READY_ENV, theirs.as_raw_fd().to_string())
+            // Its own process group: a terminal's Ctrl-C reaches the supervisor only, which
+            // forwards it once (twice would make the broker exit at once).
+            .process_group(0);
+        // Not for the broker: what one supervisor image tells the next.
+        command.env_remove(HANDOVER_ENV).env_remove(LIFELINE_ENV);
+        for variable in super::systemd::VARIABLES {
+            command.env_remove(variable);
+        }
+        // The listeners and the child's end are inherited by this one process alone: they
+        // are closed on exec again before anything else can be started (this runs on the
+        // supervisor's one thread, which starts every process). A check of an upgrade's new
+        // binary, started in between, must not hold the ports open.
+        let spawned = Held::hand_down(held)
+            .and_then(|()| inherit::hand_down(&theirs))
+            .and_then(|()| command.spawn());
+        if let Err(e) = Held::keep(held) {
+            warn!(
+                "supervisor: cannot close the listeners on exec again: {}; an upgrade's check \
+                 could inherit them",
+                crate::os_error::words(&e)
+            );
+        }
+        let mut process = spawned?;
+        // Only the child's copy may stay open: the end is seen when the child is gone.
+        drop(theirs);
+        // Closed on exec (as `ours` is): no other child inherits it, so the child sees its
+        // end when this process is gone, and only then.
+        let lifeline = ours.try_clone()?;
+        let pid = process.id().unwrap_or_default();
+        let (said, ready) = oneshot::channel();
+        let heartbeats = Arc::new(AtomicUsize::new(0));
+        Lifeline::new(pid, Some(said), ears, &heartbeats).listen(ours)?;
+        let (tell, ended) = oneshot::channel();
+        tokio::spawn(async move {
+            let _ = tell.send(process.wait().await);
+        });
+        Ok(Child {
+            ended,
+            pid,
+            ready: Some(ready),
+            served: false,
+            listens: Some(held.iter().map(|h| h.configured).collect()),
+            lifeline: Some(lifeline),
+            heartbeats,
+        })
+    }
+
+    /// The child a previous image of this supervisor started before it re-executed itself
+    /// (an upgrade): still this process's child, waited for by its pid, with the end of its
+    /// socket that image handed over and the heartbeats it had announced (`None`: none, as
+    /// from a broker of an earlier build: the watchdog leaves it alone).
+    pub fn adopt(
+        pid: u32,
+        lifeline: Option<UnixStream>,
+        heartbeats: Option<usize>,
+        ears: &Ears,
+    ) -> Child {
+        let announced = Arc::new(AtomicUsize::new(heartbeats.unwrap_or(0)));
+        if let Some(lifeline) = &lifeline {
+            // What it asks and beats from now on is heard by this image.
+            let listening = lifeline
+                .try_clone()
+                .and_then(|stream| Lifeline::new(pid, None, ears, &announced).listen(stream));
+            if let Err(e) = listening {
+                warn!(
+                    "supervisor: cannot read the running broker's socket: {}; its `ctl \
+                     reload` will not reach the supervisor, nor its heartbeats the watchdog",
+                    crate::os_error::words(&e)
+                );
+            }
+        }
+        let (tell, ended) = oneshot::channel();
+        tokio::task::spawn_blocking(move || {
+            let status = i32::try_from(pid)
+                .map_err(std::io::Error::other)
+                .and_then(|pid| wait_for(Pid::from_raw(pid)));
+            let _ = tell.send(status);
+        });
+        // It served already: that is why it was running.
+        Child {
+            ended,
+            pid,
+            ready: None,
+            served: true,
+            listens: None,
+            lifeline,
+            heartbeats: announced,
+        }
+    }
+
+    /// Its exit status, once it has ended.
+    pub async fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        ended(&mut self.ended).await
+    }
+
+    /// Answers what the child asked on its socket; one that is gone needs no answer.
+    pub fn tell(&self, answer: &Supervised) {
+        if let Some(mut stream) = self.lifeline.as_ref() {
+            // A line, into a socket buffer the child keeps reading: it never waits.
+            let _ = std::io::Write::write_all(&mut stream, answer.line().as_bytes());
+        }
+    }
+
+    /// Sends `signal`; a child that is gone already needs none.
+    pub fn signal(&self, signal: Signal) {
+        if let Ok(pid) = i32::try_from(self.pid) {
+            let _ = kill(Pid::from_raw(pid), signal);
+        }
+    }
+
+    /// The runtimes it sends heartbeats from; `None` when it never said it would.
+    pub fn heartbeats(&self) -> Option<usize> {
+        Some(self.heartbeats.load(Relaxed)).filter(|&n| n > 0)
+    }
+}
+
+/// The longest line read from a child: its lines are a few bytes. The child is trusted, but
+/// a supervisor with little in it that can crash reads nothing unbounded.
+const LINE: usize = 64;
+
+/// The reader of one child's lifeline.
+struct Lifeline {
+    pid: u32,
+    /// Where `READY` goes, once.
+    said: Option<oneshot::Sender<()>>,
+    ears: Ears,
+    /// The runtimes it announced, shared with its [`Child`].
+    announced: Arc<AtomicUsize>,
+    /// Its heartbeats, once announced.
+    beats: Option<Beats>,
+    /// The silence was reported (the child is being killed): not again.
+    reported: bool,
+}
+
+impl Lifeline {
+    fn new(
+        pid: u32,
+        said: Option<oneshot::Sender<()>>,
+        ears: &Ears,
+        announced: &Arc<AtomicUsize>,
+    ) -> Lifeline {
+        let runtimes = announced.load(Relaxed);
+        Lifeline {
+            pid,
+            said,
+            ears: ears.clone(),
+            announced: Arc::clone(announced),
+            beats: (runtimes > 0)
+                .then(|| Beats::announced(runtimes, Instant::now()))
+                .flatten(),
+            reported: false,
+        }
+    }
+
+    /// Reads `stream` in a task of its own until the child closes it (it ended).
+    fn listen(self, stream: UnixStream) -> std::io::Result<()> {
+        stream.set_nonblocking(true)?;
+        let stream = tokio::net::UnixStream::from_std(stream)?;
+        tokio::spawn(self.read(stream));
+        Ok(())
+    }
+
+    async fn read(mut self, stream: tokio::net::UnixStream) {
+        let mut reader = tokio::io::BufReader::new(stream);
+        let mut line = Vec::new();
+        let mut watching = true;
+        loop {
+            let limit = *self.ears.watchdog.borrow_and_update();
+            let deadline = self
+                .beats
+                .as_ref()
+                .filter(|_| !limit.is_zero() && !self.reported)
+                .map(|beats| tokio::time::Instant::from_std(beats.deadline(limit)));
+            let mut limited = (&mut reader).take(LINE as u64);
+            tokio::select! {
+                // What the child wrote first: a supervisor that was itself held up (stopped,
+                // busy) reads the heartbeats waiting before it judges.
+                biased;
+                read = tokio::io::AsyncBufReadExt::read_until(&mut limited, b'\n', &mut line) => {
+                    if !matches!(read, Ok(1..)) {
+                        return;
+                    }
+                    if line.last() == Some(&b'\n') {
+                        if !self.hear(line.trim_ascii()).await {
+                            return;
+                        }
+                        line.clear();
+                    } else if line.len() >= LINE {
+                        // No line of a broker's: skipped to its end.
+                        line.clear();
+                    }
+                }
+                changed = self.ears.watchdog.changed(), if watching => {
+                    // Without a sender (the loop ending), the limit stays as it was.
+                    watching = changed.is_ok();
+                }
+                () = tokio::time::sleep_until(
+                    deadline.unwrap_or_else(tokio::time::Instant::now)
+                ), if deadline.is_some() => {
+                    if !self.judge(limit).await {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// One line from the child; false when nobody is left to hear it.
+    async fn hear(&mut self, line: &[u8]) -> bool {
+        match line {
+            b"READY" => {
+                if let Some(said) = self.said.take() {
+                    let _ = said.send(());
+                }
+            }
+            b"RELOAD" => return self.ears.heard.send(Heard::Reload(self.pid)).await.is_ok(),
+            _ => {
+                if let Some(runtimes) = number_after(line, b"HEARTBEATS ") {
+                    self.beats = Beats::announced(runtimes, Instant::now());
+                    if let Some(beats) = &self.beats {
+                        self.announced.store(beats.runtimes(), Relaxed);
+                        debug!(
+                            "supervisor: broker (pid {}) sends heartbeats from {runtimes} \
+                             runtime(s)",
+                            self.pid
+                        );
+                    }
+                } else if let (Some(index), Some(beats)) =
+                    (number_after(line, b"BEAT "), self.beats.as_mut())
+                {
+                    beats.beat(index, Instant::now());
+                }
+            }
+        }
+        true
+    }
+
+    /// The watchdog's look, at its deadline; false when nobody is left to hear it.
+    async fn judge(&mut self, limit: Duration) -> bool {
+        let Some(beats) = &self.beats else {
+            return true;
+        };
+        let runtimes = beats.silent(Instant::now(), limit);
+        if runtimes.is_empty() {
+            return true;
+        }
+        self.reported = true;
+        let silence = Silence {
+            pid: self.pid,
+            runtimes,
+            of: beats.runtimes(),
+            limit,
+        };
+        self.ears.heard.send(Heard::Silent(silence)).await.is_ok()
+    }
+}
+
+/// The number after `prefix` in `line` (`BEAT 3`); `None` when it is not that.
+fn number_after(line: &[u8], prefix: &[u8]) -> Option<usize> {
+    std::str::from_utf8(line.strip_prefix(prefix)?)
+        .ok()?
+        .parse()
+        .ok()
+}
+
+/// A child's exit status from its `ended` channel.
+pub async fn ended(
+    ended: &mut oneshot::Receiver<std::io::Result<std::process::ExitStatus>>,
+) -> std::io::Result<std::process::ExitStatus> {
+    ended
+        .await
+        .unwrap_or_else(|_| Err(std::io::Error::other("its waiter ended")))
+}
+
+/// Waits for child `pid` to end; its status.
+fn wait_for(pid: Pid) -> std::io::Result<std::process::ExitStatus> {
+    use nix::sys::wait::{WaitStatus, waitpid};
+    use std::os::unix::process::ExitStatusExt;
+    loop {
+        match waitpid(pid, None)? {
+            WaitStatus::Exited(_, code) => return Ok(ExitStatusExt::from_raw((code & 0xff) << 8)),
+            WaitStatus::Signaled(_, signal, core) => {
+                let core = if core { 0x80 } else { 0 };
+                return Ok(ExitStatusExt::from_raw(signal as i32 | core));
+            }
+            _ => continue,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_name_their_numbers() {
+        assert_eq!(number_after(b"BEAT 3", b"BEAT "), Some(3));
+        assert_eq!(number_after(b"HEARTBEATS 16", b"HEARTBEATS "), Some(16));
+        for junk in [&b"BEAT"[..], b"BEAT x", b"BEAT -1", b"BEATS 2", b"READY"] {
+            assert_eq!(number_after(junk, b"BEAT "), None, "{junk:?}");
+        }
+    }
+}

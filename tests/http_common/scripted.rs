@@ -1,0 +1,520 @@
+//! A raw HTTP/1.1 server and client of the tests' own, byte for byte, so what a test checks is
+//! what crosses the broker on the wire, whatever engine the broker runs: the server's
+//! behaviour is chosen by the request's path, every head it receives is kept exactly as it
+//! came, and every connection's bytes and end are recorded.
+//!
+//! Paths the [`Scripted`] server knows (anything else: the body read by its framing, then
+//! `200` with `ok <path>`):
+//! - `/early...`: `401` at once, without reading the body, and the connection kept: the next
+//!   bytes are read as the next request (the server the early-response desync needs);
+//! - `/smuggled`: `200` with [`ATTACKER_ANSWER`];
+//! - `/hang`: no answer ever, the connection kept open;
+//! - `/stall-body`: a head with `Content-Length: 100` and 10 bytes of body, then silence;
+//! - `/cl-and-chunked`: `Content-Length: 3` and `Transfer-Encoding: chunked`, `hello` in chunks;
+//! - `/informational`: `102 Processing`, `103 Early Hints` with a `Link`, then `200`;
+//! - `/upgrade`: `101` to `echo`, then every byte echoed.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use super::DEADLINE;
+
+/// What `/smuggled` answers: a victim must never see it.
+pub const ATTACKER_ANSWER: &str = "the attacker's answer";
+
+/// One request head as the server received it.
+#[derive(Debug, Clone)]
+pub struct Received {
+    /// The connection it came on (0 for the first accepted).
+    pub conn: usize,
+    /// The head, request line to blank line, exactly as received.
+    pub head: Vec<u8>,
+    /// The request target.
+    pub path: String,
+}
+
+impl Received {
+    /// The head as text (lossy), for assertions.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.head).into_owned()
+    }
+}
+
+/// One accepted connection's record.
+#[derive(Debug, Clone, Default)]
+pub struct Conn {
+    /// Every byte received on it.
+    pub bytes: Vec<u8>,
+    /// The broker closed it (EOF or reset).
+    pub ended: bool,
+}
+
+#[derive(Default)]
+struct Records {
+    heads: Mutex<Vec<Received>>,
+    conns: Mutex<Vec<Conn>>,
+}
+
+/// The scripted server on a loopback port.
+pub struct Scripted {
+    pub addr: SocketAddr,
+    records: Arc<Records>,
+    accepted: Arc<AtomicUsize>,
+}
+
+impl Scripted {
+    pub async fn start() -> Scripted {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let records = Arc::new(Records::default());
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let (r, a) = (Arc::clone(&records), Arc::clone(&accepted));
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let id = {
+                    let mut conns = r.conns.lock().unwrap();
+                    conns.push(Conn::default());
+                    conns.len() - 1
+                };
+                a.fetch_add(1, SeqCst);
+                tokio::spawn(serve(
+                    Wire {
+                        stream,
+                        buf: Vec::new(),
+                        id,
+                        records: Arc::clone(&r),
+                    },
+                    id,
+                ));
+            }
+        });
+        Scripted {
+            addr,
+            records,
+            accepted,
+        }
+    }
+
+    /// Connections accepted so far.
+    pub fn accepted(&self) -> usize {
+        self.accepted.load(SeqCst)
+    }
+
+    /// Every head received so far, in order.
+    pub fn heads(&self) -> Vec<Received> {
+        self.records.heads.lock().unwrap().clone()
+    }
+
+    /// The heads received for `path`.
+    pub fn heads_for(&self, path: &str) -> Vec<Received> {
+        self.heads()
+            .into_iter()
+            .filter(|h| h.path == path)
+            .collect()
+    }
+
+    /// Every connection's record, in the order accepted.
+    pub fn conns(&self) -> Vec<Conn> {
+        self.records.conns.lock().unwrap().clone()
+    }
+
+    /// Connections open now.
+    pub fn open(&self) -> usize {
+        self.conns().iter().filter(|c| !c.ended).count()
+    }
+
+    /// The record of connection `id` once the broker has closed it (fails the test after
+    /// [`DEADLINE`]).
+    pub async fn wait_closed(&self, id: usize) -> Conn {
+        super::wait_until(&format!("server connection {id} closed"), || {
+            self.conns().get(id).is_some_and(|c| c.ended)
+        })
+        .await;
+        self.conns()[id].clone()
+    }
+}
+
+/// A server connection with the bytes read ahead of the current message.
+struct Wire {
+    stream: TcpStream,
+    buf: Vec<u8>,
+    id: usize,
+    records: Arc<Records>,
+}
+
+impl Wire {
+    /// Reads more; false at EOF or an error (recorded as the end).
+    async fn fill(&mut self) -> bool {
+        let mut chunk = [0u8; 4096];
+        match self.stream.read(&mut chunk).await {
+            Ok(n) if n > 0 => {
+                self.buf.extend_from_slice(&chunk[..n]);
+                self.records.conns.lock().unwrap()[self.id]
+                    .bytes
+                    .extend_from_slice(&chunk[..n]);
+                true
+            }
+            _ => {
+                self.records.conns.lock().unwrap()[self.id].ended = true;
+                false
+            }
+        }
+    }
+
+    /// The next head, up to its blank line; `None` at EOF.
+    async fn head(&mut self) -> Option<Vec<u8>> {
+        loop {
+            if let Some(end) = find(&self.buf, b"\r\n\r\n") {
+                return Some(self.buf.drain(..end + 4).collect());
+            }
+            if !self.fill().await {
+                return None;
+            }
+        }
+    }
+
+    /// `n` bytes of body; `None` at EOF.
+    async fn take(&mut self, n: usize) -> Option<Vec<u8>> {
+        while self.buf.len() < n {
+            if !self.fill().await {
+                return None;
+            }
+        }
+        Some(self.buf.drain(..n).collect())
+    }
+
+    /// A line (without its CRLF); `None` at EOF.
+    async fn line(&mut self) -> Option<Vec<u8>> {
+        loop {
+            if let Some(end) = find(&self.buf, b"\r\n") {
+                let line = self.buf.drain(..end + 2).take(end).collect();
+                return Some(line);
+            }
+            if !self.fill().await {
+                return None;
+            }
+        }
+    }
+
+    /// The body `head` frames (a length, chunks, or none); `None` at EOF.
+    async fn body(&mut self, head: &[u8]) -> Option<Vec<u8>> {
+        if header(head, "transfer-encoding").is_some_and(|v| v.contains("chunked")) {
+            let mut body = Vec::new();
+            loop {
+                let size = self.line().await?;
+                let size = String::from_utf8_lossy(&size);
+                let size = usize::from_str_radix(size.split(';').next()?.trim(), 16).ok()?;
+                if size == 0 {
+                    while !self.line().await?.is_empty() {}
+                    return Some(body);
+                }
+                body.extend(self.take(size).await?);
+                self.line().await?;
+            }
+        }
+        let length = header(head, "content-length").map_or(0, |v| v.trim().parse().unwrap_or(0));
+        self.take(length).await
+    }
+
+    /// Reads until the broker closes the connection.
+    async fn until_closed(&mut self) {
+        while self.fill().await {}
+    }
+
+    async fn send(&mut self, bytes: &[u8]) -> bool {
+        self.stream.write_all(bytes).await.is_ok()
+    }
+}
+
+/// Serves connection `id` request by request, each by its path's script.
+async fn serve(mut wire: Wire, id: usize) {
+    while let Some(head) = wire.head().await {
+        let path = target(&head);
+        wire.records.heads.lock().unwrap().push(Received {
+            conn: id,
+            head: head.clone(),
+            path: path.clone(),
+        });
+        let go_on = match path.as_str() {
+            p if p.starts_with("/early") => {
+                wire.send(b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 6\r\n\r\ndenied")
+                    .await
+            }
+            "/smuggled" => wire.send(&answer(ATTACKER_ANSWER)).await,
+            "/hang" => {
+                wire.until_closed().await;
+                false
+            }
+            "/stall-body" => {
+                wire.send(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789")
+                    .await;
+                wire.until_closed().await;
+                false
+            }
+            "/cl-and-chunked" => {
+                wire.body(&head).await.is_some()
+                    && wire
+                        .send(
+                            b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n\
+                              2\r\nhe\r\n3\r\nllo\r\n0\r\n\r\n",
+                        )
+                        .await
+            }
+            "/informational" => {
+                wire.body(&head).await.is_some()
+                    && wire.send(b"HTTP/1.1 102 Processing\r\n\r\n").await
+                    && wire
+                        .send(b"HTTP/1.1 103 Early Hints\r\nLink: </app.css>; rel=preload\r\n\r\n")
+                        .await
+                    && wire.send(&answer("final")).await
+            }
+            "/upgrade" => {
+                if wire
+                    .send(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: upgrade\r\n\r\n")
+                    .await
+                {
+                    echo(wire).await;
+                }
+                return;
+            }
+            _ => match wire.body(&head).await {
+                Some(_) => wire.send(&answer(&format!("ok {path}"))).await,
+                None => false,
+            },
+        };
+        if !go_on {
+            return;
+        }
+    }
+}
+
+/// Echoes every byte back until the broker closes.
+async fn echo(mut wire: Wire) {
+    let ahead = std::mem::take(&mut wire.buf);
+    if !wire.send(&ahead).await {
+        return;
+    }
+    while wire.fill().await {
+        let bytes = std::mem::take(&mut wire.buf);
+        if !wire.send(&bytes).await {
+            return;
+        }
+    }
+}
+
+/// A `200` with `body` and its length.
+fn answer(body: &str) -> Vec<u8> {
+    format!(
+        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// The request target of `head` (its request line's second word).
+fn target(head: &[u8]) -> String {
+    let line = head.split(|&b| b == b'\r').next().unwrap_or_default();
+    let text = String::from_utf8_lossy(line);
+    text.split(' ').nth(1).unwrap_or_default().to_string()
+}
+
+/// The value of the first header `name` (any case) in `head`.
+pub fn header(head: &[u8], name: &str) -> Option<String> {
+    String::from_utf8_lossy(head)
+        .split("\r\n")
+        .skip(1)
+        .filter_map(|line| line.split_once(':'))
+        .find(|(n, _)| n.trim().eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.trim().to_string())
+}
+
+// ---- the raw client -----------------------------------------------------------------------
+
+/// One answer as the client read it off the wire.
+#[derive(Clone)]
+pub struct Answer {
+    /// The status line, without its CRLF.
+    pub status_line: String,
+    pub status: u16,
+    /// The head, status line to blank line, exactly as received.
+    pub head: Vec<u8>,
+    /// The body as it would reach an application (de-chunked).
+    pub body: Vec<u8>,
+}
+
+impl std::fmt::Debug for Answer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}{}", String::from_utf8_lossy(&self.head), self.text())
+    }
+}
+
+impl Answer {
+    /// The value of the first header `name` (any case).
+    pub fn header(&self, name: &str) -> Option<String> {
+        header(&self.head, name)
+    }
+
+    /// The body as text (lossy).
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// Whether `Connection` says `close`.
+    pub fn closes(&self) -> bool {
+        self.header("connection")
+            .is_some_and(|v| v.eq_ignore_ascii_case("close"))
+    }
+}
+
+/// A client connection speaking raw bytes.
+pub struct RawClient {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl RawClient {
+    pub async fn connect(addr: SocketAddr) -> RawClient {
+        RawClient {
+            stream: TcpStream::connect(addr).await.unwrap(),
+            buf: Vec::new(),
+        }
+    }
+
+    /// Writes `bytes`; false when the broker had closed the connection.
+    pub async fn send(&mut self, bytes: &[u8]) -> bool {
+        self.stream.write_all(bytes).await.is_ok()
+    }
+
+    /// Reads more, within [`DEADLINE`]; false at EOF or an error.
+    async fn fill(&mut self) -> bool {
+        let mut chunk = [0u8; 4096];
+        let read = tokio::time::timeout(DEADLINE, self.stream.read(&mut chunk)).await;
+        match read.expect("the broker neither answered nor closed in time") {
+            Ok(n) if n > 0 => {
+                self.buf.extend_from_slice(&chunk[..n]);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The next answer, read to its framed end (its length, its last chunk, or the
+    /// connection's close when it has neither); `None` when the connection closed first. A
+    /// body cut short is returned as far as it came.
+    pub async fn answer(&mut self) -> Option<Answer> {
+        let mut answer = self.head().await?;
+        let status = answer.status;
+        if (100..200).contains(&status) || status == 204 || status == 304 {
+            return Some(answer);
+        }
+        answer.body = if answer
+            .header("transfer-encoding")
+            .is_some_and(|v| v.contains("chunked"))
+        {
+            self.chunked().await
+        } else if let Some(length) = answer.header("content-length") {
+            let length: usize = length.parse().unwrap();
+            while self.buf.len() < length && self.fill().await {}
+            let n = length.min(self.buf.len());
+            self.buf.drain(..n).collect()
+        } else {
+            while self.fill().await {}
+            std::mem::take(&mut self.buf)
+        };
+        Some(answer)
+    }
+
+    /// The next answer's head alone (its body left unread); `None` when the connection
+    /// closed first.
+    pub async fn head(&mut self) -> Option<Answer> {
+        let head = loop {
+            if let Some(end) = find(&self.buf, b"\r\n\r\n") {
+                break self.buf.drain(..end + 4).collect::<Vec<u8>>();
+            }
+            if !self.fill().await {
+                return None;
+            }
+        };
+        let status_line = String::from_utf8_lossy(head.split(|&b| b == b'\r').next()?).to_string();
+        let status = status_line.split(' ').nth(1)?.parse().ok()?;
+        Some(Answer {
+            status_line,
+            status,
+            head,
+            body: Vec::new(),
+        })
+    }
+
+    /// The next `n` bytes; fewer when the connection closed first.
+    pub async fn bytes(&mut self, n: usize) -> Vec<u8> {
+        while self.buf.len() < n && self.fill().await {}
+        let n = n.min(self.buf.len());
+        self.buf.drain(..n).collect()
+    }
+
+    /// A chunked body, as far as it came.
+    async fn chunked(&mut self) -> Vec<u8> {
+        let mut body = Vec::new();
+        loop {
+            let line = loop {
+                if let Some(end) = find(&self.buf, b"\r\n") {
+                    break self.buf.drain(..end + 2).take(end).collect::<Vec<u8>>();
+                }
+                if !self.fill().await {
+                    return body;
+                }
+            };
+            let text = String::from_utf8_lossy(&line);
+            let Ok(size) = usize::from_str_radix(text.split(';').next().unwrap_or("").trim(), 16)
+            else {
+                return body;
+            };
+            if size == 0 {
+                return body;
+            }
+            while self.buf.len() < size + 2 {
+                if !self.fill().await {
+                    body.append(&mut self.buf);
+                    return body;
+                }
+            }
+            body.extend(self.buf.drain(..size));
+            self.buf.drain(..2);
+        }
+    }
+
+    /// Whether the broker closes the connection with nothing more sent (fails the test after
+    /// [`DEADLINE`] if it keeps it open).
+    pub async fn closed(&mut self) -> bool {
+        while self.fill().await {}
+        self.buf.is_empty()
+    }
+
+    /// Bytes received and not yet read as an answer.
+    pub fn unread(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
+/// Sends `bytes` on a new connection and reads one answer.
+pub async fn ask(addr: SocketAddr, bytes: &[u8]) -> Answer {
+    let mut client = RawClient::connect(addr).await;
+    assert!(
+        client.send(bytes).await,
+        "the broker closed before the request"
+    );
+    client.answer().await.expect("an answer")
+}
+
+/// A GET of `path` with a `Host`, as raw bytes.
+pub fn get_of(path: &str) -> Vec<u8> {
+    format!("GET {path} HTTP/1.1\r\nHost: app.example\r\n\r\n").into_bytes()
+}

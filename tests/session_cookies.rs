@@ -1,0 +1,601 @@
+//! The HTTP session cookie as an attacker and as real clients send it (issue 21), through the
+//! real broker: only cookies the broker signed count (forged ones reach no server an operator
+//! took out and make no session), a rotation with `SESSION_SECRET_PREVIOUS` and a restart on
+//! the generated secret keep sessions, the upgrade window honours the cookies of the version
+//! before for one `SESSION_TIMEOUT`; and the `Cookie` header is read as bytes: whatever an
+//! application's cookie holds, affinity holds and the broker's cookie never reaches a server
+//! (raw servers of the test's own record the exact head they received).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+mod http_common;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use appbroker::overrides::{Hold, Mode};
+use appbroker::sessions::{CookieKeys, Kept, OwnSecret, Ticket};
+use appbroker::tls::files::Passphrase;
+use common::{
+    Broker, HttpConnection, HttpResponse, InProcess, SESSION_SECRET, http_get, http_ini, run_cli,
+    session_secret_line, signed_cookie, signed_cookie_with,
+};
+use http_common::{Origin, raw_origin, read_head};
+use tokio::io::AsyncWriteExt;
+
+/// [`http_ini`] with the tests' `SESSION_SECRET`, over two loopback origins (ids 01 and 02).
+async fn two_origins(extra: &str) -> (Origin, Origin, InProcess) {
+    let (a, b) = (Origin::start().await, Origin::start().await);
+    let text = http_ini(&session_secret_line(), &[(a.addr, 1), (b.addr, 1)], extra);
+    let broker = InProcess::start(&text).await;
+    (a, b, broker)
+}
+
+/// One GET of `path` on a new connection, with `cookie` as the whole `Cookie` header.
+async fn get(broker: SocketAddr, path: &str, cookie: Option<&str>) -> HttpResponse {
+    let headers: Vec<(&str, &str)> = cookie.map(|c| ("Cookie", c)).into_iter().collect();
+    http_get(broker, path, &headers).await
+}
+
+/// The broker's cookie an answer sets, if any.
+fn set_cookie(answer: &HttpResponse) -> Option<String> {
+    let line = answer.header("set-cookie")?;
+    let value = line
+        .strip_prefix("TOTVS_BROKER_SH_001=")
+        .and_then(|rest| rest.split_once(';'))
+        .map(|(value, _)| value.to_string());
+    Some(value.unwrap_or_else(|| panic!("unexpected Set-Cookie {line}")))
+}
+
+/// True when `value` was signed with `secret`.
+fn signed_with(secret: &str, value: &str) -> bool {
+    let keys = CookieKeys::new(secret.as_bytes(), None, None);
+    Ticket::parse(value.as_bytes()).is_some_and(|t| keys.verify(&t))
+}
+
+/// The balancer's JSON query answer.
+async fn json(broker: &InProcess) -> serde_json::Value {
+    get(broker.addr(), "/TOTVS_BROKER_QUERY/JSON", None)
+        .await
+        .json()
+}
+
+/// Paths each origin served, in order.
+fn paths(origin: &Origin) -> Vec<String> {
+    origin.seen().into_iter().map(|s| s.target).collect()
+}
+
+/// A cookie of the right form for server `id` that no secret signed: forged, or what the
+/// broker set before cookies were signed. One per `n`.
+fn forged(id: &str, n: usize) -> String {
+    format!("TOTVS_BROKER_SH_001={id}.{n:0>22}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_cookie_never_reaches_a_disabled_server_and_is_never_a_session() {
+    let (a, b, broker) = two_origins("").await;
+    // An operator takes 02 out: compromised, keep users off.
+    let balancer = broker.broker.control().balancers()[0].clone();
+    let server = balancer.find_server("02").unwrap();
+    balancer.hold(
+        &server,
+        Hold {
+            mode: Mode::Disabled,
+            reason: "compromised".into(),
+            by: "the test".into(),
+            since_wall_ms: 0,
+        },
+    );
+    // Five forged cookies naming it, each sent twice (a value brought back is a session).
+    for n in 0..5 {
+        for round in 0..2 {
+            let answer = get(
+                broker.addr(),
+                &format!("/forged/{n}/{round}"),
+                Some(&forged("02", n)),
+            )
+            .await;
+            assert_eq!(answer.status, 200);
+            let set = set_cookie(&answer).expect("balanced as without a cookie: a new one set");
+            assert!(
+                set.starts_with("01.") && signed_with(SESSION_SECRET, &set),
+                "{set}"
+            );
+        }
+    }
+    assert_eq!(
+        paths(&b),
+        Vec::<String>::new(),
+        "the disabled server was reached"
+    );
+    assert_eq!(paths(&a).len(), 10);
+    let answer = json(&broker).await;
+    assert_eq!(answer["total"]["sessions"], 0, "{answer:#}");
+    assert_eq!(answer["totalSessionsHistory"], 0, "{answer:#}");
+    // A cookie the broker signed for 02 still goes there: a disabled server keeps its
+    // sessions, as before.
+    let answer = get(
+        broker.addr(),
+        "/signed",
+        Some(&format!("TOTVS_BROKER_SH_001={}", signed_cookie("02", 1))),
+    )
+    .await;
+    assert_eq!((answer.status, set_cookie(&answer)), (200, None));
+    assert_eq!(paths(&b), ["/signed"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_thousand_forged_cookies_on_one_connection_make_no_session() {
+    const FORGED: usize = 20_000;
+    const BATCH: usize = 200;
+    let (_a, _b, broker) = two_origins("LOG_REQUESTS=0").await;
+    let mut connection = HttpConnection::connect(broker.addr()).await;
+    // Pipelined in batches: the requests as fast as one connection carries them.
+    for start in (0..FORGED).step_by(BATCH) {
+        let mut requests = Vec::new();
+        for n in start..start + BATCH {
+            let id = if n % 2 == 0 { "01" } else { "02" };
+            requests.extend_from_slice(
+                format!(
+                    "GET /status/200 HTTP/1.1\r\nHost: 127.0.0.1\r\nCookie: {}\r\n\r\n",
+                    forged(id, n)
+                )
+                .as_bytes(),
+            );
+        }
+        connection.stream.write_all(&requests).await.unwrap();
+        for n in start..start + BATCH {
+            let answer = connection.read_response(false).await.unwrap();
+            assert_eq!(answer.status, 200, "request {n}");
+        }
+    }
+    let answer = json(&broker).await;
+    assert_eq!(answer["totalSessionsHistory"], 0, "{answer:#}");
+    assert_eq!(answer["total"]["sessions"], 0, "{answer:#}");
+    assert_eq!(answer["servers"][0]["sessions"], 0, "{answer:#}");
+    assert_eq!(answer["servers"][1]["sessions"], 0, "{answer:#}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotation_with_session_secret_previous_keeps_the_session() {
+    const OLD: &str = "the secret before the rotation, 32 characters or more";
+    const NEW: &str = "the secret after the rotation, 32 characters or more";
+    let (a, b) = (Origin::start().await, Origin::start().await);
+    let servers = [(a.addr, 1), (b.addr, 1)];
+    let broker = InProcess::start(&http_ini(&format!("SESSION_SECRET={OLD}"), &servers, "")).await;
+    let cookie = set_cookie(&get(broker.addr(), "/first", None).await).unwrap();
+    let header = format!("TOTVS_BROKER_SH_001={cookie}");
+    assert_eq!(
+        set_cookie(&get(broker.addr(), "/again", Some(&header)).await),
+        None
+    );
+    let (id, on) = if cookie.starts_with("01.") {
+        ("01", &a)
+    } else {
+        ("02", &b)
+    };
+    // The new secret signs, the old one still counts: the session stays, signed anew.
+    let reloaded = broker
+        .reload(&http_ini(
+            &format!("SESSION_SECRET={NEW}\nSESSION_SECRET_PREVIOUS={OLD}"),
+            &servers,
+            "",
+        ))
+        .await;
+    let changes = reloaded.changes.join("; ");
+    assert!(
+        changes.contains("[General] SESSION_SECRET changed (not shown)"),
+        "{changes}"
+    );
+    assert!(
+        changes.contains("[General] SESSION_SECRET_PREVIOUS (empty) -> (set)"),
+        "{changes}"
+    );
+    assert!(
+        !changes.contains(OLD) && !changes.contains(NEW),
+        "{changes}"
+    );
+    let answer = get(broker.addr(), "/rotated", Some(&header)).await;
+    assert_eq!(answer.status, 200);
+    let renewed = set_cookie(&answer).expect("signed anew with the new secret");
+    assert!(
+        renewed.starts_with(&format!("{id}.")) && signed_with(NEW, &renewed),
+        "{renewed}"
+    );
+    let renewed_header = format!("TOTVS_BROKER_SH_001={renewed}");
+    assert_eq!(
+        set_cookie(&get(broker.addr(), "/renewed", Some(&renewed_header)).await),
+        None
+    );
+    assert!(
+        paths(on).ends_with(&["/again".into(), "/rotated".into(), "/renewed".into()]),
+        "{:?}",
+        paths(on)
+    );
+    // One session all along.
+    let answer = json(&broker).await;
+    assert_eq!(answer["total"]["sessions"], 1, "{answer:#}");
+    assert_eq!(answer["totalSessionsHistory"], 1, "{answer:#}");
+    // The old secret dropped: its cookies no longer count; the renewed one does.
+    broker
+        .reload(&http_ini(&format!("SESSION_SECRET={NEW}"), &servers, ""))
+        .await;
+    assert_eq!(
+        set_cookie(&get(broker.addr(), "/kept", Some(&renewed_header)).await),
+        None
+    );
+    assert!(set_cookie(&get(broker.addr(), "/old", Some(&header)).await).is_some());
+}
+
+/// The broker's own secret as the secret file would give it, made `age_ms` ago.
+fn own_secret_made(age_ms: u64) -> OwnSecret {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    OwnSecret {
+        secret: Passphrase::new("an own secret of the upgrade window tests, 43c"),
+        kept: Kept::Created("test.state.secret".into()),
+        since_wall_ms: Some(now - age_ms),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_upgrade_window_honours_an_old_cookie_signing_it_anew_then_stops() {
+    // 01 drains (weight 0); 02 holds a request in hand, so that a request balanced without
+    // a cookie goes to 03: where an old cookie naming 02 lands says whether it was honoured.
+    let (a, b, c) = (
+        Origin::start().await,
+        Origin::start().await,
+        Origin::start().await,
+    );
+    let servers = [(a.addr, 0), (b.addr, 1), (c.addr, 1)];
+    let text = |timeout: &str| {
+        http_ini(
+            &session_secret_line(),
+            &servers,
+            &format!("SESSION_TIMEOUT={timeout}"),
+        )
+    };
+    let broker = InProcess::start_with(&text("60m"), |bound| {
+        bound.with_own_secret(own_secret_made(0))
+    })
+    .await;
+    let held = hold_on_02(&broker, &b).await;
+    // In the window: honoured on 02, and signed anew for 02.
+    let old = "TOTVS_BROKER_SH_001=02.q3VdAbCdEfGhIjKlMnOpQr";
+    let answer = get(broker.addr(), "/old", Some(old)).await;
+    assert_eq!(answer.status, 200);
+    let anew = set_cookie(&answer).expect("signed anew");
+    assert!(
+        anew.starts_with("02.") && signed_with(SESSION_SECRET, &anew),
+        "{anew}"
+    );
+    assert_eq!(paths(&b), ["/old"]);
+    let header = format!("TOTVS_BROKER_SH_001={anew}");
+    assert_eq!(
+        set_cookie(&get(broker.addr(), "/anew", Some(&header)).await),
+        None
+    );
+    assert_eq!(paths(&b), ["/old", "/anew"]);
+    // Never for a server that takes no new clients: an old cookie naming the draining 01 is
+    // no cookie.
+    let answer = get(
+        broker.addr(),
+        "/drained",
+        Some("TOTVS_BROKER_SH_001=01.q3VdAbCdEfGhIjKlMnOpQr"),
+    )
+    .await;
+    assert!(set_cookie(&answer).unwrap().starts_with("03."));
+    assert_eq!(
+        (paths(&a).len(), paths(&c)),
+        (0, vec!["/drained".to_string()])
+    );
+    // The old cookie never was a session: the held request's and the one signed anew are.
+    assert_eq!(json(&broker).await["totalSessionsHistory"], 2);
+    // SESSION_TIMEOUT now a second: the window (a second after the start) closes, and the old
+    // cookie is no cookie from then on.
+    broker.reload(&text("1s")).await;
+    let end = std::time::Instant::now() + common::DEADLINE;
+    loop {
+        let answer = get(broker.addr(), "/after", Some(old)).await;
+        let set = set_cookie(&answer).expect("a cookie set either way");
+        if set.starts_with("03.") {
+            break;
+        }
+        assert!(set.starts_with("02."), "{set}");
+        assert!(std::time::Instant::now() < end, "the window never closed");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    release_02(&b, held).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_opened_longer_than_a_session_timeout_ago_honours_nothing() {
+    // 02 holds a request in hand: a request balanced without a cookie goes to 01.
+    let (a, b) = (Origin::start().await, Origin::start().await);
+    let servers = [(a.addr, 1), (b.addr, 1)];
+    let broker = InProcess::start_with(
+        &http_ini(&session_secret_line(), &servers, "SESSION_TIMEOUT=10m"),
+        |bound| bound.with_own_secret(own_secret_made(11 * 60 * 1000)),
+    )
+    .await;
+    let held = hold_on_02(&broker, &b).await;
+    for n in 0..3 {
+        let answer = get(broker.addr(), &format!("/old/{n}"), Some(&forged("02", n))).await;
+        assert!(set_cookie(&answer).unwrap().starts_with("01."));
+    }
+    assert_eq!((paths(&a).len(), paths(&b).len()), (3, 0));
+    // The held request's session only.
+    assert_eq!(json(&broker).await["totalSessionsHistory"], 1);
+    release_02(&b, held).await;
+}
+
+/// Lets [`hold_on_02`]'s request answer; it must be a 200.
+async fn release_02(b: &Origin, held: tokio::task::JoinHandle<HttpResponse>) {
+    b.release(1);
+    let answer = common::within("the held request", held).await.unwrap();
+    assert_eq!(answer.status, 200);
+}
+
+/// A request with a session on 02 held there until the test releases it (`b` is 02): 02 has
+/// a request in hand, which a pick counts against it.
+async fn hold_on_02(broker: &InProcess, b: &Origin) -> tokio::task::JoinHandle<HttpResponse> {
+    let (addr, cookie) = (
+        broker.addr(),
+        format!("TOTVS_BROKER_SH_001={}", signed_cookie("02", 1)),
+    );
+    let held = tokio::spawn(async move { get(addr, "/hold", Some(&cookie)).await });
+    common::eventually("02 holding a request", || {
+        b.held.load(std::sync::atomic::Ordering::SeqCst) == 1
+    })
+    .await;
+    held
+}
+
+// ---- through the binary: the generated secret and its file -----------------------------
+
+/// An HTTP balancer over `servers` for the binary, without `SESSION_SECRET`.
+fn binary_ini(general: &str, servers: &[(SocketAddr, u32)]) -> String {
+    http_ini(general, servers, "").replace("SHUTDOWN_TIMEOUT=5", "SHUTDOWN_TIMEOUT=1")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_on_the_generated_secret_keeps_the_session() {
+    let (a, b) = (Origin::start().await, Origin::start().await);
+    let mut broker = Broker::start(&binary_ini("", &[(a.addr, 1), (b.addr, 1)])).await;
+    let line = broker
+        .wait_for_log("session cookies are signed with a secret generated now and kept in")
+        .await;
+    let file = broker.dir.path().join("appserver.state.secret");
+    assert!(line.contains(&file.display().to_string()), "{line}");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "{file:?}");
+    let kept = std::fs::read_to_string(&file).unwrap();
+    let cookie = set_cookie(&get(broker.addr(), "/first", None).await).unwrap();
+    let header = format!("TOTVS_BROKER_SH_001={cookie}");
+    assert_eq!(
+        set_cookie(&get(broker.addr(), "/again", Some(&header)).await),
+        None
+    );
+
+    broker.signal(nix::sys::signal::Signal::SIGTERM);
+    assert!(broker.wait_exit().await.success());
+    let dir = std::mem::replace(&mut broker.dir, tempfile::tempdir().unwrap());
+    let restarted = Broker::spawn_file(dir, broker.config_path.clone(), broker.ports.clone(), &[]);
+    restarted.wait_for_log("broker ready").await;
+    let line = restarted
+        .wait_for_log("session cookies are signed with the secret kept in")
+        .await;
+    assert!(line.contains("the same SESSION_SECRET on both"), "{line}");
+    let answer = get(restarted.addr(), "/restarted", Some(&header)).await;
+    assert_eq!((answer.status, set_cookie(&answer)), (200, None));
+    let on = if cookie.starts_with("01.") { &a } else { &b };
+    assert_eq!(paths(on), ["/first", "/again", "/restarted"]);
+    assert_eq!(
+        std::fs::read_to_string(restarted.dir.path().join("appserver.state.secret")).unwrap(),
+        kept
+    );
+    // The secret itself is never logged.
+    let secret: serde_json::Value = serde_json::from_str(&kept).unwrap();
+    let secret = secret["secret"].as_str().unwrap();
+    assert!(!broker.log_text().contains(secret) && !restarted.log_text().contains(secret));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_state_file_or_a_secret_a_warning_says_sessions_move_on_restart() {
+    let a = Origin::start().await;
+    let broker = Broker::start(&binary_ini("STATE_FILE=0", &[(a.addr, 1)])).await;
+    let line = broker
+        .wait_for_log("session cookies are signed with a secret generated for this run only")
+        .await;
+    assert!(
+        line.contains("WARN") && line.contains("STATE_FILE=0 and no SESSION_SECRET"),
+        "{line}"
+    );
+    assert!(line.contains("set SESSION_SECRET to keep them"), "{line}");
+    assert!(!broker.dir.path().join("appserver.state.secret").exists());
+    // With the key set, the line says so, and the value appears nowhere.
+    let secret = "a configured secret that must never be printed";
+    let set = Broker::start(&binary_ini(
+        &format!("STATE_FILE=0\nSESSION_SECRET={secret}"),
+        &[(a.addr, 1)],
+    ))
+    .await;
+    set.wait_for_log("session cookies are signed with SESSION_SECRET")
+        .await;
+    let cfg = get(set.addr(), "/TOTVS_BROKER_QUERY/CFG", None)
+        .await
+        .text();
+    assert!(cfg.contains("(set)") && !cfg.contains(secret), "{cfg}");
+    assert!(!set.log_text().contains(secret));
+    // A cookie it signed is one a broker with the same key takes (a pair).
+    let value = signed_cookie_with(secret, "01", 7);
+    let answer = get(
+        set.addr(),
+        "/",
+        Some(&format!("TOTVS_BROKER_SH_001={value}")),
+    )
+    .await;
+    assert_eq!((answer.status, set_cookie(&answer)), (200, None));
+}
+
+#[test]
+fn check_prints_a_secret_as_set_and_an_error_never_repeats_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("appserver.ini");
+    let secret = "a configured secret that must never be printed";
+    let text = http_ini(
+        &format!("SESSION_SECRET={secret}"),
+        &[("127.0.0.1:8080".parse().unwrap(), 1)],
+        "",
+    )
+    .replace("@PORT@", "8000");
+    std::fs::write(&path, &text).unwrap();
+    let (code, stdout, stderr) = run_cli(&["--check", "--config", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("; SESSION_SECRET=(set) (a secret is never printed)"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains(secret) && !stderr.contains(secret));
+    // The printout reads back (without the secret).
+    let printed = dir.path().join("printed.ini");
+    std::fs::write(&printed, &stdout).unwrap();
+    let (code, _, stderr) = run_cli(&["--check", "--config", printed.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stderr}");
+    std::fs::write(&path, text.replace(secret, "too-short-secret")).unwrap();
+    let (code, _, stderr) = run_cli(&["--check", "--config", path.to_str().unwrap()]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("[General] SESSION_SECRET: the value (not shown) is 16 characters long; a secret needs at least 32"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("too-short-secret"), "{stderr}");
+}
+
+// ---- the Cookie header as bytes -------------------------------------------------------------
+
+/// A raw server that answers every request `200 ok` on a kept-alive connection and records
+/// the exact head each one had.
+async fn recording_server() -> (SocketAddr, Arc<Mutex<Vec<Vec<u8>>>>) {
+    let heads: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
+    let recorded = Arc::clone(&heads);
+    let (addr, _) = raw_origin(move |mut stream, _| {
+        let heads = Arc::clone(&recorded);
+        async move {
+            loop {
+                let head = read_head(&mut stream).await;
+                if !head.ends_with(b"\r\n\r\n") {
+                    return;
+                }
+                heads.lock().unwrap().push(head);
+                let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+                if stream.write_all(answer).await.is_err() {
+                    return;
+                }
+            }
+        }
+    })
+    .await;
+    (addr, heads)
+}
+
+/// The values of the `cookie` lines of a recorded head, as bytes.
+fn cookie_lines(head: &[u8]) -> Vec<Vec<u8>> {
+    head.split(|&b| b == b'\n')
+        .filter_map(|line| {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            let colon = line.iter().position(|&b| b == b':')?;
+            line[..colon]
+                .eq_ignore_ascii_case(b"cookie")
+                .then(|| line[colon + 1..].trim_ascii().to_vec())
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn any_byte_in_another_cookie_keeps_affinity_and_the_broker_cookie_from_the_server() {
+    let (one, one_heads) = recording_server().await;
+    let (two, two_heads) = recording_server().await;
+    let broker = InProcess::start(&http_ini(
+        &session_secret_line(),
+        &[(one, 1), (two, 1)],
+        "LOG_REQUESTS=0",
+    ))
+    .await;
+    let ours = format!("TOTVS_BROKER_SH_001={}", signed_cookie("02", 1));
+    let mut connection = HttpConnection::connect(broker.addr()).await;
+    let mut expected: Vec<Vec<Vec<u8>>> = Vec::new();
+    let mut ask = async |cookies: &[&[u8]], forwarded: &[&[u8]]| {
+        let mut request = b"GET /b HTTP/1.1\r\nHost: 127.0.0.1\r\n".to_vec();
+        for cookie in cookies {
+            request.extend_from_slice(b"Cookie: ");
+            request.extend_from_slice(cookie);
+            request.extend_from_slice(b"\r\n");
+        }
+        request.extend_from_slice(b"\r\n");
+        connection.stream.write_all(&request).await.unwrap();
+        let answer = connection.read_response(false).await.unwrap();
+        let shown = String::from_utf8_lossy(&request).into_owned();
+        assert_eq!(answer.status, 200, "{shown}");
+        assert_eq!(answer.header("set-cookie"), None, "affinity lost: {shown}");
+        forwarded.iter().map(|c| c.to_vec()).collect::<Vec<_>>()
+    };
+    // Every byte from 0x80 to 0xFF inside an application cookie, before and after ours.
+    for byte in 0x80..=0xffu8 {
+        let lang = [&b"lang=S"[..], &[byte], b"o"].concat();
+        let before = [&lang[..], b"; ", ours.as_bytes(), b"; theme=dark"].concat();
+        let after = [ours.as_bytes(), b"; x=", &[byte], b"; ", &lang[..]].concat();
+        let kept_before = [&lang[..], b"; theme=dark"].concat();
+        let kept_after = [&b"x="[..], &[byte], b"; ", &lang[..]].concat();
+        expected.push(ask(&[&before], &[&kept_before]).await);
+        expected.push(ask(&[&after], &[&kept_after]).await);
+    }
+    // Blanks around its name, commas of old clients, quotes, a header of its own.
+    let utf8 = "nome=São Paulo".as_bytes();
+    for (cookies, forwarded) in [
+        (
+            vec![format!("a=1; TOTVS_BROKER_SH_001 ={}", signed_cookie("02", 1)).into_bytes()],
+            vec![b"a=1".to_vec()],
+        ),
+        (
+            vec![format!("a=1, {ours}, b=2").into_bytes()],
+            vec![b"a=1, b=2".to_vec()],
+        ),
+        (
+            vec![format!("TOTVS_BROKER_SH_001=\"{}\"; b=2", signed_cookie("02", 1)).into_bytes()],
+            vec![b"b=2".to_vec()],
+        ),
+        (
+            vec![utf8.to_vec(), ours.clone().into_bytes()],
+            vec![utf8.to_vec()],
+        ),
+        (vec![ours.clone().into_bytes()], vec![]),
+    ] {
+        let cookies: Vec<&[u8]> = cookies.iter().map(Vec::as_slice).collect();
+        let forwarded: Vec<&[u8]> = forwarded.iter().map(Vec::as_slice).collect();
+        expected.push(ask(&cookies, &forwarded).await);
+    }
+    drop(connection);
+    let heads = two_heads.lock().unwrap().clone();
+    assert!(
+        one_heads.lock().unwrap().is_empty(),
+        "a request left its session's server"
+    );
+    assert_eq!(heads.len(), expected.len());
+    for (head, wanted) in heads.iter().zip(&expected) {
+        assert!(
+            !head.windows(19).any(|w| w == b"TOTVS_BROKER_SH_001"),
+            "the broker's cookie reached the server: {}",
+            String::from_utf8_lossy(head)
+        );
+        assert_eq!(
+            &cookie_lines(head),
+            wanted,
+            "{}",
+            String::from_utf8_lossy(head)
+        );
+    }
+}
