@@ -549,6 +549,16 @@ fn control_socket(cli: &Cli, given: Option<&PathBuf>) -> Result<PathBuf, ExitCod
     }
 }
 
+/// The `--reason` a command gives, refused with control characters before it is sent.
+fn reason_of(command: &CtlCommand) -> Option<&str> {
+    match command {
+        CtlCommand::Disable { reason, .. }
+        | CtlCommand::Drain { reason, .. }
+        | CtlCommand::Quarantine { reason, .. } => reason.as_deref(),
+        _ => None,
+    }
+}
+
 /// `appbroker ctl`: one request to a running broker, its answer printed.
 fn ctl(cli: &Cli, args: &CtlArgs) -> ExitCode {
     let socket = match control_socket(cli, args.socket.as_ref()) {
@@ -556,20 +566,7 @@ fn ctl(cli: &Cli, args: &CtlArgs) -> ExitCode {
         Err(code) => return code,
     };
     let target = |section: &String, id: &String| (section.clone(), id.clone());
-    if let CtlCommand::Disable {
-        reason: Some(reason),
-        ..
-    }
-    | CtlCommand::Drain {
-        reason: Some(reason),
-        ..
-    }
-    | CtlCommand::Quarantine {
-        reason: Some(reason),
-        ..
-    } = &args.command
-        && let Some(problem) = appbroker::overrides::reason_problem(reason)
-    {
+    if let Some(problem) = reason_of(&args.command).and_then(appbroker::overrides::reason_problem) {
         logging::to_stderr(&format!("appbroker ctl: --reason: {problem}"));
         return ExitCode::from(2);
     }
