@@ -632,7 +632,7 @@ fn have(program: &str) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs openssl and curl (apt-get install openssl curl)"]
+#[ignore = "needs openssl and curl"]
 async fn openssl_s_client_and_curl_verify_the_broker_and_are_served() {
     if !have("openssl") || !have("curl") {
         return;
@@ -712,7 +712,7 @@ fn spki_hash(cert: &Path) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs chromium and openssl (apt-get install chromium openssl)"]
+#[ignore = "needs chromium and openssl"]
 async fn the_status_page_over_https_in_chromium() {
     if !have("openssl") {
         return;
@@ -1293,7 +1293,7 @@ fn openssl_req_x509(files: &Files, name: &str, file: &str) -> Leaf {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs openssl (apt-get install openssl)"]
+#[ignore = "needs openssl"]
 async fn a_certificate_made_by_openssl_req_x509_is_pinned_by_naming_it_and_another_is_not() {
     if !have("openssl") {
         return;
