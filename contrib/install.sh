@@ -9,16 +9,38 @@
 # It starts nothing: list your AppServers in the configuration first, then
 # `systemctl enable --now appbroker`.
 #
-# Usage: sudo contrib/install.sh [BINARY]              BINARY defaults to target/release/appbroker
+# Usage: sudo contrib/install.sh [BINARY]              BINARY defaults to release/appbroker in
+#                                                       cargo's target directory
 #        DESTDIR=/some/dir contrib/install.sh [BINARY]  the files only, under /some/dir, as any user
 #                                                       (no user created, systemd not told)
 set -eu
 cd "$(dirname "$0")/.."
-binary=${1:-target/release/appbroker}
+
+# Where `cargo build --release` put the binary: $CARGO_TARGET_DIR, else what cargo says
+# (build.target-dir in a .cargo/config.toml, CARGO_BUILD_TARGET_DIR), else target/.
+target_dir() {
+    if [ -n "${CARGO_TARGET_DIR:-}" ]; then
+        echo "$CARGO_TARGET_DIR"
+        return
+    fi
+    if command -v cargo >/dev/null 2>&1; then
+        dir=$(cargo metadata --format-version 1 --no-deps --offline 2>/dev/null |
+            sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+        if [ -n "$dir" ]; then
+            echo "$dir"
+            return
+        fi
+    fi
+    echo target
+}
+
+binary=${1:-$(target_dir)/release/appbroker}
 root=${DESTDIR:-}
 
 if [ ! -x "$binary" ]; then
-    echo "install.sh: no binary at $binary; build it first: cargo build --release" >&2
+    echo "install.sh: no binary at $binary; build it first (cargo build --release), or name it:" >&2
+    # sudo drops CARGO_TARGET_DIR, and root may have no cargo to ask.
+    echo "  sudo $0 PATH/TO/release/appbroker" >&2
     exit 1
 fi
 if [ -z "$root" ] && [ "$(id -u)" != 0 ]; then

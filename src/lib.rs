@@ -61,7 +61,7 @@
 //! - [`logging`]: the log line format, console and rotated file.
 //! - [`os_error`]: what an OS error means to an operator.
 //! - [`demo`]: stand-in servers for `appbroker demo` (echo servers, and web servers whose
-//!   page shows session affinity), and its line client.
+//!   page shows session affinity), its console and directory, and its line client.
 //! - [`clock`], [`throttle`], [`sys`]: time, log-rate limiting, the few system calls the
 //!   standard library lacks.
 //! - `supervisor`: `--supervise`: a parent that holds every listener and restarts the broker

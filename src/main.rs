@@ -309,8 +309,11 @@ fn main() -> ExitCode {
              add --supervise to ExecStart; binding the ports as usual"
         );
     }
-    let client_command = demo.map(|args| client_command(&cli, args));
-    match run(config, client_command, &log) {
+    let demo = demo.map(|args| DemoStart {
+        client_command: client_command(&cli, args),
+        built_in: cli.config.is_none(),
+    });
+    match run(config, demo, &log) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
@@ -682,7 +685,14 @@ fn demo_client(config: &Config, args: &DemoArgs, address: Option<SocketAddr>) ->
         return ExitCode::from(2);
     };
     match demo::client(address) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(demo::Ended::ByUser) => ExitCode::SUCCESS,
+        Ok(demo::Ended::ByServer) => {
+            logging::to_stderr(&format!(
+                "appbroker: connection closed by {address}: the server that answered was \
+                 stopped, or the demo ended; connect again to be sent to a server that runs"
+            ));
+            ExitCode::from(1)
+        }
         Err(e) => {
             logging::to_stderr(&format!(
                 "appbroker: cannot talk to {address}: {}; is the demo running? Start it with \
@@ -694,14 +704,18 @@ fn demo_client(config: &Config, args: &DemoArgs, address: Option<SocketAddr>) ->
     }
 }
 
+/// This very program, as a command to print: the path it runs from.
+fn this_program() -> String {
+    std::env::current_exe().map_or_else(
+        |_| "appbroker".to_string(),
+        |path| path.display().to_string(),
+    )
+}
+
 /// The command that runs the client of the demo just started: this very binary, with the
 /// demo's own options, so it works wherever and however the demo was started.
 fn client_command(cli: &Cli, args: &DemoArgs) -> String {
-    let exe = std::env::current_exe().map_or_else(
-        |_| "appbroker".to_string(),
-        |path| path.display().to_string(),
-    );
-    let mut command = format!("{exe} demo --client");
+    let mut command = format!("{} demo --client", this_program());
     if let Some(path) = &cli.config {
         command.push_str(&format!(" --config {}", path.display()));
     }
@@ -799,9 +813,66 @@ fn inherited(_config: &Config) -> anyhow::Result<Option<Vec<Vec<std::net::TcpLis
     Ok(None)
 }
 
-/// Runs the broker; with `demo` (the command that runs its client), the demo's stand-in
-/// servers and console too.
-fn run(config: Config, demo: Option<String>, log: &logging::Log) -> anyhow::Result<()> {
+/// What [`run`] needs to run the demo.
+struct DemoStart {
+    /// The command that runs its client.
+    client_command: String,
+    /// Its configuration is the built-in example (no `--config`).
+    built_in: bool,
+}
+
+/// The demo while it runs.
+struct DemoRun {
+    start: DemoStart,
+    /// The stand-in servers, until the console takes them.
+    servers: Option<std::collections::BTreeMap<String, demo::StandIn>>,
+    /// The configuration as it started, for the introduction.
+    shown: Config,
+    /// Its control socket and state file; removed with it.
+    scratch: demo::Scratch,
+}
+
+impl DemoRun {
+    /// Starts the stand-in servers of `config` and makes the demo's directory.
+    async fn start(start: DemoStart, config: &Config) -> anyhow::Result<DemoRun> {
+        Ok(DemoRun {
+            servers: Some(demo::start_servers(config).await?),
+            scratch: demo::Scratch::create().context("cannot make the demo's directory")?,
+            shown: config.clone(),
+            start,
+        })
+    }
+
+    /// Says how to use the demo.
+    fn introduce(&self) {
+        let ctl = format!(
+            "{} ctl --socket {} show",
+            this_program(),
+            self.scratch.control_socket().display()
+        );
+        let servers = self.servers.as_ref().map_or(0, |s| s.len());
+        demo::introduce(&self.shown, servers, &self.start.client_command, &ctl);
+    }
+}
+
+/// The control socket's and the state file's paths: the demo's own, or as the configuration
+/// says.
+fn admin_paths(config: &Config, demo: Option<&DemoRun>) -> (Option<PathBuf>, Option<PathBuf>) {
+    if let Some(demo) = demo {
+        return (
+            Some(demo.scratch.control_socket()),
+            Some(demo.scratch.state_file()),
+        );
+    }
+    let env = admin::paths::Env::current();
+    (
+        admin::paths::control_socket(&config.general, &config.source, &env),
+        admin::paths::state_file(&config.general, &config.source, &env),
+    )
+}
+
+/// Runs the broker; with `demo`, the demo's stand-in servers and console too.
+fn run(config: Config, demo: Option<DemoStart>, log: &logging::Log) -> anyhow::Result<()> {
     match sys::raise_open_file_limit() {
         Ok(limit) => info!(
             "open-file limit {limit}: room for about {} clients",
@@ -822,21 +893,21 @@ fn run(config: Config, demo: Option<String>, log: &logging::Log) -> anyhow::Resu
         .context("cannot start the runtime")?;
     let workers = threads.workers();
     let result = runtime.block_on(async {
-        let servers = match &demo {
-            Some(_) => Some(demo::start_servers(&config).await?),
+        let mut demo = match demo {
+            Some(start) => Some(DemoRun::start(start, &config).await?),
             None => None,
         };
-        let shown = demo.as_ref().map(|_| config.clone());
-        let env = admin::paths::Env::current();
-        let socket_path = admin::paths::control_socket(&config.general, &config.source, &env);
-        let state_path = admin::paths::state_file(&config.general, &config.source, &env);
+        let (socket_path, state_path) = admin_paths(&config, demo.as_ref());
         // Before the ports: a second broker on the same file says so, rather than that its
         // ports are taken.
         let mut socket = bind_control_socket(socket_path.as_deref(), &config)?;
-        let bound = match inherited(&config)? {
+        let mut bound = match inherited(&config)? {
             Some(listeners) => Broker::on_listeners(config, workers, listeners),
             None => Broker::bind(config, workers)?,
         };
+        if let Some(demo) = &demo {
+            bound = bound.refuse_file_reloads(demo::no_reload(demo.start.built_in));
+        }
         if let Some(path) = &state_path {
             admin::state_file::restore(path, &bound.balancers());
         }
@@ -846,8 +917,8 @@ fn run(config: Config, demo: Option<String>, log: &logging::Log) -> anyhow::Resu
         // Beside the state file, so that a restart keeps every HTTP session.
         let bound = bound.with_own_secret(admin::session_secret::keep(state_path.as_deref()));
         // After the `listening on` lines, so the way in is the last thing on the screen.
-        if let (Some(servers), Some(client), Some(config)) = (&servers, &demo, &shown) {
-            demo::introduce(config, servers.len(), client);
+        if let Some(demo) = &demo {
+            demo.introduce();
         }
         let mut broker = bound.start();
         let admin = admin::Admin::new(broker.control(), state_path);
@@ -893,19 +964,20 @@ fn run(config: Config, demo: Option<String>, log: &logging::Log) -> anyhow::Resu
         #[cfg(not(unix))]
         let reload = move || control.reload_file_later();
         handle_signals(shutdown, reload).context("cannot install the signal handlers")?;
-        if let Some(servers) = servers {
+        if let Some(servers) = demo.as_mut().and_then(|d| d.servers.take()) {
             tokio::spawn(demo::console(servers));
         }
         broker.stopped().await;
         if let Some(task) = serving {
             task.abort();
         }
-        // Its file goes with it.
+        // Its file goes with it, then the demo's directory.
         drop(socket);
+        drop(demo);
         Ok(())
     });
-    // The demo's console waits on a blocking read of standard input, which nothing can
-    // cancel: do not wait for it.
+    // The demo's console may be waiting on standard input, which nothing can cancel: do not
+    // wait for it.
     runtime.shutdown_background();
     threads.stop();
     result

@@ -161,7 +161,7 @@ pub async fn check(
         Monitoring::Http { path, expect } => {
             let check = http::check::Check {
                 path: path.clone(),
-                host: host.with_port(port),
+                host: host.authority(port),
                 expect: *expect,
                 timeout: deadline.saturating_duration_since(Instant::now()),
             };

@@ -1,6 +1,7 @@
 //! The few system facilities the standard library lacks, kept in one small module so the rest
 //! stays portable (a Windows build is expected to be asked for): errno names, the open-file
-//! limit, keepalive knobs, and splice(2) through pipes.
+//! limit, keepalive knobs, splice(2) through pipes, and whether reading the terminal would stop
+//! the process (the demo's console).
 
 use std::io;
 
@@ -120,6 +121,63 @@ pub fn set_reuse_port(socket: &socket2::Socket) -> io::Result<()> {
     socket.set_reuse_port(true)?;
     #[cfg(not(target_os = "linux"))]
     let _ = socket;
+    Ok(())
+}
+
+/// Whether a read of standard input now would stop this whole process: standard input is
+/// this process's controlling terminal and this process is not in its foreground process
+/// group (a shell's `appbroker demo &`, or a job put in the background with Ctrl-Z and `bg`).
+/// The terminal answers such a read with SIGTTIN, which stops every thread, and the broker's
+/// clients with them. A pipe, a file, or a terminal that is not this process's controlling
+/// one never stops it.
+#[cfg(unix)]
+pub fn input_in_background() -> bool {
+    match nix::unistd::tcgetpgrp(io::stdin()) {
+        Ok(foreground) => foreground != nix::unistd::getpgrp(),
+        // ENOTTY: no terminal, or not the controlling one; no job control applies.
+        Err(_) => false,
+    }
+}
+
+/// No job control without Unix.
+#[cfg(not(unix))]
+pub fn input_in_background() -> bool {
+    false
+}
+
+/// Waits until standard input has something to read (or its end), without reading it: a poll
+/// draws no SIGTTIN, so the caller can look at [`input_in_background`] before it reads. An
+/// interrupted wait (a stop and continue) returns, for the caller to look again.
+#[cfg(unix)]
+pub fn wait_for_input() -> io::Result<()> {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsFd;
+    let stdin = io::stdin();
+    let mut fds = [PollFd::new(stdin.as_fd(), PollFlags::POLLIN)];
+    match poll(&mut fds, PollTimeout::NONE) {
+        Ok(_) | Err(nix::errno::Errno::EINTR) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Standard input without the standard library's buffer: what [`wait_for_input`] sees waiting
+/// is then all there is to read (a line kept in that buffer would wait for the next one).
+#[cfg(unix)]
+pub fn raw_input() -> io::Result<Box<dyn io::Read + Send>> {
+    use std::os::fd::AsFd;
+    let fd = io::stdin().as_fd().try_clone_to_owned()?;
+    Ok(Box::new(std::fs::File::from(fd)))
+}
+
+/// Standard input, as the standard library reads it.
+#[cfg(not(unix))]
+pub fn raw_input() -> io::Result<Box<dyn io::Read + Send>> {
+    Ok(Box::new(io::stdin()))
+}
+
+/// Without Unix, the read itself waits.
+#[cfg(not(unix))]
+pub fn wait_for_input() -> io::Result<()> {
     Ok(())
 }
 

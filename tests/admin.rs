@@ -618,9 +618,22 @@ async fn ctl_exit_codes_say_done_refused_usage_and_no_broker() {
     let a = TestServer::start("a").await;
     let broker = Broker::start(&ini_for(&[&a], "")).await;
     assert_eq!(ctl(&broker, &["show"]).0, 0);
-    let (code, _, err) = ctl(&broker, &["enable", "WEB_SERVICES", "01"]);
+    // A name that matches nothing: refused, with what there is.
+    for args in [&["enable", "WEB_SERVICES", "01"][..], &["show", "desktop"]] {
+        let (code, _, err) = ctl(&broker, args);
+        assert_eq!(code, 1, "{err}");
+        assert!(
+            err.contains(&format!("no balancer {} is running", args[1]))
+                && err.contains("the balancers are BALANCE_SMART_CLIENT_DESKTOP"),
+            "{args:?}: {err}"
+        );
+    }
+    let (code, _, err) = ctl(&broker, &["disable", "SMART_CLIENT_DESKTOP", "07"]);
     assert_eq!(code, 1, "{err}");
-    assert!(err.contains("no balancer WEB_SERVICES"), "{err}");
+    assert!(
+        err.contains("has no server 07") && err.contains("01 (127.0.0.1:"),
+        "{err}"
+    );
     assert_eq!(ctl(&broker, &["disable", "SMART_CLIENT_DESKTOP"]).0, 2);
     assert_eq!(ctl(&broker, &["frobnicate"]).0, 2);
     let (code, _, err) = run_cli(&["ctl", "--socket", "/nonexistent/appbroker.sock", "show"]);

@@ -365,7 +365,7 @@ fn assert_no_broker_cookie(server: &StandIn) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs chromium (apt-get install chromium)"]
+#[ignore = "needs chromium"]
 async fn chromium_keeps_page_script_and_websocket_on_one_server_and_moves_when_it_stops() {
     let binary = find_chromium().expect("chromium on the PATH (apt-get install chromium)");
     let mut servers = web_stand_ins().await;
@@ -481,7 +481,7 @@ fn jar_cookie(jar: &std::path::Path) -> Option<(Vec<String>, String)> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs curl (apt-get install curl)"]
+#[ignore = "needs curl"]
 async fn curl_with_a_cookie_jar_stays_on_one_server() {
     let curl = find_curl();
     let (a, b) = (Origin::start().await, Origin::start().await);

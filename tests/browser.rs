@@ -221,7 +221,7 @@ async fn layout(binary: &Path, profile: &Path, html: &str, (width, height): (u32
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs chromium (apt-get install chromium)"]
+#[ignore = "needs chromium"]
 async fn status_page_renders_in_chromium() {
     let binary = find_chromium().expect("chromium on the PATH (apt-get install chromium)");
     let scene = scene("en").await;
@@ -343,7 +343,7 @@ async fn status_page_renders_in_chromium() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs chromium (apt-get install chromium)"]
+#[ignore = "needs chromium"]
 async fn the_status_page_fits_a_phone_with_the_table_first() {
     let binary = find_chromium().expect("chromium on the PATH (apt-get install chromium)");
     let scene = scene("pt-BR").await;

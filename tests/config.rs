@@ -767,6 +767,96 @@ fn the_documentation_lists_exactly_the_keys_of_the_table() {
     }
 }
 
+/// The keys of the `[General]` section of an ini file, upper case.
+fn general_keys(text: &str) -> Vec<String> {
+    let mut in_general = false;
+    let mut keys = Vec::new();
+    for line in text.lines().map(str::trim) {
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            in_general = name.trim().eq_ignore_ascii_case("general");
+        } else if in_general
+            && !line.starts_with(';')
+            && !line.starts_with('#')
+            && let Some((key, _)) = line.split_once('=')
+        {
+            keys.push(key.trim().to_ascii_uppercase());
+        }
+    }
+    keys
+}
+
+#[test]
+fn totvs_general_keys_are_never_taken_for_typos_of_appbrokers() {
+    use appbroker::config::keys::{KEYS, TOTVS_GENERAL, TOTVS_UNUSED};
+    // Every TOTVS key in [General], in any case: accepted, with notices only.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("appserver.ini");
+    let mut totvs_keys: Vec<&str> = TOTVS_GENERAL
+        .iter()
+        .copied()
+        .chain(TOTVS_UNUSED.iter().map(|(k, _)| *k))
+        .collect();
+    totvs_keys.sort_unstable();
+    totvs_keys.dedup();
+    // As written, then in lower case (a file cannot hold both: they are the same key).
+    for lower in [false, true] {
+        let mut text = String::from("[General]\n");
+        for key in &totvs_keys {
+            let key = if lower {
+                key.to_ascii_lowercase()
+            } else {
+                key.to_string()
+            };
+            text.push_str(&format!("{key}=1\n"));
+        }
+        text.push_str("[BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_PORT=5000\n");
+        text.push_str("REMOTE_SERVER_01=10.0.0.1 6001\n");
+        std::fs::write(&path, text).unwrap();
+        let (code, _, stderr) = check(&path);
+        assert_eq!(code, 0, "{stderr}");
+        assert_ok_line(&stderr, &path);
+    }
+    // The [General] keys of the TOTVS fixtures are appbroker's or on the list, so a file
+    // from a TOTVS shop added there grows the list with it.
+    let known = |key: &str| {
+        KEYS.iter().any(|k| k.name == key) || totvs_keys.iter().any(|k| k.eq_ignore_ascii_case(key))
+    };
+    let totvs: Vec<PathBuf> = fixtures(VALID)
+        .into_iter()
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("totvs")
+        })
+        .collect();
+    assert!(totvs.len() >= 2, "the TOTVS fixtures are gone: {totvs:?}");
+    for fixture in &totvs {
+        let text = std::fs::read_to_string(fixture).unwrap();
+        let keys = general_keys(&text);
+        assert!(
+            !keys.is_empty(),
+            "{} has no [General] keys",
+            fixture.display()
+        );
+        for key in keys {
+            assert!(known(&key), "{}: {key} is on no list", fixture.display());
+        }
+    }
+    // And docs/configuration.md names them.
+    let docs = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/configuration.md"
+    ))
+    .unwrap();
+    for key in TOTVS_GENERAL {
+        assert!(
+            docs.contains(&format!("`{key}`")),
+            "{key} is not in docs/configuration.md"
+        );
+    }
+}
+
 /// The timing doctor speaks in the three places a file is read: `--check` (a notice on
 /// standard error, exit 0), the start, and a reload (warnings in the log).
 #[tokio::test]

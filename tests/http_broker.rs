@@ -450,7 +450,7 @@ async fn run(program: &PathBuf, args: &[&str]) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs curl and wrk (apt-get install curl wrk)"]
+#[ignore = "needs curl and wrk"]
 async fn curl_and_wrk_through_the_broker() {
     let origin = Origin::start().await;
     let broker = InProcess::start(&http_ini(&[origin.addr], "LOG_REQUESTS=0")).await;
@@ -571,7 +571,7 @@ async fn page_and_websocket_origin(messages: Arc<std::sync::Mutex<Vec<String>>>)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs chromium (apt-get install chromium)"]
+#[ignore = "needs chromium"]
 async fn chromium_opens_a_websocket_through_the_broker() {
     let Some(chromium) = find_program("chromium") else {
         return;

@@ -941,7 +941,7 @@ async fn curl(args: Vec<String>) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs curl (Debian: curl)"]
+#[ignore = "needs curl"]
 async fn curl_keeps_its_connection_alive_through_the_broker() {
     let origin = Origin::start().await;
     let broker = broker_for(&origin).await;
@@ -957,7 +957,7 @@ async fn curl_keeps_its_connection_alive_through_the_broker() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs curl (Debian: curl)"]
+#[ignore = "needs curl"]
 async fn curl_uploads_with_expect_100_continue_and_chunked() {
     let origin = Origin::start().await;
     let broker = broker_for(&origin).await;

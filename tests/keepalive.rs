@@ -56,7 +56,7 @@ async fn settled_socket_line(local: SocketAddr, peer: SocketAddr) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs ss (apt-get install iproute2)"]
+#[ignore = "needs ss (iproute2)"]
 async fn keepalive_timers_run_on_both_of_the_brokers_sockets_unless_turned_off() {
     assert!(
         ss().is_some(),

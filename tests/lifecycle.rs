@@ -452,8 +452,13 @@ struct Process {
 
 impl Process {
     fn spawn(mut command: Command) -> Process {
+        command.stdin(Stdio::piped());
+        Process::spawn_keeping_stdin(command)
+    }
+
+    /// As [`Process::spawn`], with the standard input `command` was given (a terminal, say).
+    fn spawn_keeping_stdin(mut command: Command) -> Process {
         let mut child = command
-            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -541,9 +546,9 @@ impl Process {
 }
 
 impl Drop for Process {
+    /// Ends the process and what it started (the demo a shell ran), even after a panic.
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        kill_tree(&mut self.child);
     }
 }
 
@@ -642,8 +647,28 @@ struct Demo {
 /// Starts `appbroker demo --config <the example on free ports> <args>` and waits until it is
 /// ready.
 async fn start_demo(args: &[&str]) -> Demo {
+    start_demo_as(&[], args, Process::spawn).await
+}
+
+/// Starts `<prefix> appbroker demo --config <the example on free ports> <args>` (`prefix`: a
+/// program that runs the demo, such as a shell) with `spawn`, and waits until it is ready.
+async fn start_demo_as(
+    prefix: &[&str],
+    args: &[&str],
+    spawn: impl FnOnce(Command) -> Process,
+) -> Demo {
     let (dir, path, ports) = demo_config();
-    let mut command = Command::new(binary());
+    let mut command = match prefix.split_first() {
+        Some((program, rest)) => {
+            let mut command = Command::new(program);
+            command.args(rest);
+            command
+        }
+        None => Command::new(binary()),
+    };
+    if !prefix.is_empty() {
+        command.arg(binary());
+    }
     // From an empty directory: the demo needs no appserver.ini of its own.
     command
         .arg("demo")
@@ -652,8 +677,13 @@ async fn start_demo(args: &[&str]) -> Demo {
         .args(args)
         .current_dir(dir.path())
         .env_remove("RUST_LOG");
+    // Where a broker on this file would keep its socket and state: the demo keeps its own,
+    // in the temporary directory, here the test's (so a demo the test kills leaves nothing).
     own_admin_dirs(&mut command, dir.path());
-    let process = Process::spawn(command);
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    command.env("TMPDIR", &tmp);
+    let process = spawn(command);
     process.wait_for_log("broker ready").await;
     Demo {
         process,
@@ -906,4 +936,242 @@ async fn the_demo_prints_a_client_command_that_works_without_telnet_or_nc() {
         stderr.contains("connection refused") && stderr.contains("is the demo running?"),
         "{stderr}"
     );
+}
+
+/// Whether `setsid` (util-linux) runs here; under `CI` its absence fails the test rather than
+/// skipping it.
+fn have_setsid() -> bool {
+    let found = Command::new("setsid")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .status()
+        .is_ok();
+    assert!(
+        found || std::env::var_os("CI").is_none(),
+        "setsid (util-linux) is needed under CI"
+    );
+    if !found {
+        eprintln!("setsid is not installed: skipped");
+    }
+    found
+}
+
+/// A pseudo-terminal: the demo's end (its standard input) and the end a person types into.
+fn terminal() -> (Stdio, std::fs::File) {
+    let pty = nix::pty::openpty(None, None).expect("a pseudo-terminal");
+    (Stdio::from(pty.slave), std::fs::File::from(pty.master))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs setsid (util-linux) and a pseudo-terminal"]
+async fn the_demo_in_the_background_of_a_terminal_serves_and_says_ids_cannot_be_typed() {
+    if !have_setsid() {
+        return;
+    }
+    // An operator's shell with job control, its terminal the demo's standard input:
+    // `appbroker demo &` puts the demo in a process group that is not the terminal's
+    // foreground, where a read of the terminal would stop the whole process (SIGTTIN).
+    let (tty, _keyboard) = terminal();
+    let shell = [
+        "setsid",
+        "--ctty",
+        "sh",
+        "-c",
+        "set -m; \"$0\" \"$@\" & wait",
+    ];
+    // A job that stops ends the shell's `wait`, and the shell with it, orphaning the demo:
+    // everything in the shell's session is ended with the test, even when it fails.
+    let mut _session = None;
+    let demo = start_demo_as(&shell, &[], |mut command| {
+        command.stdin(tty);
+        let process = Process::spawn_keeping_stdin(command);
+        _session = Some(Session(process.child.id() as i32));
+        process
+    })
+    .await;
+    demo.process
+        .wait_for_log(
+            "demo: typing server ids is not available while the demo runs in the background",
+        )
+        .await;
+    // Still serving: every client answered.
+    let names: Vec<String> = (1..=3).map(|n| demo_server_name(&demo, n)).collect();
+    for i in 0..3 {
+        let name = demo_ask(&demo, &format!("in the background {i}")).await;
+        assert!(names.contains(&name), "{name}");
+    }
+    assert!(
+        !demo.process.has_log("demo: type a server id"),
+        "{}",
+        demo.process.log_text()
+    );
+
+    // In the terminal's foreground (a session of its own, as `fg` would make it), the
+    // console reads what is typed there.
+    let (tty, mut keyboard) = terminal();
+    let mut demo = start_demo_as(&["setsid", "--ctty"], &[], |mut command| {
+        command.stdin(tty);
+        Process::spawn_keeping_stdin(command)
+    })
+    .await;
+    demo.process
+        .wait_for_log("demo: type a server id (01, 02, ...) and Enter here")
+        .await;
+    keyboard.write_all(b"01\n").unwrap();
+    demo.process
+        .wait_for_log("demo: stopped BALANCE_SMART_CLIENT_DESKTOP/01")
+        .await;
+    let name = demo_ask(&demo, "after the stop").await;
+    assert!(
+        name == names_of(&demo)[1] || name == names_of(&demo)[2],
+        "{name}"
+    );
+    demo.process.signal(Signal::SIGINT);
+    assert_eq!(demo.process.wait_exit().await.code(), Some(0));
+}
+
+/// A session (the id of its leader) whose every process is SIGKILLed when this is dropped.
+struct Session(i32);
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|p| p.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            // `pid (comm) state ppid pgrp session ...`; comm may hold spaces and parentheses.
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let session = stat
+                .rsplit(')')
+                .next()
+                .and_then(|rest| rest.split_whitespace().nth(3)?.parse::<i32>().ok());
+            if session == Some(self.0) {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
+            }
+        }
+    }
+}
+
+/// The desktop balancer's servers 1 to 3 as they name themselves.
+fn names_of(demo: &Demo) -> Vec<String> {
+    (1..=3).map(|n| demo_server_name(demo, n)).collect()
+}
+
+/// Runs `command` with its standard input open until it exits (within [`DEADLINE`]); returns
+/// (exit code, stderr).
+fn run_with_input_open(mut command: Command) -> (i32, String) {
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run the command");
+    let _input = child.stdin.take();
+    let end = Instant::now() + DEADLINE;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > end {
+            kill_tree(&mut child);
+            panic!("the command did not end when the server closed");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let output = child.wait_with_output().unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_client_says_when_the_other_side_closed_and_exits_1() {
+    // The other side closes while the user can still type (the server that answered was
+    // stopped): not a silent exit 0, which would read as success.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    let closer = std::thread::spawn(move || drop(listener.accept().unwrap()));
+    let mut command = Command::new(binary());
+    command.args(["demo", "--client", &address.to_string()]);
+    let (code, stderr) = tokio::task::spawn_blocking(move || run_with_input_open(command))
+        .await
+        .unwrap();
+    closer.join().unwrap();
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains(&format!("connection closed by {address}")),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_keeps_its_socket_and_state_in_a_directory_it_removes_and_reloads_nothing() {
+    let mut demo = start_demo(&[]).await;
+    let socket = demo_socket(&demo).await;
+    let scratch = socket.parent().unwrap().to_path_buf();
+    // In the temporary directory (TMPDIR), not where a broker of this file keeps them (the
+    // test's RUNTIME_DIRECTORY and STATE_DIRECTORY, or /run/appbroker and /var/lib/appbroker).
+    assert_eq!(
+        scratch.parent(),
+        Some(demo._dir.path().join("tmp").as_path())
+    );
+    let ctl = |args: &[&str]| {
+        let mut command = Command::new(binary());
+        command.arg("ctl").arg("--socket").arg(&socket).args(args);
+        own_admin_dirs(&mut command, demo._dir.path());
+        run_bounded(command)
+    };
+    let (code, out, err) = ctl(&["drain", "SMART_CLIENT_DESKTOP", "01"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(scratch.join("demo.state").is_file());
+
+    // No file to read again as the demo runs it: said so, the running configuration kept.
+    let (code, out, err) = ctl(&["reload"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("the demo does not reload its file"), "{err}");
+    assert_eq!(shown_state(&ctl(&["show", "--json"])), "drain");
+
+    demo.process.signal(Signal::SIGINT);
+    assert_eq!(demo.process.wait_exit().await.code(), Some(0));
+    assert!(!scratch.exists(), "{} is left behind", scratch.display());
+
+    // The next demo starts afresh: no drain from the last one.
+    let next = start_demo(&[]).await;
+    let socket = demo_socket(&next).await;
+    let mut show = Command::new(binary());
+    show.arg("ctl")
+        .arg("--socket")
+        .arg(&socket)
+        .args(["show", "--json"]);
+    assert_eq!(shown_state(&run_bounded(show)), "available");
+}
+
+/// The control socket of `demo`, from the `ctl` command its start prints.
+async fn demo_socket(demo: &Demo) -> std::path::PathBuf {
+    let line = demo
+        .process
+        .wait_for_log("demo: its control socket and state are in a directory of its own")
+        .await;
+    let command = line
+        .split('`')
+        .nth(1)
+        .expect("the ctl command between backquotes");
+    let words: Vec<&str> = command.split_whitespace().collect();
+    assert_eq!(words[..3], [binary(), "ctl", "--socket"], "{command}");
+    assert_eq!(words[4..], ["show"], "{command}");
+    std::path::PathBuf::from(words[3])
+}
+
+/// The state of the desktop balancer's server 01 in the output of `ctl show --json`.
+fn shown_state((code, out, err): &(i32, String, String)) -> String {
+    assert_eq!(*code, 0, "{out}{err}");
+    let answer: serde_json::Value = serde_json::from_str(out).unwrap();
+    let server = &answer["balancers"][0]["servers"][0];
+    assert_eq!(server["id"], "01", "{answer}");
+    server["state"].as_str().unwrap().to_string()
 }

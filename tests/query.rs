@@ -241,6 +241,9 @@ async fn every_command_answers_on_the_broker_port() {
 
     let unknown = get(&broker, "/TOTVS_BROKER_QUERY/ServerStatus/127.0.0.1:1").await;
     assert_eq!(unknown.status, 404, "{}", unknown.text());
+    // What there is, to pick from.
+    let listed = format!("its servers are {}, {}", a.address(), b.address());
+    assert!(unknown.text().contains(&listed), "{}", unknown.text());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -215,7 +215,7 @@ async fn a_query_whose_client_shuts_its_sending_side_gets_the_whole_answer() {
 
 /// The real `nc` of a shell health check. Needs netcat-openbsd (`.ci/run` installs it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs nc (Debian: netcat-openbsd)"]
+#[ignore = "needs nc (netcat-openbsd)"]
 async fn nc_with_a_half_close_gets_the_whole_answer() {
     let a = TestServer::start("a").await;
     let broker = InProcess::start(&ini_for(&[&a], "")).await;

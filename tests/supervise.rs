@@ -810,7 +810,7 @@ async fn the_supervisor_tells_systemd_it_is_ready_once_the_broker_serves() {
 }
 
 #[tokio::test]
-#[ignore = "needs systemd-socket-activate (apt-get install systemd)"]
+#[ignore = "needs systemd-socket-activate (systemd)"]
 async fn sockets_from_systemd_are_matched_by_address_and_the_others_bound() {
     let server = TestServer::start("A").await;
     let dir = tempfile::tempdir().unwrap();

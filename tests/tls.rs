@@ -299,9 +299,9 @@ async fn same_port_mode_serves_tls_and_plain_clients() {
     assert!(broker.state().handshake_failures.is_empty());
 }
 
-/// A TLS server's acceptor with `leaf` (its key PKCS#8, as rcgen and OpenSSL write it),
+/// A TLS server's configuration with `leaf` (its key PKCS#8, as rcgen and OpenSSL write it),
 /// speaking `alpn` when given.
-fn acceptor_of(leaf: &Leaf, alpn: Option<&[u8]>) -> TlsAcceptor {
+fn server_config(leaf: &Leaf, alpn: Option<&[u8]>) -> ServerConfig {
     let key = rustls::pki_types::PrivateKeyDer::try_from(
         rustls::pki_types::pem::PemObject::from_pem_slice(leaf.key.as_bytes())
             .map(|k: rustls::pki_types::PrivatePkcs8KeyDer<'static>| k.secret_pkcs8_der().to_vec())
@@ -315,7 +315,12 @@ fn acceptor_of(leaf: &Leaf, alpn: Option<&[u8]>) -> TlsAcceptor {
         .with_single_cert(vec![leaf.der.clone()], key)
         .unwrap();
     config.alpn_protocols = alpn.into_iter().map(<[u8]>::to_vec).collect();
-    TlsAcceptor::from(Arc::new(config))
+    config
+}
+
+/// A TLS server's acceptor with `leaf`, speaking `alpn` when given.
+fn acceptor_of(leaf: &Leaf, alpn: Option<&[u8]>) -> TlsAcceptor {
+    TlsAcceptor::from(Arc::new(server_config(leaf, alpn)))
 }
 
 /// A TLS echo server (`<name>: <line>`) with `leaf`, on loopback.
@@ -627,7 +632,7 @@ fn have(program: &str) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs openssl and curl (apt-get install openssl curl)"]
+#[ignore = "needs openssl and curl"]
 async fn openssl_s_client_and_curl_verify_the_broker_and_are_served() {
     if !have("openssl") || !have("curl") {
         return;
@@ -707,7 +712,7 @@ fn spki_hash(cert: &Path) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs chromium and openssl (apt-get install chromium openssl)"]
+#[ignore = "needs chromium and openssl"]
 async fn the_status_page_over_https_in_chromium() {
     if !have("openssl") {
         return;
@@ -1288,7 +1293,7 @@ fn openssl_req_x509(files: &Files, name: &str, file: &str) -> Leaf {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs openssl (apt-get install openssl)"]
+#[ignore = "needs openssl"]
 async fn a_certificate_made_by_openssl_req_x509_is_pinned_by_naming_it_and_another_is_not() {
     if !have("openssl") {
         return;
@@ -1359,4 +1364,108 @@ async fn a_certificate_made_by_openssl_req_x509_is_pinned_by_naming_it_and_anoth
             && l.contains("is pinned")),
         "{stderr}"
     );
+}
+
+/// A TLS web server with `leaf` on loopback, answering each request `200` and recording the
+/// name each client sent (SNI) and each request's `Host`.
+async fn tls_web_server(leaf: &Leaf) -> (SocketAddr, Arc<std::sync::Mutex<Vec<String>>>) {
+    let config = Arc::new(server_config(leaf, None));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = Arc::clone(&seen);
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (config, record) = (Arc::clone(&config), Arc::clone(&record));
+            tokio::spawn(async move {
+                // The name is read from the client's hello, before the certificate is sent:
+                // recorded even when the client then refuses it.
+                let hello = tokio_rustls::LazyConfigAcceptor::new(Default::default(), tcp);
+                let Ok(start) = hello.await else {
+                    return;
+                };
+                let sni = start.client_hello().server_name().unwrap_or("").to_string();
+                record.lock().unwrap().push(format!("SNI {sni}"));
+                let Ok(mut stream) = start.into_stream(config).await else {
+                    return;
+                };
+                let mut lines = BufReader::new(&mut stream);
+                let mut line = String::new();
+                while lines.read_line(&mut line).await.unwrap_or(0) > 2 {
+                    if let Some(host) = line.strip_prefix("host: ").or(line.strip_prefix("Host: "))
+                    {
+                        record
+                            .lock()
+                            .unwrap()
+                            .push(format!("Host {}", host.trim_end()));
+                    }
+                    line.clear();
+                }
+                let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+                let _ = stream.write_all(answer).await;
+                let _ = stream.shutdown().await;
+            });
+        }
+    });
+    (addr, seen)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_named_with_a_final_dot_is_verified_and_checked_by_its_name() {
+    // `app.test.` is an absolute name (no search domain appended): accepted as a server's
+    // host. Towards it, TLS sends and verifies `app.test` (RFC 6066 leaves the dot out), and
+    // the HTTP check asks for `Host: app.test:<port>`, the names the server knows itself by.
+    let ca = Ca::new("Test CA");
+    let files = Files::new();
+    let ca_file = files.write("ca.pem", ca.pem());
+    let lookup: appbroker::resolve::Lookup = Arc::new(|name: &str| match name {
+        "app.test." => Ok(vec![std::net::Ipv4Addr::LOCALHOST.into()]),
+        _ => Err(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            name.to_string(),
+        )),
+    });
+    let resolver = Arc::new(appbroker::resolve::Resolver::with_lookup(4, lookup));
+    for (certified, verified) in [("app.test", true), ("other.test", false)] {
+        let (addr, seen) = tls_web_server(&ca.issue(&[certified], |_| {})).await;
+        let text = format!(
+            "[BALANCE_HTTP]\nLOCAL_SERVER_PORT=1\nMONITORING_TYPE=HTTP\nSSL_ENCRYPT_UPSTREAM=1\n\
+             SSL_UPSTREAM_CA={}\nREMOTE_SERVER_01=app.test. {}\n",
+            ca_file.display(),
+            addr.port()
+        );
+        let loaded = appbroker::config::Config::from_text(&text, Path::new("t.ini"))
+            .unwrap_or_else(|e| panic!("{}", e.report()));
+        let balancer = &loaded.config.balancers[0];
+        let server = &balancer.servers[0];
+        assert_eq!(server.address(), format!("app.test.:{}", addr.port()));
+        let settings = balancer.tls.upstream(true).unwrap();
+        // SSL_UPSTREAM_CA is the one trusted: no system roots needed.
+        let roots = appbroker::tls::SystemRoots {
+            store: Arc::new(RootCertStore::empty()),
+            problem: None,
+        };
+        let tls = appbroker::tls::UpstreamTls::load(&settings, &roots).unwrap();
+        let checked =
+            appbroker::monitor::check(&resolver, &server.host, server.port, balancer, Some(&tls))
+                .await;
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(
+            seen.first().map(String::as_str),
+            Some("SNI app.test"),
+            "{seen:?}"
+        );
+        if verified {
+            assert!(checked.is_ok(), "{checked:?}");
+            assert_eq!(seen[1..], [format!("Host app.test:{}", addr.port())]);
+        } else {
+            let error = checked.unwrap_err().words();
+            assert!(error.contains("TLS handshake failed"), "{error}");
+            assert_eq!(
+                seen.len(),
+                1,
+                "no request without a verified server: {seen:?}"
+            );
+        }
+    }
 }

@@ -119,11 +119,7 @@ impl Admin {
             .iter()
             .find(|b| names_section(section, b.kind().section()))
         else {
-            let known: Vec<&str> = balancers.iter().map(|b| b.kind().section()).collect();
-            return Err(format!(
-                "no balancer {section} is running; the balancers are {}",
-                known.join(", ")
-            ));
+            return Err(no_balancer(section, &balancers));
         };
         let Some(server) = balancer.find_server(name) else {
             let known: Vec<String> = balancer
@@ -256,15 +252,14 @@ impl Admin {
 
     /// Every balancer, or `section`'s, as `show` gives them.
     fn show(&self, section: Option<&str>) -> Answer {
-        let balancers: Vec<BalancerView> = self
-            .control
-            .balancers()
+        let running = self.control.balancers();
+        let balancers: Vec<BalancerView> = running
             .iter()
             .filter(|b| section.is_none_or(|s| names_section(s, b.kind().section())))
             .map(|b| view(&b.state()))
             .collect();
         if let (Some(section), true) = (section, balancers.is_empty()) {
-            return Answer::refused(format!("no balancer {section} is running"));
+            return Answer::refused(no_balancer(section, &running));
         }
         Answer {
             ok: true,
@@ -298,6 +293,7 @@ impl Admin {
                 ..Answer::refused("configuration reloaded in part")
             },
             Err(ReloadError::Stopped) => Answer::refused("the broker is stopping"),
+            Err(ReloadError::Refused(why)) => Answer::refused(format!("reload rejected: {why}")),
             Err(e) => Answer {
                 errors: e.lines(),
                 ..Answer::refused("reload rejected: the running configuration stays")
@@ -321,6 +317,15 @@ impl Admin {
             );
         }
     }
+}
+
+/// Why `section` names no balancer, with the ones that run.
+fn no_balancer(section: &str, running: &[Arc<Balancer>]) -> String {
+    let known: Vec<&str> = running.iter().map(|b| b.kind().section()).collect();
+    format!(
+        "no balancer {section} is running; the balancers are {} (BALANCE_ may be left out)",
+        known.join(", ")
+    )
 }
 
 /// `its 3 open connections stay` for answers.

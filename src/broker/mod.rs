@@ -57,6 +57,9 @@ pub enum ReloadError {
     /// was checked, or the configuration was given by a program): every finding, one a line.
     #[error("{0}")]
     Tls(String),
+    /// This broker reloads no file (see [`Bound::refuse_file_reloads`]): why, in words.
+    #[error("{0}")]
+    Refused(String),
     /// The broker has stopped.
     #[error("the broker has stopped")]
     Stopped,
@@ -103,6 +106,8 @@ pub struct Bound {
     /// The secret of the session cookies when `SESSION_SECRET` is not set; `None`: one made
     /// for this run at the start.
     own_secret: Option<OwnSecret>,
+    /// Why the file is not read again on a reload, when it is not.
+    no_file_reload: Option<String>,
 }
 
 /// A running broker. Dropping it stops everything at once (connections cut); [`Broker::stop`]
@@ -241,6 +246,7 @@ impl Broker {
             resolver,
             events,
             own_secret: None,
+            no_file_reload: None,
         }
     }
 
@@ -359,6 +365,15 @@ impl Bound {
         self
     }
 
+    /// Refuses every reload of the file (SIGHUP, `ctl reload`) with `why`: for a
+    /// configuration no file holds as it runs (the demo's built-in example, or a file whose
+    /// listening addresses the demo replaced). A configuration given to [`Broker::reload`] is
+    /// still applied.
+    pub fn refuse_file_reloads(mut self, why: String) -> Bound {
+        self.no_file_reload = Some(why);
+        self
+    }
+
     /// Starts serving: every balancer's accept loops (on the workers), monitor and sampler,
     /// and the control loop (on the current runtime).
     pub fn start(self) -> Broker {
@@ -396,6 +411,7 @@ impl Bound {
             retired: Vec::new(),
             stopping: stopping.clone(),
             addrs: Arc::clone(&addrs),
+            no_file_reload: self.no_file_reload,
         };
         Broker {
             events: self.events,

@@ -20,6 +20,10 @@ use crate::logging;
 impl Runtime {
     /// Reads the configuration file again and applies it; an invalid file changes nothing.
     pub(super) async fn reload_file(&mut self) -> Result<Reloaded, ReloadError> {
+        if let Some(why) = &self.no_file_reload {
+            error!("reload rejected: {why}");
+            return Err(ReloadError::Refused(why.clone()));
+        }
         let path = self.ctx.config.load().source.clone();
         info!("reloading {}", path.display());
         // Read on a blocking thread: this thread also handles signals and runs the monitors,

@@ -34,6 +34,8 @@ pub(super) struct Runtime {
     pub(super) stopping: CancellationToken,
     /// Where the balancers listen, for the handle.
     pub(super) addrs: Arc<ArcSwap<Vec<(BalancerKind, SocketAddr)>>>,
+    /// Why the file is not read again on a reload, when it is not.
+    pub(super) no_file_reload: Option<String>,
 }
 
 impl Runtime {

@@ -1075,6 +1075,25 @@ pub const TOTVS_UNUSED: &[(&str, &str)] = &[
     ),
 ];
 
+/// `[General]` keys of TOTVS files (an AppServer's, of which the broker is one) that
+/// appbroker does not use, as TOTVS writes them. A key of `[General]` that is neither
+/// appbroker's nor one of these, and that looks like a typo of one of appbroker's keys
+/// (`LANGAUGE`), is an error; these, however close to one (`ConnectionTimeout` to
+/// `CONNECT_TIMEOUT`), stay a notice, so a TOTVS file is never refused. `ConsoleLog`,
+/// `ConsoleLogDate`, `ConsoleFile` and `ConsoleMaxSize`, TOTVS's too, are appbroker's keys.
+pub const TOTVS_GENERAL: &[&str] = &[
+    // The AppServer's idle-connection time (TDN, "Broker - Base de Conhecimento"'s reconnect
+    // notes: "ConnectionTimeout ... no [General]").
+    "ConnectionTimeout",
+    // The AppServer's idle-user time, in [GENERAL] (TDN's Logix profile keys page).
+    "InactiveTimeout",
+    // The AppServer's string size, seen in brokers' files (tests/fixtures/valid).
+    "MaxStringSize",
+    // The Windows service, in [General] as in balancer sections (TDN's broker pages).
+    "SERVICE_NAME",
+    "SERVICE_DISPLAY_NAME",
+];
+
 impl General {
     /// Every `[General]` setting at its default.
     pub fn defaults() -> General {

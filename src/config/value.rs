@@ -52,6 +52,19 @@ impl Host {
             Host::Name(name) => format!("{name}:{port}"),
         }
     }
+
+    /// `host:port` as the server knows itself, for an HTTP `Host` header: as
+    /// [`Host::with_port`], an absolute name without its final dot. Servers match `Host`
+    /// against the names they serve, which they write without it (TLS leaves it out of the
+    /// name it sends too, RFC 6066 §3).
+    pub fn authority(&self, port: u16) -> String {
+        match self {
+            Host::Name(name) => {
+                format!("{}:{port}", name.strip_suffix('.').unwrap_or(name))
+            }
+            ip => ip.with_port(port),
+        }
+    }
 }
 
 impl fmt::Display for Host {
@@ -115,9 +128,12 @@ fn host(text: &str) -> Result<Host, String> {
     if let Ok(ip) = bare.parse::<IpAddr>() {
         return Ok(Host::Ip(ip));
     }
-    let labels: Vec<&str> = text.split('.').collect();
-    let well_formed = !text.is_empty()
-        && text.len() <= 253
+    // One final dot makes the name absolute (`app1.example.`: no search domain appended); it
+    // is kept as written, for the resolver.
+    let relative = text.strip_suffix('.').unwrap_or(text);
+    let labels: Vec<&str> = relative.split('.').collect();
+    let well_formed = !relative.is_empty()
+        && relative.len() <= 253
         && labels.iter().all(|label| {
             !label.is_empty()
                 && label.len() <= 63
@@ -127,8 +143,9 @@ fn host(text: &str) -> Result<Host, String> {
         });
     if !well_formed {
         return Err(format!(
-            "has host `{text}`; expected an IPv4 or IPv6 address or a host name (letters, digits, \
-             `-` and `.`), separated from the port by a space"
+            "has host `{text}`; expected an IPv4 or IPv6 address or a host name (labels of \
+             letters, digits, `-` and `_`, separated by `.`, and a final `.` allowed), \
+             separated from the port by a space"
         ));
     }
     // A last label that is a number makes resolvers read the whole as an IPv4 address in
@@ -427,19 +444,26 @@ pub fn show_escaped(bytes: &[u8]) -> String {
     out
 }
 
-/// Levenshtein distance, for "did you mean" suggestions.
-pub fn edit_distance(a: &str, b: &str) -> usize {
+/// For "did you mean" suggestions: the Levenshtein distance of `a` and `b` when it is at most
+/// `max`; `None` when it is more, found as soon as every way is longer (a file may hold
+/// 100,000 unknown keys, each compared with the known ones).
+pub fn edit_distance_within(a: &str, b: &str, max: usize) -> Option<usize> {
     let b: Vec<char> = b.chars().collect();
     let mut previous: Vec<usize> = (0..=b.len()).collect();
+    let mut current = Vec::with_capacity(b.len() + 1);
     for (i, ca) in a.chars().enumerate() {
-        let mut current = vec![i + 1];
+        current.clear();
+        current.push(i + 1);
         for (j, cb) in b.iter().enumerate() {
             let substitution = previous[j] + usize::from(ca != *cb);
             current.push(substitution.min(previous[j + 1] + 1).min(current[j] + 1));
         }
-        previous = current;
+        if current.iter().all(|&d| d > max) {
+            return None;
+        }
+        std::mem::swap(&mut previous, &mut current);
     }
-    previous[b.len()]
+    Some(previous[b.len()]).filter(|&d| d <= max)
 }
 
 #[cfg(test)]
@@ -519,7 +543,15 @@ mod tests {
             server("[::1] 80"),
             Ok((Host::Ip("::1".parse().unwrap()), 80, 1))
         );
-        for name in ["3com.example", "app_1", "x-1.0a", "APPSRV03", "a.b-c.d1x"] {
+        for name in [
+            "3com.example",
+            "app_1",
+            "x-1.0a",
+            "APPSRV03",
+            "a.b-c.d1x",
+            "app1.example.",
+            "localhost.",
+        ] {
             assert_eq!(
                 server(&format!("{name} 1")),
                 Ok((Host::Name(name.into()), 1, 1))
@@ -542,6 +574,10 @@ mod tests {
             "-bad-.example 1",
             "app-.example 1",
             "a..b 1",
+            "app.example.. 1",
+            ". 1",
+            "10.0.0.1. 1",
+            "app.-x. 1",
         ] {
             assert!(server(bad).is_err(), "{bad} should be rejected");
         }
@@ -606,8 +642,13 @@ mod tests {
 
     #[test]
     fn distance() {
-        assert_eq!(edit_distance("SORT_METOD", "SORT_METHOD"), 1);
-        assert_eq!(edit_distance("", "ABC"), 3);
-        assert_eq!(edit_distance("KITTEN", "SITTING"), 3);
+        let distance = |a, b| edit_distance_within(a, b, usize::MAX - 1).unwrap();
+        assert_eq!(distance("SORT_METOD", "SORT_METHOD"), 1);
+        assert_eq!(distance("", "ABC"), 3);
+        assert_eq!(distance("KITTEN", "SITTING"), 3);
+        assert_eq!(edit_distance_within("KITTEN", "SITTING", 3), Some(3));
+        assert_eq!(edit_distance_within("KITTEN", "SITTING", 2), None);
+        assert_eq!(edit_distance_within("LANGAUGE", "LANGUAGE", 2), Some(2));
+        assert_eq!(edit_distance_within("X", "CONNECT_TIMEOUT", 3), None);
     }
 }

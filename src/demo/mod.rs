@@ -9,7 +9,7 @@
 pub mod web;
 
 use std::collections::BTreeMap;
-use std::io;
+use std::io::{self, BufRead};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
@@ -19,9 +19,77 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::config::{Config, Host};
+use crate::sys;
 
 /// The example configuration, built in so the demo runs from anywhere.
 pub const EXAMPLE: &str = include_str!("../../appserver.ini.example");
+
+/// Why the demo reloads no file: what `ctl reload` and SIGHUP answer. `built_in`: the demo
+/// runs the built-in example rather than a file named with `--config`.
+pub fn no_reload(built_in: bool) -> String {
+    match built_in {
+        true => "the demo runs the built-in appserver.ini.example, which cannot be reloaded: it \
+                 is part of the program, not a file; stop the demo (Ctrl-C) and start it again \
+                 to start afresh"
+            .into(),
+        false => "the demo does not reload its file: its stand-in servers and its listening \
+                  address (--listen) are set once, at start; stop the demo (Ctrl-C) and start \
+                  it again to run the file as it is now"
+            .into(),
+    }
+}
+
+/// The demo's own directory, for its control socket and state file: made afresh in the
+/// system's temporary directory, readable by its owner only, and removed when dropped, so a
+/// demo neither meets a running broker's socket nor leaves a drain or a quarantine to the next
+/// demo (as `/run/appbroker` and `/var/lib/appbroker` would, for a demo run as root).
+#[derive(Debug)]
+pub struct Scratch {
+    dir: std::path::PathBuf,
+}
+
+impl Scratch {
+    /// Makes the directory: `appbroker-demo-<pid>-<n>`, the first `n` not taken.
+    pub fn create() -> io::Result<Scratch> {
+        let base = std::env::temp_dir();
+        let mut last = None;
+        // Another process's directory (or a link planted there) is never reused: only one
+        // this call made is.
+        for n in 0..100 {
+            let dir = base.join(format!("appbroker-demo-{}-{n}", std::process::id()));
+            match private_dir(&dir) {
+                Ok(()) => return Ok(Scratch { dir }),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| io::Error::other("no name left")))
+    }
+
+    /// The control socket's path in it.
+    pub fn control_socket(&self) -> std::path::PathBuf {
+        self.dir.join("demo.sock")
+    }
+
+    /// The state file's path in it.
+    pub fn state_file(&self) -> std::path::PathBuf {
+        self.dir.join("demo.state")
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Makes `dir`, which must not exist, for its owner only (0700 on Unix).
+fn private_dir(dir: &std::path::Path) -> io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)
+}
 
 /// What a stand-in server speaks.
 #[derive(Debug, Clone)]
@@ -162,54 +230,164 @@ pub async fn start_servers(config: &Config) -> io::Result<BTreeMap<String, Stand
 }
 
 /// Reads the demo console: a server id (`02`) stops that server or starts it again; an empty
-/// line lists them.
+/// line lists them. The lines are read on a thread of their own ([`read_console`]), and only
+/// while the demo has the terminal: a demo started in the background (`appbroker demo &`)
+/// says that ids cannot be typed, and keeps serving.
 pub async fn console(mut servers: BTreeMap<String, StandIn>) {
-    let mut input = BufReader::new(tokio::io::stdin()).lines();
-    while let Ok(Some(line)) = input.next_line().await {
-        let wanted = line.trim().to_ascii_uppercase();
-        if wanted.is_empty() {
-            for (key, server) in &servers {
-                let state = if server.is_running() {
-                    "running"
-                } else {
-                    "stopped"
-                };
-                info!("demo: {key} on {} is {state}", server.address);
-            }
-            continue;
-        }
-        let matching: Vec<&String> = servers
-            .keys()
-            .filter(|k| k.rsplit('/').next() == Some(wanted.as_str()))
-            .collect();
-        if matching.is_empty() {
-            warn!("demo: no server with id {wanted}; press Enter to list them");
-            continue;
-        }
-        for key in matching.into_iter().cloned().collect::<Vec<_>>() {
-            let Some(server) = servers.get_mut(&key) else {
-                continue;
-            };
-            if server.is_running() {
-                server.stop();
-                info!(
-                    "demo: stopped {key} ({}); type {wanted} again to start it",
-                    server.address
-                );
+    let (typed, mut lines) = tokio::sync::mpsc::channel(8);
+    // A blocking read of standard input cannot be cancelled: the thread ends with the process.
+    let reader = std::thread::Builder::new()
+        .name("demo console".into())
+        .spawn(move || read_console(&typed));
+    if let Err(e) = reader {
+        warn!("demo: cannot read the console ({e}): server ids cannot be typed here");
+        return;
+    }
+    while let Some(line) = lines.recv().await {
+        toggle(&mut servers, &line).await;
+    }
+}
+
+/// What the console does with one typed line.
+async fn toggle(servers: &mut BTreeMap<String, StandIn>, line: &str) {
+    let wanted = line.trim().to_ascii_uppercase();
+    if wanted.is_empty() {
+        for (key, server) in servers.iter() {
+            let state = if server.is_running() {
+                "running"
             } else {
-                match server.resume().await {
-                    Ok(()) => info!("demo: started {key} ({}) again", server.address),
-                    Err(e) => warn!("demo: cannot start {key} again: {e}"),
+                "stopped"
+            };
+            info!("demo: {key} on {} is {state}", server.address);
+        }
+        return;
+    }
+    let matching: Vec<String> = servers
+        .keys()
+        .filter(|k| id_of(k) == wanted)
+        .cloned()
+        .collect();
+    if matching.is_empty() {
+        let mut ids: Vec<&str> = servers.keys().map(|k| id_of(k)).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        warn!(
+            "demo: no server with id {wanted}; the ids are {} (Enter alone lists the servers)",
+            ids.join(", ")
+        );
+        return;
+    }
+    for key in matching {
+        let Some(server) = servers.get_mut(&key) else {
+            continue;
+        };
+        if server.is_running() {
+            server.stop();
+            info!(
+                "demo: stopped {key} ({}); type {wanted} again to start it",
+                server.address
+            );
+        } else {
+            match server.resume().await {
+                Ok(()) => info!("demo: started {key} ({}) again", server.address),
+                Err(e) => warn!("demo: cannot start {key} again: {e}"),
+            }
+        }
+    }
+}
+
+/// The id in a stand-in's key (`02` in `BALANCE_HTTP/02`).
+fn id_of(key: &str) -> &str {
+    key.rsplit('/').next().unwrap_or(key)
+}
+
+/// What the console says when it can be typed into.
+const TYPE_IDS: &str = "demo: type a server id (01, 02, ...) and Enter here to stop or start \
+                        the servers with that id; Enter alone lists them; Ctrl-C ends the demo";
+
+/// What the console says while the demo runs in the background.
+const BACKGROUND: &str = "demo: typing server ids is not available while the demo runs in the \
+                          background of the terminal (`appbroker demo &`): it serves as usual; \
+                          `fg` brings it to the foreground, where ids can be typed and Ctrl-C \
+                          ends it";
+
+/// How often a demo in the background looks whether it has the terminal again (`fg`).
+const LOOK_AGAIN: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Sends each line typed on the console to `typed`, until the input ends. Standard input is
+/// read only when a read cannot stop the process ([`sys::input_in_background`]): in the
+/// background the console says so once and looks again every [`LOOK_AGAIN`], and in the
+/// foreground it waits for a line without reading ([`sys::wait_for_input`]), so that a demo
+/// put in the background meanwhile (Ctrl-Z, `bg`) is not stopped by its next read.
+fn read_console(typed: &tokio::sync::mpsc::Sender<String>) {
+    let input = match sys::raw_input() {
+        Ok(input) => input,
+        Err(e) => {
+            warn!("demo: cannot read the console ({e}): server ids cannot be typed here");
+            return;
+        }
+    };
+    let mut input = io::BufReader::new(input);
+    let mut said_background = None;
+    let mut line = Vec::new();
+    loop {
+        // Lines already read in: no wait, no read of the terminal needed.
+        if !input.buffer().contains(&b'\n') {
+            let background = sys::input_in_background();
+            if said_background != Some(background) {
+                said_background = Some(background);
+                match background {
+                    true => info!("{BACKGROUND}"),
+                    false => info!("{TYPE_IDS}"),
                 }
+            }
+            if background {
+                std::thread::sleep(LOOK_AGAIN);
+                continue;
+            }
+            if let Err(e) = sys::wait_for_input() {
+                warn!("demo: cannot wait for the console ({e}): server ids can no longer be typed");
+                return;
+            }
+            if sys::input_in_background() {
+                continue;
+            }
+        }
+        line.clear();
+        match input.read_until(b'\n', &mut line) {
+            Ok(0) => {
+                info!("demo: the console's input has ended: server ids can no longer be typed");
+                return;
+            }
+            Ok(_) => {
+                if typed
+                    .blocking_send(String::from_utf8_lossy(&line).into_owned())
+                    .is_err()
+                {
+                    return;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                warn!(
+                    "demo: cannot read the console: {}; server ids can no longer be typed",
+                    crate::os_error::words(&e)
+                );
+                return;
             }
         }
     }
 }
 
 /// Tells the person who started the demo what to do with it: the client command, the status
-/// page, the page to open in a browser, the console.
-pub fn introduce(config: &Config, servers: usize, client_command: &str) {
+/// page, the page to open in a browser (the console says itself whether ids can be typed).
+pub fn introduce(config: &Config, servers: usize, client_command: &str, ctl_command: &str) {
     info!("demo: {servers} stand-in servers play the REMOTE_SERVERs");
+    info!(
+        "demo: its control socket and state are in a directory of its own, removed when the \
+         demo ends: `{ctl_command}` shows its servers (drain, disable, quarantine... as for a \
+         real broker)"
+    );
     let listen = config.balancers.first().map(|b| b.listen.ip());
     if let Some(address) = listen.and_then(|ip| client_address(config, ip)) {
         info!(
@@ -231,10 +409,6 @@ pub fn introduce(config: &Config, servers: usize, client_command: &str) {
             url(reachable(balancer.listen), "/")
         );
     }
-    info!(
-        "demo: type a server id (01, 02, ...) and Enter here to stop or start the servers with \
-         that id; Enter alone lists them; Ctrl-C ends the demo"
-    );
 }
 
 /// `http://<address><path>`, an IPv6 address in brackets.
@@ -260,20 +434,42 @@ fn reachable(listen: SocketAddr) -> SocketAddr {
     SocketAddr::new(ip, listen.port())
 }
 
+/// How a demo client's conversation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// The user ended the input (Ctrl-D, or the end of a piped file), and the server's
+    /// answers were all printed.
+    ByUser,
+    /// The other side closed the connection while the user could still type: the server that
+    /// answered was stopped, or the demo ended.
+    ByServer,
+}
+
 /// `appbroker demo --client`: a line client for the demo. Sends standard input to `address`
-/// (then half-closes), prints what comes back, and returns when the other side closes.
-pub fn client(address: SocketAddr) -> io::Result<()> {
+/// (then half-closes), prints what comes back, and returns when the other side closes, saying
+/// whether the input had ended first.
+pub fn client(address: SocketAddr) -> io::Result<Ended> {
+    use std::sync::atomic::{AtomicBool, Ordering};
     let stream = std::net::TcpStream::connect(address)?;
     crate::logging::to_stderr(&format!(
         "connected to {address}: type a line and Enter; end of input (Ctrl-D) or Ctrl-C ends"
     ));
     let mut to_server = stream.try_clone()?;
+    let input_ended = Arc::new(AtomicBool::new(false));
+    let ended = Arc::clone(&input_ended);
     std::thread::spawn(move || {
-        let _ = io::copy(&mut io::stdin().lock(), &mut to_server);
+        // Only the end of the input counts, not a server that stopped taking it.
+        if io::copy(&mut io::stdin().lock(), &mut to_server).is_ok() {
+            // Before the half-close, so the server's end it causes is seen as the user's.
+            ended.store(true, Ordering::SeqCst);
+        }
         let _ = to_server.shutdown(std::net::Shutdown::Write);
     });
     // Standard output is line-buffered: each reply shows as its line ends. When the server
     // closes first, the thread still waiting on standard input ends with the process.
     io::copy(&mut &stream, &mut io::stdout().lock())?;
-    Ok(())
+    Ok(match input_ended.load(Ordering::SeqCst) {
+        true => Ended::ByUser,
+        false => Ended::ByServer,
+    })
 }

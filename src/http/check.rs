@@ -21,7 +21,8 @@ const BODY_READ: usize = 64 * 1024;
 pub struct Check {
     /// `MONITOR_PATH`, e.g. `/`.
     pub path: String,
-    /// The `Host` header: the server's address as configured (`host:port`).
+    /// The `Host` header: the server's address as configured (`host:port`), a name without
+    /// its final dot ([`crate::config::Host::authority`]).
     pub host: String,
     /// `MONITOR_EXPECT_STATUS`.
     pub expect: StatusRange,

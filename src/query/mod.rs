@@ -406,10 +406,20 @@ fn answer(
             let snap = snapshot();
             match snap.server(argument.trim_end_matches('/')) {
                 Some(server) => html(page::server(&snap, server, &host)),
-                None => text(
-                    StatusCode::NOT_FOUND,
-                    format!("no server {argument} in [{}]\n", snap.state.kind.section()),
-                ),
+                None => {
+                    let known: Vec<&str> = snap
+                        .state
+                        .servers
+                        .iter()
+                        .map(|s| s.address.as_str())
+                        .collect();
+                    let message = format!(
+                        "no server {argument} in [{}]; its servers are {}\n",
+                        snap.state.kind.section(),
+                        known.join(", ")
+                    );
+                    text(StatusCode::NOT_FOUND, message)
+                }
             }
         }
         _ => text(StatusCode::NOT_FOUND, COMMANDS.into()),

@@ -1,28 +1,33 @@
 //! Checks across balancers: two balancers cannot share a port, and a server cannot be the
-//! broker itself (an address on one of its own listeners).
+//! broker itself (an address on one of its own listeners). They look at every balancer
+//! section, those with errors of their own too, so that every error is reported at once.
 
 use std::net::{IpAddr, SocketAddr};
 
 use super::super::{BalancerConfig, BalancerKind, ConfigError, Host};
-use super::{Origin, Section, Validator};
+use super::{Origin, ReadBalancer, Section, Validator};
 use crate::self_loop;
 
 impl Validator {
-    /// The checks across the valid `balancers` (`sections`: every balancer section).
-    pub(super) fn across(
-        &mut self,
-        sections: &[(BalancerKind, &Section)],
-        balancers: &[BalancerConfig],
-    ) {
-        self.shared_ports(sections, balancers);
-        self.self_loops(balancers);
+    /// The checks across every balancer section as read (`sections`), whatever errors they
+    /// hold: where each listens is known when its listening address was read, and its servers
+    /// are those whose lines were valid.
+    pub(super) fn across(&mut self, sections: &[(BalancerKind, &Section)], read: &[ReadBalancer]) {
+        let listening: Vec<&BalancerConfig> = read
+            .iter()
+            .filter(|b| b.listen_read)
+            .map(|b| &b.config)
+            .collect();
+        let all: Vec<&BalancerConfig> = read.iter().map(|b| &b.config).collect();
+        self.shared_ports(sections, &listening);
+        self.self_loops(&all, &listening);
     }
 
     /// Two balancers on one port (one of them on every address counts too).
     fn shared_ports(
         &mut self,
         sections: &[(BalancerKind, &Section)],
-        balancers: &[BalancerConfig],
+        balancers: &[&BalancerConfig],
     ) {
         for (i, a) in balancers.iter().enumerate() {
             for b in &balancers[..i] {
@@ -51,10 +56,11 @@ impl Validator {
         }
     }
 
-    /// Servers whose address is one of the broker's own listening addresses: each client
-    /// sent there would come back into the broker, in a loop (crate::self_loop). Only
-    /// addresses are checked here; a name that resolves to one is refused at connect time.
-    fn self_loops(&mut self, balancers: &[BalancerConfig]) {
+    /// Servers of `balancers` whose address is one of the broker's own listening addresses
+    /// (`listening`): each client sent there would come back into the broker, in a loop
+    /// (crate::self_loop). Only addresses are checked here; a name that resolves to one is
+    /// refused at connect time.
+    fn self_loops(&mut self, balancers: &[&BalancerConfig], listening: &[&BalancerConfig]) {
         let mut machine: Option<Vec<IpAddr>> = None;
         for b in balancers {
             for server in &b.servers {
@@ -62,7 +68,7 @@ impl Validator {
                     continue;
                 };
                 let destination = SocketAddr::new(ip, server.port);
-                for listener in balancers {
+                for listener in listening {
                     if listener.listen.port() != server.port {
                         continue;
                     }

@@ -10,34 +10,35 @@ use super::super::{
     BalancerConfig, BalancerKind, ConfigError, Monitoring, ServerConfig, ServerId, SortMethod,
     TOTVS_MONITORING_TYPES, TOTVS_SORT_METHODS,
 };
-use super::{Lookup, Origin, Section, Validator, suggest, value};
+use super::{Lookup, Origin, ReadBalancer, Section, Validator, suggest, value};
 
 /// A server entry and the line it is on.
 type Server = (ServerConfig, usize);
 
 impl Validator {
-    /// Reads one balancer section; `None` when it has errors (they are recorded).
+    /// Reads one balancer section, recording its errors.
     pub(super) fn balancer(
         &mut self,
         kind: BalancerKind,
         section: &Section,
         general: Option<&Section>,
-    ) -> Option<BalancerConfig> {
+    ) -> ReadBalancer {
         let errors_before = self.errors.len();
         self.duplicates(section);
         let servers = self.entries(section);
         self.servers(section, &servers, errors_before);
         let mut balancer = BalancerConfig::defaults(kind);
-        let has_port = self.settings(section, general, &mut balancer);
+        let listen_read = self.settings(section, general, &mut balancer);
         self.rules(section, general, &mut balancer);
         if self.errors.len() == errors_before {
             self.tls(&Lookup { section, general }, &balancer);
         }
-        if self.errors.len() > errors_before || !has_port {
-            return None;
-        }
         balancer.servers = servers.into_iter().map(|(s, _)| s).collect();
-        Some(balancer)
+        ReadBalancer {
+            config: balancer,
+            valid: self.errors.len() == errors_before && listen_read,
+            listen_read,
+        }
     }
 
     /// The section's entries but its settings: the servers (returned), and keys that are none
@@ -133,8 +134,9 @@ impl Validator {
     }
 
     /// Every key of the table into `balancer`: from the section, else (where the key may
-    /// stand there) from `[General]`. Returns whether `LOCAL_SERVER_PORT` was given (a
-    /// missing one is an error, unless its line was rejected and said why already).
+    /// stand there) from `[General]`. Returns whether the listening address was read:
+    /// `LOCAL_SERVER_PORT` given (a missing one is an error, unless its line was rejected and
+    /// said why already), it and `LOCAL_SERVER_ADDRESS` valid.
     fn settings(
         &mut self,
         section: &Section,
@@ -142,16 +144,21 @@ impl Validator {
         balancer: &mut BalancerConfig,
     ) -> bool {
         let mut has_port = false;
+        let mut listen_bad = false;
         for key in keys::balancer() {
             let lookup = Lookup {
                 section,
                 general: general.filter(|_| key.stands == Stands::Balancer),
             };
+            let errors_before = self.errors.len();
             let found = self
                 .read(&lookup, key, |text| key.set_balancer(balancer, text))
                 .is_some();
             if key.name == "LOCAL_SERVER_PORT" {
                 has_port = found;
+            }
+            if key.name.starts_with("LOCAL_SERVER_") && self.errors.len() > errors_before {
+                listen_bad = true;
             }
         }
         let rejected = section.rejected.iter().any(|k| k == "LOCAL_SERVER_PORT");
@@ -163,7 +170,7 @@ impl Validator {
                 "missing; it is required: the TCP port clients connect to (1-65535)",
             ));
         }
-        has_port
+        has_port && !listen_bad
     }
 
     /// The rules that tie settings together, and the notices about what was substituted.
@@ -303,14 +310,24 @@ fn is_http_key(name: &str) -> bool {
     name.starts_with("HTTP_") || name == "LOG_REQUESTS" || name == "SESSION_TIMEOUT"
 }
 
-/// The error for a key a balancer section has no use for, with the nearest known key.
+/// The error for a key a balancer section has no use for: a key of `[General]`'s own, or
+/// the nearest known key.
 fn unknown_key(key: &str) -> String {
-    let known: Vec<&str> = keys::balancer()
+    const GENERAL_ONLY: &str = "belongs in [General]: it is a setting of the whole process, \
+                                not of one balancer";
+    if keys::find(key).is_some_and(|k| k.stands == Stands::General) {
+        return format!("{GENERAL_ONLY}; move it there");
+    }
+    let known: Vec<&str> = keys::KEYS
+        .iter()
         .map(|k| k.name)
         .chain(TOTVS_UNUSED.iter().map(|(k, _)| *k))
         .chain(["REMOTE_SERVER_01"])
         .collect();
     match suggest(key, &known) {
+        Some(s) if keys::find(s).is_some_and(|k| k.stands == Stands::General) => {
+            format!("unknown key; did you mean {s}? It {GENERAL_ONLY}")
+        }
         Some(s) => format!("unknown key; did you mean {s}?"),
         None => "unknown key; docs/configuration.md lists the keys of a balancer section".into(),
     }

@@ -18,7 +18,10 @@ use std::path::Path;
 use super::ini::{self, Entry, Section};
 use super::keys::{Domain, Key};
 use super::value;
-use super::{Config, ConfigError, LoadError, Loaded, MAX_ERRORS_SHOWN, Notice, Origin, Origins};
+use super::{
+    BalancerConfig, Config, ConfigError, LoadError, Loaded, MAX_ERRORS_SHOWN, Notice, Origin,
+    Origins,
+};
 
 /// Validates configuration text; `path` is only used to name the file in messages.
 pub fn validate(text: &str, path: &Path) -> Result<Loaded, LoadError> {
@@ -39,12 +42,18 @@ pub fn validate(text: &str, path: &Path) -> Result<Loaded, LoadError> {
     }
     let sections = v.sections(&scanned.sections);
     let general = v.general(sections.general);
-    let balancers: Vec<_> = sections
+    let read: Vec<_> = sections
         .balancers
         .iter()
-        .filter_map(|(kind, section)| v.balancer(*kind, section, sections.general))
+        .map(|(kind, section)| v.balancer(*kind, section, sections.general))
         .collect();
-    v.across(&sections.balancers, &balancers);
+    // Across every section, its errors notwithstanding: all errors at once.
+    v.across(&sections.balancers, &read);
+    let balancers: Vec<_> = read
+        .into_iter()
+        .filter(|b| b.valid)
+        .map(|b| b.config)
+        .collect();
     if !v.errors.is_empty() {
         let (errors, total) = v.errors.into_first();
         return Err(LoadError::Invalid {
@@ -136,6 +145,19 @@ impl Errors {
         self.kept.extend(self.pinned);
         (self.kept, self.total)
     }
+}
+
+/// One balancer section as read, errors and all: the checks across balancers look at every
+/// section, so that a file's errors are all reported at once.
+struct ReadBalancer {
+    /// Its settings and servers; a setting whose value is bad keeps its default, a server
+    /// whose line is bad is left out.
+    config: BalancerConfig,
+    /// It has no error (on its own: the checks across balancers come after).
+    valid: bool,
+    /// Its listening address was read (`LOCAL_SERVER_PORT` given, it and
+    /// `LOCAL_SERVER_ADDRESS` valid): only then does `config.listen` say where it listens.
+    listen_read: bool,
 }
 
 /// What validation has found so far.
@@ -241,12 +263,17 @@ impl Validator {
     }
 }
 
-/// The known name closest to `name`, when it is close enough to be a typo.
+/// The known name closest to `name`, when it is close enough to be a typo: within a quarter
+/// of its length (two at least) in edits.
 fn suggest<'a>(name: &str, known: &[&'a str]) -> Option<&'a str> {
+    let length = name.chars().count();
+    let close = |k: &str| (k.len() / 4).max(2);
     known
         .iter()
-        .map(|k| (value::edit_distance(name, k), *k))
-        .filter(|(d, k)| *d <= (k.len() / 4).max(2))
+        // The lengths alone rule most names out: the distance is never less than their
+        // difference, and a file may hold 100,000 unknown keys (known names are ASCII).
+        .filter(|k| length.abs_diff(k.len()) <= close(k))
+        .filter_map(|k| Some((value::edit_distance_within(name, k, close(k))?, *k)))
         .min_by_key(|(d, _)| *d)
         .map(|(_, k)| k)
 }
