@@ -949,7 +949,7 @@ impl Balancer {
                 "cannot accept clients: {} ({}); retrying every {} ms, connections in \
                  progress are unaffected",
                 crate::os_error::words(error),
-                crate::sys::errno_name(error).unwrap_or("error"),
+                crate::os_error::errno_name(error).unwrap_or("error"),
                 backoff.as_millis()
             );
         }
