@@ -4,6 +4,7 @@
 //! trying the next candidate), relay, and account for it.
 
 use std::future::Future;
+use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -15,12 +16,13 @@ use tokio_util::task::TaskTracker;
 use tracing::{Instrument, Span, debug};
 
 use crate::balancer::{Balancer, ClientSlot, Closed, Eligible, Lease, Pool};
-use crate::config::Language;
+use crate::config::{Keepalive, Language};
 use crate::context::{Context, Ending};
 use crate::dial::ServerStream;
 use crate::events::Unserved;
 use crate::http::{self, Downstream};
 use crate::http_balancer::{self, HttpProxy};
+use crate::listener::Serve;
 use crate::os_error::words;
 use crate::query::{
     self,
@@ -62,6 +64,27 @@ pub struct Entrance {
     /// The HTTP engine of an HTTP balancer, which serves its connections; `None` for a TCP
     /// balancer, whose connections are [`Client`]s.
     pub http: Option<Arc<HttpProxy>>,
+}
+
+/// An accept loop hands each connection to its entrance, which starts it as a [`Client`]
+/// (or, on an HTTP balancer, hands it to the engine after the TLS step) and counts accepting
+/// on the balancer.
+impl Serve for Arc<Entrance> {
+    fn keepalive(&self) -> Keepalive {
+        self.balancer.pool().config.keepalive
+    }
+
+    fn start(&self, stream: TcpStream, peer: SocketAddr) {
+        Client::new(self, stream, peer).start();
+    }
+
+    fn accepted(&self) {
+        self.balancer.accepted();
+    }
+
+    fn accept_failed(&self, error: &io::Error, backoff: Duration) {
+        self.balancer.accept_failed(error, backoff);
+    }
 }
 
 /// One accepted connection over any [`Stream`], from its first bytes to its closing line.

@@ -10,9 +10,10 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{Instrument, error, info, warn};
+use tracing::{Instrument, Span, error, info, warn};
 
 use crate::balancer::Balancer;
+use crate::client::Entrance;
 use crate::config::{BalancerConfig, plural, show_duration};
 use crate::context::{Context, Ending};
 use crate::events::Event;
@@ -172,8 +173,17 @@ impl Unit {
                     // Registered with the worker's own reactor, so it must be made there.
                     match TcpListener::from_std(listener) {
                         Ok(listener) => {
-                            listener::accept_loop(listener, balancer, ctx, tasks, ending, http)
-                                .await
+                            let stop_accepting = ending.closing.clone();
+                            let entrance = Arc::new(Entrance {
+                                ctx,
+                                balancer,
+                                ending,
+                                local: listener.local_addr().ok(),
+                                tasks,
+                                span: Span::current(),
+                                http,
+                            });
+                            listener::accept_loop(listener, stop_accepting, entrance).await;
                         }
                         Err(e) => error!("cannot start accepting: {}", crate::os_error::words(&e)),
                     }
