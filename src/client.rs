@@ -416,16 +416,11 @@ mod tests {
     }
     /// A client of `balancer` (its stream a loopback connection), to call its steps alone.
     async fn client_of(balancer: &Arc<Balancer>, config: Config) -> Client<TcpStream> {
-        let session_secrets = crate::sessions::SessionSecrets::new(
-            crate::sessions::OwnSecret::for_this_run("a test"),
-            &config.general,
-        );
         let ctx = Arc::new(Context {
             config: arc_swap::ArcSwap::from_pointee(config),
             balancers: arc_swap::ArcSwap::from_pointee(vec![Arc::clone(balancer)]),
             started_wall_ms: 0,
             shutdown: crate::shutdown::Shutdown::new(),
-            session_secrets,
         });
         let entrance = Arc::new(Entrance {
             ctx,

@@ -32,7 +32,8 @@ use crate::query;
 use crate::query::snapshot::{HttpFigures, SESSION_AGES_SHOWN, ServerSessions, SessionFigures};
 use crate::relay;
 use crate::sessions::{
-    Affinity, CookieKeys, Sessions, Ticket, mentions_broker_cookie, without_broker_cookie,
+    Affinity, CookieKeys, SessionSecrets, Sessions, Ticket, mentions_broker_cookie,
+    without_broker_cookie,
 };
 use crate::stream::Stream;
 use crate::throttle::{Episode, Throttle};
@@ -70,6 +71,9 @@ impl std::fmt::Display for Target {
 pub struct Backends {
     balancer: Arc<Balancer>,
     ctx: Arc<Context>,
+    /// The keys of the session cookies, the broker's one set (a reload of `SESSION_SECRET` or
+    /// `SESSION_SECRET_PREVIOUS` swaps them).
+    session_secrets: Arc<SessionSecrets>,
     /// The engine, for the figures a query shows (set once it is made).
     proxy: OnceLock<Weak<HttpProxy>>,
     /// The balancer's span, made once: the access log writes a line per request in it.
@@ -104,12 +108,18 @@ impl Drop for Held {
     }
 }
 
-/// The engine of `balancer`, with its settings. Within a tokio runtime (its idle sweep and
-/// the sessions' expiry run there).
-pub fn proxy(balancer: &Arc<Balancer>, ctx: &Arc<Context>) -> Arc<HttpProxy> {
+/// The engine of `balancer`, with its settings, its session cookies signed with
+/// `session_secrets`. Within a tokio runtime (its idle sweep and the sessions' expiry run
+/// there).
+pub fn proxy(
+    balancer: &Arc<Balancer>,
+    ctx: &Arc<Context>,
+    session_secrets: &Arc<SessionSecrets>,
+) -> Arc<HttpProxy> {
     let backends = Arc::new(Backends {
         balancer: Arc::clone(balancer),
         ctx: Arc::clone(ctx),
+        session_secrets: Arc::clone(session_secrets),
         proxy: OnceLock::new(),
         span: balancer.span(),
         sessions: Arc::default(),
@@ -619,7 +629,7 @@ impl Upstreams for Backends {
         if tried.len() >= pool.config.max_attempts as usize {
             return None;
         }
-        let keys = self.ctx.session_secrets.keys();
+        let keys = self.session_secrets.keys();
         let cookies = request.headers.get_all(COOKIE);
         let affinity = Affinity::of(cookies.iter().map(HeaderValue::as_bytes), &keys);
         let moving = match affinity {

@@ -381,7 +381,7 @@ impl Bound {
         let own = self
             .own_secret
             .unwrap_or_else(|| OwnSecret::for_this_run("no secret file was given"));
-        let session_secrets = SessionSecrets::new(own, &self.config.general);
+        let session_secrets = Arc::new(SessionSecrets::new(own, &self.config.general));
         log_session_secret(&session_secrets, &self.config);
         let ctx = Arc::new(Context {
             config: ArcSwap::from_pointee(self.config),
@@ -390,20 +390,27 @@ impl Bound {
             ),
             started_wall_ms: wall_ms(),
             shutdown: shutdown.clone(),
-            session_secrets,
         });
         let stopping = CancellationToken::new();
         let units: Vec<Unit> = self
             .bound
             .into_iter()
             .map(|(balancer, listeners)| {
-                Unit::start(balancer, listeners, &ctx, &self.workers, &stopping)
+                Unit::start(
+                    balancer,
+                    listeners,
+                    &ctx,
+                    &session_secrets,
+                    &self.workers,
+                    &stopping,
+                )
             })
             .collect();
         let addrs = Arc::new(ArcSwap::from_pointee(addresses(&units)));
         let (commands, receiver) = mpsc::channel(PENDING_RELOADS);
         let runtime = Runtime {
             ctx: Arc::clone(&ctx),
+            session_secrets,
             workers: self.workers,
             resolver: self.resolver,
             events: self.events.clone(),

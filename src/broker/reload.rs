@@ -92,7 +92,7 @@ impl Runtime {
             &config.general_settings(),
         );
         changes.extend(config::secret_changes(&old.general, &config.general));
-        self.ctx.session_secrets.configure(&config.general);
+        self.session_secrets.configure(&config.general);
         let mut reloaded = Reloaded {
             changes,
             errors: Vec::new(),
@@ -217,6 +217,7 @@ impl Runtime {
                         balancer,
                         listeners,
                         &self.ctx,
+                        &self.session_secrets,
                         &self.workers,
                         &self.stopping,
                     );

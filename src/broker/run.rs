@@ -18,11 +18,14 @@ use crate::config::{BalancerKind, plural, show_duration};
 use crate::context::Context;
 use crate::events::{Event, Events, Reloaded};
 use crate::resolve::Resolver;
+use crate::sessions::SessionSecrets;
 use crate::workers::Workers;
 
 /// What the control loop owns.
 pub(super) struct Runtime {
     pub(super) ctx: Arc<Context>,
+    /// The keys of the HTTP balancers' session cookies, configured again by each reload.
+    pub(super) session_secrets: Arc<SessionSecrets>,
     pub(super) workers: Workers,
     pub(super) resolver: Arc<Resolver>,
     pub(super) events: Events,

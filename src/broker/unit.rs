@@ -20,6 +20,7 @@ use crate::events::Event;
 use crate::http_balancer::{self, HttpProxy};
 use crate::listener;
 use crate::monitor;
+use crate::sessions::SessionSecrets;
 use crate::tls::Severity;
 use crate::workers::Workers;
 
@@ -70,11 +71,13 @@ fn bound_address(listeners: &[StdListener], configured: SocketAddr) -> SocketAdd
 
 impl Unit {
     /// Starts a balancer: its accept loops on `listeners` (on the workers), its monitor and
-    /// sampler (here), all stopped by `stopping` as well as by the unit's own tokens.
+    /// sampler (here), all stopped by `stopping` as well as by the unit's own tokens; an HTTP
+    /// balancer's engine signs its session cookies with `session_secrets`.
     pub(super) fn start(
         balancer: Arc<Balancer>,
         listeners: Vec<StdListener>,
         ctx: &Arc<Context>,
+        session_secrets: &Arc<SessionSecrets>,
         workers: &Workers,
         stopping: &CancellationToken,
     ) -> Unit {
@@ -129,7 +132,7 @@ impl Unit {
         let http = c
             .kind
             .is_http()
-            .then(|| http_balancer::proxy(&balancer, ctx));
+            .then(|| http_balancer::proxy(&balancer, ctx, session_secrets));
         let mut unit = Unit {
             configured: c.listen,
             listen,
