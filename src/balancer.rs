@@ -19,7 +19,6 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{Span, debug, error, info, info_span, warn};
 
-use crate::clock::{Clock, time_of_day, wall_ms};
 use crate::config::{
     BalancerConfig, BalancerKind, Host, Monitoring, ServerConfig, ServerId, SortMethod, plural,
     setting_changes,
@@ -29,14 +28,15 @@ use crate::events::{Event, Events, Unserved};
 use crate::health::{
     Asked, Check, CheckFailed, Episode, Health, Now, Quarantined, Reason, Release,
 };
-use crate::os_error::PointsAt;
 use crate::overrides::{Hold, Overrides};
 use crate::places::{Place, QueryPlaces};
+use crate::process::clock::{Clock, time_of_day, wall_ms};
+use crate::process::os_error::PointsAt;
+use crate::process::throttle::{self, Throttle};
 use crate::relay::{End, Outcome};
 use crate::resolve::Resolver;
 use crate::select::{Load, Selector};
 use crate::stream::Stream;
-use crate::throttle::{self, Throttle};
 use crate::tls::{
     CertificateSummary, Finding, Findings, HandshakeFailure, Resumption, ServerTls, UpstreamTls,
     upstream::system_roots,
@@ -948,8 +948,8 @@ impl Balancer {
             error!(
                 "cannot accept clients: {} ({}); retrying every {} ms, connections in \
                  progress are unaffected",
-                crate::os_error::words(error),
-                crate::os_error::errno_name(error).unwrap_or("error"),
+                crate::process::os_error::words(error),
+                crate::process::os_error::errno_name(error).unwrap_or("error"),
                 backoff.as_millis()
             );
         }

@@ -23,7 +23,7 @@ use crate::events::Unserved;
 use crate::http::{self, Downstream};
 use crate::http_balancer::{self, HttpProxy};
 use crate::listener::Serve;
-use crate::os_error::words;
+use crate::process::os_error::words;
 use crate::query::{
     self,
     sniff::{Verdict, sniff},
@@ -420,7 +420,7 @@ mod tests {
             config: arc_swap::ArcSwap::from_pointee(config),
             balancers: arc_swap::ArcSwap::from_pointee(vec![Arc::clone(balancer)]),
             started_wall_ms: 0,
-            shutdown: crate::shutdown::Shutdown::new(),
+            shutdown: crate::process::shutdown::Shutdown::new(),
         });
         let entrance = Arc::new(Entrance {
             ctx,

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::balancer::Balancer;
 use crate::config::Config;
-use crate::shutdown::Shutdown;
+use crate::process::shutdown::Shutdown;
 
 /// What every connection may read: the configuration, every balancer (a query links to the
 /// others), the start time, and the shutdown state (PING answers 503 while draining).

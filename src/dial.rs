@@ -14,7 +14,7 @@ use tokio_util::either::Either;
 use tracing::debug;
 
 use crate::config::{BalancerConfig, Host, Keepalive, show_duration};
-use crate::os_error::{Explained, PointsAt, explain_connect, words};
+use crate::process::os_error::{Explained, PointsAt, explain_connect, words};
 use crate::resolve::{ResolveError, Resolver};
 use crate::tls::{Cause, HandshakeFailure, UpstreamTls};
 

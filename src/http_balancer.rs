@@ -21,13 +21,14 @@ use tokio_util::task::TaskTracker;
 use tracing::{Instrument, Span, info, warn};
 
 use crate::balancer::{Balancer, Closed, Eligible, Lease, Pool, Server};
-use crate::clock::wall_ms;
 use crate::config::{BalancerConfig, Language, ServerId, show_duration};
 use crate::context::{Context, Ending};
 use crate::dial::{ConnectError, ServerStream};
 use crate::events::{Event as BrokerEvent, Unserved};
 use crate::health::Reason;
 use crate::http::{self, Choice, Downstream, Event, Exchange, Outcome, Proxy, Tunnel, Upstreams};
+use crate::process::clock::wall_ms;
+use crate::process::throttle::{Episode, Throttle};
 use crate::query;
 use crate::query::snapshot::{HttpFigures, SESSION_AGES_SHOWN, ServerSessions, SessionFigures};
 use crate::relay;
@@ -36,7 +37,6 @@ use crate::sessions::{
     without_broker_cookie,
 };
 use crate::stream::Stream;
-use crate::throttle::{Episode, Throttle};
 
 /// An HTTP balancer's engine.
 pub type HttpProxy = Proxy<Backends>;

@@ -78,7 +78,6 @@ pub mod admin;
 pub mod balancer;
 pub mod broker;
 pub mod client;
-pub mod clock;
 pub mod config;
 pub mod context;
 pub mod demo;
@@ -90,23 +89,20 @@ pub mod http_balancer;
 #[cfg(unix)]
 pub mod inherit;
 pub mod listener;
-pub mod logging;
 pub mod monitor;
-pub mod os_error;
 pub mod overrides;
 pub mod places;
+pub mod process;
 pub mod query;
 pub mod relay;
 pub mod resolve;
 pub mod select;
 pub mod self_loop;
 pub mod sessions;
-pub mod shutdown;
 pub mod stream;
 #[cfg(unix)]
 pub mod supervisor;
 pub mod sys;
-pub mod throttle;
 pub mod tls;
 pub mod workers;
 

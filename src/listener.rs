@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::config::{BalancerConfig, Keepalive};
-use crate::os_error::{explain_bind, words};
+use crate::process::os_error::{explain_bind, words};
 use crate::sys;
 
 /// Pending connections the kernel may queue before `accept`; the kernel caps it at

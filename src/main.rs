@@ -14,9 +14,10 @@ use std::time::Duration;
 use anyhow::Context;
 use appbroker::admin::protocol::Request;
 use appbroker::config::{Config, LoadError, Loaded};
-use appbroker::shutdown::handle_signals;
+use appbroker::process::logging;
+use appbroker::process::shutdown::handle_signals;
 use appbroker::workers::WorkerThreads;
-use appbroker::{Broker, admin, config, demo, logging, sys};
+use appbroker::{Broker, admin, config, demo, sys};
 use clap::{Parser, Subcommand};
 use tracing::{info, warn};
 
@@ -432,7 +433,7 @@ fn supervise(config: Config, log: &logging::Log) -> ExitCode {
     };
     match runtime.block_on(supervisor::run(start)) {
         Ok(code) => ExitCode::from(code),
-        Err(e) => fail(&appbroker::os_error::words(&e)),
+        Err(e) => fail(&appbroker::process::os_error::words(&e)),
     }
 }
 
@@ -462,7 +463,7 @@ fn supervisor_socket(config: &Config) -> Result<Option<std::os::unix::net::UnixL
                 "supervisor: cannot make {}: {}; `appbroker upgrade` cannot reach this \
                  supervisor",
                 path.display(),
-                appbroker::os_error::words(&e)
+                appbroker::process::os_error::words(&e)
             );
             Ok(None)
         }
@@ -697,7 +698,7 @@ fn demo_client(config: &Config, args: &DemoArgs, address: Option<SocketAddr>) ->
             logging::to_stderr(&format!(
                 "appbroker: cannot talk to {address}: {}; is the demo running? Start it with \
                  `appbroker demo` in another terminal",
-                appbroker::os_error::words(&e)
+                appbroker::process::os_error::words(&e)
             ));
             ExitCode::from(1)
         }

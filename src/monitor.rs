@@ -16,13 +16,13 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, warn};
 
 use crate::balancer::{Balancer, Pool, Server};
-use crate::clock::wall_ms;
 use crate::config::{BalancerConfig, Host, Monitoring, plural, show_duration, show_escaped};
 use crate::dial::{ConnectError, connect, dial};
 use crate::events::Event;
 use crate::health::{Check, Reason, Release};
 use crate::http;
-use crate::os_error::{Explained, PointsAt};
+use crate::process::clock::wall_ms;
+use crate::process::os_error::{Explained, PointsAt};
 use crate::resolve::Resolver;
 use crate::tls::UpstreamTls;
 

@@ -19,7 +19,7 @@ use std::time::Duration;
 use tokio::io::ReadBuf;
 use tokio::time::Instant;
 
-use crate::os_error::words;
+use crate::process::os_error::words;
 use crate::stream::Stream;
 
 /// Bytes moved per read. Measured on loopback (iperf3 through the broker, 2 cores): 16 KiB

@@ -25,8 +25,8 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use crate::config::show_duration;
+use crate::process::throttle::Episode;
 use crate::self_loop::{LocalAddresses, reaches};
-use crate::throttle::Episode;
 
 /// The system's name lookup, or a stand-in for tests: a name to its addresses. It blocks.
 pub type Lookup = Arc<dyn Fn(&str) -> io::Result<Vec<IpAddr>> + Send + Sync>;
@@ -78,7 +78,10 @@ impl Failure {
     fn of(name: &str, error: &io::Error) -> Failure {
         Failure {
             raw_os_error: error.raw_os_error(),
-            message: format!("cannot resolve {name}: {}", crate::os_error::words(error)),
+            message: format!(
+                "cannot resolve {name}: {}",
+                crate::process::os_error::words(error)
+            ),
         }
     }
 

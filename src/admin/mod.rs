@@ -27,11 +27,11 @@ use tracing::warn;
 
 use crate::balancer::{Balancer, BalancerState, Server, ServerState, Standing};
 use crate::broker::{Control, ReloadError};
-use crate::clock::wall_ms;
 use crate::config::keys::DAY;
 use crate::config::{duration_within, plural, show_duration};
 use crate::health::Asked;
 use crate::overrides::{Hold, MAX_WEIGHT, Mode};
+use crate::process::clock::wall_ms;
 use protocol::{Answer, BalancerView, QuarantineView, Request, ServerView, names_section};
 
 /// How long `drain --wait` waits by default: long enough for most sessions to end on their
@@ -313,7 +313,7 @@ impl Admin {
             warn!(
                 "cannot write the state file {}: {}; the change holds until appbroker restarts",
                 path.display(),
-                crate::os_error::words(&e)
+                crate::process::os_error::words(&e)
             );
         }
     }

@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 use tracing::warn;
 
 use super::state_file::write_whole;
-use crate::clock::wall_ms;
 use crate::config::keys::SESSION_SECRET_MIN;
+use crate::process::clock::wall_ms;
 use crate::sessions::{CookieKeys, Kept, OwnSecret};
 use crate::tls::files::Passphrase;
 

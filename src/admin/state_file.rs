@@ -13,9 +13,9 @@ use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
 use crate::balancer::Balancer;
-use crate::clock::wall_ms;
 use crate::health::Asked;
 use crate::overrides::Overrides;
+use crate::process::clock::wall_ms;
 
 /// The format's version; a file of another one is not read.
 const VERSION: u32 = 1;

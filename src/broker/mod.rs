@@ -21,14 +21,14 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::balancer::{Balancer, BalancerState};
-use crate::clock::{time_of_day, wall_ms};
 use crate::config::{BalancerKind, Config, LoadError};
 use crate::context::Context;
 use crate::events::{Events, Reloaded, Subscription};
 use crate::listener::{self, BindError};
+use crate::process::clock::{time_of_day, wall_ms};
+use crate::process::shutdown::Shutdown;
 use crate::resolve::Resolver;
 use crate::sessions::{OwnSecret, SessionSecrets};
-use crate::shutdown::Shutdown;
 use crate::workers::{WorkerThreads, Workers};
 use run::Runtime;
 use unit::Unit;

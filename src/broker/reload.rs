@@ -15,7 +15,7 @@ use crate::config::{self, Config, plural, show_duration};
 use crate::events::Reloaded;
 use crate::http_balancer;
 use crate::listener;
-use crate::logging;
+use crate::process::logging;
 
 impl Runtime {
     /// Reads the configuration file again and applies it; an invalid file changes nothing.

@@ -188,7 +188,10 @@ impl Unit {
                             });
                             listener::accept_loop(listener, stop_accepting, entrance).await;
                         }
-                        Err(e) => error!("cannot start accepting: {}", crate::os_error::words(&e)),
+                        Err(e) => error!(
+                            "cannot start accepting: {}",
+                            crate::process::os_error::words(&e)
+                        ),
                     }
                 };
                 handles[index % handles.len()].spawn(accept.instrument(span.clone()))

@@ -371,7 +371,7 @@ fn read_console(typed: &tokio::sync::mpsc::Sender<String>) {
             Err(e) => {
                 warn!(
                     "demo: cannot read the console: {}; server ids can no longer be typed",
-                    crate::os_error::words(&e)
+                    crate::process::os_error::words(&e)
                 );
                 return;
             }
@@ -451,7 +451,7 @@ pub enum Ended {
 pub fn client(address: SocketAddr) -> io::Result<Ended> {
     use std::sync::atomic::{AtomicBool, Ordering};
     let stream = std::net::TcpStream::connect(address)?;
-    crate::logging::to_stderr(&format!(
+    crate::process::logging::to_stderr(&format!(
         "connected to {address}: type a line and Enter; end of input (Ctrl-D) or Ctrl-C ends"
     ));
     let mut to_server = stream.try_clone()?;

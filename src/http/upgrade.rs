@@ -64,7 +64,7 @@ where
                         .await
                         .end
                 }
-                Err(e) => End::Error(Side::Client, crate::os_error::words(&e)),
+                Err(e) => End::Error(Side::Client, crate::process::os_error::words(&e)),
             };
             record.to_server = to_server.load(Relaxed);
             record.to_client = to_client.load(Relaxed);

@@ -136,7 +136,7 @@ async fn answer_connection<S: Connection>(
             return;
         }
         Ok(Err(HeadError::Io(e))) => {
-            debug!(client = %peer, "query connection ended before its request: {}", crate::os_error::words(&e));
+            debug!(client = %peer, "query connection ended before its request: {}", crate::process::os_error::words(&e));
             return;
         }
         Ok(Ok(())) => {}

@@ -22,10 +22,10 @@ use std::time::Duration;
 
 use super::labels::{Labels, of};
 use super::snapshot::{ServerSessions, ServerState, Snapshot, Standing};
-use crate::clock::{local_date as date, time_of_day as clock};
 use crate::config::{BalancerKind, Config, Monitoring, Origin, show_duration};
 use crate::health::Reason;
 use crate::overrides::Mode;
+use crate::process::clock::{local_date as date, time_of_day as clock};
 
 /// Escapes text for HTML.
 pub fn esc(text: &str) -> String {

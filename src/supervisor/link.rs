@@ -17,7 +17,7 @@ use tracing::warn;
 
 use super::READY_ENV;
 use crate::inherit;
-use crate::shutdown::Shutdown;
+use crate::process::shutdown::Shutdown;
 
 /// How long a broker waits for its supervisor's answer to `RELOAD`: it reads a file and
 /// binds a few sockets, well under a second; bounded so that a supervisor that does not
@@ -96,7 +96,7 @@ impl Link {
                 warn!(
                     "cannot use the supervisor's socket: {}; this broker will not notice if \
                      the supervisor dies",
-                    crate::os_error::words(&e)
+                    crate::process::os_error::words(&e)
                 );
                 return None;
             }

@@ -118,7 +118,7 @@ impl Supervisor {
         let why = match handed {
             Err(e) => format!(
                 "cannot hand the sockets down: {}",
-                crate::os_error::words(&e)
+                crate::process::os_error::words(&e)
             ),
             Ok(()) => {
                 info!(
@@ -144,7 +144,7 @@ impl Supervisor {
                 format!(
                     "cannot re-execute {}: {}",
                     self.options.exe.display(),
-                    crate::os_error::words(&e)
+                    crate::process::os_error::words(&e)
                 )
             }
         };
