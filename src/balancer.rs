@@ -23,20 +23,20 @@ use crate::config::{
     BalancerConfig, BalancerKind, Host, Monitoring, ServerConfig, ServerId, SortMethod, plural,
     setting_changes,
 };
-use crate::dial::{self, ConnectError, ServerStream};
 use crate::events::{Event, Events, Unserved};
 use crate::health::{
     Asked, Check, CheckFailed, Episode, Health, Now, Quarantined, Reason, Release,
 };
+use crate::net::dial::{self, ConnectError, ServerStream};
+use crate::net::relay::{End, Outcome};
+use crate::net::resolve::Resolver;
+use crate::net::stream::Stream;
 use crate::overrides::{Hold, Overrides};
 use crate::places::{Place, QueryPlaces};
 use crate::process::clock::{Clock, time_of_day, wall_ms};
 use crate::process::os_error::PointsAt;
 use crate::process::throttle::{self, Throttle};
-use crate::relay::{End, Outcome};
-use crate::resolve::Resolver;
 use crate::select::{Load, Selector};
-use crate::stream::Stream;
 use crate::tls::{
     CertificateSummary, Finding, Findings, HandshakeFailure, Resumption, ServerTls, UpstreamTls,
     upstream::system_roots,

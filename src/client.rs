@@ -18,18 +18,18 @@ use tracing::{Instrument, Span, debug};
 use crate::balancer::{Balancer, ClientSlot, Closed, Eligible, Lease, Pool};
 use crate::config::{Keepalive, Language};
 use crate::context::{Context, Ending};
-use crate::dial::ServerStream;
 use crate::events::Unserved;
 use crate::http::{self, Downstream};
 use crate::http_balancer::{self, HttpProxy};
-use crate::listener::Serve;
+use crate::net::dial::ServerStream;
+use crate::net::listener::Serve;
+use crate::net::relay::{Counters, End, Outcome, relay};
+use crate::net::stream::Stream;
 use crate::process::os_error::words;
 use crate::query::{
     self,
     sniff::{Verdict, sniff},
 };
-use crate::relay::{Counters, End, Outcome, relay};
-use crate::stream::Stream;
 use crate::tls::HandshakeFailure;
 use crate::tls::first_byte::{self, Arrival};
 
@@ -405,7 +405,7 @@ mod tests {
     use std::sync::{Condvar, Mutex};
 
     use crate::config::Config;
-    use crate::resolve::Resolver;
+    use crate::net::resolve::Resolver;
 
     /// A system resolver that hangs until released, counting its lookups.
     #[derive(Default)]

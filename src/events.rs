@@ -15,7 +15,7 @@ use tokio::sync::broadcast;
 
 use crate::config::BalancerKind;
 use crate::health::{Reason, Release};
-use crate::relay::End;
+use crate::net::relay::End;
 
 /// Something that happened in the broker.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -23,20 +23,20 @@ use tracing::{Instrument, Span, info, warn};
 use crate::balancer::{Balancer, Closed, Eligible, Lease, Pool, Server};
 use crate::config::{BalancerConfig, Language, ServerId, show_duration};
 use crate::context::{Context, Ending};
-use crate::dial::{ConnectError, ServerStream};
 use crate::events::{Event as BrokerEvent, Unserved};
 use crate::health::Reason;
 use crate::http::{self, Choice, Downstream, Event, Exchange, Outcome, Proxy, Tunnel, Upstreams};
+use crate::net::dial::{ConnectError, ServerStream};
+use crate::net::relay;
+use crate::net::stream::Stream;
 use crate::process::clock::wall_ms;
 use crate::process::throttle::{Episode, Throttle};
 use crate::query;
 use crate::query::snapshot::{HttpFigures, SESSION_AGES_SHOWN, ServerSessions, SessionFigures};
-use crate::relay;
 use crate::sessions::{
     Affinity, CookieKeys, SessionSecrets, Sessions, Ticket, mentions_broker_cookie,
     without_broker_cookie,
 };
-use crate::stream::Stream;
 
 /// An HTTP balancer's engine.
 pub type HttpProxy = Proxy<Backends>;

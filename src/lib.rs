@@ -81,31 +81,23 @@ pub mod client;
 pub mod config;
 pub mod context;
 pub mod demo;
-pub mod dial;
 pub mod events;
 pub mod health;
 pub mod http;
 pub mod http_balancer;
-#[cfg(unix)]
-pub mod inherit;
-pub mod listener;
 pub mod monitor;
+pub mod net;
 pub mod overrides;
 pub mod places;
 pub mod process;
 pub mod query;
-pub mod relay;
-pub mod resolve;
 pub mod select;
 pub mod self_loop;
 pub mod sessions;
-pub mod stream;
 #[cfg(unix)]
 pub mod supervisor;
-pub mod sys;
 pub mod tls;
-pub mod workers;
 
 pub use broker::{Bound, Broker, Control, ReloadError, StartError};
 pub use events::{Event, Subscription};
-pub use listener::BindError;
+pub use net::listener::BindError;

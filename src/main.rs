@@ -14,10 +14,11 @@ use std::time::Duration;
 use anyhow::Context;
 use appbroker::admin::protocol::Request;
 use appbroker::config::{Config, LoadError, Loaded};
+use appbroker::net::sys;
+use appbroker::net::workers::WorkerThreads;
 use appbroker::process::logging;
 use appbroker::process::shutdown::handle_signals;
-use appbroker::workers::WorkerThreads;
-use appbroker::{Broker, admin, config, demo, sys};
+use appbroker::{Broker, admin, config, demo};
 use clap::{Parser, Subcommand};
 use tracing::{info, warn};
 
@@ -386,20 +387,22 @@ fn supervise(config: Config, log: &logging::Log) -> ExitCode {
     if let Err(e) = log.open_file() {
         return fail(&e);
     }
-    let taken = handover.map(|handover| -> Result<_, appbroker::inherit::InheritError> {
-        let socket = appbroker::inherit::take_socket(handover.socket)?;
-        let client = appbroker::inherit::take_socket(handover.client)?.into();
-        let lifeline = match std::env::var(upgrade::LIFELINE_ENV).map(|t| t.parse()) {
-            Ok(Ok(fd)) => Some(appbroker::inherit::take_socket(fd)?.into()),
-            _ => None,
-        };
-        let upgrading = supervisor::Upgrading {
-            handover,
-            client,
-            lifeline,
-        };
-        Ok((socket.into(), upgrading))
-    });
+    let taken = handover.map(
+        |handover| -> Result<_, appbroker::net::inherit::InheritError> {
+            let socket = appbroker::net::inherit::take_socket(handover.socket)?;
+            let client = appbroker::net::inherit::take_socket(handover.client)?.into();
+            let lifeline = match std::env::var(upgrade::LIFELINE_ENV).map(|t| t.parse()) {
+                Ok(Ok(fd)) => Some(appbroker::net::inherit::take_socket(fd)?.into()),
+                _ => None,
+            };
+            let upgrading = supervisor::Upgrading {
+                handover,
+                client,
+                lifeline,
+            };
+            Ok((socket.into(), upgrading))
+        },
+    );
     let (socket, upgrading) = match taken {
         Some(Ok((socket, upgrading))) => (Some(socket), Some(upgrading)),
         Some(Err(e)) => return fail(&format!("cannot take over after the upgrade: {e}")),

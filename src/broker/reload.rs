@@ -14,7 +14,7 @@ use crate::balancer::{Balancer, Secured};
 use crate::config::{self, Config, plural, show_duration};
 use crate::events::Reloaded;
 use crate::http_balancer;
-use crate::listener;
+use crate::net::listener;
 use crate::process::logging;
 
 impl Runtime {

@@ -17,9 +17,9 @@ use super::{Command, ReloadError, Source};
 use crate::config::{BalancerKind, plural, show_duration};
 use crate::context::Context;
 use crate::events::{Event, Events, Reloaded};
-use crate::resolve::Resolver;
+use crate::net::resolve::Resolver;
+use crate::net::workers::Workers;
 use crate::sessions::SessionSecrets;
-use crate::workers::Workers;
 
 /// What the control loop owns.
 pub(super) struct Runtime {

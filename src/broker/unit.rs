@@ -18,11 +18,11 @@ use crate::config::{BalancerConfig, plural, show_duration};
 use crate::context::{Context, Ending};
 use crate::events::Event;
 use crate::http_balancer::{self, HttpProxy};
-use crate::listener;
 use crate::monitor;
+use crate::net::listener;
+use crate::net::workers::Workers;
 use crate::sessions::SessionSecrets;
 use crate::tls::Severity;
-use crate::workers::Workers;
 
 /// One balancer at run time.
 pub(super) struct Unit {

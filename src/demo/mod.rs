@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::config::{Config, Host};
-use crate::sys;
+use crate::net::sys;
 
 /// The example configuration, built in so the demo runs from anywhere.
 pub const EXAMPLE: &str = include_str!("../../appserver.ini.example");

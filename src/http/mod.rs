@@ -52,8 +52,8 @@ use hyper::http::request::Parts;
 use hyper::{Method, Response, StatusCode, Uri};
 
 use crate::config::Language;
-use crate::relay::End;
-use crate::stream::Stream;
+use crate::net::relay::End;
+use crate::net::stream::Stream;
 
 pub use check::{CheckError, StatusRange, check};
 pub use pool::PoolFigures;

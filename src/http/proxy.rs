@@ -59,7 +59,7 @@ use super::pool::{Conn, Pool, PoolFigures};
 use super::stats::Stats;
 use super::upgrade::{self, Pending};
 use super::{Choice, Downstream, Event, Exchange, Outcome, Settings, Upstreams, pages};
-use crate::stream::Stream;
+use crate::net::stream::Stream;
 
 /// The answer's body as the client gets it.
 type Answer<U> = ResponseBody<Finish<U>>;

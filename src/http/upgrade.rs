@@ -16,8 +16,8 @@ use tokio::io::AsyncWriteExt;
 use super::head_errors::HeadErrors;
 use super::io::{Prefixed, Upstream};
 use super::{Tunnel, Upstreams};
-use crate::relay::{Counters, End, Side, relay};
-use crate::stream::Stream;
+use crate::net::relay::{Counters, End, Side, relay};
+use crate::net::stream::Stream;
 
 /// An upgrade agreed on by the server, both sides not yet handed over by hyper.
 pub(crate) struct Pending<U: Upstreams> {

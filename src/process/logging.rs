@@ -566,7 +566,7 @@ mod tests {
             "off",
             "appbroker=debug",
             "info,hyper=warn",
-            "appbroker::relay=trace",
+            "appbroker::net::relay=trace",
         ] {
             assert!(filter(good).is_ok(), "{good}");
         }

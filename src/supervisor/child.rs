@@ -21,7 +21,7 @@ use super::link::Supervised;
 use super::upgrade::{HANDOVER_ENV, LIFELINE_ENV};
 use super::watchdog::{Beats, Silence};
 use super::{Held, LISTENERS_ENV, READY_ENV, encode};
-use crate::inherit;
+use crate::net::inherit;
 
 /// What a child's lifeline brings the loop.
 #[derive(Debug)]

@@ -30,7 +30,7 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 use crate::config::Config;
-use crate::inherit;
+use crate::net::inherit;
 
 mod child;
 mod link;
@@ -238,7 +238,7 @@ impl Held {
 /// Makes `held` the listeners `config` names, in its order: binds what it lacks, keeps
 /// what it still names, closes the rest. Nothing changes when an address cannot be bound.
 pub fn hold(config: &Config, held: &mut Vec<Held>) -> Result<(), crate::BindError> {
-    let count = crate::workers::listeners_for(config.general.workers as usize);
+    let count = crate::net::workers::listeners_for(config.general.workers as usize);
     let mut fresh: Vec<Held> = Vec::new();
     for balancer in &config.balancers {
         let known = |h: &Held| h.configured == balancer.listen;
@@ -249,9 +249,9 @@ pub fn hold(config: &Config, held: &mut Vec<Held>) -> Result<(), crate::BindErro
                 .iter()
                 .any(|h| switches_wildcard(h.configured, balancer.listen));
             let listeners = if moved {
-                crate::listener::bind_beside(balancer, count)?
+                crate::net::listener::bind_beside(balancer, count)?
             } else {
-                crate::listener::bind(balancer, count)?
+                crate::net::listener::bind(balancer, count)?
             };
             fresh.push(Held {
                 configured: balancer.listen,

@@ -13,7 +13,7 @@ use super::upgrade::{HANDOVER_ENV, Handover, LIFELINE_ENV, answer, timeout_of_fi
 use super::vet::Vetting;
 use super::{Held, LISTENERS_ENV, encode};
 use crate::config::show_duration;
-use crate::inherit;
+use crate::net::inherit;
 
 impl Supervisor {
     /// `appbroker upgrade` asked on `client`: the new binary's vetting starts, unless another

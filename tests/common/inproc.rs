@@ -11,7 +11,7 @@ use appbroker::balancer::BalancerState;
 use appbroker::config::{BalancerKind, Config, Notice};
 use appbroker::events::{Missed, Reloaded, Subscription};
 pub use appbroker::health::{Reason, Release};
-pub use appbroker::relay::{End, Side};
+pub use appbroker::net::relay::{End, Side};
 use appbroker::{Bound, Broker, Event, ReloadError, StartError};
 use tokio::task::JoinHandle;
 

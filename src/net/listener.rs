@@ -12,8 +12,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::config::{BalancerConfig, Keepalive};
+use crate::net::sys;
 use crate::process::os_error::{explain_bind, words};
-use crate::sys;
 
 /// Pending connections the kernel may queue before `accept`; the kernel caps it at
 /// `net.core.somaxconn`. Large, because clients arrive in bursts (a shift starting).
