@@ -92,7 +92,6 @@ pub mod places;
 pub mod process;
 pub mod query;
 pub mod select;
-pub mod self_loop;
 pub mod sessions;
 #[cfg(unix)]
 pub mod supervisor;

@@ -9,6 +9,7 @@
 mod ini;
 pub mod keys;
 mod render;
+pub mod self_loop;
 mod validate;
 mod value;
 
