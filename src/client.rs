@@ -15,10 +15,10 @@ use tokio_util::either::Either;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, Span, debug};
 
+use crate::balancer::context::{Context, Ending};
+use crate::balancer::events::Unserved;
 use crate::balancer::{Balancer, ClientSlot, Closed, Eligible, Lease, Pool};
 use crate::config::{Keepalive, Language};
-use crate::context::{Context, Ending};
-use crate::events::Unserved;
 use crate::http::{self, Downstream};
 use crate::http_balancer::{self, HttpProxy};
 use crate::net::dial::ServerStream;
@@ -475,7 +475,7 @@ mod tests {
         let balancer = Arc::new(Balancer::new(
             config.balancers.remove(0),
             Arc::clone(&resolver),
-            crate::events::Events::default(),
+            crate::balancer::events::Events::default(),
         ));
         let pool = balancer.pool();
         let client = client_of(&balancer, config).await;

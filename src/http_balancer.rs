@@ -20,11 +20,11 @@ use tokio::time::{Duration, Instant};
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, Span, info, warn};
 
+use crate::balancer::context::{Context, Ending};
+use crate::balancer::events::{Event as BrokerEvent, Unserved};
+use crate::balancer::health::Reason;
 use crate::balancer::{Balancer, Closed, Eligible, Lease, Pool, Server};
 use crate::config::{BalancerConfig, Language, ServerId, show_duration};
-use crate::context::{Context, Ending};
-use crate::events::{Event as BrokerEvent, Unserved};
-use crate::health::Reason;
 use crate::http::{self, Choice, Downstream, Event, Exchange, Outcome, Proxy, Tunnel, Upstreams};
 use crate::net::dial::{ConnectError, ServerStream};
 use crate::net::relay;

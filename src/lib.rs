@@ -79,24 +79,18 @@ pub mod balancer;
 pub mod broker;
 pub mod client;
 pub mod config;
-pub mod context;
 pub mod demo;
-pub mod events;
-pub mod health;
 pub mod http;
 pub mod http_balancer;
 pub mod monitor;
 pub mod net;
-pub mod overrides;
-pub mod places;
 pub mod process;
 pub mod query;
-pub mod select;
 pub mod sessions;
 #[cfg(unix)]
 pub mod supervisor;
 pub mod tls;
 
+pub use balancer::events::{Event, Subscription};
 pub use broker::{Bound, Broker, Control, ReloadError, StartError};
-pub use events::{Event, Subscription};
 pub use net::listener::BindError;

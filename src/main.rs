@@ -202,7 +202,7 @@ fn weight(text: &str) -> Result<Weight, String> {
         return Ok(Weight(None));
     }
     match text.parse::<u32>() {
-        Ok(n) if n <= appbroker::overrides::MAX_WEIGHT => Ok(Weight(Some(n))),
+        Ok(n) if n <= appbroker::balancer::overrides::MAX_WEIGHT => Ok(Weight(Some(n))),
         _ => Err("expected a weight from 0 to 1000, or `file` for the file's".into()),
     }
 }
@@ -570,7 +570,9 @@ fn ctl(cli: &Cli, args: &CtlArgs) -> ExitCode {
         Err(code) => return code,
     };
     let target = |section: &String, id: &String| (section.clone(), id.clone());
-    if let Some(problem) = reason_of(&args.command).and_then(appbroker::overrides::reason_problem) {
+    if let Some(problem) =
+        reason_of(&args.command).and_then(appbroker::balancer::overrides::reason_problem)
+    {
         logging::to_stderr(&format!("appbroker ctl: --reason: {problem}"));
         return ExitCode::from(2);
     }

@@ -15,10 +15,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, warn};
 
+use crate::balancer::events::Event;
+use crate::balancer::health::{Check, Reason, Release};
 use crate::balancer::{Balancer, Pool, Server};
 use crate::config::{BalancerConfig, Host, Monitoring, plural, show_duration, show_escaped};
-use crate::events::Event;
-use crate::health::{Check, Reason, Release};
 use crate::http;
 use crate::net::dial::{ConnectError, connect, dial};
 use crate::net::resolve::Resolver;

@@ -13,7 +13,7 @@ mod http_common;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use appbroker::overrides::{Hold, Mode};
+use appbroker::balancer::overrides::{Hold, Mode};
 use appbroker::sessions::{CookieKeys, Kept, OwnSecret, Ticket};
 use appbroker::tls::files::Passphrase;
 use common::{

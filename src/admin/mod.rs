@@ -25,12 +25,12 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::warn;
 
+use crate::balancer::health::Asked;
+use crate::balancer::overrides::{Hold, MAX_WEIGHT, Mode};
 use crate::balancer::{Balancer, BalancerState, Server, ServerState, Standing};
 use crate::broker::{Control, ReloadError};
 use crate::config::keys::DAY;
 use crate::config::{duration_within, plural, show_duration};
-use crate::health::Asked;
-use crate::overrides::{Hold, MAX_WEIGHT, Mode};
 use crate::process::clock::wall_ms;
 use protocol::{Answer, BalancerView, QuarantineView, Request, ServerView, names_section};
 
@@ -86,7 +86,7 @@ impl Admin {
             reason: Some(reason),
             ..
         } = &request
-            && let Some(problem) = crate::overrides::reason_problem(reason)
+            && let Some(problem) = crate::balancer::overrides::reason_problem(reason)
         {
             return Answer::refused(problem);
         }

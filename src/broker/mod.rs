@@ -1,5 +1,5 @@
 //! The broker as a library: bind every balancer's port (or take listeners bound elsewhere),
-//! start serving, follow the broker's [events](crate::events), read a balancer's state,
+//! start serving, follow the broker's [events](crate::balancer::events), read a balancer's state,
 //! reload a configuration and get its result, and stop. The binary installs the log and the
 //! signal handlers around it; a test starts as many brokers as it likes in one process.
 //!
@@ -20,10 +20,10 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::balancer::context::Context;
+use crate::balancer::events::{Events, Reloaded, Subscription};
 use crate::balancer::{Balancer, BalancerState};
 use crate::config::{BalancerKind, Config, LoadError};
-use crate::context::Context;
-use crate::events::{Events, Reloaded, Subscription};
 use crate::net::listener::{self, BindError};
 use crate::net::resolve::Resolver;
 use crate::net::workers::{WorkerThreads, Workers};

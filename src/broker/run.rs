@@ -14,9 +14,9 @@ use tracing::{info, warn};
 
 use super::unit::Unit;
 use super::{Command, ReloadError, Source};
+use crate::balancer::context::Context;
+use crate::balancer::events::{Event, Events, Reloaded};
 use crate::config::{BalancerKind, plural, show_duration};
-use crate::context::Context;
-use crate::events::{Event, Events, Reloaded};
 use crate::net::resolve::Resolver;
 use crate::net::workers::Workers;
 use crate::sessions::SessionSecrets;

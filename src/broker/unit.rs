@@ -13,10 +13,10 @@ use tokio_util::task::TaskTracker;
 use tracing::{Instrument, Span, error, info, warn};
 
 use crate::balancer::Balancer;
+use crate::balancer::context::{Context, Ending};
+use crate::balancer::events::Event;
 use crate::client::Entrance;
 use crate::config::{BalancerConfig, plural, show_duration};
-use crate::context::{Context, Ending};
-use crate::events::Event;
 use crate::http_balancer::{self, HttpProxy};
 use crate::monitor;
 use crate::net::listener;

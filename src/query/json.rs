@@ -7,9 +7,9 @@
 use serde::Serialize;
 
 use super::snapshot::{ServerSessions, ServerState, Snapshot, Standing};
+use crate::balancer::health::Asked;
+use crate::balancer::overrides::Mode;
 use crate::config::SortMethod;
-use crate::health::Asked;
-use crate::overrides::Mode;
 use crate::process::clock::{local_date as date, time_of_day as clock};
 
 #[derive(Serialize)]

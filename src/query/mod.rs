@@ -36,10 +36,10 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
+use crate::balancer::context::{Context, Ending};
+use crate::balancer::places::Place;
 use crate::balancer::{Balancer, Pool};
 use crate::config::Config;
-use crate::context::{Context, Ending};
-use crate::places::Place;
 use snapshot::{HttpFigures, Snapshot, Standing};
 
 /// What a query is answered over: any byte stream (the client's own connection, lent by its

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use tokio::sync::broadcast;
 
+use crate::balancer::health::{Reason, Release};
 use crate::config::BalancerKind;
-use crate::health::{Reason, Release};
 use crate::net::relay::End;
 
 /// Something that happened in the broker.
