@@ -77,7 +77,6 @@
 pub mod admin;
 pub mod balancer;
 pub mod broker;
-pub mod client;
 pub mod config;
 pub mod demo;
 pub mod http;
@@ -89,6 +88,7 @@ pub mod query;
 pub mod sessions;
 #[cfg(unix)]
 pub mod supervisor;
+pub mod tcp;
 pub mod tls;
 
 pub use balancer::events::{Event, Subscription};

@@ -1,18 +1,18 @@
 //! `TOTVS_BROKER_QUERY` on each balancer's own port: STATUS, CFG, PING, JSON, METRICS and
 //! ServerStatus, served with hyper (HTTP/1.1, keep-alive) to browsers and monitoring scripts.
 //!
-//! On a TCP balancer a connection reaches here when [`sniff`] found a query in its first
-//! bytes; there queries have their own small limit (`QUERY_MAX_CONNECTIONS`) and timeouts, so
-//! slow or never-finished requests cannot use up the broker's descriptors or slow the
-//! proxying. On an HTTP balancer each request is routed here by its path ([`intercept`]), on a
-//! connection that is the balancer's client, with the HTTP engine's limits.
+//! On a TCP balancer a connection reaches here when its first bytes were a query (the TCP
+//! client's sniff, [`crate::tcp::sniff`]); there queries have their own small limit
+//! (`QUERY_MAX_CONNECTIONS`) and timeouts, so slow or never-finished requests cannot use up
+//! the broker's descriptors or slow the proxying. On an HTTP balancer each request is routed
+//! here by its path ([`intercept`]), on a connection that is the balancer's client, with the
+//! HTTP engine's limits.
 
 mod json;
 mod labels;
 mod metrics;
 mod page;
 pub mod snapshot;
-pub mod sniff;
 
 use std::convert::Infallible;
 use std::io;

@@ -26,10 +26,8 @@ use crate::net::listener::Serve;
 use crate::net::relay::{Counters, End, Outcome, relay};
 use crate::net::stream::Stream;
 use crate::process::os_error::words;
-use crate::query::{
-    self,
-    sniff::{Verdict, sniff},
-};
+use crate::query;
+use crate::tcp::sniff::{Verdict, sniff};
 use crate::tls::HandshakeFailure;
 use crate::tls::first_byte::{self, Arrival};
 
