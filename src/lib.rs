@@ -85,7 +85,6 @@ pub mod monitor;
 pub mod net;
 pub mod process;
 pub mod query;
-pub mod sessions;
 #[cfg(unix)]
 pub mod supervisor;
 pub mod tcp;

@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use appbroker::balancer::overrides::{Hold, Mode};
-use appbroker::sessions::{CookieKeys, Kept, OwnSecret, Ticket};
+use appbroker::http_balancer::sessions::{CookieKeys, Kept, OwnSecret, Ticket};
 use appbroker::tls::files::Passphrase;
 use common::{
     Broker, HttpConnection, HttpResponse, InProcess, SESSION_SECRET, http_get, http_ini, run_cli,

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use appbroker::config::ServerId;
-use appbroker::sessions::{CookieKeys, Sessions, Ticket};
+use appbroker::http_balancer::sessions::{CookieKeys, Sessions, Ticket};
 use tokio::time::Instant;
 
 /// The process's resident set in bytes (`VmRSS` of /proc/self/status).

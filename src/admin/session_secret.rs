@@ -12,8 +12,8 @@ use tracing::warn;
 
 use super::state_file::write_whole;
 use crate::config::keys::SESSION_SECRET_MIN;
+use crate::http_balancer::sessions::{CookieKeys, Kept, OwnSecret};
 use crate::process::clock::wall_ms;
-use crate::sessions::{CookieKeys, Kept, OwnSecret};
 use crate::tls::files::Passphrase;
 
 /// The format's version; a file of another one is replaced.

@@ -24,12 +24,12 @@ use crate::balancer::context::Context;
 use crate::balancer::events::{Events, Reloaded, Subscription};
 use crate::balancer::{Balancer, BalancerState};
 use crate::config::{BalancerKind, Config, LoadError};
+use crate::http_balancer::sessions::{OwnSecret, SessionSecrets};
 use crate::net::listener::{self, BindError};
 use crate::net::resolve::Resolver;
 use crate::net::workers::{WorkerThreads, Workers};
 use crate::process::clock::{time_of_day, wall_ms};
 use crate::process::shutdown::Shutdown;
-use crate::sessions::{OwnSecret, SessionSecrets};
 use run::Runtime;
 use unit::Unit;
 

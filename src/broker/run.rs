@@ -17,9 +17,9 @@ use super::{Command, ReloadError, Source};
 use crate::balancer::context::Context;
 use crate::balancer::events::{Event, Events, Reloaded};
 use crate::config::{BalancerKind, plural, show_duration};
+use crate::http_balancer::sessions::SessionSecrets;
 use crate::net::resolve::Resolver;
 use crate::net::workers::Workers;
-use crate::sessions::SessionSecrets;
 
 /// What the control loop owns.
 pub(super) struct Runtime {

@@ -16,11 +16,11 @@ use crate::balancer::Balancer;
 use crate::balancer::context::{Context, Ending};
 use crate::balancer::events::Event;
 use crate::config::{BalancerConfig, plural, show_duration};
+use crate::http_balancer::sessions::SessionSecrets;
 use crate::http_balancer::{self, HttpProxy};
 use crate::monitor;
 use crate::net::listener;
 use crate::net::workers::Workers;
-use crate::sessions::SessionSecrets;
 use crate::tcp::client::Entrance;
 use crate::tls::Severity;
 

@@ -239,7 +239,7 @@ impl Sessions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sessions::CookieKeys;
+    use crate::http_balancer::sessions::CookieKeys;
 
     fn id(text: &str) -> ServerId {
         ServerId::parse(text).expect("an id")

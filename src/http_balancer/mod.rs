@@ -7,6 +7,12 @@
 //! balancer itself), so no client waits for a sniff. A request holds a [`Lease`] on its
 //! server while in hand, and an upgraded connection (WebSocket) holds it until it ends: the
 //! server's connections on the status page are the requests and WebSockets it serves now.
+//!
+//! - [`sessions`]: HTTP session affinity, pure logic: the `TOTVS_BROKER_SH_001` cookie
+//!   (signed, read from the `Cookie` header as bytes), its secrets, the table of live
+//!   sessions.
+
+pub mod sessions;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -26,6 +32,10 @@ use crate::balancer::health::Reason;
 use crate::balancer::{Balancer, Closed, Eligible, Lease, Pool, Server};
 use crate::config::{BalancerConfig, Language, ServerId, show_duration};
 use crate::http::{self, Choice, Downstream, Event, Exchange, Outcome, Proxy, Tunnel, Upstreams};
+use crate::http_balancer::sessions::{
+    Affinity, CookieKeys, SessionSecrets, Sessions, Ticket, mentions_broker_cookie,
+    without_broker_cookie,
+};
 use crate::net::dial::{ConnectError, ServerStream};
 use crate::net::relay;
 use crate::net::stream::Stream;
@@ -33,10 +43,6 @@ use crate::process::clock::wall_ms;
 use crate::process::throttle::{Episode, Throttle};
 use crate::query;
 use crate::query::snapshot::{HttpFigures, SESSION_AGES_SHOWN, ServerSessions, SessionFigures};
-use crate::sessions::{
-    Affinity, CookieKeys, SessionSecrets, Sessions, Ticket, mentions_broker_cookie,
-    without_broker_cookie,
-};
 
 /// An HTTP balancer's engine.
 pub type HttpProxy = Proxy<Backends>;
