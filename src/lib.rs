@@ -81,7 +81,6 @@ pub mod config;
 pub mod demo;
 pub mod http;
 pub mod http_balancer;
-pub mod monitor;
 pub mod net;
 pub mod process;
 pub mod query;

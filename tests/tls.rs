@@ -1446,9 +1446,14 @@ async fn a_server_named_with_a_final_dot_is_verified_and_checked_by_its_name() {
             problem: None,
         };
         let tls = appbroker::tls::UpstreamTls::load(&settings, &roots).unwrap();
-        let checked =
-            appbroker::monitor::check(&resolver, &server.host, server.port, balancer, Some(&tls))
-                .await;
+        let checked = appbroker::broker::monitor::check(
+            &resolver,
+            &server.host,
+            server.port,
+            balancer,
+            Some(&tls),
+        )
+        .await;
         let seen = seen.lock().unwrap().clone();
         assert_eq!(
             seen.first().map(String::as_str),

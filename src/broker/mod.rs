@@ -7,6 +7,7 @@
 //! drain, the monitors) and, on the worker threads, every balancer's accept loops and
 //! connections (`unit.rs`); a reload is applied in `reload.rs`.
 
+pub mod monitor;
 mod reload;
 mod run;
 mod unit;
