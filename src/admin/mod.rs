@@ -8,7 +8,8 @@
 //! - [`paths`]: where the socket and the state file live.
 //! - [`state_file`]: overrides kept over a restart.
 //! - [`session_secret`]: the secret of the HTTP session cookies, kept beside the state file.
-//! - `socket` (Unix): the control socket itself; [`ctl`]: its client, `appbroker ctl`.
+//! - `socket` (Unix): the control socket itself.
+//! - [`ctl`]: its client, `appbroker ctl`.
 
 pub mod ctl;
 pub mod paths;

@@ -1,11 +1,17 @@
 //! The broker as a library: bind every balancer's port (or take listeners bound elsewhere),
-//! start serving, follow the broker's [events](crate::balancer::events), read a balancer's state,
-//! reload a configuration and get its result, and stop. The binary installs the log and the
-//! signal handlers around it; a test starts as many brokers as it likes in one process.
+//! start serving, follow the broker's [events](crate::balancer::events), read a balancer's
+//! state, reload a configuration and get its result, and stop. The binary installs the log and
+//! the signal handlers around it; a test starts as many brokers as it likes in one process.
 //!
-//! A running broker is a control loop (`run.rs`) on the runtime that started it (reloads, the
-//! drain, the monitors) and, on the worker threads, every balancer's accept loops and
-//! connections (`unit.rs`); a reload is applied in `reload.rs`.
+//! A running broker is a control loop on the runtime that started it (reloads, the drain, the
+//! monitors) and, on the worker threads, every balancer's accept loops and connections:
+//!
+//! - `run`: the control loop: reloads applied one at a time, the drain on shutdown.
+//! - `unit`: one balancer at run time: its accept loops (on the workers), its monitor and
+//!   sampler, the tasks of its connections and the tokens that end them.
+//! - `reload`: a reload applied without touching established connections.
+//! - [`monitor`]: the monitor's rounds: check every server, count fall and rise, hand the
+//!   results to the balancer.
 
 pub mod monitor;
 mod reload;

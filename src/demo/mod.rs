@@ -5,6 +5,8 @@
 //! server answered (`web`). Typing a server's id on the demo's console stops it (or starts it
 //! again). `appbroker demo --client` is the client to talk to it with, since a fresh machine
 //! may have neither telnet nor nc.
+//!
+//! - [`web`]: the stand-in web servers behind the demo's HTTP balancer.
 
 pub mod web;
 

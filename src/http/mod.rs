@@ -27,6 +27,8 @@
 //! - `pages`: the broker's own answers (502, 503, 504, refusals) in the page language.
 //! - [`stats`]: the figures METRICS reads.
 //! - [`check`](mod@check): `MONITORING_TYPE=HTTP`, one request over a given connection.
+//! - [`h1`]: the pure HTTP/1.1 core of the engine that will own its connections (heads parsed
+//!   in place, framing, bodies checked as they pass); not wired yet.
 
 mod body;
 pub mod check;

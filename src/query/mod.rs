@@ -7,6 +7,13 @@
 //! the broker's descriptors or slow the proxying. On an HTTP balancer each request is routed
 //! here by its path ([`intercept`]), on a connection that is the balancer's client, with the
 //! HTTP engine's limits.
+//!
+//! - [`snapshot`]: one consistent read of a balancer's state, which every answer is rendered
+//!   from.
+//! - `page`: the HTML pages (STATUS, CFG, one server's detail), pure.
+//! - `json`: the JSON answer, a superset of the TOTVS broker's schema, pure.
+//! - `metrics`: METRICS, the Prometheus text format, pure.
+//! - `labels`: the pages' words in English and Brazilian Portuguese.
 
 mod json;
 mod labels;

@@ -9,10 +9,14 @@
 //! listeners in [`LISTENERS_ENV`] (descriptor numbers and the configured address each serves)
 //! and its way to say ready in [`READY_ENV`].
 //!
-//! - `run`: the loop; `child`: one broker and its lifeline; [`watchdog`]: the heartbeats
-//!   judged; `vet` and `reexec`: an upgrade's new binary checked beside the loop, then the
-//!   re-execution; [`upgrade`]: the supervisor's socket and what one image hands the next;
-//!   [`systemd`]: notify, watchdog and socket activation; [`Link`]: the broker's side.
+//! - `run`: the loop.
+//! - `child`: one broker and its lifeline.
+//! - [`watchdog`]: the heartbeats judged.
+//! - `vet`: an upgrade's new binary checked beside the loop.
+//! - `reexec`: an upgrade's re-execution.
+//! - [`upgrade`]: the supervisor's socket and what one image hands the next.
+//! - [`systemd`]: notify, watchdog and socket activation.
+//! - `link`: the broker's side ([`Link`]).
 //!
 //! A reload that adds or moves a port: the parent reads the file again on SIGHUP. When the
 //! set of listen addresses is unchanged it forwards the SIGHUP and the child reloads in place;

@@ -83,10 +83,14 @@
 //! - `version`: the HTTP version, where httparse cannot judge it.
 //! - `field`: header fields as spans, their names recognised once, token lists.
 //! - `framing`: `Content-Length` and `Transfer-Encoding`.
-//! - `request`, `response`: the heads, parsed, checked and framed.
-//! - `chunked`, `body`: bodies checked as they pass.
+//! - `request`: the request head, parsed, checked and framed.
+//! - `response`: the response head, parsed, checked and framed.
+//! - `chunked`: a chunked body checked as it passes.
+//! - `body`: a message body read as it passes, whatever frames it.
 //! - `reuse`: whether each side's connection serves another exchange.
-//! - `edit`, `out`, `rewrite`: what changes in a head on its way, and the slices written.
+//! - `edit`: what changes in a head on its way.
+//! - `out`: the outgoing head as slices.
+//! - `rewrite`: the standard rewriting each way (hop-by-hop lines out, ...), as edits.
 //! - `error`: why a head is refused, in words a page can show.
 
 mod body;
