@@ -481,6 +481,38 @@ fn every_module_is_on_the_map_and_the_map_names_only_modules() {
 }
 
 #[test]
+fn docs_architecture_places_every_top_level_module_in_its_layout_and_layers() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let modules = modules(&root.join("src"));
+    let text = std::fs::read_to_string(root.join("docs/architecture.md")).expect("the doc");
+    let layout = &text[text.find("## Layout").expect("a Layout section")..];
+    let layout = &layout[..layout[3..].find("\n## ").map_or(layout.len(), |at| at + 3)];
+    let tops: BTreeSet<&String> = modules.keys().map(|m| &m[0]).collect();
+    let unplaced: Vec<&&String> = tops
+        .iter()
+        .filter(|m| {
+            !layout.contains(&format!("src/{m}/")) && !layout.contains(&format!("src/{m}.rs"))
+        })
+        .collect();
+    assert!(
+        unplaced.is_empty(),
+        "docs/architecture.md's Layout tree lacks {unplaced:?}"
+    );
+    let unlayered: Vec<&&String> = tops
+        .iter()
+        .filter(|m| {
+            !layout
+                .lines()
+                .any(|l| l.starts_with('|') && l.contains(&format!("`{m}`")))
+        })
+        .collect();
+    assert!(
+        unlayered.is_empty(),
+        "docs/architecture.md's table of layers lacks {unlayered:?}"
+    );
+}
+
+#[test]
 fn the_checks_find_an_upward_import_and_a_module_off_the_map() {
     let module = |text: &str| text.split("::").map(str::to_string).collect::<Module>();
     let set = |pairs: &[(&str, &str)]| -> BTreeMap<Module, String> {
