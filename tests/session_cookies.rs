@@ -1,4 +1,4 @@
-//! The HTTP session cookie as an attacker and as real clients send it (issue 21), through the
+//! The HTTP session cookie as an attacker and as real clients send it, through the
 //! real broker: only cookies the broker signed count (forged ones reach no server an operator
 //! took out and make no session), a rotation with `SESSION_SECRET_PREVIOUS` and a restart on
 //! the generated secret keep sessions, the upgrade window honours the cookies of the version

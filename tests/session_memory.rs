@@ -1,4 +1,4 @@
-//! Memory per HTTP session (issue 14): 100,000 sessions in one balancer's table, the
+//! Memory per HTTP session: 100,000 sessions in one balancer's table, the
 //! process's resident memory read before and after. Run by hand, alone (it reads the whole
 //! process's RSS): `cargo test --release --test session_memory -- --ignored --nocapture`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -91,7 +91,7 @@ pub struct Server {
     active: AtomicU64,
     /// Connections relayed since start.
     total: AtomicU64,
-    /// Live HTTP sessions bound to it (issue 14), as the HTTP balancer's table last counted
+    /// Live HTTP sessions bound to it (affinity), as the HTTP balancer's table last counted
     /// them: what SORT_METHOD=SESSION spreads.
     sessions: AtomicU64,
     /// Most connections counted against it at once.

@@ -74,7 +74,7 @@ pub trait Upstreams: Send + Sync + 'static {
 
     /// What the balancer counts while a request is in hand, and while an upgraded connection
     /// lives: the engine holds it that long and drops it after (at wiring: `balancer::Lease`,
-    /// which counts a connection against its server; with issue 14, also what keeps a
+    /// which counts a connection against its server; with session affinity, also what keeps a
     /// session alive while its WebSocket is open).
     type Lease: Send + Unpin + 'static;
 

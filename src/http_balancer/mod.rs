@@ -84,7 +84,7 @@ pub struct Backends {
     proxy: OnceLock<Weak<HttpProxy>>,
     /// The balancer's span, made once: the access log writes a line per request in it.
     span: Span,
-    /// The live sessions (issue 14), kept across reloads. One small lock, held for a table
+    /// The live sessions (affinity), kept across reloads. One small lock, held for a table
     /// operation and a count per server.
     sessions: Arc<Mutex<Sessions>>,
     /// Clients whose body stalled past `HTTP_BODY_TIMEOUT`: a line a second at most, with the

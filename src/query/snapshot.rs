@@ -17,7 +17,7 @@ pub struct HttpFigures {
     pub requests: Figures,
     /// Each server's kept-alive connections, by `host:port`, in configuration order.
     pub pools: Vec<(String, PoolFigures)>,
-    /// The sessions (issue 14).
+    /// The HTTP balancer's sessions (affinity).
     pub sessions: SessionFigures,
 }
 
