@@ -47,6 +47,7 @@ use crate::balancer::context::{Context, Ending};
 use crate::balancer::places::Place;
 use crate::balancer::{Balancer, Pool};
 use crate::config::Config;
+use crate::process::os_error::words;
 use snapshot::{HttpFigures, Snapshot, Standing};
 
 /// What a query is answered over: any byte stream (the client's own connection, lent by its
@@ -143,7 +144,7 @@ async fn answer_connection<S: Connection>(
             return;
         }
         Ok(Err(HeadError::Io(e))) => {
-            debug!(client = %peer, "query connection ended before its request: {}", crate::process::os_error::words(&e));
+            debug!(client = %peer, "query connection ended before its request: {}", words(&e));
             return;
         }
         Ok(Ok(())) => {}
