@@ -406,15 +406,21 @@ fn the_modules_of_src_import_one_another_one_way() {
     }
 }
 
+/// A module path of a made-up tree: `"a::b"`.
+fn module(text: &str) -> Module {
+    text.split("::").map(str::to_string).collect()
+}
+
+/// A made-up tree: each module's path and its code.
+fn set(pairs: &[(&str, &str)]) -> BTreeMap<Module, String> {
+    pairs
+        .iter()
+        .map(|(name, code)| (module(name), code.to_string()))
+        .collect()
+}
+
 #[test]
 fn the_check_finds_a_cycle_through_any_kind_of_path() {
-    let module = |text: &str| text.split("::").map(str::to_string).collect::<Module>();
-    let set = |pairs: &[(&str, &str)]| -> BTreeMap<Module, String> {
-        pairs
-            .iter()
-            .map(|(name, code)| (module(name), code.to_string()))
-            .collect()
-    };
     // crate:: paths, a `use` group, a nested group, super:: and self:: at depth.
     let circle = set(&[
         ("a", "use crate::{b, c::d};"),
@@ -514,13 +520,6 @@ fn docs_architecture_places_every_top_level_module_in_its_layout_and_layers() {
 
 #[test]
 fn the_checks_find_an_upward_import_and_a_module_off_the_map() {
-    let module = |text: &str| text.split("::").map(str::to_string).collect::<Module>();
-    let set = |pairs: &[(&str, &str)]| -> BTreeMap<Module, String> {
-        pairs
-            .iter()
-            .map(|(name, code)| (module(name), code.to_string()))
-            .collect()
-    };
     let layers: &[(&str, u32)] = &[("top", 0), ("low", 1), ("peer", 1)];
     // Downward only: nothing to say.
     let fine = set(&[("top", "use crate::low::X;"), ("low", ""), ("peer", "")]);
