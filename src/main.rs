@@ -361,6 +361,7 @@ fn check_report(
 /// runs the broker as a child on them until it stops.
 #[cfg(unix)]
 fn supervise(config: Config, log: &logging::Log) -> ExitCode {
+    use appbroker::net::inherit;
     use appbroker::supervisor::{self, upgrade};
     let fail = |e: &dyn std::fmt::Display| {
         tracing::error!("supervisor: {e}");
@@ -387,22 +388,20 @@ fn supervise(config: Config, log: &logging::Log) -> ExitCode {
     if let Err(e) = log.open_file() {
         return fail(&e);
     }
-    let taken = handover.map(
-        |handover| -> Result<_, appbroker::net::inherit::InheritError> {
-            let socket = appbroker::net::inherit::take_socket(handover.socket)?;
-            let client = appbroker::net::inherit::take_socket(handover.client)?.into();
-            let lifeline = match std::env::var(upgrade::LIFELINE_ENV).map(|t| t.parse()) {
-                Ok(Ok(fd)) => Some(appbroker::net::inherit::take_socket(fd)?.into()),
-                _ => None,
-            };
-            let upgrading = supervisor::Upgrading {
-                handover,
-                client,
-                lifeline,
-            };
-            Ok((socket.into(), upgrading))
-        },
-    );
+    let taken = handover.map(|handover| -> Result<_, inherit::InheritError> {
+        let socket = inherit::take_socket(handover.socket)?;
+        let client = inherit::take_socket(handover.client)?.into();
+        let lifeline = match std::env::var(upgrade::LIFELINE_ENV).map(|t| t.parse()) {
+            Ok(Ok(fd)) => Some(inherit::take_socket(fd)?.into()),
+            _ => None,
+        };
+        let upgrading = supervisor::Upgrading {
+            handover,
+            client,
+            lifeline,
+        };
+        Ok((socket.into(), upgrading))
+    });
     let (socket, upgrading) = match taken {
         Some(Ok((socket, upgrading))) => (Some(socket), Some(upgrading)),
         Some(Err(e)) => return fail(&format!("cannot take over after the upgrade: {e}")),
