@@ -593,14 +593,16 @@ async fn a_sighup_sent_to_the_broker_itself_goes_through_its_supervisor() {
     kill(gaining.first, Signal::SIGHUP);
     broker.signal(Signal::SIGHUP);
     gaining.replaced().await;
-    // One replacement (the broker's own SIGHUP is told of it), and the old broker never
-    // tried to bind the port itself.
-    assert_eq!(
-        broker.count_logs("and replaces the running one"),
-        1,
-        "{}",
-        broker.log_text()
-    );
+    // One replacement, and the old broker never tried to bind the port itself. Both the
+    // supervisor and the broker may tell of it (which says it depends on which SIGHUP came
+    // first), so the replacements are counted by the new broker each line names.
+    let started: std::collections::BTreeSet<String> = broker
+        .logs()
+        .iter()
+        .filter_map(|l| l.split("a new broker (pid ").nth(1))
+        .filter_map(|rest| rest.split(')').next().map(str::to_string))
+        .collect();
+    assert_eq!(started.len(), 1, "{}", broker.log_text());
     assert_eq!(
         broker.count_logs("cannot listen"),
         0,
