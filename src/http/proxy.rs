@@ -22,6 +22,10 @@
 //!   timeout, counted from the whole request sent) for that request only; a client whose
 //!   body stalls past the body timeout gets a 408.
 //!
+//! A drain ends each client connection after its next answer, which says `Connection:
+//! close`: no connection is closed while its client may be sending a request (see
+//! [`last_answer`]).
+//!
 //! hyper's low-level `client::conn::http1` is used rather than hyper-util's pooled client:
 //! the pool has to be keyed by the balancer's servers (not by URI authority), a connect
 //! failure has to reach the balancer's quarantine rather than be retried inside the client,
@@ -133,8 +137,10 @@ impl<U: Upstreams> Proxy<U> {
     }
 
     /// Serves one client connection until it closes: `read_ahead` holds bytes already read
-    /// from it, given to the HTTP parser first. When `closing` is cancelled, the request in
-    /// hand is answered and the connection closed; an upgraded connection goes on until the
+    /// from it, given to the HTTP parser first. Once `closing` is cancelled (a drain), the
+    /// connection's next answer says `Connection: close` and the connection closes after it:
+    /// the request in hand, or the next one to come, within `HTTP_REQUEST_TIMEOUT` as on any
+    /// kept-alive connection (see [`last_answer`]). An upgraded connection goes on until the
     /// caller drops this future.
     pub async fn serve<I>(
         self: Arc<Self>,
@@ -156,8 +162,12 @@ impl<U: Upstreams> Proxy<U> {
                 let proxy = Arc::clone(&proxy);
                 let upgraded = Arc::clone(&upgraded);
                 let in_hand = answers.given();
+                let closing = closing.clone();
                 async move {
-                    let response = proxy.handle(request, client, &upgraded).await;
+                    let mut response = proxy.handle(request, client, &upgraded).await;
+                    if closing.is_cancelled() {
+                        last_answer(&mut response);
+                    }
                     Ok::<_, Infallible>(response.map(|body| Counted::new(body, in_hand)))
                 }
             })
@@ -177,17 +187,7 @@ impl<U: Upstreams> Proxy<U> {
             .serve_connection(TokioIo::new(io), service)
             .with_upgrades();
         drop(settings);
-        let mut connection = pin!(connection);
-        let ended = tokio::select! {
-            // The connection first: a request already read is answered before closing.
-            biased;
-            ended = connection.as_mut() => ended,
-            _ = closing.cancelled() => {
-                connection.as_mut().graceful_shutdown();
-                connection.await
-            }
-        };
-        if let Err(e) = ended {
+        if let Err(e) = connection.await {
             debug!(client = %client.peer, error = %e, "HTTP connection ended");
         }
         let pending = upgraded
@@ -579,6 +579,23 @@ impl<U: Upstreams> Proxy<U> {
         } else {
             self.pool.forget(server);
         }
+    }
+}
+
+/// The answer of a connection that drains: it says `Connection: close`, and hyper closes the
+/// connection once it is sent (a `101` excepted: its connection becomes the upgrade's).
+///
+/// hyper's own graceful shutdown is not used: it closes at once a connection that has not
+/// read a byte of its first request yet, or that waits kept alive between two requests, and
+/// a client sending its request just then (one accepted the instant before the drain, or
+/// one reusing its connection) would get no answer at all. Waiting for that request instead
+/// costs the drain at most `HTTP_REQUEST_TIMEOUT` (hyper's head timeout, which also bounds
+/// a kept-alive connection's silence), within `SHUTDOWN_TIMEOUT`; the only close a client
+/// can meet is the one it meets any day when its kept-alive connection times out.
+fn last_answer<B>(response: &mut Response<B>) {
+    if response.status() != StatusCode::SWITCHING_PROTOCOLS {
+        let close = HeaderValue::from_static("close");
+        response.headers_mut().insert(header::CONNECTION, close);
     }
 }
 
