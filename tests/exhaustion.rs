@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod http_common;
 
 use std::net::SocketAddr;
 use std::process::Command;
@@ -11,7 +12,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Broker, DEADLINE, TestServer, binary, eventually, free_port, ini_for};
+use common::{
+    Broker, DEADLINE, HttpConnection, TestServer, binary, eventually, free_port, ini_for,
+};
+use http_common::{Origin, http_ini};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -55,6 +59,17 @@ fn open_fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
         .unwrap()
         .count()
+}
+
+/// Descriptors a process has open numbered below `limit`: the ones its open-file limit
+/// counts (a descriptor it inherited above the limit, as from the test harness, takes none of
+/// its room).
+fn fds_below(pid: u32, limit: u64) -> u64 {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u64>().ok())
+        .filter(|&fd| fd < limit)
+        .count() as u64
 }
 
 /// A process's resident memory in bytes (`VmRSS`).
@@ -381,6 +396,102 @@ async fn out_of_descriptors_the_broker_serves_whom_it_can_blames_no_server_and_r
             "`{line}` logged {count} times in one episode (while {served} clients were held):\n{}",
             hold_phase_lines
         );
+    }
+}
+
+/// The open-file limit in the HTTP test: room for a few dozen clients besides the broker's own
+/// descriptors.
+const HTTP_NOFILE: u64 = 64;
+
+/// Out of descriptors, an HTTP balancer answers each request 503 at once, without trying its
+/// second server (which the broker could not connect either), and its episode counts each
+/// request once: "N requests were answered 503" for N requests. It said "2N were closed" for
+/// N clients answered 503 when each request tried both servers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn out_of_descriptors_each_http_request_is_answered_503_once_and_counted_once() {
+    let (a, b) = (Origin::start().await, Origin::start().await);
+    // No pooling: every request dials, so the first after the episode ends it.
+    let ini = http_ini(&[a.addr, b.addr], "HTTP_POOL_MAX_IDLE=0");
+    let broker = start_limited(&ini, HTTP_NOFILE).await;
+    let pid = broker.child.id();
+    let idle_fds = fds_below(pid, HTTP_NOFILE);
+    // Clients whose connection the broker accepted (each answered a PING, which needs no
+    // descriptor more), until the broker holds every descriptor it may: none is left to
+    // connect a server, and none of them waits in the accept queue.
+    let mut held = Vec::new();
+    while fds_below(pid, HTTP_NOFILE) < HTTP_NOFILE {
+        let mut connection = HttpConnection::connect(broker.addr()).await;
+        let ping = connection.request("GET", "/TOTVS_BROKER_QUERY/PING", &[]);
+        assert_eq!(ping.await.unwrap().status, 200, "{}", broker.log_text());
+        held.push(connection);
+        assert!(
+            held.len() < 2 * HTTP_NOFILE as usize,
+            "the descriptors never ran out"
+        );
+    }
+    let clients = held.len();
+    for connection in &mut held {
+        let answer = connection.request("GET", "/page", &[]).await.unwrap();
+        assert_eq!(answer.status, 503, "{}", answer.text());
+        assert!(answer.header("retry-after").is_some());
+    }
+    assert_eq!(
+        a.accepted.load(Ordering::SeqCst) + b.accepted.load(Ordering::SeqCst),
+        0
+    );
+    let metrics = held[0]
+        .request("GET", "/TOTVS_BROKER_QUERY/METRICS", &[])
+        .await
+        .unwrap()
+        .text();
+    let counted = format!("kind=\"no_server\"}} {clients}");
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("appbroker_http_failures_total") && l.ends_with(&counted)),
+        "{clients} requests answered 503:\n{metrics}"
+    );
+    // Once descriptors are free again, the first connect after a quiet second ends the
+    // episode, with the count.
+    drop(held);
+    eventually("the broker's descriptors free again", || {
+        fds_below(pid, HTTP_NOFILE) <= idle_fds
+    })
+    .await;
+    let end = Instant::now() + DEADLINE;
+    while !broker.has_log("connecting clients again") {
+        assert!(Instant::now() < end, "no recovery:\n{}", broker.log_text());
+        let mut probe = HttpConnection::connect(broker.addr()).await;
+        let answer = probe.request("GET", "/page", &[]).await.unwrap();
+        assert!([200, 503].contains(&answer.status), "{}", answer.status);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!(
+        "{clients} requests answered 503 with no descriptor left:\n{}",
+        exhaustion_lines(&broker)
+    );
+    let log = broker.log_text();
+    assert_eq!(
+        broker.count_logs("cannot connect clients: too many open files"),
+        1,
+        "{log}"
+    );
+    assert_eq!(
+        broker.count_logs("their requests are answered 503 and no server is blamed"),
+        1,
+        "{log}"
+    );
+    let recovered = format!(
+        "connecting clients again: {clients} requests were answered 503 while the broker \
+         lacked resources"
+    );
+    assert!(broker.has_log(&recovered), "{clients} requests:\n{log}");
+    for blame in [
+        "no remote servers available",
+        "in quarantine",
+        "cannot connect to server",
+    ] {
+        assert!(!log.contains(blame), "`{blame}` logged:\n{log}");
     }
 }
 

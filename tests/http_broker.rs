@@ -642,7 +642,7 @@ async fn chromium_opens_a_websocket_through_the_broker() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_shutdown_answers_the_request_in_hand_then_closes() {
+async fn a_shutdown_answers_the_request_in_hand_and_the_next_one_then_closes() {
     let origin = Origin::start().await;
     let mut broker = InProcess::start(&http_ini(&[origin.addr], "")).await;
     let mut idle = client(broker.addr()).await;
@@ -657,21 +657,67 @@ async fn a_shutdown_answers_the_request_in_hand_then_closes() {
     })
     .await;
     broker.broker.shutdown();
-    broker
-        .events
-        .wait_for("the drain", |e| matches!(e, Event::Draining))
-        .await;
-    // The kept-alive connection with no request in hand is closed.
-    eventually("the idle client's close", || idle.is_closed()).await;
-    // The request in hand gets its answer.
+    eventually("the listeners closed", || {
+        std::net::TcpStream::connect(addr).is_err()
+    })
+    .await;
+    // The request in hand gets its answer, the connection closed after it.
     origin.release(1);
     let (status, headers, body) = within("the held answer", held).await.unwrap();
     assert_eq!((status, &body[..]), (StatusCode::OK, &b"released"[..]));
-    assert_eq!(
-        headers.get("connection").map(|v| v.as_bytes()),
-        Some(&b"close"[..])
-    );
+    let close = Some(&b"close"[..]);
+    assert_eq!(headers.get("connection").map(|v| v.as_bytes()), close);
+    // The kept-alive connection that had no request in hand gets its next one answered, and
+    // closes after it too.
+    let (status, headers, _) = send(&mut idle, request("GET", addr, "/next", full(""))).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(headers.get("connection").map(|v| v.as_bytes()), close);
+    eventually("the idle client's close", || idle.is_closed()).await;
     within("the broker's stop", broker.broker.stopped()).await;
+}
+
+/// A drain (SIGTERM, as an upgrade's hand-over sends the old broker) answers the next request
+/// of every connection it accepted before its listeners closed, whether that connection had
+/// sent nothing yet or was kept alive idle between two requests: each gets its answer with
+/// `Connection: close`, then the connection closes. hyper's graceful shutdown alone closes
+/// both at once, and the request the client sends on them gets no answer at all (an empty
+/// reply: 1 in 218,158 across 12 upgrades; 60 on reused connections across 25).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_answers_the_next_request_of_every_connection_accepted_before_it() {
+    let origin = Origin::start().await;
+    let mut broker = common::Broker::start(&http_ini(&[origin.addr], "")).await;
+    // Accepted (or queued, which the drain accepts too) before the drain, nothing sent yet.
+    let mut fresh = common::HttpConnection::connect(broker.addr()).await;
+    // Kept alive after one answer, idle.
+    let mut idle = common::HttpConnection::connect(broker.addr()).await;
+    let warm = idle.request("GET", "/warm", &[]).await.unwrap();
+    assert_eq!(warm.status, 200);
+    assert_eq!(warm.header("connection"), None, "kept alive");
+    broker.signal(nix::sys::signal::Signal::SIGTERM);
+    broker.wait_for_log("listeners closed").await;
+    for (name, connection) in [("fresh", &mut fresh), ("idle", &mut idle)] {
+        let path = format!("/after-the-drain/{name}");
+        let answer = connection.request("GET", &path, &[]).await;
+        let answer = answer.unwrap_or_else(|e| {
+            panic!(
+                "the {name} connection got no answer: {e}\n{}",
+                broker.log_text()
+            )
+        });
+        assert_eq!(
+            (answer.status, answer.text()),
+            (200, format!("seen {path} 0")),
+            "{name}"
+        );
+        assert_eq!(answer.header("connection"), Some("close"), "{name}");
+        let mut rest = Vec::new();
+        let read = within("the close after the answer", async {
+            tokio::io::AsyncReadExt::read_to_end(&mut connection.stream, &mut rest).await
+        })
+        .await;
+        assert!(read.is_ok() && rest.is_empty(), "{name}: {read:?} {rest:?}");
+    }
+    assert!(broker.wait_exit().await.success(), "{}", broker.log_text());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

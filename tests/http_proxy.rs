@@ -686,6 +686,29 @@ async fn a_refused_connect_is_reported_and_the_next_server_takes_the_request() {
     );
 }
 
+#[tokio::test]
+async fn a_connect_failure_of_the_brokers_own_is_a_503_at_once_with_no_other_server_tried() {
+    let (one, two) = (Origin::start().await, Origin::start().await);
+    let upstreams = TestUpstreams::new(&[one.addr, two.addr]);
+    upstreams.broker_fault.store(true, SeqCst);
+    let broker = Broker::start(upstreams, settings()).await;
+    let (status, headers, _) = get(broker.addr, "/").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(headers.contains_key("retry-after"));
+    // The second server could not be connected either: it is not tried, so the broker's
+    // fault is met (and counted) once for the request.
+    assert_eq!(broker.upstreams.connect_failures(), [one.addr]);
+    wait_until("the 503 reported", || {
+        broker.upstreams.exchanges().len() == 1
+    })
+    .await;
+    assert_eq!(
+        broker.upstreams.exchanges()[0].outcome,
+        Outcome::BrokerFault
+    );
+    assert_eq!(broker.proxy.stats().figures().no_server, 1);
+}
+
 /// A server that reads a request's head and closes without an answer.
 async fn hanging_up_origin() -> (std::net::SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
     raw_origin(|mut stream, _| async move {

@@ -3,13 +3,15 @@
 //! a growing back-off, the supervisor's SIGTERM stops it with its child (even one starting),
 //! a child whose supervisor is killed stops rather than serve on as an orphan, a SIGHUP or
 //! `ctl reload` that adds a port makes the supervisor hold it too, a stopped child is killed
-//! by the watchdog and replaced, and an upgrade's new binary (a script of the test's own)
+//! by the watchdog and replaced, upgrades under kept-alive HTTP clients leave no request
+//! unanswered, and an upgrade's new binary (a script of the test's own)
 //! that hangs in its check or is no compatible appbroker is refused while the supervisor
 //! goes on serving.
 #![cfg(target_os = "linux")]
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test that cannot go on should panic
 
 mod common;
+mod http_common;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,6 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::*;
+use http_common::Origin;
 use nix::sys::signal::Signal;
 use tokio::net::TcpStream;
 
@@ -593,14 +596,16 @@ async fn a_sighup_sent_to_the_broker_itself_goes_through_its_supervisor() {
     kill(gaining.first, Signal::SIGHUP);
     broker.signal(Signal::SIGHUP);
     gaining.replaced().await;
-    // One replacement (the broker's own SIGHUP is told of it), and the old broker never
-    // tried to bind the port itself.
-    assert_eq!(
-        broker.count_logs("and replaces the running one"),
-        1,
-        "{}",
-        broker.log_text()
-    );
+    // One replacement, and the old broker never tried to bind the port itself. Both the
+    // supervisor and the broker may tell of it (which says it depends on which SIGHUP came
+    // first), so the replacements are counted by the new broker each line names.
+    let started: std::collections::BTreeSet<String> = broker
+        .logs()
+        .iter()
+        .filter_map(|l| l.split("a new broker (pid ").nth(1))
+        .filter_map(|rest| rest.split(')').next().map(str::to_string))
+        .collect();
+    assert_eq!(started.len(), 1, "{}", broker.log_text());
     assert_eq!(
         broker.count_logs("cannot listen"),
         0,
@@ -704,6 +709,134 @@ async fn twenty_upgrades_under_load_fail_no_exchange_and_keep_the_overrides() {
     }
     assert_eq!(before.len(), after.len());
     assert_eq!(ask_many(broker.addr(), 4).await, ["A", "A", "A", "A"]);
+}
+
+/// HTTP clients on kept-alive connections, each sending its next request as soon as it has
+/// its answer, reconnecting after an answer that says `Connection: close`, until stopped.
+struct KeptAlive {
+    stop: Arc<AtomicBool>,
+    answered: Arc<AtomicUsize>,
+    /// Connections after an answer said `Connection: close`.
+    told_to_close: Arc<AtomicUsize>,
+    /// Requests that got no answer, each with whether its connection had carried one before
+    /// (a kept-alive connection reused) and the error.
+    unanswered: Arc<std::sync::Mutex<Vec<(bool, String)>>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl KeptAlive {
+    fn start(addr: SocketAddr) -> KeptAlive {
+        let stop = Arc::new(AtomicBool::new(false));
+        let answered: Arc<AtomicUsize> = Arc::default();
+        let told_to_close: Arc<AtomicUsize> = Arc::default();
+        let unanswered: Arc<std::sync::Mutex<Vec<(bool, String)>>> = Arc::default();
+        let tasks = (0..4)
+            .map(|client| {
+                let (stop, answered, told_to_close, unanswered) = (
+                    Arc::clone(&stop),
+                    Arc::clone(&answered),
+                    Arc::clone(&told_to_close),
+                    Arc::clone(&unanswered),
+                );
+                tokio::spawn(async move {
+                    let mut n = 0;
+                    while !stop.load(Ordering::Relaxed) {
+                        let mut connection = HttpConnection::connect(addr).await;
+                        let mut reused = false;
+                        while !stop.load(Ordering::Relaxed) {
+                            n += 1;
+                            let path = format!("/{client}/{n}");
+                            match connection.request("GET", &path, &[]).await {
+                                Ok(answer) => {
+                                    assert_eq!(answer.text(), format!("seen {path} 0"));
+                                    answered.fetch_add(1, Ordering::Relaxed);
+                                    if answer.header("connection") == Some("close") {
+                                        told_to_close.fetch_add(1, Ordering::Relaxed);
+                                        break;
+                                    }
+                                    reused = true;
+                                }
+                                Err(e) => {
+                                    unanswered.lock().unwrap().push((reused, e.to_string()));
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        KeptAlive {
+            stop,
+            answered,
+            told_to_close,
+            unanswered,
+            tasks,
+        }
+    }
+
+    /// Waits until a few more requests were answered.
+    async fn moved_on(&self) {
+        let before = self.answered.load(Ordering::Relaxed);
+        eventually("the load goes through", || {
+            self.answered.load(Ordering::Relaxed) > before + 20
+        })
+        .await;
+    }
+
+    /// Stops the clients: (answered, told to close, unanswered).
+    async fn stop(self) -> (usize, usize, Vec<(bool, String)>) {
+        self.stop.store(true, Ordering::Relaxed);
+        for task in self.tasks {
+            task.await.unwrap();
+        }
+        let unanswered = self.unanswered.lock().unwrap().clone();
+        (
+            self.answered.load(Ordering::Relaxed),
+            self.told_to_close.load(Ordering::Relaxed),
+            unanswered,
+        )
+    }
+}
+
+/// Upgrades under HTTP clients that keep their connections alive and send back to back: no
+/// request goes unanswered. The broker that drains answers each connection's next request
+/// with `Connection: close`, then closes it; before, it closed at once a connection that had
+/// no request in hand, and a request on its way (on a fresh connection, or a kept-alive one
+/// reused) got nothing back: 50 to 62 requests in 25 upgrades, all but 1 to 3 of them on a
+/// reused connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn upgrades_under_kept_alive_http_clients_leave_no_request_unanswered() {
+    const UPGRADES: usize = 25;
+    let origin = Origin::start().await;
+    let text = common::http_ini("", &[(origin.addr, 1)], "");
+    let broker = Broker::start_with(&text, &["--supervise"]).await;
+    wait_serving(&broker, 1).await;
+    let load = KeptAlive::start(broker.addr());
+    for upgrade in 1..=UPGRADES {
+        load.moved_on().await;
+        let old = serving_child(&broker, upgrade).await;
+        let (code, out, err) = command(&broker, &["upgrade"]).await;
+        assert_eq!(code, 0, "upgrade {upgrade}: {out}{err}");
+        previous_exited(&broker, old).await;
+    }
+    load.moved_on().await;
+    let (answered, told_to_close, unanswered) = load.stop().await;
+    let reused = unanswered.iter().filter(|(reused, _)| *reused).count();
+    eprintln!(
+        "{UPGRADES} upgrades under 4 kept-alive HTTP clients: {answered} answered, {told_to_close} \
+         with Connection: close, {} unanswered ({reused} on a reused connection)",
+        unanswered.len()
+    );
+    assert!(
+        unanswered.is_empty(),
+        "{unanswered:?}\n{}",
+        broker.log_text()
+    );
+    assert!(
+        told_to_close >= UPGRADES,
+        "each old broker closed its connections"
+    );
 }
 
 #[tokio::test]

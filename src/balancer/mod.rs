@@ -502,7 +502,9 @@ pub struct Balancer {
     query_places: Arc<QueryPlaces>,
     /// Clients refused since `MAX_CONNECTIONS` was last reached, logged per episode.
     refusals: throttle::Episode,
-    /// Clients closed because the broker itself lacked descriptors, ports or memory.
+    /// Clients closed (on an HTTP balancer, requests answered 503) because the broker itself
+    /// lacked descriptors, ports or memory: one strike each, since neither engine tries
+    /// another server after such a failure ([`ConnectError::try_next`]).
     broker_faults: throttle::Episode,
     /// Accepts that failed for the broker's own reasons, across the balancer's accept loops.
     accept_failures: throttle::Episode,
@@ -842,10 +844,13 @@ impl Balancer {
         {
             self.release(server, Release::ClientConnected);
         }
-        if let Some(closed) = self.broker_faults.end() {
-            info!(
-                "connecting clients again: {closed} were closed while the broker lacked resources"
-            );
+        if let Some(unserved) = self.broker_faults.end() {
+            let were = if self.kind().is_http() {
+                "requests were answered 503"
+            } else {
+                "were closed"
+            };
+            info!("connecting clients again: {unserved} {were} while the broker lacked resources");
         }
     }
 
@@ -872,10 +877,15 @@ impl Balancer {
         });
         if !blamed {
             if self.broker_faults.strike() {
+                let they = if self.kind().is_http() {
+                    "their requests are answered 503"
+                } else {
+                    "they are closed"
+                };
                 error!(
                     server = %server.address,
-                    "cannot connect clients: {error}; they are closed and no server is \
-                     blamed until this clears"
+                    "cannot connect clients: {error}; {they} and no server is blamed until \
+                     this clears"
                 );
             }
             return;

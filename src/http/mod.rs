@@ -86,7 +86,7 @@ pub trait Upstreams: Send + Sync + 'static {
 
     /// Why a connect failed, as the balancer's dialer says (at wiring: the dialer's typed
     /// error, which knows whom it blames).
-    type ConnectError: std::error::Error + Send + Sync + 'static;
+    type ConnectError: ConnectFailure;
 
     /// The server for this request, none of `tried` (servers that already failed it); `None`
     /// when no server is available, answered 503. `request` is the client's head as received
@@ -102,7 +102,8 @@ pub trait Upstreams: Send + Sync + 'static {
     /// timeout, its TLS handshake done when the balancer encrypts upstream. The balancer
     /// accounts for the connect itself, either way (a failure quarantines the server as it
     /// says); an error means nothing of the request reached the server, and the next
-    /// candidate is tried.
+    /// candidate is tried, unless the error says none can be reached now
+    /// ([`ConnectFailure::try_next`]).
     fn connect(
         &self,
         server: &Self::Server,
@@ -131,6 +132,16 @@ pub trait Upstreams: Send + Sync + 'static {
     fn keeps(&self, _server: &Self::Server) -> bool {
         true
     }
+}
+
+/// A failed connect as the engine weighs it: whether the next server is worth trying.
+pub trait ConnectFailure: std::error::Error + Send + Sync + 'static {
+    /// False when the failure is the broker's own (out of descriptors, local ports or
+    /// memory; its TLS towards the servers not loaded): no other server can be connected now
+    /// either, so the request is answered 503 at once ([`Outcome::BrokerFault`]) instead of
+    /// failing once more per server, each failure counted against the broker again (at
+    /// wiring: the dialer's retry flag, as pingora's errors carry one).
+    fn try_next(&self) -> bool;
 }
 
 /// The balancer's decision for one request.
@@ -233,6 +244,9 @@ pub enum Outcome {
     Refused,
     /// No server could take it: 503.
     NoServer,
+    /// The broker itself could not connect to a server (out of descriptors, local ports or
+    /// memory): 503 at once, no other server tried and none blamed.
+    BrokerFault,
     /// The server failed after the request was sent (closed, reset, answered garbage): 502.
     ServerFailed(String),
     /// The server sent no answer within the response timeout (504), or stopped sending its

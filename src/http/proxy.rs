@@ -2,16 +2,17 @@
 //! the server the balancer chooses over a pooled connection or a fresh one.
 //!
 //! A request's way: refused by the broker ([`headers::refusal`]), answered by it as its last
-//! recipient (an `OPTIONS` with `Max-Forwards: 0`), or rewritten; a server
-//! chosen; a connection taken from the pool, else dialed (a connect failure is reported for
-//! quarantine and the next server chosen, whatever the method: nothing reached the server);
-//! sent; the answer streamed back, and the connection given back to the pool once both ways
-//! finished cleanly: the whole request handed to the connection before its answer ended, and
-//! the answer read to its framed end. Any other connection is closed as soon as the engine
-//! lets go of it (a server that answered before reading the body, and keeps its connection,
-//! would otherwise read the rest of that body, perhaps a request of its own, as the next
-//! user's request); the client then gets the answer with `Connection: close`. When a request
-//! fails after it was sent:
+//! recipient (an `OPTIONS` with `Max-Forwards: 0`), or rewritten; a server chosen; a
+//! connection taken from the pool, else dialed (a connect failure is reported for quarantine
+//! and the next server chosen, whatever the method: nothing reached the server; a failure
+//! that is the broker's own, out of descriptors say, is answered 503 at once, since no other
+//! server can be connected either); sent; the answer streamed back, and the connection given
+//! back to the pool once both ways finished cleanly: the whole request handed to the
+//! connection before its answer ended, and the answer read to its framed end. Any other
+//! connection is closed as soon as the engine lets go of it (a server that answered before
+//! reading the body, and keeps its connection, would otherwise read the rest of that body,
+//! perhaps a request of its own, as the next user's request); the client then gets the
+//! answer with `Connection: close`. When a request fails after it was sent:
 //! - on a pooled connection that the server closed as it was reused (no byte of an answer,
 //!   and either nothing of the request written or a request that may be sent twice: no body,
 //!   idempotent method), it is sent once more on a fresh connection, as Go's and hyper-util's
@@ -21,6 +22,10 @@
 //! - otherwise the client gets a 502 (504 when the server stayed silent past the response
 //!   timeout, counted from the whole request sent) for that request only; a client whose
 //!   body stalls past the body timeout gets a 408.
+//!
+//! A drain ends each client connection after its next answer, which says `Connection:
+//! close`: no connection is closed while its client may be sending a request (see
+//! [`last_answer`]).
 //!
 //! hyper's low-level `client::conn::http1` is used rather than hyper-util's pooled client:
 //! the pool has to be keyed by the balancer's servers (not by URI authority), a connect
@@ -58,7 +63,9 @@ use super::pool::Traffic;
 use super::pool::{Conn, Pool, PoolFigures};
 use super::stats::Stats;
 use super::upgrade::{self, Pending};
-use super::{Choice, Downstream, Event, Exchange, Outcome, Settings, Upstreams, pages};
+use super::{
+    Choice, ConnectFailure, Downstream, Event, Exchange, Outcome, Settings, Upstreams, pages,
+};
 use crate::net::stream::Stream;
 
 /// The answer's body as the client gets it.
@@ -133,8 +140,10 @@ impl<U: Upstreams> Proxy<U> {
     }
 
     /// Serves one client connection until it closes: `read_ahead` holds bytes already read
-    /// from it, given to the HTTP parser first. When `closing` is cancelled, the request in
-    /// hand is answered and the connection closed; an upgraded connection goes on until the
+    /// from it, given to the HTTP parser first. Once `closing` is cancelled (a drain), the
+    /// connection's next answer says `Connection: close` and the connection closes after it:
+    /// the request in hand, or the next one to come, within `HTTP_REQUEST_TIMEOUT` as on any
+    /// kept-alive connection (see [`last_answer`]). An upgraded connection goes on until the
     /// caller drops this future.
     pub async fn serve<I>(
         self: Arc<Self>,
@@ -156,8 +165,12 @@ impl<U: Upstreams> Proxy<U> {
                 let proxy = Arc::clone(&proxy);
                 let upgraded = Arc::clone(&upgraded);
                 let in_hand = answers.given();
+                let closing = closing.clone();
                 async move {
-                    let response = proxy.handle(request, client, &upgraded).await;
+                    let mut response = proxy.handle(request, client, &upgraded).await;
+                    if closing.is_cancelled() {
+                        last_answer(&mut response);
+                    }
                     Ok::<_, Infallible>(response.map(|body| Counted::new(body, in_hand)))
                 }
             })
@@ -177,17 +190,7 @@ impl<U: Upstreams> Proxy<U> {
             .serve_connection(TokioIo::new(io), service)
             .with_upgrades();
         drop(settings);
-        let mut connection = pin!(connection);
-        let ended = tokio::select! {
-            // The connection first: a request already read is answered before closing.
-            biased;
-            ended = connection.as_mut() => ended,
-            _ = closing.cancelled() => {
-                connection.as_mut().graceful_shutdown();
-                connection.await
-            }
-        };
-        if let Err(e) = ended {
+        if let Err(e) = connection.await {
             debug!(client = %client.peer, error = %e, "HTTP connection ended");
         }
         let pending = upgraded
@@ -241,32 +244,36 @@ impl<U: Upstreams> Proxy<U> {
             Err(failed) => failed,
         };
         let status = match failed {
-            Some(_) if finish.upload.timed_out.load(Relaxed) => {
+            Unanswered::Failed(_) if finish.upload.timed_out.load(Relaxed) => {
                 finish.exchange.outcome = Outcome::ClientTimeout;
                 return self.page(StatusCode::REQUEST_TIMEOUT, finish, &settings, true);
             }
-            Some(_) if finish.upload.failed.load(Relaxed) => {
+            Unanswered::Failed(_) if finish.upload.failed.load(Relaxed) => {
                 finish.exchange.outcome = Outcome::ClientFailed;
                 return self.refuse(Refusal::Body, finish, &settings);
             }
-            Some(failure) if failure.timeout => {
+            Unanswered::Failed(failure) if failure.timeout => {
                 finish.exchange.outcome = Outcome::ServerTimeout;
                 StatusCode::GATEWAY_TIMEOUT
             }
-            Some(failure) => {
+            Unanswered::Failed(failure) => {
                 finish.exchange.outcome = Outcome::ServerFailed(failure.error);
                 StatusCode::BAD_GATEWAY
             }
-            None => {
+            Unanswered::NoServer => {
                 finish.exchange.outcome = Outcome::NoServer;
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            Unanswered::BrokerFault => {
+                finish.exchange.outcome = Outcome::BrokerFault;
                 StatusCode::SERVICE_UNAVAILABLE
             }
         };
         self.page(status, finish, &settings, false)
     }
 
-    /// Tries the servers the balancer chooses until one answers; else the last failure, or
-    /// `None` when no server could be reached.
+    /// Tries the servers the balancer chooses until one answers, or the broker itself cannot
+    /// connect any; else why not: the last failure, or no server reached.
     async fn forward(
         self: &Arc<Self>,
         head: &Parts,
@@ -274,9 +281,9 @@ impl<U: Upstreams> Proxy<U> {
         attempt: &mut Attempt,
         settings: &Settings,
         finish: &mut Finish<U>,
-    ) -> Result<(Response<Incoming>, Conn, Choice<U>), Option<Failure>> {
+    ) -> Result<(Response<Incoming>, Conn, Choice<U>), Unanswered> {
         let mut tried = Vec::new();
-        let mut failed = None;
+        let mut failed = Unanswered::NoServer;
         while let Some(choice) = self.upstreams.choose(head, &client, &tried) {
             let server = &choice.server;
             tried.push(server.clone());
@@ -293,6 +300,7 @@ impl<U: Upstreams> Proxy<U> {
             {
                 Tried::Answered(response, conn) => return Ok((response, conn, choice)),
                 Tried::NotSent => continue,
+                Tried::BrokerFault => return Err(Unanswered::BrokerFault),
                 Tried::Failed(failure) => {
                     debug!(client = %client.peer, server = %server, error = %failure.error, "request failed after it was sent");
                     let retry = settings.retry_idempotent
@@ -300,7 +308,7 @@ impl<U: Upstreams> Proxy<U> {
                         && !finish.upload.clients_fault()
                         && !failure.answered
                         && !failure.timeout;
-                    failed = Some(failure);
+                    failed = Unanswered::Failed(Box::new(failure));
                     if !retry {
                         break;
                     }
@@ -324,8 +332,8 @@ impl<U: Upstreams> Proxy<U> {
         let mut conn = match self.pool.take(server, settings.idle_timeout) {
             Some(conn) => conn,
             None => match self.dial(server, client).await {
-                Some(conn) => conn,
-                None => return Tried::NotSent,
+                Ok(conn) => conn,
+                Err(undialed) => return undialed,
             },
         };
         loop {
@@ -349,8 +357,8 @@ impl<U: Upstreams> Proxy<U> {
                         self.stats.retried_stale.fetch_add(1, Relaxed);
                         debug!(server = %server, error = %failure.error, "pooled connection closed by the server as it was reused; sending again on a new one");
                         conn = match self.dial(server, client).await {
-                            Some(conn) => conn,
-                            None => return Tried::NotSent,
+                            Ok(conn) => conn,
+                            Err(undialed) => return undialed,
                         };
                         continue;
                     }
@@ -370,15 +378,20 @@ impl<U: Upstreams> Proxy<U> {
         }
     }
 
-    /// A new connection to `server` for `client`'s request, or `None` after reporting why
-    /// not.
-    async fn dial(self: &Arc<Self>, server: &U::Server, client: SocketAddr) -> Option<Conn> {
+    /// A new connection to `server` for `client`'s request; else how the try ends, its
+    /// failure reported: [`Tried::NotSent`], or [`Tried::BrokerFault`] when no server can be
+    /// connected now.
+    async fn dial(self: &Arc<Self>, server: &U::Server, client: SocketAddr) -> Result<Conn, Tried> {
         let stream = match self.upstreams.connect(server, client).await {
             Ok(stream) => stream,
+            // The balancer accounted for it (quarantine, or the broker's fault, and its line).
+            Err(error) if !error.try_next() => {
+                debug!(server = %server, error = %error, "connect failed for the broker's own reasons; no other server tried");
+                return Err(Tried::BrokerFault);
+            }
             Err(error) => {
-                // The balancer accounted for it (quarantine, its log line).
                 debug!(server = %server, error = %error, "connect failed; next server");
-                return None;
+                return Err(Tried::NotSent);
             }
         };
         let traffic = Arc::new(Traffic::default());
@@ -398,7 +411,7 @@ impl<U: Upstreams> Proxy<U> {
                     client,
                     error: &e.to_string(),
                 });
-                return None;
+                return Err(Tried::NotSent);
             }
         };
         let closing = CancellationToken::new();
@@ -414,7 +427,7 @@ impl<U: Upstreams> Proxy<U> {
                 () = closed.cancelled() => {}
             }
         });
-        Some(Conn {
+        Ok(Conn {
             sender,
             traffic,
             reused: false,
@@ -582,6 +595,23 @@ impl<U: Upstreams> Proxy<U> {
     }
 }
 
+/// The answer of a connection that drains: it says `Connection: close`, and hyper closes the
+/// connection once it is sent (a `101` excepted: its connection becomes the upgrade's).
+///
+/// hyper's own graceful shutdown is not used: it closes at once a connection that has not
+/// read a byte of its first request yet, or that waits kept alive between two requests, and
+/// a client sending its request just then (one accepted the instant before the drain, or
+/// one reusing its connection) would get no answer at all. Waiting for that request instead
+/// costs the drain at most `HTTP_REQUEST_TIMEOUT` (hyper's head timeout, which also bounds
+/// a kept-alive connection's silence), within `SHUTDOWN_TIMEOUT`; the only close a client
+/// can meet is the one it meets any day when its kept-alive connection times out.
+fn last_answer<B>(response: &mut Response<B>) {
+    if response.status() != StatusCode::SWITCHING_PROTOCOLS {
+        let close = HeaderValue::from_static("close");
+        response.headers_mut().insert(header::CONNECTION, close);
+    }
+}
+
 /// An answer the balancer gave itself (a query of the status page).
 fn local<U: Upstreams>(response: Response<Bytes>, mut finish: Finish<U>) -> Response<Answer<U>> {
     let (parts, page) = response.into_parts();
@@ -703,8 +733,23 @@ enum Tried {
     /// Nothing reached the server (reported as a connect failure): the next server may be
     /// tried, whatever the request.
     NotSent,
+    /// No connection could be made for the broker's own reasons (reported): no other server
+    /// can be connected now either.
+    BrokerFault,
     /// The request (or part of it) was sent and no usable answer came.
     Failed(Failure),
+}
+
+/// Why a request got no server's answer.
+enum Unanswered {
+    /// No server could be reached: none was available, or each candidate failed to connect.
+    NoServer,
+    /// The broker itself could not connect to a server (its descriptors, local ports or
+    /// memory).
+    BrokerFault,
+    /// The last server tried failed the request after it was sent (boxed: it carries the
+    /// request hyper gave back, and the other variants nothing).
+    Failed(Box<Failure>),
 }
 
 /// A request that got no answer.

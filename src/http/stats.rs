@@ -54,7 +54,7 @@ pub struct Figures {
     pub duration_sum: Duration,
     /// Requests finished.
     pub requests: u64,
-    /// Answered 503: no server could take them.
+    /// Answered 503: no server could take them (or the broker itself could connect none).
     pub no_server: u64,
     /// Answered 502: the server failed after the request was sent.
     pub server_failed: u64,
@@ -92,7 +92,7 @@ impl Stats {
         self.duration_micros.fetch_add(micros, Relaxed);
         self.requests.fetch_add(1, Relaxed);
         let counter = match outcome {
-            Outcome::NoServer => &self.no_server,
+            Outcome::NoServer | Outcome::BrokerFault => &self.no_server,
             Outcome::ServerFailed(_) => &self.server_failed,
             Outcome::ServerTimeout => &self.server_timeout,
             Outcome::Refused | Outcome::ClientFailed => &self.refused,

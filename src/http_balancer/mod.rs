@@ -31,7 +31,9 @@ use crate::balancer::events::{Event as BrokerEvent, Unserved};
 use crate::balancer::health::Reason;
 use crate::balancer::{Balancer, Closed, Eligible, Lease, Pool, Server};
 use crate::config::{BalancerConfig, Language, ServerId, show_duration};
-use crate::http::{self, Choice, Downstream, Event, Exchange, Outcome, Proxy, Tunnel, Upstreams};
+use crate::http::{
+    self, Choice, ConnectFailure, Downstream, Event, Exchange, Outcome, Proxy, Tunnel, Upstreams,
+};
 use crate::http_balancer::sessions::{
     Affinity, CookieKeys, SessionSecrets, Sessions, Ticket, mentions_broker_cookie,
     without_broker_cookie,
@@ -239,8 +241,13 @@ impl Backends {
                 .in_scope(|| self.count_timeouts(&server.0, &exchange.outcome));
         }
         let (balancer, span) = (&self.balancer, &self.span);
-        if exchange.outcome == Outcome::NoServer {
-            span.in_scope(|| balancer.unserved(exchange.client, Unserved::NoServer));
+        let unserved = match exchange.outcome {
+            Outcome::NoServer => Some(Unserved::NoServer),
+            Outcome::BrokerFault => Some(Unserved::BrokerFault),
+            _ => None,
+        };
+        if let Some(why) = unserved {
+            span.in_scope(|| balancer.unserved(exchange.client, why));
         }
         if exchange.outcome == Outcome::ClientTimeout
             && let Some(suppressed) = self.body_timeouts_log.allow()
@@ -592,6 +599,7 @@ fn access_line(exchange: &Exchange<Target>) {
     let error = match &exchange.outcome {
         Outcome::ServerFailed(error) => Some(error.as_str()),
         Outcome::ServerTimeout => Some("the server was silent past HTTP_RESPONSE_TIMEOUT"),
+        Outcome::BrokerFault => Some("the broker itself could not connect to a server"),
         Outcome::Incomplete => Some("answer incomplete"),
         Outcome::ClientFailed => Some("request body broken off"),
         Outcome::ClientTimeout => Some("the request body was silent past HTTP_BODY_TIMEOUT"),
@@ -609,6 +617,15 @@ fn access_line(exchange: &Exchange<Target>) {
         error = error,
         "request"
     );
+}
+
+/// The dialer's retry flag, for the engine: after a failure that is the broker's own it tries
+/// no other server, so a request meets the broker's fault (and is counted in its episode)
+/// once, as a TCP client does.
+impl ConnectFailure for ConnectError {
+    fn try_next(&self) -> bool {
+        ConnectError::try_next(self)
+    }
 }
 
 impl Upstreams for Backends {

@@ -11,12 +11,14 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use appbroker::http::{Choice, Downstream, Event, Exchange, Proxy, Settings, Tunnel, Upstreams};
+use appbroker::http::{
+    Choice, ConnectFailure, Downstream, Event, Exchange, Proxy, Settings, Tunnel, Upstreams,
+};
 use bytes::{Bytes, BytesMut};
 use http_body_util::{BodyExt, Full, combinators::BoxBody};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
@@ -63,6 +65,8 @@ pub struct TestUpstreams {
     pub events: Mutex<Vec<Recorded>>,
     /// Leases held by the engine now: requests in hand and upgraded connections.
     pub leased: Arc<AtomicUsize>,
+    /// Every connect fails as the broker's own failure would (out of descriptors).
+    pub broker_fault: AtomicBool,
 }
 
 /// A lease of the test balancer: counted in `leased` while it lives.
@@ -131,11 +135,26 @@ impl TestUpstreams {
     }
 }
 
+/// A failed connect of the test balancer: a server's (the next one is tried), or with
+/// [`TestUpstreams::broker_fault`] the broker's own.
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub struct TestConnectError {
+    error: std::io::Error,
+    brokers: bool,
+}
+
+impl ConnectFailure for TestConnectError {
+    fn try_next(&self) -> bool {
+        !self.brokers
+    }
+}
+
 impl Upstreams for TestUpstreams {
     type Server = SocketAddr;
     type Lease = TestLease;
     type Stream = TcpStream;
-    type ConnectError = std::io::Error;
+    type ConnectError = TestConnectError;
 
     fn choose(
         &self,
@@ -158,18 +177,22 @@ impl Upstreams for TestUpstreams {
         &self,
         server: &SocketAddr,
         _client: SocketAddr,
-    ) -> impl Future<Output = std::io::Result<TcpStream>> + Send {
+    ) -> impl Future<Output = Result<TcpStream, TestConnectError>> + Send {
         let server = *server;
+        let brokers = self.broker_fault.load(SeqCst);
         async move {
-            let connected =
+            let connected = if brokers {
+                Err(std::io::Error::from_raw_os_error(24)) // EMFILE
+            } else {
                 tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(server))
                     .await
-                    .unwrap_or_else(|_| Err(std::io::Error::from(std::io::ErrorKind::TimedOut)));
-            if let Err(e) = &connected {
-                let failed = Recorded::ConnectFailed(server, e.to_string());
+                    .unwrap_or_else(|_| Err(std::io::Error::from(std::io::ErrorKind::TimedOut)))
+            };
+            connected.map_err(|error| {
+                let failed = Recorded::ConnectFailed(server, error.to_string());
                 self.events.lock().unwrap().push(failed);
-            }
-            connected
+                TestConnectError { error, brokers }
+            })
         }
     }
 
