@@ -5,69 +5,44 @@
 //!
 //! # Layout
 //!
-//! Data flows one way: accept -> sniff -> select -> dial (quarantine the failures, try the
-//! next) -> relay -> account; the monitor and the query interface read the balancer's state.
-//! The imports follow (`tests/module_graph.rs` fails on a cycle).
+//! This is the module map, the one place it is written: a line for each top-level module
+//! here, a line for each file in its folder's `mod.rs` (`tests/module_graph.rs` fails when a
+//! module is missing from its map, or listed and gone). Data flows one way: accept -> sniff
+//! -> select -> dial (quarantine the failures, try the next) -> relay -> account; the monitor
+//! and the query interface read the balancer's state. The imports follow, in layers: a module
+//! imports only modules of lower layers (the table in `tests/module_graph.rs`; the reasons in
+//! docs/architecture.md, "Layout"). From the top layer down:
 //!
-//! - [`broker`]: the broker as a library: bind (or take listeners bound elsewhere), start,
-//!   subscribe to its events, read a balancer's state, reload (with its result), drain, stop.
-//! - [`listener`]: binding and the accept loop (never dies); each connection a [`client`].
-//! - [`client`]: one accepted connection as a struct whose methods are its way: sniff, take
-//!   a `MAX_CONNECTIONS` place, choose and dial (quarantine, retry), relay, account.
-//! - [`query`]: `/TOTVS_BROKER_QUERY` on the balancers' ports: telling queries from clients
-//!   (sniff), answering them, and pure renderers of a snapshot (STATUS, CFG, JSON, METRICS).
-//! - [`dial`]: connecting to a server: resolve, refuse the broker itself, connect with
-//!   timeout, socket options; for clients and the monitor alike.
-//! - [`monitor`]: the rounds: check every server, count fall and rise, hand the results to
-//!   the balancer.
-//! - [`balancer`]: a balancer's live state: servers, counters, the lease that counts a
-//!   connection against its server; one method per event; its state read at one instant.
-//! - [`health`]: a server's quarantine state as pure transitions returning what changed.
-//! - [`overrides`]: an operator's overrides of a server (disabled, drain, weight) as pure
-//!   transitions; the balancer applies them and logs.
 //! - [`admin`]: runtime administration: the control socket (JSON lines), `appbroker ctl` and
-//!   `ping`, the state file that keeps overrides over a restart. It calls the balancer's
-//!   methods; nothing below it imports it.
-//! - [`select`]: the balancing policies, pure logic.
-//! - [`relay`]: bytes both ways with half-close over any stream; splice between plain
-//!   sockets.
-//! - [`stream`]: the streams served and relayed (any `AsyncRead + AsyncWrite`), with what a
-//!   plain TCP socket can do besides.
-//! - [`events`]: what happens in a broker, as events to subscribe to.
-//! - [`context`]: the broker's shared state handed to every connection's task (configuration,
-//!   balancers, shutdown state) and how a balancer tells its connections to end.
+//!   `ping`, the state file that keeps overrides over a restart, the session secret's file.
+//! - [`demo`]: `appbroker demo`: stand-in servers (echo servers, and web servers whose page
+//!   shows session affinity), its console, and its line client.
+//! - `supervisor` (Unix): `--supervise`: a parent that holds every listener and restarts the
+//!   broker it runs as a child on them; its control socket, the upgrade; the child's side.
+//! - [`broker`]: the broker as a library: bind (or take listeners bound elsewhere), start,
+//!   subscribe to its events, read a balancer's state, reload (with its result), drain, stop;
+//!   each running balancer's accept loops and monitor.
+//! - [`tcp`]: a TCP balancer's connections: one accepted connection as a struct whose methods
+//!   are its way (TLS step, sniff, place, choose and dial, relay, account).
+//! - [`http_balancer`]: an HTTP balancer at run time: the balancer as the HTTP engine's
+//!   upstreams (choose, dial, quarantine, account, the access log), session affinity, the
+//!   query interface routed by path.
+//! - [`query`]: `/TOTVS_BROKER_QUERY` on the balancers' ports: answering queries, and pure
+//!   renderers of a snapshot (STATUS, CFG, JSON, METRICS).
+//! - [`http`]: the HTTP engine (a reverse proxy over hyper, generic over the upstreams it
+//!   serves, knowing nothing of balancers), its pure HTTP/1 core, and the HTTP monitor check.
+//! - [`balancer`]: a balancer's live state (servers, counters, leases; one method per event;
+//!   its state read at one instant) and its pure rules: quarantine, overrides, policies, query
+//!   places; the events it publishes; the context connections read it from.
+//! - [`net`]: sockets: bind and accept, resolve and dial, relay, the worker threads, the
+//!   system calls the standard library lacks, inherited descriptors.
+//! - [`process`]: what the whole process shares: its clocks, its log and the log's manners
+//!   (once per episode, OS errors in words), its shutdown state and signals.
 //! - [`config`]: `appserver.ini` to a validated [`config::Config`] through one table of keys
 //!   ([`config::keys`]); every error names file, line, section and key; `--check` prints it
 //!   back.
-//! - [`http_balancer`]: an HTTP balancer at run time: the balancer as the HTTP engine's
-//!   upstreams (choose, dial, quarantine, account, the access log), each accepted connection
-//!   handed to the engine, the query interface routed by path.
-//! - [`sessions`]: HTTP session affinity: the `TOTVS_BROKER_SH_001` cookie (signed, so only
-//!   the broker's own count; read from the `Cookie` header as bytes), its secrets, and the
-//!   table of live sessions (expiry, cap, counts per server), pure logic.
-//! - [`http`]: the HTTP broker's engine (a reverse proxy over hyper, generic over the
-//!   balancer it serves), and the HTTP monitor check.
 //! - [`tls`]: rustls acceptors and connectors, certificate loading and its diagnosis (the
-//!   configuration doctor), handshake failures in words; the balancers load it, clients
-//!   accept with it, the dialer connects with it.
-//! - [`resolve`]: server names to addresses: cached, one lookup per name, a bound on lookups
-//!   in flight; a destination that is the broker itself refused.
-//! - [`self_loop`]: whether a server's address is the broker's own (a loop), for the
-//!   configuration's checks and every connect.
-//! - [`places`]: query places (`QUERY_MAX_CONNECTIONS`), given up by idle connections.
-//! - [`workers`]: the data path's threads, one per core, each with its own runtime and
-//!   listening sockets.
-//! - [`shutdown`]: the shutdown state, and the binary's signal handlers.
-//! - [`logging`]: the log line format, console and rotated file.
-//! - [`os_error`]: what an OS error means to an operator.
-//! - [`demo`]: stand-in servers for `appbroker demo` (echo servers, and web servers whose
-//!   page shows session affinity), its console and directory, and its line client.
-//! - [`clock`], [`throttle`], [`sys`]: time, log-rate limiting, the few system calls the
-//!   standard library lacks.
-//! - `supervisor`: `--supervise`: a parent that holds every listener and restarts the broker
-//!   it runs as a child on them; the child's side (take the listeners, say READY).
-//! - `inherit`: descriptors handed over by a supervisor or systemd, taken by number: the one
-//!   module allowed `unsafe` (Unix only).
+//!   configuration doctor), handshake failures in words.
 
 // A closed standard output or error must not panic the broker: no print macros.
 #![deny(clippy::print_stdout, clippy::print_stderr)]
@@ -77,39 +52,18 @@
 pub mod admin;
 pub mod balancer;
 pub mod broker;
-pub mod client;
-pub mod clock;
 pub mod config;
-pub mod context;
 pub mod demo;
-pub mod dial;
-pub mod events;
-pub mod health;
 pub mod http;
 pub mod http_balancer;
-#[cfg(unix)]
-pub mod inherit;
-pub mod listener;
-pub mod logging;
-pub mod monitor;
-pub mod os_error;
-pub mod overrides;
-pub mod places;
+pub mod net;
+pub mod process;
 pub mod query;
-pub mod relay;
-pub mod resolve;
-pub mod select;
-pub mod self_loop;
-pub mod sessions;
-pub mod shutdown;
-pub mod stream;
 #[cfg(unix)]
 pub mod supervisor;
-pub mod sys;
-pub mod throttle;
+pub mod tcp;
 pub mod tls;
-pub mod workers;
 
+pub use balancer::events::{Event, Subscription};
 pub use broker::{Bound, Broker, Control, ReloadError, StartError};
-pub use events::{Event, Subscription};
-pub use listener::BindError;
+pub use net::listener::BindError;

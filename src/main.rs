@@ -14,9 +14,11 @@ use std::time::Duration;
 use anyhow::Context;
 use appbroker::admin::protocol::Request;
 use appbroker::config::{Config, LoadError, Loaded};
-use appbroker::shutdown::handle_signals;
-use appbroker::workers::WorkerThreads;
-use appbroker::{Broker, admin, config, demo, logging, sys};
+use appbroker::net::sys;
+use appbroker::net::workers::WorkerThreads;
+use appbroker::process::logging;
+use appbroker::process::shutdown::handle_signals;
+use appbroker::{Broker, admin, config, demo};
 use clap::{Parser, Subcommand};
 use tracing::{info, warn};
 
@@ -200,7 +202,7 @@ fn weight(text: &str) -> Result<Weight, String> {
         return Ok(Weight(None));
     }
     match text.parse::<u32>() {
-        Ok(n) if n <= appbroker::overrides::MAX_WEIGHT => Ok(Weight(Some(n))),
+        Ok(n) if n <= appbroker::balancer::overrides::MAX_WEIGHT => Ok(Weight(Some(n))),
         _ => Err("expected a weight from 0 to 1000, or `file` for the file's".into()),
     }
 }
@@ -359,6 +361,7 @@ fn check_report(
 /// runs the broker as a child on them until it stops.
 #[cfg(unix)]
 fn supervise(config: Config, log: &logging::Log) -> ExitCode {
+    use appbroker::net::inherit;
     use appbroker::supervisor::{self, upgrade};
     let fail = |e: &dyn std::fmt::Display| {
         tracing::error!("supervisor: {e}");
@@ -385,11 +388,11 @@ fn supervise(config: Config, log: &logging::Log) -> ExitCode {
     if let Err(e) = log.open_file() {
         return fail(&e);
     }
-    let taken = handover.map(|handover| -> Result<_, appbroker::inherit::InheritError> {
-        let socket = appbroker::inherit::take_socket(handover.socket)?;
-        let client = appbroker::inherit::take_socket(handover.client)?.into();
+    let taken = handover.map(|handover| -> Result<_, inherit::InheritError> {
+        let socket = inherit::take_socket(handover.socket)?;
+        let client = inherit::take_socket(handover.client)?.into();
         let lifeline = match std::env::var(upgrade::LIFELINE_ENV).map(|t| t.parse()) {
-            Ok(Ok(fd)) => Some(appbroker::inherit::take_socket(fd)?.into()),
+            Ok(Ok(fd)) => Some(inherit::take_socket(fd)?.into()),
             _ => None,
         };
         let upgrading = supervisor::Upgrading {
@@ -432,7 +435,7 @@ fn supervise(config: Config, log: &logging::Log) -> ExitCode {
     };
     match runtime.block_on(supervisor::run(start)) {
         Ok(code) => ExitCode::from(code),
-        Err(e) => fail(&appbroker::os_error::words(&e)),
+        Err(e) => fail(&appbroker::process::os_error::words(&e)),
     }
 }
 
@@ -462,7 +465,7 @@ fn supervisor_socket(config: &Config) -> Result<Option<std::os::unix::net::UnixL
                 "supervisor: cannot make {}: {}; `appbroker upgrade` cannot reach this \
                  supervisor",
                 path.display(),
-                appbroker::os_error::words(&e)
+                appbroker::process::os_error::words(&e)
             );
             Ok(None)
         }
@@ -566,7 +569,9 @@ fn ctl(cli: &Cli, args: &CtlArgs) -> ExitCode {
         Err(code) => return code,
     };
     let target = |section: &String, id: &String| (section.clone(), id.clone());
-    if let Some(problem) = reason_of(&args.command).and_then(appbroker::overrides::reason_problem) {
+    if let Some(problem) =
+        reason_of(&args.command).and_then(appbroker::balancer::overrides::reason_problem)
+    {
         logging::to_stderr(&format!("appbroker ctl: --reason: {problem}"));
         return ExitCode::from(2);
     }
@@ -697,7 +702,7 @@ fn demo_client(config: &Config, args: &DemoArgs, address: Option<SocketAddr>) ->
             logging::to_stderr(&format!(
                 "appbroker: cannot talk to {address}: {}; is the demo running? Start it with \
                  `appbroker demo` in another terminal",
-                appbroker::os_error::words(&e)
+                appbroker::process::os_error::words(&e)
             ));
             ExitCode::from(1)
         }

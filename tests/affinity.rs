@@ -1,4 +1,4 @@
-//! HTTP session affinity (issue 14) through the real broker: `[BALANCE_HTTP]` in process on a
+//! HTTP session affinity through the real broker: `[BALANCE_HTTP]` in process on a
 //! generated ini, loopback origin servers, the `TOTVS_BROKER_SH_001` cookie as a client
 //! sends it back. Which server served a request is read from the broker's request events and
 //! from what each origin saw. Real clients too: headless Chromium on the demo's page (its

@@ -437,11 +437,11 @@ async fn http_scene(language: &str) -> HttpScene {
     let broker = InProcess::start(&ini).await;
     let balancer = broker.broker.control().balancers()[0].clone();
     balancer.set_weight(&balancer.find_server("01").unwrap(), Some(3), "uid 0");
-    let hold = appbroker::overrides::Hold {
-        mode: appbroker::overrides::Mode::Disabled,
+    let hold = appbroker::balancer::overrides::Hold {
+        mode: appbroker::balancer::overrides::Mode::Disabled,
         reason: "AppServer upgrade".into(),
         by: "uid 0".into(),
-        since_wall_ms: appbroker::clock::wall_ms(),
+        since_wall_ms: appbroker::process::clock::wall_ms(),
     };
     balancer.hold(&balancer.find_server("03").unwrap(), hold);
     // A round has checked everyone: 02 quarantined, 01 and 03 checked.

@@ -468,7 +468,7 @@ async fn slow_bodies_hold_no_server_connection_past_the_body_timeout() {
 
 // ---- what the engine of our own is to do (hyper cannot) ----------------------------------
 
-/// What the engine of our own is to do and hyper cannot (issue 21's points 10 and 12): its
+/// What the engine of our own is to do and hyper cannot: its
 /// server sends no 1xx of ours, answers an HTTP/1.0 request in HTTP/1.0, and its parser
 /// refuses `HTTP/1.2` and `HTTP/2.0` with a 400. Ignored, and skipped by `.ci/run`'s
 /// `--include-ignored` by this module's name, until that engine comes.

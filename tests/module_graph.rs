@@ -1,13 +1,47 @@
 //! The modules of `src/` import one another one way, as the data flows (accept -> sniff ->
-//! select -> dial/quarantine -> relay -> account): at every level of the tree, the sibling
-//! modules' `crate::`, `super::` and `self::` paths form no cycle. A parent and its own
-//! children may name each other (a module declares its children and they use its items); two
-//! siblings may not, in a circle of any length. Inline unit tests (`#[cfg(test)] mod tests`)
-//! and `tests.rs` files are left out: a test may reach anywhere.
+//! select -> dial/quarantine -> relay -> account), and every one of them is on the module map.
+//!
+//! - At every level of the tree, the sibling modules' `crate::`, `super::` and `self::` paths
+//!   form no cycle. A parent and its own children may name each other (a module declares its
+//!   children and they use its items); two siblings may not, in a circle of any length.
+//! - The top-level modules stand in layers ([`LAYERS`]): each imports only modules of lower
+//!   layers, so nothing calls upward, and a module the table does not place fails.
+//! - The map is the `//!` docs of `src/lib.rs` (a line for each top-level module) and of each
+//!   folder's `mod.rs` (a line for each of its files): a module missing from its map fails, and
+//!   so does a line for a module that is gone.
+//!
+//! Inline unit tests (`#[cfg(test)] mod tests`) and `tests.rs` files are left out: a test may
+//! reach anywhere.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+
+/// Each top-level module of `src/` and its layer, from the top down: a module may import only
+/// modules of a lower layer (a higher number here is a lower layer). Two modules of one layer
+/// do not import each other. docs/architecture.md ("Layout") gives the reasons.
+const LAYERS: &[(&str, u32)] = &[
+    // The binary's commands that are not the broker itself.
+    ("admin", 0),
+    ("demo", 0),
+    // The parent that holds the listeners and runs the broker as its child.
+    ("supervisor", 1),
+    // The broker as a library: it starts everything below.
+    ("broker", 2),
+    // The two connection paths, and the query interface both hand queries to.
+    ("tcp", 3),
+    ("http_balancer", 4),
+    ("query", 5),
+    // The balancer's live state, and the HTTP engine, which knows nothing of balancers.
+    ("balancer", 6),
+    ("http", 6),
+    // Sockets.
+    ("net", 7),
+    // What the whole process shares.
+    ("process", 8),
+    ("config", 9),
+    ("tls", 10),
+];
 
 /// A module's path from the crate root: `["config", "validate", "balancer"]`.
 type Module = Vec<String>;
@@ -238,6 +272,116 @@ fn named(module: &Module) -> String {
     module.join("::")
 }
 
+/// The layer of a top-level module, from [`LAYERS`].
+fn layer_of(module: &str, layers: &[(&str, u32)]) -> Option<u32> {
+    layers.iter().find(|(m, _)| *m == module).map(|(_, l)| *l)
+}
+
+/// The imports between top-level modules that do not go to a lower layer (upward, or
+/// sideways within one layer), and the top-level modules the table does not place.
+fn layer_violations(
+    edges: &BTreeSet<(Module, Module)>,
+    modules: &BTreeMap<Module, String>,
+    layers: &[(&str, u32)],
+) -> Vec<String> {
+    let mut found = Vec::new();
+    let tops: BTreeSet<&String> = modules.keys().map(|m| &m[0]).collect();
+    for top in &tops {
+        if layer_of(top, layers).is_none() {
+            found.push(format!("{top} is in no layer of LAYERS"));
+        }
+    }
+    for (name, _) in layers {
+        if !tops.iter().any(|t| t == name) {
+            found.push(format!("LAYERS places {name}, which is no module of src/"));
+        }
+    }
+    for (from, to) in edges.iter().filter(|(from, _)| from.len() == 1) {
+        let (Some(a), Some(b)) = (layer_of(&from[0], layers), layer_of(&to[0], layers)) else {
+            continue;
+        };
+        if a >= b {
+            found.push(format!(
+                "{} (layer {a}) imports {} (layer {b}), which is not below it",
+                from[0], to[0]
+            ));
+        }
+    }
+    found
+}
+
+/// The modules a map lists: the first name of each `//! - ` item of the file's `//!` docs,
+/// written `` [`name`] `` or `` `name` ``.
+fn listed(text: &str) -> BTreeSet<String> {
+    text.lines()
+        .filter_map(|line| line.strip_prefix("//! - "))
+        .filter_map(|item| {
+            let item = item.strip_prefix('[').unwrap_or(item).strip_prefix('`')?;
+            let name = &item[..item.find('`')?];
+            let is_name = name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+            (is_name && !name.is_empty()).then(|| name.to_string())
+        })
+        .collect()
+}
+
+/// What the maps get wrong: each module missing from its parent's map (`src/lib.rs` for a
+/// top-level module, the folder's `mod.rs` for the others), and each map line for a module
+/// that is not there. `maps` holds each parent's map text by the parent's path (`[]` for the
+/// crate root).
+fn map_errors(modules: &BTreeMap<Module, String>, maps: &BTreeMap<Module, String>) -> Vec<String> {
+    let mut children: BTreeMap<Module, BTreeSet<String>> = BTreeMap::new();
+    for module in modules.keys() {
+        let (name, parent) = module.split_last().unwrap();
+        children
+            .entry(parent.to_vec())
+            .or_default()
+            .insert(name.clone());
+    }
+    let mut found = Vec::new();
+    for (parent, names) in &children {
+        let file = if parent.is_empty() {
+            "src/lib.rs".to_string()
+        } else {
+            format!("src/{}/mod.rs", parent.join("/"))
+        };
+        let Some(map) = maps.get(parent) else {
+            found.push(format!("{file}: no map of {names:?}"));
+            continue;
+        };
+        let on_map = listed(map);
+        for missing in names.difference(&on_map) {
+            found.push(format!("{file}: no `//! - [`{missing}`]: ...` line"));
+        }
+        for gone in on_map.difference(names) {
+            found.push(format!(
+                "{file}: a line for `{gone}`, which is no module there"
+            ));
+        }
+    }
+    found
+}
+
+/// The map of each folder that holds modules, by the folder's module path: `src/lib.rs`'s
+/// docs for the crate root, each folder's `mod.rs` for the rest.
+fn maps(src: &Path, modules: &BTreeMap<Module, String>) -> BTreeMap<Module, String> {
+    let mut maps = BTreeMap::new();
+    maps.insert(
+        Vec::new(),
+        std::fs::read_to_string(src.join("lib.rs")).expect("src/lib.rs"),
+    );
+    for (module, text) in modules {
+        let folder = module
+            .iter()
+            .fold(src.to_path_buf(), |path, m| path.join(m));
+        if folder.join("mod.rs").is_file() {
+            maps.insert(module.clone(), text.clone());
+        }
+    }
+    maps
+}
+
 #[test]
 fn the_modules_of_src_import_one_another_one_way() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
@@ -262,15 +406,21 @@ fn the_modules_of_src_import_one_another_one_way() {
     }
 }
 
+/// A module path of a made-up tree: `"a::b"`.
+fn module(text: &str) -> Module {
+    text.split("::").map(str::to_string).collect()
+}
+
+/// A made-up tree: each module's path and its code.
+fn set(pairs: &[(&str, &str)]) -> BTreeMap<Module, String> {
+    pairs
+        .iter()
+        .map(|(name, code)| (module(name), code.to_string()))
+        .collect()
+}
+
 #[test]
 fn the_check_finds_a_cycle_through_any_kind_of_path() {
-    let module = |text: &str| text.split("::").map(str::to_string).collect::<Module>();
-    let set = |pairs: &[(&str, &str)]| -> BTreeMap<Module, String> {
-        pairs
-            .iter()
-            .map(|(name, code)| (module(name), code.to_string()))
-            .collect()
-    };
     // crate:: paths, a `use` group, a nested group, super:: and self:: at depth.
     let circle = set(&[
         ("a", "use crate::{b, c::d};"),
@@ -301,4 +451,121 @@ fn the_check_finds_a_cycle_through_any_kind_of_path() {
     let edges = sibling_edges(&one_way);
     assert_eq!(edges.len(), 2, "{edges:?}");
     assert!(cycle(&edges).is_none());
+}
+
+#[test]
+fn each_module_imports_only_modules_of_lower_layers() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let modules = modules(&src);
+    let edges = sibling_edges(&modules);
+    let top_edges = edges.iter().filter(|(from, _)| from.len() == 1).count();
+    assert!(
+        top_edges > 30,
+        "only {top_edges} imports between top-level modules found"
+    );
+    let violations = layer_violations(&edges, &modules, LAYERS);
+    assert!(
+        violations.is_empty(),
+        "the layers do not hold (tests/module_graph.rs, LAYERS):\n  {}",
+        violations.join("\n  ")
+    );
+}
+
+#[test]
+fn every_module_is_on_the_map_and_the_map_names_only_modules() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let modules = modules(&src);
+    let maps = maps(&src, &modules);
+    // A check that found no folder would check nothing.
+    assert!(maps.len() > 10, "only {} maps found", maps.len());
+    let errors = map_errors(&modules, &maps);
+    assert!(
+        errors.is_empty(),
+        "the module map (src/lib.rs and each folder's mod.rs) is not the tree:\n  {}",
+        errors.join("\n  ")
+    );
+}
+
+#[test]
+fn docs_architecture_places_every_top_level_module_in_its_layout_and_layers() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let modules = modules(&root.join("src"));
+    let text = std::fs::read_to_string(root.join("docs/architecture.md")).expect("the doc");
+    let layout = &text[text.find("## Layout").expect("a Layout section")..];
+    let layout = &layout[..layout[3..].find("\n## ").map_or(layout.len(), |at| at + 3)];
+    let tops: BTreeSet<&String> = modules.keys().map(|m| &m[0]).collect();
+    let unplaced: Vec<&&String> = tops
+        .iter()
+        .filter(|m| {
+            !layout.contains(&format!("src/{m}/")) && !layout.contains(&format!("src/{m}.rs"))
+        })
+        .collect();
+    assert!(
+        unplaced.is_empty(),
+        "docs/architecture.md's Layout tree lacks {unplaced:?}"
+    );
+    let unlayered: Vec<&&String> = tops
+        .iter()
+        .filter(|m| {
+            !layout
+                .lines()
+                .any(|l| l.starts_with('|') && l.contains(&format!("`{m}`")))
+        })
+        .collect();
+    assert!(
+        unlayered.is_empty(),
+        "docs/architecture.md's table of layers lacks {unlayered:?}"
+    );
+}
+
+#[test]
+fn the_checks_find_an_upward_import_and_a_module_off_the_map() {
+    let layers: &[(&str, u32)] = &[("top", 0), ("low", 1), ("peer", 1)];
+    // Downward only: nothing to say.
+    let fine = set(&[("top", "use crate::low::X;"), ("low", ""), ("peer", "")]);
+    assert!(layer_violations(&sibling_edges(&fine), &fine, layers).is_empty());
+    // Upward, sideways, and a module the table does not place.
+    let wrong = set(&[
+        ("top", ""),
+        ("low", "fn f() { crate::top::g() }"),
+        ("peer", "use crate::low::{X, Y};"),
+        ("new", ""),
+    ]);
+    let violations = layer_violations(&sibling_edges(&wrong), &wrong, layers);
+    assert_eq!(violations.len(), 3, "{violations:?}");
+    assert!(
+        violations
+            .iter()
+            .any(|v| v.starts_with("low (layer 1) imports top"))
+    );
+    assert!(
+        violations
+            .iter()
+            .any(|v| v.starts_with("peer (layer 1) imports low"))
+    );
+    assert!(
+        violations
+            .iter()
+            .any(|v| v.starts_with("new is in no layer"))
+    );
+    // A map with a line each (linked or not), then one with a module missing and one gone.
+    let tree = set(&[("a", ""), ("a::b", ""), ("a::c", ""), ("d", "")]);
+    let crate_root = Module::new;
+    let mut maps = BTreeMap::new();
+    maps.insert(
+        crate_root(),
+        "//! - [`a`]: one.\n//! - `d` (Unix): two.\n".to_string(),
+    );
+    let folder = "//! Text.\n//!\n//! - `b`: x.\n//! - [`c`](mod@c): y.\n\nmod b;\n";
+    maps.insert(module("a"), folder.to_string());
+    assert_eq!(map_errors(&tree, &maps), Vec::<String>::new());
+    let mut stale = maps.clone();
+    stale.insert(
+        crate_root(),
+        "//! - [`a`]: one.\n//! - [`e`]: gone.\n".to_string(),
+    );
+    let errors = map_errors(&tree, &stale);
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(errors.iter().any(|e| e.contains("no `//! - [`d`]")));
+    assert!(errors.iter().any(|e| e.contains("`e`, which is no module")));
 }

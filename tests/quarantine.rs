@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use appbroker::Event;
 use appbroker::balancer::Standing;
+use appbroker::balancer::events::Unserved;
 use appbroker::config::BalancerKind;
-use appbroker::events::Unserved;
 use common::*;
 use tokio::net::TcpStream;
 

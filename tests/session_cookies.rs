@@ -1,4 +1,4 @@
-//! The HTTP session cookie as an attacker and as real clients send it (issue 21), through the
+//! The HTTP session cookie as an attacker and as real clients send it, through the
 //! real broker: only cookies the broker signed count (forged ones reach no server an operator
 //! took out and make no session), a rotation with `SESSION_SECRET_PREVIOUS` and a restart on
 //! the generated secret keep sessions, the upgrade window honours the cookies of the version
@@ -13,8 +13,8 @@ mod http_common;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use appbroker::overrides::{Hold, Mode};
-use appbroker::sessions::{CookieKeys, Kept, OwnSecret, Ticket};
+use appbroker::balancer::overrides::{Hold, Mode};
+use appbroker::http_balancer::sessions::{CookieKeys, Kept, OwnSecret, Ticket};
 use appbroker::tls::files::Passphrase;
 use common::{
     Broker, HttpConnection, HttpResponse, InProcess, SESSION_SECRET, http_get, http_ini, run_cli,

@@ -1,4 +1,4 @@
-//! Memory per HTTP session (issue 14): 100,000 sessions in one balancer's table, the
+//! Memory per HTTP session: 100,000 sessions in one balancer's table, the
 //! process's resident memory read before and after. Run by hand, alone (it reads the whole
 //! process's RSS): `cargo test --release --test session_memory -- --ignored --nocapture`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use appbroker::config::ServerId;
-use appbroker::sessions::{CookieKeys, Sessions, Ticket};
+use appbroker::http_balancer::sessions::{CookieKeys, Sessions, Ticket};
 use tokio::time::Instant;
 
 /// The process's resident set in bytes (`VmRSS` of /proc/self/status).

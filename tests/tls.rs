@@ -1418,14 +1418,14 @@ async fn a_server_named_with_a_final_dot_is_verified_and_checked_by_its_name() {
     let ca = Ca::new("Test CA");
     let files = Files::new();
     let ca_file = files.write("ca.pem", ca.pem());
-    let lookup: appbroker::resolve::Lookup = Arc::new(|name: &str| match name {
+    let lookup: appbroker::net::resolve::Lookup = Arc::new(|name: &str| match name {
         "app.test." => Ok(vec![std::net::Ipv4Addr::LOCALHOST.into()]),
         _ => Err(std::io::Error::new(
             std::io::ErrorKind::NotFound,
             name.to_string(),
         )),
     });
-    let resolver = Arc::new(appbroker::resolve::Resolver::with_lookup(4, lookup));
+    let resolver = Arc::new(appbroker::net::resolve::Resolver::with_lookup(4, lookup));
     for (certified, verified) in [("app.test", true), ("other.test", false)] {
         let (addr, seen) = tls_web_server(&ca.issue(&[certified], |_| {})).await;
         let text = format!(
@@ -1446,9 +1446,14 @@ async fn a_server_named_with_a_final_dot_is_verified_and_checked_by_its_name() {
             problem: None,
         };
         let tls = appbroker::tls::UpstreamTls::load(&settings, &roots).unwrap();
-        let checked =
-            appbroker::monitor::check(&resolver, &server.host, server.port, balancer, Some(&tls))
-                .await;
+        let checked = appbroker::broker::monitor::check(
+            &resolver,
+            &server.host,
+            server.port,
+            balancer,
+            Some(&tls),
+        )
+        .await;
         let seen = seen.lock().unwrap().clone();
         assert_eq!(
             seen.first().map(String::as_str),

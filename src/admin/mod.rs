@@ -8,7 +8,8 @@
 //! - [`paths`]: where the socket and the state file live.
 //! - [`state_file`]: overrides kept over a restart.
 //! - [`session_secret`]: the secret of the HTTP session cookies, kept beside the state file.
-//! - `socket` (Unix): the control socket itself; [`ctl`]: its client, `appbroker ctl`.
+//! - `socket` (Unix): the control socket itself.
+//! - [`ctl`]: its client, `appbroker ctl`.
 
 pub mod ctl;
 pub mod paths;
@@ -25,13 +26,13 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::warn;
 
+use crate::balancer::health::Asked;
+use crate::balancer::overrides::{Hold, MAX_WEIGHT, Mode};
 use crate::balancer::{Balancer, BalancerState, Server, ServerState, Standing};
 use crate::broker::{Control, ReloadError};
-use crate::clock::wall_ms;
 use crate::config::keys::DAY;
 use crate::config::{duration_within, plural, show_duration};
-use crate::health::Asked;
-use crate::overrides::{Hold, MAX_WEIGHT, Mode};
+use crate::process::clock::wall_ms;
 use protocol::{Answer, BalancerView, QuarantineView, Request, ServerView, names_section};
 
 /// How long `drain --wait` waits by default: long enough for most sessions to end on their
@@ -86,7 +87,7 @@ impl Admin {
             reason: Some(reason),
             ..
         } = &request
-            && let Some(problem) = crate::overrides::reason_problem(reason)
+            && let Some(problem) = crate::balancer::overrides::reason_problem(reason)
         {
             return Answer::refused(problem);
         }
@@ -313,7 +314,7 @@ impl Admin {
             warn!(
                 "cannot write the state file {}: {}; the change holds until appbroker restarts",
                 path.display(),
-                crate::os_error::words(&e)
+                crate::process::os_error::words(&e)
             );
         }
     }

@@ -1,5 +1,5 @@
 //! `<state>.secret`, beside the state file: the broker's own secret for the HTTP session
-//! cookies (issue 21), generated at the first start and read at every one after, so that a
+//! cookies, generated at the first start and read at every one after, so that a
 //! restart keeps every session while `SESSION_SECRET` is not set. It also records when it was
 //! made, the first start that signed cookies, which bounds the upgrade window. Mode 0600: who
 //! reads it can forge cookies. Written whole (a temporary file renamed over the old one); a
@@ -11,9 +11,9 @@ use serde::{Deserialize, Serialize};
 use tracing::warn;
 
 use super::state_file::write_whole;
-use crate::clock::wall_ms;
 use crate::config::keys::SESSION_SECRET_MIN;
-use crate::sessions::{CookieKeys, Kept, OwnSecret};
+use crate::http_balancer::sessions::{CookieKeys, Kept, OwnSecret};
+use crate::process::clock::wall_ms;
 use crate::tls::files::Passphrase;
 
 /// The format's version; a file of another one is replaced.

@@ -13,9 +13,9 @@ use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
 use crate::balancer::Balancer;
-use crate::clock::wall_ms;
-use crate::health::Asked;
-use crate::overrides::Overrides;
+use crate::balancer::health::Asked;
+use crate::balancer::overrides::Overrides;
+use crate::process::clock::wall_ms;
 
 /// The format's version; a file of another one is not read.
 const VERSION: u32 = 1;
@@ -136,7 +136,9 @@ pub fn restore(path: &Path, balancers: &[Arc<Balancer>]) {
             // A file from before control characters were refused (or edited by hand) may
             // hold them: escaped before they reach a log line, a page or `ctl show`.
             let mut overrides = entry.overrides;
-            overrides.hold = overrides.hold.map(crate::overrides::Hold::escaped);
+            overrides.hold = overrides
+                .hold
+                .map(crate::balancer::overrides::Hold::escaped);
             balancer.restore(&server, overrides);
         }
         if let Some(until) = entry.quarantine_until_epoch_ms.filter(|&u| u > now) {
@@ -145,8 +147,8 @@ pub fn restore(path: &Path, balancers: &[Arc<Balancer>]) {
                 .quarantine_asked
                 .unwrap_or_else(|| "an operator".into());
             // Escaped as a hold's reason is, above.
-            asked.by = crate::overrides::escape_controls(&asked.by);
-            asked.reason = crate::overrides::escape_controls(&asked.reason);
+            asked.by = crate::balancer::overrides::escape_controls(&asked.by);
+            asked.reason = crate::balancer::overrides::escape_controls(&asked.reason);
             // Said once, however many restarts it outlives.
             if !asked.by.ends_with(BEFORE_THE_RESTART) {
                 asked.by.push_str(BEFORE_THE_RESTART);

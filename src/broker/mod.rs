@@ -1,12 +1,19 @@
 //! The broker as a library: bind every balancer's port (or take listeners bound elsewhere),
-//! start serving, follow the broker's [events](crate::events), read a balancer's state,
-//! reload a configuration and get its result, and stop. The binary installs the log and the
-//! signal handlers around it; a test starts as many brokers as it likes in one process.
+//! start serving, follow the broker's [events](crate::balancer::events), read a balancer's
+//! state, reload a configuration and get its result, and stop. The binary installs the log and
+//! the signal handlers around it; a test starts as many brokers as it likes in one process.
 //!
-//! A running broker is a control loop (`run.rs`) on the runtime that started it (reloads, the
-//! drain, the monitors) and, on the worker threads, every balancer's accept loops and
-//! connections (`unit.rs`); a reload is applied in `reload.rs`.
+//! A running broker is a control loop on the runtime that started it (reloads, the drain, the
+//! monitors) and, on the worker threads, every balancer's accept loops and connections:
+//!
+//! - `run`: the control loop: reloads applied one at a time, the drain on shutdown.
+//! - `unit`: one balancer at run time: its accept loops (on the workers), its monitor and
+//!   sampler, the tasks of its connections and the tokens that end them.
+//! - `reload`: a reload applied without touching established connections.
+//! - [`monitor`]: the monitor's rounds: check every server, count fall and rise, hand the
+//!   results to the balancer.
 
+pub mod monitor;
 mod reload;
 mod run;
 mod unit;
@@ -20,16 +27,16 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::balancer::context::Context;
+use crate::balancer::events::{Events, Reloaded, Subscription};
 use crate::balancer::{Balancer, BalancerState};
-use crate::clock::{time_of_day, wall_ms};
 use crate::config::{BalancerKind, Config, LoadError};
-use crate::context::Context;
-use crate::events::{Events, Reloaded, Subscription};
-use crate::listener::{self, BindError};
-use crate::resolve::Resolver;
-use crate::sessions::{OwnSecret, SessionSecrets};
-use crate::shutdown::Shutdown;
-use crate::workers::{WorkerThreads, Workers};
+use crate::http_balancer::sessions::{OwnSecret, SessionSecrets};
+use crate::net::listener::{self, BindError};
+use crate::net::resolve::Resolver;
+use crate::net::workers::{WorkerThreads, Workers};
+use crate::process::clock::{time_of_day, wall_ms};
+use crate::process::shutdown::Shutdown;
 use run::Runtime;
 use unit::Unit;
 
@@ -381,7 +388,7 @@ impl Bound {
         let own = self
             .own_secret
             .unwrap_or_else(|| OwnSecret::for_this_run("no secret file was given"));
-        let session_secrets = SessionSecrets::new(own, &self.config.general);
+        let session_secrets = Arc::new(SessionSecrets::new(own, &self.config.general));
         log_session_secret(&session_secrets, &self.config);
         let ctx = Arc::new(Context {
             config: ArcSwap::from_pointee(self.config),
@@ -390,20 +397,27 @@ impl Bound {
             ),
             started_wall_ms: wall_ms(),
             shutdown: shutdown.clone(),
-            session_secrets,
         });
         let stopping = CancellationToken::new();
         let units: Vec<Unit> = self
             .bound
             .into_iter()
             .map(|(balancer, listeners)| {
-                Unit::start(balancer, listeners, &ctx, &self.workers, &stopping)
+                Unit::start(
+                    balancer,
+                    listeners,
+                    &ctx,
+                    &session_secrets,
+                    &self.workers,
+                    &stopping,
+                )
             })
             .collect();
         let addrs = Arc::new(ArcSwap::from_pointee(addresses(&units)));
         let (commands, receiver) = mpsc::channel(PENDING_RELOADS);
         let runtime = Runtime {
             ctx: Arc::clone(&ctx),
+            session_secrets,
             workers: self.workers,
             resolver: self.resolver,
             events: self.events.clone(),

@@ -10,12 +10,12 @@ use tracing::{error, info, warn};
 use super::ReloadError;
 use super::run::Runtime;
 use super::unit::Unit;
+use crate::balancer::events::Reloaded;
 use crate::balancer::{Balancer, Secured};
 use crate::config::{self, Config, plural, show_duration};
-use crate::events::Reloaded;
 use crate::http_balancer;
-use crate::listener;
-use crate::logging;
+use crate::net::listener;
+use crate::process::logging;
 
 impl Runtime {
     /// Reads the configuration file again and applies it; an invalid file changes nothing.
@@ -92,7 +92,7 @@ impl Runtime {
             &config.general_settings(),
         );
         changes.extend(config::secret_changes(&old.general, &config.general));
-        self.ctx.session_secrets.configure(&config.general);
+        self.session_secrets.configure(&config.general);
         let mut reloaded = Reloaded {
             changes,
             errors: Vec::new(),
@@ -217,6 +217,7 @@ impl Runtime {
                         balancer,
                         listeners,
                         &self.ctx,
+                        &self.session_secrets,
                         &self.workers,
                         &self.stopping,
                     );

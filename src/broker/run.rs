@@ -14,15 +14,18 @@ use tracing::{info, warn};
 
 use super::unit::Unit;
 use super::{Command, ReloadError, Source};
+use crate::balancer::context::Context;
+use crate::balancer::events::{Event, Events, Reloaded};
 use crate::config::{BalancerKind, plural, show_duration};
-use crate::context::Context;
-use crate::events::{Event, Events, Reloaded};
-use crate::resolve::Resolver;
-use crate::workers::Workers;
+use crate::http_balancer::sessions::SessionSecrets;
+use crate::net::resolve::Resolver;
+use crate::net::workers::Workers;
 
 /// What the control loop owns.
 pub(super) struct Runtime {
     pub(super) ctx: Arc<Context>,
+    /// The keys of the HTTP balancers' session cookies, configured again by each reload.
+    pub(super) session_secrets: Arc<SessionSecrets>,
     pub(super) workers: Workers,
     pub(super) resolver: Arc<Resolver>,
     pub(super) events: Events,

@@ -10,17 +10,19 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{Instrument, error, info, warn};
+use tracing::{Instrument, Span, error, info, warn};
 
 use crate::balancer::Balancer;
+use crate::balancer::context::{Context, Ending};
+use crate::balancer::events::Event;
+use crate::broker::monitor;
 use crate::config::{BalancerConfig, plural, show_duration};
-use crate::context::{Context, Ending};
-use crate::events::Event;
+use crate::http_balancer::sessions::SessionSecrets;
 use crate::http_balancer::{self, HttpProxy};
-use crate::listener;
-use crate::monitor;
+use crate::net::listener;
+use crate::net::workers::Workers;
+use crate::tcp::client::Entrance;
 use crate::tls::Severity;
-use crate::workers::Workers;
 
 /// One balancer at run time.
 pub(super) struct Unit {
@@ -69,11 +71,13 @@ fn bound_address(listeners: &[StdListener], configured: SocketAddr) -> SocketAdd
 
 impl Unit {
     /// Starts a balancer: its accept loops on `listeners` (on the workers), its monitor and
-    /// sampler (here), all stopped by `stopping` as well as by the unit's own tokens.
+    /// sampler (here), all stopped by `stopping` as well as by the unit's own tokens; an HTTP
+    /// balancer's engine signs its session cookies with `session_secrets`.
     pub(super) fn start(
         balancer: Arc<Balancer>,
         listeners: Vec<StdListener>,
         ctx: &Arc<Context>,
+        session_secrets: &Arc<SessionSecrets>,
         workers: &Workers,
         stopping: &CancellationToken,
     ) -> Unit {
@@ -128,7 +132,7 @@ impl Unit {
         let http = c
             .kind
             .is_http()
-            .then(|| http_balancer::proxy(&balancer, ctx));
+            .then(|| http_balancer::proxy(&balancer, ctx, session_secrets));
         let mut unit = Unit {
             configured: c.listen,
             listen,
@@ -172,10 +176,22 @@ impl Unit {
                     // Registered with the worker's own reactor, so it must be made there.
                     match TcpListener::from_std(listener) {
                         Ok(listener) => {
-                            listener::accept_loop(listener, balancer, ctx, tasks, ending, http)
-                                .await
+                            let stop_accepting = ending.closing.clone();
+                            let entrance = Arc::new(Entrance {
+                                ctx,
+                                balancer,
+                                ending,
+                                local: listener.local_addr().ok(),
+                                tasks,
+                                span: Span::current(),
+                                http,
+                            });
+                            listener::accept_loop(listener, stop_accepting, entrance).await;
                         }
-                        Err(e) => error!("cannot start accepting: {}", crate::os_error::words(&e)),
+                        Err(e) => error!(
+                            "cannot start accepting: {}",
+                            crate::process::os_error::words(&e)
+                        ),
                     }
                 };
                 handles[index % handles.len()].spawn(accept.instrument(span.clone()))

@@ -1127,7 +1127,7 @@ impl BalancerConfig {
             kind,
             listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0),
             servers: Vec::new(),
-            // Sessions are what an HTTP balancer spreads (issue 14).
+            // Sessions are what an HTTP balancer spreads (session affinity).
             sort_method: if kind.is_http() {
                 SortMethod::Session
             } else {

@@ -5,10 +5,20 @@
 //! numbers, [`Config::from_text`] validates them into typed values (collecting every error
 //! rather than stopping at the first), and [`Config::to_ini`] prints the effective
 //! configuration back, which parses to the same [`Config`].
+//!
+//! - `ini`: the line scanner: text to sections and entries, each with its line number.
+//! - [`keys`]: every configuration key in one table, which drives parsing, printing, reload
+//!   and docs.
+//! - `value`: parsers for single values and their canonical printed forms.
+//! - `validate`: scanned entries to a typed [`Config`], every error collected.
+//! - `render`: the effective configuration printed back as INI (`--check`, CFG).
+//! - [`self_loop`]: whether a server's address is the broker's own (a loop), for the checks
+//!   here and every connect.
 
 mod ini;
 pub mod keys;
 mod render;
+pub mod self_loop;
 mod validate;
 mod value;
 

@@ -5,6 +5,8 @@
 //! server answered (`web`). Typing a server's id on the demo's console stops it (or starts it
 //! again). `appbroker demo --client` is the client to talk to it with, since a fresh machine
 //! may have neither telnet nor nc.
+//!
+//! - [`web`]: the stand-in web servers behind the demo's HTTP balancer.
 
 pub mod web;
 
@@ -19,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::config::{Config, Host};
-use crate::sys;
+use crate::net::sys;
 
 /// The example configuration, built in so the demo runs from anywhere.
 pub const EXAMPLE: &str = include_str!("../../appserver.ini.example");
@@ -371,7 +373,7 @@ fn read_console(typed: &tokio::sync::mpsc::Sender<String>) {
             Err(e) => {
                 warn!(
                     "demo: cannot read the console: {}; server ids can no longer be typed",
-                    crate::os_error::words(&e)
+                    crate::process::os_error::words(&e)
                 );
                 return;
             }
@@ -451,7 +453,7 @@ pub enum Ended {
 pub fn client(address: SocketAddr) -> io::Result<Ended> {
     use std::sync::atomic::{AtomicBool, Ordering};
     let stream = std::net::TcpStream::connect(address)?;
-    crate::logging::to_stderr(&format!(
+    crate::process::logging::to_stderr(&format!(
         "connected to {address}: type a line and Enter; end of input (Ctrl-D) or Ctrl-C ends"
     ));
     let mut to_server = stream.try_clone()?;

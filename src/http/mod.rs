@@ -27,6 +27,8 @@
 //! - `pages`: the broker's own answers (502, 503, 504, refusals) in the page language.
 //! - [`stats`]: the figures METRICS reads.
 //! - [`check`](mod@check): `MONITORING_TYPE=HTTP`, one request over a given connection.
+//! - [`h1`]: the pure HTTP/1.1 core of the engine that will own its connections (heads parsed
+//!   in place, framing, bodies checked as they pass); not wired yet.
 
 mod body;
 pub mod check;
@@ -52,8 +54,8 @@ use hyper::http::request::Parts;
 use hyper::{Method, Response, StatusCode, Uri};
 
 use crate::config::Language;
-use crate::relay::End;
-use crate::stream::Stream;
+use crate::net::relay::End;
+use crate::net::stream::Stream;
 
 pub use check::{CheckError, StatusRange, check};
 pub use pool::PoolFigures;
@@ -72,7 +74,7 @@ pub trait Upstreams: Send + Sync + 'static {
 
     /// What the balancer counts while a request is in hand, and while an upgraded connection
     /// lives: the engine holds it that long and drops it after (at wiring: `balancer::Lease`,
-    /// which counts a connection against its server; with issue 14, also what keeps a
+    /// which counts a connection against its server; with session affinity, also what keeps a
     /// session alive while its WebSocket is open).
     type Lease: Send + Unpin + 'static;
 

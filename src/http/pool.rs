@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use tokio_util::sync::DropGuard;
 
 use super::body::RequestBody;
-use crate::workers;
+use crate::net::workers;
 
 /// A connection's sending half; hyper's connection task holds the rest.
 pub(crate) type Sender = SendRequest<RequestBody>;

@@ -66,7 +66,7 @@ use super::upgrade::{self, Pending};
 use super::{
     Choice, ConnectFailure, Downstream, Event, Exchange, Outcome, Settings, Upstreams, pages,
 };
-use crate::stream::Stream;
+use crate::net::stream::Stream;
 
 /// The answer's body as the client gets it.
 type Answer<U> = ResponseBody<Finish<U>>;

@@ -16,8 +16,8 @@ use tokio::io::AsyncWriteExt;
 use super::head_errors::HeadErrors;
 use super::io::{Prefixed, Upstream};
 use super::{Tunnel, Upstreams};
-use crate::relay::{Counters, End, Side, relay};
-use crate::stream::Stream;
+use crate::net::relay::{Counters, End, Side, relay};
+use crate::net::stream::Stream;
 
 /// An upgrade agreed on by the server, both sides not yet handed over by hyper.
 pub(crate) struct Pending<U: Upstreams> {
@@ -64,7 +64,7 @@ where
                         .await
                         .end
                 }
-                Err(e) => End::Error(Side::Client, crate::os_error::words(&e)),
+                Err(e) => End::Error(Side::Client, crate::process::os_error::words(&e)),
             };
             record.to_server = to_server.load(Relaxed);
             record.to_client = to_client.load(Relaxed);

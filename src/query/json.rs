@@ -7,10 +7,10 @@
 use serde::Serialize;
 
 use super::snapshot::{ServerSessions, ServerState, Snapshot, Standing};
-use crate::clock::{local_date as date, time_of_day as clock};
+use crate::balancer::health::Asked;
+use crate::balancer::overrides::Mode;
 use crate::config::SortMethod;
-use crate::health::Asked;
-use crate::overrides::Mode;
+use crate::process::clock::{local_date as date, time_of_day as clock};
 
 #[derive(Serialize)]
 #[allow(non_snake_case)]

@@ -1,18 +1,25 @@
 //! `TOTVS_BROKER_QUERY` on each balancer's own port: STATUS, CFG, PING, JSON, METRICS and
 //! ServerStatus, served with hyper (HTTP/1.1, keep-alive) to browsers and monitoring scripts.
 //!
-//! On a TCP balancer a connection reaches here when [`sniff`] found a query in its first
-//! bytes; there queries have their own small limit (`QUERY_MAX_CONNECTIONS`) and timeouts, so
-//! slow or never-finished requests cannot use up the broker's descriptors or slow the
-//! proxying. On an HTTP balancer each request is routed here by its path ([`intercept`]), on a
-//! connection that is the balancer's client, with the HTTP engine's limits.
+//! On a TCP balancer a connection reaches here when its first bytes were a query (the TCP
+//! client's sniff, [`crate::tcp::sniff`]); there queries have their own small limit
+//! (`QUERY_MAX_CONNECTIONS`) and timeouts, so slow or never-finished requests cannot use up
+//! the broker's descriptors or slow the proxying. On an HTTP balancer each request is routed
+//! here by its path ([`intercept`]), on a connection that is the balancer's client, with the
+//! HTTP engine's limits.
+//!
+//! - [`snapshot`]: one consistent read of a balancer's state, which every answer is rendered
+//!   from.
+//! - `page`: the HTML pages (STATUS, CFG, one server's detail), pure.
+//! - `json`: the JSON answer, a superset of the TOTVS broker's schema, pure.
+//! - `metrics`: METRICS, the Prometheus text format, pure.
+//! - `labels`: the pages' words in English and Brazilian Portuguese.
 
 mod json;
 mod labels;
 mod metrics;
 mod page;
 pub mod snapshot;
-pub mod sniff;
 
 use std::convert::Infallible;
 use std::io;
@@ -36,10 +43,11 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
+use crate::balancer::context::{Context, Ending};
+use crate::balancer::places::Place;
 use crate::balancer::{Balancer, Pool};
 use crate::config::Config;
-use crate::context::{Context, Ending};
-use crate::places::Place;
+use crate::process::os_error::words;
 use snapshot::{HttpFigures, Snapshot, Standing};
 
 /// What a query is answered over: any byte stream (the client's own connection, lent by its
@@ -136,7 +144,7 @@ async fn answer_connection<S: Connection>(
             return;
         }
         Ok(Err(HeadError::Io(e))) => {
-            debug!(client = %peer, "query connection ended before its request: {}", crate::os_error::words(&e));
+            debug!(client = %peer, "query connection ended before its request: {}", words(&e));
             return;
         }
         Ok(Ok(())) => {}

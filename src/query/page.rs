@@ -22,10 +22,10 @@ use std::time::Duration;
 
 use super::labels::{Labels, of};
 use super::snapshot::{ServerSessions, ServerState, Snapshot, Standing};
-use crate::clock::{local_date as date, time_of_day as clock};
+use crate::balancer::health::Reason;
+use crate::balancer::overrides::Mode;
 use crate::config::{BalancerKind, Config, Monitoring, Origin, show_duration};
-use crate::health::Reason;
-use crate::overrides::Mode;
+use crate::process::clock::{local_date as date, time_of_day as clock};
 
 /// Escapes text for HTML.
 pub fn esc(text: &str) -> String {
@@ -1580,7 +1580,7 @@ mod tests {
     /// operator; 04 drained by one; 05 of weight 0; 06 in an operator's quarantine.
     fn every_standing() -> Vec<ServerState> {
         let mut servers: Vec<ServerState> = (1..=6).map(|i| server(i, NOW, &[(2, 0)], 0)).collect();
-        let hold = |mode| crate::overrides::Hold {
+        let hold = |mode| crate::balancer::overrides::Hold {
             mode,
             reason: "AppServer upgrade".into(),
             by: "uid 0".into(),
@@ -1598,7 +1598,7 @@ mod tests {
         servers[1].quarantine = Some((NOW - 30_000, NOW + 90_000));
         servers[1].reason = Some(Reason::Monitor);
         failed(&mut servers[1], true);
-        servers[1].last_check = Some(crate::health::Check {
+        servers[1].last_check = Some(crate::balancer::health::Check {
             at_wall_ms: NOW,
             duration: Duration::from_millis(2),
             error: Some("timed out after 1s".into()),
@@ -1613,7 +1613,7 @@ mod tests {
         servers[5].quarantine = Some((NOW - 10_000, NOW + 590_000));
         servers[5].reason = Some(Reason::Operator);
         servers[5].forced = true;
-        servers[5].asked = Some(crate::health::Asked {
+        servers[5].asked = Some(crate::balancer::health::Asked {
             by: "uid 0".into(),
             reason: "AppServer restart".into(),
         });

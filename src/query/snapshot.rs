@@ -6,9 +6,9 @@ use std::net::SocketAddr;
 
 use crate::balancer::{Balancer, BalancerState};
 pub use crate::balancer::{ServerState, Standing};
-use crate::clock::wall_ms;
 use crate::config::{BalancerKind, Language};
 use crate::http::{PoolFigures, stats::Figures};
+use crate::process::clock::wall_ms;
 
 /// An HTTP balancer's figures beside its state: the engine's counters and each server's pool.
 #[derive(Debug, Clone, Default)]
@@ -17,7 +17,7 @@ pub struct HttpFigures {
     pub requests: Figures,
     /// Each server's kept-alive connections, by `host:port`, in configuration order.
     pub pools: Vec<(String, PoolFigures)>,
-    /// The sessions (issue 14).
+    /// The HTTP balancer's sessions (affinity).
     pub sessions: SessionFigures,
 }
 

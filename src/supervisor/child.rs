@@ -21,7 +21,7 @@ use super::link::Supervised;
 use super::upgrade::{HANDOVER_ENV, LIFELINE_ENV};
 use super::watchdog::{Beats, Silence};
 use super::{Held, LISTENERS_ENV, READY_ENV, encode};
-use crate::inherit;
+use crate::net::inherit;
 
 /// What a child's lifeline brings the loop.
 #[derive(Debug)]
@@ -94,7 +94,7 @@ impl Child {
             warn!(
                 "supervisor: cannot close the listeners on exec again: {}; an upgrade's check \
                  could inherit them",
-                crate::os_error::words(&e)
+                crate::process::os_error::words(&e)
             );
         }
         let mut process = spawned?;
@@ -142,7 +142,7 @@ impl Child {
                 warn!(
                     "supervisor: cannot read the running broker's socket: {}; its `ctl \
                      reload` will not reach the supervisor, nor its heartbeats the watchdog",
-                    crate::os_error::words(&e)
+                    crate::process::os_error::words(&e)
                 );
             }
         }

@@ -16,8 +16,8 @@ use tokio::sync::{Mutex, mpsc};
 use tracing::warn;
 
 use super::READY_ENV;
-use crate::inherit;
-use crate::shutdown::Shutdown;
+use crate::net::inherit;
+use crate::process::shutdown::Shutdown;
 
 /// How long a broker waits for its supervisor's answer to `RELOAD`: it reads a file and
 /// binds a few sockets, well under a second; bounded so that a supervisor that does not
@@ -96,7 +96,7 @@ impl Link {
                 warn!(
                     "cannot use the supervisor's socket: {}; this broker will not notice if \
                      the supervisor dies",
-                    crate::os_error::words(&e)
+                    crate::process::os_error::words(&e)
                 );
                 return None;
             }
@@ -164,7 +164,7 @@ impl Link {
 
     /// Sends the supervisor heartbeats from `runtimes` worker runtimes: says so (before it
     /// returns, so before a `READY` said next), then writes `BEAT I` for each tick of runtime
-    /// I on `ticks` ([`crate::workers::Workers::ticks`]). Written from a task of the calling
+    /// I on `ticks` ([`crate::net::workers::Workers::ticks`]). Written from a task of the calling
     /// (control) runtime, so that one stuck stops them too; ends when the supervisor is gone.
     pub async fn send_heartbeats(&self, runtimes: usize, mut ticks: mpsc::Receiver<usize>) {
         let announce = format!("HEARTBEATS {runtimes}\n");

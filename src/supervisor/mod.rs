@@ -9,10 +9,14 @@
 //! listeners in [`LISTENERS_ENV`] (descriptor numbers and the configured address each serves)
 //! and its way to say ready in [`READY_ENV`].
 //!
-//! - `run`: the loop; `child`: one broker and its lifeline; [`watchdog`]: the heartbeats
-//!   judged; `vet` and `reexec`: an upgrade's new binary checked beside the loop, then the
-//!   re-execution; [`upgrade`]: the supervisor's socket and what one image hands the next;
-//!   [`systemd`]: notify, watchdog and socket activation; [`Link`]: the broker's side.
+//! - `run`: the loop.
+//! - `child`: one broker and its lifeline.
+//! - [`watchdog`]: the heartbeats judged.
+//! - `vet`: an upgrade's new binary checked beside the loop.
+//! - `reexec`: an upgrade's re-execution.
+//! - [`upgrade`]: the supervisor's socket and what one image hands the next.
+//! - [`systemd`]: notify, watchdog and socket activation.
+//! - `link`: the broker's side ([`Link`]).
 //!
 //! A reload that adds or moves a port: the parent reads the file again on SIGHUP. When the
 //! set of listen addresses is unchanged it forwards the SIGHUP and the child reloads in place;
@@ -30,7 +34,7 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 use crate::config::Config;
-use crate::inherit;
+use crate::net::inherit;
 
 mod child;
 mod link;
@@ -238,7 +242,7 @@ impl Held {
 /// Makes `held` the listeners `config` names, in its order: binds what it lacks, keeps
 /// what it still names, closes the rest. Nothing changes when an address cannot be bound.
 pub fn hold(config: &Config, held: &mut Vec<Held>) -> Result<(), crate::BindError> {
-    let count = crate::workers::listeners_for(config.general.workers as usize);
+    let count = crate::net::workers::listeners_for(config.general.workers as usize);
     let mut fresh: Vec<Held> = Vec::new();
     for balancer in &config.balancers {
         let known = |h: &Held| h.configured == balancer.listen;
@@ -249,9 +253,9 @@ pub fn hold(config: &Config, held: &mut Vec<Held>) -> Result<(), crate::BindErro
                 .iter()
                 .any(|h| switches_wildcard(h.configured, balancer.listen));
             let listeners = if moved {
-                crate::listener::bind_beside(balancer, count)?
+                crate::net::listener::bind_beside(balancer, count)?
             } else {
-                crate::listener::bind(balancer, count)?
+                crate::net::listener::bind(balancer, count)?
             };
             fresh.push(Held {
                 configured: balancer.listen,

@@ -13,7 +13,7 @@ use super::upgrade::{HANDOVER_ENV, Handover, LIFELINE_ENV, answer, timeout_of_fi
 use super::vet::Vetting;
 use super::{Held, LISTENERS_ENV, encode};
 use crate::config::show_duration;
-use crate::inherit;
+use crate::net::inherit;
 
 impl Supervisor {
     /// `appbroker upgrade` asked on `client`: the new binary's vetting starts, unless another
@@ -118,7 +118,7 @@ impl Supervisor {
         let why = match handed {
             Err(e) => format!(
                 "cannot hand the sockets down: {}",
-                crate::os_error::words(&e)
+                crate::process::os_error::words(&e)
             ),
             Ok(()) => {
                 info!(
@@ -144,7 +144,7 @@ impl Supervisor {
                 format!(
                     "cannot re-execute {}: {}",
                     self.options.exe.display(),
-                    crate::os_error::words(&e)
+                    crate::process::os_error::words(&e)
                 )
             }
         };

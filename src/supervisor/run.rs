@@ -39,7 +39,7 @@ fn tell_systemd_ready() {
         Ok(false) => {}
         Err(e) => warn!(
             "supervisor: cannot tell systemd it is ready (NOTIFY_SOCKET): {}",
-            crate::os_error::words(&e)
+            crate::process::os_error::words(&e)
         ),
     }
 }
@@ -519,7 +519,7 @@ impl Supervisor {
                     error!(
                         "supervisor: cannot start the broker {}: {}; trying again in {}",
                         self.options.exe.display(),
-                        crate::os_error::words(&e),
+                        crate::process::os_error::words(&e),
                         show_duration(delay)
                     );
                     tokio::time::sleep(delay).await;
@@ -620,7 +620,7 @@ impl Supervisor {
             Err(e) => Reread::Failed(format!(
                 "cannot start the broker {}: {}",
                 self.options.exe.display(),
-                crate::os_error::words(&e)
+                crate::process::os_error::words(&e)
             )),
         }
     }

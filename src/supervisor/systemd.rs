@@ -10,7 +10,7 @@ use tracing::{info, warn};
 
 use super::{Held, InheritedError};
 use crate::config::Config;
-use crate::inherit;
+use crate::net::inherit;
 
 /// The variables systemd sets for the process it starts, which are not the children's.
 pub const VARIABLES: [&str; 6] = [
@@ -99,7 +99,7 @@ impl Watchdog {
                 warn!(
                     "supervisor: cannot tell systemd's watchdog it lives (NOTIFY_SOCKET): {}; \
                      systemd will restart the service if this goes on",
-                    crate::os_error::words(&e)
+                    crate::process::os_error::words(&e)
                 );
             }
             Err(_) => {}
@@ -128,7 +128,7 @@ pub fn activated(config: &Config) -> Result<Vec<Held>, InheritedError> {
     // SO_REUSEPORT socket per worker thread: every worker accepts on systemd's socket instead,
     // each on a descriptor of its own (the kernel gives each connection to one of them; not
     // spread as evenly as by SO_REUSEPORT, but no worker is left out).
-    let workers = crate::workers::listeners_for(config.general.workers as usize);
+    let workers = crate::net::workers::listeners_for(config.general.workers as usize);
     let mut held: Vec<Held> = Vec::new();
     for fd in FIRST_FD..FIRST_FD + count {
         let listener = inherit::take_listener(fd)?;

@@ -138,7 +138,9 @@ enum Failed {
 impl Failed {
     fn words(&self, what: &str, timeout: Duration) -> String {
         match self {
-            Failed::Start(e) => format!("cannot run {what}: {}", crate::os_error::words(e)),
+            Failed::Start(e) => {
+                format!("cannot run {what}: {}", crate::process::os_error::words(e))
+            }
             Failed::Late => format!(
                 "{what} gave no answer within {} (UPGRADE_TIMEOUT): it was killed",
                 show_duration(timeout)

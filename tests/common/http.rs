@@ -279,7 +279,7 @@ pub fn signed_cookie(id: &str, n: u64) -> String {
 
 /// A valid `TOTVS_BROKER_SH_001` value for server `id` under `secret`, one per `n`.
 pub fn signed_cookie_with(secret: &str, id: &str, n: u64) -> String {
-    let keys = appbroker::sessions::CookieKeys::new(secret.as_bytes(), None, None);
+    let keys = appbroker::http_balancer::sessions::CookieKeys::new(secret.as_bytes(), None, None);
     let id = appbroker::config::ServerId::parse(id).expect("a server id");
     keys.sign(id, n.to_be_bytes()).to_string()
 }

@@ -8,10 +8,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use appbroker::balancer::BalancerState;
+use appbroker::balancer::events::{Missed, Reloaded, Subscription};
+pub use appbroker::balancer::health::{Reason, Release};
 use appbroker::config::{BalancerKind, Config, Notice};
-use appbroker::events::{Missed, Reloaded, Subscription};
-pub use appbroker::health::{Reason, Release};
-pub use appbroker::relay::{End, Side};
+pub use appbroker::net::relay::{End, Side};
 use appbroker::{Bound, Broker, Event, ReloadError, StartError};
 use tokio::task::JoinHandle;
 

@@ -36,11 +36,11 @@ pub const HTTP_PORT: u16 = 8080;
 /// The web servers, by name, on the `servers` host: `[BALANCE_HTTP]`'s REMOTE_SERVER_01 and
 /// _02, in this order.
 pub const WEB_SERVERS: [(&str, u16); 2] = [("w1", 8001), ("w2", 8002)];
-/// The broker's session cookie (issue 14): `<REMOTE_SERVER id>.<22 base64url characters>`.
+/// The broker's session cookie: `<REMOTE_SERVER id>.<22 base64url characters>`.
 pub const COOKIE_NAME: &str = "TOTVS_BROKER_SH_001";
 const SERVERS_ADDRESS: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 30);
 const CLIENT_ADDRESS: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 20);
-/// Time between two clients of [`Clients`] (issue 16's client loop).
+/// Time between two clients of [`Clients`] (the pair's client loop).
 pub const CLIENT_EVERY: Duration = Duration::from_millis(50);
 /// Bound on one client's exchange: past it the attempt counts as failed. Above the 1 s of a
 /// first SYN retransmission, so an attempt caught by a takeover can still get through.
@@ -620,7 +620,7 @@ async fn echo(name: &'static str, stream: TcpStream, peer: SocketAddr) {
 /// Answers every request (keep-alive included, as the broker's pool uses it) `200 OK` with
 /// the body `<name> via <client's address>: <path>`: the echo's words, over HTTP. It also
 /// says `with the broker's cookie` when the request still carried [`COOKIE_NAME`], which the
-/// broker must remove (issue 14), so such an answer is judged wrong.
+/// broker must remove (its own session cookie), so such an answer is judged wrong.
 async fn web_page(name: &'static str, stream: TcpStream, peer: SocketAddr) {
     let service = service_fn(move |request: Request<hyper::body::Incoming>| async move {
         let leaked = request
@@ -668,7 +668,7 @@ pub struct Attempt {
 }
 
 /// A client every [`CLIENT_EVERY`] to the virtual address, each one connecting, sending a
-/// line (or a request) and reading the answer (issue 16's client loop), bounded in count
+/// line (or a request) and reading the answer (the pair's client loop), bounded in count
 /// ([`MAX_ATTEMPTS`]) and each in time ([`ATTEMPT_TIMEOUT`]). Stopped when dropped.
 pub struct Clients {
     done: Arc<Mutex<Vec<Attempt>>>,
@@ -921,7 +921,7 @@ fn words(error: &dyn std::error::Error) -> String {
 
 /// What the answer to `GET path` says: served by which web server through which broker host,
 /// with which cookie set, or what went wrong. A `Set-Cookie` that is not the broker's cookie
-/// as issue 14 has it (`<id>.<22 base64url>; Path=/; HttpOnly; SameSite=Lax`) is wrong.
+/// as the broker writes it (`<id>.<22 base64url>; Path=/; HttpOnly; SameSite=Lax`) is wrong.
 fn judge_page(
     answer: Result<Result<Answer, String>, tokio::time::error::Elapsed>,
     path: &str,

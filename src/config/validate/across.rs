@@ -6,7 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use super::super::{BalancerConfig, BalancerKind, ConfigError, Host};
 use super::{Origin, ReadBalancer, Section, Validator};
-use crate::self_loop;
+use crate::config::self_loop;
 
 impl Validator {
     /// The checks across every balancer section as read (`sections`), whatever errors they
@@ -58,7 +58,7 @@ impl Validator {
 
     /// Servers of `balancers` whose address is one of the broker's own listening addresses
     /// (`listening`): each client sent there would come back into the broker, in a loop
-    /// (crate::self_loop). Only addresses are checked here; a name that resolves to one is
+    /// (crate::config::self_loop). Only addresses are checked here; a name that resolves to one is
     /// refused at connect time.
     fn self_loops(&mut self, balancers: &[&BalancerConfig], listening: &[&BalancerConfig]) {
         let mut machine: Option<Vec<IpAddr>> = None;

@@ -1,9 +1,13 @@
 //! Validation: scanned sections and entries to a typed [`Config`], collecting every error
-//! rather than stopping at the first. Split by concern: which sections are what
-//! ([`sections`]), `[General]` ([`general`]), one balancer section ([`balancer`]) and its
-//! timings that contradict each other ([`timing`]), and the checks across balancers
-//! ([`across`]). Every key is read through the table of
-//! [`super::keys`].
+//! rather than stopping at the first. Every key is read through the table of
+//! [`super::keys`]. Split by concern:
+//!
+//! - [`sections`]: which sections are what.
+//! - [`general`]: the `[General]` section.
+//! - [`balancer`]: one balancer section.
+//! - [`tls`]: a balancer's `SSL_*` keys, and the configuration doctor on its files.
+//! - [`timing`]: a balancer's timings that contradict each other.
+//! - [`across`]: the checks across balancers.
 
 mod across;
 mod balancer;

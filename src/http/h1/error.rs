@@ -1,5 +1,5 @@
-//! Why a head is refused: one enum whose words a page can show the client (issue 21 point 13:
-//! every answer the broker makes says what was wrong), and the status each earns.
+//! Why a head is refused: one enum whose words a page can show the client (every answer the
+//! broker makes says what was wrong), and the status each earns.
 
 use super::{MAX_FIELDS, MAX_HEAD, MAX_TARGET};
 

@@ -35,7 +35,8 @@ pub enum FieldName {
     SetCookie,
     /// `Max-Forwards` (TRACE, OPTIONS).
     MaxForwards,
-    /// `Forwarded`: client-named, never passed on (issue 21 point 9).
+    /// `Forwarded`: client-named, never passed on (the client may not tell the server an
+    /// address of its own).
     Forwarded,
     /// `X-Forwarded-For`.
     XForwardedFor,

@@ -1,6 +1,6 @@
-//! The pure core of the HTTP/1.1 engine that owns its connections (issue 24): heads parsed in
-//! place, framing decided by RFC 9112 §6, bodies checked as they pass, and the outgoing head
-//! built as slices of the input for one vectored write. No socket, clock, log line or lock
+//! The pure core of the HTTP/1.1 engine that owns its connections: heads parsed in place,
+//! framing decided by RFC 9112 §6, bodies checked as they pass, and the outgoing head built
+//! as slices of the input for one vectored write. No socket, clock, log line or lock
 //! here: the wiring drives it and logs what it decides.
 //!
 //! # How the wiring uses it
@@ -29,7 +29,7 @@
 //!    they are) or trailers (dropped); nothing is buffered whole. A large `Content-Length`
 //!    between plain sockets goes by splice: [`BodyReader::data_ahead`] bytes, then
 //!    [`BodyReader::skip_data`]. Meanwhile the server socket is watched: a response that
-//!    begins before the body is sent stops the body (issue 21 point 2).
+//!    begins before the body is sent stops the body (and that client connection closes).
 //! 5. **Response** into a second pooled buffer: [`ResponseHead::parse`] with what was
 //!    [`Asked`] ([`RequestHead::asked`]). [`Framing::Interim`] (100, 103) is forwarded to an
 //!    HTTP/1.1 client and the next head parsed; a final head goes out through [`ResponseHead::to_client`] (status
@@ -58,10 +58,10 @@
 //!   as 1.1 (httparse refuses it, so the version digit is rewritten in the buffer and the head
 //!   parsed again, only on that error); another major is a 505. Everything the broker writes
 //!   says `HTTP/1.1`, to servers and to clients of any version.
-//! - Requests (RFC 9112 §3.2, issue 21 point 8): one `Host`, required in HTTP/1.1, a host
-//!   name or address with an optional port; a target in origin form, `*` for OPTIONS only,
-//!   an authority for CONNECT only, or an `http(s)://` address without user info (sent on
-//!   in origin form, its authority as `Host`).
+//! - Requests (RFC 9112 §3.2): one `Host`, required in HTTP/1.1, a host name or address with
+//!   an optional port; a target in origin form, `*` for OPTIONS only, an authority for
+//!   CONNECT only, or an `http(s)://` address without user info (sent on in origin form, its
+//!   authority as `Host`).
 //! - Trailers are checked and dropped ([`ChunkedDecoder`] says why); `101` to a request that
 //!   asked no upgrade is refused (RFC 9110 §15.2.2); a 1xx is not forwarded to HTTP/1.0.
 //! - Framing: below, and each type's documentation.
@@ -75,7 +75,7 @@
 //! connection closes after. A response's ([`Framing`]) follows the request's method and its
 //! status: 1xx is interim (101 a tunnel, when an upgrade was asked), HEAD, 204 and 304 have
 //! no body whatever they say, a CONNECT's 2xx is a tunnel, then chunked over a length (the
-//! length is not forwarded: issue 21 point 7), a length, or the rest of the connection.
+//! length is not forwarded: one framing only), a length, or the rest of the connection.
 //!
 //! # Layout
 //!
@@ -83,10 +83,14 @@
 //! - `version`: the HTTP version, where httparse cannot judge it.
 //! - `field`: header fields as spans, their names recognised once, token lists.
 //! - `framing`: `Content-Length` and `Transfer-Encoding`.
-//! - `request`, `response`: the heads, parsed, checked and framed.
-//! - `chunked`, `body`: bodies checked as they pass.
+//! - `request`: the request head, parsed, checked and framed.
+//! - `response`: the response head, parsed, checked and framed.
+//! - `chunked`: a chunked body checked as it passes.
+//! - `body`: a message body read as it passes, whatever frames it.
 //! - `reuse`: whether each side's connection serves another exchange.
-//! - `edit`, `out`, `rewrite`: what changes in a head on its way, and the slices written.
+//! - `edit`: what changes in a head on its way.
+//! - `out`: the outgoing head as slices.
+//! - `rewrite`: the standard rewriting each way (hop-by-hop lines out, ...), as edits.
 //! - `error`: why a head is refused, in words a page can show.
 
 mod body;

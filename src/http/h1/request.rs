@@ -1,6 +1,6 @@
 //! A client's request head, parsed in place with httparse's strict request parser and checked
 //! as a proxy must before any server sees it: its target's form, one valid `Host`, and a
-//! body framed one way only (RFC 9112 §3, §6; issue 21 points 8 and 12).
+//! body framed one way only (RFC 9112 §3, §6).
 
 use std::mem::MaybeUninit;
 
@@ -342,7 +342,7 @@ fn host(
 
 /// `host [":" port]` as a proxy accepts it: a name of letters, digits, `-`, `.`, `_`, `~`
 /// and `%` escapes, or an IP literal in brackets; then digits of a port. No user info, no
-/// path, no comma, no space, not empty (issue 21 point 8).
+/// path, no comma, no space, not empty (RFC 9112 §3.2, RFC 3986's `host [ ":" port ]`).
 pub(crate) fn valid_host(value: &[u8]) -> bool {
     let (host, port) = match value.first() {
         Some(b'[') => match value.iter().position(|&b| b == b']') {

@@ -1,9 +1,9 @@
-//! Whether each side's connection serves another exchange, decided in one place at the end
-//! of each (the anchors' §5 point 10). A server connection goes back to the pool only when
-//! the whole request was sent before its response ended and the response was read to its
-//! framed end, with nothing after it (issue 21 point 2: otherwise the rest of an early-answered
-//! body could be read as the next user's request). A client keeps its connection when its
-//! version and `Connection` say so and it was told so in the response head.
+//! Whether each side's connection serves another exchange, decided in one place at the end of
+//! each (the anchors' §5 point 10). A server connection goes back to the pool only when the
+//! whole request was sent before its response ended and the response was read to its framed
+//! end, with nothing after it (otherwise the rest of an early-answered body could be read as
+//! the next user's request). A client keeps its connection when its version and `Connection`
+//! say so and it was told so in the response head.
 
 use super::{Body, Framing, RequestHead, ResponseHead};
 
@@ -52,10 +52,10 @@ pub fn reuse(response: &ResponseHead, finish: &Finish) -> Reuse {
     Reuse { server, client }
 }
 
-/// Whether the response head tells the client keep-alive (`Connection` as it is written):
-/// the client wants it, its request body was read whole before the response began (an
-/// early answer closes: issue 21 point 2), and the response's end is framed for it (not
-/// until close, not de-chunked for HTTP/1.0, not a tunnel).
+/// Whether the response head tells the client keep-alive (`Connection` as it is written): the
+/// client wants it, its request body was read whole before the response began (an early answer
+/// closes: the rest of its body could be read as another request), and the response's end is
+/// framed for it (not until close, not de-chunked for HTTP/1.0, not a tunnel).
 pub fn client_keep_alive(
     request: &RequestHead,
     response: &ResponseHead,

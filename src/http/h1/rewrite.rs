@@ -1,8 +1,8 @@
 //! The standard rewriting each way, as [`Editor`] changes: what a proxy must take out (the
-//! hop-by-hop lines, those `Connection` names, the client-named address headers of issue 21
-//! point 9), the framing said once and the broker's way, the `X-Forwarded-*` lines, `Host`
-//! for an absolute target or an HTTP/1.0 request without one; toward the client the status
-//! line `HTTP/1.1` and `Connection` as decided. Then `write` turns a head and its editor
+//! hop-by-hop lines, those `Connection` names, the address headers a client names, which it may
+//! not tell the server), the framing said once and the broker's way, the `X-Forwarded-*` lines,
+//! `Host` for an absolute target or an HTTP/1.0 request without one; toward the client the
+//! status line `HTTP/1.1` and `Connection` as decided. Then `write` turns a head and its editor
 //! into the [`OutHead`].
 
 use super::field::FieldName;

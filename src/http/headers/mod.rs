@@ -11,6 +11,9 @@
 //! [`MAX_REQUEST_LINE`]. What the client may not tell the server: any address of its own
 //! (`Forwarded`, `X-Real-IP`...), and an upgrade to a protocol the operator did not allow
 //! (`h2c` would open a tunnel past the broker's per-request routing).
+//!
+//! - `host`: a `Host` value (or an absolute-form target's authority) checked as RFC 9112 asks.
+//! - `refused`: what was wrong with a head hyper refused, told from its bytes.
 
 mod host;
 mod refused;

@@ -1,4 +1,4 @@
-//! The differential test (issue 24): a fixed corpus of requests and hostile responses, each
+//! The differential test: a fixed corpus of requests and hostile responses, each
 //! through the core (the pure driver) and through hyper (its server, and its client, driven
 //! over a tokio duplex), asserting the same framing decision: which requests the bytes frame
 //! and their bodies, or the refusal; which response and its body, or none. Where the engine
@@ -66,7 +66,7 @@ const LINES: &[RequestCase] = &[
     ("HTTP/1.2", b"GET / HTTP/1.2\r\nHost: h\r\n\r\n", Some("HTTP/1.2 is read as 1.1 (RFC 9110 §2.5); httparse refuses it")),
     ("HTTP/2.0", b"GET / HTTP/2.0\r\nHost: h\r\n\r\n", Some("another major version is a 505 (RFC 9110 §15.6.6); hyper says 400")),
     ("no Host", b"GET / HTTP/1.1\r\n\r\n", Some("HTTP/1.1 without Host is a 400 (RFC 9112 §3.2), as headers.rs refused after hyper")),
-    ("a bad Host", b"GET / HTTP/1.1\r\nHost: a/b\r\n\r\n", Some("a Host that is no host is a 400 (issue 21 point 8)")),
+    ("a bad Host", b"GET / HTTP/1.1\r\nHost: a/b\r\n\r\n", Some("a Host that is no host is a 400 (RFC 9112 3.2)")),
 ];
 
 /// A server's bytes, the method asked, and why the engine decides otherwise than hyper.

@@ -1,4 +1,4 @@
-//! HTTP session affinity (issues 14 and 21): the `TOTVS_BROKER_SH_001` cookie and the table of
+//! HTTP session affinity: the `TOTVS_BROKER_SH_001` cookie and the table of
 //! live sessions. Pure logic: no sockets, no configuration; the HTTP balancer calls it.
 //!
 //! A cookie value is `<REMOTE_SERVER id>.<22 base64url characters>`: it names its server by

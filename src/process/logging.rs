@@ -27,7 +27,7 @@ pub enum LogError {
     #[error(
         "cannot open the log file {} (ConsoleFile): {}",
         path.display(),
-        crate::os_error::words(error)
+        crate::process::os_error::words(error)
     )]
     File {
         /// The file.
@@ -140,7 +140,7 @@ impl Trouble {
         if self.failing.is_some() {
             return None;
         }
-        let words = crate::os_error::words(error);
+        let words = crate::process::os_error::words(error);
         self.failing = Some(words.clone());
         Some(words)
     }
@@ -566,7 +566,7 @@ mod tests {
             "off",
             "appbroker=debug",
             "info,hyper=warn",
-            "appbroker::relay=trace",
+            "appbroker::net::relay=trace",
         ] {
             assert!(filter(good).is_ok(), "{good}");
         }

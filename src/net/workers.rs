@@ -31,7 +31,7 @@ impl Workers {
     /// How many listening sockets each balancer gets: one per worker where the kernel spreads
     /// connections across several sockets on one port (SO_REUSEPORT, Linux), else one.
     pub fn listeners_per_balancer(&self) -> usize {
-        if crate::sys::REUSEPORT_SPREADS {
+        if crate::net::sys::REUSEPORT_SPREADS {
             self.handles.len()
         } else {
             1
@@ -85,7 +85,7 @@ pub fn thread_count(count: usize) -> usize {
 /// [`Workers::listeners_per_balancer`] says once they run: for a supervisor that binds them
 /// before any worker exists.
 pub fn listeners_for(count: usize) -> usize {
-    if crate::sys::REUSEPORT_SPREADS {
+    if crate::net::sys::REUSEPORT_SPREADS {
         thread_count(count)
     } else {
         1

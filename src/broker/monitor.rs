@@ -1,5 +1,5 @@
 //! The monitor: every `MONITOR_INTERVAL` a round checks every server of a balancer in
-//! parallel (a TCP connect through the [dialer](crate::dial), and for SEND_EXPECT a probe and
+//! parallel (a TCP connect through the [dialer](crate::net::dial), and for SEND_EXPECT a probe and
 //! its reply, for HTTP a request), counts failed and passed checks in a row against `MONITOR_FALL` and
 //! `MONITOR_RISE` (1 by default, which is TOTVS), hands the results to the balancer's methods,
 //! and logs the round's summary lines operators expect. Between rounds it wakes when a
@@ -15,15 +15,15 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, warn};
 
+use crate::balancer::events::Event;
+use crate::balancer::health::{Check, Reason, Release};
 use crate::balancer::{Balancer, Pool, Server};
-use crate::clock::wall_ms;
 use crate::config::{BalancerConfig, Host, Monitoring, plural, show_duration, show_escaped};
-use crate::dial::{ConnectError, connect, dial};
-use crate::events::Event;
-use crate::health::{Check, Reason, Release};
 use crate::http;
-use crate::os_error::{Explained, PointsAt};
-use crate::resolve::Resolver;
+use crate::net::dial::{ConnectError, connect, dial};
+use crate::net::resolve::Resolver;
+use crate::process::clock::wall_ms;
+use crate::process::os_error::{Explained, PointsAt};
 use crate::tls::UpstreamTls;
 
 /// Runs monitor rounds (unless monitoring is disabled) and releases quarantines whose time is

@@ -10,7 +10,7 @@
 //! it. A name's failures, and running out of lookups, are logged once per episode.
 //!
 //! Every destination is also checked against the broker's own listening addresses
-//! ([`crate::self_loop`]) before it is connected to.
+//! ([`crate::config::self_loop`]) before it is connected to.
 
 use std::collections::HashMap;
 use std::io;
@@ -24,9 +24,9 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
+use crate::config::self_loop::{LocalAddresses, reaches};
 use crate::config::show_duration;
-use crate::self_loop::{LocalAddresses, reaches};
-use crate::throttle::Episode;
+use crate::process::throttle::Episode;
 
 /// The system's name lookup, or a stand-in for tests: a name to its addresses. It blocks.
 pub type Lookup = Arc<dyn Fn(&str) -> io::Result<Vec<IpAddr>> + Send + Sync>;
@@ -78,7 +78,10 @@ impl Failure {
     fn of(name: &str, error: &io::Error) -> Failure {
         Failure {
             raw_os_error: error.raw_os_error(),
-            message: format!("cannot resolve {name}: {}", crate::os_error::words(error)),
+            message: format!(
+                "cannot resolve {name}: {}",
+                crate::process::os_error::words(error)
+            ),
         }
     }
 

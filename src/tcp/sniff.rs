@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tokio::time::Instant;
 
-use crate::stream::{READ_NOW, Stream};
+use crate::net::stream::{READ_NOW, Stream};
 
 /// What the first bytes say.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,8 +1,8 @@
 //! An operator's overrides of one server, set at run time (`appbroker ctl`): held out of the
 //! balancing (disabled or draining) with a reason, who asked and when, and a weight in place
 //! of the file's. Pure transitions returning what changed; the balancer applies them and
-//! logs, as it does for [`crate::health`]. Overrides outlive a reload while the server keeps
-//! its id and address, and the state file keeps them over a restart.
+//! logs, as it does for [`super::health`]. Overrides outlive a reload while the server keeps its
+//! id and address, and the state file keeps them over a restart.
 
 use serde::{Deserialize, Serialize};
 

@@ -1,48 +1,9 @@
 //! The few system facilities the standard library lacks, kept in one small module so the rest
-//! stays portable (a Windows build is expected to be asked for): errno names, the open-file
-//! limit, keepalive knobs, splice(2) through pipes, and whether reading the terminal would stop
-//! the process (the demo's console).
+//! stays portable (a Windows build is expected to be asked for): the open-file limit, keepalive
+//! knobs, splice(2) through pipes, and whether reading the terminal would stop the process (the
+//! demo's console).
 
 use std::io;
-
-/// The errno name of an OS error (`ECONNREFUSED`), when it has one.
-#[cfg(unix)]
-pub fn errno_name(error: &io::Error) -> Option<&'static str> {
-    let errno = nix::errno::Errno::from_raw(error.raw_os_error()?);
-    KNOWN.iter().find(|(e, _)| *e == errno).map(|(_, n)| *n)
-}
-
-/// Windows has no errno names; its codes are printed instead.
-#[cfg(not(unix))]
-pub fn errno_name(_error: &io::Error) -> Option<&'static str> {
-    None
-}
-
-/// The errors worth a name in an operator's log line.
-#[cfg(unix)]
-const KNOWN: &[(nix::errno::Errno, &str)] = {
-    use nix::errno::Errno::*;
-    &[
-        (ECONNREFUSED, "ECONNREFUSED"),
-        (ETIMEDOUT, "ETIMEDOUT"),
-        (ENETDOWN, "ENETDOWN"),
-        (ENETUNREACH, "ENETUNREACH"),
-        (EHOSTUNREACH, "EHOSTUNREACH"),
-        (EHOSTDOWN, "EHOSTDOWN"),
-        (ECONNRESET, "ECONNRESET"),
-        (ECONNABORTED, "ECONNABORTED"),
-        (EPIPE, "EPIPE"),
-        (EADDRINUSE, "EADDRINUSE"),
-        (EADDRNOTAVAIL, "EADDRNOTAVAIL"),
-        (EACCES, "EACCES"),
-        (EPERM, "EPERM"),
-        (EMFILE, "EMFILE"),
-        (ENFILE, "ENFILE"),
-        (ENOBUFS, "ENOBUFS"),
-        (ENOMEM, "ENOMEM"),
-        (EINVAL, "EINVAL"),
-    ]
-};
 
 /// Raises the soft open-file limit to the hard limit, so the broker can hold as many
 /// connections as the operator allowed (each proxied client takes two descriptors).

@@ -70,8 +70,8 @@ impl fmt::Display for Explained {
 pub fn explain_connect(error: &io::Error) -> Explained {
     use io::ErrorKind::*;
     // Our own connect timeout carries no OS code; it is the same condition as ETIMEDOUT.
-    let errno = crate::sys::errno_name(error)
-        .or((error.kind() == io::ErrorKind::TimedOut).then_some("ETIMEDOUT"));
+    let errno =
+        errno_name(error).or((error.kind() == io::ErrorKind::TimedOut).then_some("ETIMEDOUT"));
     let (windows, points_at, advice) = match (error.kind(), errno) {
         (ConnectionRefused, _) => (
             Some("10061/1225"),
@@ -146,7 +146,7 @@ pub fn explain_connect(error: &io::Error) -> Explained {
 
 /// Explains an error met while binding a listening port.
 pub fn explain_bind(error: &io::Error, port: u16) -> String {
-    let errno = crate::sys::errno_name(error);
+    let errno = errno_name(error);
     let (windows, advice) = match error.kind() {
         io::ErrorKind::AddrInUse => (
             Some("10048"),
@@ -186,6 +186,45 @@ pub fn words(error: &io::Error) -> String {
         None => String::new(),
     }
 }
+
+/// The errno name of an OS error (`ECONNREFUSED`), when it has one.
+#[cfg(unix)]
+pub fn errno_name(error: &io::Error) -> Option<&'static str> {
+    let errno = nix::errno::Errno::from_raw(error.raw_os_error()?);
+    KNOWN.iter().find(|(e, _)| *e == errno).map(|(_, n)| *n)
+}
+
+/// Windows has no errno names; its codes are printed instead.
+#[cfg(not(unix))]
+pub fn errno_name(_error: &io::Error) -> Option<&'static str> {
+    None
+}
+
+/// The errors worth a name in an operator's log line.
+#[cfg(unix)]
+const KNOWN: &[(nix::errno::Errno, &str)] = {
+    use nix::errno::Errno::*;
+    &[
+        (ECONNREFUSED, "ECONNREFUSED"),
+        (ETIMEDOUT, "ETIMEDOUT"),
+        (ENETDOWN, "ENETDOWN"),
+        (ENETUNREACH, "ENETUNREACH"),
+        (EHOSTUNREACH, "EHOSTUNREACH"),
+        (EHOSTDOWN, "EHOSTDOWN"),
+        (ECONNRESET, "ECONNRESET"),
+        (ECONNABORTED, "ECONNABORTED"),
+        (EPIPE, "EPIPE"),
+        (EADDRINUSE, "EADDRINUSE"),
+        (EADDRNOTAVAIL, "EADDRNOTAVAIL"),
+        (EACCES, "EACCES"),
+        (EPERM, "EPERM"),
+        (EMFILE, "EMFILE"),
+        (ENFILE, "ENFILE"),
+        (ENOBUFS, "ENOBUFS"),
+        (ENOMEM, "ENOMEM"),
+        (EINVAL, "EINVAL"),
+    ]
+};
 
 #[cfg(test)]
 mod tests {

@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use tokio::sync::broadcast;
 
+use crate::balancer::health::{Reason, Release};
 use crate::config::BalancerKind;
-use crate::health::{Reason, Release};
-use crate::relay::End;
+use crate::net::relay::End;
 
 /// Something that happened in the broker.
 #[derive(Debug, Clone, PartialEq, Eq)]

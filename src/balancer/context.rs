@@ -1,7 +1,6 @@
 //! The broker's shared state, handed to every task that serves a connection: the running
-//! configuration, every balancer, when the broker started, its shutdown state, the session
-//! cookies' keys, and how a balancer tells its connections to end. Data only: the logic lives
-//! with its owners.
+//! configuration, every balancer, when the broker started, its shutdown state, and how a
+//! balancer tells its connections to end. Data only: the logic lives with its owners.
 
 use std::sync::Arc;
 
@@ -10,8 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::balancer::Balancer;
 use crate::config::Config;
-use crate::sessions::SessionSecrets;
-use crate::shutdown::Shutdown;
+use crate::process::shutdown::Shutdown;
 
 /// What every connection may read: the configuration, every balancer (a query links to the
 /// others), the start time, and the shutdown state (PING answers 503 while draining).
@@ -25,9 +23,6 @@ pub struct Context {
     pub started_wall_ms: u64,
     /// Draining state for PING.
     pub shutdown: Shutdown,
-    /// The keys of the HTTP session cookies (swapped by a reload of `SESSION_SECRET` or
-    /// `SESSION_SECRET_PREVIOUS`).
-    pub session_secrets: SessionSecrets,
 }
 
 /// How a balancer tells its connections to end.

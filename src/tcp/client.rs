@@ -4,6 +4,7 @@
 //! trying the next candidate), relay, and account for it.
 
 use std::future::Future;
+use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -14,20 +15,19 @@ use tokio_util::either::Either;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, Span, debug};
 
+use crate::balancer::context::{Context, Ending};
+use crate::balancer::events::Unserved;
 use crate::balancer::{Balancer, ClientSlot, Closed, Eligible, Lease, Pool};
-use crate::config::Language;
-use crate::context::{Context, Ending};
-use crate::dial::ServerStream;
-use crate::events::Unserved;
+use crate::config::{Keepalive, Language};
 use crate::http::{self, Downstream};
 use crate::http_balancer::{self, HttpProxy};
-use crate::os_error::words;
-use crate::query::{
-    self,
-    sniff::{Verdict, sniff},
-};
-use crate::relay::{Counters, End, Outcome, relay};
-use crate::stream::Stream;
+use crate::net::dial::ServerStream;
+use crate::net::listener::Serve;
+use crate::net::relay::{Counters, End, Outcome, relay};
+use crate::net::stream::Stream;
+use crate::process::os_error::words;
+use crate::query;
+use crate::tcp::sniff::{Verdict, sniff};
 use crate::tls::HandshakeFailure;
 use crate::tls::first_byte::{self, Arrival};
 
@@ -62,6 +62,27 @@ pub struct Entrance {
     /// The HTTP engine of an HTTP balancer, which serves its connections; `None` for a TCP
     /// balancer, whose connections are [`Client`]s.
     pub http: Option<Arc<HttpProxy>>,
+}
+
+/// An accept loop hands each connection to its entrance, which starts it as a [`Client`]
+/// (or, on an HTTP balancer, hands it to the engine after the TLS step) and counts accepting
+/// on the balancer.
+impl Serve for Arc<Entrance> {
+    fn keepalive(&self) -> Keepalive {
+        self.balancer.pool().config.keepalive
+    }
+
+    fn start(&self, stream: TcpStream, peer: SocketAddr) {
+        Client::new(self, stream, peer).start();
+    }
+
+    fn accepted(&self) {
+        self.balancer.accepted();
+    }
+
+    fn accept_failed(&self, error: &io::Error, backoff: Duration) {
+        self.balancer.accept_failed(error, backoff);
+    }
 }
 
 /// One accepted connection over any [`Stream`], from its first bytes to its closing line.
@@ -382,7 +403,7 @@ mod tests {
     use std::sync::{Condvar, Mutex};
 
     use crate::config::Config;
-    use crate::resolve::Resolver;
+    use crate::net::resolve::Resolver;
 
     /// A system resolver that hangs until released, counting its lookups.
     #[derive(Default)]
@@ -393,16 +414,11 @@ mod tests {
     }
     /// A client of `balancer` (its stream a loopback connection), to call its steps alone.
     async fn client_of(balancer: &Arc<Balancer>, config: Config) -> Client<TcpStream> {
-        let session_secrets = crate::sessions::SessionSecrets::new(
-            crate::sessions::OwnSecret::for_this_run("a test"),
-            &config.general,
-        );
         let ctx = Arc::new(Context {
             config: arc_swap::ArcSwap::from_pointee(config),
             balancers: arc_swap::ArcSwap::from_pointee(vec![Arc::clone(balancer)]),
             started_wall_ms: 0,
-            shutdown: crate::shutdown::Shutdown::new(),
-            session_secrets,
+            shutdown: crate::process::shutdown::Shutdown::new(),
         });
         let entrance = Arc::new(Entrance {
             ctx,
@@ -457,7 +473,7 @@ mod tests {
         let balancer = Arc::new(Balancer::new(
             config.balancers.remove(0),
             Arc::clone(&resolver),
-            crate::events::Events::default(),
+            crate::balancer::events::Events::default(),
         ));
         let pool = balancer.pool();
         let client = client_of(&balancer, config).await;

@@ -14,8 +14,8 @@ use tokio_util::either::Either;
 use tracing::debug;
 
 use crate::config::{BalancerConfig, Host, Keepalive, show_duration};
-use crate::os_error::{Explained, PointsAt, explain_connect, words};
-use crate::resolve::{ResolveError, Resolver};
+use crate::net::resolve::{ResolveError, Resolver};
+use crate::process::os_error::{Explained, PointsAt, explain_connect, words};
 use crate::tls::{Cause, HandshakeFailure, UpstreamTls};
 
 /// A connection to a server: plain TCP, or TLS with `SSL_ENCRYPT_UPSTREAM=1`.
@@ -258,7 +258,7 @@ fn timed_out(after: Duration) -> io::Error {
 /// costs the early notice of a vanished server, so it is logged at debug and the connection
 /// goes on.
 pub fn keep_alive(stream: &TcpStream, keepalive: &Keepalive, server: &str) {
-    if let Err(e) = crate::sys::set_keepalive(stream, keepalive) {
+    if let Err(e) = crate::net::sys::set_keepalive(stream, keepalive) {
         debug!(server = %server, "cannot set keepalive: {}", words(&e));
     }
 }

@@ -1,4 +1,4 @@
-//! A request's `Cookie` header as bytes (issue 21): finding the broker's cookie among the
+//! A request's `Cookie` header as bytes: finding the broker's cookie among the
 //! others, and taking it out of the request forwarded to the server. Nothing here assumes
 //! ASCII or UTF-8: a Windows-1252 application cookie (`lang=S\xe3o`) is as common in a
 //! Protheus shop as a UTF-8 one, and neither may cost a user their affinity or leak the

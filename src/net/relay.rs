@@ -19,8 +19,8 @@ use std::time::Duration;
 use tokio::io::ReadBuf;
 use tokio::time::Instant;
 
-use crate::os_error::words;
-use crate::stream::Stream;
+use crate::net::stream::Stream;
+use crate::process::os_error::words;
 
 /// Bytes moved per read. Measured on loopback (iperf3 through the broker, 2 cores): 16 KiB
 /// buffers (HAProxy's and nginx's size) gave about 6 Gbit/s, 64 KiB about 13 Gbit/s, with less
@@ -148,14 +148,14 @@ struct Half {
     bulk: bool,
     /// Set once the direction moves bulk data: bytes then go socket -> pipe -> socket.
     #[cfg(target_os = "linux")]
-    pipe: Option<crate::sys::Pipe>,
+    pipe: Option<crate::net::sys::Pipe>,
 }
 
 /// The pipes bulk connections splice through (Linux). 256 pipes of 256 KiB are 512
 /// descriptors and 64 MiB of pipe memory, a non-root user's default allowance
 /// (`fs.pipe-user-pages-soft`); past that, connections keep the buffered copy.
 #[cfg(target_os = "linux")]
-static PIPES: crate::sys::PipePool = crate::sys::PipePool::new(256);
+static PIPES: crate::net::sys::PipePool = crate::net::sys::PipePool::new(256);
 
 /// A failure in one direction, by which socket failed.
 enum Failure {

@@ -1,23 +1,19 @@
-//! Listening: bind a balancer's port, and the accept loop that never dies. Each client gets
-//! its own task; past `MAX_CONNECTIONS` a client is accepted and closed at once.
+//! Listening: bind a balancer's port, and the accept loop that never dies. What serves an
+//! accepted connection is given to the loop ([`Serve`]): each client gets its own task; past
+//! `MAX_CONNECTIONS` a client is accepted and closed at once.
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::{TcpListener, TcpStream};
-use tokio_util::task::TaskTracker;
-use tracing::{Span, debug, warn};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
 
-use crate::balancer::Balancer;
-use crate::client::{Client, Entrance};
 use crate::config::{BalancerConfig, Keepalive};
-use crate::context::{Context, Ending};
-use crate::http_balancer::HttpProxy;
-use crate::os_error::{explain_bind, words};
-use crate::sys;
+use crate::net::sys;
+use crate::process::os_error::{explain_bind, words};
 
 /// Pending connections the kernel may queue before `accept`; the kernel caps it at
 /// `net.core.somaxconn`. Large, because clients arrive in bursts (a shift starting).
@@ -132,41 +128,40 @@ fn is_connection_error(e: &io::Error) -> bool {
     )
 }
 
-/// Accepts clients of `balancer` until `ending.closing` is cancelled (then serves what the
-/// kernel had queued), starting each as a [`Client`] (or, on an HTTP balancer, handing it to
-/// its engine `http`) counted on `tasks`; `ending.cut` ends
-/// the relays still running when the shutdown timeout is over. Log lines carry the current
-/// span (the balancer's).
+/// What an accept loop hands its connections to, and tells how accepting goes. The broker
+/// gives it (a balancer's entrance: the TCP client, or the HTTP engine of an HTTP balancer),
+/// so the listener knows nothing of what serves a connection.
+pub trait Serve {
+    /// The keepalive settings of the balancer's accepted sockets, read at every accept (a
+    /// reload may change them).
+    fn keepalive(&self) -> Keepalive;
+    /// Starts serving a connection accepted from `peer` (its own task, or a refusal).
+    fn start(&self, stream: TcpStream, peer: SocketAddr);
+    /// An accept succeeded (an episode of failed accepts, if any, is over).
+    fn accepted(&self);
+    /// An accept failed for the broker's own reasons (descriptors, memory); the loop waits
+    /// `backoff` before accepting again.
+    fn accept_failed(&self, error: &io::Error, backoff: Duration);
+}
+
+/// Accepts clients until `stop_accepting` is cancelled (then serves what the kernel had
+/// queued), handing each to `serve`. Log lines carry the current span (the balancer's).
 pub async fn accept_loop(
     listener: TcpListener,
-    balancer: Arc<Balancer>,
-    ctx: Arc<Context>,
-    tasks: TaskTracker,
-    ending: Ending,
-    http: Option<Arc<HttpProxy>>,
+    stop_accepting: CancellationToken,
+    serve: impl Serve,
 ) {
-    let stop_accepting = ending.closing.clone();
-    let entrance = Arc::new(Entrance {
-        ctx,
-        balancer,
-        ending,
-        local: listener.local_addr().ok(),
-        tasks,
-        span: Span::current(),
-        http,
-    });
-    let balancer = &entrance.balancer;
     let start = |stream: TcpStream, peer: SocketAddr| {
         if !sys::ACCEPTED_INHERIT_OPTIONS {
-            set_accepted_options(&stream, &balancer.pool().config.keepalive, peer);
+            set_accepted_options(&stream, &serve.keepalive(), peer);
         }
-        Client::new(&entrance, stream, peer).start();
+        serve.start(stream, peer);
     };
     // The keepalive settings the listener carries for its accepted sockets to inherit; set
     // again when a reload changes them.
     let mut listener_keepalive = None;
     loop {
-        let keepalive = balancer.pool().config.keepalive;
+        let keepalive = serve.keepalive();
         if sys::ACCEPTED_INHERIT_OPTIONS && listener_keepalive != Some(keepalive) {
             if let Err(e) = sys::set_listener_options(&listener, &keepalive) {
                 warn!(
@@ -189,12 +184,12 @@ pub async fn accept_loop(
             Ok(accepted) => accepted,
             Err(e) if is_connection_error(&e) => continue,
             Err(e) => {
-                balancer.accept_failed(&e, ACCEPT_BACKOFF);
+                serve.accept_failed(&e, ACCEPT_BACKOFF);
                 tokio::time::sleep(ACCEPT_BACKOFF).await;
                 continue;
             }
         };
-        balancer.accepted();
+        serve.accepted();
         start(stream, peer);
     }
 }

@@ -7,6 +7,12 @@
 //! balancer itself), so no client waits for a sniff. A request holds a [`Lease`] on its
 //! server while in hand, and an upgraded connection (WebSocket) holds it until it ends: the
 //! server's connections on the status page are the requests and WebSockets it serves now.
+//!
+//! - [`sessions`]: HTTP session affinity, pure logic: the `TOTVS_BROKER_SH_001` cookie
+//!   (signed, read from the `Cookie` header as bytes), its secrets, the table of live
+//!   sessions.
+
+pub mod sessions;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -20,24 +26,25 @@ use tokio::time::{Duration, Instant};
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, Span, info, warn};
 
+use crate::balancer::context::{Context, Ending};
+use crate::balancer::events::{Event as BrokerEvent, Unserved};
+use crate::balancer::health::Reason;
 use crate::balancer::{Balancer, Closed, Eligible, Lease, Pool, Server};
-use crate::clock::wall_ms;
 use crate::config::{BalancerConfig, Language, ServerId, show_duration};
-use crate::context::{Context, Ending};
-use crate::dial::{ConnectError, ServerStream};
-use crate::events::{Event as BrokerEvent, Unserved};
-use crate::health::Reason;
 use crate::http::{
     self, Choice, ConnectFailure, Downstream, Event, Exchange, Outcome, Proxy, Tunnel, Upstreams,
 };
+use crate::http_balancer::sessions::{
+    Affinity, CookieKeys, SessionSecrets, Sessions, Ticket, mentions_broker_cookie,
+    without_broker_cookie,
+};
+use crate::net::dial::{ConnectError, ServerStream};
+use crate::net::relay;
+use crate::net::stream::Stream;
+use crate::process::clock::wall_ms;
+use crate::process::throttle::{Episode, Throttle};
 use crate::query;
 use crate::query::snapshot::{HttpFigures, SESSION_AGES_SHOWN, ServerSessions, SessionFigures};
-use crate::relay;
-use crate::sessions::{
-    Affinity, CookieKeys, Sessions, Ticket, mentions_broker_cookie, without_broker_cookie,
-};
-use crate::stream::Stream;
-use crate::throttle::{Episode, Throttle};
 
 /// An HTTP balancer's engine.
 pub type HttpProxy = Proxy<Backends>;
@@ -72,11 +79,14 @@ impl std::fmt::Display for Target {
 pub struct Backends {
     balancer: Arc<Balancer>,
     ctx: Arc<Context>,
+    /// The keys of the session cookies, the broker's one set (a reload of `SESSION_SECRET` or
+    /// `SESSION_SECRET_PREVIOUS` swaps them).
+    session_secrets: Arc<SessionSecrets>,
     /// The engine, for the figures a query shows (set once it is made).
     proxy: OnceLock<Weak<HttpProxy>>,
     /// The balancer's span, made once: the access log writes a line per request in it.
     span: Span,
-    /// The live sessions (issue 14), kept across reloads. One small lock, held for a table
+    /// The live sessions (affinity), kept across reloads. One small lock, held for a table
     /// operation and a count per server.
     sessions: Arc<Mutex<Sessions>>,
     /// Clients whose body stalled past `HTTP_BODY_TIMEOUT`: a line a second at most, with the
@@ -106,12 +116,18 @@ impl Drop for Held {
     }
 }
 
-/// The engine of `balancer`, with its settings. Within a tokio runtime (its idle sweep and
-/// the sessions' expiry run there).
-pub fn proxy(balancer: &Arc<Balancer>, ctx: &Arc<Context>) -> Arc<HttpProxy> {
+/// The engine of `balancer`, with its settings, its session cookies signed with
+/// `session_secrets`. Within a tokio runtime (its idle sweep and the sessions' expiry run
+/// there).
+pub fn proxy(
+    balancer: &Arc<Balancer>,
+    ctx: &Arc<Context>,
+    session_secrets: &Arc<SessionSecrets>,
+) -> Arc<HttpProxy> {
     let backends = Arc::new(Backends {
         balancer: Arc::clone(balancer),
         ctx: Arc::clone(ctx),
+        session_secrets: Arc::clone(session_secrets),
         proxy: OnceLock::new(),
         span: balancer.span(),
         sessions: Arc::default(),
@@ -636,7 +652,7 @@ impl Upstreams for Backends {
         if tried.len() >= pool.config.max_attempts as usize {
             return None;
         }
-        let keys = self.ctx.session_secrets.keys();
+        let keys = self.session_secrets.keys();
         let cookies = request.headers.get_all(COOKIE);
         let affinity = Affinity::of(cookies.iter().map(HeaderValue::as_bytes), &keys);
         let moving = match affinity {

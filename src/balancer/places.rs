@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 
-use crate::clock::monotonic_ms;
-use crate::throttle::Episode;
+use crate::process::clock::monotonic_ms;
+use crate::process::throttle::Episode;
 
 /// The places of one balancer.
 #[derive(Debug, Default)]

@@ -6,6 +6,26 @@
 //! The pool (servers, weights, settings) sits behind an [`ArcSwap`] so a connection takes one
 //! snapshot and the hot path never waits for a lock other than the selection's own, which is
 //! held for one scan of the servers.
+//!
+//! The balancer's own rules, pure logic it applies and logs, sit beside it, with the events it
+//! publishes and the context every connection reads it from:
+//!
+//! - [`health`]: a server's quarantine as pure transitions returning what changed.
+//! - [`overrides`]: an operator's overrides of a server (disabled, drain, weight) as pure
+//!   transitions.
+//! - [`select`]: the balancing policies (`CONNECTION`, `ROUND_ROBIN`), pure logic.
+//! - [`places`]: query places (`QUERY_MAX_CONNECTIONS`), given up by idle connections.
+//! - [`events`]: what happens in a broker, as events to subscribe to (a balancer publishes
+//!   most of them, so they sit here, below every publisher).
+//! - [`context`]: every balancer with the running configuration and the shutdown state, as
+//!   each connection's task reads them, and how a balancer tells its connections to end.
+
+pub mod context;
+pub mod events;
+pub mod health;
+pub mod overrides;
+pub mod places;
+pub mod select;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io;
@@ -19,24 +39,24 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{Span, debug, error, info, info_span, warn};
 
-use crate::clock::{Clock, time_of_day, wall_ms};
+use crate::balancer::events::{Event, Events, Unserved};
+use crate::balancer::health::{
+    Asked, Check, CheckFailed, Episode, Health, Now, Quarantined, Reason, Release,
+};
+use crate::balancer::overrides::{Hold, Overrides};
+use crate::balancer::places::{Place, QueryPlaces};
+use crate::balancer::select::{Load, Selector};
 use crate::config::{
     BalancerConfig, BalancerKind, Host, Monitoring, ServerConfig, ServerId, SortMethod, plural,
     setting_changes,
 };
-use crate::dial::{self, ConnectError, ServerStream};
-use crate::events::{Event, Events, Unserved};
-use crate::health::{
-    Asked, Check, CheckFailed, Episode, Health, Now, Quarantined, Reason, Release,
-};
-use crate::os_error::PointsAt;
-use crate::overrides::{Hold, Overrides};
-use crate::places::{Place, QueryPlaces};
-use crate::relay::{End, Outcome};
-use crate::resolve::Resolver;
-use crate::select::{Load, Selector};
-use crate::stream::Stream;
-use crate::throttle::{self, Throttle};
+use crate::net::dial::{self, ConnectError, ServerStream};
+use crate::net::relay::{End, Outcome};
+use crate::net::resolve::Resolver;
+use crate::net::stream::Stream;
+use crate::process::clock::{Clock, time_of_day, wall_ms};
+use crate::process::os_error::PointsAt;
+use crate::process::throttle::{self, Throttle};
 use crate::tls::{
     CertificateSummary, Finding, Findings, HandshakeFailure, Resumption, ServerTls, UpstreamTls,
     upstream::system_roots,
@@ -71,7 +91,7 @@ pub struct Server {
     active: AtomicU64,
     /// Connections relayed since start.
     total: AtomicU64,
-    /// Live HTTP sessions bound to it (issue 14), as the HTTP balancer's table last counted
+    /// Live HTTP sessions bound to it (affinity), as the HTTP balancer's table last counted
     /// them: what SORT_METHOD=SESSION spreads.
     sessions: AtomicU64,
     /// Most connections counted against it at once.
@@ -958,8 +978,8 @@ impl Balancer {
             error!(
                 "cannot accept clients: {} ({}); retrying every {} ms, connections in \
                  progress are unaffected",
-                crate::os_error::words(error),
-                crate::sys::errno_name(error).unwrap_or("error"),
+                crate::process::os_error::words(error),
+                crate::process::os_error::errno_name(error).unwrap_or("error"),
                 backoff.as_millis()
             );
         }
@@ -1045,8 +1065,8 @@ impl Balancer {
             format!(" ({reason})")
         };
         let done = match mode {
-            crate::overrides::Mode::Drain => "draining",
-            crate::overrides::Mode::Disabled => "disabled",
+            crate::balancer::overrides::Mode::Drain => "draining",
+            crate::balancer::overrides::Mode::Disabled => "disabled",
         };
         warn!(
             "server {} {done} by {by}{why}: no new clients, its {} stay",
@@ -1487,7 +1507,7 @@ mod tests {
         assert!(pool.servers[1].is_quarantined());
     }
 
-    fn hold(mode: crate::overrides::Mode) -> Hold {
+    fn hold(mode: crate::balancer::overrides::Mode) -> Hold {
         Hold {
             mode,
             reason: "patch".into(),
@@ -1518,7 +1538,7 @@ mod tests {
             balancer.find_server("127.0.0.1:6002").is_some(),
             "by address"
         );
-        assert!(balancer.hold(&first, hold(crate::overrides::Mode::Disabled)));
+        assert!(balancer.hold(&first, hold(crate::balancer::overrides::Mode::Disabled)));
         assert!(picks(&balancer, 10).iter().all(|&i| i == 1));
         assert_eq!(balancer.state().servers[0].state, Standing::Disabled);
         // Even with every other server quarantined, a held one is not tried.

@@ -1,4 +1,4 @@
-//! The table of live HTTP sessions (issue 14): a value becomes a session when a request
+//! The table of live HTTP sessions: a value becomes a session when a request
 //! brings it back; the table only counts and ages sessions (the cookie alone decides where a
 //! request goes), so a session it forgot keeps its affinity. Only signed values reach it.
 
@@ -239,7 +239,7 @@ impl Sessions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sessions::CookieKeys;
+    use crate::http_balancer::sessions::CookieKeys;
 
     fn id(text: &str) -> ServerId {
         ServerId::parse(text).expect("an id")

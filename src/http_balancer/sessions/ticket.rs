@@ -1,5 +1,5 @@
 //! The `TOTVS_BROKER_SH_001` cookie's value, `<REMOTE_SERVER id>.<22 base64url characters>`,
-//! and the keys that sign it (issue 21). The 22 characters are 16 bytes: a random nonce of 8
+//! and the keys that sign it. The 22 characters are 16 bytes: a random nonce of 8
 //! and the first 8 bytes of HMAC-SHA256 over the id and the nonce under `SESSION_SECRET`.
 //! Only a value this broker (or its pair, with the same secret) issued verifies: a forged one
 //! counts as no cookie, so it cannot steer a request to a server an operator took out, nor

@@ -1,4 +1,4 @@
-//! Which secret signs the session cookies (issue 21): `SESSION_SECRET` when set (the same on
+//! Which secret signs the session cookies: `SESSION_SECRET` when set (the same on
 //! both brokers of a pair), else the broker's own, kept in `<state>.secret` so that a restart
 //! keeps every session (or made for this run only, with `STATE_FILE=0`);
 //! `SESSION_SECRET_PREVIOUS` verifies too, for a rotation. A reload may change either: the

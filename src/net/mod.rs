@@ -1,0 +1,30 @@
+//! Sockets, below both connection paths: binding and accepting, resolving and connecting to a
+//! server, moving bytes between two streams, the threads that serve them, and the few system
+//! calls the standard library lacks. Nothing here knows what a balancer is: the accept loop
+//! is handed what serves a connection ([`listener::Serve`]).
+//!
+//! - [`listener`]: binding a balancer's port, and the accept loop that never dies.
+//! - [`dial`]: connecting to a server: resolve, refuse the broker itself, connect within a
+//!   timeout, socket options, TLS towards servers; for clients and the monitor alike.
+//! - [`resolve`]: server names to addresses: cached, one lookup per name, a bound on lookups
+//!   in flight.
+//! - [`stream`]: the streams served and relayed (any `AsyncRead + AsyncWrite`), with what a
+//!   plain TCP socket can do besides.
+//! - [`relay`]: bytes both ways with half-close over any stream; splice(2) between plain
+//!   sockets.
+//! - [`workers`]: the data path's threads, one per core, each with its own runtime and
+//!   listening sockets.
+//! - [`sys`]: the system calls the standard library lacks (keepalive knobs, splice pipes, the
+//!   open-file limit).
+//! - `inherit` (Unix): descriptors handed over by a supervisor or systemd, taken by number:
+//!   the one module allowed `unsafe`.
+
+pub mod dial;
+#[cfg(unix)]
+pub mod inherit;
+pub mod listener;
+pub mod relay;
+pub mod resolve;
+pub mod stream;
+pub mod sys;
+pub mod workers;
