@@ -21,9 +21,10 @@
 //!   broker it runs as a child on them; its control socket, the upgrade; the child's side.
 //! - [`broker`]: the broker as a library: bind (or take listeners bound elsewhere), start,
 //!   subscribe to its events, read a balancer's state, reload (with its result), drain, stop;
-//!   each running balancer's accept loops and monitor.
+//!   each running balancer's accept loops and monitor, and the hand-off of each accepted
+//!   connection to its path by the balancer's kind.
 //! - [`tcp`]: a TCP balancer's connections: one accepted connection as a struct whose methods
-//!   are its way (TLS step, sniff, place, choose and dial, relay, account).
+//!   are its way (sniff, place, choose and dial, relay, account).
 //! - [`http_balancer`]: an HTTP balancer at run time: the balancer as the HTTP engine's
 //!   upstreams (choose, dial, quarantine, account, the access log), session affinity, the
 //!   query interface routed by path.
@@ -34,8 +35,9 @@
 //! - [`balancer`]: a balancer's live state (servers, counters, leases; one method per event;
 //!   its state read at one instant) and its pure rules: quarantine, overrides, policies, query
 //!   places; the events it publishes; the context connections read it from.
-//! - [`net`]: sockets: bind and accept, resolve and dial, relay, the worker threads, the
-//!   system calls the standard library lacks, inherited descriptors.
+//! - [`net`]: sockets: bind and accept, an accepted connection's TLS step, resolve and dial,
+//!   relay, the worker threads, the system calls the standard library lacks, inherited
+//!   descriptors.
 //! - [`process`]: what the whole process shares: its clocks, its log and the log's manners
 //!   (once per episode, OS errors in words), its shutdown state and signals.
 //! - [`config`]: `appserver.ini` to a validated [`config::Config`] through one table of keys

@@ -28,19 +28,20 @@ const LAYERS: &[(&str, u32)] = &[
     ("supervisor", 1),
     // The broker as a library: it starts everything below.
     ("broker", 2),
-    // The two connection paths, and the query interface both hand queries to.
+    // The two connection paths, side by side (neither knows the other: the TLS step of both
+    // is the listener layer's), and the query interface both hand queries to.
     ("tcp", 3),
-    ("http_balancer", 4),
-    ("query", 5),
+    ("http_balancer", 3),
+    ("query", 4),
     // The balancer's live state, and the HTTP engine, which knows nothing of balancers.
-    ("balancer", 6),
-    ("http", 6),
-    // Sockets.
-    ("net", 7),
+    ("balancer", 5),
+    ("http", 5),
+    // Sockets, and an accepted connection's TLS step.
+    ("net", 6),
     // What the whole process shares.
-    ("process", 8),
-    ("config", 9),
-    ("tls", 10),
+    ("process", 7),
+    ("config", 8),
+    ("tls", 9),
 ];
 
 /// A module's path from the crate root: `["config", "validate", "balancer"]`.

@@ -1084,6 +1084,41 @@ async fn the_supervisor_socket_follows_control_group_as_the_control_socket_does(
     assert_eq!(code, 0, "{out}{err}");
 }
 
+/// A request on the supervisor's socket that is no `upgrade` is told what the socket takes,
+/// and the socket's file goes when the supervisor stops (a file left behind would pass for a
+/// stale supervisor's).
+#[tokio::test]
+async fn the_supervisor_socket_refuses_other_requests_and_goes_with_the_supervisor() {
+    let server = TestServer::start("A").await;
+    let mut broker = Broker::start_with(&ini(&server, ""), &["--supervise"]).await;
+    serving_child(&broker, 1).await;
+    let socket = broker.dir.path().join("appserver.supervisor.sock");
+    let asking = socket.clone();
+    let answer = tokio::task::spawn_blocking(move || {
+        use std::io::{BufRead, Write};
+        let mut stream = std::os::unix::net::UnixStream::connect(asking).unwrap();
+        stream.set_read_timeout(Some(DEADLINE)).unwrap();
+        stream.write_all(b"status\n").unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(stream)
+            .read_line(&mut line)
+            .unwrap();
+        line
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        answer,
+        "refused: unknown request (this socket takes `upgrade`)\n",
+        "{}",
+        broker.log_text()
+    );
+    broker.signal(Signal::SIGTERM);
+    let status = broker.wait_exit().await;
+    assert_eq!(status.code(), Some(0), "{}", broker.log_text());
+    assert!(!socket.exists(), "{} is left behind", socket.display());
+}
+
 /// An upgrade's new binary whose `--check` hangs (in a shell that waits for a `sleep` it
 /// started, so a kill of the shell alone would leave the `sleep`); everything else it hands
 /// to the binary under test. The pids go to `check.pid` and `sleep.pid`.

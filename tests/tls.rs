@@ -22,7 +22,7 @@ use rcgen::{
 };
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
@@ -296,6 +296,30 @@ async fn same_port_mode_serves_tls_and_plain_clients() {
     assert_eq!(echo(&mut plain, "plain client").await, "a");
     let ping = http_get(broker.addr(), "/TOTVS_BROKER_QUERY/PING", &[]).await;
     assert_eq!(ping.status, 200);
+    assert!(broker.state().handshake_failures.is_empty());
+}
+
+/// A client that sends nothing speaks a server-first protocol, which is plain (a TLS client
+/// speaks first): on a same-port listener it is forwarded as plain, and the server's greeting
+/// reaches it through the broker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn same_port_mode_forwards_a_silent_client_as_plain() {
+    let ca = Ca::new("Test CA");
+    let files = Files::new();
+    let server = TestServer::with_banner("a", "220 appserver ready\r\n").await;
+    let extra = format!(
+        "{}SSL_PLAIN_ON_SAME_PORT=1\n",
+        files.serve(&ca.broker_leaf())
+    );
+    let broker = InProcess::start(&ini_for(&[&server], &extra)).await;
+
+    let mut plain = TcpStream::connect(broker.addr()).await.unwrap();
+    let mut greeting = vec![0u8; "220 appserver ready\r\n".len()];
+    within("the greeting", plain.read_exact(&mut greeting))
+        .await
+        .unwrap();
+    assert_eq!(greeting, b"220 appserver ready\r\n");
+    assert_eq!(echo(&mut plain, "then a line").await, "a");
     assert!(broker.state().handshake_failures.is_empty());
 }
 

@@ -9,10 +9,14 @@
 //! - `run`: the control loop: reloads applied one at a time, the drain on shutdown.
 //! - `unit`: one balancer at run time: its accept loops (on the workers), its monitor and
 //!   sampler, the tasks of its connections and the tokens that end them.
+//! - `handoff`: what the accept loops hand each connection to: refused at `MAX_CONNECTIONS`,
+//!   made secure once as its port's TLS says, then given to the TCP client or the HTTP engine
+//!   by the balancer's kind.
 //! - `reload`: a reload applied without touching established connections.
 //! - [`monitor`]: the monitor's rounds: check every server, count fall and rise, hand the
 //!   results to the balancer.
 
+mod handoff;
 pub mod monitor;
 mod reload;
 mod run;

@@ -15,6 +15,7 @@ use tracing::{Instrument, Span, error, info, warn};
 use crate::balancer::Balancer;
 use crate::balancer::context::{Context, Ending};
 use crate::balancer::events::Event;
+use crate::broker::handoff::Handoff;
 use crate::broker::monitor;
 use crate::config::{BalancerConfig, plural, show_duration};
 use crate::http_balancer::sessions::SessionSecrets;
@@ -184,9 +185,9 @@ impl Unit {
                                 local: listener.local_addr().ok(),
                                 tasks,
                                 span: Span::current(),
-                                http,
                             });
-                            listener::accept_loop(listener, stop_accepting, entrance).await;
+                            let handoff = Handoff { entrance, http };
+                            listener::accept_loop(listener, stop_accepting, handoff).await;
                         }
                         Err(e) => error!(
                             "cannot start accepting: {}",

@@ -1,6 +1,7 @@
-//! Listening: bind a balancer's port, and the accept loop that never dies. What serves an
-//! accepted connection is given to the loop ([`Serve`]): each client gets its own task; past
-//! `MAX_CONNECTIONS` a client is accepted and closed at once.
+//! Listening: bind a balancer's port, and the accept loop that never dies. The loop yields
+//! each connection as it was accepted ([`Accepted`], its TLS step still to come:
+//! `net::handshake`) to what serves it ([`Serve`], given to the loop): each client gets its
+//! own task; past `MAX_CONNECTIONS` a client is accepted and closed at once.
 
 use std::io;
 use std::net::SocketAddr;
@@ -12,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::config::{BalancerConfig, Keepalive};
+use crate::net::handshake::Accepted;
 use crate::net::sys;
 use crate::process::os_error::{explain_bind, words};
 
@@ -129,14 +131,14 @@ fn is_connection_error(e: &io::Error) -> bool {
 }
 
 /// What an accept loop hands its connections to, and tells how accepting goes. The broker
-/// gives it (a balancer's entrance: the TCP client, or the HTTP engine of an HTTP balancer),
-/// so the listener knows nothing of what serves a connection.
+/// gives it (a balancer's hand-off: the TLS step, then the TCP client, or the HTTP engine of
+/// an HTTP balancer), so the listener knows nothing of what serves a connection.
 pub trait Serve {
     /// The keepalive settings of the balancer's accepted sockets, read at every accept (a
     /// reload may change them).
     fn keepalive(&self) -> Keepalive;
-    /// Starts serving a connection accepted from `peer` (its own task, or a refusal).
-    fn start(&self, stream: TcpStream, peer: SocketAddr);
+    /// Starts serving a connection just accepted (its own task, or a refusal).
+    fn start(&self, accepted: Accepted);
     /// An accept succeeded (an episode of failed accepts, if any, is over).
     fn accepted(&self);
     /// An accept failed for the broker's own reasons (descriptors, memory); the loop waits
@@ -155,7 +157,7 @@ pub async fn accept_loop(
         if !sys::ACCEPTED_INHERIT_OPTIONS {
             set_accepted_options(&stream, &serve.keepalive(), peer);
         }
-        serve.start(stream, peer);
+        serve.start(Accepted { stream, peer });
     };
     // The keepalive settings the listener carries for its accepted sockets to inherit; set
     // again when a reload changes them.

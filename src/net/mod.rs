@@ -1,9 +1,12 @@
-//! Sockets, below both connection paths: binding and accepting, resolving and connecting to a
-//! server, moving bytes between two streams, the threads that serve them, and the few system
-//! calls the standard library lacks. Nothing here knows what a balancer is: the accept loop
-//! is handed what serves a connection ([`listener::Serve`]).
+//! Sockets, below both connection paths: binding and accepting, an accepted connection's TLS
+//! step, resolving and connecting to a server, moving bytes between two streams, the threads
+//! that serve them, and the few system calls the standard library lacks. Nothing here knows
+//! what a balancer is: the accept loop is handed what serves a connection
+//! ([`listener::Serve`]), and the TLS step returns what became of it for the caller to count.
 //!
 //! - [`listener`]: binding a balancer's port, and the accept loop that never dies.
+//! - [`handshake`]: an accepted connection made secure once, as its port's TLS says (the first
+//!   byte told apart, the handshake within a timeout), before either path serves it.
 //! - [`dial`]: connecting to a server: resolve, refuse the broker itself, connect within a
 //!   timeout, socket options, TLS towards servers; for clients and the monitor alike.
 //! - [`resolve`]: server names to addresses: cached, one lookup per name, a bound on lookups
@@ -20,6 +23,7 @@
 //!   the one module allowed `unsafe`.
 
 pub mod dial;
+pub mod handshake;
 #[cfg(unix)]
 pub mod inherit;
 pub mod listener;

@@ -14,7 +14,9 @@
 //! - [`watchdog`]: the heartbeats judged.
 //! - `vet`: an upgrade's new binary checked beside the loop.
 //! - `reexec`: an upgrade's re-execution.
-//! - [`upgrade`]: the supervisor's socket and what one image hands the next.
+//! - `socket`: the supervisor's socket on the loop's side: accept, read the request, answer.
+//! - [`upgrade`]: the supervisor's socket (where, binding it, asking on it) and what one image
+//!   hands the next.
 //! - [`systemd`]: notify, watchdog and socket activation.
 //! - `link`: the broker's side ([`Link`]).
 //!
@@ -40,6 +42,7 @@ mod child;
 mod link;
 mod reexec;
 mod run;
+mod socket;
 pub mod systemd;
 pub mod upgrade;
 mod vet;

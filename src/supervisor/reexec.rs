@@ -9,7 +9,8 @@ use std::os::unix::net::UnixStream;
 use tracing::{error, info, warn};
 
 use super::run::Supervisor;
-use super::upgrade::{HANDOVER_ENV, Handover, LIFELINE_ENV, answer, timeout_of_file};
+use super::socket::answer;
+use super::upgrade::{HANDOVER_ENV, Handover, LIFELINE_ENV, timeout_of_file};
 use super::vet::Vetting;
 use super::{Held, LISTENERS_ENV, encode};
 use crate::config::show_duration;
@@ -95,7 +96,7 @@ impl Supervisor {
     /// failure, with why.
     fn exec(&self, client: &UnixStream) -> String {
         use std::os::unix::process::CommandExt;
-        let Some(socket) = &self.socket else {
+        let Some(socket) = self.socket.listener() else {
             return "the supervisor has no socket".into();
         };
         let handover = Handover {

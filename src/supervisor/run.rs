@@ -15,7 +15,8 @@ use tracing::{error, info, warn};
 
 use super::child::{Child, Ears, Heard, ended};
 use super::link::Supervised;
-use super::upgrade::{Handover, read_request};
+use super::socket::{self, UpgradeSocket};
+use super::upgrade::Handover;
 use super::vet::Vetting;
 use super::watchdog::Silence;
 use super::{Backoff, Held, describe, hold};
@@ -98,9 +99,7 @@ pub(super) struct Supervisor {
     /// When the last child died, to say how long the ports went unserved.
     died_at: Option<Instant>,
     /// The socket `appbroker upgrade` asks on.
-    pub(super) socket: Option<tokio::net::UnixListener>,
-    /// Where connections on it send their request, once read.
-    requests: mpsc::Sender<std::os::unix::net::UnixStream>,
+    pub(super) socket: UpgradeSocket,
     /// Where children's lifelines report, and the watchdog's limit they read.
     pub(super) ears: Ears,
     /// `WATCHDOG_TIMEOUT`, as the lifelines' readers see it.
@@ -143,8 +142,6 @@ pub struct Upgrading {
 /// What the loop hears from its sources besides the children's ends.
 struct Sources {
     signals: Signals,
-    /// Upgrade requests read on the socket.
-    incoming: mpsc::Receiver<std::os::unix::net::UnixStream>,
     /// What the children's lifelines bring.
     heard: mpsc::Receiver<Heard>,
     /// systemd's watchdog (`WATCHDOG_USEC`), when it watches.
@@ -166,21 +163,13 @@ pub async fn run(start: Start) -> std::io::Result<u8> {
         socket,
         upgrading,
     } = start;
-    let (requests, incoming) = mpsc::channel(1);
     let (heard_tx, heard) = mpsc::channel(4);
     let (watchdog, limit) = watch::channel(config.general.watchdog_timeout);
     let ears = Ears {
         heard: heard_tx,
         watchdog: limit,
     };
-    let socket = match socket {
-        Some(listener) => {
-            listener.set_nonblocking(true)?;
-            let listener = tokio::net::UnixListener::from_std(listener)?;
-            Some(listener)
-        }
-        None => None,
-    };
+    let socket = UpgradeSocket::new(socket)?;
     let retiring = upgrading
         .as_ref()
         .map(|u| u.handover.retired.clone())
@@ -197,7 +186,6 @@ pub async fn run(start: Start) -> std::io::Result<u8> {
         stopping: false,
         died_at: None,
         socket,
-        requests,
         ears,
         watchdog,
         vetting: None,
@@ -212,19 +200,12 @@ pub async fn run(start: Start) -> std::io::Result<u8> {
     }
     let mut sources = Sources {
         signals,
-        incoming,
         heard,
         systemd,
     };
     let code = supervisor.watch(&mut sources).await;
     supervisor.abandon_upgrade("the supervisor is stopping");
-    // Stopping for good (an upgrade's exec never comes back here): its socket goes with it.
-    if let Some(socket) = &supervisor.socket
-        && let Ok(address) = socket.local_addr()
-        && let Some(path) = address.as_pathname()
-    {
-        let _ = std::fs::remove_file(path);
-    }
+    supervisor.socket.remove();
     code
 }
 
@@ -275,12 +256,7 @@ fn first_children(
 impl Supervisor {
     async fn watch(&mut self, sources: &mut Sources) -> std::io::Result<u8> {
         loop {
-            let accepted = async {
-                match &self.socket {
-                    Some(socket) => socket.accept().await.map(|(stream, _)| stream),
-                    None => std::future::pending().await,
-                }
-            };
+            let asked = self.socket.asked();
             let next_event = async {
                 let Some(next) = self.next.as_mut() else {
                     return std::future::pending().await;
@@ -339,8 +315,7 @@ impl Supervisor {
                     NextEvent::Ended(status) => self.next_ended(status?),
                 },
                 verdict = vetted => self.vetted(verdict),
-                Ok(stream) = accepted => read_request(stream, self.requests.clone()),
-                Some(client) = sources.incoming.recv() => self.upgrade_asked(client),
+                client = asked => self.upgrade_asked(client),
                 Some(heard) = sources.heard.recv() => match heard {
                     Heard::Reload(pid) => self.reload_asked(pid),
                     Heard::Silent(silence) => self.silent(&silence),
@@ -373,7 +348,7 @@ impl Supervisor {
     /// Answers the `appbroker upgrade` waiting, if one is.
     pub(super) fn answer(&mut self, line: &str) {
         if let Some(client) = self.waiting.take() {
-            super::upgrade::answer(client, line);
+            socket::answer(client, line);
         }
     }
 

@@ -4,7 +4,8 @@
 //!
 //! The supervisor answers on a socket of its own rather than through the broker's control
 //! socket because the broker is what an upgrade replaces: the one who answers must outlive it.
-//! The protocol is one line each way: `upgrade`, then `upgraded: ...` or `refused: ...`.
+//! The protocol is one line each way: `upgrade`, then `upgraded: ...` or `refused: ...`; the
+//! loop's side of the socket (accepting, reading the line, answering) is `super::socket`.
 //!
 //! After the exec nothing of the old image is left to refuse anything: so before it, the new
 //! binary must say it takes this handover ([`HANDOVER_VERSION`], asked with
@@ -241,44 +242,6 @@ pub fn ask(socket: &Path, within: Duration) -> Result<String, AskError> {
         });
     }
     Ok(line.trim_end().to_string())
-}
-
-/// Reads the one request line of a connection on the supervisor's socket (bounded in time
-/// and size, in a task of its own so a silent client holds nothing up) and hands the
-/// connection on to `requests` when it asks for an upgrade.
-pub(super) fn read_request(
-    stream: tokio::net::UnixStream,
-    requests: tokio::sync::mpsc::Sender<UnixStream>,
-) {
-    tokio::spawn(async move {
-        use tokio::io::AsyncReadExt;
-        let mut line = Vec::new();
-        let mut reader = tokio::io::BufReader::new(stream).take(64);
-        let read = tokio::time::timeout(
-            Duration::from_secs(5),
-            tokio::io::AsyncBufReadExt::read_until(&mut reader, b'\n', &mut line),
-        )
-        .await;
-        let Ok(stream) = reader.into_inner().into_inner().into_std() else {
-            return;
-        };
-        if read.is_ok() && line.trim_ascii() == REQUEST.as_bytes() {
-            let _ = stream.set_nonblocking(false);
-            let _ = requests.send(stream).await;
-        } else {
-            answer(
-                stream,
-                "refused: unknown request (this socket takes `upgrade`)",
-            );
-        }
-    });
-}
-
-/// Writes `line` to an `appbroker upgrade` and hangs up.
-pub(super) fn answer(mut client: UnixStream, line: &str) {
-    let _ = client.set_nonblocking(false);
-    let _ = client.set_write_timeout(Some(Duration::from_secs(5)));
-    let _ = client.write_all(format!("{line}\n").as_bytes());
 }
 
 #[cfg(test)]

@@ -1,48 +1,30 @@
-//! One accepted connection as a [`Client`], with its way through the broker as methods: the
-//! TLS handshake on a TLS port, sniff (a query is answered, anything else forwarded), take a
-//! `MAX_CONNECTIONS` place, choose a server and connect (quarantining servers that fail and
-//! trying the next candidate), relay, and account for it.
+//! One accepted connection as a [`Client`], with its way through the broker as methods, once
+//! its port's TLS step is done (`net::handshake`): sniff (a query is answered, anything else
+//! forwarded), take a `MAX_CONNECTIONS` place, choose a server and connect (quarantining
+//! servers that fail and trying the next candidate), relay, and account for it.
 
 use std::future::Future;
-use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-use tokio::time::{Duration, Instant};
-use tokio_util::either::Either;
+use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, Span, debug};
 
 use crate::balancer::context::{Context, Ending};
 use crate::balancer::events::Unserved;
 use crate::balancer::{Balancer, ClientSlot, Closed, Eligible, Lease, Pool};
-use crate::config::{Keepalive, Language};
-use crate::http::{self, Downstream};
-use crate::http_balancer::{self, HttpProxy};
 use crate::net::dial::ServerStream;
-use crate::net::listener::Serve;
 use crate::net::relay::{Counters, End, Outcome, relay};
 use crate::net::stream::Stream;
 use crate::process::os_error::words;
 use crate::query;
 use crate::tcp::sniff::{Verdict, sniff};
-use crate::tls::HandshakeFailure;
-use crate::tls::first_byte::{self, Arrival};
 
-/// A client's stream once the port's TLS, if any, is set up: plain TCP, or TLS.
-pub type ClientStream = Either<TcpStream, tokio_rustls::server::TlsStream<TcpStream>>;
-
-/// How long a client of a TLS port has to finish its handshake: a real client needs a round
-/// trip or two (well under a second even across a continent), and one that connects and
-/// stalls must not hold its descriptor long. nginx allows 60 s, HAProxy its client timeout;
-/// 10 s leaves room for a slow mobile link and frees a stalled slot soon.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// What every client of one listening socket shares: the broker's state, the balancer, how
+/// What every connection of one listening socket shares: the broker's state, the balancer, how
 /// the balancer ends its connections, and where its tasks are counted. Made once per accept
-/// loop, so a client costs one reference to it rather than a copy of each.
+/// loop, so a client costs one reference to it rather than a copy of each. The broker's
+/// hand-off reads it for the TLS step of either kind of balancer's connections too.
 #[derive(Debug)]
 pub struct Entrance {
     /// The broker's shared state.
@@ -59,30 +41,6 @@ pub struct Entrance {
     /// connection: creating and formatting a span per client cost more than the fields it
     /// adds, which the lines carry themselves (`client=`, `server=`).
     pub span: Span,
-    /// The HTTP engine of an HTTP balancer, which serves its connections; `None` for a TCP
-    /// balancer, whose connections are [`Client`]s.
-    pub http: Option<Arc<HttpProxy>>,
-}
-
-/// An accept loop hands each connection to its entrance, which starts it as a [`Client`]
-/// (or, on an HTTP balancer, hands it to the engine after the TLS step) and counts accepting
-/// on the balancer.
-impl Serve for Arc<Entrance> {
-    fn keepalive(&self) -> Keepalive {
-        self.balancer.pool().config.keepalive
-    }
-
-    fn start(&self, stream: TcpStream, peer: SocketAddr) {
-        Client::new(self, stream, peer).start();
-    }
-
-    fn accepted(&self) {
-        self.balancer.accepted();
-    }
-
-    fn accept_failed(&self, error: &io::Error, backoff: Duration) {
-        self.balancer.accept_failed(error, backoff);
-    }
 }
 
 /// One accepted connection over any [`Stream`], from its first bytes to its closing line.
@@ -94,132 +52,13 @@ pub struct Client<S> {
     peer: SocketAddr,
 }
 
-impl Client<TcpStream> {
-    /// Starts the client's task. Past `MAX_CONNECTIONS` it is closed at once (a clear refusal
-    /// beats a hang in the backlog), unless it turns out to be a query: operators look then.
-    /// On a TLS port the handshake comes first ([`Client::secure`]).
-    pub fn start(self) {
-        let entrance = Arc::clone(&self.entrance);
-        let at_limit = entrance.balancer.at_limit(&self.pool);
-        if at_limit && !self.pool.config.query.enabled {
-            entrance.balancer.refused(entrance.local);
-        } else if self.pool.tls_missing() {
-            debug!(client = %self.peer, "closed: the balancer's TLS keys are not loaded");
-        } else if self.pool.tls.server.is_none() {
-            match &entrance.http {
-                Some(proxy) => self.serve_http(proxy, false),
-                None => {
-                    entrance.tasks.spawn(self.run(at_limit));
-                }
-            }
-        } else {
-            entrance.tasks.spawn(async move {
-                let Some(client) = self.secure().await else {
-                    return;
-                };
-                match client.entrance.http.clone() {
-                    Some(proxy) => {
-                        let tls = matches!(client.stream, Either::Right(_));
-                        client.serve_http(&proxy, tls);
-                    }
-                    None => client.run(at_limit).await,
-                }
-            });
-        }
-    }
-
-    /// The TLS step: on a TLS port the handshake (within [`HANDSHAKE_TIMEOUT`]), or, with
-    /// `SSL_PLAIN_ON_SAME_PORT=1`, a plain client told apart by its first byte; on a plain
-    /// port the stream as it is. The result is a stream of either kind, for any engine to
-    /// serve. `None` when the client is gone: its handshake failed (counted, logged once per
-    /// episode, no server blamed) or it closed first.
-    pub async fn secure(self) -> Option<Client<ClientStream>> {
-        let Client {
-            entrance,
-            pool,
-            stream,
-            peer,
-        } = self;
-        let same_port = pool.config.tls.plain_on_same_port;
-        let plain = match &pool.tls.server {
-            None => true,
-            // A TCP client of a TLS-only port goes straight to the handshake; an HTTP one is
-            // looked at first, so plain HTTP can be told to use https.
-            Some(_) if !same_port && entrance.http.is_none() => false,
-            Some(_) => match first_byte::peek(&stream, pool.config.query.sniff_timeout).await {
-                Ok(Arrival::Tls) => false,
-                Ok(Arrival::Plain) if !same_port => {
-                    let failure = HandshakeFailure::plain_http();
-                    let balancer = &entrance.balancer;
-                    entrance
-                        .span
-                        .in_scope(|| balancer.handshake_failed(peer, &failure));
-                    let language = entrance.ctx.config.load().general.language;
-                    answer_plain_http(stream, language).await;
-                    return None;
-                }
-                Ok(Arrival::Plain) => true,
-                Ok(Arrival::Silent) => same_port,
-                Ok(Arrival::Closed) | Err(_) => return None,
-            },
-        };
-        let stream = match &pool.tls.server {
-            Some(server) if !plain => match server.accept(stream, HANDSHAKE_TIMEOUT).await {
-                Ok(stream) => {
-                    entrance.balancer.handshake_done();
-                    Either::Right(stream)
-                }
-                Err(failure) => {
-                    let balancer = &entrance.balancer;
-                    entrance
-                        .span
-                        .in_scope(|| balancer.handshake_failed(peer, &failure));
-                    return None;
-                }
-            },
-            _ => Either::Left(stream),
-        };
-        Some(Client {
-            entrance,
-            pool,
-            stream,
-            peer,
-        })
-    }
-}
-
-/// Answers a plain HTTP request sent to a TLS-only HTTP port with a 400 page that says to use
-/// https, as nginx does; the request's first bytes are read first (within a second, at most
-/// 64 KiB), so closing does not reset the connection before the answer is read.
-async fn answer_plain_http(mut stream: TcpStream, language: Language) {
-    let mut head = vec![0u8; 64 * 1024];
-    let answer = async {
-        let _ = stream.read(&mut head).await;
-        stream
-            .write_all(&http::pages::plain_http_to_tls_port(language))
-            .await?;
-        stream.shutdown().await
-    };
-    let _ = tokio::time::timeout(Duration::from_secs(1), answer).await;
-}
-
 impl<S: Stream> Client<S> {
-    /// Hands the client to its HTTP balancer's engine (`tls`: it came over TLS, for
-    /// `X-Forwarded-Proto`), which takes its `MAX_CONNECTIONS` place.
-    fn serve_http(self, proxy: &Arc<HttpProxy>, tls: bool) {
-        let e = &self.entrance;
-        let downstream = Downstream {
-            peer: self.peer,
-            tls,
-        };
-        http_balancer::start(proxy, &e.tasks, &e.ending, e.local, self.stream, downstream);
-    }
-
-    /// A client accepted through `entrance` from `peer`.
-    pub fn new(entrance: &Arc<Entrance>, stream: S, peer: SocketAddr) -> Client<S> {
+    /// A client accepted through `entrance` from `peer`, in `pool`'s generation (the one
+    /// read when it arrived), its port's TLS step done.
+    pub fn new(entrance: Arc<Entrance>, pool: Arc<Pool>, stream: S, peer: SocketAddr) -> Self {
         Client {
-            pool: entrance.balancer.pool(),
-            entrance: Arc::clone(entrance),
+            pool,
+            entrance,
             stream,
             peer,
         }
@@ -236,7 +75,7 @@ impl<S: Stream> Client<S> {
     /// sends nothing for `QUERY_SNIFF_TIMEOUT` is taken for a server-first protocol client
     /// and forwarded then, and so is one whose first bytes could still begin a query but have
     /// not become one by then.
-    async fn run(mut self, at_limit: bool) {
+    pub async fn run(mut self, at_limit: bool) {
         let started = Instant::now();
         let entrance = Arc::clone(&self.entrance);
         let span = &entrance.span;
@@ -402,6 +241,8 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
     use std::sync::{Condvar, Mutex};
 
+    use tokio::net::TcpStream;
+
     use crate::config::Config;
     use crate::net::resolve::Resolver;
 
@@ -427,14 +268,13 @@ mod tests {
             local: None,
             tasks: TaskTracker::new(),
             span: Span::none(),
-            http: None,
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let stream = TcpStream::connect(listener.local_addr().unwrap())
             .await
             .unwrap();
         let peer: SocketAddr = "127.0.0.1:40000".parse().unwrap();
-        Client::new(&entrance, stream, peer)
+        Client::new(entrance, balancer.pool(), stream, peer)
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

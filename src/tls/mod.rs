@@ -9,7 +9,9 @@
 //! paths.
 //!
 //! - [`files`]: PEM files to certificates and keys, every way a file can be wrong in words.
-//! - [`doctor`]: what a loaded certificate and key mean for its clients: [`Finding`]s.
+//! - [`doctor`]: what a loaded certificate and key mean for its clients, and the certificates
+//!   of `SSL_UPSTREAM_CA` for the servers: [`Finding`]s, one file per diagnosis and one for
+//!   the report.
 //! - [`server`]: [`ServerTls`], the acceptor side, with session resumption kept across
 //!   reloads ([`Resumption`]).
 //! - [`upstream`]: [`UpstreamTls`], the connector side, verifying the servers' certificates or,

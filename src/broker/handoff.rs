@@ -1,0 +1,164 @@
+//! What a balancer's accept loops hand their connections to (the listener's [`Serve`], given
+//! by the unit): each connection is refused at `MAX_CONNECTIONS` (unless it may be a query),
+//! closed when the balancer's TLS keys did not load, made secure once as its port's TLS says
+//! ([`Accepted::handshake`], its outcome counted here), then handed by the balancer's kind to
+//! the TCP client or the HTTP engine. A plain port's connection goes straight on, without a
+//! task of its own before the one that serves it.
+
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_util::either::Either;
+use tracing::debug;
+
+use crate::balancer::Pool;
+use crate::config::{Keepalive, Language};
+use crate::http::{self, Downstream};
+use crate::http_balancer::{self, HttpProxy};
+use crate::net::handshake::{Accepted, ClientStream, Handshake, PortTls};
+use crate::net::listener::Serve;
+use crate::net::stream::Stream;
+use crate::tcp::client::{Client, Entrance};
+use crate::tls::HandshakeFailure;
+
+/// A listening socket's hand-off: what its connections share, and the engine that serves
+/// them when the balancer speaks HTTP.
+pub(super) struct Handoff {
+    /// What every connection of the socket shares.
+    pub(super) entrance: Arc<Entrance>,
+    /// The HTTP engine of an HTTP balancer; `None` for a TCP balancer, whose connections are
+    /// [`Client`]s.
+    pub(super) http: Option<Arc<HttpProxy>>,
+}
+
+impl Serve for Handoff {
+    fn keepalive(&self) -> Keepalive {
+        self.entrance.balancer.pool().config.keepalive
+    }
+
+    /// Past `MAX_CONNECTIONS` a client is closed at once (a clear refusal beats a hang in the
+    /// backlog), unless it may turn out to be a query: operators look then. On a TLS port the
+    /// handshake comes first, in the task that then serves the connection.
+    fn start(&self, accepted: Accepted) {
+        let entrance = &self.entrance;
+        let pool = entrance.balancer.pool();
+        let at_limit = entrance.balancer.at_limit(&pool);
+        if at_limit && !pool.config.query.enabled {
+            entrance.balancer.refused(entrance.local);
+        } else if pool.tls_missing() {
+            debug!(client = %accepted.peer, "closed: the balancer's TLS keys are not loaded");
+        } else if pool.tls.server.is_none() {
+            let Accepted { stream, peer } = accepted;
+            match &self.http {
+                Some(proxy) => serve_http(proxy, entrance, stream, Downstream { peer, tls: false }),
+                None => {
+                    let client = Client::new(Arc::clone(entrance), pool, stream, peer);
+                    entrance.tasks.spawn(client.run(at_limit));
+                }
+            }
+        } else {
+            let (owned, peer) = (Arc::clone(entrance), accepted.peer);
+            match self.http.clone() {
+                Some(proxy) => entrance.tasks.spawn(async move {
+                    if let Some(stream) = secure(&owned, &pool, accepted, true).await {
+                        let tls = matches!(stream, Either::Right(_));
+                        serve_http(&proxy, &owned, stream, Downstream { peer, tls });
+                    }
+                }),
+                None => entrance.tasks.spawn(async move {
+                    if let Some(stream) = secure(&owned, &pool, accepted, false).await {
+                        Client::new(owned, pool, stream, peer).run(at_limit).await;
+                    }
+                }),
+            };
+        }
+    }
+
+    fn accepted(&self) {
+        self.entrance.balancer.accepted();
+    }
+
+    fn accept_failed(&self, error: &io::Error, backoff: Duration) {
+        self.entrance.balancer.accept_failed(error, backoff);
+    }
+}
+
+/// The TLS step of a connection accepted on a TLS port of `pool`'s generation (`answers_plain`:
+/// an HTTP port, which tells plain HTTP to use https), and its accounting: a finished
+/// handshake ends an episode of failed ones; a failed one is counted and logged once per
+/// episode, blaming no server. The stream to serve, plain or TLS; `None` when the client is
+/// gone (failed, answered, or closed first).
+async fn secure(
+    entrance: &Entrance,
+    pool: &Pool,
+    accepted: Accepted,
+    answers_plain: bool,
+) -> Option<ClientStream> {
+    let server = pool.tls.server.as_ref()?;
+    let port = PortTls {
+        server,
+        plain_on_same_port: pool.config.tls.plain_on_same_port,
+        answers_plain,
+        first_byte_wait: pool.config.query.sniff_timeout,
+    };
+    let (balancer, peer) = (&entrance.balancer, accepted.peer);
+    let failed = |failure: &HandshakeFailure| {
+        entrance
+            .span
+            .in_scope(|| balancer.handshake_failed(peer, failure));
+    };
+    match accepted.handshake(&port).await {
+        Handshake::Tls(stream) => {
+            balancer.handshake_done();
+            Some(Either::Right(stream))
+        }
+        Handshake::Plain(stream) => Some(Either::Left(stream)),
+        Handshake::Failed(failure) => {
+            failed(&failure);
+            None
+        }
+        Handshake::PlainRefused(stream) => {
+            failed(&HandshakeFailure::plain_http());
+            let language = entrance.ctx.config.load().general.language;
+            answer_plain_http(stream, language).await;
+            None
+        }
+        Handshake::Gone => None,
+    }
+}
+
+/// Hands a connection, its TLS step done, to its HTTP balancer's engine (`client`: who, and
+/// whether it came over TLS, for `X-Forwarded-Proto`), which takes its `MAX_CONNECTIONS`
+/// place.
+fn serve_http<S: Stream>(
+    proxy: &Arc<HttpProxy>,
+    entrance: &Entrance,
+    stream: S,
+    client: Downstream,
+) {
+    let Entrance {
+        tasks,
+        ending,
+        local,
+        ..
+    } = entrance;
+    http_balancer::start(proxy, tasks, ending, *local, stream, client);
+}
+
+/// Answers a plain HTTP request sent to a TLS-only HTTP port with a 400 page that says to use
+/// https, as nginx does; the request's first bytes are read first (within a second, at most
+/// 64 KiB), so closing does not reset the connection before the answer is read.
+async fn answer_plain_http(mut stream: TcpStream, language: Language) {
+    let mut head = vec![0u8; 64 * 1024];
+    let answer = async {
+        let _ = stream.read(&mut head).await;
+        stream
+            .write_all(&http::pages::plain_http_to_tls_port(language))
+            .await?;
+        stream.shutdown().await
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(1), answer).await;
+}
