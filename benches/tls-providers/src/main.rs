@@ -1,5 +1,6 @@
 //! Server-side cost of a TLS handshake under rustls' two crypto providers, aws-lc-rs and ring:
-//! the measurement behind appbroker's choice (docs/architecture.md, "TLS").
+//! the measurement behind appbroker's choice
+//! (docs/decisions/2026-11-30-tls-crypto-provider.md).
 //!
 //! Client and server run in this one thread over memory buffers, so no socket, scheduler or
 //! load generator enters the figure. Only the server's work is counted: the thread's CPU time
