@@ -9,6 +9,9 @@
 //! - The map is the `//!` docs of `src/lib.rs` (a line for each top-level module) and of each
 //!   folder's `mod.rs` (a line for each of its files): a module missing from its map fails, and
 //!   so does a line for a module that is gone.
+//! - The binary's own modules (those `src/main.rs` declares: `cli`) stand above every layer:
+//!   they reach the library as `appbroker::`, and the library cannot name them (the compiler
+//!   holds that). `src/main.rs`'s docs map them; their folders' `mod.rs` as in the library.
 //!
 //! Inline unit tests (`#[cfg(test)] mod tests`) and `tests.rs` files are left out: a test may
 //! reach anywhere.
@@ -46,6 +49,28 @@ const LAYERS: &[(&str, u32)] = &[
 
 /// A module's path from the crate root: `["config", "validate", "balancer"]`.
 type Module = Vec<String>;
+
+/// The binary's top-level modules: the `mod NAME;` lines of `src/main.rs`.
+fn binary_tops(src: &Path) -> BTreeSet<String> {
+    let main = std::fs::read_to_string(src.join("main.rs")).expect("src/main.rs");
+    main.lines()
+        .filter_map(|line| line.trim().strip_prefix("mod ")?.strip_suffix(';'))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The modules of one crate of `src/`: the binary's (`binary`), or the library's.
+fn of_crate(
+    modules: &BTreeMap<Module, String>,
+    tops: &BTreeSet<String>,
+    binary: bool,
+) -> BTreeMap<Module, String> {
+    modules
+        .iter()
+        .filter(|(module, _)| tops.contains(&module[0]) == binary)
+        .map(|(module, text)| (module.clone(), text.clone()))
+        .collect()
+}
 
 /// Every module file of `src/` (but the crate roots and test modules) and its source.
 fn modules(src: &Path) -> BTreeMap<Module, String> {
@@ -327,11 +352,15 @@ fn listed(text: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// What the maps get wrong: each module missing from its parent's map (`src/lib.rs` for a
+/// What the maps get wrong: each module missing from its parent's map (the crate root's for a
 /// top-level module, the folder's `mod.rs` for the others), and each map line for a module
 /// that is not there. `maps` holds each parent's map text by the parent's path (`[]` for the
-/// crate root).
-fn map_errors(modules: &BTreeMap<Module, String>, maps: &BTreeMap<Module, String>) -> Vec<String> {
+/// crate root, whose file is `root`).
+fn map_errors(
+    modules: &BTreeMap<Module, String>,
+    maps: &BTreeMap<Module, String>,
+    root: &str,
+) -> Vec<String> {
     let mut children: BTreeMap<Module, BTreeSet<String>> = BTreeMap::new();
     for module in modules.keys() {
         let (name, parent) = module.split_last().unwrap();
@@ -343,7 +372,7 @@ fn map_errors(modules: &BTreeMap<Module, String>, maps: &BTreeMap<Module, String
     let mut found = Vec::new();
     for (parent, names) in &children {
         let file = if parent.is_empty() {
-            "src/lib.rs".to_string()
+            root.to_string()
         } else {
             format!("src/{}/mod.rs", parent.join("/"))
         };
@@ -364,13 +393,14 @@ fn map_errors(modules: &BTreeMap<Module, String>, maps: &BTreeMap<Module, String
     found
 }
 
-/// The map of each folder that holds modules, by the folder's module path: `src/lib.rs`'s
-/// docs for the crate root, each folder's `mod.rs` for the rest.
-fn maps(src: &Path, modules: &BTreeMap<Module, String>) -> BTreeMap<Module, String> {
+/// The map of each folder that holds modules, by the folder's module path: the crate root's
+/// docs (`root`: `lib.rs` or `main.rs`) for the crate root, each folder's `mod.rs` for the
+/// rest.
+fn maps(src: &Path, root: &str, modules: &BTreeMap<Module, String>) -> BTreeMap<Module, String> {
     let mut maps = BTreeMap::new();
     maps.insert(
         Vec::new(),
-        std::fs::read_to_string(src.join("lib.rs")).expect("src/lib.rs"),
+        std::fs::read_to_string(src.join(root)).expect("the crate root"),
     );
     for (module, text) in modules {
         let folder = module
@@ -464,7 +494,9 @@ fn each_module_imports_only_modules_of_lower_layers() {
         top_edges > 30,
         "only {top_edges} imports between top-level modules found"
     );
-    let violations = layer_violations(&edges, &modules, LAYERS);
+    // The binary's modules are in no layer: above them all.
+    let library = of_crate(&modules, &binary_tops(&src), false);
+    let violations = layer_violations(&edges, &library, LAYERS);
     assert!(
         violations.is_empty(),
         "the layers do not hold (tests/module_graph.rs, LAYERS):\n  {}",
@@ -476,13 +508,25 @@ fn each_module_imports_only_modules_of_lower_layers() {
 fn every_module_is_on_the_map_and_the_map_names_only_modules() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let modules = modules(&src);
-    let maps = maps(&src, &modules);
+    let binary = binary_tops(&src);
+    let library = of_crate(&modules, &binary, false);
+    let maps_of_library = maps(&src, "lib.rs", &library);
     // A check that found no folder would check nothing.
-    assert!(maps.len() > 10, "only {} maps found", maps.len());
-    let errors = map_errors(&modules, &maps);
+    assert!(
+        maps_of_library.len() > 10,
+        "only {} maps found",
+        maps_of_library.len()
+    );
+    let mut errors = map_errors(&library, &maps_of_library, "src/lib.rs");
+    let binary = of_crate(&modules, &binary, true);
+    errors.extend(map_errors(
+        &binary,
+        &maps(&src, "main.rs", &binary),
+        "src/main.rs",
+    ));
     assert!(
         errors.is_empty(),
-        "the module map (src/lib.rs and each folder's mod.rs) is not the tree:\n  {}",
+        "the module map (src/lib.rs, src/main.rs and each folder's mod.rs) is not the tree:\n  {}",
         errors.join("\n  ")
     );
 }
@@ -490,7 +534,9 @@ fn every_module_is_on_the_map_and_the_map_names_only_modules() {
 #[test]
 fn docs_architecture_places_every_top_level_module_in_its_layout_and_layers() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let modules = modules(&root.join("src"));
+    let src = root.join("src");
+    // The library's modules: the binary's stand in no layer.
+    let modules = of_crate(&modules(&src), &binary_tops(&src), false);
     let text = std::fs::read_to_string(root.join("docs/architecture.md")).expect("the doc");
     let layout = &text[text.find("## Layout").expect("a Layout section")..];
     let layout = &layout[..layout[3..].find("\n## ").map_or(layout.len(), |at| at + 3)];
@@ -559,13 +605,13 @@ fn the_checks_find_an_upward_import_and_a_module_off_the_map() {
     );
     let folder = "//! Text.\n//!\n//! - `b`: x.\n//! - [`c`](mod@c): y.\n\nmod b;\n";
     maps.insert(module("a"), folder.to_string());
-    assert_eq!(map_errors(&tree, &maps), Vec::<String>::new());
+    assert_eq!(map_errors(&tree, &maps, "src/lib.rs"), Vec::<String>::new());
     let mut stale = maps.clone();
     stale.insert(
         crate_root(),
         "//! - [`a`]: one.\n//! - [`e`]: gone.\n".to_string(),
     );
-    let errors = map_errors(&tree, &stale);
+    let errors = map_errors(&tree, &stale, "src/lib.rs");
     assert_eq!(errors.len(), 2, "{errors:?}");
     assert!(errors.iter().any(|e| e.contains("no `//! - [`d`]")));
     assert!(errors.iter().any(|e| e.contains("`e`, which is no module")));

@@ -181,22 +181,11 @@ impl Admin {
             Request::Quarantine {
                 duration, reason, ..
             } => {
-                let duration = match duration {
-                    None => balancer.pool().config.quarantine_time,
-                    Some(text) => match duration_within(&text, Duration::from_millis(1), DAY) {
-                        Ok(d) => d,
-                        Err(e) => return Answer::refused(format!("duration `{text}` {e}")),
-                    },
-                };
                 let asked = Asked {
                     by: by.to_string(),
                     reason: reason.unwrap_or_default(),
                 };
-                balancer.force_quarantine(server, duration, asked);
-                Answer::done(format!(
-                    "{name} in quarantine for {} (until released)",
-                    show_duration(duration)
-                ))
+                quarantine(balancer, server, &name, duration.as_deref(), asked)
             }
             Request::Release { .. } => match balancer.release_by(server, by) {
                 true => Answer::done(format!("{name} released from quarantine")),
@@ -318,6 +307,29 @@ impl Admin {
             );
         }
     }
+}
+
+/// `server` (`name` in answers) in quarantine for `duration` (`QUARANTINE_TIME` without one),
+/// as `asked`.
+fn quarantine(
+    balancer: &Balancer,
+    server: &Server,
+    name: &str,
+    duration: Option<&str>,
+    asked: Asked,
+) -> Answer {
+    let duration = match duration {
+        None => balancer.pool().config.quarantine_time,
+        Some(text) => match duration_within(text, Duration::from_millis(1), DAY) {
+            Ok(d) => d,
+            Err(e) => return Answer::refused(format!("duration `{text}` {e}")),
+        },
+    };
+    balancer.force_quarantine(server, duration, asked);
+    Answer::done(format!(
+        "{name} in quarantine for {} (until released)",
+        show_duration(duration)
+    ))
 }
 
 /// Why `section` names no balancer, with the ones that run.

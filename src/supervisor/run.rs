@@ -253,30 +253,42 @@ fn first_children(
     })
 }
 
+/// What the replacing child does next, when there is one (else never): closes its READY
+/// socket, or ends.
+async fn next_event(next: &mut Option<Child>) -> NextEvent {
+    let Some(next) = next.as_mut() else {
+        return std::future::pending().await;
+    };
+    match next.ready.as_mut() {
+        Some(ready) => tokio::select! {
+            said = ready => NextEvent::Said(said.is_ok()),
+            status = ended(&mut next.ended) => NextEvent::Ended(status),
+        },
+        None => NextEvent::Ended(next.wait().await),
+    }
+}
+
+/// The verdict on the new binary of the upgrade being vetted, when one is (else never).
+async fn verdict(
+    vetting: &mut Option<(Vetting, std::os::unix::net::UnixStream)>,
+) -> Result<(), String> {
+    match vetting.as_mut() {
+        Some((vetting, _)) => (&mut vetting.verdict)
+            .await
+            .unwrap_or_else(|_| Err("the check's task ended".into())),
+        None => std::future::pending().await,
+    }
+}
+
 impl Supervisor {
+    /// The loop: whatever comes first (a child's end or READY, a verdict, an `upgrade` asked,
+    /// a lifeline's news, a signal, systemd's watchdog) acted on, until the child stops on
+    /// purpose; the exit code then.
     async fn watch(&mut self, sources: &mut Sources) -> std::io::Result<u8> {
         loop {
             let asked = self.socket.asked();
-            let next_event = async {
-                let Some(next) = self.next.as_mut() else {
-                    return std::future::pending().await;
-                };
-                match next.ready.as_mut() {
-                    Some(ready) => tokio::select! {
-                        said = ready => NextEvent::Said(said.is_ok()),
-                        status = ended(&mut next.ended) => NextEvent::Ended(status),
-                    },
-                    None => NextEvent::Ended(next.wait().await),
-                }
-            };
-            let vetted = async {
-                match self.vetting.as_mut() {
-                    Some((vetting, _)) => (&mut vetting.verdict)
-                        .await
-                        .unwrap_or_else(|_| Err("the check's task ended".into())),
-                    None => std::future::pending().await,
-                }
-            };
+            let next_event = next_event(&mut self.next);
+            let vetted = verdict(&mut self.vetting);
             let systemd = async {
                 match sources.systemd.as_mut() {
                     Some(watchdog) => watchdog.due().await,
@@ -304,14 +316,7 @@ impl Supervisor {
                     }
                 }
                 event = next_event => match event {
-                    NextEvent::Said(said) => {
-                        if let Some(next) = self.next.as_mut() {
-                            next.ready = None;
-                        }
-                        if said {
-                            self.next_serves();
-                        }
-                    }
+                    NextEvent::Said(said) => self.next_said(said),
                     NextEvent::Ended(status) => self.next_ended(status?),
                 },
                 verdict = vetted => self.vetted(verdict),
@@ -327,6 +332,16 @@ impl Supervisor {
                     watchdog.tell();
                 },
             }
+        }
+    }
+
+    /// The replacing child closed its READY socket, with the word (`said`) or without.
+    fn next_said(&mut self, said: bool) {
+        if let Some(next) = self.next.as_mut() {
+            next.ready = None;
+        }
+        if said {
+            self.next_serves();
         }
     }
 

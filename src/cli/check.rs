@@ -1,0 +1,34 @@
+//! `appbroker --check`: the configuration validated and printed back as INI, defaults
+//! included, without binding or resolving anything.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use appbroker::config::{self, Config};
+use appbroker::process::logging;
+
+/// `--check`: the notices and warnings on standard error, the effective configuration on
+/// standard output, and the verdict.
+pub fn report(
+    config: &Config,
+    notices: &[config::ConfigError],
+    warnings: &[config::ConfigError],
+    file: &str,
+) -> ExitCode {
+    for notice in notices {
+        logging::to_stderr(&format!("notice: {}", notice.located(file)));
+    }
+    for warning in warnings {
+        logging::to_stderr(&format!("warning: {}", warning.located(file)));
+    }
+    // A closed standard output loses the printout, not the verdict (the exit code).
+    let _ = std::io::stdout().write_all(config.to_ini().as_bytes());
+    // On standard error, so standard output stays the INI above.
+    let servers: usize = config.balancers.iter().map(|b| b.servers.len()).sum();
+    logging::to_stderr(&format!(
+        "configuration OK: {file} ({}, {})",
+        config::plural(config.balancers.len(), "balancer"),
+        config::plural(servers, "server")
+    ));
+    ExitCode::SUCCESS
+}
