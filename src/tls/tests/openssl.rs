@@ -28,15 +28,22 @@ fn command_in(finding: &Finding) -> Vec<String> {
     text[start..end].split(' ').map(str::to_string).collect()
 }
 
-#[test]
-#[ignore = "needs openssl (apt-get install openssl)"]
-fn keys_as_openssl_writes_them_load_and_the_advised_commands_work() {
+/// A CA, an RSA leaf it issued, and a directory holding the leaf's key as PKCS#8 (`rsa.pk8`)
+/// for `openssl` to rewrite.
+fn rsa_leaf_and_its_key() -> (Ca, Leaf, Files) {
     let ca = Ca::new("Test Root CA");
     let rsa = ca.issue(&["broker.test"], &rcgen::PKCS_RSA_SHA256, |_| {});
-    let ecdsa = ca.issue(&["broker.test"], &rcgen::PKCS_ECDSA_P256_SHA256, |_| {});
     let files = Files::new();
-    let dir = files.0.path();
     files.write("rsa.pk8", rsa.key.serialize_pem());
+    (ca, rsa, files)
+}
+
+#[test]
+#[ignore = "needs openssl (apt-get install openssl)"]
+fn keys_as_openssl_writes_them_load() {
+    let (ca, rsa, files) = rsa_leaf_and_its_key();
+    let ecdsa = ca.issue(&["broker.test"], &rcgen::PKCS_ECDSA_P256_SHA256, |_| {});
+    let dir = files.0.path();
     files.write("ec.pk8", ecdsa.key.serialize_pem());
     openssl(
         dir,
@@ -73,7 +80,13 @@ fn keys_as_openssl_writes_them_load_and_the_advised_commands_work() {
         let tls = load(&settings, &ca).unwrap_or_else(|e| panic!("{key}: {e}"));
         assert!(tls.findings.is_empty(), "{key}: {:?}", tls.findings);
     }
+}
 
+#[test]
+#[ignore = "needs openssl (apt-get install openssl)"]
+fn an_old_openssl_encrypted_key_converts_with_the_advised_command() {
+    let (ca, rsa, files) = rsa_leaf_and_its_key();
+    let dir = files.0.path();
     // The old OpenSSL encryption: the command in the message converts it, and the result loads.
     openssl(
         dir,
@@ -109,7 +122,13 @@ fn keys_as_openssl_writes_them_load_and_the_advised_commands_work() {
         ..settings
     };
     load(&settings, &ca).unwrap();
+}
 
+#[test]
+#[ignore = "needs openssl (apt-get install openssl)"]
+fn a_der_certificate_converts_with_the_advised_command() {
+    let (ca, rsa, files) = rsa_leaf_and_its_key();
+    let dir = files.0.path();
     // A DER certificate: the command in the message makes the PEM that loads.
     let der = files.write("broker.der", rsa.der.as_ref());
     let settings = ServerSettings {

@@ -20,10 +20,20 @@ fn connector(
     UpstreamTls::load(&settings, &no_system).unwrap()
 }
 
-#[tokio::test]
-async fn upstream_verification_passes_or_says_why_not() {
+/// What the verification tests reach: a server with a good certificate from `ca`, one with an
+/// expired one, and the broker's connector trusting `ca`.
+struct Verifying {
+    ca: Ca,
+    files: Files,
+    good_server: ServerTls,
+    expired_server: ServerTls,
+    trusting: UpstreamTls,
+    /// Kept so the expired server's files outlive it.
+    _expired_files: Files,
+}
+
+fn verifying() -> Verifying {
     let ca = Ca::new("AppServer CA");
-    let other_ca = Ca::new("Some Other CA");
     let good = ca.issue(
         &["app1.test", "127.0.0.1"],
         &rcgen::PKCS_ECDSA_P256_SHA256,
@@ -36,16 +46,42 @@ async fn upstream_verification_passes_or_says_why_not() {
     let (files, good_server) = server_with(&good);
     let (_expired_files, expired_server) = server_with(&expired);
     let trusting = connector(&files, Some(&ca), |_| {});
+    Verifying {
+        ca,
+        files,
+        good_server,
+        expired_server,
+        trusting,
+        _expired_files,
+    }
+}
 
+/// Why the broker's side of a handshake failed, which it must have.
+fn failure<T: std::fmt::Debug>(result: Result<T, HandshakeFailure>) -> HandshakeFailure {
+    result.expect_err("the handshake fails")
+}
+
+#[tokio::test]
+async fn upstream_verification_passes_with_a_trusted_ca_by_name_and_by_address() {
+    let Verifying {
+        good_server,
+        trusting,
+        ..
+    } = verifying();
     // Trusted CA, by name and by IP address.
     for host in ["app1.test", "127.0.0.1"] {
         let (server, client) = upstream(&good_server, &trusting, host).await;
         exchange(server.unwrap(), client.unwrap()).await;
         assert!(trusting.warning().is_none());
     }
+}
 
-    let failure = |result: Result<_, HandshakeFailure>| result.expect_err("the handshake fails");
-
+#[tokio::test]
+async fn upstream_verification_with_the_wrong_ca_says_what_was_presented_and_trusted() {
+    let Verifying {
+        files, good_server, ..
+    } = verifying();
+    let other_ca = Ca::new("Some Other CA");
     // Wrong CA.
     let wrong_ca = connector(&files, Some(&other_ca), |_| {});
     let (server, client) = upstream(&good_server, &wrong_ca, "app1.test").await;
@@ -61,7 +97,17 @@ async fn upstream_verification_passes_or_says_why_not() {
         "what the certificate is, and what was trusted: {why}"
     );
     assert_eq!(server.unwrap_err().cause, Cause::CertificateRefused);
+}
 
+#[tokio::test]
+async fn upstream_verification_of_the_wrong_name_says_so_and_server_name_mends_it() {
+    let Verifying {
+        ca,
+        files,
+        good_server,
+        trusting,
+        ..
+    } = verifying();
     // Wrong name.
     let (_, client) = upstream(&good_server, &trusting, "app2.test").await;
     let why = failure(client);
@@ -78,7 +124,15 @@ async fn upstream_verification_passes_or_says_why_not() {
     });
     let (server, client) = upstream(&good_server, &named, "10.9.9.9").await;
     exchange(server.unwrap(), client.unwrap()).await;
+}
 
+#[tokio::test]
+async fn upstream_verification_of_an_expired_certificate_says_when_and_what_to_do() {
+    let Verifying {
+        expired_server,
+        trusting,
+        ..
+    } = verifying();
     // Expired.
     let (_, client) = upstream(&expired_server, &trusting, "app1.test").await;
     let why = failure(client);
@@ -89,7 +143,11 @@ async fn upstream_verification_passes_or_says_why_not() {
          (CN=app1.test, issued by CN=AppServer CA, for app1.test, valid until 2021-01-01 \
          00:00:00 UTC); renew it on the server"
     );
+}
 
+#[tokio::test]
+async fn a_server_port_that_does_not_speak_tls_is_told_apart() {
+    let Verifying { trusting, .. } = verifying();
     // A server whose port does not speak TLS: it answers plain text, or just closes.
     let (mut plain, b) = tokio::io::duplex(4096);
     plain
@@ -107,7 +165,16 @@ async fn upstream_verification_passes_or_says_why_not() {
     drop(closing);
     let why = trusting.connect("app1.test", b, WITHIN).await.unwrap_err();
     assert_eq!(why.cause, Cause::Closed, "{why}");
+}
 
+#[tokio::test]
+async fn upstream_verification_off_lets_anything_through_and_warns() {
+    let Verifying {
+        files,
+        good_server,
+        expired_server,
+        ..
+    } = verifying();
     // Verification off: anything goes, and the warning says what that means.
     let blind = connector(&files, None, |s| s.verify = false);
     for server in [&good_server, &expired_server] {
