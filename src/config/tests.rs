@@ -1,5 +1,9 @@
 //! Validation rules, table-driven: what each input must produce.
 
+use std::path::Path;
+use std::time::Duration;
+
+use super::load::decode;
 use super::*;
 
 fn load(text: &str) -> Result<Loaded, Vec<String>> {

@@ -68,51 +68,84 @@ impl fmt::Display for Explained {
 
 /// Explains an error met while connecting to a server.
 pub fn explain_connect(error: &io::Error) -> Explained {
-    use io::ErrorKind::*;
     // Our own connect timeout carries no OS code; it is the same condition as ETIMEDOUT.
     let errno =
         errno_name(error).or((error.kind() == io::ErrorKind::TimedOut).then_some("ETIMEDOUT"));
-    let (windows, points_at, advice) = match (error.kind(), errno) {
-        (ConnectionRefused, _) => (
+    let (windows, points_at, advice) = on_the_way(error.kind())
+        .or_else(|| broker_limit(error.kind(), errno))
+        .unwrap_or_else(|| match error.kind() {
+            io::ErrorKind::NotFound => (
+                Some("11001"),
+                PointsAt::Configuration,
+                "the host name could not be resolved: check the name in the configuration and DNS",
+            ),
+            _ => (None, PointsAt::Network, "unexpected error while connecting"),
+        });
+    Explained {
+        words: words(error),
+        errno,
+        windows,
+        points_at,
+        advice,
+    }
+}
+
+/// What a connect's error means: the Windows codes, what it points at, the advice.
+type Meaning = (Option<&'static str>, PointsAt, &'static str);
+
+/// A connect refused, or lost on the way to the server: told by the error's kind alone.
+fn on_the_way(kind: io::ErrorKind) -> Option<Meaning> {
+    use io::ErrorKind::*;
+    Some(match kind {
+        ConnectionRefused => (
             Some("10061/1225"),
             PointsAt::Configuration,
             "nothing is listening on that port: the server is down, or the address or port is wrong",
         ),
-        (TimedOut, _) => (
+        TimedOut => (
             Some("121/10060"),
             PointsAt::Network,
             "the server gave no sign of life: check that the host is up and the network path and firewalls between",
         ),
-        (NetworkDown, _) => (
+        NetworkDown => (
             Some("10050"),
             PointsAt::Network,
             "the broker's own network interface is down",
         ),
-        (NetworkUnreachable, _) => (
+        NetworkUnreachable => (
             Some("10051"),
             PointsAt::Network,
             "no route to that network: check routes, or the server address in the configuration",
         ),
-        (HostUnreachable, _) => (
+        HostUnreachable => (
             Some("10065"),
             PointsAt::Network,
             "no route to that host: check that it is up and reachable, or the address in the configuration",
         ),
-        (ConnectionReset, _) => (
+        ConnectionReset => (
             Some("10054"),
             PointsAt::Network,
             "the server or something between reset the connection",
         ),
-        (ConnectionAborted, _) => (
+        ConnectionAborted => (
             Some("10053"),
             PointsAt::Network,
             "the connection was aborted on the way",
         ),
-        (PermissionDenied, _) => (
+        PermissionDenied => (
             Some("10013"),
             PointsAt::Network,
             "a local firewall rule refused the connection",
         ),
+        _ => return None,
+    })
+}
+
+/// The broker's own limits met by a connect (local ports, descriptors, buffer memory): told by
+/// the errno where the kind is too vague.
+fn broker_limit(kind: io::ErrorKind, errno: Option<&str>) -> Option<Meaning> {
+    use io::ErrorKind::*;
+    Some(match (kind, errno) {
         (AddrNotAvailable, _) | (_, Some("EADDRNOTAVAIL")) => (
             Some("10049"),
             PointsAt::Broker,
@@ -128,20 +161,8 @@ pub fn explain_connect(error: &io::Error) -> Explained {
             PointsAt::Broker,
             "the broker's machine is out of socket buffer memory",
         ),
-        (NotFound, _) => (
-            Some("11001"),
-            PointsAt::Configuration,
-            "the host name could not be resolved: check the name in the configuration and DNS",
-        ),
-        _ => (None, PointsAt::Network, "unexpected error while connecting"),
-    };
-    Explained {
-        words: words(error),
-        errno,
-        windows,
-        points_at,
-        advice,
-    }
+        _ => return None,
+    })
 }
 
 /// Explains an error met while binding a listening port.

@@ -273,9 +273,17 @@ impl Seen<'_> {
 
 /// The words for `error` about the certificate `seen` describes.
 fn refused_words(error: &CertificateError, seen: &Seen<'_>) -> HandshakeFailure {
+    let (cause, words) = validity_words(error, seen)
+        .or_else(|| name_words(error, seen))
+        .unwrap_or_else(|| fault_words(error, seen));
+    HandshakeFailure::new(cause, words)
+}
+
+/// A certificate used outside its dates: expired, or not valid yet.
+fn validity_words(error: &CertificateError, seen: &Seen<'_>) -> Option<(Cause, String)> {
     use CertificateError::*;
     let what = seen.what();
-    let (cause, words) = match error {
+    Some(match error {
         ExpiredContext { not_after, .. } => (
             Cause::Expired,
             format!(
@@ -300,7 +308,14 @@ fn refused_words(error: &CertificateError, seen: &Seen<'_>) -> HandshakeFailure 
             Cause::NotYetValid,
             format!("certificate not valid yet (or a clock is wrong): {what}"),
         ),
-        UnknownIssuer => not_trusted(seen),
+        _ => return None,
+    })
+}
+
+/// A certificate not for the name the server was reached by.
+fn name_words(error: &CertificateError, seen: &Seen<'_>) -> Option<(Cause, String)> {
+    use CertificateError::*;
+    Some(match error {
         NotValidForNameContext {
             expected,
             presented,
@@ -322,7 +337,21 @@ fn refused_words(error: &CertificateError, seen: &Seen<'_>) -> HandshakeFailure 
                 seen.whose()
             ),
         ),
-        NotValidForName => (Cause::NameMismatch, format!("name mismatch: {what}")),
+        NotValidForName => (
+            Cause::NameMismatch,
+            format!("name mismatch: {}", seen.what()),
+        ),
+        _ => return None,
+    })
+}
+
+/// Any other refusal: an issuer not trusted, a certificate not for servers, or one that is
+/// broken (signature, algorithm, encoding) or revoked.
+fn fault_words(error: &CertificateError, seen: &Seen<'_>) -> (Cause, String) {
+    use CertificateError::*;
+    let what = seen.what();
+    match error {
+        UnknownIssuer => not_trusted(seen),
         InvalidPurpose | InvalidPurposeContext { .. } => (
             Cause::WrongPurpose,
             format!(
@@ -362,8 +391,7 @@ fn refused_words(error: &CertificateError, seen: &Seen<'_>) -> HandshakeFailure 
             Cause::BadCertificate,
             format!("{what} was refused by the certificate checks"),
         ),
-    };
-    HandshakeFailure::new(cause, words)
+    }
 }
 
 /// What to do about an expired (or not yet valid) certificate.

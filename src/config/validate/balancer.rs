@@ -177,10 +177,27 @@ impl Validator {
     fn rules(&mut self, section: &Section, general: Option<&Section>, b: &mut BalancerConfig) {
         let name = section.written.as_str();
         let inherited = Lookup { section, general };
-        let notice = |entry: &super::Entry, key: &str, message: String| {
-            ConfigError::new(entry.line, name, Some(key), message)
-        };
         self.sort_method(section, &inherited, b);
+        self.monitoring_keys(section, &inherited, b);
+        self.http_only_keys(section, b);
+        self.monitoring_type(section, &inherited);
+        self.timings(section, &inherited, b);
+        // Answering everyone is the TOTVS behaviour; say so once unless the file chose it.
+        if b.query.enabled && inherited.find("QUERY_ALLOW").is_none() {
+            self.notices.push(ConfigError::new(
+                section.line,
+                name,
+                Some("QUERY_ALLOW"),
+                "is not set: anyone who reaches this port can read the server addresses at \
+                 /TOTVS_BROKER_QUERY; set QUERY_ALLOW (addresses or CIDRs) to restrict it",
+            ));
+        }
+    }
+
+    /// The keys that complete a monitoring type: `MONITOR_EXPECT` required with SEND_EXPECT,
+    /// and a notice for each given with another type, which does not use it.
+    fn monitoring_keys(&mut self, section: &Section, inherited: &Lookup<'_>, b: &BalancerConfig) {
+        let name = section.written.as_str();
         if let Monitoring::SendExpect { expect, .. } = &b.monitoring
             && expect.is_empty()
         {
@@ -213,30 +230,43 @@ impl Validator {
                 if let Some((entry, _)) = inherited.find(key) {
                     let message =
                         format!("is ignored: it is used with MONITORING_TYPE={kind} only");
-                    self.notices.push(notice(entry, key, message));
+                    self.notices
+                        .push(ConfigError::new(entry.line, name, Some(key), message));
                 }
             }
         }
-        if !b.kind.is_http() {
-            // Unused here, and not printed: kept at their defaults, so the printed
-            // configuration reads back the same.
-            b.http = BalancerConfig::defaults(b.kind).http;
-            for key in keys::balancer().filter(|k| is_http_key(k.name)) {
-                if let Some(entry) = section.entries.iter().find(|e| e.key == key.name) {
-                    self.notices.push(notice(
-                        entry,
-                        key.name,
-                        "is ignored: it is used by HTTP balancers ([BALANCE_HTTP...]) only".into(),
-                    ));
-                }
+    }
+
+    /// On a TCP balancer, the HTTP balancers' keys: kept at their defaults, and a notice for
+    /// each the section gives.
+    fn http_only_keys(&mut self, section: &Section, b: &mut BalancerConfig) {
+        if b.kind.is_http() {
+            return;
+        }
+        // Unused here, and not printed: kept at their defaults, so the printed
+        // configuration reads back the same.
+        b.http = BalancerConfig::defaults(b.kind).http;
+        for key in keys::balancer().filter(|k| is_http_key(k.name)) {
+            if let Some(entry) = section.entries.iter().find(|e| e.key == key.name) {
+                self.notices.push(ConfigError::new(
+                    entry.line,
+                    &section.written,
+                    Some(key.name),
+                    "is ignored: it is used by HTTP balancers ([BALANCE_HTTP...]) only",
+                ));
             }
         }
+    }
+
+    /// `MONITORING_TYPE`'s notice: a TOTVS type that stands for CONNECTION.
+    fn monitoring_type(&mut self, section: &Section, inherited: &Lookup<'_>) {
         if let Some((entry, _)) = inherited.find("MONITORING_TYPE") {
             let upper = entry.value.to_ascii_uppercase();
             if TOTVS_MONITORING_TYPES.contains(&upper.as_str()) {
-                self.notices.push(notice(
-                    entry,
-                    "MONITORING_TYPE",
+                self.notices.push(ConfigError::new(
+                    entry.line,
+                    &section.written,
+                    Some("MONITORING_TYPE"),
                     format!(
                         "{upper} logs in with SmartClient's undocumented protocol; CONNECTION (a \
                          TCP connect to each server) is used instead"
@@ -244,6 +274,10 @@ impl Validator {
                 ));
             }
         }
+    }
+
+    /// `TCP_USER_TIMEOUT`'s default, then the timings that contradict each other.
+    fn timings(&mut self, section: &Section, inherited: &Lookup<'_>, b: &mut BalancerConfig) {
         // By default TCP_USER_TIMEOUT matches the keepalive arithmetic, within the one-day
         // bound of every duration (and is off with keepalive off).
         if inherited.find("TCP_USER_TIMEOUT").is_none() {
@@ -255,17 +289,7 @@ impl Validator {
         for (key, message) in super::timing::contradictions(b) {
             let line = inherited.find(key).map_or(section.line, |(e, _)| e.line);
             self.notices
-                .push(ConfigError::new(line, name, Some(key), message));
-        }
-        // Answering everyone is the TOTVS behaviour; say so once unless the file chose it.
-        if b.query.enabled && inherited.find("QUERY_ALLOW").is_none() {
-            self.notices.push(ConfigError::new(
-                section.line,
-                name,
-                Some("QUERY_ALLOW"),
-                "is not set: anyone who reaches this port can read the server addresses at \
-                 /TOTVS_BROKER_QUERY; set QUERY_ALLOW (addresses or CIDRs) to restrict it",
-            ));
+                .push(ConfigError::new(line, &section.written, Some(key), message));
         }
     }
 

@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
-use crate::config::value::show_duration;
-use crate::config::{BalancerConfig, Monitoring};
+use crate::config::value::show_duration as show;
+use crate::config::{BalancerConfig, Keepalive, Monitoring};
 
 /// How long a SmartClient whose network dropped keeps trying to reconnect through the broker:
 /// about 180 s. TDN (the TOTVS broker's documentation, https://tdn.totvs.com/x/tImkFw): from
@@ -15,13 +15,27 @@ use crate::config::{BalancerConfig, Monitoring};
 /// server holds a connection without network activity" (the AppServer's `ConnectionTimeout`).
 pub const SMARTCLIENT_RECONNECT_WINDOW: Duration = Duration::from_secs(180);
 
+/// A contradiction: the key the line is about, and the message.
+type Contradiction = (&'static str, String);
+
 /// The contradictions in `b`'s timings: (the key the line is about, the message).
-pub fn contradictions(b: &BalancerConfig) -> Vec<(&'static str, String)> {
-    let mut found = Vec::new();
-    let show = |d: Duration| show_duration(d);
+pub fn contradictions(b: &BalancerConfig) -> Vec<Contradiction> {
+    [
+        quarantine_outran_by_checks(b),
+        keepalive_past_reconnect(&b.keepalive),
+        user_timeout_before_probes(&b.keepalive),
+        attempts_outlast_quarantine(b),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// A quarantine shorter than the passing checks that would release it.
+fn quarantine_outran_by_checks(b: &BalancerConfig) -> Option<Contradiction> {
     let checks = b.monitor_interval * b.monitor_rise;
-    if b.monitoring != Monitoring::Disabled && b.quarantine_time < checks {
-        found.push((
+    (b.monitoring != Monitoring::Disabled && b.quarantine_time < checks).then(|| {
+        (
             "QUARANTINE_TIME",
             format!(
                 "{} is shorter than MONITOR_INTERVAL x MONITOR_RISE ({} x {} = {}): a quarantine \
@@ -34,11 +48,14 @@ pub fn contradictions(b: &BalancerConfig) -> Vec<(&'static str, String)> {
                 show(checks),
                 show(checks)
             ),
-        ));
-    }
-    let k = &b.keepalive;
-    if k.enabled() && k.dead_after() > SMARTCLIENT_RECONNECT_WINDOW {
-        found.push((
+        )
+    })
+}
+
+/// Keepalive that notices a dead peer only after a SmartClient has given up reconnecting.
+fn keepalive_past_reconnect(k: &Keepalive) -> Option<Contradiction> {
+    (k.enabled() && k.dead_after() > SMARTCLIENT_RECONNECT_WINDOW).then(|| {
+        (
             "KEEPALIVE_TIME",
             format!(
                 "a dead peer is noticed after KEEPALIVE_TIME + KEEPALIVE_INTERVAL x \
@@ -53,14 +70,15 @@ pub fn contradictions(b: &BalancerConfig) -> Vec<(&'static str, String)> {
                 show(SMARTCLIENT_RECONNECT_WINDOW),
                 show(SMARTCLIENT_RECONNECT_WINDOW)
             ),
-        ));
-    }
-    if let Some(user_timeout) = k.user_timeout
-        && k.enabled()
-        && !user_timeout.is_zero()
-        && user_timeout < k.time
-    {
-        found.push((
+        )
+    })
+}
+
+/// A TCP_USER_TIMEOUT that drops the connection before the keepalive probes could count.
+fn user_timeout_before_probes(k: &Keepalive) -> Option<Contradiction> {
+    let user_timeout = k.user_timeout?;
+    (k.enabled() && !user_timeout.is_zero() && user_timeout < k.time).then(|| {
+        (
             "TCP_USER_TIMEOUT",
             format!(
                 "{} is below KEEPALIVE_TIME ({}): Linux drops a connection whose first keepalive \
@@ -71,11 +89,15 @@ pub fn contradictions(b: &BalancerConfig) -> Vec<(&'static str, String)> {
                 show(k.time),
                 show(k.dead_after())
             ),
-        ));
-    }
+        )
+    })
+}
+
+/// A client's connect attempts that outlast the quarantines its own failures started.
+fn attempts_outlast_quarantine(b: &BalancerConfig) -> Option<Contradiction> {
     let attempts = b.connect_timeout * b.max_attempts;
-    if attempts > b.quarantine_time {
-        found.push((
+    (attempts > b.quarantine_time).then(|| {
+        (
             "MAX_ATTEMPTS",
             format!(
                 "CONNECT_TIMEOUT x MAX_ATTEMPTS ({} x {} = {}) is longer than QUARANTINE_TIME \
@@ -88,7 +110,6 @@ pub fn contradictions(b: &BalancerConfig) -> Vec<(&'static str, String)> {
                 show(b.quarantine_time),
                 show(attempts)
             ),
-        ));
-    }
-    found
+        )
+    })
 }

@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::time::SystemTime;
 
-use super::super::{BalancerConfig, ConfigError};
+use super::super::{BalancerConfig, ConfigError, TlsKeys};
 use super::{Lookup, Validator};
 use crate::tls::{Finding, Resumption, ServerTls, Severity, UpstreamTls};
 
@@ -21,23 +21,38 @@ const UPSTREAM_KEYS: [&str; 3] = [
 impl Validator {
     /// The `SSL_*` rules and the doctor for balancer `b` of `lookup`'s section.
     pub(super) fn tls(&mut self, lookup: &Lookup<'_>, b: &BalancerConfig) {
-        let keys = &b.tls;
-        let name = lookup.section.written.as_str();
-        let line_of = |key: &str| {
-            lookup
-                .find(key)
-                .map_or(lookup.section.line, |(e, _)| e.line)
-        };
-        let at =
-            |key: &str, message: String| ConfigError::new(line_of(key), name, Some(key), message);
+        self.tls_keys(lookup, &b.tls);
+        let windows = self.windows_paths(lookup, &b.tls);
+        // A Windows path said so already; that the file cannot be read says nothing more.
+        let said =
+            |f: &Finding| matches!(f, Finding::Unreadable { key, .. } if windows.contains(key));
+        for finding in self.doctor(b).into_iter().filter(|f| !said(f)) {
+            let error = ConfigError {
+                key: None,
+                ..at(lookup, finding.key(), finding.to_string())
+            };
+            match finding.severity() {
+                Severity::Error => self.errors.push(error),
+                Severity::Warning => self.warnings.push(error),
+                Severity::Notice => self.notices.push(error),
+            }
+        }
+    }
+
+    /// The rules that tie the keys together: a certificate needs its key (and the other way
+    /// round), an obsolete `SSL_METHOD` is replaced, and keys that mean nothing without
+    /// another are noticed as ignored.
+    fn tls_keys(&mut self, lookup: &Lookup<'_>, keys: &TlsKeys) {
         match (&keys.certificate, &keys.key) {
             (Some(_), None) => self.errors.push(at(
+                lookup,
                 "SSL_CERTIFICATE",
                 "is set without SSL_KEY: set both (the certificate's private key in SSL_KEY) \
                  for TLS towards clients, or neither"
                     .into(),
             )),
             (None, Some(_)) => self.errors.push(at(
+                lookup,
                 "SSL_KEY",
                 "is set without SSL_CERTIFICATE: set both for TLS towards clients, or neither"
                     .into(),
@@ -45,10 +60,11 @@ impl Validator {
             _ => {}
         }
         if let Some(notice) = keys.method.notice() {
-            self.notices.push(at("SSL_METHOD", notice));
+            self.notices.push(at(lookup, "SSL_METHOD", notice));
         }
         if keys.certificate.is_none() && keys.plain_on_same_port {
             self.notices.push(at(
+                lookup,
                 "SSL_PLAIN_ON_SAME_PORT",
                 "is ignored: the port speaks TLS only with SSL_CERTIFICATE and SSL_KEY".into(),
             ));
@@ -57,14 +73,19 @@ impl Validator {
             for key in UPSTREAM_KEYS {
                 if lookup.find(key).is_some() {
                     self.notices.push(at(
+                        lookup,
                         key,
                         "is ignored: it is used with SSL_ENCRYPT_UPSTREAM=1 only".into(),
                     ));
                 }
             }
         }
-        // A TOTVS file's Windows path is read as written; it cannot exist here, so say that
-        // rather than only that the file cannot be read.
+    }
+
+    /// An error for each file key that holds a Windows path, and those keys. A TOTVS file's
+    /// Windows path is read as written; it cannot exist here, so say that rather than only
+    /// that the file cannot be read.
+    fn windows_paths(&mut self, lookup: &Lookup<'_>, keys: &TlsKeys) -> Vec<&'static str> {
         let mut windows = Vec::new();
         for (key, path) in [
             ("SSL_CERTIFICATE", &keys.certificate),
@@ -74,6 +95,7 @@ impl Validator {
             if let Some(path) = path.as_deref().filter(|p| windows_only(p)) {
                 windows.push(key);
                 self.errors.push(at(
+                    lookup,
                     key,
                     format!(
                         "`{}` is a Windows path (read as written), which cannot exist on this \
@@ -84,20 +106,7 @@ impl Validator {
                 ));
             }
         }
-        let findings = self.doctor(b);
-        let said =
-            |f: &Finding| matches!(f, Finding::Unreadable { key, .. } if windows.contains(key));
-        for finding in findings.into_iter().filter(|f| !said(f)) {
-            let error = ConfigError {
-                key: None,
-                ..at(finding.key(), finding.to_string())
-            };
-            match finding.severity() {
-                Severity::Error => self.errors.push(error),
-                Severity::Warning => self.warnings.push(error),
-                Severity::Notice => self.notices.push(error),
-            }
-        }
+        windows
     }
 
     /// Loads the balancer's TLS as it will be loaded when it starts, and returns everything
@@ -136,6 +145,15 @@ impl Validator {
         }
         findings
     }
+}
+
+/// An error (or notice) about `key` of `lookup`'s section, on the key's line, else the
+/// section's.
+fn at(lookup: &Lookup<'_>, key: &str, message: String) -> ConfigError {
+    let line = lookup
+        .find(key)
+        .map_or(lookup.section.line, |(e, _)| e.line);
+    ConfigError::new(line, &lookup.section.written, Some(key), message)
 }
 
 /// A path only Windows can have (`C:\...`, `\\server\share`), which cannot exist here.
