@@ -82,7 +82,7 @@ impl Unit {
         workers: &Workers,
         stopping: &CancellationToken,
     ) -> Unit {
-        let pool = balancer.pool();
+        let pool = balancer.generation();
         let c = &pool.config;
         let listen = bound_address(&listeners, c.listen);
         info!(
@@ -278,7 +278,7 @@ async fn check_certificate_daily(balancer: Arc<Balancer>, stop: CancellationToke
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(DAY) => {}
         }
-        let pool = balancer.pool();
+        let pool = balancer.generation();
         let Some(server) = &pool.tls.server else {
             continue;
         };

@@ -45,7 +45,7 @@ use tracing::debug;
 
 use crate::balancer::context::{Context, Ending};
 use crate::balancer::places::Place;
-use crate::balancer::{Balancer, Pool};
+use crate::balancer::{Balancer, Generation};
 use crate::config::Config;
 use crate::process::os_error::words;
 use snapshot::{HttpFigures, Snapshot, Standing};
@@ -107,7 +107,7 @@ async fn answer_connection<S: Connection>(
     closing: &CancellationToken,
 ) {
     let head_only = first.starts_with(b"HEAD ");
-    if let Some(refusal) = refusal(&balancer.pool(), peer) {
+    if let Some(refusal) = refusal(&balancer.generation(), peer) {
         debug!(client = %peer, "query refused: {}", refusal.trim_end());
         refuse(stream, "403 Forbidden", &refusal, head_only).await;
         return;
@@ -153,7 +153,7 @@ async fn answer_connection<S: Connection>(
     let service = {
         let place = Arc::clone(&place);
         service_fn(move |request: Request<Incoming>| {
-            let response = match refusal(&balancer.pool(), peer) {
+            let response = match refusal(&balancer.generation(), peer) {
                 Some(refusal) => {
                     let mut response = text(StatusCode::FORBIDDEN, refusal);
                     response
@@ -198,7 +198,7 @@ async fn answer_connection<S: Connection>(
 }
 
 /// Why `peer` may not query `pool`'s balancer now (the 403's text), or `None` when it may.
-fn refusal(pool: &Pool, peer: SocketAddr) -> Option<String> {
+fn refusal(pool: &Generation, peer: SocketAddr) -> Option<String> {
     let query = &pool.config.query;
     let section = pool.config.kind.section();
     if !query.enabled {
@@ -310,7 +310,7 @@ pub fn intercept(
     head: &Parts,
     http: impl FnOnce() -> HttpFigures,
 ) -> Option<Response<Bytes>> {
-    let pool = balancer.pool();
+    let pool = balancer.generation();
     if !pool.config.query.enabled {
         return None;
     }
@@ -362,9 +362,9 @@ fn answer(
             .iter()
             .filter(|b| !std::ptr::eq(b.as_ref(), balancer))
             // A link to a balancer this client may not query would give its address away.
-            .filter(|b| refusal(&b.pool(), peer).is_none())
+            .filter(|b| refusal(&b.generation(), peer).is_none())
             .map(|b| {
-                let pool = b.pool();
+                let pool = b.generation();
                 (pool.config.kind, pool.config.listen)
             })
             .collect();
@@ -444,7 +444,7 @@ fn visible_config(ctx: &Context, peer: SocketAddr) -> Config {
         balancers
             .iter()
             .find(|b| b.kind() == kind)
-            .is_some_and(|b| refusal(&b.pool(), peer).is_none())
+            .is_some_and(|b| refusal(&b.generation(), peer).is_none())
     };
     let everywhere = config.balancers.iter().all(|b| may_query(b.kind));
     config.balancers.retain(|b| may_query(b.kind));
@@ -462,7 +462,7 @@ fn visible_config(ctx: &Context, peer: SocketAddr) -> Config {
 /// server is available to it), and the answer's text saying why, in the pages' language.
 fn readiness(ctx: &Context, balancer: &Balancer) -> (bool, String) {
     let l = labels::of(ctx.config.load().general.language);
-    let pool = balancer.pool();
+    let pool = balancer.generation();
     if ctx.shutdown.is_draining() {
         return (false, format!("NOT READY: {}\n", l.ready_shutting_down));
     }
