@@ -35,11 +35,11 @@
 //! - [`places`]: query places (`QUERY_MAX_CONNECTIONS`), given up by idle connections.
 //! - [`events`]: what happens in a broker, as events to subscribe to (a balancer publishes
 //!   most of them, so they sit here, below every publisher).
-//! - [`context`]: every balancer with the running configuration and the shutdown state, as
-//!   each connection's task reads them, and how a balancer tells its connections to end.
+//! - [`shared`]: the broker's state every connection's task shares: every balancer, the
+//!   running configuration and the shutdown state, and how a balancer tells its connections
+//!   to end.
 
 mod connections;
-pub mod context;
 pub mod events;
 mod generation;
 pub mod health;
@@ -50,6 +50,7 @@ pub mod places;
 mod quarantine;
 pub mod select;
 mod server;
+pub mod shared;
 mod state;
 
 pub use connections::Closed;

@@ -26,9 +26,9 @@ use tokio::time::{Duration, Instant};
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, Span, info, warn};
 
-use crate::balancer::context::{Context, Ending};
 use crate::balancer::events::{Event as BrokerEvent, Unserved};
 use crate::balancer::health::Reason;
+use crate::balancer::shared::{Ending, Shared};
 use crate::balancer::{Balancer, Closed, Eligible, Generation, Lease, Server};
 use crate::config::{BalancerConfig, Language, ServerId, show_duration};
 use crate::http::{
@@ -78,7 +78,7 @@ impl std::fmt::Display for Target {
 #[derive(Debug)]
 pub struct Backends {
     balancer: Arc<Balancer>,
-    ctx: Arc<Context>,
+    ctx: Arc<Shared>,
     /// The keys of the session cookies, the broker's one set (a reload of `SESSION_SECRET` or
     /// `SESSION_SECRET_PREVIOUS` swaps them).
     session_secrets: Arc<SessionSecrets>,
@@ -121,7 +121,7 @@ impl Drop for Held {
 /// there).
 pub fn proxy(
     balancer: &Arc<Balancer>,
-    ctx: &Arc<Context>,
+    ctx: &Arc<Shared>,
     session_secrets: &Arc<SessionSecrets>,
 ) -> Arc<HttpProxy> {
     let backends = Arc::new(Backends {

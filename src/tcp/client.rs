@@ -11,8 +11,8 @@ use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, Span, debug};
 
-use crate::balancer::context::{Context, Ending};
 use crate::balancer::events::Unserved;
+use crate::balancer::shared::{Ending, Shared};
 use crate::balancer::{Balancer, ClientSlot, Closed, Eligible, Generation, Lease};
 use crate::net::dial::ServerStream;
 use crate::net::relay::{Counters, End, Outcome, relay};
@@ -28,7 +28,7 @@ use crate::tcp::sniff::{Verdict, sniff};
 #[derive(Debug)]
 pub struct Entrance {
     /// The broker's shared state.
-    pub ctx: Arc<Context>,
+    pub ctx: Arc<Shared>,
     /// The balancer the socket listens for.
     pub balancer: Arc<Balancer>,
     /// How the balancer tells its connections to end.
@@ -260,7 +260,7 @@ mod tests {
     }
     /// A client of `balancer` (its stream a loopback connection), to call its steps alone.
     async fn client_of(balancer: &Arc<Balancer>, config: Config) -> Client<TcpStream> {
-        let ctx = Arc::new(Context {
+        let ctx = Arc::new(Shared {
             config: arc_swap::ArcSwap::from_pointee(config),
             balancers: arc_swap::ArcSwap::from_pointee(vec![Arc::clone(balancer)]),
             started_wall_ms: 0,
