@@ -96,8 +96,8 @@ impl Balancer {
         }
     }
 
-    /// Dials `server` for `client` with `generation`'s settings: the dialer (resolve, the broker
-    /// itself refused, connect within `CONNECT_TIMEOUT`), the upstream TLS of `generation`'s
+    /// Dials `server` for `client` with `generation`'s settings: the dialer (resolve, the
+    /// broker itself refused, connect within `CONNECT_TIMEOUT`), the upstream TLS of that
     /// generation (`SSL_ENCRYPT_UPSTREAM=1`, verified as its keys say), TCP keepalive; then
     /// the connect accounted for, once (`Balancer::connected` or
     /// [`Balancer::connect_failed`]; `stale`: the server was chosen although quarantined).

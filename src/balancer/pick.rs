@@ -18,9 +18,9 @@ use crate::config::SortMethod;
 use crate::process::clock::wall_ms;
 
 impl Balancer {
-    /// Takes a client place, counted against `generation`'s `MAX_CONNECTIONS` until the returned
-    /// slot is dropped; `None` when the limit is reached. The limit is read at each take, so
-    /// one lowered by a reload holds as soon as enough clients have left.
+    /// Takes a client place, counted against `generation`'s `MAX_CONNECTIONS` until the
+    /// returned slot is dropped; `None` when the limit is reached. The limit is read at each
+    /// take, so one lowered by a reload holds as soon as enough clients have left.
     pub fn try_take_slot(self: &Arc<Self>, generation: &Generation) -> Option<ClientSlot> {
         let open = take_under(&self.stats.active, generation.config.max_connections)?;
         fetch_max(&self.stats.peak, open);
@@ -97,6 +97,7 @@ pub enum Eligible {
 }
 
 impl Generation {
+    /// Chooses the next server for a client, skipping those already `tried` for it and
     /// weight-0 (draining) servers, and counts the connection against it at once.
     pub fn pick(&self, clock_ms: u64, tried: &[usize], eligible: Eligible) -> Option<Lease> {
         // Choosing and counting are one step under the lock, so concurrent clients see each
