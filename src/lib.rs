@@ -34,7 +34,7 @@
 //!   serves, knowing nothing of balancers), its pure HTTP/1 core, and the HTTP monitor check.
 //! - [`balancer`]: a balancer's live state (servers, counters, leases; one method per event;
 //!   its state read at one instant) and its pure rules: quarantine, overrides, policies, query
-//!   places; the events it publishes; the context connections read it from.
+//!   places; the events it publishes; the shared state connections read it from.
 //! - [`net`]: sockets: bind and accept, an accepted connection's TLS step, resolve and dial,
 //!   relay, the worker threads, the system calls the standard library lacks, inherited
 //!   descriptors.

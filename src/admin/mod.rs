@@ -124,7 +124,7 @@ impl Admin {
         };
         let Some(server) = balancer.find_server(name) else {
             let known: Vec<String> = balancer
-                .pool()
+                .generation()
                 .servers
                 .iter()
                 .map(|s| format!("{} ({})", s.id, s.address))
@@ -187,7 +187,7 @@ impl Admin {
                 };
                 quarantine(balancer, server, &name, duration.as_deref(), asked)
             }
-            Request::Release { .. } => match balancer.release_by(server, by) {
+            Request::Release { .. } => match balancer.release_by_operator(server, by) {
                 true => Answer::done(format!("{name} released from quarantine")),
                 false => Answer::done(format!("{name} was not in quarantine")),
             },
@@ -319,7 +319,7 @@ fn quarantine(
     asked: Asked,
 ) -> Answer {
     let duration = match duration {
-        None => balancer.pool().config.quarantine_time,
+        None => balancer.generation().config.quarantine_time,
         Some(text) => match duration_within(text, Duration::from_millis(1), DAY) {
             Ok(d) => d,
             Err(e) => return Answer::refused(format!("duration `{text}` {e}")),

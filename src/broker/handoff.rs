@@ -14,7 +14,7 @@ use tokio::net::TcpStream;
 use tokio_util::either::Either;
 use tracing::debug;
 
-use crate::balancer::Pool;
+use crate::balancer::Generation;
 use crate::config::{Keepalive, Language};
 use crate::http::{self, Downstream};
 use crate::http_balancer::{self, HttpProxy};
@@ -36,7 +36,7 @@ pub(super) struct Handoff {
 
 impl Serve for Handoff {
     fn keepalive(&self) -> Keepalive {
-        self.entrance.balancer.pool().config.keepalive
+        self.entrance.balancer.generation().config.keepalive
     }
 
     /// Past `MAX_CONNECTIONS` a client is closed at once (a clear refusal beats a hang in the
@@ -44,7 +44,7 @@ impl Serve for Handoff {
     /// handshake comes first, in the task that then serves the connection.
     fn start(&self, accepted: Accepted) {
         let entrance = &self.entrance;
-        let pool = entrance.balancer.pool();
+        let pool = entrance.balancer.generation();
         let at_limit = entrance.balancer.at_limit(&pool);
         if at_limit && !pool.config.query.enabled {
             entrance.balancer.refused(entrance.local);
@@ -93,7 +93,7 @@ impl Serve for Handoff {
 /// gone (failed, answered, or closed first).
 async fn secure(
     entrance: &Entrance,
-    pool: &Pool,
+    pool: &Generation,
     accepted: Accepted,
     answers_plain: bool,
 ) -> Option<ClientStream> {

@@ -31,8 +31,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::balancer::context::Context;
 use crate::balancer::events::{Events, Reloaded, Subscription};
+use crate::balancer::shared::Shared;
 use crate::balancer::{Balancer, BalancerState};
 use crate::config::{BalancerKind, Config, LoadError};
 use crate::http_balancer::sessions::{OwnSecret, SessionSecrets};
@@ -124,7 +124,7 @@ pub struct Bound {
 /// A running broker. Dropping it stops everything at once (connections cut); [`Broker::stop`]
 /// drains first, as a SIGTERM does.
 pub struct Broker {
-    ctx: Arc<Context>,
+    ctx: Arc<Shared>,
     events: Events,
     control: Control,
     /// The addresses the balancers listen on, in configuration order.
@@ -143,7 +143,7 @@ pub struct Control {
     commands: mpsc::Sender<Command>,
     shutdown: Shutdown,
     /// What the administration reads and acts on: the balancers and the configuration.
-    ctx: Arc<Context>,
+    ctx: Arc<Shared>,
 }
 
 impl std::fmt::Debug for Command {
@@ -394,7 +394,7 @@ impl Bound {
             .unwrap_or_else(|| OwnSecret::for_this_run("no secret file was given"));
         let session_secrets = Arc::new(SessionSecrets::new(own, &self.config.general));
         log_session_secret(&session_secrets, &self.config);
-        let ctx = Arc::new(Context {
+        let ctx = Arc::new(Shared {
             config: ArcSwap::from_pointee(self.config),
             balancers: ArcSwap::from_pointee(
                 self.bound.iter().map(|(b, _)| Arc::clone(b)).collect(),

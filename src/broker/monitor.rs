@@ -17,7 +17,7 @@ use tracing::{Instrument, error, info, warn};
 
 use crate::balancer::events::Event;
 use crate::balancer::health::{Check, Reason, Release};
-use crate::balancer::{Balancer, Pool, Server};
+use crate::balancer::{Balancer, Generation, Server};
 use crate::config::{BalancerConfig, Host, Monitoring, plural, show_duration, show_escaped};
 use crate::http;
 use crate::net::dial::{ConnectError, connect, dial};
@@ -31,7 +31,7 @@ use crate::tls::UpstreamTls;
 pub async fn run(balancer: Arc<Balancer>, stop: CancellationToken) {
     let mut last_round: Option<Instant> = None;
     loop {
-        let pool = balancer.pool();
+        let pool = balancer.generation();
         let monitoring = pool.config.monitoring != Monitoring::Disabled;
         // Computed from the pool each time, so a reloaded MONITOR_INTERVAL applies at once.
         let mut next_round =
@@ -41,7 +41,7 @@ pub async fn run(balancer: Arc<Balancer>, stop: CancellationToken) {
             last_round = Some(Instant::now());
             next_round = Instant::now() + pool.config.monitor_interval;
         }
-        let deadline = balancer.release_expired();
+        let deadline = balancer.sweep_expired_quarantines();
         let wake = match (monitoring.then_some(next_round), deadline) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -211,7 +211,7 @@ type Outcome = (Duration, Result<(), CheckError>);
 /// One monitor round: every server checked in parallel, then each result judged and logged
 /// in configuration order, then the summary. A check that fails for the broker's own reasons
 /// (out of file descriptors) blames no server: the server is counted as not checked.
-async fn round(balancer: &Balancer, pool: &Arc<Pool>) {
+async fn round(balancer: &Balancer, pool: &Arc<Generation>) {
     let outcomes = check_all(balancer, pool).await;
     let mut unchecked: Vec<usize> = Vec::new();
     let mut cause: Option<Explained> = None;
@@ -231,7 +231,7 @@ async fn round(balancer: &Balancer, pool: &Arc<Pool>) {
 }
 
 /// Checks every server of `pool` at once; the outcomes in configuration order.
-async fn check_all(balancer: &Balancer, pool: &Arc<Pool>) -> Vec<Outcome> {
+async fn check_all(balancer: &Balancer, pool: &Arc<Generation>) -> Vec<Outcome> {
     let mut checks = JoinSet::new();
     for (index, server) in pool.servers.iter().enumerate() {
         let server = Arc::clone(server);
@@ -267,7 +267,7 @@ async fn check_all(balancer: &Balancer, pool: &Arc<Pool>) -> Vec<Outcome> {
 }
 
 /// A passed check: `MONITOR_RISE` of them in a row release a quarantined server.
-fn passed(balancer: &Balancer, pool: &Pool, server: &Server, took: Duration) {
+fn passed(balancer: &Balancer, pool: &Generation, server: &Server, took: Duration) {
     let check = Check {
         at_wall_ms: wall_ms(),
         duration: took,
@@ -291,7 +291,7 @@ fn passed(balancer: &Balancer, pool: &Pool, server: &Server, took: Duration) {
     }
     let rise = pool.config.monitor_rise;
     if passes >= rise {
-        balancer.release(server, Release::CheckPassed);
+        balancer.release_recovered(server, Release::CheckPassed);
     } else {
         info!(
             "server {} passed the monitor check ({passes} of MONITOR_RISE={rise} to leave quarantine)",
@@ -303,7 +303,7 @@ fn passed(balancer: &Balancer, pool: &Pool, server: &Server, took: Duration) {
 /// A failed check: `MONITOR_FALL` of them in a row quarantine the server, and each failure of
 /// a quarantined one extends its quarantine. The cause is logged once per episode (and when it
 /// changes), while the TOTVS quarantine line still comes every round.
-fn failed(balancer: &Balancer, pool: &Pool, server: &Server, took: Duration, e: &CheckError) {
+fn failed(balancer: &Balancer, pool: &Generation, server: &Server, took: Duration, e: &CheckError) {
     let config = &pool.config;
     let words = e.words();
     let check = Check {
@@ -345,7 +345,12 @@ fn failed(balancer: &Balancer, pool: &Pool, server: &Server, took: Duration, e: 
 /// The round's summary lines: how many servers are available, each unavailable one (in
 /// quarantine, for whatever reason), servers not checked and why, and the alarm when none is
 /// left.
-fn summarize(balancer: &Balancer, pool: &Pool, unchecked: &[usize], cause: Option<Explained>) {
+fn summarize(
+    balancer: &Balancer,
+    pool: &Generation,
+    unchecked: &[usize],
+    cause: Option<Explained>,
+) {
     let now = balancer.clock_ms();
     let unavailable: Vec<&str> = pool
         .servers

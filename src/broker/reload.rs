@@ -11,7 +11,7 @@ use super::ReloadError;
 use super::run::Runtime;
 use super::unit::Unit;
 use crate::balancer::events::Reloaded;
-use crate::balancer::{Balancer, Secured};
+use crate::balancer::{Balancer, GenerationTls};
 use crate::config::{self, Config, plural, show_duration};
 use crate::http_balancer;
 use crate::net::listener;
@@ -112,7 +112,7 @@ impl Runtime {
 
     /// The TLS of every balancer of `config` that runs now, loaded with its own session
     /// resumption, in `config`'s order (`None` for the new ones, which load their own).
-    fn load_tls(&self, config: &Config) -> Result<Vec<Option<Secured>>, ReloadError> {
+    fn load_tls(&self, config: &Config) -> Result<Vec<Option<GenerationTls>>, ReloadError> {
         let mut loaded = Vec::with_capacity(config.balancers.len());
         let mut failed = Vec::new();
         for b in &config.balancers {
@@ -176,7 +176,7 @@ impl Runtime {
     async fn update_staying(
         &mut self,
         config: &mut Config,
-        tls: &mut [Option<Secured>],
+        tls: &mut [Option<GenerationTls>],
         reloaded: &mut Reloaded,
     ) {
         for (b, tls) in config.balancers.iter_mut().zip(tls) {
@@ -189,13 +189,13 @@ impl Runtime {
                 reloaded.errors.extend(error);
             }
             let tls = tls.take().unwrap_or_default();
-            let old = unit.balancer.pool();
+            let old = unit.balancer.generation();
             reloaded
                 .changes
                 .extend(unit.balancer.reconfigure(b.clone(), tls));
             if let Some(proxy) = &unit.http {
                 let language = config.general.language;
-                http_balancer::reconfigure(proxy, &old, &unit.balancer.pool(), language);
+                http_balancer::reconfigure(proxy, &old, &unit.balancer.generation(), language);
             }
         }
     }

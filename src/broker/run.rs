@@ -14,8 +14,8 @@ use tracing::{info, warn};
 
 use super::unit::Unit;
 use super::{Command, ReloadError, Source};
-use crate::balancer::context::Context;
 use crate::balancer::events::{Event, Events, Reloaded};
+use crate::balancer::shared::Shared;
 use crate::config::{BalancerKind, plural, show_duration};
 use crate::http_balancer::sessions::SessionSecrets;
 use crate::net::resolve::Resolver;
@@ -23,7 +23,7 @@ use crate::net::workers::Workers;
 
 /// What the control loop owns.
 pub(super) struct Runtime {
-    pub(super) ctx: Arc<Context>,
+    pub(super) ctx: Arc<Shared>,
     /// The keys of the HTTP balancers' session cookies, configured again by each reload.
     pub(super) session_secrets: Arc<SessionSecrets>,
     pub(super) workers: Workers,

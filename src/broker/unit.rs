@@ -13,8 +13,8 @@ use tokio_util::task::TaskTracker;
 use tracing::{Instrument, Span, error, info, warn};
 
 use crate::balancer::Balancer;
-use crate::balancer::context::{Context, Ending};
 use crate::balancer::events::Event;
+use crate::balancer::shared::{Ending, Shared};
 use crate::broker::handoff::Handoff;
 use crate::broker::monitor;
 use crate::config::{BalancerConfig, plural, show_duration};
@@ -77,12 +77,12 @@ impl Unit {
     pub(super) fn start(
         balancer: Arc<Balancer>,
         listeners: Vec<StdListener>,
-        ctx: &Arc<Context>,
+        ctx: &Arc<Shared>,
         session_secrets: &Arc<SessionSecrets>,
         workers: &Workers,
         stopping: &CancellationToken,
     ) -> Unit {
-        let pool = balancer.pool();
+        let pool = balancer.generation();
         let c = &pool.config;
         let listen = bound_address(&listeners, c.listen);
         info!(
@@ -152,7 +152,7 @@ impl Unit {
     fn accept_on(
         &self,
         listeners: Vec<StdListener>,
-        ctx: &Arc<Context>,
+        ctx: &Arc<Shared>,
         workers: &Workers,
     ) -> Accepting {
         // Stopped by the unit, or with everything when the broker's handle is dropped.
@@ -214,7 +214,7 @@ impl Unit {
     /// so). Returns what happened, for the reload's summary, and the error, if any.
     pub(super) async fn move_listener(
         &mut self,
-        ctx: &Arc<Context>,
+        ctx: &Arc<Shared>,
         workers: &Workers,
         config: &mut BalancerConfig,
     ) -> (String, Option<String>) {
@@ -278,7 +278,7 @@ async fn check_certificate_daily(balancer: Arc<Balancer>, stop: CancellationToke
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(DAY) => {}
         }
-        let pool = balancer.pool();
+        let pool = balancer.generation();
         let Some(server) = &pool.tls.server else {
             continue;
         };

@@ -26,10 +26,10 @@ use tokio::time::{Duration, Instant};
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, Span, info, warn};
 
-use crate::balancer::context::{Context, Ending};
 use crate::balancer::events::{Event as BrokerEvent, Unserved};
 use crate::balancer::health::Reason;
-use crate::balancer::{Balancer, Closed, Eligible, Lease, Pool, Server};
+use crate::balancer::shared::{Ending, Shared};
+use crate::balancer::{Balancer, Closed, Eligible, Generation, Lease, Server};
 use crate::config::{BalancerConfig, Language, ServerId, show_duration};
 use crate::http::{
     self, Choice, ConnectFailure, Downstream, Event, Exchange, Outcome, Proxy, Tunnel, Upstreams,
@@ -78,7 +78,7 @@ impl std::fmt::Display for Target {
 #[derive(Debug)]
 pub struct Backends {
     balancer: Arc<Balancer>,
-    ctx: Arc<Context>,
+    ctx: Arc<Shared>,
     /// The keys of the session cookies, the broker's one set (a reload of `SESSION_SECRET` or
     /// `SESSION_SECRET_PREVIOUS` swaps them).
     session_secrets: Arc<SessionSecrets>,
@@ -121,7 +121,7 @@ impl Drop for Held {
 /// there).
 pub fn proxy(
     balancer: &Arc<Balancer>,
-    ctx: &Arc<Context>,
+    ctx: &Arc<Shared>,
     session_secrets: &Arc<SessionSecrets>,
 ) -> Arc<HttpProxy> {
     let backends = Arc::new(Backends {
@@ -134,7 +134,7 @@ pub fn proxy(
         body_timeouts_log: Throttle::new(1000),
         moves: Mutex::default(),
     });
-    let pool = balancer.pool();
+    let pool = balancer.generation();
     let language = ctx.config.load().general.language;
     let proxy = Proxy::new(Arc::clone(&backends), settings(&pool.config, language));
     let _ = backends.proxy.set(Arc::downgrade(&proxy));
@@ -156,7 +156,7 @@ async fn expire_sessions(backends: Weak<Backends>) {
         let Some(backends) = backends.upgrade() else {
             return;
         };
-        let pool = backends.balancer.pool();
+        let pool = backends.balancer.generation();
         let mut table = backends.sessions.lock().unwrap_or_else(|p| p.into_inner());
         table.expire(Instant::now(), pool.config.http.session_timeout);
         backends.count_sessions(&table, &pool.servers);
@@ -185,7 +185,7 @@ pub fn settings(config: &BalancerConfig, language: Language) -> http::Settings {
 
 /// A reload applied to the engine: the new settings, and the idle connections of servers
 /// that left the pool (`old`) closed.
-pub fn reconfigure(proxy: &HttpProxy, old: &Pool, new: &Pool, language: Language) {
+pub fn reconfigure(proxy: &HttpProxy, old: &Generation, new: &Generation, language: Language) {
     proxy.set_settings(settings(&new.config, language));
     for gone in old
         .servers
@@ -210,7 +210,7 @@ pub fn start<S: Stream>(
     client: Downstream,
 ) {
     let balancer = &proxy.upstreams().balancer;
-    let pool = balancer.pool();
+    let pool = balancer.generation();
     let Some(slot) = balancer.try_take_slot(&pool) else {
         balancer.refused(local);
         return;
@@ -252,7 +252,7 @@ impl Backends {
         if exchange.outcome == Outcome::ClientTimeout
             && let Some(suppressed) = self.body_timeouts_log.allow()
         {
-            let timeout = show_duration(balancer.pool().config.http.body_timeout);
+            let timeout = show_duration(balancer.generation().config.http.body_timeout);
             span.in_scope(|| {
                 warn!(
                     more_since_last_line = suppressed,
@@ -270,7 +270,7 @@ impl Backends {
             status: exchange.status.map(|s| s.as_u16()),
             server: exchange.server.as_ref().map(|s| s.0.address.clone()),
         });
-        if balancer.pool().config.http.log_requests {
+        if balancer.generation().config.http.log_requests {
             span.in_scope(|| access_line(exchange));
         }
     }
@@ -280,7 +280,7 @@ impl Backends {
     /// run (logged when one was running). A failure of the client's, or a client gone before
     /// the answer, says nothing of the server.
     fn count_timeouts(&self, server: &Server, outcome: &Outcome) {
-        let keys = &self.balancer.pool().config.http;
+        let keys = &self.balancer.generation().config.http;
         match outcome {
             Outcome::ServerTimeout => {
                 let in_a_row = server.timed_out();
@@ -322,7 +322,7 @@ impl Backends {
             client: tunnel.client,
             duration: tunnel.duration,
             outcome: &outcome,
-            log_connections: self.balancer.pool().config.log_connections,
+            log_connections: self.balancer.generation().config.log_connections,
         };
         tunnel
             .server
@@ -345,7 +345,7 @@ impl Backends {
             return HttpFigures::default();
         };
         let pools = proxy.pool_figures();
-        let pool = self.balancer.pool();
+        let pool = self.balancer.generation();
         let sessions = {
             let mut table = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
             let now = Instant::now();
@@ -375,7 +375,7 @@ impl Backends {
             requests: proxy.stats().figures(),
             pools: self
                 .balancer
-                .pool()
+                .generation()
                 .servers
                 .iter()
                 .map(|s| {
@@ -407,7 +407,7 @@ impl Backends {
     /// sets).
     fn session(
         &self,
-        pool: &Pool,
+        pool: &Generation,
         ticket: Ticket,
         renewed: Option<Ticket>,
         tried: &[Target],
@@ -462,7 +462,7 @@ impl Backends {
     /// always for a server an operator took out, it is no cookie (`None`).
     fn unsigned(
         &self,
-        pool: &Pool,
+        pool: &Generation,
         keys: &CookieKeys,
         ticket: Ticket,
         tried: &[Target],
@@ -488,7 +488,7 @@ impl Backends {
     /// off its server), with a new cookie for the server picked.
     fn balance(
         &self,
-        pool: &Pool,
+        pool: &Generation,
         keys: &CookieKeys,
         moving: Option<Ticket>,
         tried: &[Target],
@@ -525,7 +525,7 @@ impl Backends {
     /// A live session moved off its server (`old` names it) to `to`: the first of an episode
     /// of its server is logged, the others counted (see [`Backends::moves_ended`]), so a
     /// server in quarantine with thousands of sessions writes one line, not thousands.
-    fn session_moved(&self, pool: &Pool, old: Ticket, to: &Server, client: &Downstream) {
+    fn session_moved(&self, pool: &Generation, old: Ticket, to: &Server, client: &Downstream) {
         let mut moves = self.moves.lock().unwrap_or_else(|p| p.into_inner());
         let (episode, from) = moves.entry(old.server).or_insert_with(|| {
             let from = pool
@@ -648,7 +648,7 @@ impl Upstreams for Backends {
         client: &Downstream,
         tried: &[Target],
     ) -> Option<Choice<Self>> {
-        let pool = self.balancer.pool();
+        let pool = self.balancer.generation();
         if tried.len() >= pool.config.max_attempts as usize {
             return None;
         }
@@ -681,7 +681,7 @@ impl Upstreams for Backends {
     }
 
     fn keeps(&self, server: &Target) -> bool {
-        let pool = self.balancer.pool();
+        let pool = self.balancer.generation();
         pool.servers.iter().any(|s| Arc::ptr_eq(s, &server.0))
     }
 
@@ -716,7 +716,7 @@ impl Upstreams for Backends {
         server: &Target,
         client: SocketAddr,
     ) -> Result<ServerStream, ConnectError> {
-        let pool = self.balancer.pool();
+        let pool = self.balancer.generation();
         let s = &server.0;
         let stale = s.is_quarantined();
         let dialed = self.balancer.dial(&pool, s, stale, client);

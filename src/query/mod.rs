@@ -27,7 +27,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context as TaskContext, Poll};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -43,9 +43,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use crate::balancer::context::{Context, Ending};
 use crate::balancer::places::Place;
-use crate::balancer::{Balancer, Pool};
+use crate::balancer::shared::{Ending, Shared};
+use crate::balancer::{Balancer, Generation};
 use crate::config::Config;
 use crate::process::os_error::words;
 use snapshot::{HttpFigures, Snapshot, Standing};
@@ -84,7 +84,7 @@ const LINGER: Duration = Duration::from_secs(2);
 /// `ending.closing` is cancelled the request in hand is answered and the connection closed (a
 /// refreshing page would keep it open); `ending.cut` ends it at once.
 pub async fn serve<S: Connection>(
-    ctx: Arc<Context>,
+    ctx: Arc<Shared>,
     balancer: Arc<Balancer>,
     stream: S,
     first: Vec<u8>,
@@ -99,7 +99,7 @@ pub async fn serve<S: Connection>(
 
 /// [`serve`] until it is cut.
 async fn answer_connection<S: Connection>(
-    ctx: Arc<Context>,
+    ctx: Arc<Shared>,
     balancer: Arc<Balancer>,
     mut stream: S,
     first: Vec<u8>,
@@ -107,7 +107,7 @@ async fn answer_connection<S: Connection>(
     closing: &CancellationToken,
 ) {
     let head_only = first.starts_with(b"HEAD ");
-    if let Some(refusal) = refusal(&balancer.pool(), peer) {
+    if let Some(refusal) = refusal(&balancer.generation(), peer) {
         debug!(client = %peer, "query refused: {}", refusal.trim_end());
         refuse(stream, "403 Forbidden", &refusal, head_only).await;
         return;
@@ -153,7 +153,7 @@ async fn answer_connection<S: Connection>(
     let service = {
         let place = Arc::clone(&place);
         service_fn(move |request: Request<Incoming>| {
-            let response = match refusal(&balancer.pool(), peer) {
+            let response = match refusal(&balancer.generation(), peer) {
                 Some(refusal) => {
                     let mut response = text(StatusCode::FORBIDDEN, refusal);
                     response
@@ -198,7 +198,7 @@ async fn answer_connection<S: Connection>(
 }
 
 /// Why `peer` may not query `pool`'s balancer now (the 403's text), or `None` when it may.
-fn refusal(pool: &Pool, peer: SocketAddr) -> Option<String> {
+fn refusal(pool: &Generation, peer: SocketAddr) -> Option<String> {
     let query = &pool.config.query;
     let section = pool.config.kind.section();
     if !query.enabled {
@@ -304,13 +304,13 @@ const COMMANDS: &str = "Commands (after /TOTVS_BROKER_QUERY/, any case):\n  \
 /// sniffing, no query place (the connection is the balancer's client). `None` for a request
 /// to forward. `http` reads the balancer's HTTP figures, for the pages that show them.
 pub fn intercept(
-    ctx: &Context,
+    ctx: &Shared,
     balancer: &Balancer,
     peer: SocketAddr,
     head: &Parts,
     http: impl FnOnce() -> HttpFigures,
 ) -> Option<Response<Bytes>> {
-    let pool = balancer.pool();
+    let pool = balancer.generation();
     if !pool.config.query.enabled {
         return None;
     }
@@ -325,7 +325,7 @@ pub fn intercept(
 /// Routes one request (from an allowed client) to its answer; `http`: the figures of an HTTP
 /// balancer.
 fn answer(
-    ctx: &Context,
+    ctx: &Shared,
     balancer: &Balancer,
     peer: SocketAddr,
     request: &Parts,
@@ -362,9 +362,9 @@ fn answer(
             .iter()
             .filter(|b| !std::ptr::eq(b.as_ref(), balancer))
             // A link to a balancer this client may not query would give its address away.
-            .filter(|b| refusal(&b.pool(), peer).is_none())
+            .filter(|b| refusal(&b.generation(), peer).is_none())
             .map(|b| {
-                let pool = b.pool();
+                let pool = b.generation();
                 (pool.config.kind, pool.config.listen)
             })
             .collect();
@@ -437,14 +437,14 @@ fn answer(
 /// The configuration as `peer` may see it: the sections of the balancers whose `QUERY_ALLOW`
 /// admits it, and the file paths (the configuration's, `ConsoleFile`) only when every
 /// balancer does, as those belong to the process as a whole.
-fn visible_config(ctx: &Context, peer: SocketAddr) -> Config {
+fn visible_config(ctx: &Shared, peer: SocketAddr) -> Config {
     let mut config = Config::clone(&ctx.config.load());
     let balancers = ctx.balancers.load();
     let may_query = |kind| {
         balancers
             .iter()
             .find(|b| b.kind() == kind)
-            .is_some_and(|b| refusal(&b.pool(), peer).is_none())
+            .is_some_and(|b| refusal(&b.generation(), peer).is_none())
     };
     let everywhere = config.balancers.iter().all(|b| may_query(b.kind));
     config.balancers.retain(|b| may_query(b.kind));
@@ -460,9 +460,9 @@ fn visible_config(ctx: &Context, peer: SocketAddr) -> Config {
 
 /// READY: whether a client arriving now would be served (the balancer accepts clients and a
 /// server is available to it), and the answer's text saying why, in the pages' language.
-fn readiness(ctx: &Context, balancer: &Balancer) -> (bool, String) {
+fn readiness(ctx: &Shared, balancer: &Balancer) -> (bool, String) {
     let l = labels::of(ctx.config.load().general.language);
-    let pool = balancer.pool();
+    let pool = balancer.generation();
     if ctx.shutdown.is_draining() {
         return (false, format!("NOT READY: {}\n", l.ready_shutting_down));
     }
@@ -609,7 +609,7 @@ impl<S> Prefixed<S> {
 impl<S: Connection> AsyncRead for Prefixed<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
-        cx: &mut TaskContext<'_>,
+        cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = &mut *self;
@@ -640,17 +640,17 @@ impl<S: Connection> AsyncRead for Prefixed<S> {
 impl<S: Connection> AsyncWrite for Prefixed<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
-        cx: &mut TaskContext<'_>,
+        cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         Pin::new(&mut self.stream).poll_write(cx, buf)
     }
 
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<io::Result<()>> {
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.stream).poll_flush(cx)
     }
 
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<io::Result<()>> {
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.stream).poll_shutdown(cx)
     }
 }

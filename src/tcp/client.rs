@@ -11,9 +11,9 @@ use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, Span, debug};
 
-use crate::balancer::context::{Context, Ending};
 use crate::balancer::events::Unserved;
-use crate::balancer::{Balancer, ClientSlot, Closed, Eligible, Lease, Pool};
+use crate::balancer::shared::{Ending, Shared};
+use crate::balancer::{Balancer, ClientSlot, Closed, Eligible, Generation, Lease};
 use crate::net::dial::ServerStream;
 use crate::net::relay::{Counters, End, Outcome, relay};
 use crate::net::stream::Stream;
@@ -28,7 +28,7 @@ use crate::tcp::sniff::{Verdict, sniff};
 #[derive(Debug)]
 pub struct Entrance {
     /// The broker's shared state.
-    pub ctx: Arc<Context>,
+    pub ctx: Arc<Shared>,
     /// The balancer the socket listens for.
     pub balancer: Arc<Balancer>,
     /// How the balancer tells its connections to end.
@@ -47,7 +47,7 @@ pub struct Entrance {
 pub struct Client<S> {
     entrance: Arc<Entrance>,
     /// The pool when it arrived: the connection keeps this generation's settings.
-    pool: Arc<Pool>,
+    pool: Arc<Generation>,
     stream: S,
     peer: SocketAddr,
 }
@@ -55,7 +55,12 @@ pub struct Client<S> {
 impl<S: Stream> Client<S> {
     /// A client accepted through `entrance` from `peer`, in `pool`'s generation (the one
     /// read when it arrived), its port's TLS step done.
-    pub fn new(entrance: Arc<Entrance>, pool: Arc<Pool>, stream: S, peer: SocketAddr) -> Self {
+    pub fn new(
+        entrance: Arc<Entrance>,
+        pool: Arc<Generation>,
+        stream: S,
+        peer: SocketAddr,
+    ) -> Self {
         Client {
             pool,
             entrance,
@@ -255,7 +260,7 @@ mod tests {
     }
     /// A client of `balancer` (its stream a loopback connection), to call its steps alone.
     async fn client_of(balancer: &Arc<Balancer>, config: Config) -> Client<TcpStream> {
-        let ctx = Arc::new(Context {
+        let ctx = Arc::new(Shared {
             config: arc_swap::ArcSwap::from_pointee(config),
             balancers: arc_swap::ArcSwap::from_pointee(vec![Arc::clone(balancer)]),
             started_wall_ms: 0,
@@ -274,7 +279,7 @@ mod tests {
             .await
             .unwrap();
         let peer: SocketAddr = "127.0.0.1:40000".parse().unwrap();
-        Client::new(entrance, balancer.pool(), stream, peer)
+        Client::new(entrance, balancer.generation(), stream, peer)
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -315,7 +320,7 @@ mod tests {
             Arc::clone(&resolver),
             crate::balancer::events::Events::default(),
         ));
-        let pool = balancer.pool();
+        let pool = balancer.generation();
         let client = client_of(&balancer, config).await;
         for _ in 0..50 {
             let (lease, _stream) = client

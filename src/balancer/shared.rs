@@ -11,10 +11,11 @@ use crate::balancer::Balancer;
 use crate::config::Config;
 use crate::process::shutdown::Shutdown;
 
-/// What every connection may read: the configuration, every balancer (a query links to the
-/// others), the start time, and the shutdown state (PING answers 503 while draining).
+/// What every connection's task shares and may read: the configuration, every balancer (a
+/// query links to the others), the start time, and the shutdown state (PING answers 503 while
+/// draining).
 #[derive(Debug)]
-pub struct Context {
+pub struct Shared {
     /// The running configuration (swapped by a reload).
     pub config: ArcSwap<Config>,
     /// Every balancer of the process, in configuration order (swapped by a reload).

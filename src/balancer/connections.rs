@@ -1,0 +1,301 @@
+//! A connection's events, one method each, as the connection paths report them: an accept
+//! that failed or succeeded, a client's TLS handshake, a client refused at `MAX_CONNECTIONS`
+//! or admitted, the dial of a server and its outcome (which may quarantine the server), a
+//! client closed without a server, a relayed connection's end. Each counts what it must,
+//! publishes its [`Event`] and writes its log line, once per episode where a line per client
+//! would flood the log.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+use tracing::{Span, debug, error, info, warn};
+
+use crate::balancer::Balancer;
+use crate::balancer::events::{Event, Unserved};
+use crate::balancer::generation::Generation;
+use crate::balancer::health::{Reason, Release};
+use crate::balancer::server::Server;
+use crate::config::Monitoring;
+use crate::net::dial::{self, ConnectError, ServerStream};
+use crate::net::relay::{End, Outcome};
+use crate::net::stream::Stream;
+use crate::process::os_error::PointsAt;
+use crate::tls::HandshakeFailure;
+
+/// A relayed connection as it ended, for [`Balancer::ended`].
+#[derive(Debug)]
+pub struct Closed<'a> {
+    /// The client's address.
+    pub client: SocketAddr,
+    /// How long the connection lasted, from its accept.
+    pub duration: Duration,
+    /// What the relay did.
+    pub outcome: &'a Outcome,
+    /// `LOG_CONNECTIONS` of the connection's generation.
+    pub log_connections: bool,
+}
+
+impl Balancer {
+    /// A client's TLS handshake failed: counted by cause; the first of an episode is logged
+    /// with its cause (one line, not one per client). No server is to blame.
+    pub fn handshake_failed(&self, client: SocketAddr, failure: &HandshakeFailure) {
+        *self
+            .handshake_failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(failure.cause.label())
+            .or_default() += 1;
+        if self.handshake_episode.strike() {
+            warn!(
+                client = %client,
+                "TLS handshake with a client failed: {failure}; further failures are counted \
+                 in METRICS until one succeeds"
+            );
+        } else {
+            debug!(client = %client, "TLS handshake failed: {failure}");
+        }
+    }
+
+    /// A client's TLS handshake succeeded: ends an episode of failures with a line.
+    pub fn handshake_done(&self) {
+        if let Some(failed) = self.handshake_episode.end() {
+            info!("TLS handshakes with clients succeed again; {failed} failed before");
+        }
+    }
+
+    /// Failed TLS handshakes with clients so far, by cause.
+    pub fn handshake_failures(&self) -> BTreeMap<&'static str, u64> {
+        self.handshake_failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// A client refused at `MAX_CONNECTIONS`; the first of an episode is logged.
+    pub fn refused(&self, local: Option<SocketAddr>) {
+        self.stats.rejected.fetch_add(1, Relaxed);
+        self.events.emit(|| Event::Refused {
+            balancer: self.kind(),
+        });
+        if self.refusals.strike() {
+            warn!(
+                "MAX_CONNECTIONS ({}) reached on {}: new clients are closed at once until some leave",
+                self.generation().config.max_connections,
+                local.map_or_else(|| "?".into(), |a| a.to_string())
+            );
+        }
+    }
+
+    /// A client admitted below the limit: ends a refusal episode, if any, with a line.
+    pub fn admitted(&self) {
+        if let Some(refused) = self.refusals.end() {
+            info!("accepting clients again: {refused} refused while MAX_CONNECTIONS was reached");
+        }
+    }
+
+    /// Dials `server` for `client` with `generation`'s settings: the dialer (resolve, the
+    /// broker itself refused, connect within `CONNECT_TIMEOUT`), the upstream TLS of that
+    /// generation (`SSL_ENCRYPT_UPSTREAM=1`, verified as its keys say), TCP keepalive; then
+    /// the connect accounted for, once (`Balancer::connected` or
+    /// [`Balancer::connect_failed`]; `stale`: the server was chosen although quarantined).
+    /// The one dial path of both engines, a TCP client's and an HTTP request's, so every
+    /// `SSL_*` and socket key means the same on both. A lookup not tried for
+    /// `DNS_MAX_LOOKUPS` is no failure of the server: it is not counted.
+    pub async fn dial(
+        &self,
+        generation: &Generation,
+        server: &Server,
+        stale: bool,
+        client: SocketAddr,
+    ) -> Result<ServerStream, ConnectError> {
+        let config = &generation.config;
+        let tls = generation.tls.upstream.as_ref();
+        match dial::dial(&self.resolver, &server.host, server.port, config, tls).await {
+            Ok(stream) => {
+                if let Some(socket) = stream.socket() {
+                    dial::keep_alive(socket, &config.keepalive, &server.address);
+                }
+                self.connected(server, stale);
+                Ok(stream)
+            }
+            Err(e @ ConnectError::ResolverBusy { .. }) => {
+                // As after a connect timeout, the next candidate; the resolver says it once.
+                debug!(client = %client, server = %server.address, "not tried: DNS_MAX_LOOKUPS lookups in flight");
+                Err(e)
+            }
+            Err(e) => {
+                self.connect_failed(server, stale, &e, client);
+                Err(e)
+            }
+        }
+    }
+
+    /// A connect to `server` succeeded (`stale`: it was chosen although quarantined). A
+    /// connect proves what a CONNECTION check proves, so a stale quarantine ends (not one
+    /// found by a SEND_EXPECT or HTTP check, which a connect cannot overrule, nor one for
+    /// requests that timed out); a broker fault episode ends.
+    fn connected(&self, server: &Server, stale: bool) {
+        server.total.fetch_add(1, Relaxed);
+        server.health.connected();
+        // A connect proves the port accepts, nothing more: not that a server quarantined for
+        // not answering its requests (`timeout`) answers them now.
+        if stale
+            && server.quarantine_reason() != Some(Reason::Timeout)
+            && !matches!(
+                self.generation.load().config.monitoring,
+                Monitoring::SendExpect { .. } | Monitoring::Http { .. }
+            )
+        {
+            self.release_recovered(server, Release::ClientConnected);
+        }
+        if let Some(unserved) = self.broker_faults.end() {
+            let were = if self.kind().is_http() {
+                "requests were answered 503"
+            } else {
+                "were closed"
+            };
+            info!("connecting clients again: {unserved} {were} while the broker lacked resources");
+        }
+    }
+
+    /// A connect to `server` for `client` failed with `error` (`stale`: the server was chosen
+    /// although quarantined). A cause that blames anyone but the broker counts against the
+    /// server and quarantines it (unless its quarantine is what the choice went around); a
+    /// cause that is the broker's own blames no server. Called by [`Balancer::dial`], and by
+    /// the HTTP engine for a new connection the server closed before it took the request.
+    pub fn connect_failed(
+        &self,
+        server: &Server,
+        stale: bool,
+        error: &ConnectError,
+        client: SocketAddr,
+    ) {
+        let error = error.explain();
+        let blamed = error.points_at != PointsAt::Broker;
+        self.events.emit(|| Event::ConnectFailed {
+            balancer: self.kind(),
+            client,
+            server: server.address.clone(),
+            error: error.to_string(),
+            blamed,
+        });
+        if !blamed {
+            if self.broker_faults.strike() {
+                let they = if self.kind().is_http() {
+                    "their requests are answered 503"
+                } else {
+                    "they are closed"
+                };
+                error!(
+                    server = %server.address,
+                    "cannot connect clients: {error}; {they} and no server is blamed until \
+                     this clears"
+                );
+            }
+            return;
+        }
+        server.failed_connects.fetch_add(1, Relaxed);
+        if stale {
+            // Already quarantined; the monitor keeps it there. One line per client and
+            // server here would flood the log during an outage.
+            debug!(client = %client, "server {} still unreachable: {error}", server.address);
+        } else {
+            error!(client = %client, "cannot connect to server {}: {error}", server.address);
+            self.quarantine(server, Reason::Connect, &error.words);
+        }
+    }
+
+    /// A client closed without a server.
+    pub fn unserved(&self, client: SocketAddr, why: Unserved) {
+        self.stats.unserved.fetch_add(1, Relaxed);
+        self.events.emit(|| Event::Unserved {
+            balancer: self.kind(),
+            client,
+            why,
+        });
+        if why == Unserved::NoServer
+            && let Some(suppressed) = self.no_servers_log.allow()
+        {
+            // An HTTP client is answered 503 and may send its next request.
+            let then = if self.kind().is_http() {
+                "the request is answered 503"
+            } else {
+                "the client is closed"
+            };
+            error!(
+                more_since_last_line = suppressed,
+                client = %client,
+                "no remote servers available; {then}"
+            );
+        }
+    }
+
+    /// A connection relayed to `server` ended (a TCP client's, or an HTTP connection's after
+    /// its upgrade): its closing line, in `span` (always for an idle close, which the broker
+    /// decided; otherwise with `LOG_CONNECTIONS`; at debug for a connection that carried no
+    /// byte either way).
+    pub fn ended(&self, server: &Server, closed: &Closed<'_>, span: &Span) {
+        let outcome = closed.outcome;
+        self.events.emit(|| Event::ConnectionEnded {
+            balancer: self.kind(),
+            client: closed.client,
+            server: server.address.clone(),
+            duration: closed.duration,
+            bytes_from_client: outcome.to_server,
+            bytes_to_client: outcome.to_client,
+            ended_by: outcome.end.clone(),
+        });
+        if outcome.to_server == 0 && outcome.to_client == 0 {
+            // Nothing either way: a browser's speculative connection, a port check. Counted as
+            // any (its server took a connection), told at debug only: a demo session's page
+            // views wrote a dozen such lines among the ones that matter.
+            span.in_scope(|| {
+                debug!(
+                    duration = %format_args!("{:.3}s", closed.duration.as_secs_f64()),
+                    ended_by = %outcome.end,
+                    client = %closed.client,
+                    server = %server.address,
+                    "connection closed without a byte either way"
+                );
+            });
+            return;
+        }
+        if closed.log_connections || matches!(outcome.end, End::Idle) {
+            span.in_scope(|| {
+                info!(
+                    duration = %format_args!("{:.3}s", closed.duration.as_secs_f64()),
+                    bytes_from_client = outcome.to_server,
+                    bytes_to_client = outcome.to_client,
+                    ended_by = %outcome.end,
+                    client = %closed.client,
+                    server = %server.address,
+                    "connection closed"
+                );
+            });
+        }
+    }
+
+    /// An accept failed for the broker's own reasons (descriptors, memory); the first of an
+    /// episode is logged, saying the accept loop retries every `backoff`.
+    pub fn accept_failed(&self, error: &io::Error, backoff: Duration) {
+        if self.accept_failures.strike() {
+            error!(
+                "cannot accept clients: {} ({}); retrying every {} ms, connections in \
+                 progress are unaffected",
+                crate::process::os_error::words(error),
+                crate::process::os_error::errno_name(error).unwrap_or("error"),
+                backoff.as_millis()
+            );
+        }
+    }
+
+    /// An accept succeeded: ends an episode of failed accepts, if any, with a line.
+    pub fn accepted(&self) {
+        if let Some(failed) = self.accept_failures.end() {
+            info!("accepting clients again after {failed} failed accepts");
+        }
+    }
+}

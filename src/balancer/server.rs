@@ -1,0 +1,181 @@
+//! One configured server and its atomics: the counters a connection adds to, its weight and an
+//! operator's hold as the hot path reads them, its chart's samples and its health. Every field
+//! is changed only by the balancer's methods and its leases.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::balancer::health::{Health, Reason};
+use crate::balancer::overrides::Overrides;
+use crate::config::{Host, ServerConfig, ServerId};
+use crate::process::clock::wall_ms;
+
+/// One configured server and everything counted about it. Shared by the generation, the
+/// leases of its connections, the monitor and the query interface; changed only by
+/// [`Balancer`](super::Balancer)'s methods and its [`Lease`](super::Lease)s.
+#[derive(Debug)]
+pub struct Server {
+    /// The `REMOTE_SERVER_<id>` id.
+    pub id: ServerId,
+    /// Address or name, resolved at each connect.
+    pub host: Host,
+    /// TCP port.
+    pub port: u16,
+    /// `host:port` as configured, the name logs and pages use.
+    pub address: String,
+    /// Share of new clients; 0 drains the server. A reload may change it, unless an operator's
+    /// weight overrides it.
+    pub(super) weight: AtomicU32,
+    /// The weight the file gives, whatever an operator's override says.
+    pub(super) file_weight: AtomicU32,
+    /// True while an operator holds it out of the balancing (disabled or draining): the hot
+    /// path reads this, `overrides` says why.
+    pub(super) held: AtomicBool,
+    /// The operator's overrides, changed only through [`Balancer`](super::Balancer)'s methods.
+    pub(super) overrides: Mutex<Overrides>,
+    /// Cancelled to cut every connection to it (`ctl cut`), then replaced by a fresh one.
+    pub(super) cut: Mutex<CancellationToken>,
+    /// Connections counted against it now (chosen, connecting or relaying).
+    pub(super) active: AtomicU64,
+    /// Connections relayed since start.
+    pub(super) total: AtomicU64,
+    /// Live HTTP sessions bound to it (affinity), as the HTTP balancer's table last counted
+    /// them: what SORT_METHOD=SESSION spreads.
+    pub(super) sessions: AtomicU64,
+    /// Most connections counted against it at once.
+    pub(super) peak: AtomicU64,
+    /// Active connections sampled each minute over the last hour (wall ms, count), oldest
+    /// first, for the status page's chart.
+    pub(super) samples: Mutex<VecDeque<(u64, u64)>>,
+    /// Connects by clients that failed.
+    pub(super) failed_connects: AtomicU64,
+    /// Bytes from clients to this server.
+    pub(super) bytes_to_server: AtomicU64,
+    /// Bytes from this server to clients.
+    pub(super) bytes_to_client: AtomicU64,
+    /// HTTP requests to it that timed out in a row (`HTTP_TIMEOUTS_TO_QUARANTINE`).
+    pub(super) timeouts_in_a_row: AtomicU32,
+    /// Quarantine state and check results.
+    pub(super) health: Health,
+}
+
+/// Minutes of samples kept: one hour, plus the sample that starts it.
+const SAMPLES: usize = 61;
+
+impl Server {
+    /// A server with zeroed counters, available, and a first sample: the chart draws a
+    /// server added by a reload from when it joined, not as a lone dot at the next minute.
+    pub(super) fn new(config: &ServerConfig) -> Self {
+        let server = Server {
+            id: config.id,
+            host: config.host.clone(),
+            port: config.port,
+            address: config.address(),
+            weight: AtomicU32::new(config.weight),
+            file_weight: AtomicU32::new(config.weight),
+            held: AtomicBool::new(false),
+            overrides: Mutex::new(Overrides::default()),
+            cut: Mutex::new(CancellationToken::new()),
+            active: AtomicU64::new(0),
+            total: AtomicU64::new(0),
+            sessions: AtomicU64::new(0),
+            peak: AtomicU64::new(0),
+            samples: Mutex::new(VecDeque::with_capacity(SAMPLES)),
+            failed_connects: AtomicU64::new(0),
+            bytes_to_server: AtomicU64::new(0),
+            bytes_to_client: AtomicU64::new(0),
+            timeouts_in_a_row: AtomicU32::new(0),
+            health: Health::default(),
+        };
+        server.sample();
+        server
+    }
+
+    /// Records the active count now as this minute's sample, dropping those over an hour old.
+    pub(super) fn sample(&self) {
+        let mut samples = self.samples.lock().unwrap_or_else(|p| p.into_inner());
+        if samples.len() == SAMPLES {
+            samples.pop_front();
+        }
+        samples.push_back((wall_ms(), self.active.load(Relaxed)));
+    }
+
+    /// An HTTP request to it timed out: the requests timed out in a row now, this one
+    /// included.
+    pub fn timed_out(&self) -> u32 {
+        self.timeouts_in_a_row
+            .fetch_add(1, Relaxed)
+            .saturating_add(1)
+    }
+
+    /// It answered an HTTP request: the requests that had timed out in a row before (0:
+    /// none), a run now ended.
+    pub fn answered(&self) -> u32 {
+        // Read first: this runs for every request, and a write would bounce the cache line
+        // between cores for nothing.
+        if self.timeouts_in_a_row.load(Relaxed) == 0 {
+            return 0;
+        }
+        self.timeouts_in_a_row.swap(0, Relaxed)
+    }
+
+    /// Counts bytes moved to and from the server outside a relay (HTTP requests' bodies).
+    pub fn add_traffic(&self, to_server: u64, to_client: u64) {
+        self.bytes_to_server.fetch_add(to_server, Relaxed);
+        self.bytes_to_client.fetch_add(to_client, Relaxed);
+    }
+
+    /// True when the server may get new clients at `now_ms` on its balancer's clock (no
+    /// quarantine, or it is over).
+    pub fn is_available(&self, now_ms: u64) -> bool {
+        self.health.is_available(now_ms)
+    }
+
+    /// True when new clients may go to it: out of quarantine, not disabled or draining, of a
+    /// weight above 0 (what [`Generation::pick`](super::Generation::pick) asks of a server).
+    pub fn takes_new_clients(&self, now_ms: u64) -> bool {
+        self.weight.load(Relaxed) > 0 && !self.held.load(Relaxed) && self.is_available(now_ms)
+    }
+
+    /// Live HTTP sessions bound to it.
+    pub fn sessions(&self) -> u64 {
+        self.sessions.load(Relaxed)
+    }
+
+    /// The HTTP balancer's session table counted `n` live sessions bound to it.
+    pub fn set_sessions(&self, n: u64) {
+        self.sessions.store(n, Relaxed);
+    }
+
+    /// True while a quarantine is recorded (it may have run out and await its release line).
+    pub fn is_quarantined(&self) -> bool {
+        self.health.is_quarantined()
+    }
+
+    /// Why the current (or last) quarantine started.
+    pub fn quarantine_reason(&self) -> Option<Reason> {
+        self.health.reason()
+    }
+
+    /// Connections counted against it now.
+    pub fn active(&self) -> u64 {
+        self.active.load(Relaxed)
+    }
+
+    /// A copy of the operator's overrides.
+    pub fn overrides(&self) -> Overrides {
+        self.lock_overrides().clone()
+    }
+
+    pub(super) fn lock_overrides(&self) -> std::sync::MutexGuard<'_, Overrides> {
+        self.overrides.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// True when `name` names this server: its id (`01`) or its `host:port`.
+    pub fn is_named(&self, name: &str) -> bool {
+        self.id.to_string().eq_ignore_ascii_case(name) || self.address.eq_ignore_ascii_case(name)
+    }
+}
