@@ -4,12 +4,10 @@
 // Helpers outside `#[test]` functions may unwrap too: a panic there is a failed assertion.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use common::*;
+use harness::*;
 use scraper::{Html, Selector};
 
 /// A broker of two servers, in `language`: two clients held on a (a line above zero in the

@@ -3,19 +3,16 @@
 //! it buffer without bound.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-mod http_common;
-
 use std::net::SocketAddr;
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{
-    Broker, DEADLINE, HttpConnection, TestServer, binary, eventually, free_port, ini_for,
+use harness::{
+    Broker, DEADLINE, HttpConnection, Origin, TestServer, binary, eventually, free_port, http_ini,
+    ini_for,
 };
-use http_common::{Origin, http_ini};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 

@@ -4,14 +4,12 @@
 // Helpers outside `#[test]` functions may unwrap too: a panic there is a failed assertion.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use appbroker::Event;
-use common::*;
+use harness::*;
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 

@@ -5,14 +5,12 @@
 // Helpers outside `#[test]` functions may unwrap too: a panic there is a failed assertion.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::io::ErrorKind;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use appbroker::Event;
-use common::*;
+use harness::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 

@@ -4,12 +4,10 @@
 // Helpers outside `#[test]` functions may unwrap too: a panic there is a failed assertion.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::*;
+use harness::*;
 use scraper::{ElementRef, Html, Selector};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -16,15 +16,13 @@
 //! connection reset` on that client's line) and reported apart; every other failure counts.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::future::poll_fn;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use common::Broker;
+use harness::Broker;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
@@ -271,7 +269,7 @@ async fn exchange(stream: &mut TcpStream, line: &[u8]) -> Result<u64, String> {
         .map_err(|e| format!("write: {e}"))?;
     let mut reply = Vec::with_capacity(line.len() + 8);
     let mut buf = [0u8; 4096];
-    let read = tokio::time::timeout(common::DEADLINE, async {
+    let read = tokio::time::timeout(harness::DEADLINE, async {
         while !reply.ends_with(b"\n") {
             match stream.read(&mut buf).await {
                 Ok(0) => return Err(format!("closed after {} bytes of the answer", reply.len())),

@@ -34,12 +34,27 @@ pub enum Mode {
     /// Reads everything, never writes a byte: the port accepts but the application hangs.
     Hang,
     /// Answers the first bytes it reads with `bytes`, then closes or reads on in silence.
-    Reply { bytes: Vec<u8>, then_close: bool },
+    Reply {
+        /// The answer.
+        bytes: Vec<u8>,
+        /// Closes right after it (else reads on in silence).
+        then_close: bool,
+    },
     /// Sends `len` bytes of pattern `seed` a few bytes at a time with short pauses, then shuts
     /// its side down; meanwhile reads the client's bytes a few at a time, with pauses too.
-    Trickle { seed: u64, len: u64 },
+    Trickle {
+        /// The pattern's seed ([`pattern`]).
+        seed: u64,
+        /// How many bytes.
+        len: u64,
+    },
     /// Sends `len` bytes of pattern `seed` as fast as they are taken, then shuts its side down.
-    Blast { seed: u64, len: u64 },
+    Blast {
+        /// The pattern's seed ([`pattern`]).
+        seed: u64,
+        /// How many bytes.
+        len: u64,
+    },
     /// Never reads: its receive window fills and stays full until [`FaultServer::hang_up`].
     NeverRead,
     /// Reads nothing until the token is cancelled, then everything (recorded) to the end.
@@ -57,14 +72,17 @@ pub struct Conn {
 }
 
 impl Conn {
+    /// Keeps `bytes` read from it.
     pub fn record(&self, bytes: &[u8]) {
         self.received.lock().unwrap().extend_from_slice(bytes);
     }
 
+    /// Every byte read from it so far.
     pub fn received(&self) -> Vec<u8> {
         self.received.lock().unwrap().clone()
     }
 
+    /// Whether the server is done with it.
     pub fn ended(&self) -> bool {
         self.ended.load(Ordering::SeqCst)
     }
@@ -108,6 +126,7 @@ impl Shared {
 /// A loopback (or namespace) server whose behaviour the test sets with a [`Mode`], and which
 /// can go down and come back up on the same port without dropping a connection in between.
 pub struct FaultServer {
+    /// Where it listens.
     pub addr: SocketAddr,
     shared: Arc<Shared>,
     accepting: Option<(oneshot::Sender<()>, JoinHandle<()>)>,
@@ -117,6 +136,7 @@ pub struct FaultServer {
 }
 
 impl FaultServer {
+    /// A server named `name` on a fresh loopback port, treating connections as `mode` says.
     pub async fn start(name: &str, mode: Mode) -> FaultServer {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         FaultServer::on(name, mode, listener)
@@ -141,6 +161,7 @@ impl FaultServer {
         }
     }
 
+    /// How the connections accepted from now on are treated.
     pub fn set_mode(&self, mode: Mode) {
         *self.shared.mode.lock().unwrap() = mode;
     }
@@ -155,10 +176,12 @@ impl FaultServer {
         self.addr.to_string()
     }
 
+    /// Every connection accepted so far, in order.
     pub fn connections(&self) -> Vec<Arc<Conn>> {
         self.shared.conns.lock().unwrap().clone()
     }
 
+    /// Connections accepted so far.
     pub fn accepted(&self) -> usize {
         self.shared.conns.lock().unwrap().len()
     }
@@ -379,7 +402,7 @@ fn drip_command(line: &[u8]) -> Option<(u32, Duration)> {
 }
 
 /// Reads (and records) until the end, never writing.
-pub async fn read_silently(mut from: impl AsyncRead + Unpin, conn: &Conn) -> io::Result<()> {
+async fn read_silently(mut from: impl AsyncRead + Unpin, conn: &Conn) -> io::Result<()> {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
         let n = from.read(&mut buf).await?;
@@ -517,6 +540,8 @@ pub const SHORT_KEEPALIVE: &str = "KEEPALIVE_TIME=1\nKEEPALIVE_INTERVAL=1\nKEEPA
 /// How long [`SHORT_KEEPALIVE`] takes to give a dead peer up.
 pub const SHORT_KEEPALIVE_GIVES_UP_AFTER: Duration = Duration::from_secs(3);
 
+/// An ini like [`ini_for`]'s over `servers` given as `REMOTE_SERVER` values (as
+/// [`FaultServer::ini`] gives them), with `extra` lines in the section.
 pub fn ini_over(servers: &[String], extra: &str) -> String {
     let mut ini = ini_for(&[], extra);
     for (i, server) in servers.iter().enumerate() {
