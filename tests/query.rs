@@ -1340,6 +1340,10 @@ async fn metrics_parse_as_prometheus_text() {
     );
     let broker = InProcess::start(&ini).await;
     assert_eq!(ask(broker.addr()).await.unwrap(), "a");
+    // The relay counts bytes once it has written them, so the client may have read its echo
+    // before the last of them is counted: the figures asserted below are asked for only once
+    // the broker has counted the client's end.
+    broker.events.wait_for_ended(1).await;
     // The check families have samples once a monitor round has run.
     let end = Instant::now() + DEADLINE;
     let text = loop {
