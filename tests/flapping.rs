@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 async fn clients_lose_nothing_while_servers_flap() {
     let mut servers = Vec::new();
     for name in ["a", "b", "c"] {
-        servers.push(FaultServer::start(name, Mode::Healthy).await);
+        servers.push(FaultServer::start(name, Behaviour::Healthy).await);
     }
     let ini = ini_over(
         &servers.iter().map(FaultServer::ini).collect::<Vec<_>>(),

@@ -24,7 +24,7 @@ use super::{DEADLINE, ini_for, within};
 /// How a [`FaultServer`] treats a connection; read when the connection is accepted, so a
 /// change applies to the connections that follow.
 #[derive(Debug, Clone)]
-pub enum Mode {
+pub enum Behaviour {
     /// Line by line: `PING\r\n` (the probe these tests configure for SEND_EXPECT) gets
     /// `PONG\r\n`; `drip <n> <ms>` gets `n` lines `<name>: tick <i>`, one every `ms`;
     /// `quiet <text>` gets nothing; any other line is echoed as `<name>: <line>`.
@@ -91,7 +91,7 @@ impl Conn {
 /// What the accepting task and the connections share with the test.
 struct Shared {
     name: String,
-    mode: Mutex<Mode>,
+    mode: Mutex<Behaviour>,
     conns: Mutex<Vec<Arc<Conn>>>,
     /// Cancelled by [`FaultServer::hang_up`]: the connections open then are dropped.
     hang_up: Mutex<CancellationToken>,
@@ -123,8 +123,8 @@ impl Shared {
     }
 }
 
-/// A loopback (or namespace) server whose behaviour the test sets with a [`Mode`], and which
-/// can go down and come back up on the same port without dropping a connection in between.
+/// A loopback (or namespace) server that behaves as the test sets it ([`Behaviour`]), and can
+/// go down and come back up on the same port without dropping a connection in between.
 pub struct FaultServer {
     /// Where it listens.
     pub addr: SocketAddr,
@@ -137,13 +137,13 @@ pub struct FaultServer {
 
 impl FaultServer {
     /// A server named `name` on a fresh loopback port, treating connections as `mode` says.
-    pub async fn start(name: &str, mode: Mode) -> FaultServer {
+    pub async fn start(name: &str, mode: Behaviour) -> FaultServer {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         FaultServer::on(name, mode, listener)
     }
 
     /// A server on a listener made elsewhere (in a network namespace).
-    pub fn on(name: &str, mode: Mode, listener: TcpListener) -> FaultServer {
+    pub fn on(name: &str, mode: Behaviour, listener: TcpListener) -> FaultServer {
         let shared = Arc::new(Shared {
             name: name.to_string(),
             mode: Mutex::new(mode),
@@ -162,7 +162,7 @@ impl FaultServer {
     }
 
     /// How the connections accepted from now on are treated.
-    pub fn set_mode(&self, mode: Mode) {
+    pub fn set_mode(&self, mode: Behaviour) {
         *self.shared.mode.lock().unwrap() = mode;
     }
 
@@ -298,12 +298,12 @@ async fn close_without_resets(listener: TcpListener, shared: &Arc<Shared>) {
     }
 }
 
-async fn behave(stream: TcpStream, mode: Mode, name: &str, conn: &Conn) -> io::Result<()> {
+async fn behave(stream: TcpStream, mode: Behaviour, name: &str, conn: &Conn) -> io::Result<()> {
     match mode {
-        Mode::Healthy => healthy(stream, name, conn, None).await,
-        Mode::Paced(pace) => healthy(stream, name, conn, Some(pace)).await,
-        Mode::Hang => read_silently(stream, conn).await,
-        Mode::Reply { bytes, then_close } => {
+        Behaviour::Healthy => healthy(stream, name, conn, None).await,
+        Behaviour::Paced(pace) => healthy(stream, name, conn, Some(pace)).await,
+        Behaviour::Hang => read_silently(stream, conn).await,
+        Behaviour::Reply { bytes, then_close } => {
             let mut stream = stream;
             let mut buf = [0u8; 512];
             let n = stream.read(&mut buf).await?;
@@ -314,7 +314,7 @@ async fn behave(stream: TcpStream, mode: Mode, name: &str, conn: &Conn) -> io::R
             }
             read_silently(stream, conn).await
         }
-        Mode::Trickle { seed, len } => {
+        Behaviour::Trickle { seed, len } => {
             let (mut read, mut write) = stream.into_split();
             let sending = async {
                 trickle(&mut write, seed, len).await?;
@@ -327,7 +327,7 @@ async fn behave(stream: TcpStream, mode: Mode, name: &str, conn: &Conn) -> io::R
             let (sent, _) = tokio::join!(sending, reading);
             sent
         }
-        Mode::Blast { seed, len } => {
+        Behaviour::Blast { seed, len } => {
             let (read, mut write) = stream.into_split();
             let sending = async {
                 send_pattern(&mut write, seed, len).await?;
@@ -336,11 +336,11 @@ async fn behave(stream: TcpStream, mode: Mode, name: &str, conn: &Conn) -> io::R
             let (sent, _) = tokio::join!(sending, read_silently(read, conn));
             sent
         }
-        Mode::NeverRead => {
+        Behaviour::NeverRead => {
             let _held = stream;
             std::future::pending().await
         }
-        Mode::ReadAfter(start) => {
+        Behaviour::ReadAfter(start) => {
             start.cancelled().await;
             read_silently(stream, conn).await
         }

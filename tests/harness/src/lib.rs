@@ -24,6 +24,10 @@
 //! - `engine.rs`: the HTTP engine alone on a loopback port, over a recording balancer.
 //! - `scripted.rs`: a raw HTTP/1.1 server and client, byte for byte.
 //! - `chromium.rs`: headless Chromium, once or driven over DevTools.
+
+// Functions short enough to read at once, as in the broker (clippy's default bound, 100 lines).
+#![warn(clippy::too_many_lines)]
+
 mod chromium;
 mod engine;
 mod faults;
