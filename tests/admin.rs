@@ -4,8 +4,6 @@
 //! permissions, and what a bad request gets.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
@@ -13,8 +11,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::faults::{assert_end_seen, wait_end};
-use common::*;
+use harness::*;
 use nix::sys::signal::Signal;
 use serde_json::Value;
 

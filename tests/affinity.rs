@@ -7,19 +7,15 @@
 // Helpers outside `#[test]` functions may unwrap too: a panic there is a failed assertion.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-mod http_common;
-
 use std::net::SocketAddr;
 
 use appbroker::Event;
 use appbroker::demo::StandIn;
 use appbroker::demo::web::Resource;
-use common::{
-    DevTools, InProcess, Reason, find_chromium, http_ini, session_secret_line, signed_cookie,
-    web_stand_ins,
+use harness::{
+    DevTools, InProcess, Origin, Reason, client, dead_addr, find_chromium, full, request, send,
+    session_secret_line, signed_cookie, web_stand_ins, weighted_http_ini,
 };
-use http_common::{Origin, client, dead_addr, full, request, send};
 use hyper::header::{COOKIE, SET_COOKIE};
 use hyper::{HeaderMap, StatusCode};
 
@@ -27,7 +23,7 @@ use hyper::{HeaderMap, StatusCode};
 /// section, and `servers` as `(address, weight)` under ids 01, 02...; the tests'
 /// `SESSION_SECRET`, so that [`signed`] makes cookies the broker takes as its own.
 fn ini(servers: &[(SocketAddr, u32)], extra: &str) -> String {
-    http_ini(&session_secret_line(), servers, extra)
+    weighted_http_ini(&session_secret_line(), servers, extra)
 }
 
 /// One GET of `path` on a new connection to `broker`, with `cookie` as its `Cookie` header:
@@ -305,7 +301,7 @@ async fn the_query_answers_count_sessions_per_server_and_moves() {
         let header = format!("TOTVS_BROKER_SH_001={}", cookie.unwrap());
         get_with(broker.addr(), "/", Some(&header)).await;
     }
-    let (status, _, json) = http_common::get(broker.addr(), "/TOTVS_BROKER_QUERY/JSON").await;
+    let (status, _, json) = harness::get(broker.addr(), "/TOTVS_BROKER_QUERY/JSON").await;
     assert_eq!(status, StatusCode::OK);
     let json: serde_json::Value = serde_json::from_slice(&json).unwrap();
     assert_eq!(json["servers"][1]["sessions"], 3, "{json:#}");
@@ -316,7 +312,7 @@ async fn the_query_answers_count_sessions_per_server_and_moves() {
     assert_eq!(json["totalSessionsHistory"], 4);
     assert_eq!(json["balanceMethod"], 4);
     assert_eq!(json["http"]["sessions_moved"], 1);
-    let (_, _, metrics) = http_common::get(broker.addr(), "/TOTVS_BROKER_QUERY/METRICS").await;
+    let (_, _, metrics) = harness::get(broker.addr(), "/TOTVS_BROKER_QUERY/METRICS").await;
     let metrics = String::from_utf8_lossy(&metrics);
     let line = format!(
         "appbroker_http_sessions{{balancer=\"BALANCE_HTTP\",server=\"{}\"}} 3",
@@ -327,7 +323,7 @@ async fn the_query_answers_count_sessions_per_server_and_moves() {
         metrics.contains("appbroker_http_sessions_moved_total{balancer=\"BALANCE_HTTP\"} 1"),
         "{metrics}"
     );
-    let (_, _, page) = http_common::get(
+    let (_, _, page) = harness::get(
         broker.addr(),
         &format!("/TOTVS_BROKER_QUERY/ServerStatus/{}", live.addr),
     )
@@ -402,7 +398,7 @@ async fn chromium_keeps_page_script_and_websocket_on_one_server_and_moves_when_i
 
     // A second load in the same browser, its cookie brought back: the same server.
     browser.reload().await;
-    common::eventually("the second load's WebSocket", || {
+    harness::eventually("the second load's WebSocket", || {
         resources(&servers[held])
             .iter()
             .filter(|r| **r == Resource::WebSocket)
@@ -429,7 +425,7 @@ async fn chromium_keeps_page_script_and_websocket_on_one_server_and_moves_when_i
         .await;
     let before = resources(&servers[held]).len();
     browser.reload().await;
-    common::eventually("the moved load's WebSocket", || {
+    harness::eventually("the moved load's WebSocket", || {
         resources(&servers[other]).contains(&Resource::WebSocket)
     })
     .await;
@@ -493,7 +489,7 @@ async fn curl_with_a_cookie_jar_stays_on_one_server() {
     // Six curl processes, so six connections, each reading and writing the jar.
     for i in 0..6 {
         let url = format!("http://{}/page/{i}", broker.addr());
-        let output = common::within(
+        let output = harness::within(
             "curl",
             tokio::process::Command::new(&curl)
                 .args(["-sS", "--fail", "--max-time", "10"])
@@ -543,7 +539,7 @@ async fn curl_with_a_cookie_jar_stays_on_one_server() {
 
 /// The balancer's JSON query answer.
 async fn json(broker: &InProcess) -> serde_json::Value {
-    let (status, _, body) = http_common::get(broker.addr(), "/TOTVS_BROKER_QUERY/JSON").await;
+    let (status, _, body) = harness::get(broker.addr(), "/TOTVS_BROKER_QUERY/JSON").await;
     assert_eq!(status, StatusCode::OK);
     serde_json::from_slice(&body).unwrap()
 }
@@ -566,7 +562,7 @@ async fn json_until(
     what: &str,
     wanted: impl Fn(&serde_json::Value) -> bool,
 ) -> serde_json::Value {
-    let end = std::time::Instant::now() + common::DEADLINE;
+    let end = std::time::Instant::now() + harness::DEADLINE;
     loop {
         let answer = json(broker).await;
         if wanted(&answer) {
@@ -609,7 +605,7 @@ async fn an_open_websocket_keeps_its_session_past_the_timeout_and_idle_ones_expi
         .await
         .unwrap();
     ws.send(Message::text("ping")).await.unwrap();
-    let echo = common::within("the echo", ws.next())
+    let echo = harness::within("the echo", ws.next())
         .await
         .unwrap()
         .unwrap();
@@ -709,7 +705,7 @@ async fn the_status_page_says_sessions_moved_in_its_language() {
         for (cookie, shown) in cookies.iter().zip([one, two]) {
             let (_, moved) = get_with(broker.addr(), "/", Some(cookie)).await;
             assert!(moved.unwrap().starts_with("02."));
-            let (_, _, page) = http_common::get(broker.addr(), "/TOTVS_BROKER_QUERY/STATUS").await;
+            let (_, _, page) = harness::get(broker.addr(), "/TOTVS_BROKER_QUERY/STATUS").await;
             let page = String::from_utf8_lossy(&page).into_owned();
             let start = page.find("<p class='summary'>").expect("the summary");
             let summary = &page[start..start + page[start..].find("</p>").unwrap()];

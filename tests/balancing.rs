@@ -4,13 +4,11 @@
 // Helpers outside `#[test]` functions may unwrap too: a panic there is a failed assertion.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::time::Instant;
 
 use appbroker::Event;
-use common::*;
+use harness::*;
 use tokio::net::TcpStream;
 
 /// An ini over `servers` given as (server, weight), in this order, with `extra` lines.

@@ -4,12 +4,10 @@
 // Helpers outside `#[test]` functions may unwrap too: a panic there is a failed assertion.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use common::*;
+use harness::*;
 use scraper::{Html, Selector};
 
 /// A broker of two servers, in `language`: two clients held on a (a line above zero in the
@@ -220,25 +218,15 @@ async fn layout(binary: &Path, profile: &Path, html: &str, (width, height): (u32
     serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {json}"))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs chromium"]
-async fn status_page_renders_in_chromium() {
-    let binary = find_chromium().expect("chromium on the PATH (apt-get install chromium)");
-    let scene = scene("en").await;
-    let (broker, a, b) = (&scene.broker, &scene.a, &scene.b);
-
-    let profile = tempfile::tempdir().expect("profile dir");
-    let url = format!("http://{}/TOTVS_BROKER_QUERY/STATUS", broker.addr());
-    let dom = chromium(&binary, profile.path(), &url, &["--dump-dom"]).await;
-    let dom = String::from_utf8(dom).expect("the DOM as UTF-8");
-    let page = Html::parse_document(&dom);
+/// Chromium parsed our page into the table we meant: the header and one row per server, each
+/// with its link and every cell, and b's row marked as quarantined; the charts inline SVG,
+/// one stepped line per server in each. Returns the header's cells.
+fn the_dom_is_the_page_we_meant(dom: &str, a: &TestServer, b: &TestServer) -> Vec<String> {
+    let page = Html::parse_document(dom);
     let select = |css: &str| {
         page.select(&Selector::parse(css).unwrap())
             .collect::<Vec<_>>()
     };
-
-    // Chromium parsed our page into the table we meant: the header and one row per server,
-    // each with its link and every cell, and b's row marked as quarantined.
     let rows = select("table.servers tr");
     assert_eq!(rows.len(), 3, "header and two servers:\n{dom}");
     let header: Vec<String> = select("table.servers th")
@@ -294,17 +282,17 @@ async fn status_page_renders_in_chromium() {
         assert_eq!(lines.len(), 2, "one line per server");
     }
     assert!(select("script").is_empty(), "no JavaScript on the page");
+    header
+}
 
-    // At a desktop's width: all of it fits, the table on the first screen, every column
-    // and the wide chart shown.
-    let html = http_get(broker.addr(), "/TOTVS_BROKER_QUERY/STATUS", &[])
-        .await
-        .text();
-    let desk = layout(&binary, profile.path(), &html, (1280, 900)).await;
+/// At a desktop's width: all of the page `html` fits, the table on the first screen, every
+/// one of its `columns` and the wide chart shown, each column drawn by what it holds.
+async fn fits_a_desktop(binary: &Path, profile: &Path, html: &str, columns: usize) {
+    let desk = layout(binary, profile, html, (1280, 900)).await;
     eprintln!("at 1280 x 900: {desk:?}");
     assert!(desk.scroll_width <= desk.viewport_width, "{desk:?}");
     assert!(desk.table_top < desk.viewport_height / 2.0, "{desk:?}");
-    assert_eq!(desk.columns_shown.len(), header.len(), "{desk:?}");
+    assert_eq!(desk.columns_shown.len(), columns, "{desk:?}");
     assert_eq!(desk.charts_shown, ["wide"], "{desk:?}");
     assert!(
         desk.smallest_label >= 10.0,
@@ -332,6 +320,25 @@ async fn status_page_renders_in_chromium() {
             );
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs chromium"]
+async fn status_page_renders_in_chromium() {
+    let binary = find_chromium().expect("chromium on the PATH (apt-get install chromium)");
+    let scene = scene("en").await;
+    let (broker, a, b) = (&scene.broker, &scene.a, &scene.b);
+
+    let profile = tempfile::tempdir().expect("profile dir");
+    let url = format!("http://{}/TOTVS_BROKER_QUERY/STATUS", broker.addr());
+    let dom = chromium(&binary, profile.path(), &url, &["--dump-dom"]).await;
+    let dom = String::from_utf8(dom).expect("the DOM as UTF-8");
+    let header = the_dom_is_the_page_we_meant(&dom, a, b);
+
+    let html = http_get(broker.addr(), "/TOTVS_BROKER_QUERY/STATUS", &[])
+        .await
+        .text();
+    fits_a_desktop(&binary, profile.path(), &html, header.len()).await;
     screenshot(
         &binary,
         profile.path(),

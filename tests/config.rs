@@ -3,12 +3,10 @@
 //! the printed configuration parses back to the same configuration.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test that cannot go on should panic
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use common::{binary, run_bounded, run_cli};
+use harness::{binary, run_bounded, run_cli};
 
 const VALID: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/valid");
 const INVALID: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/invalid");
@@ -549,7 +547,7 @@ fn assert_hints_at_config_and_demo(stderr: &str) {
 fn without_arguments_it_points_to_config_and_the_demo() {
     // `cargo run --release` in a fresh clone: no appserver.ini in the working directory.
     let dir = tempfile::tempdir().expect("temp dir");
-    let output = std::process::Command::new(common::binary())
+    let output = std::process::Command::new(harness::binary())
         .current_dir(dir.path())
         .env_remove("RUST_LOG")
         .output()
@@ -861,7 +859,7 @@ fn totvs_general_keys_are_never_taken_for_typos_of_appbrokers() {
 /// standard error, exit 0), the start, and a reload (warnings in the log).
 #[tokio::test]
 async fn contradictory_timings_are_warned_about_at_check_start_and_reload() {
-    let server = common::TestServer::start("A").await;
+    let server = harness::TestServer::start("A").await;
     let ini = format!(
         "[BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT=@PORT@\n\
          QUERY_ALLOW=127.0.0.1\nREMOTE_SERVER_01={}\nQUARANTINE_TIME=30s\nMONITOR_INTERVAL=40s\n",
@@ -869,7 +867,7 @@ async fn contradictory_timings_are_warned_about_at_check_start_and_reload() {
     );
     let warning =
         "QUARANTINE_TIME: 30s is shorter than MONITOR_INTERVAL x MONITOR_RISE (40s x 1 = 40s)";
-    let broker = common::Broker::start(&ini).await;
+    let broker = harness::Broker::start(&ini).await;
     let (code, _, stderr) = check(&broker.config_path);
     assert_eq!(code, 0, "{stderr}");
     let notice = stderr

@@ -3,19 +3,16 @@
 //! it buffer without bound.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-mod http_common;
-
 use std::net::SocketAddr;
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{
-    Broker, DEADLINE, HttpConnection, TestServer, binary, eventually, free_port, ini_for,
+use harness::{
+    Broker, DEADLINE, HttpConnection, Origin, TestServer, binary, eventually, free_port, http_ini,
+    ini_for,
 };
-use http_common::{Origin, http_ini};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -192,18 +189,41 @@ struct Tally {
     release: bool,
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn out_of_descriptors_the_broker_serves_whom_it_can_blames_no_server_and_recovers() {
+/// The lines of one exhaustion episode, counted while the clients were held.
+struct Episode {
+    accept: usize,
+    connect: usize,
+    accept_again: usize,
+    connect_again: usize,
+    /// The broker's exhaustion lines then, for assertion messages.
+    lines: String,
+}
+
+impl Episode {
+    /// Counts the lines the broker has logged so far; `lines` are its exhaustion lines.
+    fn logged(broker: &Broker, lines: String) -> Episode {
+        Episode {
+            accept: broker.count_logs("cannot accept clients: too many open files"),
+            connect: broker.count_logs("cannot connect clients:"),
+            accept_again: broker.count_logs("accepting clients again"),
+            connect_again: broker.count_logs("connecting clients again"),
+            lines,
+        }
+    }
+}
+
+/// The broker over two servers, with their monitor, under [`NOFILE`]; its pid and the
+/// descriptors it has open while idle.
+async fn broker_at_the_limit() -> (TestServer, TestServer, Broker, u32, usize) {
     let a = TestServer::start("a").await;
     let b = TestServer::start("b").await;
-    let names = vec!["a".to_string(), "b".to_string()];
     // The monitor runs often, so it also meets the exhaustion: its failed connects must not
     // blame the servers either.
     let ini = ini_for(
         &[&a, &b],
         "MONITORING_TYPE=CONNECTION\nMONITOR_INTERVAL=500ms",
     );
-    let mut broker = start_limited(&ini, NOFILE).await;
+    let broker = start_limited(&ini, NOFILE).await;
     let pid = broker.child.id();
     assert_eq!(
         open_file_limits(pid),
@@ -214,14 +234,18 @@ async fn out_of_descriptors_the_broker_serves_whom_it_can_blames_no_server_and_r
         .wait_for_log(&format!("open-file limit {NOFILE}"))
         .await;
     let idle_fds = open_fds(pid);
+    (a, b, broker, pid, idle_fds)
+}
 
-    // 400 clients arrive at once. Each served client takes two descriptors, so about 120 fit;
-    // the others are closed, or wait in the accept queue until descriptors are free again.
-    let addr = broker.addr();
-    let tally = Arc::new(std::sync::Mutex::new(Tally::default()));
+/// [`ARRIVING`] clients arrive at once through `addr`, each tallied as it fares.
+fn arrive_at_once(
+    addr: SocketAddr,
+    names: &[String],
+    tally: &Arc<std::sync::Mutex<Tally>>,
+) -> tokio::task::JoinSet<()> {
     let mut arriving = tokio::task::JoinSet::new();
     for n in 0..ARRIVING {
-        let (names, tally) = (names.clone(), Arc::clone(&tally));
+        let (names, tally) = (names.to_vec(), Arc::clone(tally));
         arriving.spawn(async move {
             let arrival = arrive(addr, n, &names).await;
             let mut tally = tally.lock().unwrap();
@@ -238,8 +262,18 @@ async fn out_of_descriptors_the_broker_serves_whom_it_can_blames_no_server_and_r
             }
         });
     }
-    // Wait until every client is accounted for: served, closed, or waiting to be accepted.
-    let port = addr.port();
+    arriving
+}
+
+/// Waits until every arriving client is served, closed or queued, and checks the broker
+/// served as many as its descriptors allow, and no more, and said so; the count of those
+/// served, and the episode's lines so far.
+async fn served_whom_it_could(
+    broker: &Broker,
+    pid: u32,
+    tally: &std::sync::Mutex<Tally>,
+) -> (usize, Episode) {
+    let port = broker.addr().port();
     eventually("every arriving client served, closed or queued", || {
         let t = tally.lock().unwrap();
         t.served + t.closed + t.corrupted.len() + accept_queue(port) == ARRIVING
@@ -249,7 +283,7 @@ async fn out_of_descriptors_the_broker_serves_whom_it_can_blames_no_server_and_r
         let t = tally.lock().unwrap();
         (t.served, t.closed, accept_queue(port))
     };
-    let lines = exhaustion_lines(&broker);
+    let lines = exhaustion_lines(broker);
     eprintln!(
         "at the limit: {served} of {ARRIVING} served and held, {closed} closed, {queued} queued; \
          broker descriptors {} of {NOFILE}",
@@ -268,26 +302,28 @@ async fn out_of_descriptors_the_broker_serves_whom_it_can_blames_no_server_and_r
         served < ARRIVING,
         "all {ARRIVING} served: the limit was not reached"
     );
-
     // Said, and said to blame no server (how often is checked at the end).
-    let accept_lines = broker.count_logs("cannot accept clients: too many open files");
-    let connect_lines = broker.count_logs("cannot connect clients:");
-    let accept_again_lines = broker.count_logs("accepting clients again");
-    let connect_again_lines = broker.count_logs("connecting clients again");
-    let hold_phase_lines = lines.clone();
+    let said = Episode::logged(broker, lines.clone());
     assert!(
-        accept_lines + connect_lines >= 1,
+        said.accept + said.connect >= 1,
         "the exhaustion was not logged ({served} served, {closed} closed, {queued} queued):\n{lines}"
     );
-    if connect_lines > 0 {
+    if said.connect > 0 {
         assert!(
             lines.contains("no server is blamed"),
             "the line says no server is blamed:\n{lines}"
         );
     }
+    (served, said)
+}
 
-    // The held clients leave. The broker recovers by itself: the clients still queued are
-    // answered (served, and they leave at once, or closed), then a new wave is served whole.
+/// The held clients leave; every client still arriving is answered (served, and it leaves at
+/// once, or closed), none left hanging.
+async fn release_the_held(
+    broker: &Broker,
+    tally: &std::sync::Mutex<Tally>,
+    mut arriving: tokio::task::JoinSet<()>,
+) {
     {
         let mut t = tally.lock().unwrap();
         t.release = true;
@@ -296,49 +332,55 @@ async fn out_of_descriptors_the_broker_serves_whom_it_can_blames_no_server_and_r
     while let Some(finished) = arriving.join_next().await {
         finished.unwrap();
     }
-    {
-        let t = tally.lock().unwrap();
-        assert!(
-            t.corrupted.is_empty(),
-            "answers that were not the client's line: {:?}",
-            t.corrupted
-        );
-        assert_eq!(
-            t.waiting,
-            0,
-            "clients queued during the exhaustion were never served:\n{}",
-            exhaustion_lines(&broker)
-        );
-        // While the descriptors come back one by one, a queued client may still be accepted
-        // with none left to connect it, and be closed: only no client may be left hanging.
-        assert_eq!(t.served + t.closed, ARRIVING);
-    }
-    // An episode ends with the first success after a quiet second (at the edge of the limit
-    // successes and failures alternate): send one client at a time until the lines come.
+    let t = tally.lock().unwrap();
+    assert!(
+        t.corrupted.is_empty(),
+        "answers that were not the client's line: {:?}",
+        t.corrupted
+    );
+    assert_eq!(
+        t.waiting,
+        0,
+        "clients queued during the exhaustion were never served:\n{}",
+        exhaustion_lines(broker)
+    );
+    // While the descriptors come back one by one, a queued client may still be accepted
+    // with none left to connect it, and be closed: only no client may be left hanging.
+    assert_eq!(t.served + t.closed, ARRIVING);
+}
+
+/// An episode ends with the first success after a quiet second (at the edge of the limit
+/// successes and failures alternate): sends one client at a time until the lines that end
+/// the episode `said` come.
+async fn wait_for_the_recovery_lines(broker: &Broker, said: &Episode, names: &[String]) {
     let end = Instant::now() + DEADLINE;
     let mut probe = 5000;
-    while (accept_lines > 0 && !broker.has_log("accepting clients again"))
-        || (connect_lines > 0 && !broker.has_log("connecting clients again"))
+    while (said.accept > 0 && !broker.has_log("accepting clients again"))
+        || (said.connect > 0 && !broker.has_log("connecting clients again"))
     {
         assert!(
             Instant::now() < end,
             "no recovery logged:\n{}",
-            exhaustion_lines(&broker)
+            exhaustion_lines(broker)
         );
-        if let Arrival::Served(stream) = arrive(addr, probe, &names).await {
+        if let Arrival::Served(stream) = arrive(broker.addr(), probe, names).await {
             drop(stream);
         }
         probe += 1;
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    // Once the relays of the clients that left are closed, a new wave of 100 fits whole.
+}
+
+/// Once the relays of the clients that left are closed, a new wave of 100 fits whole.
+async fn a_new_wave_fits(broker: &Broker, pid: u32, idle_fds: usize, names: &[String]) {
     eventually("the broker's descriptors back to idle", || {
         open_fds(pid) <= idle_fds + 4
     })
     .await;
+    let addr = broker.addr();
     let mut again = tokio::task::JoinSet::new();
     for k in 0..100 {
-        let names = names.clone();
+        let names = names.to_vec();
         again.spawn(async move { arrive(addr, 1000 + k, &names).await });
     }
     let mut held_again = Vec::new();
@@ -353,13 +395,15 @@ async fn out_of_descriptors_the_broker_serves_whom_it_can_blames_no_server_and_r
         held_again.len(),
         100,
         "after the release 100 clients fit again:\n{}",
-        exhaustion_lines(&broker)
+        exhaustion_lines(broker)
     );
-    drop(held_again);
+}
 
-    // No server was blamed for the broker's own exhaustion: not in the log, not in the state.
+/// No server was blamed for the broker's own exhaustion: not in the log, not in the state;
+/// and the broker still runs.
+async fn no_server_blamed(broker: &mut Broker) {
     // The query needs a descriptor too, so it comes once the clients are gone.
-    let json = eventually_json(addr).await;
+    let json = eventually_json(broker.addr()).await;
     let servers = json["servers"].as_array().expect("servers");
     assert_eq!(servers.len(), 2);
     for server in servers {
@@ -380,21 +424,40 @@ async fn out_of_descriptors_the_broker_serves_whom_it_can_blames_no_server_and_r
         broker.child.try_wait().unwrap().is_none(),
         "the broker exited:\n{log}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn out_of_descriptors_the_broker_serves_whom_it_can_blames_no_server_and_recovers() {
+    let (_a, _b, mut broker, pid, idle_fds) = broker_at_the_limit().await;
+    let names = vec!["a".to_string(), "b".to_string()];
+
+    // 400 clients arrive at once. Each served client takes two descriptors, so about 120 fit;
+    // the others are closed, or wait in the accept queue until descriptors are free again.
+    let tally = Arc::new(std::sync::Mutex::new(Tally::default()));
+    let arriving = arrive_at_once(broker.addr(), &names, &tally);
+    let (served, said) = served_whom_it_could(&broker, pid, &tally).await;
+
+    // The held clients leave. The broker recovers by itself: the clients still queued are
+    // answered, then a new wave is served whole.
+    release_the_held(&broker, &tally, arriving).await;
+    wait_for_the_recovery_lines(&broker, &said, &names).await;
+    a_new_wave_fits(&broker, pid, idle_fds, &names).await;
+    no_server_blamed(&mut broker).await;
 
     // While the clients were held the broker was in one exhaustion episode: each of its
     // lines once, however many clients met it. (Checked last, so everything above is known
     // too. When the held clients leave, the queued ones rush in and may exhaust it again for
     // a moment: a new episode, not counted here.)
     for (line, count) in [
-        ("cannot accept clients: too many open files", accept_lines),
-        ("cannot connect clients:", connect_lines),
-        ("accepting clients again", accept_again_lines),
-        ("connecting clients again", connect_again_lines),
+        ("cannot accept clients: too many open files", said.accept),
+        ("cannot connect clients:", said.connect),
+        ("accepting clients again", said.accept_again),
+        ("connecting clients again", said.connect_again),
     ] {
         assert!(
             count <= 1,
             "`{line}` logged {count} times in one episode (while {served} clients were held):\n{}",
-            hold_phase_lines
+            said.lines
         );
     }
 }
@@ -509,57 +572,41 @@ async fn eventually_json(addr: SocketAddr) -> serde_json::Value {
     }
 }
 
-/// A server that accepts and never reads: the client's bytes pile up in the kernel's buffers,
-/// and the broker must stop reading from the client rather than hold them. The bound is on
-/// memory, not on time: however long it runs, the broker's RSS may not grow by more than a
-/// small fraction of what the client tries to send.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_server_that_never_reads_cannot_make_the_broker_buffer_without_bound() {
-    const SEND: u64 = 64 * 1024 * 1024;
-    const CHUNK: usize = 64 * 1024;
-    /// Far less than 64 MiB, far more than one relay buffer and the allocator's slack.
-    const BOUND: u64 = 8 * 1024 * 1024;
+/// What the client of the never-reading server sends in all.
+const SEND: u64 = 64 * 1024 * 1024;
+/// What it writes at once.
+const CHUNK: usize = 64 * 1024;
+/// Far less than 64 MiB, far more than one relay buffer and the allocator's slack.
+const BOUND: u64 = 8 * 1024 * 1024;
 
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let server_addr = listener.local_addr().unwrap();
-    let ini = format!(
-        "[BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT=@PORT@\n\
-         MONITORING_TYPE=DISABLED\nREMOTE_SERVER_01=127.0.0.1 {}\n",
-        server_addr.port()
-    );
-    let mut broker = Broker::start(&ini).await;
-    let pid = broker.child.id();
-    let before = vm_rss(pid);
-
-    let mut client = TcpStream::connect(broker.addr()).await.unwrap();
-    let sent = Arc::new(AtomicU64::new(0));
-    let writing = {
-        let sent = Arc::clone(&sent);
-        tokio::spawn(async move {
-            let mut offset = 0u64;
-            let mut chunk = vec![0u8; CHUNK];
-            while offset < SEND {
-                for (i, byte) in chunk.iter_mut().enumerate() {
-                    *byte = pattern(offset + i as u64);
-                }
-                client.write_all(&chunk).await.unwrap();
-                offset += CHUNK as u64;
-                sent.store(offset, Ordering::SeqCst);
+/// Writes [`SEND`] pattern bytes on `client`, counting them in `sent`, then shuts it down.
+fn write_the_pattern(
+    mut client: TcpStream,
+    sent: &Arc<AtomicU64>,
+) -> tokio::task::JoinHandle<TcpStream> {
+    let sent = Arc::clone(sent);
+    tokio::spawn(async move {
+        let mut offset = 0u64;
+        let mut chunk = vec![0u8; CHUNK];
+        while offset < SEND {
+            for (i, byte) in chunk.iter_mut().enumerate() {
+                *byte = pattern(offset + i as u64);
             }
-            client.shutdown().await.unwrap();
-            client
-        })
-    };
+            client.write_all(&chunk).await.unwrap();
+            offset += CHUNK as u64;
+            sent.store(offset, Ordering::SeqCst);
+        }
+        client.shutdown().await.unwrap();
+        client
+    })
+}
 
-    let (mut server, _) = tokio::time::timeout(DEADLINE, listener.accept())
-        .await
-        .expect("the broker connects to the server")
-        .unwrap();
-
-    // While the server reads nothing, the client gets as far as the buffers on the way let it,
-    // then its writes block. Sample the broker's memory until the client has made no progress
-    // for a second (or has sent everything, which a bounded broker cannot allow). The second
-    // only decides when to stop looking; the verdict is on bytes and memory.
+/// While the server reads nothing, the client gets as far as the buffers on the way let it,
+/// then its writes block. Samples the broker's memory until the client has made no progress
+/// for a second (or has sent everything, which a bounded broker cannot allow), and checks it
+/// stalled with the broker's memory bounded. The second only decides when to stop looking;
+/// the verdict is on bytes and memory.
+async fn stalls_with_memory_bounded(pid: u32, sent: &AtomicU64, before: u64) {
     let mut peak = before;
     let mut last = (0, Instant::now());
     let end = Instant::now() + DEADLINE * 3;
@@ -601,20 +648,23 @@ async fn a_server_that_never_reads_cannot_make_the_broker_buffer_without_bound()
         before >> 10,
         stalled_at >> 10
     );
+}
 
-    // Now the server reads: every byte arrives, in order, and the broker's memory stays bounded.
-    let stop_sampling = Arc::new(AtomicBool::new(false));
-    let sampler = {
-        let stop = Arc::clone(&stop_sampling);
-        tokio::spawn(async move {
-            let mut peak = 0;
-            while !stop.load(Ordering::SeqCst) {
-                peak = peak.max(vm_rss(pid));
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            peak
-        })
-    };
+/// Samples `pid`'s memory until `stop` is set; the most it used.
+fn sample_memory(pid: u32, stop: &Arc<AtomicBool>) -> tokio::task::JoinHandle<u64> {
+    let stop = Arc::clone(stop);
+    tokio::spawn(async move {
+        let mut peak = 0;
+        while !stop.load(Ordering::SeqCst) {
+            peak = peak.max(vm_rss(pid));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        peak
+    })
+}
+
+/// Reads `server` to its end, checking every byte against the pattern; how many came.
+async fn read_the_pattern(server: &mut TcpStream) -> u64 {
     let mut received = 0u64;
     let mut buf = vec![0u8; CHUNK];
     tokio::time::timeout(DEADLINE * 3, async {
@@ -636,7 +686,39 @@ async fn a_server_that_never_reads_cannot_make_the_broker_buffer_without_bound()
     })
     .await
     .expect("the rest arrives once the server reads");
-    assert_eq!(received, SEND);
+    received
+}
+
+/// A server that accepts and never reads: the client's bytes pile up in the kernel's buffers,
+/// and the broker must stop reading from the client rather than hold them. The bound is on
+/// memory, not on time: however long it runs, the broker's RSS may not grow by more than a
+/// small fraction of what the client tries to send.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_never_reads_cannot_make_the_broker_buffer_without_bound() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server_addr = listener.local_addr().unwrap();
+    let ini = format!(
+        "[BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT=@PORT@\n\
+         MONITORING_TYPE=DISABLED\nREMOTE_SERVER_01=127.0.0.1 {}\n",
+        server_addr.port()
+    );
+    let mut broker = Broker::start(&ini).await;
+    let pid = broker.child.id();
+    let before = vm_rss(pid);
+
+    let client = TcpStream::connect(broker.addr()).await.unwrap();
+    let sent = Arc::new(AtomicU64::new(0));
+    let writing = write_the_pattern(client, &sent);
+    let (mut server, _) = tokio::time::timeout(DEADLINE, listener.accept())
+        .await
+        .expect("the broker connects to the server")
+        .unwrap();
+    stalls_with_memory_bounded(pid, &sent, before).await;
+
+    // Now the server reads: every byte arrives, in order, and the broker's memory stays bounded.
+    let stop_sampling = Arc::new(AtomicBool::new(false));
+    let sampler = sample_memory(pid, &stop_sampling);
+    assert_eq!(read_the_pattern(&mut server).await, SEND);
     let _client = writing.await.unwrap();
     stop_sampling.store(true, Ordering::SeqCst);
     let peak_draining = sampler.await.unwrap();

@@ -4,14 +4,12 @@
 // Helpers outside `#[test]` functions may unwrap too: a panic there is a failed assertion.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use appbroker::Event;
-use common::*;
+use harness::*;
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
@@ -19,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 async fn clients_lose_nothing_while_servers_flap() {
     let mut servers = Vec::new();
     for name in ["a", "b", "c"] {
-        servers.push(FaultServer::start(name, Mode::Healthy).await);
+        servers.push(FaultServer::start(name, Behaviour::Healthy).await);
     }
     let ini = ini_over(
         &servers.iter().map(FaultServer::ini).collect::<Vec<_>>(),

@@ -3,10 +3,8 @@
 //! bodies' size (they stream; nothing holds a whole body).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod http_common;
-
+use harness::*;
 use http_body_util::BodyExt;
-use http_common::*;
 use hyper::StatusCode;
 
 /// The process' peak resident memory so far, in bytes (Linux; 0 elsewhere).
@@ -26,7 +24,8 @@ fn peak_rss() -> u64 {
 /// through the engine, on one kept-alive client connection.
 async fn both_ways(size: u64) {
     let origin = Origin::start().await;
-    let broker = Broker::start(TestUpstreams::new(&[origin.addr]), Default::default()).await;
+    let broker =
+        LoopbackEngine::start(TestUpstreams::new(&[origin.addr]), Default::default()).await;
     let mut sender = client(broker.addr).await;
     for exact in [true, false] {
         let body = PatternBody::new(size, exact).boxed();
@@ -50,7 +49,7 @@ async fn both_ways(size: u64) {
         assert_eq!((seen, bad), (size, None), "download {path}");
     }
     assert_eq!(origin.accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
-    wait_until("four exchanges", || broker.upstreams.exchanges().len() == 4).await;
+    eventually("four exchanges", || broker.upstreams.exchanges().len() == 4).await;
     let x = broker.upstreams.exchanges();
     assert_eq!((x[0].to_server, x[1].to_server), (size, size));
     assert_eq!((x[2].to_client, x[3].to_client), (size, size));

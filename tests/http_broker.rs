@@ -8,9 +8,6 @@
 // Helpers outside `#[test]` functions may unwrap too: a panic there is a failed assertion.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-mod http_common;
-
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -21,9 +18,11 @@ use std::time::{Duration, Instant};
 
 use appbroker::Event;
 use appbroker::config::BalancerKind;
-use common::{InProcess, Reason, Release, eventually, within};
 use futures_util::{SinkExt, StreamExt};
-use http_common::{Origin, OriginBody, client, dead_addr, full, get, http_ini, request, send};
+use harness::{
+    InProcess, Origin, OriginBody, Reason, Release, client, dead_addr, eventually, full, get,
+    http_ini, request, send, within,
+};
 use hyper::StatusCode;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
@@ -170,7 +169,7 @@ async fn idle_timeout_closes_a_silent_websocket() {
     let url = format!("ws://{}/ws", broker.addr());
     let (mut ws, _) = tokio_tungstenite::client_async(url, stream).await.unwrap();
     let ended = within("the idle close", broker.events.wait_for_end(local)).await;
-    assert_eq!(ended.ended_by, common::End::Idle);
+    assert_eq!(ended.ended_by, harness::End::Idle);
     assert!(
         within("the client's end", ws.next())
             .await
@@ -241,8 +240,8 @@ async fn a_refused_connect_quarantines_the_server_and_the_next_one_answers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_fails_after_the_request_gives_502_or_the_next_server_with_retry() {
     // Reads the request, then closes without a byte of an answer.
-    let (failing, _) = http_common::raw_origin(|mut stream, _| async move {
-        http_common::read_head(&mut stream).await;
+    let (failing, _) = harness::raw_origin(|mut stream, _| async move {
+        harness::read_head(&mut stream).await;
     })
     .await;
     let origin = Origin::start().await;
@@ -685,11 +684,11 @@ async fn a_shutdown_answers_the_request_in_hand_and_the_next_one_then_closes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drain_answers_the_next_request_of_every_connection_accepted_before_it() {
     let origin = Origin::start().await;
-    let mut broker = common::Broker::start(&http_ini(&[origin.addr], "")).await;
+    let mut broker = harness::Broker::start(&http_ini(&[origin.addr], "")).await;
     // Accepted (or queued, which the drain accepts too) before the drain, nothing sent yet.
-    let mut fresh = common::HttpConnection::connect(broker.addr()).await;
+    let mut fresh = harness::HttpConnection::connect(broker.addr()).await;
     // Kept alive after one answer, idle.
-    let mut idle = common::HttpConnection::connect(broker.addr()).await;
+    let mut idle = harness::HttpConnection::connect(broker.addr()).await;
     let warm = idle.request("GET", "/warm", &[]).await.unwrap();
     assert_eq!(warm.status, 200);
     assert_eq!(warm.header("connection"), None, "kept alive");
@@ -723,7 +722,7 @@ async fn a_drain_answers_the_next_request_of_every_connection_accepted_before_it
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_binary_writes_one_access_log_line_per_request() {
     let origin = Origin::start().await;
-    let broker = common::Broker::start(&http_ini(&[origin.addr], "")).await;
+    let broker = harness::Broker::start(&http_ini(&[origin.addr], "")).await;
     let (status, _, _) = get(broker.addr(), "/webapp/x?y=1").await;
     assert_eq!(status, StatusCode::OK);
     let line = broker.wait_for_log("request client=127.0.0.1:").await;
@@ -777,8 +776,8 @@ async fn past_max_connections_a_client_is_closed_and_counted() {
     let (status, _, _) = send(&mut first, request("GET", broker.addr(), "/", full(""))).await;
     assert_eq!(status, StatusCode::OK);
     let mut second = TcpStream::connect(broker.addr()).await.unwrap();
-    let ended = common::wait_end(&mut second).await;
-    common::assert_end_seen("the second client", &ended);
+    let ended = harness::wait_end(&mut second).await;
+    harness::assert_end_seen("the second client", &ended);
     broker
         .events
         .wait_for("the refusal", |e| matches!(e, Event::Refused { .. }))

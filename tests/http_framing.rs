@@ -1,7 +1,7 @@
 //! What crosses the HTTP engine, and when a server connection is used again: the contract any
 //! engine of the HTTP broker keeps, checked on the wire with raw sockets and exact bytes (the
-//! scripted server and raw client of `http_common::scripted`), through the real broker
-//! started on an `appserver.ini`.
+//! harness's scripted server and raw client, [`Scripted`] and [`RawClient`]), through the real
+//! broker started on an `appserver.ini`.
 //!
 //! - An answer that ends before its request was sent whole (the server answered before
 //!   reading the body) closes its server connection, forwards nothing more of the body, and
@@ -18,15 +18,12 @@
 // Helpers outside `#[test]` functions may unwrap too: a panic there is a failed assertion.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-mod http_common;
-
 use std::net::SocketAddr;
 
 use appbroker::Event;
-use common::{InProcess, Reason};
-use http_common::http_ini;
-use http_common::scripted::{ATTACKER_ANSWER, Answer, RawClient, Scripted, ask, get_of};
+use harness::{
+    ATTACKER_ANSWER, Answer, InProcess, RawClient, Reason, Scripted, get_of, http_ini, raw_request,
+};
 
 /// The ini for one `[BALANCE_HTTP]` over `server` with `extra` keys, on one worker thread, so
 /// every request meets the same pool.
@@ -48,7 +45,7 @@ async fn start(extra: &str, portuguese: bool) -> (Scripted, InProcess) {
 
 /// The value of the METRICS line that starts with `series`.
 async fn metric(broker: SocketAddr, series: &str) -> String {
-    let answer = ask(broker, &get_of("/TOTVS_BROKER_QUERY/METRICS")).await;
+    let answer = raw_request(broker, &get_of("/TOTVS_BROKER_QUERY/METRICS")).await;
     let text = answer.text();
     text.lines()
         .find_map(|l| l.strip_prefix(series))
@@ -82,7 +79,7 @@ async fn settled(broker: &InProcess, server: &Scripted) {
         "appbroker_http_pool_idle_connections{{balancer=\"BALANCE_HTTP\",server=\"{}\"}}",
         server.addr
     );
-    let deadline = tokio::time::Instant::now() + http_common::DEADLINE;
+    let deadline = tokio::time::Instant::now() + harness::DEADLINE;
     loop {
         let conn = server.conns()[0].clone();
         if conn.ended
@@ -126,7 +123,7 @@ async fn an_answer_before_the_body_never_reaches_the_next_user_of_its_server_con
     settled(&broker, &server).await;
     // Three victims, one after the other, each on a connection of its own.
     for n in 1..=3 {
-        let answer = ask(broker.addr(), &get_of(&format!("/victim/{n}"))).await;
+        let answer = raw_request(broker.addr(), &get_of(&format!("/victim/{n}"))).await;
         assert!(
             !answer.text().contains(ATTACKER_ANSWER),
             "victim {n} got the attacker's answer: {answer:?}"
@@ -177,7 +174,7 @@ async fn with_expect_100_continue_no_body_follows_a_final_status() {
     let early = server.heads_for("/early-expect");
     let conn = server.wait_closed(early[0].conn).await;
     assert_eq!(conn.bytes, early[0].head, "no body byte reached the server");
-    let answer = ask(broker.addr(), &get_of("/after")).await;
+    let answer = raw_request(broker.addr(), &get_of("/after")).await;
     assert_eq!(answer.text(), "ok /after");
 }
 
@@ -211,8 +208,8 @@ async fn with_expect_100_continue_no_body_follows_a_final_status_while_its_answe
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_length_beside_chunked_is_dropped_and_the_log_counts_what_the_client_got() {
     let server = Scripted::start().await;
-    let broker = common::Broker::start(&ini(server.addr, "LOG_REQUESTS=1")).await;
-    let answer = ask(broker.addr(), &get_of("/cl-and-chunked")).await;
+    let broker = harness::Broker::start(&ini(server.addr, "LOG_REQUESTS=1")).await;
+    let answer = raw_request(broker.addr(), &get_of("/cl-and-chunked")).await;
     assert_eq!(answer.status, 200);
     assert_eq!(answer.header("content-length"), None, "{answer:?}");
     assert_eq!(answer.text(), "hello");
@@ -295,7 +292,7 @@ async fn a_server_is_quarantined_after_n_timeouts_in_a_row_and_not_before() {
         .iter()
         .enumerate()
     {
-        let answer = ask(broker.addr(), &get_of(path)).await;
+        let answer = raw_request(broker.addr(), &get_of(path)).await;
         let wanted = if *path == "/hang" { 504 } else { 200 };
         assert_eq!(answer.status, wanted, "{path}: {answer:?}");
         broker
@@ -310,7 +307,10 @@ async fn a_server_is_quarantined_after_n_timeouts_in_a_row_and_not_before() {
         );
     }
     // The third in a row.
-    assert_eq!(ask(broker.addr(), &get_of("/hang")).await.status, 504);
+    assert_eq!(
+        raw_request(broker.addr(), &get_of("/hang")).await.status,
+        504
+    );
     let quarantine = broker
         .events
         .wait_for_quarantine(&address, Reason::Timeout)
@@ -318,7 +318,7 @@ async fn a_server_is_quarantined_after_n_timeouts_in_a_row_and_not_before() {
     assert_eq!(quarantine.error, "did not answer 3 requests within 200ms");
     assert_eq!(broker.events.quarantines(&address).len(), 1);
     // Shown as any health quarantine: the page's Motivos cell and the JSON.
-    let page = ask(broker.addr(), &get_of("/TOTVS_BROKER_QUERY/STATUS")).await;
+    let page = raw_request(broker.addr(), &get_of("/TOTVS_BROKER_QUERY/STATUS")).await;
     let page = page.text();
     assert!(page.contains("<th>Motivos</th>"), "{page}");
     assert!(page.contains("<td>tempo de resposta</td>"), "{page}");
@@ -326,7 +326,7 @@ async fn a_server_is_quarantined_after_n_timeouts_in_a_row_and_not_before() {
         page.contains("não respondeu a 3 requisições em 200ms"),
         "{page}"
     );
-    let json = ask(broker.addr(), &get_of("/TOTVS_BROKER_QUERY/JSON")).await;
+    let json = raw_request(broker.addr(), &get_of("/TOTVS_BROKER_QUERY/JSON")).await;
     let json: serde_json::Value = serde_json::from_slice(&json.body).unwrap();
     assert_eq!(json["servers"][0]["reason"], "timeout", "{json:#}");
     assert_eq!(
@@ -342,7 +342,10 @@ async fn a_passing_connect_check_does_not_end_a_timeout_quarantine() {
                  QUARANTINE_TIME=600\nMONITORING_TYPE=CONNECTION\nMONITOR_INTERVAL=100ms";
     let (server, broker) = start(extra, false).await;
     let address = server.addr.to_string();
-    assert_eq!(ask(broker.addr(), &get_of("/hang")).await.status, 504);
+    assert_eq!(
+        raw_request(broker.addr(), &get_of("/hang")).await.status,
+        504
+    );
     broker
         .events
         .wait_for_quarantine(&address, Reason::Timeout)
@@ -357,7 +360,7 @@ async fn a_passing_connect_check_does_not_end_a_timeout_quarantine() {
     assert_eq!(
         broker
             .events
-            .count(|e| common::is_any_release_of(e, &address)),
+            .count(|e| harness::is_any_release_of(e, &address)),
         0,
         "{}",
         broker.events.text()
@@ -369,7 +372,10 @@ async fn a_passing_connect_check_does_not_end_a_timeout_quarantine() {
 async fn timeouts_quarantine_no_server_by_default() {
     let (server, broker) = start("HTTP_RESPONSE_TIMEOUT=100ms", false).await;
     for n in 1..=5 {
-        assert_eq!(ask(broker.addr(), &get_of("/hang")).await.status, 504);
+        assert_eq!(
+            raw_request(broker.addr(), &get_of("/hang")).await.status,
+            504
+        );
         broker
             .events
             .wait_for_count("the request finished", n, |e| {
@@ -397,7 +403,7 @@ async fn stalled_upload(broker: SocketAddr, server: &Scripted, path: &str) -> Ra
     assert!(client.send(head.as_bytes()).await);
     assert!(client.send(b"x").await);
     let accepted = server.accepted();
-    http_common::wait_until("the first byte of the body at the server", || {
+    harness::eventually("the first byte of the body at the server", || {
         server
             .conns()
             .get(accepted.saturating_sub(1))
@@ -454,7 +460,7 @@ async fn slow_bodies_hold_no_server_connection_past_the_body_timeout() {
         assert_eq!(client.await.unwrap(), (408, true));
     }
     // Every server connection those bodies held is closed, none pooled.
-    http_common::wait_until("every server connection closed", || server.open() == 0).await;
+    harness::eventually("every server connection closed", || server.open() == 0).await;
     assert!(
         server.accepted() <= CLIENTS,
         "{} accepted",
@@ -496,7 +502,7 @@ mod awaiting_the_engine_of_its_own {
     /// The answer to `request`, alone on a connection to a broker of its own, and the server.
     async fn answer_to(request: &[u8]) -> (Scripted, Answer) {
         let (server, broker) = start("", false).await;
-        let answer = ask(broker.addr(), request).await;
+        let answer = raw_request(broker.addr(), request).await;
         (server, answer)
     }
 

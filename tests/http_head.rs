@@ -11,15 +11,14 @@
 // Helpers outside `#[test]` functions may unwrap too: a panic there is a failed assertion.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-mod http_common;
-
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use appbroker::http::Settings;
-use common::{DEADLINE, InProcess};
-use http_common::{Broker, TestUpstreams, dead_addr, raw_exchange, raw_origin, read_head};
+use harness::{
+    DEADLINE, InProcess, LoopbackEngine, TestUpstreams, dead_addr, raw_exchange, raw_origin,
+    read_head,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -364,7 +363,7 @@ async fn a_hostless_request_retried_on_the_next_server_names_that_one() {
     // The engine alone, over servers tried in order: the first refuses the connect.
     let server = Recorder::start().await;
     let dead = dead_addr().await;
-    let broker = Broker::start(
+    let broker = LoopbackEngine::start(
         TestUpstreams::new(&[dead, server.addr]),
         Settings::default(),
     )

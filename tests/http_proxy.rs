@@ -4,8 +4,6 @@
 //! access log's exchanges, and the HTTP monitor check.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod http_common;
-
 use std::sync::Arc;
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
@@ -13,7 +11,7 @@ use std::time::Duration;
 use appbroker::config::Language;
 use appbroker::http::{self, Outcome, Settings, StatusRange};
 use futures_util::{SinkExt, StreamExt};
-use http_common::*;
+use harness::*;
 use hyper::StatusCode;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -22,8 +20,8 @@ fn settings() -> Settings {
     Settings::default()
 }
 
-async fn broker_for(origin: &Origin) -> Broker {
-    Broker::start(TestUpstreams::new(&[origin.addr]), settings()).await
+async fn broker_for(origin: &Origin) -> LoopbackEngine {
+    LoopbackEngine::start(TestUpstreams::new(&[origin.addr]), settings()).await
 }
 
 // ---- keep-alive and the pool --------------------------------------------------------------
@@ -53,7 +51,7 @@ async fn requests_of_many_clients_reuse_one_server_connection() {
     let (server, pool) = figures[0];
     assert_eq!(server, origin.addr);
     assert_eq!((pool.opened, pool.reused, pool.open), (1, 19, 1));
-    wait_until("20 exchanges reported", || {
+    eventually("20 exchanges reported", || {
         broker.upstreams.exchanges().len() == 20
     })
     .await;
@@ -66,14 +64,14 @@ async fn the_pool_keeps_at_most_max_idle_connections_per_server() {
         max_idle: 2,
         ..settings()
     };
-    let broker = Broker::start(TestUpstreams::new(&[origin.addr]), settings).await;
+    let broker = LoopbackEngine::start(TestUpstreams::new(&[origin.addr]), settings).await;
     // Five requests at once: five server connections.
     let mut waiting = Vec::new();
     for _ in 0..5 {
         let addr = broker.addr;
         waiting.push(tokio::spawn(async move { get(addr, "/hold").await }));
     }
-    wait_until("five requests held at the server", || {
+    eventually("five requests held at the server", || {
         origin.held.load(SeqCst) == 5
     })
     .await;
@@ -82,13 +80,13 @@ async fn the_pool_keeps_at_most_max_idle_connections_per_server() {
         assert_eq!(answer.await.unwrap().0, StatusCode::OK);
     }
     assert_eq!(origin.accepted.load(SeqCst), 5);
-    wait_until("the surplus closed at the server", || {
+    eventually("the surplus closed at the server", || {
         origin.open.load(SeqCst) == 2
     })
     .await;
     let (_, pool) = broker.proxy.pool_figures()[0];
     assert_eq!((pool.idle, pool.open, pool.opened), (2, 2, 5));
-    wait_until("three closes reported", || {
+    eventually("three closes reported", || {
         broker.upstreams.opened_closed() == (5, 3)
     })
     .await;
@@ -101,10 +99,10 @@ async fn idle_connections_close_after_the_idle_timeout() {
         idle_timeout: Duration::from_millis(300),
         ..settings()
     };
-    let broker = Broker::start(TestUpstreams::new(&[origin.addr]), settings).await;
+    let broker = LoopbackEngine::start(TestUpstreams::new(&[origin.addr]), settings).await;
     assert_eq!(get(broker.addr, "/").await.0, StatusCode::OK);
     assert_eq!(origin.open.load(SeqCst), 1);
-    wait_until("the idle connection closed", || {
+    eventually("the idle connection closed", || {
         origin.open.load(SeqCst) == 0
     })
     .await;
@@ -143,7 +141,7 @@ fn content_length(head: &[u8]) -> usize {
 #[tokio::test]
 async fn a_pooled_connection_closed_as_it_is_reused_is_retried_once_on_a_new_one() {
     let (addr, accepted) = closing_on_reuse_origin().await;
-    let broker = Broker::start(TestUpstreams::new(&[addr]), settings()).await;
+    let broker = LoopbackEngine::start(TestUpstreams::new(&[addr]), settings()).await;
     let mut sender = client(broker.addr).await;
     let (status, _, first) = send(&mut sender, request("GET", broker.addr, "/", body(""))).await;
     assert_eq!((status, &first[..]), (StatusCode::OK, &b"first"[..]));
@@ -159,7 +157,7 @@ async fn a_pooled_connection_closed_as_it_is_reused_is_retried_once_on_a_new_one
 #[tokio::test]
 async fn a_post_on_a_connection_closed_as_it_is_reused_is_not_sent_twice() {
     let (addr, accepted) = closing_on_reuse_origin().await;
-    let broker = Broker::start(TestUpstreams::new(&[addr]), settings()).await;
+    let broker = LoopbackEngine::start(TestUpstreams::new(&[addr]), settings()).await;
     let mut sender = client(broker.addr).await;
     let (status, _, _) = send(&mut sender, request("POST", broker.addr, "/", body("a"))).await;
     assert_eq!(status, StatusCode::OK);
@@ -169,7 +167,7 @@ async fn a_post_on_a_connection_closed_as_it_is_reused_is_not_sent_twice() {
     assert!(String::from_utf8_lossy(&page).contains("502 Server failed"));
     assert_eq!(accepted.load(SeqCst), 1);
     assert_eq!(broker.proxy.stats().figures().retried_stale, 0);
-    wait_until("the 502 reported", || {
+    eventually("the 502 reported", || {
         broker
             .upstreams
             .exchanges()
@@ -189,7 +187,7 @@ async fn hop_by_hop_headers_are_removed_and_forwarded_headers_added() {
         "set-cookie",
         "TOTVS_BROKER_SH_001=01.test; Path=/".parse().unwrap(),
     );
-    let broker = Broker::start(upstreams, settings()).await;
+    let broker = LoopbackEngine::start(upstreams, settings()).await;
     let mut sender = client(broker.addr).await;
     let mut req = request("GET", broker.addr, "/head?x=1", body(""));
     let headers = req.headers_mut();
@@ -244,7 +242,7 @@ async fn forwarded_headers_can_be_turned_off() {
         forwarded_headers: false,
         ..settings()
     };
-    let broker = Broker::start(TestUpstreams::new(&[origin.addr]), settings).await;
+    let broker = LoopbackEngine::start(TestUpstreams::new(&[origin.addr]), settings).await;
     assert_eq!(get(broker.addr, "/").await.0, StatusCode::OK);
     let seen = origin.seen();
     assert!(!seen[0].headers.contains_key("x-forwarded-for"));
@@ -416,7 +414,7 @@ async fn a_client_too_slow_with_its_head_is_closed() {
         request_timeout: Duration::from_millis(300),
         ..settings()
     };
-    let broker = Broker::start(TestUpstreams::new(&[origin.addr]), settings).await;
+    let broker = LoopbackEngine::start(TestUpstreams::new(&[origin.addr]), settings).await;
     let mut stream = TcpStream::connect(broker.addr).await.unwrap();
     stream
         .write_all(b"GET / HTTP/1.1\r\nHost: h\r\n")
@@ -429,7 +427,7 @@ async fn a_client_too_slow_with_its_head_is_closed() {
         "the broker kept a slow head's connection open"
     );
     assert_eq!(origin.accepted.load(SeqCst), 0);
-    wait_until("the connection let go", || broker.serving.load(SeqCst) == 0).await;
+    eventually("the connection let go", || broker.serving.load(SeqCst) == 0).await;
 }
 
 // ---- request smuggling --------------------------------------------------------------------
@@ -592,7 +590,7 @@ async fn a_websocket_passes_through_and_is_one_of_the_servers_connections_until_
             ws.send(message).await.unwrap();
         }
     });
-    let broker = Broker::start(TestUpstreams::new(&[ws_addr]), settings()).await;
+    let broker = LoopbackEngine::start(TestUpstreams::new(&[ws_addr]), settings()).await;
     let stream = TcpStream::connect(broker.addr).await.unwrap();
     let url = format!("ws://{}/webapp/ws", broker.addr);
     let (mut ws, response) = tokio_tungstenite::client_async(url, stream).await.unwrap();
@@ -616,7 +614,7 @@ async fn a_websocket_passes_through_and_is_one_of_the_servers_connections_until_
     ws.close(None).await.unwrap();
     while ws.next().await.is_some() {}
     drop(ws);
-    wait_until("the tunnel reported", || {
+    eventually("the tunnel reported", || {
         broker.upstreams.tunnels().len() == 1
     })
     .await;
@@ -626,7 +624,7 @@ async fn a_websocket_passes_through_and_is_one_of_the_servers_connections_until_
         tunnel.to_server > 300_000 && tunnel.to_client > 300_000,
         "{tunnel:?}"
     );
-    wait_until("the server connection closed", || {
+    eventually("the server connection closed", || {
         broker.upstreams.opened_closed() == (1, 1)
     })
     .await;
@@ -644,14 +642,14 @@ async fn no_server_available_is_a_503_with_retry_after_in_the_pages_language() {
         retry_after: Duration::from_secs(7),
         ..settings()
     };
-    let broker = Broker::start(TestUpstreams::new(&[]), settings).await;
+    let broker = LoopbackEngine::start(TestUpstreams::new(&[]), settings).await;
     let (status, headers, page) = get(broker.addr, "/portal").await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(headers["retry-after"], "7");
     assert_eq!(headers["content-type"], "text/html; charset=utf-8");
     let page = String::from_utf8_lossy(&page);
     assert!(page.contains("Nenhum servidor disponível"), "{page}");
-    wait_until("the 503 reported", || {
+    eventually("the 503 reported", || {
         broker.upstreams.exchanges().len() == 1
     })
     .await;
@@ -667,19 +665,19 @@ async fn no_server_available_is_a_503_with_retry_after_in_the_pages_language() {
 async fn a_refused_connect_is_reported_and_the_next_server_takes_the_request() {
     let dead = dead_addr().await;
     let origin = Origin::start().await;
-    let broker = Broker::start(TestUpstreams::new(&[dead, origin.addr]), settings()).await;
+    let broker = LoopbackEngine::start(TestUpstreams::new(&[dead, origin.addr]), settings()).await;
     // A POST with a body too: nothing reached the dead server, so any method goes on.
     let mut sender = client(broker.addr).await;
     let (status, _, body) =
         send(&mut sender, request("POST", broker.addr, "/p", body("xyz"))).await;
     assert_eq!((status, &body[..]), (StatusCode::OK, &b"seen /p 3"[..]));
     assert_eq!(broker.upstreams.connect_failures(), [dead]);
-    wait_until("no lease left", || {
+    eventually("no lease left", || {
         broker.upstreams.leased.load(SeqCst) == 0
     })
     .await;
     // Every server refusing: 503.
-    let broker = Broker::start(TestUpstreams::new(&[dead]), settings()).await;
+    let broker = LoopbackEngine::start(TestUpstreams::new(&[dead]), settings()).await;
     assert_eq!(
         get(broker.addr, "/").await.0,
         StatusCode::SERVICE_UNAVAILABLE
@@ -691,14 +689,14 @@ async fn a_connect_failure_of_the_brokers_own_is_a_503_at_once_with_no_other_ser
     let (one, two) = (Origin::start().await, Origin::start().await);
     let upstreams = TestUpstreams::new(&[one.addr, two.addr]);
     upstreams.broker_fault.store(true, SeqCst);
-    let broker = Broker::start(upstreams, settings()).await;
+    let broker = LoopbackEngine::start(upstreams, settings()).await;
     let (status, headers, _) = get(broker.addr, "/").await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert!(headers.contains_key("retry-after"));
     // The second server could not be connected either: it is not tried, so the broker's
     // fault is met (and counted) once for the request.
     assert_eq!(broker.upstreams.connect_failures(), [one.addr]);
-    wait_until("the 503 reported", || {
+    eventually("the 503 reported", || {
         broker.upstreams.exchanges().len() == 1
     })
     .await;
@@ -721,7 +719,7 @@ async fn hanging_up_origin() -> (std::net::SocketAddr, Arc<std::sync::atomic::At
 async fn a_server_failing_after_the_request_was_sent_is_a_502_for_that_request_only() {
     let (bad, bad_accepted) = hanging_up_origin().await;
     let origin = Origin::start().await;
-    let broker = Broker::start(TestUpstreams::new(&[bad, origin.addr]), settings()).await;
+    let broker = LoopbackEngine::start(TestUpstreams::new(&[bad, origin.addr]), settings()).await;
     let mut sender = client(broker.addr).await;
     let (status, _, _) = send(&mut sender, request("GET", broker.addr, "/", body(""))).await;
     assert_eq!(
@@ -749,7 +747,7 @@ async fn with_retry_idempotent_a_get_goes_to_the_next_server_and_a_post_does_not
         retry_idempotent: true,
         ..settings()
     };
-    let broker = Broker::start(TestUpstreams::new(&[bad, origin.addr]), settings).await;
+    let broker = LoopbackEngine::start(TestUpstreams::new(&[bad, origin.addr]), settings).await;
     let (status, _, page) = get(broker.addr, "/again").await;
     assert_eq!((status, &page[..]), (StatusCode::OK, &b"seen /again 0"[..]));
     assert_eq!(broker.proxy.stats().figures().retried_next, 1);
@@ -775,7 +773,7 @@ async fn a_silent_server_is_a_504_after_the_response_timeout() {
         response_timeout: Duration::from_millis(300),
         ..settings()
     };
-    let broker = Broker::start(TestUpstreams::new(&[silent]), settings).await;
+    let broker = LoopbackEngine::start(TestUpstreams::new(&[silent]), settings).await;
     let (status, _, page) = get(broker.addr, "/slow").await;
     assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
     assert!(String::from_utf8_lossy(&page).contains("504 Server timed out"));
@@ -804,7 +802,7 @@ async fn every_request_is_reported_once_with_its_figures() {
         request("GET", broker.addr, "/status/404", body("")),
     )
     .await;
-    wait_until("three exchanges", || {
+    eventually("three exchanges", || {
         broker.upstreams.exchanges().len() == 3
     })
     .await;
@@ -835,18 +833,18 @@ async fn a_client_gone_before_its_answer_is_reported_and_frees_the_server_connec
         .write_all(b"GET /hold HTTP/1.1\r\nHost: h\r\n\r\n")
         .await
         .unwrap();
-    wait_until("the request held at the server", || {
+    eventually("the request held at the server", || {
         origin.held.load(SeqCst) == 1
     })
     .await;
     drop(stream);
-    wait_until("the exchange reported", || {
+    eventually("the exchange reported", || {
         broker.upstreams.exchanges().len() == 1
     })
     .await;
     let x = &broker.upstreams.exchanges()[0];
     assert_eq!((x.status, &x.outcome), (None, &Outcome::Incomplete));
-    wait_until("the server connection closed", || {
+    eventually("the server connection closed", || {
         origin.open.load(SeqCst) == 0
     })
     .await;
@@ -862,7 +860,7 @@ async fn closing_answers_the_request_in_hand_then_closes() {
         tokio::spawn(
             async move { send(&mut sender, request("GET", addr, "/hold", body(""))).await },
         );
-    wait_until("the request held at the server", || {
+    eventually("the request held at the server", || {
         origin.held.load(SeqCst) == 1
     })
     .await;
@@ -875,7 +873,7 @@ async fn closing_answers_the_request_in_hand_then_closes() {
     origin.release(1);
     let (status, _, body) = held.await.unwrap();
     assert_eq!((status, &body[..]), (StatusCode::OK, &b"released"[..]));
-    wait_until("the client connection closed", || {
+    eventually("the client connection closed", || {
         broker.serving.load(SeqCst) == 0
     })
     .await;
@@ -1020,7 +1018,7 @@ async fn curl_uploads_with_expect_100_continue_and_chunked() {
         raw.contains("expect: 100-continue"),
         "curl's Expect reached the server"
     );
-    wait_until("both uploads reported", || {
+    eventually("both uploads reported", || {
         broker.upstreams.exchanges().len() == 2
     })
     .await;
@@ -1080,7 +1078,7 @@ async fn a_server_breaking_off_mid_answer_is_never_passed_on_as_a_whole_answer()
     ];
     for (head, part, passed_on) in cases {
         let server = breaking_origin(head, part).await;
-        let broker = Broker::start(TestUpstreams::new(&[server]), settings()).await;
+        let broker = LoopbackEngine::start(TestUpstreams::new(&[server]), settings()).await;
         let mut sender = client(broker.addr).await;
         let response = sender
             .send_request(request("GET", broker.addr, "/", body("")))
@@ -1092,14 +1090,14 @@ async fn a_server_breaking_off_mid_answer_is_never_passed_on_as_a_whole_answer()
             body.is_err(),
             "{head:?}: the client took a broken answer for a whole one"
         );
-        wait_until("the exchange reported", || {
+        eventually("the exchange reported", || {
             broker.upstreams.exchanges().len() == 1
         })
         .await;
         let x = &broker.upstreams.exchanges()[0];
         assert_eq!(x.outcome, Outcome::Incomplete, "{head:?}");
         assert_eq!(x.to_client, passed_on, "{head:?}");
-        wait_until("the broken connection closed", || {
+        eventually("the broken connection closed", || {
             broker.upstreams.opened_closed() == (1, 1)
         })
         .await;
@@ -1116,7 +1114,7 @@ async fn a_server_forgotten_by_a_reload_loses_its_idle_connections_and_new_setti
     assert_eq!(get(broker.addr, "/").await.0, StatusCode::OK);
     assert_eq!(origin.open.load(SeqCst), 1, "pooled");
     broker.proxy.forget(&origin.addr);
-    wait_until("the idle connection closed", || {
+    eventually("the idle connection closed", || {
         origin.open.load(SeqCst) == 0
     })
     .await;
@@ -1127,7 +1125,7 @@ async fn a_server_forgotten_by_a_reload_loses_its_idle_connections_and_new_setti
         ..settings()
     });
     assert_eq!(get(broker.addr, "/").await.0, StatusCode::OK);
-    wait_until("the connection closed after its answer", || {
+    eventually("the connection closed after its answer", || {
         origin.open.load(SeqCst) == 0
     })
     .await;

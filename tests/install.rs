@@ -3,13 +3,11 @@
 //! on a throwaway machine (CI, as root) the same steps for real, user included.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test that cannot go on should panic
 
-mod common;
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::binary;
+use harness::binary;
 
 const REPOSITORY: &str = env!("CARGO_MANIFEST_DIR");
 

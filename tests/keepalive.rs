@@ -6,13 +6,11 @@
 // Helpers outside `#[test]` functions may unwrap too: a panic there is a failed assertion.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::net::{Ipv4Addr, SocketAddr};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::*;
+use harness::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -62,7 +60,7 @@ async fn keepalive_timers_run_on_both_of_the_brokers_sockets_unless_turned_off()
         ss().is_some(),
         "`ss` (iproute2) is needed to show the sockets' timers: apt-get install iproute2"
     );
-    let server = FaultServer::start("a", Mode::Healthy).await;
+    let server = FaultServer::start("a", Behaviour::Healthy).await;
     let on = InProcess::start(&ini_over(&[server.ini()], SHORT_KEEPALIVE)).await;
     let off = InProcess::start(&ini_over(&[server.ini()], "KEEPALIVE_TIME=0")).await;
 
@@ -232,7 +230,7 @@ async fn a_vanished_server_is_noticed_by_keepalive_and_user_timeout_and_only_the
              needs root (CAP_NET_ADMIN) and iproute2"
         )
     });
-    let server = FaultServer::on("far", Mode::Healthy, netns.listen_inside());
+    let server = FaultServer::on("far", Behaviour::Healthy, netns.listen_inside());
     // time + interval x count = 1 + 1 x 2 = 3 s until a dead peer is given up.
     let on = InProcess::start(&ini_over(&[server.ini()], SHORT_KEEPALIVE)).await;
     let off = InProcess::start(&ini_over(&[server.ini()], "KEEPALIVE_TIME=0")).await;
@@ -297,7 +295,7 @@ async fn a_vanished_client_is_noticed_by_keepalive_and_its_server_connection_rel
              needs root (CAP_NET_ADMIN) and iproute2"
         )
     });
-    let server = FaultServer::start("near", Mode::Healthy).await;
+    let server = FaultServer::start("near", Behaviour::Healthy).await;
     // The brokers listen on the outside end of the link, where the namespace's clients can
     // reach them.
     let listening_outside = |extra: &str| {

@@ -5,14 +5,12 @@
 //! other test files; here, how it says it.)
 
 // The helpers below are not #[test] functions, so clippy's allowance for tests misses them;
-// a panic in them is a failed assertion, as in tests/common.
+// a panic in them is a failed assertion, as in tests/harness.
 #![allow(clippy::expect_used)]
-
-mod common;
 
 use std::time::{Duration, Instant};
 
-use common::*;
+use harness::*;
 use tokio::net::TcpStream;
 
 /// One log line split as operators read it: `YYYY-MM-DD HH:MM:SS.mmm LEVEL message fields...`.

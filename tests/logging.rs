@@ -5,14 +5,12 @@
 //! cannot write, and says so once where it still can.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test that cannot go on should panic
 
-mod common;
-
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use common::*;
+use harness::*;
 use nix::sys::signal::Signal;
 
 /// One balancer over `server` with `general` in `[General]`.

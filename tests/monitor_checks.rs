@@ -5,14 +5,12 @@
 // Helpers outside `#[test]` functions may unwrap too: a panic there is a failed assertion.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::io::ErrorKind;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use appbroker::Event;
-use common::*;
+use harness::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -40,8 +38,8 @@ fn numbered(prefix: &str, count: usize) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_application_is_quarantined_by_send_expect_but_not_by_connection() {
-    let hung = FaultServer::start("hung", Mode::Hang).await;
-    let ok = FaultServer::start("ok", Mode::Healthy).await;
+    let hung = FaultServer::start("hung", Behaviour::Hang).await;
+    let ok = FaultServer::start("ok", Behaviour::Healthy).await;
     let servers = [hung.ini(), ok.ini()];
     let probing = InProcess::start(&ini_over(&servers, PING_PONG)).await;
     let connecting = InProcess::start(&ini_over(
@@ -125,7 +123,7 @@ async fn a_hung_application_is_quarantined_by_send_expect_but_not_by_connection(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_cut_or_stalled_replies_are_quarantined_and_named_a_slow_right_one_passes() {
-    let reply = |bytes: &[u8], then_close| Mode::Reply {
+    let reply = |bytes: &[u8], then_close| Behaviour::Reply {
         bytes: bytes.to_vec(),
         then_close,
     };
@@ -133,8 +131,8 @@ async fn wrong_cut_or_stalled_replies_are_quarantined_and_named_a_slow_right_one
     let cut = FaultServer::start("cut", reply(b"PO", true)).await;
     let stalled = FaultServer::start("stalled", reply(b"PO", false)).await;
     // `PONG\r\n` a byte every 20 ms: complete well within CONNECT_TIMEOUT=1s.
-    let paced = FaultServer::start("paced", Mode::Paced(Duration::from_millis(20))).await;
-    let ok = FaultServer::start("ok", Mode::Healthy).await;
+    let paced = FaultServer::start("paced", Behaviour::Paced(Duration::from_millis(20))).await;
+    let ok = FaultServer::start("ok", Behaviour::Healthy).await;
     let servers = [&wrong, &cut, &stalled, &paced, &ok].map(FaultServer::ini);
     let broker = InProcess::start(&ini_over(&servers, PING_PONG)).await;
     let events = &broker.events;
@@ -180,7 +178,7 @@ async fn escapes_in_monitor_send_and_expect_are_bytes_on_the_wire() {
     const PROBE: &[u8] = b"\x00\x01HELLO\t\\\r\n";
     let good = FaultServer::start(
         "good",
-        Mode::Reply {
+        Behaviour::Reply {
             bytes: b"\x00OK\xff and more".to_vec(),
             then_close: false,
         },
@@ -188,7 +186,7 @@ async fn escapes_in_monitor_send_and_expect_are_bytes_on_the_wire() {
     .await;
     let bad = FaultServer::start(
         "bad",
-        Mode::Reply {
+        Behaviour::Reply {
             bytes: b"\x00OK\xfe".to_vec(),
             then_close: false,
         },
@@ -233,8 +231,8 @@ MONITOR_INTERVAL=200ms
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn monitor_fall_quarantines_only_at_the_third_failed_round() {
-    let a = FaultServer::start("a", Mode::Healthy).await;
-    let mut b = FaultServer::start("b", Mode::Healthy).await;
+    let a = FaultServer::start("a", Behaviour::Healthy).await;
+    let mut b = FaultServer::start("b", Behaviour::Healthy).await;
     let broker = InProcess::start(&ini_over(
         &[a.ini(), b.ini()],
         "MONITORING_TYPE=CONNECTION\nMONITOR_INTERVAL=200ms\nMONITOR_FALL=3",
@@ -289,8 +287,8 @@ async fn monitor_fall_quarantines_only_at_the_third_failed_round() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn monitor_rise_releases_only_after_the_second_passed_round() {
-    let a = FaultServer::start("a", Mode::Healthy).await;
-    let b = FaultServer::start("b", Mode::Healthy).await;
+    let a = FaultServer::start("a", Behaviour::Healthy).await;
+    let b = FaultServer::start("b", Behaviour::Healthy).await;
     let broker = InProcess::start(&ini_over(
         &[a.ini(), b.ini()],
         &format!("{PING_PONG}MONITOR_RISE=2"),
@@ -299,11 +297,11 @@ async fn monitor_rise_releases_only_after_the_second_passed_round() {
     let events = &broker.events;
     events.wait_for_round(2, 0).await;
     // b's application hangs (its port still accepts) until it is healthy again.
-    b.set_mode(Mode::Hang);
+    b.set_mode(Behaviour::Hang);
     events
         .wait_for_quarantine(&b.address(), Reason::Monitor)
         .await;
-    b.set_mode(Mode::Healthy);
+    b.set_mode(Behaviour::Healthy);
     events
         .wait_for_release(&b.address(), Release::CheckPassed)
         .await;
@@ -352,8 +350,8 @@ async fn monitor_rise_releases_only_after_the_second_passed_round() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_clients_failed_connect_quarantines_at_once_whatever_monitor_fall() {
-    let a = FaultServer::start("a", Mode::Healthy).await;
-    let mut b = FaultServer::start("b", Mode::Healthy).await;
+    let a = FaultServer::start("a", Behaviour::Healthy).await;
+    let mut b = FaultServer::start("b", Behaviour::Healthy).await;
     // One round at start, then none for a minute: only clients can find b down.
     let broker = InProcess::start(&ini_over(
         &[a.ini(), b.ini()],
@@ -421,7 +419,7 @@ async fn unresponsive_listener() -> (std::net::TcpListener, Vec<TcpStream>) {
 async fn clients_arriving_together_all_pass_a_server_whose_connect_hangs() {
     let (listener, _queue) = unresponsive_listener().await;
     let hanging = listener.local_addr().unwrap();
-    let ok = FaultServer::start("ok", Mode::Healthy).await;
+    let ok = FaultServer::start("ok", Behaviour::Healthy).await;
     let broker = InProcess::start(&ini_over(
         &[format!("127.0.0.1 {}", hanging.port()), ok.ini()],
         "CONNECT_TIMEOUT=300ms",
@@ -468,7 +466,7 @@ async fn clients_arriving_together_all_pass_a_server_whose_connect_hangs() {
 async fn the_monitor_quarantines_a_server_whose_connect_hangs() {
     let (listener, _queue) = unresponsive_listener().await;
     let hanging = listener.local_addr().unwrap().to_string();
-    let ok = FaultServer::start("ok", Mode::Healthy).await;
+    let ok = FaultServer::start("ok", Behaviour::Healthy).await;
     let broker = InProcess::start(&ini_over(
         &[
             format!("127.0.0.1 {}", listener.local_addr().unwrap().port()),

@@ -5,10 +5,8 @@
 //! tests/monitor_checks.rs; how the lines read: tests/log_format.rs.)
 
 // The helpers below are not #[test] functions, so clippy's allowance for tests misses them;
-// a panic in them is a failed assertion, as in tests/common.
+// a panic in them is a failed assertion, as in tests/harness.
 #![allow(clippy::expect_used)]
-
-mod common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -18,7 +16,7 @@ use appbroker::Event;
 use appbroker::balancer::Standing;
 use appbroker::balancer::events::Unserved;
 use appbroker::config::BalancerKind;
-use common::*;
+use harness::*;
 use tokio::net::TcpStream;
 
 /// Asks through the broker `count` times in a row; every client must be answered.

@@ -4,12 +4,10 @@
 // Helpers outside `#[test]` functions may unwrap too: a panic there is a failed assertion.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::*;
+use harness::*;
 use scraper::{ElementRef, Html, Selector};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -1342,6 +1340,10 @@ async fn metrics_parse_as_prometheus_text() {
     );
     let broker = InProcess::start(&ini).await;
     assert_eq!(ask(broker.addr()).await.unwrap(), "a");
+    // The relay counts bytes once it has written them, so the client may have read its echo
+    // before the last of them is counted: the figures asserted below are asked for only once
+    // the broker has counted the client's end.
+    broker.events.wait_for_ended(1).await;
     // The check families have samples once a monitor round has run.
     let end = Instant::now() + DEADLINE;
     let text = loop {

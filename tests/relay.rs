@@ -4,8 +4,6 @@
 // Helpers outside `#[test]` functions may unwrap too: a panic there is a failed assertion.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::future::Future;
 use std::io::ErrorKind;
 use std::net::SocketAddr;
@@ -13,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::*;
+use harness::*;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
@@ -44,7 +42,7 @@ fn ini_to(addr: SocketAddr) -> String {
     ini
 }
 
-/// Writes `total` bytes of stream `seed` (the pattern of tests/common), then shuts the write
+/// Writes `total` bytes of stream `seed` (the pattern of tests/harness), then shuts the write
 /// side down.
 async fn send_and_close(mut to: impl AsyncWrite + Unpin, seed: u64, total: u64) {
     send_pattern(&mut to, seed, total).await.unwrap();

@@ -7,8 +7,6 @@
 //! without a failed or corrupted exchange. Asserted on each reload's result, the events and
 //! the state; one test that shuts down after a reload runs the real binary.
 
-mod common;
-
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -16,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use appbroker::Event;
 use appbroker::config::BalancerKind;
-use common::*;
+use harness::*;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader as AsyncBufReader};
 use tokio::net::TcpStream;
 

@@ -10,15 +10,13 @@
 //! `forward::tests`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test that cannot go on should panic
 
-mod common;
-
 use std::net::UdpSocket;
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::*;
+use harness::*;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 

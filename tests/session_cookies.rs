@@ -7,26 +7,22 @@
 //! (raw servers of the test's own record the exact head they received).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-mod http_common;
-
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use appbroker::balancer::overrides::{Hold, Mode};
 use appbroker::http_balancer::sessions::{CookieKeys, Kept, OwnSecret, Ticket};
 use appbroker::tls::files::Passphrase;
-use common::{
-    Broker, HttpConnection, HttpResponse, InProcess, SESSION_SECRET, http_get, http_ini, run_cli,
-    session_secret_line, signed_cookie, signed_cookie_with,
+use harness::{
+    Broker, HttpConnection, HttpResponse, InProcess, Origin, SESSION_SECRET, http_get, raw_origin,
+    read_head, run_cli, session_secret_line, signed_cookie, signed_cookie_with, weighted_http_ini,
 };
-use http_common::{Origin, raw_origin, read_head};
 use tokio::io::AsyncWriteExt;
 
-/// [`http_ini`] with the tests' `SESSION_SECRET`, over two loopback origins (ids 01 and 02).
+/// [`weighted_http_ini`] with the tests' `SESSION_SECRET`, over two loopback origins (ids 01 and 02).
 async fn two_origins(extra: &str) -> (Origin, Origin, InProcess) {
     let (a, b) = (Origin::start().await, Origin::start().await);
-    let text = http_ini(&session_secret_line(), &[(a.addr, 1), (b.addr, 1)], extra);
+    let text = weighted_http_ini(&session_secret_line(), &[(a.addr, 1), (b.addr, 1)], extra);
     let broker = InProcess::start(&text).await;
     (a, b, broker)
 }
@@ -162,7 +158,12 @@ async fn a_rotation_with_session_secret_previous_keeps_the_session() {
     const NEW: &str = "the secret after the rotation, 32 characters or more";
     let (a, b) = (Origin::start().await, Origin::start().await);
     let servers = [(a.addr, 1), (b.addr, 1)];
-    let broker = InProcess::start(&http_ini(&format!("SESSION_SECRET={OLD}"), &servers, "")).await;
+    let broker = InProcess::start(&weighted_http_ini(
+        &format!("SESSION_SECRET={OLD}"),
+        &servers,
+        "",
+    ))
+    .await;
     let cookie = set_cookie(&get(broker.addr(), "/first", None).await).unwrap();
     let header = format!("TOTVS_BROKER_SH_001={cookie}");
     assert_eq!(
@@ -176,7 +177,7 @@ async fn a_rotation_with_session_secret_previous_keeps_the_session() {
     };
     // The new secret signs, the old one still counts: the session stays, signed anew.
     let reloaded = broker
-        .reload(&http_ini(
+        .reload(&weighted_http_ini(
             &format!("SESSION_SECRET={NEW}\nSESSION_SECRET_PREVIOUS={OLD}"),
             &servers,
             "",
@@ -218,7 +219,11 @@ async fn a_rotation_with_session_secret_previous_keeps_the_session() {
     assert_eq!(answer["totalSessionsHistory"], 1, "{answer:#}");
     // The old secret dropped: its cookies no longer count; the renewed one does.
     broker
-        .reload(&http_ini(&format!("SESSION_SECRET={NEW}"), &servers, ""))
+        .reload(&weighted_http_ini(
+            &format!("SESSION_SECRET={NEW}"),
+            &servers,
+            "",
+        ))
         .await;
     assert_eq!(
         set_cookie(&get(broker.addr(), "/kept", Some(&renewed_header)).await),
@@ -251,7 +256,7 @@ async fn the_upgrade_window_honours_an_old_cookie_signing_it_anew_then_stops() {
     );
     let servers = [(a.addr, 0), (b.addr, 1), (c.addr, 1)];
     let text = |timeout: &str| {
-        http_ini(
+        weighted_http_ini(
             &session_secret_line(),
             &servers,
             &format!("SESSION_TIMEOUT={timeout}"),
@@ -296,7 +301,7 @@ async fn the_upgrade_window_honours_an_old_cookie_signing_it_anew_then_stops() {
     // SESSION_TIMEOUT now a second: the window (a second after the start) closes, and the old
     // cookie is no cookie from then on.
     broker.reload(&text("1s")).await;
-    let end = std::time::Instant::now() + common::DEADLINE;
+    let end = std::time::Instant::now() + harness::DEADLINE;
     loop {
         let answer = get(broker.addr(), "/after", Some(old)).await;
         let set = set_cookie(&answer).expect("a cookie set either way");
@@ -316,7 +321,7 @@ async fn a_window_opened_longer_than_a_session_timeout_ago_honours_nothing() {
     let (a, b) = (Origin::start().await, Origin::start().await);
     let servers = [(a.addr, 1), (b.addr, 1)];
     let broker = InProcess::start_with(
-        &http_ini(&session_secret_line(), &servers, "SESSION_TIMEOUT=10m"),
+        &weighted_http_ini(&session_secret_line(), &servers, "SESSION_TIMEOUT=10m"),
         |bound| bound.with_own_secret(own_secret_made(11 * 60 * 1000)),
     )
     .await;
@@ -334,7 +339,7 @@ async fn a_window_opened_longer_than_a_session_timeout_ago_honours_nothing() {
 /// Lets [`hold_on_02`]'s request answer; it must be a 200.
 async fn release_02(b: &Origin, held: tokio::task::JoinHandle<HttpResponse>) {
     b.release(1);
-    let answer = common::within("the held request", held).await.unwrap();
+    let answer = harness::within("the held request", held).await.unwrap();
     assert_eq!(answer.status, 200);
 }
 
@@ -346,7 +351,7 @@ async fn hold_on_02(broker: &InProcess, b: &Origin) -> tokio::task::JoinHandle<H
         format!("TOTVS_BROKER_SH_001={}", signed_cookie("02", 1)),
     );
     let held = tokio::spawn(async move { get(addr, "/hold", Some(&cookie)).await });
-    common::eventually("02 holding a request", || {
+    harness::eventually("02 holding a request", || {
         b.held.load(std::sync::atomic::Ordering::SeqCst) == 1
     })
     .await;
@@ -357,7 +362,7 @@ async fn hold_on_02(broker: &InProcess, b: &Origin) -> tokio::task::JoinHandle<H
 
 /// An HTTP balancer over `servers` for the binary, without `SESSION_SECRET`.
 fn binary_ini(general: &str, servers: &[(SocketAddr, u32)]) -> String {
-    http_ini(general, servers, "").replace("SHUTDOWN_TIMEOUT=5", "SHUTDOWN_TIMEOUT=1")
+    weighted_http_ini(general, servers, "").replace("SHUTDOWN_TIMEOUT=5", "SHUTDOWN_TIMEOUT=1")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -446,7 +451,7 @@ fn check_prints_a_secret_as_set_and_an_error_never_repeats_it() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("appserver.ini");
     let secret = "a configured secret that must never be printed";
-    let text = http_ini(
+    let text = weighted_http_ini(
         &format!("SESSION_SECRET={secret}"),
         &[("127.0.0.1:8080".parse().unwrap(), 1)],
         "",
@@ -519,7 +524,7 @@ fn cookie_lines(head: &[u8]) -> Vec<Vec<u8>> {
 async fn any_byte_in_another_cookie_keeps_affinity_and_the_broker_cookie_from_the_server() {
     let (one, one_heads) = recording_server().await;
     let (two, two_heads) = recording_server().await;
-    let broker = InProcess::start(&http_ini(
+    let broker = InProcess::start(&weighted_http_ini(
         &session_secret_line(),
         &[(one, 1), (two, 1)],
         "LOG_REQUESTS=0",

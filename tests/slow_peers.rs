@@ -5,15 +5,13 @@
 // Helpers outside `#[test]` functions may unwrap too: a panic there is a failed assertion.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use appbroker::Event;
-use common::*;
+use harness::*;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
@@ -38,7 +36,7 @@ async fn closed_line(broker: &Broker, client: SocketAddr) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trickling_both_ways_with_slow_readers_loses_no_byte() {
     const LEN: u64 = 2000;
-    let server = FaultServer::start("slow", Mode::Trickle { seed: 11, len: LEN }).await;
+    let server = FaultServer::start("slow", Behaviour::Trickle { seed: 11, len: LEN }).await;
     let broker = InProcess::start(&ini_over(&[server.ini()], "")).await;
     let client = TcpStream::connect(broker.addr()).await.unwrap();
     let local = client.local_addr().unwrap();
@@ -75,7 +73,7 @@ async fn trickling_both_ways_with_slow_readers_loses_no_byte() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_reading_client_gets_a_fast_answer_intact_and_memory_stays_bounded() {
     const LEN: u64 = 32 * MIB;
-    let server = FaultServer::start("fast", Mode::Blast { seed: 21, len: LEN }).await;
+    let server = FaultServer::start("fast", Behaviour::Blast { seed: 21, len: LEN }).await;
     let broker = Broker::start(&ini_over(&[server.ini()], "")).await;
     let mut client = TcpStream::connect(broker.addr()).await.unwrap();
     let local = client.local_addr().unwrap();
@@ -139,7 +137,7 @@ async fn a_server_that_never_reads_blocks_the_client_not_the_brokers_memory() {
     // More than every kernel buffer on the way can hold, so the whole upload can only have
     // been written if the broker buffered it.
     let total = (32 * MIB).max(kernel_buffers_at_most() + 8 * MIB);
-    let server = FaultServer::start("sink", Mode::NeverRead).await;
+    let server = FaultServer::start("sink", Behaviour::NeverRead).await;
     let broker = Broker::start(&ini_over(&[server.ini()], "")).await;
     let client = TcpStream::connect(broker.addr()).await.unwrap();
     let local = client.local_addr().unwrap();
@@ -211,8 +209,8 @@ async fn with_tcp_user_timeout_off_live_peers_that_stop_reading_keep_their_conne
     // long it pauses, and gets every byte once it reads again.
     const LEN: u64 = 32 * MIB;
     let start_reading = CancellationToken::new();
-    let slow_server = FaultServer::start("slow", Mode::ReadAfter(start_reading.clone())).await;
-    let fast_server = FaultServer::start("fast", Mode::Blast { seed: 42, len: LEN }).await;
+    let slow_server = FaultServer::start("slow", Behaviour::ReadAfter(start_reading.clone())).await;
+    let fast_server = FaultServer::start("fast", Behaviour::Blast { seed: 42, len: LEN }).await;
     let settings = format!("{SHORT_KEEPALIVE}TCP_USER_TIMEOUT=0\n");
     let to_slow = InProcess::start(&ini_over(&[slow_server.ini()], &settings)).await;
     let to_fast = InProcess::start(&ini_over(&[fast_server.ini()], &settings)).await;
@@ -287,7 +285,7 @@ async fn by_default_a_peer_that_keeps_its_window_shut_past_tcp_user_timeout_is_d
     // sends for that long is treated as dead, as one that vanished would be.
     let server = FaultServer::start(
         "fast",
-        Mode::Blast {
+        Behaviour::Blast {
             seed: 7,
             len: 64 * MIB,
         },
@@ -313,7 +311,7 @@ async fn by_default_a_peer_that_keeps_its_window_shut_past_tcp_user_timeout_is_d
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_connection_is_closed_by_idle_timeout() {
-    let server = FaultServer::start("a", Mode::Healthy).await;
+    let server = FaultServer::start("a", Behaviour::Healthy).await;
     // LOG_CONNECTIONS=0: the broker's own close is logged anyway (tests/log_format.rs).
     let broker = InProcess::start(&ini_over(
         &[server.ini()],
@@ -339,7 +337,7 @@ async fn an_idle_connection_is_closed_by_idle_timeout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn traffic_every_200ms_either_way_keeps_a_connection_past_idle_timeout() {
-    let server = FaultServer::start("a", Mode::Healthy).await;
+    let server = FaultServer::start("a", Behaviour::Healthy).await;
     // Two and a half times the idle timeout, with bytes every 200 ms. (A timeout of 1 s
     // rather than 500 ms leaves room for a loaded machine's late timers.)
     let broker = InProcess::start(&ini_over(&[server.ini()], "IDLE_TIMEOUT=1s")).await;

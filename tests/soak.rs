@@ -16,15 +16,13 @@
 //! connection reset` on that client's line) and reported apart; every other failure counts.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::future::poll_fn;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use common::Broker;
+use harness::Broker;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
@@ -271,7 +269,7 @@ async fn exchange(stream: &mut TcpStream, line: &[u8]) -> Result<u64, String> {
         .map_err(|e| format!("write: {e}"))?;
     let mut reply = Vec::with_capacity(line.len() + 8);
     let mut buf = [0u8; 4096];
-    let read = tokio::time::timeout(common::DEADLINE, async {
+    let read = tokio::time::timeout(harness::DEADLINE, async {
         while !reply.ends_with(b"\n") {
             match stream.read(&mut buf).await {
                 Ok(0) => return Err(format!("closed after {} bytes of the answer", reply.len())),
@@ -302,13 +300,9 @@ fn vm_rss_kib(pid: u32) -> u64 {
     line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a soak of minutes: cargo test --release --test soak -- --ignored --nocapture"]
-async fn soak_with_flapping_servers_and_steady_load() {
-    let seconds: u64 = std::env::var("SOAK_SECONDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(180);
+/// The flapping servers, all up, and the broker over them (monitored every second, a short
+/// quarantine).
+async fn servers_and_broker() -> (Vec<FlappingServer>, Broker) {
     let mut servers = Vec::new();
     for i in 0..SERVERS {
         servers.push(FlappingServer::start(&format!("s{i}")).await);
@@ -325,12 +319,18 @@ async fn soak_with_flapping_servers_and_steady_load() {
             s.addr.port()
         ));
     }
-    let mut broker = Broker::start(&ini).await;
-    let pid = broker.child.id();
-    let started = Instant::now();
-    let until = started + Duration::from_secs(seconds);
+    (servers, Broker::start(&ini).await)
+}
 
-    // Memory: one sample now and one every 10 s.
+/// A process's memory samples: (seconds since the soak started, KiB), in order.
+type Samples = Arc<Mutex<Vec<(u64, u64)>>>;
+
+/// Samples `pid`'s memory now, then every [`SAMPLE_EVERY`] until `until`.
+fn sample_memory(
+    pid: u32,
+    started: Instant,
+    until: Instant,
+) -> (Samples, tokio::task::JoinHandle<()>) {
     let samples = Arc::new(Mutex::new(vec![(0u64, vm_rss_kib(pid))]));
     let sampling = {
         let samples = Arc::clone(&samples);
@@ -344,14 +344,12 @@ async fn soak_with_flapping_servers_and_steady_load() {
             }
         })
     };
+    (samples, sampling)
+}
 
-    let tally = Arc::new(Mutex::new(Tally::default()));
-    let addr = broker.addr();
-    let clients: Vec<_> = (0..CLIENTS as u64)
-        .map(|id| tokio::spawn(client(id, addr, until, Arc::clone(&tally))))
-        .collect();
-
-    // Flap: every 200-500 ms one server goes down or comes back; never the last one up.
+/// Flaps until `until`: every 200-500 ms one server goes down or comes back; never the last
+/// one up. How many went down or came back.
+async fn flap(servers: &mut [FlappingServer], until: Instant) -> u64 {
     let mut transitions = 0u64;
     let mut rng = Rng(0xDEAD_BEEF_CAFE_F00D);
     while Instant::now() < until {
@@ -368,38 +366,17 @@ async fn soak_with_flapping_servers_and_steady_load() {
             transitions += 1;
         }
     }
-    for c in clients {
-        c.await.unwrap();
-    }
-    sampling.await.unwrap();
-    for s in &mut servers {
-        s.up().await;
-    }
+    transitions
+}
 
-    // Failures the harness caused (a connection reset as its port closed) are told apart by
-    // the broker's line for that client.
-    let tally = tally.lock().unwrap();
-    let logs = broker.logs();
+/// Prints what the clients did and met: the failures the harness caused (a connection reset
+/// as its port closed, told apart by the broker's line for that client) apart from the others,
+/// which are returned.
+fn report_failures<'a>(tally: &'a Tally, logs: &[String]) -> Vec<&'a Failure> {
     let (reset_by_closing_port, unexplained): (Vec<_>, Vec<_>) = tally
         .failures
         .iter()
-        .partition(|f| f.reset_as_port_closed(&logs).is_some());
-    let samples = samples.lock().unwrap().clone();
-    let series: Vec<String> = samples
-        .iter()
-        .map(|(at, kib)| format!("{at}s {kib}"))
-        .collect();
-    // Growth from the first sample under load (the allocator has found its working set by
-    // then) to the last.
-    let (first, last) = (
-        samples[1.min(samples.len() - 1)].1,
-        samples[samples.len() - 1].1,
-    );
-    let quarantines = broker.count_logs("in quarantine");
-    println!(
-        "soak: {seconds} s, {CLIENTS} clients, {SERVERS} servers, {} transitions (never all down)",
-        transitions
-    );
+        .partition(|f| f.reset_as_port_closed(logs).is_some());
     println!(
         "exchanges {} on {} connections, {} MiB relayed; corrupted bytes {}",
         tally.exchanges,
@@ -424,10 +401,23 @@ async fn soak_with_flapping_servers_and_steady_load() {
             "  reset as a port closed: client port {}: {}\n    broker: {}",
             f.port,
             f.what,
-            f.reset_as_port_closed(&logs).unwrap()
+            f.reset_as_port_closed(logs).unwrap()
         );
     }
-    println!("quarantine lines: {quarantines}");
+    unexplained
+}
+
+/// Prints the memory samples; growth from the first sample under load (the allocator has found
+/// its working set by then) to the last, as (first, last) in KiB.
+fn report_memory(samples: &[(u64, u64)]) -> (u64, u64) {
+    let series: Vec<String> = samples
+        .iter()
+        .map(|(at, kib)| format!("{at}s {kib}"))
+        .collect();
+    let (first, last) = (
+        samples[1.min(samples.len() - 1)].1,
+        samples[samples.len() - 1].1,
+    );
     println!("broker VmRSS KiB every 10 s: {}", series.join(", "));
     println!(
         "growth from {} KiB (10 s) to {} KiB (end): {} KiB",
@@ -435,6 +425,44 @@ async fn soak_with_flapping_servers_and_steady_load() {
         last,
         last as i64 - first as i64
     );
+    (first, last)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a soak of minutes: cargo test --release --test soak -- --ignored --nocapture"]
+async fn soak_with_flapping_servers_and_steady_load() {
+    let seconds: u64 = std::env::var("SOAK_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(180);
+    let (mut servers, mut broker) = servers_and_broker().await;
+    let pid = broker.child.id();
+    let started = Instant::now();
+    let until = started + Duration::from_secs(seconds);
+    let (samples, sampling) = sample_memory(pid, started, until);
+
+    let tally = Arc::new(Mutex::new(Tally::default()));
+    let addr = broker.addr();
+    let clients: Vec<_> = (0..CLIENTS as u64)
+        .map(|id| tokio::spawn(client(id, addr, until, Arc::clone(&tally))))
+        .collect();
+    let transitions = flap(&mut servers, until).await;
+    for c in clients {
+        c.await.unwrap();
+    }
+    sampling.await.unwrap();
+    for s in &mut servers {
+        s.up().await;
+    }
+
+    let tally = tally.lock().unwrap();
+    println!(
+        "soak: {seconds} s, {CLIENTS} clients, {SERVERS} servers, {} transitions (never all down)",
+        transitions
+    );
+    let unexplained = report_failures(&tally, &broker.logs());
+    println!("quarantine lines: {}", broker.count_logs("in quarantine"));
+    let (first, last) = report_memory(&samples.lock().unwrap());
     assert_eq!(tally.corrupted_bytes, 0, "corrupted bytes");
     assert!(
         unexplained.is_empty(),

@@ -10,16 +10,12 @@
 #![cfg(target_os = "linux")]
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test that cannot go on should panic
 
-mod common;
-mod http_common;
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::*;
-use http_common::Origin;
+use harness::*;
 use nix::sys::signal::Signal;
 use tokio::net::TcpStream;
 
@@ -809,7 +805,7 @@ impl KeptAlive {
 async fn upgrades_under_kept_alive_http_clients_leave_no_request_unanswered() {
     const UPGRADES: usize = 25;
     let origin = Origin::start().await;
-    let text = common::http_ini("", &[(origin.addr, 1)], "");
+    let text = weighted_http_ini("", &[(origin.addr, 1)], "");
     let broker = Broker::start_with(&text, &["--supervise"]).await;
     wait_serving(&broker, 1).await;
     let load = KeptAlive::start(broker.addr());
@@ -1162,7 +1158,7 @@ fn upgrade_in_background(broker: &Broker) -> tokio::task::JoinHandle<(i32, Strin
 async fn while_an_upgrades_check_hangs_the_supervisor_restarts_answers_and_stops_killing_it() {
     let mut strays = Strays::default();
     let server = TestServer::start("A").await;
-    let installed = Installed::new();
+    let installed = Installed::install();
     let mut broker = Broker::start_exe(&installed.path, &ini(&server, ""), &["--supervise"]).await;
     let first = serving_child(&broker, 1).await;
     installed.install_script(HANGING_CHECK);
@@ -1211,7 +1207,7 @@ async fn while_an_upgrades_check_hangs_the_supervisor_restarts_answers_and_stops
 async fn an_upgrades_check_that_outlasts_upgrade_timeout_is_killed_and_the_upgrade_refused() {
     let mut strays = Strays::default();
     let server = TestServer::start("A").await;
-    let installed = Installed::new();
+    let installed = Installed::install();
     let broker = Broker::start_exe(
         &installed.path,
         &ini(&server, "UPGRADE_TIMEOUT=1s"),
@@ -1256,7 +1252,7 @@ async fn an_upgrades_check_that_outlasts_upgrade_timeout_is_killed_and_the_upgra
 async fn an_upgrade_to_a_binary_that_is_no_compatible_appbroker_is_refused_and_the_broker_carries_on()
  {
     let server = TestServer::start("A").await;
-    let installed = Installed::new();
+    let installed = Installed::install();
     let broker = Broker::start_exe(&installed.path, &ini(&server, ""), &["--supervise"]).await;
     let first = serving_child(&broker, 1).await;
     let cases = [
@@ -1360,7 +1356,7 @@ async fn a_stopped_broker_is_killed_by_the_watchdog_once_a_reload_turns_it_on_an
 #[tokio::test]
 async fn a_broker_that_never_announced_heartbeats_is_left_alone_by_the_watchdog() {
     let server = TestServer::start("A").await;
-    let installed = Installed::new();
+    let installed = Installed::install();
     let broker = Broker::start_exe(
         &installed.path,
         &ini(&server, "WATCHDOG_TIMEOUT=1s\nUPGRADE_TIMEOUT=1s"),

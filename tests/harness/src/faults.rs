@@ -24,7 +24,7 @@ use super::{DEADLINE, ini_for, within};
 /// How a [`FaultServer`] treats a connection; read when the connection is accepted, so a
 /// change applies to the connections that follow.
 #[derive(Debug, Clone)]
-pub enum Mode {
+pub enum Behaviour {
     /// Line by line: `PING\r\n` (the probe these tests configure for SEND_EXPECT) gets
     /// `PONG\r\n`; `drip <n> <ms>` gets `n` lines `<name>: tick <i>`, one every `ms`;
     /// `quiet <text>` gets nothing; any other line is echoed as `<name>: <line>`.
@@ -34,12 +34,27 @@ pub enum Mode {
     /// Reads everything, never writes a byte: the port accepts but the application hangs.
     Hang,
     /// Answers the first bytes it reads with `bytes`, then closes or reads on in silence.
-    Reply { bytes: Vec<u8>, then_close: bool },
+    Reply {
+        /// The answer.
+        bytes: Vec<u8>,
+        /// Closes right after it (else reads on in silence).
+        then_close: bool,
+    },
     /// Sends `len` bytes of pattern `seed` a few bytes at a time with short pauses, then shuts
     /// its side down; meanwhile reads the client's bytes a few at a time, with pauses too.
-    Trickle { seed: u64, len: u64 },
+    Trickle {
+        /// The pattern's seed ([`pattern`]).
+        seed: u64,
+        /// How many bytes.
+        len: u64,
+    },
     /// Sends `len` bytes of pattern `seed` as fast as they are taken, then shuts its side down.
-    Blast { seed: u64, len: u64 },
+    Blast {
+        /// The pattern's seed ([`pattern`]).
+        seed: u64,
+        /// How many bytes.
+        len: u64,
+    },
     /// Never reads: its receive window fills and stays full until [`FaultServer::hang_up`].
     NeverRead,
     /// Reads nothing until the token is cancelled, then everything (recorded) to the end.
@@ -57,14 +72,17 @@ pub struct Conn {
 }
 
 impl Conn {
+    /// Keeps `bytes` read from it.
     pub fn record(&self, bytes: &[u8]) {
         self.received.lock().unwrap().extend_from_slice(bytes);
     }
 
+    /// Every byte read from it so far.
     pub fn received(&self) -> Vec<u8> {
         self.received.lock().unwrap().clone()
     }
 
+    /// Whether the server is done with it.
     pub fn ended(&self) -> bool {
         self.ended.load(Ordering::SeqCst)
     }
@@ -73,7 +91,7 @@ impl Conn {
 /// What the accepting task and the connections share with the test.
 struct Shared {
     name: String,
-    mode: Mutex<Mode>,
+    mode: Mutex<Behaviour>,
     conns: Mutex<Vec<Arc<Conn>>>,
     /// Cancelled by [`FaultServer::hang_up`]: the connections open then are dropped.
     hang_up: Mutex<CancellationToken>,
@@ -105,9 +123,10 @@ impl Shared {
     }
 }
 
-/// A loopback (or namespace) server whose behaviour the test sets with a [`Mode`], and which
-/// can go down and come back up on the same port without dropping a connection in between.
+/// A loopback (or namespace) server that behaves as the test sets it ([`Behaviour`]), and can
+/// go down and come back up on the same port without dropping a connection in between.
 pub struct FaultServer {
+    /// Where it listens.
     pub addr: SocketAddr,
     shared: Arc<Shared>,
     accepting: Option<(oneshot::Sender<()>, JoinHandle<()>)>,
@@ -117,13 +136,14 @@ pub struct FaultServer {
 }
 
 impl FaultServer {
-    pub async fn start(name: &str, mode: Mode) -> FaultServer {
+    /// A server named `name` on a fresh loopback port, treating connections as `mode` says.
+    pub async fn start(name: &str, mode: Behaviour) -> FaultServer {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         FaultServer::on(name, mode, listener)
     }
 
     /// A server on a listener made elsewhere (in a network namespace).
-    pub fn on(name: &str, mode: Mode, listener: TcpListener) -> FaultServer {
+    pub fn on(name: &str, mode: Behaviour, listener: TcpListener) -> FaultServer {
         let shared = Arc::new(Shared {
             name: name.to_string(),
             mode: Mutex::new(mode),
@@ -141,7 +161,8 @@ impl FaultServer {
         }
     }
 
-    pub fn set_mode(&self, mode: Mode) {
+    /// How the connections accepted from now on are treated.
+    pub fn set_mode(&self, mode: Behaviour) {
         *self.shared.mode.lock().unwrap() = mode;
     }
 
@@ -155,10 +176,12 @@ impl FaultServer {
         self.addr.to_string()
     }
 
+    /// Every connection accepted so far, in order.
     pub fn connections(&self) -> Vec<Arc<Conn>> {
         self.shared.conns.lock().unwrap().clone()
     }
 
+    /// Connections accepted so far.
     pub fn accepted(&self) -> usize {
         self.shared.conns.lock().unwrap().len()
     }
@@ -275,12 +298,12 @@ async fn close_without_resets(listener: TcpListener, shared: &Arc<Shared>) {
     }
 }
 
-async fn behave(stream: TcpStream, mode: Mode, name: &str, conn: &Conn) -> io::Result<()> {
+async fn behave(stream: TcpStream, mode: Behaviour, name: &str, conn: &Conn) -> io::Result<()> {
     match mode {
-        Mode::Healthy => healthy(stream, name, conn, None).await,
-        Mode::Paced(pace) => healthy(stream, name, conn, Some(pace)).await,
-        Mode::Hang => read_silently(stream, conn).await,
-        Mode::Reply { bytes, then_close } => {
+        Behaviour::Healthy => healthy(stream, name, conn, None).await,
+        Behaviour::Paced(pace) => healthy(stream, name, conn, Some(pace)).await,
+        Behaviour::Hang => read_silently(stream, conn).await,
+        Behaviour::Reply { bytes, then_close } => {
             let mut stream = stream;
             let mut buf = [0u8; 512];
             let n = stream.read(&mut buf).await?;
@@ -291,7 +314,7 @@ async fn behave(stream: TcpStream, mode: Mode, name: &str, conn: &Conn) -> io::R
             }
             read_silently(stream, conn).await
         }
-        Mode::Trickle { seed, len } => {
+        Behaviour::Trickle { seed, len } => {
             let (mut read, mut write) = stream.into_split();
             let sending = async {
                 trickle(&mut write, seed, len).await?;
@@ -304,7 +327,7 @@ async fn behave(stream: TcpStream, mode: Mode, name: &str, conn: &Conn) -> io::R
             let (sent, _) = tokio::join!(sending, reading);
             sent
         }
-        Mode::Blast { seed, len } => {
+        Behaviour::Blast { seed, len } => {
             let (read, mut write) = stream.into_split();
             let sending = async {
                 send_pattern(&mut write, seed, len).await?;
@@ -313,11 +336,11 @@ async fn behave(stream: TcpStream, mode: Mode, name: &str, conn: &Conn) -> io::R
             let (sent, _) = tokio::join!(sending, read_silently(read, conn));
             sent
         }
-        Mode::NeverRead => {
+        Behaviour::NeverRead => {
             let _held = stream;
             std::future::pending().await
         }
-        Mode::ReadAfter(start) => {
+        Behaviour::ReadAfter(start) => {
             start.cancelled().await;
             read_silently(stream, conn).await
         }
@@ -379,7 +402,7 @@ fn drip_command(line: &[u8]) -> Option<(u32, Duration)> {
 }
 
 /// Reads (and records) until the end, never writing.
-pub async fn read_silently(mut from: impl AsyncRead + Unpin, conn: &Conn) -> io::Result<()> {
+async fn read_silently(mut from: impl AsyncRead + Unpin, conn: &Conn) -> io::Result<()> {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
         let n = from.read(&mut buf).await?;
@@ -517,6 +540,8 @@ pub const SHORT_KEEPALIVE: &str = "KEEPALIVE_TIME=1\nKEEPALIVE_INTERVAL=1\nKEEPA
 /// How long [`SHORT_KEEPALIVE`] takes to give a dead peer up.
 pub const SHORT_KEEPALIVE_GIVES_UP_AFTER: Duration = Duration::from_secs(3);
 
+/// An ini like [`ini_for`]'s over `servers` given as `REMOTE_SERVER` values (as
+/// [`FaultServer::ini`] gives them), with `extra` lines in the section.
 pub fn ini_over(servers: &[String], extra: &str) -> String {
     let mut ini = ini_for(&[], extra);
     for (i, server) in servers.iter().enumerate() {

@@ -11,9 +11,11 @@ use super::DEADLINE;
 /// One HTTP/1.1 answer as a client reads it.
 #[derive(Debug, Clone)]
 pub struct HttpResponse {
+    /// The status code.
     pub status: u16,
     /// Header names in lower case, in the order received.
     pub headers: Vec<(String, String)>,
+    /// The body, as far as its length (or the connection's end) says.
     pub body: Vec<u8>,
 }
 
@@ -42,11 +44,13 @@ impl HttpResponse {
 /// a monitoring script does, keep-alive included. Bytes read past one answer are kept for the
 /// next.
 pub struct HttpConnection {
+    /// The connection, for a test that writes to it by hand.
     pub stream: TcpStream,
     buffer: Vec<u8>,
 }
 
 impl HttpConnection {
+    /// A new connection to `addr`.
     pub async fn connect(addr: SocketAddr) -> HttpConnection {
         HttpConnection::on(TcpStream::connect(addr).await.expect("connect to broker"))
     }
@@ -241,45 +245,4 @@ pub fn server_json<'a>(
         .expect("`servers` is an array")
         .iter()
         .find(|s| s["server"] == address)
-}
-
-/// An ini with one `[BALANCE_HTTP]` on `@PORT@` (monitoring off, queries from loopback),
-/// `general` lines in `[General]`, `extra` lines in the section, and `servers` as
-/// `(address, weight)` under ids 01, 02...
-pub fn http_ini(general: &str, servers: &[(SocketAddr, u32)], extra: &str) -> String {
-    let mut text = format!(
-        "[General]\nSHUTDOWN_TIMEOUT=5\n{general}\n[BALANCE_HTTP]\nLOCAL_SERVER_ADDRESS=127.0.0.1\n\
-         LOCAL_SERVER_PORT=@PORT@\nQUERY_ALLOW=127.0.0.1\nMONITORING_TYPE=DISABLED\n{extra}\n"
-    );
-    for (i, (addr, weight)) in servers.iter().enumerate() {
-        text.push_str(&format!(
-            "REMOTE_SERVER_{:02}={} {} {weight}\n",
-            i + 1,
-            addr.ip(),
-            addr.port()
-        ));
-    }
-    text
-}
-
-/// The `SESSION_SECRET` tests give their HTTP balancers (`[General]`), so that they can make
-/// valid session cookies themselves ([`signed_cookie`]).
-pub const SESSION_SECRET: &str = "the tests' session secret, 32+ characters";
-
-/// `SESSION_SECRET=...` as an ini line.
-pub fn session_secret_line() -> String {
-    format!("SESSION_SECRET={SESSION_SECRET}\n")
-}
-
-/// A valid `TOTVS_BROKER_SH_001` value for server `id` under [`SESSION_SECRET`], one per `n`:
-/// what the broker would have issued.
-pub fn signed_cookie(id: &str, n: u64) -> String {
-    signed_cookie_with(SESSION_SECRET, id, n)
-}
-
-/// A valid `TOTVS_BROKER_SH_001` value for server `id` under `secret`, one per `n`.
-pub fn signed_cookie_with(secret: &str, id: &str, n: u64) -> String {
-    let keys = appbroker::http_balancer::sessions::CookieKeys::new(secret.as_bytes(), None, None);
-    let id = appbroker::config::ServerId::parse(id).expect("a server id");
-    keys.sign(id, n.to_be_bytes()).to_string()
 }

@@ -19,10 +19,13 @@ use super::{DEADLINE, fill_placeholders, free_ports};
 
 /// A broker running in this process, and what it has published.
 pub struct InProcess {
+    /// The broker itself, started.
     pub broker: Broker,
     /// Ports of the balancers, in the order of the `@PORT@`, `@PORT2@` placeholders.
     pub ports: Vec<u16>,
+    /// Its directory (`@DIR@`), where its configuration file is; removed when dropped.
     pub dir: tempfile::TempDir,
+    /// Its configuration file, which [`InProcess::rewrite`] replaces.
     pub config_path: PathBuf,
     /// Every event since before it started.
     pub events: EventLog,
@@ -217,12 +220,6 @@ impl EventLog {
         self.all().iter().position(wanted)
     }
 
-    /// Waits for an event `wanted` picks; its index in [`EventLog::all`].
-    pub async fn wait_position(&self, what: &str, wanted: impl Fn(&Event) -> bool) -> usize {
-        self.wait_for(what, &wanted).await;
-        self.position(wanted).expect("found above")
-    }
-
     /// Every quarantine of `server` (started or extended), in order.
     pub fn quarantines(&self, server: &str) -> Vec<Quarantine> {
         self.all()
@@ -327,12 +324,15 @@ impl EventLog {
 /// A quarantine as its event tells it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Quarantine {
+    /// What put the server there.
     pub reason: Reason,
+    /// The failure, as the event words it.
     pub error: String,
     /// True when the failure started it (false: it was extended).
     pub started: bool,
     /// Its `start=` and `stop=` (the failure's time and the end), in seconds since the epoch.
     pub start: u64,
+    /// Its end: `start=` plus the quarantine's time.
     pub stop: u64,
 }
 
@@ -387,9 +387,13 @@ pub fn is_round(event: &Event, available: usize, unavailable: usize) -> bool {
 /// How a relayed connection ended, as its event tells it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ended {
+    /// The server it was relayed to (`host:port`).
     pub server: String,
+    /// Bytes the client sent, relayed to the server.
     pub bytes_from_client: u64,
+    /// Bytes the server sent, relayed to the client.
     pub bytes_to_client: u64,
+    /// Which side ended it, or why the broker did.
     pub ended_by: End,
 }
 

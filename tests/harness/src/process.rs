@@ -5,7 +5,7 @@ use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::{DEADLINE, fill_placeholders, free_ports};
@@ -20,17 +20,32 @@ pub fn own_admin_dirs(command: &mut Command, dir: &std::path::Path) {
         .env("STATE_DIRECTORY", dir);
 }
 
-/// The path of the binary under test.
+/// The path of the binary under test. Cargo tells a test where it is as it runs it (this
+/// crate, not a test, cannot read it at build time); a test run by hand finds it where cargo
+/// builds it, above the test's own executable (`target/debug/deps/<test>`).
 pub fn binary() -> &'static str {
-    env!("CARGO_BIN_EXE_appbroker")
+    static PATH: OnceLock<String> = OnceLock::new();
+    PATH.get_or_init(|| {
+        std::env::var("CARGO_BIN_EXE_appbroker").unwrap_or_else(|_| {
+            let test = std::env::current_exe().expect("the test's own path");
+            let profile = test
+                .parent()
+                .and_then(Path::parent)
+                .expect("the test runs from target/<profile>/deps");
+            profile.join("appbroker").display().to_string()
+        })
+    })
 }
 
 /// A running `appbroker` process and everything it has logged.
 pub struct Broker {
+    /// The process; killed, with everything it started, when dropped.
     pub child: Child,
     /// Ports of the balancers, in the order of the `@PORT@`, `@PORT2@` placeholders.
     pub ports: Vec<u16>,
+    /// Its directory, where its configuration file, control socket and state file are.
     pub dir: tempfile::TempDir,
+    /// Its configuration file.
     pub config_path: PathBuf,
     lines: Arc<Mutex<Vec<String>>>,
     /// The threads reading the process's output; joined once it exits, so no line is lost.
@@ -78,7 +93,7 @@ impl Broker {
     }
 
     /// As [`Broker::spawn`], running the binary at `exe`.
-    pub fn spawn_exe(exe: &Path, ini: &str, args: &[&str]) -> Broker {
+    fn spawn_exe(exe: &Path, ini: &str, args: &[&str]) -> Broker {
         let dir = tempfile::tempdir().expect("temp dir");
         let ports = free_ports();
         let config_path = dir.path().join("appserver.ini");
@@ -177,6 +192,7 @@ impl Broker {
         self.logs().join("\n")
     }
 
+    /// Whether a line logged so far holds `needle`.
     pub fn has_log(&self, needle: &str) -> bool {
         self.lines
             .lock()
@@ -185,6 +201,7 @@ impl Broker {
             .any(|l| l.contains(needle))
     }
 
+    /// How many lines logged so far hold `needle`.
     pub fn count_logs(&self, needle: &str) -> usize {
         self.lines
             .lock()
@@ -314,8 +331,15 @@ pub struct Installed {
 impl Installed {
     /// The binary under test, installed: hard-linked (it is large) from beside the build,
     /// copied where a link cannot be made.
-    pub fn new() -> Installed {
-        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
+    pub fn install() -> Installed {
+        // Under target/, as the build is: a hard link cannot cross file systems.
+        let target = Path::new(binary())
+            .parent()
+            .and_then(Path::parent)
+            .expect("the binary is in target/<profile>");
+        let tmp = target.join("tmp");
+        std::fs::create_dir_all(&tmp).expect("target/tmp");
+        let dir = tempfile::tempdir_in(tmp).expect("temp dir");
         let installed = Installed {
             path: dir.path().join("appbroker"),
             dir,

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::DEADLINE;
+use crate::{DEADLINE, eventually};
 
 /// What `/smuggled` answers: a victim must never see it.
 pub const ATTACKER_ANSWER: &str = "the attacker's answer";
@@ -46,7 +46,7 @@ impl Received {
 
 /// One accepted connection's record.
 #[derive(Debug, Clone, Default)]
-pub struct Conn {
+pub struct ScriptedConn {
     /// Every byte received on it.
     pub bytes: Vec<u8>,
     /// The broker closed it (EOF or reset).
@@ -56,17 +56,19 @@ pub struct Conn {
 #[derive(Default)]
 struct Records {
     heads: Mutex<Vec<Received>>,
-    conns: Mutex<Vec<Conn>>,
+    conns: Mutex<Vec<ScriptedConn>>,
 }
 
 /// The scripted server on a loopback port.
 pub struct Scripted {
+    /// Where it listens.
     pub addr: SocketAddr,
     records: Arc<Records>,
     accepted: Arc<AtomicUsize>,
 }
 
 impl Scripted {
+    /// The server on a fresh port.
     pub async fn start() -> Scripted {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -77,7 +79,7 @@ impl Scripted {
             while let Ok((stream, _)) = listener.accept().await {
                 let id = {
                     let mut conns = r.conns.lock().unwrap();
-                    conns.push(Conn::default());
+                    conns.push(ScriptedConn::default());
                     conns.len() - 1
                 };
                 a.fetch_add(1, SeqCst);
@@ -118,7 +120,7 @@ impl Scripted {
     }
 
     /// Every connection's record, in the order accepted.
-    pub fn conns(&self) -> Vec<Conn> {
+    pub fn conns(&self) -> Vec<ScriptedConn> {
         self.records.conns.lock().unwrap().clone()
     }
 
@@ -129,8 +131,8 @@ impl Scripted {
 
     /// The record of connection `id` once the broker has closed it (fails the test after
     /// [`DEADLINE`]).
-    pub async fn wait_closed(&self, id: usize) -> Conn {
-        super::wait_until(&format!("server connection {id} closed"), || {
+    pub async fn wait_closed(&self, id: usize) -> ScriptedConn {
+        eventually(&format!("server connection {id} closed"), || {
             self.conns().get(id).is_some_and(|c| c.ended)
         })
         .await;
@@ -343,6 +345,7 @@ pub fn header(head: &[u8], name: &str) -> Option<String> {
 pub struct Answer {
     /// The status line, without its CRLF.
     pub status_line: String,
+    /// The status code.
     pub status: u16,
     /// The head, status line to blank line, exactly as received.
     pub head: Vec<u8>,
@@ -381,6 +384,7 @@ pub struct RawClient {
 }
 
 impl RawClient {
+    /// A new connection to `addr`.
     pub async fn connect(addr: SocketAddr) -> RawClient {
         RawClient {
             stream: TcpStream::connect(addr).await.unwrap(),
@@ -497,15 +501,10 @@ impl RawClient {
         while self.fill().await {}
         self.buf.is_empty()
     }
-
-    /// Bytes received and not yet read as an answer.
-    pub fn unread(&self) -> &[u8] {
-        &self.buf
-    }
 }
 
 /// Sends `bytes` on a new connection and reads one answer.
-pub async fn ask(addr: SocketAddr, bytes: &[u8]) -> Answer {
+pub async fn raw_request(addr: SocketAddr, bytes: &[u8]) -> Answer {
     let mut client = RawClient::connect(addr).await;
     assert!(
         client.send(bytes).await,

@@ -15,8 +15,11 @@ use super::DEADLINE;
 /// A loopback server that answers each line with `<name>: <line>`, optionally greeting first,
 /// and can be stopped (port closed, connections dropped) and started again on the same port.
 pub struct TestServer {
+    /// What it answers with: `<name>: <line>`.
     pub name: String,
+    /// Where it listens; the same port again after [`TestServer::resume`].
     pub addr: SocketAddr,
+    /// What it sends first on every connection, if anything.
     pub banner: Option<String>,
     /// Connections accepted since start.
     pub accepted: Arc<AtomicUsize>,
@@ -65,6 +68,7 @@ impl TestServer {
         self.addr.to_string()
     }
 
+    /// Connections accepted since start.
     pub fn accepted(&self) -> usize {
         self.accepted.load(Ordering::SeqCst)
     }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 /// Chromium's first start on a fresh profile can take a few seconds on a loaded machine; a
 /// run longer than this has hung, and is killed.
-pub const BROWSER_DEADLINE: Duration = Duration::from_secs(60);
+const BROWSER_DEADLINE: Duration = Duration::from_secs(60);
 
 /// Headless, and quiet: no sandbox (tests run as root), no GPU, no QUIC, and none of the
 /// background traffic a first run makes.
@@ -145,20 +145,12 @@ impl DevTools {
     }
 
     /// Calls `method` on the browser itself; its result.
-    pub async fn browser_call(
-        &mut self,
-        method: &str,
-        params: serde_json::Value,
-    ) -> serde_json::Value {
+    async fn browser_call(&mut self, method: &str, params: serde_json::Value) -> serde_json::Value {
         self.send(method, params, None).await
     }
 
     /// Calls `method` on the page; its result.
-    pub async fn page_call(
-        &mut self,
-        method: &str,
-        params: serde_json::Value,
-    ) -> serde_json::Value {
+    async fn page_call(&mut self, method: &str, params: serde_json::Value) -> serde_json::Value {
         let session = self.session.clone();
         self.send(method, params, Some(&session)).await
     }

@@ -1,0 +1,90 @@
+//! The integration-test harness, one crate every `tests/*.rs` uses. Brokers run in this
+//! process ([`InProcess`]: the library's entry point, asserted on through its events and
+//! state) or as the real binary ([`Broker`]: for the command line, signals and the log
+//! format); loopback servers can be stopped and started again on the same port
+//! ([`TestServer`]) or told to misbehave ([`FaultServer`]); HTTP origins record what reached
+//! them ([`Origin`], and [`Scripted`] byte for byte), and the HTTP engine runs alone over a
+//! balancer of the tests' own ([`LoopbackEngine`]). Everything binds port 0 (a broker's port is
+//! found the same way) and waits by polling for a condition with a deadline, never by sleeping.
+//!
+//! A crate rather than a module each test includes: every test is a crate of its own, and a
+//! module included by many would be partly unused in each, where the compiler warns; here
+//! every item is public, the compiler builds it once, and each test names what it uses.
+//!
+//! - `lib.rs`: the deadline, waiting for a condition, free ports.
+//! - `ini.rs`: the `appserver.ini` files tests write, and the session cookies they sign.
+//! - `inproc.rs`: a broker in this process and the events it publishes.
+//! - `process.rs`: the binary as a child process, installed copies of it, process trees.
+//! - `servers.rs`: echo servers that stop and resume, and the clients that ask them.
+//! - `faults.rs`: servers that misbehave on command, byte patterns, client-side checks.
+//! - `query_client.rs`: a small HTTP/1.1 client for the query interface.
+//! - `origin.rs`: hyper origin servers that record requests, and raw ones.
+//! - `pattern.rs`: bodies of a known pattern, checked as they stream.
+//! - `http_client.rs`: hyper clients and raw exchanges towards an HTTP balancer.
+//! - `engine.rs`: the HTTP engine alone on a loopback port, over a recording balancer.
+//! - `scripted.rs`: a raw HTTP/1.1 server and client, byte for byte.
+//! - `chromium.rs`: headless Chromium, once or driven over DevTools.
+
+// Functions short enough to read at once, as in the broker (clippy's default bound, 100 lines).
+#![warn(clippy::too_many_lines)]
+
+mod chromium;
+mod engine;
+mod faults;
+mod http_client;
+mod ini;
+mod inproc;
+mod origin;
+mod pattern;
+mod process;
+mod query_client;
+mod scripted;
+mod servers;
+
+use std::time::{Duration, Instant};
+
+pub use chromium::*;
+pub use engine::*;
+pub use faults::*;
+pub use http_client::*;
+pub use ini::*;
+pub use inproc::*;
+pub use origin::*;
+pub use pattern::*;
+pub use process::*;
+pub use query_client::*;
+pub use scripted::*;
+pub use servers::*;
+
+/// How long any wait in a test may take before the test fails. Generous: it only bounds a
+/// failing test, a passing one returns as soon as its condition holds.
+pub const DEADLINE: Duration = Duration::from_secs(20);
+
+/// Polls `condition` until it holds or [`DEADLINE`] passes.
+pub async fn eventually<F: FnMut() -> bool>(what: &str, mut condition: F) {
+    let end = Instant::now() + DEADLINE;
+    while !condition() {
+        assert!(Instant::now() < end, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Awaits `future`, failing the test if it takes longer than [`DEADLINE`].
+pub async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(DEADLINE, future)
+        .await
+        .unwrap_or_else(|_| panic!("timed out: {what}"))
+}
+
+/// A port that was free a moment ago (bound to port 0, then released). A broker's port must
+/// be written in its file, so it cannot take port 0 itself; the harnesses retry with other
+/// ports in the rare case something took this one in between.
+pub fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind port 0");
+    listener.local_addr().expect("local addr").port()
+}
+
+/// Two free ports, for `@PORT@` and `@PORT2@`.
+pub fn free_ports() -> Vec<u16> {
+    vec![free_port(), free_port()]
+}
