@@ -44,6 +44,21 @@ pub fn server(snap: &Snapshot, s: &ServerState, host: &str) -> String {
     let mut out = String::with_capacity(8 * 1024);
     head(&mut out, l, &format!("appbroker {}", s.address), None);
     banner(&mut out, l, snap, host);
+    figures(&mut out, l, snap, s);
+    if let Some(http) = &snap.http {
+        session_ages(&mut out, l, &http.sessions_of(&s.address));
+    }
+    history(&mut out, l, snap, s);
+    let _ = write!(
+        out,
+        "</div><p><a href='/TOTVS_BROKER_QUERY/STATUS'>{}</a></p></main></body></html>",
+        l.back
+    );
+    out
+}
+
+/// The server's card: its state, its quarantine's times, its figures and its last check.
+fn figures(out: &mut String, l: &Labels, snap: &Snapshot, s: &ServerState) {
     let _ = write!(
         out,
         "<div class='card'><h2>{} {} (REMOTE_SERVER_{})</h2>",
@@ -52,36 +67,32 @@ pub fn server(snap: &Snapshot, s: &ServerState, host: &str) -> String {
         esc(&s.id)
     );
     out.push_str("<section class='facts'>");
-    fact(&mut out, l.state, &state_cell(l, s), "");
+    fact(out, l.state, &state_cell(l, s), "");
     if let Some((since, until)) = s.quarantine {
         fact(
-            &mut out,
+            out,
             l.quarantine,
             &format!("{} – {}", clock(since), clock(until)),
             "",
         );
     }
-    fact(&mut out, l.connections, &s.active.to_string(), "big");
-    fact(&mut out, l.total_short, &s.total.to_string(), "big");
-    fact(&mut out, l.weight, &s.weight.to_string(), "");
+    fact(out, l.connections, &s.active.to_string(), "big");
+    fact(out, l.total_short, &s.total.to_string(), "big");
+    fact(out, l.weight, &s.weight.to_string(), "");
+    fact(out, l.failed_connects, &s.failed_connects.to_string(), "");
+    fact(out, l.bytes_in, &bytes(s.bytes_to_server), "");
+    fact(out, l.bytes_out, &bytes(s.bytes_to_client), "");
     fact(
-        &mut out,
-        l.failed_connects,
-        &s.failed_connects.to_string(),
-        "",
-    );
-    fact(&mut out, l.bytes_in, &bytes(s.bytes_to_server), "");
-    fact(&mut out, l.bytes_out, &bytes(s.bytes_to_client), "");
-    fact(
-        &mut out,
+        out,
         l.last_check,
         &check_cell(l, s, &snap.state.monitoring),
         "",
     );
     out.push_str("</section></div>");
-    if let Some(http) = &snap.http {
-        session_ages(&mut out, l, &http.sessions_of(&s.address));
-    }
+}
+
+/// The server's recent quarantines, latest first, in a card the page closes.
+fn history(out: &mut String, l: &Labels, snap: &Snapshot, s: &ServerState) {
     let _ = write!(
         out,
         "<div class='card'><h2>{} ({})</h2>",
@@ -89,32 +100,26 @@ pub fn server(snap: &Snapshot, s: &ServerState, host: &str) -> String {
     );
     if s.history.is_empty() {
         let _ = write!(out, "<p class='muted'>{}</p>", l.none);
-    } else {
-        let _ = write!(
-            out,
-            "<table><tr><th>{}</th><th>{}</th><th>{}</th><th>{}</th><th>{}</th><th>{}</th></tr>",
-            l.start, l.end, l.duration, l.reason, l.error, l.released
-        );
-        for e in s.history.iter().rev() {
-            let end = e.end_wall_ms.unwrap_or(snap.now_wall_ms);
-            let _ = write!(
-                out,
-                "<tr><td>{} {}</td><td>{}</td><td class='num'>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                clock(e.start_wall_ms),
-                date(e.start_wall_ms),
-                e.end_wall_ms.map_or_else(|| l.ongoing.to_string(), clock),
-                span(Duration::from_millis(end.saturating_sub(e.start_wall_ms))),
-                reason(l, e.reason),
-                esc(&l.words(&e.error)),
-                esc(&l.words(e.released.map_or("-", |r| r.as_str())))
-            );
-        }
-        out.push_str("</table>");
+        return;
     }
     let _ = write!(
         out,
-        "</div><p><a href='/TOTVS_BROKER_QUERY/STATUS'>{}</a></p></main></body></html>",
-        l.back
+        "<table><tr><th>{}</th><th>{}</th><th>{}</th><th>{}</th><th>{}</th><th>{}</th></tr>",
+        l.start, l.end, l.duration, l.reason, l.error, l.released
     );
-    out
+    for e in s.history.iter().rev() {
+        let end = e.end_wall_ms.unwrap_or(snap.now_wall_ms);
+        let _ = write!(
+            out,
+            "<tr><td>{} {}</td><td>{}</td><td class='num'>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            clock(e.start_wall_ms),
+            date(e.start_wall_ms),
+            e.end_wall_ms.map_or_else(|| l.ongoing.to_string(), clock),
+            span(Duration::from_millis(end.saturating_sub(e.start_wall_ms))),
+            reason(l, e.reason),
+            esc(&l.words(&e.error)),
+            esc(&l.words(e.released.map_or("-", |r| r.as_str())))
+        );
+    }
+    out.push_str("</table>");
 }

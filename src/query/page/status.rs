@@ -117,8 +117,33 @@ fn summary(out: &mut String, l: &Labels, snap: &Snapshot) {
     out.push_str("</p>");
 }
 
+/// The facts below the chart: the balancer's clients, its rules, an HTTP balancer's requests,
+/// who runs it and who asks, and its certificate when it speaks TLS.
 fn facts(out: &mut String, l: &Labels, snap: &Snapshot) {
     out.push_str("<section class='facts'>");
+    client_facts(out, l, snap);
+    rule_facts(out, l, snap);
+    if let Some(http) = &snap.http {
+        let r = &http.requests;
+        fact(out, l.requests, &r.requests.to_string(), "");
+        fact(out, l.answers_5xx, &r.classes[4].to_string(), "");
+        fact(out, l.upgrades, &r.upgrades.to_string(), "");
+    }
+    fact(out, l.refused, &snap.state.rejected.to_string(), "");
+    fact(out, l.unserved, &snap.state.unserved.to_string(), "");
+    fact(
+        out,
+        l.instance,
+        &format!("{} <small>pid {}</small>", snap.instance, snap.pid),
+        "",
+    );
+    fact(out, l.queried_by, &esc(&snap.peer.to_string()), "");
+    certificate_facts(out, l, snap);
+    out.push_str("</section>");
+}
+
+/// The clients since start, the last one's time, the most at once, and the broker's clock.
+fn client_facts(out: &mut String, l: &Labels, snap: &Snapshot) {
     fact(out, l.total, &snap.state.accepted.to_string(), "big");
     let last = if snap.state.last_connection_wall_ms == 0 {
         l.never.to_string()
@@ -155,6 +180,10 @@ fn facts(out: &mut String, l: &Labels, snap: &Snapshot) {
         &format!("{} {}", clock(snap.now_wall_ms), date(snap.now_wall_ms)),
         "",
     );
+}
+
+/// How the balancer chooses, checks and quarantines its servers.
+fn rule_facts(out: &mut String, l: &Labels, snap: &Snapshot) {
     fact(out, l.policy, snap.state.sort_method.as_str(), "");
     let monitor = match snap.state.monitoring {
         Monitoring::Disabled => snap.state.monitoring.as_str().to_string(),
@@ -172,43 +201,28 @@ fn facts(out: &mut String, l: &Labels, snap: &Snapshot) {
         &show_duration(snap.state.quarantine_time),
         "",
     );
-    if let Some(http) = &snap.http {
-        let r = &http.requests;
-        fact(out, l.requests, &r.requests.to_string(), "");
-        fact(out, l.answers_5xx, &r.classes[4].to_string(), "");
-        fact(out, l.upgrades, &r.upgrades.to_string(), "");
-    }
-    fact(out, l.refused, &snap.state.rejected.to_string(), "");
-    fact(out, l.unserved, &snap.state.unserved.to_string(), "");
-    fact(
-        out,
-        l.instance,
-        &format!("{} <small>pid {}</small>", snap.instance, snap.pid),
-        "",
-    );
-    fact(out, l.queried_by, &esc(&snap.peer.to_string()), "");
-    if let Some(certificate) = &snap.state.certificate {
-        fact(out, l.certificate, &esc(&certificate.subject), "");
-        fact(out, l.certificate_issuer, &esc(&certificate.issuer), "");
-        let until = certificate
-            .not_after
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        let class = if until <= snap.now_wall_ms { "bad" } else { "" };
-        fact(
-            out,
-            l.certificate_expires,
-            &format!("{} {}", clock(until), date(until)),
-            class,
-        );
-    }
-    out.push_str("</section>");
 }
 
-/// What a column of the server table holds, which is how the stylesheet draws it, wherever
-/// the layout puts it: figures right-aligned on one line, words left-aligned and wrapping.
-/// The cells stay plain `<td>`s (monitors split rows on the literal `<td>`): the rules name
-/// the columns by position within the table's layout class ([`Layout::rules`]).
+/// The certificate served to clients, on a balancer that speaks TLS: its subject, issuer and
+/// expiry (marked once past).
+fn certificate_facts(out: &mut String, l: &Labels, snap: &Snapshot) {
+    let Some(certificate) = &snap.state.certificate else {
+        return;
+    };
+    fact(out, l.certificate, &esc(&certificate.subject), "");
+    fact(out, l.certificate_issuer, &esc(&certificate.issuer), "");
+    let until = certificate
+        .not_after
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let class = if until <= snap.now_wall_ms { "bad" } else { "" };
+    fact(
+        out,
+        l.certificate_expires,
+        &format!("{} {}", clock(until), date(until)),
+        class,
+    );
+}
 
 #[cfg(test)]
 mod tests {
