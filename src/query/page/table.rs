@@ -17,7 +17,7 @@ use crate::query::snapshot::{ServerState, Snapshot, Standing};
 /// The cells stay plain `<td>`s (monitors split rows on the literal `<td>`): the rules name
 /// the columns by position within the table's layout class ([`Layout::rules`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Holds {
+enum CellContent {
     /// The server's link, or a short name (its id): one line.
     Name,
     /// A count or an amount of bytes: right-aligned, one line, digits of one width.
@@ -32,11 +32,11 @@ enum Holds {
     Check,
 }
 
-impl Holds {
+impl CellContent {
     /// Where its header and cells align.
     fn align(self) -> &'static str {
         match self {
-            Holds::Figure => "right",
+            CellContent::Figure => "right",
             _ => "left",
         }
     }
@@ -45,9 +45,11 @@ impl Holds {
     /// `0 B`).
     fn cells(self) -> &'static str {
         match self {
-            Holds::Name => "white-space:nowrap;",
-            Holds::Figure | Holds::Time => "font-variant-numeric:tabular-nums; white-space:nowrap;",
-            Holds::Cause | Holds::Words | Holds::Check => "",
+            CellContent::Name => "white-space:nowrap;",
+            CellContent::Figure | CellContent::Time => {
+                "font-variant-numeric:tabular-nums; white-space:nowrap;"
+            }
+            CellContent::Cause | CellContent::Words | CellContent::Check => "",
         }
     }
 
@@ -55,8 +57,8 @@ impl Holds {
     /// shows few columns, and has no room to give).
     fn room(self) -> Option<&'static str> {
         match self {
-            Holds::Words => Some("9em"),
-            Holds::Check => Some("12em"),
+            CellContent::Words => Some("9em"),
+            CellContent::Check => Some("12em"),
             _ => None,
         }
     }
@@ -73,7 +75,7 @@ struct Row<'a> {
 /// its cell's content (what goes between `<td>` and `</td>`).
 struct Column {
     header: fn(&Labels) -> &'static str,
-    holds: Holds,
+    holds: CellContent,
     on_phone: bool,
     /// Its cell carries the TOTVS page's state class (`inQuarantine`, `isDisabled`): the
     /// state column only.
@@ -130,7 +132,7 @@ impl Layout {
 /// A column a phone leaves out, its cell without a class: most of them.
 const fn column(
     header: fn(&Labels) -> &'static str,
-    holds: Holds,
+    holds: CellContent,
     cell: fn(&Row<'_>) -> String,
 ) -> Column {
     Column {
@@ -146,7 +148,7 @@ const SERVER: Column = Column {
     on_phone: true,
     ..column(
         |l| l.server,
-        Holds::Name,
+        CellContent::Name,
         |r| {
             let address = esc(&r.s.address);
             format!("<a href=\"/TOTVS_BROKER_QUERY/ServerStatus/{address}\">{address}</a>")
@@ -159,12 +161,15 @@ const CONNECTIONS: Column = Column {
 };
 /// An HTTP balancer's connections: left out on a phone, where its sessions (the TOTVS HTTP
 /// broker's figure) and the state take the room.
-const HTTP_CONNECTIONS: Column =
-    column(|l| l.connections, Holds::Figure, |r| r.s.active.to_string());
+const HTTP_CONNECTIONS: Column = column(
+    |l| l.connections,
+    CellContent::Figure,
+    |r| r.s.active.to_string(),
+);
 /// The TOTVS SmartClient broker's third cell: `-`, or when the quarantine ends.
 const QUARANTINE_END: Column = column(
     |l| l.quarantine,
-    Holds::Time,
+    CellContent::Time,
     |r| {
         r.s.quarantine
             .map_or_else(|| "-".into(), |(_, until)| clock(until))
@@ -174,7 +179,7 @@ const SESSIONS: Column = Column {
     on_phone: true,
     ..column(
         |l| l.sessions,
-        Holds::Figure,
+        CellContent::Figure,
         |r| {
             let sessions = r.snap.http.as_ref().map(|h| h.sessions_of(&r.s.address));
             sessions.map_or(0, |s| s.live).to_string()
@@ -184,7 +189,7 @@ const SESSIONS: Column = Column {
 /// The TOTVS HTTP broker's fourth cell: `-`, or when the quarantine started.
 const QUARANTINE_START: Column = column(
     |l| l.quarantine_since,
-    Holds::Time,
+    CellContent::Time,
     |r| {
         r.s.quarantine
             .map_or_else(|| "-".into(), |(since, _)| clock(since))
@@ -192,7 +197,7 @@ const QUARANTINE_START: Column = column(
 );
 const REASONS: Column = column(
     |l| l.reasons,
-    Holds::Cause,
+    CellContent::Cause,
     |r| match (r.s.quarantine, r.s.reason) {
         (Some(_), Some(why)) => reason(r.l, why).to_string(),
         _ => "-".into(),
@@ -201,29 +206,33 @@ const REASONS: Column = column(
 const STATE: Column = Column {
     on_phone: true,
     state_class: true,
-    ..column(|l| l.state, Holds::Words, |r| state_cell(r.l, r.s))
+    ..column(|l| l.state, CellContent::Words, |r| state_cell(r.l, r.s))
 };
-const ID: Column = column(|l| l.id, Holds::Name, |r| esc(&r.s.id));
-const WEIGHT: Column = column(|l| l.weight, Holds::Figure, |r| weight_cell(r.l, r.s));
-const TOTAL: Column = column(|l| l.total_short, Holds::Figure, |r| r.s.total.to_string());
+const ID: Column = column(|l| l.id, CellContent::Name, |r| esc(&r.s.id));
+const WEIGHT: Column = column(|l| l.weight, CellContent::Figure, |r| weight_cell(r.l, r.s));
+const TOTAL: Column = column(
+    |l| l.total_short,
+    CellContent::Figure,
+    |r| r.s.total.to_string(),
+);
 const FAILED_CONNECTS: Column = column(
     |l| l.failed_connects,
-    Holds::Figure,
+    CellContent::Figure,
     |r| r.s.failed_connects.to_string(),
 );
 const BYTES_IN: Column = column(
     |l| l.bytes_in,
-    Holds::Figure,
+    CellContent::Figure,
     |r| exact_bytes(r.s.bytes_to_server),
 );
 const BYTES_OUT: Column = column(
     |l| l.bytes_out,
-    Holds::Figure,
+    CellContent::Figure,
     |r| exact_bytes(r.s.bytes_to_client),
 );
 const LAST_CHECK: Column = column(
     |l| l.last_check,
-    Holds::Check,
+    CellContent::Check,
     |r| check_cell(r.l, r.s, &r.snap.state.monitoring),
 );
 
