@@ -5,10 +5,10 @@
 //! On a TCP balancer a connection reaches here when its first bytes were a query (the TCP
 //! client's sniff, [`crate::tcp::sniff`]); there queries have their own small limit
 //! (`QUERY_MAX_CONNECTIONS`) and timeouts, so slow or never-finished requests cannot use up
-//! the broker's descriptors or slow the proxying ([`serve`]). On an HTTP balancer each request
-//! is routed here by its path ([`intercept`]), on a connection that is the balancer's client,
-//! with the HTTP engine's limits. Either way a request goes from the route to its command, and
-//! the command renders a snapshot.
+//! the broker's descriptors or slow the proxying ([`serve()`]). On an HTTP balancer each
+//! request is routed here by its path ([`intercept`]), on a connection that is the balancer's
+//! client, with the HTTP engine's limits. Either way a request goes from the route to its
+//! command, and the command renders a snapshot.
 //!
 //! - `serve`: the query connection on a TCP balancer's port: read the first request within
 //!   bounds, hold a query place, answer each request with hyper.

@@ -1,8 +1,8 @@
 //! From a request to its answer: the path's command looked up in the table of commands
-//! ([`commands::COMMANDS`](super::commands::COMMANDS)), its methods checked (405), an unknown
-//! one answered with the list of commands (404). A TCP balancer's query connection
-//! (`serve`) hands each request here; an HTTP balancer hands its requests to
-//! [`intercept`], which takes those whose path is a query's.
+//! ([`commands::COMMANDS`]), its methods checked (405), an unknown one answered with the list
+//! of commands (404). A TCP balancer's query connection (`serve`) hands each request here; an
+//! HTTP balancer hands its requests to [`intercept`], which takes those whose path is a
+//! query's.
 
 use std::net::SocketAddr;
 

@@ -2,7 +2,7 @@
 //! (the TCP client's sniff) is answered here, with hyper (HTTP/1.1, keep-alive), within
 //! bounds of its own: a query place (`QUERY_MAX_CONNECTIONS`), a request head's size and
 //! time, a connection's age. Who may query is decided first; each request then goes to
-//! [`route::answer`](super::route::answer).
+//! [`route::answer`].
 
 use std::convert::Infallible;
 use std::io;
