@@ -1,5 +1,5 @@
 //! README.md held to the code, as tests/config.rs holds docs/configuration.md to the table of
-//! keys: the queries it says each port answers are the query routes of `src/query/mod.rs`,
+//! keys: the queries it says each port answers are the commands of `src/query/commands.rs`,
 //! and its table of what `cargo test` leaves out names every test file with an
 //! `#[ignore = ...]` test, and no other. Each ignore says what the test needs, not what to
 //! type to get it (README's table and `.ci/run` say that).
@@ -20,36 +20,27 @@ fn backquoted(text: &str) -> Vec<&str> {
     text.split('`').skip(1).step_by(2).collect()
 }
 
-/// The commands `answer` in src/query/mod.rs routes: the string patterns of its match on the
-/// command (`"" | "JSON" =>`, `"PING" if ... =>`), upper case, the bare path's `""` left
-/// out.
+/// The commands of the table in src/query/commands.rs: the `name: "..."` of each entry of
+/// `COMMANDS`, upper case, the bare path's `""` left out.
 fn query_routes() -> BTreeSet<String> {
-    let source = read("src/query/mod.rs");
+    let source = read("src/query/commands.rs");
     let start = source
-        .find("\nfn answer(")
-        .expect("fn answer in src/query/mod.rs");
-    let body = &source[start..];
-    let body = &body[..body.find("\n}\n").expect("the end of fn answer")];
+        .find("const COMMANDS: &[QueryCommand] = &[")
+        .expect("the table COMMANDS in src/query/commands.rs");
+    let table = &source[start..];
+    let table = &table[..table.find("\n];\n").expect("the end of the table")];
     let mut routes = BTreeSet::new();
-    for line in body.lines().map(str::trim_start) {
-        if !line.starts_with('"') {
-            continue;
-        }
-        // `"A" | "B" if guard =>`: the patterns before the guard or the arrow.
-        let Some((patterns, _)) = line.split_once(" =>") else {
+    for line in table.lines().map(str::trim_start) {
+        let Some(name) = line.strip_prefix("name: \"") else {
             continue;
         };
-        let patterns = patterns.split(" if ").next().unwrap();
-        for pattern in patterns.split('|').map(str::trim) {
-            if let Some(name) = pattern.strip_prefix('"').and_then(|p| p.strip_suffix('"')) {
-                routes.insert(name.to_ascii_uppercase());
-            }
-        }
+        let name = name.split('"').next().unwrap();
+        routes.insert(name.to_ascii_uppercase());
     }
     routes.remove("");
     assert!(
         routes.len() >= 6,
-        "the routes were not found in fn answer: {routes:?}"
+        "the commands were not found in the table: {routes:?}"
     );
     routes
 }
@@ -74,7 +65,7 @@ fn the_readme_names_every_query_a_port_answers() {
     assert_eq!(
         named,
         query_routes(),
-        "README's list of queries ({sentence:?}) and the routes of src/query/mod.rs"
+        "README's list of queries ({sentence:?}) and the commands of src/query/commands.rs"
     );
 }
 

@@ -6,12 +6,13 @@
 
 use serde::Serialize;
 
-use super::snapshot::{ServerSessions, ServerState, Snapshot, Standing};
+use super::snapshot::{HttpFigures, ServerSessions, ServerState, Snapshot, Standing};
 use crate::balancer::health::Asked;
 use crate::balancer::overrides::Mode;
 use crate::config::SortMethod;
 use crate::process::clock::{local_date as date, time_of_day as clock};
 
+/// The whole answer: the TOTVS fields, then appbroker's own.
 #[derive(Serialize)]
 #[allow(non_snake_case)]
 struct Status<'a> {
@@ -33,7 +34,7 @@ struct Status<'a> {
     lastConnectionDate: String,
     lastConnectionTime: String,
     ID: String,
-    servers: Vec<Server<'a>>,
+    servers: Vec<ServerEntry<'a>>,
     total: Total,
     // appbroker's own.
     balancer: &'static str,
@@ -89,8 +90,9 @@ struct Total {
     users: u64,
 }
 
+/// One server of the answer's `servers` list.
 #[derive(Serialize)]
-struct Server<'a> {
+struct ServerEntry<'a> {
     // The TOTVS fields.
     server: &'a str,
     connections: u64,
@@ -126,11 +128,12 @@ struct Server<'a> {
     failed_connects: u64,
     bytes_to_server: u64,
     bytes_to_client: u64,
-    last_check: Option<Check<'a>>,
+    last_check: Option<LastCheck<'a>>,
 }
 
+/// A server's last monitor check.
 #[derive(Serialize)]
-struct Check<'a> {
+struct LastCheck<'a> {
     ok: bool,
     epoch_ms: u64,
     duration_ms: f64,
@@ -145,7 +148,7 @@ pub fn render(snap: &Snapshot) -> String {
             .map(|h| h.sessions_of(address))
             .unwrap_or_default()
     };
-    let servers: Vec<Server<'_>> = snap
+    let servers: Vec<ServerEntry<'_>> = snap
         .state
         .servers
         .iter()
@@ -153,27 +156,14 @@ pub fn render(snap: &Snapshot) -> String {
         .collect();
     let live_sessions = snap.http.as_ref().map_or(0, |h| h.sessions.live);
     let status = Status {
-        serviceDescription: format!(
-            "appbroker {} broker [{}]",
-            if snap.state.kind.is_http() {
-                "HTTP"
-            } else {
-                "TCP"
-            },
-            snap.state.kind.section()
-        ),
+        serviceDescription: service_description(snap),
         brokerType: snap.state.kind.section(),
         apiVersion: "1.1",
         fullVersion: format!("appbroker {}", env!("CARGO_PKG_VERSION")),
         version: env!("CARGO_PKG_VERSION"),
         useSSL: 0,
         instanceId: &snap.instance,
-        balanceMethod: match snap.state.sort_method {
-            SortMethod::Connection => 1,
-            SortMethod::RoundRobin => 2,
-            // What the TOTVS HTTP broker reports (captures/peder1981-monitor...).
-            SortMethod::Session => 4,
-        },
+        balanceMethod: balance_method(snap.state.sort_method),
         date: date(snap.now_wall_ms),
         time: clock(snap.now_wall_ms),
         startedDate: date(snap.started_wall_ms),
@@ -204,32 +194,58 @@ pub fn render(snap: &Snapshot) -> String {
         started_epoch_ms: snap.started_wall_ms,
         now_epoch_ms: snap.now_wall_ms,
         queried_by: snap.peer.to_string(),
-        http: snap.http.as_ref().map(|h| {
-            let r = &h.requests;
-            let [c1, c2, c3, c4, c5] = r.classes;
-            Http {
-                requests: r.requests,
-                responses_1xx: c1,
-                responses_2xx: c2,
-                responses_3xx: c3,
-                responses_4xx: c4,
-                responses_5xx: c5,
-                no_server: r.no_server,
-                server_failed: r.server_failed,
-                server_timeout: r.server_timeout,
-                refused: r.refused,
-                client_body_timeout: r.client_body_timeout,
-                retried_stale_connection: r.retried_stale,
-                retried_next_server: r.retried_next,
-                upgrades: r.upgrades,
-                request_duration_sum_ms: r.duration_sum.as_secs_f64() * 1000.0,
-                sessions: h.sessions.live,
-                sessions_peak: h.sessions.peak,
-                sessions_moved: h.sessions.moved,
-            }
-        }),
+        http: snap.http.as_ref().map(http),
     };
     serde_json::to_string_pretty(&status).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+}
+
+/// `appbroker TCP broker [BALANCE_SMART_CLIENT_DESKTOP]`.
+fn service_description(snap: &Snapshot) -> String {
+    format!(
+        "appbroker {} broker [{}]",
+        if snap.state.kind.is_http() {
+            "HTTP"
+        } else {
+            "TCP"
+        },
+        snap.state.kind.section()
+    )
+}
+
+/// The TOTVS broker's number for the policy.
+fn balance_method(sort_method: SortMethod) -> u8 {
+    match sort_method {
+        SortMethod::Connection => 1,
+        SortMethod::RoundRobin => 2,
+        // What the TOTVS HTTP broker reports (captures/peder1981-monitor...).
+        SortMethod::Session => 4,
+    }
+}
+
+/// An HTTP balancer's figures as the answer gives them.
+fn http(h: &HttpFigures) -> Http {
+    let r = &h.requests;
+    let [c1, c2, c3, c4, c5] = r.classes;
+    Http {
+        requests: r.requests,
+        responses_1xx: c1,
+        responses_2xx: c2,
+        responses_3xx: c3,
+        responses_4xx: c4,
+        responses_5xx: c5,
+        no_server: r.no_server,
+        server_failed: r.server_failed,
+        server_timeout: r.server_timeout,
+        refused: r.refused,
+        client_body_timeout: r.client_body_timeout,
+        retried_stale_connection: r.retried_stale,
+        retried_next_server: r.retried_next,
+        upgrades: r.upgrades,
+        request_duration_sum_ms: r.duration_sum.as_secs_f64() * 1000.0,
+        sessions: h.sessions.live,
+        sessions_peak: h.sessions.peak,
+        sessions_moved: h.sessions.moved,
+    }
 }
 
 fn when(wall_ms: u64, format: fn(u64) -> String) -> String {
@@ -256,8 +272,8 @@ fn disabled_reasons(s: &ServerState) -> String {
     reasons.join("; ")
 }
 
-fn server(s: &ServerState, sessions: ServerSessions) -> Server<'_> {
-    Server {
+fn server(s: &ServerState, sessions: ServerSessions) -> ServerEntry<'_> {
+    ServerEntry {
         server: &s.address,
         connections: s.active,
         sessions: sessions.live,
@@ -307,7 +323,7 @@ fn server(s: &ServerState, sessions: ServerSessions) -> Server<'_> {
         failed_connects: s.failed_connects,
         bytes_to_server: s.bytes_to_server,
         bytes_to_client: s.bytes_to_client,
-        last_check: s.last_check.as_ref().map(|c| Check {
+        last_check: s.last_check.as_ref().map(|c| LastCheck {
             ok: c.error.is_none(),
             epoch_ms: c.at_wall_ms,
             duration_ms: c.duration.as_secs_f64() * 1000.0,

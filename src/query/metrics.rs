@@ -5,7 +5,7 @@ use std::fmt::Write;
 use super::snapshot::{HttpFigures, ServerState, Snapshot, Standing};
 use crate::balancer::health::Check;
 use crate::http::PoolFigures;
-use crate::http::stats::DURATION_BUCKETS;
+use crate::http::stats::{DURATION_BUCKETS, Figures};
 
 /// One metric family: name, type, help, and a value per sample.
 fn family(
@@ -300,6 +300,22 @@ fn http_families(out: &mut String, balancer: &str, http: &HttpFigures) {
         "Answers sent to clients, by status class (the servers' and the broker's own).",
         classes,
     );
+    duration_histogram(out, balancer, r);
+    failure_families(out, balancer, r);
+    for (name, kind, help, value) in PER_POOL {
+        let samples = http.pools.iter().map(|(server, pool)| {
+            (
+                format!("{balancer},server=\"{}\"", label(server)),
+                value(pool),
+            )
+        });
+        family(out, name, kind, help, samples);
+    }
+}
+
+/// The request duration histogram: a bucket per bound of [`DURATION_BUCKETS`], `+Inf`, the sum
+/// and the count.
+fn duration_histogram(out: &mut String, balancer: &str, r: &Figures) {
     let name = "appbroker_http_request_duration_seconds";
     let _ = writeln!(
         out,
@@ -321,6 +337,11 @@ fn http_families(out: &mut String, balancer: &str, http: &HttpFigures) {
         r.duration_sum.as_secs_f64()
     );
     let _ = writeln!(out, "{name}_count{{{balancer}}} {}", r.requests);
+}
+
+/// The requests the broker answered itself or cut, and those it sent again, by kind; the
+/// upgrades.
+fn failure_families(out: &mut String, balancer: &str, r: &Figures) {
     let failures = [
         ("no_server", r.no_server),
         ("server_failed", r.server_failed),
@@ -360,13 +381,4 @@ fn http_families(out: &mut String, balancer: &str, http: &HttpFigures) {
         "Connections upgraded (WebSocket) since start.",
         [(balancer.to_string(), r.upgrades as f64)],
     );
-    for (name, kind, help, value) in PER_POOL {
-        let samples = http.pools.iter().map(|(server, pool)| {
-            (
-                format!("{balancer},server=\"{}\"", label(server)),
-                value(pool),
-            )
-        });
-        family(out, name, kind, help, samples);
-    }
 }

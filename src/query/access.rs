@@ -1,0 +1,53 @@
+//! Who may query, and what they may see: `QUERY_ENABLED` and `QUERY_ALLOW` of each balancer,
+//! asked again at every request (a reload may change them), and the configuration as a client
+//! may see it on CFG.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use super::labels;
+use crate::balancer::Generation;
+use crate::balancer::shared::Shared;
+use crate::config::Config;
+
+/// Why `peer` may not query `pool`'s balancer now (the 403's text), or `None` when it may.
+pub(super) fn refusal(pool: &Generation, peer: SocketAddr) -> Option<String> {
+    let query = &pool.config.query;
+    let section = pool.config.kind.section();
+    if !query.enabled {
+        return Some(format!(
+            "403 Forbidden: queries are turned off on this port (QUERY_ENABLED=0 in [{section}])\n"
+        ));
+    }
+    if query.allow.iter().any(|c| c.contains(peer.ip())) {
+        return None;
+    }
+    Some(format!(
+        "403 Forbidden: {} is not in QUERY_ALLOW of [{section}]\n",
+        peer.ip()
+    ))
+}
+
+/// The configuration as `peer` may see it: the sections of the balancers whose `QUERY_ALLOW`
+/// admits it, and the file paths (the configuration's, `ConsoleFile`) only when every
+/// balancer does, as those belong to the process as a whole.
+pub(super) fn visible_config(ctx: &Shared, peer: SocketAddr) -> Config {
+    let mut config = Config::clone(&ctx.config.load());
+    let balancers = ctx.balancers.load();
+    let may_query = |kind| {
+        balancers
+            .iter()
+            .find(|b| b.kind() == kind)
+            .is_some_and(|b| refusal(&b.generation(), peer).is_none())
+    };
+    let everywhere = config.balancers.iter().all(|b| may_query(b.kind));
+    config.balancers.retain(|b| may_query(b.kind));
+    if !everywhere {
+        let hidden = PathBuf::from(labels::of(config.general.language).hidden);
+        config.source = hidden.clone();
+        if config.general.console_file.is_some() {
+            config.general.console_file = Some(hidden);
+        }
+    }
+    config
+}

@@ -1,0 +1,284 @@
+//! The table of commands: each command an entry ([`QueryCommand`]): its name in the path, the
+//! methods it answers, its line in the list of commands (the 404's text), and its answer.
+//! Adding a command is adding an entry; README's list of queries is held to the names here
+//! (tests/readme.rs).
+
+use std::fmt::Write;
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use hyper::header;
+use hyper::http::request::Parts;
+use hyper::{Method, Response, StatusCode};
+
+use super::access::{refusal, visible_config};
+use super::reply::{body, html, text};
+use super::snapshot::{HttpFigures, Snapshot, Standing};
+use super::{json, labels, metrics, page};
+use crate::balancer::Balancer;
+use crate::balancer::shared::Shared;
+
+/// A command of the query interface: an entry of [`COMMANDS`].
+pub(super) struct QueryCommand {
+    /// Its name after `/TOTVS_BROKER_QUERY/`, matched in any case; `""` for the bare path.
+    pub(super) name: &'static str,
+    /// How the list of commands shows it (with its argument), and what it says of it.
+    usage: &'static str,
+    help: &'static str,
+    /// The methods it answers; any other is answered 405, with these in `Allow`.
+    pub(super) methods: &'static [Method],
+    /// Its answer.
+    pub(super) answer: fn(&Query<'_>) -> Response<Bytes>,
+}
+
+/// GET and HEAD: every command reads, none changes anything.
+pub(super) const READ: &[Method] = &[Method::GET, Method::HEAD];
+
+/// Every command, in the order the list of commands shows them.
+pub(super) const COMMANDS: &[QueryCommand] = &[
+    QueryCommand {
+        name: "STATUS",
+        usage: "STATUS",
+        help: "the status page (HTML; ?refresh=N reloads every N seconds)",
+        methods: READ,
+        answer: |q| html(page::status(&q.snapshot(), &q.host, refresh(q.request))),
+    },
+    QueryCommand {
+        name: "CFG",
+        usage: "CFG",
+        help: "the effective configuration (HTML)",
+        methods: READ,
+        answer: |q| {
+            html(page::config(
+                &q.snapshot(),
+                &visible_config(q.ctx, q.peer),
+                &q.host,
+            ))
+        },
+    },
+    QueryCommand {
+        name: "PING",
+        usage: "PING",
+        help: "200 while accepting clients, 503 while shutting down",
+        methods: READ,
+        answer: ping,
+    },
+    QueryCommand {
+        name: "READY",
+        usage: "READY",
+        help: "200 while a client would be served, 503 (and why) otherwise",
+        methods: READ,
+        answer: ready,
+    },
+    QueryCommand {
+        name: "JSON",
+        usage: "JSON",
+        help: "the status for scripts",
+        methods: READ,
+        answer: |q| json_status(&q.snapshot()),
+    },
+    QueryCommand {
+        name: "METRICS",
+        usage: "METRICS",
+        help: "Prometheus metrics",
+        methods: READ,
+        answer: |q| {
+            let content_type = "text/plain; version=0.0.4; charset=utf-8";
+            body(StatusCode::OK, content_type, metrics::render(&q.snapshot()))
+        },
+    },
+    QueryCommand {
+        name: "SERVERSTATUS",
+        usage: "SERVERSTATUS/<host>:<port>",
+        help: "one server and its quarantine history (HTML)",
+        methods: READ,
+        answer: server_status,
+    },
+    QueryCommand {
+        name: "",
+        usage: "/TOTVS_BROKER_QUERY",
+        help: "alone answers HTML to browsers and JSON to everyone else.",
+        methods: READ,
+        answer: |q| {
+            if wants_html(q.request) {
+                html(page::status(&q.snapshot(), &q.host, None))
+            } else {
+                json_status(&q.snapshot())
+            }
+        },
+    },
+];
+
+/// The list of commands, for the 404 answer: each with its usage and help, the bare path last.
+pub(super) fn list() -> String {
+    let mut list = String::from("Commands (after /TOTVS_BROKER_QUERY/, any case):\n");
+    let (named, bare): (Vec<_>, Vec<_>) = COMMANDS.iter().partition(|c| !c.name.is_empty());
+    for command in named {
+        let _ = writeln!(list, "  {:<28}{}", command.usage, command.help);
+    }
+    for command in bare {
+        let _ = writeln!(list, "{} {}", command.usage, command.help);
+    }
+    list
+}
+
+/// One query as a command answers it: the request, who asks, of which balancer.
+pub(super) struct Query<'a> {
+    pub(super) ctx: &'a Shared,
+    pub(super) balancer: &'a Balancer,
+    pub(super) peer: SocketAddr,
+    pub(super) request: &'a Parts,
+    /// The balancer's HTTP figures, on an HTTP balancer, for the pages that show them.
+    pub(super) http: Option<HttpFigures>,
+    /// The host name the client used (its `Host`), for the links to the other balancers.
+    pub(super) host: String,
+    /// What follows the command in the path, decoded (`SERVERSTATUS`'s `<host>:<port>`).
+    pub(super) argument: &'a str,
+}
+
+impl Query<'_> {
+    /// The balancer's state now, with the other balancers this client may query.
+    fn snapshot(&self) -> Snapshot {
+        let others = self
+            .ctx
+            .balancers
+            .load()
+            .iter()
+            .filter(|b| !std::ptr::eq(b.as_ref(), self.balancer))
+            // A link to a balancer this client may not query would give its address away.
+            .filter(|b| refusal(&b.generation(), self.peer).is_none())
+            .map(|b| {
+                let pool = b.generation();
+                (pool.config.kind, pool.config.listen)
+            })
+            .collect();
+        let mut snapshot = Snapshot::take(
+            self.balancer,
+            self.ctx.config.load().general.language,
+            self.ctx.started_wall_ms,
+            self.peer,
+            self.ctx.shutdown.is_draining(),
+            others,
+        );
+        snapshot.http = self.http.clone();
+        snapshot
+    }
+}
+
+/// JSON: the status for scripts.
+fn json_status(snapshot: &Snapshot) -> Response<Bytes> {
+    body(StatusCode::OK, "application/json", json::render(snapshot))
+}
+
+/// PING: 200 while the broker accepts clients, 503 once it is shutting down.
+fn ping(q: &Query<'_>) -> Response<Bytes> {
+    if q.ctx.shutdown.is_draining() {
+        return text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "DRAINING: appbroker is shutting down and will stop accepting clients\n".into(),
+        );
+    }
+    text(
+        StatusCode::OK,
+        "OK: appbroker is accepting clients\n".into(),
+    )
+}
+
+/// READY: 200 while a client arriving now would be served, else 503; the text says why.
+fn ready(q: &Query<'_>) -> Response<Bytes> {
+    let (ready, why) = readiness(q.ctx, q.balancer);
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    text(status, why)
+}
+
+/// `SERVERSTATUS/<host>:<port>`: one server's page, or 404 naming the balancer's servers.
+fn server_status(q: &Query<'_>) -> Response<Bytes> {
+    let snap = q.snapshot();
+    if let Some(server) = snap.server(q.argument.trim_end_matches('/')) {
+        return html(page::server(&snap, server, &q.host));
+    }
+    let known: Vec<&str> = snap
+        .state
+        .servers
+        .iter()
+        .map(|s| s.address.as_str())
+        .collect();
+    let message = format!(
+        "no server {} in [{}]; its servers are {}\n",
+        q.argument,
+        snap.state.kind.section(),
+        known.join(", ")
+    );
+    text(StatusCode::NOT_FOUND, message)
+}
+
+/// READY: whether a client arriving now would be served (the balancer accepts clients and a
+/// server is available to it), and the answer's text saying why, in the pages' language.
+fn readiness(ctx: &Shared, balancer: &Balancer) -> (bool, String) {
+    let l = labels::of(ctx.config.load().general.language);
+    let pool = balancer.generation();
+    if ctx.shutdown.is_draining() {
+        return (false, format!("NOT READY: {}\n", l.ready_shutting_down));
+    }
+    let max = pool.config.max_connections;
+    if balancer.at_limit(&pool) {
+        return (
+            false,
+            format!("NOT READY: MAX_CONNECTIONS ({max}) {}\n", l.ready_full),
+        );
+    }
+    let servers = balancer.state().servers;
+    let total = servers.len();
+    let count = |standing| servers.iter().filter(|s| s.state == standing).count();
+    let (quarantined, drained) = (count(Standing::Quarantined), count(Standing::Draining));
+    let disabled = count(Standing::Disabled);
+    let available = total - quarantined - drained - disabled;
+    if available == 0 {
+        let mut why = Vec::new();
+        if quarantined > 0 {
+            why.push(format!("{quarantined} {}", l.quarantined));
+        }
+        if drained > 0 {
+            why.push(format!("{drained} {}", l.draining_server));
+        }
+        if disabled > 0 {
+            why.push(format!("{disabled} {}", l.disabled_server));
+        }
+        return (
+            false,
+            format!("NOT READY: {} ({})\n", l.ready_no_server, why.join(", ")),
+        );
+    }
+    let (one, many) = l.servers_available;
+    let servers = if total == 1 { one } else { many };
+    (
+        true,
+        format!(
+            "READY: {available} {} {total} {servers}, {}\n",
+            l.of, l.ready_accepting
+        ),
+    )
+}
+
+/// A browser asks for HTML; scripts and monitors (no Accept, `*/*`, JSON) get JSON.
+fn wants_html(request: &Parts) -> bool {
+    request
+        .headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.to_ascii_lowercase().contains("text/html"))
+}
+
+/// `?refresh=N`, 1 to 3600 seconds.
+fn refresh(request: &Parts) -> Option<u32> {
+    request.uri.query()?.split('&').find_map(|pair| {
+        let (key, value) = pair.split_once('=')?;
+        let seconds = value.parse::<u32>().ok()?;
+        (key.eq_ignore_ascii_case("refresh") && (1..=3600).contains(&seconds)).then_some(seconds)
+    })
+}

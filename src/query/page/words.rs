@@ -1,0 +1,65 @@
+//! How a page writes values for people: text escaped for HTML, byte counts, spans of time,
+//! plurals, and who put a server in quarantine.
+
+use std::time::Duration;
+
+use crate::balancer::health::Reason;
+use crate::query::labels::Labels;
+
+/// Escapes text for HTML.
+pub(super) fn esc(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// `12.3 MiB`, for people; the exact count goes in a tooltip.
+pub(super) fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = n as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+/// `3m 20s`, `2h 05m`, `450ms`, `0.3ms`.
+pub(super) fn span(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0 if d.as_millis() < 10 => format!("{:.1}ms", d.as_secs_f64() * 1000.0),
+        0 => format!("{}ms", d.as_millis()),
+        1..60 => format!("{}s", s),
+        60..3600 => format!("{}m {:02}s", s / 60, s % 60),
+        _ => format!("{}h {:02}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
+/// The singular of `words` for one, else the plural.
+pub(super) fn plural(n: usize, (one, many): (&'static str, &'static str)) -> &'static str {
+    if n == 1 { one } else { many }
+}
+
+pub(super) fn reason(l: &Labels, reason: Reason) -> &'static str {
+    match reason {
+        Reason::Monitor => l.by_monitor,
+        Reason::Connect => l.by_connect,
+        Reason::Timeout => l.by_timeout,
+        Reason::Operator => l.by_operator,
+    }
+}
