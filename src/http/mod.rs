@@ -11,8 +11,12 @@
 //!
 //! # Layout
 //!
-//! - `proxy`: one client connection and each request's way: choose, take a connection,
-//!   send, retry what may be retried, answer.
+//! - `proxy`: one client connection and each request's way: refused, answered here, or
+//!   forwarded, and the answer (the server's, or the broker's own page) on its way back.
+//! - `attempt`: a request's tries: choose, take a pooled connection or dial one, send, retry
+//!   what may be retried; how a try failed.
+//! - `finish`: a request's end-of-answer accounting: its outcome, the connection given back
+//!   when both ways went whole, the exchange reported.
 //! - `pool`: kept-alive connections per server, bounded and idle-timed.
 //! - `headers`: what is refused, and the head rewritten each way (hop-by-hop headers,
 //!   upgrades, the client's addresses, `X-Forwarded-*`).
@@ -30,8 +34,10 @@
 //! - [`h1`]: the pure HTTP/1.1 core of the engine that will own its connections (heads parsed
 //!   in place, framing, bodies checked as they pass); not wired yet.
 
+mod attempt;
 mod body;
 pub mod check;
+mod finish;
 pub mod h1;
 mod head_errors;
 mod headers;
