@@ -22,7 +22,7 @@ use super::body::{RequestBody, Upload};
 use super::finish::Finish;
 use super::headers;
 use super::io::{Lifetime, Upstream};
-use super::pool::{Conn, Traffic};
+use super::idle::{Conn, Traffic};
 use super::proxy::Proxy;
 use super::{Choice, ConnectFailure, Downstream, Event, Settings, Upstreams};
 
@@ -84,7 +84,7 @@ impl<U: Upstreams> Proxy<U> {
         settings: &Settings,
         upload: &Upload,
     ) -> Tried {
-        let mut conn = match self.pool.take(server, settings.idle_timeout) {
+        let mut conn = match self.idle.take(server, settings.idle_timeout) {
             Some(conn) => conn,
             None => match self.dial(server, client).await {
                 Ok(conn) => conn,
@@ -153,7 +153,7 @@ impl<U: Upstreams> Proxy<U> {
         let lifetime = Lifetime::opened(
             Arc::clone(&self.upstreams),
             server.clone(),
-            self.pool.figures(server),
+            self.idle.figures(server),
         );
         let io = TokioIo::new(Upstream::new(stream, Arc::clone(&traffic), lifetime));
         // An HTTP/1 handshake is local (no byte is exchanged): it fails only if hyper is

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::body::{Done, Ended, Upload};
-use super::pool::Conn;
+use super::idle::Conn;
 use super::proxy::Proxy;
 use super::{Event, Exchange, Outcome, Upstreams};
 

@@ -10,7 +10,7 @@ use std::task::{Context, Poll};
 use bytes::{Buf, Bytes};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::pool::{Figures, Traffic};
+use super::idle::{Figures, Traffic};
 use super::{Event, Upstreams};
 
 /// A client's stream with the bytes the listener already read from it (to tell a query from

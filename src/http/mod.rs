@@ -17,7 +17,8 @@
 //!   what may be retried; how a try failed.
 //! - `finish`: a request's end-of-answer accounting: its outcome, the connection given back
 //!   when both ways went whole, the exchange reported.
-//! - `pool`: kept-alive connections per server, bounded and idle-timed.
+//! - `idle`: the kept-alive connections to each server, per worker thread (the pool), bounded
+//!   and idle-timed.
 //! - `headers`: what is refused, and the head rewritten each way (hop-by-hop headers,
 //!   upgrades, the client's addresses, `X-Forwarded-*`).
 //! - [`h1`]: the HTTP/1 engine of our own, pure so far (not wired): heads parsed in place,
@@ -43,7 +44,7 @@ mod head_errors;
 mod headers;
 mod io;
 pub mod pages;
-mod pool;
+mod idle;
 mod proxy;
 pub mod stats;
 mod upgrade;
@@ -64,7 +65,7 @@ use crate::net::relay::End;
 use crate::net::stream::Stream;
 
 pub use check::{CheckError, StatusRange, check};
-pub use pool::PoolFigures;
+pub use idle::PoolFigures;
 pub use proxy::Proxy;
 pub use stats::Stats;
 

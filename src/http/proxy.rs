@@ -56,7 +56,7 @@ use super::finish::Finish;
 use super::head_errors::{Answers, Counted, HeadErrors};
 use super::headers::{self, Refusal};
 use super::io::Prefixed;
-use super::pool::{Conn, Pool, PoolFigures};
+use super::idle::{Conn, IdleConnections, PoolFigures};
 use super::stats::Stats;
 use super::upgrade::{self, Pending};
 use super::{Choice, Downstream, Event, Outcome, Settings, Upstreams, pages};
@@ -69,7 +69,7 @@ pub(super) type Answer<U> = ResponseBody<Finish<U>>;
 pub struct Proxy<U: Upstreams> {
     pub(super) upstreams: Arc<U>,
     pub(super) settings: ArcSwap<Settings>,
-    pub(super) pool: Pool<U::Server>,
+    pub(super) idle: IdleConnections<U::Server>,
     pub(super) stats: Stats,
 }
 
@@ -88,7 +88,7 @@ impl<U: Upstreams> Proxy<U> {
         let proxy = Arc::new(Proxy {
             upstreams,
             settings: ArcSwap::from_pointee(settings),
-            pool: Pool::new(),
+            idle: IdleConnections::new(),
             stats: Stats::default(),
         });
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
@@ -119,18 +119,18 @@ impl<U: Upstreams> Proxy<U> {
 
     /// Each server's pool figures, for METRICS.
     pub fn pool_figures(&self) -> Vec<(U::Server, PoolFigures)> {
-        self.pool.figures_all()
+        self.idle.figures_all()
     }
 
     /// Closes `server`'s idle connections and forgets it (it left the balancer); its busy
     /// ones finish their request and close.
     pub fn forget(&self, server: &U::Server) {
-        self.pool.forget(server);
+        self.idle.forget(server);
     }
 
     /// Closes every idle connection (a drain).
     pub fn close_idle(&self) {
-        self.pool.sweep(Duration::ZERO);
+        self.idle.sweep(Duration::ZERO);
     }
 
     /// Serves one client connection until it closes: `read_ahead` holds bytes already read
@@ -419,9 +419,9 @@ impl<U: Upstreams> Proxy<U> {
     /// (its slot, made again by this connection's figures, goes with it).
     fn pool_again(&self, server: &U::Server, conn: Conn, max_idle: usize) {
         if self.upstreams.keeps(server) {
-            self.pool.put(server, conn, max_idle);
+            self.idle.put(server, conn, max_idle);
         } else {
-            self.pool.forget(server);
+            self.idle.forget(server);
         }
     }
 }
@@ -458,7 +458,7 @@ async fn sweep_idle<U: Upstreams>(proxy: Weak<Proxy<U>>) {
         let every = match proxy.upgrade() {
             Some(proxy) => {
                 let idle_timeout = proxy.settings.load().idle_timeout;
-                proxy.pool.sweep(idle_timeout);
+                proxy.idle.sweep(idle_timeout);
                 (idle_timeout / 2).clamp(Duration::from_millis(100), Duration::from_secs(10))
             }
             None => return,
