@@ -21,10 +21,10 @@ use tracing::debug;
 use super::body::{RequestBody, Upload};
 use super::finish::Finish;
 use super::headers;
-use super::io::{Lifetime, Upstream};
 use super::idle::{Conn, Traffic};
+use super::io::{Lifetime, Upstream};
 use super::proxy::Proxy;
-use super::{Choice, ConnectFailure, Downstream, Event, Settings, Upstreams};
+use super::{Choice, ConnectFailure, Downstream, Report, Settings, Upstreams};
 
 impl<U: Upstreams> Proxy<U> {
     /// Tries the servers the balancer chooses until one answers, or the broker itself cannot
@@ -120,7 +120,7 @@ impl<U: Upstreams> Proxy<U> {
                     if unsent {
                         // A fresh connection the server closed before taking the request:
                         // nothing reached it, like a refused connect.
-                        self.upstreams.report(Event::ConnectFailed {
+                        self.upstreams.report(Report::ConnectFailed {
                             server,
                             client,
                             error: &failure.error,
@@ -161,7 +161,7 @@ impl<U: Upstreams> Proxy<U> {
         let (sender, connection) = match client::Builder::new().handshake(io).await {
             Ok(handshake) => handshake,
             Err(e) => {
-                self.upstreams.report(Event::ConnectFailed {
+                self.upstreams.report(Report::ConnectFailed {
                     server,
                     client,
                     error: &e.to_string(),

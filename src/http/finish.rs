@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use super::body::{Done, Ended, Upload};
 use super::idle::Conn;
 use super::proxy::Proxy;
-use super::{Event, Exchange, Outcome, Upstreams};
+use super::{Exchange, ExchangeOutcome, Report, Upstreams};
 
 /// What is accounted once a request is finished with, whichever way: the access log's
 /// exchange, the counters, and the connection given back when the answer went whole.
@@ -56,7 +56,7 @@ impl<U: Upstreams> Finish<U> {
                 to_server: 0,
                 to_client: 0,
                 duration: Duration::ZERO,
-                outcome: Outcome::Served,
+                outcome: ExchangeOutcome::Served,
             },
             started: Instant::now(),
             upload: Arc::default(),
@@ -86,13 +86,13 @@ impl<U: Upstreams> Drop for Finish<U> {
         exchange.duration = self.started.elapsed();
         if !self.answered {
             exchange.status = None;
-            exchange.outcome = Outcome::Incomplete;
-        } else if exchange.outcome == Outcome::Served {
+            exchange.outcome = ExchangeOutcome::Incomplete;
+        } else if exchange.outcome == ExchangeOutcome::Served {
             exchange.outcome = match self.ended {
-                Ended::Whole => Outcome::Served,
-                Ended::ServerSilent => Outcome::ServerTimeout,
-                Ended::Cut if self.upload.timed_out.load(Relaxed) => Outcome::ClientTimeout,
-                Ended::Cut => Outcome::Incomplete,
+                Ended::Whole => ExchangeOutcome::Served,
+                Ended::ServerSilent => ExchangeOutcome::ServerTimeout,
+                Ended::Cut if self.upload.timed_out.load(Relaxed) => ExchangeOutcome::ClientTimeout,
+                Ended::Cut => ExchangeOutcome::Incomplete,
             };
         }
         // Both messages framed and whole, the request's before the answer's end: else the
@@ -104,6 +104,6 @@ impl<U: Upstreams> Drop for Finish<U> {
         self.proxy
             .stats
             .finished(exchange.status, exchange.duration, &exchange.outcome);
-        self.proxy.upstreams.report(Event::Exchange(exchange));
+        self.proxy.upstreams.report(Report::Exchange(exchange));
     }
 }

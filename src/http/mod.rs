@@ -42,9 +42,9 @@ mod finish;
 pub mod h1;
 mod head_errors;
 mod headers;
+mod idle;
 mod io;
 pub mod pages;
-mod idle;
 mod proxy;
 pub mod stats;
 mod upgrade;
@@ -119,7 +119,7 @@ pub trait Upstreams: Send + Sync + 'static {
 
     /// What happened, for quarantine, accounting and the access log. Called on the data
     /// path: keep it short (counters, a log line), never blocking.
-    fn report(&self, event: Event<'_, Self::Server>);
+    fn report(&self, report: Report<'_, Self::Server>);
 
     /// An answer the balancer gives itself, before any server is chosen: the query interface
     /// (`/TOTVS_BROKER_QUERY/...`), routed by path on an HTTP balancer. `None` (the default)
@@ -145,7 +145,7 @@ pub trait Upstreams: Send + Sync + 'static {
 pub trait ConnectFailure: std::error::Error + Send + Sync + 'static {
     /// False when the failure is the broker's own (out of descriptors, local ports or
     /// memory; its TLS towards the servers not loaded): no other server can be connected now
-    /// either, so the request is answered 503 at once ([`Outcome::BrokerFault`]) instead of
+    /// either, so the request is answered 503 at once ([`ExchangeOutcome::BrokerFault`]) instead of
     /// failing once more per server, each failure counted against the broker again (at
     /// wiring: the dialer's retry flag, as pingora's errors carry one).
     fn try_next(&self) -> bool;
@@ -184,7 +184,7 @@ pub struct Downstream {
 
 /// What the engine tells the balancer.
 #[derive(Debug)]
-pub enum Event<'a, S> {
+pub enum Report<'a, S> {
     /// A new connection to `server` (its connect accounted for already) failed before any
     /// byte of the request reached the server: the server closed it first. Quarantine it, as
     /// a failed connect; the request goes on to the next candidate.
@@ -235,12 +235,12 @@ pub struct Exchange<S> {
     /// From the request's head received to its answer's last byte sent.
     pub duration: Duration,
     /// How it went.
-    pub outcome: Outcome,
+    pub outcome: ExchangeOutcome,
 }
 
 /// How a request went: the broker's part in its status.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub enum ExchangeOutcome {
     /// The server's answer was sent whole.
     Served,
     /// The balancer answered it itself ([`Upstreams::intercept`]: a query), or the broker did

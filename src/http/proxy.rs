@@ -55,11 +55,11 @@ use super::body::ResponseBody;
 use super::finish::Finish;
 use super::head_errors::{Answers, Counted, HeadErrors};
 use super::headers::{self, Refusal};
-use super::io::Prefixed;
 use super::idle::{Conn, IdleConnections, PoolFigures};
+use super::io::Prefixed;
 use super::stats::Stats;
 use super::upgrade::{self, Pending};
-use super::{Choice, Downstream, Event, Outcome, Settings, Upstreams, pages};
+use super::{Choice, Downstream, ExchangeOutcome, Report, Settings, Upstreams, pages};
 use crate::net::stream::Stream;
 
 /// The answer's body as the client gets it.
@@ -194,7 +194,7 @@ impl<U: Upstreams> Proxy<U> {
         if let Some(pending) = pending {
             let idle = self.settings.load().tunnel_idle_timeout;
             let tunnel = upgrade::tunnel::<U, I>(pending, idle).await;
-            self.upstreams.report(Event::Tunnel(&tunnel));
+            self.upstreams.report(Report::Tunnel(&tunnel));
         }
     }
 
@@ -215,15 +215,15 @@ impl<U: Upstreams> Proxy<U> {
         let (head, body) = request.into_parts();
         let mut finish = Finish::new(Arc::clone(self), client.peer, &head);
         if let Some(response) = self.upstreams.intercept(&head, &client) {
-            finish.exchange.outcome = Outcome::Local;
+            finish.exchange.outcome = ExchangeOutcome::Local;
             return local(response, finish);
         }
         if let Some(refusal) = headers::refusal(&head) {
-            finish.exchange.outcome = Outcome::Refused;
+            finish.exchange.outcome = ExchangeOutcome::Refused;
             return self.refuse(refusal, finish, &settings);
         }
         if headers::answered_here(&head) {
-            finish.exchange.outcome = Outcome::Local;
+            finish.exchange.outcome = ExchangeOutcome::Local;
             return local(headers::options_answer(), finish);
         }
         let mut attempt = Attempt::new(&head, body, &mut finish, settings.body_timeout);
@@ -239,27 +239,27 @@ impl<U: Upstreams> Proxy<U> {
         };
         let status = match failed {
             Unanswered::Failed(_) if finish.upload.timed_out.load(Relaxed) => {
-                finish.exchange.outcome = Outcome::ClientTimeout;
+                finish.exchange.outcome = ExchangeOutcome::ClientTimeout;
                 return self.page(StatusCode::REQUEST_TIMEOUT, finish, &settings, true);
             }
             Unanswered::Failed(_) if finish.upload.failed.load(Relaxed) => {
-                finish.exchange.outcome = Outcome::ClientFailed;
+                finish.exchange.outcome = ExchangeOutcome::ClientFailed;
                 return self.refuse(Refusal::Body, finish, &settings);
             }
             Unanswered::Failed(failure) if failure.timeout => {
-                finish.exchange.outcome = Outcome::ServerTimeout;
+                finish.exchange.outcome = ExchangeOutcome::ServerTimeout;
                 StatusCode::GATEWAY_TIMEOUT
             }
             Unanswered::Failed(failure) => {
-                finish.exchange.outcome = Outcome::ServerFailed(failure.error);
+                finish.exchange.outcome = ExchangeOutcome::ServerFailed(failure.error);
                 StatusCode::BAD_GATEWAY
             }
             Unanswered::NoServer => {
-                finish.exchange.outcome = Outcome::NoServer;
+                finish.exchange.outcome = ExchangeOutcome::NoServer;
                 StatusCode::SERVICE_UNAVAILABLE
             }
             Unanswered::BrokerFault => {
-                finish.exchange.outcome = Outcome::BrokerFault;
+                finish.exchange.outcome = ExchangeOutcome::BrokerFault;
                 StatusCode::SERVICE_UNAVAILABLE
             }
         };
@@ -281,7 +281,7 @@ impl<U: Upstreams> Proxy<U> {
         if switching && upgrade.is_none() {
             // A 101 to a request that asked for no upgrade: the server is broken.
             finish.exchange.outcome =
-                Outcome::ServerFailed("switched protocols unasked (101)".into());
+                ExchangeOutcome::ServerFailed("switched protocols unasked (101)".into());
             return self.page(StatusCode::BAD_GATEWAY, finish, settings, false);
         }
         let mut lease = Some(choice.lease);

@@ -27,12 +27,13 @@ use tokio_util::task::TaskTracker;
 use tracing::{Instrument, Span, info, warn};
 
 use crate::balancer::context::{Context, Ending};
-use crate::balancer::events::{Event as BrokerEvent, Unserved};
+use crate::balancer::events::{Event, Unserved};
 use crate::balancer::health::Reason;
 use crate::balancer::{Balancer, Closed, Eligible, Lease, Pool, Server};
 use crate::config::{BalancerConfig, Language, ServerId, show_duration};
 use crate::http::{
-    self, Choice, ConnectFailure, Downstream, Event, Exchange, Outcome, Proxy, Tunnel, Upstreams,
+    self, Choice, ConnectFailure, Downstream, Exchange, ExchangeOutcome, Proxy, Report, Tunnel,
+    Upstreams,
 };
 use crate::http_balancer::sessions::{
     Affinity, CookieKeys, SessionSecrets, Sessions, Ticket, mentions_broker_cookie,
@@ -242,14 +243,14 @@ impl Backends {
         }
         let (balancer, span) = (&self.balancer, &self.span);
         let unserved = match exchange.outcome {
-            Outcome::NoServer => Some(Unserved::NoServer),
-            Outcome::BrokerFault => Some(Unserved::BrokerFault),
+            ExchangeOutcome::NoServer => Some(Unserved::NoServer),
+            ExchangeOutcome::BrokerFault => Some(Unserved::BrokerFault),
             _ => None,
         };
         if let Some(why) = unserved {
             span.in_scope(|| balancer.unserved(exchange.client, why));
         }
-        if exchange.outcome == Outcome::ClientTimeout
+        if exchange.outcome == ExchangeOutcome::ClientTimeout
             && let Some(suppressed) = self.body_timeouts_log.allow()
         {
             let timeout = show_duration(balancer.pool().config.http.body_timeout);
@@ -262,7 +263,7 @@ impl Backends {
                 );
             });
         }
-        balancer.events().emit(|| BrokerEvent::Request {
+        balancer.events().emit(|| Event::Request {
             balancer: balancer.kind(),
             client: exchange.client,
             method: exchange.method.to_string(),
@@ -279,10 +280,10 @@ impl Backends {
     /// `HTTP_TIMEOUTS_TO_QUARANTINE` of them quarantine it (0: never), and an answer ends the
     /// run (logged when one was running). A failure of the client's, or a client gone before
     /// the answer, says nothing of the server.
-    fn count_timeouts(&self, server: &Server, outcome: &Outcome) {
+    fn count_timeouts(&self, server: &Server, outcome: &ExchangeOutcome) {
         let keys = &self.balancer.pool().config.http;
         match outcome {
-            Outcome::ServerTimeout => {
+            ExchangeOutcome::ServerTimeout => {
                 let in_a_row = server.timed_out();
                 let timeout = show_duration(keys.response_timeout);
                 if in_a_row == 1 {
@@ -298,7 +299,7 @@ impl Backends {
                     self.balancer.quarantine(server, Reason::Timeout, &words);
                 }
             }
-            Outcome::Served | Outcome::ServerFailed(_) => {
+            ExchangeOutcome::Served | ExchangeOutcome::ServerFailed(_) => {
                 let run = server.answered();
                 if run > 0 {
                     info!(
@@ -597,12 +598,14 @@ fn access_line(exchange: &Exchange<Target>) {
         .as_ref()
         .map_or_else(|| "-".to_string(), ToString::to_string);
     let error = match &exchange.outcome {
-        Outcome::ServerFailed(error) => Some(error.as_str()),
-        Outcome::ServerTimeout => Some("the server was silent past HTTP_RESPONSE_TIMEOUT"),
-        Outcome::BrokerFault => Some("the broker itself could not connect to a server"),
-        Outcome::Incomplete => Some("answer incomplete"),
-        Outcome::ClientFailed => Some("request body broken off"),
-        Outcome::ClientTimeout => Some("the request body was silent past HTTP_BODY_TIMEOUT"),
+        ExchangeOutcome::ServerFailed(error) => Some(error.as_str()),
+        ExchangeOutcome::ServerTimeout => Some("the server was silent past HTTP_RESPONSE_TIMEOUT"),
+        ExchangeOutcome::BrokerFault => Some("the broker itself could not connect to a server"),
+        ExchangeOutcome::Incomplete => Some("answer incomplete"),
+        ExchangeOutcome::ClientFailed => Some("request body broken off"),
+        ExchangeOutcome::ClientTimeout => {
+            Some("the request body was silent past HTTP_BODY_TIMEOUT")
+        }
         _ => None,
     };
     info!(
@@ -723,9 +726,9 @@ impl Upstreams for Backends {
         dialed.instrument(self.span.clone()).await
     }
 
-    fn report(&self, event: Event<'_, Target>) {
-        match event {
-            Event::ConnectFailed {
+    fn report(&self, report: Report<'_, Target>) {
+        match report {
+            Report::ConnectFailed {
                 server,
                 client,
                 error,
@@ -737,9 +740,9 @@ impl Upstreams for Backends {
                         .connect_failed(s, s.is_quarantined(), &error, client)
                 });
             }
-            Event::Opened { .. } | Event::Closed { .. } => {}
-            Event::Exchange(exchange) => self.exchanged(exchange),
-            Event::Tunnel(tunnel) => self.tunnel_ended(tunnel),
+            Report::Opened { .. } | Report::Closed { .. } => {}
+            Report::Exchange(exchange) => self.exchanged(exchange),
+            Report::Tunnel(tunnel) => self.tunnel_ended(tunnel),
         }
     }
 
