@@ -1,9 +1,9 @@
 //! What a balancer's accept loops hand their connections to (the listener's [`Serve`], given
-//! by the unit): each connection is refused at `MAX_CONNECTIONS` (unless it may be a query),
-//! closed when the balancer's TLS keys did not load, made secure once as its port's TLS says
-//! ([`Accepted::handshake`], its outcome counted here), then handed by the balancer's kind to
-//! the TCP client or the HTTP engine. A plain port's connection goes straight on, without a
-//! task of its own before the one that serves it.
+//! by the running balancer): each connection is refused at `MAX_CONNECTIONS` (unless it may
+//! be a query), closed when the balancer's TLS keys did not load, made secure once as its
+//! port's TLS says ([`Accepted::handshake`], its outcome counted here), then handed by the
+//! balancer's kind to the TCP client or the HTTP engine. A plain port's connection goes
+//! straight on, without a task of its own before the one that serves it.
 
 use std::io;
 use std::sync::Arc;
