@@ -22,7 +22,7 @@ use crate::http_balancer::sessions::SessionSecrets;
 use crate::http_balancer::{self, HttpProxy};
 use crate::net::listener;
 use crate::net::workers::Workers;
-use crate::tcp::client::Entrance;
+use crate::tcp::client::ListenerShared;
 use crate::tls::Severity;
 
 /// One balancer at run time.
@@ -178,7 +178,7 @@ impl RunningBalancer {
                     match TcpListener::from_std(listener) {
                         Ok(listener) => {
                             let stop_accepting = ending.closing.clone();
-                            let entrance = Arc::new(Entrance {
+                            let shared = Arc::new(ListenerShared {
                                 ctx,
                                 balancer,
                                 ending,
@@ -186,7 +186,7 @@ impl RunningBalancer {
                                 tasks,
                                 span: Span::current(),
                             });
-                            let handoff = Handoff { entrance, http };
+                            let handoff = Handoff { shared, http };
                             listener::accept_loop(listener, stop_accepting, handoff).await;
                         }
                         Err(e) => error!(
