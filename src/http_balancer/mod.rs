@@ -48,7 +48,7 @@ use crate::query;
 use crate::query::snapshot::{HttpFigures, SESSION_AGES_SHOWN, ServerSessions, SessionFigures};
 
 /// An HTTP balancer's engine.
-pub type HttpProxy = Proxy<Backends>;
+pub type HttpProxy = Proxy<HttpBalancer>;
 
 /// A server of the balancer as the engine keys its pool: the balancer's own, compared by
 /// identity, so a server a reload re-created never shares the old one's connections.
@@ -75,9 +75,10 @@ impl std::fmt::Display for Target {
     }
 }
 
-/// The balancer behind an HTTP engine.
+/// An HTTP balancer as its engine's [`Upstreams`]: the balancer, its session affinity and
+/// its access log's state, behind the engine.
 #[derive(Debug)]
-pub struct Backends {
+pub struct HttpBalancer {
     balancer: Arc<Balancer>,
     ctx: Arc<Context>,
     /// The keys of the session cookies, the broker's one set (a reload of `SESSION_SECRET` or
@@ -125,7 +126,7 @@ pub fn proxy(
     ctx: &Arc<Context>,
     session_secrets: &Arc<SessionSecrets>,
 ) -> Arc<HttpProxy> {
-    let backends = Arc::new(Backends {
+    let upstreams = Arc::new(HttpBalancer {
         balancer: Arc::clone(balancer),
         ctx: Arc::clone(ctx),
         session_secrets: Arc::clone(session_secrets),
@@ -137,10 +138,10 @@ pub fn proxy(
     });
     let pool = balancer.pool();
     let language = ctx.config.load().general.language;
-    let proxy = Proxy::new(Arc::clone(&backends), settings(&pool.config, language));
-    let _ = backends.proxy.set(Arc::downgrade(&proxy));
+    let proxy = Proxy::new(Arc::clone(&upstreams), settings(&pool.config, language));
+    let _ = upstreams.proxy.set(Arc::downgrade(&proxy));
     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-        runtime.spawn(expire_sessions(Arc::downgrade(&backends)));
+        runtime.spawn(expire_sessions(Arc::downgrade(&upstreams)));
     }
     proxy
 }
@@ -151,18 +152,18 @@ pub fn proxy(
 const SESSION_SWEEP: Duration = Duration::from_secs(1);
 
 /// Ends expired sessions every [`SESSION_SWEEP`] until the engine is gone.
-async fn expire_sessions(backends: Weak<Backends>) {
+async fn expire_sessions(upstreams: Weak<HttpBalancer>) {
     loop {
         tokio::time::sleep(SESSION_SWEEP).await;
-        let Some(backends) = backends.upgrade() else {
+        let Some(upstreams) = upstreams.upgrade() else {
             return;
         };
-        let pool = backends.balancer.pool();
-        let mut table = backends.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        let pool = upstreams.balancer.pool();
+        let mut table = upstreams.sessions.lock().unwrap_or_else(|p| p.into_inner());
         table.expire(Instant::now(), pool.config.http.session_timeout);
-        backends.count_sessions(&table, &pool.servers);
+        upstreams.count_sessions(&table, &pool.servers);
         drop(table);
-        backends.moves_ended();
+        upstreams.moves_ended();
     }
 }
 
@@ -232,7 +233,7 @@ pub fn start<S: Stream>(
     });
 }
 
-impl Backends {
+impl HttpBalancer {
     /// A finished request: the server's traffic and its timeouts, the 503 counted, the
     /// access-log line.
     fn exchanged(&self, exchange: &Exchange<Target>) {
@@ -395,13 +396,13 @@ impl Backends {
 /// Where a signed cookie's session goes.
 enum Sticky {
     /// To its server (or, `None`, a 503: its server has no room to count the request).
-    Served(Option<Choice<Backends>>),
+    Served(Option<Choice<HttpBalancer>>),
     /// Elsewhere: the live session moving (`Some`), or a cookie of no live session whose
     /// server cannot take it, balanced as none (`None`).
     Moving(Option<Ticket>),
 }
 
-impl Backends {
+impl HttpBalancer {
     /// A signed cookie: its session refreshed and the request on its server, while that
     /// server is configured, available and has not failed this request. `renewed`: the
     /// cookie signed anew after a rotation, which the session goes on as (and the answer
@@ -524,7 +525,7 @@ impl Backends {
     }
 
     /// A live session moved off its server (`old` names it) to `to`: the first of an episode
-    /// of its server is logged, the others counted (see [`Backends::moves_ended`]), so a
+    /// of its server is logged, the others counted (see [`HttpBalancer::moves_ended`]), so a
     /// server in quarantine with thousands of sessions writes one line, not thousands.
     fn session_moved(&self, pool: &Pool, old: Ticket, to: &Server, client: &Downstream) {
         let mut moves = self.moves.lock().unwrap_or_else(|p| p.into_inner());
@@ -570,7 +571,7 @@ fn chosen(
     lease: Lease,
     pinned: Option<(Ticket, Arc<Mutex<Sessions>>)>,
     response_headers: HeaderMap,
-) -> Choice<Backends> {
+) -> Choice<HttpBalancer> {
     Choice {
         server: Target(Arc::clone(&lease.server)),
         lease: Held { lease, pinned },
@@ -631,7 +632,7 @@ impl ConnectFailure for ConnectError {
     }
 }
 
-impl Upstreams for Backends {
+impl Upstreams for HttpBalancer {
     type Server = Target;
     type Lease = Held;
     type Stream = ServerStream;
@@ -644,7 +645,7 @@ impl Upstreams for Backends {
     /// quarantined, they are tried anyway: a quarantine may be stale). A live session whose
     /// server is in quarantine, removed or failed this request is moved (logged once per
     /// server and episode, counted), or refused with a 503 under `HTTP_STICKY_STRICT=1`. A
-    /// cookie that does not verify is no session: see [`Backends::unsigned`].
+    /// cookie that does not verify is no session: see [`HttpBalancer::unsigned`].
     fn choose(
         &self,
         request: &Parts,
