@@ -2,6 +2,12 @@
 //! connection or a new one; the request sent, and sent again where that is safe (once on a
 //! new connection when a pooled one turns out closed by its server; on the next server with
 //! `retry_idempotent`); and how a try went when no answer came.
+//!
+//! hyper's low-level `client::conn::http1` is used rather than hyper-util's pooled client:
+//! the pool has to be keyed by the balancer's servers (not by URI authority), a connect
+//! failure has to reach the balancer's quarantine rather than be retried inside the client,
+//! and an upgraded connection has to give back the dialed stream itself (for splice), which
+//! the legacy client's boxed connector types hide.
 
 use std::net::SocketAddr;
 use std::pin::pin;

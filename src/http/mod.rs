@@ -11,12 +11,14 @@
 //!
 //! # Layout
 //!
-//! - `proxy`: one client connection and each request's way: refused, answered here, or
+//! - `serve`: one client connection and each request's way: refused, answered here, or
 //!   forwarded, and the answer (the server's, or the broker's own page) on its way back.
 //! - `attempt`: a request's tries: choose, take a pooled connection or dial one, send, retry
 //!   what may be retried; how a try failed.
 //! - `finish`: a request's end-of-answer accounting: its outcome, the connection given back
 //!   when both ways went whole, the exchange reported.
+//! - `proxy`: the engine one balancer's connections share (its upstreams, settings, idle
+//!   connections, figures), a connection given back to the pool, the idle sweep.
 //! - `idle`: the kept-alive connections to each server, per worker thread (the pool), bounded
 //!   and idle-timed.
 //! - `headers`: what is refused, and the head rewritten each way (hop-by-hop headers,
@@ -46,6 +48,7 @@ mod idle;
 mod io;
 pub mod pages;
 mod proxy;
+mod serve;
 pub mod stats;
 mod upgrade;
 
