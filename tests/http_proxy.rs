@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
 use appbroker::config::Language;
-use appbroker::http::{self, Outcome, Settings, StatusRange};
+use appbroker::http::{self, ExchangeOutcome, Settings, StatusRange};
 use futures_util::{SinkExt, StreamExt};
 use harness::*;
 use hyper::StatusCode;
@@ -172,7 +172,7 @@ async fn a_post_on_a_connection_closed_as_it_is_reused_is_not_sent_twice() {
             .upstreams
             .exchanges()
             .iter()
-            .any(|x| matches!(x.outcome, Outcome::ServerFailed(_)))
+            .any(|x| matches!(x.outcome, ExchangeOutcome::ServerFailed(_)))
     })
     .await;
 }
@@ -656,7 +656,7 @@ async fn no_server_available_is_a_503_with_retry_after_in_the_pages_language() {
     let x = &broker.upstreams.exchanges()[0];
     assert_eq!(
         (x.status, &x.outcome, x.server),
-        (Some(status), &Outcome::NoServer, None)
+        (Some(status), &ExchangeOutcome::NoServer, None)
     );
     assert_eq!(broker.proxy.stats().figures().classes, [0, 0, 0, 0, 1]);
 }
@@ -702,7 +702,7 @@ async fn a_connect_failure_of_the_brokers_own_is_a_503_at_once_with_no_other_ser
     .await;
     assert_eq!(
         broker.upstreams.exchanges()[0].outcome,
-        Outcome::BrokerFault
+        ExchangeOutcome::BrokerFault
     );
     assert_eq!(broker.proxy.stats().figures().no_server, 1);
 }
@@ -817,7 +817,7 @@ async fn every_request_is_reported_once_with_its_figures() {
     assert_eq!(x[0].client.ip(), std::net::Ipv4Addr::LOCALHOST);
     assert_eq!((x[1].to_server, x[1].to_client), (0, 1000));
     assert_eq!(x[2].status, Some(StatusCode::NOT_FOUND));
-    assert!(x.iter().all(|x| x.outcome == Outcome::Served));
+    assert!(x.iter().all(|x| x.outcome == ExchangeOutcome::Served));
     let figures = broker.proxy.stats().figures();
     assert_eq!(figures.classes, [0, 2, 0, 1, 0]);
     assert_eq!(figures.requests, 3);
@@ -843,7 +843,7 @@ async fn a_client_gone_before_its_answer_is_reported_and_frees_the_server_connec
     })
     .await;
     let x = &broker.upstreams.exchanges()[0];
-    assert_eq!((x.status, &x.outcome), (None, &Outcome::Incomplete));
+    assert_eq!((x.status, &x.outcome), (None, &ExchangeOutcome::Incomplete));
     eventually("the server connection closed", || {
         origin.open.load(SeqCst) == 0
     })
@@ -1095,7 +1095,7 @@ async fn a_server_breaking_off_mid_answer_is_never_passed_on_as_a_whole_answer()
         })
         .await;
         let x = &broker.upstreams.exchanges()[0];
-        assert_eq!(x.outcome, Outcome::Incomplete, "{head:?}");
+        assert_eq!(x.outcome, ExchangeOutcome::Incomplete, "{head:?}");
         assert_eq!(x.to_client, passed_on, "{head:?}");
         eventually("the broken connection closed", || {
             broker.upstreams.opened_closed() == (1, 1)

@@ -1,9 +1,9 @@
 //! What a balancer's accept loops hand their connections to (the listener's [`Serve`], given
-//! by the unit): each connection is refused at `MAX_CONNECTIONS` (unless it may be a query),
-//! closed when the balancer's TLS keys did not load, made secure once as its port's TLS says
-//! ([`Accepted::handshake`], its outcome counted here), then handed by the balancer's kind to
-//! the TCP client or the HTTP engine. A plain port's connection goes straight on, without a
-//! task of its own before the one that serves it.
+//! by the running balancer): each connection is refused at `MAX_CONNECTIONS` (unless it may
+//! be a query), closed when the balancer's TLS keys did not load, made secure once as its
+//! port's TLS says ([`Accepted::handshake`], its outcome counted here), then handed by the
+//! balancer's kind to the TCP client or the HTTP engine. A plain port's connection goes
+//! straight on, without a task of its own before the one that serves it.
 
 use std::io;
 use std::sync::Arc;
@@ -21,14 +21,14 @@ use crate::http_balancer::{self, HttpProxy};
 use crate::net::handshake::{Accepted, ClientStream, Handshake, PortTls};
 use crate::net::listener::Serve;
 use crate::net::stream::Stream;
-use crate::tcp::client::{Client, Entrance};
+use crate::tcp::client::{Client, ListenerShared};
 use crate::tls::HandshakeFailure;
 
 /// A listening socket's hand-off: what its connections share, and the engine that serves
 /// them when the balancer speaks HTTP.
 pub(super) struct Handoff {
     /// What every connection of the socket shares.
-    pub(super) entrance: Arc<Entrance>,
+    pub(super) shared: Arc<ListenerShared>,
     /// The HTTP engine of an HTTP balancer; `None` for a TCP balancer, whose connections are
     /// [`Client`]s.
     pub(super) http: Option<Arc<HttpProxy>>,
@@ -36,39 +36,39 @@ pub(super) struct Handoff {
 
 impl Serve for Handoff {
     fn keepalive(&self) -> Keepalive {
-        self.entrance.balancer.generation().config.keepalive
+        self.shared.balancer.generation().config.keepalive
     }
 
     /// Past `MAX_CONNECTIONS` a client is closed at once (a clear refusal beats a hang in the
     /// backlog), unless it may turn out to be a query: operators look then. On a TLS port the
     /// handshake comes first, in the task that then serves the connection.
     fn start(&self, accepted: Accepted) {
-        let entrance = &self.entrance;
-        let pool = entrance.balancer.generation();
-        let at_limit = entrance.balancer.at_limit(&pool);
+        let shared = &self.shared;
+        let pool = shared.balancer.generation();
+        let at_limit = shared.balancer.at_limit(&pool);
         if at_limit && !pool.config.query.enabled {
-            entrance.balancer.refused(entrance.local);
+            shared.balancer.refused(shared.local);
         } else if pool.tls_missing() {
             debug!(client = %accepted.peer, "closed: the balancer's TLS keys are not loaded");
         } else if pool.tls.server.is_none() {
             let Accepted { stream, peer } = accepted;
             match &self.http {
-                Some(proxy) => serve_http(proxy, entrance, stream, Downstream { peer, tls: false }),
+                Some(proxy) => serve_http(proxy, shared, stream, Downstream { peer, tls: false }),
                 None => {
-                    let client = Client::new(Arc::clone(entrance), pool, stream, peer);
-                    entrance.tasks.spawn(client.run(at_limit));
+                    let client = Client::new(Arc::clone(shared), pool, stream, peer);
+                    shared.tasks.spawn(client.run(at_limit));
                 }
             }
         } else {
-            let (owned, peer) = (Arc::clone(entrance), accepted.peer);
+            let (owned, peer) = (Arc::clone(shared), accepted.peer);
             match self.http.clone() {
-                Some(proxy) => entrance.tasks.spawn(async move {
+                Some(proxy) => shared.tasks.spawn(async move {
                     if let Some(stream) = secure(&owned, &pool, accepted, true).await {
                         let tls = matches!(stream, Either::Right(_));
                         serve_http(&proxy, &owned, stream, Downstream { peer, tls });
                     }
                 }),
-                None => entrance.tasks.spawn(async move {
+                None => shared.tasks.spawn(async move {
                     if let Some(stream) = secure(&owned, &pool, accepted, false).await {
                         Client::new(owned, pool, stream, peer).run(at_limit).await;
                     }
@@ -78,11 +78,11 @@ impl Serve for Handoff {
     }
 
     fn accepted(&self) {
-        self.entrance.balancer.accepted();
+        self.shared.balancer.accepted();
     }
 
     fn accept_failed(&self, error: &io::Error, backoff: Duration) {
-        self.entrance.balancer.accept_failed(error, backoff);
+        self.shared.balancer.accept_failed(error, backoff);
     }
 }
 
@@ -92,7 +92,7 @@ impl Serve for Handoff {
 /// episode, blaming no server. The stream to serve, plain or TLS; `None` when the client is
 /// gone (failed, answered, or closed first).
 async fn secure(
-    entrance: &Entrance,
+    shared: &ListenerShared,
     pool: &Generation,
     accepted: Accepted,
     answers_plain: bool,
@@ -104,9 +104,9 @@ async fn secure(
         answers_plain,
         first_byte_wait: pool.config.query.sniff_timeout,
     };
-    let (balancer, peer) = (&entrance.balancer, accepted.peer);
+    let (balancer, peer) = (&shared.balancer, accepted.peer);
     let failed = |failure: &HandshakeFailure| {
-        entrance
+        shared
             .span
             .in_scope(|| balancer.handshake_failed(peer, failure));
     };
@@ -122,7 +122,7 @@ async fn secure(
         }
         Handshake::PlainRefused(stream) => {
             failed(&HandshakeFailure::plain_http());
-            let language = entrance.ctx.config.load().general.language;
+            let language = shared.ctx.config.load().general.language;
             answer_plain_http(stream, language).await;
             None
         }
@@ -135,16 +135,16 @@ async fn secure(
 /// place.
 fn serve_http<S: Stream>(
     proxy: &Arc<HttpProxy>,
-    entrance: &Entrance,
+    shared: &ListenerShared,
     stream: S,
     client: Downstream,
 ) {
-    let Entrance {
+    let ListenerShared {
         tasks,
         ending,
         local,
         ..
-    } = entrance;
+    } = shared;
     http_balancer::start(proxy, tasks, ending, *local, stream, client);
 }
 

@@ -7,7 +7,7 @@
 //! monitors) and, on the worker threads, every balancer's accept loops and connections:
 //!
 //! - `run`: the control loop: reloads applied one at a time, the drain on shutdown.
-//! - `unit`: one balancer at run time: its accept loops (on the workers), its monitor and
+//! - `running`: one balancer at run time: its accept loops (on the workers), its monitor and
 //!   sampler, the tasks of its connections and the tokens that end them.
 //! - `handoff`: what the accept loops hand each connection to: refused at `MAX_CONNECTIONS`,
 //!   made secure once as its port's TLS says, then given to the TCP client or the HTTP engine
@@ -20,7 +20,7 @@ mod handoff;
 pub mod monitor;
 mod reload;
 mod run;
-mod unit;
+mod running;
 
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::sync::Arc;
@@ -41,8 +41,8 @@ use crate::net::resolve::Resolver;
 use crate::net::workers::{WorkerThreads, Workers};
 use crate::process::clock::{time_of_day, wall_ms};
 use crate::process::shutdown::Shutdown;
-use run::Runtime;
-use unit::Unit;
+use run::ControlLoop;
+use running::RunningBalancer;
 
 /// Why a broker could not start.
 #[derive(Debug, thiserror::Error)]
@@ -403,11 +403,11 @@ impl Bound {
             shutdown: shutdown.clone(),
         });
         let stopping = CancellationToken::new();
-        let units: Vec<Unit> = self
+        let serving: Vec<RunningBalancer> = self
             .bound
             .into_iter()
             .map(|(balancer, listeners)| {
-                Unit::start(
+                RunningBalancer::start(
                     balancer,
                     listeners,
                     &ctx,
@@ -417,15 +417,15 @@ impl Bound {
                 )
             })
             .collect();
-        let addrs = Arc::new(ArcSwap::from_pointee(addresses(&units)));
+        let addrs = Arc::new(ArcSwap::from_pointee(addresses(&serving)));
         let (commands, receiver) = mpsc::channel(PENDING_RELOADS);
-        let runtime = Runtime {
+        let control_loop = ControlLoop {
             ctx: Arc::clone(&ctx),
             session_secrets,
             workers: self.workers,
             resolver: self.resolver,
             events: self.events.clone(),
-            units,
+            serving,
             retired: Vec::new(),
             stopping: stopping.clone(),
             addrs: Arc::clone(&addrs),
@@ -440,7 +440,7 @@ impl Bound {
             },
             ctx,
             addrs,
-            task: Some(tokio::spawn(runtime.run(receiver))),
+            task: Some(tokio::spawn(control_loop.run(receiver))),
             threads: self.threads,
             stopping,
         }
@@ -476,11 +476,11 @@ fn log_session_secret(secrets: &SessionSecrets, config: &Config) {
     }
 }
 
-/// Where `units` listen, in their order.
-fn addresses(units: &[Unit]) -> Vec<(BalancerKind, SocketAddr)> {
-    units
+/// Where the `serving` balancers listen, in their order.
+fn addresses(serving: &[RunningBalancer]) -> Vec<(BalancerKind, SocketAddr)> {
+    serving
         .iter()
-        .map(|u| (u.balancer.kind(), u.listen))
+        .map(|r| (r.balancer.kind(), r.listen))
         .collect()
 }
 

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use tracing::{error, info, warn};
 
 use super::ReloadError;
-use super::run::Runtime;
-use super::unit::Unit;
+use super::run::ControlLoop;
+use super::running::RunningBalancer;
 use crate::balancer::events::Reloaded;
 use crate::balancer::{Balancer, GenerationTls};
 use crate::config::{self, Config, plural, show_duration};
@@ -17,7 +17,7 @@ use crate::http_balancer;
 use crate::net::listener;
 use crate::process::logging;
 
-impl Runtime {
+impl ControlLoop {
     /// Reads the configuration file again and applies it; an invalid file changes nothing.
     pub(super) async fn reload_file(&mut self) -> Result<Reloaded, ReloadError> {
         if let Some(why) = &self.no_file_reload {
@@ -63,7 +63,7 @@ impl Runtime {
     pub(super) async fn apply(&mut self, mut config: Config) -> Result<Reloaded, ReloadError> {
         let mut tls = self.load_tls(&config)?;
         // Removed balancers whose last connection has ended need no more waiting for.
-        self.retired.retain(|unit| !unit.tasks.is_empty());
+        self.retired.retain(|running| !running.tasks.is_empty());
         let old = self.ctx.config.load_full();
         if logging::settings_differ(&old.general, &config.general) {
             warn!(
@@ -116,11 +116,11 @@ impl Runtime {
         let mut loaded = Vec::with_capacity(config.balancers.len());
         let mut failed = Vec::new();
         for b in &config.balancers {
-            let Some(unit) = self.units.iter().find(|u| u.balancer.kind() == b.kind) else {
+            let Some(running) = self.serving.iter().find(|r| r.balancer.kind() == b.kind) else {
                 loaded.push(None);
                 continue;
             };
-            match unit.balancer.load_tls(b) {
+            match running.balancer.load_tls(b) {
                 Ok(tls) => loaded.push(Some(tls)),
                 Err(findings) => failed.extend(
                     findings
@@ -143,21 +143,22 @@ impl Runtime {
     /// Stops the balancers `config` no longer has: their listeners close at once, their
     /// connections may take `SHUTDOWN_TIMEOUT` to finish and are cut then.
     async fn remove_gone(&mut self, config: &Config, reloaded: &mut Reloaded) {
-        let (stay, gone): (Vec<Unit>, Vec<Unit>) = std::mem::take(&mut self.units)
-            .into_iter()
-            .partition(|u| config.balancers.iter().any(|b| b.kind == u.balancer.kind()));
-        self.units = stay;
-        for mut unit in gone {
-            let kind = unit.balancer.kind();
-            unit.stop_accepting().await;
-            unit.stop_background.cancel();
+        let (stay, gone): (Vec<RunningBalancer>, Vec<RunningBalancer>) =
+            std::mem::take(&mut self.serving)
+                .into_iter()
+                .partition(|r| config.balancers.iter().any(|b| b.kind == r.balancer.kind()));
+        self.serving = stay;
+        for mut running in gone {
+            let kind = running.balancer.kind();
+            running.stop_accepting().await;
+            running.stop_background.cancel();
             let timeout = config.general.shutdown_timeout;
             info!(
                 "{kind} removed: listener closed; its {} may take up to {} to finish",
-                plural(unit.tasks.len(), "connection"),
+                plural(running.tasks.len(), "connection"),
                 show_duration(timeout)
             );
-            let (tasks, cut) = (unit.tasks.clone(), unit.cut.clone());
+            let (tasks, cut) = (running.tasks.clone(), running.cut.clone());
             tokio::spawn(async move {
                 if tokio::time::timeout(timeout, tasks.wait()).await.is_err() {
                     warn!(
@@ -168,7 +169,7 @@ impl Runtime {
                 }
             });
             reloaded.changes.push(format!("{kind} removed"));
-            self.retired.push(unit);
+            self.retired.push(running);
         }
     }
 
@@ -180,22 +181,26 @@ impl Runtime {
         reloaded: &mut Reloaded,
     ) {
         for (b, tls) in config.balancers.iter_mut().zip(tls) {
-            let Some(unit) = self.units.iter_mut().find(|u| u.balancer.kind() == b.kind) else {
+            let Some(running) = self
+                .serving
+                .iter_mut()
+                .find(|r| r.balancer.kind() == b.kind)
+            else {
                 continue;
             };
-            if unit.configured != b.listen {
-                let (change, error) = unit.move_listener(&self.ctx, &self.workers, b).await;
+            if running.configured != b.listen {
+                let (change, error) = running.move_listener(&self.ctx, &self.workers, b).await;
                 reloaded.changes.push(change);
                 reloaded.errors.extend(error);
             }
             let tls = tls.take().unwrap_or_default();
-            let old = unit.balancer.generation();
+            let old = running.balancer.generation();
             reloaded
                 .changes
-                .extend(unit.balancer.reconfigure(b.clone(), tls));
-            if let Some(proxy) = &unit.http {
+                .extend(running.balancer.reconfigure(b.clone(), tls));
+            if let Some(proxy) = &running.http {
                 let language = config.general.language;
-                http_balancer::reconfigure(proxy, &old, &unit.balancer.generation(), language);
+                http_balancer::reconfigure(proxy, &old, &running.balancer.generation(), language);
             }
         }
     }
@@ -203,7 +208,7 @@ impl Runtime {
     /// The balancers `config` adds: bound and started, or reported when they cannot be.
     fn add_new(&mut self, config: &Config, reloaded: &mut Reloaded) {
         for b in &config.balancers {
-            if self.units.iter().any(|u| u.balancer.kind() == b.kind) {
+            if self.serving.iter().any(|r| r.balancer.kind() == b.kind) {
                 continue;
             }
             match listener::bind(b, self.workers.listeners_per_balancer()) {
@@ -213,7 +218,7 @@ impl Runtime {
                         Arc::clone(&self.resolver),
                         self.events.clone(),
                     ));
-                    let unit = Unit::start(
+                    let running = RunningBalancer::start(
                         balancer,
                         listeners,
                         &self.ctx,
@@ -221,7 +226,7 @@ impl Runtime {
                         &self.workers,
                         &self.stopping,
                     );
-                    self.units.push(unit);
+                    self.serving.push(running);
                     reloaded.changes.push(format!("{} added", b.kind));
                 }
                 Err(e) => {
@@ -240,23 +245,26 @@ impl Runtime {
     /// Makes `config` (but the balancers that do not run) the one every connection reads,
     /// with the balancers in its order, as the pages list them.
     fn publish(&mut self, mut config: Config) {
-        self.units.sort_by_key(|u| {
+        self.serving.sort_by_key(|r| {
             config
                 .balancers
                 .iter()
-                .position(|b| b.kind == u.balancer.kind())
+                .position(|b| b.kind == r.balancer.kind())
         });
         config
             .balancers
-            .retain(|b| self.units.iter().any(|u| u.balancer.kind() == b.kind));
+            .retain(|b| self.serving.iter().any(|r| r.balancer.kind() == b.kind));
         self.resolver
-            .set_listening(self.units.iter().map(|u| u.listen).collect());
+            .set_listening(self.serving.iter().map(|r| r.listen).collect());
         self.resolver
             .set_max_lookups(config.general.dns_max_lookups as usize);
         self.ctx.balancers.store(Arc::new(
-            self.units.iter().map(|u| Arc::clone(&u.balancer)).collect(),
+            self.serving
+                .iter()
+                .map(|r| Arc::clone(&r.balancer))
+                .collect(),
         ));
         self.ctx.config.store(Arc::new(config));
-        self.addrs.store(Arc::new(super::addresses(&self.units)));
+        self.addrs.store(Arc::new(super::addresses(&self.serving)));
     }
 }

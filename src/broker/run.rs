@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::unit::Unit;
+use super::running::RunningBalancer;
 use super::{Command, ReloadError, Source};
 use crate::balancer::events::{Event, Events, Reloaded};
 use crate::balancer::shared::Shared;
@@ -21,18 +21,19 @@ use crate::http_balancer::sessions::SessionSecrets;
 use crate::net::resolve::Resolver;
 use crate::net::workers::Workers;
 
-/// What the control loop owns.
-pub(super) struct Runtime {
+/// The broker's state at run time, owned by its control loop ([`ControlLoop::run`]), which
+/// applies each reload to it.
+pub(super) struct ControlLoop {
     pub(super) ctx: Arc<Shared>,
     /// The keys of the HTTP balancers' session cookies, configured again by each reload.
     pub(super) session_secrets: Arc<SessionSecrets>,
     pub(super) workers: Workers,
     pub(super) resolver: Arc<Resolver>,
     pub(super) events: Events,
-    /// The balancers running, in configuration order.
-    pub(super) units: Vec<Unit>,
+    /// The balancers serving, in configuration order.
+    pub(super) serving: Vec<RunningBalancer>,
     /// Balancers removed by a reload whose connections may still be open.
-    pub(super) retired: Vec<Unit>,
+    pub(super) retired: Vec<RunningBalancer>,
     /// Cancelled when the broker's handle is dropped: everything stops at once.
     pub(super) stopping: CancellationToken,
     /// Where the balancers listen, for the handle.
@@ -41,7 +42,7 @@ pub(super) struct Runtime {
     pub(super) no_file_reload: Option<String>,
 }
 
-impl Runtime {
+impl ControlLoop {
     /// Serves until a shutdown is requested (then drains) or the handle is dropped (then
     /// everything is cut), applying each reload asked for on `commands`.
     pub(super) async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
@@ -97,9 +98,9 @@ impl Runtime {
             );
             tokio::time::sleep(general.shutdown_grace).await;
         }
-        self.units.append(&mut self.retired);
-        for unit in &mut self.units {
-            unit.stop_accepting().await;
+        self.serving.append(&mut self.retired);
+        for running in &mut self.serving {
+            running.stop_accepting().await;
         }
         let open = self.open();
         if open > 0 {
@@ -120,26 +121,26 @@ impl Runtime {
                 show_duration(general.shutdown_timeout),
                 plural(self.open(), "connection")
             );
-            for unit in &self.units {
-                unit.cut.cancel();
+            for running in &self.serving {
+                running.cut.cancel();
             }
             // Cut relays end at their next poll; this only waits for their closing log lines.
             let _ = tokio::time::timeout(Duration::from_secs(5), self.all_done()).await;
         }
-        for unit in &self.units {
-            unit.stop_background.cancel();
+        for running in &self.serving {
+            running.stop_background.cancel();
         }
     }
 
     /// Connections open now, in every balancer.
     fn open(&self) -> usize {
-        self.units.iter().map(|u| u.tasks.len()).sum()
+        self.serving.iter().map(|r| r.tasks.len()).sum()
     }
 
     /// Completes when every connection of every balancer has ended.
     async fn all_done(&self) {
-        for unit in &self.units {
-            unit.tasks.wait().await;
+        for running in &self.serving {
+            running.tasks.wait().await;
         }
     }
 }

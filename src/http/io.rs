@@ -10,8 +10,8 @@ use std::task::{Context, Poll};
 use bytes::{Buf, Bytes};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::pool::{Figures, Traffic};
-use super::{Event, Upstreams};
+use super::idle::{Figures, Traffic};
+use super::{Report, Upstreams};
 
 /// A client's stream with the bytes the listener already read from it (to tell a query from
 /// a client, say) given out first.
@@ -89,7 +89,7 @@ impl<U: Upstreams> Lifetime<U> {
     /// A connection to `server` just opened: says so.
     pub(crate) fn opened(upstreams: Arc<U>, server: U::Server, figures: Arc<Figures>) -> Self {
         figures.opened();
-        upstreams.report(Event::Opened { server: &server });
+        upstreams.report(Report::Opened { server: &server });
         Lifetime {
             upstreams,
             server,
@@ -101,7 +101,7 @@ impl<U: Upstreams> Lifetime<U> {
 impl<U: Upstreams> Drop for Lifetime<U> {
     fn drop(&mut self) {
         self.figures.closed();
-        self.upstreams.report(Event::Closed {
+        self.upstreams.report(Report::Closed {
             server: &self.server,
         });
     }

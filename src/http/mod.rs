@@ -11,9 +11,16 @@
 //!
 //! # Layout
 //!
-//! - `proxy`: one client connection and each request's way: choose, take a connection,
-//!   send, retry what may be retried, answer.
-//! - `pool`: kept-alive connections per server, bounded and idle-timed.
+//! - `serve`: one client connection and each request's way: refused, answered here, or
+//!   forwarded, and the answer (the server's, or the broker's own page) on its way back.
+//! - `attempt`: a request's tries: choose, take a pooled connection or dial one, send, retry
+//!   what may be retried; how a try failed.
+//! - `finish`: a request's end-of-answer accounting: its outcome, the connection given back
+//!   when both ways went whole, the exchange reported.
+//! - `proxy`: the engine one balancer's connections share (its upstreams, settings, idle
+//!   connections, figures), a connection given back to the pool, the idle sweep.
+//! - `idle`: the kept-alive connections to each server, per worker thread (the pool), bounded
+//!   and idle-timed.
 //! - `headers`: what is refused, and the head rewritten each way (hop-by-hop headers,
 //!   upgrades, the client's addresses, `X-Forwarded-*`).
 //! - [`h1`]: the HTTP/1 engine of our own, pure so far (not wired): heads parsed in place,
@@ -30,15 +37,18 @@
 //! - [`h1`]: the pure HTTP/1.1 core of the engine that will own its connections (heads parsed
 //!   in place, framing, bodies checked as they pass); not wired yet.
 
+mod attempt;
 mod body;
 pub mod check;
+mod finish;
 pub mod h1;
 mod head_errors;
 mod headers;
+mod idle;
 mod io;
 pub mod pages;
-mod pool;
 mod proxy;
+mod serve;
 pub mod stats;
 mod upgrade;
 
@@ -58,7 +68,7 @@ use crate::net::relay::End;
 use crate::net::stream::Stream;
 
 pub use check::{CheckError, StatusRange, check};
-pub use pool::PoolFigures;
+pub use idle::PoolFigures;
 pub use proxy::Proxy;
 pub use stats::Stats;
 
@@ -112,7 +122,7 @@ pub trait Upstreams: Send + Sync + 'static {
 
     /// What happened, for quarantine, accounting and the access log. Called on the data
     /// path: keep it short (counters, a log line), never blocking.
-    fn report(&self, event: Event<'_, Self::Server>);
+    fn report(&self, report: Report<'_, Self::Server>);
 
     /// An answer the balancer gives itself, before any server is chosen: the query interface
     /// (`/TOTVS_BROKER_QUERY/...`), routed by path on an HTTP balancer. `None` (the default)
@@ -138,7 +148,7 @@ pub trait Upstreams: Send + Sync + 'static {
 pub trait ConnectFailure: std::error::Error + Send + Sync + 'static {
     /// False when the failure is the broker's own (out of descriptors, local ports or
     /// memory; its TLS towards the servers not loaded): no other server can be connected now
-    /// either, so the request is answered 503 at once ([`Outcome::BrokerFault`]) instead of
+    /// either, so the request is answered 503 at once ([`ExchangeOutcome::BrokerFault`]) instead of
     /// failing once more per server, each failure counted against the broker again (at
     /// wiring: the dialer's retry flag, as pingora's errors carry one).
     fn try_next(&self) -> bool;
@@ -177,7 +187,7 @@ pub struct Downstream {
 
 /// What the engine tells the balancer.
 #[derive(Debug)]
-pub enum Event<'a, S> {
+pub enum Report<'a, S> {
     /// A new connection to `server` (its connect accounted for already) failed before any
     /// byte of the request reached the server: the server closed it first. Quarantine it, as
     /// a failed connect; the request goes on to the next candidate.
@@ -228,12 +238,12 @@ pub struct Exchange<S> {
     /// From the request's head received to its answer's last byte sent.
     pub duration: Duration,
     /// How it went.
-    pub outcome: Outcome,
+    pub outcome: ExchangeOutcome,
 }
 
 /// How a request went: the broker's part in its status.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub enum ExchangeOutcome {
     /// The server's answer was sent whole.
     Served,
     /// The balancer answered it itself ([`Upstreams::intercept`]: a query), or the broker did

@@ -56,183 +56,176 @@ fn words(status: StatusCode, language: Language) -> (&'static str, &'static str)
     }
 }
 
+/// The title of a request the broker refused as malformed, English then Portuguese.
+const BAD: [&str; 2] = ["Bad request", "Requisição inválida"];
+/// The title of a head refused for its size.
+const LARGE: [&str; 2] = ["Headers too large", "Cabeçalhos grandes demais"];
+/// The title of a request for what the broker does not do.
+const NOT_IMPLEMENTED: [&str; 2] = ["Not implemented", "Não implementado"];
+
 /// The title and the sentence of the page for `refusal`, English first, then Portuguese:
 /// what was wrong with the request, and what to do where the client can do something.
 fn refusal_words(refusal: Refusal) -> [(&'static str, &'static str); 2] {
-    const BAD: [&str; 2] = ["Bad request", "Requisição inválida"];
-    const LARGE: [&str; 2] = ["Headers too large", "Cabeçalhos grandes demais"];
-    let ([en, pt], sentences) = match refusal {
-        Refusal::Connect => (
-            ["Not implemented", "Não implementado"],
-            [
-                "The broker does not pass CONNECT on: it forwards requests to its servers, it is \
-                 no tunnel to other addresses.",
-                "O broker não repassa CONNECT: ele encaminha requisições aos seus servidores, não \
-                 é um túnel para outros endereços.",
-            ],
-        ),
-        Refusal::TransferCoding => (
-            ["Not implemented", "Não implementado"],
-            [
-                "The request's Transfer-Encoding names a coding other than chunked (or chunked \
-                 twice), which the broker cannot pass on: send the body with Content-Length, or \
-                 chunked only.",
-                "O Transfer-Encoding da requisição traz uma codificação além de chunked (ou \
-                 chunked duas vezes), que o broker não repassa: envie o corpo com Content-Length, \
-                 ou só chunked.",
-            ],
-        ),
+    let ([en, pt], said) = match refusal {
+        Refusal::Connect => (NOT_IMPLEMENTED, sentences::CONNECT),
+        Refusal::TransferCoding => (NOT_IMPLEMENTED, sentences::TRANSFER_CODING),
         Refusal::Trace => (
             ["Method not allowed", "Método não permitido"],
-            [
-                "The broker does not pass TRACE on: the server would echo the whole request \
-                 back, cookies included.",
-                "O broker não repassa TRACE: o servidor devolveria a requisição inteira, cookies \
-                 inclusive.",
-            ],
+            sentences::TRACE,
         ),
-        Refusal::NoHost => (
-            BAD,
-            [
-                "An HTTP/1.1 request needs a Host header, and this one has none.",
-                "Uma requisição HTTP/1.1 precisa do cabeçalho Host, e esta não o tem.",
-            ],
-        ),
-        Refusal::ManyHosts => (
-            BAD,
-            [
-                "The request has more than one Host header; it must have exactly one.",
-                "A requisição tem mais de um cabeçalho Host; deve ter exatamente um.",
-            ],
-        ),
-        Refusal::BadHost => (
-            BAD,
-            [
-                "The request's Host (or the host in its address) is not a valid host: a name, an \
-                 IPv4 address or an IPv6 one in brackets, then :port if any, without blanks, \
-                 slashes or @.",
-                "O Host da requisição (ou o host do seu endereço) não é um host válido: um nome, \
-                 um endereço IPv4 ou um IPv6 entre colchetes, e :porta se houver, sem espaços, \
-                 barras ou @.",
-            ],
-        ),
-        Refusal::UserInfo => (
-            BAD,
-            [
-                "The request's address carries a user name (http://user@host/), which the broker \
-                 does not pass on.",
-                "O endereço da requisição traz um nome de usuário (http://usuario@host/), que o \
-                 broker não repassa.",
-            ],
-        ),
-        Refusal::AuthorityForm => (
-            BAD,
-            [
-                "The request asks for a bare host:port, a form only CONNECT may use: ask for a \
-                 path, such as /.",
-                "A requisição pede só host:porta, forma que apenas CONNECT pode usar: peça um \
-                 caminho, como /.",
-            ],
-        ),
+        Refusal::NoHost => (BAD, sentences::NO_HOST),
+        Refusal::ManyHosts => (BAD, sentences::MANY_HOSTS),
+        Refusal::BadHost => (BAD, sentences::BAD_HOST),
+        Refusal::UserInfo => (BAD, sentences::USER_INFO),
+        Refusal::AuthorityForm => (BAD, sentences::AUTHORITY_FORM),
         Refusal::TargetTooLong => (
             ["Address too long", "Endereço longo demais"],
-            [
-                "The requested address is longer than the broker accepts (16 KiB).",
-                "O endereço pedido é mais longo do que o broker aceita (16 KiB).",
-            ],
+            sentences::TARGET_TOO_LONG,
         ),
-        Refusal::Body => (
-            BAD,
-            [
-                "The request's body could not be read: a chunk of its chunked encoding is \
-                 malformed, or the body ended before it was whole.",
-                "O corpo da requisição não pôde ser lido: um trecho da codificação chunked está \
-                 malformado, ou o corpo terminou antes de vir inteiro.",
-            ],
-        ),
-        Refusal::Head(fault) => head_words(fault, BAD, LARGE),
+        Refusal::Body => (BAD, sentences::BODY),
+        Refusal::Head(fault) => head_words(fault),
     };
-    [(en, sentences[0]), (pt, sentences[1])]
+    [(en, said[0]), (pt, said[1])]
 }
 
 /// The titles and sentences of a head hyper refused.
-fn head_words(
-    fault: HeadFault,
-    bad: [&'static str; 2],
-    large: [&'static str; 2],
-) -> ([&'static str; 2], [&'static str; 2]) {
+fn head_words(fault: HeadFault) -> ([&'static str; 2], [&'static str; 2]) {
     match fault {
-        HeadFault::RequestLine => (
-            bad,
-            [
-                "The request's first line is not METHOD address HTTP/1.1, with one space \
-                 between them.",
-                "A primeira linha da requisição não é MÉTODO endereço HTTP/1.1, com um espaço \
-                 entre eles.",
-            ],
-        ),
-        HeadFault::Folded => (
-            bad,
-            [
-                "A header of the request goes on over the next line (obsolete line folding), \
-                 which the broker refuses: write each header on one line.",
-                "Um cabeçalho da requisição continua na linha seguinte (dobra de linha \
-                 obsoleta), que o broker recusa: escreva cada cabeçalho em uma só linha.",
-            ],
-        ),
-        HeadFault::HeaderLine => (
-            bad,
-            [
-                "A header line of the request is not name: value (a blank before the colon, no \
-                 colon, or a control character).",
-                "Uma linha de cabeçalho da requisição não é nome: valor (um espaço antes dos \
-                 dois-pontos, sem dois-pontos, ou um caractere de controle).",
-            ],
-        ),
-        HeadFault::ContentLength => (
-            bad,
-            [
-                "The request's Content-Length is not one number (a sign, a list, or two that \
-                 differ).",
-                "O Content-Length da requisição não é um número só (um sinal, uma lista, ou dois \
-                 diferentes).",
-            ],
-        ),
-        HeadFault::TransferEncoding => (
-            bad,
-            [
-                "The request's Transfer-Encoding is not allowed: in HTTP/1.0, or with a last \
-                 coding other than chunked.",
-                "O Transfer-Encoding da requisição não é aceito: em HTTP/1.0, ou com a última \
-                 codificação diferente de chunked.",
-            ],
-        ),
-        HeadFault::TooManyHeaders => (
-            large,
-            [
-                "The request has more than 100 header lines.",
-                "A requisição tem mais de 100 linhas de cabeçalho.",
-            ],
-        ),
-        HeadFault::TooLarge => (
-            large,
-            [
-                "The request's head (its first line and headers) is larger than 64 KiB, often \
-                 for too many cookies: clear this site's cookies and try again.",
-                "O cabeçalho da requisição (primeira linha e cabeçalhos) passa de 64 KiB, muitas \
-                 vezes por cookies demais: apague os cookies deste site e tente novamente.",
-            ],
-        ),
-        HeadFault::Malformed => (
-            bad,
-            [
-                "The request's head is not valid HTTP/1.1: its first line or a header is \
-                 malformed.",
-                "O cabeçalho da requisição não é HTTP/1.1 válido: a primeira linha ou um \
-                 cabeçalho está malformado.",
-            ],
-        ),
+        HeadFault::RequestLine => (BAD, sentences::REQUEST_LINE),
+        HeadFault::Folded => (BAD, sentences::FOLDED),
+        HeadFault::HeaderLine => (BAD, sentences::HEADER_LINE),
+        HeadFault::ContentLength => (BAD, sentences::CONTENT_LENGTH),
+        HeadFault::TransferEncoding => (BAD, sentences::TRANSFER_ENCODING),
+        HeadFault::TooManyHeaders => (LARGE, sentences::TOO_MANY_HEADERS),
+        HeadFault::TooLarge => (LARGE, sentences::TOO_LARGE),
+        HeadFault::Malformed => (BAD, sentences::MALFORMED),
     }
+}
+
+/// What each refusal's page says, English then Portuguese: what was wrong with the request,
+/// and what to do where the client can do something.
+mod sentences {
+    pub(super) const CONNECT: [&str; 2] = [
+        "The broker does not pass CONNECT on: it forwards requests to its servers, it is \
+         no tunnel to other addresses.",
+        "O broker não repassa CONNECT: ele encaminha requisições aos seus servidores, não \
+         é um túnel para outros endereços.",
+    ];
+
+    pub(super) const TRANSFER_CODING: [&str; 2] = [
+        "The request's Transfer-Encoding names a coding other than chunked (or chunked \
+         twice), which the broker cannot pass on: send the body with Content-Length, or \
+         chunked only.",
+        "O Transfer-Encoding da requisição traz uma codificação além de chunked (ou \
+         chunked duas vezes), que o broker não repassa: envie o corpo com Content-Length, \
+         ou só chunked.",
+    ];
+
+    pub(super) const TRACE: [&str; 2] = [
+        "The broker does not pass TRACE on: the server would echo the whole request \
+         back, cookies included.",
+        "O broker não repassa TRACE: o servidor devolveria a requisição inteira, cookies \
+         inclusive.",
+    ];
+
+    pub(super) const NO_HOST: [&str; 2] = [
+        "An HTTP/1.1 request needs a Host header, and this one has none.",
+        "Uma requisição HTTP/1.1 precisa do cabeçalho Host, e esta não o tem.",
+    ];
+
+    pub(super) const MANY_HOSTS: [&str; 2] = [
+        "The request has more than one Host header; it must have exactly one.",
+        "A requisição tem mais de um cabeçalho Host; deve ter exatamente um.",
+    ];
+
+    pub(super) const BAD_HOST: [&str; 2] = [
+        "The request's Host (or the host in its address) is not a valid host: a name, an \
+         IPv4 address or an IPv6 one in brackets, then :port if any, without blanks, \
+         slashes or @.",
+        "O Host da requisição (ou o host do seu endereço) não é um host válido: um nome, \
+         um endereço IPv4 ou um IPv6 entre colchetes, e :porta se houver, sem espaços, \
+         barras ou @.",
+    ];
+
+    pub(super) const USER_INFO: [&str; 2] = [
+        "The request's address carries a user name (http://user@host/), which the broker \
+         does not pass on.",
+        "O endereço da requisição traz um nome de usuário (http://usuario@host/), que o \
+         broker não repassa.",
+    ];
+
+    pub(super) const AUTHORITY_FORM: [&str; 2] = [
+        "The request asks for a bare host:port, a form only CONNECT may use: ask for a \
+         path, such as /.",
+        "A requisição pede só host:porta, forma que apenas CONNECT pode usar: peça um \
+         caminho, como /.",
+    ];
+
+    pub(super) const TARGET_TOO_LONG: [&str; 2] = [
+        "The requested address is longer than the broker accepts (16 KiB).",
+        "O endereço pedido é mais longo do que o broker aceita (16 KiB).",
+    ];
+
+    pub(super) const BODY: [&str; 2] = [
+        "The request's body could not be read: a chunk of its chunked encoding is \
+         malformed, or the body ended before it was whole.",
+        "O corpo da requisição não pôde ser lido: um trecho da codificação chunked está \
+         malformado, ou o corpo terminou antes de vir inteiro.",
+    ];
+
+    pub(super) const REQUEST_LINE: [&str; 2] = [
+        "The request's first line is not METHOD address HTTP/1.1, with one space \
+         between them.",
+        "A primeira linha da requisição não é MÉTODO endereço HTTP/1.1, com um espaço \
+         entre eles.",
+    ];
+
+    pub(super) const FOLDED: [&str; 2] = [
+        "A header of the request goes on over the next line (obsolete line folding), \
+         which the broker refuses: write each header on one line.",
+        "Um cabeçalho da requisição continua na linha seguinte (dobra de linha \
+         obsoleta), que o broker recusa: escreva cada cabeçalho em uma só linha.",
+    ];
+
+    pub(super) const HEADER_LINE: [&str; 2] = [
+        "A header line of the request is not name: value (a blank before the colon, no \
+         colon, or a control character).",
+        "Uma linha de cabeçalho da requisição não é nome: valor (um espaço antes dos \
+         dois-pontos, sem dois-pontos, ou um caractere de controle).",
+    ];
+
+    pub(super) const CONTENT_LENGTH: [&str; 2] = [
+        "The request's Content-Length is not one number (a sign, a list, or two that \
+         differ).",
+        "O Content-Length da requisição não é um número só (um sinal, uma lista, ou dois \
+         diferentes).",
+    ];
+
+    pub(super) const TRANSFER_ENCODING: [&str; 2] = [
+        "The request's Transfer-Encoding is not allowed: in HTTP/1.0, or with a last \
+         coding other than chunked.",
+        "O Transfer-Encoding da requisição não é aceito: em HTTP/1.0, ou com a última \
+         codificação diferente de chunked.",
+    ];
+
+    pub(super) const TOO_MANY_HEADERS: [&str; 2] = [
+        "The request has more than 100 header lines.",
+        "A requisição tem mais de 100 linhas de cabeçalho.",
+    ];
+
+    pub(super) const TOO_LARGE: [&str; 2] = [
+        "The request's head (its first line and headers) is larger than 64 KiB, often \
+         for too many cookies: clear this site's cookies and try again.",
+        "O cabeçalho da requisição (primeira linha e cabeçalhos) passa de 64 KiB, muitas \
+         vezes por cookies demais: apague os cookies deste site e tente novamente.",
+    ];
+
+    pub(super) const MALFORMED: [&str; 2] = [
+        "The request's head is not valid HTTP/1.1: its first line or a header is \
+         malformed.",
+        "O cabeçalho da requisição não é HTTP/1.1 válido: a primeira linha ou um \
+         cabeçalho está malformado.",
+    ];
 }
 
 /// The title and sentence of `refusal` in `language`.

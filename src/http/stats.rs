@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use hyper::StatusCode;
 
-use super::Outcome;
+use super::ExchangeOutcome;
 
 /// The histogram's upper bounds, Prometheus' default buckets: from a cached page (5 ms) to a
 /// slow report (10 s); longer requests are counted in `+Inf` only.
@@ -75,7 +75,12 @@ pub struct Figures {
 
 impl Stats {
     /// Counts a finished request.
-    pub(crate) fn finished(&self, status: Option<StatusCode>, took: Duration, outcome: &Outcome) {
+    pub(crate) fn finished(
+        &self,
+        status: Option<StatusCode>,
+        took: Duration,
+        outcome: &ExchangeOutcome,
+    ) {
         if let Some(class) = status.and_then(|s| (s.as_u16() / 100).checked_sub(1))
             && let Some(counter) = self.classes.get(usize::from(class))
         {
@@ -92,12 +97,14 @@ impl Stats {
         self.duration_micros.fetch_add(micros, Relaxed);
         self.requests.fetch_add(1, Relaxed);
         let counter = match outcome {
-            Outcome::NoServer | Outcome::BrokerFault => &self.no_server,
-            Outcome::ServerFailed(_) => &self.server_failed,
-            Outcome::ServerTimeout => &self.server_timeout,
-            Outcome::Refused | Outcome::ClientFailed => &self.refused,
-            Outcome::ClientTimeout => &self.client_body_timeout,
-            Outcome::Served | Outcome::Local | Outcome::Incomplete => return,
+            ExchangeOutcome::NoServer | ExchangeOutcome::BrokerFault => &self.no_server,
+            ExchangeOutcome::ServerFailed(_) => &self.server_failed,
+            ExchangeOutcome::ServerTimeout => &self.server_timeout,
+            ExchangeOutcome::Refused | ExchangeOutcome::ClientFailed => &self.refused,
+            ExchangeOutcome::ClientTimeout => &self.client_body_timeout,
+            ExchangeOutcome::Served | ExchangeOutcome::Local | ExchangeOutcome::Incomplete => {
+                return;
+            }
         };
         counter.fetch_add(1, Relaxed);
     }
@@ -138,14 +145,14 @@ mod tests {
     fn classes_and_cumulative_buckets() {
         let stats = Stats::default();
         let ok = Some(StatusCode::OK);
-        stats.finished(ok, Duration::from_millis(3), &Outcome::Served);
-        stats.finished(ok, Duration::from_millis(5), &Outcome::Served);
+        stats.finished(ok, Duration::from_millis(3), &ExchangeOutcome::Served);
+        stats.finished(ok, Duration::from_millis(5), &ExchangeOutcome::Served);
         stats.finished(
             Some(StatusCode::SERVICE_UNAVAILABLE),
             Duration::from_millis(7),
-            &Outcome::NoServer,
+            &ExchangeOutcome::NoServer,
         );
-        stats.finished(None, Duration::from_secs(60), &Outcome::Incomplete);
+        stats.finished(None, Duration::from_secs(60), &ExchangeOutcome::Incomplete);
         let f = stats.figures();
         assert_eq!(f.classes, [0, 2, 0, 0, 1]);
         assert_eq!(f.buckets.len(), DURATION_BUCKETS.len() + 1);

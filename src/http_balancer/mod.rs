@@ -26,13 +26,14 @@ use tokio::time::{Duration, Instant};
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, Span, info, warn};
 
-use crate::balancer::events::{Event as BrokerEvent, Unserved};
+use crate::balancer::events::{Event, Unserved};
 use crate::balancer::health::Reason;
 use crate::balancer::shared::{Ending, Shared};
 use crate::balancer::{Balancer, Closed, Eligible, Generation, Lease, Server};
 use crate::config::{BalancerConfig, Language, ServerId, show_duration};
 use crate::http::{
-    self, Choice, ConnectFailure, Downstream, Event, Exchange, Outcome, Proxy, Tunnel, Upstreams,
+    self, Choice, ConnectFailure, Downstream, Exchange, ExchangeOutcome, Proxy, Report, Tunnel,
+    Upstreams,
 };
 use crate::http_balancer::sessions::{
     Affinity, CookieKeys, SessionSecrets, Sessions, Ticket, mentions_broker_cookie,
@@ -47,7 +48,7 @@ use crate::query;
 use crate::query::snapshot::{HttpFigures, SESSION_AGES_SHOWN, ServerSessions, SessionFigures};
 
 /// An HTTP balancer's engine.
-pub type HttpProxy = Proxy<Backends>;
+pub type HttpProxy = Proxy<HttpBalancer>;
 
 /// A server of the balancer as the engine keys its pool: the balancer's own, compared by
 /// identity, so a server a reload re-created never shares the old one's connections.
@@ -74,9 +75,10 @@ impl std::fmt::Display for Target {
     }
 }
 
-/// The balancer behind an HTTP engine.
+/// An HTTP balancer as its engine's [`Upstreams`]: the balancer, its session affinity and
+/// its access log's state, behind the engine.
 #[derive(Debug)]
-pub struct Backends {
+pub struct HttpBalancer {
     balancer: Arc<Balancer>,
     ctx: Arc<Shared>,
     /// The keys of the session cookies, the broker's one set (a reload of `SESSION_SECRET` or
@@ -124,7 +126,7 @@ pub fn proxy(
     ctx: &Arc<Shared>,
     session_secrets: &Arc<SessionSecrets>,
 ) -> Arc<HttpProxy> {
-    let backends = Arc::new(Backends {
+    let upstreams = Arc::new(HttpBalancer {
         balancer: Arc::clone(balancer),
         ctx: Arc::clone(ctx),
         session_secrets: Arc::clone(session_secrets),
@@ -136,10 +138,10 @@ pub fn proxy(
     });
     let pool = balancer.generation();
     let language = ctx.config.load().general.language;
-    let proxy = Proxy::new(Arc::clone(&backends), settings(&pool.config, language));
-    let _ = backends.proxy.set(Arc::downgrade(&proxy));
+    let proxy = Proxy::new(Arc::clone(&upstreams), settings(&pool.config, language));
+    let _ = upstreams.proxy.set(Arc::downgrade(&proxy));
     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-        runtime.spawn(expire_sessions(Arc::downgrade(&backends)));
+        runtime.spawn(expire_sessions(Arc::downgrade(&upstreams)));
     }
     proxy
 }
@@ -150,18 +152,18 @@ pub fn proxy(
 const SESSION_SWEEP: Duration = Duration::from_secs(1);
 
 /// Ends expired sessions every [`SESSION_SWEEP`] until the engine is gone.
-async fn expire_sessions(backends: Weak<Backends>) {
+async fn expire_sessions(upstreams: Weak<HttpBalancer>) {
     loop {
         tokio::time::sleep(SESSION_SWEEP).await;
-        let Some(backends) = backends.upgrade() else {
+        let Some(upstreams) = upstreams.upgrade() else {
             return;
         };
-        let pool = backends.balancer.generation();
-        let mut table = backends.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        let pool = upstreams.balancer.generation();
+        let mut table = upstreams.sessions.lock().unwrap_or_else(|p| p.into_inner());
         table.expire(Instant::now(), pool.config.http.session_timeout);
-        backends.count_sessions(&table, &pool.servers);
+        upstreams.count_sessions(&table, &pool.servers);
         drop(table);
-        backends.moves_ended();
+        upstreams.moves_ended();
     }
 }
 
@@ -231,7 +233,7 @@ pub fn start<S: Stream>(
     });
 }
 
-impl Backends {
+impl HttpBalancer {
     /// A finished request: the server's traffic and its timeouts, the 503 counted, the
     /// access-log line.
     fn exchanged(&self, exchange: &Exchange<Target>) {
@@ -242,14 +244,14 @@ impl Backends {
         }
         let (balancer, span) = (&self.balancer, &self.span);
         let unserved = match exchange.outcome {
-            Outcome::NoServer => Some(Unserved::NoServer),
-            Outcome::BrokerFault => Some(Unserved::BrokerFault),
+            ExchangeOutcome::NoServer => Some(Unserved::NoServer),
+            ExchangeOutcome::BrokerFault => Some(Unserved::BrokerFault),
             _ => None,
         };
         if let Some(why) = unserved {
             span.in_scope(|| balancer.unserved(exchange.client, why));
         }
-        if exchange.outcome == Outcome::ClientTimeout
+        if exchange.outcome == ExchangeOutcome::ClientTimeout
             && let Some(suppressed) = self.body_timeouts_log.allow()
         {
             let timeout = show_duration(balancer.generation().config.http.body_timeout);
@@ -262,7 +264,7 @@ impl Backends {
                 );
             });
         }
-        balancer.events().emit(|| BrokerEvent::Request {
+        balancer.events().emit(|| Event::Request {
             balancer: balancer.kind(),
             client: exchange.client,
             method: exchange.method.to_string(),
@@ -279,10 +281,10 @@ impl Backends {
     /// `HTTP_TIMEOUTS_TO_QUARANTINE` of them quarantine it (0: never), and an answer ends the
     /// run (logged when one was running). A failure of the client's, or a client gone before
     /// the answer, says nothing of the server.
-    fn count_timeouts(&self, server: &Server, outcome: &Outcome) {
+    fn count_timeouts(&self, server: &Server, outcome: &ExchangeOutcome) {
         let keys = &self.balancer.generation().config.http;
         match outcome {
-            Outcome::ServerTimeout => {
+            ExchangeOutcome::ServerTimeout => {
                 let in_a_row = server.timed_out();
                 let timeout = show_duration(keys.response_timeout);
                 if in_a_row == 1 {
@@ -298,7 +300,7 @@ impl Backends {
                     self.balancer.quarantine(server, Reason::Timeout, &words);
                 }
             }
-            Outcome::Served | Outcome::ServerFailed(_) => {
+            ExchangeOutcome::Served | ExchangeOutcome::ServerFailed(_) => {
                 let run = server.answered();
                 if run > 0 {
                     info!(
@@ -394,13 +396,13 @@ impl Backends {
 /// Where a signed cookie's session goes.
 enum Sticky {
     /// To its server (or, `None`, a 503: its server has no room to count the request).
-    Served(Option<Choice<Backends>>),
+    Served(Option<Choice<HttpBalancer>>),
     /// Elsewhere: the live session moving (`Some`), or a cookie of no live session whose
     /// server cannot take it, balanced as none (`None`).
     Moving(Option<Ticket>),
 }
 
-impl Backends {
+impl HttpBalancer {
     /// A signed cookie: its session refreshed and the request on its server, while that
     /// server is configured, available and has not failed this request. `renewed`: the
     /// cookie signed anew after a rotation, which the session goes on as (and the answer
@@ -523,7 +525,7 @@ impl Backends {
     }
 
     /// A live session moved off its server (`old` names it) to `to`: the first of an episode
-    /// of its server is logged, the others counted (see [`Backends::moves_ended`]), so a
+    /// of its server is logged, the others counted (see [`HttpBalancer::moves_ended`]), so a
     /// server in quarantine with thousands of sessions writes one line, not thousands.
     fn session_moved(&self, pool: &Generation, old: Ticket, to: &Server, client: &Downstream) {
         let mut moves = self.moves.lock().unwrap_or_else(|p| p.into_inner());
@@ -569,7 +571,7 @@ fn chosen(
     lease: Lease,
     pinned: Option<(Ticket, Arc<Mutex<Sessions>>)>,
     response_headers: HeaderMap,
-) -> Choice<Backends> {
+) -> Choice<HttpBalancer> {
     Choice {
         server: Target(Arc::clone(&lease.server)),
         lease: Held { lease, pinned },
@@ -597,12 +599,14 @@ fn access_line(exchange: &Exchange<Target>) {
         .as_ref()
         .map_or_else(|| "-".to_string(), ToString::to_string);
     let error = match &exchange.outcome {
-        Outcome::ServerFailed(error) => Some(error.as_str()),
-        Outcome::ServerTimeout => Some("the server was silent past HTTP_RESPONSE_TIMEOUT"),
-        Outcome::BrokerFault => Some("the broker itself could not connect to a server"),
-        Outcome::Incomplete => Some("answer incomplete"),
-        Outcome::ClientFailed => Some("request body broken off"),
-        Outcome::ClientTimeout => Some("the request body was silent past HTTP_BODY_TIMEOUT"),
+        ExchangeOutcome::ServerFailed(error) => Some(error.as_str()),
+        ExchangeOutcome::ServerTimeout => Some("the server was silent past HTTP_RESPONSE_TIMEOUT"),
+        ExchangeOutcome::BrokerFault => Some("the broker itself could not connect to a server"),
+        ExchangeOutcome::Incomplete => Some("answer incomplete"),
+        ExchangeOutcome::ClientFailed => Some("request body broken off"),
+        ExchangeOutcome::ClientTimeout => {
+            Some("the request body was silent past HTTP_BODY_TIMEOUT")
+        }
         _ => None,
     };
     info!(
@@ -628,7 +632,7 @@ impl ConnectFailure for ConnectError {
     }
 }
 
-impl Upstreams for Backends {
+impl Upstreams for HttpBalancer {
     type Server = Target;
     type Lease = Held;
     type Stream = ServerStream;
@@ -641,7 +645,7 @@ impl Upstreams for Backends {
     /// quarantined, they are tried anyway: a quarantine may be stale). A live session whose
     /// server is in quarantine, removed or failed this request is moved (logged once per
     /// server and episode, counted), or refused with a 503 under `HTTP_STICKY_STRICT=1`. A
-    /// cookie that does not verify is no session: see [`Backends::unsigned`].
+    /// cookie that does not verify is no session: see [`HttpBalancer::unsigned`].
     fn choose(
         &self,
         request: &Parts,
@@ -723,9 +727,9 @@ impl Upstreams for Backends {
         dialed.instrument(self.span.clone()).await
     }
 
-    fn report(&self, event: Event<'_, Target>) {
-        match event {
-            Event::ConnectFailed {
+    fn report(&self, report: Report<'_, Target>) {
+        match report {
+            Report::ConnectFailed {
                 server,
                 client,
                 error,
@@ -737,9 +741,9 @@ impl Upstreams for Backends {
                         .connect_failed(s, s.is_quarantined(), &error, client)
                 });
             }
-            Event::Opened { .. } | Event::Closed { .. } => {}
-            Event::Exchange(exchange) => self.exchanged(exchange),
-            Event::Tunnel(tunnel) => self.tunnel_ended(tunnel),
+            Report::Opened { .. } | Report::Closed { .. } => {}
+            Report::Exchange(exchange) => self.exchanged(exchange),
+            Report::Tunnel(tunnel) => self.tunnel_ended(tunnel),
         }
     }
 

@@ -17,7 +17,7 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use tokio::io::ReadBuf;
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 
 use crate::net::stream::Stream;
 use crate::process::os_error::words;
@@ -358,8 +358,7 @@ pub async fn relay<C: Stream, S: Stream>(
     }
     let mut down = Half::default();
     let mut first_closed: Option<Side> = None;
-    // The idle timer is re-armed lazily: activity only records the time, and when the timer
-    // fires it either ends the relay or is set again from the last activity.
+    // See `idle_expired`.
     let mut last_activity = Instant::now();
     let mut idle_timer = pin!(idle.map(|d| tokio::time::sleep(d)));
     let end = poll_fn(|cx| {
@@ -397,21 +396,50 @@ pub async fn relay<C: Stream, S: Stream>(
         if up.done && down.done {
             return Poll::Ready(End::Closed(first_closed.unwrap_or(Side::Client)));
         }
-        if let (Some(limit), Some(mut timer)) = (idle, idle_timer.as_mut().as_pin_mut()) {
-            if up.moved + down.moved != moved_before {
-                last_activity = Instant::now();
-            }
-            while timer.as_mut().poll(cx).is_ready() {
-                let deadline = last_activity + limit;
-                if deadline <= Instant::now() {
-                    return Poll::Ready(End::Idle);
-                }
-                timer.as_mut().reset(deadline);
-            }
+        let moved = up.moved + down.moved != moved_before;
+        if idle_expired(cx, idle, idle_timer.as_mut(), &mut last_activity, moved) {
+            return Poll::Ready(End::Idle);
         }
         Poll::Pending
     })
     .await;
+    settle(client, server, &mut up, &mut down, end)
+}
+
+/// Whether no byte moved for `idle` (when given). The timer is re-armed lazily: activity
+/// (`moved` since the last poll) only records the time, and when the timer fires it either
+/// ends the relay or is set again from the last activity.
+fn idle_expired(
+    cx: &mut Context<'_>,
+    idle: Option<Duration>,
+    timer: Pin<&mut Option<Sleep>>,
+    last_activity: &mut Instant,
+    moved: bool,
+) -> bool {
+    let (Some(limit), Some(mut timer)) = (idle, timer.as_pin_mut()) else {
+        return false;
+    };
+    if moved {
+        *last_activity = Instant::now();
+    }
+    while timer.as_mut().poll(cx).is_ready() {
+        let deadline = *last_activity + limit;
+        if deadline <= Instant::now() {
+            return true;
+        }
+        timer.as_mut().reset(deadline);
+    }
+    false
+}
+
+/// A relay's end: its pipes given back, an abort passed on, its figures.
+fn settle<C: Stream, S: Stream>(
+    client: &mut C,
+    server: &mut S,
+    up: &mut Half,
+    down: &mut Half,
+    end: End,
+) -> Outcome {
     #[cfg(target_os = "linux")]
     for pipe in [up.pipe.take(), down.pipe.take()].into_iter().flatten() {
         PIPES.give(pipe);

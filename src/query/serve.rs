@@ -27,8 +27,8 @@ use super::access::refusal;
 use super::reply::text;
 use super::route;
 use crate::balancer::Balancer;
-use crate::balancer::shared::{Ending, Shared};
 use crate::balancer::places::Place;
+use crate::balancer::shared::{Ending, Shared};
 use crate::process::os_error::words;
 
 /// What a query is answered over: any byte stream (the client's own connection, lent by its

@@ -26,7 +26,7 @@ use crate::tcp::sniff::{Verdict, sniff};
 /// loop, so a client costs one reference to it rather than a copy of each. The broker's
 /// hand-off reads it for the TLS step of either kind of balancer's connections too.
 #[derive(Debug)]
-pub struct Entrance {
+pub struct ListenerShared {
     /// The broker's shared state.
     pub ctx: Arc<Shared>,
     /// The balancer the socket listens for.
@@ -45,7 +45,7 @@ pub struct Entrance {
 
 /// One accepted connection over any [`Stream`], from its first bytes to its closing line.
 pub struct Client<S> {
-    entrance: Arc<Entrance>,
+    shared: Arc<ListenerShared>,
     /// The pool when it arrived: the connection keeps this generation's settings.
     pool: Arc<Generation>,
     stream: S,
@@ -53,17 +53,17 @@ pub struct Client<S> {
 }
 
 impl<S: Stream> Client<S> {
-    /// A client accepted through `entrance` from `peer`, in `pool`'s generation (the one
+    /// A client accepted on `shared`'s socket from `peer`, in `pool`'s generation (the one
     /// read when it arrived), its port's TLS step done.
     pub fn new(
-        entrance: Arc<Entrance>,
+        shared: Arc<ListenerShared>,
         pool: Arc<Generation>,
         stream: S,
         peer: SocketAddr,
     ) -> Self {
         Client {
             pool,
-            entrance,
+            shared,
             stream,
             peer,
         }
@@ -82,12 +82,12 @@ impl<S: Stream> Client<S> {
     /// not become one by then.
     pub async fn run(mut self, at_limit: bool) {
         let started = Instant::now();
-        let entrance = Arc::clone(&self.entrance);
-        let span = &entrance.span;
+        let shared = Arc::clone(&self.shared);
+        let span = &shared.span;
         let first = if self.pool.config.query.enabled {
             // With every query place busy, a query could only be told to retry: waiting for
             // its first bytes would hold a descriptor for nothing.
-            if at_limit && !entrance.balancer.query_room() {
+            if at_limit && !shared.balancer.query_room() {
                 return self.refuse();
             }
             match self.sniff().instrument(span.clone()).await {
@@ -109,7 +109,7 @@ impl<S: Stream> Client<S> {
         let mut outcome = self.relay(&lease, &mut upstream, first).await;
         if outcome.end == End::Stopped
             && lease.cut.is_cancelled()
-            && !self.entrance.ending.cut.is_cancelled()
+            && !self.shared.ending.cut.is_cancelled()
         {
             // Its server's connections were cut, not everyone's.
             outcome.end = End::Cut;
@@ -119,10 +119,10 @@ impl<S: Stream> Client<S> {
 
     /// Refuses the client: `MAX_CONNECTIONS` are open.
     fn refuse(self) {
-        let entrance = &self.entrance;
-        entrance
+        let shared = &self.shared;
+        shared
             .span
-            .in_scope(|| entrance.balancer.refused(entrance.local));
+            .in_scope(|| shared.balancer.refused(shared.local));
     }
 
     /// Reads the client's first bytes and serves it to the end when they are a query. Returns
@@ -135,8 +135,8 @@ impl<S: Stream> Client<S> {
         match sniff(&mut self.stream, &mut first, limit).await {
             Ok(Verdict::Forward) => return Some(first),
             Ok(Verdict::Query) => {
-                let entrance = &self.entrance;
-                let (ctx, balancer) = (Arc::clone(&entrance.ctx), Arc::clone(&entrance.balancer));
+                let shared = &self.shared;
+                let (ctx, balancer) = (Arc::clone(&shared.ctx), Arc::clone(&shared.balancer));
                 let stream = &mut self.stream;
                 // Boxed: the query's state is large and rare, and every connection's task
                 // would otherwise carry (and copy) room for it.
@@ -146,7 +146,7 @@ impl<S: Stream> Client<S> {
                     stream,
                     first,
                     peer,
-                    &entrance.ending,
+                    &shared.ending,
                 ))
                 .await;
             }
@@ -159,7 +159,7 @@ impl<S: Stream> Client<S> {
     /// A `MAX_CONNECTIONS` place, counted until the slot is dropped; `None` when the limit is
     /// reached (or was when the client arrived).
     fn take_place(&self, at_limit: bool) -> Option<ClientSlot> {
-        let balancer = &self.entrance.balancer;
+        let balancer = &self.shared.balancer;
         let slot = (!at_limit).then(|| balancer.try_take_slot(&self.pool))??;
         balancer.admitted();
         Some(slot)
@@ -169,7 +169,7 @@ impl<S: Stream> Client<S> {
     /// that fails for a server-side cause is quarantined; a failure that is the broker's own
     /// blames no server and closes the client.
     async fn choose_and_connect(&self) -> Option<(Lease, ServerStream)> {
-        let (balancer, pool, peer) = (&self.entrance.balancer, &self.pool, self.peer);
+        let (balancer, pool, peer) = (&self.shared.balancer, &self.pool, self.peer);
         let config = &pool.config;
         let mut tried = Vec::with_capacity(config.max_attempts as usize);
         while tried.len() < config.max_attempts as usize {
@@ -213,7 +213,7 @@ impl<S: Stream> Client<S> {
         };
         let idle = self.pool.config.idle_timeout;
         // Cut with every connection of the balancer, or with those of its server alone.
-        let (everyone, this_server) = (&self.entrance.ending.cut, &lease.cut);
+        let (everyone, this_server) = (&self.shared.ending.cut, &lease.cut);
         let cut = async move {
             tokio::select! {
                 _ = everyone.cancelled() => {}
@@ -231,10 +231,8 @@ impl<S: Stream> Client<S> {
             outcome,
             log_connections: self.pool.config.log_connections,
         };
-        let entrance = &self.entrance;
-        entrance
-            .balancer
-            .ended(&lease.server, &closed, &entrance.span);
+        let shared = &self.shared;
+        shared.balancer.ended(&lease.server, &closed, &shared.span);
     }
 }
 
@@ -266,7 +264,7 @@ mod tests {
             started_wall_ms: 0,
             shutdown: crate::process::shutdown::Shutdown::new(),
         });
-        let entrance = Arc::new(Entrance {
+        let shared = Arc::new(ListenerShared {
             ctx,
             balancer: Arc::clone(balancer),
             ending: Ending::default(),
@@ -279,7 +277,7 @@ mod tests {
             .await
             .unwrap();
         let peer: SocketAddr = "127.0.0.1:40000".parse().unwrap();
-        Client::new(entrance, balancer.generation(), stream, peer)
+        Client::new(shared, balancer.generation(), stream, peer)
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

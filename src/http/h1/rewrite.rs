@@ -343,103 +343,105 @@ mod tests {
         String::from_utf8_lossy(&head.write(&buf, editor).to_vec(&buf)).into_owned()
     }
 
+    /// A client's request, how it goes, what the server gets.
+    const TO_SERVER_CASES: &[(&str, ToServer<'static>, &str)] = &[
+        (
+            "GET /a?b HTTP/1.1\r\nHost: portal:80\r\nAccept: */*\r\n\r\n",
+            TO_SERVER,
+            "GET /a?b HTTP/1.1\r\nX-Forwarded-For: 192.0.2.7\r\nX-Forwarded-Proto: http\r\nX-Forwarded-Host: portal:80\r\nX-Real-IP: 192.0.2.7\r\nHost: portal:80\r\nAccept: */*\r\n\r\n",
+        ),
+        (
+            "GET / HTTP/1.1\r\nHost: h\r\nConnection: keep-alive, X-Secret, Host, Content-Length\r\nKeep-Alive: 5\r\nProxy-Connection: k\r\nTE: trailers\r\nTrailer: x\r\nUpgrade: h2c\r\nHTTP2-Settings: a\r\nX-Secret: 1\r\nContent-Length: 0\r\nCookie: a=b\r\n\r\n",
+            ToServer {
+                forwarded: None,
+                upgrade: false,
+                host: b"",
+            },
+            "GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\nCookie: a=b\r\n\r\n",
+        ),
+        (
+            "GET / HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: 203.0.113.1\r\nX-Forwarded-For: 198.51.100.2\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Host: spoofed\r\nX-Real-IP: 1.1.1.1\r\nForwarded: for=x\r\nTrue-Client-IP: 1\r\nX-Client-IP: 1\r\nX-Forwarded-Port: 1\r\n\r\n",
+            TO_SERVER,
+            "GET / HTTP/1.1\r\nX-Forwarded-For: 203.0.113.1, 198.51.100.2, 192.0.2.7\r\nX-Forwarded-Proto: http\r\nX-Forwarded-Host: h\r\nX-Real-IP: 192.0.2.7\r\nHost: h\r\n\r\n",
+        ),
+        (
+            "GET / HTTP/1.1\r\nHost: h\r\nX-Forwarded-Proto: https\r\nX-Real-IP: 1.1.1.1\r\n\r\n",
+            ToServer {
+                forwarded: None,
+                ..TO_SERVER
+            },
+            "GET / HTTP/1.1\r\nHost: h\r\nX-Forwarded-Proto: https\r\n\r\n",
+        ),
+        (
+            "GET /chat HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: k\r\n\r\n",
+            ToServer {
+                forwarded: None,
+                ..TO_SERVER
+            },
+            "GET /chat HTTP/1.1\r\nConnection: upgrade\r\nHost: h\r\nUpgrade: websocket\r\nSec-WebSocket-Key: k\r\n\r\n",
+        ),
+        (
+            "GET /chat HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n",
+            ToServer {
+                forwarded: None,
+                upgrade: false,
+                host: b"",
+            },
+            "GET /chat HTTP/1.1\r\nHost: h\r\n\r\n",
+        ),
+        (
+            "GET HTTP://app:81?q HTTP/1.1\r\nHost: other\r\n\r\n",
+            ToServer {
+                forwarded: None,
+                ..TO_SERVER
+            },
+            "GET /?q HTTP/1.1\r\nHost: app:81\r\n\r\n",
+        ),
+        (
+            "GET http://app/p HTTP/1.0\r\n\r\n",
+            ToServer {
+                forwarded: None,
+                ..TO_SERVER
+            },
+            "GET /p HTTP/1.1\r\nHost: app\r\n\r\n",
+        ),
+        (
+            "GET /old HTTP/1.0\n\n",
+            ToServer {
+                forwarded: None,
+                ..TO_SERVER
+            },
+            "GET /old HTTP/1.1\r\nHost: app1:8080\r\n\r\n",
+        ),
+        (
+            "\r\nGET / HTTP/1.2\r\nHost: h\nA: 1\r\n\r\n",
+            ToServer {
+                forwarded: None,
+                ..TO_SERVER
+            },
+            "GET / HTTP/1.1\r\nHost: h\r\nA: 1\r\n\r\n",
+        ),
+        (
+            "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+            ToServer {
+                forwarded: None,
+                ..TO_SERVER
+            },
+            "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nHost: h\r\n\r\n",
+        ),
+        (
+            "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\ncontent-length: 5\r\n\r\n",
+            ToServer {
+                forwarded: None,
+                ..TO_SERVER
+            },
+            "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\n",
+        ),
+    ];
+
     #[test]
     fn a_request_loses_its_hop_by_hop_lines_and_gains_the_forwarded_ones() {
-        let cases: &[(&str, ToServer<'_>, &str)] = &[
-            (
-                "GET /a?b HTTP/1.1\r\nHost: portal:80\r\nAccept: */*\r\n\r\n",
-                TO_SERVER,
-                "GET /a?b HTTP/1.1\r\nX-Forwarded-For: 192.0.2.7\r\nX-Forwarded-Proto: http\r\nX-Forwarded-Host: portal:80\r\nX-Real-IP: 192.0.2.7\r\nHost: portal:80\r\nAccept: */*\r\n\r\n",
-            ),
-            (
-                "GET / HTTP/1.1\r\nHost: h\r\nConnection: keep-alive, X-Secret, Host, Content-Length\r\nKeep-Alive: 5\r\nProxy-Connection: k\r\nTE: trailers\r\nTrailer: x\r\nUpgrade: h2c\r\nHTTP2-Settings: a\r\nX-Secret: 1\r\nContent-Length: 0\r\nCookie: a=b\r\n\r\n",
-                ToServer {
-                    forwarded: None,
-                    upgrade: false,
-                    host: b"",
-                },
-                "GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\nCookie: a=b\r\n\r\n",
-            ),
-            (
-                "GET / HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: 203.0.113.1\r\nX-Forwarded-For: 198.51.100.2\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Host: spoofed\r\nX-Real-IP: 1.1.1.1\r\nForwarded: for=x\r\nTrue-Client-IP: 1\r\nX-Client-IP: 1\r\nX-Forwarded-Port: 1\r\n\r\n",
-                TO_SERVER,
-                "GET / HTTP/1.1\r\nX-Forwarded-For: 203.0.113.1, 198.51.100.2, 192.0.2.7\r\nX-Forwarded-Proto: http\r\nX-Forwarded-Host: h\r\nX-Real-IP: 192.0.2.7\r\nHost: h\r\n\r\n",
-            ),
-            (
-                "GET / HTTP/1.1\r\nHost: h\r\nX-Forwarded-Proto: https\r\nX-Real-IP: 1.1.1.1\r\n\r\n",
-                ToServer {
-                    forwarded: None,
-                    ..TO_SERVER
-                },
-                "GET / HTTP/1.1\r\nHost: h\r\nX-Forwarded-Proto: https\r\n\r\n",
-            ),
-            (
-                "GET /chat HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: k\r\n\r\n",
-                ToServer {
-                    forwarded: None,
-                    ..TO_SERVER
-                },
-                "GET /chat HTTP/1.1\r\nConnection: upgrade\r\nHost: h\r\nUpgrade: websocket\r\nSec-WebSocket-Key: k\r\n\r\n",
-            ),
-            (
-                "GET /chat HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n",
-                ToServer {
-                    forwarded: None,
-                    upgrade: false,
-                    host: b"",
-                },
-                "GET /chat HTTP/1.1\r\nHost: h\r\n\r\n",
-            ),
-            (
-                "GET HTTP://app:81?q HTTP/1.1\r\nHost: other\r\n\r\n",
-                ToServer {
-                    forwarded: None,
-                    ..TO_SERVER
-                },
-                "GET /?q HTTP/1.1\r\nHost: app:81\r\n\r\n",
-            ),
-            (
-                "GET http://app/p HTTP/1.0\r\n\r\n",
-                ToServer {
-                    forwarded: None,
-                    ..TO_SERVER
-                },
-                "GET /p HTTP/1.1\r\nHost: app\r\n\r\n",
-            ),
-            (
-                "GET /old HTTP/1.0\n\n",
-                ToServer {
-                    forwarded: None,
-                    ..TO_SERVER
-                },
-                "GET /old HTTP/1.1\r\nHost: app1:8080\r\n\r\n",
-            ),
-            (
-                "\r\nGET / HTTP/1.2\r\nHost: h\nA: 1\r\n\r\n",
-                ToServer {
-                    forwarded: None,
-                    ..TO_SERVER
-                },
-                "GET / HTTP/1.1\r\nHost: h\r\nA: 1\r\n\r\n",
-            ),
-            (
-                "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
-                ToServer {
-                    forwarded: None,
-                    ..TO_SERVER
-                },
-                "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nHost: h\r\n\r\n",
-            ),
-            (
-                "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\ncontent-length: 5\r\n\r\n",
-                ToServer {
-                    forwarded: None,
-                    ..TO_SERVER
-                },
-                "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\n",
-            ),
-        ];
-        for (raw, how, expected) in cases {
+        for (raw, how, expected) in TO_SERVER_CASES {
             assert_eq!(to_server(raw, how), *expected, "{raw:?}");
         }
     }

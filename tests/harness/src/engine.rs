@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use appbroker::http::{
-    Choice, ConnectFailure, Downstream, Event, Exchange, Proxy, Settings, Tunnel, Upstreams,
+    Choice, ConnectFailure, Downstream, Exchange, Proxy, Report, Settings, Tunnel, Upstreams,
 };
 use bytes::Bytes;
 use hyper::header::HeaderMap;
@@ -180,15 +180,15 @@ impl Upstreams for TestUpstreams {
         }
     }
 
-    fn report(&self, event: Event<'_, SocketAddr>) {
-        let recorded = match event {
-            Event::ConnectFailed { server, error, .. } => {
+    fn report(&self, report: Report<'_, SocketAddr>) {
+        let recorded = match report {
+            Report::ConnectFailed { server, error, .. } => {
                 Recorded::ConnectFailed(*server, error.to_string())
             }
-            Event::Opened { server } => Recorded::Opened(*server),
-            Event::Closed { server } => Recorded::Closed(*server),
-            Event::Exchange(x) => Recorded::Exchange(x.clone()),
-            Event::Tunnel(t) => Recorded::Tunnel(t.clone()),
+            Report::Opened { server } => Recorded::Opened(*server),
+            Report::Closed { server } => Recorded::Closed(*server),
+            Report::Exchange(x) => Recorded::Exchange(x.clone()),
+            Report::Tunnel(t) => Recorded::Tunnel(t.clone()),
         };
         self.events.lock().unwrap().push(recorded);
     }

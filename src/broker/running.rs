@@ -22,11 +22,11 @@ use crate::http_balancer::sessions::SessionSecrets;
 use crate::http_balancer::{self, HttpProxy};
 use crate::net::listener;
 use crate::net::workers::Workers;
-use crate::tcp::client::Entrance;
+use crate::tcp::client::ListenerShared;
 use crate::tls::Severity;
 
 /// One balancer at run time.
-pub(super) struct Unit {
+pub(super) struct RunningBalancer {
     pub(super) balancer: Arc<Balancer>,
     /// Its listen address as configured, to tell when a reload moves it.
     pub(super) configured: SocketAddr,
@@ -70,9 +70,9 @@ fn bound_address(listeners: &[StdListener], configured: SocketAddr) -> SocketAdd
         .unwrap_or(configured)
 }
 
-impl Unit {
+impl RunningBalancer {
     /// Starts a balancer: its accept loops on `listeners` (on the workers), its monitor and
-    /// sampler (here), all stopped by `stopping` as well as by the unit's own tokens; an HTTP
+    /// sampler (here), all stopped by `stopping` as well as by its own tokens; an HTTP
     /// balancer's engine signs its session cookies with `session_secrets`.
     pub(super) fn start(
         balancer: Arc<Balancer>,
@@ -81,7 +81,7 @@ impl Unit {
         session_secrets: &Arc<SessionSecrets>,
         workers: &Workers,
         stopping: &CancellationToken,
-    ) -> Unit {
+    ) -> RunningBalancer {
         let pool = balancer.generation();
         let c = &pool.config;
         let listen = bound_address(&listeners, c.listen);
@@ -114,7 +114,7 @@ impl Unit {
                 crate::tls::doctor::utc(certificate.not_after)
             );
         }
-        if let Some(warning) = pool.tls.upstream.as_ref().and_then(|u| u.warning()) {
+        if let Some(warning) = pool.tls.upstream.as_ref().and_then(|r| r.warning()) {
             warn!("{}: {warning}", c.kind);
         }
         let stop_background = stopping.child_token();
@@ -134,7 +134,7 @@ impl Unit {
             .kind
             .is_http()
             .then(|| http_balancer::proxy(&balancer, ctx, session_secrets));
-        let mut unit = Unit {
+        let mut running = RunningBalancer {
             configured: c.listen,
             listen,
             http,
@@ -144,8 +144,8 @@ impl Unit {
             stop_background,
             accepting: None,
         };
-        unit.accepting = Some(unit.accept_on(listeners, ctx, workers));
-        unit
+        running.accepting = Some(running.accept_on(listeners, ctx, workers));
+        running
     }
 
     /// Starts one accept loop per listening socket, each on its own worker.
@@ -155,7 +155,7 @@ impl Unit {
         ctx: &Arc<Shared>,
         workers: &Workers,
     ) -> Accepting {
-        // Stopped by the unit, or with everything when the broker's handle is dropped.
+        // Stopped by the running balancer, or with everything when the broker's handle is dropped.
         let stop = self.stop_background.child_token();
         let span = self.balancer.span();
         let handles = workers.handles();
@@ -178,7 +178,7 @@ impl Unit {
                     match TcpListener::from_std(listener) {
                         Ok(listener) => {
                             let stop_accepting = ending.closing.clone();
-                            let entrance = Arc::new(Entrance {
+                            let shared = Arc::new(ListenerShared {
                                 ctx,
                                 balancer,
                                 ending,
@@ -186,7 +186,7 @@ impl Unit {
                                 tasks,
                                 span: Span::current(),
                             });
-                            let handoff = Handoff { entrance, http };
+                            let handoff = Handoff { shared, http };
                             listener::accept_loop(listener, stop_accepting, handoff).await;
                         }
                         Err(e) => error!(

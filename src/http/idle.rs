@@ -100,14 +100,15 @@ impl Slot {
     }
 }
 
-/// The kept-alive connections of one balancer's servers.
-pub(crate) struct Pool<S> {
+/// The kept-alive connections of one balancer's servers, idle between two requests, kept per
+/// server and worker thread: the engine's pool.
+pub(crate) struct IdleConnections<S> {
     slots: Mutex<HashMap<S, Slot>>,
 }
 
-impl<S: Clone + Eq + Hash> Pool<S> {
-    pub(crate) fn new() -> Pool<S> {
-        Pool {
+impl<S: Clone + Eq + Hash> IdleConnections<S> {
+    pub(crate) fn new() -> IdleConnections<S> {
+        IdleConnections {
             slots: Mutex::new(HashMap::new()),
         }
     }
