@@ -444,8 +444,8 @@ async fn http_scene(language: &str) -> HttpScene {
     let broker = InProcess::start(&ini).await;
     let balancer = broker.broker.control().balancers()[0].clone();
     balancer.set_weight(&balancer.find_server("01").unwrap(), Some(3), "uid 0");
-    let hold = appbroker::balancer::overrides::Hold {
-        mode: appbroker::balancer::overrides::Mode::Disabled,
+    let hold = appbroker::balancer::rules::overrides::Hold {
+        mode: appbroker::balancer::rules::overrides::Mode::Disabled,
         reason: "AppServer upgrade".into(),
         by: "uid 0".into(),
         since_wall_ms: appbroker::process::clock::wall_ms(),

@@ -902,8 +902,8 @@ async fn a_server_disabled_by_an_operator_is_not_read_as_quarantined() {
     let broker = InProcess::start(&ini_for(&[&a, &b, &c], "")).await;
     let balancers = broker.broker.control().balancers();
     let balancer = &balancers[0];
-    let hold = |reason: &str| appbroker::balancer::overrides::Hold {
-        mode: appbroker::balancer::overrides::Mode::Disabled,
+    let hold = |reason: &str| appbroker::balancer::rules::overrides::Hold {
+        mode: appbroker::balancer::rules::overrides::Mode::Disabled,
         reason: reason.into(),
         by: "uid 0".into(),
         since_wall_ms: 1_800_000_000_000,

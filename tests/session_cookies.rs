@@ -10,7 +10,7 @@
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use appbroker::balancer::overrides::{Hold, Mode};
+use appbroker::balancer::rules::overrides::{Hold, Mode};
 use appbroker::http_balancer::sessions::{CookieKeys, Kept, OwnSecret, Ticket};
 use appbroker::tls::files::Passphrase;
 use harness::{

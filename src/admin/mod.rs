@@ -26,8 +26,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::warn;
 
-use crate::balancer::health::Asked;
-use crate::balancer::overrides::{Hold, MAX_WEIGHT, Mode};
+use crate::balancer::rules::health::Asked;
+use crate::balancer::rules::overrides::{Hold, MAX_WEIGHT, Mode};
 use crate::balancer::{Balancer, BalancerState, Server, ServerState, Standing};
 use crate::broker::{Control, ReloadError};
 use crate::config::keys::DAY;
@@ -87,7 +87,7 @@ impl Admin {
             reason: Some(reason),
             ..
         } = &request
-            && let Some(problem) = crate::balancer::overrides::reason_problem(reason)
+            && let Some(problem) = crate::balancer::rules::overrides::reason_problem(reason)
         {
             return Answer::refused(problem);
         }

@@ -4,8 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::balancer::health::Asked;
-use crate::balancer::overrides::Overrides;
+use crate::balancer::rules::health::Asked;
+use crate::balancer::rules::overrides::Overrides;
 
 /// The longest request line the broker reads; anything longer is answered with an error and
 /// the connection closed. Requests are a few hundred bytes; a reason of a few lines fits.

@@ -13,8 +13,8 @@ use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
 use crate::balancer::Balancer;
-use crate::balancer::health::Asked;
-use crate::balancer::overrides::Overrides;
+use crate::balancer::rules::health::Asked;
+use crate::balancer::rules::overrides::Overrides;
 use crate::process::clock::wall_ms;
 
 /// The format's version; a file of another one is not read.
@@ -138,7 +138,7 @@ pub fn restore(path: &Path, balancers: &[Arc<Balancer>]) {
             let mut overrides = entry.overrides;
             overrides.hold = overrides
                 .hold
-                .map(crate::balancer::overrides::Hold::escaped);
+                .map(crate::balancer::rules::overrides::Hold::escaped);
             balancer.restore(&server, overrides);
         }
         if let Some(until) = entry.quarantine_until_epoch_ms.filter(|&u| u > now) {
@@ -147,8 +147,8 @@ pub fn restore(path: &Path, balancers: &[Arc<Balancer>]) {
                 .quarantine_asked
                 .unwrap_or_else(|| "an operator".into());
             // Escaped as a hold's reason is, above.
-            asked.by = crate::balancer::overrides::escape_controls(&asked.by);
-            asked.reason = crate::balancer::overrides::escape_controls(&asked.reason);
+            asked.by = crate::balancer::rules::overrides::escape_controls(&asked.by);
+            asked.reason = crate::balancer::rules::overrides::escape_controls(&asked.reason);
             // Said once, however many restarts it outlives.
             if !asked.by.ends_with(BEFORE_THE_RESTART) {
                 asked.by.push_str(BEFORE_THE_RESTART);

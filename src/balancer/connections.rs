@@ -16,7 +16,7 @@ use tracing::{Span, debug, error, info, warn};
 use crate::balancer::Balancer;
 use crate::balancer::events::{Event, Unserved};
 use crate::balancer::generation::Generation;
-use crate::balancer::health::{Reason, Release};
+use crate::balancer::rules::health::{Reason, Release};
 use crate::balancer::server::Server;
 use crate::config::Monitoring;
 use crate::net::dial::{self, ConnectError, ServerStream};

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::sync::broadcast;
 
-use crate::balancer::health::{Reason, Release};
+use crate::balancer::rules::health::{Reason, Release};
 use crate::config::BalancerKind;
 use crate::net::relay::End;
 

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 
 use crate::balancer::Balancer;
-use crate::balancer::select::{Load, Selector};
+use crate::balancer::rules::select::{Load, Selector};
 use crate::balancer::server::Server;
 use crate::config::{BalancerConfig, ServerConfig, plural, setting_changes};
 use crate::tls::{Finding, Findings, Resumption, ServerTls, UpstreamTls, upstream::system_roots};

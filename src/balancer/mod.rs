@@ -25,14 +25,11 @@
 //! - `state`: the read model: a server and a balancer read at one instant, what the query
 //!   interface and `appbroker ctl` see.
 //!
-//! The balancer's own rules, pure logic it applies and logs, sit beside it, with the events it
-//! publishes and the state every connection reads it from:
+//! Beside it, its rules, the events it publishes and the state every connection reads it
+//! from:
 //!
-//! - [`health`]: a server's quarantine as pure transitions returning what changed.
-//! - [`overrides`]: an operator's overrides of a server (disabled, drain, weight) as pure
-//!   transitions.
-//! - [`select`]: the balancing policies (`CONNECTION`, `ROUND_ROBIN`), pure logic.
-//! - [`places`]: query places (`QUERY_MAX_CONNECTIONS`), given up by idle connections.
+//! - [`rules`]: the balancer's own rules, pure logic it applies and logs: quarantine,
+//!   overrides, the policies, query places.
 //! - [`events`]: what happens in a broker, as events to subscribe to (a balancer publishes
 //!   most of them, so they sit here, below every publisher).
 //! - [`shared`]: the broker's state every connection's task shares: every balancer, the
@@ -42,13 +39,10 @@
 mod connections;
 pub mod events;
 mod generation;
-pub mod health;
 mod operator;
-pub mod overrides;
 mod pick;
-pub mod places;
 mod quarantine;
-pub mod select;
+pub mod rules;
 mod server;
 pub mod shared;
 mod state;
@@ -68,8 +62,8 @@ use tokio::sync::Notify;
 use tracing::{Span, error, info_span, warn};
 
 use crate::balancer::events::Events;
-use crate::balancer::health::Now;
-use crate::balancer::places::QueryPlaces;
+use crate::balancer::rules::health::Now;
+use crate::balancer::rules::places::QueryPlaces;
 use crate::config::{BalancerConfig, BalancerKind};
 use crate::net::resolve::Resolver;
 use crate::process::clock::{Clock, wall_ms};

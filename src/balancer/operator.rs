@@ -1,7 +1,7 @@
 //! An operator's actions on a server (`appbroker ctl`, and the state file read back at start):
 //! hold it out of the balancing (disabled or draining) and enable it again, give it a weight,
 //! put it in quarantine or release it, cut its connections. Each is applied through
-//! [`super::overrides`]' pure transitions and logged once with who asked; only
+//! [`super::rules::overrides`]' pure transitions and logged once with who asked; only
 //! `admin` (the control socket and the state file) calls these.
 
 use std::sync::Arc;
@@ -11,8 +11,8 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use crate::balancer::Balancer;
-use crate::balancer::health::{Asked, Reason, Release};
-use crate::balancer::overrides::{Hold, Mode, Overrides};
+use crate::balancer::rules::health::{Asked, Reason, Release};
+use crate::balancer::rules::overrides::{Hold, Mode, Overrides};
 use crate::balancer::server::Server;
 use crate::config::plural;
 
@@ -186,8 +186,8 @@ fn describe(o: &Overrides) -> String {
 mod tests {
     use std::time::Duration;
 
-    use crate::balancer::health::{Reason, Release};
-    use crate::balancer::overrides::{Hold, Mode};
+    use crate::balancer::rules::health::{Reason, Release};
+    use crate::balancer::rules::overrides::{Hold, Mode};
     use crate::balancer::tests::balancer;
     use crate::balancer::{Balancer, Eligible, GenerationTls, Standing};
 

@@ -11,8 +11,8 @@ use tracing::{info, warn};
 
 use crate::balancer::Balancer;
 use crate::balancer::generation::Generation;
-use crate::balancer::places::Place;
-use crate::balancer::select::Load;
+use crate::balancer::rules::places::Place;
+use crate::balancer::rules::select::Load;
 use crate::balancer::server::Server;
 use crate::config::SortMethod;
 use crate::process::clock::wall_ms;

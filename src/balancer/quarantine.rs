@@ -1,8 +1,8 @@
 //! Health events: a server put in quarantine (by a failed check, a client's failed connect, a
 //! run of timed-out requests) or released (its checks passed, a client's connect, its time
 //! up), the expiry sweep, and the monitor's checks counted. The pure transitions are
-//! [`super::health`]'s; this applies them to a server, writes the operator's lines (the TOTVS
-//! quarantine line byte for byte) and publishes the events.
+//! [`health`](super::rules::health)'s; this applies them to a server, writes the operator's
+//! lines (the TOTVS quarantine line byte for byte) and publishes the events.
 
 use std::time::Duration;
 
@@ -10,7 +10,7 @@ use tracing::{info, warn};
 
 use crate::balancer::Balancer;
 use crate::balancer::events::Event;
-use crate::balancer::health::{Check, CheckFailed, Quarantined, Reason, Release};
+use crate::balancer::rules::health::{Check, CheckFailed, Quarantined, Reason, Release};
 use crate::balancer::server::Server;
 use crate::process::clock::time_of_day;
 
@@ -118,7 +118,7 @@ mod tests {
     use std::time::Duration;
 
     use crate::balancer::Standing;
-    use crate::balancer::health::{Reason, Release};
+    use crate::balancer::rules::health::{Reason, Release};
     use crate::balancer::tests::balancer;
 
     #[tokio::test(start_paused = true)]

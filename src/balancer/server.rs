@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::balancer::health::{Health, Reason};
-use crate::balancer::overrides::Overrides;
+use crate::balancer::rules::health::{Health, Reason};
+use crate::balancer::rules::overrides::Overrides;
 use crate::config::{Host, ServerConfig, ServerId};
 use crate::process::clock::wall_ms;
 

@@ -8,8 +8,8 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use crate::balancer::Balancer;
-use crate::balancer::health::{Asked, Check, Episode, Reason};
-use crate::balancer::overrides::Overrides;
+use crate::balancer::rules::health::{Asked, Check, Episode, Reason};
+use crate::balancer::rules::overrides::Overrides;
 use crate::balancer::server::Server;
 use crate::config::{BalancerKind, Monitoring, SortMethod};
 use crate::tls::{CertificateSummary, UpstreamTls};

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, warn};
 
 use crate::balancer::events::Event;
-use crate::balancer::health::{Check, Reason, Release};
+use crate::balancer::rules::health::{Check, Reason, Release};
 use crate::balancer::{Balancer, Generation, Server};
 use crate::config::{BalancerConfig, Host, Monitoring, plural, show_duration, show_escaped};
 use crate::http;

@@ -192,7 +192,7 @@ fn weight(text: &str) -> Result<Weight, String> {
         return Ok(Weight(None));
     }
     match text.parse::<u32>() {
-        Ok(n) if n <= appbroker::balancer::overrides::MAX_WEIGHT => Ok(Weight(Some(n))),
+        Ok(n) if n <= appbroker::balancer::rules::overrides::MAX_WEIGHT => Ok(Weight(Some(n))),
         _ => Err("expected a weight from 0 to 1000, or `file` for the file's".into()),
     }
 }

@@ -18,7 +18,7 @@ pub fn run(cli: &Cli, args: &CtlArgs) -> ExitCode {
         Err(code) => return code,
     };
     if let Some(problem) =
-        reason_of(&args.command).and_then(appbroker::balancer::overrides::reason_problem)
+        reason_of(&args.command).and_then(appbroker::balancer::rules::overrides::reason_problem)
     {
         logging::to_stderr(&format!("appbroker ctl: --reason: {problem}"));
         return ExitCode::from(2);

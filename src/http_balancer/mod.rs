@@ -27,7 +27,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{Instrument, Span, info, warn};
 
 use crate::balancer::events::{Event, Unserved};
-use crate::balancer::health::Reason;
+use crate::balancer::rules::health::Reason;
 use crate::balancer::shared::{Ending, Shared};
 use crate::balancer::{Balancer, Closed, Eligible, Generation, Lease, Server};
 use crate::config::{BalancerConfig, Language, ServerId, show_duration};

@@ -7,8 +7,8 @@
 use serde::Serialize;
 
 use super::snapshot::{HttpFigures, ServerSessions, ServerState, Snapshot, Standing};
-use crate::balancer::health::Asked;
-use crate::balancer::overrides::Mode;
+use crate::balancer::rules::health::Asked;
+use crate::balancer::rules::overrides::Mode;
 use crate::config::SortMethod;
 use crate::process::clock::{local_date as date, time_of_day as clock};
 

@@ -3,7 +3,7 @@
 use std::fmt::Write;
 
 use super::snapshot::{HttpFigures, ServerState, Snapshot, Standing};
-use crate::balancer::health::Check;
+use crate::balancer::rules::health::Check;
 use crate::http::PoolFigures;
 use crate::http::stats::{DURATION_BUCKETS, Figures};
 

@@ -27,7 +27,7 @@ use super::access::refusal;
 use super::reply::text;
 use super::route;
 use crate::balancer::Balancer;
-use crate::balancer::places::Place;
+use crate::balancer::rules::places::Place;
 use crate::balancer::shared::{Ending, Shared};
 use crate::process::os_error::words;
 

@@ -6,7 +6,7 @@ use super::chart::chart;
 use super::head::{banner, head};
 use super::table::server_table;
 use super::words::{esc, plural};
-use crate::balancer::overrides::Mode;
+use crate::balancer::rules::overrides::Mode;
 use crate::config::{Monitoring, show_duration};
 use crate::process::clock::{local_date as date, time_of_day as clock};
 use crate::query::labels::{Labels, of};
@@ -230,7 +230,7 @@ mod tests {
 
     use super::super::fixtures::{NOW, server, snapshot};
     use super::*;
-    use crate::balancer::health::Reason;
+    use crate::balancer::rules::health::Reason;
     use crate::config::{BalancerKind, Language};
     use crate::query::snapshot::{ServerSessions, ServerState};
 
@@ -258,7 +258,7 @@ mod tests {
     /// operator; 04 drained by one; 05 of weight 0; 06 in an operator's quarantine.
     fn every_standing() -> Vec<ServerState> {
         let mut servers: Vec<ServerState> = (1..=6).map(|i| server(i, NOW, &[(2, 0)], 0)).collect();
-        let hold = |mode| crate::balancer::overrides::Hold {
+        let hold = |mode| crate::balancer::rules::overrides::Hold {
             mode,
             reason: "AppServer upgrade".into(),
             by: "uid 0".into(),
@@ -276,7 +276,7 @@ mod tests {
         servers[1].quarantine = Some((NOW - 30_000, NOW + 90_000));
         servers[1].reason = Some(Reason::Monitor);
         failed(&mut servers[1], true);
-        servers[1].last_check = Some(crate::balancer::health::Check {
+        servers[1].last_check = Some(crate::balancer::rules::health::Check {
             at_wall_ms: NOW,
             duration: Duration::from_millis(2),
             error: Some("timed out after 1s".into()),
@@ -291,7 +291,7 @@ mod tests {
         servers[5].quarantine = Some((NOW - 10_000, NOW + 590_000));
         servers[5].reason = Some(Reason::Operator);
         servers[5].forced = true;
-        servers[5].asked = Some(crate::balancer::health::Asked {
+        servers[5].asked = Some(crate::balancer::rules::health::Asked {
             by: "uid 0".into(),
             reason: "AppServer restart".into(),
         });

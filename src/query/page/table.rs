@@ -5,8 +5,8 @@
 use std::fmt::Write;
 
 use super::words::{bytes, esc, reason, span};
-use crate::balancer::health::Reason;
-use crate::balancer::overrides::Mode;
+use crate::balancer::rules::health::Reason;
+use crate::balancer::rules::overrides::Mode;
 use crate::config::Monitoring;
 use crate::process::clock::time_of_day as clock;
 use crate::query::labels::Labels;

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::balancer::health::Reason;
+use crate::balancer::rules::health::Reason;
 use crate::query::labels::Labels;
 
 /// Escapes text for HTML.

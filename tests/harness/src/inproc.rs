@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use appbroker::balancer::BalancerState;
 use appbroker::balancer::events::{Missed, Reloaded, Subscription};
-pub use appbroker::balancer::health::{Reason, Release};
+pub use appbroker::balancer::rules::health::{Reason, Release};
 use appbroker::config::{BalancerKind, Config, Notice};
 pub use appbroker::net::relay::{End, Side};
 use appbroker::{Bound, Broker, Event, ReloadError, StartError};
