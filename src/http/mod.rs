@@ -11,46 +11,23 @@
 //!
 //! # Layout
 //!
-//! - `serve`: one client connection and each request's way: refused, answered here, or
-//!   forwarded, and the answer (the server's, or the broker's own page) on its way back.
-//! - `attempt`: a request's tries: choose, take a pooled connection or dial one, send, retry
-//!   what may be retried; how a try failed.
-//! - `finish`: a request's end-of-answer accounting: its outcome, the connection given back
-//!   when both ways went whole, the exchange reported.
-//! - `proxy`: the engine one balancer's connections share (its upstreams, settings, idle
-//!   connections, figures), a connection given back to the pool, the idle sweep.
-//! - `idle`: the kept-alive connections to each server, per worker thread (the pool), bounded
-//!   and idle-timed.
+//! - `proxy`: the engine over hyper: a client connection served, each request's tries, its
+//!   answer and accounting, the idle server connections, upgrades.
 //! - `headers`: what is refused, and the head rewritten each way (hop-by-hop headers,
 //!   upgrades, the client's addresses, `X-Forwarded-*`).
-//! - [`h1`]: the HTTP/1 engine of our own, pure so far (not wired): heads parsed in place,
-//!   framing, chunks, the outgoing head as slices, the reuse rule.
-//! - `head_errors`: hyper's own answer to a head it cannot parse (400, 431) replaced by the
-//!   broker's page.
-//! - `body`: bodies streamed both ways, counted, each side's silence bounded, with `Expect:
-//!   100-continue` held end to end.
-//! - `upgrade`: an upgraded connection (WebSocket) relayed both ways.
-//! - `io`: the stream wrappers (bytes read ahead, traffic counted).
 //! - `pages`: the broker's own answers (502, 503, 504, refusals) in the page language.
 //! - [`stats`]: the figures METRICS reads.
 //! - [`check`](mod@check): `MONITORING_TYPE=HTTP`, one request over a given connection.
 //! - [`h1`]: the pure HTTP/1.1 core of the engine that will own its connections (heads parsed
-//!   in place, framing, bodies checked as they pass); not wired yet.
+//!   in place, framing, bodies checked as they pass, the outgoing head as slices, the reuse
+//!   rule); not wired yet.
 
-mod attempt;
-mod body;
 pub mod check;
-mod finish;
 pub mod h1;
-mod head_errors;
 mod headers;
-mod idle;
-mod io;
 pub mod pages;
 mod proxy;
-mod serve;
 pub mod stats;
-mod upgrade;
 
 use std::fmt;
 use std::future::Future;
@@ -68,8 +45,7 @@ use crate::net::relay::End;
 use crate::net::stream::Stream;
 
 pub use check::{CheckError, StatusRange, check};
-pub use idle::PoolFigures;
-pub use proxy::Proxy;
+pub use proxy::{PoolFigures, Proxy};
 pub use stats::Stats;
 
 /// The balancer as the HTTP engine sees it: who serves a request, how to reach it, and what

@@ -24,9 +24,9 @@ use bytes::{Buf, Bytes};
 use hyper::body::{Body, Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::headers::{self, MAX_HEAD};
-use super::pages;
 use crate::config::Language;
+use crate::http::headers::{self, MAX_HEAD};
+use crate::http::pages;
 
 /// The requests hyper gave the service on one connection, and the answers to them that
 /// finished (their body done with, or dropped).

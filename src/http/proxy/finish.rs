@@ -11,10 +11,10 @@ use hyper::http::request::Parts;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::Proxy;
 use super::body::{Done, Ended, Upload};
 use super::idle::Conn;
-use super::proxy::Proxy;
-use super::{Exchange, ExchangeOutcome, Report, Upstreams};
+use crate::http::{Exchange, ExchangeOutcome, Report, Upstreams};
 
 /// What is accounted once a request is finished with, whichever way: the access log's
 /// exchange, the counters, and the connection given back when the answer went whole.

@@ -24,13 +24,13 @@ use hyper_util::rt::TokioIo;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
+use super::Proxy;
 use super::body::{RequestBody, Upload};
 use super::finish::Finish;
-use super::headers;
 use super::idle::{Conn, Traffic};
 use super::io::{Lifetime, Upstream};
-use super::proxy::Proxy;
-use super::{Choice, ConnectFailure, Downstream, Report, Settings, Upstreams};
+use crate::http::headers;
+use crate::http::{Choice, ConnectFailure, Downstream, Report, Settings, Upstreams};
 
 impl<U: Upstreams> Proxy<U> {
     /// Tries the servers the balancer chooses until one answers, or the broker itself cannot

@@ -42,16 +42,16 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
+use super::Proxy;
 use super::attempt::{Attempt, Unanswered};
 use super::body::ResponseBody;
 use super::finish::Finish;
 use super::head_errors::{Answers, Counted, HeadErrors};
-use super::headers::{self, Refusal};
 use super::idle::Conn;
 use super::io::Prefixed;
-use super::proxy::Proxy;
 use super::upgrade::{self, Pending};
-use super::{Choice, Downstream, ExchangeOutcome, Report, Settings, Upstreams, pages};
+use crate::http::headers::{self, Refusal};
+use crate::http::{Choice, Downstream, ExchangeOutcome, Report, Settings, Upstreams, pages};
 use crate::net::stream::Stream;
 
 /// The answer's body as the client gets it.

@@ -11,7 +11,7 @@ use bytes::{Buf, Bytes};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::idle::{Figures, Traffic};
-use super::{Report, Upstreams};
+use crate::http::{Report, Upstreams};
 
 /// A client's stream with the bytes the listener already read from it (to tell a query from
 /// a client, say) given out first.

@@ -1,7 +1,34 @@
-//! The HTTP engine of one balancer, shared by all its client connections: its upstreams, its
-//! settings (swapped by a reload), its idle server connections and its figures; a
-//! connection given back to the pool once its exchange went whole, and the idle sweep.
-//! Serving a client connection is `serve`'s, a request's tries `attempt`'s.
+//! The HTTP engine over hyper: one balancer's client connections served with hyper's server
+//! side, each request sent to the server its balancer chooses with hyper's low-level client,
+//! over a kept-alive connection of the engine's own pool or a fresh one.
+//!
+//! This file holds what all of one balancer's connections share: its upstreams, its settings
+//! (swapped by a reload), its idle server connections and its figures; a connection given back
+//! to the pool once its exchange went whole, and the idle sweep.
+//!
+//! - `serve`: one client connection and each request's way: refused, answered here, or
+//!   forwarded, and the answer (the server's, or the broker's own page) on its way back.
+//! - `attempt`: a request's tries: choose, take a pooled connection or dial one, send, retry
+//!   what may be retried; how a try failed.
+//! - `finish`: a request's end-of-answer accounting: its outcome, the connection given back
+//!   when both ways went whole, the exchange reported.
+//! - `idle`: the kept-alive connections to each server, per worker thread (the pool), bounded
+//!   and idle-timed.
+//! - `body`: bodies streamed both ways, counted, each side's silence bounded, with `Expect:
+//!   100-continue` held end to end.
+//! - `upgrade`: an upgraded connection (WebSocket) relayed both ways.
+//! - `io`: the stream wrappers (bytes read ahead, traffic counted).
+//! - `head_errors`: hyper's own answer to a head it cannot parse (400, 431) replaced by the
+//!   broker's page.
+
+mod attempt;
+mod body;
+mod finish;
+mod head_errors;
+mod idle;
+mod io;
+mod serve;
+mod upgrade;
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -10,8 +37,9 @@ use arc_swap::ArcSwap;
 
 use super::Settings;
 use super::Upstreams;
-use super::idle::{Conn, IdleConnections, PoolFigures};
 use super::stats::Stats;
+pub use idle::PoolFigures;
+use idle::{Conn, IdleConnections};
 
 /// An HTTP balancer's engine, shared by all its client connections.
 pub struct Proxy<U: Upstreams> {

@@ -15,7 +15,7 @@ use tokio::io::AsyncWriteExt;
 
 use super::head_errors::HeadErrors;
 use super::io::{Prefixed, Upstream};
-use super::{Tunnel, Upstreams};
+use crate::http::{Tunnel, Upstreams};
 use crate::net::relay::{Counters, End, Side, relay};
 use crate::net::stream::Stream;
 
