@@ -55,7 +55,7 @@ async fn both_ways(size: u64) {
     assert_eq!((x[2].to_client, x[3].to_client), (size, size));
 }
 
-/// The 1 GiB both ways, 4 GiB moved in all: about 6 s in a debug build on this
+/// 1 GiB both ways, 4 GiB moved in all: about 6 s in a debug build on this
 /// machine's 2 cores, so it runs with the rest of the suite.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gibibyte_goes_both_ways_whole_in_bounded_memory() {

@@ -1322,7 +1322,7 @@ async fn a_certificate_made_by_openssl_req_x509_is_pinned_by_naming_it_and_anoth
     }
     let files = Files::new();
     let own = openssl_req_x509(&files, "appserver", "own");
-    // What the issue met: CA:TRUE, no subjectAltName.
+    // What such AppServer certificates are: CA:TRUE, no subjectAltName.
     let mut text = Command::new("openssl");
     text.args(["x509", "-noout", "-text", "-in"])
         .arg(files.0.path().join("own.crt"));

@@ -53,25 +53,25 @@ pub use stats::Stats;
 pub trait Upstreams: Send + Sync + 'static {
     /// A server as the balancer knows it, displayed as its `host:port` (the `Host` of a
     /// request that named none). The pool keeps connections by it, so two values
-    /// are equal exactly when they are the same server (at wiring: a newtype over
+    /// are equal exactly when they are the same server (the HTTP balancer's is a newtype over
     /// `Arc<balancer::Server>` compared by identity, so a reload that re-creates a server
     /// does not mix its connections with the old one's).
     type Server: Clone + Eq + Hash + fmt::Display + Send + Sync + Unpin + 'static;
 
     /// What the balancer counts while a request is in hand, and while an upgraded connection
-    /// lives: the engine holds it that long and drops it after (at wiring: `balancer::Lease`,
-    /// which counts a connection against its server; with session affinity, also what keeps a
-    /// session alive while its WebSocket is open).
+    /// lives: the engine holds it that long and drops it after (the HTTP balancer's holds a
+    /// `balancer::Lease`, which counts a connection against its server, and with session
+    /// affinity what keeps a session alive while its WebSocket is open).
     type Lease: Send + Unpin + 'static;
 
-    /// A connection to a server: plain TCP, or TLS when the balancer encrypts upstream (at
-    /// wiring: the dialer's stream, either). The pool keeps it as it is, so a kept-alive
+    /// A connection to a server: plain TCP, or TLS when the balancer encrypts upstream (the
+    /// dialer's stream, either). The pool keeps it as it is, so a kept-alive
     /// connection is reused over TLS as over TCP; an upgraded connection hands it back whole
     /// to the relay (splice when it is plain TCP).
     type Stream: Stream;
 
-    /// Why a connect failed, as the balancer's dialer says (at wiring: the dialer's typed
-    /// error, which knows whom it blames).
+    /// Why a connect failed, as the balancer's dialer says (its typed error, which knows whom
+    /// it blames).
     type ConnectError: ConnectFailure;
 
     /// The server for this request, none of `tried` (servers that already failed it); `None`

@@ -1,5 +1,5 @@
-//! Property tests of the core (4,096 cases each: about 10 s in all in a debug build, of the
-//! issue's 60 s): whatever the bytes and however they arrive, no panic and no endless loop;
+//! Property tests of the core (4,096 cases each: about 10 s in all in a debug build, within
+//! the 60 s such tests may take in CI): whatever the bytes and however they arrive, no panic and no endless loop;
 //! one framed request is one request, never two, wherever the reads cut it, whatever its
 //! body holds; a chunked body decodes the same over any split and ends where it says; a
 //! rewritten head parses back to the same request without its hop-by-hop lines.
