@@ -538,8 +538,8 @@ impl Bench {
     /// `appbroker --check` on each family's template (filled as for a run) of the metrics
     /// asked for. A template it rejects, or accepts without using a key the template sets
     /// (its effective configuration does not print it), leaves appbroker's column of that
-    /// family empty with a note, instead of a failure in every round: the TLS and HTTP keys
-    /// reach appbroker's configuration only as issues 12 and 13 are wired.
+    /// family empty with a note, instead of a failure in every round (a build from before
+    /// those keys existed, say).
     fn check_appbroker_templates(&mut self) {
         let families: Vec<Family> = Family::ALL
             .into_iter()
