@@ -82,8 +82,8 @@ impl RunningBalancer {
         workers: &Workers,
         stopping: &CancellationToken,
     ) -> RunningBalancer {
-        let pool = balancer.generation();
-        let c = &pool.config;
+        let generation = balancer.generation();
+        let c = &generation.config;
         let listen = bound_address(&listeners, c.listen);
         info!(
             "{} listening on {} for {}, policy {}, monitor {} every {}, quarantine {}",
@@ -99,7 +99,7 @@ impl RunningBalancer {
             balancer: c.kind,
             address: listen,
         });
-        if let Some(server) = &pool.tls.server {
+        if let Some(server) = &generation.tls.server {
             let certificate = &server.certificate;
             info!(
                 "{} speaks TLS{} with the certificate of {} (issued by {}, valid until {})",
@@ -114,7 +114,7 @@ impl RunningBalancer {
                 crate::tls::doctor::utc(certificate.not_after)
             );
         }
-        if let Some(warning) = pool.tls.upstream.as_ref().and_then(|r| r.warning()) {
+        if let Some(warning) = generation.tls.upstream.as_ref().and_then(|r| r.warning()) {
             warn!("{}: {warning}", c.kind);
         }
         let stop_background = stopping.child_token();
@@ -278,14 +278,14 @@ async fn check_certificate_daily(balancer: Arc<Balancer>, stop: CancellationToke
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(DAY) => {}
         }
-        let pool = balancer.generation();
-        let Some(server) = &pool.tls.server else {
+        let generation = balancer.generation();
+        let Some(server) = &generation.tls.server else {
             continue;
         };
         let roots = crate::tls::upstream::system_roots();
         for finding in server.diagnose(SystemTime::now(), &roots.store) {
             if finding.severity() >= Severity::Warning {
-                warn!("{}: {finding}", pool.config.kind);
+                warn!("{}: {finding}", generation.config.kind);
             }
         }
     }

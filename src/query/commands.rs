@@ -148,8 +148,8 @@ impl Query<'_> {
             // A link to a balancer this client may not query would give its address away.
             .filter(|b| refusal(&b.generation(), self.peer).is_none())
             .map(|b| {
-                let pool = b.generation();
-                (pool.config.kind, pool.config.listen)
+                let generation = b.generation();
+                (generation.config.kind, generation.config.listen)
             })
             .collect();
         let mut snapshot = Snapshot::take(
@@ -220,12 +220,12 @@ fn server_status(q: &Query<'_>) -> Response<Bytes> {
 /// server is available to it), and the answer's text saying why, in the pages' language.
 fn readiness(ctx: &Shared, balancer: &Balancer) -> (bool, String) {
     let l = labels::of(ctx.config.load().general.language);
-    let pool = balancer.generation();
+    let generation = balancer.generation();
     if ctx.shutdown.is_draining() {
         return (false, format!("NOT READY: {}\n", l.ready_shutting_down));
     }
-    let max = pool.config.max_connections;
-    if balancer.at_limit(&pool) {
+    let max = generation.config.max_connections;
+    if balancer.at_limit(&generation) {
         return (
             false,
             format!("NOT READY: MAX_CONNECTIONS ({max}) {}\n", l.ready_full),

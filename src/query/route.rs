@@ -33,12 +33,12 @@ pub fn intercept(
     head: &Parts,
     http: impl FnOnce() -> HttpFigures,
 ) -> Option<Response<Bytes>> {
-    let pool = balancer.generation();
-    if !pool.config.query.enabled {
+    let generation = balancer.generation();
+    if !generation.config.query.enabled {
         return None;
     }
     strip_prefix_ignore_case(head.uri.path(), PREFIX)?;
-    if let Some(refusal) = refusal(&pool, peer) {
+    if let Some(refusal) = refusal(&generation, peer) {
         debug!(client = %peer, "query refused: {}", refusal.trim_end());
         return Some(text(StatusCode::FORBIDDEN, refusal));
     }
