@@ -150,7 +150,7 @@ impl ControlLoop {
         self.serving = stay;
         for mut running in gone {
             let kind = running.balancer.kind();
-            running.stop_accepting().await;
+            running.stop_accepting(true).await;
             running.stop_background.cancel();
             let timeout = config.general.shutdown_timeout;
             info!(

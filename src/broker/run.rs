@@ -100,7 +100,7 @@ impl ControlLoop {
         }
         self.serving.append(&mut self.retired);
         for running in &mut self.serving {
-            running.stop_accepting().await;
+            running.stop_accepting(false).await;
         }
         let open = self.open();
         if open > 0 {

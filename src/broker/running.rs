@@ -20,7 +20,7 @@ use crate::broker::monitor;
 use crate::config::{BalancerConfig, plural, show_duration};
 use crate::http_balancer::sessions::SessionSecrets;
 use crate::http_balancer::{self, HttpProxy};
-use crate::net::listener;
+use crate::net::listener::{self, StopAccepting};
 use crate::net::workers::Workers;
 use crate::tcp::client::ListenerShared;
 use crate::tls::Severity;
@@ -47,15 +47,19 @@ pub(super) struct RunningBalancer {
 /// A balancer's accept loops, one per listening socket (one per worker where the kernel
 /// spreads connections), and the token that stops them.
 struct Accepting {
-    stop: CancellationToken,
+    stop: StopAccepting,
     loops: Vec<JoinHandle<()>>,
 }
 
 impl Accepting {
     /// Stops every loop and waits until each has served what its listener had queued and
-    /// closed it.
-    async fn stop(self) {
-        self.stop.cancel();
+    /// closed it; with `port_closes`, the port is closing for good (see [`StopAccepting`]).
+    async fn stop(self, port_closes: bool) {
+        if port_closes {
+            self.stop.close_port();
+        } else {
+            self.stop.stop();
+        }
         for accept_loop in self.loops {
             let _ = accept_loop.await;
         }
@@ -156,7 +160,7 @@ impl RunningBalancer {
         workers: &Workers,
     ) -> Accepting {
         // Stopped by the running balancer, or with everything when the broker's handle is dropped.
-        let stop = self.stop_background.child_token();
+        let stop = StopAccepting::new(self.stop_background.child_token());
         let span = self.balancer.span();
         let handles = workers.handles();
         let loops = listeners
@@ -170,14 +174,14 @@ impl RunningBalancer {
                     self.http.clone(),
                 );
                 let ending = Ending {
-                    closing: stop.clone(),
+                    closing: stop.token().clone(),
                     cut: self.cut.clone(),
                 };
+                let stop_accepting = stop.clone();
                 let accept = async move {
                     // Registered with the worker's own reactor, so it must be made there.
                     match TcpListener::from_std(listener) {
                         Ok(listener) => {
-                            let stop_accepting = ending.closing.clone();
                             let shared = Arc::new(ListenerShared {
                                 ctx,
                                 balancer,
@@ -201,10 +205,11 @@ impl RunningBalancer {
         Accepting { stop, loops }
     }
 
-    /// Stops the accept loops and waits until the listeners are closed.
-    pub(super) async fn stop_accepting(&mut self) {
+    /// Stops the accept loops and waits until the listeners are closed; with `port_closes`,
+    /// the balancer's port closes for good (a reload removed the balancer).
+    pub(super) async fn stop_accepting(&mut self, port_closes: bool) {
         if let Some(accepting) = self.accepting.take() {
-            accepting.stop().await;
+            accepting.stop(port_closes).await;
         }
         self.tasks.close();
     }
@@ -223,7 +228,7 @@ impl RunningBalancer {
                 let new = bound_address(&listeners, config.listen);
                 let accepting = self.accept_on(listeners, ctx, workers);
                 if let Some(old) = self.accepting.replace(accepting) {
-                    old.stop().await;
+                    old.stop(true).await;
                 }
                 let moved = format!(
                     "{} now listens on {} (was {})",

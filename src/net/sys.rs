@@ -85,6 +85,48 @@ pub fn set_reuse_port(socket: &socket2::Socket) -> io::Result<()> {
     Ok(())
 }
 
+/// Makes a listener that is about to close for good let no new handshake begin, while those
+/// already under way finish into its queue: the caller then serves the queue and closes it,
+/// and no client is reset for having connected in the instant between the last accept and
+/// the close. Linux: a socket filter that drops a SYN without ACK (the client retries, and
+/// finds the port closed: a clean refusal). Elsewhere nothing is done.
+///
+/// Only for a listener no other process holds (a filter belongs to the socket, not to this
+/// descriptor); [`forget_closing_filter`] takes it off one that is handed back later.
+pub fn refuse_new_handshakes(listener: &tokio::net::TcpListener) -> io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        use socket2::SockFilter;
+        // Classic BPF, run on the TCP header: load the flags byte; ACK set: keep; else drop.
+        const LOAD_FLAGS: u16 = 0x30; // BPF_LD | BPF_B | BPF_ABS
+        const JUMP_IF_SET: u16 = 0x45; // BPF_JMP | BPF_JSET | BPF_K
+        const RETURN: u16 = 0x06; // BPF_RET | BPF_K
+        const TCP_FLAGS_OFFSET: u32 = 13;
+        const ACK: u32 = 0x10;
+        let program = [
+            SockFilter::new(LOAD_FLAGS, 0, 0, TCP_FLAGS_OFFSET),
+            SockFilter::new(JUMP_IF_SET, 0, 1, ACK),
+            SockFilter::new(RETURN, 0, 0, u32::MAX),
+            SockFilter::new(RETURN, 0, 0, 0),
+        ];
+        socket2::SockRef::from(listener).attach_filter(&program)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = listener;
+        Ok(())
+    }
+}
+
+/// Takes off a listener any filter [`refuse_new_handshakes`] left on it: a listener handed to
+/// this process (by systemd, say) may have been closed for good by an earlier one.
+pub fn forget_closing_filter(socket: &socket2::Socket) {
+    #[cfg(target_os = "linux")]
+    let _ = socket.detach_filter();
+    #[cfg(not(target_os = "linux"))]
+    let _ = socket;
+}
+
 /// Whether a read of standard input now would stop this whole process: standard input is
 /// this process's controlling terminal and this process is not in its foreground process
 /// group (a shell's `appbroker demo &`, or a job put in the background with Ctrl-Z and `bg`).
