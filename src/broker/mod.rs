@@ -143,8 +143,8 @@ pub struct Broker {
 #[derive(Debug, Clone)]
 pub struct Control {
     commands: mpsc::Sender<Command>,
-    shutdown: Shutdown,
-    /// What the administration reads and acts on: the balancers and the configuration.
+    /// What the administration reads and acts on: the balancers, the configuration and the
+    /// shutdown state.
     shared: Arc<Shared>,
 }
 
@@ -172,12 +172,12 @@ impl Control {
 
     /// Asks for a graceful shutdown (the drain of SIGTERM).
     pub fn shutdown(&self) {
-        self.shutdown.request();
+        self.shared.shutdown.request();
     }
 
     /// The shutdown state the broker drains on, for a signal handler.
     pub fn shutdown_state(&self) -> Shutdown {
-        self.shutdown.clone()
+        self.shared.shutdown.clone()
     }
 
     /// Asks for the configuration file to be read again and applied (SIGHUP); the result is
@@ -390,7 +390,6 @@ impl Bound {
     /// Starts serving: every balancer's accept loops (on the workers), monitor and sampler,
     /// and the control loop (on the current runtime).
     pub fn start(self) -> Broker {
-        let shutdown = Shutdown::new();
         let own = self
             .own_secret
             .unwrap_or_else(|| OwnSecret::for_this_run("no secret file was given"));
@@ -402,7 +401,7 @@ impl Bound {
                 self.bound.iter().map(|(b, _)| Arc::clone(b)).collect(),
             ),
             started_wall_ms: wall_ms(),
-            shutdown: shutdown.clone(),
+            shutdown: Shutdown::new(),
         });
         let stopping = CancellationToken::new();
         let serving: Vec<RunningBalancer> = self
@@ -437,7 +436,6 @@ impl Bound {
             events: self.events,
             control: Control {
                 commands,
-                shutdown,
                 shared: Arc::clone(&shared),
             },
             shared,
