@@ -81,7 +81,7 @@ impl RunningBalancer {
     pub(super) fn start(
         balancer: Arc<Balancer>,
         listeners: Vec<StdListener>,
-        ctx: &Arc<Shared>,
+        shared: &Arc<Shared>,
         session_secrets: &Arc<SessionSecrets>,
         workers: &Workers,
         stopping: &CancellationToken,
@@ -137,7 +137,7 @@ impl RunningBalancer {
         let http = c
             .kind
             .is_http()
-            .then(|| http_balancer::proxy(&balancer, ctx, session_secrets));
+            .then(|| http_balancer::proxy(&balancer, shared, session_secrets));
         let mut running = RunningBalancer {
             configured: c.listen,
             listen,
@@ -148,7 +148,7 @@ impl RunningBalancer {
             stop_background,
             accepting: None,
         };
-        running.accepting = Some(running.accept_on(listeners, ctx, workers));
+        running.accepting = Some(running.accept_on(listeners, shared, workers));
         running
     }
 
@@ -156,7 +156,7 @@ impl RunningBalancer {
     fn accept_on(
         &self,
         listeners: Vec<StdListener>,
-        ctx: &Arc<Shared>,
+        shared: &Arc<Shared>,
         workers: &Workers,
     ) -> Accepting {
         // Stopped by the running balancer, or with everything when the broker's handle is dropped.
@@ -167,9 +167,9 @@ impl RunningBalancer {
             .into_iter()
             .enumerate()
             .map(|(index, listener)| {
-                let (balancer, ctx, tasks, http) = (
+                let (balancer, shared, tasks, http) = (
                     Arc::clone(&self.balancer),
-                    Arc::clone(ctx),
+                    Arc::clone(shared),
                     self.tasks.clone(),
                     self.http.clone(),
                 );
@@ -182,15 +182,18 @@ impl RunningBalancer {
                     // Registered with the worker's own reactor, so it must be made there.
                     match TcpListener::from_std(listener) {
                         Ok(listener) => {
-                            let shared = Arc::new(ListenerShared {
-                                ctx,
+                            let listener_shared = Arc::new(ListenerShared {
+                                ctx: shared,
                                 balancer,
                                 ending,
                                 local: listener.local_addr().ok(),
                                 tasks,
                                 span: Span::current(),
                             });
-                            let handoff = Handoff { shared, http };
+                            let handoff = Handoff {
+                                shared: listener_shared,
+                                http,
+                            };
                             listener::accept_loop(listener, stop_accepting, handoff).await;
                         }
                         Err(e) => error!(
@@ -219,14 +222,14 @@ impl RunningBalancer {
     /// so). Returns what happened, for the reload's summary, and the error, if any.
     pub(super) async fn move_listener(
         &mut self,
-        ctx: &Arc<Shared>,
+        shared: &Arc<Shared>,
         workers: &Workers,
         config: &mut BalancerConfig,
     ) -> (String, Option<String>) {
         match listener::bind(config, workers.listeners_per_balancer()) {
             Ok(listeners) => {
                 let new = bound_address(&listeners, config.listen);
-                let accepting = self.accept_on(listeners, ctx, workers);
+                let accepting = self.accept_on(listeners, shared, workers);
                 if let Some(old) = self.accepting.replace(accepting) {
                     old.stop(true).await;
                 }
