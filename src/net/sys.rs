@@ -25,12 +25,13 @@ pub fn raise_open_file_limit() -> io::Result<u64> {
 
 /// Sets TCP keepalive (and, on Linux, TCP_USER_TIMEOUT to match) on a connected socket, so a
 /// vanished peer is noticed after `keepalive.dead_after()` rather than hours. Nothing is set
-/// when keepalive is off.
+/// when keepalive is off, and TCP_USER_TIMEOUT only when there is one: a new socket has the
+/// kernel's already.
 pub fn set_keepalive(
     stream: &tokio::net::TcpStream,
     keepalive: &crate::config::Keepalive,
 ) -> io::Result<()> {
-    keepalive_on(socket2::SockRef::from(stream), keepalive)
+    keepalive_on(socket2::SockRef::from(stream), keepalive, false)
 }
 
 /// Whether sockets accepted from a listener inherit its TCP_NODELAY, keepalive and
@@ -40,7 +41,8 @@ pub const ACCEPTED_INHERIT_OPTIONS: bool = cfg!(target_os = "linux");
 
 /// Sets on a listening socket what its accepted sockets should have where they inherit it:
 /// TCP_NODELAY, and keepalive and TCP_USER_TIMEOUT as [`set_keepalive`] does (keepalive
-/// turned off when it is off).
+/// turned off when it is off, TCP_USER_TIMEOUT set to the kernel's when there is none, so an
+/// earlier setting is not inherited).
 pub fn set_listener_options(
     listener: &tokio::net::TcpListener,
     keepalive: &crate::config::Keepalive,
@@ -50,14 +52,15 @@ pub fn set_listener_options(
     if !keepalive.enabled() {
         socket.set_keepalive(false)?;
     }
-    keepalive_on(socket, keepalive)
+    keepalive_on(socket, keepalive, true)
 }
 
 /// Keepalive when it is on, and TCP_USER_TIMEOUT (Linux) as configured; `None` sets 0, the
-/// kernel's default, so a listener's earlier value is not inherited.
+/// kernel's default, only when `reset` (a listener may carry an earlier value).
 fn keepalive_on(
     socket: socket2::SockRef<'_>,
     keepalive: &crate::config::Keepalive,
+    reset: bool,
 ) -> io::Result<()> {
     if keepalive.enabled() {
         let params = socket2::TcpKeepalive::new()
@@ -68,7 +71,11 @@ fn keepalive_on(
         socket.set_tcp_keepalive(&params)?;
     }
     #[cfg(any(target_os = "linux", target_os = "android"))]
-    socket.set_tcp_user_timeout(keepalive.user_timeout)?;
+    if keepalive.user_timeout.is_some() || reset {
+        socket.set_tcp_user_timeout(keepalive.user_timeout)?;
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let _ = reset;
     Ok(())
 }
 
