@@ -1,7 +1,7 @@
 //! The few system facilities the standard library lacks, kept in one small module so the rest
 //! stays portable (a Windows build is expected to be asked for): the open-file limit, keepalive
-//! knobs, splice(2) through pipes, and whether reading the terminal would stop the process (the
-//! demo's console).
+//! knobs, a connect started in as few calls as the system allows, splice(2) through pipes, and
+//! whether reading the terminal would stop the process (the demo's console).
 
 use std::io;
 
@@ -78,6 +78,40 @@ fn keepalive_on(
     let _ = reset;
     Ok(())
 }
+
+/// A TCP socket for `address`'s family, non-blocking from its creation (in the one system call
+/// where the kernel allows it), with its connect to `address` started: the caller waits for
+/// the socket to be reported writable, then reads the outcome as [`READINESS_TELLS_CONNECTED`]
+/// says.
+pub fn start_connect(address: std::net::SocketAddr) -> io::Result<std::net::TcpStream> {
+    use socket2::{Domain, Socket, Type};
+    let domain = Domain::for_address(address);
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    let socket = Socket::new(domain, Type::STREAM.nonblocking(), None)?;
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let socket = {
+        let socket = Socket::new(domain, Type::STREAM, None)?;
+        socket.set_nonblocking(true)?;
+        socket
+    };
+    match socket.connect(&address.into()) {
+        Ok(()) => {}
+        #[cfg(unix)]
+        Err(e) if e.raw_os_error() == Some(nix::errno::Errno::EINPROGRESS as i32) => {}
+        // Windows: WSAEWOULDBLOCK.
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+        Err(e) => return Err(e),
+    }
+    Ok(socket.into())
+}
+
+/// Whether a socket whose connect was started, once the reactor reports it writable with no
+/// error and no hang-up, is connected, without asking the kernel for the connect's error
+/// (getsockopt SO_ERROR): on Linux a failed connect is reported with EPOLLERR and EPOLLHUP
+/// beside EPOLLOUT, and a socket is reported writable only once its connect is over. HAProxy
+/// reads a connect's outcome from the poller's flags the same way. Elsewhere the error is asked
+/// for every time.
+pub const READINESS_TELLS_CONNECTED: bool = cfg!(any(target_os = "linux", target_os = "android"));
 
 /// Whether several sockets may listen on one address with the kernel spreading new
 /// connections across them (SO_REUSEPORT, Linux): then each worker thread gets its own.
