@@ -50,11 +50,11 @@ mod state;
 pub use connections::Closed;
 pub use generation::{Generation, GenerationTls};
 pub use pick::{ClientSlot, Eligible, Lease};
-pub use server::Server;
+pub use server::{Restarted, Server};
 pub use state::{BalancerState, ServerState, Standing};
 
 use std::collections::BTreeMap;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
@@ -99,6 +99,9 @@ pub struct Balancer {
     health_changed: Notify,
     /// Throttles "no remote servers available", which would otherwise repeat per client.
     no_servers_log: Throttle,
+    /// True while no server takes new clients: `no_servers_available` was told, and
+    /// `servers_available_again` is next.
+    none_available: AtomicBool,
     /// Query connections open now, held under `QUERY_MAX_CONNECTIONS` apart from the
     /// clients' `MAX_CONNECTIONS`.
     query_places: Arc<QueryPlaces>,
@@ -157,6 +160,7 @@ impl Balancer {
             clock: Clock::new(),
             health_changed: Notify::new(),
             no_servers_log: Throttle::new(1000),
+            none_available: AtomicBool::new(false),
             query_places: Arc::default(),
             refusals: throttle::Episode::default(),
             broker_faults: throttle::Episode::default(),

@@ -13,11 +13,11 @@ use tokio_util::task::TaskTracker;
 use tracing::{Instrument, Span, error, info, warn};
 
 use crate::balancer::Balancer;
-use crate::balancer::events::Event;
+use crate::balancer::events::{Alert, Event};
 use crate::balancer::shared::{Ending, Shared};
 use crate::broker::handoff::Handoff;
 use crate::broker::monitor;
-use crate::config::{BalancerConfig, plural, show_duration};
+use crate::config::{AlertEvent, BalancerConfig, plural, show_duration};
 use crate::http_balancer::sessions::SessionSecrets;
 use crate::http_balancer::{self, HttpProxy};
 use crate::net::listener;
@@ -283,9 +283,25 @@ async fn check_certificate_daily(balancer: Arc<Balancer>, stop: CancellationToke
             continue;
         };
         let roots = crate::tls::upstream::system_roots();
+        let kind = pool.config.kind;
         for finding in server.diagnose(SystemTime::now(), &roots.store) {
             if finding.severity() >= Severity::Warning {
-                warn!("{}: {finding}", pool.config.kind);
+                warn!("{kind}: {finding}");
+                balancer.events().emit(|| Event::CertificateExpiring {
+                    balancer: kind,
+                    finding: finding.to_string(),
+                });
+                balancer.events().alert(|| Alert {
+                    until_wall_ms: server
+                        .certificate
+                        .not_after
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .ok()
+                        .map(|d| d.as_millis() as u64),
+                    ..Alert::new(AlertEvent::CertificateExpiring)
+                        .on(kind)
+                        .because(finding.to_string())
+                });
             }
         }
     }

@@ -37,6 +37,7 @@ pub(super) fn server(port: u16, now: u64, samples: &[(u64, u64)], active: u64) -
             .iter()
             .map(|&(minutes_ago, v)| (now - minutes_ago * 60_000, v))
             .collect(),
+        restarted: None,
     }
 }
 
