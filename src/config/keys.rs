@@ -1223,6 +1223,10 @@ pub static KEYS: &[Key] = &[
     },
 ];
 
+/// The keys whose values are shell commands: a `;` in them separates commands, where in any
+/// other value it is a mistaken comment (refused).
+pub const SHELL_COMMANDS: &[&str] = &["ALERT_COMMAND", "RESTART_COMMAND"];
+
 /// Keys TOTVS broker files carry that appbroker accepts without using, and what it does
 /// instead.
 pub const TOTVS_UNUSED: &[(&str, &str)] = &[
