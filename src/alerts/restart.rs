@@ -313,22 +313,22 @@ impl Restarts {
         let started = wall_ms();
         let env = environment(kind, server, &why);
         let ran = command::run(&command, None, &env, settings.timeout).await;
-        let took = show_duration(Duration::from_millis(wall_ms().saturating_sub(started)));
+        let took = if ran.timed_out {
+            String::new()
+        } else {
+            let ms = wall_ms().saturating_sub(started);
+            format!(" in {}", show_duration(Duration::from_millis(ms)))
+        };
         let lines = if ran.output.is_empty() {
             String::new()
         } else {
             format!("; its last lines: {}", ran.output)
         };
+        let (address, id, outcome) = (&server.address, server.id, &ran.outcome);
         if ran.succeeded() {
-            info!(
-                "{kind}: restart of server {} ({}): {} after {took}{lines}",
-                server.address, server.id, ran.outcome
-            );
+            info!("{kind}: restart of server {address} ({id}): {outcome}{took}{lines}");
         } else {
-            warn!(
-                "{kind}: restart of server {} ({}) failed: {} after {took}{lines}",
-                server.address, server.id, ran.outcome
-            );
+            warn!("{kind}: restart of server {address} ({id}) failed: {outcome}{took}{lines}");
         }
         let record = Restarted {
             at_wall_ms: started,

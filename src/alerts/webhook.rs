@@ -14,7 +14,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
 use crate::config::{Host, Webhook};
-use crate::tls::{SslMethod, UpstreamSettings, UpstreamTls};
+use crate::tls::{Cause, SslMethod, UpstreamSettings, UpstreamTls};
 
 /// The waits before each retry: a receiver that blinks (a restart, a proxy's hiccup) gets
 /// seven seconds to come back before the alert is given up.
@@ -127,7 +127,18 @@ impl Receiver {
                 let stream = tls
                     .connect(&host, stream, self.timeout)
                     .await
-                    .map_err(|e| Failure::Again(format!("TLS: {e}")))?;
+                    .map_err(|e| match e.cause {
+                        // The receiver's certificate will not change by the next try.
+                        Cause::Expired
+                        | Cause::NotYetValid
+                        | Cause::UnknownIssuer
+                        | Cause::NameMismatch
+                        | Cause::WrongPurpose
+                        | Cause::BadCertificate
+                        | Cause::Incompatible
+                        | Cause::NotTls => Failure::Refused(format!("TLS: {e}")),
+                        _ => Failure::Again(format!("TLS: {e}")),
+                    })?;
                 self.send(stream, body).await
             }
         }

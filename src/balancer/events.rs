@@ -462,13 +462,19 @@ impl AlertQueue {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Queues `alert`, dropping the oldest when full; never waits.
+    /// Queues `alert`, dropping the oldest when full (a dropped `alerts_dropped` adds its
+    /// count to the next); never waits.
     pub fn push(&self, alert: Alert) {
         {
             let mut waiting = self.lock();
-            if waiting.alerts.len() >= self.capacity {
-                waiting.alerts.pop_front();
-                waiting.dropped += 1;
+            if waiting.alerts.len() >= self.capacity
+                && let Some(oldest) = waiting.alerts.pop_front()
+            {
+                // A notice of alerts dropped before, dropped in turn, passes its count on.
+                waiting.dropped += match (oldest.event, oldest.dropped) {
+                    (AlertEvent::AlertsDropped, Some(n)) => n,
+                    _ => 1,
+                };
             }
             waiting.alerts.push_back(alert);
         }

@@ -516,7 +516,7 @@ impl Supervisor {
             .filter(|(killed, _)| *killed == pid);
         let reason = match &watchdog {
             Some((_, silence)) => format!(
-                "the broker (pid {pid}) {silence} and was killed by the watchdog                  (WATCHDOG_TIMEOUT)"
+                "the broker (pid {pid}) {silence} and was killed by the watchdog (WATCHDOG_TIMEOUT)"
             ),
             None if self.current.served => format!("the broker (pid {pid}) {}", describe(status)),
             None => return None,
