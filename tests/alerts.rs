@@ -389,6 +389,26 @@ async fn past_a_thousand_alerts_waiting_the_oldest_are_dropped_and_counted() {
         "the newest are kept"
     );
     assert!(posted.iter().any(|p| p.body["event"] == "alerts_dropped"));
+    let metrics = http_get(broker.addr(), "/TOTVS_BROKER_QUERY/METRICS", &[])
+        .await
+        .text();
+    let counted = |event: &str, outcome: &str| -> u64 {
+        let prefix = format!(
+            "appbroker_alerts_total{{balancer=\"BALANCE_SMART_CLIENT_DESKTOP\",event=\"{event}\",outcome=\"{outcome}\"}} "
+        );
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix)?.parse().ok())
+            .unwrap_or(0)
+    };
+    let events = [
+        "server_disabled",
+        "no_servers_available",
+        "server_enabled",
+        "servers_available_again",
+    ];
+    let dropped_counted: u64 = events.iter().map(|e| counted(e, "dropped")).sum();
+    assert_eq!(dropped_counted, dropped, "{metrics}");
 }
 
 #[tokio::test]

@@ -16,7 +16,9 @@ use tracing::{info, warn};
 use super::command;
 use super::message;
 use super::webhook::Receiver;
-use crate::balancer::events::{Alert, AlertQueue, Event, Events, Popped};
+use crate::balancer::events::{
+    ALERT_QUEUE, Alert, AlertOutcome, AlertQueue, Event, Events, Popped,
+};
 use crate::config::{AlertEvent, AlertFormat, AlertSettings, Config, Language, Webhook};
 use crate::tls::files::Passphrase;
 
@@ -122,6 +124,15 @@ pub struct Delivery {
     pub stop: tokio_util::sync::CancellationToken,
 }
 
+impl Delivery {
+    /// Counts what became of `alert` at a receiver, for METRICS.
+    fn count(&self, alert: &Alert, outcome: AlertOutcome) {
+        if let Some(events) = &self.events {
+            events.figures().alert(alert, outcome);
+        }
+    }
+}
+
 /// One receiver: its queue and the task delivering from it.
 struct Sink {
     destination: Destination,
@@ -173,7 +184,12 @@ impl Sinks {
     }
 
     fn start(&self, destination: Destination) -> Sink {
-        let queue = Arc::new(AlertQueue::default());
+        let figures = self
+            .delivery
+            .events
+            .as_ref()
+            .map(|e| Arc::clone(e.figures()));
+        let queue = Arc::new(AlertQueue::new(ALERT_QUEUE, figures));
         let task = tokio::spawn(deliver_from(
             destination.clone(),
             Arc::clone(&queue),
@@ -267,10 +283,17 @@ async fn deliver_from(destination: Destination, queue: Arc<AlertQueue>, delivery
                 Some(receiver),
             ) => {
                 let body = body(&alert, &delivery.broker, *format, *language);
-                match receiver.deliver(&body).await {
-                    Ok(_) => failing.delivered(&name),
-                    Err(failure) => failing.failed(&name, alert.event, failure.words()),
-                }
+                let outcome = match receiver.deliver(&body).await {
+                    Ok(_) => {
+                        failing.delivered(&name);
+                        AlertOutcome::Delivered
+                    }
+                    Err(failure) => {
+                        failing.failed(&name, alert.event, failure.words());
+                        AlertOutcome::Failed
+                    }
+                };
+                delivery.count(&alert, outcome);
                 queue.done();
             }
             (Destination::Command { command, timeout }, _) => {
@@ -280,9 +303,12 @@ async fn deliver_from(destination: Destination, queue: Arc<AlertQueue>, delivery
                 let (command, timeout) = (crate::config::command_text(command), *timeout);
                 let (queue, failing, name) =
                     (Arc::clone(&queue), Arc::clone(&failing), name.clone());
-                let broker = Arc::clone(&delivery.broker);
+                let delivery = delivery.clone();
                 tokio::spawn(async move {
-                    run_command(&command, &alert, &broker, timeout, &failing, &name).await;
+                    let broker = &delivery.broker;
+                    let outcome =
+                        run_command(&command, &alert, broker, timeout, &failing, &name).await;
+                    delivery.count(&alert, outcome);
                     queue.done();
                     drop(permit);
                 });
@@ -335,12 +361,13 @@ async fn run_command(
     timeout: Duration,
     failing: &Failing,
     name: &str,
-) {
+) -> AlertOutcome {
     let stdin = serde_json::to_vec(&message::json(alert, broker)).unwrap_or_default();
     let env = message::environment(alert, broker);
     let ran = command::run(command, Some(stdin), &env, timeout).await;
     if ran.succeeded() {
         failing.delivered(name);
+        AlertOutcome::Delivered
     } else {
         let last = ran.output.rsplit(" | ").next().unwrap_or_default();
         let words = if last.is_empty() {
@@ -349,6 +376,7 @@ async fn run_command(
             format!("{}; its last line: {last}", ran.outcome)
         };
         failing.failed(name, alert.event, &words);
+        AlertOutcome::Failed
     }
 }
 

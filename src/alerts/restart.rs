@@ -21,7 +21,7 @@ use tracing::{info, warn};
 
 use super::address;
 use super::command;
-use crate::balancer::events::Alert;
+use crate::balancer::events::{Alert, RestartOutcome};
 use crate::balancer::shared::Shared;
 use crate::balancer::{Balancer, Restarted, Server};
 use crate::config::{AlertEvent, BalancerKind, RestartSettings, command_text, show_duration};
@@ -217,7 +217,14 @@ impl Restarts {
                 false
             }
         };
+        let skipped = || {
+            balancer
+                .events()
+                .figures()
+                .restart(kind, RestartOutcome::Skipped)
+        };
         if told(&mut self.book(), "all down", all_down) {
+            skipped();
             warn!(
                 "{kind}: no restart while every server is in quarantine: a network fault, not \
                  an AppServer's, is likely"
@@ -230,6 +237,7 @@ impl Restarts {
         if told(&mut self.book(), "address", absent.is_some())
             && let Some(why) = &absent
         {
+            skipped();
             info!("{kind}: no restart: {why}");
         }
         if absent.is_some() {
@@ -278,13 +286,21 @@ impl Restarts {
         by: &str,
     ) -> Result<Restarted, String> {
         let settings = balancer.generation().config.restarts.clone();
+        let skipped = |why: String| {
+            let kind = balancer.kind();
+            balancer
+                .events()
+                .figures()
+                .restart(kind, RestartOutcome::Skipped);
+            why
+        };
         if settings.command.is_some()
             && let Some(why) = address_absent(&settings)
         {
-            return Err(why);
+            return Err(skipped(why));
         }
         self.claim(balancer, server, force)
-            .map_err(|refusal| refusal.words(&settings))?;
+            .map_err(|refusal| skipped(refusal.words(&settings)))?;
         let forced = if force { " (--force)" } else { "" };
         Ok(self
             .run_one(balancer, server, format!("asked by {by}{forced}"))
@@ -338,6 +354,14 @@ impl Restarts {
             why,
         };
         self.record(server, &record);
+        let outcome = if ran.succeeded() {
+            RestartOutcome::Ok
+        } else if ran.timed_out {
+            RestartOutcome::Timeout
+        } else {
+            RestartOutcome::Failed
+        };
+        balancer.events().figures().restart(kind, outcome);
         balancer.events().alert(|| Alert {
             exit: ran.exit,
             output: (!ran.output.is_empty()).then(|| ran.output.clone()),

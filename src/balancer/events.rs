@@ -241,7 +241,7 @@ const CAPACITY: usize = 16 * 1024;
 #[derive(Debug, Clone, Default)]
 pub struct Events(Arc<Hub>);
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Hub {
     /// Made at the first subscription.
     sender: OnceLock<broadcast::Sender<Event>>,
@@ -251,6 +251,21 @@ struct Hub {
     alerts: AlertQueue,
     /// True while a reader takes alerts ([`Events::alert_feed`]): else none is built.
     alerting: AtomicBool,
+    /// The alerts and restarts counted, for METRICS.
+    figures: Arc<AlertFigures>,
+}
+
+impl Default for Hub {
+    fn default() -> Self {
+        let figures = Arc::new(AlertFigures::default());
+        Hub {
+            sender: OnceLock::new(),
+            subscribers: AtomicUsize::new(0),
+            alerts: AlertQueue::new(ALERT_QUEUE, Some(Arc::clone(&figures))),
+            alerting: AtomicBool::new(false),
+            figures,
+        }
+    }
 }
 
 impl Events {
@@ -279,6 +294,11 @@ impl Events {
         if self.0.alerting.load(Relaxed) {
             self.0.alerts.push(make());
         }
+    }
+
+    /// The alerts and restarts counted since start, for METRICS.
+    pub fn figures(&self) -> &Arc<AlertFigures> {
+        &self.0.figures
     }
 
     /// The alerts from now on, for their one reader (a second feed shares the queue).
@@ -416,6 +436,108 @@ impl Alert {
     }
 }
 
+/// What became of an alert at one receiver (or before any).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum AlertOutcome {
+    /// The receiver took it.
+    Delivered,
+    /// The receiver failed to take it (after the webhook's retries).
+    Failed,
+    /// Dropped from a full queue.
+    Dropped,
+}
+
+/// What became of a restart that was due or asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum RestartOutcome {
+    /// The command exited 0.
+    Ok,
+    /// It exited otherwise, or could not run.
+    Failed,
+    /// It was killed at `RESTART_TIMEOUT`.
+    Timeout,
+    /// It was held back (every server down, the address elsewhere, a refused `ctl restart`).
+    Skipped,
+}
+
+impl AlertOutcome {
+    /// METRICS' label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AlertOutcome::Delivered => "delivered",
+            AlertOutcome::Failed => "failed",
+            AlertOutcome::Dropped => "dropped",
+        }
+    }
+}
+
+impl RestartOutcome {
+    /// METRICS' label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RestartOutcome::Ok => "ok",
+            RestartOutcome::Failed => "failed",
+            RestartOutcome::Timeout => "timeout",
+            RestartOutcome::Skipped => "skipped",
+        }
+    }
+}
+
+/// Alerts by balancer, event and outcome, and restarts by balancer and outcome, since start:
+/// `appbroker_alerts_total` and `appbroker_restarts_total`. A few dozen entries at most.
+#[derive(Debug, Default)]
+pub struct AlertFigures {
+    alerts: Mutex<std::collections::BTreeMap<(String, AlertEvent, AlertOutcome), u64>>,
+    restarts: Mutex<std::collections::BTreeMap<(String, RestartOutcome), u64>>,
+}
+
+/// The section's name, or empty for the broker as a whole: METRICS' `balancer` label.
+fn section(balancer: Option<BalancerKind>) -> String {
+    balancer.map_or_else(String::new, |b| b.section().to_string())
+}
+
+impl AlertFigures {
+    /// Counts `alert` (a notice of drops, as the count it carries) with `outcome`.
+    pub fn alert(&self, alert: &Alert, outcome: AlertOutcome) {
+        let mut alerts = self.alerts.lock().unwrap_or_else(|p| p.into_inner());
+        *alerts
+            .entry((section(alert.balancer), alert.event, outcome))
+            .or_default() += 1;
+    }
+
+    /// Counts a restart of a server of `balancer` with `outcome`.
+    pub fn restart(&self, balancer: BalancerKind, outcome: RestartOutcome) {
+        let mut restarts = self.restarts.lock().unwrap_or_else(|p| p.into_inner());
+        *restarts
+            .entry((section(Some(balancer)), outcome))
+            .or_default() += 1;
+    }
+
+    /// The alerts counted of `balancer` and of the broker as a whole: (balancer label,
+    /// event, outcome, count).
+    pub fn alerts_of(
+        &self,
+        balancer: BalancerKind,
+    ) -> Vec<(String, &'static str, &'static str, u64)> {
+        let alerts = self.alerts.lock().unwrap_or_else(|p| p.into_inner());
+        alerts
+            .iter()
+            .filter(|((b, _, _), _)| b.is_empty() || b == balancer.section())
+            .map(|((b, e, o), n)| (b.clone(), e.as_str(), o.as_str(), *n))
+            .collect()
+    }
+
+    /// The restarts counted of `balancer`: (outcome, count).
+    pub fn restarts_of(&self, balancer: BalancerKind) -> Vec<(&'static str, u64)> {
+        let restarts = self.restarts.lock().unwrap_or_else(|p| p.into_inner());
+        restarts
+            .iter()
+            .filter(|((b, _), _)| b == balancer.section())
+            .map(|((_, o), n)| (o.as_str(), *n))
+            .collect()
+    }
+}
+
 /// What the alert queue gives.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Popped {
@@ -432,6 +554,8 @@ pub struct AlertQueue {
     inner: Mutex<Waiting>,
     ready: Notify,
     capacity: usize,
+    /// Where the alerts it drops are counted.
+    figures: Option<Arc<AlertFigures>>,
 }
 
 #[derive(Debug, Default)]
@@ -444,17 +568,18 @@ struct Waiting {
 
 impl Default for AlertQueue {
     fn default() -> Self {
-        AlertQueue::new(ALERT_QUEUE)
+        AlertQueue::new(ALERT_QUEUE, None)
     }
 }
 
 impl AlertQueue {
-    /// A queue of at most `capacity` alerts.
-    pub fn new(capacity: usize) -> AlertQueue {
+    /// A queue of at most `capacity` alerts, counting those it drops in `figures`.
+    pub fn new(capacity: usize, figures: Option<Arc<AlertFigures>>) -> AlertQueue {
         AlertQueue {
             inner: Mutex::default(),
             ready: Notify::new(),
             capacity: capacity.max(1),
+            figures,
         }
     }
 
@@ -475,6 +600,9 @@ impl AlertQueue {
                     (AlertEvent::AlertsDropped, Some(n)) => n,
                     _ => 1,
                 };
+                if let Some(figures) = &self.figures {
+                    figures.alert(&oldest, AlertOutcome::Dropped);
+                }
             }
             waiting.alerts.push_back(alert);
         }

@@ -71,6 +71,8 @@ pub(super) fn snapshot(now: u64, servers: Vec<ServerState>) -> Snapshot {
         draining: false,
         others: Vec::new(),
         http: None,
+        alerts: Vec::new(),
+        restarts: Vec::new(),
     }
 }
 
