@@ -19,9 +19,9 @@
 //! - `connections`: a connection's events, one method each (accepts, handshakes, refusals,
 //!   the dial and its outcome, unserved clients, the close).
 //! - `quarantine`: health events: quarantines started and released, the expiry sweep, the
-//!   monitor's checks counted.
+//!   monitor's checks counted, and when no server is available or one is again.
 //! - `operator`: an operator's actions on a server (hold, enable, weight, quarantine and
-//!   release, cut, the overrides restored from the state file).
+//!   release, cut, the overrides restored from the state file), and the record of a restart.
 //! - `state`: the read model: a server and a balancer read at one instant, what the query
 //!   interface and `appbroker ctl` see.
 //!
@@ -31,7 +31,8 @@
 //! - [`rules`]: the balancer's own rules, pure logic it applies and logs: quarantine,
 //!   overrides, the policies, query places.
 //! - [`events`]: what happens in a broker, as events to subscribe to (a balancer publishes
-//!   most of them, so they sit here, below every publisher).
+//!   most of them, so they sit here, below every publisher), and the alerts' own bounded
+//!   queue and counts.
 //! - [`shared`]: the broker's state every connection's task shares: every balancer, the
 //!   running configuration and the shutdown state, and how a balancer tells its connections
 //!   to end.

@@ -2,7 +2,8 @@
 //! run of timed-out requests) or released (its checks passed, a client's connect, its time
 //! up), the expiry sweep, and the monitor's checks counted. The pure transitions are
 //! [`health`](super::rules::health)'s; this applies them to a server, writes the operator's
-//! lines (the TOTVS quarantine line byte for byte) and publishes the events.
+//! lines (the TOTVS quarantine line byte for byte), publishes the events and queues the
+//! alerts, and tells when no server is available any more or one is again.
 
 use std::time::Duration;
 
