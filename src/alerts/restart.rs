@@ -272,6 +272,10 @@ impl Restarts {
         }
         book.per_balancer.insert(kind, running + 1);
         book.running.insert(key.clone());
+        // Servers a reload removed leave their last restart behind: past the longest
+        // cooldown, none matters.
+        book.last
+            .retain(|_, at| at.elapsed() < crate::config::keys::DAY);
         book.last.insert(key, Instant::now());
         Ok(())
     }
