@@ -207,3 +207,27 @@ impl Receiver {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_receiver_that_refuses_is_tried_four_times_over_seven_seconds() {
+        // A port that refuses: bound, then closed.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a port");
+        let hook = Webhook::parse(&format!("http://127.0.0.1:{port}/x")).expect("a URL");
+        let receiver = Receiver::new(hook, None, Duration::from_secs(10));
+        let started = tokio::time::Instant::now();
+        let failure = receiver.deliver(b"{}").await.expect_err("refused");
+        assert!(failure.words().starts_with("cannot connect"), "{failure:?}");
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_secs(7),
+            "1 + 2 + 4 s of back-off"
+        );
+    }
+}
