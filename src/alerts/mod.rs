@@ -66,9 +66,9 @@ pub fn host_name() -> String {
 }
 
 impl Alerting {
-    /// Starts reading `events`' alerts for the broker `ctx` describes, and its restarts, until
+    /// Starts reading `events`' alerts for the broker `shared` describes, and its restarts, until
     /// `stop` is cancelled.
-    pub fn start(ctx: Arc<Shared>, events: &Events, stop: CancellationToken) -> Alerting {
+    pub fn start(shared: Arc<Shared>, events: &Events, stop: CancellationToken) -> Alerting {
         let delivery = Delivery {
             broker: host_name().into(),
             events: Some(events.clone()),
@@ -76,12 +76,12 @@ impl Alerting {
             stop: stop.clone(),
         };
         let alerting = Alerting {
-            restarts: Arc::new(Restarts::new(Arc::clone(&ctx))),
+            restarts: Arc::new(Restarts::new(Arc::clone(&shared))),
             feed: Arc::new(events.alert_feed()),
             sinks: Arc::new(Mutex::new(Sinks::new(delivery))),
         };
         tokio::spawn(Arc::clone(&alerting.restarts).run(stop.clone()));
-        tokio::spawn(alerting.clone().dispatch(ctx, events.clone(), stop));
+        tokio::spawn(alerting.clone().dispatch(shared, events.clone(), stop));
         alerting
     }
 
@@ -90,7 +90,7 @@ impl Alerting {
     }
 
     /// Routes each alert to its receivers, until `stop`.
-    async fn dispatch(self, ctx: Arc<Shared>, events: Events, stop: CancellationToken) {
+    async fn dispatch(self, shared: Arc<Shared>, events: Events, stop: CancellationToken) {
         loop {
             let popped = tokio::select! {
                 _ = stop.cancelled() => return,
@@ -112,7 +112,7 @@ impl Alerting {
             ) {
                 self.restarts.look_again();
             }
-            let config = ctx.config.load_full();
+            let config = shared.config.load_full();
             self.sinks().route(&config, &alert);
             self.feed.done();
         }

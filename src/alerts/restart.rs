@@ -106,16 +106,16 @@ impl Refusal {
 /// The restarts of one broker.
 #[derive(Debug)]
 pub struct Restarts {
-    ctx: Arc<Shared>,
+    shared: Arc<Shared>,
     book: Mutex<Book>,
     wake: Notify,
 }
 
 impl Restarts {
-    /// The restarts of the balancers `ctx` holds.
-    pub fn new(ctx: Arc<Shared>) -> Restarts {
+    /// The restarts of the balancers `shared` holds.
+    pub fn new(shared: Arc<Shared>) -> Restarts {
         Restarts {
-            ctx,
+            shared,
             book: Mutex::default(),
             wake: Notify::new(),
         }
@@ -149,7 +149,7 @@ impl Restarts {
     fn scan(self: &Arc<Self>) -> Option<Instant> {
         let mut next: Option<Instant> = None;
         let mut sooner = |at: Instant| next = Some(next.map_or(at, |n: Instant| n.min(at)));
-        for balancer in self.ctx.balancers.load().iter() {
+        for balancer in self.shared.balancers.load().iter() {
             let generation = balancer.generation();
             let settings = &generation.config.restarts;
             if settings.command.is_none() {
@@ -388,7 +388,7 @@ impl Restarts {
     /// Shows `record` beside the AppServer in every balancer that lists it.
     fn record(&self, server: &Server, record: &Restarted) {
         let key = AppServer::of(server);
-        for balancer in self.ctx.balancers.load().iter() {
+        for balancer in self.shared.balancers.load().iter() {
             for listed in balancer.generation().servers.iter() {
                 if AppServer::of(listed) == key {
                     balancer.restarted(listed, record.clone());

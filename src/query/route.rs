@@ -27,28 +27,28 @@ const PREFIX: &str = "/TOTVS_BROKER_QUERY";
 /// sniffing, no query place (the connection is the balancer's client). `None` for a request
 /// to forward. `http` reads the balancer's HTTP figures, for the pages that show them.
 pub fn intercept(
-    ctx: &Shared,
+    shared: &Shared,
     balancer: &Balancer,
     peer: SocketAddr,
     head: &Parts,
     http: impl FnOnce() -> HttpFigures,
 ) -> Option<Response<Bytes>> {
-    let pool = balancer.generation();
-    if !pool.config.query.enabled {
+    let generation = balancer.generation();
+    if !generation.config.query.enabled {
         return None;
     }
     strip_prefix_ignore_case(head.uri.path(), PREFIX)?;
-    if let Some(refusal) = refusal(&pool, peer) {
+    if let Some(refusal) = refusal(&generation, peer) {
         debug!(client = %peer, "query refused: {}", refusal.trim_end());
         return Some(text(StatusCode::FORBIDDEN, refusal));
     }
-    Some(answer(ctx, balancer, peer, head, Some(http())))
+    Some(answer(shared, balancer, peer, head, Some(http())))
 }
 
 /// Routes one request (from an allowed client) to its command's answer; `http`: the figures
 /// of an HTTP balancer.
 pub(super) fn answer(
-    ctx: &Shared,
+    shared: &Shared,
     balancer: &Balancer,
     peer: SocketAddr,
     request: &Parts,
@@ -78,7 +78,7 @@ pub(super) fn answer(
         .map(host_name)
         .unwrap_or_else(|| "localhost".into());
     let query = Query {
-        ctx,
+        shared,
         balancer,
         peer,
         request,
