@@ -1,8 +1,10 @@
 //! Alerts and restarts through the real binary, on loopback: a quarantine entered and left
 //! POSTed to a webhook receiver of the test's own in JSON and in text, over HTTP and HTTPS
 //! (an rcgen CA); a receiver that hangs or fails delays no client and no reload, and is logged
-//! once; the queue's bound and `alerts_dropped`; `ALERT_COMMAND` with the event on its
-//! standard input and its variables, without the broker's own; secrets in no output; and
+//! once; an attempt cut at `ALERT_TIMEOUT` and retried; an operator's action with who took it;
+//! the queue's bound and `alerts_dropped`; `ALERT_COMMAND` with the event on its standard
+//! input and its variables, without the broker's own, at most four at once; secrets in no
+//! output; and
 //! `RESTART_COMMAND`: once per cooldown, once for an AppServer two balancers list, never for
 //! an operator's quarantine nor while every server is down, killed at its timeout, at most
 //! the parallel limit at once, held back by `RESTART_ONLY_WITH_ADDRESS`, shown on the page,
@@ -310,6 +312,79 @@ async fn a_failing_receiver_is_retried_and_logged_once_per_episode() {
         "{}",
         broker.log_text()
     );
+}
+
+#[tokio::test]
+async fn an_attempt_past_alert_timeout_is_cut_and_retried_and_an_operator_is_named() {
+    let receiver = WebhookReceiver::start().await;
+    // The first attempt gets no answer: uncut, it would hold every alert after it.
+    receiver.then(&[Reply::Hang]);
+    let a = TestServer::start("a").await;
+    let b = TestServer::start("b").await;
+    let extra = format!(
+        "ALERT_WEBHOOK=http://127.0.0.1:{}/\nALERT_TIMEOUT=1s",
+        receiver.addr.port()
+    );
+    let broker = Broker::start(&one("", &[&a, &b], &extra)).await;
+    eventually(
+        "broker_started posted again once ALERT_TIMEOUT cut the first",
+        || receiver.posted().len() == 2,
+    )
+    .await;
+    assert_eq!(receiver.events(), ["broker_started", "broker_started"]);
+    assert!(!broker.has_log("failed to take"), "{}", broker.log_text());
+    // An operator's action names who took it, as the log does.
+    let section = "SMART_CLIENT_DESKTOP";
+    let (code, _, err) = cli(
+        &broker,
+        &["ctl", "disable", section, "01", "--reason", "patch"],
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let disabled = receiver.wait_for("server_disabled").await;
+    let uid = format!("uid {}", nix::unistd::getuid());
+    assert_eq!(disabled["who"], uid.as_str(), "{disabled}");
+    assert_eq!(disabled["server"], a.address().as_str(), "{disabled}");
+    assert!(
+        disabled["reason"].as_str().unwrap().contains("patch"),
+        "{disabled}"
+    );
+    let (code, _, err) = cli(&broker, &["ctl", "enable", section, "01"]).await;
+    assert_eq!(code, 0, "{err}");
+    let enabled = receiver.wait_for("server_enabled").await;
+    assert_eq!(enabled["who"], uid.as_str(), "{enabled}");
+}
+
+#[tokio::test]
+async fn at_most_four_alert_commands_run_at_once() {
+    let mut servers = Vec::new();
+    for name in ["a", "b", "c", "d", "e", "f"] {
+        servers.push(TestServer::start(name).await);
+    }
+    // Each command writes how many run as it starts, then holds for two seconds.
+    let extra = "ALERT_COMMAND=mkdir -p @DIR@/running; touch @DIR@/running/$$; \
+                 ls @DIR@/running | wc -l >> @DIR@/counts; sleep 2; rm @DIR@/running/$$";
+    let listed: Vec<&TestServer> = servers.iter().collect();
+    let broker = Broker::start(&one("", &listed, extra)).await;
+    eventually("broker_started run", || {
+        !lines_of(&broker, "counts").is_empty()
+    })
+    .await;
+    // Seven alerts at once: each server's quarantine_entered, and no_servers_available.
+    for server in &mut servers {
+        server.stop().await;
+    }
+    eventually("eight commands run", || {
+        lines_of(&broker, "counts").len() == 8
+    })
+    .await;
+    let counts: Vec<usize> = lines_of(&broker, "counts")
+        .iter()
+        .map(|l| l.trim().parse().unwrap())
+        .collect();
+    let most = counts.iter().copied().max().unwrap();
+    assert!(most <= 4, "{most} commands ran at once: {counts:?}");
+    assert!(most >= 2, "the commands ran one at a time: {counts:?}");
 }
 
 #[tokio::test]
