@@ -58,6 +58,19 @@ fn lines_of(broker: &Broker, file: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The value of `series` (a METRICS family with its labels) on the broker's METRICS, 0 when
+/// it is not there.
+async fn metric(broker: &Broker, series: &str) -> f64 {
+    let metrics = http_get(broker.addr(), "/TOTVS_BROKER_QUERY/METRICS", &[])
+        .await
+        .text();
+    let prefix = format!("{series} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix)?.parse().ok())
+        .unwrap_or(0.0)
+}
+
 /// `at` and `until` are RFC 3339 with an offset.
 fn assert_rfc3339(value: &serde_json::Value) {
     let text = value.as_str().unwrap_or_else(|| panic!("{value} is text"));
@@ -300,6 +313,19 @@ async fn a_failing_receiver_is_retried_and_logged_once_per_episode() {
         "{}",
         broker.log_text()
     );
+    // Counted: the broker's own with an empty balancer, the balancer's with its name.
+    let series = |balancer: &str, event: &str, outcome: &str| {
+        format!(
+            "appbroker_alerts_total{{balancer=\"{balancer}\",event=\"{event}\",outcome=\"{outcome}\"}}"
+        )
+    };
+    assert_eq!(
+        metric(&broker, &series("", "broker_started", "delivered")).await,
+        1.0
+    );
+    let desktop = "BALANCE_SMART_CLIENT_DESKTOP";
+    let failed = series(desktop, "quarantine_entered", "failed");
+    assert_eq!(metric(&broker, &failed).await, 1.0);
     // It takes one again: said once.
     receiver.always(Reply::Ok);
     a.stop().await;
@@ -666,6 +692,16 @@ async fn restart_command_runs_once_per_cooldown_shows_on_the_page_and_by_hand_wi
             .count(),
         2
     );
+    let series = |outcome: &str| {
+        format!(
+            "appbroker_restarts_total{{balancer=\"BALANCE_SMART_CLIENT_DESKTOP\",outcome=\"{outcome}\"}}"
+        )
+    };
+    assert_eq!(metric(&broker, &series("ok")).await, 2.0);
+    assert!(
+        metric(&broker, &series("skipped")).await >= 1.0,
+        "the refusal within the cooldown is counted"
+    );
 }
 
 #[tokio::test]
@@ -727,6 +763,9 @@ async fn no_restart_while_every_server_is_down_and_one_when_another_is_back() {
     })
     .await;
     assert_eq!(broker.count_logs("no restart while every server"), 1);
+    let skipped =
+        "appbroker_restarts_total{balancer=\"BALANCE_SMART_CLIENT_DESKTOP\",outcome=\"skipped\"}";
+    assert_eq!(metric(&broker, skipped).await, 1.0);
 }
 
 #[tokio::test]
@@ -755,6 +794,9 @@ async fn a_restart_past_its_timeout_is_killed() {
         entry["last_restart"]["outcome"],
         "killed after 1s (its timeout)"
     );
+    let timeouts =
+        "appbroker_restarts_total{balancer=\"BALANCE_SMART_CLIENT_DESKTOP\",outcome=\"timeout\"}";
+    assert_eq!(metric(&broker, timeouts).await, 1.0);
 }
 
 #[tokio::test]
