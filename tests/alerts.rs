@@ -1,14 +1,13 @@
-//! Alerts and restarts through the real binary, on loopback: a quarantine entered and left
-//! POSTed to a webhook receiver of the test's own in JSON and in text, over HTTP and HTTPS
-//! (an rcgen CA); a receiver that hangs or fails delays no client and no reload, and is logged
-//! once; an attempt cut at `ALERT_TIMEOUT` and retried; an operator's action with who took it;
-//! the queue's bound and `alerts_dropped`; `ALERT_COMMAND` with the event on its standard
-//! input and its variables, without the broker's own, at most four at once; secrets in no
-//! output; and
-//! `RESTART_COMMAND`: once per cooldown, once for an AppServer two balancers list, never for
-//! an operator's quarantine nor while every server is down, killed at its timeout, at most
-//! the parallel limit at once, held back by `RESTART_ONLY_WITH_ADDRESS`, shown on the page,
-//! the JSON and `ctl show`, and run by hand with `ctl restart`.
+//! Alerts and restarts through the real binary, on loopback: a quarantine entered and left POSTed
+//! to a webhook receiver of the test's own in JSON and in text, over HTTP and HTTPS (an rcgen CA);
+//! a receiver that hangs, refuses or fails delays no client and no reload, and is logged once; an
+//! attempt cut at `ALERT_TIMEOUT` and retried; an operator's action with who took it; the queue's
+//! bound and `alerts_dropped`; `ALERT_COMMAND` with the event on its standard input and its
+//! variables, without the broker's own, at most four at once; secrets in no output; and
+//! `RESTART_COMMAND`: once per cooldown, once for an AppServer two balancers list, never for an
+//! operator's quarantine nor while every server is down, killed at its timeout, at most the
+//! parallel limit at once, held back by `RESTART_ONLY_WITH_ADDRESS`, shown on the page, the JSON
+//! and `ctl show`, and run by hand with `ctl restart`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test that cannot go on should panic
 
 use std::path::Path;
@@ -275,6 +274,39 @@ async fn a_receiver_that_hangs_delays_no_client_no_check_and_no_reload() {
     assert!(
         events[0] == "broker_started" && entered < left,
         "{events:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_receiver_that_refuses_delays_no_client() {
+    // A port that refuses: bound, then closed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut a = TestServer::start("a").await;
+    let b = TestServer::start("b").await;
+    let extra = format!("ALERT_WEBHOOK=http://127.0.0.1:{port}/");
+    let broker = Broker::start(&one("", &[&a, &b], &extra)).await;
+    a.stop().await;
+    broker
+        .wait_for_log(&format!("putting server {} in quarantine", a.address()))
+        .await;
+    // Clients are served while broker_started is still tried (1 + 2 + 4 s of back-off).
+    let answers = ask_many(broker.addr(), 4).await;
+    assert!(answers.iter().all(|a| a == "b"), "{answers:?}");
+    assert!(!broker.has_log("failed to take"), "{}", broker.log_text());
+    broker
+        .wait_for_log(&format!(
+            "alerts: webhook http://127.0.0.1:{port} failed to take"
+        ))
+        .await;
+    assert_eq!(
+        broker.count_logs("failed to take"),
+        1,
+        "{}",
+        broker.log_text()
     );
 }
 
