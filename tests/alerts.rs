@@ -1,8 +1,9 @@
 //! Alerts and restarts through the real binary, on loopback: a quarantine entered and left POSTed
 //! to a webhook receiver of the test's own in JSON and in text, over HTTP and HTTPS (an rcgen CA);
 //! a receiver that hangs, refuses or fails delays no client and no reload, and is logged once; an
-//! attempt cut at `ALERT_TIMEOUT` and retried; an operator's action with who took it; the queue's
-//! bound and `alerts_dropped`; `ALERT_COMMAND` with the event on its standard input and its
+//! attempt cut at `ALERT_TIMEOUT` and retried; no server available and back, with the counts;
+//! `broker_stopping` delivered before the broker ends; an operator's action with who took it; the
+//! queue's bound and `alerts_dropped`; `ALERT_COMMAND` with the event on its standard input and its
 //! variables, without the broker's own, at most four at once; secrets in no output; and
 //! `RESTART_COMMAND`: once per cooldown, once for an AppServer two balancers list, never for an
 //! operator's quarantine nor while every server is down, killed at its timeout, at most the
@@ -182,6 +183,45 @@ fn tls_receiver_config() -> (String, tokio_rustls::TlsAcceptor) {
         .with_single_cert(vec![leaf.der().clone()], key)
         .unwrap();
     (ca.pem(), tokio_rustls::TlsAcceptor::from(Arc::new(config)))
+}
+
+#[tokio::test]
+async fn no_server_available_and_back_say_how_many_and_a_stopping_broker_says_so() {
+    let receiver = WebhookReceiver::start().await;
+    let mut a = TestServer::start("a").await;
+    let mut b = TestServer::start("b").await;
+    let extra = format!("ALERT_WEBHOOK=http://127.0.0.1:{}/", receiver.addr.port());
+    let mut broker = Broker::start(&one("", &[&a, &b], &extra)).await;
+    receiver.wait_for("broker_started").await;
+    a.stop().await;
+    b.stop().await;
+    let none = receiver.wait_for("no_servers_available").await;
+    assert_eq!(none["balancer"], "BALANCE_SMART_CLIENT_DESKTOP", "{none}");
+    assert_eq!(
+        (none["available"].as_u64(), none["total"].as_u64()),
+        (Some(0), Some(2)),
+        "{none}"
+    );
+    assert!(none.get("server").is_none(), "{none}");
+    b.resume().await;
+    let again = receiver.wait_for("servers_available_again").await;
+    assert_eq!(
+        (again["available"].as_u64(), again["total"].as_u64()),
+        (Some(1), Some(2)),
+        "{again}"
+    );
+    // SIGTERM: the drain starts with broker_stopping, delivered before the broker ends.
+    broker.signal(nix::sys::signal::Signal::SIGTERM);
+    assert!(broker.wait_exit().await.success());
+    let events = receiver.events();
+    assert_eq!(
+        events.last().map(String::as_str),
+        Some("broker_stopping"),
+        "{events:?}"
+    );
+    let stopping = receiver.wait_for("broker_stopping").await;
+    assert_eq!(stopping["balancer"], "", "{stopping}");
+    assert_rfc3339(&stopping["at"]);
 }
 
 #[tokio::test]
