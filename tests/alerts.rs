@@ -3,12 +3,13 @@
 //! a receiver that hangs, refuses or fails delays no client and no reload, and is logged once; an
 //! attempt cut at `ALERT_TIMEOUT` and retried; no server available and back, with the counts;
 //! `broker_stopping` delivered before the broker ends; an operator's action with who took it; the
-//! queue's bound and `alerts_dropped`; `ALERT_COMMAND` with the event on its standard input and its
-//! variables, without the broker's own, at most four at once; secrets in no output; and
-//! `RESTART_COMMAND`: once per cooldown, once for an AppServer two balancers list, never for an
-//! operator's quarantine nor while every server is down, killed at its timeout, at most the
-//! parallel limit at once, held back by `RESTART_ONLY_WITH_ADDRESS`, shown on the page, the JSON
-//! and `ctl show`, and run by hand with `ctl restart`.
+//! queue's bound and `alerts_dropped`; the daily certificate check's `certificate_expiring`;
+//! `ALERT_COMMAND` with the event on its standard input and its variables, without the broker's
+//! own, at most four at once; secrets in no output; and `RESTART_COMMAND`: once per cooldown, once
+//! for an AppServer two balancers list, never for an operator's quarantine nor while every server
+//! is down, killed at its timeout, at most the parallel limit at once, held back by
+//! `RESTART_ONLY_WITH_ADDRESS`, shown on the page, the JSON and `ctl show`, and run by hand with
+//! `ctl restart`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test that cannot go on should panic
 
 use std::path::Path;
@@ -160,6 +161,48 @@ async fn a_quarantine_and_its_end_are_posted_as_json_and_as_text() {
         !broker.log_text().contains("token=abc"),
         "{}",
         broker.log_text()
+    );
+}
+
+#[tokio::test]
+async fn the_daily_certificate_check_sends_certificate_expiring() {
+    use rcgen::{CertificateParams, KeyPair};
+    let receiver = WebhookReceiver::start().await;
+    let server = TestServer::start("a").await;
+    // An expired certificate: a warning at start, never a refusal; the daily check says so.
+    let mut params = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+    params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+    params.not_after = rcgen::date_time_ymd(2021, 1, 15);
+    let key = KeyPair::generate().unwrap();
+    let cert = params.self_signed(&key).unwrap();
+    let files = tempfile::tempdir().unwrap();
+    let (cert_path, key_path) = (files.path().join("b.pem"), files.path().join("b.key"));
+    std::fs::write(&cert_path, cert.pem()).unwrap();
+    std::fs::write(&key_path, key.serialize_pem()).unwrap();
+    let extra = format!(
+        "MONITORING_TYPE=DISABLED\nSSL_CERTIFICATE={}\nSSL_KEY={}\nALERT_WEBHOOK=http://127.0.0.1:{}/",
+        cert_path.display(),
+        key_path.display(),
+        receiver.addr.port()
+    );
+    let broker = InProcess::start(&one("", &[&server], &extra)).await;
+    receiver.wait_for("broker_started").await;
+    let balancers = broker.broker.control().balancers();
+    appbroker::broker::check_certificate(&balancers[0], std::time::SystemTime::now());
+    let expiring = receiver.wait_for("certificate_expiring").await;
+    assert_eq!(
+        expiring["balancer"], "BALANCE_SMART_CLIENT_DESKTOP",
+        "{expiring}"
+    );
+    assert!(
+        expiring["reason"].as_str().unwrap().contains("expired"),
+        "{expiring}"
+    );
+    // 2021-01-14 or 15, by the offset of the local time.
+    assert_rfc3339(&expiring["until"]);
+    assert!(
+        expiring["until"].as_str().unwrap().starts_with("2021-01-1"),
+        "{expiring}"
     );
 }
 

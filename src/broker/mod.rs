@@ -25,6 +25,8 @@ mod reload;
 mod run;
 mod running;
 
+pub use running::check_certificate;
+
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::sync::Arc;
 
