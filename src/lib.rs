@@ -23,6 +23,9 @@
 //!   subscribe to its events, read a balancer's state, reload (with its result), drain, stop;
 //!   each running balancer's accept loops and monitor, and the hand-off of each accepted
 //!   connection to its path by the balancer's kind.
+//! - [`alerts`]: alerts by webhook and command, and restarts of AppServers stuck in
+//!   quarantine: fed by the balancers' low-rate queue of alerts, bounded at every step, on no
+//!   connection's path.
 //! - [`tcp`]: a TCP balancer's connections: one accepted connection as a struct whose methods
 //!   are its way (sniff, place, choose and dial, relay, account).
 //! - [`http_balancer`]: an HTTP balancer at run time: the balancer as the HTTP engine's
@@ -52,6 +55,7 @@
 #![warn(clippy::too_many_lines)]
 
 pub mod admin;
+pub mod alerts;
 pub mod balancer;
 pub mod broker;
 pub mod config;

@@ -349,6 +349,18 @@ fn every_key_is_printed_with_its_default() {
         ("SSL_UPSTREAM_VERIFY", "1"),
         ("SSL_UPSTREAM_CA", ""),
         ("SSL_UPSTREAM_SERVER_NAME", ""),
+        ("ALERT_WEBHOOK", ""),
+        ("ALERT_WEBHOOK_CA", ""),
+        ("ALERT_WEBHOOK_FORMAT", "json"),
+        ("ALERT_COMMAND", ""),
+        ("ALERT_EVENTS", "all"),
+        ("ALERT_TIMEOUT", "10s"),
+        ("RESTART_COMMAND", ""),
+        ("RESTART_AFTER", "120s"),
+        ("RESTART_COOLDOWN", "600s"),
+        ("RESTART_TIMEOUT", "120s"),
+        ("RESTART_MAX_PARALLEL", "1"),
+        ("RESTART_ONLY_WITH_ADDRESS", ""),
     ]
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .into();

@@ -349,6 +349,11 @@ fn key_line(key: &'static Key) -> BoxedStrategy<Option<String>> {
         Domain::ListenIp => {
             prop::option::of(ip().prop_map(move |ip| format!("{name}={ip}"))).boxed()
         }
+        Domain::OptionalIp => prop::option::of(prop_oneof![
+            Just(format!("{name}=")),
+            ip().prop_map(move |ip| format!("{name}={ip}")),
+        ])
+        .boxed(),
         domain => {
             let words = domain.words();
             assert!(!words.is_empty(), "no values to draw for {name}");
@@ -404,7 +409,7 @@ fn settings(stands: Stands) -> impl Strategy<Value = Vec<String>> {
         })
         // The SSL_* keys name files the doctor reads: tests/tls.rs covers them. Secrets are
         // never printed, so a printout cannot read back to them.
-        .filter(|k| !k.name.starts_with("SSL_") && !matches!(k.domain, Domain::Secret { .. }))
+        .filter(|k| !k.name.starts_with("SSL_") && !k.domain.is_secret())
         .map(key_line)
         .collect();
     let monitoring = if stands == Stands::Balancer {

@@ -38,6 +38,9 @@ const LAYERS: &[(&str, u32)] = &[
     // is the listener layer's), and the query interface both hand queries to.
     ("tcp", 3),
     ("http_balancer", 3),
+    // Alerts and restarts: they read the balancers' alerts and state, and run commands and
+    // HTTP requests of their own; the broker and the supervisor start them.
+    ("alerts", 3),
     ("query", 4),
     // The balancer's live state, and the HTTP engine, which knows nothing of balancers.
     ("balancer", 5),

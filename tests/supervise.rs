@@ -6,7 +6,7 @@
 //! by the watchdog and replaced, upgrades under kept-alive HTTP clients leave no request
 //! unanswered, and an upgrade's new binary (a script of the test's own)
 //! that hangs in its check or is no compatible appbroker is refused while the supervisor
-//! goes on serving.
+//! goes on serving; the supervisor sends `broker_restarted` after a crash and a watchdog kill.
 #![cfg(target_os = "linux")]
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test that cannot go on should panic
 
@@ -1351,6 +1351,62 @@ async fn a_stopped_broker_is_killed_by_the_watchdog_once_a_reload_turns_it_on_an
     // The client that connected meanwhile waited in the queue, and the new broker serves it.
     assert_eq!(exchange(&mut queued, "queued").await.unwrap(), "A");
     eventually("the stopped broker gone", || gone(first)).await;
+}
+
+#[tokio::test]
+async fn the_supervisor_sends_broker_restarted_after_a_crash_and_a_watchdog_kill() {
+    let receiver = WebhookReceiver::start().await;
+    let server = TestServer::start("A").await;
+    let general = format!(
+        "WATCHDOG_TIMEOUT=2s\nALERT_WEBHOOK=http://127.0.0.1:{}/",
+        receiver.addr.port()
+    );
+    let broker = Broker::start_with(&ini(&server, &general), &["--supervise"]).await;
+    let first = serving_child(&broker, 1).await;
+    receiver.wait_for("broker_started").await;
+    kill(first, Signal::SIGKILL);
+    let restarted = receiver.wait_for("broker_restarted").await;
+    assert_eq!(
+        restarted["reason"],
+        format!("the broker (pid {first}) killed by SIGKILL").as_str(),
+        "{restarted}"
+    );
+    assert_eq!(restarted["balancer"], "");
+    // The next broker serves and says so itself.
+    let second = serving_child(&broker, 2).await;
+    eventually("the second broker_started", || {
+        receiver
+            .events()
+            .iter()
+            .filter(|e| *e == "broker_started")
+            .count()
+            == 2
+    })
+    .await;
+    // Stopped: the watchdog kills it, and the alert says so.
+    kill(second, Signal::SIGSTOP);
+    eventually("two broker_restarted", || {
+        receiver
+            .events()
+            .iter()
+            .filter(|e| *e == "broker_restarted")
+            .count()
+            == 2
+    })
+    .await;
+    let reason = receiver
+        .posted()
+        .iter()
+        .filter(|p| p.body["event"] == "broker_restarted")
+        .nth(1)
+        .map(|p| p.body["reason"].as_str().unwrap_or_default().to_string())
+        .unwrap();
+    assert!(
+        reason.starts_with(&format!(
+            "the broker (pid {second}) sent no heartbeat for 2s"
+        )) && reason.ends_with("was killed by the watchdog (WATCHDOG_TIMEOUT)"),
+        "{reason}"
+    );
 }
 
 #[tokio::test]

@@ -234,6 +234,13 @@ pub fn table(b: &BalancerView) -> String {
         if s.overrides.weight.is_some() {
             notes.push(format!("weight set (file: {})", s.file_weight));
         }
+        if let Some(r) = &s.restarted {
+            notes.push(format!(
+                "restarted {}, {}",
+                time_of_day(r.at_epoch_ms),
+                escape_controls(&r.outcome)
+            ));
+        }
         if let Some(q) = &s.quarantine {
             let kind = if q.forced {
                 "operator's quarantine"

@@ -33,11 +33,17 @@ use crate::broker::{Control, ReloadError};
 use crate::config::keys::DAY;
 use crate::config::{duration_within, plural, show_duration};
 use crate::process::clock::wall_ms;
-use protocol::{Answer, BalancerView, QuarantineView, Request, ServerView, names_section};
+use protocol::{
+    Answer, BalancerView, QuarantineView, Request, RestartView, ServerView, names_section,
+};
 
 /// How long `drain --wait` waits by default: long enough for most sessions to end on their
 /// own after a notice to users, short enough that a forgotten script does not hang all day.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(600);
+
+/// How long `ctl restart` waits for its answer past the usual time: the longest
+/// `RESTART_TIMEOUT`, after which the broker has killed the command and answers.
+pub const RESTART_WAIT: Duration = Duration::from_secs(1800);
 
 /// How often a `wait` looks at the server's connections. Short, so the answer comes as the
 /// last connection ends; one atomic read per look.
@@ -96,6 +102,9 @@ impl Admin {
                 Ok(found) => found,
                 Err(error) => return Answer::refused(error),
             };
+            if let Request::Restart { force, .. } = request {
+                return self.restart(&balancer, &server, force, by).await;
+            }
             let answer = self.on_server(request, &balancer, &server, by).await;
             if answer.ok {
                 self.save();
@@ -202,8 +211,35 @@ impl Admin {
                 }
             }
             Request::Wait { timeout, .. } => self.wait(server, &name, timeout.as_deref()).await,
-            Request::Show { .. } | Request::Reload | Request::Ping => {
+            Request::Restart { .. } | Request::Show { .. } | Request::Reload | Request::Ping => {
                 Answer::refused("this request names no server")
+            }
+        }
+    }
+
+    /// `RESTART_COMMAND` for `server` now, answered when it ends: done when it exited 0.
+    async fn restart(
+        &self,
+        balancer: &Arc<Balancer>,
+        server: &Arc<Server>,
+        force: bool,
+        by: &str,
+    ) -> Answer {
+        let name = format!("{} {} ({})", balancer.kind(), server.address, server.id);
+        match self.control.restart(balancer, server, force, by).await {
+            Err(why) => Answer::refused(format!("{name} not restarted: {why}")),
+            Ok(run) => {
+                let lines = if run.output.is_empty() {
+                    String::new()
+                } else {
+                    format!("; its last lines: {}", run.output)
+                };
+                let words = format!("{name}: RESTART_COMMAND ran: {}{lines}", run.outcome);
+                if run.exit == Some(0) {
+                    Answer::done(words)
+                } else {
+                    Answer::refused(words)
+                }
             }
         }
     }
@@ -385,6 +421,13 @@ fn server_view(s: &ServerState) -> ServerView {
             reason: s.reason.map_or("", |r| r.as_str()).to_string(),
             forced: s.forced,
             asked: s.asked.clone(),
+        }),
+        restarted: s.restarted.as_ref().map(|r| RestartView {
+            at_epoch_ms: r.at_wall_ms,
+            exit: r.exit,
+            outcome: r.outcome.clone(),
+            output: r.output.clone(),
+            why: r.why.clone(),
         }),
     }
 }

@@ -96,6 +96,17 @@ pub enum Request {
         #[serde(default)]
         timeout: Option<String>,
     },
+    /// Runs `RESTART_COMMAND` for the server now, answering when it ends; within the
+    /// restarts' bounds, `RESTART_COOLDOWN` included unless `force`.
+    Restart {
+        /// `BALANCE_SMART_CLIENT_DESKTOP` or `SMART_CLIENT_DESKTOP`, any case.
+        section: String,
+        /// `01`, or `10.0.0.1:1234`.
+        server: String,
+        /// Run it within the cooldown too.
+        #[serde(default)]
+        force: bool,
+    },
     /// Reads the configuration file again and applies it (as SIGHUP), answering with what
     /// changed or every error.
     Reload,
@@ -123,6 +134,9 @@ impl Request {
             }
             | Request::Release { section, server }
             | Request::Cut { section, server }
+            | Request::Restart {
+                section, server, ..
+            }
             | Request::Wait {
                 section, server, ..
             } => Some((section, server)),
@@ -211,6 +225,26 @@ pub struct ServerView {
     /// The quarantine it is in, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quarantine: Option<QuarantineView>,
+    /// The last run of `RESTART_COMMAND` for it, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restarted: Option<RestartView>,
+}
+
+/// A run of `RESTART_COMMAND` as `show` gives it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestartView {
+    /// When it started, ms since the Unix epoch.
+    pub at_epoch_ms: u64,
+    /// Its exit code; absent when it was killed or could not start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit: Option<i32>,
+    /// How it ended, in words (`exit 0`, `killed after 2m (its timeout)`).
+    pub outcome: String,
+    /// Its last lines of output.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub output: String,
+    /// Why it ran: how long the server had been in quarantine, or who asked.
+    pub why: String,
 }
 
 /// A quarantine as `show` gives it.

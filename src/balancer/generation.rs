@@ -9,7 +9,9 @@ use std::sync::{Arc, Mutex};
 use crate::balancer::Balancer;
 use crate::balancer::rules::select::{Load, Selector};
 use crate::balancer::server::Server;
-use crate::config::{BalancerConfig, ServerConfig, plural, setting_changes};
+use crate::config::{
+    BalancerConfig, ServerConfig, balancer_secret_changes, plural, setting_changes,
+};
 use crate::tls::{Finding, Findings, Resumption, ServerTls, UpstreamTls, upstream::system_roots};
 
 /// The servers of one configuration generation and the policy's state over them.
@@ -181,6 +183,11 @@ impl Balancer {
             &old.config.settings(),
             &config.settings(),
         ));
+        changes.extend(balancer_secret_changes(
+            &config.kind.to_string(),
+            &old.config,
+            &config,
+        ));
         if let (Some(old), Some(new)) = (&old.tls.server, &tls.server)
             && old.certificate != new.certificate
         {
@@ -195,6 +202,7 @@ impl Balancer {
             .store(Arc::new(Generation::new(config, servers, Arc::new(tls))));
         // The monitor reads the new interval and servers when it wakes.
         self.health_changed.notify_one();
+        self.availability_changed();
         changes
     }
 

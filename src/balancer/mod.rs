@@ -19,9 +19,9 @@
 //! - `connections`: a connection's events, one method each (accepts, handshakes, refusals,
 //!   the dial and its outcome, unserved clients, the close).
 //! - `quarantine`: health events: quarantines started and released, the expiry sweep, the
-//!   monitor's checks counted.
+//!   monitor's checks counted, and when no server is available or one is again.
 //! - `operator`: an operator's actions on a server (hold, enable, weight, quarantine and
-//!   release, cut, the overrides restored from the state file).
+//!   release, cut, the overrides restored from the state file), and the record of a restart.
 //! - `state`: the read model: a server and a balancer read at one instant, what the query
 //!   interface and `appbroker ctl` see.
 //!
@@ -31,7 +31,8 @@
 //! - [`rules`]: the balancer's own rules, pure logic it applies and logs: quarantine,
 //!   overrides, the policies, query places.
 //! - [`events`]: what happens in a broker, as events to subscribe to (a balancer publishes
-//!   most of them, so they sit here, below every publisher).
+//!   most of them, so they sit here, below every publisher), and the alerts' own bounded
+//!   queue and counts.
 //! - [`shared`]: the broker's state every connection's task shares: every balancer, the
 //!   running configuration and the shutdown state, and how a balancer tells its connections
 //!   to end.
@@ -50,11 +51,11 @@ mod state;
 pub use connections::Closed;
 pub use generation::{Generation, GenerationTls};
 pub use pick::{ClientSlot, Eligible, Lease};
-pub use server::Server;
+pub use server::{Restarted, Server};
 pub use state::{BalancerState, ServerState, Standing};
 
 use std::collections::BTreeMap;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
@@ -99,6 +100,9 @@ pub struct Balancer {
     health_changed: Notify,
     /// Throttles "no remote servers available", which would otherwise repeat per client.
     no_servers_log: Throttle,
+    /// True while no server takes new clients: `no_servers_available` was told, and
+    /// `servers_available_again` is next.
+    none_available: AtomicBool,
     /// Query connections open now, held under `QUERY_MAX_CONNECTIONS` apart from the
     /// clients' `MAX_CONNECTIONS`.
     query_places: Arc<QueryPlaces>,
@@ -157,6 +161,7 @@ impl Balancer {
             clock: Clock::new(),
             health_changed: Notify::new(),
             no_servers_log: Throttle::new(1000),
+            none_available: AtomicBool::new(false),
             query_places: Arc::default(),
             refusals: throttle::Episode::default(),
             broker_faults: throttle::Episode::default(),

@@ -1,6 +1,7 @@
 //! An operator's actions on a server (`appbroker ctl`, and the state file read back at start):
 //! hold it out of the balancing (disabled or draining) and enable it again, give it a weight,
-//! put it in quarantine or release it, cut its connections. Each is applied through
+//! put it in quarantine or release it, cut its connections; and the record of a restart of
+//! it (`RESTART_COMMAND`, run by the alerts machinery or `ctl restart`). Each is applied through
 //! [`super::rules::overrides`]' pure transitions and logged once with who asked; only
 //! `admin` (the control socket and the state file) calls these.
 
@@ -11,10 +12,11 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use crate::balancer::Balancer;
+use crate::balancer::events::{Alert, Event};
 use crate::balancer::rules::health::{Asked, Reason, Release};
 use crate::balancer::rules::overrides::{Hold, Mode, Overrides};
-use crate::balancer::server::Server;
-use crate::config::plural;
+use crate::balancer::server::{Restarted, Server};
+use crate::config::{AlertEvent, plural};
 
 impl Balancer {
     /// The server of the current generation that `name` names (its id or `host:port`).
@@ -56,7 +58,33 @@ impl Balancer {
             server.address,
             plural(server.active() as usize, "open connection")
         );
+        self.told_held(server, true, &by, &format!("{done}{why}"));
         true
+    }
+
+    /// An operator's hold (`held`) or its end, told: its event and alert, and what it
+    /// changed of the servers available.
+    fn told_held(&self, server: &Server, held: bool, by: &str, words: &str) {
+        let kind = self.kind();
+        self.events.emit(|| Event::Held {
+            balancer: kind,
+            server: server.address.clone(),
+            held,
+            by: by.to_string(),
+        });
+        let event = if held {
+            AlertEvent::ServerDisabled
+        } else {
+            AlertEvent::ServerEnabled
+        };
+        self.events.alert(|| Alert {
+            who: Some(by.to_string()),
+            ..Alert::new(event)
+                .on(kind)
+                .about(server.alert_server())
+                .because(words)
+        });
+        self.availability_changed();
     }
 
     /// Ends an operator's hold of `server`; true when it was held.
@@ -71,6 +99,12 @@ impl Balancer {
             "server {} enabled by {by} (was {})",
             server.address,
             old.mode.as_str()
+        );
+        self.told_held(
+            server,
+            false,
+            by,
+            &format!("enabled (was {})", old.mode.as_str()),
         );
         true
     }
@@ -123,6 +157,19 @@ impl Balancer {
             self.announce_release(server, Release::Operator, &format!("released by {by}"));
         }
         released
+    }
+
+    /// Records a run of `RESTART_COMMAND` for `server` (shown beside it until the next), and
+    /// publishes it.
+    pub fn restarted(&self, server: &Server, run: Restarted) {
+        let kind = self.kind();
+        self.events.emit(|| Event::RestartRan {
+            balancer: kind,
+            server: server.address.clone(),
+            exit: run.exit,
+            outcome: run.outcome.clone(),
+        });
+        *server.restarted.lock().unwrap_or_else(|p| p.into_inner()) = Some(run);
     }
 
     /// Closes every open connection to `server` now (what each relay has written is flushed

@@ -2,16 +2,18 @@
 //! run of timed-out requests) or released (its checks passed, a client's connect, its time
 //! up), the expiry sweep, and the monitor's checks counted. The pure transitions are
 //! [`health`](super::rules::health)'s; this applies them to a server, writes the operator's
-//! lines (the TOTVS quarantine line byte for byte) and publishes the events.
+//! lines (the TOTVS quarantine line byte for byte), publishes the events and queues the
+//! alerts, and tells when no server is available any more or one is again.
 
 use std::time::Duration;
 
 use tracing::{info, warn};
 
 use crate::balancer::Balancer;
-use crate::balancer::events::Event;
+use crate::balancer::events::{Alert, Event};
 use crate::balancer::rules::health::{Check, CheckFailed, Quarantined, Reason, Release};
 use crate::balancer::server::Server;
+use crate::config::AlertEvent;
 use crate::process::clock::time_of_day;
 
 impl Balancer {
@@ -50,6 +52,16 @@ impl Balancer {
             reason.as_str(),
             time_of_day(stop * 1000)
         );
+        if q.started {
+            self.events.alert(|| Alert {
+                until_wall_ms: Some(q.until_wall_ms),
+                ..Alert::new(AlertEvent::QuarantineEntered)
+                    .on(self.kind())
+                    .about(server.alert_server())
+                    .because(format!("{}: {error}", reason.as_str()))
+            });
+            self.availability_changed();
+        }
         // The monitor sleeps until the earliest deadline; a new one may be earlier.
         self.health_changed.notify_one();
     }
@@ -75,6 +87,50 @@ impl Balancer {
             balancer: self.kind(),
             server: server.address.clone(),
             why,
+        });
+        self.events.alert(|| {
+            Alert::new(AlertEvent::QuarantineLeft)
+                .on(self.kind())
+                .about(server.alert_server())
+                .because(words)
+        });
+        self.availability_changed();
+    }
+
+    /// Tells when no server takes new clients any more, or one does again after none did:
+    /// its event and alert, once per change.
+    pub(super) fn availability_changed(&self) {
+        let generation = self.generation();
+        let now = self.clock.now_ms();
+        let total = generation.servers.len();
+        let available = generation
+            .servers
+            .iter()
+            .filter(|s| s.takes_new_clients(now))
+            .count();
+        let none = available == 0;
+        if self
+            .none_available
+            .swap(none, std::sync::atomic::Ordering::Relaxed)
+            == none
+        {
+            return;
+        }
+        let kind = self.kind();
+        self.events.emit(|| Event::ServersAvailable {
+            balancer: kind,
+            available,
+            total,
+        });
+        let event = if none {
+            AlertEvent::NoServersAvailable
+        } else {
+            AlertEvent::ServersAvailableAgain
+        };
+        self.events.alert(|| Alert {
+            available: Some(available),
+            total: Some(total),
+            ..Alert::new(event).on(kind)
         });
     }
 

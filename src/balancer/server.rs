@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 
 use tokio_util::sync::CancellationToken;
 
+use crate::balancer::events::AlertServer;
 use crate::balancer::rules::health::{Health, Reason};
 use crate::balancer::rules::overrides::Overrides;
 use crate::config::{Host, ServerConfig, ServerId};
@@ -60,6 +61,23 @@ pub struct Server {
     pub(super) timeouts_in_a_row: AtomicU32,
     /// Quarantine state and check results.
     pub(super) health: Health,
+    /// The last run of `RESTART_COMMAND` for it.
+    pub(super) restarted: Mutex<Option<Restarted>>,
+}
+
+/// A run of `RESTART_COMMAND` for a server, as its page, the JSON and `ctl show` tell it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Restarted {
+    /// When it started (wall ms).
+    pub at_wall_ms: u64,
+    /// Its exit code; `None` when it was killed at its timeout or could not start.
+    pub exit: Option<i32>,
+    /// What happened, in words: `exit 0`, `killed after RESTART_TIMEOUT (2m)`.
+    pub outcome: String,
+    /// Its last lines of output (standard output and error).
+    pub output: String,
+    /// Why it ran: `in quarantine for 2m`, or the operator who asked.
+    pub why: String,
 }
 
 /// Minutes of samples kept: one hour, plus the sample that starts it.
@@ -89,6 +107,7 @@ impl Server {
             bytes_to_client: AtomicU64::new(0),
             timeouts_in_a_row: AtomicU32::new(0),
             health: Health::default(),
+            restarted: Mutex::new(None),
         };
         server.sample();
         server
@@ -155,6 +174,15 @@ impl Server {
         self.health.is_quarantined()
     }
 
+    /// While it is in a quarantine its health put it in (a failed check, a client's failed
+    /// connect, timed-out requests), not an operator: when that quarantine started (wall ms).
+    pub fn health_quarantine_since(&self) -> Option<u64> {
+        match self.health.current() {
+            Some((since, false)) => Some(since),
+            _ => None,
+        }
+    }
+
     /// Why the current (or last) quarantine started.
     pub fn quarantine_reason(&self) -> Option<Reason> {
         self.health.reason()
@@ -172,6 +200,24 @@ impl Server {
 
     pub(super) fn lock_overrides(&self) -> std::sync::MutexGuard<'_, Overrides> {
         self.overrides.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The last run of `RESTART_COMMAND` for it.
+    pub fn restarted(&self) -> Option<Restarted> {
+        self.restarted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The server as an alert names it.
+    pub fn alert_server(&self) -> AlertServer {
+        AlertServer {
+            id: self.id.to_string(),
+            host: self.host.to_string(),
+            port: self.port,
+            address: self.address.clone(),
+        }
     }
 
     /// True when `name` names this server: its id (`01`) or its `host:port`.

@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::balancer::Balancer;
 use crate::balancer::rules::health::{Asked, Check, Episode, Reason};
 use crate::balancer::rules::overrides::Overrides;
-use crate::balancer::server::Server;
+use crate::balancer::server::{Restarted, Server};
 use crate::config::{BalancerKind, Monitoring, SortMethod};
 use crate::tls::{CertificateSummary, UpstreamTls};
 
@@ -83,6 +83,8 @@ pub struct ServerState {
     pub history: Vec<Episode>,
     /// Active connections each minute over the last hour, (wall ms, count).
     pub samples: Vec<(u64, u64)>,
+    /// The last run of `RESTART_COMMAND` for it.
+    pub restarted: Option<Restarted>,
 }
 
 /// A balancer read at one instant: its counters, settings and servers.
@@ -186,6 +188,7 @@ impl Server {
             last_check: detail.last_check,
             history: detail.history.into_iter().collect(),
             samples,
+            restarted: self.restarted(),
         }
     }
 }

@@ -15,12 +15,17 @@
 //! - `reload`: a reload applied without touching established connections.
 //! - [`monitor`]: the monitor's rounds: check every server, count fall and rise, hand the
 //!   results to the balancer.
+//!
+//! Beside the balancers it starts the alerts and restarts ([`crate::alerts`]), which read the
+//! balancers' alerts and state.
 
 mod handoff;
 pub mod monitor;
 mod reload;
 mod run;
 mod running;
+
+pub use running::check_certificate;
 
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::sync::Arc;
@@ -31,6 +36,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::alerts::Alerting;
 use crate::balancer::events::{Events, Reloaded, Subscription};
 use crate::balancer::shared::Shared;
 use crate::balancer::{Balancer, BalancerState};
@@ -146,6 +152,8 @@ pub struct Control {
     /// What the administration reads and acts on: the balancers, the configuration and the
     /// shutdown state.
     shared: Arc<Shared>,
+    /// The alerts and restarts (`ctl restart`).
+    alerting: Alerting,
 }
 
 impl std::fmt::Debug for Command {
@@ -163,6 +171,18 @@ impl Control {
     /// The running configuration.
     pub fn config(&self) -> Arc<Config> {
         self.shared.config.load_full()
+    }
+
+    /// `ctl restart`: `RESTART_COMMAND` for `server` of `balancer` now, asked by `by`, within
+    /// its bounds (the cooldown left out when `force`); what it came to, or why not.
+    pub async fn restart(
+        &self,
+        balancer: &Arc<Balancer>,
+        server: &Arc<crate::balancer::Server>,
+        force: bool,
+        by: &str,
+    ) -> Result<crate::balancer::Restarted, String> {
+        self.alerting.restart(balancer, server, force, by).await
     }
 
     /// True once a shutdown has been asked for (the broker drains, then stops).
@@ -404,6 +424,8 @@ impl Bound {
             shutdown: Shutdown::new(),
         });
         let stopping = CancellationToken::new();
+        // Before anything runs: the first alert is the start.
+        let alerting = Alerting::start(Arc::clone(&shared), &self.events, stopping.clone());
         let serving: Vec<RunningBalancer> = self
             .bound
             .into_iter()
@@ -431,12 +453,14 @@ impl Bound {
             stopping: stopping.clone(),
             addrs: Arc::clone(&addrs),
             no_file_reload: self.no_file_reload,
+            alerting: alerting.clone(),
         };
         Broker {
             events: self.events,
             control: Control {
                 commands,
                 shared: Arc::clone(&shared),
+                alerting,
             },
             shared,
             addrs,

@@ -14,9 +14,10 @@ use tracing::{info, warn};
 
 use super::running::RunningBalancer;
 use super::{Command, ReloadError, Source};
-use crate::balancer::events::{Event, Events, Reloaded};
+use crate::alerts::Alerting;
+use crate::balancer::events::{Alert, Event, Events, Reloaded};
 use crate::balancer::shared::Shared;
-use crate::config::{BalancerKind, plural, show_duration};
+use crate::config::{AlertEvent, BalancerKind, plural, show_duration};
 use crate::http_balancer::sessions::SessionSecrets;
 use crate::net::resolve::Resolver;
 use crate::net::workers::Workers;
@@ -42,7 +43,13 @@ pub(super) struct ControlLoop {
     pub(super) addrs: Arc<ArcSwap<Vec<(BalancerKind, SocketAddr)>>>,
     /// Why the file is not read again on a reload, when it is not.
     pub(super) no_file_reload: Option<String>,
+    /// The alerts, given their last deliveries once the drain is over.
+    pub(super) alerting: Alerting,
 }
+
+/// How long a stopping broker gives its last alerts (`broker_stopping`) to be delivered:
+/// one request to a receiver that answers; a receiver that does not is not waited for.
+const LAST_ALERTS: Duration = Duration::from_secs(5);
 
 impl ControlLoop {
     /// Serves until a shutdown is requested (then drains) or the handle is dropped (then
@@ -50,6 +57,7 @@ impl ControlLoop {
     pub(super) async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
         info!("broker ready");
         self.events.emit(|| Event::Ready);
+        self.events.alert(|| Alert::new(AlertEvent::BrokerStarted));
         let shutdown = self.shared.shutdown.clone();
         loop {
             tokio::select! {
@@ -62,6 +70,7 @@ impl ControlLoop {
             }
         }
         self.drain().await;
+        self.alerting.flush(LAST_ALERTS).await;
         self.events.emit(|| Event::Stopped);
         info!("broker stopped");
     }
@@ -93,6 +102,7 @@ impl ControlLoop {
         let general = self.shared.config.load().general.clone();
         self.shared.shutdown.set_draining();
         self.events.emit(|| Event::Draining);
+        self.events.alert(|| Alert::new(AlertEvent::BrokerStopping));
         if !general.shutdown_grace.is_zero() {
             info!(
                 "draining: still serving for SHUTDOWN_GRACE ({}) while PING answers 503",

@@ -13,11 +13,11 @@ use tokio_util::task::TaskTracker;
 use tracing::{Instrument, Span, error, info, warn};
 
 use crate::balancer::Balancer;
-use crate::balancer::events::Event;
+use crate::balancer::events::{Alert, Event};
 use crate::balancer::shared::{Ending, Shared};
 use crate::broker::handoff::Handoff;
 use crate::broker::monitor;
-use crate::config::{BalancerConfig, plural, show_duration};
+use crate::config::{AlertEvent, BalancerConfig, plural, show_duration};
 use crate::http_balancer::sessions::SessionSecrets;
 use crate::http_balancer::{self, HttpProxy};
 use crate::net::listener::{self, StopAccepting};
@@ -276,9 +276,7 @@ async fn sample_every_minute(balancer: Arc<Balancer>, stop: CancellationToken) {
     }
 }
 
-/// Tells the log once a day what the doctor finds in the certificate in use (expired, or
-/// expiring within 30 days: warnings an operator who missed the one at start still needs),
-/// until `stop` is cancelled.
+/// Runs [`check_certificate`] once a day, until `stop` is cancelled.
 async fn check_certificate_daily(balancer: Arc<Balancer>, stop: CancellationToken) {
     const DAY: Duration = Duration::from_secs(24 * 3600);
     loop {
@@ -286,15 +284,40 @@ async fn check_certificate_daily(balancer: Arc<Balancer>, stop: CancellationToke
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(DAY) => {}
         }
-        let generation = balancer.generation();
-        let Some(server) = &generation.tls.server else {
-            continue;
-        };
-        let roots = crate::tls::upstream::system_roots();
-        for finding in server.diagnose(SystemTime::now(), &roots.store) {
-            if finding.severity() >= Severity::Warning {
-                warn!("{}: {finding}", generation.config.kind);
-            }
+        check_certificate(&balancer, SystemTime::now());
+    }
+}
+
+/// The daily check of `balancer`'s certificate in use, as of `now`: what the doctor finds
+/// (expired, or expiring within 30 days: warnings an operator who missed the one at start
+/// still needs) is logged, published and sent as `certificate_expiring`. Public so a test can
+/// run the day's check without waiting a day.
+pub fn check_certificate(balancer: &Balancer, now: SystemTime) {
+    let generation = balancer.generation();
+    let Some(server) = &generation.tls.server else {
+        return;
+    };
+    let roots = crate::tls::upstream::system_roots();
+    let kind = generation.config.kind;
+    let until_wall_ms = server
+        .certificate
+        .not_after
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .map(|d| d.as_millis() as u64);
+    for finding in server.diagnose(now, &roots.store) {
+        if finding.severity() >= Severity::Warning {
+            warn!("{kind}: {finding}");
+            balancer.events().emit(|| Event::CertificateExpiring {
+                balancer: kind,
+                finding: finding.to_string(),
+            });
+            balancer.events().alert(|| Alert {
+                until_wall_ms,
+                ..Alert::new(AlertEvent::CertificateExpiring)
+                    .on(kind)
+                    .because(finding.to_string())
+            });
         }
     }
 }

@@ -72,8 +72,8 @@ pub enum Command {
     Demo(DemoArgs),
 
     /// Administer the running broker of --config (default appserver.ini) over its control
-    /// socket: show its servers, disable, drain, enable, weigh, quarantine, release or cut one,
-    /// reload the file.
+    /// socket: show its servers, disable, drain, enable, weigh, quarantine, release, cut or
+    /// restart one, reload the file.
     ///
     /// SECTION is a balancer's section as in the file (BALANCE_SMART_CLIENT_DESKTOP) or
     /// without BALANCE_; ID is a server's REMOTE_SERVER id (01) or its host:port.
@@ -177,6 +177,16 @@ pub enum CtlCommand {
     Release { section: String, id: String },
     /// Close the server's open connections now.
     Cut { section: String, id: String },
+    /// Run RESTART_COMMAND for the server now and print how it ended (exit 1 when it failed
+    /// or was refused). The restarts' bounds hold: RESTART_MAX_PARALLEL, RESTART_TIMEOUT,
+    /// RESTART_ONLY_WITH_ADDRESS, and RESTART_COOLDOWN unless --force.
+    Restart {
+        section: String,
+        id: String,
+        /// Run it even within RESTART_COOLDOWN of the server's last restart.
+        #[arg(long)]
+        force: bool,
+    },
     /// Read the configuration file again and apply it (as SIGHUP); prints what changed or
     /// every error.
     Reload,

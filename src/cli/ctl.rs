@@ -24,7 +24,12 @@ pub fn run(cli: &Cli, args: &CtlArgs) -> ExitCode {
         return ExitCode::from(2);
     }
     let request = request_of(&args.command);
-    let code = admin::ctl::run(&socket, &request, args.json, Duration::ZERO);
+    // A restart is answered when its command ends: RESTART_TIMEOUT at most.
+    let wait = match request {
+        Request::Restart { .. } => admin::RESTART_WAIT,
+        _ => Duration::ZERO,
+    };
+    let code = admin::ctl::run(&socket, &request, args.json, wait);
     if code != admin::ctl::DONE {
         return ExitCode::from(code);
     }
@@ -121,6 +126,11 @@ fn request_of(command: &CtlCommand) -> Request {
             let (section, server) = target(section, id);
             Request::Cut { section, server }
         }
+        CtlCommand::Restart { section, id, force } => Request::Restart {
+            section: section.clone(),
+            server: id.clone(),
+            force: *force,
+        },
         CtlCommand::Reload => Request::Reload,
     }
 }

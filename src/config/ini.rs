@@ -153,7 +153,7 @@ impl Scanner {
         let is_header = trimmed.starts_with('[') && trimmed.ends_with(']');
         let is_entry = trimmed
             .split_once('=')
-            .is_some_and(|(k, v)| !k.trim().is_empty() && !v.contains(';'));
+            .is_some_and(|(k, v)| !k.trim().is_empty() && !comment_after(k.trim(), v));
         let skipped = !is_header && !is_entry || (is_entry && self.sections.is_empty());
         !skipped
     }
@@ -163,7 +163,7 @@ impl Scanner {
         if key.is_empty() {
             return Err("a line starts with `=`; expected `KEY=VALUE`".into());
         }
-        if value.contains(';') {
+        if comment_after(key, value) {
             if let Some(section) = self.sections.last_mut() {
                 section.rejected.push(key.to_ascii_uppercase());
             }
@@ -185,6 +185,12 @@ impl Scanner {
         });
         Ok(())
     }
+}
+
+/// True when `value` holds a `;`, which TOTVS files do not allow after a value: but in a shell
+/// command (`ALERT_COMMAND`, `RESTART_COMMAND`), where it separates commands.
+fn comment_after(key: &str, value: &str) -> bool {
+    value.contains(';') && !super::keys::SHELL_COMMANDS.contains(&key.to_ascii_uppercase().as_str())
 }
 
 /// What [`scan`] found.
@@ -256,6 +262,16 @@ mod tests {
         // The good entry after the bad header still lands in the last good section.
         assert_eq!(sections[0].entries.len(), 1);
         assert_eq!(sections[0].entries[0].key, "OK");
+    }
+
+    #[test]
+    fn a_shell_command_may_hold_semicolons() {
+        let text = "[A]\nrestart_command=ssh app1 'systemctl stop a; systemctl start a'\n";
+        let Scanned {
+            sections, errors, ..
+        } = scan(text, 100);
+        assert!(errors.is_empty(), "{errors:?}");
+        assert!(sections[0].entries[0].value.ends_with("start a'"));
     }
 
     #[test]

@@ -8,6 +8,9 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::alerting::{
+    ALERT_EVENT_WORDS, AlertEvents, AlertFormat, AlertSettings, RestartSettings, Webhook,
+};
 use super::value::{self, Cidr, show_duration, show_escaped};
 use super::{
     BalancerConfig, BalancerKind, General, HttpSettings, Keepalive, Language, Monitoring,
@@ -90,6 +93,15 @@ pub enum Domain {
     HttpPath,
     /// A [`StatusRange`]: `200` or `200-399`.
     StatusRange,
+    /// An `http://` or `https://` URL ([`Webhook`]), empty for none; a secret: printed as
+    /// `(set: https://host)`, never repeated in an error.
+    Webhook,
+    /// An [`AlertFormat`]: `json` or `text`.
+    AlertFormat,
+    /// [`AlertEvents`]: event names separated by commas or blanks, or `all`.
+    AlertEvents,
+    /// An IP address, empty for none.
+    OptionalIp,
 }
 
 impl Domain {
@@ -120,8 +132,16 @@ impl Domain {
             ],
             Domain::Language => &["en", "pt-BR", "pt_BR", "pt"],
             Domain::SslMethod => &["SSL/TLS", "TLSv1.2", "TLSv1.3", "SSLv3", "TLSv1", "TLSv1.1"],
+            Domain::AlertFormat => &["json", "text"],
+            Domain::AlertEvents => ALERT_EVENT_WORDS,
             _ => &[],
         }
+    }
+
+    /// True for a domain whose values are secrets: never printed (but as `(set)`), never
+    /// repeated in an error.
+    pub fn is_secret(self) -> bool {
+        matches!(self, Domain::Secret { .. } | Domain::Webhook)
     }
 }
 
@@ -162,6 +182,14 @@ pub enum Value {
     HttpPath(String),
     /// From [`Domain::StatusRange`].
     StatusRange(StatusRange),
+    /// From [`Domain::Webhook`].
+    Webhook(Option<Webhook>),
+    /// From [`Domain::AlertFormat`].
+    AlertFormat(AlertFormat),
+    /// From [`Domain::AlertEvents`].
+    AlertEvents(AlertEvents),
+    /// From [`Domain::OptionalIp`].
+    OptionalIp(Option<IpAddr>),
 }
 
 /// The longest duration any key accepts: a day.
@@ -241,6 +269,25 @@ impl Domain {
                 Value::HttpPath(text.to_string())
             }
             Domain::StatusRange => Value::StatusRange(text.parse()?),
+            Domain::Webhook | Domain::AlertFormat | Domain::AlertEvents | Domain::OptionalIp => {
+                return self.parse_alerting(text);
+            }
+        })
+    }
+
+    /// [`Domain::parse`] for the domains of the `ALERT_*` and `RESTART_*` keys.
+    fn parse_alerting(self, text: &str) -> Result<Value, String> {
+        Ok(match self {
+            Domain::Webhook if text.is_empty() => Value::Webhook(None),
+            Domain::Webhook => Value::Webhook(Some(Webhook::parse(text)?)),
+            Domain::AlertFormat => Value::AlertFormat(AlertFormat::parse(text)?),
+            Domain::AlertEvents => Value::AlertEvents(AlertEvents::parse(text)?),
+            Domain::OptionalIp if text.is_empty() => Value::OptionalIp(None),
+            Domain::OptionalIp => Value::OptionalIp(Some(value::ip(text).map_err(|_| {
+                "is not an IP address; expected one such as 10.0.0.100 or fd00::100 (empty: none)"
+                    .to_string()
+            })?)),
+            _ => return Err("is not a value of this key".into()),
         })
     }
 }
@@ -1044,7 +1091,141 @@ pub static KEYS: &[Key] = &[
         field: http_field!(sticky_strict = Flag, flag),
         doc: "HTTP: answer 503 rather than move a session whose server is in quarantine or removed",
     },
+    // Alerts and restarts: a balancer's own, else [General]'s for every balancer.
+    Key {
+        name: "ALERT_WEBHOOK",
+        stands: Stands::Balancer,
+        domain: Domain::Webhook,
+        field: Field::Balancer {
+            set: |b, v| {
+                if let Some(hook) = take!(v, Webhook) {
+                    b.alerts.webhook = hook;
+                }
+            },
+            get: |b| {
+                Some(
+                    b.alerts
+                        .webhook
+                        .as_ref()
+                        .map(ToString::to_string)
+                        .unwrap_or_default(),
+                )
+            },
+        },
+        doc: "an http:// or https:// URL each alert is POSTed to (empty: none); a secret, shown as (set: https://host)",
+    },
+    Key {
+        name: "ALERT_WEBHOOK_CA",
+        stands: Stands::Balancer,
+        domain: Domain::Path,
+        field: field!(Balancer.alerts.webhook_ca = Path, path),
+        doc: "PEM file of the CAs trusted for an https ALERT_WEBHOOK (empty: the system's roots)",
+    },
+    Key {
+        name: "ALERT_WEBHOOK_FORMAT",
+        stands: Stands::Balancer,
+        domain: Domain::AlertFormat,
+        field: field!(
+            Balancer.alerts.format = AlertFormat,
+            |f: &AlertFormat| Some(f.as_str().into())
+        ),
+        doc: "json (the event object) or text ({\"text\": \"one line\"}: Slack, Mattermost, Rocket.Chat, Teams)",
+    },
+    Key {
+        name: "ALERT_COMMAND",
+        stands: Stands::Balancer,
+        domain: Domain::Secret { min: 0 },
+        field: field!(Balancer.alerts.command = Secret, shown_secret),
+        doc: "a command run with /bin/sh -c for each alert, the event's JSON on its standard input (empty: none); shown as (set)",
+    },
+    Key {
+        name: "ALERT_EVENTS",
+        stands: Stands::Balancer,
+        domain: Domain::AlertEvents,
+        field: field!(
+            Balancer.alerts.events = AlertEvents,
+            |e: &AlertEvents| Some(e.to_string())
+        ),
+        doc: "the events alerts are sent for, separated by commas (default all)",
+    },
+    Key {
+        name: "ALERT_TIMEOUT",
+        stands: Stands::Balancer,
+        domain: Domain::Duration {
+            min: Duration::from_secs(1),
+            max: Duration::from_secs(300),
+        },
+        field: field!(Balancer.alerts.timeout = Duration, duration),
+        doc: "bound on each delivery of an alert (one webhook request, one command)",
+    },
+    Key {
+        name: "RESTART_COMMAND",
+        stands: Stands::Balancer,
+        domain: Domain::Secret { min: 0 },
+        field: field!(Balancer.restarts.command = Secret, shown_secret),
+        doc: "a command run with /bin/sh -c for a server in a health quarantine for RESTART_AFTER (empty: none); shown as (set)",
+    },
+    Key {
+        name: "RESTART_AFTER",
+        stands: Stands::Balancer,
+        domain: upto_a_day(Duration::from_secs(1)),
+        field: field!(Balancer.restarts.after = Duration, duration),
+        doc: "how long a server stays in a health quarantine before RESTART_COMMAND runs",
+    },
+    Key {
+        name: "RESTART_COOLDOWN",
+        stands: Stands::Balancer,
+        domain: upto_a_day(Duration::from_secs(1)),
+        field: field!(Balancer.restarts.cooldown = Duration, duration),
+        doc: "the shortest time between two restarts of one AppServer (its host and id, in any balancer)",
+    },
+    Key {
+        name: "RESTART_TIMEOUT",
+        stands: Stands::Balancer,
+        domain: Domain::Duration {
+            min: Duration::from_secs(1),
+            max: Duration::from_secs(1800),
+        },
+        field: field!(Balancer.restarts.timeout = Duration, duration),
+        doc: "RESTART_COMMAND is killed after this long",
+    },
+    Key {
+        name: "RESTART_MAX_PARALLEL",
+        stands: Stands::Balancer,
+        domain: Domain::Integer {
+            min: 1,
+            max: 64,
+            what: "a number of restarts from 1 to 64",
+        },
+        field: field!(Balancer.restarts.max_parallel = Integer as u32, number),
+        doc: "restarts of this balancer's servers running at once",
+    },
+    Key {
+        name: "RESTART_ONLY_WITH_ADDRESS",
+        stands: Stands::Balancer,
+        domain: Domain::OptionalIp,
+        field: Field::Balancer {
+            set: |b, v| {
+                if let Some(ip) = take!(v, OptionalIp) {
+                    b.restarts.only_with_address = ip;
+                }
+            },
+            get: |b| {
+                Some(
+                    b.restarts
+                        .only_with_address
+                        .map(|ip| ip.to_string())
+                        .unwrap_or_default(),
+                )
+            },
+        },
+        doc: "restart only while this address (a pair's virtual address) is on this host (empty: always)",
+    },
 ];
+
+/// The keys whose values are shell commands: a `;` in them separates commands, where in any
+/// other value it is a mistaken comment (refused).
+pub const SHELL_COMMANDS: &[&str] = &["ALERT_COMMAND", "RESTART_COMMAND"];
 
 /// Keys TOTVS broker files carry that appbroker accepts without using, and what it does
 /// instead.
@@ -1182,6 +1363,8 @@ impl BalancerConfig {
                 max_sessions: 100_000,
                 sticky_strict: false,
             },
+            alerts: AlertSettings::defaults(),
+            restarts: RestartSettings::defaults(),
         }
     }
 }
@@ -1215,6 +1398,10 @@ mod tests {
             Domain::SslMethod => "TLSv1.3",
             Domain::HttpPath => "/health?full=1",
             Domain::StatusRange => "204-299",
+            Domain::Webhook => "https://hooks.example.com/services/T0/B0/token",
+            Domain::AlertFormat => "text",
+            Domain::AlertEvents => "quarantine_entered, restart_ran",
+            Domain::OptionalIp => "10.0.0.100",
         }
     }
 
@@ -1246,7 +1433,9 @@ mod tests {
                 }
             };
             let printed = printed.unwrap_or_else(|| panic!("{} is printed", key.name));
-            if matches!(key.domain, Domain::Secret { .. }) {
+            if key.domain == Domain::Webhook {
+                assert_eq!(printed, "(set: https://hooks.example.com)", "{}", key.name);
+            } else if key.domain.is_secret() {
                 // Never printed: the round trip is `(set)`.
                 assert_eq!(printed, "(set)", "{}", key.name);
             } else {

@@ -21,7 +21,10 @@
 //! - [`self_loop`]: whether a server's address is the broker's own (a loop), for the checks
 //!   here and every connect.
 //! - `words`: how messages across the process write a count ([`plural`]).
+//! - `alerting`: what the `ALERT_*` and `RESTART_*` keys hold: the events alerts are sent for,
+//!   the webhook (a secret URL), the commands, the restarts' bounds.
 
+mod alerting;
 mod errors;
 mod ini;
 pub mod keys;
@@ -33,6 +36,10 @@ mod validate;
 mod value;
 mod words;
 
+pub use alerting::{
+    ALERT_EVENT_WORDS, AlertEvent, AlertEvents, AlertFormat, AlertSettings, RestartSettings,
+    Webhook, command_text,
+};
 pub use errors::{ConfigError, LoadError, MAX_ERRORS_SHOWN, MAX_FILE_SIZE, Notice, ValueError};
 pub use load::general_value;
 pub use model::{
@@ -40,7 +47,7 @@ pub use model::{
     Monitoring, Origin, Origins, QuerySettings, ServerConfig, SortMethod, StatusRange,
     TOTVS_MONITORING_TYPES, TOTVS_SORT_METHODS, TlsKeys,
 };
-pub use render::{EffectiveSection, secret_changes, setting_changes};
+pub use render::{EffectiveSection, balancer_secret_changes, secret_changes, setting_changes};
 pub use value::{Cidr, Host, ServerId, duration_within, show_duration, show_escaped};
 pub use words::plural;
 

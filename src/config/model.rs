@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
+use super::alerting::{AlertSettings, RestartSettings};
 use super::errors::{Notice, ValueError};
 use super::value::{Cidr, Host, ServerId};
 use crate::tls::files::Passphrase;
@@ -218,6 +219,10 @@ pub struct BalancerConfig {
     /// `HTTP_*` and `LOG_REQUESTS`: the HTTP broker's settings (read by `[BALANCE_HTTP*]`
     /// balancers only).
     pub http: HttpSettings,
+    /// `ALERT_*`: where this balancer's alerts go.
+    pub alerts: AlertSettings,
+    /// `RESTART_*`: when a command restarts a server stuck in quarantine.
+    pub restarts: RestartSettings,
 }
 
 /// A balancer's `SSL_*` keys, as written: TLS towards its clients (`SSL_CERTIFICATE` and

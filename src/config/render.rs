@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use super::keys::{self, Domain, Field};
+use super::keys::{self, Field};
 use super::{BalancerConfig, Config, General, Origin};
 
 /// One section of the effective configuration.
@@ -57,8 +57,7 @@ impl Config {
                 .iter()
                 .partition(|(_, _, origin)| *origin == Origin::Default);
             for (key, value, _) in set {
-                let secret =
-                    keys::find(key).is_some_and(|k| matches!(k.domain, Domain::Secret { .. }));
+                let secret = keys::find(key).is_some_and(|k| k.domain.is_secret());
                 if secret && !value.is_empty() {
                     // Never printed; a comment, so that the printout still reads back (without it).
                     let _ = writeln!(out, "; {key}={value} (a secret is never printed)");
@@ -130,6 +129,49 @@ pub fn secret_changes(before: &General, after: &General) -> Vec<String> {
     .into_iter()
     .filter(|(_, was, now)| was.is_some() && now.is_some() && was != now)
     .map(|(key, _, _)| format!("[General] {key} changed (not shown)"))
+    .collect()
+}
+
+/// `<label> KEY changed (not shown)` for each secret of a balancer set before and after, to
+/// another value, which its printed form (`(set)`, or the webhook's host alone) cannot tell.
+pub fn balancer_secret_changes(
+    label: &str,
+    before: &BalancerConfig,
+    after: &BalancerConfig,
+) -> Vec<String> {
+    let changed =
+        |was: Option<String>, now: Option<String>| was.is_some() && now.is_some() && was != now;
+    let expose = |p: &Option<crate::tls::files::Passphrase>| {
+        p.as_ref()
+            .map(|p| String::from_utf8_lossy(p.expose()).into_owned())
+    };
+    let webhook = |b: &BalancerConfig| {
+        b.alerts
+            .webhook
+            .as_ref()
+            .map(|w| format!("{}{}", w.origin(), w.expose_target()))
+    };
+    [
+        (
+            "SSL_PASSPHRASE",
+            expose(&before.tls.passphrase),
+            expose(&after.tls.passphrase),
+        ),
+        ("ALERT_WEBHOOK", webhook(before), webhook(after)),
+        (
+            "ALERT_COMMAND",
+            expose(&before.alerts.command),
+            expose(&after.alerts.command),
+        ),
+        (
+            "RESTART_COMMAND",
+            expose(&before.restarts.command),
+            expose(&after.restarts.command),
+        ),
+    ]
+    .into_iter()
+    .filter(|(_, was, now)| changed(was.clone(), now.clone()))
+    .map(|(key, _, _)| format!("{label} {key} changed (not shown)"))
     .collect()
 }
 

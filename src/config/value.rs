@@ -120,7 +120,8 @@ pub fn server(text: &str) -> Result<(Host, u16, u32), String> {
     Ok((host, port, weight))
 }
 
-fn host(text: &str) -> Result<Host, String> {
+/// A server's host: an IP address (IPv6 with or without brackets) or a host name.
+pub(super) fn host(text: &str) -> Result<Host, String> {
     let bare = text
         .strip_prefix('[')
         .and_then(|t| t.strip_suffix(']'))

@@ -70,6 +70,15 @@ pub fn local_date(wall_ms: u64) -> String {
     local(wall_ms).map_or_else(|| "-".into(), |t| t.format("%d/%m/%Y").to_string())
 }
 
+/// A wall-clock instant as RFC 3339 in local time with its offset, to the second
+/// (`2025-03-04T18:04:05-03:00`); `-` when it cannot be shown.
+pub fn rfc3339(wall_ms: u64) -> String {
+    local(wall_ms).map_or_else(
+        || "-".into(),
+        |t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, false),
+    )
+}
+
 fn local(wall_ms: u64) -> Option<chrono::DateTime<Local>> {
     Local
         .timestamp_millis_opt(i64::try_from(wall_ms).ok()?)

@@ -129,6 +129,17 @@ struct ServerEntry<'a> {
     bytes_to_server: u64,
     bytes_to_client: u64,
     last_check: Option<LastCheck<'a>>,
+    last_restart: Option<LastRestart<'a>>,
+}
+
+/// The last run of `RESTART_COMMAND` for a server.
+#[derive(Serialize)]
+struct LastRestart<'a> {
+    epoch_ms: u64,
+    exit: Option<i32>,
+    outcome: &'a str,
+    output: &'a str,
+    why: &'a str,
 }
 
 /// A server's last monitor check.
@@ -328,6 +339,13 @@ fn server(s: &ServerState, sessions: ServerSessions) -> ServerEntry<'_> {
             epoch_ms: c.at_wall_ms,
             duration_ms: c.duration.as_secs_f64() * 1000.0,
             error: c.error.as_deref(),
+        }),
+        last_restart: s.restarted.as_ref().map(|r| LastRestart {
+            epoch_ms: r.at_wall_ms,
+            exit: r.exit,
+            outcome: &r.outcome,
+            output: &r.output,
+            why: &r.why,
         }),
     }
 }

@@ -186,11 +186,42 @@ pub fn render(snap: &Snapshot) -> String {
         );
     }
     tls(&mut out, snap, &balancer);
+    alert_families(&mut out, snap, &balancer);
     if let Some(http) = &snap.http {
         http_families(&mut out, &balancer, http);
         session_families(&mut out, &balancer, http);
     }
     out
+}
+
+/// The alerts (this balancer's, and the broker's own with `balancer=""`) by event and
+/// outcome, and the restarts of this balancer's servers by outcome.
+fn alert_families(out: &mut String, snap: &Snapshot, balancer: &str) {
+    family(
+        out,
+        "alerts_total",
+        "counter",
+        "Alerts by event and outcome (delivered or failed at a receiver, or dropped).",
+        snap.alerts.iter().map(|(b, event, outcome, n)| {
+            (
+                format!(
+                    "balancer=\"{}\",event=\"{event}\",outcome=\"{outcome}\"",
+                    label(b)
+                ),
+                *n as f64,
+            )
+        }),
+    );
+    family(
+        out,
+        "restarts_total",
+        "counter",
+        "Runs of RESTART_COMMAND by outcome (ok, failed, timeout), and restarts held back \
+         (skipped).",
+        snap.restarts
+            .iter()
+            .map(|(outcome, n)| (format!("{balancer},outcome=\"{outcome}\""), *n as f64)),
+    );
 }
 
 /// The TLS families, on a balancer that speaks TLS: seconds until its certificate expires

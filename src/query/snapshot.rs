@@ -87,6 +87,11 @@ pub struct Snapshot {
     pub others: Vec<(BalancerKind, SocketAddr)>,
     /// An HTTP balancer's own figures; `None` for a TCP balancer.
     pub http: Option<HttpFigures>,
+    /// The alerts of this balancer and of the broker as a whole, since start: (balancer
+    /// label, event, outcome, count).
+    pub alerts: Vec<(String, &'static str, &'static str, u64)>,
+    /// The restarts of this balancer's servers, since start: (outcome, count).
+    pub restarts: Vec<(&'static str, u64)>,
 }
 
 impl Snapshot {
@@ -111,6 +116,8 @@ impl Snapshot {
             draining,
             others,
             http: None,
+            alerts: balancer.events().figures().alerts_of(balancer.kind()),
+            restarts: balancer.events().figures().restarts_of(balancer.kind()),
         }
     }
 

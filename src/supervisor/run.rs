@@ -20,7 +20,8 @@ use super::upgrade::Handover;
 use super::vet::Vetting;
 use super::watchdog::Silence;
 use super::{Backoff, Held, describe, hold};
-use crate::config::{Config, show_duration};
+use crate::balancer::events::Alert;
+use crate::config::{AlertEvent, Config, show_duration};
 
 /// What the supervisor runs: the broker's binary with the command line it was given, less
 /// `--supervise`.
@@ -111,6 +112,9 @@ pub(super) struct Supervisor {
     /// Brokers replaced and draining, with what waits for them: handed to the next image
     /// on an upgrade, which waits for them in turn.
     pub(super) retired: Vec<(u32, tokio::task::JoinHandle<()>)>,
+    /// The watchdog killed the running broker (pid, its silence in words): its end is told
+    /// so in `broker_restarted`.
+    watchdog_killed: Option<(u32, String)>,
 }
 
 /// Where the supervisor starts from.
@@ -191,6 +195,7 @@ pub async fn run(start: Start) -> std::io::Result<u8> {
         vetting: None,
         waiting,
         retired: Vec::new(),
+        watchdog_killed: None,
     };
     for pid in retiring {
         // Draining already: their ends were not handed over, and they need none (a broker
@@ -386,6 +391,9 @@ impl Supervisor {
             silence.words()
         );
         which.signal(Signal::SIGKILL);
+        if which.pid == self.current.pid {
+            self.watchdog_killed = Some((silence.pid, silence.words()));
+        }
     }
 
     /// The current child said READY.
@@ -462,6 +470,7 @@ impl Supervisor {
             return Ok(Some(stop_code(status, self.stopping)));
         }
         self.died_at = Some(Instant::now());
+        let restarted = self.restarted_alert(pid, status);
         if let Some(next) = self.next.take() {
             warn!(
                 "supervisor: broker (pid {pid}) {}; its replacement (pid {}) takes over",
@@ -469,6 +478,7 @@ impl Supervisor {
                 next.pid
             );
             self.current = next;
+            self.tell(restarted);
             return Ok(None);
         }
         let delay = self.backoff.after_exit(self.current.served);
@@ -492,7 +502,33 @@ impl Supervisor {
             }
         }
         self.current = self.respawn().await;
+        self.tell(restarted);
         Ok(None)
+    }
+
+    /// The `broker_restarted` alert for the running broker `pid` that ended with `status`:
+    /// for one that served (a crash in service) or that the watchdog killed; `None` for one
+    /// that died as it started (its log says why, at each try).
+    fn restarted_alert(&mut self, pid: u32, status: std::process::ExitStatus) -> Option<Alert> {
+        let watchdog = self
+            .watchdog_killed
+            .take()
+            .filter(|(killed, _)| *killed == pid);
+        let reason = match &watchdog {
+            Some((_, silence)) => format!(
+                "the broker (pid {pid}) {silence} and was killed by the watchdog (WATCHDOG_TIMEOUT)"
+            ),
+            None if self.current.served => format!("the broker (pid {pid}) {}", describe(status)),
+            None => return None,
+        };
+        Some(Alert::new(AlertEvent::BrokerRestarted).because(reason))
+    }
+
+    /// Sends `alert`, if any, to the receivers the file names, in the background.
+    fn tell(&self, alert: Option<Alert>) {
+        if let Some(alert) = alert {
+            crate::alerts::send_now(&self.config, alert);
+        }
     }
 
     /// A new child on the listeners held, retried with the back-off while it cannot be

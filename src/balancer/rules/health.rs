@@ -246,6 +246,18 @@ impl Health {
         self.until_ms.load(Relaxed)
     }
 
+    /// While a quarantine is recorded: when it started (wall ms), and whether an operator
+    /// asked for it.
+    pub fn current(&self) -> Option<(u64, bool)> {
+        if !self.is_quarantined() {
+            return None;
+        }
+        // Under the lock, which a release takes to clear both.
+        let detail = self.lock();
+        (detail.since_wall_ms != 0 && self.is_quarantined())
+            .then_some((detail.since_wall_ms, detail.forced))
+    }
+
     /// A copy of the details.
     pub fn detail(&self) -> Detail {
         self.lock().clone()

@@ -182,6 +182,7 @@ impl Validator {
         self.http_only_keys(section, b);
         self.monitoring_type(section, &inherited);
         self.timings(section, &inherited, b);
+        self.webhook_ca(section, &inherited, b);
         // Answering everyone is the TOTVS behaviour; say so once unless the file chose it.
         if b.query.enabled && inherited.find("QUERY_ALLOW").is_none() {
             self.notices.push(ConfigError::new(
@@ -290,6 +291,28 @@ impl Validator {
             let line = inherited.find(key).map_or(section.line, |(e, _)| e.line);
             self.notices
                 .push(ConfigError::new(line, &section.written, Some(key), message));
+        }
+    }
+
+    /// `ALERT_WEBHOOK_CA`: read now when an `https` webhook uses it (an error at its line when
+    /// it holds no certificate), a notice when nothing uses it.
+    fn webhook_ca(&mut self, section: &Section, inherited: &Lookup<'_>, b: &BalancerConfig) {
+        const KEY: &str = "ALERT_WEBHOOK_CA";
+        let (Some(path), Some((entry, _))) = (&b.alerts.webhook_ca, inherited.find(KEY)) else {
+            return;
+        };
+        let located =
+            |message: String| ConfigError::new(entry.line, &section.written, Some(KEY), message);
+        if !b.alerts.webhook.as_ref().is_some_and(|w| w.tls) {
+            self.notices.push(located(
+                "is ignored: it is used with an https:// ALERT_WEBHOOK only".into(),
+            ));
+            return;
+        }
+        let read = crate::tls::files::read(KEY, path)
+            .and_then(|pem| crate::tls::files::certificates(KEY, path, &pem));
+        if let Err(finding) = read {
+            self.errors.push(located(finding.to_string()));
         }
     }
 

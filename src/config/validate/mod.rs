@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::ini::{self, Entry, Section};
-use super::keys::{Domain, Key};
+use super::keys::Key;
 use super::value;
 use super::{
     BalancerConfig, Config, ConfigError, LoadError, Loaded, MAX_ERRORS_SHOWN, Notice, Origin,
@@ -219,9 +219,10 @@ impl Validator {
                 _ => &lookup.section.written,
             };
             // A secret is never repeated, not even a wrong one: the error may reach a log.
-            let value = match key.domain {
-                Domain::Secret { .. } => "the value (not shown)".to_string(),
-                _ => format!("`{}`", entry.value),
+            let value = if key.domain.is_secret() {
+                "the value (not shown)".to_string()
+            } else {
+                format!("`{}`", entry.value)
             };
             self.errors.push(ConfigError::new(
                 entry.line,

@@ -25,6 +25,7 @@ pub fn contradictions(b: &BalancerConfig) -> Vec<Contradiction> {
         keepalive_past_reconnect(&b.keepalive),
         user_timeout_before_probes(&b.keepalive),
         attempts_outlast_quarantine(b),
+        restart_never_due(b),
     ]
     .into_iter()
     .flatten()
@@ -50,6 +51,27 @@ fn quarantine_outran_by_checks(b: &BalancerConfig) -> Option<Contradiction> {
             ),
         )
     })
+}
+
+/// A restart that is never due: without checks, nothing moves a quarantine's end out, so a
+/// quarantine no longer than `RESTART_AFTER` ends before it.
+fn restart_never_due(b: &BalancerConfig) -> Option<Contradiction> {
+    let r = &b.restarts;
+    (r.command.is_some() && b.monitoring == Monitoring::Disabled && r.after >= b.quarantine_time)
+        .then(|| {
+            (
+                "RESTART_AFTER",
+                format!(
+                    "{} is not shorter than QUARANTINE_TIME ({}) and MONITORING_TYPE is \
+                     DISABLED: no check moves a quarantine's end out, so it ends before \
+                     RESTART_COMMAND is due (unless clients' connects keep failing); turn the \
+                     monitor on, or shorten RESTART_AFTER below {}",
+                    show(r.after),
+                    show(b.quarantine_time),
+                    show(b.quarantine_time)
+                ),
+            )
+        })
 }
 
 /// Keepalive that notices a dead peer only after a SmartClient has given up reconnecting.
@@ -112,4 +134,29 @@ fn attempts_outlast_quarantine(b: &BalancerConfig) -> Option<Contradiction> {
             ),
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::BalancerKind;
+
+    #[test]
+    fn a_restart_without_checks_is_due_only_within_the_quarantine() {
+        let mut b = BalancerConfig::defaults(BalancerKind::SmartClientDesktop);
+        b.monitoring = Monitoring::Disabled;
+        assert!(
+            restart_never_due(&b).is_none(),
+            "no RESTART_COMMAND: nothing to say"
+        );
+        b.restarts.command = Some(crate::tls::files::Passphrase::new("true"));
+        let (key, message) = restart_never_due(&b).expect("120s is not below 120s");
+        assert_eq!(key, "RESTART_AFTER");
+        assert!(message.contains("QUARANTINE_TIME (120s)"), "{message}");
+        b.restarts.after = Duration::from_secs(60);
+        assert!(restart_never_due(&b).is_none());
+        b.restarts.after = Duration::from_secs(600);
+        b.monitoring = Monitoring::Connection;
+        assert!(restart_never_due(&b).is_none(), "checks move the end out");
+    }
 }

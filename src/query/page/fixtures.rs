@@ -37,6 +37,7 @@ pub(super) fn server(port: u16, now: u64, samples: &[(u64, u64)], active: u64) -
             .iter()
             .map(|&(minutes_ago, v)| (now - minutes_ago * 60_000, v))
             .collect(),
+        restarted: None,
     }
 }
 
@@ -70,6 +71,8 @@ pub(super) fn snapshot(now: u64, servers: Vec<ServerState>) -> Snapshot {
         draining: false,
         others: Vec::new(),
         http: None,
+        alerts: Vec::new(),
+        restarts: Vec::new(),
     }
 }
 

@@ -321,6 +321,23 @@ pub(super) fn server_table(out: &mut String, l: &Labels, snap: &Snapshot) {
 }
 
 pub(super) fn state_cell(l: &Labels, s: &ServerState) -> String {
+    let mut cell = standing_cell(l, s);
+    // The last restart, beside the server: whether the fix it needed came, and how it went.
+    if let Some(r) = &s.restarted {
+        let _ = write!(
+            cell,
+            "<br><small class='restart' title='{}'>{} {}, {}</small>",
+            esc(&r.output),
+            l.restarted,
+            clock(r.at_wall_ms),
+            esc(&r.outcome)
+        );
+    }
+    cell
+}
+
+/// The state cell but the last restart.
+fn standing_cell(l: &Labels, s: &ServerState) -> String {
     match s.state {
         Standing::Available => {
             let mut cell = format!("<span class='badge ok'>{}</span>", l.available);

@@ -24,6 +24,8 @@
 //! - `engine.rs`: the HTTP engine alone on a loopback port, over a recording balancer.
 //! - `scripted.rs`: a raw HTTP/1.1 server and client, byte for byte.
 //! - `chromium.rs`: headless Chromium, once or driven over DevTools.
+//! - `webhook.rs`: a webhook receiver for the broker's alerts, plain or TLS, that records
+//!   each POST and answers as told (or hangs).
 
 // Functions short enough to read at once, as in the broker (70 lines: clippy.toml).
 #![warn(clippy::too_many_lines)]
@@ -40,6 +42,7 @@ mod process;
 mod query_client;
 mod scripted;
 mod servers;
+mod webhook;
 
 use std::time::{Duration, Instant};
 
@@ -55,6 +58,7 @@ pub use process::*;
 pub use query_client::*;
 pub use scripted::*;
 pub use servers::*;
+pub use webhook::*;
 
 /// How long any wait in a test may take before the test fails. Generous: it only bounds a
 /// failing test, a passing one returns as soon as its condition holds.
