@@ -6,7 +6,7 @@
 //! Publishing costs one atomic read while nobody listens: the event is not even built, and the
 //! channel exists only from the first subscription on.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -115,6 +115,25 @@ pub enum Event {
     Refused {
         /// Which balancer.
         balancer: BalancerKind,
+    },
+    /// A client's connection was refused: the client had `MAX_CONNECTIONS_PER_CLIENT` open.
+    ClientLimited {
+        /// Which balancer.
+        balancer: BalancerKind,
+        /// The client's address (the PROXY protocol's, when there is one).
+        client: IpAddr,
+        /// Its connections open then.
+        open: u32,
+    },
+    /// A connection was refused at the PROXY protocol step (no valid header from a front
+    /// balancer, or one from another source) and closed.
+    ProxyHeaderRefused {
+        /// Which balancer.
+        balancer: BalancerKind,
+        /// The connection's peer.
+        peer: SocketAddr,
+        /// Why, as METRICS labels it.
+        cause: &'static str,
     },
     /// An HTTP balancer finished a request (answered it, or gave up on it).
     Request {

@@ -157,7 +157,7 @@ pub async fn accept_loop(
         if !sys::ACCEPTED_INHERIT_OPTIONS {
             set_accepted_options(&stream, &serve.keepalive(), peer);
         }
-        serve.start(Accepted { stream, peer });
+        serve.start(Accepted::new(stream, peer));
     };
     // The keepalive settings the listener carries for its accepted sockets to inherit; set
     // again when a reload changes them.
