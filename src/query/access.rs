@@ -32,9 +32,9 @@ pub(super) fn refusal(generation: &Generation, peer: SocketAddr) -> Option<Strin
 /// The configuration as `peer` may see it: the sections of the balancers whose `QUERY_ALLOW`
 /// admits it, and the file paths (the configuration's, `ConsoleFile`) only when every
 /// balancer does, as those belong to the process as a whole.
-pub(super) fn visible_config(ctx: &Shared, peer: SocketAddr) -> Config {
-    let mut config = Config::clone(&ctx.config.load());
-    let balancers = ctx.balancers.load();
+pub(super) fn visible_config(shared: &Shared, peer: SocketAddr) -> Config {
+    let mut config = Config::clone(&shared.config.load());
+    let balancers = shared.balancers.load();
     let may_query = |kind| {
         balancers
             .iter()

@@ -27,7 +27,7 @@ const PREFIX: &str = "/TOTVS_BROKER_QUERY";
 /// sniffing, no query place (the connection is the balancer's client). `None` for a request
 /// to forward. `http` reads the balancer's HTTP figures, for the pages that show them.
 pub fn intercept(
-    ctx: &Shared,
+    shared: &Shared,
     balancer: &Balancer,
     peer: SocketAddr,
     head: &Parts,
@@ -42,13 +42,13 @@ pub fn intercept(
         debug!(client = %peer, "query refused: {}", refusal.trim_end());
         return Some(text(StatusCode::FORBIDDEN, refusal));
     }
-    Some(answer(ctx, balancer, peer, head, Some(http())))
+    Some(answer(shared, balancer, peer, head, Some(http())))
 }
 
 /// Routes one request (from an allowed client) to its command's answer; `http`: the figures
 /// of an HTTP balancer.
 pub(super) fn answer(
-    ctx: &Shared,
+    shared: &Shared,
     balancer: &Balancer,
     peer: SocketAddr,
     request: &Parts,
@@ -78,7 +78,7 @@ pub(super) fn answer(
         .map(host_name)
         .unwrap_or_else(|| "localhost".into());
     let query = Query {
-        ctx,
+        shared,
         balancer,
         peer,
         request,
