@@ -1106,20 +1106,6 @@ pub static KEYS: &[Key] = &[
         field: http_field!(sticky_strict = Flag, flag),
         doc: "HTTP: answer 503 rather than move a session whose server is in quarantine or removed",
     },
-    Key {
-        name: "HTTP_TRUSTED_PROXIES",
-        stands: Stands::Balancer,
-        domain: Domain::CidrsOrNone,
-        field: Field::Balancer {
-            set: |b, v| {
-                if let Some(list) = take!(v, Cidrs) {
-                    b.http.trusted_proxies = list;
-                }
-            },
-            get: |b| on_http(b, &b.http.trusted_proxies, |l| cidr_list(l)),
-        },
-        doc: "HTTP: addresses or CIDRs of proxies in front whose X-Forwarded-For names the client (its last address not in the list) (empty: none)",
-    },
 ];
 
 /// Keys TOTVS broker files carry that appbroker accepts without using, and what it does
@@ -1266,7 +1252,6 @@ impl BalancerConfig {
                 session_timeout: Duration::from_secs(600),
                 max_sessions: 100_000,
                 sticky_strict: false,
-                trusted_proxies: Vec::new(),
             },
         }
     }

@@ -352,9 +352,6 @@ pub struct HttpSettings {
     pub max_sessions: u32,
     /// `HTTP_STICKY_STRICT`: 503 rather than move a session to another server.
     pub sticky_strict: bool,
-    /// `HTTP_TRUSTED_PROXIES`: the peers (L7 proxies in front) whose `X-Forwarded-For` is
-    /// trusted to name the client (empty: none).
-    pub trusted_proxies: Vec<Cidr>,
 }
 
 /// TCP keepalive, so a vanished peer is noticed in minutes rather than the kernel's two hours.
