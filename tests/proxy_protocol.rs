@@ -4,7 +4,8 @@
 //! (v2 `LOCAL`) is answered, never forwarded; a missing, late or broken header is refused,
 //! and so is one from a source that may not send it; servers that read the header get one,
 //! the monitor's checks included; `MAX_CONNECTIONS_PER_CLIENT` closes one client's extra
-//! connection and no one else's.
+//! connection and no one else's; an HTTP balancer's `X-Forwarded-For` names the header's
+//! client.
 // Helpers outside `#[test]` functions may unwrap too: a panic there is a failed assertion.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -231,7 +232,8 @@ async fn sources_not_listed_are_served_directly_and_may_not_send_a_header() {
     // A direct client that claims to be someone else is refused.
     let mut claiming = connect_from(direct, broker.addr()).await;
     claiming.write_all(&header).await.unwrap();
-    claiming.write_all(b"three\n").await.unwrap();
+    // The broker may have closed already: a reset here is the refusal too.
+    let _ = claiming.write_all(b"three\n").await;
     assert!(closed_by_broker(&mut claiming).await);
     broker
         .events
@@ -349,7 +351,7 @@ async fn past_max_connections_per_client_that_client_is_closed_and_others_served
         .write_all(&v1(SocketAddr::new(busy.ip(), 1003), broker.addr()))
         .await
         .unwrap();
-    third.write_all(b"third\n").await.unwrap();
+    let _ = third.write_all(b"third\n").await; // a reset is the refusal too
     assert!(closed_by_broker(&mut third).await);
     let limited = broker
         .events
@@ -379,4 +381,21 @@ async fn past_max_connections_per_client_that_client_is_closed_and_others_served
     let mut again = TcpStream::connect(broker.addr()).await.unwrap();
     let header = v1(SocketAddr::new(busy.ip(), 1004), broker.addr());
     assert_eq!(relay_line(&mut again, &header, "again").await, "a");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_balancer_forwards_for_the_client_a_header_names() {
+    let origin = Origin::start().await;
+    let broker = InProcess::start(&http_ini(&[origin.addr], "PROXY_PROTOCOL=1")).await;
+    let mut stream = TcpStream::connect(broker.addr()).await.unwrap();
+    stream
+        .write_all(&v1("192.0.2.7:56324".parse().unwrap(), broker.addr()))
+        .await
+        .unwrap();
+    let mut connection = HttpConnection::on(stream);
+    let answer = connection.request("GET", "/page", &[]).await.unwrap();
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let seen = &origin.seen()[0];
+    assert_eq!(seen.headers["x-forwarded-for"], "192.0.2.7");
+    assert_eq!(seen.headers["x-real-ip"], "192.0.2.7");
 }
