@@ -263,6 +263,24 @@ async fn query_allow_judges_the_client_a_header_names() {
             .unwrap();
         assert_eq!(answer.status, status, "{client}: {}", answer.text());
     }
+    // The JSON and the STATUS page name the client who asked, not the front balancer.
+    for path in ["/TOTVS_BROKER_QUERY/JSON", "/TOTVS_BROKER_QUERY/STATUS"] {
+        let mut stream = TcpStream::connect(broker.addr()).await.unwrap();
+        let client = "192.0.2.7:1001".parse().unwrap();
+        stream.write_all(&v1(client, broker.addr())).await.unwrap();
+        let front = stream.local_addr().unwrap().to_string();
+        let answer = HttpConnection::on(stream)
+            .request("GET", path, &[])
+            .await
+            .unwrap();
+        assert_eq!(answer.status, 200, "{path}");
+        assert!(
+            answer.text().contains("192.0.2.7:1001"),
+            "{path}: {}",
+            answer.text()
+        );
+        assert!(!answer.text().contains(&front), "{path}: {}", answer.text());
+    }
 }
 
 /// A server that reads the PROXY protocol: it keeps each connection's first `n` bytes.
