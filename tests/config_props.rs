@@ -333,6 +333,11 @@ fn key_line(key: &'static Key) -> BoxedStrategy<Option<String>> {
                 .prop_map(move |list| format!("{name}={}", list.join(", "))),
         )
         .boxed(),
+        Domain::CidrsOrNone => prop::option::of(
+            prop::collection::vec(cidr(), 0..4)
+                .prop_map(move |list| format!("{name}={}", list.join(", "))),
+        )
+        .boxed(),
         Domain::Protocols => prop::option::of(
             prop::collection::vec("[a-zA-Z][a-zA-Z0-9-]{0,9}(/[0-9]{1,2})?", 0..3)
                 .prop_map(move |list| format!("{name}={}", list.join(", "))),

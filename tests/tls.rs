@@ -4,7 +4,7 @@
 //! wrong name, expired, verification off), a certificate swapped by a reload under load with
 //! no failed exchange, a certificate that does not load rejecting the reload, the doctor
 //! through the binary's `--check`, and clients no one here wrote: `openssl s_client`, `curl`,
-//! headless Chromium.
+//! headless Chromium; and a PROXY protocol header read before the handshake.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test that cannot go on should panic
 
 use std::net::SocketAddr;
@@ -237,6 +237,38 @@ async fn a_tls_balancer_relays_and_answers_queries_over_tls() {
         "{:?}",
         state.handshake_failures
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_protocol_header_comes_before_the_tls_handshake() {
+    let ca = Ca::new("Test CA");
+    let files = Files::new();
+    let server = TestServer::start("a").await;
+    let extra = format!("PROXY_PROTOCOL=1\n{}", files.serve(&ca.broker_leaf()));
+    let broker = InProcess::start(&ini_for(&[&server], &extra)).await;
+    let config = client_config(ca.roots());
+    // As a front balancer in TCP mode does: the header in clear, then the client's TLS.
+    let mut tcp = TcpStream::connect(broker.addr()).await.unwrap();
+    tcp.write_all(b"PROXY TCP4 192.0.2.7 127.0.0.1 56324 5000\r\n")
+        .await
+        .unwrap();
+    let name = ServerName::try_from("localhost").unwrap();
+    let connect = TlsConnector::from(Arc::clone(&config)).connect(name, tcp);
+    let mut stream = within("a TLS handshake after the header", connect)
+        .await
+        .unwrap();
+    assert_eq!(echo(&mut stream, "hello over tls").await, "a");
+    drop(stream);
+    let client: SocketAddr = "192.0.2.7:56324".parse().unwrap();
+    broker
+        .events
+        .wait_for(
+            "the end of the header's client",
+            |e| matches!(e, appbroker::Event::ConnectionEnded { client: c, .. } if *c == client),
+        )
+        .await;
+    // Without the header, the TLS client is refused: its ClientHello is no header.
+    assert!(tls_connect(&config, broker.addr()).await.is_err());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -20,6 +20,7 @@ use crate::balancer::rules::health::{Reason, Release};
 use crate::balancer::server::Server;
 use crate::config::Monitoring;
 use crate::net::dial::{self, ConnectError, ServerStream};
+use crate::net::handshake::ProxyRefusal;
 use crate::net::relay::{End, Outcome};
 use crate::net::stream::Stream;
 use crate::process::os_error::PointsAt;
@@ -74,6 +75,48 @@ impl Balancer {
             .clone()
     }
 
+    /// A connection refused at the PROXY protocol step, from `peer`: counted by cause; the
+    /// first of an episode is logged with its cause (one line, not one per connection).
+    pub fn proxy_header_refused(&self, peer: SocketAddr, refusal: &ProxyRefusal) {
+        *self
+            .proxy_refusals
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(refusal.label())
+            .or_default() += 1;
+        self.events.emit(|| Event::ProxyHeaderRefused {
+            balancer: self.kind(),
+            peer,
+            cause: refusal.label(),
+        });
+        if self.proxy_episode.strike() {
+            warn!(
+                peer = %peer,
+                "connection from {peer} closed: {refusal}; further ones are counted in METRICS \
+                 until a PROXY protocol header is read again"
+            );
+        } else {
+            debug!(peer = %peer, "connection closed: {refusal}");
+        }
+    }
+
+    /// A PROXY protocol header was read: ends an episode of refusals with a line.
+    pub fn proxy_header_read(&self) {
+        if let Some(refused) = self.proxy_episode.end() {
+            info!(
+                "PROXY protocol headers are read again; {refused} connections were refused before"
+            );
+        }
+    }
+
+    /// Connections refused at the PROXY protocol step so far, by cause.
+    pub fn proxy_refusals(&self) -> BTreeMap<&'static str, u64> {
+        self.proxy_refusals
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
     /// A client refused at `MAX_CONNECTIONS`; the first of an episode is logged.
     pub fn refused(&self, local: Option<SocketAddr>) {
         self.stats.rejected.fetch_add(1, Relaxed);
@@ -111,9 +154,31 @@ impl Balancer {
         stale: bool,
         client: SocketAddr,
     ) -> Result<ServerStream, ConnectError> {
+        self.dial_with(generation, server, stale, client, &[]).await
+    }
+
+    /// [`Balancer::dial`], writing `preface` first on the new connection, before its TLS
+    /// handshake (a PROXY protocol header, `SEND_PROXY_PROTOCOL`: it is for the server's TCP
+    /// side, as HAProxy sends it).
+    pub async fn dial_with(
+        &self,
+        generation: &Generation,
+        server: &Server,
+        stale: bool,
+        client: SocketAddr,
+        preface: &[u8],
+    ) -> Result<ServerStream, ConnectError> {
         let config = &generation.config;
         let tls = generation.tls.upstream.as_ref();
-        match dial::dial(&self.resolver, &server.host, server.port, config, tls).await {
+        let dialed = dial::dial(
+            &self.resolver,
+            &server.host,
+            server.port,
+            config,
+            tls,
+            preface,
+        );
+        match dialed.await {
             Ok(stream) => {
                 if let Some(socket) = stream.socket() {
                     dial::keep_alive(socket, &config.keepalive, &server.address);

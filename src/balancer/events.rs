@@ -13,7 +13,7 @@
 //! bounded; past [`ALERT_QUEUE`] the oldest are dropped, and the reader is told how many.
 
 use std::collections::VecDeque;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -123,6 +123,25 @@ pub enum Event {
     Refused {
         /// Which balancer.
         balancer: BalancerKind,
+    },
+    /// A client's connection was refused: the client had `MAX_CONNECTIONS_PER_CLIENT` open.
+    ClientLimited {
+        /// Which balancer.
+        balancer: BalancerKind,
+        /// The client's address (the PROXY protocol's, when there is one).
+        client: IpAddr,
+        /// Its connections open then.
+        open: u32,
+    },
+    /// A connection was refused at the PROXY protocol step (no valid header from a front
+    /// balancer, or one from another source) and closed.
+    ProxyHeaderRefused {
+        /// Which balancer.
+        balancer: BalancerKind,
+        /// The connection's peer.
+        peer: SocketAddr,
+        /// Why, as METRICS labels it.
+        cause: &'static str,
     },
     /// An HTTP balancer finished a request (answered it, or gave up on it).
     Request {

@@ -16,8 +16,10 @@
 //!   state, the TLS loaded for it), and the reload that builds the next.
 //! - `pick`: what a connection takes while it lives: a client's slot under
 //!   `MAX_CONNECTIONS`, a query's place, a server picked by the policy and its lease.
-//! - `connections`: a connection's events, one method each (accepts, handshakes, refusals,
-//!   the dial and its outcome, unserved clients, the close).
+//! - `connections`: a connection's events, one method each (accepts, PROXY protocol headers,
+//!   handshakes, refusals, the dial and its outcome, unserved clients, the close).
+//! - `client_limit`: `MAX_CONNECTIONS_PER_CLIENT` applied: each client address's
+//!   connections in a sharded table, the hold a connection keeps, the refusals logged.
 //! - `quarantine`: health events: quarantines started and released, the expiry sweep, the
 //!   monitor's checks counted, and when no server is available or one is again.
 //! - `operator`: an operator's actions on a server (hold, enable, weight, quarantine and
@@ -37,6 +39,7 @@
 //!   running configuration and the shutdown state, and how a balancer tells its connections
 //!   to end.
 
+mod client_limit;
 mod connections;
 pub mod events;
 mod generation;
@@ -48,6 +51,7 @@ mod server;
 pub mod shared;
 mod state;
 
+pub use client_limit::ClientHold;
 pub use connections::Closed;
 pub use generation::{Generation, GenerationTls};
 pub use pick::{ClientSlot, Eligible, Lease};
@@ -86,6 +90,8 @@ struct Stats {
     peak: AtomicU64,
     /// Wall-clock time of the last accepted client, in ms since the Unix epoch (0: none yet).
     last_connection_ms: AtomicU64,
+    /// Connections refused because their client had `MAX_CONNECTIONS_PER_CLIENT` open.
+    client_limited: AtomicU64,
 }
 
 /// One `[BALANCE_*]` section at run time.
@@ -125,6 +131,12 @@ pub struct Balancer {
     handshake_failures: Mutex<BTreeMap<&'static str, u64>>,
     /// Failed TLS handshakes with clients since the last good one, logged per episode.
     handshake_episode: throttle::Episode,
+    /// Connections refused at the PROXY protocol step, by cause.
+    proxy_refusals: Mutex<BTreeMap<&'static str, u64>>,
+    /// PROXY protocol refusals since the last good header, logged per episode.
+    proxy_episode: throttle::Episode,
+    /// Each client address's connections, under `MAX_CONNECTIONS_PER_CLIENT`.
+    clients: client_limit::ClientTable,
 }
 
 impl Balancer {
@@ -157,6 +169,9 @@ impl Balancer {
             resumption,
             handshake_failures: Mutex::default(),
             handshake_episode: throttle::Episode::default(),
+            proxy_refusals: Mutex::default(),
+            proxy_episode: throttle::Episode::default(),
+            clients: client_limit::ClientTable::default(),
             stats: Stats::default(),
             clock: Clock::new(),
             health_changed: Notify::new(),

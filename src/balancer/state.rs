@@ -124,6 +124,17 @@ pub struct BalancerState {
     pub upstream_warning: Option<&'static str>,
     /// Failed TLS handshakes with clients, by cause (METRICS' label).
     pub handshake_failures: Vec<(&'static str, u64)>,
+    /// `PROXY_PROTOCOL=1`: connections from front balancers begin with a header.
+    pub proxy_protocol: bool,
+    /// Connections refused at the PROXY protocol step, by cause (METRICS' label).
+    pub proxy_refusals: Vec<(&'static str, u64)>,
+    /// `MAX_CONNECTIONS_PER_CLIENT` (0: no limit).
+    pub max_connections_per_client: u32,
+    /// Connections refused because their client had `MAX_CONNECTIONS_PER_CLIENT` open.
+    pub client_limited: u64,
+    /// Client addresses with connections counted against `MAX_CONNECTIONS_PER_CLIENT` now
+    /// (0 with the limit off).
+    pub clients_counted: usize,
 }
 
 impl BalancerState {
@@ -226,6 +237,11 @@ impl Balancer {
                 .as_ref()
                 .and_then(UpstreamTls::warning),
             handshake_failures: self.handshake_failures().into_iter().collect(),
+            proxy_protocol: config.proxy.accept,
+            proxy_refusals: self.proxy_refusals().into_iter().collect(),
+            max_connections_per_client: config.max_connections_per_client,
+            client_limited: stats.client_limited.load(Relaxed),
+            clients_counted: self.clients_counted(),
         }
     }
 

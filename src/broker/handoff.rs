@@ -1,9 +1,12 @@
 //! What a balancer's accept loops hand their connections to (the listener's [`Serve`], given
 //! by the running balancer): each connection is refused at `MAX_CONNECTIONS` (unless it may
-//! be a query), closed when the balancer's TLS keys did not load, made secure once as its
-//! port's TLS says ([`Accepted::handshake`], its outcome counted here), then handed by the
-//! balancer's kind to the TCP client or the HTTP engine. A plain port's connection goes
-//! straight on, without a task of its own before the one that serves it.
+//! be a query), closed when the balancer's TLS keys did not load, made ready once at the
+//! listener layer (its PROXY protocol header read with `PROXY_PROTOCOL=1`, then secure as its
+//! port's TLS says: [`Accepted::proxy_header`], [`Accepted::handshake`]; each outcome
+//! counted here), then handed by the balancer's kind to the TCP client or the HTTP engine,
+//! with whom it serves ([`Origin`]: the client a header named, else the peer). A plain port's
+//! connection without the PROXY protocol goes straight on, without a task of its own before
+//! the one that serves it.
 
 use std::io;
 use std::sync::Arc;
@@ -18,7 +21,9 @@ use crate::balancer::Generation;
 use crate::config::{Keepalive, Language};
 use crate::http::{self, Downstream};
 use crate::http_balancer::{self, HttpProxy};
-use crate::net::handshake::{Accepted, ClientStream, Handshake, PortTls};
+use crate::net::handshake::{
+    Accepted, ClientStream, Handshake, Origin, PortProxy, PortTls, ProxyStep,
+};
 use crate::net::listener::Serve;
 use crate::net::stream::Stream;
 use crate::tcp::client::{Client, ListenerShared};
@@ -40,8 +45,9 @@ impl Serve for Handoff {
     }
 
     /// Past `MAX_CONNECTIONS` a client is closed at once (a clear refusal beats a hang in the
-    /// backlog), unless it may turn out to be a query: operators look then. On a TLS port the
-    /// handshake comes first, in the task that then serves the connection.
+    /// backlog), unless it may turn out to be a query: operators look then. On a port with
+    /// the PROXY protocol or TLS, those steps come first, in the task that then serves the
+    /// connection.
     fn start(&self, accepted: Accepted) {
         let shared = &self.shared;
         let pool = shared.balancer.generation();
@@ -50,27 +56,27 @@ impl Serve for Handoff {
             shared.balancer.refused(shared.local);
         } else if pool.tls_missing() {
             debug!(client = %accepted.peer, "closed: the balancer's TLS keys are not loaded");
-        } else if pool.tls.server.is_none() {
-            let Accepted { stream, peer } = accepted;
+        } else if pool.tls.server.is_none() && !pool.config.proxy.accept {
+            let Accepted { stream, origin, .. } = accepted;
             match &self.http {
-                Some(proxy) => serve_http(proxy, shared, stream, Downstream { peer, tls: false }),
+                Some(proxy) => serve_http(proxy, shared, stream, downstream(&origin, false)),
                 None => {
-                    let client = Client::new(Arc::clone(shared), pool, stream, peer);
+                    let client = Client::new(Arc::clone(shared), pool, stream, origin);
                     shared.tasks.spawn(client.run(at_limit));
                 }
             }
         } else {
-            let (owned, peer) = (Arc::clone(shared), accepted.peer);
+            let owned = Arc::clone(shared);
             match self.http.clone() {
                 Some(proxy) => shared.tasks.spawn(async move {
-                    if let Some(stream) = secure(&owned, &pool, accepted, true).await {
+                    if let Some((stream, origin)) = prepare(&owned, &pool, accepted, true).await {
                         let tls = matches!(stream, Either::Right(_));
-                        serve_http(&proxy, &owned, stream, Downstream { peer, tls });
+                        serve_http(&proxy, &owned, stream, downstream(&origin, tls));
                     }
                 }),
                 None => shared.tasks.spawn(async move {
-                    if let Some(stream) = secure(&owned, &pool, accepted, false).await {
-                        Client::new(owned, pool, stream, peer).run(at_limit).await;
+                    if let Some((stream, origin)) = prepare(&owned, &pool, accepted, false).await {
+                        Client::new(owned, pool, stream, origin).run(at_limit).await;
                     }
                 }),
             };
@@ -84,6 +90,53 @@ impl Serve for Handoff {
     fn accept_failed(&self, error: &io::Error, backoff: Duration) {
         self.shared.balancer.accept_failed(error, backoff);
     }
+}
+
+/// What the HTTP engine is told of a connection: who the client is (the PROXY protocol's
+/// when there was a header), and whether it came over TLS (for `X-Forwarded-Proto`).
+fn downstream(origin: &Origin, tls: bool) -> Downstream {
+    Downstream {
+        peer: origin.client,
+        tls,
+    }
+}
+
+/// The listener layer's steps of a connection accepted on a port of `pool`'s generation that
+/// has the PROXY protocol or TLS (`answers_plain`: an HTTP port, which tells plain HTTP to use
+/// https): its header read, then its handshake. The stream to serve (plain or TLS) and whom
+/// it serves; `None` when it was refused or is gone.
+async fn prepare(
+    shared: &ListenerShared,
+    pool: &Generation,
+    mut accepted: Accepted,
+    answers_plain: bool,
+) -> Option<(ClientStream, Origin)> {
+    let config = &pool.config;
+    if config.proxy.accept {
+        let proxy = PortProxy {
+            from: &config.proxy.from,
+            timeout: config.proxy.timeout,
+            direct_wait: config.query.sniff_timeout,
+        };
+        let (balancer, peer) = (&shared.balancer, accepted.peer);
+        match accepted.proxy_header(&proxy).await {
+            ProxyStep::Read => balancer.proxy_header_read(),
+            ProxyStep::Direct => {}
+            ProxyStep::Refused(refusal) => {
+                shared
+                    .span
+                    .in_scope(|| balancer.proxy_header_refused(peer, &refusal));
+                return None;
+            }
+            ProxyStep::Gone => return None,
+        }
+    }
+    let origin = accepted.origin;
+    let stream = match pool.tls.server.as_ref() {
+        Some(_) => secure(shared, pool, accepted, answers_plain).await?,
+        None => Either::Left(accepted.stream),
+    };
+    Some((stream, origin))
 }
 
 /// The TLS step of a connection accepted on a TLS port of `pool`'s generation (`answers_plain`:
@@ -104,11 +157,11 @@ async fn secure(
         answers_plain,
         first_byte_wait: pool.config.query.sniff_timeout,
     };
-    let (balancer, peer) = (&shared.balancer, accepted.peer);
+    let (balancer, client) = (&shared.balancer, accepted.origin.client);
     let failed = |failure: &HandshakeFailure| {
         shared
             .span
-            .in_scope(|| balancer.handshake_failed(peer, failure));
+            .in_scope(|| balancer.handshake_failed(client, failure));
     };
     match accepted.handshake(&port).await {
         Handshake::Tls(stream) => {

@@ -1,6 +1,6 @@
 //! The monitor: every `MONITOR_INTERVAL` a round checks every server of a balancer in
 //! parallel (a TCP connect through the [dialer](crate::net::dial), and for SEND_EXPECT a probe and
-//! its reply, for HTTP a request), counts failed and passed checks in a row against `MONITOR_FALL` and
+//! its reply, for HTTP a request; a PROXY protocol header first with `SEND_PROXY_PROTOCOL`), counts failed and passed checks in a row against `MONITOR_FALL` and
 //! `MONITOR_RISE` (1 by default, which is TOTVS), hands the results to the balancer's methods,
 //! and logs the round's summary lines operators expect. Between rounds it wakes when a
 //! quarantine's time is up, so the balancer releases it on time.
@@ -20,7 +20,8 @@ use crate::balancer::rules::health::{Check, Reason, Release};
 use crate::balancer::{Balancer, Generation, Server};
 use crate::config::{BalancerConfig, Host, Monitoring, plural, show_duration, show_escaped};
 use crate::http;
-use crate::net::dial::{ConnectError, connect, dial};
+use crate::net::dial::{ConnectError, connect, dial, write_preface};
+use crate::net::proxy_protocol::{self, Header};
 use crate::net::resolve::Resolver;
 use crate::process::clock::wall_ms;
 use crate::process::os_error::{Explained, PointsAt};
@@ -134,6 +135,26 @@ impl CheckError {
     }
 }
 
+/// A check that is a TCP connect alone, and the PROXY protocol's `preface` when there is one
+/// (a server that reads the header would otherwise log a broken connection every round).
+async fn connect_only(
+    resolver: &Arc<Resolver>,
+    host: &Host,
+    port: u16,
+    config: &BalancerConfig,
+    preface: &[u8],
+) -> Result<(), CheckError> {
+    let mut stream = connect(resolver, host, port, config)
+        .await
+        .map_err(CheckError::Connect)?;
+    if !preface.is_empty() {
+        write_preface(&mut stream, preface, config.connect_timeout)
+            .await
+            .map_err(CheckError::Connect)?;
+    }
+    Ok(())
+}
+
 /// Checks one server: a TCP connect, and for SEND_EXPECT the probe and its reply (for HTTP a
 /// `GET` of `MONITOR_PATH`), over TLS with `tls` (`SSL_ENCRYPT_UPSTREAM=1`), all within
 /// `config`'s `CONNECT_TIMEOUT`.
@@ -145,16 +166,20 @@ pub async fn check(
     tls: Option<&UpstreamTls>,
 ) -> Result<(), CheckError> {
     let deadline = Instant::now() + config.connect_timeout;
+    // With SEND_PROXY_PROTOCOL the server reads a header first: a check's says it is the
+    // broker's own connection, no client's (LOCAL; UNKNOWN in version 1, which has no LOCAL).
+    let preface = config
+        .proxy
+        .send
+        .map(|version| proxy_protocol::write(version, &Header::Local))
+        .unwrap_or_default();
     if !matches!(
         config.monitoring,
         Monitoring::SendExpect { .. } | Monitoring::Http { .. }
     ) {
-        return connect(resolver, host, port, config)
-            .await
-            .map(drop)
-            .map_err(CheckError::Connect);
+        return connect_only(resolver, host, port, config, &preface).await;
     }
-    let mut stream = dial(resolver, host, port, config, tls)
+    let mut stream = dial(resolver, host, port, config, tls, &preface)
         .await
         .map_err(CheckError::Connect)?;
     let (send, expect) = match &config.monitoring {

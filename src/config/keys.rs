@@ -14,7 +14,7 @@ use super::alerting::{
 use super::value::{self, Cidr, show_duration, show_escaped};
 use super::{
     BalancerConfig, BalancerKind, General, HttpSettings, Keepalive, Language, Monitoring,
-    QuerySettings, StatusRange,
+    ProxyProtocol, ProxyVersion, QuerySettings, StatusRange,
 };
 use super::{SortMethod, TOTVS_MONITORING_TYPES, TOTVS_SORT_METHODS, TlsKeys};
 use crate::tls::SslMethod;
@@ -64,6 +64,8 @@ pub enum Domain {
     ListenIp,
     /// Addresses or CIDRs, separated by commas or blanks.
     Cidrs,
+    /// Addresses or CIDRs, as [`Domain::Cidrs`], or empty for none.
+    CidrsOrNone,
     /// HTTP protocol names (`websocket`, `h2c`, a name with `/version`), separated by commas
     /// or blanks; empty for none.
     Protocols,
@@ -225,6 +227,8 @@ impl Domain {
             }
             Domain::ListenIp => Value::Ip(value::ip(text)?),
             Domain::Cidrs => Value::Cidrs(value::cidrs(text)?),
+            Domain::CidrsOrNone if text.is_empty() => Value::Cidrs(Vec::new()),
+            Domain::CidrsOrNone => Value::Cidrs(value::cidrs(text)?),
             Domain::Protocols => Value::Protocols(value::protocols(text)?),
             Domain::Escaped => Value::Bytes(value::escaped(text)?),
             Domain::Path => Value::Path((!text.is_empty()).then(|| PathBuf::from(text))),
@@ -419,6 +423,12 @@ macro_rules! http_field {
             get: |b| on_http(b, b.http.$field, $show),
         }
     };
+}
+
+/// Addresses or CIDRs as printed: separated by `, `, empty for none.
+fn cidr_list(list: &[Cidr]) -> Option<String> {
+    let list: Vec<String> = list.iter().map(Cidr::to_string).collect();
+    Some(list.join(", "))
 }
 
 /// A duration from `min` to a day.
@@ -702,6 +712,17 @@ pub static KEYS: &[Key] = &[
         doc: "clients at once; more are accepted and closed at once",
     },
     Key {
+        name: "MAX_CONNECTIONS_PER_CLIENT",
+        stands: Stands::Balancer,
+        domain: Domain::Integer {
+            min: 0,
+            max: 1_000_000,
+            what: "a number of connections from 0 (no limit) to 1000000",
+        },
+        field: field!(Balancer.max_connections_per_client = Integer as u32, number),
+        doc: "connections at once from one client address (the PROXY protocol's when there is one); more are closed at once (0: no limit)",
+    },
+    Key {
         name: "LOG_CONNECTIONS",
         stands: Stands::Balancer,
         domain: Domain::Flag,
@@ -719,10 +740,7 @@ pub static KEYS: &[Key] = &[
         name: "QUERY_ALLOW",
         stands: Stands::Balancer,
         domain: Domain::Cidrs,
-        field: field!(Balancer.query.allow = Cidrs, |allow: &Vec<Cidr>| {
-            let allow: Vec<String> = allow.iter().map(Cidr::to_string).collect();
-            Some(allow.join(", "))
-        }),
+        field: field!(Balancer.query.allow = Cidrs, cidr_list),
         doc: "addresses or CIDRs allowed to query; others get 403",
     },
     Key {
@@ -745,6 +763,50 @@ pub static KEYS: &[Key] = &[
         },
         field: field!(Balancer.query.sniff_timeout = Duration, duration),
         doc: "how long a client's first bytes are waited for to tell a query from a client",
+    },
+    Key {
+        name: "PROXY_PROTOCOL",
+        stands: Stands::Balancer,
+        domain: Domain::Flag,
+        field: field!(Balancer.proxy.accept = Flag, flag),
+        doc: "connections from PROXY_PROTOCOL_FROM begin with a PROXY protocol header (v1 or v2) naming the client, who then stands for the peer everywhere",
+    },
+    Key {
+        name: "PROXY_PROTOCOL_FROM",
+        stands: Stands::Balancer,
+        domain: Domain::CidrsOrNone,
+        field: field!(Balancer.proxy.from = Cidrs, cidr_list),
+        doc: "addresses or CIDRs of the front balancers that send the header; others are served directly, and a header from them refused (empty: every source sends one)",
+    },
+    Key {
+        name: "PROXY_PROTOCOL_TIMEOUT",
+        stands: Stands::Balancer,
+        domain: Domain::Duration {
+            min: Duration::from_millis(100),
+            max: Duration::from_secs(60),
+        },
+        field: field!(Balancer.proxy.timeout = Duration, duration),
+        doc: "how long a PROXY protocol header may take to arrive whole; a connection without one by then is closed",
+    },
+    Key {
+        name: "SEND_PROXY_PROTOCOL",
+        stands: Stands::Balancer,
+        domain: Domain::Integer {
+            min: 0,
+            max: 2,
+            what: "0 (none), 1 (the PROXY protocol's text version) or 2 (its binary version)",
+        },
+        field: Field::Balancer {
+            set: |b, v| {
+                b.proxy.send = match take!(v, Integer) {
+                    Some(1) => Some(ProxyVersion::V1),
+                    Some(2) => Some(ProxyVersion::V2),
+                    _ => None,
+                };
+            },
+            get: |b| number(&b.proxy.send.map_or(0, ProxyVersion::number)),
+        },
+        doc: "write a PROXY protocol header (1: text, 2: binary) first on every connection to a server, for servers that read it; the monitor's checks send PROXY UNKNOWN (1) or LOCAL (2) (0: none)",
     },
     Key {
         name: "KEEPALIVE_TIME",
@@ -1320,6 +1382,15 @@ impl BalancerConfig {
             connect_timeout: Duration::from_secs(5),
             max_attempts: 3,
             max_connections: 10_000,
+            // SmartClients on one terminal server (RDS, Citrix) share its address: a limit
+            // per address is the operator's choice, knowing that.
+            max_connections_per_client: 0,
+            proxy: ProxyProtocol {
+                accept: false,
+                from: Vec::new(),
+                timeout: Duration::from_secs(3),
+                send: None,
+            },
             log_connections: true,
             query: QuerySettings {
                 enabled: true,
@@ -1378,14 +1449,15 @@ mod tests {
         match domain {
             Domain::Flag => "0",
             Domain::Integer { max, .. } if max == u64::MAX => "12345",
-            Domain::Integer { min, .. } => match min {
+            Domain::Integer { min, max, .. } => match min {
+                _ if max < 7 => "1",
                 0 => "7",
                 _ => "2",
             },
             Domain::Duration { max, .. } if max < Duration::from_secs(10) => "1500ms",
             Domain::Duration { .. } | Domain::DurationOrOff { .. } => "7s",
             Domain::ListenIp => "10.0.0.7",
-            Domain::Cidrs => "10.0.0.0/8, ::1/128",
+            Domain::Cidrs | Domain::CidrsOrNone => "10.0.0.0/8, ::1/128",
             Domain::Protocols => "websocket h2c/1",
             Domain::Escaped => r"PING\r\n",
             Domain::Path => "/var/log/broker.log",

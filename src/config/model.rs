@@ -199,6 +199,12 @@ pub struct BalancerConfig {
     pub max_attempts: u32,
     /// `MAX_CONNECTIONS`: simultaneous clients; more are accepted and closed at once.
     pub max_connections: u32,
+    /// `MAX_CONNECTIONS_PER_CLIENT`: simultaneous connections of one client address; more
+    /// are closed at once (0: no limit).
+    pub max_connections_per_client: u32,
+    /// `PROXY_PROTOCOL*` and `SEND_PROXY_PROTOCOL`: the PROXY protocol from a front balancer
+    /// and towards the servers.
+    pub proxy: ProxyProtocol,
     /// `LOG_CONNECTIONS`: one info line per finished connection.
     pub log_connections: bool,
     /// `QUERY_*`: the `/TOTVS_BROKER_QUERY` interface on this balancer's port.
@@ -278,6 +284,43 @@ impl TlsKeys {
             method: self.method,
             alpn_http1,
         })
+    }
+}
+
+/// The PROXY protocol on a balancer: headers read from a front balancer (HAProxy, an AWS NLB,
+/// an F5) that name the client, and headers sent to servers that read them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProxyProtocol {
+    /// `PROXY_PROTOCOL`: connections from `from` must begin with a header, whose client
+    /// address then stands for the connection's peer everywhere.
+    pub accept: bool,
+    /// `PROXY_PROTOCOL_FROM`: the sources that send headers (front balancers); others are
+    /// served as direct clients, and a header from one of them is refused. Empty: every
+    /// source must send one.
+    pub from: Vec<Cidr>,
+    /// `PROXY_PROTOCOL_TIMEOUT`: how long a header may take to arrive whole.
+    pub timeout: Duration,
+    /// `SEND_PROXY_PROTOCOL`: the header written first on every connection to a server, in
+    /// this version (`None`: none).
+    pub send: Option<ProxyVersion>,
+}
+
+/// A version of the PROXY protocol, as `SEND_PROXY_PROTOCOL` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyVersion {
+    /// `1`: a line of text (`PROXY TCP4 ...\r\n`); every PROXY-aware server reads it.
+    V1,
+    /// `2`: binary, with `LOCAL` for the monitor's checks.
+    V2,
+}
+
+impl ProxyVersion {
+    /// The number `SEND_PROXY_PROTOCOL` writes for it.
+    pub fn number(self) -> u8 {
+        match self {
+            ProxyVersion::V1 => 1,
+            ProxyVersion::V2 => 2,
+        }
     }
 }
 

@@ -297,3 +297,57 @@ fn contradictory_timings_are_one_warning_each_naming_both_values() {
     let loaded = load(&format!("{MINIMAL}KEEPALIVE_TIME=0\nTCP_USER_TIMEOUT=5s\n")).unwrap();
     assert_eq!(loaded.notices.len(), 1, "{:?}", loaded.notices);
 }
+
+#[test]
+fn the_proxy_protocol_keys_are_read_and_their_loose_ends_noticed() {
+    let text = "[General]\nPROXY_PROTOCOL=1\n[BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_PORT=5000\n\
+                QUERY_ALLOW=127.0.0.1\nPROXY_PROTOCOL_FROM=10.0.0.10, 10.1.0.0/16\n\
+                PROXY_PROTOCOL_TIMEOUT=500ms\nSEND_PROXY_PROTOCOL=2\n\
+                MAX_CONNECTIONS_PER_CLIENT=20\nREMOTE_SERVER_01=127.0.0.1 6001\n\
+                [BALANCE_HTTP]\nLOCAL_SERVER_PORT=5001\nQUERY_ALLOW=127.0.0.1\n\
+                SEND_PROXY_PROTOCOL=1\nMAX_CONNECTIONS_PER_CLIENT=5\n\
+                REMOTE_SERVER_01=127.0.0.1 6002\n\
+                [BALANCE_WEB_SERVICES]\nLOCAL_SERVER_PORT=5002\nQUERY_ALLOW=127.0.0.1\n\
+                PROXY_PROTOCOL=0\nPROXY_PROTOCOL_TIMEOUT=1s\nREMOTE_SERVER_01=127.0.0.1 6003\n";
+    let loaded = load(text).unwrap();
+    let [tcp, http, off] = &loaded.config.balancers[..] else {
+        panic!("three balancers");
+    };
+    assert!(
+        tcp.proxy.accept,
+        "[General]'s PROXY_PROTOCOL is every balancer's"
+    );
+    assert_eq!(tcp.proxy.from.len(), 2);
+    assert_eq!(tcp.proxy.timeout, Duration::from_millis(500));
+    assert_eq!(tcp.proxy.send, Some(ProxyVersion::V2));
+    assert_eq!(tcp.max_connections_per_client, 20);
+    // Not applied by the HTTP engine yet: 0, with a notice each.
+    assert_eq!(http.proxy.send, None);
+    assert_eq!(http.max_connections_per_client, 0);
+    assert!(!off.proxy.accept);
+    let notices: Vec<String> = loaded.notices.iter().map(|n| n.located("t.ini")).collect();
+    let all = notices.join("\n");
+    assert!(
+        all.contains("[BALANCE_HTTP] PROXY_PROTOCOL: is 1 and PROXY_PROTOCOL_FROM is empty"),
+        "{all}"
+    );
+    assert!(
+        all.contains("SEND_PROXY_PROTOCOL: is not applied to HTTP"),
+        "{all}"
+    );
+    assert!(
+        all.contains("MAX_CONNECTIONS_PER_CLIENT: is not applied to HTTP"),
+        "{all}"
+    );
+    assert!(all.contains("PROXY_PROTOCOL_TIMEOUT: is ignored"), "{all}");
+    assert_eq!(notices.len(), 4, "{all}");
+    for bad in [
+        "SEND_PROXY_PROTOCOL=3",
+        "PROXY_PROTOCOL_FROM=10.0.0.300",
+        "PROXY_PROTOCOL_TIMEOUT=61s",
+    ] {
+        let errors = load(&MINIMAL.replace("REMOTE", &format!("{bad}\nREMOTE"))).unwrap_err();
+        let key = bad.split('=').next().unwrap_or_default();
+        assert!(errors.iter().any(|e| e.contains(key)), "{bad}: {errors:?}");
+    }
+}

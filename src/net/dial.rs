@@ -215,7 +215,8 @@ pub async fn connect(
     })))
 }
 
-/// Connects to `host:port` as [`connect`] does, then, when `tls` is given
+/// Connects to `host:port` as [`connect`] does, writes `preface` first (a PROXY protocol
+/// header, `SEND_PROXY_PROTOCOL`; nothing when empty), then, when `tls` is given
 /// (`SSL_ENCRYPT_UPSTREAM=1`), makes the TLS handshake with the server, bounded by
 /// `CONNECT_TIMEOUT` as the connect is (a handshake is a round trip or two, like a connect).
 /// With `SSL_ENCRYPT_UPSTREAM=1` and no `tls` nothing is connected: never clear text instead.
@@ -225,11 +226,15 @@ pub async fn dial(
     port: u16,
     config: &BalancerConfig,
     tls: Option<&UpstreamTls>,
+    preface: &[u8],
 ) -> Result<ServerStream, ConnectError> {
     if config.tls.encrypt_upstream && tls.is_none() {
         return Err(ConnectError::TlsNotLoaded);
     }
-    let stream = connect(resolver, host, port, config).await?;
+    let mut stream = connect(resolver, host, port, config).await?;
+    if !preface.is_empty() {
+        write_preface(&mut stream, preface, config.connect_timeout).await?;
+    }
     let Some(tls) = tls else {
         return Ok(Either::Left(stream));
     };
@@ -241,6 +246,21 @@ pub async fn dial(
         .await
         .map(Either::Right)
         .map_err(ConnectError::Handshake)
+}
+
+/// Writes `preface` on a new connection within `timeout` (a few hundred bytes at most, which
+/// a new socket's send buffer takes at once).
+pub async fn write_preface(
+    stream: &mut TcpStream,
+    preface: &[u8],
+    timeout: Duration,
+) -> Result<(), ConnectError> {
+    use tokio::io::AsyncWriteExt;
+    match tokio::time::timeout(timeout, stream.write_all(preface)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(ConnectError::Io(e)),
+        Err(_) => Err(ConnectError::Io(timed_out(timeout))),
+    }
 }
 
 /// One connect, bounded by `timeout`, with TCP_NODELAY on the result.

@@ -199,7 +199,7 @@ pub async fn accept_loop(listener: TcpListener, stop_accepting: StopAccepting, s
         if !sys::ACCEPTED_INHERIT_OPTIONS {
             set_accepted_options(&stream, &serve.keepalive(), peer);
         }
-        serve.start(Accepted { stream, peer });
+        serve.start(Accepted::new(stream, peer));
     };
     // The keepalive settings the listener carries for its accepted sockets to inherit; set
     // again when a reload changes them.

@@ -5,8 +5,11 @@
 //! ([`listener::Serve`]), and the TLS step returns what became of it for the caller to count.
 //!
 //! - [`listener`]: binding a balancer's port, and the accept loop that never dies.
-//! - [`handshake`]: an accepted connection made secure once, as its port's TLS says (the first
-//!   byte told apart, the handshake within a timeout), before either path serves it.
+//! - [`handshake`]: an accepted connection made ready once, before either path serves it: its
+//!   PROXY protocol header read (who the client is), then made secure as its port's TLS says
+//!   (the first byte told apart, the handshake within a timeout).
+//! - [`proxy_protocol`]: the PROXY protocol's headers (versions 1 and 2) read from bytes and
+//!   written, pure functions.
 //! - [`dial`]: connecting to a server: resolve, refuse the broker itself, connect within a
 //!   timeout, socket options, TLS towards servers; for clients and the monitor alike.
 //! - [`resolve`]: server names to addresses: cached, one lookup per name, a bound on lookups
@@ -27,6 +30,7 @@ pub mod handshake;
 #[cfg(unix)]
 pub mod inherit;
 pub mod listener;
+pub mod proxy_protocol;
 pub mod relay;
 pub mod resolve;
 pub mod stream;

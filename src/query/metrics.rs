@@ -140,6 +140,24 @@ const PER_BALANCER: &[Family<Snapshot>] = &[
         |s| f64::from(s.state.max_connections),
     ),
     (
+        "balancer_max_connections_per_client",
+        "gauge",
+        "MAX_CONNECTIONS_PER_CLIENT (0: no limit).",
+        |s| f64::from(s.state.max_connections_per_client),
+    ),
+    (
+        "balancer_client_limit_refused_total",
+        "counter",
+        "Connections refused because their client had MAX_CONNECTIONS_PER_CLIENT open.",
+        |s| s.state.client_limited as f64,
+    ),
+    (
+        "balancer_clients_counted",
+        "gauge",
+        "Client addresses with connections counted against MAX_CONNECTIONS_PER_CLIENT now.",
+        |s| s.state.clients_counted as f64,
+    ),
+    (
         "balancer_draining",
         "gauge",
         "1 while shutting down (PING answers 503).",
@@ -187,6 +205,19 @@ pub fn render(snap: &Snapshot) -> String {
     }
     tls(&mut out, snap, &balancer);
     alert_families(&mut out, snap, &balancer);
+    if snap.state.proxy_protocol {
+        family(
+            &mut out,
+            "proxy_protocol_refused_total",
+            "counter",
+            "Connections closed at the PROXY protocol step, by cause: no valid header from a \
+             front balancer, or a header from another source (not_allowed).",
+            snap.state
+                .proxy_refusals
+                .iter()
+                .map(|(cause, n)| (format!("{balancer},cause=\"{cause}\""), *n as f64)),
+        );
+    }
     if let Some(http) = &snap.http {
         http_families(&mut out, &balancer, http);
         session_families(&mut out, &balancer, http);

@@ -1,7 +1,10 @@
 //! One accepted connection as a [`Client`], with its way through the broker as methods, once
-//! its port's TLS step is done (`net::handshake`): sniff (a query is answered, anything else
-//! forwarded), take a `MAX_CONNECTIONS` place, choose a server and connect (quarantining
-//! servers that fail and trying the next candidate), relay, and account for it.
+//! its port's PROXY protocol and TLS steps are done (`net::handshake`, which says whom it
+//! serves: its [`Origin`]): sniff (a query is answered, anything else forwarded; a front
+//! balancer's check is answered or closed, never forwarded), take a `MAX_CONNECTIONS` place
+//! and one of its client's under `MAX_CONNECTIONS_PER_CLIENT`, choose a server and connect
+//! (the PROXY protocol header written first with `SEND_PROXY_PROTOCOL`; quarantining servers
+//! that fail and trying the next candidate), relay, and account for it.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -15,6 +18,8 @@ use crate::balancer::events::Unserved;
 use crate::balancer::shared::{Ending, Shared};
 use crate::balancer::{Balancer, ClientSlot, Closed, Eligible, Generation, Lease};
 use crate::net::dial::ServerStream;
+use crate::net::handshake::Origin;
+use crate::net::proxy_protocol::{self, Header};
 use crate::net::relay::{Counters, End, Outcome, relay};
 use crate::net::stream::Stream;
 use crate::process::os_error::words;
@@ -49,23 +54,24 @@ pub struct Client<S> {
     /// The pool when it arrived: the connection keeps this generation's settings.
     pool: Arc<Generation>,
     stream: S,
-    peer: SocketAddr,
+    /// Whom it serves: `origin.client` is the address every line and rule uses.
+    origin: Origin,
 }
 
 impl<S: Stream> Client<S> {
-    /// A client accepted on `shared`'s socket from `peer`, in `pool`'s generation (the one
-    /// read when it arrived), its port's TLS step done.
+    /// A client accepted on `shared`'s socket, serving `origin`, in `pool`'s generation (the
+    /// one read when it arrived), its port's PROXY protocol and TLS steps done.
     pub fn new(
         shared: Arc<ListenerShared>,
         pool: Arc<Generation>,
         stream: S,
-        peer: SocketAddr,
+        origin: Origin,
     ) -> Self {
         Client {
             pool,
             shared,
             stream,
-            peer,
+            origin,
         }
     }
 
@@ -84,6 +90,9 @@ impl<S: Stream> Client<S> {
         let started = Instant::now();
         let shared = Arc::clone(&self.shared);
         let span = &shared.span;
+        if self.origin.check {
+            return self.check().instrument(span.clone()).await;
+        }
         let first = if self.pool.config.query.enabled {
             // With every query place busy, a query could only be told to retry: waiting for
             // its first bytes would hold a descriptor for nothing.
@@ -101,6 +110,11 @@ impl<S: Stream> Client<S> {
         let Some(slot) = self.take_place(at_limit) else {
             return self.refuse();
         };
+        let client = self.origin.client.ip();
+        let Some(_hold) = span.in_scope(|| shared.balancer.hold_for_client(&self.pool, client))
+        else {
+            return;
+        };
         let connected = self.choose_and_connect().instrument(span.clone());
         let Some((lease, mut upstream)) = connected.await else {
             return;
@@ -117,6 +131,16 @@ impl<S: Stream> Client<S> {
         self.account(&lease, &outcome, started);
     }
 
+    /// Serves a front balancer's own check (PROXY protocol `LOCAL`): a query is answered
+    /// (`/TOTVS_BROKER_QUERY/READY`, say); anything else is closed. Never a client: it takes
+    /// no place, and no server is bothered.
+    async fn check(mut self) {
+        if self.pool.config.query.enabled && self.shared.balancer.query_room() {
+            let _ = self.sniff().await;
+        }
+        debug!(client = %self.origin.client, "a front balancer's check (PROXY protocol LOCAL) ended");
+    }
+
     /// Refuses the client: `MAX_CONNECTIONS` are open.
     fn refuse(self) {
         let shared = &self.shared;
@@ -131,7 +155,7 @@ impl<S: Stream> Client<S> {
     async fn sniff(&mut self) -> Option<Vec<u8>> {
         let mut first = Vec::new();
         let limit = self.pool.config.query.sniff_timeout;
-        let peer = self.peer;
+        let peer = self.origin.client;
         match sniff(&mut self.stream, &mut first, limit).await {
             Ok(Verdict::Forward) => return Some(first),
             Ok(Verdict::Query) => {
@@ -169,8 +193,9 @@ impl<S: Stream> Client<S> {
     /// that fails for a server-side cause is quarantined; a failure that is the broker's own
     /// blames no server and closes the client.
     async fn choose_and_connect(&self) -> Option<(Lease, ServerStream)> {
-        let (balancer, pool, peer) = (&self.shared.balancer, &self.pool, self.peer);
+        let (balancer, pool, peer) = (&self.shared.balancer, &self.pool, self.origin.client);
         let config = &pool.config;
+        let preface = self.proxy_header();
         let mut tried = Vec::with_capacity(config.max_attempts as usize);
         while tried.len() < config.max_attempts as usize {
             let now = balancer.clock_ms();
@@ -183,7 +208,10 @@ impl<S: Stream> Client<S> {
                 break; // every server was tried
             };
             tried.push(lease.index);
-            match balancer.dial(pool, &lease.server, lease.stale, peer).await {
+            match balancer
+                .dial_with(pool, &lease.server, lease.stale, peer, &preface)
+                .await
+            {
                 Ok(stream) => return Some((lease, stream)),
                 Err(e) if !e.try_next() => {
                     balancer.unserved(peer, Unserved::BrokerFault);
@@ -194,6 +222,27 @@ impl<S: Stream> Client<S> {
         }
         balancer.unserved(peer, Unserved::NoServer);
         None
+    }
+
+    /// The PROXY protocol header each connection to a server begins with
+    /// (`SEND_PROXY_PROTOCOL`), naming the client and where it connected (the address a
+    /// header from a front balancer said, else the accepted socket's own); empty without.
+    fn proxy_header(&self) -> Vec<u8> {
+        let Some(version) = self.pool.config.proxy.send else {
+            return Vec::new();
+        };
+        let destination = self.origin.destination.or_else(|| {
+            let socket = self.stream.socket()?;
+            socket.local_addr().ok()
+        });
+        let header = match destination {
+            Some(destination) => Header::Proxied {
+                source: self.origin.client,
+                destination,
+            },
+            None => Header::Unknown,
+        };
+        proxy_protocol::write(version, &header)
     }
 
     /// Relays the client and its server until both are done, an idle timeout or a cut
@@ -226,7 +275,7 @@ impl<S: Stream> Client<S> {
     /// Accounts for a relayed connection that has ended.
     fn account(&self, lease: &Lease, outcome: &Outcome, started: Instant) {
         let closed = Closed {
-            client: self.peer,
+            client: self.origin.client,
             duration: started.elapsed(),
             outcome,
             log_connections: self.pool.config.log_connections,
@@ -277,7 +326,16 @@ mod tests {
             .await
             .unwrap();
         let peer: SocketAddr = "127.0.0.1:40000".parse().unwrap();
-        Client::new(shared, balancer.generation(), stream, peer)
+        Client::new(
+            shared,
+            balancer.generation(),
+            stream,
+            Origin {
+                client: peer,
+                destination: None,
+                check: false,
+            },
+        )
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,8 +7,11 @@
 //!   transitions.
 //! - [`select`]: the balancing policies (`CONNECTION`, `ROUND_ROBIN`), pure logic.
 //! - [`places`]: query places (`QUERY_MAX_CONNECTIONS`), given up by idle connections.
+//! - [`per_client`]: `MAX_CONNECTIONS_PER_CLIENT`: connections counted per client address,
+//!   refusals in episodes, idle addresses forgotten.
 
 pub mod health;
 pub mod overrides;
+pub mod per_client;
 pub mod places;
 pub mod select;

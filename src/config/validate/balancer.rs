@@ -180,6 +180,7 @@ impl Validator {
         self.sort_method(section, &inherited, b);
         self.monitoring_keys(section, &inherited, b);
         self.http_only_keys(section, b);
+        self.proxy_keys(section, &inherited, b);
         self.monitoring_type(section, &inherited);
         self.timings(section, &inherited, b);
         self.webhook_ca(section, &inherited, b);
@@ -257,6 +258,61 @@ impl Validator {
                 ));
             }
         }
+    }
+
+    /// The PROXY protocol's keys and `MAX_CONNECTIONS_PER_CLIENT`: a notice for the keys that
+    /// complete `PROXY_PROTOCOL=1` given in a section without it, and for a header required
+    /// of every source; on an HTTP balancer, whose engine does not apply them yet,
+    /// `SEND_PROXY_PROTOCOL` and `MAX_CONNECTIONS_PER_CLIENT` are set to 0 with a notice.
+    fn proxy_keys(&mut self, section: &Section, inherited: &Lookup<'_>, b: &mut BalancerConfig) {
+        let name = section.written.as_str();
+        let own = |key: &str| section.entries.iter().find(|e| e.key == key);
+        if !b.proxy.accept {
+            for key in ["PROXY_PROTOCOL_FROM", "PROXY_PROTOCOL_TIMEOUT"] {
+                if let Some(entry) = own(key) {
+                    self.notices.push(ConfigError::new(
+                        entry.line,
+                        name,
+                        Some(key),
+                        "is ignored: it is used with PROXY_PROTOCOL=1 only",
+                    ));
+                }
+            }
+        } else if b.proxy.from.is_empty() {
+            let line = inherited
+                .find("PROXY_PROTOCOL")
+                .map_or(section.line, |(e, _)| e.line);
+            self.notices.push(ConfigError::new(
+                line,
+                name,
+                Some("PROXY_PROTOCOL"),
+                "is 1 and PROXY_PROTOCOL_FROM is empty: every connection must begin with a \
+                 PROXY protocol header, so no client, monitor or `appbroker ping` reaches this \
+                 port directly; name the front balancers in PROXY_PROTOCOL_FROM to serve the \
+                 others",
+            ));
+        }
+        if !b.kind.is_http() {
+            return;
+        }
+        let unapplied = [
+            ("SEND_PROXY_PROTOCOL", b.proxy.send.is_some()),
+            (
+                "MAX_CONNECTIONS_PER_CLIENT",
+                b.max_connections_per_client > 0,
+            ),
+        ];
+        for (key, _) in unapplied.into_iter().filter(|(_, set)| *set) {
+            let line = inherited.find(key).map_or(section.line, |(e, _)| e.line);
+            self.notices.push(ConfigError::new(
+                line,
+                name,
+                Some(key),
+                "is not applied to HTTP balancers yet (TCP balancers only): 0 is used",
+            ));
+        }
+        b.proxy.send = None;
+        b.max_connections_per_client = 0;
     }
 
     /// `MONITORING_TYPE`'s notice: a TOTVS type that stands for CONNECTION.

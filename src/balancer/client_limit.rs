@@ -1,0 +1,137 @@
+//! `MAX_CONNECTIONS_PER_CLIENT` applied to a balancer's clients: each client address's
+//! connections counted in a table ([`ClientCounts`], the pure rule) split in shards, each
+//! behind its own lock held for one lookup, so clients of different addresses seldom wait on
+//! one another and a balancer without the limit takes no lock at all; the hold a connection
+//! keeps until it ends, however its task ends; the refusals counted (METRICS) and logged once
+//! per episode per client, with the client's count.
+
+use std::net::IpAddr;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
+
+use tracing::{info, warn};
+
+use crate::balancer::Balancer;
+use crate::balancer::events::Event;
+use crate::balancer::generation::Generation;
+use crate::balancer::rules::per_client::{Admission, ClientCounts};
+
+/// Shards of the table: enough that the worker threads (one per core) seldom meet on one
+/// lock, few enough that an idle balancer's tables cost nothing to speak of.
+const SHARDS: usize = 16;
+
+/// Each client address's connections, for one balancer, in shards by address.
+#[derive(Debug)]
+pub(super) struct ClientTable {
+    shards: Vec<Mutex<ClientCounts>>,
+}
+
+impl Default for ClientTable {
+    fn default() -> Self {
+        ClientTable {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+        }
+    }
+}
+
+impl ClientTable {
+    /// The shard `client`'s count is in, locked.
+    fn shard(&self, client: IpAddr) -> std::sync::MutexGuard<'_, ClientCounts> {
+        let bits = match client.to_canonical() {
+            IpAddr::V4(ip) => u128::from(u32::from(ip)),
+            IpAddr::V6(ip) => u128::from(ip) ^ (u128::from(ip) >> 64),
+        };
+        self.shards[(bits % SHARDS as u128) as usize]
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Client addresses with connections counted now, in all shards.
+    pub(super) fn clients(&self) -> usize {
+        (0..SHARDS)
+            .map(|i| {
+                self.shards[i]
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .clients()
+            })
+            .sum()
+    }
+}
+
+/// A client's connection counted against `MAX_CONNECTIONS_PER_CLIENT` until dropped, however
+/// its task ends; an empty one when the limit is off (nothing was counted).
+#[derive(Debug)]
+pub struct ClientHold(Option<(Arc<Balancer>, IpAddr)>);
+
+impl Balancer {
+    /// Counts a connection of `client` against `generation`'s `MAX_CONNECTIONS_PER_CLIENT`
+    /// until the returned hold is dropped; `None` when the client has that many open already,
+    /// the refusal counted and, the first of an episode, logged with the client's count.
+    /// With the limit off (0) nothing is counted and no lock taken: connections opened then
+    /// are not counted if a reload sets a limit later.
+    pub fn hold_for_client(
+        self: &Arc<Self>,
+        generation: &Generation,
+        client: IpAddr,
+    ) -> Option<ClientHold> {
+        let limit = generation.config.max_connections_per_client;
+        if limit == 0 {
+            return Some(ClientHold(None));
+        }
+        let now = self.clock.now_ms();
+        let admission = self.clients.shard(client).admit(client, limit, now);
+        match admission {
+            Admission::Admitted { episode_over } => {
+                if let Some(refused) = episode_over {
+                    served_again(client, refused);
+                }
+                Some(ClientHold(Some((Arc::clone(self), client))))
+            }
+            Admission::Refused { open, first } => {
+                self.stats.client_limited.fetch_add(1, Relaxed);
+                self.events.emit(|| Event::ClientLimited {
+                    balancer: self.kind(),
+                    client,
+                    open,
+                });
+                if first {
+                    warn!(
+                        client = %client,
+                        open,
+                        "MAX_CONNECTIONS_PER_CLIENT ({limit}) reached by client {client} ({open} \
+                         connections open): its new connections are closed at once until some \
+                         end; other clients are served"
+                    );
+                }
+                None
+            }
+        }
+    }
+
+    /// Client addresses with connections counted against `MAX_CONNECTIONS_PER_CLIENT` now.
+    pub fn clients_counted(&self) -> usize {
+        self.clients.clients()
+    }
+}
+
+/// The line that ends a client's episode of refusals.
+fn served_again(client: IpAddr, refused: u64) {
+    info!(
+        client = %client,
+        "client {client} is below MAX_CONNECTIONS_PER_CLIENT again; {refused} of its \
+         connections were refused"
+    );
+}
+
+impl Drop for ClientHold {
+    fn drop(&mut self) {
+        let Some((balancer, client)) = self.0.take() else {
+            return;
+        };
+        let over = balancer.clients.shard(client).release(client);
+        if let Some(refused) = over {
+            balancer.span().in_scope(|| served_again(client, refused));
+        }
+    }
+}

@@ -1,0 +1,419 @@
+//! The PROXY protocol and per-client limits on the TCP path, spoken to as a front balancer
+//! (HAProxy's `send-proxy` and `send-proxy-v2`) and as the clients behind it: the header's
+//! client is the one the broker relays for, lets query and counts; a front balancer's check
+//! (v2 `LOCAL`) is answered, never forwarded; a missing, late or broken header is refused,
+//! and so is one from a source that may not send it; servers that read the header get one,
+//! the monitor's checks included; `MAX_CONNECTIONS_PER_CLIENT` closes one client's extra
+//! connection and no one else's; an HTTP balancer's `X-Forwarded-For` names the header's
+//! client.
+// Helpers outside `#[test]` functions may unwrap too: a panic there is a failed assertion.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::{Ipv4Addr, SocketAddr};
+
+use appbroker::Event;
+use harness::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+
+/// The v2 signature every binary header begins with.
+const V2_SIGNATURE: &[u8; 12] = b"\r\n\r\n\0\r\nQUIT\n";
+
+/// Connects to `addr` from the loopback address `source` (Linux answers every 127/8 address
+/// on `lo`), so one test can be a front balancer and a direct client.
+async fn connect_from(source: Ipv4Addr, addr: SocketAddr) -> TcpStream {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind(SocketAddr::from((source, 0))).unwrap();
+    let stream = socket.connect(addr).await.expect("connect to broker");
+    stream.set_nodelay(true).unwrap();
+    stream
+}
+
+/// A version 1 header for `client`, as HAProxy's `send-proxy` writes it.
+fn v1(client: SocketAddr, destination: SocketAddr) -> Vec<u8> {
+    let family = if client.is_ipv4() { "TCP4" } else { "TCP6" };
+    format!(
+        "PROXY {family} {} {} {} {}\r\n",
+        client.ip(),
+        destination.ip(),
+        client.port(),
+        destination.port()
+    )
+    .into_bytes()
+}
+
+/// A version 2 `PROXY` header for an IPv6 `client`, as `send-proxy-v2` writes it, with a TLV
+/// (an AWS VPC endpoint id) the broker must skip.
+fn v2_ipv6(client: SocketAddr, destination: SocketAddr) -> Vec<u8> {
+    let (SocketAddr::V6(client), SocketAddr::V6(destination)) = (client, destination) else {
+        panic!("IPv6 addresses");
+    };
+    let tlv = [&[0xea, 0, 5, 0x01][..], b"vpce"].concat();
+    let mut header = V2_SIGNATURE.to_vec();
+    header.extend_from_slice(&[0x21, 0x21]);
+    header.extend_from_slice(&((36 + tlv.len()) as u16).to_be_bytes());
+    header.extend_from_slice(&client.ip().octets());
+    header.extend_from_slice(&destination.ip().octets());
+    header.extend_from_slice(&client.port().to_be_bytes());
+    header.extend_from_slice(&destination.port().to_be_bytes());
+    header.extend_from_slice(&tlv);
+    header
+}
+
+/// A version 2 `LOCAL` header: the front balancer's own health check.
+fn v2_local() -> Vec<u8> {
+    let mut header = V2_SIGNATURE.to_vec();
+    header.extend_from_slice(&[0x20, 0x00, 0, 0]);
+    header
+}
+
+/// True when the broker closes `stream` (end of stream or reset) within the deadline.
+async fn closed_by_broker(stream: &mut TcpStream) -> bool {
+    let mut buf = [0u8; 256];
+    loop {
+        match tokio::time::timeout(DEADLINE, stream.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return true,
+            Ok(Ok(_)) => continue,
+            Err(_) => return false,
+        }
+    }
+}
+
+/// The client address of the `ConnectionEnded` event that ended last with `server`, once the
+/// connection to it has ended.
+async fn ended_client(broker: &InProcess, server: &str) -> SocketAddr {
+    let event = broker
+        .events
+        .wait_for(
+            "a connection's end",
+            |e| matches!(e, Event::ConnectionEnded { server: s, .. } if s == server),
+        )
+        .await;
+    match event {
+        Event::ConnectionEnded { client, .. } => client,
+        _ => unreachable!(),
+    }
+}
+
+/// Sends `header` then a line, and returns the name of the server that echoed it.
+async fn relay_line(stream: &mut TcpStream, header: &[u8], line: &str) -> String {
+    stream.write_all(header).await.unwrap();
+    within("the server's answer", exchange(stream, line))
+        .await
+        .expect("an answer")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_a_header_names_is_the_one_relayed_for() {
+    let a = TestServer::start("a").await;
+    let broker = InProcess::start(&ini_for(&[&a], "PROXY_PROTOCOL=1")).await;
+    // Version 1, sent in pieces, the client's first line in the same segment as its end.
+    let client: SocketAddr = "192.0.2.7:56324".parse().unwrap();
+    let header = v1(client, broker.addr());
+    let mut stream = TcpStream::connect(broker.addr()).await.unwrap();
+    stream.write_all(&header[..9]).await.unwrap();
+    let answer = relay_line(&mut stream, &header[9..], "hello").await;
+    assert_eq!(answer, "a");
+    drop(stream);
+    assert_eq!(ended_client(&broker, &a.address()).await, client);
+
+    // Version 2 over IPv6, its TLV skipped, through the same broker.
+    let client: SocketAddr = "[2001:db8::7]:40001".parse().unwrap();
+    let header = v2_ipv6(client, "[2001:db8::1]:5000".parse().unwrap());
+    let mut stream = TcpStream::connect(broker.addr()).await.unwrap();
+    assert_eq!(relay_line(&mut stream, &header, "again").await, "a");
+    drop(stream);
+    broker
+        .events
+        .wait_for(
+            "the IPv6 client's end",
+            |e| matches!(e, Event::ConnectionEnded { client: c, .. } if *c == client),
+        )
+        .await;
+    assert_eq!(a.accepted(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_front_balancers_check_is_answered_and_never_forwarded() {
+    let a = TestServer::start("a").await;
+    let broker = InProcess::start(&ini_for(&[&a], "PROXY_PROTOCOL=1")).await;
+    let mut stream = TcpStream::connect(broker.addr()).await.unwrap();
+    stream.write_all(&v2_local()).await.unwrap();
+    let mut connection = HttpConnection::on(stream);
+    let ping = connection
+        .request("GET", "/TOTVS_BROKER_QUERY/PING", &[])
+        .await
+        .unwrap();
+    assert_eq!(ping.status, 200, "{}", ping.text());
+    // A check that sends anything else is closed, and no server hears of it.
+    let mut stream = TcpStream::connect(broker.addr()).await.unwrap();
+    stream.write_all(&v2_local()).await.unwrap();
+    stream.write_all(b"hello\n").await.unwrap();
+    assert!(closed_by_broker(&mut stream).await);
+    assert_eq!(a.accepted(), 0);
+    assert_eq!(broker.state().active, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_without_a_valid_header_in_time_is_closed_never_forwarded() {
+    let a = TestServer::start("a").await;
+    let ini = ini_for(&[&a], "PROXY_PROTOCOL=1\nPROXY_PROTOCOL_TIMEOUT=300ms");
+    let broker = InProcess::start(&ini).await;
+    // A client that speaks first, without a header.
+    let mut plain = TcpStream::connect(broker.addr()).await.unwrap();
+    plain.write_all(b"hello\n").await.unwrap();
+    assert!(closed_by_broker(&mut plain).await);
+    // A header that never ends.
+    let mut late = TcpStream::connect(broker.addr()).await.unwrap();
+    late.write_all(b"PROXY TCP4 192.0.2.7").await.unwrap();
+    assert!(closed_by_broker(&mut late).await);
+    // A broken one, and a lying version 2 length.
+    let mut broken = TcpStream::connect(broker.addr()).await.unwrap();
+    broken
+        .write_all(b"PROXY TCP4 192.0.2.999 10.0.0.1 1 2\r\nhello\n")
+        .await
+        .unwrap();
+    assert!(closed_by_broker(&mut broken).await);
+    let mut lying = TcpStream::connect(broker.addr()).await.unwrap();
+    let mut header = V2_SIGNATURE.to_vec();
+    header.extend_from_slice(&[0x21, 0x11, 0xff, 0xff]);
+    lying.write_all(&header).await.unwrap();
+    assert!(closed_by_broker(&mut lying).await);
+    broker
+        .events
+        .wait_for_count("four refusals", 4, |e| {
+            matches!(e, Event::ProxyHeaderRefused { .. })
+        })
+        .await;
+    assert_eq!(a.accepted(), 0);
+    let refusals = broker.state().proxy_refusals;
+    assert_eq!(
+        refusals.iter().map(|(_, n)| n).sum::<u64>(),
+        4,
+        "{refusals:?}"
+    );
+    assert!(
+        refusals.iter().any(|(cause, _)| *cause == "timed_out"),
+        "{refusals:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sources_not_listed_are_served_directly_and_may_not_send_a_header() {
+    let a = TestServer::start("a").await;
+    let front = Ipv4Addr::new(127, 0, 0, 3);
+    let direct = Ipv4Addr::new(127, 0, 0, 4);
+    let ini = ini_for(
+        &[&a],
+        "PROXY_PROTOCOL=1\nPROXY_PROTOCOL_FROM=127.0.0.3/32\nQUERY_SNIFF_TIMEOUT=200ms",
+    );
+    let broker = InProcess::start(&ini).await;
+    let header = v1("192.0.2.7:1000".parse().unwrap(), broker.addr());
+    // The front balancer's client.
+    let mut proxied = connect_from(front, broker.addr()).await;
+    assert_eq!(relay_line(&mut proxied, &header, "one").await, "a");
+    drop(proxied);
+    assert_eq!(
+        ended_client(&broker, &a.address()).await,
+        "192.0.2.7:1000".parse().unwrap()
+    );
+    // A direct client is itself.
+    let mut plain = connect_from(direct, broker.addr()).await;
+    assert_eq!(relay_line(&mut plain, b"", "two").await, "a");
+    let own = plain.local_addr().unwrap();
+    drop(plain);
+    broker
+        .events
+        .wait_for(
+            "the direct client's end",
+            |e| matches!(e, Event::ConnectionEnded { client, .. } if *client == own),
+        )
+        .await;
+    // A direct client that claims to be someone else is refused.
+    let mut claiming = connect_from(direct, broker.addr()).await;
+    claiming.write_all(&header).await.unwrap();
+    // The broker may have closed already: a reset here is the refusal too.
+    let _ = claiming.write_all(b"three\n").await;
+    assert!(closed_by_broker(&mut claiming).await);
+    broker
+        .events
+        .wait_for(
+            "the refusal",
+            |e| matches!(e, Event::ProxyHeaderRefused { cause, .. } if *cause == "not_allowed"),
+        )
+        .await;
+    assert_eq!(a.accepted(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn query_allow_judges_the_client_a_header_names() {
+    let a = TestServer::start("a").await;
+    let ini = ini_for(&[&a], "PROXY_PROTOCOL=1\nQUERY_ALLOW=192.0.2.7");
+    let broker = InProcess::start(&ini).await;
+    for (client, status) in [("192.0.2.7:1000", 200), ("192.0.2.8:1000", 403)] {
+        let mut stream = TcpStream::connect(broker.addr()).await.unwrap();
+        stream
+            .write_all(&v1(client.parse().unwrap(), broker.addr()))
+            .await
+            .unwrap();
+        let mut connection = HttpConnection::on(stream);
+        let answer = connection
+            .request("GET", "/TOTVS_BROKER_QUERY/PING", &[])
+            .await
+            .unwrap();
+        assert_eq!(answer.status, status, "{client}: {}", answer.text());
+    }
+    // The JSON and the STATUS page name the client who asked, not the front balancer.
+    for path in ["/TOTVS_BROKER_QUERY/JSON", "/TOTVS_BROKER_QUERY/STATUS"] {
+        let mut stream = TcpStream::connect(broker.addr()).await.unwrap();
+        let client = "192.0.2.7:1001".parse().unwrap();
+        stream.write_all(&v1(client, broker.addr())).await.unwrap();
+        let front = stream.local_addr().unwrap().to_string();
+        let answer = HttpConnection::on(stream)
+            .request("GET", path, &[])
+            .await
+            .unwrap();
+        assert_eq!(answer.status, 200, "{path}");
+        assert!(
+            answer.text().contains("192.0.2.7:1001"),
+            "{path}: {}",
+            answer.text()
+        );
+        assert!(!answer.text().contains(&front), "{path}: {}", answer.text());
+    }
+}
+
+/// A server that reads the PROXY protocol: it keeps each connection's first `n` bytes.
+async fn header_reader(n: usize) -> (SocketAddr, tokio::sync::mpsc::Receiver<Vec<u8>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let mut first = vec![0u8; n];
+                let read = tokio::time::timeout(DEADLINE, stream.read_exact(&mut first)).await;
+                if matches!(read, Ok(Ok(_))) {
+                    let _ = tx.send(first).await;
+                }
+            });
+        }
+    });
+    (addr, rx)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servers_that_read_the_header_get_the_clients_and_checks_get_unknown_or_local() {
+    for version in [1, 2] {
+        let client: SocketAddr = "192.0.2.7:56324".parse().unwrap();
+        let destination: SocketAddr = "198.51.100.1:5000".parse().unwrap();
+        let expected = match version {
+            1 => v1(client, destination),
+            _ => {
+                let mut header = V2_SIGNATURE.to_vec();
+                header.extend_from_slice(&[0x21, 0x11, 0, 12, 192, 0, 2, 7, 198, 51, 100, 1]);
+                header.extend_from_slice(&[0xdc, 0x04, 0x13, 0x88]);
+                header
+            }
+        };
+        let (server, mut headers) = header_reader(expected.len()).await;
+        let ini = format!(
+            "[General]\nSHUTDOWN_TIMEOUT=5\n[BALANCE_SMART_CLIENT_DESKTOP]\n\
+             LOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT=@PORT@\nPROXY_PROTOCOL=1\n\
+             SEND_PROXY_PROTOCOL={version}\nMONITORING_TYPE=DISABLED\n\
+             REMOTE_SERVER_01=127.0.0.1 {}\n",
+            server.port()
+        );
+        let broker = InProcess::start(&ini).await;
+        let mut stream = TcpStream::connect(broker.addr()).await.unwrap();
+        stream.write_all(&v1(client, destination)).await.unwrap();
+        stream.write_all(b"hello\n").await.unwrap();
+        let got = within("the server's header", headers.recv()).await.unwrap();
+        assert_eq!(got, expected, "version {version}");
+    }
+    // The monitor's checks: UNKNOWN under version 1, LOCAL under version 2.
+    for (version, expected) in [(1, b"PROXY UNKNOWN\r\n".to_vec()), (2, v2_local())] {
+        let (server, mut headers) = header_reader(expected.len()).await;
+        let ini = format!(
+            "[General]\nSHUTDOWN_TIMEOUT=5\n[BALANCE_SMART_CLIENT_DESKTOP]\n\
+             LOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT=@PORT@\n\
+             SEND_PROXY_PROTOCOL={version}\nMONITORING_TYPE=CONNECTION\nMONITOR_INTERVAL=100ms\n\
+             REMOTE_SERVER_01=127.0.0.1 {}\n",
+            server.port()
+        );
+        let _broker = InProcess::start(&ini).await;
+        let got = within("a check's header", headers.recv()).await.unwrap();
+        assert_eq!(got, expected, "version {version}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_max_connections_per_client_that_client_is_closed_and_others_served() {
+    let a = TestServer::start("a").await;
+    let ini = ini_for(&[&a], "PROXY_PROTOCOL=1\nMAX_CONNECTIONS_PER_CLIENT=2");
+    let broker = InProcess::start(&ini).await;
+    let busy: SocketAddr = "192.0.2.7:1".parse().unwrap();
+    let mut held = Vec::new();
+    for (n, port) in [1001u16, 1002].into_iter().enumerate() {
+        let mut stream = TcpStream::connect(broker.addr()).await.unwrap();
+        let client = SocketAddr::new(busy.ip(), port);
+        let line = format!("held {n}");
+        let answer = relay_line(&mut stream, &v1(client, broker.addr()), &line).await;
+        assert_eq!(answer, "a");
+        held.push(stream);
+    }
+    // A third from the same address, by the same front balancer: closed at once.
+    let mut third = TcpStream::connect(broker.addr()).await.unwrap();
+    third
+        .write_all(&v1(SocketAddr::new(busy.ip(), 1003), broker.addr()))
+        .await
+        .unwrap();
+    let _ = third.write_all(b"third\n").await; // a reset is the refusal too
+    assert!(closed_by_broker(&mut third).await);
+    let limited = broker
+        .events
+        .wait_for("the refusal", |e| matches!(e, Event::ClientLimited { .. }))
+        .await;
+    assert!(
+        matches!(limited, Event::ClientLimited { client, open: 2, .. } if client == busy.ip()),
+        "{limited:?}"
+    );
+    // Another client is served; the two held still are.
+    let mut other = TcpStream::connect(broker.addr()).await.unwrap();
+    let header = v1("192.0.2.8:1".parse().unwrap(), broker.addr());
+    assert_eq!(relay_line(&mut other, &header, "other").await, "a");
+    for (n, stream) in held.iter_mut().enumerate() {
+        let answer = within("a held connection", exchange(stream, &format!("still {n}")))
+            .await
+            .unwrap();
+        assert_eq!(answer, "a");
+    }
+    assert_eq!(broker.state().client_limited, 1);
+    // Once one of them ends, the client may connect again.
+    drop(held.pop());
+    eventually("the client's count goes down", || {
+        broker.state().clients_counted == 2 && broker.state().active == 2
+    })
+    .await;
+    let mut again = TcpStream::connect(broker.addr()).await.unwrap();
+    let header = v1(SocketAddr::new(busy.ip(), 1004), broker.addr());
+    assert_eq!(relay_line(&mut again, &header, "again").await, "a");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_balancer_forwards_for_the_client_a_header_names() {
+    let origin = Origin::start().await;
+    let broker = InProcess::start(&http_ini(&[origin.addr], "PROXY_PROTOCOL=1")).await;
+    let mut stream = TcpStream::connect(broker.addr()).await.unwrap();
+    stream
+        .write_all(&v1("192.0.2.7:56324".parse().unwrap(), broker.addr()))
+        .await
+        .unwrap();
+    let mut connection = HttpConnection::on(stream);
+    let answer = connection.request("GET", "/page", &[]).await.unwrap();
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let seen = &origin.seen()[0];
+    assert_eq!(seen.headers["x-forwarded-for"], "192.0.2.7");
+    assert_eq!(seen.headers["x-real-ip"], "192.0.2.7");
+}
