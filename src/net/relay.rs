@@ -155,7 +155,7 @@ struct Half {
 /// descriptors and 64 MiB of pipe memory, a non-root user's default allowance
 /// (`fs.pipe-user-pages-soft`); past that, connections keep the buffered copy.
 #[cfg(target_os = "linux")]
-static PIPES: crate::net::sys::PipePool = crate::net::sys::PipePool::new(256);
+pub(crate) static PIPES: crate::net::sys::PipePool = crate::net::sys::PipePool::new(256);
 
 /// A failure in one direction, by which socket failed.
 enum Failure {
