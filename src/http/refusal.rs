@@ -100,9 +100,11 @@ impl Refusal {
             HeadError::Malformed(Syntax::RequestLine | Syntax::Version) => {
                 Refusal::Head(HeadFault::RequestLine)
             }
-            HeadError::Malformed(Syntax::NewLine | Syntax::StatusLine) => {
-                Refusal::Head(HeadFault::Malformed)
+            HeadError::Malformed(Syntax::NewLine) if !request_line(head) => {
+                Refusal::Head(HeadFault::RequestLine)
             }
+            HeadError::Malformed(Syntax::NewLine) => Refusal::Head(HeadFault::HeaderLine),
+            HeadError::Malformed(Syntax::StatusLine) => Refusal::Head(HeadFault::Malformed),
             HeadError::TargetTooLong => Refusal::TargetTooLong,
             HeadError::HeadTooLarge => Refusal::Head(HeadFault::TooLarge),
             HeadError::TooManyFields => Refusal::Head(HeadFault::TooManyHeaders),
@@ -123,15 +125,31 @@ impl Refusal {
     }
 }
 
+/// Whether the first line of `head` is three words, the last a version (`METHOD target
+/// HTTP/1.1`): a line end where it has none is in a header line.
+fn request_line(head: &[u8]) -> bool {
+    let line = first_line(head);
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let words: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
+    matches!(words[..], [method, target, version]
+        if !method.is_empty() && !target.is_empty() && version.starts_with(b"HTTP/"))
+}
+
+/// The first line of `head` that is not empty (empty lines before a request are skipped).
+fn first_line(head: &[u8]) -> &[u8] {
+    head.split(|&b| b == b'\n')
+        .find(|line| !line.is_empty() && *line != b"\r")
+        .unwrap_or_default()
+}
+
 /// What is wrong with a target the core found no form for, from the request line: an
 /// address with a user name, a bare `host:port`, or neither (another scheme than http(s), a
 /// `*` for another method than OPTIONS).
 fn target_fault(head: &[u8]) -> Refusal {
-    let line = head
-        .split(|&b| b == b'\n')
-        .find(|line| !line.is_empty() && *line != b"\r")
+    let target = first_line(head)
+        .split(|&b| b == b' ')
+        .nth(1)
         .unwrap_or_default();
-    let target = line.split(|&b| b == b' ').nth(1).unwrap_or_default();
     if let Some(scheme_end) = target.windows(3).position(|w| w == b"://") {
         let authority = target[scheme_end + 3..]
             .split(|&b| b == b'/' || b == b'?')
@@ -173,6 +191,15 @@ mod tests {
                 line.escape_ascii()
             );
         }
+        let newline = HeadError::Malformed(Syntax::NewLine);
+        assert_eq!(
+            Refusal::of_head(newline, b"GET / HTTP/1.1 extra\r\nHost: h\r\n\r\n"),
+            Refusal::Head(HeadFault::RequestLine)
+        );
+        assert_eq!(
+            Refusal::of_head(newline, b"GET / HTTP/1.1\r\nHost: h\rx\r\n\r\n"),
+            Refusal::Head(HeadFault::HeaderLine)
+        );
         assert_eq!(
             Refusal::of_head(HeadError::VersionNotSupported, b"").status(),
             StatusCode::HTTP_VERSION_NOT_SUPPORTED
