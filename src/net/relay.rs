@@ -151,7 +151,7 @@ struct Half {
     pipe: Option<crate::net::sys::Pipe>,
 }
 
-/// The pipes bulk connections splice through (Linux). 256 pipes of 256 KiB are 512
+/// The pipes bulk connections splice through (Linux), and the HTTP engine's long bodies. 256 pipes of 256 KiB are 512
 /// descriptors and 64 MiB of pipe memory, a non-root user's default allowance
 /// (`fs.pipe-user-pages-soft`); past that, connections keep the buffered copy.
 #[cfg(target_os = "linux")]
