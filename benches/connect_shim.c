@@ -14,7 +14,7 @@
  * redirection the shim writes one line on standard error, which the runner checks, so a shim
  * that silently did nothing cannot pass the direct path off as a proxy's figures.
  *
- * Built by benches/proxies.rs: gcc -O2 -shared -fPIC -o target/connect_shim.so
+ * Built by benches/proxies: gcc -O2 -shared -fPIC -o target/connect_shim.so
  * benches/connect_shim.c -ldl. IPv4 only (the benchmark runs on 127.0.0.1).
  */
 #define _GNU_SOURCE

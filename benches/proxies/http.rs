@@ -26,11 +26,11 @@ use crate::loadgen::{IO_TIMEOUT, connect, hold_with, parse, serve_loop};
 use crate::procs::{self, Spec};
 use crate::{Bench, CpuWork};
 
-/// issue 14's affinity cookie.
+/// The HTTP broker's affinity cookie.
 pub const COOKIE_NAME: &str = "TOTVS_BROKER_SH_001";
 /// Valid cookies for servers 01 and 02, `<REMOTE_SERVER id>.<22 base64url characters>`
-/// (issue 14's format), signed with benches/appbroker-http.ini's `SESSION_SECRET` (issue 21:
-/// the nonce `BenchFix`; `printf 'appbroker TOTVS_BROKER_SH_001 v1\0%s' 01BenchFix | openssl
+/// (the broker's format), signed with benches/appbroker-http.ini's `SESSION_SECRET` (the
+/// nonce `BenchFix`; `printf 'appbroker TOTVS_BROKER_SH_001 v1\0%s' 01BenchFix | openssl
 /// dgst -sha256 -hmac "$SECRET" -binary | head -c 8` is the tag, base64url after the nonce).
 /// HAProxy's servers carry these same values as their `cookie`, so one `Cookie` header routes
 /// alike through all three proxies.

@@ -7,8 +7,22 @@
 //! cargo bench --bench proxies -- --quick            # one short round, about a minute and a half
 //! cargo bench --bench proxies -- --both             # 3 rounds of 5 s, unpinned and pinned
 //! ```
+//!
+//! The modules import one another one way (tests/module_graph.rs holds it), the drivers above
+//! the pieces they share:
+//!
+//! - this file: the options, the run's state ([`Bench`]) and the round loop;
+//! - [`child`]: the same binary started again as one of the runner's servers or load
+//!   generators, handing the mode to the piece below that does it;
+//! - [`report`]: the results and their Markdown table;
+//! - [`metric`]: what is measured (metrics, targets, families of templates);
+//! - [`http`] and [`tls`]: the HTTP and TLS rows' servers, load loops and checks (and the
+//!   methods of [`Bench`] that run those rows: a module may name its parent's items);
+//! - [`loadgen`]: the plain TCP load loops, their tallies, the accept loop and echo;
+//! - [`procs`]: every process the runner starts, and its /proc readings.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod child;
 mod http;
 mod loadgen;
 mod metric;
@@ -23,9 +37,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 
-use metric::{Family, METRICS, Metric, Setup};
+use metric::{Family, METRICS, Metric, Setup, Target};
 use procs::{Proc, Spec};
-use report::{Results, Target};
+use report::Results;
 
 const HELP: &str = "\
 cargo bench --bench proxies -- [OPTIONS]
@@ -294,7 +308,7 @@ struct Bench {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if let Some(code) = loadgen::child_mode(&args) {
+    if let Some(code) = child::run(&args) {
         return code;
     }
     let opts = match parse_opts(&args) {
@@ -524,8 +538,8 @@ impl Bench {
     /// `appbroker --check` on each family's template (filled as for a run) of the metrics
     /// asked for. A template it rejects, or accepts without using a key the template sets
     /// (its effective configuration does not print it), leaves appbroker's column of that
-    /// family empty with a note, instead of a failure in every round: the TLS and HTTP keys
-    /// reach appbroker's configuration only as issues 12 and 13 are wired.
+    /// family empty with a note, instead of a failure in every round (a build from before
+    /// those keys existed, say).
     fn check_appbroker_templates(&mut self) {
         let families: Vec<Family> = Family::ALL
             .into_iter()

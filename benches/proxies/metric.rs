@@ -1,11 +1,49 @@
 //! What the runner measures: the metrics `--metrics` names (and its groups `tcp`, `tls`,
-//! `http`), and which configuration each metric's proxies are started with.
+//! `http`), the targets `--only` names (the paths each metric is measured through), and which
+//! configuration each metric's proxies are started with.
 
 use anyhow::{Result, anyhow};
 
 use crate::http::HttpLoad;
-use crate::report::Target;
 use crate::tls::{KeyKind, TlsVersion};
+
+/// The paths compared, in the order they run in each round.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum Target {
+    Direct,
+    Appbroker,
+    Haproxy,
+    Nginx,
+}
+
+impl Target {
+    pub const ALL: [Target; 4] = [
+        Target::Direct,
+        Target::Appbroker,
+        Target::Haproxy,
+        Target::Nginx,
+    ];
+
+    /// The name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::Direct => "direct",
+            Target::Appbroker => "appbroker",
+            Target::Haproxy => "haproxy",
+            Target::Nginx => "nginx",
+        }
+    }
+
+    /// The name in the table.
+    pub fn title(self) -> &'static str {
+        match self {
+            Target::Direct => "direct",
+            Target::Appbroker => "appbroker",
+            Target::Haproxy => "HAProxy",
+            Target::Nginx => "nginx",
+        }
+    }
+}
 
 /// One measurement of a round, through every target in turn.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]

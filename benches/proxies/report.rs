@@ -5,46 +5,8 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use crate::http::HttpLoad;
-use crate::metric::{Family, METRICS, Metric};
+use crate::metric::{Family, METRICS, Metric, Target};
 use crate::{Bench, Mode};
-
-/// The paths compared, in the order they run in each round.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
-pub enum Target {
-    Direct,
-    Appbroker,
-    Haproxy,
-    Nginx,
-}
-
-impl Target {
-    pub const ALL: [Target; 4] = [
-        Target::Direct,
-        Target::Appbroker,
-        Target::Haproxy,
-        Target::Nginx,
-    ];
-
-    /// The name on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            Target::Direct => "direct",
-            Target::Appbroker => "appbroker",
-            Target::Haproxy => "haproxy",
-            Target::Nginx => "nginx",
-        }
-    }
-
-    /// The name in the table.
-    pub fn title(self) -> &'static str {
-        match self {
-            Target::Direct => "direct",
-            Target::Appbroker => "appbroker",
-            Target::Haproxy => "HAProxy",
-            Target::Nginx => "nginx",
-        }
-    }
-}
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Better {

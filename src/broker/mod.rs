@@ -124,7 +124,9 @@ pub struct Bound {
 /// A running broker. Dropping it stops everything at once (connections cut); [`Broker::stop`]
 /// drains first, as a SIGTERM does.
 pub struct Broker {
-    ctx: Arc<Shared>,
+    /// What every connection reads, which the handle reads too: the balancers, the
+    /// configuration.
+    shared: Arc<Shared>,
     events: Events,
     control: Control,
     /// The addresses the balancers listen on, in configuration order.
@@ -141,9 +143,9 @@ pub struct Broker {
 #[derive(Debug, Clone)]
 pub struct Control {
     commands: mpsc::Sender<Command>,
-    shutdown: Shutdown,
-    /// What the administration reads and acts on: the balancers and the configuration.
-    ctx: Arc<Shared>,
+    /// What the administration reads and acts on: the balancers, the configuration and the
+    /// shutdown state.
+    shared: Arc<Shared>,
 }
 
 impl std::fmt::Debug for Command {
@@ -155,27 +157,27 @@ impl std::fmt::Debug for Command {
 impl Control {
     /// Every balancer running now, in configuration order.
     pub fn balancers(&self) -> Arc<Vec<Arc<Balancer>>> {
-        self.ctx.balancers.load_full()
+        self.shared.balancers.load_full()
     }
 
     /// The running configuration.
     pub fn config(&self) -> Arc<Config> {
-        self.ctx.config.load_full()
+        self.shared.config.load_full()
     }
 
     /// True once a shutdown has been asked for (the broker drains, then stops).
     pub fn is_stopping(&self) -> bool {
-        self.ctx.shutdown.is_requested()
+        self.shared.shutdown.is_requested()
     }
 
     /// Asks for a graceful shutdown (the drain of SIGTERM).
     pub fn shutdown(&self) {
-        self.shutdown.request();
+        self.shared.shutdown.request();
     }
 
     /// The shutdown state the broker drains on, for a signal handler.
     pub fn shutdown_state(&self) -> Shutdown {
-        self.shutdown.clone()
+        self.shared.shutdown.clone()
     }
 
     /// Asks for the configuration file to be read again and applied (SIGHUP); the result is
@@ -298,7 +300,7 @@ impl Broker {
 
     /// The live state of balancer `kind` (counters, servers, quarantines).
     pub fn state(&self, kind: BalancerKind) -> Option<BalancerState> {
-        let balancers = self.ctx.balancers.load();
+        let balancers = self.shared.balancers.load();
         balancers
             .iter()
             .find(|b| b.kind() == kind)
@@ -307,7 +309,7 @@ impl Broker {
 
     /// The running configuration.
     pub fn config(&self) -> Arc<Config> {
-        self.ctx.config.load_full()
+        self.shared.config.load_full()
     }
 
     /// A handle for signal handlers and administration.
@@ -388,19 +390,18 @@ impl Bound {
     /// Starts serving: every balancer's accept loops (on the workers), monitor and sampler,
     /// and the control loop (on the current runtime).
     pub fn start(self) -> Broker {
-        let shutdown = Shutdown::new();
         let own = self
             .own_secret
             .unwrap_or_else(|| OwnSecret::for_this_run("no secret file was given"));
         let session_secrets = Arc::new(SessionSecrets::new(own, &self.config.general));
         log_session_secret(&session_secrets, &self.config);
-        let ctx = Arc::new(Shared {
+        let shared = Arc::new(Shared {
             config: ArcSwap::from_pointee(self.config),
             balancers: ArcSwap::from_pointee(
                 self.bound.iter().map(|(b, _)| Arc::clone(b)).collect(),
             ),
             started_wall_ms: wall_ms(),
-            shutdown: shutdown.clone(),
+            shutdown: Shutdown::new(),
         });
         let stopping = CancellationToken::new();
         let serving: Vec<RunningBalancer> = self
@@ -410,7 +411,7 @@ impl Bound {
                 RunningBalancer::start(
                     balancer,
                     listeners,
-                    &ctx,
+                    &shared,
                     &session_secrets,
                     &self.workers,
                     &stopping,
@@ -420,7 +421,7 @@ impl Bound {
         let addrs = Arc::new(ArcSwap::from_pointee(addresses(&serving)));
         let (commands, receiver) = mpsc::channel(PENDING_RELOADS);
         let control_loop = ControlLoop {
-            ctx: Arc::clone(&ctx),
+            shared: Arc::clone(&shared),
             session_secrets,
             workers: self.workers,
             resolver: self.resolver,
@@ -435,10 +436,9 @@ impl Bound {
             events: self.events,
             control: Control {
                 commands,
-                shutdown,
-                ctx: Arc::clone(&ctx),
+                shared: Arc::clone(&shared),
             },
-            ctx,
+            shared,
             addrs,
             task: Some(tokio::spawn(control_loop.run(receiver))),
             threads: self.threads,

@@ -31,15 +31,15 @@ use crate::tls::UpstreamTls;
 pub async fn run(balancer: Arc<Balancer>, stop: CancellationToken) {
     let mut last_round: Option<Instant> = None;
     loop {
-        let pool = balancer.generation();
-        let monitoring = pool.config.monitoring != Monitoring::Disabled;
-        // Computed from the pool each time, so a reloaded MONITOR_INTERVAL applies at once.
+        let generation = balancer.generation();
+        let monitoring = generation.config.monitoring != Monitoring::Disabled;
+        // Read from the generation each time, so a reloaded MONITOR_INTERVAL applies at once.
         let mut next_round =
-            last_round.map_or_else(Instant::now, |t| t + pool.config.monitor_interval);
+            last_round.map_or_else(Instant::now, |t| t + generation.config.monitor_interval);
         if monitoring && Instant::now() >= next_round {
-            round(&balancer, &pool).await;
+            round(&balancer, &generation).await;
             last_round = Some(Instant::now());
-            next_round = Instant::now() + pool.config.monitor_interval;
+            next_round = Instant::now() + generation.config.monitor_interval;
         }
         let deadline = balancer.sweep_expired_quarantines();
         let wake = match (monitoring.then_some(next_round), deadline) {
@@ -211,42 +211,49 @@ type Outcome = (Duration, Result<(), CheckError>);
 /// One monitor round: every server checked in parallel, then each result judged and logged
 /// in configuration order, then the summary. A check that fails for the broker's own reasons
 /// (out of file descriptors) blames no server: the server is counted as not checked.
-async fn round(balancer: &Balancer, pool: &Arc<Generation>) {
-    let outcomes = check_all(balancer, pool).await;
+async fn round(balancer: &Balancer, generation: &Arc<Generation>) {
+    let outcomes = check_all(balancer, generation).await;
     let mut unchecked: Vec<usize> = Vec::new();
     let mut cause: Option<Explained> = None;
-    for (index, (server, (took, result))) in pool.servers.iter().zip(outcomes).enumerate() {
+    for (index, (server, (took, result))) in generation.servers.iter().zip(outcomes).enumerate() {
         match result {
-            Ok(()) => passed(balancer, pool, server, took),
+            Ok(()) => passed(balancer, generation, server, took),
             Err(e) => match e.broker_fault() {
                 Some(explained) => {
                     unchecked.push(index);
                     cause.get_or_insert(explained);
                 }
-                None => failed(balancer, pool, server, took, &e),
+                None => failed(balancer, generation, server, took, &e),
             },
         }
     }
-    summarize(balancer, pool, &unchecked, cause);
+    summarize(balancer, generation, &unchecked, cause);
 }
 
-/// Checks every server of `pool` at once; the outcomes in configuration order.
-async fn check_all(balancer: &Balancer, pool: &Arc<Generation>) -> Vec<Outcome> {
+/// Checks every server of `generation` at once; the outcomes in configuration order.
+async fn check_all(balancer: &Balancer, generation: &Arc<Generation>) -> Vec<Outcome> {
     let mut checks = JoinSet::new();
-    for (index, server) in pool.servers.iter().enumerate() {
+    for (index, server) in generation.servers.iter().enumerate() {
         let server = Arc::clone(server);
-        let (resolver, pool) = (Arc::clone(balancer.resolver()), Arc::clone(pool));
+        let (resolver, generation) = (Arc::clone(balancer.resolver()), Arc::clone(generation));
         checks.spawn(
             async move {
                 let started = Instant::now();
-                let tls = pool.tls.upstream.as_ref();
-                let result = check(&resolver, &server.host, server.port, &pool.config, tls).await;
+                let tls = generation.tls.upstream.as_ref();
+                let result = check(
+                    &resolver,
+                    &server.host,
+                    server.port,
+                    &generation.config,
+                    tls,
+                )
+                .await;
                 (index, started.elapsed(), result)
             }
             .in_current_span(),
         );
     }
-    let mut outcomes: Vec<Option<Outcome>> = (0..pool.servers.len()).map(|_| None).collect();
+    let mut outcomes: Vec<Option<Outcome>> = (0..generation.servers.len()).map(|_| None).collect();
     while let Some(joined) = checks.join_next().await {
         if let Ok((index, took, result)) = joined {
             outcomes[index] = Some((took, result));
@@ -267,7 +274,7 @@ async fn check_all(balancer: &Balancer, pool: &Arc<Generation>) -> Vec<Outcome> 
 }
 
 /// A passed check: `MONITOR_RISE` of them in a row release a quarantined server.
-fn passed(balancer: &Balancer, pool: &Generation, server: &Server, took: Duration) {
+fn passed(balancer: &Balancer, generation: &Generation, server: &Server, took: Duration) {
     let check = Check {
         at_wall_ms: wall_ms(),
         duration: took,
@@ -275,7 +282,7 @@ fn passed(balancer: &Balancer, pool: &Generation, server: &Server, took: Duratio
     };
     let passes = balancer.check_passed(server, check);
     balancer.events().emit(|| Event::CheckPassed {
-        balancer: pool.config.kind,
+        balancer: generation.config.kind,
         server: server.address.clone(),
         in_a_row: passes,
     });
@@ -283,13 +290,13 @@ fn passed(balancer: &Balancer, pool: &Generation, server: &Server, took: Duratio
         return;
     }
     if server.quarantine_reason() == Some(Reason::Timeout)
-        && matches!(pool.config.monitoring, Monitoring::Connection)
+        && matches!(generation.config.monitoring, Monitoring::Connection)
     {
         // The port accepting proves nothing to a server quarantined for not answering its
         // requests: its quarantine runs its time (a SEND_EXPECT or HTTP check could end it).
         return;
     }
-    let rise = pool.config.monitor_rise;
+    let rise = generation.config.monitor_rise;
     if passes >= rise {
         balancer.release_recovered(server, Release::CheckPassed);
     } else {
@@ -303,8 +310,14 @@ fn passed(balancer: &Balancer, pool: &Generation, server: &Server, took: Duratio
 /// A failed check: `MONITOR_FALL` of them in a row quarantine the server, and each failure of
 /// a quarantined one extends its quarantine. The cause is logged once per episode (and when it
 /// changes), while the TOTVS quarantine line still comes every round.
-fn failed(balancer: &Balancer, pool: &Generation, server: &Server, took: Duration, e: &CheckError) {
-    let config = &pool.config;
+fn failed(
+    balancer: &Balancer,
+    generation: &Generation,
+    server: &Server,
+    took: Duration,
+    e: &CheckError,
+) {
+    let config = &generation.config;
     let words = e.words();
     let check = Check {
         at_wall_ms: wall_ms(),
@@ -347,12 +360,12 @@ fn failed(balancer: &Balancer, pool: &Generation, server: &Server, took: Duratio
 /// left.
 fn summarize(
     balancer: &Balancer,
-    pool: &Generation,
+    generation: &Generation,
     unchecked: &[usize],
     cause: Option<Explained>,
 ) {
     let now = balancer.clock_ms();
-    let unavailable: Vec<&str> = pool
+    let unavailable: Vec<&str> = generation
         .servers
         .iter()
         .enumerate()
@@ -365,7 +378,7 @@ fn summarize(
             plural(unchecked.len(), "server")
         );
     }
-    let available = pool.servers.len() - unavailable.len() - unchecked.len();
+    let available = generation.servers.len() - unavailable.len() - unchecked.len();
     let not_checked = if unchecked.is_empty() {
         String::new()
     } else {
@@ -383,7 +396,7 @@ fn summarize(
         error!("monitor: attention, there are no remote servers available");
     }
     balancer.events().emit(|| Event::MonitorRound {
-        balancer: pool.config.kind,
+        balancer: generation.config.kind,
         available,
         unavailable: unavailable.iter().map(|a| a.to_string()).collect(),
         unchecked: unchecked.len(),

@@ -24,7 +24,7 @@ impl ControlLoop {
             error!("reload rejected: {why}");
             return Err(ReloadError::Refused(why.clone()));
         }
-        let path = self.ctx.config.load().source.clone();
+        let path = self.shared.config.load().source.clone();
         info!("reloading {}", path.display());
         // Read on a blocking thread: this thread also handles signals and runs the monitors,
         // and a file on a hung network share would stop them all.
@@ -64,7 +64,7 @@ impl ControlLoop {
         let mut tls = self.load_tls(&config)?;
         // Removed balancers whose last connection has ended need no more waiting for.
         self.retired.retain(|running| !running.tasks.is_empty());
-        let old = self.ctx.config.load_full();
+        let old = self.shared.config.load_full();
         if logging::settings_differ(&old.general, &config.general) {
             warn!(
                 "the [General] logging keys changed; they take effect when appbroker is restarted"
@@ -150,7 +150,7 @@ impl ControlLoop {
         self.serving = stay;
         for mut running in gone {
             let kind = running.balancer.kind();
-            running.stop_accepting().await;
+            running.stop_accepting(true).await;
             running.stop_background.cancel();
             let timeout = config.general.shutdown_timeout;
             info!(
@@ -189,7 +189,7 @@ impl ControlLoop {
                 continue;
             };
             if running.configured != b.listen {
-                let (change, error) = running.move_listener(&self.ctx, &self.workers, b).await;
+                let (change, error) = running.move_listener(&self.shared, &self.workers, b).await;
                 reloaded.changes.push(change);
                 reloaded.errors.extend(error);
             }
@@ -221,7 +221,7 @@ impl ControlLoop {
                     let running = RunningBalancer::start(
                         balancer,
                         listeners,
-                        &self.ctx,
+                        &self.shared,
                         &self.session_secrets,
                         &self.workers,
                         &self.stopping,
@@ -258,13 +258,13 @@ impl ControlLoop {
             .set_listening(self.serving.iter().map(|r| r.listen).collect());
         self.resolver
             .set_max_lookups(config.general.dns_max_lookups as usize);
-        self.ctx.balancers.store(Arc::new(
+        self.shared.balancers.store(Arc::new(
             self.serving
                 .iter()
                 .map(|r| Arc::clone(&r.balancer))
                 .collect(),
         ));
-        self.ctx.config.store(Arc::new(config));
+        self.shared.config.store(Arc::new(config));
         self.addrs.store(Arc::new(super::addresses(&self.serving)));
     }
 }

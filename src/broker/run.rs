@@ -24,7 +24,9 @@ use crate::net::workers::Workers;
 /// The broker's state at run time, owned by its control loop ([`ControlLoop::run`]), which
 /// applies each reload to it.
 pub(super) struct ControlLoop {
-    pub(super) ctx: Arc<Shared>,
+    /// What every connection reads: the configuration and the balancers a reload swaps, the
+    /// shutdown state the drain sets.
+    pub(super) shared: Arc<Shared>,
     /// The keys of the HTTP balancers' session cookies, configured again by each reload.
     pub(super) session_secrets: Arc<SessionSecrets>,
     pub(super) workers: Workers,
@@ -48,7 +50,7 @@ impl ControlLoop {
     pub(super) async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
         info!("broker ready");
         self.events.emit(|| Event::Ready);
-        let shutdown = self.ctx.shutdown.clone();
+        let shutdown = self.shared.shutdown.clone();
         let mut every_second = tokio::time::interval(Duration::from_secs(1));
         every_second.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut wave = Wave::default();
@@ -96,8 +98,8 @@ impl ControlLoop {
     /// The shutdown: `SHUTDOWN_GRACE` of service while PING answers 503, the listeners
     /// closed, `SHUTDOWN_TIMEOUT` for the connections to finish, then the rest cut.
     async fn drain(&mut self) {
-        let general = self.ctx.config.load().general.clone();
-        self.ctx.shutdown.set_draining();
+        let general = self.shared.config.load().general.clone();
+        self.shared.shutdown.set_draining();
         self.events.emit(|| Event::Draining);
         if !general.shutdown_grace.is_zero() {
             info!(
@@ -108,7 +110,7 @@ impl ControlLoop {
         }
         self.serving.append(&mut self.retired);
         for running in &mut self.serving {
-            running.stop_accepting().await;
+            running.stop_accepting(false).await;
         }
         let open = self.open();
         if open > 0 {

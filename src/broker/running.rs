@@ -20,7 +20,7 @@ use crate::broker::monitor;
 use crate::config::{BalancerConfig, plural, show_duration};
 use crate::http_balancer::sessions::SessionSecrets;
 use crate::http_balancer::{self, HttpProxy};
-use crate::net::listener;
+use crate::net::listener::{self, StopAccepting};
 use crate::net::workers::Workers;
 use crate::tcp::client::ListenerShared;
 use crate::tls::Severity;
@@ -47,15 +47,19 @@ pub(super) struct RunningBalancer {
 /// A balancer's accept loops, one per listening socket (one per worker where the kernel
 /// spreads connections), and the token that stops them.
 struct Accepting {
-    stop: CancellationToken,
+    stop: StopAccepting,
     loops: Vec<JoinHandle<()>>,
 }
 
 impl Accepting {
     /// Stops every loop and waits until each has served what its listener had queued and
-    /// closed it.
-    async fn stop(self) {
-        self.stop.cancel();
+    /// closed it; with `port_closes`, the port is closing for good (see [`StopAccepting`]).
+    async fn stop(self, port_closes: bool) {
+        if port_closes {
+            self.stop.close_port();
+        } else {
+            self.stop.stop();
+        }
         for accept_loop in self.loops {
             let _ = accept_loop.await;
         }
@@ -77,13 +81,13 @@ impl RunningBalancer {
     pub(super) fn start(
         balancer: Arc<Balancer>,
         listeners: Vec<StdListener>,
-        ctx: &Arc<Shared>,
+        shared: &Arc<Shared>,
         session_secrets: &Arc<SessionSecrets>,
         workers: &Workers,
         stopping: &CancellationToken,
     ) -> RunningBalancer {
-        let pool = balancer.generation();
-        let c = &pool.config;
+        let generation = balancer.generation();
+        let c = &generation.config;
         let listen = bound_address(&listeners, c.listen);
         info!(
             "{} listening on {} for {}, policy {}, monitor {} every {}, quarantine {}",
@@ -99,7 +103,7 @@ impl RunningBalancer {
             balancer: c.kind,
             address: listen,
         });
-        if let Some(server) = &pool.tls.server {
+        if let Some(server) = &generation.tls.server {
             let certificate = &server.certificate;
             info!(
                 "{} speaks TLS{} with the certificate of {} (issued by {}, valid until {})",
@@ -114,7 +118,7 @@ impl RunningBalancer {
                 crate::tls::doctor::utc(certificate.not_after)
             );
         }
-        if let Some(warning) = pool.tls.upstream.as_ref().and_then(|r| r.warning()) {
+        if let Some(warning) = generation.tls.upstream.as_ref().and_then(|r| r.warning()) {
             warn!("{}: {warning}", c.kind);
         }
         let stop_background = stopping.child_token();
@@ -133,7 +137,7 @@ impl RunningBalancer {
         let http = c
             .kind
             .is_http()
-            .then(|| http_balancer::proxy(&balancer, ctx, session_secrets));
+            .then(|| http_balancer::proxy(&balancer, shared, session_secrets));
         let mut running = RunningBalancer {
             configured: c.listen,
             listen,
@@ -144,7 +148,7 @@ impl RunningBalancer {
             stop_background,
             accepting: None,
         };
-        running.accepting = Some(running.accept_on(listeners, ctx, workers));
+        running.accepting = Some(running.accept_on(listeners, shared, workers));
         running
     }
 
@@ -152,41 +156,44 @@ impl RunningBalancer {
     fn accept_on(
         &self,
         listeners: Vec<StdListener>,
-        ctx: &Arc<Shared>,
+        shared: &Arc<Shared>,
         workers: &Workers,
     ) -> Accepting {
         // Stopped by the running balancer, or with everything when the broker's handle is dropped.
-        let stop = self.stop_background.child_token();
+        let stop = StopAccepting::new(self.stop_background.child_token());
         let span = self.balancer.span();
         let handles = workers.handles();
         let loops = listeners
             .into_iter()
             .enumerate()
             .map(|(index, listener)| {
-                let (balancer, ctx, tasks, http) = (
+                let (balancer, shared, tasks, http) = (
                     Arc::clone(&self.balancer),
-                    Arc::clone(ctx),
+                    Arc::clone(shared),
                     self.tasks.clone(),
                     self.http.clone(),
                 );
                 let ending = Ending {
-                    closing: stop.clone(),
+                    closing: stop.token().clone(),
                     cut: self.cut.clone(),
                 };
+                let stop_accepting = stop.clone();
                 let accept = async move {
                     // Registered with the worker's own reactor, so it must be made there.
                     match TcpListener::from_std(listener) {
                         Ok(listener) => {
-                            let stop_accepting = ending.closing.clone();
-                            let shared = Arc::new(ListenerShared {
-                                ctx,
+                            let listener_shared = Arc::new(ListenerShared {
+                                ctx: shared,
                                 balancer,
                                 ending,
                                 local: listener.local_addr().ok(),
                                 tasks,
                                 span: Span::current(),
                             });
-                            let handoff = Handoff { shared, http };
+                            let handoff = Handoff {
+                                shared: listener_shared,
+                                http,
+                            };
                             listener::accept_loop(listener, stop_accepting, handoff).await;
                         }
                         Err(e) => error!(
@@ -201,10 +208,11 @@ impl RunningBalancer {
         Accepting { stop, loops }
     }
 
-    /// Stops the accept loops and waits until the listeners are closed.
-    pub(super) async fn stop_accepting(&mut self) {
+    /// Stops the accept loops and waits until the listeners are closed; with `port_closes`,
+    /// the balancer's port closes for good (a reload removed the balancer).
+    pub(super) async fn stop_accepting(&mut self, port_closes: bool) {
         if let Some(accepting) = self.accepting.take() {
-            accepting.stop().await;
+            accepting.stop(port_closes).await;
         }
         self.tasks.close();
     }
@@ -214,16 +222,16 @@ impl RunningBalancer {
     /// so). Returns what happened, for the reload's summary, and the error, if any.
     pub(super) async fn move_listener(
         &mut self,
-        ctx: &Arc<Shared>,
+        shared: &Arc<Shared>,
         workers: &Workers,
         config: &mut BalancerConfig,
     ) -> (String, Option<String>) {
         match listener::bind(config, workers.listeners_per_balancer()) {
             Ok(listeners) => {
                 let new = bound_address(&listeners, config.listen);
-                let accepting = self.accept_on(listeners, ctx, workers);
+                let accepting = self.accept_on(listeners, shared, workers);
                 if let Some(old) = self.accepting.replace(accepting) {
-                    old.stop().await;
+                    old.stop(true).await;
                 }
                 let moved = format!(
                     "{} now listens on {} (was {})",
@@ -278,14 +286,14 @@ async fn check_certificate_daily(balancer: Arc<Balancer>, stop: CancellationToke
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(DAY) => {}
         }
-        let pool = balancer.generation();
-        let Some(server) = &pool.tls.server else {
+        let generation = balancer.generation();
+        let Some(server) = &generation.tls.server else {
             continue;
         };
         let roots = crate::tls::upstream::system_roots();
         for finding in server.diagnose(SystemTime::now(), &roots.store) {
             if finding.severity() >= Severity::Warning {
-                warn!("{}: {finding}", pool.config.kind);
+                warn!("{}: {finding}", generation.config.kind);
             }
         }
     }

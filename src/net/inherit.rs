@@ -87,6 +87,7 @@ pub fn take_listener(fd: RawFd) -> Result<std::net::TcpListener, InheritError> {
         }
         socket.set_nonblocking(true)
     });
+    crate::net::sys::forget_closing_filter(&socket);
     checked.map_err(|source| InheritError::NotSocket { fd, source })?;
     Ok(socket.into())
 }

@@ -5,6 +5,8 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
@@ -25,6 +27,50 @@ const BACKLOG: i32 = 4096;
 /// descriptors, out of memory) before accepting again: long enough not to spin, short enough
 /// that service resumes as soon as descriptors are free.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+
+/// How long a listener closing for good keeps serving handshakes that were under way when it
+/// stopped letting new ones begin: a client's last ACK comes a round trip after the SYN-ACK.
+const HANDSHAKES_SETTLE: Duration = Duration::from_millis(250);
+
+/// Tells the accept loops of one listening address to stop, and whether that address closes
+/// for good (a reload moved or removed it: no new handshake may begin, the queue is served,
+/// then the socket closes) or lives on elsewhere (a successor took the socket over, or the
+/// broker stops).
+#[derive(Clone, Debug)]
+pub struct StopAccepting {
+    token: CancellationToken,
+    port_closes: Arc<AtomicBool>,
+}
+
+impl StopAccepting {
+    /// Stops when `token` is cancelled, as well as when asked.
+    pub fn new(token: CancellationToken) -> Self {
+        StopAccepting {
+            token,
+            port_closes: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// The loops stop; the listening sockets are left as they are.
+    pub fn stop(&self) {
+        self.token.cancel();
+    }
+
+    /// The loops stop and the port closes for good (see [`sys::refuse_new_handshakes`]).
+    pub fn close_port(&self) {
+        self.port_closes.store(true, Ordering::SeqCst);
+        self.token.cancel();
+    }
+
+    /// The token cancelled when the loops stop.
+    pub fn token(&self) -> &CancellationToken {
+        &self.token
+    }
+
+    fn port_closes(&self) -> bool {
+        self.port_closes.load(Ordering::SeqCst)
+    }
+}
 
 /// A port that could not be bound; the broker does not start.
 #[derive(Debug, thiserror::Error)]
@@ -146,13 +192,9 @@ pub trait Serve {
     fn accept_failed(&self, error: &io::Error, backoff: Duration);
 }
 
-/// Accepts clients until `stop_accepting` is cancelled (then serves what the kernel had
+/// Accepts clients until `stop_accepting` says to stop (then serves what the kernel had
 /// queued), handing each to `serve`. Log lines carry the current span (the balancer's).
-pub async fn accept_loop(
-    listener: TcpListener,
-    stop_accepting: CancellationToken,
-    serve: impl Serve,
-) {
+pub async fn accept_loop(listener: TcpListener, stop_accepting: StopAccepting, serve: impl Serve) {
     let start = |stream: TcpStream, peer: SocketAddr| {
         if !sys::ACCEPTED_INHERIT_OPTIONS {
             set_accepted_options(&stream, &serve.keepalive(), peer);
@@ -174,10 +216,14 @@ pub async fn accept_loop(
             listener_keepalive = Some(keepalive);
         }
         let accepted = tokio::select! {
-            _ = stop_accepting.cancelled() => {
+            _ = stop_accepting.token().cancelled() => {
                 // Connections the kernel already accepted would be reset when the listener
                 // closes: serve them first.
-                drain_queue(&listener, start);
+                if stop_accepting.port_closes() {
+                    close_for_good(&listener, start).await;
+                } else {
+                    drain_queue(&listener, start);
+                }
                 return;
             }
             accepted = listener.accept() => accepted,
@@ -193,6 +239,23 @@ pub async fn accept_loop(
         };
         serve.accepted();
         start(stream, peer);
+    }
+}
+
+/// Serves a listener's last clients before its port closes for good: no new handshake may
+/// begin, and what was queued or under way is served until the queue has stayed empty for
+/// [`HANDSHAKES_SETTLE`]. Without the kernel's help (not Linux), only the queue is served.
+async fn close_for_good(listener: &TcpListener, mut start: impl FnMut(TcpStream, SocketAddr)) {
+    if let Err(e) = sys::refuse_new_handshakes(listener) {
+        debug!("cannot refuse new handshakes before closing: {}", words(&e));
+    }
+    loop {
+        drain_queue(listener, &mut start);
+        match tokio::time::timeout(HANDSHAKES_SETTLE, listener.accept()).await {
+            Ok(Ok((stream, peer))) => start(stream, peer),
+            Ok(Err(e)) if is_connection_error(&e) => {}
+            Ok(Err(_)) | Err(_) => return,
+        }
     }
 }
 

@@ -2,14 +2,16 @@
 //! today; a TLS stream or an upgraded HTTP connection tomorrow), with what a plain TCP socket
 //! can do besides. Code that moves bytes is written once over [`Stream`] and takes the
 //! socket's shortcuts only where [`Stream::plain`] says the bytes on the socket are the
-//! stream's own: splice(2) from socket to socket, readiness without a read, a read without
-//! waiting for the runtime.
+//! stream's own: splice(2) from socket to socket, readiness without a read, a first read that
+//! does not wait.
 
 use std::cell::RefCell;
-use std::io::{self, Read};
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_util::either::Either;
 
@@ -56,19 +58,30 @@ impl Stream for TcpStream {
         Some(self)
     }
 
-    /// Straight from the socket, whatever the runtime knows of it yet (a new socket's
-    /// readiness is unknown until the reactor reports it, a wake-up later), through a
-    /// per-thread buffer, so `into` is sized to what came (usually a few bytes) rather than
-    /// to the most that could.
+    /// Through the runtime, without waiting: an accepted socket is taken to be readable until a
+    /// read finds it empty, so this reads at once (the client's first bytes are usually there),
+    /// and a read shorter than asked tells the runtime the socket is drained, so the next read
+    /// waits for the reactor to report new bytes instead of trying the socket (and failing)
+    /// first. Through a per-thread buffer, so `into` is sized to what came (usually a few
+    /// bytes) rather than to the most that could.
     fn read_now(&mut self, into: &mut Vec<u8>) -> io::Result<usize> {
         thread_local! {
             static BUFFER: RefCell<[u8; READ_NOW]> = const { RefCell::new([0; READ_NOW]) };
         }
         BUFFER.with(|buffer| {
             let mut buf = buffer.borrow_mut();
-            let n = (&*socket2::SockRef::from(&*self)).read(&mut buf[..])?;
-            into.extend_from_slice(&buf[..n]);
-            Ok(n)
+            let mut read = ReadBuf::new(&mut buf[..]);
+            // No task waits on this read: when nothing has come, the caller waits for it with
+            // its own waker, which replaces the no-op one registered here.
+            let mut cx = Context::from_waker(Waker::noop());
+            match Pin::new(&mut *self).poll_read(&mut cx, &mut read) {
+                Poll::Ready(Ok(())) => {
+                    into.extend_from_slice(read.filled());
+                    Ok(read.filled().len())
+                }
+                Poll::Ready(Err(e)) => Err(e),
+                Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+            }
         })
     }
 }

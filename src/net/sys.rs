@@ -1,7 +1,7 @@
 //! The few system facilities the standard library lacks, kept in one small module so the rest
 //! stays portable (a Windows build is expected to be asked for): the open-file limit, keepalive
-//! knobs, splice(2) through pipes, and whether reading the terminal would stop the process (the
-//! demo's console).
+//! knobs, a connect started in as few calls as the system allows, splice(2) through pipes, and
+//! whether reading the terminal would stop the process (the demo's console).
 
 use std::io;
 
@@ -25,12 +25,13 @@ pub fn raise_open_file_limit() -> io::Result<u64> {
 
 /// Sets TCP keepalive (and, on Linux, TCP_USER_TIMEOUT to match) on a connected socket, so a
 /// vanished peer is noticed after `keepalive.dead_after()` rather than hours. Nothing is set
-/// when keepalive is off.
+/// when keepalive is off, and TCP_USER_TIMEOUT only when there is one: a new socket has the
+/// kernel's already.
 pub fn set_keepalive(
     stream: &tokio::net::TcpStream,
     keepalive: &crate::config::Keepalive,
 ) -> io::Result<()> {
-    keepalive_on(socket2::SockRef::from(stream), keepalive)
+    keepalive_on(socket2::SockRef::from(stream), keepalive, false)
 }
 
 /// Whether sockets accepted from a listener inherit its TCP_NODELAY, keepalive and
@@ -40,7 +41,8 @@ pub const ACCEPTED_INHERIT_OPTIONS: bool = cfg!(target_os = "linux");
 
 /// Sets on a listening socket what its accepted sockets should have where they inherit it:
 /// TCP_NODELAY, and keepalive and TCP_USER_TIMEOUT as [`set_keepalive`] does (keepalive
-/// turned off when it is off).
+/// turned off when it is off, TCP_USER_TIMEOUT set to the kernel's when there is none, so an
+/// earlier setting is not inherited).
 pub fn set_listener_options(
     listener: &tokio::net::TcpListener,
     keepalive: &crate::config::Keepalive,
@@ -50,14 +52,15 @@ pub fn set_listener_options(
     if !keepalive.enabled() {
         socket.set_keepalive(false)?;
     }
-    keepalive_on(socket, keepalive)
+    keepalive_on(socket, keepalive, true)
 }
 
 /// Keepalive when it is on, and TCP_USER_TIMEOUT (Linux) as configured; `None` sets 0, the
-/// kernel's default, so a listener's earlier value is not inherited.
+/// kernel's default, only when `reset` (a listener may carry an earlier value).
 fn keepalive_on(
     socket: socket2::SockRef<'_>,
     keepalive: &crate::config::Keepalive,
+    reset: bool,
 ) -> io::Result<()> {
     if keepalive.enabled() {
         let params = socket2::TcpKeepalive::new()
@@ -68,9 +71,47 @@ fn keepalive_on(
         socket.set_tcp_keepalive(&params)?;
     }
     #[cfg(any(target_os = "linux", target_os = "android"))]
-    socket.set_tcp_user_timeout(keepalive.user_timeout)?;
+    if keepalive.user_timeout.is_some() || reset {
+        socket.set_tcp_user_timeout(keepalive.user_timeout)?;
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let _ = reset;
     Ok(())
 }
+
+/// A TCP socket for `address`'s family, non-blocking from its creation (in the one system call
+/// where the kernel allows it), with its connect to `address` started: the caller waits for
+/// the socket to be reported writable, then reads the outcome as [`READINESS_TELLS_CONNECTED`]
+/// says.
+pub fn start_connect(address: std::net::SocketAddr) -> io::Result<std::net::TcpStream> {
+    use socket2::{Domain, Socket, Type};
+    let domain = Domain::for_address(address);
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    let socket = Socket::new(domain, Type::STREAM.nonblocking(), None)?;
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let socket = {
+        let socket = Socket::new(domain, Type::STREAM, None)?;
+        socket.set_nonblocking(true)?;
+        socket
+    };
+    match socket.connect(&address.into()) {
+        Ok(()) => {}
+        #[cfg(unix)]
+        Err(e) if e.raw_os_error() == Some(nix::errno::Errno::EINPROGRESS as i32) => {}
+        // Windows: WSAEWOULDBLOCK.
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+        Err(e) => return Err(e),
+    }
+    Ok(socket.into())
+}
+
+/// Whether a socket whose connect was started, once the reactor reports it writable with no
+/// error and no hang-up, is connected, without asking the kernel for the connect's error
+/// (getsockopt SO_ERROR): on Linux a failed connect is reported with EPOLLERR and EPOLLHUP
+/// beside EPOLLOUT, and a socket is reported writable only once its connect is over. HAProxy
+/// reads a connect's outcome from the poller's flags the same way. Elsewhere the error is asked
+/// for every time.
+pub const READINESS_TELLS_CONNECTED: bool = cfg!(any(target_os = "linux", target_os = "android"));
 
 /// Whether several sockets may listen on one address with the kernel spreading new
 /// connections across them (SO_REUSEPORT, Linux): then each worker thread gets its own.
@@ -83,6 +124,48 @@ pub fn set_reuse_port(socket: &socket2::Socket) -> io::Result<()> {
     #[cfg(not(target_os = "linux"))]
     let _ = socket;
     Ok(())
+}
+
+/// Makes a listener that is about to close for good let no new handshake begin, while those
+/// already under way finish into its queue: the caller then serves the queue and closes it,
+/// and no client is reset for having connected in the instant between the last accept and
+/// the close. Linux: a socket filter that drops a SYN without ACK (the client retries, and
+/// finds the port closed: a clean refusal). Elsewhere nothing is done.
+///
+/// Only for a listener no other process holds (a filter belongs to the socket, not to this
+/// descriptor); [`forget_closing_filter`] takes it off one that is handed back later.
+pub fn refuse_new_handshakes(listener: &tokio::net::TcpListener) -> io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        use socket2::SockFilter;
+        // Classic BPF, run on the TCP header: load the flags byte; ACK set: keep; else drop.
+        const LOAD_FLAGS: u16 = 0x30; // BPF_LD | BPF_B | BPF_ABS
+        const JUMP_IF_SET: u16 = 0x45; // BPF_JMP | BPF_JSET | BPF_K
+        const RETURN: u16 = 0x06; // BPF_RET | BPF_K
+        const TCP_FLAGS_OFFSET: u32 = 13;
+        const ACK: u32 = 0x10;
+        let program = [
+            SockFilter::new(LOAD_FLAGS, 0, 0, TCP_FLAGS_OFFSET),
+            SockFilter::new(JUMP_IF_SET, 0, 1, ACK),
+            SockFilter::new(RETURN, 0, 0, u32::MAX),
+            SockFilter::new(RETURN, 0, 0, 0),
+        ];
+        socket2::SockRef::from(listener).attach_filter(&program)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = listener;
+        Ok(())
+    }
+}
+
+/// Takes off a listener any filter [`refuse_new_handshakes`] left on it: a listener handed to
+/// this process (by systemd, say) may have been closed for good by an earlier one.
+pub fn forget_closing_filter(socket: &socket2::Socket) {
+    #[cfg(target_os = "linux")]
+    let _ = socket.detach_filter();
+    #[cfg(not(target_os = "linux"))]
+    let _ = socket;
 }
 
 /// Whether a read of standard input now would stop this whole process: standard input is

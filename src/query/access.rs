@@ -10,10 +10,11 @@ use crate::balancer::Generation;
 use crate::balancer::shared::Shared;
 use crate::config::Config;
 
-/// Why `peer` may not query `pool`'s balancer now (the 403's text), or `None` when it may.
-pub(super) fn refusal(pool: &Generation, peer: SocketAddr) -> Option<String> {
-    let query = &pool.config.query;
-    let section = pool.config.kind.section();
+/// Why `peer` may not query the balancer of `generation` now (the 403's text), or `None` when
+/// it may.
+pub(super) fn refusal(generation: &Generation, peer: SocketAddr) -> Option<String> {
+    let query = &generation.config.query;
+    let section = generation.config.kind.section();
     if !query.enabled {
         return Some(format!(
             "403 Forbidden: queries are turned off on this port (QUERY_ENABLED=0 in [{section}])\n"
@@ -31,9 +32,9 @@ pub(super) fn refusal(pool: &Generation, peer: SocketAddr) -> Option<String> {
 /// The configuration as `peer` may see it: the sections of the balancers whose `QUERY_ALLOW`
 /// admits it, and the file paths (the configuration's, `ConsoleFile`) only when every
 /// balancer does, as those belong to the process as a whole.
-pub(super) fn visible_config(ctx: &Shared, peer: SocketAddr) -> Config {
-    let mut config = Config::clone(&ctx.config.load());
-    let balancers = ctx.balancers.load();
+pub(super) fn visible_config(shared: &Shared, peer: SocketAddr) -> Config {
+    let mut config = Config::clone(&shared.config.load());
+    let balancers = shared.balancers.load();
     let may_query = |kind| {
         balancers
             .iter()

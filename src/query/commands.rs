@@ -51,7 +51,7 @@ pub(super) const COMMANDS: &[QueryCommand] = &[
         answer: |q| {
             html(page::config(
                 &q.snapshot(),
-                &visible_config(q.ctx, q.peer),
+                &visible_config(q.shared, q.peer),
                 &q.host,
             ))
         },
@@ -124,7 +124,8 @@ pub(super) fn list() -> String {
 
 /// One query as a command answers it: the request, who asks, of which balancer.
 pub(super) struct Query<'a> {
-    pub(super) ctx: &'a Shared,
+    /// The broker's shared state: the other balancers, the configuration, the shutdown state.
+    pub(super) shared: &'a Shared,
     pub(super) balancer: &'a Balancer,
     pub(super) peer: SocketAddr,
     pub(super) request: &'a Parts,
@@ -140,7 +141,7 @@ impl Query<'_> {
     /// The balancer's state now, with the other balancers this client may query.
     fn snapshot(&self) -> Snapshot {
         let others = self
-            .ctx
+            .shared
             .balancers
             .load()
             .iter()
@@ -148,16 +149,16 @@ impl Query<'_> {
             // A link to a balancer this client may not query would give its address away.
             .filter(|b| refusal(&b.generation(), self.peer).is_none())
             .map(|b| {
-                let pool = b.generation();
-                (pool.config.kind, pool.config.listen)
+                let generation = b.generation();
+                (generation.config.kind, generation.config.listen)
             })
             .collect();
         let mut snapshot = Snapshot::take(
             self.balancer,
-            self.ctx.config.load().general.language,
-            self.ctx.started_wall_ms,
+            self.shared.config.load().general.language,
+            self.shared.started_wall_ms,
             self.peer,
-            self.ctx.shutdown.is_draining(),
+            self.shared.shutdown.is_draining(),
             others,
         );
         snapshot.http = self.http.clone();
@@ -172,7 +173,7 @@ fn json_status(snapshot: &Snapshot) -> Response<Bytes> {
 
 /// PING: 200 while the broker accepts clients, 503 once it is shutting down.
 fn ping(q: &Query<'_>) -> Response<Bytes> {
-    if q.ctx.shutdown.is_draining() {
+    if q.shared.shutdown.is_draining() {
         return text(
             StatusCode::SERVICE_UNAVAILABLE,
             "DRAINING: appbroker is shutting down and will stop accepting clients\n".into(),
@@ -186,7 +187,7 @@ fn ping(q: &Query<'_>) -> Response<Bytes> {
 
 /// READY: 200 while a client arriving now would be served, else 503; the text says why.
 fn ready(q: &Query<'_>) -> Response<Bytes> {
-    let (ready, why) = readiness(q.ctx, q.balancer);
+    let (ready, why) = readiness(q.shared, q.balancer);
     let status = if ready {
         StatusCode::OK
     } else {
@@ -218,14 +219,14 @@ fn server_status(q: &Query<'_>) -> Response<Bytes> {
 
 /// READY: whether a client arriving now would be served (the balancer accepts clients and a
 /// server is available to it), and the answer's text saying why, in the pages' language.
-fn readiness(ctx: &Shared, balancer: &Balancer) -> (bool, String) {
-    let l = labels::of(ctx.config.load().general.language);
-    let pool = balancer.generation();
-    if ctx.shutdown.is_draining() {
+fn readiness(shared: &Shared, balancer: &Balancer) -> (bool, String) {
+    let l = labels::of(shared.config.load().general.language);
+    let generation = balancer.generation();
+    if shared.shutdown.is_draining() {
         return (false, format!("NOT READY: {}\n", l.ready_shutting_down));
     }
-    let max = pool.config.max_connections;
-    if balancer.at_limit(&pool) {
+    let max = generation.config.max_connections;
+    if balancer.at_limit(&generation) {
         return (
             false,
             format!("NOT READY: MAX_CONNECTIONS ({max}) {}\n", l.ready_full),

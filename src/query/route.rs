@@ -29,14 +29,14 @@ const PREFIX: &str = "/TOTVS_BROKER_QUERY";
 /// to forward. `http` reads the balancer's HTTP figures, for the pages that show them. The
 /// engine's head is looked at in place; only a query's is made hyper's, for the commands.
 pub fn intercept(
-    ctx: &Shared,
+    shared: &Shared,
     balancer: &Balancer,
     peer: SocketAddr,
     request: &ClientHead<'_>,
     http: impl FnOnce() -> HttpFigures,
 ) -> Option<Response<Bytes>> {
-    let pool = balancer.generation();
-    if !pool.config.query.enabled {
+    let generation = balancer.generation();
+    if !generation.config.query.enabled {
         return None;
     }
     let target = request.path_and_query();
@@ -46,11 +46,11 @@ pub fn intercept(
         return None;
     }
     let head = parts_of(request)?;
-    if let Some(refusal) = refusal(&pool, peer) {
+    if let Some(refusal) = refusal(&generation, peer) {
         debug!(client = %peer, "query refused: {}", refusal.trim_end());
         return Some(text(StatusCode::FORBIDDEN, refusal));
     }
-    Some(answer(ctx, balancer, peer, &head, Some(http())))
+    Some(answer(shared, balancer, peer, &head, Some(http())))
 }
 
 /// A query's head as hyper's types (what the commands read): its method, its path and query,
@@ -68,7 +68,7 @@ fn parts_of(request: &ClientHead<'_>) -> Option<Parts> {
 /// Routes one request (from an allowed client) to its command's answer; `http`: the figures
 /// of an HTTP balancer.
 pub(super) fn answer(
-    ctx: &Shared,
+    shared: &Shared,
     balancer: &Balancer,
     peer: SocketAddr,
     request: &Parts,
@@ -98,7 +98,7 @@ pub(super) fn answer(
         .map(host_name)
         .unwrap_or_else(|| "localhost".into());
     let query = Query {
-        ctx,
+        shared,
         balancer,
         peer,
         request,

@@ -65,7 +65,7 @@ const LINGER: Duration = Duration::from_secs(2);
 /// `ending.closing` is cancelled the request in hand is answered and the connection closed (a
 /// refreshing page would keep it open); `ending.cut` ends it at once.
 pub async fn serve<S: Connection>(
-    ctx: Arc<Shared>,
+    shared: Arc<Shared>,
     balancer: Arc<Balancer>,
     stream: S,
     first: Vec<u8>,
@@ -74,13 +74,13 @@ pub async fn serve<S: Connection>(
 ) {
     tokio::select! {
         _ = ending.cut.cancelled() => {}
-        _ = answer_connection(ctx, balancer, stream, first, peer, &ending.closing) => {}
+        _ = answer_connection(shared, balancer, stream, first, peer, &ending.closing) => {}
     }
 }
 
 /// [`serve`] until it is cut.
 async fn answer_connection<S: Connection>(
-    ctx: Arc<Shared>,
+    shared: Arc<Shared>,
     balancer: Arc<Balancer>,
     mut stream: S,
     first: Vec<u8>,
@@ -104,7 +104,7 @@ async fn answer_connection<S: Connection>(
     }
     let place = Arc::new(place);
     let stream = QueryStream::new(head, stream, Arc::clone(&place));
-    answer_requests(ctx, balancer, stream, peer, place, closing).await;
+    answer_requests(shared, balancer, stream, peer, place, closing).await;
 }
 
 /// Reads the first request head into `head` within [`HEAD_TIMEOUT`] and the limits, so a
@@ -136,7 +136,7 @@ async fn first_head<S: Connection>(stream: &mut S, head: &mut Vec<u8>, peer: Soc
 /// is [`MAX_QUERY_CONNECTION`] old; then the request in hand is answered, within
 /// [`LAST_ANSWER`].
 async fn answer_requests<S: Connection>(
-    ctx: Arc<Shared>,
+    shared: Arc<Shared>,
     balancer: Arc<Balancer>,
     stream: QueryStream<S>,
     peer: SocketAddr,
@@ -156,7 +156,7 @@ async fn answer_requests<S: Connection>(
                 }
                 None => {
                     let (head, _) = request.into_parts();
-                    route::answer(&ctx, &balancer, peer, &head, None).map(Full::new)
+                    route::answer(&shared, &balancer, peer, &head, None).map(Full::new)
                 }
             };
             // The request is read and answered: until the next one comes, the connection

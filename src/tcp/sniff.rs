@@ -85,9 +85,10 @@ pub async fn sniff<S: Stream>(
     limit: Duration,
 ) -> io::Result<Verdict> {
     let deadline = Instant::now() + limit;
-    // A client-first client's bytes are usually there already: the first read goes straight
-    // to the socket, without waiting for the reactor to report a new socket readable and
-    // without arming a timer (which costs the runtime a wake-up of its own).
+    // A client-first client's bytes are usually there already: the first read tries the
+    // socket at once (an accepted socket is taken to be readable), without waiting for the
+    // reactor's first report on it and without arming a timer (which costs the runtime a
+    // wake-up of its own).
     let mut read = stream.read_now(first);
     loop {
         match read {
