@@ -11,6 +11,12 @@ clients and the origin run in processes of their own, so nothing of theirs is co
 
     python3 benches/wave.py                         # target/release/appbroker, 10,000 clients, 3 waves
     python3 benches/wave.py --binary PATH --connections 10000 --waves 3
+    python3 benches/wave.py --websocket             # the same with idle WebSocket tunnels
+
+With `--websocket` each client's GET asks for `Upgrade: websocket`, the origin answers 101 and
+both ends then stay silent: what is held is an idle upgraded tunnel through the broker (the
+relay's two sockets, no HTTP state), to compare with a TCP relay's idle connection
+(benches/memory.py).
 
 Prints one line per wave and a JSON line last. Standard library only; every phase bounded.
 """
@@ -35,6 +41,14 @@ SECRET = "the benchmark's session secret, 32+ characters"
 COOKIE = "TOTVS_BROKER_SH_001=01.QmVuY2hGaXhjW_XsZEqCkg"
 BODY = b"x" * 65
 ANSWER = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 65\r\n\r\n" + BODY
+SWITCHING = (
+    b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+    b"Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n"
+)
+UPGRADE = (
+    "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
+    "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+)
 
 
 def raise_nofile() -> None:
@@ -58,6 +72,11 @@ async def origin(port: int) -> None:
                 head = await reader.readuntil(b"\r\n\r\n")
                 if not head:
                     break
+                if b"upgrade: websocket" in head.lower():
+                    writer.write(SWITCHING)
+                    await writer.drain()
+                    await reader.read()  # a silent tunnel, until the broker closes it
+                    break
                 writer.write(ANSWER)
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
@@ -70,9 +89,11 @@ async def origin(port: int) -> None:
         await asyncio.sleep(3600)
 
 
-async def wave(port: int, n: int, hold: asyncio.Event, release: asyncio.Event) -> int:
-    """N clients, one GET each, held until `release`; the failures."""
-    request = f"GET / HTTP/1.1\r\nHost: {HOST}:{port}\r\nCookie: {COOKIE}\r\n\r\n".encode()
+async def wave(port: int, n: int, websocket: bool, hold: asyncio.Event, release: asyncio.Event) -> int:
+    """N clients, one GET each (an upgrade with `websocket`), held until `release`; the failures."""
+    upgrade = UPGRADE if websocket else ""
+    request = f"GET / HTTP/1.1\r\nHost: {HOST}:{port}\r\nCookie: {COOKIE}\r\n{upgrade}\r\n".encode()
+    status = b"HTTP/1.1 101" if websocket else b"HTTP/1.1 200"
     gate = asyncio.Semaphore(200)
     writers: list[asyncio.StreamWriter] = []
     failed = 0
@@ -84,8 +105,9 @@ async def wave(port: int, n: int, hold: asyncio.Event, release: asyncio.Event) -
                 reader, writer = await asyncio.wait_for(asyncio.open_connection(HOST, port), 10)
                 writer.write(request)
                 head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
-                await asyncio.wait_for(reader.readexactly(len(BODY)), 10)
-                if not head.startswith(b"HTTP/1.1 200"):
+                if not websocket:
+                    await asyncio.wait_for(reader.readexactly(len(BODY)), 10)
+                if not head.startswith(status):
                     failed += 1
                 writers.append(writer)
             except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError):
@@ -99,13 +121,13 @@ async def wave(port: int, n: int, hold: asyncio.Event, release: asyncio.Event) -
     return failed
 
 
-def clients_role(port: int, n: int) -> None:
+def clients_role(port: int, n: int, websocket: bool) -> None:
     """A wave, driven by lines on standard input: the parent says when to close."""
     raise_nofile()
 
     async def main() -> None:
         hold, release = asyncio.Event(), asyncio.Event()
-        task = asyncio.create_task(wave(port, n, hold, release))
+        task = asyncio.create_task(wave(port, n, websocket, hold, release))
         await hold.wait()
         print("held", flush=True)
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
@@ -137,6 +159,7 @@ def main() -> None:
     p.add_argument("--binary", default="target/release/appbroker")
     p.add_argument("--connections", type=int, default=10_000)
     p.add_argument("--waves", type=int, default=3)
+    p.add_argument("--websocket", action="store_true", help="hold idle WebSocket tunnels, not kept-alive clients")
     p.add_argument("--role", choices=["origin", "clients"], help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -145,7 +168,7 @@ def main() -> None:
         asyncio.run(origin(args.port))
         return
     if args.role == "clients":
-        clients_role(args.port, args.connections)
+        clients_role(args.port, args.connections, args.websocket)
         return
     raise_nofile()
     listen, server = free_port(), free_port()
@@ -180,7 +203,8 @@ def main() -> None:
         before = rss(broker.pid)
         for n in range(args.waves):
             clients = subprocess.Popen(
-                me + ["--role", "clients", "--port", str(listen), "--connections", str(args.connections)],
+                me + ["--role", "clients", "--port", str(listen), "--connections", str(args.connections)]
+                + (["--websocket"] if args.websocket else []),
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
             )
             assert clients.stdout.readline().strip() == "held"
@@ -216,7 +240,7 @@ def main() -> None:
         broker.terminate()
         origin_proc.terminate()
         broker.wait(timeout=30)
-    print(json.dumps({"binary": args.binary, "waves": results}))
+    print(json.dumps({"binary": args.binary, "websocket": args.websocket, "waves": results}))
 
 
 if __name__ == "__main__":
