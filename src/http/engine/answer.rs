@@ -7,14 +7,14 @@
 //! ([`h1::reuse`]); an upgrade instead becomes a tunnel, relayed as a TCP connection is.
 
 use std::future::poll_fn;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::task::Poll;
 
 use tokio::time::Instant;
 use tracing::debug;
 
 use super::buffers::Buffer;
-use super::client::{Next, write_out};
+use super::client::{Next, Upgraded, write_out};
 use super::exchange::InHand;
 use super::forward::Answered;
 use super::pool::ServerConn;
@@ -22,8 +22,7 @@ use super::pump::{Pump, PumpError, Silence};
 use crate::http::h1::{
     self, Body, BodyReader, Finish, Framing, ResponseHead, Span, ToClient, client_keep_alive,
 };
-use crate::http::{Choice, ExchangeOutcome, Report, Tunnel, Upstreams};
-use crate::net::relay::{Counters, relay};
+use crate::http::{Choice, ExchangeOutcome, Upstreams};
 use crate::net::stream::Stream;
 
 /// How an answer's body went.
@@ -43,7 +42,7 @@ enum Streamed {
 
 impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
     /// The server's answer, on its way to the client; what follows on the connection.
-    pub(super) async fn answer(mut self, answered: Answered<U>, choice: Choice<U>) -> Next {
+    pub(super) async fn answer(mut self, answered: Answered<U>, choice: Choice<U>) -> Next<U> {
         let Answered {
             mut conn,
             mut awaiting,
@@ -175,7 +174,7 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
         conn: ServerConn<U>,
         resp: &Buffer,
         choice: &Choice<U>,
-    ) -> Next {
+    ) -> Next<U> {
         let (end, request_sent) = match streamed {
             Streamed::Whole { end, request_sent } => (end, request_sent),
             cut => {
@@ -215,16 +214,15 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
     }
 
     /// The server agreed to switch protocols: its `101` goes to the client with what it sent
-    /// after, the client's bytes after its request go first to the server, and the two
-    /// connections are relayed (splice between plain sockets) until both sides closed, one
-    /// failed, or nothing moved for `IDLE_TIMEOUT`. The balancer's lease is held until then.
+    /// after, and the connection becomes a tunnel ([`Upgraded`]), relayed by the client's loop
+    /// once this exchange's future is gone, so an idle tunnel holds only what it relays.
     async fn tunnel(
         self,
-        mut conn: ServerConn<U>,
+        conn: ServerConn<U>,
         head: &ResponseHead,
         resp: Buffer,
         choice: Choice<U>,
-    ) -> Next {
+    ) -> Next<U> {
         let InHand {
             engine,
             client,
@@ -245,7 +243,6 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
         let mut out = head.write(resp.filled(), editor);
         let ahead = Span::between(head.len(), resp.len());
         out.append_input(ahead);
-        let started = Instant::now();
         let peer = record.exchange.client;
         // The exchange is reported now; the tunnel when it ends.
         drop(record);
@@ -256,35 +253,15 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
             return Next::Close;
         }
         let first = buf.filled()[body_end.unwrap_or(buf.len()).min(buf.len())..].to_vec();
-        drop((buf, resp));
         engine.stats.upgrades.fetch_add(1, Relaxed);
-        let (to_server, to_client) = (AtomicU64::new(0), AtomicU64::new(u64::from(ahead.len)));
-        let counters = Counters {
-            to_server: &to_server,
-            to_client: &to_client,
-        };
-        let idle = settings.tunnel_idle_timeout;
-        // The caller drops this future to cut the connection.
-        let stop = std::future::pending();
-        let outcome = relay(
-            &mut *client.io,
-            &mut conn.stream,
+        Next::Tunnel(Box::new(Upgraded {
+            conn,
+            choice,
             first,
-            counters,
-            idle,
-            stop,
-        )
-        .await;
-        let tunnel = Tunnel {
-            client: peer,
-            server: choice.server.clone(),
-            to_server: to_server.load(Relaxed),
-            to_client: to_client.load(Relaxed),
-            duration: started.elapsed(),
-            end: outcome.end,
-        };
-        engine.upstreams.report(Report::Tunnel(&tunnel));
-        drop((choice, conn));
-        Next::Close
+            to_client: u64::from(ahead.len),
+            peer,
+            idle: settings.tunnel_idle_timeout,
+            started: Instant::now(),
+        }))
     }
 }

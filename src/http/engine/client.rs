@@ -7,6 +7,7 @@ use std::future::poll_fn;
 use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::task::{Poll, ready};
 use std::time::Duration;
 
@@ -16,16 +17,20 @@ use tokio_util::sync::CancellationToken;
 
 use super::Engine;
 use super::buffers::Buffer;
+use super::pool::ServerConn;
 use crate::http::h1::{HeadError, HeadScan, OutHead, RequestHead};
-use crate::http::{Downstream, Upstreams};
+use crate::http::{Choice, Downstream, Report, Tunnel, Upstreams};
+use crate::net::relay::{Counters, relay};
 use crate::net::stream::Stream;
 
 /// What follows a request on its connection.
-pub(super) enum Next {
+pub(super) enum Next<U: Upstreams> {
     /// Another request: its bytes, when some came already (pipelined).
     Request(Option<Buffer>),
     /// The connection closes.
     Close,
+    /// The connection was upgraded: a tunnel to relay until it ends.
+    Tunnel(Box<Upgraded<U>>),
 }
 
 /// The client's side of a request: its connection, who it is, and the head's deadline.
@@ -70,9 +75,14 @@ impl<U: Upstreams> Engine<U> {
                 closing: &closing,
                 deadline: deadline.as_mut(),
             };
-            match Box::pin(self.exchange(conn, buf, settings)).await {
+            // Bound before the match, so the exchange's future is freed before a tunnel's relay.
+            let next = Box::pin(self.exchange(conn, buf, settings)).await;
+            match next {
                 Next::Request(buf) => carried = buf,
                 Next::Close => return,
+                Next::Tunnel(upgraded) => {
+                    return Box::pin(self.relay_tunnel(&mut io, *upgraded)).await;
+                }
             }
         }
     }
@@ -222,6 +232,63 @@ pub(super) async fn write_out<W: Stream>(
         Poll::Ready(Ok(()))
     })
     .await
+}
+
+/// A connection switched to another protocol: what its relay needs, and nothing of the
+/// exchange that agreed to it.
+pub(super) struct Upgraded<U: Upstreams> {
+    pub(super) conn: ServerConn<U>,
+    /// Holds the balancer's lease for the tunnel's life.
+    pub(super) choice: Choice<U>,
+    /// The client's bytes after its request, for the server first.
+    pub(super) first: Vec<u8>,
+    /// The server's bytes after its `101`, passed on with it.
+    pub(super) to_client: u64,
+    pub(super) peer: std::net::SocketAddr,
+    /// `IDLE_TIMEOUT`, if any.
+    pub(super) idle: Option<Duration>,
+    pub(super) started: Instant,
+}
+
+impl<U: Upstreams> Engine<U> {
+    /// Relays `upgraded` over `client` (splice between plain sockets) until both sides
+    /// closed, one failed, or nothing moved for `IDLE_TIMEOUT`; then reports the tunnel. The
+    /// caller drops this future to cut the connection.
+    pub(super) async fn relay_tunnel<C: Stream>(&self, client: &mut C, upgraded: Upgraded<U>) {
+        let Upgraded {
+            mut conn,
+            choice,
+            first,
+            to_client,
+            peer,
+            idle,
+            started,
+        } = upgraded;
+        let (to_server, to_client) = (AtomicU64::new(0), AtomicU64::new(to_client));
+        let counters = Counters {
+            to_server: &to_server,
+            to_client: &to_client,
+        };
+        let outcome = relay(
+            client,
+            &mut conn.stream,
+            first,
+            counters,
+            idle,
+            std::future::pending(),
+        )
+        .await;
+        let tunnel = Tunnel {
+            client: peer,
+            server: choice.server.clone(),
+            to_server: to_server.load(Relaxed),
+            to_client: to_client.load(Relaxed),
+            duration: started.elapsed(),
+            end: outcome.end,
+        };
+        self.upstreams.report(Report::Tunnel(&tunnel));
+        drop((choice, conn));
+    }
 }
 
 #[cfg(test)]

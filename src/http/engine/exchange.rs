@@ -42,7 +42,7 @@ impl<U: Upstreams> Engine<U> {
         mut client: Client<'_, C>,
         mut buf: Buffer,
         settings: Arc<Settings>,
-    ) -> Next {
+    ) -> Next<U> {
         let head = match client.read_head(&mut buf).await {
             Ok(head) => head,
             Err(Headless::Gone) => return Next::Close,
@@ -70,7 +70,7 @@ impl<U: Upstreams> Engine<U> {
         buf: &Buffer,
         error: HeadError,
         settings: &Settings,
-    ) -> Next {
+    ) -> Next<U> {
         let refusal = Refusal::of_head(error, buf.filled());
         if let Some(mut record) = Record::of_line(self, client.peer.peer, buf.filled()) {
             record.exchange.outcome = ExchangeOutcome::Refused;
@@ -95,7 +95,7 @@ impl<U: Upstreams> Engine<U> {
 impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
     /// The request's way: the balancer's own answer, a refusal, the broker's answer as its
     /// last recipient, or on to a server.
-    async fn route(self) -> Next {
+    async fn route(self) -> Next<U> {
         let view = ClientHead::new(&self.head, self.buf.filled());
         if let Some(answer) = self.engine.upstreams.intercept(&view, &self.client.peer) {
             let status = answer.status();
@@ -129,7 +129,7 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
 
     /// An answer of the balancer's or the broker's own (`bytes`, of `status`), ending as
     /// [`InHand::own_ending`] says.
-    async fn local(mut self, bytes: Vec<u8>, status: StatusCode) -> Next {
+    async fn local(mut self, bytes: Vec<u8>, status: StatusCode) -> Next<U> {
         self.record.exchange.outcome = ExchangeOutcome::Local;
         self.record.answered(status);
         self.record.report();
@@ -144,7 +144,7 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
 
     /// The page of a request the broker refused; the connection closes after it (the
     /// request's framing may be in doubt).
-    pub(super) async fn refuse(mut self, refusal: Refusal) -> Next {
+    pub(super) async fn refuse(mut self, refusal: Refusal) -> Next<U> {
         self.record.exchange.outcome = ExchangeOutcome::Refused;
         self.record.answered(refusal.status());
         let ending = Ending {
@@ -166,7 +166,7 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
         status: StatusCode,
         next: Option<usize>,
         body_read: bool,
-    ) -> Next {
+    ) -> Next<U> {
         self.record.answered(status);
         let next = next.filter(|_| self.head.keep_alive() && !self.client.closing.is_cancelled());
         let ending = Ending {
@@ -185,7 +185,7 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
 
     /// The next request on this connection: what the client sent after this one (from `end`
     /// in the buffer), or nothing yet (the buffer goes back to the pool).
-    pub(super) fn next(self, end: usize) -> Next {
+    pub(super) fn next(self, end: usize) -> Next<U> {
         let InHand { mut buf, .. } = self;
         buf.consume(end);
         if buf.len() == 0 {
@@ -197,7 +197,7 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
     /// The connection closes after an answer (`written`: it went whole); when the request's
     /// body may not have been read whole, lingering so the close does not reset the answer
     /// away.
-    pub(super) async fn closed(self, written: bool, body_read: bool) -> Next {
+    pub(super) async fn closed(self, written: bool, body_read: bool) -> Next<U> {
         let InHand {
             mut client,
             buf,

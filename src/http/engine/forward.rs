@@ -120,7 +120,7 @@ struct Offer {
 impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
     /// Tries the servers the balancer chooses until one answers, or the broker itself cannot
     /// connect any; else the page that says why.
-    pub(super) async fn forward(mut self) -> Next {
+    pub(super) async fn forward(mut self) -> Next<U> {
         let probe = Pump::new(BodyReader::new(self.head.body()), true, self.head.len());
         self.body_end = match probe.check_ahead(self.buf.filled()) {
             Ok(end) => end,
@@ -171,7 +171,7 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
 
     /// The page for a request no server answered; the connection goes on when the request's
     /// body was read whole.
-    async fn unanswered(mut self, failed: Unanswered) -> Next {
+    async fn unanswered(mut self, failed: Unanswered) -> Next<U> {
         let (status, outcome) = match failed {
             Unanswered::NoServer => (StatusCode::SERVICE_UNAVAILABLE, ExchangeOutcome::NoServer),
             Unanswered::BrokerFault => (
@@ -193,7 +193,7 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
 
     /// The answer to a request whose client failed while its body was passed on: a 408 for
     /// a body too slow, a 400 for a malformed one; nothing to a client gone.
-    pub(super) async fn client_failed(mut self, fault: ClientFault) -> Next {
+    pub(super) async fn client_failed(mut self, fault: ClientFault) -> Next<U> {
         match fault {
             ClientFault::Gone => {
                 self.record.exchange.outcome = ExchangeOutcome::Incomplete;
