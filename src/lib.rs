@@ -33,7 +33,7 @@
 //!   query interface routed by path.
 //! - [`query`]: `/TOTVS_BROKER_QUERY` on the balancers' ports: answering queries, and pure
 //!   renderers of a snapshot (STATUS, CFG, JSON, METRICS).
-//! - [`http`]: the HTTP engine (a reverse proxy over hyper, generic over the upstreams it
+//! - [`http`]: the HTTP engine (a reverse proxy of its own, generic over the upstreams it
 //!   serves, knowing nothing of balancers), its pure HTTP/1 core, and the HTTP monitor check.
 //! - [`balancer`]: a balancer's live state (servers, counters, leases; one method per event;
 //!   its state read at one instant) and its pure rules: quarantine, overrides, policies, query

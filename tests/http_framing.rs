@@ -13,8 +13,8 @@
 //!   server connection past it) and `HTTP_TIMEOUTS_TO_QUARANTINE` (off by default; a
 //!   `CONNECTION` check does not end its quarantine). An upgraded connection outlives both.
 //! - A length beside `Transfer-Encoding: chunked` is dropped (RFC 9112 6.3).
-//! - Informational answers and protocol versions the engine of our own is to handle
-//!   (ignored until it comes).
+//! - Informational answers passed on, and the protocol versions the engine of its own
+//!   handles.
 // Helpers outside `#[test]` functions may unwrap too: a panic there is a failed assertion.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -472,17 +472,15 @@ async fn slow_bodies_hold_no_server_connection_past_the_body_timeout() {
     );
 }
 
-// ---- what the engine of our own is to do (hyper cannot) ----------------------------------
+// ---- what the engine of its own does (hyper could not) ----------------------------------
 
-/// What the engine of our own is to do and hyper cannot: its
-/// server sends no 1xx of ours, answers an HTTP/1.0 request in HTTP/1.0, and its parser
-/// refuses `HTTP/1.2` and `HTTP/2.0` with a 400. Ignored, and skipped by `.ci/run`'s
-/// `--include-ignored` by this module's name, until that engine comes.
-mod awaiting_the_engine_of_its_own {
+/// What the engine of its own does and hyper could not: the client gets the server's 1xx
+/// answers, an HTTP/1.0 request is answered with an `HTTP/1.1` status line (RFC 9110 §2.5),
+/// `HTTP/1.2` is served as 1.1, and another major version is a 505.
+mod the_engine_of_its_own {
     use super::*;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    #[ignore = "needs the HTTP engine of its own"]
     async fn informational_answers_reach_the_client_before_the_final_one() {
         let (_server, broker) = start("", false).await;
         let mut client = RawClient::connect(broker.addr()).await;
@@ -507,7 +505,6 @@ mod awaiting_the_engine_of_its_own {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    #[ignore = "needs the HTTP engine of its own"]
     async fn an_http_1_0_request_is_answered_with_an_http_1_1_status_line() {
         let (_server, answer) = answer_to(b"GET /old HTTP/1.0\r\nHost: app.example\r\n\r\n").await;
         assert_eq!(answer.status_line, "HTTP/1.1 200 OK");
@@ -515,7 +512,6 @@ mod awaiting_the_engine_of_its_own {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    #[ignore = "needs the HTTP engine of its own"]
     async fn http_1_2_is_served_as_http_1_1() {
         let (server, answer) = answer_to(b"GET /newer HTTP/1.2\r\nHost: app.example\r\n\r\n").await;
         assert_eq!(answer.status_line, "HTTP/1.1 200 OK");
@@ -525,7 +521,6 @@ mod awaiting_the_engine_of_its_own {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    #[ignore = "needs the HTTP engine of its own"]
     async fn http_2_0_on_an_http_1_connection_is_a_505() {
         let (server, answer) = answer_to(b"GET /two HTTP/2.0\r\nHost: app.example\r\n\r\n").await;
         assert_eq!(answer.status, 505, "{answer:?}");

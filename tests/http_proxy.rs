@@ -183,10 +183,7 @@ async fn a_post_on_a_connection_closed_as_it_is_reused_is_not_sent_twice() {
 async fn hop_by_hop_headers_are_removed_and_forwarded_headers_added() {
     let origin = Origin::start().await;
     let upstreams = TestUpstreams::new(&[origin.addr]);
-    upstreams.response_headers.lock().unwrap().insert(
-        "set-cookie",
-        "TOTVS_BROKER_SH_001=01.test; Path=/".parse().unwrap(),
-    );
+    *upstreams.set_cookie.lock().unwrap() = Some("TOTVS_BROKER_SH_001=01.test; Path=/".into());
     let broker = LoopbackEngine::start(upstreams, settings()).await;
     let mut sender = client(broker.addr).await;
     let mut req = request("GET", broker.addr, "/head?x=1", body(""));
@@ -254,8 +251,9 @@ async fn an_http_1_0_client_is_served_and_its_connection_closed() {
     let origin = Origin::start().await;
     let broker = broker_for(&origin).await;
     let answer = raw_exchange(broker.addr, b"GET /old HTTP/1.0\r\n\r\n").await;
-    // hyper answers an HTTP/1.0 client in its own version.
-    assert!(answer.starts_with("HTTP/1.0 200 OK\r\n"), "{answer}");
+    // Every status line the broker writes says HTTP/1.1 (RFC 9110 §2.5), which an HTTP/1.0
+    // client reads as its own.
+    assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
     assert!(answer.ends_with("seen /old 0"), "{answer}");
     let seen = origin.seen();
     assert_eq!(
@@ -1130,4 +1128,168 @@ async fn a_server_forgotten_by_a_reload_loses_its_idle_connections_and_new_setti
     })
     .await;
     assert_eq!(origin.accepted.load(SeqCst), 2);
+}
+
+// ---- what the engine of its own keeps, and how it reuses ---------------------------------
+
+/// One answer on `stream` to `GET /bytes/<n>`: its head, then its `n` bytes.
+async fn read_bytes_answer(stream: &mut TcpStream, n: usize) {
+    let head = read_head(stream).await;
+    assert!(head.starts_with(b"HTTP/1.1 200 OK\r\n"), "{head:?}");
+    let mut body = vec![0; n];
+    stream.read_exact(&mut body).await.unwrap();
+}
+
+#[tokio::test]
+async fn an_idle_kept_alive_client_holds_no_buffer() {
+    use appbroker::http::engine::buffers::{BufferFigures, lent_here};
+    // The engine runs on this test's runtime, on this thread: the figures are its own.
+    let origin = Origin::start().await;
+    let broker = broker_for(&origin).await;
+    let mut idle = Vec::new();
+    for _ in 0..20 {
+        let mut stream = TcpStream::connect(broker.addr).await.unwrap();
+        stream
+            .write_all(b"GET /bytes/3000 HTTP/1.1\r\nHost: h\r\n\r\n")
+            .await
+            .unwrap();
+        read_bytes_answer(&mut stream, 3000).await;
+        idle.push(stream);
+    }
+    eventually("every answer's buffers given back", || {
+        lent_here() == BufferFigures::default()
+    })
+    .await;
+    assert_eq!(broker.serving.load(SeqCst), 20, "20 clients kept alive");
+    // A client halfway through its head holds one buffer, until it goes.
+    let mut partial = TcpStream::connect(broker.addr).await.unwrap();
+    partial.write_all(b"GET / HTTP/1.1\r\nHo").await.unwrap();
+    eventually("the partial head's buffer", || {
+        lent_here() == BufferFigures { small: 1, large: 0 }
+    })
+    .await;
+    drop(partial);
+    eventually("its buffer given back", || {
+        lent_here() == BufferFigures::default()
+    })
+    .await;
+    // The idle clients are served again as they were.
+    for stream in &mut idle[..3] {
+        stream
+            .write_all(b"GET /bytes/10 HTTP/1.1\r\nHost: h\r\n\r\n")
+            .await
+            .unwrap();
+        read_bytes_answer(stream, 10).await;
+    }
+}
+
+#[tokio::test]
+async fn pipelined_requests_with_bodies_are_answered_in_order() {
+    let origin = Origin::start().await;
+    let broker = broker_for(&origin).await;
+    let answer = raw_exchange(
+        broker.addr,
+        b"POST /a HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\nabc\
+          GET /b HTTP/1.1\r\nHost: h\r\n\r\n\
+          POST /c HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n\
+          GET /d HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    let order: Vec<usize> = ["seen /a 3", "seen /b 0", "seen /c 5", "seen /d 0"]
+        .iter()
+        .map(|seen| {
+            answer
+                .find(seen)
+                .unwrap_or_else(|| panic!("{seen}: {answer}"))
+        })
+        .collect();
+    assert!(order.is_sorted(), "{answer}");
+    let bodies: Vec<Vec<u8>> = origin.seen().iter().map(|s| s.body.to_vec()).collect();
+    assert_eq!(bodies, [&b"abc"[..], b"", b"hello", b""]);
+    assert_eq!(origin.accepted.load(SeqCst), 1, "one server connection");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_body_goes_by_splice_and_arrives_byte_for_byte() {
+    const SIZE: u64 = 32 << 20;
+    let origin = Origin::start().await;
+    let broker = broker_for(&origin).await;
+    let mut sender = client(broker.addr).await;
+    let up = http_body_util::BodyExt::boxed(PatternBody::new(SIZE, true));
+    let (status, _, answer) = send(&mut sender, request("POST", broker.addr, "/upload", up)).await;
+    assert_eq!(
+        (status, &answer[..]),
+        (StatusCode::OK, format!("{SIZE} None").as_bytes())
+    );
+    sender.ready().await.unwrap();
+    let path = format!("/bytes/{SIZE}");
+    let response = sender
+        .send_request(request("GET", broker.addr, &path, body("")))
+        .await
+        .unwrap();
+    assert_eq!(check_body(response.into_body()).await, (SIZE, None));
+    // Both bodies but what came with their heads (a buffer's worth at most) went socket to
+    // pipe to socket.
+    if cfg!(target_os = "linux") {
+        let spliced = broker.proxy.stats().figures().spliced;
+        assert!(
+            spliced >= 2 * (SIZE - (64 << 10)),
+            "{spliced} bytes spliced"
+        );
+    }
+    eventually("two exchanges", || broker.upstreams.exchanges().len() == 2).await;
+    let x = broker.upstreams.exchanges();
+    assert_eq!((x[0].to_server, x[1].to_client), (SIZE, SIZE));
+}
+
+#[tokio::test]
+async fn a_server_connection_is_not_reused_after_an_exchange_cut_short() {
+    let origin = Origin::start().await;
+    let broker = broker_for(&origin).await;
+    // The client reads the head and a little, and goes.
+    let mut stream = TcpStream::connect(broker.addr).await.unwrap();
+    stream
+        .write_all(b"GET /bytes/50000000 HTTP/1.1\r\nHost: h\r\n\r\n")
+        .await
+        .unwrap();
+    let head = read_head(&mut stream).await;
+    assert!(head.starts_with(b"HTTP/1.1 200 OK\r\n"));
+    let mut some = [0u8; 1000];
+    stream.read_exact(&mut some).await.unwrap();
+    drop(stream);
+    eventually("the exchange reported", || {
+        broker.upstreams.exchanges().len() == 1
+    })
+    .await;
+    assert_eq!(
+        broker.upstreams.exchanges()[0].outcome,
+        ExchangeOutcome::Incomplete
+    );
+    // Its server connection, with the rest of the answer on its way, is closed, not pooled.
+    eventually("the server connection closed", || {
+        broker.upstreams.opened_closed() == (1, 1)
+    })
+    .await;
+    assert_eq!(broker.proxy.pool_figures()[0].1.idle, 0);
+    // A server that sends more than its answer's framing says: its connection is closed too.
+    let (extra, accepted) = raw_origin(|mut stream, _| async move {
+        loop {
+            let head = read_head(&mut stream).await;
+            if head.is_empty() {
+                return;
+            }
+            let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokEXTRA";
+            if stream.write_all(answer).await.is_err() {
+                return;
+            }
+        }
+    })
+    .await;
+    let broker = LoopbackEngine::start(TestUpstreams::new(&[extra]), settings()).await;
+    for _ in 0..2 {
+        let (status, _, body) = get(broker.addr, "/").await;
+        assert_eq!((status, &body[..]), (StatusCode::OK, &b"ok"[..]));
+    }
+    assert_eq!(accepted.load(SeqCst), 2, "a connection per answer");
+    assert_eq!(broker.proxy.pool_figures()[0].1.idle, 0);
 }

@@ -1461,11 +1461,20 @@ fn addr(port: u16) -> String {
     format!("127.0.0.1:{port}")
 }
 
-/// The keys of an INI text as (SECTION, KEY), upper-cased, comments left out.
+/// How `appbroker --check` ends the comment that stands for a secret's line.
+const SECRET_NOT_PRINTED: &str = "(a secret is never printed)";
+
+/// The keys of an INI text as (SECTION, KEY), upper-cased, comments left out (but a secret's).
 fn ini_keys(text: &str) -> Vec<(String, String)> {
     let mut section = String::new();
     let mut keys = Vec::new();
     for line in text.lines().map(str::trim) {
+        // A secret is printed as a comment (`; SESSION_SECRET=(set) (a secret is never
+        // printed)`): the key is there all the same.
+        let line = match line.strip_suffix(SECRET_NOT_PRINTED) {
+            Some(secret) => secret.trim_start_matches(';').trim(),
+            None => line,
+        };
         if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
             section = name.trim().to_ascii_uppercase();
         } else if !line.starts_with(';')

@@ -59,6 +59,9 @@ impl ControlLoop {
         self.events.emit(|| Event::Ready);
         self.events.alert(|| Alert::new(AlertEvent::BrokerStarted));
         let shutdown = self.shared.shutdown.clone();
+        let mut every_second = tokio::time::interval(Duration::from_secs(1));
+        every_second.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut wave = Wave::default();
         loop {
             tokio::select! {
                 _ = shutdown.requested() => break,
@@ -67,6 +70,11 @@ impl ControlLoop {
                     Some(Command::Reload { source, reply }) => self.reload(source, reply).await,
                     None => std::future::pending().await,
                 },
+                _ = every_second.tick() => {
+                    if wave.ebbs(self.open()) {
+                        crate::net::inherit::give_back_free_memory();
+                    }
+                }
             }
         }
         self.drain().await;
@@ -154,5 +162,56 @@ impl ControlLoop {
         for running in &self.serving {
             running.tasks.wait().await;
         }
+    }
+}
+
+/// A wave of connections, followed to its ebb: once at least [`Wave::LEAST`] connections have
+/// gone and fewer than half of its peak are left, the heap's free memory is given back to the
+/// system, so the process does not stay at the wave's peak (glibc keeps what its worker
+/// threads' arenas freed). Only then: giving it back walks the heap under its locks, which a
+/// steady load should not pay every second.
+#[derive(Debug, Default)]
+struct Wave {
+    /// The most connections open since memory was last given back.
+    peak: usize,
+}
+
+impl Wave {
+    /// The fewest connections gone that make a wave worth a trim: each took a few kilobytes
+    /// at most, so fewer free too little to matter.
+    const LEAST: usize = 1000;
+
+    /// Counts `open` connections now: true at a wave's ebb, when memory is to be given back
+    /// (the next wave is counted from here).
+    fn ebbs(&mut self, open: usize) -> bool {
+        self.peak = self.peak.max(open);
+        if self.peak - open >= Wave::LEAST && open <= self.peak / 2 {
+            self.peak = open;
+            return true;
+        }
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_is_given_back_once_per_wave_at_its_ebb() {
+        let mut wave = Wave::default();
+        // Rising, and a steady load's swings: nothing.
+        for open in [0, 500, 3000, 5000, 4000, 3000, 2600] {
+            assert!(!wave.ebbs(open), "{open}");
+        }
+        // Below half the peak with a thousand gone or more: given back, and counted anew.
+        assert!(wave.ebbs(2400));
+        assert!(!wave.ebbs(1500), "fewer than a thousand gone since");
+        assert!(wave.ebbs(100));
+        // A small wave is not worth it; a new large one is.
+        assert!(!wave.ebbs(900));
+        assert!(!wave.ebbs(0));
+        assert!(!wave.ebbs(10_000));
+        assert!(wave.ebbs(10));
     }
 }

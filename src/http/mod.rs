@@ -1,32 +1,35 @@
 //! The HTTP broker's engine: an HTTP/1.1 reverse proxy for `[BALANCE_HTTP*]` balancers.
 //!
-//! One accepted client connection is served by [`Proxy::serve`] with hyper's server side
-//! (keep-alive, upgrades, a head timeout, 414 and 431 on oversized heads); each request is
-//! sent to a server the balancer chooses, over a kept-alive connection from the proxy's own
-//! pool or a fresh one, and the answer streams back. The balancer stands behind the small
-//! [`Upstreams`] trait: it chooses, connects (its dialer: TCP or TLS towards servers, each
-//! connect accounted for by the balancer) and is told what happened (a new connection the
-//! server closed unused, upstream connections opened and closed, one [`Exchange`] per request
-//! for the access log and the counters).
+//! One accepted client connection is served by [`Engine::serve`], an engine of the broker's
+//! own over the pure HTTP/1.1 core ([`h1`]): one task per client connection drives each
+//! request, its server connection (kept alive in the engine's pool, per worker) and the
+//! answer; heads are parsed in place and written on as slices, bodies pass through bounded
+//! buffers (splice between plain sockets). The balancer stands behind the small
+//! [`Upstreams`] trait: it chooses (over the client's head, borrowed: [`ClientHead`]),
+//! connects (its dialer: TCP or TLS towards servers, each connect accounted for by the
+//! balancer) and is told what happened (a new connection the server closed unused, upstream
+//! connections opened and closed, one [`Exchange`] per request for the access log and the
+//! counters).
 //!
 //! # Layout
 //!
-//! - `proxy`: the engine over hyper: a client connection served, each request's tries, its
-//!   answer and accounting, the idle server connections, upgrades.
-//! - `headers`: what is refused, and the head rewritten each way (hop-by-hop headers,
-//!   upgrades, the client's addresses, `X-Forwarded-*`).
+//! - [`h1`]: the pure HTTP/1.1 core: heads parsed in place, framing, bodies checked as they
+//!   pass, the outgoing head as slices, the reuse rule.
+//! - [`engine`]: the wiring: client connections served, requests tried on the servers,
+//!   answers passed back, the idle server connections, the buffers' pool, upgrades.
+//! - `client_head`: the client's head as the balancer sees it.
+//! - `refusal`: why the broker answers a request itself.
 //! - `pages`: the broker's own answers (502, 503, 504, refusals) in the page language.
 //! - [`stats`]: the figures METRICS reads.
-//! - [`check`](mod@check): `MONITORING_TYPE=HTTP`, one request over a given connection.
-//! - [`h1`]: the pure HTTP/1.1 core of the engine that will own its connections (heads parsed
-//!   in place, framing, bodies checked as they pass, the outgoing head as slices, the reuse
-//!   rule); not wired yet.
+//! - [`check`](mod@check): `MONITORING_TYPE=HTTP`, one request over a given connection
+//!   (hyper's client: not on the data path).
 
 pub mod check;
+mod client_head;
+pub mod engine;
 pub mod h1;
-mod headers;
 pub mod pages;
-mod proxy;
+mod refusal;
 pub mod stats;
 
 use std::fmt;
@@ -36,16 +39,15 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use hyper::body::Bytes;
-use hyper::header::HeaderMap;
-use hyper::http::request::Parts;
-use hyper::{Method, Response, StatusCode, Uri};
+use hyper::{Method, Response, StatusCode};
 
 use crate::config::Language;
 use crate::net::relay::End;
 use crate::net::stream::Stream;
 
 pub use check::{CheckError, StatusRange, check};
-pub use proxy::{PoolFigures, Proxy};
+pub use client_head::ClientHead;
+pub use engine::{Engine, PoolFigures};
 pub use stats::Stats;
 
 /// The balancer as the HTTP engine sees it: who serves a request, how to reach it, and what
@@ -79,7 +81,7 @@ pub trait Upstreams: Send + Sync + 'static {
     /// (its cookies are there for affinity).
     fn choose(
         &self,
-        request: &Parts,
+        request: &ClientHead<'_>,
         client: &Downstream,
         tried: &[Self::Server],
     ) -> Option<Choice<Self>>;
@@ -103,13 +105,18 @@ pub trait Upstreams: Send + Sync + 'static {
     /// An answer the balancer gives itself, before any server is chosen: the query interface
     /// (`/TOTVS_BROKER_QUERY/...`), routed by path on an HTTP balancer. `None` (the default)
     /// for a request that goes to a server.
-    fn intercept(&self, _request: &Parts, _client: &Downstream) -> Option<Response<Bytes>> {
+    fn intercept(
+        &self,
+        _request: &ClientHead<'_>,
+        _client: &Downstream,
+    ) -> Option<Response<Bytes>> {
         None
     }
 
-    /// The head to forward, once the first server is chosen: a last change of the balancer's
-    /// own (the affinity will take its cookie out here). Headers are already rewritten.
-    fn rewrite(&self, _head: &mut HeaderMap) {}
+    /// A last change of the balancer's own to the head a server is sent (the affinity takes
+    /// its cookie out here), made on `head`, the changes the engine made already (hop-by-hop
+    /// lines out, `X-Forwarded-*`); `request` is the client's head as received.
+    fn rewrite(&self, _request: &ClientHead<'_>, _head: &mut h1::Editor) {}
 
     /// False once `server` has left the balancer (a reload removed it): a connection to it
     /// that finishes its request is closed, not pooled. A request chosen just before the
@@ -136,9 +143,9 @@ pub struct Choice<U: Upstreams + ?Sized> {
     pub server: U::Server,
     /// Held while the request (or its upgraded connection) is in hand.
     pub lease: U::Lease,
-    /// Headers added to the server's answer (the affinity's `Set-Cookie`); not to the
-    /// broker's own error pages.
-    pub response_headers: HeaderMap,
+    /// A `Set-Cookie` value added to the server's answer (the affinity's); not to the
+    /// broker's own pages.
+    pub set_cookie: Option<String>,
 }
 
 impl<U: Upstreams + ?Sized> Choice<U> {
@@ -147,7 +154,7 @@ impl<U: Upstreams + ?Sized> Choice<U> {
         Choice {
             server,
             lease,
-            response_headers: HeaderMap::new(),
+            set_cookie: None,
         }
     }
 }
@@ -200,8 +207,8 @@ pub struct Exchange<S> {
     pub client: SocketAddr,
     /// The request's method.
     pub method: Method,
-    /// The request's target as received (path and query).
-    pub uri: Uri,
+    /// The request's target as received (path and query), as text.
+    pub uri: String,
     /// The status the client was sent (the server's, or the broker's own); `None` when the
     /// client went away before any answer.
     pub status: Option<StatusCode>,
@@ -249,7 +256,7 @@ pub enum ExchangeOutcome {
 }
 
 /// The engine's settings, from the balancer's keys (swapped by a reload with
-/// [`Proxy::set_settings`]).
+/// [`Engine::set_settings`]).
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// `HTTP_FORWARDED_HEADERS`: add `X-Forwarded-For`, `-Proto`, `-Host` and `X-Real-IP`.

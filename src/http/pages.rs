@@ -5,7 +5,7 @@
 use bytes::Bytes;
 use hyper::StatusCode;
 
-use super::headers::{HeadFault, Refusal};
+use super::refusal::{HeadFault, Refusal};
 use crate::config::Language;
 
 /// The title and the sentence of the page for `status`, when the server side failed.
@@ -82,13 +82,17 @@ fn refusal_words(refusal: Refusal) -> [(&'static str, &'static str); 2] {
             ["Address too long", "Endereço longo demais"],
             sentences::TARGET_TOO_LONG,
         ),
+        Refusal::Version => (
+            ["HTTP version not supported", "Versão HTTP não suportada"],
+            sentences::VERSION,
+        ),
         Refusal::Body => (BAD, sentences::BODY),
         Refusal::Head(fault) => head_words(fault),
     };
     [(en, said[0]), (pt, said[1])]
 }
 
-/// The titles and sentences of a head hyper refused.
+/// The titles and sentences of a head that is not HTTP/1.1.
 fn head_words(fault: HeadFault) -> ([&'static str; 2], [&'static str; 2]) {
     match fault {
         HeadFault::RequestLine => (BAD, sentences::REQUEST_LINE),
@@ -164,6 +168,13 @@ mod sentences {
     pub(super) const TARGET_TOO_LONG: [&str; 2] = [
         "The requested address is longer than the broker accepts (16 KiB).",
         "O endereço pedido é mais longo do que o broker aceita (16 KiB).",
+    ];
+
+    pub(super) const VERSION: [&str; 2] = [
+        "The request speaks another HTTP version than 1.0 or 1.1, which this port does not \
+         speak: send it as HTTP/1.1.",
+        "A requisição fala outra versão de HTTP que não 1.0 ou 1.1, que esta porta não fala: \
+         envie-a como HTTP/1.1.",
     ];
 
     pub(super) const BODY: [&str; 2] = [
@@ -243,13 +254,6 @@ pub(crate) fn refused(refusal: Refusal, language: Language) -> Bytes {
     Bytes::from(html(refusal.status().as_u16(), title, sentence, language))
 }
 
-/// The whole answer (status line, headers, page) to a head hyper refused, the connection
-/// closed after it: written by `head_errors` in place of hyper's empty one.
-pub(crate) fn refused_answer(refusal: Refusal, language: Language) -> Bytes {
-    let (title, sentence) = refused_words(refusal, language);
-    whole_answer(refusal.status(), title, sentence, language)
-}
-
 /// The page for `status` in `language`.
 pub(crate) fn page(status: StatusCode, language: Language) -> Bytes {
     let (title, sentence) = words(status, language);
@@ -283,8 +287,8 @@ pub fn plain_http_to_tls_port(language: Language) -> Bytes {
     whole_answer(StatusCode::BAD_REQUEST, title, sentence, language)
 }
 
-/// An answer as bytes on the wire, for the places that write before (or instead of) hyper:
-/// the page, `no-store`, and `Connection: close`.
+/// An answer as bytes on the wire, for a port that speaks no HTTP engine (TLS only): the
+/// page, `no-store`, and `Connection: close`.
 fn whole_answer(status: StatusCode, title: &str, sentence: &str, language: Language) -> Bytes {
     let body = html(status.as_u16(), title, sentence, language);
     Bytes::from(format!(
@@ -297,7 +301,7 @@ fn whole_answer(status: StatusCode, title: &str, sentence: &str, language: Langu
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::headers::{MAX_HEAD, MAX_HEADERS, MAX_REQUEST_LINE};
+    use crate::http::h1::{MAX_FIELDS as MAX_HEADERS, MAX_HEAD, MAX_TARGET as MAX_REQUEST_LINE};
 
     #[test]
     fn every_page_is_in_its_language() {
@@ -319,7 +323,7 @@ mod tests {
         assert!(String::from_utf8_lossy(&pt).contains("Nenhum servidor disponível"));
     }
 
-    const REFUSALS: [Refusal; 18] = [
+    const REFUSALS: [Refusal; 19] = [
         Refusal::Connect,
         Refusal::Trace,
         Refusal::TransferCoding,
@@ -329,6 +333,7 @@ mod tests {
         Refusal::UserInfo,
         Refusal::AuthorityForm,
         Refusal::TargetTooLong,
+        Refusal::Version,
         Refusal::Body,
         Refusal::Head(HeadFault::RequestLine),
         Refusal::Head(HeadFault::Folded),
@@ -383,11 +388,9 @@ mod tests {
 
     #[test]
     fn a_whole_answer_is_framed_by_its_length_and_closes() {
-        let refusal = Refusal::Head(HeadFault::Folded);
-        let answer = refused_answer(refusal, Language::Portuguese);
-        let text = String::from_utf8_lossy(&answer).into_owned();
-        let Some((head, body)) = text.split_once("\r\n\r\n") else {
-            panic!("{text}")
+        let tls = String::from_utf8_lossy(&plain_http_to_tls_port(Language::English)).into_owned();
+        let Some((head, body)) = tls.split_once("\r\n\r\n") else {
+            panic!("{tls}")
         };
         assert!(head.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{head}");
         assert!(head.contains("\r\nConnection: close"), "{head}");
@@ -395,9 +398,6 @@ mod tests {
             head.contains(&format!("\r\nContent-Length: {}", body.len())),
             "{head}"
         );
-        assert_eq!(body.as_bytes(), &refused(refusal, Language::Portuguese)[..]);
-        let tls = String::from_utf8_lossy(&plain_http_to_tls_port(Language::English)).into_owned();
-        assert!(tls.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{tls}");
         assert!(tls.contains("https://"), "{tls}");
     }
 }

@@ -41,6 +41,7 @@ pub struct Stats {
     pub(crate) retried_stale: AtomicU64,
     pub(crate) retried_next: AtomicU64,
     pub(crate) upgrades: AtomicU64,
+    pub(crate) spliced: AtomicU64,
 }
 
 /// A copy of [`Stats`] at one moment.
@@ -71,6 +72,9 @@ pub struct Figures {
     pub retried_next: u64,
     /// Connections upgraded (WebSocket).
     pub upgrades: u64,
+    /// Body bytes moved by splice(2) between plain sockets, without passing through user
+    /// space.
+    pub spliced: u64,
 }
 
 impl Stats {
@@ -133,6 +137,7 @@ impl Stats {
             retried_stale: self.retried_stale.load(Relaxed),
             retried_next: self.retried_next.load(Relaxed),
             upgrades: self.upgrades.load(Relaxed),
+            spliced: self.spliced.load(Relaxed),
         }
     }
 }

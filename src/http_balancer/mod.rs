@@ -20,8 +20,6 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use hyper::Response;
 use hyper::body::Bytes;
-use hyper::header::{COOKIE, HeaderMap, HeaderValue, SET_COOKIE, UPGRADE};
-use hyper::http::request::Parts;
 use tokio::time::{Duration, Instant};
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, Span, info, warn};
@@ -31,9 +29,10 @@ use crate::balancer::rules::health::Reason;
 use crate::balancer::shared::{Ending, Shared};
 use crate::balancer::{Balancer, Closed, Eligible, Generation, Lease, Server};
 use crate::config::{BalancerConfig, Language, ServerId, show_duration};
+use crate::http::h1::{Editor, FieldName};
 use crate::http::{
-    self, Choice, ConnectFailure, Downstream, Exchange, ExchangeOutcome, Proxy, Report, Tunnel,
-    Upstreams,
+    self, Choice, ClientHead, ConnectFailure, Downstream, Engine, Exchange, ExchangeOutcome,
+    Report, Tunnel, Upstreams,
 };
 use crate::http_balancer::sessions::{
     Affinity, CookieKeys, SessionSecrets, Sessions, Ticket, mentions_broker_cookie,
@@ -48,7 +47,7 @@ use crate::query;
 use crate::query::snapshot::{HttpFigures, SESSION_AGES_SHOWN, ServerSessions, SessionFigures};
 
 /// An HTTP balancer's engine.
-pub type HttpProxy = Proxy<HttpBalancer>;
+pub type HttpProxy = Engine<HttpBalancer>;
 
 /// A server of the balancer as the engine keys its pool: the balancer's own, compared by
 /// identity, so a server a reload re-created never shares the old one's connections.
@@ -138,7 +137,7 @@ pub fn proxy(
     });
     let pool = balancer.generation();
     let language = ctx.config.load().general.language;
-    let proxy = Proxy::new(Arc::clone(&upstreams), settings(&pool.config, language));
+    let proxy = Engine::new(Arc::clone(&upstreams), settings(&pool.config, language));
     let _ = upstreams.proxy.set(Arc::downgrade(&proxy));
     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
         runtime.spawn(expire_sessions(Arc::downgrade(&upstreams)));
@@ -228,7 +227,7 @@ pub fn start<S: Stream>(
         let _slot = slot;
         tokio::select! {
             _ = cut.cancelled() => {}
-            _ = proxy.serve(stream, Bytes::new(), client, closing) => {}
+            _ = proxy.serve(stream, client, closing) => {}
         }
     });
 }
@@ -444,10 +443,10 @@ impl HttpBalancer {
                 });
                 self.count_sessions(&table, &pool.servers);
                 drop(table);
-                let cookie = renewed.map(|new| set_cookie(new, client.tls));
+                let cookie = renewed.map(|new| new.set_cookie(client.tls));
                 let choice = pool
                     .lease(index, false)
-                    .map(|lease| chosen(lease, pinned, cookie.unwrap_or_default()));
+                    .map(|lease| chosen(lease, pinned, cookie));
                 return Sticky::Served(choice);
             }
         }
@@ -479,10 +478,10 @@ impl HttpBalancer {
         if failed || !server.takes_new_clients(self.balancer.clock_ms()) {
             return None;
         }
-        let cookie = set_cookie(keys.issue(ticket.server), client.tls);
+        let cookie = keys.issue(ticket.server).set_cookie(client.tls);
         Some(
             pool.lease(index, false)
-                .map(|lease| chosen(lease, None, cookie)),
+                .map(|lease| chosen(lease, None, Some(cookie))),
         )
     }
 
@@ -520,8 +519,8 @@ impl HttpBalancer {
         }
         self.count_sessions(&table, &pool.servers);
         drop(table);
-        let cookie = set_cookie(keys.issue(lease.server.id), client.tls);
-        Some(chosen(lease, None, cookie))
+        let cookie = keys.issue(lease.server.id).set_cookie(client.tls);
+        Some(chosen(lease, None, Some(cookie)))
     }
 
     /// A live session moved off its server (`old` names it) to `to`: the first of an episode
@@ -566,26 +565,17 @@ impl HttpBalancer {
 }
 
 /// The request goes to `lease`'s server, holding `lease` (and the session `pinned`), with
-/// `response_headers` added to the answer.
+/// `set_cookie` (handing a session's ticket to the browser) added to the answer.
 fn chosen(
     lease: Lease,
     pinned: Option<(Ticket, Arc<Mutex<Sessions>>)>,
-    response_headers: HeaderMap,
+    set_cookie: Option<String>,
 ) -> Choice<HttpBalancer> {
     Choice {
         server: Target(Arc::clone(&lease.server)),
         lease: Held { lease, pinned },
-        response_headers,
+        set_cookie,
     }
-}
-
-/// The answer's `Set-Cookie` handing `ticket` to the browser.
-fn set_cookie(ticket: Ticket, tls: bool) -> HeaderMap {
-    let mut headers = HeaderMap::new();
-    if let Ok(value) = HeaderValue::from_str(&ticket.set_cookie(tls)) {
-        headers.insert(SET_COOKIE, value);
-    }
-    headers
 }
 
 /// The access log's line for one request (`LOG_REQUESTS`): who, what, the answer, the bytes
@@ -648,7 +638,7 @@ impl Upstreams for HttpBalancer {
     /// cookie that does not verify is no session: see [`HttpBalancer::unsigned`].
     fn choose(
         &self,
-        request: &Parts,
+        request: &ClientHead<'_>,
         client: &Downstream,
         tried: &[Target],
     ) -> Option<Choice<Self>> {
@@ -657,14 +647,13 @@ impl Upstreams for HttpBalancer {
             return None;
         }
         let keys = self.session_secrets.keys();
-        let cookies = request.headers.get_all(COOKIE);
-        let affinity = Affinity::of(cookies.iter().map(HeaderValue::as_bytes), &keys);
+        let affinity = Affinity::of(request.values(FieldName::Cookie), &keys);
         let moving = match affinity {
             Affinity::Signed(ticket) | Affinity::Previous(ticket) => {
                 // Signed with SESSION_SECRET_PREVIOUS: the same session, signed anew.
                 let renewed =
                     matches!(affinity, Affinity::Previous(_)).then(|| keys.renew(&ticket));
-                let upgrade = request.headers.contains_key(UPGRADE);
+                let upgrade = request.asks_upgrade();
                 match self.session(&pool, ticket, renewed, tried, upgrade, client) {
                     Sticky::Served(choice) => return choice,
                     Sticky::Moving(moving) => moving,
@@ -691,23 +680,15 @@ impl Upstreams for HttpBalancer {
 
     /// The broker's cookie is the broker's: the server sees the client's other cookies only,
     /// byte for byte (whatever their encoding).
-    fn rewrite(&self, head: &mut HeaderMap) {
-        let mentioned = |c: &HeaderValue| mentions_broker_cookie(c.as_bytes());
-        if !head.get_all(COOKIE).iter().any(mentioned) {
-            return;
-        }
-        let cookies: Vec<HeaderValue> = head.get_all(COOKIE).iter().cloned().collect();
-        head.remove(COOKIE);
-        for cookie in cookies {
-            let kept = if mentioned(&cookie) {
-                // The bytes left are bytes of a valid value: from_bytes takes them.
-                without_broker_cookie(cookie.as_bytes())
-                    .and_then(|b| HeaderValue::from_bytes(&b).ok())
-            } else {
-                Some(cookie)
-            };
-            if let Some(kept) = kept {
-                head.append(COOKIE, kept);
+    fn rewrite(&self, request: &ClientHead<'_>, head: &mut Editor) {
+        for (id, field) in request.fields() {
+            if field.kind != FieldName::Cookie || !mentions_broker_cookie(field.value) {
+                continue;
+            }
+            // The bytes left are bytes of a valid value: the editor takes them.
+            match without_broker_cookie(field.value) {
+                Some(kept) if head.set(id, &[&kept]).is_ok() => {}
+                _ => head.remove(id),
             }
         }
     }
@@ -747,7 +728,7 @@ impl Upstreams for HttpBalancer {
         }
     }
 
-    fn intercept(&self, request: &Parts, client: &Downstream) -> Option<Response<Bytes>> {
+    fn intercept(&self, request: &ClientHead<'_>, client: &Downstream) -> Option<Response<Bytes>> {
         query::intercept(&self.ctx, &self.balancer, client.peer, request, || {
             self.figures()
         })

@@ -151,11 +151,11 @@ struct Half {
     pipe: Option<crate::net::sys::Pipe>,
 }
 
-/// The pipes bulk connections splice through (Linux). 256 pipes of 256 KiB are 512
+/// The pipes bulk connections splice through (Linux), and the HTTP engine's long bodies. 256 pipes of 256 KiB are 512
 /// descriptors and 64 MiB of pipe memory, a non-root user's default allowance
 /// (`fs.pipe-user-pages-soft`); past that, connections keep the buffered copy.
 #[cfg(target_os = "linux")]
-static PIPES: crate::net::sys::PipePool = crate::net::sys::PipePool::new(256);
+pub(crate) static PIPES: crate::net::sys::PipePool = crate::net::sys::PipePool::new(256);
 
 /// A failure in one direction, by which socket failed.
 enum Failure {

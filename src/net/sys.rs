@@ -275,6 +275,15 @@ mod pipes {
             Ok(n)
         }
 
+        /// Moves what `from` has into the pipe, at most `max` bytes (a body's rest: the bytes
+        /// after it are the next message's); 0 at end of stream.
+        pub fn fill_from_at_most(&mut self, from: impl AsFd, max: usize) -> io::Result<usize> {
+            let flags = SpliceFFlags::SPLICE_F_MOVE | SpliceFFlags::SPLICE_F_NONBLOCK;
+            let n = splice(from, None, &self.write, None, max.min(PIPE_CAPACITY), flags)?;
+            self.pending += n;
+            Ok(n)
+        }
+
         /// Moves bytes from the pipe into `to`; returns how many.
         pub fn drain_to(&mut self, to: impl AsFd) -> io::Result<usize> {
             let flags = SpliceFFlags::SPLICE_F_MOVE | SpliceFFlags::SPLICE_F_NONBLOCK;

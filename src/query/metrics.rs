@@ -402,7 +402,7 @@ fn duration_histogram(out: &mut String, balancer: &str, r: &Figures) {
 }
 
 /// The requests the broker answered itself or cut, and those it sent again, by kind; the
-/// upgrades.
+/// upgrades; the body bytes spliced.
 fn failure_families(out: &mut String, balancer: &str, r: &Figures) {
     let failures = [
         ("no_server", r.no_server),
@@ -442,5 +442,12 @@ fn failure_families(out: &mut String, balancer: &str, r: &Figures) {
         "counter",
         "Connections upgraded (WebSocket) since start.",
         [(balancer.to_string(), r.upgrades as f64)],
+    );
+    family(
+        out,
+        "http_spliced_bytes_total",
+        "counter",
+        "Body bytes moved by splice(2) between plain sockets, not through the broker's buffers.",
+        [(balancer.to_string(), r.spliced as f64)],
     );
 }

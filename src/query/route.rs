@@ -18,6 +18,7 @@ use super::reply::text;
 use super::snapshot::HttpFigures;
 use crate::balancer::Balancer;
 use crate::balancer::shared::Shared;
+use crate::http::ClientHead;
 
 /// What every query's path starts with, in any case.
 const PREFIX: &str = "/TOTVS_BROKER_QUERY";
@@ -25,24 +26,43 @@ const PREFIX: &str = "/TOTVS_BROKER_QUERY";
 /// The answer to a request on an HTTP balancer's port when it is a query (its path starts
 /// with `/TOTVS_BROKER_QUERY`, in any case, and `QUERY_ENABLED` is on): routed by path, no
 /// sniffing, no query place (the connection is the balancer's client). `None` for a request
-/// to forward. `http` reads the balancer's HTTP figures, for the pages that show them.
+/// to forward. `http` reads the balancer's HTTP figures, for the pages that show them. The
+/// engine's head is looked at in place; only a query's is made hyper's, for the commands.
 pub fn intercept(
     shared: &Shared,
     balancer: &Balancer,
     peer: SocketAddr,
-    head: &Parts,
+    request: &ClientHead<'_>,
     http: impl FnOnce() -> HttpFigures,
 ) -> Option<Response<Bytes>> {
     let generation = balancer.generation();
     if !generation.config.query.enabled {
         return None;
     }
-    strip_prefix_ignore_case(head.uri.path(), PREFIX)?;
+    let target = request.path_and_query();
+    let path = target.split(|&b| b == b'?').next().unwrap_or_default();
+    let prefix = path.get(..PREFIX.len())?;
+    if !prefix.eq_ignore_ascii_case(PREFIX.as_bytes()) {
+        return None;
+    }
+    let head = parts_of(request)?;
     if let Some(refusal) = refusal(&generation, peer) {
         debug!(client = %peer, "query refused: {}", refusal.trim_end());
         return Some(text(StatusCode::FORBIDDEN, refusal));
     }
-    Some(answer(shared, balancer, peer, head, Some(http())))
+    Some(answer(shared, balancer, peer, &head, Some(http())))
+}
+
+/// A query's head as hyper's types (what the commands read): its method, its path and query,
+/// its header lines. `None` when they are not hyper's to take (then it is no query).
+fn parts_of(request: &ClientHead<'_>) -> Option<Parts> {
+    let mut builder = hyper::Request::builder()
+        .method(Method::from_bytes(request.method_bytes()).ok()?)
+        .uri(hyper::Uri::try_from(request.path_and_query()).ok()?);
+    for (_, field) in request.fields() {
+        builder = builder.header(field.name, field.value);
+    }
+    Some(builder.body(()).ok()?.into_parts().0)
 }
 
 /// Routes one request (from an allowed client) to its command's answer; `http`: the figures

@@ -3,6 +3,7 @@
 //! body framed one way only (RFC 9112 §3, §6).
 
 use std::mem::MaybeUninit;
+use std::net::Ipv6Addr;
 
 use super::field::{Connection, FieldName};
 use super::framing::{self, Codings, Length};
@@ -340,43 +341,97 @@ fn host(
     Ok(Some(id))
 }
 
-/// `host [":" port]` as a proxy accepts it: a name of letters, digits, `-`, `.`, `_`, `~`
-/// and `%` escapes, or an IP literal in brackets; then digits of a port. No user info, no
-/// path, no comma, no space, not empty (RFC 9112 §3.2, RFC 3986's `host [ ":" port ]`).
+/// `host [":" port]` as RFC 9110 §7.2 has it, read as bytes, never decoded: RFC 3986's
+/// IP-literal (`[2001:db8::1]`, `[v1.x]`) or reg-name (letters, digits, `-._~`, the
+/// sub-delimiters `!$&'()*+,;=`, `%` and two hex digits; an IPv4 address is one), never empty
+/// (RFC 9110 §4.2.1: an `http` URI has a host), then `:` and at most five digits, if anything.
+/// So no user info, no path, no space, no byte outside ASCII.
 pub(crate) fn valid_host(value: &[u8]) -> bool {
-    let (host, port) = match value.first() {
-        Some(b'[') => match value.iter().position(|&b| b == b']') {
-            Some(close) => (&value[..=close], &value[close + 1..]),
-            None => return false,
-        },
+    let port = match value.first() {
+        Some(b'[') => {
+            let Some(close) = value.iter().position(|&b| b == b']') else {
+                return false;
+            };
+            if !ip_literal(&value[1..close]) {
+                return false;
+            }
+            &value[close + 1..]
+        }
         _ => {
             let colon = value.iter().position(|&b| b == b':').unwrap_or(value.len());
-            (&value[..colon], &value[colon..])
+            let (host, port) = value.split_at(colon);
+            if !reg_name(host) {
+                return false;
+            }
+            port
         }
     };
-    let name_ok = if host.first() == Some(&b'[') {
-        host.len() > 2
-            && host[1..host.len() - 1]
-                .iter()
-                .all(|&b| b.is_ascii_hexdigit() || b == b':' || b == b'.')
-    } else {
-        !host.is_empty() && host.iter().all(|&b| NAME_BYTES[usize::from(b)])
-    };
-    let port_ok = match port.split_first() {
+    match port.split_first() {
         None => true,
         Some((b':', digits)) => digits.len() <= 5 && digits.iter().all(u8::is_ascii_digit),
         Some(_) => false,
-    };
-    name_ok && port_ok
+    }
 }
 
-/// The bytes of a host name, as a table (one load a byte).
+/// RFC 3986's reg-name, but never empty.
+fn reg_name(host: &[u8]) -> bool {
+    let mut rest = host;
+    while let Some((&b, tail)) = rest.split_first() {
+        rest = match (b, tail) {
+            (b'%', [h, l, tail @ ..]) if h.is_ascii_hexdigit() && l.is_ascii_hexdigit() => tail,
+            (b'%', _) => return false,
+            _ if NAME_BYTES[usize::from(b)] => tail,
+            _ => return false,
+        };
+    }
+    !host.is_empty()
+}
+
+/// What is inside the brackets of an IP-literal: an IPv6 address, or `v`, hex digits, `.` and
+/// more (IPvFuture).
+fn ip_literal(inside: &[u8]) -> bool {
+    match inside {
+        [b'v' | b'V', rest @ ..] => {
+            let Some(dot) = rest.iter().position(|&b| b == b'.') else {
+                return false;
+            };
+            let (version, tail) = (&rest[..dot], &rest[dot + 1..]);
+            !version.is_empty()
+                && version.iter().all(u8::is_ascii_hexdigit)
+                && !tail.is_empty()
+                && tail
+                    .iter()
+                    .all(|&b| NAME_BYTES[usize::from(b)] || b == b':')
+        }
+        _ => std::str::from_utf8(inside).is_ok_and(|text| text.parse::<Ipv6Addr>().is_ok()),
+    }
+}
+
+/// The bytes of a reg-name but `%` (unreserved and sub-delimiters), as a table (one load a
+/// byte).
 static NAME_BYTES: [bool; 256] = {
     let mut table = [false; 256];
     let mut b = 0;
     while b < 256 {
         let c = b as u8;
-        table[b] = c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'~' | b'%');
+        table[b] = c.is_ascii_alphanumeric()
+            || matches!(
+                c,
+                b'-' | b'.'
+                    | b'_'
+                    | b'~'
+                    | b'!'
+                    | b'$'
+                    | b'&'
+                    | b'\''
+                    | b'('
+                    | b')'
+                    | b'*'
+                    | b'+'
+                    | b','
+                    | b';'
+                    | b'='
+            );
         b += 1;
     }
     table
@@ -661,11 +716,16 @@ mod tests {
         let good: &[&[u8]] = &[
             b"a",
             b"portal.example",
+            b"portal.example.",
             b"a-b_c~d%41",
+            b"a,b",
+            b"!$&'()*+;=",
             b"h:",
             b"h:8080",
             b"[::1]",
             b"[fe80::1]:80",
+            b"[2001:db8::192.0.2.1]",
+            b"[v1.fe80::a+en1]",
             b"10.0.0.1:80",
         ];
         let bad: &[&[u8]] = &[
@@ -674,8 +734,15 @@ mod tests {
             b"h x",
             b"a/b",
             b"a?b",
-            b"a,b",
+            b"a, b",
             b"u@h",
+            b"a%4",
+            b"a%zz",
+            b"a\"b",
+            b"a<b",
+            b"[192.0.2.1]",
+            b"[fe80::1%25en0]",
+            b"[v1]",
             b"[::1",
             b"[]",
             b"[::1]x",

@@ -20,6 +20,9 @@ pub struct ToServer<'a> {
     pub upgrade: bool,
     /// The `Host` a request without one is given (HTTP/1.0): the server's `host:port`.
     pub host: &'a [u8],
+    /// The upgrade that goes on offers `h2c`: its `HTTP2-Settings` line goes with it, named
+    /// in `Connection` as RFC 7540 §3.2.1 wants. Otherwise that line is not forwarded.
+    pub http2_settings: bool,
 }
 
 /// The client, as `X-Forwarded-*` says it.
@@ -51,15 +54,21 @@ impl RequestHead {
         let upgrade = self.asked(how).upgrade;
         for (id, field) in self.fields().iter(buf) {
             let named = || self.connection().names(self.fields(), buf, field.name);
+            // An upgrade that goes on keeps the lines its `Connection` names for it.
+            let upgrading = upgrade
+                && (field.kind == FieldName::Upgrade
+                    || (how.http2_settings && field.kind == FieldName::Http2Settings));
             if leaves_for_server(self, id, field.kind, how, upgrade)
-                || (removable(field.kind) && named())
+                || (removable(field.kind) && !upgrading && named())
             {
                 editor.remove(id);
             }
         }
         self.host_line(buf, how, &mut editor);
         frame_request(self, &mut editor);
-        if upgrade {
+        if upgrade && how.http2_settings && self.fields().has(FieldName::Http2Settings) {
+            editor.add_line(b"Connection: upgrade, HTTP2-Settings\r\n");
+        } else if upgrade {
             editor.add_line(b"Connection: upgrade\r\n");
         }
         if let Some(forwarded) = how.forwarded {
@@ -135,8 +144,8 @@ fn leaves_for_server(
         | FieldName::ProxyConnection
         | FieldName::Te
         | FieldName::Trailer
-        | FieldName::TransferEncoding
-        | FieldName::Http2Settings => true,
+        | FieldName::TransferEncoding => true,
+        FieldName::Http2Settings => !(upgrade && how.http2_settings),
         FieldName::Upgrade => !upgrade,
         FieldName::Forwarded
         | FieldName::XRealIp
@@ -317,6 +326,7 @@ mod tests {
         }),
         upgrade: true,
         host: b"app1:8080",
+        http2_settings: false,
     };
 
     /// The head `raw` is sent to its server as, `how` applied.
@@ -356,6 +366,7 @@ mod tests {
                 forwarded: None,
                 upgrade: false,
                 host: b"",
+                http2_settings: false,
             },
             "GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\nCookie: a=b\r\n\r\n",
         ),
@@ -386,8 +397,18 @@ mod tests {
                 forwarded: None,
                 upgrade: false,
                 host: b"",
+                http2_settings: false,
             },
             "GET /chat HTTP/1.1\r\nHost: h\r\n\r\n",
+        ),
+        (
+            "GET /h2 HTTP/1.1\r\nHost: h\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMA\r\n\r\n",
+            ToServer {
+                forwarded: None,
+                http2_settings: true,
+                ..TO_SERVER
+            },
+            "GET /h2 HTTP/1.1\r\nConnection: upgrade, HTTP2-Settings\r\nHost: h\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMA\r\n\r\n",
         ),
         (
             "GET HTTP://app:81?q HTTP/1.1\r\nHost: other\r\n\r\n",

@@ -9,11 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use appbroker::http::{
-    Choice, ConnectFailure, Downstream, Exchange, Proxy, Report, Settings, Tunnel, Upstreams,
+    Choice, ClientHead, ConnectFailure, Downstream, Engine, Exchange, Report, Settings, Tunnel,
+    Upstreams,
 };
-use bytes::Bytes;
-use hyper::header::HeaderMap;
-use hyper::http::request::Parts;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
@@ -32,14 +30,14 @@ pub enum Recorded {
     Tunnel(Tunnel<SocketAddr>),
 }
 
-/// A balancer for tests: its servers in order (the first not tried yet is chosen), headers
-/// it adds to every answer, every event kept.
+/// A balancer for tests: its servers in order (the first not tried yet is chosen), a cookie
+/// it sets on every answer, every event kept.
 #[derive(Default)]
 pub struct TestUpstreams {
     /// The servers, in the order they are chosen; a test may change them between requests.
     pub servers: Mutex<Vec<SocketAddr>>,
-    /// Headers added to every answer, as a balancer's session cookie is.
-    pub response_headers: Mutex<HeaderMap>,
+    /// A `Set-Cookie` added to every answer, as a balancer's session cookie is.
+    pub set_cookie: Mutex<Option<String>>,
     /// Every event the engine reported, and every failed connect, in order.
     pub events: Mutex<Vec<Recorded>>,
     /// Leases held by the engine now: requests in hand and upgraded connections.
@@ -142,7 +140,7 @@ impl Upstreams for TestUpstreams {
 
     fn choose(
         &self,
-        _request: &Parts,
+        _request: &ClientHead<'_>,
         _client: &Downstream,
         tried: &[SocketAddr],
     ) -> Option<Choice<Self>> {
@@ -152,7 +150,7 @@ impl Upstreams for TestUpstreams {
         Some(Choice {
             server: *server,
             lease: TestLease(Arc::clone(&self.leased)),
-            response_headers: self.response_headers.lock().unwrap().clone(),
+            set_cookie: self.set_cookie.lock().unwrap().clone(),
         })
     }
 
@@ -199,7 +197,7 @@ pub struct LoopbackEngine {
     /// Where clients connect.
     pub addr: SocketAddr,
     /// The engine itself.
-    pub proxy: Arc<Proxy<TestUpstreams>>,
+    pub proxy: Arc<Engine<TestUpstreams>>,
     /// Its balancer.
     pub upstreams: Arc<TestUpstreams>,
     /// Cancelling it asks every connection to finish its request and close.
@@ -213,7 +211,7 @@ impl LoopbackEngine {
     pub async fn start(upstreams: Arc<TestUpstreams>, settings: Settings) -> LoopbackEngine {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let proxy = Proxy::new(Arc::clone(&upstreams), settings);
+        let proxy = Engine::new(Arc::clone(&upstreams), settings);
         let closing = CancellationToken::new();
         let serving = Arc::new(AtomicUsize::new(0));
         {
@@ -231,7 +229,7 @@ impl LoopbackEngine {
                     let serving = Arc::clone(&serving);
                     serving.fetch_add(1, SeqCst);
                     tokio::spawn(async move {
-                        proxy.serve(stream, Bytes::new(), client, closing).await;
+                        proxy.serve(stream, client, closing).await;
                         serving.fetch_sub(1, SeqCst);
                     });
                 }

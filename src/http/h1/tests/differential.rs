@@ -36,8 +36,8 @@ const SMUGGLING: &[RequestCase] = &[
     ("chunked then another coding", b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: x\r\n\r\n0\r\n\r\n", None),
     ("a folded coding", b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: x\r\n chunked\r\n\r\n0\r\n\r\n", None),
     ("a first line folded", b"POST / HTTP/1.1\r\n Transfer-Encoding: chunked\r\nHost: h\r\n\r\n0\r\n\r\n", None),
-    ("gzip, chunked", b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", Some("a coding besides chunked is a 501, as src/http/headers.rs refused after hyper's parse")),
-    ("chunked, chunked", b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\n", Some("chunked twice is a 400 (RFC 9112 §6.1), as headers.rs refused after hyper")),
+    ("gzip, chunked", b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", Some("a coding besides chunked is a 501, as the hyper engine refused after hyper's parse")),
+    ("chunked, chunked", b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\n", Some("chunked twice is a 501, as a coding besides one chunked (RFC 9112 §6.1), as the hyper engine refused after hyper's parse")),
     ("an empty element after chunked", b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked,\r\n\r\n0\r\n\r\n", Some("empty list elements are ignored (RFC 9110 §5.6.1); hyper reads the last raw element")),
     ("TE on HTTP/1.0", b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", None),
     ("a plus sign", b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: +3\r\n\r\nabc", None),
@@ -65,7 +65,7 @@ const LINES: &[RequestCase] = &[
     ("a head cut short", b"GET / HTTP/1.1\r\nHost: h\r\n", None),
     ("HTTP/1.2", b"GET / HTTP/1.2\r\nHost: h\r\n\r\n", Some("HTTP/1.2 is read as 1.1 (RFC 9110 §2.5); httparse refuses it")),
     ("HTTP/2.0", b"GET / HTTP/2.0\r\nHost: h\r\n\r\n", Some("another major version is a 505 (RFC 9110 §15.6.6); hyper says 400")),
-    ("no Host", b"GET / HTTP/1.1\r\n\r\n", Some("HTTP/1.1 without Host is a 400 (RFC 9112 §3.2), as headers.rs refused after hyper")),
+    ("no Host", b"GET / HTTP/1.1\r\n\r\n", Some("HTTP/1.1 without Host is a 400 (RFC 9112 §3.2), as the hyper engine refused after hyper's parse")),
     ("a bad Host", b"GET / HTTP/1.1\r\nHost: a/b\r\n\r\n", Some("a Host that is no host is a 400 (RFC 9112 3.2)")),
 ];
 

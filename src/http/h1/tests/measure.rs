@@ -79,6 +79,7 @@ fn request_way(buf: &mut [u8]) -> usize {
         forwarded: Some(forwarded),
         upgrade: false,
         host: b"",
+        http2_settings: false,
     };
     let mut editor = head.to_server(buf, &how);
     take_cookie_out(&head, buf, &mut editor);

@@ -189,7 +189,7 @@ proptest! {
         let at = raw.windows(2).position(|w| w == b"\r\n").unwrap_or(0) + 2;
         raw.splice(at..at, format!("{hop}\r\n").into_bytes());
         let head = RequestHead::parse(&mut raw, &mut HeadScan::default()).unwrap().unwrap();
-        let how = ToServer { forwarded: None, upgrade: false, host: b"" };
+        let how = ToServer { forwarded: None, upgrade: false, host: b"", http2_settings: false };
         let mut out = head.write(&raw, head.to_server(&raw, &how));
         out.append_input(crate::http::h1::Span::between(head.len(), raw.len()));
         let mut sent = out.to_vec(&raw);

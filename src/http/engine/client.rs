@@ -1,0 +1,355 @@
+//! A client connection's loop: the idle wait with no buffer held, then each request's work in
+//! a boxed future of its own (so the task of an idle connection holds little more than its
+//! socket and a timer), until the client closes, a request ends the connection, or the
+//! request timeout passes with no head.
+
+use std::future::poll_fn;
+use std::io::{self, IoSlice};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::task::{Poll, ready};
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+use tokio::time::{Instant, Sleep};
+use tokio_util::sync::CancellationToken;
+
+use super::Engine;
+use super::buffers::Buffer;
+use super::pool::ServerConn;
+use crate::http::h1::{HeadError, HeadScan, OutHead, RequestHead};
+use crate::http::{Choice, Downstream, Report, Tunnel, Upstreams};
+use crate::net::relay::{Counters, relay};
+use crate::net::stream::Stream;
+
+/// What follows a request on its connection.
+pub(super) enum Next<U: Upstreams> {
+    /// Another request: its bytes, when some came already (pipelined).
+    Request(Option<Buffer>),
+    /// The connection closes.
+    Close,
+    /// The connection was upgraded: a tunnel to relay until it ends.
+    Tunnel(Box<Upgraded<U>>),
+}
+
+/// The client's side of a request: its connection, who it is, and the head's deadline.
+pub(super) struct Client<'c, C> {
+    pub(super) io: &'c mut C,
+    pub(super) peer: Downstream,
+    pub(super) closing: &'c CancellationToken,
+    /// `HTTP_REQUEST_TIMEOUT` from the connection's start or the last answer's end.
+    pub(super) deadline: Pin<&'c mut Sleep>,
+}
+
+impl<U: Upstreams> Engine<U> {
+    /// Serves one client connection until it closes. Once `closing` is cancelled (a drain),
+    /// the connection's next answer says `Connection: close` and the connection closes after
+    /// it: the request in hand, or the next one to come within `HTTP_REQUEST_TIMEOUT`, as on
+    /// any kept-alive connection. An upgraded connection goes on until the caller drops this
+    /// future.
+    pub async fn serve<C: Stream>(
+        self: Arc<Self>,
+        mut io: C,
+        client: Downstream,
+        closing: CancellationToken,
+    ) {
+        let deadline = tokio::time::sleep(Duration::ZERO);
+        tokio::pin!(deadline);
+        let mut carried: Option<Buffer> = None;
+        loop {
+            let request_timeout = self.settings.load().request_timeout;
+            deadline.as_mut().reset(Instant::now() + request_timeout);
+            let buf = match carried.take() {
+                Some(buf) => buf,
+                None => match first_bytes(&mut io, deadline.as_mut()).await {
+                    Some(buf) => buf,
+                    None => return,
+                },
+            };
+            // The settings in force when the request came (a reload meanwhile applies).
+            let settings = self.settings.load_full();
+            let conn = Client {
+                io: &mut io,
+                peer: client,
+                closing: &closing,
+                deadline: deadline.as_mut(),
+            };
+            // Bound before the match, so the exchange's future is freed before a tunnel's relay.
+            let next = Box::pin(self.exchange(conn, buf, settings)).await;
+            match next {
+                Next::Request(buf) => carried = buf,
+                Next::Close => return,
+                Next::Tunnel(upgraded) => {
+                    return Box::pin(self.relay_tunnel(&mut io, *upgraded)).await;
+                }
+            }
+        }
+    }
+}
+
+/// The first bytes of the next request, in a buffer taken when they came; `None` when the
+/// client closed, failed, or sent nothing before `deadline`. Waiting holds no buffer: a
+/// socket says when it has bytes; any other stream is read into one given back at once when
+/// nothing came.
+async fn first_bytes<C: Stream>(io: &mut C, mut deadline: Pin<&mut Sleep>) -> Option<Buffer> {
+    poll_fn(|cx| {
+        if let Some(socket) = io.plain() {
+            match socket.poll_read_ready(cx) {
+                Poll::Ready(Ok(())) => {}
+                Poll::Ready(Err(_)) => return Poll::Ready(None),
+                Poll::Pending => return deadline.as_mut().poll(cx).map(|()| None),
+            }
+        }
+        let mut buf = Buffer::small();
+        match buf.poll_read_from(cx, io) {
+            Poll::Ready(Ok(0) | Err(_)) => Poll::Ready(None),
+            Poll::Ready(Ok(_)) => Poll::Ready(Some(buf)),
+            Poll::Pending => {
+                drop(buf);
+                deadline.as_mut().poll(cx).map(|()| None)
+            }
+        }
+    })
+    .await
+}
+
+/// Why no request head came.
+pub(super) enum Headless {
+    /// The client closed, failed, or was too slow: the connection closes without a word.
+    Gone,
+    /// The head is refused, for this reason.
+    Refused(HeadError),
+}
+
+impl<C: Stream> Client<'_, C> {
+    /// The request head at the start of `buf`, reading more as it comes (in the large tier
+    /// when it outgrows the small one), within the head's deadline.
+    pub(super) async fn read_head(&mut self, buf: &mut Buffer) -> Result<RequestHead, Headless> {
+        let mut scan = HeadScan::default();
+        loop {
+            match RequestHead::parse(buf.filled_mut(), &mut scan) {
+                Ok(Some(head)) => return Ok(head),
+                Err(e) => return Err(Headless::Refused(e)),
+                Ok(None) => {}
+            }
+            if buf.is_full() {
+                if buf.is_large() {
+                    return Err(Headless::Refused(HeadError::HeadTooLarge));
+                }
+                let small = std::mem::replace(buf, Buffer::small());
+                *buf = small.into_large();
+            }
+            let io = &mut *self.io;
+            let deadline = &mut self.deadline;
+            let read = poll_fn(|cx| match buf.poll_read_from(cx, io) {
+                Poll::Ready(read) => Poll::Ready(Some(read)),
+                Poll::Pending => deadline.as_mut().poll(cx).map(|()| None),
+            })
+            .await;
+            match read {
+                Some(Ok(0)) => {
+                    // Closed mid-head: parsed once more afresh, a fault in it is told (a
+                    // client that half-closes after a malformed head gets its page).
+                    let mut scan = HeadScan::default();
+                    return match RequestHead::parse(buf.filled_mut(), &mut scan) {
+                        Err(e) => Err(Headless::Refused(e)),
+                        _ => Err(Headless::Gone),
+                    };
+                }
+                Some(Ok(_)) => {}
+                Some(Err(_)) | None => return Err(Headless::Gone),
+            }
+        }
+    }
+
+    /// Writes `bytes` whole; false when the client is gone.
+    pub(super) async fn write(&mut self, bytes: &[u8]) -> bool {
+        let written = self.io.write_all(bytes).await;
+        written.is_ok() && self.flush().await
+    }
+
+    /// Sends what the stream holds back (TLS records); false when the client is gone.
+    pub(super) async fn flush(&mut self) -> bool {
+        self.io.plain().is_some() || self.io.flush().await.is_ok()
+    }
+
+    /// Closes the connection after an answer that left bytes of the request unread (an early
+    /// answer, a refusal, a timeout): its sending side is shut, then what the client still
+    /// sends is read and dropped for a while, so the close does not reset the connection
+    /// under an answer the client has not read yet (nginx's lingering close).
+    pub(super) async fn linger(&mut self) {
+        /// How long the client's last bytes are waited for, and how many are dropped at most.
+        const LINGER: Duration = Duration::from_secs(2);
+        const MOST: usize = 1 << 20;
+        if self.io.shutdown().await.is_err() {
+            return;
+        }
+        let mut buf = Buffer::small();
+        let io = &mut *self.io;
+        let mut dropped = 0;
+        let _ = tokio::time::timeout(LINGER, async {
+            while dropped < MOST {
+                buf.clear();
+                match poll_fn(|cx| buf.poll_read_from(cx, io)).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => dropped += n,
+                }
+            }
+        })
+        .await;
+    }
+
+    /// Closes the connection after an answer that left nothing unread: a TLS stream says
+    /// close_notify; a socket's close says the rest.
+    pub(super) async fn close(&mut self) {
+        if self.io.plain().is_none() {
+            let _ = tokio::time::timeout(Duration::from_secs(1), self.io.shutdown()).await;
+        }
+    }
+}
+
+/// Writes `out` (a head over `input`) whole, in as few vectored writes as the stream takes,
+/// then what the stream holds back.
+pub(super) async fn write_out<W: Stream>(
+    to: &mut W,
+    out: &mut OutHead,
+    input: &[u8],
+) -> io::Result<()> {
+    poll_fn(|cx| {
+        while !out.is_written() {
+            let mut slices = [IoSlice::new(&[]); 32];
+            let n = out.io_slices(input, &mut slices);
+            let written = ready!(Pin::new(&mut *to).poll_write_vectored(cx, &slices[..n]))?;
+            if written == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            out.advance(written);
+        }
+        if to.plain().is_none() {
+            ready!(Pin::new(&mut *to).poll_flush(cx))?;
+        }
+        Poll::Ready(Ok(()))
+    })
+    .await
+}
+
+/// A connection switched to another protocol: what its relay needs, and nothing of the
+/// exchange that agreed to it.
+pub(super) struct Upgraded<U: Upstreams> {
+    pub(super) conn: ServerConn<U>,
+    /// Holds the balancer's lease for the tunnel's life.
+    pub(super) choice: Choice<U>,
+    /// The client's bytes after its request, for the server first.
+    pub(super) first: Vec<u8>,
+    /// The server's bytes after its `101`, passed on with it.
+    pub(super) to_client: u64,
+    pub(super) peer: std::net::SocketAddr,
+    /// `IDLE_TIMEOUT`, if any.
+    pub(super) idle: Option<Duration>,
+    pub(super) started: Instant,
+}
+
+impl<U: Upstreams> Engine<U> {
+    /// Relays `upgraded` over `client` (splice between plain sockets) until both sides
+    /// closed, one failed, or nothing moved for `IDLE_TIMEOUT`; then reports the tunnel. The
+    /// caller drops this future to cut the connection.
+    pub(super) async fn relay_tunnel<C: Stream>(&self, client: &mut C, upgraded: Upgraded<U>) {
+        let Upgraded {
+            mut conn,
+            choice,
+            first,
+            to_client,
+            peer,
+            idle,
+            started,
+        } = upgraded;
+        let (to_server, to_client) = (AtomicU64::new(0), AtomicU64::new(to_client));
+        let counters = Counters {
+            to_server: &to_server,
+            to_client: &to_client,
+        };
+        let outcome = relay(
+            client,
+            &mut conn.stream,
+            first,
+            counters,
+            idle,
+            std::future::pending(),
+        )
+        .await;
+        let tunnel = Tunnel {
+            client: peer,
+            server: choice.server.clone(),
+            to_server: to_server.load(Relaxed),
+            to_client: to_client.load(Relaxed),
+            duration: started.elapsed(),
+            end: outcome.end,
+        };
+        self.upstreams.report(Report::Tunnel(&tunnel));
+        drop((choice, conn));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::{Choice, ClientHead, ConnectFailure, Report, Settings};
+    use std::net::SocketAddr;
+    use tokio::net::{TcpListener, TcpStream};
+
+    /// A balancer with no server, for what does not need one.
+    struct Nobody;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("no server")]
+    struct NoServer;
+
+    impl ConnectFailure for NoServer {
+        fn try_next(&self) -> bool {
+            true
+        }
+    }
+
+    impl Upstreams for Nobody {
+        type Server = SocketAddr;
+        type Lease = ();
+        type Stream = TcpStream;
+        type ConnectError = NoServer;
+
+        fn choose(
+            &self,
+            _: &ClientHead<'_>,
+            _: &Downstream,
+            _: &[SocketAddr],
+        ) -> Option<Choice<Self>> {
+            None
+        }
+
+        async fn connect(&self, _: &SocketAddr, _: SocketAddr) -> Result<TcpStream, NoServer> {
+            Err(NoServer)
+        }
+
+        fn report(&self, _: Report<'_, SocketAddr>) {}
+    }
+
+    #[tokio::test]
+    async fn an_idle_connection_holds_its_socket_a_timer_and_a_few_words() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (accepted, peer) = listener.accept().await.unwrap();
+        let engine = Engine::new(Arc::new(Nobody), Settings::default());
+        let downstream = Downstream { peer, tls: false };
+        let serving = engine.serve(accepted, downstream, CancellationToken::new());
+        let size = std::mem::size_of_val(&serving);
+        let parts = [
+            ("socket", std::mem::size_of::<TcpStream>()),
+            ("timer", std::mem::size_of::<Sleep>()),
+            ("buffer", std::mem::size_of::<Option<Buffer>>()),
+        ];
+        assert!(size <= 512, "{size} bytes: {parts:?}");
+        drop((serving, client));
+    }
+}

@@ -1,0 +1,312 @@
+//! One request in hand: its head read, its way decided (the balancer's own answer, a
+//! refusal, the broker's answer as the last recipient, or on to a server), and its record
+//! for the access log and the figures, reported once whichever way it ends (its future
+//! dropped too, when the client's connection is cut).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::StatusCode;
+use tokio::time::Instant;
+
+use super::Engine;
+use super::buffers::Buffer;
+use super::client::{Client, Headless, Next};
+use super::own::{self, Ending};
+use crate::http::h1::{Body, FieldName, HeadError, Method, RequestHead, Version};
+use crate::http::refusal::Refusal;
+use crate::http::{ClientHead, Exchange, ExchangeOutcome, Report, Settings, Upstreams};
+use crate::net::stream::Stream;
+
+/// A request in hand: the client's side, its buffer (the head, then the body as it passes,
+/// then what the client sent after), the head parsed, the settings it is served with, its
+/// record.
+pub(super) struct InHand<'e, C, U: Upstreams> {
+    pub(super) engine: &'e Engine<U>,
+    pub(super) client: Client<'e, C>,
+    pub(super) buf: Buffer,
+    pub(super) head: RequestHead,
+    pub(super) settings: Arc<Settings>,
+    pub(super) record: Record<'e, U>,
+    /// Where the request's body ended in the buffer, once it was read whole: the next
+    /// request, if any came, starts there.
+    pub(super) body_end: Option<usize>,
+}
+
+impl<U: Upstreams> Engine<U> {
+    /// One request on `client`'s connection, from its first bytes in `buf` to its answer's
+    /// end; what follows it.
+    pub(super) async fn exchange<C: Stream>(
+        &self,
+        mut client: Client<'_, C>,
+        mut buf: Buffer,
+        settings: Arc<Settings>,
+    ) -> Next<U> {
+        let head = match client.read_head(&mut buf).await {
+            Ok(head) => head,
+            Err(Headless::Gone) => return Next::Close,
+            Err(Headless::Refused(error)) => {
+                return self.refuse_head(client, &buf, error, &settings).await;
+            }
+        };
+        let record = Record::new(self, client.peer.peer, &head, buf.filled());
+        let request = InHand {
+            engine: self,
+            client,
+            buf,
+            head,
+            settings,
+            record,
+            body_end: None,
+        };
+        request.route().await
+    }
+
+    /// The page for a head the core refused; the connection closes after it.
+    async fn refuse_head<C: Stream>(
+        &self,
+        mut client: Client<'_, C>,
+        buf: &Buffer,
+        error: HeadError,
+        settings: &Settings,
+    ) -> Next<U> {
+        let refusal = Refusal::of_head(error, buf.filled());
+        if let Some(mut record) = Record::of_line(self, client.peer.peer, buf.filled()) {
+            record.exchange.outcome = ExchangeOutcome::Refused;
+            record.answered(refusal.status());
+            record.report();
+        }
+        let ending = Ending {
+            close: true,
+            version: Version::Http11,
+            head_only: false,
+        };
+        if client
+            .write(&own::refused(refusal, settings.language, ending))
+            .await
+        {
+            client.linger().await;
+        }
+        Next::Close
+    }
+}
+
+impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
+    /// The request's way: the balancer's own answer, a refusal, the broker's answer as its
+    /// last recipient, or on to a server.
+    async fn route(self) -> Next<U> {
+        let view = ClientHead::new(&self.head, self.buf.filled());
+        if let Some(answer) = self.engine.upstreams.intercept(&view, &self.client.peer) {
+            let status = answer.status();
+            let ending = self.own_ending();
+            return self.local(own::local(&answer, ending), status).await;
+        }
+        match self.head.method() {
+            Method::Connect => return self.refuse(Refusal::Connect).await,
+            Method::Trace => return self.refuse(Refusal::Trace).await,
+            Method::Options if max_forwards(&view) == Some(0) => {
+                let ending = self.own_ending();
+                return self.local(own::options(ending), StatusCode::OK).await;
+            }
+            _ => {}
+        }
+        self.forward().await
+    }
+
+    /// How an answer of the broker's own to this request ends: kept alive when the client
+    /// wants it, the request has no body (none is read for it), and no drain is on.
+    pub(super) fn own_ending(&self) -> Ending {
+        let keep = self.head.keep_alive()
+            && self.head.body() == Body::Empty
+            && !self.client.closing.is_cancelled();
+        Ending {
+            close: !keep,
+            version: self.head.version(),
+            head_only: self.head.method() == Method::Head,
+        }
+    }
+
+    /// An answer of the balancer's or the broker's own (`bytes`, of `status`), ending as
+    /// [`InHand::own_ending`] says.
+    async fn local(mut self, bytes: Vec<u8>, status: StatusCode) -> Next<U> {
+        self.record.exchange.outcome = ExchangeOutcome::Local;
+        self.record.answered(status);
+        self.record.report();
+        let ending = self.own_ending();
+        let written = self.client.write(&bytes).await;
+        if written && !ending.close {
+            let end = self.head.len();
+            return self.next(end);
+        }
+        self.closed(written, false).await
+    }
+
+    /// The page of a request the broker refused; the connection closes after it (the
+    /// request's framing may be in doubt).
+    pub(super) async fn refuse(mut self, refusal: Refusal) -> Next<U> {
+        self.record.exchange.outcome = ExchangeOutcome::Refused;
+        self.record.answered(refusal.status());
+        let ending = Ending {
+            close: true,
+            ..self.own_ending()
+        };
+        let page = own::refused(refusal, self.settings.language, ending);
+        self.record.report();
+        let written = self.client.write(&page).await;
+        self.closed(written, false).await
+    }
+
+    /// The broker's page for `status` (503, 502, 504, 408): the connection goes on with the
+    /// next request from byte `next` of the buffer on, when one is given (the client wants
+    /// it, its request was read whole, no drain is on), else it closes (`body_read`: the
+    /// request's body was read whole, so nothing needs to be waited out).
+    pub(super) async fn page(
+        mut self,
+        status: StatusCode,
+        next: Option<usize>,
+        body_read: bool,
+    ) -> Next<U> {
+        self.record.answered(status);
+        let next = next.filter(|_| self.head.keep_alive() && !self.client.closing.is_cancelled());
+        let ending = Ending {
+            close: next.is_none(),
+            ..self.own_ending()
+        };
+        let retry_after = self.settings.retry_after.as_secs();
+        let page = own::page(status, self.settings.language, retry_after, ending);
+        self.record.report();
+        let written = self.client.write(&page).await;
+        match next {
+            Some(end) if written => self.next(end),
+            _ => self.closed(written, body_read).await,
+        }
+    }
+
+    /// The next request on this connection: what the client sent after this one (from `end`
+    /// in the buffer), or nothing yet (the buffer goes back to the pool).
+    pub(super) fn next(self, end: usize) -> Next<U> {
+        let InHand { mut buf, .. } = self;
+        buf.consume(end);
+        if buf.len() == 0 {
+            return Next::Request(None);
+        }
+        Next::Request(Some(buf))
+    }
+
+    /// The connection closes after an answer (`written`: it went whole); when the request's
+    /// body may not have been read whole, lingering so the close does not reset the answer
+    /// away.
+    pub(super) async fn closed(self, written: bool, body_read: bool) -> Next<U> {
+        let InHand {
+            mut client,
+            buf,
+            head,
+            record,
+            ..
+        } = self;
+        drop((buf, record));
+        if written && !(body_read || head.body() == Body::Empty) {
+            client.linger().await;
+        } else if written {
+            client.close().await;
+        }
+        Next::Close
+    }
+}
+
+/// The request's `Max-Forwards`, when it has one line and that is a number.
+pub(super) fn max_forwards(request: &ClientHead<'_>) -> Option<u64> {
+    let mut lines = request.values(FieldName::MaxForwards);
+    let (Some(value), None) = (lines.next(), lines.next()) else {
+        return None;
+    };
+    if value.is_empty() || value.len() > 19 || !value.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(value).ok()?.parse().ok()
+}
+
+/// What is accounted once a request is finished with, whichever way: the access log's
+/// exchange and the counters. Reported when dropped (its future too, when the client's
+/// connection is cut).
+pub(super) struct Record<'e, U: Upstreams> {
+    engine: &'e Engine<U>,
+    pub(super) exchange: Exchange<U::Server>,
+    started: Instant,
+    reported: bool,
+}
+
+impl<'e, U: Upstreams> Record<'e, U> {
+    /// The record of `head` (read from `buf`) from `client`, from now on.
+    fn new(engine: &'e Engine<U>, client: SocketAddr, head: &RequestHead, buf: &[u8]) -> Self {
+        Record::of(engine, client, head.method_bytes(buf), head.target(buf))
+    }
+
+    /// The record of a head refused before it was parsed, when its request line says a
+    /// method and a target.
+    fn of_line(engine: &'e Engine<U>, client: SocketAddr, buf: &[u8]) -> Option<Self> {
+        let line = buf
+            .split(|&b| b == b'\n')
+            .find(|line| !line.is_empty() && *line != b"\r")?;
+        let mut words = line.split(|&b| b == b' ');
+        let (method, target) = (words.next()?, words.next()?);
+        hyper::Method::from_bytes(method).ok()?;
+        Some(Record::of(engine, client, method, target))
+    }
+
+    fn of(engine: &'e Engine<U>, client: SocketAddr, method: &[u8], target: &[u8]) -> Self {
+        Record {
+            engine,
+            exchange: Exchange {
+                client,
+                method: hyper::Method::from_bytes(method).unwrap_or_default(),
+                uri: String::from_utf8_lossy(target).into_owned(),
+                status: None,
+                server: None,
+                to_server: 0,
+                to_client: 0,
+                duration: Duration::ZERO,
+                outcome: ExchangeOutcome::Incomplete,
+            },
+            started: Instant::now(),
+            reported: false,
+        }
+    }
+
+    /// The client is sent an answer of `status`.
+    pub(super) fn answered(&mut self, status: StatusCode) {
+        self.exchange.status = Some(status);
+    }
+
+    /// The client is sent an answer whose status code is `code`.
+    pub(super) fn answered_code(&mut self, code: u16) {
+        self.exchange.status = StatusCode::from_u16(code).ok();
+    }
+}
+
+impl<U: Upstreams> Record<'_, U> {
+    /// Counts and reports the exchange as it stands, once: as soon as its answer is known
+    /// whole (before its last bytes are written, so a client that reads them and asks for
+    /// the figures finds the request counted), or when the record is dropped.
+    pub(super) fn report(&mut self) {
+        if std::mem::replace(&mut self.reported, true) {
+            return;
+        }
+        let exchange = &mut self.exchange;
+        exchange.duration = self.started.elapsed();
+        if exchange.status.is_none() {
+            exchange.outcome = ExchangeOutcome::Incomplete;
+        }
+        self.engine
+            .stats
+            .finished(exchange.status, exchange.duration, &exchange.outcome);
+        self.engine.upstreams.report(Report::Exchange(exchange));
+    }
+}
+
+impl<U: Upstreams> Drop for Record<'_, U> {
+    fn drop(&mut self) {
+        self.report();
+    }
+}

@@ -1,0 +1,251 @@
+//! Kept-alive connections to the servers, by server and by worker thread: at most `max_idle`
+//! idle ones each, the most recently used taken first (so the surplus ages out), none older
+//! than the idle timeout, none the server has closed. A connection comes back only after an
+//! exchange whose two messages were framed and whole ([`h1::reuse`]): after anything else it is
+//! closed, never reused.
+//!
+//! An idle connection is its socket and a timestamp: no task, no buffer. Whether the server
+//! closed it is read from the socket's readiness when it is taken, and by the sweep (a peek
+//! without waiting: end of stream, or bytes nobody asked for, mean it goes), as nginx's
+//! upstream keepalive does with a one-byte peek.
+//!
+//! A socket is registered with the runtime of the worker that opened it, so a request is only
+//! given a connection of its own worker: one from another worker would be woken through that
+//! worker's event loop on every read (nginx's upstream keepalive is per worker for the same
+//! reason). One small lock, held to push or pop a connection; the figures are atomics.
+//!
+//! [`h1::reuse`]: crate::http::h1::reuse
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::http::{Report, Upstreams};
+use crate::net::stream::Stream;
+use crate::net::workers;
+
+/// A connection to a server, with the report of its end.
+pub(crate) struct ServerConn<U: Upstreams> {
+    pub(crate) stream: U::Stream,
+    /// Says the connection closed (to the balancer and the figures) when dropped.
+    pub(crate) _lifetime: Lifetime<U>,
+    /// Taken from the pool (it served a request before), rather than just opened: a failure
+    /// may then be the server closing it at the moment of reuse.
+    pub(crate) reused: bool,
+}
+
+/// A server's connection figures, for METRICS.
+#[derive(Debug, Default)]
+pub(crate) struct Figures {
+    open: AtomicU64,
+    opened: AtomicU64,
+    reused: AtomicU64,
+}
+
+/// A server's pool, as METRICS shows it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PoolFigures {
+    /// Connections waiting in the pool now.
+    pub idle: usize,
+    /// Connections open now: idle, busy with a request, or upgraded.
+    pub open: u64,
+    /// Connections opened since start.
+    pub opened: u64,
+    /// Requests sent on a connection taken from the pool.
+    pub reused: u64,
+}
+
+/// Reports a server connection's end to the balancer (and the pool's figures) when dropped:
+/// with the connection, or with the relay when it was upgraded.
+pub(crate) struct Lifetime<U: Upstreams> {
+    upstreams: Arc<U>,
+    server: U::Server,
+    figures: Arc<Figures>,
+}
+
+impl<U: Upstreams> Lifetime<U> {
+    /// A connection to `server` just opened: says so.
+    pub(crate) fn opened(upstreams: Arc<U>, server: U::Server, figures: Arc<Figures>) -> Self {
+        figures.open.fetch_add(1, Relaxed);
+        figures.opened.fetch_add(1, Relaxed);
+        upstreams.report(Report::Opened { server: &server });
+        Lifetime {
+            upstreams,
+            server,
+            figures,
+        }
+    }
+}
+
+impl<U: Upstreams> Drop for Lifetime<U> {
+    fn drop(&mut self) {
+        self.figures.open.fetch_sub(1, Relaxed);
+        self.upstreams.report(Report::Closed {
+            server: &self.server,
+        });
+    }
+}
+
+/// An idle connection, since when.
+struct Idle<U: Upstreams> {
+    conn: ServerConn<U>,
+    since: Instant,
+}
+
+/// One server's idle connections and figures.
+struct Slot<U: Upstreams> {
+    /// By the worker thread whose runtime drives them (`None`: off the workers, where one
+    /// runtime may run a task on any of its threads); oldest first.
+    idle: HashMap<Option<usize>, Vec<Idle<U>>>,
+    figures: Arc<Figures>,
+}
+
+impl<U: Upstreams> Default for Slot<U> {
+    fn default() -> Self {
+        Slot {
+            idle: HashMap::new(),
+            figures: Arc::default(),
+        }
+    }
+}
+
+/// The kept-alive connections of one balancer's servers, idle between two requests, kept per
+/// server and worker thread: the engine's pool.
+pub(crate) struct ServerPool<U: Upstreams> {
+    slots: Mutex<HashMap<U::Server, Slot<U>>>,
+}
+
+impl<U: Upstreams> ServerPool<U> {
+    pub(crate) fn new() -> ServerPool<U> {
+        ServerPool {
+            slots: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn slots(&self) -> MutexGuard<'_, HashMap<U::Server, Slot<U>>> {
+        // A panic elsewhere while the lock was held leaves plain data behind: go on with it.
+        self.slots
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The figures a new connection to `server` counts in.
+    pub(crate) fn figures(&self, server: &U::Server) -> Arc<Figures> {
+        let mut slots = self.slots();
+        Arc::clone(&slots.entry(server.clone()).or_default().figures)
+    }
+
+    /// The most recently pooled connection to `server` of the calling worker that is still
+    /// usable; the expired and closed ones met on the way are closed.
+    pub(crate) fn take(&self, server: &U::Server, idle_timeout: Duration) -> Option<ServerConn<U>> {
+        let now = Instant::now();
+        let mut dropped = Vec::new();
+        let taken = {
+            let mut slots = self.slots();
+            let slot = slots.get_mut(server)?;
+            let here = slot.idle.get_mut(&workers::current())?;
+            let mut taken = None;
+            while let Some(idle) = here.pop() {
+                if now.duration_since(idle.since) < idle_timeout && alive(&idle.conn.stream) {
+                    slot.figures.reused.fetch_add(1, Relaxed);
+                    taken = Some(idle.conn);
+                    break;
+                }
+                dropped.push(idle);
+            }
+            taken
+        };
+        drop(dropped);
+        taken.map(|mut conn| {
+            conn.reused = true;
+            conn
+        })
+    }
+
+    /// Keeps `conn` for `server`'s next request on the calling worker (the one that opened
+    /// it); beyond `max_idle` the worker's oldest goes. A server forgotten meanwhile (removed
+    /// by a reload) keeps nothing: the connection closes.
+    pub(crate) fn put(&self, server: &U::Server, conn: ServerConn<U>, max_idle: usize) {
+        if max_idle == 0 {
+            return;
+        }
+        let surplus = {
+            let mut slots = self.slots();
+            let Some(slot) = slots.get_mut(server) else {
+                return;
+            };
+            let here = slot.idle.entry(workers::current()).or_default();
+            here.push(Idle {
+                conn,
+                since: Instant::now(),
+            });
+            let over = here.len().saturating_sub(max_idle);
+            here.drain(..over).collect::<Vec<_>>()
+        };
+        drop(surplus);
+    }
+
+    /// Closes every idle connection older than `idle_timeout` or closed by its server.
+    pub(crate) fn sweep(&self, idle_timeout: Duration) {
+        let now = Instant::now();
+        let mut dropped = Vec::new();
+        {
+            let mut slots = self.slots();
+            for idle in slots.values_mut().flat_map(|slot| slot.idle.values_mut()) {
+                let (keep, old) = std::mem::take(idle).into_iter().partition(|idle| {
+                    now.duration_since(idle.since) < idle_timeout && alive(&idle.conn.stream)
+                });
+                *idle = keep;
+                dropped.push(old);
+            }
+        }
+        drop(dropped);
+    }
+
+    /// Closes `server`'s idle connections and forgets its figures (it left the balancer).
+    pub(crate) fn forget(&self, server: &U::Server) {
+        let slot = self.slots().remove(server);
+        drop(slot);
+    }
+
+    /// Every server's figures.
+    pub(crate) fn figures_all(&self) -> Vec<(U::Server, PoolFigures)> {
+        self.slots()
+            .iter()
+            .map(|(server, slot)| {
+                let figures = PoolFigures {
+                    idle: slot.idle.values().map(Vec::len).sum(),
+                    open: slot.figures.open.load(Relaxed),
+                    opened: slot.figures.opened.load(Relaxed),
+                    reused: slot.figures.reused.load(Relaxed),
+                };
+                (server.clone(), figures)
+            })
+            .collect()
+    }
+}
+
+/// Whether an idle connection is still the server's to use: a peek that does not wait, on
+/// the socket under the stream. End of stream, an error, or bytes nobody asked for (on a
+/// plain socket) mean it is not; on TLS, bytes may be the server's session tickets, so only
+/// the end counts. A stream with no socket is taken as alive (a failure then is the stale
+/// connection's retry).
+pub(crate) fn alive<S: Stream>(stream: &S) -> bool {
+    let Some(socket) = stream.socket() else {
+        return true;
+    };
+    let plain = stream.plain().is_some();
+    let mut byte = [std::mem::MaybeUninit::<u8>::uninit()];
+    // The readiness the runtime last saw decides first: a socket that had nothing to read
+    // costs no system call.
+    match socket.try_io(tokio::io::Interest::READABLE, || {
+        socket2::SockRef::from(socket).peek(&mut byte)
+    }) {
+        Ok(0) => false,
+        Ok(_) => !plain,
+        Err(e) => e.kind() == std::io::ErrorKind::WouldBlock,
+    }
+}

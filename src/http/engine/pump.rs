@@ -1,0 +1,446 @@
+//! One message's body on its way, from the buffer it is read into to the other side, as its
+//! framing says ([`BodyReader`]): each read stepped over, the data (and the chunk framing, to
+//! a recipient that speaks chunks) written on, trailers dropped, never past the body's end:
+//! the bytes after it (a pipelined request, a server's stray bytes) stay in the buffer. The
+//! buffer is bounded: a read waits until what was read before is written.
+//!
+//! A large rest of known length between two plain sockets (a long `Content-Length`, a long
+//! chunk) goes by splice(2), socket to pipe to socket, without passing through user space,
+//! with a pipe of the relay's bounded pool.
+//!
+//! Each side's silence is the caller's to bound ([`Silence`]): the pump says whether it waits
+//! on its reader ([`Pump::reading`]); time spent waiting for the writer (the other side slow
+//! to take the bytes) is never counted against the reader.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::AtomicU64;
+#[cfg(target_os = "linux")]
+use std::sync::atomic::Ordering::Relaxed;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use tokio::time::{Instant, Sleep};
+
+use super::buffers::Buffer;
+use crate::http::h1::{BodyError, BodyReader, Part};
+use crate::net::stream::Stream;
+
+/// A body rest of at least this many bytes between plain sockets goes by splice: below it, a
+/// pipe's two extra system calls a round cost more than the copy (the relay's bulk size).
+#[cfg(target_os = "linux")]
+const SPLICE_AT: u64 = 64 * 1024;
+
+/// Why a body stopped before its end.
+#[derive(Debug)]
+pub(super) enum PumpError {
+    /// Reading from the sending side failed.
+    Read(io::Error),
+    /// Writing to the receiving side failed.
+    Write(io::Error),
+    /// The body is malformed, or the sending side closed before its framed end.
+    Body(BodyError),
+}
+
+/// A body passing through.
+#[derive(Debug)]
+pub(super) struct Pump {
+    reader: BodyReader,
+    /// The chunk framing goes with the data (false: an HTTP/1.0 client gets the data only).
+    framing: bool,
+    /// The next byte of the buffer not stepped over yet.
+    at: usize,
+    /// Bytes stepped over, still to write: from `pending.0` to `pending.1`.
+    pending: (usize, usize),
+    /// Data bytes passed on (stepped over to be written, or spliced).
+    pub(super) moved: u64,
+    /// The last poll waited on the reader (whose silence counts), not on the writer.
+    pub(super) reading: bool,
+    /// The pipe a splice goes through, while one does.
+    #[cfg(target_os = "linux")]
+    pipe: Option<crate::net::sys::Pipe>,
+}
+
+impl Pump {
+    /// The body `reader` frames, from byte `at` of the buffer on.
+    pub(super) fn new(reader: BodyReader, framing: bool, at: usize) -> Pump {
+        Pump {
+            reader,
+            framing,
+            at,
+            pending: (at, at),
+            moved: 0,
+            reading: false,
+            #[cfg(target_os = "linux")]
+            pipe: None,
+        }
+    }
+
+    /// Whether the body reached its framed end (written or not).
+    pub(super) fn body_read(&self) -> bool {
+        self.reader.is_done()
+    }
+
+    /// The next byte of the buffer not stepped over: where the body ended, once it did.
+    pub(super) fn at(&self) -> usize {
+        self.at
+    }
+
+    /// The first run of bytes from `at` that go on as they are (data, and framing when it
+    /// goes), stepped over: what a head's write can carry with it. Its end; the pump goes on
+    /// from there. An error (a malformed chunk) is left for the pump to meet again.
+    pub(super) fn first_run(&mut self, buf: &[u8]) -> usize {
+        let mut probe = self.reader;
+        let mut at = self.at;
+        let mut moved = 0;
+        while at < buf.len() && !probe.is_done() {
+            let Ok(step) = probe.step(&buf[at..]) else {
+                break;
+            };
+            if step.len == 0 || !self.goes_on(step.part) {
+                break;
+            }
+            if step.part == Part::Data {
+                moved += step.len as u64;
+            }
+            at += step.len;
+            self.reader = probe;
+        }
+        self.moved += moved;
+        self.at = at;
+        self.pending = (at, at);
+        at
+    }
+
+    /// Whether the bytes from `at` on are a well-formed start of the body (a malformed chunk
+    /// among the bytes already read is refused before any server sees the request), and
+    /// where the body ends when it is whole among them.
+    pub(super) fn check_ahead(&self, buf: &[u8]) -> Result<Option<usize>, BodyError> {
+        let mut probe = self.reader;
+        let mut at = self.at;
+        while at < buf.len() && !probe.is_done() {
+            let step = probe.step(&buf[at..])?;
+            if step.len == 0 {
+                break;
+            }
+            at += step.len;
+        }
+        Ok(probe.is_done().then_some(at))
+    }
+
+    fn goes_on(&self, part: Part) -> bool {
+        part == Part::Data || (part == Part::Framing && self.framing)
+    }
+
+    /// Moves the body on until it is done (where it ended in `buf`: the bytes after belong to
+    /// the next message), a side fails, or both would block; bytes spliced are counted in
+    /// `spliced` too (the engine's figure).
+    pub(super) fn poll<R: Stream, W: Stream>(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut Buffer,
+        from: &mut R,
+        to: &mut W,
+        spliced: &AtomicU64,
+    ) -> Poll<Result<usize, PumpError>> {
+        loop {
+            self.reading = false;
+            ready!(self.poll_pending(cx, buf, to))?;
+            #[cfg(target_os = "linux")]
+            if self.pipe.is_some() {
+                ready!(self.poll_splice(cx, from, to, spliced))?;
+                continue;
+            }
+            if self.reader.is_done() {
+                ready!(poll_flush(cx, to))?;
+                return Poll::Ready(Ok(self.at));
+            }
+            if self.at < buf.len() {
+                self.step(buf.filled())?;
+                continue;
+            }
+            // Everything read is written: the buffer starts again.
+            buf.clear();
+            self.at = 0;
+            self.pending = (0, 0);
+            #[cfg(target_os = "linux")]
+            if self.splice_from_here(from, to) {
+                continue;
+            }
+            ready!(poll_flush(cx, to))?;
+            match buf.poll_read_from(cx, from) {
+                Poll::Pending => {
+                    self.reading = true;
+                    return Poll::Pending;
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(PumpError::Read(e))),
+                Poll::Ready(Ok(0)) => self.reader.at_eof().map_err(PumpError::Body)?,
+                Poll::Ready(Ok(_)) => {}
+            }
+        }
+    }
+
+    /// Writes the bytes stepped over and not written yet.
+    fn poll_pending<W: Stream>(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &Buffer,
+        to: &mut W,
+    ) -> Poll<Result<(), PumpError>> {
+        while self.pending.0 < self.pending.1 {
+            let bytes = &buf.filled()[self.pending.0..self.pending.1];
+            let n = ready!(Pin::new(&mut *to).poll_write(cx, bytes)).map_err(PumpError::Write)?;
+            if n == 0 {
+                return Poll::Ready(Err(PumpError::Write(io::ErrorKind::WriteZero.into())));
+            }
+            self.pending.0 += n;
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// Steps over the bytes read: the first run that goes on becomes pending; a part that
+    /// does not (a trailer, framing to an HTTP/1.0 client) is skipped.
+    fn step(&mut self, buf: &[u8]) -> Result<(), PumpError> {
+        let mut run: Option<(usize, usize)> = None;
+        while self.at < buf.len() && !self.reader.is_done() {
+            let before = self.at;
+            let step = self.reader.step(&buf[self.at..]).map_err(PumpError::Body)?;
+            if step.len == 0 {
+                break;
+            }
+            if step.part == Part::Data {
+                self.moved += step.len as u64;
+            }
+            self.at += step.len;
+            if self.goes_on(step.part) {
+                match run.as_mut() {
+                    Some((_, end)) => *end = self.at,
+                    None => run = Some((before, self.at)),
+                }
+            } else if run.is_some() {
+                // The run so far is written first; the part after it is not written at all.
+                break;
+            }
+        }
+        self.pending = run.unwrap_or((self.at, self.at));
+        Ok(())
+    }
+
+    /// Starts a splice when the body's rest is long and both sides are plain sockets (and a
+    /// pipe is to be had).
+    #[cfg(target_os = "linux")]
+    fn splice_from_here<R: Stream, W: Stream>(&mut self, from: &R, to: &W) -> bool {
+        if self.reader.data_ahead() < SPLICE_AT || from.plain().is_none() || to.plain().is_none() {
+            return false;
+        }
+        self.pipe = crate::net::relay::PIPES.take();
+        self.pipe.is_some()
+    }
+
+    /// The spliced copy of the data due before any framing: socket to pipe to socket. Ready
+    /// once that data went through and the pipe is given back.
+    #[cfg(target_os = "linux")]
+    fn poll_splice<R: Stream, W: Stream>(
+        &mut self,
+        cx: &mut Context<'_>,
+        from: &mut R,
+        to: &mut W,
+        spliced: &AtomicU64,
+    ) -> Poll<Result<(), PumpError>> {
+        use tokio::io::Interest;
+        let (Some(pipe), Some(source), Some(sink)) = (self.pipe.as_mut(), from.plain(), to.plain())
+        else {
+            return Poll::Ready(Ok(()));
+        };
+        loop {
+            if pipe.pending > 0 {
+                ready!(sink.poll_write_ready(cx)).map_err(PumpError::Write)?;
+                match sink.try_io(Interest::WRITABLE, || pipe.drain_to(sink)) {
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Poll::Ready(Err(PumpError::Write(e))),
+                }
+                continue;
+            }
+            let ahead = self.reader.data_ahead();
+            if ahead == 0 {
+                if let Some(pipe) = self.pipe.take() {
+                    crate::net::relay::PIPES.give(pipe);
+                }
+                return Poll::Ready(Ok(()));
+            }
+            match source.poll_read_ready(cx) {
+                Poll::Pending => {
+                    self.reading = true;
+                    return Poll::Pending;
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(PumpError::Read(e))),
+                Poll::Ready(Ok(())) => {}
+            }
+            let most = usize::try_from(ahead).unwrap_or(usize::MAX);
+            match source.try_io(Interest::READABLE, || pipe.fill_from_at_most(source, most)) {
+                Ok(0) => {
+                    self.reader.at_eof().map_err(PumpError::Body)?;
+                }
+                Ok(n) => {
+                    self.reader.skip_data(n as u64);
+                    self.moved += n as u64;
+                    spliced.fetch_add(n as u64, Relaxed);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Poll::Ready(Err(PumpError::Read(e))),
+            }
+        }
+    }
+}
+
+impl Drop for Pump {
+    fn drop(&mut self) {
+        #[cfg(target_os = "linux")]
+        if let Some(pipe) = self.pipe.take() {
+            // A pipe with bytes left in it is closed, not kept.
+            crate::net::relay::PIPES.give(pipe);
+        }
+    }
+}
+
+/// Sends what a stream holds back for its socket (TLS records): before waiting on the other
+/// side, and at a message's end. A plain socket holds nothing.
+pub(super) fn poll_flush<W: Stream>(
+    cx: &mut Context<'_>,
+    to: &mut W,
+) -> Poll<Result<(), PumpError>> {
+    if to.plain().is_some() {
+        return Poll::Ready(Ok(()));
+    }
+    Pin::new(to).poll_flush(cx).map_err(PumpError::Write)
+}
+
+/// The longest a peer may stay silent while the engine waits on it for the next bytes of a
+/// message. Armed when the engine starts waiting and disarmed when bytes come, so the time
+/// the engine spends not asking (the other side slow to take what was read) is never counted
+/// against this one.
+pub(super) struct Silence {
+    pub(super) limit: Duration,
+    timer: Option<Pin<Box<Sleep>>>,
+    waiting: bool,
+}
+
+impl Silence {
+    pub(super) fn new(limit: Duration) -> Silence {
+        Silence {
+            limit,
+            timer: None,
+            waiting: false,
+        }
+    }
+
+    /// Called with whether the peer is waited on now: true once it has been silent for the
+    /// limit since the wait began (until then `cx` is woken when the limit passes).
+    pub(super) fn expired(&mut self, cx: &mut Context<'_>, waiting: bool) -> bool {
+        if !waiting {
+            self.waiting = false;
+            return false;
+        }
+        if !self.waiting {
+            self.waiting = true;
+            let deadline = Instant::now() + self.limit;
+            match self.timer.as_mut() {
+                Some(timer) => timer.as_mut().reset(deadline),
+                None => self.timer = Some(Box::pin(tokio::time::sleep_until(deadline))),
+            }
+        }
+        self.timer
+            .as_mut()
+            .is_some_and(|timer| timer.as_mut().poll(cx).is_ready())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::h1::Body;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt, duplex};
+
+    /// Polls `silence` once, as a pump waiting on its peer does.
+    async fn expired(silence: &mut Silence, waiting: bool) -> bool {
+        std::future::poll_fn(|cx| Poll::Ready(silence.expired(cx, waiting))).await
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn silence_counts_from_the_last_bytes_and_only_while_waiting() {
+        let minute = Duration::from_secs(60);
+        let mut silence = Silence::new(minute);
+        assert!(!expired(&mut silence, true).await);
+        tokio::time::advance(minute - Duration::from_millis(1)).await;
+        assert!(!expired(&mut silence, true).await, "just before the limit");
+        // Bytes came: the next wait has a minute of its own.
+        assert!(!expired(&mut silence, false).await);
+        assert!(!expired(&mut silence, true).await);
+        tokio::time::advance(minute - Duration::from_millis(1)).await;
+        assert!(!expired(&mut silence, true).await);
+        // Time while nobody waits on the peer is not the peer's silence.
+        assert!(!expired(&mut silence, false).await);
+        tokio::time::advance(minute * 10).await;
+        assert!(!expired(&mut silence, true).await);
+        tokio::time::advance(minute).await;
+        assert!(
+            expired(&mut silence, true).await,
+            "a minute of silence while waiting"
+        );
+    }
+
+    /// Pumps a body of `framing` from `input` (written in `pieces`) through two in-memory
+    /// pipes; what the receiver got, and the bytes left after the body in the buffer.
+    async fn pumped(body: Body, framing: bool, input: &[u8], pieces: usize) -> (Vec<u8>, Vec<u8>) {
+        let (mut sender, mut from) = duplex(64);
+        let (mut to, mut receiver) = duplex(1 << 20);
+        let input = input.to_vec();
+        let writing = tokio::spawn(async move {
+            for piece in input.chunks(input.len().div_ceil(pieces).max(1)) {
+                sender.write_all(piece).await.unwrap();
+            }
+            sender
+        });
+        let mut buf = Buffer::small();
+        let mut pump = Pump::new(BodyReader::new(body), framing, 0);
+        let spliced = AtomicU64::new(0);
+        let end = std::future::poll_fn(|cx| pump.poll(cx, &mut buf, &mut from, &mut to, &spliced))
+            .await
+            .unwrap();
+        let rest = buf.filled()[end..].to_vec();
+        drop(to);
+        let mut got = Vec::new();
+        receiver.read_to_end(&mut got).await.unwrap();
+        drop(writing.await.unwrap());
+        (got, rest)
+    }
+
+    /// A body's framing, whether chunk framing goes on, its input, what is sent on, and what
+    /// follows the body.
+    type Case = (Body, bool, &'static [u8], &'static [u8], &'static [u8]);
+
+    #[tokio::test]
+    async fn a_body_goes_on_to_its_framed_end_and_no_further() {
+        let chunked = b"5\r\nhello\r\n1;x=1\r\n \r\n0\r\nTrailer: t\r\n\r\nGET /next";
+        let cases: &[Case] = &[
+            (Body::Length(5), true, b"helloGET", b"hello", b"GET"),
+            (
+                Body::Chunked,
+                true,
+                chunked,
+                b"5\r\nhello\r\n1;x=1\r\n \r\n0\r\n\r\n",
+                b"GET /next",
+            ),
+            (Body::Chunked, false, chunked, b"hello ", b"GET /next"),
+        ];
+        for (body, framing, input, sent, rest) in cases {
+            for pieces in [1, 3, input.len()] {
+                let (got, left) = pumped(*body, *framing, input, pieces).await;
+                assert_eq!(got, *sent, "{body:?} {framing} in {pieces}");
+                // The bytes after the end were read with the body only if they came with it.
+                assert!(rest.starts_with(&left), "{body:?} {pieces}: {left:?}");
+            }
+        }
+    }
+}
