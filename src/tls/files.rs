@@ -194,12 +194,14 @@ fn decrypt(
         pkcs8::EncryptedPrivateKeyInfo::from_der(&der).map_err(|e| bad_pem(e.to_string()))?;
     match info.decrypt(passphrase.expose()) {
         // A wrong passphrase fails the padding check, except about once in 256 tries, when it
-        // yields garbage instead: that is the same mistake, so it gets the same words.
+        // yields garbage instead (which pkcs8 may already refuse as DER, `Asn1`): that is the
+        // same mistake, so it gets the same words.
         Ok(plain) if pkcs8::PrivateKeyInfo::from_der(plain.as_bytes()).is_ok() => {
             Ok(PrivatePkcs8KeyDer::from(plain.as_bytes().to_vec()))
         }
         // pkcs5 0.7 reports a failed padding check on decryption as `EncryptFailed`.
         Ok(_)
+        | Err(pkcs8::Error::Asn1(_))
         | Err(pkcs8::Error::EncryptedPrivateKey(
             pkcs8::pkcs5::Error::DecryptFailed | pkcs8::pkcs5::Error::EncryptFailed,
         )) => Err(Finding::WrongPassphrase(path.to_path_buf())),
