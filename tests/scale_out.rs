@@ -4,10 +4,12 @@
 //! servers and two web servers. A TCP client's own address is in the log of each broker its
 //! connections land on; an HTTP session whose requests alternate between the brokers stays on
 //! its server and is never given a new cookie; with one broker killed, HAProxy's check sends
-//! new connections and the session's next requests to the other, the session intact.
+//! new connections and the session's next requests to the other, the session intact. And
+//! contrib/ctl-all, which does an operator's `appbroker ctl` on every broker, through a
+//! stand-in `ssh` that runs it here.
 //!
-//! It needs haproxy: `#[ignore]`d with that, run by `.ci/run` (which installs it), failing
-//! under `CI` when it is missing.
+//! The HAProxy test needs haproxy: `#[ignore]`d with that, run by `.ci/run` (which installs
+//! it), failing under `CI` when it is missing.
 // Helpers outside `#[test]` functions may unwrap too: a panic there is a failed assertion.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -298,4 +300,127 @@ async fn brokers_behind_haproxy_share_clients_and_sessions() {
         })
         .await;
     }
+}
+
+/// A stand-in for `ssh` that runs the remote command on this machine, in the directory of
+/// the broker named by the host (`$FLEET/hosts/HOST`, a link to it), so that `appbroker ctl`
+/// there finds that broker's `appserver.ini` and control socket. It records its arguments,
+/// and refuses a host that has no directory as ssh does (exit 255).
+const FAKE_SSH: &str = r#"#!/bin/sh
+echo "$*" >> "$FLEET/ssh-arguments"
+while [ $# -gt 0 ]; do
+    case "$1" in -n) shift ;; -o) shift 2 ;; *) break ;; esac
+done
+host=$1; shift
+if [ ! -d "$FLEET/hosts/$host" ]; then
+    echo "ssh: connect to host $host port 22: Connection refused" >&2
+    exit 255
+fi
+cd "$FLEET/hosts/$host" || exit 255
+RUNTIME_DIRECTORY=$PWD STATE_DIRECTORY=$PWD exec sh -c "$*"
+"#;
+
+/// A directory standing for a fleet of broker hosts: `bin/ssh` ([`FAKE_SSH`]) and a link per
+/// host to its broker's directory.
+fn fleet(hosts: &[(&str, &Broker)]) -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let fleet = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(fleet.path().join("bin")).unwrap();
+    std::fs::create_dir_all(fleet.path().join("hosts")).unwrap();
+    let ssh = fleet.path().join("bin/ssh");
+    std::fs::write(&ssh, FAKE_SSH).unwrap();
+    std::fs::set_permissions(&ssh, std::fs::Permissions::from_mode(0o755)).unwrap();
+    for (host, broker) in hosts {
+        std::os::unix::fs::symlink(broker.dir.path(), fleet.path().join("hosts").join(host))
+            .unwrap();
+    }
+    fleet
+}
+
+/// Runs contrib/ctl-all with `args` over `fleet`: (exit code, standard output, standard error).
+fn ctl_all(fleet: &std::path::Path, args: &[&str]) -> (i32, String, String) {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/contrib/ctl-all");
+    let path = std::env::var("PATH").unwrap_or_default();
+    let mut command = Command::new("sh");
+    command
+        .arg(script)
+        .args(args)
+        .env("PATH", format!("{}:{path}", fleet.join("bin").display()))
+        .env("FLEET", fleet)
+        .env("APPBROKER_CTL", format!("{} ctl", binary()));
+    run_bounded(command)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctl_all_runs_one_command_on_every_broker_and_reports_each() {
+    let (s1, s2) = (TestServer::start("s1").await, TestServer::start("s2").await);
+    let ini = ini_for(&[&s1, &s2], "");
+    let (a, b) = (Broker::start(&ini).await, Broker::start(&ini).await);
+    let fleet = fleet(&[("a", &a), ("b", &b)]);
+
+    let (code, out, err) = ctl_all(
+        fleet.path(),
+        &[
+            "a",
+            "b",
+            "--",
+            "disable",
+            "BALANCE_SMART_CLIENT_DESKTOP",
+            "01",
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("== a: exit 0") && out.contains("== b: exit 0"),
+        "{out}"
+    );
+    let arguments = std::fs::read_to_string(fleet.path().join("ssh-arguments")).unwrap();
+    assert!(
+        arguments.contains("BatchMode=yes") && arguments.contains("ConnectTimeout=5"),
+        "{arguments}"
+    );
+    // Each broker was told: a client through either goes to the other server.
+    for broker in [&a, &b] {
+        for _ in 0..3 {
+            assert_eq!(ask(broker.addr()).await.unwrap(), "s2");
+        }
+    }
+
+    // A host list from a file, one host down: the others are done, each answer reported,
+    // and the exit says that one failed.
+    let hosts = fleet.path().join("brokers");
+    std::fs::write(&hosts, "# the fleet\na\n\ngone\nb\n").unwrap();
+    let hosts = hosts.display().to_string();
+    let (code, out, err) = ctl_all(
+        fleet.path(),
+        &[
+            "-f",
+            &hosts,
+            "--",
+            "enable",
+            "BALANCE_SMART_CLIENT_DESKTOP",
+            "01",
+        ],
+    );
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.contains("== a: exit 0") && out.contains("== b: exit 0"),
+        "{out}"
+    );
+    assert!(
+        out.contains("== gone: exit 255") && out.contains("Connection refused"),
+        "{out}"
+    );
+    for broker in [&a, &b] {
+        let answers = ask_many(broker.addr(), 4).await;
+        assert!(answers.iter().any(|name| name == "s1"), "{answers:?}");
+    }
+
+    // A refusal on one host is that host's exit code, its reason printed under it.
+    let (code, out, _) = ctl_all(fleet.path(), &["a", "--", "disable", "NO_SUCH", "01"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("== a: exit ") && !out.contains("== a: exit 0"),
+        "{out}"
+    );
 }
