@@ -4,7 +4,8 @@
 //! servers and two web servers. A TCP client's own address is in the log of each broker its
 //! connections land on; an HTTP session whose requests alternate between the brokers stays on
 //! its server and is never given a new cookie; with one broker killed, HAProxy's check sends
-//! new connections and the session's next requests to the other, the session intact. And
+//! new connections and the session's next requests to the other, the session intact, and a
+//! connection open through the killed broker is cut while one through the other goes on. And
 //! contrib/ctl-all, which does an operator's `appbroker ctl` on every broker, through a
 //! stand-in `ssh` that runs it here.
 //!
@@ -277,7 +278,28 @@ async fn brokers_behind_haproxy_share_clients_and_sessions() {
 
     // One broker killed: HAProxy's check takes it out, and new connections and the
     // session's requests go to the other, the session intact.
+    // Two connections held through the front balancer, one on each broker (round robin):
+    // the one through the killed broker is cut, the other goes on.
+    let (mut held, _) = hold(front.tcp).await;
+    let (mut other, _) = hold(front.tcp).await;
     kill_tree(&mut b.child);
+    eventually("the connection through the killed broker cut", || {
+        ended_stream(&held) || ended_stream(&other)
+    })
+    .await;
+    if ended_stream(&held) {
+        std::mem::swap(&mut held, &mut other);
+    }
+    assert!(!ended_stream(&held), "both held connections were cut");
+    let survivor = held.local_addr().unwrap();
+    within("the survivor's echo", exchange(&mut held, "still here"))
+        .await
+        .expect("the connection through the surviving broker goes on");
+    drop(held);
+    eventually("the held connection's line in the survivor's log", || {
+        logged_client(&[&a], survivor) == [0]
+    })
+    .await;
     let mut n = 100;
     let mut in_a_row = 0;
     within("every request through the surviving broker", async {
