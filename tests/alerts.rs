@@ -7,9 +7,10 @@
 //! `ALERT_COMMAND` with the event on its standard input and its variables, without the broker's
 //! own, at most four at once; secrets in no output; and `RESTART_COMMAND`: once per cooldown, once
 //! for an AppServer two balancers list, for an HTTP server the response timeouts quarantined,
-//! never for an operator's quarantine nor while every server is down, killed at its timeout, at
-//! most the parallel limit at once, held back by `RESTART_ONLY_WITH_ADDRESS`, shown on the page,
-//! the JSON and `ctl show`, and run by hand with `ctl restart`.
+//! never for an operator's quarantine nor while every server is down, one exiting non-zero
+//! logged with its exit code and counted as `failed`, killed at its timeout, at most the parallel
+//! limit at once, held back by `RESTART_ONLY_WITH_ADDRESS`, shown on the page, the JSON and `ctl
+//! show`, and run by hand with `ctl restart`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test that cannot go on should panic
 
 use std::path::Path;
@@ -956,6 +957,39 @@ async fn a_restart_past_its_timeout_is_killed() {
     let timeouts =
         "appbroker_restarts_total{balancer=\"BALANCE_SMART_CLIENT_DESKTOP\",outcome=\"timeout\"}";
     assert_eq!(metric(&broker, timeouts).await, 1.0);
+}
+
+#[tokio::test]
+async fn a_restart_exiting_non_zero_is_logged_with_its_exit_code_and_counted_as_failed() {
+    let receiver = WebhookReceiver::start().await;
+    let mut a = TestServer::start("a").await;
+    let b = TestServer::start("b").await;
+    let extra = format!(
+        "ALERT_WEBHOOK=http://127.0.0.1:{}/\nRESTART_COMMAND=echo connection refused >&2; \
+         exit 3\nRESTART_AFTER=1s",
+        receiver.addr.port()
+    );
+    let broker = Broker::start(&one("", &[&a, &b], &extra)).await;
+    a.stop().await;
+    let line = broker
+        .wait_for_log(&format!("restart of server {} (01) failed", a.address()))
+        .await;
+    assert!(line.contains("failed: exit 3 in "), "{line}");
+    assert!(
+        line.ends_with("; its last lines: connection refused"),
+        "{line}"
+    );
+    let ran = receiver.wait_for("restart_ran").await;
+    assert_eq!(ran["exit"], 3, "{ran}");
+    assert_eq!(ran["reason"], "exit 3", "{ran}");
+    let series = |outcome: &str| {
+        format!(
+            "appbroker_restarts_total{{balancer=\"BALANCE_SMART_CLIENT_DESKTOP\",outcome=\"{outcome}\"}}"
+        )
+    };
+    assert_eq!(metric(&broker, &series("failed")).await, 1.0);
+    assert_eq!(metric(&broker, &series("ok")).await, 0.0);
+    assert_eq!(metric(&broker, &series("timeout")).await, 0.0);
 }
 
 #[tokio::test]
