@@ -6,10 +6,11 @@
 //! queue's bound and `alerts_dropped`; the daily certificate check's `certificate_expiring`;
 //! `ALERT_COMMAND` with the event on its standard input and its variables, without the broker's
 //! own, at most four at once; secrets in no output; and `RESTART_COMMAND`: once per cooldown, once
-//! for an AppServer two balancers list, never for an operator's quarantine nor while every server
-//! is down, killed at its timeout, at most the parallel limit at once, held back by
-//! `RESTART_ONLY_WITH_ADDRESS`, shown on the page, the JSON and `ctl show`, and run by hand with
-//! `ctl restart`.
+//! for an AppServer two balancers list, for an HTTP server the response timeouts quarantined,
+//! never for an operator's quarantine nor while every server is down, one exiting non-zero
+//! logged with its exit code and counted as `failed`, killed at its timeout, at most the parallel
+//! limit at once, held back by `RESTART_ONLY_WITH_ADDRESS`, shown on the page, the JSON and `ctl
+//! show`, and run by hand with `ctl restart`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test that cannot go on should panic
 
 use std::path::Path;
@@ -860,6 +861,50 @@ async fn no_restart_for_an_operators_quarantine_and_one_for_an_appserver_two_bal
 }
 
 #[tokio::test]
+async fn a_server_quarantined_by_http_timeouts_is_restarted_and_an_operators_is_not() {
+    // 01 accepts and never answers; 02 answers; 03 is put out by an operator.
+    let hung = FaultServer::start("hung", Behaviour::Hang).await;
+    let answers = Scripted::start().await;
+    let held = Scripted::start().await;
+    let extra = "SORT_METHOD=ROUND_ROBIN\nHTTP_RESPONSE_TIMEOUT=200ms\n\
+                 HTTP_TIMEOUTS_TO_QUARANTINE=1\nQUARANTINE_TIME=600\nRESTART_COMMAND=echo \
+                 \"$APPBROKER_SERVER_ID $APPBROKER_SERVER $APPBROKER_REASON\" >> @DIR@/restarts\n\
+                 RESTART_AFTER=1s";
+    let ini = http_ini(&[hung.addr, answers.addr, held.addr], extra);
+    let broker = Broker::start(&ini).await;
+    let (code, _, err) = cli(&broker, &["ctl", "quarantine", "HTTP", "03", "10m"]).await;
+    assert_eq!(code, 0, "{err}");
+    // Round robin over 01 and 02: within a few requests one reaches 01 and times out.
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        let status = raw_request(broker.addr(), &get_of("/ok")).await.status;
+        statuses.push(status);
+        if status == 504 {
+            break;
+        }
+    }
+    assert_eq!(statuses.last(), Some(&504), "{statuses:?}");
+    broker
+        .wait_for_log(&format!("restart of server {} (01): exit 0", hung.addr))
+        .await;
+    // 03's quarantine is older, so its restart, were it due, would have run first (one at
+    // a time by default).
+    let restarts = lines_of(&broker, "restarts");
+    assert_eq!(restarts.len(), 1, "{restarts:?}");
+    assert!(
+        restarts[0].starts_with(&format!("01 {} in quarantine (timeout) for ", hung.addr)),
+        "{restarts:?}"
+    );
+    let json = query_json(broker.addr()).await;
+    let entry = server_json(&json, &hung.addr.to_string()).unwrap();
+    assert_eq!(entry["last_restart"]["outcome"], "exit 0", "{entry}");
+    let operators = server_json(&json, &held.addr.to_string()).unwrap();
+    assert!(operators["last_restart"].is_null(), "{operators}");
+    let ok = "appbroker_restarts_total{balancer=\"BALANCE_HTTP\",outcome=\"ok\"}";
+    assert_eq!(metric(&broker, ok).await, 1.0);
+}
+
+#[tokio::test]
 async fn no_restart_while_every_server_is_down_and_one_when_another_is_back() {
     let mut a = TestServer::start("a").await;
     let mut b = TestServer::start("b").await;
@@ -912,6 +957,39 @@ async fn a_restart_past_its_timeout_is_killed() {
     let timeouts =
         "appbroker_restarts_total{balancer=\"BALANCE_SMART_CLIENT_DESKTOP\",outcome=\"timeout\"}";
     assert_eq!(metric(&broker, timeouts).await, 1.0);
+}
+
+#[tokio::test]
+async fn a_restart_exiting_non_zero_is_logged_with_its_exit_code_and_counted_as_failed() {
+    let receiver = WebhookReceiver::start().await;
+    let mut a = TestServer::start("a").await;
+    let b = TestServer::start("b").await;
+    let extra = format!(
+        "ALERT_WEBHOOK=http://127.0.0.1:{}/\nRESTART_COMMAND=echo connection refused >&2; \
+         exit 3\nRESTART_AFTER=1s",
+        receiver.addr.port()
+    );
+    let broker = Broker::start(&one("", &[&a, &b], &extra)).await;
+    a.stop().await;
+    let line = broker
+        .wait_for_log(&format!("restart of server {} (01) failed", a.address()))
+        .await;
+    assert!(line.contains("failed: exit 3 in "), "{line}");
+    assert!(
+        line.ends_with("; its last lines: connection refused"),
+        "{line}"
+    );
+    let ran = receiver.wait_for("restart_ran").await;
+    assert_eq!(ran["exit"], 3, "{ran}");
+    assert_eq!(ran["reason"], "exit 3", "{ran}");
+    let series = |outcome: &str| {
+        format!(
+            "appbroker_restarts_total{{balancer=\"BALANCE_SMART_CLIENT_DESKTOP\",outcome=\"{outcome}\"}}"
+        )
+    };
+    assert_eq!(metric(&broker, &series("failed")).await, 1.0);
+    assert_eq!(metric(&broker, &series("ok")).await, 0.0);
+    assert_eq!(metric(&broker, &series("timeout")).await, 0.0);
 }
 
 #[tokio::test]
