@@ -36,6 +36,12 @@ const LABEL: &[u8] = b"appbroker TOTVS_BROKER_SH_001 v1\0";
 /// The URL-safe base64 alphabet (RFC 4648 §5): safe in a cookie without quoting.
 const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 
+/// Whether `c` is one of [`ALPHABET`]'s characters: by class, not by a search of the
+/// alphabet (22 searches of 64 bytes were some 2,000 instructions a request).
+fn in_alphabet(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || c == b'-' || c == b'_'
+}
+
 /// Random bytes of a generated secret: 256 bits, written as 43 base64url characters.
 const SECRET_BYTES: usize = 32;
 
@@ -58,7 +64,7 @@ impl Ticket {
         let random: [u8; RANDOM] = value[dot + 1..].try_into().ok()?;
         random
             .iter()
-            .all(|c| ALPHABET.contains(c))
+            .all(|&c| in_alphabet(c))
             .then_some(Ticket { server, random })
     }
 
@@ -374,6 +380,13 @@ mod tests {
         assert_eq!(k.check(&forged), Signed::Neither);
         // A forged ticket is not kept: the one verified still is.
         assert_eq!(Verified::recall(k.id, &t), Some(Signed::Current));
+    }
+
+    #[test]
+    fn the_alphabet_test_agrees_with_the_alphabet() {
+        for c in 0..=u8::MAX {
+            assert_eq!(in_alphabet(c), ALPHABET.contains(&c), "byte {c}");
+        }
     }
 
     #[test]
