@@ -4,7 +4,8 @@
 //! request timeout passes with no head.
 
 use std::future::poll_fn;
-use std::io::{self, IoSlice};
+use std::io::{self, IoSlice, Write as _};
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -37,6 +38,8 @@ pub(super) enum Next<U: Upstreams> {
 pub(super) struct Client<'c, C> {
     pub(super) io: &'c mut C,
     pub(super) peer: Downstream,
+    /// The client's address as `X-Forwarded-For` says it.
+    pub(super) ip: &'c IpText,
     pub(super) closing: &'c CancellationToken,
     /// `HTTP_REQUEST_TIMEOUT` from the connection's start or the last answer's end.
     pub(super) deadline: Pin<&'c mut Sleep>,
@@ -57,6 +60,7 @@ impl<U: Upstreams> Engine<U> {
         let deadline = tokio::time::sleep(Duration::ZERO);
         tokio::pin!(deadline);
         let mut carried: Option<Buffer> = None;
+        let ip = IpText::of(client.peer.ip());
         loop {
             let request_timeout = self.settings.load().request_timeout;
             deadline.as_mut().reset(Instant::now() + request_timeout);
@@ -72,6 +76,7 @@ impl<U: Upstreams> Engine<U> {
             let conn = Client {
                 io: &mut io,
                 peer: client,
+                ip: &ip,
                 closing: &closing,
                 deadline: deadline.as_mut(),
             };
@@ -288,6 +293,35 @@ impl<U: Upstreams> Engine<U> {
         };
         self.upstreams.report(Report::Tunnel(&tunnel));
         drop((choice, conn));
+    }
+}
+
+/// A client's address as `X-Forwarded-For` says it (an IPv4 client on a dual-stack socket as
+/// plain IPv4), written once per connection, on the stack.
+pub(super) struct IpText {
+    bytes: [u8; 48],
+    len: usize,
+}
+
+impl IpText {
+    pub(super) fn of(ip: IpAddr) -> IpText {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            IpAddr::V4(_) => ip,
+        };
+        let mut text = IpText {
+            bytes: [0; 48],
+            len: 0,
+        };
+        let mut room = &mut text.bytes[..];
+        if write!(room, "{ip}").is_ok() {
+            text.len = 48 - room.len();
+        }
+        text
+    }
+
+    pub(super) fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
     }
 }
 
