@@ -5,11 +5,10 @@
 
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request};
-use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
@@ -23,9 +22,6 @@ pub const BACKOFF: [Duration; 3] = [
     Duration::from_secs(2),
     Duration::from_secs(4),
 ];
-
-/// At most this much of an answer's body is read; receivers answer `ok` or a short JSON.
-const BODY_READ: usize = 64 * 1024;
 
 /// Why one attempt failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -149,7 +145,6 @@ impl Receiver {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let failed = |e: hyper::Error| Failure::Again(format!("HTTP: {e}"));
         let request = Request::builder()
             .method(Method::POST)
             .uri(self.hook.expose_target())
@@ -165,28 +160,9 @@ impl Receiver {
             .header(header::CONNECTION, HeaderValue::from_static("close"))
             .body(Full::new(Bytes::copy_from_slice(body)))
             .map_err(|_| Failure::Refused("the URL cannot make a request".into()))?;
-        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        let status = crate::http::check::one_exchange(stream, request)
             .await
-            .map_err(failed)?;
-        let driver = tokio::spawn(connection);
-        let response = sender.send_request(request).await.map_err(failed);
-        let response = match response {
-            Ok(response) => response,
-            Err(e) => {
-                driver.abort();
-                return Err(e);
-            }
-        };
-        let status = response.status();
-        let mut body = response.into_body();
-        let mut read = 0;
-        while read < BODY_READ {
-            match body.frame().await {
-                Some(Ok(frame)) => read += frame.data_ref().map_or(0, Bytes::len),
-                _ => break,
-            }
-        }
-        driver.abort();
+            .map_err(|e| Failure::Again(format!("HTTP: {e}")))?;
         match status.as_u16() {
             200..=299 => Ok(()),
             429 | 500..=599 => Err(Failure::Again(format!("answered {status}"))),
