@@ -4,8 +4,8 @@
 //! (v2 `LOCAL`) is answered, never forwarded; a missing, late or broken header is refused,
 //! and so is one from a source that may not send it; servers that read the header get one,
 //! the monitor's checks included; `MAX_CONNECTIONS_PER_CLIENT` closes one client's extra
-//! connection and no one else's; an HTTP balancer's `X-Forwarded-For` names the header's
-//! client.
+//! connection and no one else's (an HTTP balancer's with a 503 and `Retry-After`); an HTTP
+//! balancer's `X-Forwarded-For` names the header's client.
 // Helpers outside `#[test]` functions may unwrap too: a panic there is a failed assertion.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -416,4 +416,67 @@ async fn an_http_balancer_forwards_for_the_client_a_header_names() {
     let seen = &origin.seen()[0];
     assert_eq!(seen.headers["x-forwarded-for"], "192.0.2.7");
     assert_eq!(seen.headers["x-real-ip"], "192.0.2.7");
+}
+
+/// A kept-alive connection to an HTTP balancer for `client`, through a front balancer's
+/// version 1 header, with one request answered.
+async fn http_client_of(broker: &InProcess, client: &str) -> (HttpConnection, u16) {
+    let mut stream = TcpStream::connect(broker.addr()).await.unwrap();
+    let header = v1(client.parse().unwrap(), broker.addr());
+    stream.write_all(&header).await.unwrap();
+    let mut connection = HttpConnection::on(stream);
+    let answer = connection.request("GET", "/page", &[]).await.unwrap();
+    (connection, answer.status)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_max_connections_per_client_an_http_client_gets_a_503_and_others_are_served() {
+    let origin = Origin::start().await;
+    let extra = "PROXY_PROTOCOL=1\nMAX_CONNECTIONS_PER_CLIENT=2";
+    let broker = InProcess::start(&http_ini(&[origin.addr], extra)).await;
+    let mut held = Vec::new();
+    for port in [1001, 1002] {
+        let (connection, status) = http_client_of(&broker, &format!("192.0.2.7:{port}")).await;
+        assert_eq!(status, 200);
+        held.push(connection);
+    }
+    // A third of the same client: a 503 saying when to come back, then the close.
+    let mut third = TcpStream::connect(broker.addr()).await.unwrap();
+    let header = v1("192.0.2.7:1003".parse().unwrap(), broker.addr());
+    third.write_all(&header).await.unwrap();
+    let mut third = HttpConnection::on(third);
+    let answer = third.request("GET", "/page", &[]).await.unwrap();
+    assert_eq!(answer.status, 503, "{}", answer.text());
+    assert_eq!(answer.header("retry-after"), Some("5"));
+    assert_eq!(answer.header("connection"), Some("close"));
+    assert!(closed_by_broker(&mut third.stream).await);
+    let limited = broker
+        .events
+        .wait_for("the refusal", |e| matches!(e, Event::ClientLimited { .. }))
+        .await;
+    assert!(
+        matches!(limited, Event::ClientLimited { open: 2, .. }),
+        "{limited:?}"
+    );
+    assert_eq!(broker.state().client_limited, 1);
+    assert_eq!(
+        origin.seen().len(),
+        2,
+        "the refused request never reached a server"
+    );
+    // Another client is served, and the client's two connections still are.
+    let (_other, status) = http_client_of(&broker, "192.0.2.8:1").await;
+    assert_eq!(status, 200);
+    for connection in &mut held {
+        let answer = connection.request("GET", "/again", &[]).await.unwrap();
+        assert_eq!(answer.status, 200);
+    }
+    // Once one of them ends, the client may connect again.
+    drop(held.pop());
+    eventually("the client's count goes down", || {
+        broker.state().clients_counted == 2
+    })
+    .await;
+    let (_again, status) = http_client_of(&broker, "192.0.2.7:1004").await;
+    assert_eq!(status, 200);
 }

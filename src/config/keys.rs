@@ -720,7 +720,7 @@ pub static KEYS: &[Key] = &[
             what: "a number of connections from 0 (no limit) to 1000000",
         },
         field: field!(Balancer.max_connections_per_client = Integer as u32, number),
-        doc: "connections at once from one client address (the PROXY protocol's when there is one); more are closed at once (0: no limit)",
+        doc: "connections at once from one client address (the PROXY protocol's when there is one); more are closed at once, on an HTTP balancer after a 503 (0: no limit)",
     },
     Key {
         name: "LOG_CONNECTIONS",

@@ -199,7 +199,8 @@ pub fn reconfigure(proxy: &HttpProxy, old: &Generation, new: &Generation, langua
 
 /// Serves one accepted connection of an HTTP balancer (`client`: who, and whether `stream`
 /// is TLS, for `X-Forwarded-Proto`): a `MAX_CONNECTIONS` place (or the
-/// connection is closed at once, as on a TCP balancer), then the engine until the client
+/// connection is closed at once, as on a TCP balancer), a hold under
+/// `MAX_CONNECTIONS_PER_CLIENT` (or a 503 with `Retry-After`), then the engine until the client
 /// closes; `ending.closing` answers the request in hand and closes, `ending.cut` ends it at
 /// once (an upgraded connection too).
 pub fn start<S: Stream>(
@@ -216,15 +217,28 @@ pub fn start<S: Stream>(
         balancer.refused(local);
         return;
     };
-    balancer.admitted();
-    slot.admit();
     let (proxy, closing, cut) = (
         Arc::clone(proxy),
         ending.closing.clone(),
         ending.cut.clone(),
     );
+    let span = balancer.span();
+    let Some(hold) = span.in_scope(|| balancer.hold_for_client(&pool, client.peer.ip())) else {
+        // Its place is kept while the 503 is said (within HTTP_REQUEST_TIMEOUT), so the
+        // refusals too stay within MAX_CONNECTIONS.
+        tasks.spawn(async move {
+            let _slot = slot;
+            tokio::select! {
+                _ = cut.cancelled() => {}
+                _ = proxy.serve_unavailable(stream, client) => {}
+            }
+        });
+        return;
+    };
+    balancer.admitted();
+    slot.admit();
     tasks.spawn(async move {
-        let _slot = slot;
+        let (_slot, _hold) = (slot, hold);
         tokio::select! {
             _ = cut.cancelled() => {}
             _ = proxy.serve(stream, client, closing) => {}

@@ -11,14 +11,16 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::task::{Poll, ready};
 use std::time::Duration;
 
+use hyper::StatusCode;
 use tokio::io::AsyncWriteExt;
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
 
 use super::Engine;
 use super::buffers::Buffer;
+use super::own::{self, Ending};
 use super::pool::ServerConn;
-use crate::http::h1::{HeadError, HeadScan, OutHead, RequestHead};
+use crate::http::h1::{HeadError, HeadScan, Method, OutHead, RequestHead, Version};
 use crate::http::{Choice, Downstream, Report, Tunnel, Upstreams};
 use crate::net::relay::{Counters, relay};
 use crate::net::stream::Stream;
@@ -84,6 +86,49 @@ impl<U: Upstreams> Engine<U> {
                     return Box::pin(self.relay_tunnel(&mut io, *upgraded)).await;
                 }
             }
+        }
+    }
+}
+
+impl<U: Upstreams> Engine<U> {
+    /// Answers a connection the balancer will not serve now (its client has
+    /// `MAX_CONNECTIONS_PER_CLIENT` open) with the 503 page and its `Retry-After`, then
+    /// closes it. The first request's head is waited for, within `HTTP_REQUEST_TIMEOUT`, so
+    /// the answer meets a request (a browser shows it, a `HEAD` gets the head alone) and the
+    /// close that follows does not reset the connection under it.
+    pub async fn serve_unavailable<C: Stream>(self: Arc<Self>, mut io: C, client: Downstream) {
+        let settings = self.settings.load_full();
+        let deadline = tokio::time::sleep(settings.request_timeout);
+        tokio::pin!(deadline);
+        let Some(mut buf) = first_bytes(&mut io, deadline.as_mut()).await else {
+            return;
+        };
+        let closing = CancellationToken::new();
+        let mut conn = Client {
+            io: &mut io,
+            peer: client,
+            closing: &closing,
+            deadline: deadline.as_mut(),
+        };
+        let (version, head_only) = match conn.read_head(&mut buf).await {
+            Ok(head) => (head.version(), head.method() == Method::Head),
+            Err(Headless::Refused(_)) => (Version::Http11, false),
+            Err(Headless::Gone) => return,
+        };
+        let ending = Ending {
+            close: true,
+            version,
+            head_only,
+        };
+        let retry_after = settings.retry_after.as_secs();
+        let page = own::page(
+            StatusCode::SERVICE_UNAVAILABLE,
+            settings.language,
+            retry_after,
+            ending,
+        );
+        if conn.write(&page).await {
+            conn.linger().await;
         }
     }
 }
