@@ -5,7 +5,9 @@
 //! and so is one from a source that may not send it; servers that read the header get one,
 //! the monitor's checks included; `MAX_CONNECTIONS_PER_CLIENT` closes one client's extra
 //! connection and no one else's (an HTTP balancer's with a 503 and `Retry-After`); an HTTP
-//! balancer's `X-Forwarded-For` names the header's client.
+//! balancer's `X-Forwarded-For` names the header's client, and a trusted L7 proxy's
+//! `X-Forwarded-For` (`HTTP_TRUSTED_PROXIES`) names the client for `X-Real-IP` and
+//! `QUERY_ALLOW`.
 // Helpers outside `#[test]` functions may unwrap too: a panic there is a failed assertion.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -479,4 +481,65 @@ async fn past_max_connections_per_client_an_http_client_gets_a_503_and_others_ar
     .await;
     let (_again, status) = http_client_of(&broker, "192.0.2.7:1004").await;
     assert_eq!(status, 200);
+}
+
+/// `path` asked by a client at `source` with `X-Forwarded-For: chain` (none when empty).
+async fn forwarded_request(
+    broker: &InProcess,
+    source: Ipv4Addr,
+    path: &str,
+    chain: &str,
+) -> HttpResponse {
+    let stream = connect_from(source, broker.addr()).await;
+    let headers: &[(&str, &str)] = if chain.is_empty() {
+        &[]
+    } else {
+        &[("X-Forwarded-For", chain)]
+    };
+    let mut connection = HttpConnection::on(stream);
+    connection.request("GET", path, headers).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trusted_proxys_x_forwarded_for_names_the_http_client() {
+    let origin = Origin::start().await;
+    let ini = http_ini(&[origin.addr], "HTTP_TRUSTED_PROXIES=127.0.0.1, 10.0.0.0/8")
+        .replace("QUERY_ALLOW=127.0.0.1", "QUERY_ALLOW=203.0.113.9");
+    let broker = InProcess::start(&ini).await;
+    let proxy = Ipv4Addr::LOCALHOST;
+    let chain = "198.51.100.1, 203.0.113.9, 10.0.0.2";
+    // From the trusted proxy: the chain's last address not trusted is the client; the
+    // chain goes on as received, plus the proxy.
+    let answer = forwarded_request(&broker, proxy, "/page", chain).await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let seen = origin.seen().pop().unwrap();
+    assert_eq!(
+        seen.headers["x-forwarded-for"],
+        format!("{chain}, 127.0.0.1")
+    );
+    assert_eq!(seen.headers["x-real-ip"], "203.0.113.9");
+    // QUERY_ALLOW judges that client, not the proxy.
+    let ping = "/TOTVS_BROKER_QUERY/PING";
+    for (chain, status) in [(chain, 200), ("198.51.100.1", 403), ("", 403)] {
+        let answer = forwarded_request(&broker, proxy, ping, chain).await;
+        assert_eq!(answer.status, status, "{chain:?}: {}", answer.text());
+    }
+    // A chain with an entry that is no address: the proxy is the client.
+    let malformed = "203.0.113.9:443";
+    let answer = forwarded_request(&broker, proxy, ping, malformed).await;
+    assert_eq!(answer.status, 403, "{}", answer.text());
+    forwarded_request(&broker, proxy, "/page", malformed).await;
+    let seen = origin.seen().pop().unwrap();
+    assert_eq!(seen.headers["x-real-ip"], "127.0.0.1");
+    // From a peer not trusted, the chain is passed on but not believed.
+    let stranger = Ipv4Addr::new(127, 0, 0, 2);
+    let answer = forwarded_request(&broker, stranger, ping, chain).await;
+    assert_eq!(answer.status, 403, "{}", answer.text());
+    forwarded_request(&broker, stranger, "/page", chain).await;
+    let seen = origin.seen().pop().unwrap();
+    assert_eq!(
+        seen.headers["x-forwarded-for"],
+        format!("{chain}, 127.0.0.2")
+    );
+    assert_eq!(seen.headers["x-real-ip"], "127.0.0.2");
 }

@@ -1051,6 +1051,20 @@ pub static KEYS: &[Key] = &[
         doc: "HTTP: append X-Forwarded-For, set X-Forwarded-Proto, X-Forwarded-Host and X-Real-IP on requests",
     },
     Key {
+        name: "HTTP_TRUSTED_PROXIES",
+        stands: Stands::Balancer,
+        domain: Domain::CidrsOrNone,
+        field: Field::Balancer {
+            set: |b, v| {
+                if let Value::Cidrs(list) = v {
+                    b.http.trusted_proxies = list;
+                }
+            },
+            get: |b| on_http(b, &b.http.trusted_proxies, |list| cidr_list(list)),
+        },
+        doc: "HTTP: addresses or CIDRs of L7 proxies in front; from them X-Forwarded-For names the client (its last address not listed), for X-Real-IP, QUERY_ALLOW and the log (empty: none)",
+    },
+    Key {
         name: "HTTP_UPGRADE_PROTOCOLS",
         stands: Stands::Balancer,
         domain: Domain::Protocols,
@@ -1433,6 +1447,7 @@ impl BalancerConfig {
                 session_timeout: Duration::from_secs(600),
                 max_sessions: 100_000,
                 sticky_strict: false,
+                trusted_proxies: Vec::new(),
             },
             alerts: AlertSettings::defaults(),
             restarts: RestartSettings::defaults(),

@@ -300,7 +300,8 @@ fn contradictory_timings_are_one_warning_each_naming_both_values() {
 
 #[test]
 fn the_proxy_protocol_keys_are_read_and_their_loose_ends_noticed() {
-    let text = "[General]\nPROXY_PROTOCOL=1\n[BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_PORT=5000\n\
+    let text = "[General]\nPROXY_PROTOCOL=1\nHTTP_TRUSTED_PROXIES=10.0.0.0/8 ::1\n\
+                [BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_PORT=5000\n\
                 QUERY_ALLOW=127.0.0.1\nPROXY_PROTOCOL_FROM=10.0.0.10, 10.1.0.0/16\n\
                 PROXY_PROTOCOL_TIMEOUT=500ms\nSEND_PROXY_PROTOCOL=2\n\
                 MAX_CONNECTIONS_PER_CLIENT=20\nREMOTE_SERVER_01=127.0.0.1 6001\n\
@@ -324,6 +325,11 @@ fn the_proxy_protocol_keys_are_read_and_their_loose_ends_noticed() {
     // Not applied by the HTTP engine yet: 0, with a notice.
     assert_eq!(http.proxy.send, None);
     assert_eq!(http.max_connections_per_client, 5);
+    assert_eq!(
+        http.http.trusted_proxies.len(),
+        2,
+        "[General]'s HTTP_TRUSTED_PROXIES is every HTTP balancer's"
+    );
     assert!(!off.proxy.accept);
     let notices: Vec<String> = loaded.notices.iter().map(|n| n.located("t.ini")).collect();
     let all = notices.join("\n");

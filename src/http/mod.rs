@@ -19,6 +19,8 @@
 //!   answers passed back, the idle server connections, the buffers' pool, upgrades.
 //! - `client_head`: the client's head as the balancer sees it.
 //! - `refusal`: why the broker answers a request itself.
+//! - `real_client`: `HTTP_TRUSTED_PROXIES`: the client a trusted proxy's `X-Forwarded-For`
+//!   names.
 //! - `pages`: the broker's own answers (502, 503, 504, refusals) in the page language.
 //! - [`stats`]: the figures METRICS reads.
 //! - [`check`](mod@check): `MONITORING_TYPE=HTTP`, one request over a given connection
@@ -29,6 +31,7 @@ mod client_head;
 pub mod engine;
 pub mod h1;
 pub mod pages;
+mod real_client;
 mod refusal;
 pub mod stats;
 
@@ -41,7 +44,7 @@ use std::time::Duration;
 use hyper::body::Bytes;
 use hyper::{Method, Response, StatusCode};
 
-use crate::config::Language;
+use crate::config::{Cidr, Language};
 use crate::net::relay::End;
 use crate::net::stream::Stream;
 
@@ -162,10 +165,14 @@ impl<U: Upstreams + ?Sized> Choice<U> {
 /// The client's end of a connection, as the request's rewriting and the access log need it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Downstream {
-    /// The client's address (`X-Forwarded-For`, the access log).
+    /// The client's address (`X-Real-IP`, `QUERY_ALLOW`, the access log): the connection's
+    /// peer, or the client a trusted proxy's `X-Forwarded-For` names (`HTTP_TRUSTED_PROXIES`).
     pub peer: SocketAddr,
     /// Whether the client came over TLS (`X-Forwarded-Proto: https`, the cookie's `Secure`).
     pub tls: bool,
+    /// The trusted proxy the request came through, when `peer` is the client its
+    /// `X-Forwarded-For` named: the address appended to that chain on the way to the server.
+    pub via: Option<SocketAddr>,
 }
 
 /// What the engine tells the balancer.
@@ -288,6 +295,8 @@ pub struct Settings {
     pub language: Language,
     /// The `Retry-After` of a 503.
     pub retry_after: Duration,
+    /// `HTTP_TRUSTED_PROXIES`: the peers whose `X-Forwarded-For` names the client.
+    pub trusted_proxies: Vec<Cidr>,
 }
 
 impl Default for Settings {
@@ -307,6 +316,7 @@ impl Default for Settings {
             tunnel_idle_timeout: None,
             language: Language::English,
             retry_after: Duration::from_secs(5),
+            trusted_proxies: Vec::new(),
         }
     }
 }

@@ -180,6 +180,7 @@ pub fn settings(config: &BalancerConfig, language: Language) -> http::Settings {
         retry_idempotent: keys.retry_idempotent,
         tunnel_idle_timeout: config.idle_timeout,
         language,
+        trusted_proxies: keys.trusted_proxies.clone(),
         ..http::Settings::default()
     }
 }

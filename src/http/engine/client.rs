@@ -386,7 +386,11 @@ mod tests {
             .unwrap();
         let (accepted, peer) = listener.accept().await.unwrap();
         let engine = Engine::new(Arc::new(Nobody), Settings::default());
-        let downstream = Downstream { peer, tls: false };
+        let downstream = Downstream {
+            peer,
+            tls: false,
+            via: None,
+        };
         let serving = engine.serve(accepted, downstream, CancellationToken::new());
         let size = std::mem::size_of_val(&serving);
         let parts = [

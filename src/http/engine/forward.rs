@@ -392,10 +392,13 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
     fn request_out(&self, server: &str) -> (OutHead, Asked, Pump) {
         let (head, buf) = (&self.head, self.buf.filled());
         let offer = offer(head, buf, &self.settings.upgrade_protocols);
-        let ip = IpText::of(self.client.peer.peer.ip());
+        let peer = self.client.peer;
+        let ip = IpText::of(peer.peer.ip());
+        let via = IpText::of(peer.via.unwrap_or(peer.peer).ip());
         let how = ToServer {
             forwarded: self.settings.forwarded_headers.then(|| Forwarded {
                 client: ip.as_bytes(),
+                peer: via.as_bytes(),
                 https: self.client.peer.tls,
             }),
             upgrade: offer.goes,

@@ -223,7 +223,11 @@ impl LoopbackEngine {
                     let Ok((stream, peer)) = listener.accept().await else {
                         continue;
                     };
-                    let client = Downstream { peer, tls: false };
+                    let client = Downstream {
+                        peer,
+                        tls: false,
+                        via: None,
+                    };
                     let proxy = Arc::clone(&proxy);
                     let closing = closing.clone();
                     let serving = Arc::clone(&serving);
