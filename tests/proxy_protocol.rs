@@ -7,7 +7,8 @@
 //! connection and no one else's (an HTTP balancer's with a 503 and `Retry-After`); an HTTP
 //! balancer's `X-Forwarded-For` names the header's client, and a trusted L7 proxy's
 //! `X-Forwarded-For` (`HTTP_TRUSTED_PROXIES`) names the client for `X-Real-IP` and
-//! `QUERY_ALLOW`.
+//! `QUERY_ALLOW`; an HTTP balancer's server connections with `SEND_PROXY_PROTOCOL` each name
+//! one client and serve only its requests.
 // Helpers outside `#[test]` functions may unwrap too: a panic there is a failed assertion.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -542,4 +543,96 @@ async fn a_trusted_proxys_x_forwarded_for_names_the_http_client() {
         format!("{chain}, 127.0.0.2")
     );
     assert_eq!(seen.headers["x-real-ip"], "127.0.0.2");
+}
+
+/// An HTTP server that reads the PROXY protocol (version 1): each connection's header line
+/// kept, then each request answered with the connection's number and that line, kept alive.
+async fn proxy_reading_origin() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        for number in 0u32.. {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(serve_with_header(stream, number));
+        }
+    });
+    addr
+}
+
+/// One connection of [`proxy_reading_origin`]: its header, then its requests (heads alone).
+async fn serve_with_header(mut stream: TcpStream, number: u32) {
+    let mut bytes = Vec::new();
+    let mut chunk = [0u8; 1024];
+    let mut header = None;
+    loop {
+        let Ok(n) = stream.read(&mut chunk).await else {
+            return;
+        };
+        if n == 0 {
+            return;
+        }
+        bytes.extend_from_slice(&chunk[..n]);
+        if header.is_none() {
+            let Some(end) = bytes.windows(2).position(|w| w == b"\r\n") else {
+                continue;
+            };
+            header = Some(String::from_utf8_lossy(&bytes[..end]).into_owned());
+            bytes.drain(..end + 2);
+        }
+        while let Some(end) = bytes.windows(4).position(|w| w == b"\r\n\r\n") {
+            bytes.drain(..end + 4);
+            let body = format!("{number} {}", header.as_deref().unwrap_or(""));
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            if stream.write_all(answer.as_bytes()).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_balancers_server_connections_name_one_client_and_serve_only_it() {
+    let origin = proxy_reading_origin().await;
+    let broker = InProcess::start(&http_ini(&[origin], "SEND_PROXY_PROTOCOL=1")).await;
+    // More clients than worker threads (the pool is per worker): two of them share one, and
+    // its pool, whatever the machine.
+    let workers = std::thread::available_parallelism().map_or(1, usize::from);
+    let mut clients = Vec::new();
+    for n in 0..=workers.min(200) as u8 {
+        let source = Ipv4Addr::new(127, 0, 1, n + 2);
+        let stream = connect_from(source, broker.addr()).await;
+        let port = stream.local_addr().unwrap().port();
+        clients.push((HttpConnection::on(stream), source, port));
+    }
+    // Requests go round the clients, each on its kept-alive connection: every answer comes
+    // over a server connection whose header names the client that asked.
+    let mut used = std::collections::HashMap::<u32, Ipv4Addr>::new();
+    for round in 0..3 {
+        for (connection, source, port) in &mut clients {
+            let answer = connection.request("GET", "/who", &[]).await.unwrap();
+            assert_eq!(answer.status, 200, "{}", answer.text());
+            let text = answer.text();
+            let (number, header) = text.split_once(' ').unwrap();
+            let expected = format!(
+                "PROXY TCP4 {source} 127.0.0.1 {port} {}",
+                broker.addr().port()
+            );
+            assert_eq!(header, expected, "round {round}");
+            let owner = used.entry(number.parse().unwrap()).or_insert(*source);
+            assert_eq!(
+                owner, source,
+                "server connection {number} served two clients"
+            );
+        }
+    }
+    // Each client's connections were kept for it: fewer server connections than requests.
+    assert!(
+        used.len() < 3 * clients.len(),
+        "no server connection was reused: {used:?}"
+    );
 }

@@ -98,7 +98,7 @@ fn downstream(origin: &Origin, tls: bool) -> Downstream {
     Downstream {
         peer: origin.client,
         tls,
-        via: None,
+        local: origin.destination,
     }
 }
 

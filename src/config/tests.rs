@@ -322,8 +322,7 @@ fn the_proxy_protocol_keys_are_read_and_their_loose_ends_noticed() {
     assert_eq!(tcp.proxy.timeout, Duration::from_millis(500));
     assert_eq!(tcp.proxy.send, Some(ProxyVersion::V2));
     assert_eq!(tcp.max_connections_per_client, 20);
-    // Not applied by the HTTP engine yet: 0, with a notice.
-    assert_eq!(http.proxy.send, None);
+    assert_eq!(http.proxy.send, Some(ProxyVersion::V1));
     assert_eq!(http.max_connections_per_client, 5);
     assert_eq!(
         http.http.trusted_proxies.len(),
@@ -337,12 +336,8 @@ fn the_proxy_protocol_keys_are_read_and_their_loose_ends_noticed() {
         all.contains("[BALANCE_HTTP] PROXY_PROTOCOL: is 1 and PROXY_PROTOCOL_FROM is empty"),
         "{all}"
     );
-    assert!(
-        all.contains("SEND_PROXY_PROTOCOL: is not applied to HTTP"),
-        "{all}"
-    );
     assert!(all.contains("PROXY_PROTOCOL_TIMEOUT: is ignored"), "{all}");
-    assert_eq!(notices.len(), 3, "{all}");
+    assert_eq!(notices.len(), 2, "{all}");
     for bad in [
         "SEND_PROXY_PROTOCOL=3",
         "PROXY_PROTOCOL_FROM=10.0.0.300",

@@ -38,7 +38,7 @@ pub mod stats;
 use std::fmt;
 use std::future::Future;
 use std::hash::Hash;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use hyper::body::Bytes;
@@ -98,8 +98,16 @@ pub trait Upstreams: Send + Sync + 'static {
     fn connect(
         &self,
         server: &Self::Server,
-        client: SocketAddr,
+        client: &Downstream,
     ) -> impl Future<Output = Result<Self::Stream, Self::ConnectError>> + Send;
+
+    /// The client a new server connection for `client`'s request belongs to, when it names
+    /// one to the server (a PROXY protocol header, `SEND_PROXY_PROTOCOL`): the pool then
+    /// gives it to that client's requests only, never another's. `None` (the default): any
+    /// request may reuse it.
+    fn connection_owner(&self, _client: &Downstream) -> Option<IpAddr> {
+        None
+    }
 
     /// What happened, for quarantine, accounting and the access log. Called on the data
     /// path: keep it short (counters, a log line), never blocking.
@@ -166,13 +174,14 @@ impl<U: Upstreams + ?Sized> Choice<U> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Downstream {
     /// The client's address (`X-Real-IP`, `QUERY_ALLOW`, the access log): the connection's
-    /// peer, or the client a trusted proxy's `X-Forwarded-For` names (`HTTP_TRUSTED_PROXIES`).
+    /// peer, or, for one request, the client a trusted proxy's `X-Forwarded-For` names
+    /// (`HTTP_TRUSTED_PROXIES`).
     pub peer: SocketAddr,
     /// Whether the client came over TLS (`X-Forwarded-Proto: https`, the cookie's `Secure`).
     pub tls: bool,
-    /// The trusted proxy the request came through, when `peer` is the client its
-    /// `X-Forwarded-For` named: the address appended to that chain on the way to the server.
-    pub via: Option<SocketAddr>,
+    /// Where the client connected, when known (a PROXY protocol header's destination, or the
+    /// accepted socket's own address): the destination a header sent on to a server names.
+    pub local: Option<SocketAddr>,
 }
 
 /// What the engine tells the balancer.

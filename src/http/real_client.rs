@@ -11,13 +11,18 @@ use crate::http::Downstream;
 use crate::http::h1::{FieldName, RequestHead};
 
 impl Downstream {
-    /// This connection's client as `head` (over `buf`) tells it when the connection's peer
-    /// is in `trusted`: the peer becomes the chain's client and `via` keeps the peer (for
-    /// `X-Forwarded-For`, which the peer is appended to); as it is otherwise, or when the
+    /// This request's client as `head` (over `buf`) tells it when the connection's peer is
+    /// in `trusted`: the chain's client, and the peer it came through (which
+    /// `X-Forwarded-For` is appended with); as it is, and no proxy, otherwise or when the
     /// chain names no client.
-    pub(crate) fn behind(self, trusted: &[Cidr], head: &RequestHead, buf: &[u8]) -> Downstream {
+    pub(crate) fn behind(
+        self,
+        trusted: &[Cidr],
+        head: &RequestHead,
+        buf: &[u8],
+    ) -> (Downstream, Option<IpAddr>) {
         if trusted.is_empty() {
-            return self;
+            return (self, None);
         }
         let fields = head.fields();
         let lines = fields
@@ -26,14 +31,14 @@ impl Downstream {
             .map(|field| field.value);
         let client = real_client(self.peer.ip(), trusted, lines);
         if client == self.peer.ip() {
-            return self;
+            return (self, None);
         }
-        Downstream {
+        let behind = Downstream {
             // The port is the peer's: the chain carries none, and the log wants one.
             peer: SocketAddr::new(client, self.peer.port()),
-            via: Some(self.peer),
             ..self
-        }
+        };
+        (behind, Some(self.peer.ip()))
     }
 }
 

@@ -15,7 +15,7 @@
 pub mod sessions;
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use hyper::Response;
@@ -39,6 +39,7 @@ use crate::http_balancer::sessions::{
     without_broker_cookie,
 };
 use crate::net::dial::{ConnectError, ServerStream};
+use crate::net::proxy_protocol::{self, Header};
 use crate::net::relay;
 use crate::net::stream::Stream;
 use crate::process::clock::wall_ms;
@@ -210,10 +211,14 @@ pub fn start<S: Stream>(
     ending: &Ending,
     local: Option<SocketAddr>,
     stream: S,
-    client: Downstream,
+    mut client: Downstream,
 ) {
     let balancer = &proxy.upstreams().balancer;
     let pool = balancer.generation();
+    if pool.config.proxy.send.is_some() && client.local.is_none() {
+        // The header sent on names where the client connected: the socket's own address.
+        client.local = stream.socket().and_then(|s| s.local_addr().ok());
+    }
     let Some(slot) = balancer.try_take_slot(&pool) else {
         balancer.refused(local);
         return;
@@ -708,19 +713,40 @@ impl Upstreams for HttpBalancer {
         }
     }
 
-    /// The balancer's one dial path ([`Balancer::dial`]): TLS with `SSL_ENCRYPT_UPSTREAM=1`,
-    /// the socket options, the connect accounted for (a server found in quarantine is taken
-    /// as chosen although quarantined, as a TCP client's pick would be).
+    /// The balancer's one dial path ([`Balancer::dial_with`]): the PROXY protocol header
+    /// first with `SEND_PROXY_PROTOCOL`, TLS with `SSL_ENCRYPT_UPSTREAM=1`, the socket
+    /// options, the connect accounted for (a server found in quarantine is taken as chosen
+    /// although quarantined, as a TCP client's pick would be).
     async fn connect(
         &self,
         server: &Target,
-        client: SocketAddr,
+        client: &Downstream,
     ) -> Result<ServerStream, ConnectError> {
         let pool = self.balancer.generation();
         let s = &server.0;
         let stale = s.is_quarantined();
-        let dialed = self.balancer.dial(&pool, s, stale, client);
+        let preface = pool.config.proxy.send.map(|version| {
+            let header = match client.local {
+                Some(destination) => Header::Proxied {
+                    source: client.peer,
+                    destination,
+                },
+                None => Header::Unknown,
+            };
+            proxy_protocol::write(version, &header)
+        });
+        let preface = preface.as_deref().unwrap_or_default();
+        let dialed = self
+            .balancer
+            .dial_with(&pool, s, stale, client.peer, preface);
         dialed.instrument(self.span.clone()).await
+    }
+
+    /// With `SEND_PROXY_PROTOCOL` a server connection's header names one client: the
+    /// connection is that client's alone (as HAProxy keeps a `send-proxy` connection private).
+    fn connection_owner(&self, client: &Downstream) -> Option<IpAddr> {
+        let sends = self.balancer.generation().config.proxy.send.is_some();
+        sends.then(|| client.peer.ip())
     }
 
     fn report(&self, report: Report<'_, Target>) {

@@ -5,6 +5,7 @@
 
 use std::future::poll_fn;
 use std::io::{self, IoSlice};
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -39,6 +40,9 @@ pub(super) enum Next<U: Upstreams> {
 pub(super) struct Client<'c, C> {
     pub(super) io: &'c mut C,
     pub(super) peer: Downstream,
+    /// The trusted proxy (`HTTP_TRUSTED_PROXIES`) the request came through, when `peer` is
+    /// the client its `X-Forwarded-For` named: appended to that chain on the way on.
+    pub(super) via: Option<IpAddr>,
     pub(super) closing: &'c CancellationToken,
     /// `HTTP_REQUEST_TIMEOUT` from the connection's start or the last answer's end.
     pub(super) deadline: Pin<&'c mut Sleep>,
@@ -74,6 +78,7 @@ impl<U: Upstreams> Engine<U> {
             let conn = Client {
                 io: &mut io,
                 peer: client,
+                via: None,
                 closing: &closing,
                 deadline: deadline.as_mut(),
             };
@@ -107,6 +112,7 @@ impl<U: Upstreams> Engine<U> {
         let mut conn = Client {
             io: &mut io,
             peer: client,
+            via: None,
             closing: &closing,
             deadline: deadline.as_mut(),
         };
@@ -371,7 +377,7 @@ mod tests {
             None
         }
 
-        async fn connect(&self, _: &SocketAddr, _: SocketAddr) -> Result<TcpStream, NoServer> {
+        async fn connect(&self, _: &SocketAddr, _: &Downstream) -> Result<TcpStream, NoServer> {
             Err(NoServer)
         }
 
@@ -389,7 +395,7 @@ mod tests {
         let downstream = Downstream {
             peer,
             tls: false,
-            via: None,
+            local: None,
         };
         let serving = engine.serve(accepted, downstream, CancellationToken::new());
         let size = std::mem::size_of_val(&serving);

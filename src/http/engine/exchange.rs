@@ -50,9 +50,10 @@ impl<U: Upstreams> Engine<U> {
                 return self.refuse_head(client, &buf, error, &settings).await;
             }
         };
-        client.peer = client
-            .peer
-            .behind(&settings.trusted_proxies, &head, buf.filled());
+        (client.peer, client.via) =
+            client
+                .peer
+                .behind(&settings.trusted_proxies, &head, buf.filled());
         let record = Record::new(self, client.peer.peer, &head, buf.filled());
         let request = InHand {
             engine: self,

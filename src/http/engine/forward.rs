@@ -215,7 +215,8 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
     async fn try_server(&mut self, choice: &Choice<U>, replayable: bool) -> Tried<U> {
         let server = &choice.server;
         let idle_timeout = self.settings.idle_timeout;
-        let mut conn = match self.engine.pool.take(server, idle_timeout) {
+        let owner = self.engine.upstreams.connection_owner(&self.client.peer);
+        let mut conn = match self.engine.pool.take(server, idle_timeout, owner) {
             Some(conn) => conn,
             None => match self.dial(server).await {
                 Ok(conn) => conn,
@@ -265,7 +266,7 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
         let upstreams = &self.engine.upstreams;
         // Boxed: a dialer's future (a TLS handshake's) is large, and only a new connection
         // needs it.
-        match Box::pin(upstreams.connect(server, self.client.peer.peer)).await {
+        match Box::pin(upstreams.connect(server, &self.client.peer)).await {
             Ok(stream) => {
                 let figures = self.engine.pool.figures(server);
                 let lifetime = Lifetime::opened(Arc::clone(upstreams), server.clone(), figures);
@@ -273,6 +274,7 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
                     stream,
                     _lifetime: lifetime,
                     reused: false,
+                    owner: upstreams.connection_owner(&self.client.peer),
                 })
             }
             Err(error) if !error.try_next() => {
@@ -394,7 +396,7 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
         let offer = offer(head, buf, &self.settings.upgrade_protocols);
         let peer = self.client.peer;
         let ip = IpText::of(peer.peer.ip());
-        let via = IpText::of(peer.via.unwrap_or(peer.peer).ip());
+        let via = IpText::of(self.client.via.unwrap_or(peer.peer.ip()));
         let how = ToServer {
             forwarded: self.settings.forwarded_headers.then(|| Forwarded {
                 client: ip.as_bytes(),

@@ -158,7 +158,7 @@ impl Upstreams for TestUpstreams {
     fn connect(
         &self,
         server: &SocketAddr,
-        _client: SocketAddr,
+        _client: &Downstream,
     ) -> impl Future<Output = Result<TcpStream, TestConnectError>> + Send {
         let server = *server;
         let brokers = self.broker_fault.load(SeqCst);
@@ -226,7 +226,7 @@ impl LoopbackEngine {
                     let client = Downstream {
                         peer,
                         tls: false,
-                        via: None,
+                        local: None,
                     };
                     let proxy = Arc::clone(&proxy);
                     let closing = closing.clone();
