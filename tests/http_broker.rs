@@ -20,8 +20,8 @@ use appbroker::Event;
 use appbroker::config::BalancerKind;
 use futures_util::{SinkExt, StreamExt};
 use harness::{
-    InProcess, Origin, OriginBody, Reason, Release, client, dead_addr, eventually, full, get,
-    http_ini, request, send, within,
+    InProcess, Origin, OriginBody, Reason, Release, client, dead_addr, eventually, find_program,
+    full, get, http_ini, request, send, within,
 };
 use hyper::StatusCode;
 use hyper::service::service_fn;
@@ -414,22 +414,6 @@ async fn two_http_balancers_are_told_apart_by_section_name() {
 }
 
 // ---- real clients: curl, wrk, Chromium ----------------------------------------------------
-
-/// `name` on the PATH, or `None` (a test then fails under `CI` and is skipped elsewhere).
-fn find_program(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    let found = std::env::split_paths(&path)
-        .map(|dir| dir.join(name))
-        .find(|candidate| candidate.is_file());
-    if found.is_none() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "{name} is not installed (.ci/run installs it)"
-        );
-        eprintln!("{name} is not installed: skipped");
-    }
-    found
-}
 
 /// Runs `program` with `args`, bounded by [`DEADLINE`]; its standard output.
 async fn run(program: &PathBuf, args: &[&str]) -> String {

@@ -21,25 +21,6 @@ use std::process::{Child, Command, Stdio};
 use harness::*;
 use tokio::net::TcpStream;
 
-/// `name` on the PATH or in the sbin folders (Debian puts haproxy in /usr/sbin, off a user's
-/// PATH), or `None` (the test then fails under `CI` and is skipped elsewhere).
-fn find_program(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let sbin = [PathBuf::from("/usr/local/sbin"), PathBuf::from("/usr/sbin")];
-    let found = std::env::split_paths(&path)
-        .chain(sbin)
-        .map(|dir| dir.join(name))
-        .find(|candidate| candidate.is_file());
-    if found.is_none() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "{name} is not installed (.ci/run installs it)"
-        );
-        eprintln!("{name} is not installed: skipped");
-    }
-    found
-}
-
 /// One broker's file: a TCP balancer on `@PORT@` over `servers`, an HTTP balancer on
 /// `@PORT2@` over `origins`, both behind the front balancer's PROXY protocol, and the secret
 /// every broker of the fleet shares.

@@ -23,8 +23,11 @@ use crate::net::sys;
 use crate::process::os_error::{Explained, PointsAt, explain_connect, words};
 use crate::tls::{Cause, HandshakeFailure, UpstreamTls};
 
-/// A connection to a server: plain TCP, or TLS with `SSL_ENCRYPT_UPSTREAM=1`.
-pub type ServerStream = Either<TcpStream, tokio_rustls::client::TlsStream<TcpStream>>;
+/// A connection to a server: plain TCP, or TLS with `SSL_ENCRYPT_UPSTREAM=1`. The TLS one is
+/// boxed: a rustls connection is over a kilobyte, and a stream held inline makes every future
+/// and pool slot that holds a server connection that large, to be copied as they move (an
+/// HTTP request's future, boxed once per request, was some 12 KB).
+pub type ServerStream = Either<TcpStream, Box<tokio_rustls::client::TlsStream<TcpStream>>>;
 
 /// Why a server could not be connected to: what both engines get back from a dial, with
 /// whom it blames ([`ConnectError::blame`]) and whether the next server is worth trying
@@ -244,7 +247,7 @@ pub async fn dial(
     };
     tls.connect(&name, stream, config.connect_timeout)
         .await
-        .map(Either::Right)
+        .map(|tls| Either::Right(Box::new(tls)))
         .map_err(ConnectError::Handshake)
 }
 

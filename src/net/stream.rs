@@ -116,6 +116,25 @@ impl<A: Stream, B: Stream> Stream for Either<A, B> {
     }
 }
 
+/// A stream kept on the heap (a TLS connection, large, held where it would be moved often).
+impl<S: Stream> Stream for Box<S> {
+    fn socket(&self) -> Option<&TcpStream> {
+        (**self).socket()
+    }
+
+    fn plain(&self) -> Option<&TcpStream> {
+        (**self).plain()
+    }
+
+    fn read_now(&mut self, into: &mut Vec<u8>) -> io::Result<usize> {
+        (**self).read_now(into)
+    }
+
+    fn reset_on_close(&self) {
+        (**self).reset_on_close();
+    }
+}
+
 /// A client's TLS connection to a balancer: its bytes are not the socket's, so no shortcut
 /// but socket options.
 impl Stream for tokio_rustls::server::TlsStream<TcpStream> {

@@ -317,9 +317,15 @@ impl Lifeline {
         let Some(beats) = &self.beats else {
             return true;
         };
-        let runtimes = beats.silent(Instant::now(), limit);
+        let mut runtimes = beats.silent(Instant::now(), limit);
         if runtimes.is_empty() {
             return true;
+        }
+        // Each runtime's beats keep their own phase (a delayed tick shifts the next), so in a
+        // stopped process one reaches the limit up to a beat before the others: the process's
+        // state, not the beats, says it is stopped as a whole.
+        if is_stopped(self.pid) {
+            runtimes = (0..beats.runtimes()).collect();
         }
         self.reported = true;
         let silence = Silence {
@@ -330,6 +336,19 @@ impl Lifeline {
         };
         self.ears.heard.send(Heard::Silent(silence)).await.is_ok()
     }
+}
+
+/// Whether process `pid` is stopped (SIGSTOP, SIGTSTP, or a debugger holding it): the
+/// third field of `/proc/PID/stat`, after the parenthesised name, is `T` or `t`. False where
+/// there is no procfs, or the process is gone.
+fn is_stopped(pid: u32) -> bool {
+    std::fs::read(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        let after_name = stat
+            .iter()
+            .rposition(|&b| b == b')')
+            .map_or(&[][..], |end| &stat[end + 1..]);
+        matches!(after_name.trim_ascii_start().first(), Some(b'T' | b't'))
+    })
 }
 
 /// The number after `prefix` in `line` (`BEAT 3`); `None` when it is not that.
@@ -376,5 +395,30 @@ mod tests {
         for junk in [&b"BEAT"[..], b"BEAT x", b"BEAT -1", b"BEATS 2", b"READY"] {
             assert_eq!(number_after(junk, b"BEAT "), None, "{junk:?}");
         }
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_stopped_process_reads_as_stopped_and_a_running_or_gone_one_does_not() {
+        let mut sleeper = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("sleep runs");
+        let pid = sleeper.id();
+        let until = |stopped: bool| {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while is_stopped(pid) != stopped {
+                assert!(Instant::now() < deadline, "stopped never became {stopped}");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        };
+        until(false);
+        kill(Pid::from_raw(pid as i32), Signal::SIGSTOP).unwrap();
+        until(true);
+        kill(Pid::from_raw(pid as i32), Signal::SIGCONT).unwrap();
+        until(false);
+        sleeper.kill().unwrap();
+        sleeper.wait().unwrap();
+        assert!(!is_stopped(pid));
     }
 }

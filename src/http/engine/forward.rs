@@ -11,8 +11,6 @@
 //! either.
 
 use std::future::poll_fn;
-use std::io::Write as _;
-use std::net::IpAddr;
 use std::pin::pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -23,7 +21,7 @@ use hyper::StatusCode;
 use tracing::debug;
 
 use super::awaiting::{Awaiting, Heard};
-use super::client::{Next, write_out};
+use super::client::{IpText, Next, write_out};
 use super::exchange::{InHand, max_forwards};
 use super::pool::{Lifetime, ServerConn};
 use super::pump::{Pump, PumpError, Silence};
@@ -131,12 +129,17 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
         };
         let replayable =
             self.head.body() == crate::http::h1::Body::Empty && self.head.method().is_idempotent();
+        // The servers tried and failed, for the next choice: none on the common way (the
+        // first server answers), so no allocation there.
         let mut tried: Vec<U::Server> = Vec::new();
         let mut failed = Unanswered::NoServer;
         while let Some(choice) = self.choose(&tried) {
-            tried.push(choice.server.clone());
             self.record.exchange.server = Some(choice.server.clone());
-            match self.try_server(&choice, replayable).await {
+            let outcome = self.try_server(&choice, replayable).await;
+            if matches!(outcome, Tried::NotSent | Tried::Failed(_)) {
+                tried.push(choice.server.clone());
+            }
+            match outcome {
                 Tried::Answered(answered) => return self.answer(answered, choice).await,
                 Tried::NotSent => {}
                 Tried::BrokerFault => {
@@ -394,13 +397,17 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
     fn request_out(&self, server: &str) -> (OutHead, Asked, Pump) {
         let (head, buf) = (&self.head, self.buf.filled());
         let offer = offer(head, buf, &self.settings.upgrade_protocols);
-        let peer = self.client.peer;
-        let ip = IpText::of(peer.peer.ip());
-        let via = IpText::of(self.client.via.unwrap_or(peer.peer.ip()));
+        // The connection's peer text, written once for the connection; a client a trusted
+        // proxy named for this request alone is written for it.
+        let named = self
+            .client
+            .via
+            .map(|_| IpText::of(self.client.peer.peer.ip()));
+        let client = named.as_ref().unwrap_or(self.client.ip);
         let how = ToServer {
             forwarded: self.settings.forwarded_headers.then(|| Forwarded {
-                client: ip.as_bytes(),
-                peer: via.as_bytes(),
+                client: client.as_bytes(),
+                peer: self.client.ip.as_bytes(),
                 https: self.client.peer.tls,
             }),
             upgrade: offer.goes,
@@ -601,34 +608,5 @@ fn count_down_max_forwards(request: &ClientHead<'_>, editor: &mut Editor) {
     };
     if let Some(id) = request.head().fields().named(FieldName::MaxForwards).next() {
         let _ = editor.set(id, &[(hops - 1).to_string().as_bytes()]);
-    }
-}
-
-/// A client's address as `X-Forwarded-For` says it (an IPv4 client on a dual-stack socket as
-/// plain IPv4), written on the stack.
-struct IpText {
-    bytes: [u8; 48],
-    len: usize,
-}
-
-impl IpText {
-    fn of(ip: IpAddr) -> IpText {
-        let ip = match ip {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-            IpAddr::V4(_) => ip,
-        };
-        let mut text = IpText {
-            bytes: [0; 48],
-            len: 0,
-        };
-        let mut room = &mut text.bytes[..];
-        if write!(room, "{ip}").is_ok() {
-            text.len = 48 - room.len();
-        }
-        text
-    }
-
-    fn as_bytes(&self) -> &[u8] {
-        &self.bytes[..self.len]
     }
 }

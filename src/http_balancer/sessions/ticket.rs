@@ -36,6 +36,12 @@ const LABEL: &[u8] = b"appbroker TOTVS_BROKER_SH_001 v1\0";
 /// The URL-safe base64 alphabet (RFC 4648 §5): safe in a cookie without quoting.
 const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 
+/// Whether `c` is one of [`ALPHABET`]'s characters: by class, not by a search of the
+/// alphabet (22 searches of 64 bytes were some 2,000 instructions a request).
+fn in_alphabet(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || c == b'-' || c == b'_'
+}
+
 /// Random bytes of a generated secret: 256 bits, written as 43 base64url characters.
 const SECRET_BYTES: usize = 32;
 
@@ -58,7 +64,7 @@ impl Ticket {
         let random: [u8; RANDOM] = value[dot + 1..].try_into().ok()?;
         random
             .iter()
-            .all(|c| ALPHABET.contains(c))
+            .all(|&c| in_alphabet(c))
             .then_some(Ticket { server, random })
     }
 
@@ -121,6 +127,8 @@ pub enum Signed {
 /// cookies were first signed, which bounds the upgrade window (see
 /// [`CookieKeys::honours_unsigned`]).
 pub struct CookieKeys {
+    /// Unique to these keys in the process: what a verified ticket is remembered under.
+    id: u64,
     current: hmac::Key,
     previous: Option<hmac::Key>,
     /// Wall ms of the first start that signed cookies, when known (the secret file's birth);
@@ -144,7 +152,9 @@ impl CookieKeys {
         previous: Option<&[u8]>,
         signed_since_wall_ms: Option<u64>,
     ) -> CookieKeys {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(0);
         CookieKeys {
+            id: NEXT_ID.fetch_add(1, Relaxed),
             current: hmac::Key::new(hmac::HMAC_SHA256, current),
             previous: previous.map(|p| hmac::Key::new(hmac::HMAC_SHA256, p)),
             signed_since_wall_ms,
@@ -169,6 +179,18 @@ impl CookieKeys {
     /// Which secret signed `ticket`, if either did. The tags are compared in constant time:
     /// how long a refusal takes says nothing of how close a guess came.
     pub fn check(&self, ticket: &Ticket) -> Signed {
+        if let Some(signed) = Verified::recall(self.id, ticket) {
+            return signed;
+        }
+        let signed = self.compute(ticket);
+        if signed != Signed::Neither {
+            Verified::remember(self.id, ticket, signed);
+        }
+        signed
+    }
+
+    /// [`CookieKeys::check`] without the memory of tickets verified before.
+    fn compute(&self, ticket: &Ticket) -> Signed {
         let Some(bytes) = ticket.decode() else {
             return Signed::Neither;
         };
@@ -226,6 +248,51 @@ impl CookieKeys {
             }
         }
         Passphrase::new(text)
+    }
+}
+
+/// Tickets a thread verified lately, each with the keys that verified it and which secret
+/// signed it: a browser sends the same cookie with each request, and its HMAC (some 6,000
+/// instructions, a seventh of a proxied request's) need not be computed every time. A fixed
+/// table per thread, a ticket's slot chosen by its random characters (an attacker choosing
+/// them only evicts); only a ticket that verified is kept, under keys of that very instance
+/// (a reload makes new keys, which find nothing kept), and it is matched in constant time, as
+/// a tag is.
+struct Verified;
+
+/// Slots of a thread's table: 64 sessions' cookies in turn on one worker (about 2 KB).
+const REMEMBERED: usize = 64;
+
+thread_local! {
+    static VERIFIED: std::cell::RefCell<[Option<(u64, Ticket, Signed)>; REMEMBERED]> =
+        const { std::cell::RefCell::new([None; REMEMBERED]) };
+}
+
+impl Verified {
+    fn slot(ticket: &Ticket) -> usize {
+        // The first characters carry the nonce's first bits: random for a ticket the broker
+        // issued.
+        (usize::from(ticket.random[0]) ^ (usize::from(ticket.random[1]) << 3)) % REMEMBERED
+    }
+
+    /// Which secret signed `ticket`, when keys `keys` verified this very ticket lately.
+    fn recall(keys: u64, ticket: &Ticket) -> Option<Signed> {
+        let slot = Verified::slot(ticket);
+        VERIFIED
+            .try_with(|table| {
+                let (id, kept, signed) = table.borrow()[slot]?;
+                let same = id == keys
+                    && kept.server == ticket.server
+                    && constant_time::verify_slices_are_equal(&kept.random, &ticket.random).is_ok();
+                same.then_some(signed)
+            })
+            .ok()
+            .flatten()
+    }
+
+    fn remember(keys: u64, ticket: &Ticket, signed: Signed) {
+        let slot = Verified::slot(ticket);
+        let _ = VERIFIED.try_with(|table| table.borrow_mut()[slot] = Some((keys, *ticket, signed)));
     }
 }
 
@@ -287,6 +354,40 @@ mod tests {
 
     /// Computed with openssl (see the test above).
     const EXPECTED: &str = "01.QmVuY2hGaXgITL_cGggwrg";
+
+    #[test]
+    fn a_ticket_verified_is_remembered_for_its_keys_only() {
+        let k = keys(SECRET);
+        let t = k.sign(id("01"), *b"Remember");
+        assert_eq!(Verified::recall(k.id, &t), None);
+        assert_eq!(k.check(&t), Signed::Current);
+        assert_eq!(Verified::recall(k.id, &t), Some(Signed::Current));
+        assert_eq!(k.check(&t), Signed::Current, "recalled");
+        // Other keys, even of the same secret, find nothing kept; another secret's refuse it.
+        assert_eq!(Verified::recall(keys(SECRET).id, &t), None);
+        assert_eq!(
+            keys("another secret of at least 32 chars").check(&t),
+            Signed::Neither
+        );
+        // The same nonce with another tag falls in the same slot and is not taken for it.
+        let mut forged = t;
+        forged.random[RANDOM - 2] = if forged.random[RANDOM - 2] == b'A' {
+            b'B'
+        } else {
+            b'A'
+        };
+        assert_eq!(Verified::slot(&forged), Verified::slot(&t));
+        assert_eq!(k.check(&forged), Signed::Neither);
+        // A forged ticket is not kept: the one verified still is.
+        assert_eq!(Verified::recall(k.id, &t), Some(Signed::Current));
+    }
+
+    #[test]
+    fn the_alphabet_test_agrees_with_the_alphabet() {
+        for c in 0..=u8::MAX {
+            assert_eq!(in_alphabet(c), ALPHABET.contains(&c), "byte {c}");
+        }
+    }
 
     #[test]
     fn issued_values_verify_and_differ() {

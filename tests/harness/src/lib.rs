@@ -80,6 +80,25 @@ pub async fn within<T>(what: &str, future: impl std::future::Future<Output = T>)
         .unwrap_or_else(|_| panic!("timed out: {what}"))
 }
 
+/// `name` on the PATH or in the sbin folders (Debian puts haproxy in /usr/sbin, off a user's
+/// PATH), or `None` (the test then fails under `CI` and is skipped elsewhere).
+pub fn find_program(name: &str) -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let sbin = ["/usr/local/sbin", "/usr/sbin"].map(std::path::PathBuf::from);
+    let found = std::env::split_paths(&path)
+        .chain(sbin)
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.is_file());
+    if found.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{name} is not installed (.ci/run installs it)"
+        );
+        eprintln!("{name} is not installed: skipped");
+    }
+    found
+}
+
 /// A port that was free a moment ago (bound to port 0, then released). A broker's port must
 /// be written in its file, so it cannot take port 0 itself; the harnesses retry with other
 /// ports in the rare case something took this one in between.
