@@ -7,12 +7,14 @@
 //! connection and no one else's (an HTTP balancer's with a 503 and `Retry-After`); an HTTP
 //! balancer's `X-Forwarded-For` names the header's client, and a trusted L7 proxy's
 //! `X-Forwarded-For` (`HTTP_TRUSTED_PROXIES`) names the client for `X-Real-IP` and
-//! `QUERY_ALLOW`; an HTTP balancer's server connections with `SEND_PROXY_PROTOCOL` each name
+//! `QUERY_ALLOW`, and for `MAX_CONNECTIONS_PER_CLIENT`, which counts that client's requests in
+//! hand rather than the proxy's connections; an HTTP balancer's server connections with `SEND_PROXY_PROTOCOL` each name
 //! one client and serve only its requests.
 // Helpers outside `#[test]` functions may unwrap too: a panic there is a failed assertion.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::atomic::Ordering::SeqCst;
 
 use appbroker::Event;
 use harness::*;
@@ -543,6 +545,65 @@ async fn a_trusted_proxys_x_forwarded_for_names_the_http_client() {
         format!("{chain}, 127.0.0.2")
     );
     assert_eq!(seen.headers["x-real-ip"], "127.0.0.2");
+}
+
+/// `path` asked on the trusted proxy's kept-alive `connection` for `client`, whom its
+/// `X-Forwarded-For` names.
+async fn proxied(connection: &mut HttpConnection, path: &str, client: &str) -> HttpResponse {
+    let headers = [("X-Forwarded-For", client)];
+    connection.request("GET", path, &headers).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_trusted_proxy_max_connections_per_client_counts_each_clients_requests() {
+    let origin = Origin::start().await;
+    let extra = "HTTP_TRUSTED_PROXIES=127.0.0.1\nMAX_CONNECTIONS_PER_CLIENT=2";
+    let broker = InProcess::start(&http_ini(&[origin.addr], extra)).await;
+    // The proxy's own connections are not counted: more than the limit, all served.
+    let mut connections = Vec::new();
+    for n in 0..4 {
+        let mut connection = HttpConnection::connect(broker.addr()).await;
+        let answer = proxied(&mut connection, "/page", &format!("198.51.100.{n}")).await;
+        assert_eq!(answer.status, 200, "{}", answer.text());
+        connections.push(connection);
+    }
+    // One client's two requests in hand at once, on two of them...
+    let busy = "203.0.113.5";
+    let mut holding = Vec::new();
+    for mut connection in connections.drain(..2) {
+        holding.push(tokio::spawn(async move {
+            proxied(&mut connection, "/hold", busy).await.status
+        }));
+    }
+    eventually("both requests held at the origin", || {
+        origin.held.load(SeqCst) == 2
+    })
+    .await;
+    // ...and its third is answered 503 on the proxy's connection, which goes on to serve
+    // another client.
+    let answer = proxied(&mut connections[0], "/page", busy).await;
+    assert_eq!(answer.status, 503, "{}", answer.text());
+    assert_eq!(answer.header("retry-after"), Some("5"));
+    assert_ne!(answer.header("connection"), Some("close"));
+    let answer = proxied(&mut connections[0], "/page", "203.0.113.6").await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let limited = broker
+        .events
+        .wait_for("the refusal", |e| matches!(e, Event::ClientLimited { .. }))
+        .await;
+    let Event::ClientLimited { client, open, .. } = limited else {
+        unreachable!()
+    };
+    assert_eq!((client.to_string().as_str(), open), (busy, 2));
+    assert_eq!(broker.state().client_limited, 1);
+    // Once its requests are answered, the client is served again.
+    origin.release(2);
+    for held in holding {
+        assert_eq!(held.await.unwrap(), 200);
+    }
+    eventually("no client counted", || broker.state().clients_counted == 0).await;
+    let answer = proxied(&mut connections[1], "/page", busy).await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
 }
 
 /// An HTTP server that reads the PROXY protocol (version 1): each connection's header line

@@ -79,6 +79,17 @@ pub trait Upstreams: Send + Sync + 'static {
     /// it blames).
     type ConnectError: ConnectFailure;
 
+    /// What a request that came through a trusted proxy (`HTTP_TRUSTED_PROXIES`) holds for
+    /// its client from its head to its answer's end: a proxy's connection carries many
+    /// clients, so the HTTP balancer counts each such request against its own client's
+    /// `MAX_CONNECTIONS_PER_CLIENT`, as it counts a direct client's connections.
+    type ClientHold: Send + 'static;
+
+    /// A hold for `client`, whose request came through a trusted proxy (the client the
+    /// proxy's `X-Forwarded-For` named, or the proxy itself when it named none); `None` when
+    /// that client has its fill: the request is answered 503 with `Retry-After`.
+    fn hold_client(&self, client: &Downstream) -> Option<Self::ClientHold>;
+
     /// The server for this request, none of `tried` (servers that already failed it); `None`
     /// when no server is available, answered 503. `request` is the client's head as received
     /// (its cookies are there for affinity).

@@ -11,6 +11,13 @@ use crate::http::Downstream;
 use crate::http::h1::{FieldName, RequestHead};
 
 impl Downstream {
+    /// Whether the connection's peer is one of the `trusted` proxies: its connections carry
+    /// many clients, so `MAX_CONNECTIONS_PER_CLIENT` counts its requests, each for the client
+    /// it names, rather than its connections.
+    pub(crate) fn is_trusted_proxy(&self, trusted: &[Cidr]) -> bool {
+        trusts(trusted, self.peer.ip())
+    }
+
     /// This request's client as `head` (over `buf`) tells it when the connection's peer is
     /// in `trusted`: the chain's client, and the peer it came through (which
     /// `X-Forwarded-For` is appended with); as it is, and no proxy, otherwise or when the
@@ -53,7 +60,7 @@ pub(crate) fn real_client<'a>(
     trusted: &[Cidr],
     lines: impl Iterator<Item = &'a [u8]>,
 ) -> IpAddr {
-    let is_trusted = |ip: IpAddr| trusted.iter().any(|cidr| cidr.contains(ip));
+    let is_trusted = |ip: IpAddr| trusts(trusted, ip);
     if !is_trusted(peer) {
         return peer;
     }
@@ -70,6 +77,11 @@ pub(crate) fn real_client<'a>(
         }
     }
     last_untrusted.or(first).unwrap_or(peer)
+}
+
+/// Whether `ip` is in `trusted`.
+fn trusts(trusted: &[Cidr], ip: IpAddr) -> bool {
+    trusted.iter().any(|cidr| cidr.contains(ip))
 }
 
 /// One item of the chain, blanks around it taken off, when it is a bare IPv4 or IPv6 address.

@@ -27,7 +27,7 @@ use tracing::{Instrument, Span, info, warn};
 use crate::balancer::events::{Event, Unserved};
 use crate::balancer::rules::health::Reason;
 use crate::balancer::shared::{Ending, Shared};
-use crate::balancer::{Balancer, Closed, Eligible, Generation, Lease, Server};
+use crate::balancer::{Balancer, ClientHold, Closed, Eligible, Generation, Lease, Server};
 use crate::config::{BalancerConfig, Language, ServerId, show_duration};
 use crate::http::h1::{Editor, FieldName};
 use crate::http::{
@@ -229,7 +229,14 @@ pub fn start<S: Stream>(
         ending.cut.clone(),
     );
     let span = balancer.span();
-    let Some(hold) = span.in_scope(|| balancer.hold_for_client(&pool, client.peer.ip())) else {
+    // A trusted proxy's connection carries many clients: not it but each of its requests is
+    // counted, for the client it names (`Upstreams::hold_client`).
+    let proxied = client.is_trusted_proxy(&pool.config.http.trusted_proxies);
+    let mut hold = None;
+    if !proxied {
+        hold = span.in_scope(|| balancer.hold_for_client(&pool, client.peer.ip()));
+    }
+    if hold.is_none() && !proxied {
         // Its place is kept while the 503 is said (within HTTP_REQUEST_TIMEOUT), so the
         // refusals too stay within MAX_CONNECTIONS.
         tasks.spawn(async move {
@@ -240,7 +247,7 @@ pub fn start<S: Stream>(
             }
         });
         return;
-    };
+    }
     balancer.admitted();
     slot.admit();
     tasks.spawn(async move {
@@ -647,6 +654,16 @@ impl Upstreams for HttpBalancer {
     type Lease = Held;
     type Stream = ServerStream;
     type ConnectError = ConnectError;
+    type ClientHold = ClientHold;
+
+    /// Counted against `MAX_CONNECTIONS_PER_CLIENT` in the balancer's table of clients, with
+    /// its direct connections; the refusal logged in the balancer's span.
+    fn hold_client(&self, client: &Downstream) -> Option<ClientHold> {
+        let pool = self.balancer.generation();
+        let ip = client.peer.ip();
+        self.span
+            .in_scope(|| self.balancer.hold_for_proxied_request(&pool, ip))
+    }
 
     /// A request's server: the one its `TOTVS_BROKER_SH_001` cookie names while that server
     /// can take it (disabled, draining or weight 0 included: only new sessions avoid those),

@@ -405,6 +405,11 @@ mod tests {
         type Lease = ();
         type Stream = TcpStream;
         type ConnectError = NoServer;
+        type ClientHold = ();
+
+        fn hold_client(&self, _: &Downstream) -> Option<()> {
+            Some(())
+        }
 
         fn choose(
             &self,

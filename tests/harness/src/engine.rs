@@ -137,6 +137,11 @@ impl Upstreams for TestUpstreams {
     type Lease = TestLease;
     type Stream = TcpStream;
     type ConnectError = TestConnectError;
+    type ClientHold = ();
+
+    fn hold_client(&self, _client: &Downstream) -> Option<()> {
+        Some(())
+    }
 
     fn choose(
         &self,
