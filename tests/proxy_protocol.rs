@@ -2,7 +2,8 @@
 //! (HAProxy's `send-proxy` and `send-proxy-v2`) and as the clients behind it: the header's
 //! client is the one the broker relays for, lets query and counts; a front balancer's check
 //! (v2 `LOCAL`) is answered, never forwarded; a missing, late or broken header is refused,
-//! and so is one from a source that may not send it; servers that read the header get one,
+//! and so is one from a source that may not send it (a silent one is forwarded after one
+//! `QUERY_SNIFF_TIMEOUT`, not one per step that watches it); servers that read the header get one,
 //! the monitor's checks included; `MAX_CONNECTIONS_PER_CLIENT` closes one client's extra
 //! connection and no one else's (an HTTP balancer's with a 503 and `Retry-After`); an HTTP
 //! balancer's `X-Forwarded-For` names the header's client, and a trusted L7 proxy's
@@ -248,6 +249,52 @@ async fn sources_not_listed_are_served_directly_and_may_not_send_a_header() {
         )
         .await;
     assert_eq!(a.accepted(), 2);
+}
+
+/// A server-first server (it speaks before its client does): greets each connection with
+/// `hello`.
+async fn greeting_server() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let _ = stream.write_all(b"hello\n").await;
+                let mut rest = Vec::new();
+                let _ = stream.read_to_end(&mut rest).await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_direct_client_waits_for_one_sniff_not_two() {
+    let server = greeting_server().await;
+    let sniff = std::time::Duration::from_secs(1);
+    let extra = format!(
+        "PROXY_PROTOCOL=1\nPROXY_PROTOCOL_FROM=127.0.0.3/32\nQUERY_SNIFF_TIMEOUT=1s\n\
+         REMOTE_SERVER_01=127.0.0.1 {}",
+        server.port()
+    );
+    let broker = InProcess::start(&ini_for(&[], &extra)).await;
+    // A direct client of a server-first protocol says nothing: the broker watches it for a
+    // header it may not send, then for a query, in one QUERY_SNIFF_TIMEOUT between them.
+    let started = std::time::Instant::now();
+    let mut client = connect_from(Ipv4Addr::new(127, 0, 0, 4), broker.addr()).await;
+    let mut greeting = [0u8; 6];
+    tokio::time::timeout(4 * sniff, client.read_exact(&mut greeting))
+        .await
+        .expect("the server's greeting")
+        .unwrap();
+    let waited = started.elapsed();
+    assert_eq!(&greeting, b"hello\n");
+    assert!(
+        waited >= sniff,
+        "forwarded before the sniff's end: {waited:?}"
+    );
+    // Two waits would take two seconds; one, a second and the broker's own steps.
+    assert!(waited < sniff * 3 / 2, "{waited:?}: waited twice");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
