@@ -2,14 +2,20 @@
 //! (HAProxy's `send-proxy` and `send-proxy-v2`) and as the clients behind it: the header's
 //! client is the one the broker relays for, lets query and counts; a front balancer's check
 //! (v2 `LOCAL`) is answered, never forwarded; a missing, late or broken header is refused,
-//! and so is one from a source that may not send it; servers that read the header get one,
+//! and so is one from a source that may not send it (a silent one is forwarded after one
+//! `QUERY_SNIFF_TIMEOUT`, not one per step that watches it); servers that read the header get one,
 //! the monitor's checks included; `MAX_CONNECTIONS_PER_CLIENT` closes one client's extra
-//! connection and no one else's; an HTTP balancer's `X-Forwarded-For` names the header's
-//! client.
+//! connection and no one else's (an HTTP balancer's with a 503 and `Retry-After`); an HTTP
+//! balancer's `X-Forwarded-For` names the header's client, and a trusted L7 proxy's
+//! `X-Forwarded-For` (`HTTP_TRUSTED_PROXIES`) names the client for `X-Real-IP` and
+//! `QUERY_ALLOW`, and for `MAX_CONNECTIONS_PER_CLIENT`, which counts that client's requests in
+//! hand rather than the proxy's connections; an HTTP balancer's server connections with `SEND_PROXY_PROTOCOL` each name
+//! one client and serve only its requests.
 // Helpers outside `#[test]` functions may unwrap too: a panic there is a failed assertion.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::atomic::Ordering::SeqCst;
 
 use appbroker::Event;
 use harness::*;
@@ -245,6 +251,52 @@ async fn sources_not_listed_are_served_directly_and_may_not_send_a_header() {
     assert_eq!(a.accepted(), 2);
 }
 
+/// A server-first server (it speaks before its client does): greets each connection with
+/// `hello`.
+async fn greeting_server() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let _ = stream.write_all(b"hello\n").await;
+                let mut rest = Vec::new();
+                let _ = stream.read_to_end(&mut rest).await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_direct_client_waits_for_one_sniff_not_two() {
+    let server = greeting_server().await;
+    let sniff = std::time::Duration::from_secs(1);
+    let extra = format!(
+        "PROXY_PROTOCOL=1\nPROXY_PROTOCOL_FROM=127.0.0.3/32\nQUERY_SNIFF_TIMEOUT=1s\n\
+         REMOTE_SERVER_01=127.0.0.1 {}",
+        server.port()
+    );
+    let broker = InProcess::start(&ini_for(&[], &extra)).await;
+    // A direct client of a server-first protocol says nothing: the broker watches it for a
+    // header it may not send, then for a query, in one QUERY_SNIFF_TIMEOUT between them.
+    let started = std::time::Instant::now();
+    let mut client = connect_from(Ipv4Addr::new(127, 0, 0, 4), broker.addr()).await;
+    let mut greeting = [0u8; 6];
+    tokio::time::timeout(4 * sniff, client.read_exact(&mut greeting))
+        .await
+        .expect("the server's greeting")
+        .unwrap();
+    let waited = started.elapsed();
+    assert_eq!(&greeting, b"hello\n");
+    assert!(
+        waited >= sniff,
+        "forwarded before the sniff's end: {waited:?}"
+    );
+    // Two waits would take two seconds; one, a second and the broker's own steps.
+    assert!(waited < sniff * 3 / 2, "{waited:?}: waited twice");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn query_allow_judges_the_client_a_header_names() {
     let a = TestServer::start("a").await;
@@ -416,4 +468,280 @@ async fn an_http_balancer_forwards_for_the_client_a_header_names() {
     let seen = &origin.seen()[0];
     assert_eq!(seen.headers["x-forwarded-for"], "192.0.2.7");
     assert_eq!(seen.headers["x-real-ip"], "192.0.2.7");
+}
+
+/// A kept-alive connection to an HTTP balancer for `client`, through a front balancer's
+/// version 1 header, with one request answered.
+async fn http_client_of(broker: &InProcess, client: &str) -> (HttpConnection, u16) {
+    let mut stream = TcpStream::connect(broker.addr()).await.unwrap();
+    let header = v1(client.parse().unwrap(), broker.addr());
+    stream.write_all(&header).await.unwrap();
+    let mut connection = HttpConnection::on(stream);
+    let answer = connection.request("GET", "/page", &[]).await.unwrap();
+    (connection, answer.status)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_max_connections_per_client_an_http_client_gets_a_503_and_others_are_served() {
+    let origin = Origin::start().await;
+    let extra = "PROXY_PROTOCOL=1\nMAX_CONNECTIONS_PER_CLIENT=2";
+    let broker = InProcess::start(&http_ini(&[origin.addr], extra)).await;
+    let mut held = Vec::new();
+    for port in [1001, 1002] {
+        let (connection, status) = http_client_of(&broker, &format!("192.0.2.7:{port}")).await;
+        assert_eq!(status, 200);
+        held.push(connection);
+    }
+    // A third of the same client: a 503 saying when to come back, then the close.
+    let mut third = TcpStream::connect(broker.addr()).await.unwrap();
+    let header = v1("192.0.2.7:1003".parse().unwrap(), broker.addr());
+    third.write_all(&header).await.unwrap();
+    let mut third = HttpConnection::on(third);
+    let answer = third.request("GET", "/page", &[]).await.unwrap();
+    assert_eq!(answer.status, 503, "{}", answer.text());
+    assert_eq!(answer.header("retry-after"), Some("5"));
+    assert_eq!(answer.header("connection"), Some("close"));
+    assert!(closed_by_broker(&mut third.stream).await);
+    let limited = broker
+        .events
+        .wait_for("the refusal", |e| matches!(e, Event::ClientLimited { .. }))
+        .await;
+    assert!(
+        matches!(limited, Event::ClientLimited { open: 2, .. }),
+        "{limited:?}"
+    );
+    assert_eq!(broker.state().client_limited, 1);
+    assert_eq!(
+        origin.seen().len(),
+        2,
+        "the refused request never reached a server"
+    );
+    // Another client is served, and the client's two connections still are.
+    let (_other, status) = http_client_of(&broker, "192.0.2.8:1").await;
+    assert_eq!(status, 200);
+    for connection in &mut held {
+        let answer = connection.request("GET", "/again", &[]).await.unwrap();
+        assert_eq!(answer.status, 200);
+    }
+    // Once one of them ends, the client may connect again. The count of two clients does
+    // not tell when the broker saw the close: connecting again is polled until served.
+    drop(held.pop());
+    within("the client served again", async {
+        while http_client_of(&broker, "192.0.2.7:1004").await.1 != 200 {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+}
+
+/// `path` asked by a client at `source` with `X-Forwarded-For: chain` (none when empty).
+async fn forwarded_request(
+    broker: &InProcess,
+    source: Ipv4Addr,
+    path: &str,
+    chain: &str,
+) -> HttpResponse {
+    let stream = connect_from(source, broker.addr()).await;
+    let headers: &[(&str, &str)] = if chain.is_empty() {
+        &[]
+    } else {
+        &[("X-Forwarded-For", chain)]
+    };
+    let mut connection = HttpConnection::on(stream);
+    connection.request("GET", path, headers).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trusted_proxys_x_forwarded_for_names_the_http_client() {
+    let origin = Origin::start().await;
+    let ini = http_ini(&[origin.addr], "HTTP_TRUSTED_PROXIES=127.0.0.1, 10.0.0.0/8")
+        .replace("QUERY_ALLOW=127.0.0.1", "QUERY_ALLOW=203.0.113.9");
+    let broker = InProcess::start(&ini).await;
+    let proxy = Ipv4Addr::LOCALHOST;
+    let chain = "198.51.100.1, 203.0.113.9, 10.0.0.2";
+    // From the trusted proxy: the chain's last address not trusted is the client; the
+    // chain goes on as received, plus the proxy.
+    let answer = forwarded_request(&broker, proxy, "/page", chain).await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let seen = origin.seen().pop().unwrap();
+    assert_eq!(
+        seen.headers["x-forwarded-for"],
+        format!("{chain}, 127.0.0.1")
+    );
+    assert_eq!(seen.headers["x-real-ip"], "203.0.113.9");
+    // QUERY_ALLOW judges that client, not the proxy.
+    let ping = "/TOTVS_BROKER_QUERY/PING";
+    for (chain, status) in [(chain, 200), ("198.51.100.1", 403), ("", 403)] {
+        let answer = forwarded_request(&broker, proxy, ping, chain).await;
+        assert_eq!(answer.status, status, "{chain:?}: {}", answer.text());
+    }
+    // A chain with an entry that is no address: the proxy is the client.
+    let malformed = "203.0.113.9:443";
+    let answer = forwarded_request(&broker, proxy, ping, malformed).await;
+    assert_eq!(answer.status, 403, "{}", answer.text());
+    forwarded_request(&broker, proxy, "/page", malformed).await;
+    let seen = origin.seen().pop().unwrap();
+    assert_eq!(seen.headers["x-real-ip"], "127.0.0.1");
+    // From a peer not trusted, the chain is passed on but not believed.
+    let stranger = Ipv4Addr::new(127, 0, 0, 2);
+    let answer = forwarded_request(&broker, stranger, ping, chain).await;
+    assert_eq!(answer.status, 403, "{}", answer.text());
+    forwarded_request(&broker, stranger, "/page", chain).await;
+    let seen = origin.seen().pop().unwrap();
+    assert_eq!(
+        seen.headers["x-forwarded-for"],
+        format!("{chain}, 127.0.0.2")
+    );
+    assert_eq!(seen.headers["x-real-ip"], "127.0.0.2");
+}
+
+/// `path` asked on the trusted proxy's kept-alive `connection` for `client`, whom its
+/// `X-Forwarded-For` names.
+async fn proxied(connection: &mut HttpConnection, path: &str, client: &str) -> HttpResponse {
+    let headers = [("X-Forwarded-For", client)];
+    connection.request("GET", path, &headers).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_trusted_proxy_max_connections_per_client_counts_each_clients_requests() {
+    let origin = Origin::start().await;
+    let extra = "HTTP_TRUSTED_PROXIES=127.0.0.1\nMAX_CONNECTIONS_PER_CLIENT=2";
+    let broker = InProcess::start(&http_ini(&[origin.addr], extra)).await;
+    // The proxy's own connections are not counted: more than the limit, all served.
+    let mut connections = Vec::new();
+    for n in 0..4 {
+        let mut connection = HttpConnection::connect(broker.addr()).await;
+        let answer = proxied(&mut connection, "/page", &format!("198.51.100.{n}")).await;
+        assert_eq!(answer.status, 200, "{}", answer.text());
+        connections.push(connection);
+    }
+    // One client's two requests in hand at once, on two of them...
+    let busy = "203.0.113.5";
+    let mut holding = Vec::new();
+    for mut connection in connections.drain(..2) {
+        holding.push(tokio::spawn(async move {
+            proxied(&mut connection, "/hold", busy).await.status
+        }));
+    }
+    eventually("both requests held at the origin", || {
+        origin.held.load(SeqCst) == 2
+    })
+    .await;
+    // ...and its third is answered 503 on the proxy's connection, which goes on to serve
+    // another client.
+    let answer = proxied(&mut connections[0], "/page", busy).await;
+    assert_eq!(answer.status, 503, "{}", answer.text());
+    assert_eq!(answer.header("retry-after"), Some("5"));
+    assert_ne!(answer.header("connection"), Some("close"));
+    let answer = proxied(&mut connections[0], "/page", "203.0.113.6").await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let limited = broker
+        .events
+        .wait_for("the refusal", |e| matches!(e, Event::ClientLimited { .. }))
+        .await;
+    let Event::ClientLimited { client, open, .. } = limited else {
+        unreachable!()
+    };
+    assert_eq!((client.to_string().as_str(), open), (busy, 2));
+    assert_eq!(broker.state().client_limited, 1);
+    // Once its requests are answered, the client is served again.
+    origin.release(2);
+    for held in holding {
+        assert_eq!(held.await.unwrap(), 200);
+    }
+    eventually("no client counted", || broker.state().clients_counted == 0).await;
+    let answer = proxied(&mut connections[1], "/page", busy).await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+}
+
+/// An HTTP server that reads the PROXY protocol (version 1): each connection's header line
+/// kept, then each request answered with the connection's number and that line, kept alive.
+async fn proxy_reading_origin() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        for number in 0u32.. {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(serve_with_header(stream, number));
+        }
+    });
+    addr
+}
+
+/// One connection of [`proxy_reading_origin`]: its header, then its requests (heads alone).
+async fn serve_with_header(mut stream: TcpStream, number: u32) {
+    let mut bytes = Vec::new();
+    let mut chunk = [0u8; 1024];
+    let mut header = None;
+    loop {
+        let Ok(n) = stream.read(&mut chunk).await else {
+            return;
+        };
+        if n == 0 {
+            return;
+        }
+        bytes.extend_from_slice(&chunk[..n]);
+        if header.is_none() {
+            let Some(end) = bytes.windows(2).position(|w| w == b"\r\n") else {
+                continue;
+            };
+            header = Some(String::from_utf8_lossy(&bytes[..end]).into_owned());
+            bytes.drain(..end + 2);
+        }
+        while let Some(end) = bytes.windows(4).position(|w| w == b"\r\n\r\n") {
+            bytes.drain(..end + 4);
+            let body = format!("{number} {}", header.as_deref().unwrap_or(""));
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            if stream.write_all(answer.as_bytes()).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_balancers_server_connections_name_one_client_and_serve_only_it() {
+    let origin = proxy_reading_origin().await;
+    let broker = InProcess::start(&http_ini(&[origin], "SEND_PROXY_PROTOCOL=1")).await;
+    // More clients than worker threads (the pool is per worker): two of them share one, and
+    // its pool, whatever the machine.
+    let workers = std::thread::available_parallelism().map_or(1, usize::from);
+    let mut clients = Vec::new();
+    for n in 0..=workers.min(200) as u8 {
+        let source = Ipv4Addr::new(127, 0, 1, n + 2);
+        let stream = connect_from(source, broker.addr()).await;
+        let port = stream.local_addr().unwrap().port();
+        clients.push((HttpConnection::on(stream), source, port));
+    }
+    // Requests go round the clients, each on its kept-alive connection: every answer comes
+    // over a server connection whose header names the client that asked.
+    let mut used = std::collections::HashMap::<u32, Ipv4Addr>::new();
+    for round in 0..3 {
+        for (connection, source, port) in &mut clients {
+            let answer = connection.request("GET", "/who", &[]).await.unwrap();
+            assert_eq!(answer.status, 200, "{}", answer.text());
+            let text = answer.text();
+            let (number, header) = text.split_once(' ').unwrap();
+            let expected = format!(
+                "PROXY TCP4 {source} 127.0.0.1 {port} {}",
+                broker.addr().port()
+            );
+            assert_eq!(header, expected, "round {round}");
+            let owner = used.entry(number.parse().unwrap()).or_insert(*source);
+            assert_eq!(
+                owner, source,
+                "server connection {number} served two clients"
+            );
+        }
+    }
+    // Each client's connections were kept for it: fewer server connections than requests.
+    assert!(
+        used.len() < 3 * clients.len(),
+        "no server connection was reused: {used:?}"
+    );
 }

@@ -1,5 +1,5 @@
 //! `MAX_CONNECTIONS_PER_CLIENT` applied to a balancer's clients: each client address's
-//! connections counted in a table ([`ClientCounts`], the pure rule) split in shards, each
+//! connections (and, behind a trusted HTTP proxy, its requests in hand) counted in a table ([`ClientCounts`], the pure rule) split in shards, each
 //! behind its own lock held for one lookup, so clients of different addresses seldom wait on
 //! one another and a balancer without the limit takes no lock at all; the hold a connection
 //! keeps until it ends, however its task ends; the refusals counted (METRICS) and logged once
@@ -64,6 +64,16 @@ impl ClientTable {
 #[derive(Debug)]
 pub struct ClientHold(Option<(Arc<Balancer>, IpAddr)>);
 
+/// What a hold counts against `MAX_CONNECTIONS_PER_CLIENT`, for the words of a refusal's
+/// log line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Counted {
+    /// A connection of the client's own, held while it is open.
+    Connection,
+    /// A request of the client's that came through a trusted HTTP proxy, held while in hand.
+    ProxiedRequest,
+}
+
 impl Balancer {
     /// Counts a connection of `client` against `generation`'s `MAX_CONNECTIONS_PER_CLIENT`
     /// until the returned hold is dropped; `None` when the client has that many open already,
@@ -74,6 +84,28 @@ impl Balancer {
         self: &Arc<Self>,
         generation: &Generation,
         client: IpAddr,
+    ) -> Option<ClientHold> {
+        self.count_client(generation, client, Counted::Connection)
+    }
+
+    /// Counts a request of `client` that came through a trusted HTTP proxy
+    /// (`HTTP_TRUSTED_PROXIES`) against `MAX_CONNECTIONS_PER_CLIENT`, in the same table as its
+    /// own connections, until the returned hold is dropped (the request's answer is over);
+    /// `None`, counted and logged as for a connection, when the client has its fill.
+    pub fn hold_for_proxied_request(
+        self: &Arc<Self>,
+        generation: &Generation,
+        client: IpAddr,
+    ) -> Option<ClientHold> {
+        self.count_client(generation, client, Counted::ProxiedRequest)
+    }
+
+    /// A hold of `counted` for `client`, or its refusal counted and logged.
+    fn count_client(
+        self: &Arc<Self>,
+        generation: &Generation,
+        client: IpAddr,
+        counted: Counted,
     ) -> Option<ClientHold> {
         let limit = generation.config.max_connections_per_client;
         if limit == 0 {
@@ -96,13 +128,7 @@ impl Balancer {
                     open,
                 });
                 if first {
-                    warn!(
-                        client = %client,
-                        open,
-                        "MAX_CONNECTIONS_PER_CLIENT ({limit}) reached by client {client} ({open} \
-                         connections open): its new connections are closed at once until some \
-                         end; other clients are served"
-                    );
+                    refused(client, open, limit, counted);
                 }
                 None
             }
@@ -112,6 +138,26 @@ impl Balancer {
     /// Client addresses with connections counted against `MAX_CONNECTIONS_PER_CLIENT` now.
     pub fn clients_counted(&self) -> usize {
         self.clients.clients()
+    }
+}
+
+/// The line that begins a client's episode of refusals.
+fn refused(client: IpAddr, open: u32, limit: u32, counted: Counted) {
+    match counted {
+        Counted::Connection => warn!(
+            client = %client,
+            open,
+            "MAX_CONNECTIONS_PER_CLIENT ({limit}) reached by client {client} ({open} \
+             connections open): its new connections are closed at once until some end; other \
+             clients are served"
+        ),
+        Counted::ProxiedRequest => warn!(
+            client = %client,
+            open,
+            "MAX_CONNECTIONS_PER_CLIENT ({limit}) reached by client {client} behind a trusted \
+             proxy ({open} connections and requests in hand): its requests are answered 503 \
+             until some end; the proxy's other clients are served"
+        ),
     }
 }
 

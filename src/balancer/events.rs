@@ -128,9 +128,10 @@ pub enum Event {
     ClientLimited {
         /// Which balancer.
         balancer: BalancerKind,
-        /// The client's address (the PROXY protocol's, when there is one).
+        /// The client's address (the PROXY protocol's, when there is one; the one a trusted
+        /// proxy's `X-Forwarded-For` names, for a request through it).
         client: IpAddr,
-        /// Its connections open then.
+        /// Its connections open then (with its requests in hand through trusted proxies).
         open: u32,
     },
     /// A connection was refused at the PROXY protocol step (no valid header from a front

@@ -98,6 +98,7 @@ fn downstream(origin: &Origin, tls: bool) -> Downstream {
     Downstream {
         peer: origin.client,
         tls,
+        local: origin.destination,
     }
 }
 

@@ -720,7 +720,7 @@ pub static KEYS: &[Key] = &[
             what: "a number of connections from 0 (no limit) to 1000000",
         },
         field: field!(Balancer.max_connections_per_client = Integer as u32, number),
-        doc: "connections at once from one client address (the PROXY protocol's when there is one); more are closed at once (0: no limit)",
+        doc: "connections at once from one client address (the PROXY protocol's when there is one; behind HTTP_TRUSTED_PROXIES, requests in hand per X-Forwarded-For client); more are refused, on HTTP with a 503 (0: no limit)",
     },
     Key {
         name: "LOG_CONNECTIONS",
@@ -1049,6 +1049,20 @@ pub static KEYS: &[Key] = &[
         domain: Domain::Flag,
         field: http_field!(forwarded_headers = Flag, flag),
         doc: "HTTP: append X-Forwarded-For, set X-Forwarded-Proto, X-Forwarded-Host and X-Real-IP on requests",
+    },
+    Key {
+        name: "HTTP_TRUSTED_PROXIES",
+        stands: Stands::Balancer,
+        domain: Domain::CidrsOrNone,
+        field: Field::Balancer {
+            set: |b, v| {
+                if let Value::Cidrs(list) = v {
+                    b.http.trusted_proxies = list;
+                }
+            },
+            get: |b| on_http(b, &b.http.trusted_proxies, |list| cidr_list(list)),
+        },
+        doc: "HTTP: addresses or CIDRs of L7 proxies in front; from them X-Forwarded-For names the client (its last address not listed), for X-Real-IP, QUERY_ALLOW, the log and MAX_CONNECTIONS_PER_CLIENT (empty: none)",
     },
     Key {
         name: "HTTP_UPGRADE_PROTOCOLS",
@@ -1433,6 +1447,7 @@ impl BalancerConfig {
                 session_timeout: Duration::from_secs(600),
                 max_sessions: 100_000,
                 sticky_strict: false,
+                trusted_proxies: Vec::new(),
             },
             alerts: AlertSettings::defaults(),
             restarts: RestartSettings::defaults(),

@@ -357,6 +357,8 @@ pub struct HttpSettings {
     pub max_sessions: u32,
     /// `HTTP_STICKY_STRICT`: 503 rather than move a session to another server.
     pub sticky_strict: bool,
+    /// `HTTP_TRUSTED_PROXIES`: the L7 proxies whose `X-Forwarded-For` names the client.
+    pub trusted_proxies: Vec<Cidr>,
 }
 
 /// TCP keepalive, so a vanished peer is noticed in minutes rather than the kernel's two hours.

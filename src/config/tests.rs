@@ -300,7 +300,8 @@ fn contradictory_timings_are_one_warning_each_naming_both_values() {
 
 #[test]
 fn the_proxy_protocol_keys_are_read_and_their_loose_ends_noticed() {
-    let text = "[General]\nPROXY_PROTOCOL=1\n[BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_PORT=5000\n\
+    let text = "[General]\nPROXY_PROTOCOL=1\nHTTP_TRUSTED_PROXIES=10.0.0.0/8 ::1\n\
+                [BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_PORT=5000\n\
                 QUERY_ALLOW=127.0.0.1\nPROXY_PROTOCOL_FROM=10.0.0.10, 10.1.0.0/16\n\
                 PROXY_PROTOCOL_TIMEOUT=500ms\nSEND_PROXY_PROTOCOL=2\n\
                 MAX_CONNECTIONS_PER_CLIENT=20\nREMOTE_SERVER_01=127.0.0.1 6001\n\
@@ -321,9 +322,13 @@ fn the_proxy_protocol_keys_are_read_and_their_loose_ends_noticed() {
     assert_eq!(tcp.proxy.timeout, Duration::from_millis(500));
     assert_eq!(tcp.proxy.send, Some(ProxyVersion::V2));
     assert_eq!(tcp.max_connections_per_client, 20);
-    // Not applied by the HTTP engine yet: 0, with a notice each.
-    assert_eq!(http.proxy.send, None);
-    assert_eq!(http.max_connections_per_client, 0);
+    assert_eq!(http.proxy.send, Some(ProxyVersion::V1));
+    assert_eq!(http.max_connections_per_client, 5);
+    assert_eq!(
+        http.http.trusted_proxies.len(),
+        2,
+        "[General]'s HTTP_TRUSTED_PROXIES is every HTTP balancer's"
+    );
     assert!(!off.proxy.accept);
     let notices: Vec<String> = loaded.notices.iter().map(|n| n.located("t.ini")).collect();
     let all = notices.join("\n");
@@ -331,16 +336,8 @@ fn the_proxy_protocol_keys_are_read_and_their_loose_ends_noticed() {
         all.contains("[BALANCE_HTTP] PROXY_PROTOCOL: is 1 and PROXY_PROTOCOL_FROM is empty"),
         "{all}"
     );
-    assert!(
-        all.contains("SEND_PROXY_PROTOCOL: is not applied to HTTP"),
-        "{all}"
-    );
-    assert!(
-        all.contains("MAX_CONNECTIONS_PER_CLIENT: is not applied to HTTP"),
-        "{all}"
-    );
     assert!(all.contains("PROXY_PROTOCOL_TIMEOUT: is ignored"), "{all}");
-    assert_eq!(notices.len(), 4, "{all}");
+    assert_eq!(notices.len(), 2, "{all}");
     for bad in [
         "SEND_PROXY_PROTOCOL=3",
         "PROXY_PROTOCOL_FROM=10.0.0.300",

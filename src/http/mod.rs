@@ -19,6 +19,8 @@
 //!   answers passed back, the idle server connections, the buffers' pool, upgrades.
 //! - `client_head`: the client's head as the balancer sees it.
 //! - `refusal`: why the broker answers a request itself.
+//! - `real_client`: `HTTP_TRUSTED_PROXIES`: the client a trusted proxy's `X-Forwarded-For`
+//!   names.
 //! - `pages`: the broker's own answers (502, 503, 504, refusals) in the page language.
 //! - [`stats`]: the figures METRICS reads.
 //! - [`check`](mod@check): `MONITORING_TYPE=HTTP`, one request over a given connection
@@ -29,19 +31,20 @@ mod client_head;
 pub mod engine;
 pub mod h1;
 pub mod pages;
+mod real_client;
 mod refusal;
 pub mod stats;
 
 use std::fmt;
 use std::future::Future;
 use std::hash::Hash;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use hyper::body::Bytes;
 use hyper::{Method, Response, StatusCode};
 
-use crate::config::Language;
+use crate::config::{Cidr, Language};
 use crate::net::relay::End;
 use crate::net::stream::Stream;
 
@@ -76,6 +79,17 @@ pub trait Upstreams: Send + Sync + 'static {
     /// it blames).
     type ConnectError: ConnectFailure;
 
+    /// What a request that came through a trusted proxy (`HTTP_TRUSTED_PROXIES`) holds for
+    /// its client from its head to its answer's end: a proxy's connection carries many
+    /// clients, so the HTTP balancer counts each such request against its own client's
+    /// `MAX_CONNECTIONS_PER_CLIENT`, as it counts a direct client's connections.
+    type ClientHold: Send + 'static;
+
+    /// A hold for `client`, whose request came through a trusted proxy (the client the
+    /// proxy's `X-Forwarded-For` named, or the proxy itself when it named none); `None` when
+    /// that client has its fill: the request is answered 503 with `Retry-After`.
+    fn hold_client(&self, client: &Downstream) -> Option<Self::ClientHold>;
+
     /// The server for this request, none of `tried` (servers that already failed it); `None`
     /// when no server is available, answered 503. `request` is the client's head as received
     /// (its cookies are there for affinity).
@@ -95,8 +109,16 @@ pub trait Upstreams: Send + Sync + 'static {
     fn connect(
         &self,
         server: &Self::Server,
-        client: SocketAddr,
+        client: &Downstream,
     ) -> impl Future<Output = Result<Self::Stream, Self::ConnectError>> + Send;
+
+    /// The client a new server connection for `client`'s request belongs to, when it names
+    /// one to the server (a PROXY protocol header, `SEND_PROXY_PROTOCOL`): the pool then
+    /// gives it to that client's requests only, never another's. `None` (the default): any
+    /// request may reuse it.
+    fn connection_owner(&self, _client: &Downstream) -> Option<IpAddr> {
+        None
+    }
 
     /// What happened, for quarantine, accounting and the access log. Called on the data
     /// path: keep it short (counters, a log line), never blocking.
@@ -162,10 +184,15 @@ impl<U: Upstreams + ?Sized> Choice<U> {
 /// The client's end of a connection, as the request's rewriting and the access log need it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Downstream {
-    /// The client's address (`X-Forwarded-For`, the access log).
+    /// The client's address (`X-Real-IP`, `QUERY_ALLOW`, the access log): the connection's
+    /// peer, or, for one request, the client a trusted proxy's `X-Forwarded-For` names
+    /// (`HTTP_TRUSTED_PROXIES`).
     pub peer: SocketAddr,
     /// Whether the client came over TLS (`X-Forwarded-Proto: https`, the cookie's `Secure`).
     pub tls: bool,
+    /// Where the client connected, when known (a PROXY protocol header's destination, or the
+    /// accepted socket's own address): the destination a header sent on to a server names.
+    pub local: Option<SocketAddr>,
 }
 
 /// What the engine tells the balancer.
@@ -288,6 +315,8 @@ pub struct Settings {
     pub language: Language,
     /// The `Retry-After` of a 503.
     pub retry_after: Duration,
+    /// `HTTP_TRUSTED_PROXIES`: the peers whose `X-Forwarded-For` names the client.
+    pub trusted_proxies: Vec<Cidr>,
 }
 
 impl Default for Settings {
@@ -307,6 +336,7 @@ impl Default for Settings {
             tunnel_idle_timeout: None,
             language: Language::English,
             retry_after: Duration::from_secs(5),
+            trusted_proxies: Vec::new(),
         }
     }
 }

@@ -15,7 +15,7 @@
 pub mod sessions;
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use hyper::Response;
@@ -27,7 +27,7 @@ use tracing::{Instrument, Span, info, warn};
 use crate::balancer::events::{Event, Unserved};
 use crate::balancer::rules::health::Reason;
 use crate::balancer::shared::{Ending, Shared};
-use crate::balancer::{Balancer, Closed, Eligible, Generation, Lease, Server};
+use crate::balancer::{Balancer, ClientHold, Closed, Eligible, Generation, Lease, Server};
 use crate::config::{BalancerConfig, Language, ServerId, show_duration};
 use crate::http::h1::{Editor, FieldName};
 use crate::http::{
@@ -39,6 +39,7 @@ use crate::http_balancer::sessions::{
     without_broker_cookie,
 };
 use crate::net::dial::{ConnectError, ServerStream};
+use crate::net::proxy_protocol::{self, Header};
 use crate::net::relay;
 use crate::net::stream::Stream;
 use crate::process::clock::wall_ms;
@@ -180,6 +181,7 @@ pub fn settings(config: &BalancerConfig, language: Language) -> http::Settings {
         retry_idempotent: keys.retry_idempotent,
         tunnel_idle_timeout: config.idle_timeout,
         language,
+        trusted_proxies: keys.trusted_proxies.clone(),
         ..http::Settings::default()
     }
 }
@@ -199,7 +201,8 @@ pub fn reconfigure(proxy: &HttpProxy, old: &Generation, new: &Generation, langua
 
 /// Serves one accepted connection of an HTTP balancer (`client`: who, and whether `stream`
 /// is TLS, for `X-Forwarded-Proto`): a `MAX_CONNECTIONS` place (or the
-/// connection is closed at once, as on a TCP balancer), then the engine until the client
+/// connection is closed at once, as on a TCP balancer), a hold under
+/// `MAX_CONNECTIONS_PER_CLIENT` (or a 503 with `Retry-After`), then the engine until the client
 /// closes; `ending.closing` answers the request in hand and closes, `ending.cut` ends it at
 /// once (an upgraded connection too).
 pub fn start<S: Stream>(
@@ -208,23 +211,47 @@ pub fn start<S: Stream>(
     ending: &Ending,
     local: Option<SocketAddr>,
     stream: S,
-    client: Downstream,
+    mut client: Downstream,
 ) {
     let balancer = &proxy.upstreams().balancer;
     let pool = balancer.generation();
+    if pool.config.proxy.send.is_some() && client.local.is_none() {
+        // The header sent on names where the client connected: the socket's own address.
+        client.local = stream.socket().and_then(|s| s.local_addr().ok());
+    }
     let Some(slot) = balancer.try_take_slot(&pool) else {
         balancer.refused(local);
         return;
     };
-    balancer.admitted();
-    slot.admit();
     let (proxy, closing, cut) = (
         Arc::clone(proxy),
         ending.closing.clone(),
         ending.cut.clone(),
     );
+    let span = balancer.span();
+    // A trusted proxy's connection carries many clients: not it but each of its requests is
+    // counted, for the client it names (`Upstreams::hold_client`).
+    let proxied = client.is_trusted_proxy(&pool.config.http.trusted_proxies);
+    let mut hold = None;
+    if !proxied {
+        hold = span.in_scope(|| balancer.hold_for_client(&pool, client.peer.ip()));
+    }
+    if hold.is_none() && !proxied {
+        // Its place is kept while the 503 is said (within HTTP_REQUEST_TIMEOUT), so the
+        // refusals too stay within MAX_CONNECTIONS.
+        tasks.spawn(async move {
+            let _slot = slot;
+            tokio::select! {
+                _ = cut.cancelled() => {}
+                _ = proxy.serve_unavailable(stream, client) => {}
+            }
+        });
+        return;
+    }
+    balancer.admitted();
+    slot.admit();
     tasks.spawn(async move {
-        let _slot = slot;
+        let (_slot, _hold) = (slot, hold);
         tokio::select! {
             _ = cut.cancelled() => {}
             _ = proxy.serve(stream, client, closing) => {}
@@ -627,6 +654,16 @@ impl Upstreams for HttpBalancer {
     type Lease = Held;
     type Stream = ServerStream;
     type ConnectError = ConnectError;
+    type ClientHold = ClientHold;
+
+    /// Counted against `MAX_CONNECTIONS_PER_CLIENT` in the balancer's table of clients, with
+    /// its direct connections; the refusal logged in the balancer's span.
+    fn hold_client(&self, client: &Downstream) -> Option<ClientHold> {
+        let pool = self.balancer.generation();
+        let ip = client.peer.ip();
+        self.span
+            .in_scope(|| self.balancer.hold_for_proxied_request(&pool, ip))
+    }
 
     /// A request's server: the one its `TOTVS_BROKER_SH_001` cookie names while that server
     /// can take it (disabled, draining or weight 0 included: only new sessions avoid those),
@@ -693,19 +730,40 @@ impl Upstreams for HttpBalancer {
         }
     }
 
-    /// The balancer's one dial path ([`Balancer::dial`]): TLS with `SSL_ENCRYPT_UPSTREAM=1`,
-    /// the socket options, the connect accounted for (a server found in quarantine is taken
-    /// as chosen although quarantined, as a TCP client's pick would be).
+    /// The balancer's one dial path ([`Balancer::dial_with`]): the PROXY protocol header
+    /// first with `SEND_PROXY_PROTOCOL`, TLS with `SSL_ENCRYPT_UPSTREAM=1`, the socket
+    /// options, the connect accounted for (a server found in quarantine is taken as chosen
+    /// although quarantined, as a TCP client's pick would be).
     async fn connect(
         &self,
         server: &Target,
-        client: SocketAddr,
+        client: &Downstream,
     ) -> Result<ServerStream, ConnectError> {
         let pool = self.balancer.generation();
         let s = &server.0;
         let stale = s.is_quarantined();
-        let dialed = self.balancer.dial(&pool, s, stale, client);
+        let preface = pool.config.proxy.send.map(|version| {
+            let header = match client.local {
+                Some(destination) => Header::Proxied {
+                    source: client.peer,
+                    destination,
+                },
+                None => Header::Unknown,
+            };
+            proxy_protocol::write(version, &header)
+        });
+        let preface = preface.as_deref().unwrap_or_default();
+        let dialed = self
+            .balancer
+            .dial_with(&pool, s, stale, client.peer, preface);
         dialed.instrument(self.span.clone()).await
+    }
+
+    /// With `SEND_PROXY_PROTOCOL` a server connection's header names one client: the
+    /// connection is that client's alone (as HAProxy keeps a `send-proxy` connection private).
+    fn connection_owner(&self, client: &Downstream) -> Option<IpAddr> {
+        let sends = self.balancer.generation().config.proxy.send.is_some();
+        sends.then(|| client.peer.ip())
     }
 
     fn report(&self, report: Report<'_, Target>) {

@@ -63,6 +63,11 @@ pub struct Origin {
     /// A front balancer's own connection (PROXY protocol v2 `LOCAL`): a health check. It may
     /// be answered (a query), but it is never counted nor forwarded as a client.
     pub check: bool,
+    /// How long the client was watched already for its first bytes, from its accept, and
+    /// sent none (a source not in `PROXY_PROTOCOL_FROM`, watched for a header it may not
+    /// send): the later waits for a first byte (TLS's, the query sniff's) take only what is
+    /// left of `QUERY_SNIFF_TIMEOUT`, so a server-first client waits for it once, not twice.
+    pub silent_for: Duration,
 }
 
 /// What the PROXY protocol step needs, from the generation the connection arrived in.
@@ -177,6 +182,7 @@ impl Accepted {
                 client: peer,
                 destination: None,
                 check: false,
+                silent_for: Duration::ZERO,
             },
         }
     }
@@ -189,7 +195,7 @@ impl Accepted {
     pub async fn proxy_header(&mut self, proxy: &PortProxy<'_>) -> ProxyStep {
         let listed = proxy.from.is_empty() || proxy.from.iter().any(|c| c.contains(self.peer.ip()));
         if !listed {
-            return direct_source(&self.stream, proxy.direct_wait).await;
+            return self.direct_source(proxy.direct_wait).await;
         }
         let mut buffer = vec![0u8; MAX_HEADER];
         let mut got = 0;
@@ -212,6 +218,7 @@ impl Accepted {
                 client: source,
                 destination: Some(destination),
                 check: false,
+                silent_for: Duration::ZERO,
             },
             Header::Unknown => self.origin,
             Header::Local => Origin {
@@ -228,7 +235,8 @@ impl Accepted {
     pub async fn handshake(self, tls: &PortTls<'_>) -> Handshake {
         let stream = self.stream;
         if tls.plain_on_same_port || tls.answers_plain {
-            match first_byte::peek(&stream, tls.first_byte_wait).await {
+            let wait = tls.first_byte_wait.saturating_sub(self.origin.silent_for);
+            match first_byte::peek(&stream, wait).await {
                 Ok(Arrival::Tls) => {}
                 Ok(Arrival::Plain) if tls.plain_on_same_port => return Handshake::Plain(stream),
                 Ok(Arrival::Plain) => return Handshake::PlainRefused(stream),
@@ -290,17 +298,23 @@ async fn read_header(
     }
 }
 
-/// The first bytes of a source that sends no header, watched for `wait`: a header there is
-/// refused (it would name a client of its choosing); anything else, or silence, is served.
-async fn direct_source(stream: &TcpStream, wait: Duration) -> ProxyStep {
-    let mut first = [0u8; proxy_protocol::V2_SIGNATURE.len()];
-    match tokio::time::timeout(wait, stream.peek(&mut first)).await {
-        Err(_) => ProxyStep::Direct,
-        Ok(Ok(0) | Err(_)) => ProxyStep::Gone,
-        Ok(Ok(n)) if proxy_protocol::begins_header(&first[..n]) => {
-            ProxyStep::Refused(ProxyRefusal::NotAllowed)
+impl Accepted {
+    /// The first bytes of a source that sends no header, watched for `wait`: a header there
+    /// is refused (it would name a client of its choosing); anything else, or silence, is
+    /// served, its silence noted in its origin.
+    async fn direct_source(&mut self, wait: Duration) -> ProxyStep {
+        let mut first = [0u8; proxy_protocol::V2_SIGNATURE.len()];
+        match tokio::time::timeout(wait, self.stream.peek(&mut first)).await {
+            Err(_) => {
+                self.origin.silent_for = wait;
+                ProxyStep::Direct
+            }
+            Ok(Ok(0) | Err(_)) => ProxyStep::Gone,
+            Ok(Ok(n)) if proxy_protocol::begins_header(&first[..n]) => {
+                ProxyStep::Refused(ProxyRefusal::NotAllowed)
+            }
+            Ok(Ok(_)) => ProxyStep::Direct,
         }
-        Ok(Ok(_)) => ProxyStep::Direct,
     }
 }
 
@@ -352,6 +366,7 @@ mod tests {
                 client: "192.0.2.7:56324".parse().unwrap(),
                 destination: Some("198.51.100.1:443".parse().unwrap()),
                 check: false,
+                silent_for: Duration::ZERO,
             }
         );
         let mut rest = [0u8; 9];
@@ -431,12 +446,15 @@ mod tests {
         client.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
         assert_eq!(accepted.proxy_header(&proxy).await, ProxyStep::Direct);
         assert_eq!(accepted.origin.client, accepted.peer);
+        assert_eq!(accepted.origin.silent_for, Duration::ZERO, "it spoke");
         let mut first = [0u8; 3];
         accepted.stream.read_exact(&mut first).await.unwrap();
         assert_eq!(&first, b"GET", "nothing consumed");
-        // Silent (a server-first client): served once the wait is over.
+        // Silent (a server-first client): served once the wait is over, which the later
+        // waits for a first byte take off theirs.
         let (mut accepted, _client) = pair().await;
         assert_eq!(accepted.proxy_header(&proxy).await, ProxyStep::Direct);
+        assert_eq!(accepted.origin.silent_for, proxy.direct_wait);
         let (mut accepted, mut client) = pair().await;
         client
             .write_all(b"PROXY TCP4 10.0.0.1 10.0.0.2 1 2\r\n")

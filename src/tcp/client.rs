@@ -154,7 +154,13 @@ impl<S: Stream> Client<S> {
     /// query, or it closed or stalled first.
     async fn sniff(&mut self) -> Option<Vec<u8>> {
         let mut first = Vec::new();
-        let limit = self.pool.config.query.sniff_timeout;
+        // What is left of it: a client watched silent already is not waited for again.
+        let limit = self
+            .pool
+            .config
+            .query
+            .sniff_timeout
+            .saturating_sub(self.origin.silent_for);
         let peer = self.origin.client;
         match sniff(&mut self.stream, &mut first, limit).await {
             Ok(Verdict::Forward) => return Some(first),
@@ -334,6 +340,7 @@ mod tests {
                 client: peer,
                 destination: None,
                 check: false,
+                silent_for: std::time::Duration::ZERO,
             },
         )
     }

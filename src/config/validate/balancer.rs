@@ -262,8 +262,7 @@ impl Validator {
 
     /// The PROXY protocol's keys and `MAX_CONNECTIONS_PER_CLIENT`: a notice for the keys that
     /// complete `PROXY_PROTOCOL=1` given in a section without it, and for a header required
-    /// of every source; on an HTTP balancer, whose engine does not apply them yet,
-    /// `SEND_PROXY_PROTOCOL` and `MAX_CONNECTIONS_PER_CLIENT` are set to 0 with a notice.
+    /// of every source.
     fn proxy_keys(&mut self, section: &Section, inherited: &Lookup<'_>, b: &mut BalancerConfig) {
         let name = section.written.as_str();
         let own = |key: &str| section.entries.iter().find(|e| e.key == key);
@@ -292,27 +291,6 @@ impl Validator {
                  others",
             ));
         }
-        if !b.kind.is_http() {
-            return;
-        }
-        let unapplied = [
-            ("SEND_PROXY_PROTOCOL", b.proxy.send.is_some()),
-            (
-                "MAX_CONNECTIONS_PER_CLIENT",
-                b.max_connections_per_client > 0,
-            ),
-        ];
-        for (key, _) in unapplied.into_iter().filter(|(_, set)| *set) {
-            let line = inherited.find(key).map_or(section.line, |(e, _)| e.line);
-            self.notices.push(ConfigError::new(
-                line,
-                name,
-                Some(key),
-                "is not applied to HTTP balancers yet (TCP balancers only): 0 is used",
-            ));
-        }
-        b.proxy.send = None;
-        b.max_connections_per_client = 0;
     }
 
     /// `MONITORING_TYPE`'s notice: a TOTVS type that stands for CONNECTION.

@@ -12,14 +12,16 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::task::{Poll, ready};
 use std::time::Duration;
 
+use hyper::StatusCode;
 use tokio::io::AsyncWriteExt;
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
 
 use super::Engine;
 use super::buffers::Buffer;
+use super::own::{self, Ending};
 use super::pool::ServerConn;
-use crate::http::h1::{HeadError, HeadScan, OutHead, RequestHead};
+use crate::http::h1::{HeadError, HeadScan, Method, OutHead, RequestHead, Version};
 use crate::http::{Choice, Downstream, Report, Tunnel, Upstreams};
 use crate::net::relay::{Counters, relay};
 use crate::net::stream::Stream;
@@ -38,7 +40,10 @@ pub(super) enum Next<U: Upstreams> {
 pub(super) struct Client<'c, C> {
     pub(super) io: &'c mut C,
     pub(super) peer: Downstream,
-    /// The client's address as `X-Forwarded-For` says it.
+    /// The trusted proxy (`HTTP_TRUSTED_PROXIES`) the request came through, when `peer` is
+    /// the client its `X-Forwarded-For` named: appended to that chain on the way on.
+    pub(super) via: Option<IpAddr>,
+    /// The connection's peer as `X-Forwarded-For` says it, written once per connection.
     pub(super) ip: &'c IpText,
     pub(super) closing: &'c CancellationToken,
     /// `HTTP_REQUEST_TIMEOUT` from the connection's start or the last answer's end.
@@ -76,6 +81,7 @@ impl<U: Upstreams> Engine<U> {
             let conn = Client {
                 io: &mut io,
                 peer: client,
+                via: None,
                 ip: &ip,
                 closing: &closing,
                 deadline: deadline.as_mut(),
@@ -89,6 +95,52 @@ impl<U: Upstreams> Engine<U> {
                     return Box::pin(self.relay_tunnel(&mut io, *upgraded)).await;
                 }
             }
+        }
+    }
+}
+
+impl<U: Upstreams> Engine<U> {
+    /// Answers a connection the balancer will not serve now (its client has
+    /// `MAX_CONNECTIONS_PER_CLIENT` open) with the 503 page and its `Retry-After`, then
+    /// closes it. The first request's head is waited for, within `HTTP_REQUEST_TIMEOUT`, so
+    /// the answer meets a request (a browser shows it, a `HEAD` gets the head alone) and the
+    /// close that follows does not reset the connection under it.
+    pub async fn serve_unavailable<C: Stream>(self: Arc<Self>, mut io: C, client: Downstream) {
+        let settings = self.settings.load_full();
+        let deadline = tokio::time::sleep(settings.request_timeout);
+        tokio::pin!(deadline);
+        let Some(mut buf) = first_bytes(&mut io, deadline.as_mut()).await else {
+            return;
+        };
+        let closing = CancellationToken::new();
+        let ip = IpText::of(client.peer.ip());
+        let mut conn = Client {
+            io: &mut io,
+            peer: client,
+            via: None,
+            ip: &ip,
+            closing: &closing,
+            deadline: deadline.as_mut(),
+        };
+        let (version, head_only) = match conn.read_head(&mut buf).await {
+            Ok(head) => (head.version(), head.method() == Method::Head),
+            Err(Headless::Refused(_)) => (Version::Http11, false),
+            Err(Headless::Gone) => return,
+        };
+        let ending = Ending {
+            close: true,
+            version,
+            head_only,
+        };
+        let retry_after = settings.retry_after.as_secs();
+        let page = own::page(
+            StatusCode::SERVICE_UNAVAILABLE,
+            settings.language,
+            retry_after,
+            ending,
+        );
+        if conn.write(&page).await {
+            conn.linger().await;
         }
     }
 }
@@ -299,9 +351,12 @@ impl<U: Upstreams> Engine<U> {
 /// A client's address as `X-Forwarded-For` says it (an IPv4 client on a dual-stack socket as
 /// plain IPv4), written once per connection, on the stack.
 pub(super) struct IpText {
-    bytes: [u8; 48],
-    len: usize,
+    bytes: [u8; IP_TEXT_MAX],
+    len: u8,
 }
+
+/// The longest text of an IP address: an IPv6 address with an IPv4 tail.
+const IP_TEXT_MAX: usize = 45;
 
 impl IpText {
     pub(super) fn of(ip: IpAddr) -> IpText {
@@ -310,18 +365,18 @@ impl IpText {
             IpAddr::V4(_) => ip,
         };
         let mut text = IpText {
-            bytes: [0; 48],
+            bytes: [0; IP_TEXT_MAX],
             len: 0,
         };
         let mut room = &mut text.bytes[..];
         if write!(room, "{ip}").is_ok() {
-            text.len = 48 - room.len();
+            text.len = (IP_TEXT_MAX - room.len()) as u8;
         }
         text
     }
 
     pub(super) fn as_bytes(&self) -> &[u8] {
-        &self.bytes[..self.len]
+        &self.bytes[..usize::from(self.len)]
     }
 }
 
@@ -350,6 +405,11 @@ mod tests {
         type Lease = ();
         type Stream = TcpStream;
         type ConnectError = NoServer;
+        type ClientHold = ();
+
+        fn hold_client(&self, _: &Downstream) -> Option<()> {
+            Some(())
+        }
 
         fn choose(
             &self,
@@ -360,7 +420,7 @@ mod tests {
             None
         }
 
-        async fn connect(&self, _: &SocketAddr, _: SocketAddr) -> Result<TcpStream, NoServer> {
+        async fn connect(&self, _: &SocketAddr, _: &Downstream) -> Result<TcpStream, NoServer> {
             Err(NoServer)
         }
 
@@ -375,7 +435,11 @@ mod tests {
             .unwrap();
         let (accepted, peer) = listener.accept().await.unwrap();
         let engine = Engine::new(Arc::new(Nobody), Settings::default());
-        let downstream = Downstream { peer, tls: false };
+        let downstream = Downstream {
+            peer,
+            tls: false,
+            local: None,
+        };
         let serving = engine.serve(accepted, downstream, CancellationToken::new());
         let size = std::mem::size_of_val(&serving);
         let parts = [
@@ -383,7 +447,9 @@ mod tests {
             ("timer", std::mem::size_of::<Sleep>()),
             ("buffer", std::mem::size_of::<Option<Buffer>>()),
         ];
-        assert!(size <= 512, "{size} bytes: {parts:?}");
+        // 512 before the connection carried where its client connected (for a PROXY protocol
+        // header sent on) beside the address text written once for `X-Forwarded-For`.
+        assert!(size <= 576, "{size} bytes: {parts:?}");
         drop((serving, client));
     }
 }

@@ -50,6 +50,11 @@ impl<U: Upstreams> Engine<U> {
                 return self.refuse_head(client, &buf, error, &settings).await;
             }
         };
+        let proxied = client.peer.is_trusted_proxy(&settings.trusted_proxies);
+        (client.peer, client.via) =
+            client
+                .peer
+                .behind(&settings.trusted_proxies, &head, buf.filled());
         let record = Record::new(self, client.peer.peer, &head, buf.filled());
         let request = InHand {
             engine: self,
@@ -59,6 +64,11 @@ impl<U: Upstreams> Engine<U> {
             settings,
             record,
             body_end: None,
+        };
+        // Held until the answer's end: the future returns once it is written.
+        let _hold = match proxied.then(|| self.upstreams.hold_client(&request.client.peer)) {
+            Some(None) => return request.client_limited().await,
+            hold => hold.flatten(),
         };
         request.route().await
     }
@@ -140,6 +150,16 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
             return self.next(end);
         }
         self.closed(written, false).await
+    }
+
+    /// The 503 (with `Retry-After`) of a request whose client, behind a trusted proxy, has
+    /// its fill of `MAX_CONNECTIONS_PER_CLIENT`: the proxy's connection goes on when the
+    /// request had no body and the proxy wants it kept, as after any page of the broker's.
+    async fn client_limited(mut self) -> Next<U> {
+        self.record.exchange.outcome = ExchangeOutcome::Refused;
+        let next = (self.head.body() == Body::Empty).then(|| self.head.len());
+        self.page(StatusCode::SERVICE_UNAVAILABLE, next, false)
+            .await
     }
 
     /// The page of a request the broker refused; the connection closes after it (the

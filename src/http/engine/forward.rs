@@ -21,7 +21,7 @@ use hyper::StatusCode;
 use tracing::debug;
 
 use super::awaiting::{Awaiting, Heard};
-use super::client::{Next, write_out};
+use super::client::{IpText, Next, write_out};
 use super::exchange::{InHand, max_forwards};
 use super::pool::{Lifetime, ServerConn};
 use super::pump::{Pump, PumpError, Silence};
@@ -218,7 +218,8 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
     async fn try_server(&mut self, choice: &Choice<U>, replayable: bool) -> Tried<U> {
         let server = &choice.server;
         let idle_timeout = self.settings.idle_timeout;
-        let mut conn = match self.engine.pool.take(server, idle_timeout) {
+        let owner = self.engine.upstreams.connection_owner(&self.client.peer);
+        let mut conn = match self.engine.pool.take(server, idle_timeout, owner) {
             Some(conn) => conn,
             None => match self.dial(server).await {
                 Ok(conn) => conn,
@@ -268,7 +269,7 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
         let upstreams = &self.engine.upstreams;
         // Boxed: a dialer's future (a TLS handshake's) is large, and only a new connection
         // needs it.
-        match Box::pin(upstreams.connect(server, self.client.peer.peer)).await {
+        match Box::pin(upstreams.connect(server, &self.client.peer)).await {
             Ok(stream) => {
                 let figures = self.engine.pool.figures(server);
                 let lifetime = Lifetime::opened(Arc::clone(upstreams), server.clone(), figures);
@@ -276,6 +277,7 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
                     stream,
                     _lifetime: lifetime,
                     reused: false,
+                    owner: upstreams.connection_owner(&self.client.peer),
                 })
             }
             Err(error) if !error.try_next() => {
@@ -395,9 +397,17 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
     fn request_out(&self, server: &str) -> (OutHead, Asked, Pump) {
         let (head, buf) = (&self.head, self.buf.filled());
         let offer = offer(head, buf, &self.settings.upgrade_protocols);
+        // The connection's peer text, written once for the connection; a client a trusted
+        // proxy named for this request alone is written for it.
+        let named = self
+            .client
+            .via
+            .map(|_| IpText::of(self.client.peer.peer.ip()));
+        let client = named.as_ref().unwrap_or(self.client.ip);
         let how = ToServer {
             forwarded: self.settings.forwarded_headers.then(|| Forwarded {
-                client: self.client.ip.as_bytes(),
+                client: client.as_bytes(),
+                peer: self.client.ip.as_bytes(),
                 https: self.client.peer.tls,
             }),
             upgrade: offer.goes,

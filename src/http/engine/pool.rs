@@ -17,6 +17,7 @@
 //! [`h1::reuse`]: crate::http::h1::reuse
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -35,6 +36,9 @@ pub(crate) struct ServerConn<U: Upstreams> {
     /// Taken from the pool (it served a request before), rather than just opened: a failure
     /// may then be the server closing it at the moment of reuse.
     pub(crate) reused: bool,
+    /// The client it was opened for, when it belongs to that client alone
+    /// ([`Upstreams::connection_owner`]).
+    pub(crate) owner: Option<IpAddr>,
 }
 
 /// A server's connection figures, for METRICS.
@@ -139,8 +143,15 @@ impl<U: Upstreams> ServerPool<U> {
     }
 
     /// The most recently pooled connection to `server` of the calling worker that is still
-    /// usable; the expired and closed ones met on the way are closed.
-    pub(crate) fn take(&self, server: &U::Server, idle_timeout: Duration) -> Option<ServerConn<U>> {
+    /// usable and belongs to `owner` (`None`: one that belongs to no client); the expired and
+    /// closed ones met on the way are closed. The list is at most `max_idle` long, so looking
+    /// past other clients' connections is bounded.
+    pub(crate) fn take(
+        &self,
+        server: &U::Server,
+        idle_timeout: Duration,
+        owner: Option<IpAddr>,
+    ) -> Option<ServerConn<U>> {
         let now = Instant::now();
         let mut dropped = Vec::new();
         let taken = {
@@ -148,7 +159,8 @@ impl<U: Upstreams> ServerPool<U> {
             let slot = slots.get_mut(server)?;
             let here = slot.idle.get_mut(&workers::current())?;
             let mut taken = None;
-            while let Some(idle) = here.pop() {
+            while let Some(at) = here.iter().rposition(|idle| idle.conn.owner == owner) {
+                let idle = here.remove(at);
                 if now.duration_since(idle.since) < idle_timeout && alive(&idle.conn.stream) {
                     slot.figures.reused.fetch_add(1, Relaxed);
                     taken = Some(idle.conn);

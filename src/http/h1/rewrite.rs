@@ -28,8 +28,11 @@ pub struct ToServer<'a> {
 /// The client, as `X-Forwarded-*` says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Forwarded<'a> {
-    /// Its address as text (an IPv4-mapped address written as IPv4).
+    /// Its address as text (an IPv4-mapped address written as IPv4), for `X-Real-IP`.
     pub client: &'a [u8],
+    /// The connection's peer as text, appended to `X-Forwarded-For`: the client itself, or
+    /// the trusted proxy whose chain named it.
+    pub peer: &'a [u8],
     /// Whether it came over TLS (`X-Forwarded-Proto: https`).
     pub https: bool,
 }
@@ -182,7 +185,7 @@ fn set_length(editor: &mut Editor, field: FieldId, value: u64) {
     let _ = editor.set(field, &[digits.as_bytes()]);
 }
 
-/// `X-Forwarded-For` with the client appended to the chain the client sent (as nginx's
+/// `X-Forwarded-For` with the peer appended to the chain the client sent (as nginx's
 /// `$proxy_add_x_forwarded_for`), `X-Forwarded-Proto`, `-Host` and `X-Real-IP` the broker's.
 fn add_forwarded(request: &RequestHead, buf: &[u8], forwarded: Forwarded<'_>, editor: &mut Editor) {
     let fields = request.fields();
@@ -191,7 +194,7 @@ fn add_forwarded(request: &RequestHead, buf: &[u8], forwarded: Forwarded<'_>, ed
         .filter_map(|id| fields.get(buf, id))
         .filter(|f| !f.value.is_empty())
         .flat_map(|f| [f.value, &b", "[..]]);
-    editor.add_unchecked(b"X-Forwarded-For", chain.chain([forwarded.client]));
+    editor.add_unchecked(b"X-Forwarded-For", chain.chain([forwarded.peer]));
     let proto: &[u8] = if forwarded.https { b"https" } else { b"http" };
     editor.add_unchecked(b"X-Forwarded-Proto", [proto]);
     if let Some(host) = request.host(buf) {
@@ -322,6 +325,7 @@ mod tests {
     const TO_SERVER: ToServer<'static> = ToServer {
         forwarded: Some(Forwarded {
             client: b"192.0.2.7",
+            peer: b"192.0.2.7",
             https: false,
         }),
         upgrade: true,

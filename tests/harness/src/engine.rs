@@ -137,6 +137,11 @@ impl Upstreams for TestUpstreams {
     type Lease = TestLease;
     type Stream = TcpStream;
     type ConnectError = TestConnectError;
+    type ClientHold = ();
+
+    fn hold_client(&self, _client: &Downstream) -> Option<()> {
+        Some(())
+    }
 
     fn choose(
         &self,
@@ -158,7 +163,7 @@ impl Upstreams for TestUpstreams {
     fn connect(
         &self,
         server: &SocketAddr,
-        _client: SocketAddr,
+        _client: &Downstream,
     ) -> impl Future<Output = Result<TcpStream, TestConnectError>> + Send {
         let server = *server;
         let brokers = self.broker_fault.load(SeqCst);
@@ -223,7 +228,11 @@ impl LoopbackEngine {
                     let Ok((stream, peer)) = listener.accept().await else {
                         continue;
                     };
-                    let client = Downstream { peer, tls: false };
+                    let client = Downstream {
+                        peer,
+                        tls: false,
+                        local: None,
+                    };
                     let proxy = Arc::clone(&proxy);
                     let closing = closing.clone();
                     let serving = Arc::clone(&serving);
