@@ -271,9 +271,9 @@ async fn greeting_server() -> SocketAddr {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_direct_client_waits_for_one_sniff_not_two() {
     let server = greeting_server().await;
-    let sniff = std::time::Duration::from_secs(1);
+    let sniff = std::time::Duration::from_secs(2);
     let extra = format!(
-        "PROXY_PROTOCOL=1\nPROXY_PROTOCOL_FROM=127.0.0.3/32\nQUERY_SNIFF_TIMEOUT=1s\n\
+        "PROXY_PROTOCOL=1\nPROXY_PROTOCOL_FROM=127.0.0.3/32\nQUERY_SNIFF_TIMEOUT=2s\n\
          REMOTE_SERVER_01=127.0.0.1 {}",
         server.port()
     );
@@ -293,8 +293,9 @@ async fn a_silent_direct_client_waits_for_one_sniff_not_two() {
         waited >= sniff,
         "forwarded before the sniff's end: {waited:?}"
     );
-    // Two waits would take two seconds; one, a second and the broker's own steps.
-    assert!(waited < sniff * 3 / 2, "{waited:?}: waited twice");
+    // Two waits would take four seconds; one, two and the broker's own steps (a wide margin:
+    // the bound tells one wait from two, not how fast the broker is).
+    assert!(waited < sniff * 7 / 4, "{waited:?}: waited twice");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
