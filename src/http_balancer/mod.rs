@@ -218,18 +218,11 @@ pub fn start<S: Stream>(
     };
     balancer.admitted();
     slot.admit();
-    let (proxy, closing, cut) = (
-        Arc::clone(proxy),
-        ending.closing.clone(),
-        ending.cut.clone(),
-    );
-    tasks.spawn(async move {
-        let _slot = slot;
-        tokio::select! {
-            _ = cut.cancelled() => {}
-            _ = proxy.serve(stream, client, closing) => {}
-        }
-    });
+    let (closing, cut) = (ending.closing.clone(), ending.cut.clone());
+    // The engine's future is the task's whole future: a future around it would carry its
+    // arguments twice for the connection's life.
+    let serving = Arc::clone(proxy).serve(stream, client, closing, cut, slot);
+    tasks.spawn(serving);
 }
 
 impl HttpBalancer {

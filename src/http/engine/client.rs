@@ -6,7 +6,7 @@
 use std::future::poll_fn;
 use std::io::{self, IoSlice, Write as _};
 use std::net::IpAddr;
-use std::pin::Pin;
+use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::task::{Poll, ready};
@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
 use tokio::time::{Instant, Sleep};
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use super::Engine;
 use super::buffers::Buffer;
@@ -39,7 +39,7 @@ pub(super) struct Client<'c, C> {
     pub(super) io: &'c mut C,
     pub(super) peer: Downstream,
     /// The client's address as `X-Forwarded-For` says it.
-    pub(super) ip: &'c IpText,
+    pub(super) ip: IpText,
     pub(super) closing: &'c CancellationToken,
     /// `HTTP_REQUEST_TIMEOUT` from the connection's start or the last answer's end.
     pub(super) deadline: Pin<&'c mut Sleep>,
@@ -49,56 +49,95 @@ impl<U: Upstreams> Engine<U> {
     /// Serves one client connection until it closes. Once `closing` is cancelled (a drain),
     /// the connection's next answer says `Connection: close` and the connection closes after
     /// it: the request in hand, or the next one to come within `HTTP_REQUEST_TIMEOUT`, as on
-    /// any kept-alive connection. An upgraded connection goes on until the caller drops this
-    /// future.
-    pub async fn serve<C: Stream>(
+    /// any kept-alive connection. Once `cut` is cancelled, the connection ends at once
+    /// (an upgraded one too). `_place` is held for the connection's life (the balancer's
+    /// `MAX_CONNECTIONS` place): taken here rather than by a future around this one, whose
+    /// copy of the arguments the idle task would carry twice.
+    pub async fn serve<C: Stream, P: Send>(
         self: Arc<Self>,
         mut io: C,
         client: Downstream,
         closing: CancellationToken,
+        cut: CancellationToken,
+        _place: P,
     ) {
         let deadline = tokio::time::sleep(Duration::ZERO);
         tokio::pin!(deadline);
-        let mut carried: Option<Buffer> = None;
-        let ip = IpText::of(client.peer.ip());
+        let mut cut = pin!(cut.cancelled_owned());
         loop {
-            let request_timeout = self.settings.load().request_timeout;
-            deadline.as_mut().reset(Instant::now() + request_timeout);
-            let buf = match carried.take() {
-                Some(buf) => buf,
-                None => match first_bytes(&mut io, deadline.as_mut()).await {
-                    Some(buf) => buf,
+            deadline
+                .as_mut()
+                .reset(Instant::now() + self.settings.load().request_timeout);
+            let Some(mut buf) = first_bytes(&mut io, deadline.as_mut(), cut.as_mut()).await else {
+                return;
+            };
+            // The request, then any pipelined after it; the buffer carried from one to the
+            // next is never held while the connection idles.
+            let next = loop {
+                // The client's parts are made in the statement that moves them into the
+                // boxed exchange, so this future holds none of them across its wait.
+                let exchange = Box::pin(self.exchange(
+                    Client {
+                        io: &mut io,
+                        peer: client,
+                        ip: IpText::of(client.peer.ip()),
+                        closing: &closing,
+                        deadline: deadline.as_mut(),
+                    },
+                    buf,
+                    // The settings in force when the request came (a reload meanwhile applies).
+                    self.settings.load_full(),
+                ));
+                match until_cut(cut.as_mut(), exchange).await {
+                    Some(Next::Request(Some(more))) => buf = more,
+                    Some(next) => break next,
                     None => return,
-                },
+                }
+                deadline
+                    .as_mut()
+                    .reset(Instant::now() + self.settings.load().request_timeout);
             };
-            // The settings in force when the request came (a reload meanwhile applies).
-            let settings = self.settings.load_full();
-            let conn = Client {
-                io: &mut io,
-                peer: client,
-                ip: &ip,
-                closing: &closing,
-                deadline: deadline.as_mut(),
-            };
-            // Bound before the match, so the exchange's future is freed before a tunnel's relay.
-            let next = Box::pin(self.exchange(conn, buf, settings)).await;
             match next {
-                Next::Request(buf) => carried = buf,
+                Next::Request(_) => {}
                 Next::Close => return,
                 Next::Tunnel(upgraded) => {
-                    return Box::pin(self.relay_tunnel(&mut io, *upgraded)).await;
+                    let relay = Box::pin(self.relay_tunnel(&mut io, *upgraded));
+                    until_cut(cut.as_mut(), relay).await;
+                    return;
                 }
             }
         }
     }
 }
 
+/// `work` until it is done (`Some` of its output), or until the connection is cut first
+/// (`None`; the work is dropped).
+async fn until_cut<F: Future + Unpin>(
+    mut cut: Pin<&mut WaitForCancellationFutureOwned>,
+    mut work: F,
+) -> Option<F::Output> {
+    poll_fn(|cx| {
+        if cut.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(None);
+        }
+        Pin::new(&mut work).poll(cx).map(Some)
+    })
+    .await
+}
+
 /// The first bytes of the next request, in a buffer taken when they came; `None` when the
 /// client closed, failed, or sent nothing before `deadline`. Waiting holds no buffer: a
 /// socket says when it has bytes; any other stream is read into one given back at once when
 /// nothing came.
-async fn first_bytes<C: Stream>(io: &mut C, mut deadline: Pin<&mut Sleep>) -> Option<Buffer> {
+async fn first_bytes<C: Stream>(
+    io: &mut C,
+    mut deadline: Pin<&mut Sleep>,
+    mut cut: Pin<&mut WaitForCancellationFutureOwned>,
+) -> Option<Buffer> {
     poll_fn(|cx| {
+        if cut.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(None);
+        }
         if let Some(socket) = io.plain() {
             match socket.poll_read_ready(cx) {
                 Poll::Ready(Ok(())) => {}
@@ -376,7 +415,8 @@ mod tests {
         let (accepted, peer) = listener.accept().await.unwrap();
         let engine = Engine::new(Arc::new(Nobody), Settings::default());
         let downstream = Downstream { peer, tls: false };
-        let serving = engine.serve(accepted, downstream, CancellationToken::new());
+        let (closing, cut) = (CancellationToken::new(), CancellationToken::new());
+        let serving = engine.serve(accepted, downstream, closing, cut, ());
         let size = std::mem::size_of_val(&serving);
         let parts = [
             ("socket", std::mem::size_of::<TcpStream>()),
