@@ -3,7 +3,7 @@
 //! socket and a timer), until the client closes, a request ends the connection, or the
 //! request timeout passes with no head.
 
-use std::future::poll_fn;
+use std::future::{pending, poll_fn};
 use std::io::{self, IoSlice, Write as _};
 use std::net::IpAddr;
 use std::pin::{Pin, pin};
@@ -299,40 +299,35 @@ impl<U: Upstreams> Engine<U> {
     /// Relays `upgraded` over `client` (splice between plain sockets) until both sides
     /// closed, one failed, or nothing moved for `IDLE_TIMEOUT`; then reports the tunnel. The
     /// caller drops this future to cut the connection.
-    pub(super) async fn relay_tunnel<C: Stream>(&self, client: &mut C, upgraded: Upgraded<U>) {
-        let Upgraded {
-            mut conn,
-            choice,
-            first,
-            to_client,
-            peer,
-            idle,
-            started,
-        } = upgraded;
-        let (to_server, to_client) = (AtomicU64::new(0), AtomicU64::new(to_client));
-        let counters = Counters {
-            to_server: &to_server,
-            to_client: &to_client,
-        };
-        let outcome = relay(
-            client,
-            &mut conn.stream,
-            first,
-            counters,
-            idle,
-            std::future::pending(),
-        )
-        .await;
-        let tunnel = Tunnel {
-            client: peer,
-            server: choice.server.clone(),
-            to_server: to_server.load(Relaxed),
-            to_client: to_client.load(Relaxed),
-            duration: started.elapsed(),
-            end: outcome.end,
-        };
-        self.upstreams.report(Report::Tunnel(&tunnel));
-        drop((choice, conn));
+    #[allow(clippy::manual_async_fn)] // an `async fn` would hold `upgraded` twice
+    pub(super) fn relay_tunnel<'a, C: Stream>(
+        &'a self,
+        client: &'a mut C,
+        mut upgraded: Upgraded<U>,
+    ) -> impl Future<Output = ()> + 'a {
+        // Not an `async fn`, and `upgraded` used in place rather than taken apart: either
+        // would give its fields a second slot in the future, for the tunnel's life.
+        async move {
+            let to_server = AtomicU64::new(0);
+            let to_client = AtomicU64::new(upgraded.to_client);
+            let counters = Counters {
+                to_server: &to_server,
+                to_client: &to_client,
+            };
+            let first = std::mem::take(&mut upgraded.first);
+            let stream = &mut upgraded.conn.stream;
+            let outcome = relay(client, stream, first, counters, upgraded.idle, pending()).await;
+            let tunnel = Tunnel {
+                client: upgraded.peer,
+                server: upgraded.choice.server.clone(),
+                to_server: to_server.load(Relaxed),
+                to_client: to_client.load(Relaxed),
+                duration: upgraded.started.elapsed(),
+                end: outcome.end,
+            };
+            self.upstreams.report(Report::Tunnel(&tunnel));
+            drop(upgraded);
+        }
     }
 }
 
