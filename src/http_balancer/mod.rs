@@ -223,40 +223,31 @@ pub fn start<S: Stream>(
         balancer.refused(local);
         return;
     };
-    let (proxy, closing, cut) = (
-        Arc::clone(proxy),
-        ending.closing.clone(),
-        ending.cut.clone(),
-    );
+    let (closing, cut) = (ending.closing.clone(), ending.cut.clone());
     let span = balancer.span();
     // A trusted proxy's connection carries many clients: not it but each of its requests is
     // counted, for the client it names (`Upstreams::hold_client`).
-    let proxied = client.is_trusted_proxy(&pool.config.http.trusted_proxies);
-    let mut hold = None;
-    if !proxied {
-        hold = span.in_scope(|| balancer.hold_for_client(&pool, client.peer.ip()));
-    }
-    if hold.is_none() && !proxied {
-        // Its place is kept while the 503 is said (within HTTP_REQUEST_TIMEOUT), so the
-        // refusals too stay within MAX_CONNECTIONS.
-        tasks.spawn(async move {
-            let _slot = slot;
-            tokio::select! {
-                _ = cut.cancelled() => {}
-                _ = proxy.serve_unavailable(stream, client) => {}
-            }
-        });
-        return;
-    }
+    let hold = if client.is_trusted_proxy(&pool.config.http.trusted_proxies) {
+        None
+    } else {
+        let Some(hold) = span.in_scope(|| balancer.hold_for_client(&pool, client.peer.ip())) else {
+            // Its place is kept while the 503 is said (within HTTP_REQUEST_TIMEOUT), so the
+            // refusals too stay within MAX_CONNECTIONS.
+            let refusing = Arc::clone(proxy).serve_unavailable(stream, client, cut);
+            tasks.spawn(async move {
+                let _slot = slot;
+                refusing.await;
+            });
+            return;
+        };
+        Some(hold)
+    };
     balancer.admitted();
     slot.admit();
-    tasks.spawn(async move {
-        let (_slot, _hold) = (slot, hold);
-        tokio::select! {
-            _ = cut.cancelled() => {}
-            _ = proxy.serve(stream, client, closing) => {}
-        }
-    });
+    // The engine's future is the task's whole future: a future around it would carry its
+    // arguments twice for the connection's life.
+    let serving = Arc::clone(proxy).serve(stream, client, closing, cut, (slot, hold));
+    tasks.spawn(serving);
 }
 
 impl HttpBalancer {

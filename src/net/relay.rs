@@ -342,68 +342,74 @@ impl Half {
 /// Relays until both directions are finished, an error ends it, `stop` completes, or no byte
 /// moves either way for `idle` (when given). `first` holds bytes already read from the
 /// client, sent to the server before anything else.
-pub async fn relay<C: Stream, S: Stream>(
-    client: &mut C,
-    server: &mut S,
+///
+/// Not an `async fn`: one gives each argument a second slot in its future, held for the
+/// connection's life; the halves are made here and the block uses what it captured in place.
+#[allow(clippy::manual_async_fn)]
+pub fn relay<'a, C: Stream, S: Stream>(
+    client: &'a mut C,
+    server: &'a mut S,
     first: Vec<u8>,
-    counters: Counters<'_>,
+    counters: Counters<'a>,
     idle: Option<Duration>,
-    stop: impl Future<Output = ()>,
-) -> Outcome {
-    let mut stop = pin!(stop);
+    stop: impl Future<Output = ()> + 'a,
+) -> impl Future<Output = Outcome> + 'a {
     let mut up = Half::default();
     if !first.is_empty() {
         up.cap = first.len();
         up.buf = Some(first.into_boxed_slice());
     }
-    let mut down = Half::default();
-    let mut first_closed: Option<Side> = None;
-    // See `idle_expired`.
-    let mut last_activity = Instant::now();
-    let mut idle_timer = pin!(idle.map(|d| tokio::time::sleep(d)));
-    let end = poll_fn(|cx| {
-        if stop.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(End::Stopped);
-        }
-        let moved_before = up.moved + down.moved;
-        if let Some(end) = up
-            .step(
-                cx,
-                client,
-                server,
-                counters.to_server,
-                down.done,
-                Side::Client,
-            )
-            .or_else(|| {
-                down.step(
-                    cx,
-                    server,
-                    client,
-                    counters.to_client,
-                    up.done,
-                    Side::Server,
-                )
-            })
-        {
-            return Poll::Ready(end);
-        }
-        for (half, side) in [(&up, Side::Client), (&down, Side::Server)] {
-            if half.eof {
-                first_closed.get_or_insert(side);
+    async move {
+        let mut stop = pin!(stop);
+        let mut down = Half::default();
+        let mut first_closed: Option<Side> = None;
+        // See `idle_expired`.
+        let mut last_activity = Instant::now();
+        let mut idle_timer = pin!(idle.map(|d| tokio::time::sleep(d)));
+        let end = poll_fn(|cx| {
+            if stop.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(End::Stopped);
             }
-        }
-        if up.done && down.done {
-            return Poll::Ready(End::Closed(first_closed.unwrap_or(Side::Client)));
-        }
-        let moved = up.moved + down.moved != moved_before;
-        if idle_expired(cx, idle, idle_timer.as_mut(), &mut last_activity, moved) {
-            return Poll::Ready(End::Idle);
-        }
-        Poll::Pending
-    })
-    .await;
-    settle(client, server, &mut up, &mut down, end)
+            let moved_before = up.moved + down.moved;
+            if let Some(end) = up
+                .step(
+                    cx,
+                    client,
+                    server,
+                    counters.to_server,
+                    down.done,
+                    Side::Client,
+                )
+                .or_else(|| {
+                    down.step(
+                        cx,
+                        server,
+                        client,
+                        counters.to_client,
+                        up.done,
+                        Side::Server,
+                    )
+                })
+            {
+                return Poll::Ready(end);
+            }
+            for (half, side) in [(&up, Side::Client), (&down, Side::Server)] {
+                if half.eof {
+                    first_closed.get_or_insert(side);
+                }
+            }
+            if up.done && down.done {
+                return Poll::Ready(End::Closed(first_closed.unwrap_or(Side::Client)));
+            }
+            let moved = up.moved + down.moved != moved_before;
+            if idle_expired(cx, idle, idle_timer.as_mut(), &mut last_activity, moved) {
+                return Poll::Ready(End::Idle);
+            }
+            Poll::Pending
+        })
+        .await;
+        settle(client, server, &mut up, &mut down, end)
+    }
 }
 
 /// Whether no byte moved for `idle` (when given). The timer is re-armed lazily: activity

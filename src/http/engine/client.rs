@@ -3,10 +3,10 @@
 //! socket and a timer), until the client closes, a request ends the connection, or the
 //! request timeout passes with no head.
 
-use std::future::poll_fn;
+use std::future::{pending, poll_fn};
 use std::io::{self, IoSlice, Write as _};
 use std::net::IpAddr;
-use std::pin::Pin;
+use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::task::{Poll, ready};
@@ -15,7 +15,7 @@ use std::time::Duration;
 use hyper::StatusCode;
 use tokio::io::AsyncWriteExt;
 use tokio::time::{Instant, Sleep};
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use super::Engine;
 use super::buffers::Buffer;
@@ -43,8 +43,8 @@ pub(super) struct Client<'c, C> {
     /// The trusted proxy (`HTTP_TRUSTED_PROXIES`) the request came through, when `peer` is
     /// the client its `X-Forwarded-For` named: appended to that chain on the way on.
     pub(super) via: Option<IpAddr>,
-    /// The connection's peer as `X-Forwarded-For` says it, written once per connection.
-    pub(super) ip: &'c IpText,
+    /// The connection's peer as `X-Forwarded-For` says it.
+    pub(super) ip: IpText,
     pub(super) closing: &'c CancellationToken,
     /// `HTTP_REQUEST_TIMEOUT` from the connection's start or the last answer's end.
     pub(super) deadline: Pin<&'c mut Sleep>,
@@ -54,45 +54,65 @@ impl<U: Upstreams> Engine<U> {
     /// Serves one client connection until it closes. Once `closing` is cancelled (a drain),
     /// the connection's next answer says `Connection: close` and the connection closes after
     /// it: the request in hand, or the next one to come within `HTTP_REQUEST_TIMEOUT`, as on
-    /// any kept-alive connection. An upgraded connection goes on until the caller drops this
-    /// future.
-    pub async fn serve<C: Stream>(
+    /// any kept-alive connection. Once `cut` is cancelled, the connection ends at once
+    /// (an upgraded one too). `place` is held for the connection's life (the balancer's
+    /// `MAX_CONNECTIONS` place): taken here rather than by a future around this one, whose
+    /// copy of the arguments the idle task would carry twice.
+    #[allow(clippy::manual_async_fn)] // an `async fn` would hold its arguments twice (below)
+    pub fn serve<C: Stream, P: Send>(
         self: Arc<Self>,
         mut io: C,
         client: Downstream,
         closing: CancellationToken,
-    ) {
-        let deadline = tokio::time::sleep(Duration::ZERO);
-        tokio::pin!(deadline);
-        let mut carried: Option<Buffer> = None;
-        let ip = IpText::of(client.peer.ip());
-        loop {
-            let request_timeout = self.settings.load().request_timeout;
-            deadline.as_mut().reset(Instant::now() + request_timeout);
-            let buf = match carried.take() {
-                Some(buf) => buf,
-                None => match first_bytes(&mut io, deadline.as_mut()).await {
-                    Some(buf) => buf,
-                    None => return,
-                },
-            };
-            // The settings in force when the request came (a reload meanwhile applies).
-            let settings = self.settings.load_full();
-            let conn = Client {
-                io: &mut io,
-                peer: client,
-                via: None,
-                ip: &ip,
-                closing: &closing,
-                deadline: deadline.as_mut(),
-            };
-            // Bound before the match, so the exchange's future is freed before a tunnel's relay.
-            let next = Box::pin(self.exchange(conn, buf, settings)).await;
-            match next {
-                Next::Request(buf) => carried = buf,
-                Next::Close => return,
-                Next::Tunnel(upgraded) => {
-                    return Box::pin(self.relay_tunnel(&mut io, *upgraded)).await;
+        cut: CancellationToken,
+        place: P,
+    ) -> impl Future<Output = ()> {
+        // Not an `async fn`: one copies its arguments into the body's own locals, and the
+        // task would hold both copies (432 bytes against 344 so).
+        async move {
+            // Held, not used: the place is given back when the connection ends.
+            let _place = &place;
+            let mut deadline = pin!(tokio::time::sleep(Duration::ZERO));
+            let mut cut = pin!(cut.cancelled_owned());
+            loop {
+                deadline
+                    .as_mut()
+                    .reset(Instant::now() + self.settings.load().request_timeout);
+                let Some(mut buf) = first_bytes(&mut io, deadline.as_mut(), cut.as_mut()).await
+                else {
+                    return;
+                };
+                // The request, then any pipelined after it; the buffer carried from one to the
+                // next is never held while the connection idles.
+                let upgraded = loop {
+                    // The client's parts are made in the statement that moves them into the
+                    // boxed exchange, so this future holds none of them across its wait.
+                    let exchange = Box::pin(self.exchange(
+                        Client {
+                            io: &mut io,
+                            peer: client,
+                            via: None,
+                            ip: IpText::of(client.peer.ip()),
+                            closing: &closing,
+                            deadline: deadline.as_mut(),
+                        },
+                        buf,
+                        // The settings in force when the request came (a reload meanwhile applies).
+                        self.settings.load_full(),
+                    ));
+                    buf = match until_cut(cut.as_mut(), exchange).await {
+                        Some(Next::Request(Some(more))) => more,
+                        Some(Next::Request(None)) => break None,
+                        Some(Next::Tunnel(upgraded)) => break Some(upgraded),
+                        Some(Next::Close) | None => return,
+                    };
+                    deadline
+                        .as_mut()
+                        .reset(Instant::now() + self.settings.load().request_timeout);
+                };
+                if let Some(upgraded) = upgraded {
+                    let relay = Box::pin(self.relay_tunnel(&mut io, *upgraded));
+                    return until_cut(cut.as_mut(), relay).await.unwrap_or(());
                 }
             }
         }
@@ -104,21 +124,26 @@ impl<U: Upstreams> Engine<U> {
     /// `MAX_CONNECTIONS_PER_CLIENT` open) with the 503 page and its `Retry-After`, then
     /// closes it. The first request's head is waited for, within `HTTP_REQUEST_TIMEOUT`, so
     /// the answer meets a request (a browser shows it, a `HEAD` gets the head alone) and the
-    /// close that follows does not reset the connection under it.
-    pub async fn serve_unavailable<C: Stream>(self: Arc<Self>, mut io: C, client: Downstream) {
+    /// close that follows does not reset the connection under it. It ends at once when `cut`
+    /// is cancelled.
+    pub async fn serve_unavailable<C: Stream>(
+        self: Arc<Self>,
+        mut io: C,
+        client: Downstream,
+        cut: CancellationToken,
+    ) {
         let settings = self.settings.load_full();
-        let deadline = tokio::time::sleep(settings.request_timeout);
-        tokio::pin!(deadline);
-        let Some(mut buf) = first_bytes(&mut io, deadline.as_mut()).await else {
+        let mut deadline = pin!(tokio::time::sleep(settings.request_timeout));
+        let mut cut = pin!(cut.cancelled_owned());
+        let Some(mut buf) = first_bytes(&mut io, deadline.as_mut(), cut.as_mut()).await else {
             return;
         };
         let closing = CancellationToken::new();
-        let ip = IpText::of(client.peer.ip());
         let mut conn = Client {
             io: &mut io,
             peer: client,
             via: None,
-            ip: &ip,
+            ip: IpText::of(client.peer.ip()),
             closing: &closing,
             deadline: deadline.as_mut(),
         };
@@ -139,18 +164,42 @@ impl<U: Upstreams> Engine<U> {
             retry_after,
             ending,
         );
-        if conn.write(&page).await {
-            conn.linger().await;
-        }
+        let answered = async {
+            if conn.write(&page).await {
+                conn.linger().await;
+            }
+        };
+        until_cut(cut, pin!(answered)).await;
     }
+}
+
+/// `work` until it is done (`Some` of its output), or until the connection is cut first
+/// (`None`; the work is dropped).
+fn until_cut<'a, F: Future + Unpin + 'a>(
+    mut cut: Pin<&'a mut WaitForCancellationFutureOwned>,
+    mut work: F,
+) -> impl Future<Output = Option<F::Output>> + 'a {
+    poll_fn(move |cx| {
+        if cut.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(None);
+        }
+        Pin::new(&mut work).poll(cx).map(Some)
+    })
 }
 
 /// The first bytes of the next request, in a buffer taken when they came; `None` when the
 /// client closed, failed, or sent nothing before `deadline`. Waiting holds no buffer: a
 /// socket says when it has bytes; any other stream is read into one given back at once when
 /// nothing came.
-async fn first_bytes<C: Stream>(io: &mut C, mut deadline: Pin<&mut Sleep>) -> Option<Buffer> {
-    poll_fn(|cx| {
+fn first_bytes<'a, C: Stream>(
+    io: &'a mut C,
+    mut deadline: Pin<&'a mut Sleep>,
+    mut cut: Pin<&'a mut WaitForCancellationFutureOwned>,
+) -> impl Future<Output = Option<Buffer>> + 'a {
+    poll_fn(move |cx| {
+        if cut.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(None);
+        }
         if let Some(socket) = io.plain() {
             match socket.poll_read_ready(cx) {
                 Poll::Ready(Ok(())) => {}
@@ -168,7 +217,6 @@ async fn first_bytes<C: Stream>(io: &mut C, mut deadline: Pin<&mut Sleep>) -> Op
             }
         }
     })
-    .await
 }
 
 /// Why no request head came.
@@ -311,40 +359,35 @@ impl<U: Upstreams> Engine<U> {
     /// Relays `upgraded` over `client` (splice between plain sockets) until both sides
     /// closed, one failed, or nothing moved for `IDLE_TIMEOUT`; then reports the tunnel. The
     /// caller drops this future to cut the connection.
-    pub(super) async fn relay_tunnel<C: Stream>(&self, client: &mut C, upgraded: Upgraded<U>) {
-        let Upgraded {
-            mut conn,
-            choice,
-            first,
-            to_client,
-            peer,
-            idle,
-            started,
-        } = upgraded;
-        let (to_server, to_client) = (AtomicU64::new(0), AtomicU64::new(to_client));
-        let counters = Counters {
-            to_server: &to_server,
-            to_client: &to_client,
-        };
-        let outcome = relay(
-            client,
-            &mut conn.stream,
-            first,
-            counters,
-            idle,
-            std::future::pending(),
-        )
-        .await;
-        let tunnel = Tunnel {
-            client: peer,
-            server: choice.server.clone(),
-            to_server: to_server.load(Relaxed),
-            to_client: to_client.load(Relaxed),
-            duration: started.elapsed(),
-            end: outcome.end,
-        };
-        self.upstreams.report(Report::Tunnel(&tunnel));
-        drop((choice, conn));
+    #[allow(clippy::manual_async_fn)] // an `async fn` would hold `upgraded` twice
+    pub(super) fn relay_tunnel<'a, C: Stream>(
+        &'a self,
+        client: &'a mut C,
+        mut upgraded: Upgraded<U>,
+    ) -> impl Future<Output = ()> + 'a {
+        // Not an `async fn`, and `upgraded` used in place rather than taken apart: either
+        // would give its fields a second slot in the future, for the tunnel's life.
+        async move {
+            let to_server = AtomicU64::new(0);
+            let to_client = AtomicU64::new(upgraded.to_client);
+            let counters = Counters {
+                to_server: &to_server,
+                to_client: &to_client,
+            };
+            let first = std::mem::take(&mut upgraded.first);
+            let stream = &mut upgraded.conn.stream;
+            let outcome = relay(client, stream, first, counters, upgraded.idle, pending()).await;
+            let tunnel = Tunnel {
+                client: upgraded.peer,
+                server: upgraded.choice.server.clone(),
+                to_server: to_server.load(Relaxed),
+                to_client: to_client.load(Relaxed),
+                duration: upgraded.started.elapsed(),
+                end: outcome.end,
+            };
+            self.upstreams.report(Report::Tunnel(&tunnel));
+            drop(upgraded);
+        }
     }
 }
 
@@ -440,16 +483,18 @@ mod tests {
             tls: false,
             local: None,
         };
-        let serving = engine.serve(accepted, downstream, CancellationToken::new());
+        let (closing, cut) = (CancellationToken::new(), CancellationToken::new());
+        let serving = engine.serve(accepted, downstream, closing, cut, ());
         let size = std::mem::size_of_val(&serving);
         let parts = [
             ("socket", std::mem::size_of::<TcpStream>()),
             ("timer", std::mem::size_of::<Sleep>()),
-            ("buffer", std::mem::size_of::<Option<Buffer>>()),
+            ("cut", std::mem::size_of::<WaitForCancellationFutureOwned>()),
         ];
-        // 512 before the connection carried where its client connected (for a PROXY protocol
-        // header sent on) beside the address text written once for `X-Forwarded-For`.
-        assert!(size <= 576, "{size} bytes: {parts:?}");
+        // tokio puts a task's future in a cell aligned to 128 bytes, with about 112 bytes of
+        // its own (header, scheduler, id, trailer) and the task tracker's 8: 400 bytes or
+        // less is a 512-byte cell, a kept-alive idle client under nginx's 0.9 KB.
+        assert!(size <= 400, "{size} bytes: {parts:?}");
         drop((serving, client));
     }
 }

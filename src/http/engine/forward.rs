@@ -397,13 +397,13 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
     fn request_out(&self, server: &str) -> (OutHead, Asked, Pump) {
         let (head, buf) = (&self.head, self.buf.filled());
         let offer = offer(head, buf, &self.settings.upgrade_protocols);
-        // The connection's peer text, written once for the connection; a client a trusted
-        // proxy named for this request alone is written for it.
+        // The connection's peer, as written when the request began; a client a trusted proxy
+        // named for this request is written here.
         let named = self
             .client
             .via
             .map(|_| IpText::of(self.client.peer.peer.ip()));
-        let client = named.as_ref().unwrap_or(self.client.ip);
+        let client = named.as_ref().unwrap_or(&self.client.ip);
         let how = ToServer {
             forwarded: self.settings.forwarded_headers.then(|| Forwarded {
                 client: client.as_bytes(),

@@ -238,7 +238,8 @@ impl LoopbackEngine {
                     let serving = Arc::clone(&serving);
                     serving.fetch_add(1, SeqCst);
                     tokio::spawn(async move {
-                        proxy.serve(stream, client, closing).await;
+                        let cut = CancellationToken::new();
+                        proxy.serve(stream, client, closing, cut, ()).await;
                         serving.fetch_sub(1, SeqCst);
                     });
                 }
