@@ -64,6 +64,13 @@ impl ClientTable {
 #[derive(Debug)]
 pub struct ClientHold(Option<(Arc<Balancer>, IpAddr)>);
 
+impl ClientHold {
+    /// Whether it counts anything (the limit is on): one that does not need not be kept.
+    pub fn counts(&self) -> bool {
+        self.0.is_some()
+    }
+}
+
 /// What a hold counts against `MAX_CONNECTIONS_PER_CLIENT`, for the words of a refusal's
 /// log line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -240,7 +240,9 @@ pub fn start<S: Stream>(
             });
             return;
         };
-        Some(hold)
+        // Boxed, and only when the limit is on: the idle client's task carries a word, not
+        // the hold, so it stays in tokio's 512-byte task cell.
+        hold.counts().then(|| Box::new(hold))
     };
     balancer.admitted();
     slot.admit();
