@@ -67,7 +67,8 @@ impl<U: Upstreams> Engine<U> {
         };
         // Held until the answer's end: the future returns once it is written.
         let _hold = match proxied.then(|| self.upstreams.hold_client(&request.client.peer)) {
-            Some(None) => return request.client_limited().await,
+            // Boxed: the rare way's state would otherwise widen every request's future.
+            Some(None) => return Box::pin(request.client_limited()).await,
             hold => hold.flatten(),
         };
         request.route().await
