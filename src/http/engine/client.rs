@@ -88,14 +88,7 @@ impl<U: Upstreams> Engine<U> {
                     // The client's parts are made in the statement that moves them into the
                     // boxed exchange, so this future holds none of them across its wait.
                     let exchange = Box::pin(self.exchange(
-                        Client {
-                            io: &mut io,
-                            peer: client,
-                            via: None,
-                            ip: IpText::of(client.peer.ip()),
-                            closing: &closing,
-                            deadline: deadline.as_mut(),
-                        },
+                        Client::new(&mut io, client, &closing, deadline.as_mut()),
                         buf,
                         // The settings in force when the request came (a reload meanwhile applies).
                         self.settings.load_full(),
@@ -139,14 +132,7 @@ impl<U: Upstreams> Engine<U> {
             return;
         };
         let closing = CancellationToken::new();
-        let mut conn = Client {
-            io: &mut io,
-            peer: client,
-            via: None,
-            ip: IpText::of(client.peer.ip()),
-            closing: &closing,
-            deadline: deadline.as_mut(),
-        };
+        let mut conn = Client::new(&mut io, client, &closing, deadline.as_mut());
         let (version, head_only) = match conn.read_head(&mut buf).await {
             Ok(head) => (head.version(), head.method() == Method::Head),
             Err(Headless::Refused(_)) => (Version::Http11, false),
@@ -225,6 +211,26 @@ pub(super) enum Headless {
     Gone,
     /// The head is refused, for this reason.
     Refused(HeadError),
+}
+
+impl<'c, C> Client<'c, C> {
+    /// A request's view of its connection: no trusted proxy named another client yet, and
+    /// the peer's address written as the request begins.
+    fn new(
+        io: &'c mut C,
+        peer: Downstream,
+        closing: &'c CancellationToken,
+        deadline: Pin<&'c mut Sleep>,
+    ) -> Self {
+        Client {
+            io,
+            peer,
+            via: None,
+            ip: IpText::of(peer.peer.ip()),
+            closing,
+            deadline,
+        }
+    }
 }
 
 impl<C: Stream> Client<'_, C> {
