@@ -942,7 +942,11 @@ async fn ping_is_answered_within_its_timeout_however_many_half_written_lines_are
         let asked = Instant::now();
         let (code, out, err) = ping(&broker, "1s");
         assert_eq!(code, 0, "{out}{err}\n{}", broker.log_text());
-        assert!(asked.elapsed() < Duration::from_secs(1), "{:?}", asked.elapsed());
+        assert!(
+            asked.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            asked.elapsed()
+        );
     }
     // The oldest were closed to make room, without an answer (reset, their line unread);
     // the newest are still open.
@@ -952,7 +956,10 @@ async fn ping_is_answered_within_its_timeout_however_many_half_written_lines_are
         Ok(_) => rest.is_empty(),
         Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
     };
-    assert!(closed, "the oldest half-written line was not closed: {rest:?}");
+    assert!(
+        closed,
+        "the oldest half-written line was not closed: {rest:?}"
+    );
     let newest = &halves[99];
     newest.set_nonblocking(true).unwrap();
     let mut byte = [0u8; 1];

@@ -508,7 +508,10 @@ async fn a_servers_certificate_cannot_forge_a_log_line_nor_a_commands_variable()
     let _ = within("a close", BufReader::new(&mut stream).read_line(&mut reply)).await;
     assert_eq!(reply, "", "an untrusted server serves no one");
     let line = broker.wait_for_log("FAKE LOG LINE").await;
-    assert!(line.contains(r"evil\nERROR FAKE LOG LINE level=ERROR\x1b[31m\u{9b}2J"), "{line}");
+    assert!(
+        line.contains(r"evil\nERROR FAKE LOG LINE level=ERROR\x1b[31m\u{9b}2J"),
+        "{line}"
+    );
     let reason_file = broker.dir.path().join("reason");
     eventually("the alert command ran", || reason_file.exists()).await;
     let log_file = broker.dir.path().join("console.log");
@@ -517,7 +520,10 @@ async fn a_servers_certificate_cannot_forge_a_log_line_nor_a_commands_variable()
         std::fs::read_to_string(&log_file).unwrap(),
         std::fs::read_to_string(&reason_file).unwrap(),
     ] {
-        assert!(text.contains(r"FAKE LOG LINE level=ERROR\x1b[31m"), "{text}");
+        assert!(
+            text.contains(r"FAKE LOG LINE level=ERROR\x1b[31m"),
+            "{text}"
+        );
         assert!(!text.contains('\x1b') && !text.contains('\u{9b}'), "{text}");
         assert!(
             !text.lines().any(|l| l.starts_with("ERROR FAKE LOG LINE")),
@@ -525,7 +531,10 @@ async fn a_servers_certificate_cannot_forge_a_log_line_nor_a_commands_variable()
         );
     }
     let reason = std::fs::read_to_string(&reason_file).unwrap();
-    assert!(!reason.contains('\n') && reason.len() <= 512 + 32, "{reason}");
+    assert!(
+        !reason.contains('\n') && reason.len() <= 512 + 32,
+        "{reason}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -225,7 +225,11 @@ struct Arrival {
 
 impl Drop for Arrival {
     fn drop(&mut self) {
-        let mut queue = self.arrivals.queue.lock().unwrap_or_else(|p| p.into_inner());
+        let mut queue = self
+            .arrivals
+            .queue
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         queue.retain(|(id, _)| *id != self.id);
     }
 }

@@ -103,9 +103,6 @@ mod tests {
     #[test]
     fn a_quoted_field_ends_where_its_quotes_do() {
         assert_eq!(quoted("a b"), "\"a b\"");
-        assert_eq!(
-            quoted("x\" forged=\"1\n\\"),
-            r#""x\" forged=\"1\n\\""#
-        );
+        assert_eq!(quoted("x\" forged=\"1\n\\"), r#""x\" forged=\"1\n\\""#);
     }
 }

@@ -336,7 +336,11 @@ where
                 {
                     // A span's fields are formatted by tracing's own formatter, before this
                     // one sees them: escaped here, whole.
-                    write!(writer, " {}", escape::bounded(formatted.as_str(), escape::FIELD_MAX))?;
+                    write!(
+                        writer,
+                        " {}",
+                        escape::bounded(formatted.as_str(), escape::FIELD_MAX)
+                    )?;
                 }
             }
         }
@@ -620,7 +624,10 @@ mod tests {
             message,
             format!("INFO  {}...[+909 bytes]", &format!("said {long}")[..4096])
         );
-        assert_eq!(field.trim_end(), format!("{}...[+4488 bytes]", "y".repeat(512)));
+        assert_eq!(
+            field.trim_end(),
+            format!("{}...[+4488 bytes]", "y".repeat(512))
+        );
     }
 
     #[test]
