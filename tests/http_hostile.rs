@@ -1,0 +1,188 @@
+//! The HTTP engine against hostile servers and clients, on the wire with raw sockets (the
+//! harness's scripted server and raw client) through the real broker: one user's answer never
+//! reaches another whatever a server does, and every buffer and wait between a server and a
+//! client is bounded.
+//!
+//! - A pooled server connection is never handed on with a byte waiting on it: an answer a
+//!   server sends unasked (after its asked one, or to a body it took for a request: the CL.0
+//!   gadget) closes the connection, on plain and TLS connections alike.
+//! - An answer whose head comes before the request was sent whole closes its server
+//!   connection, however long the answer streams and however the rest of the body went.
+//! - Endless interim answers (`103`) from a server to a client that does not read hold a
+//!   bounded memory, and past 32 heads the client gets a 502.
+//! - `HTTP_BODY_TIMEOUT` and `HTTP_RESPONSE_TIMEOUT` bound silences, not transfers: a
+//!   trickle both ways goes through whole, and streaming answers put no server in quarantine.
+// Helpers outside `#[test]` functions may unwrap too: a panic there is a failed assertion.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use harness::{
+    ATTACKER_ANSWER, EARLY_SLOW_LENGTH, InProcess, RawClient, Scripted, eventually, get_of,
+    http_ini, raw_request,
+};
+use tokio_rustls::TlsAcceptor;
+
+/// The ini for one `[BALANCE_HTTP]` over `server` with `extra` keys, on one worker thread, so
+/// every request meets the same pool.
+fn ini(server: SocketAddr, extra: &str) -> String {
+    http_ini(&[server], extra).replacen("[General]\n", "[General]\nWORKERS=1\n", 1)
+}
+
+/// A TLS acceptor with a self-signed certificate for `localhost`.
+fn acceptor() -> TlsAcceptor {
+    let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(certified.signing_key.serialize_der().into());
+    let config = rustls::ServerConfig::builder_with_provider(appbroker::tls::provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![certified.cert.der().clone()], key)
+        .unwrap();
+    TlsAcceptor::from(Arc::new(config))
+}
+
+/// A scripted server, plain or TLS, and a broker in front of it (over TLS with
+/// `SSL_ENCRYPT_UPSTREAM=1`, unverified: the certificate is the test's own) with `extra`.
+async fn start(tls: bool, extra: &str) -> (Scripted, InProcess) {
+    let server = if tls {
+        Scripted::start_tls(acceptor()).await
+    } else {
+        Scripted::start().await
+    };
+    let upstream = if tls {
+        "SSL_ENCRYPT_UPSTREAM=1\nSSL_UPSTREAM_VERIFY=0\n"
+    } else {
+        ""
+    };
+    let broker = InProcess::start(&ini(server.addr, &format!("{upstream}{extra}"))).await;
+    (server, broker)
+}
+
+/// Requests of `victims` on connections of their own, one after the other: each must get its
+/// own answer, never the attacker's.
+async fn victims_get_their_own(broker: &InProcess, victims: usize) {
+    for n in 1..=victims {
+        let answer = raw_request(broker.addr(), &get_of(&format!("/victim/{n}"))).await;
+        assert!(
+            !answer.text().contains(ATTACKER_ANSWER),
+            "victim {n} got the attacker's answer: {answer:?}"
+        );
+        assert_eq!(answer.status, 200, "{answer:?}");
+        assert_eq!(answer.text(), format!("ok /victim/{n}"));
+    }
+}
+
+/// An answer the server sends after the one asked for: the connection it waits on is never
+/// pooled or handed to a victim.
+async fn an_unasked_answer_never_reaches_the_next_user(tls: bool) {
+    let (server, broker) = start(tls, "HTTP_POOL_MAX_IDLE=4").await;
+    let mut attacker = RawClient::connect(broker.addr()).await;
+    assert!(attacker.send(&get_of("/double")).await);
+    let answer = attacker.answer().await.expect("the asked answer");
+    assert_eq!(answer.text(), "ok /double");
+    eventually("the server's unasked answer written", || {
+        server.unasked() == 1
+    })
+    .await;
+    // The attacker goes on on its connection too: it must not get a victim's answer either.
+    assert!(attacker.send(&get_of("/attacker/2")).await);
+    let answer = attacker
+        .answer()
+        .await
+        .expect("the attacker's second answer");
+    assert_eq!(answer.text(), "ok /attacker/2", "{answer:?}");
+    victims_get_their_own(&broker, 4).await;
+    let double = server.heads_for("/double");
+    server.wait_closed(double[0].conn).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unasked_answer_closes_its_plain_server_connection() {
+    an_unasked_answer_never_reaches_the_next_user(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unasked_answer_closes_its_tls_server_connection() {
+    an_unasked_answer_never_reaches_the_next_user(true).await;
+}
+
+/// A server that ignores a GET's `Content-Length` (the CL.0 gadget) answers the body as a
+/// request of its own: that answer never reaches a victim.
+async fn a_body_taken_for_a_request_never_answers_a_victim(tls: bool) {
+    let (server, broker) = start(tls, "HTTP_POOL_MAX_IDLE=4").await;
+    let smuggled = "GET /smuggled HTTP/1.1\r\nHost: app.example\r\n\r\n";
+    let request = format!(
+        "GET /ignore-length HTTP/1.1\r\nHost: app.example\r\nContent-Length: {}\r\n\r\n{smuggled}",
+        smuggled.len()
+    );
+    let answer = raw_request(broker.addr(), request.as_bytes()).await;
+    assert_eq!(answer.text(), "ok /ignore-length");
+    eventually("the smuggled request answered by the server", || {
+        server.unasked() == 1
+    })
+    .await;
+    victims_get_their_own(&broker, 4).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_smuggled_answer_closes_its_plain_server_connection() {
+    a_body_taken_for_a_request_never_answers_a_victim(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_smuggled_answer_closes_its_tls_server_connection() {
+    a_body_taken_for_a_request_never_answers_a_victim(true).await;
+}
+
+/// The start of a request that waits, in the server's parser, for the next bytes on its
+/// connection: whoever sends them gets this request's answer.
+const SMUGGLED: &str = "GET /smuggled HTTP/1.1\r\nHost: app.example\r\nX-Ignore: ";
+
+/// A long answer from the head alone, while the body (a request of the attacker's) is sent
+/// whole before it ends: the server connection is closed at the end, never pooled.
+async fn a_long_early_answer_closes_its_server_connection(tls: bool) {
+    let (server, broker) = start(tls, "HTTP_POOL_MAX_IDLE=4").await;
+    let mut attacker = RawClient::connect(broker.addr()).await;
+    let head = format!(
+        "POST /early-slow HTTP/1.1\r\nHost: app.example\r\nContent-Length: {}\r\n\r\n",
+        SMUGGLED.len()
+    );
+    assert!(attacker.send(head.as_bytes()).await);
+    let answer = attacker.head().await.expect("the early answer's head");
+    assert_eq!(answer.status, 401);
+    assert!(answer.closes(), "Connection: close: {answer:?}");
+    // The body goes while the answer streams.
+    assert!(attacker.send(SMUGGLED.as_bytes()).await);
+    let body = attacker.bytes(EARLY_SLOW_LENGTH).await;
+    assert_eq!(body.len(), EARLY_SLOW_LENGTH);
+    assert!(attacker.closed().await, "the attacker's connection closes");
+    let early = server.heads_for("/early-slow");
+    server.wait_closed(early[0].conn).await;
+    victims_get_their_own(&broker, 3).await;
+    assert!(
+        server
+            .heads()
+            .iter()
+            .filter(|h| h.path.starts_with("/victim/"))
+            .all(|h| h.conn != early[0].conn),
+        "no victim on the attacker's server connection"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_early_answer_closes_its_plain_server_connection() {
+    a_long_early_answer_closes_its_server_connection(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_early_answer_closes_its_tls_server_connection() {
+    a_long_early_answer_closes_its_server_connection(true).await;
+}
+
+/// Waits `ms` milliseconds: the pace of a trickling peer, not a synchronisation.
+async fn pace(ms: u64) {
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+}
