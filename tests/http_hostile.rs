@@ -186,3 +186,74 @@ async fn a_long_early_answer_closes_its_tls_server_connection() {
 async fn pace(ms: u64) {
     tokio::time::sleep(Duration::from_millis(ms)).await;
 }
+
+/// The resident memory of this process (the broker runs in it), in bytes. Fails the test
+/// when `/proc` cannot tell: a bound that reads 0 would hold anything.
+fn rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in /proc/self/status");
+    kib * 1024
+}
+
+/// A server's endless `103`s to a client that does not read: the broker's memory stays
+/// bounded, the server connection is closed after 32 of them, and the client, reading at
+/// last, finds at most 32 interim answers (those that came before the 33rd was read) and then
+/// a 502 on a closing connection.
+async fn endless_interim_answers_are_bounded(request: &[u8], forwarded: bool) {
+    let (server, broker) = start(false, "").await;
+    let before = rss();
+    let mut client = RawClient::connect(broker.addr()).await;
+    assert!(client.send(request).await);
+    let deadline = tokio::time::Instant::now() + harness::DEADLINE;
+    while server.conns().first().is_none_or(|c| !c.ended) {
+        let grown = rss().saturating_sub(before);
+        assert!(
+            grown < 64 << 20,
+            "the broker's memory grew by {grown} bytes"
+        );
+        assert!(tokio::time::Instant::now() < deadline, "the flood went on");
+        pace(10).await;
+    }
+    let mut interim = 0;
+    let last = loop {
+        let answer = client.answer().await.expect("an answer");
+        if answer.status != 103 {
+            break answer;
+        }
+        interim += 1;
+    };
+    assert_eq!(last.status, 502, "{last:?}");
+    assert!(last.closes(), "{last:?}");
+    assert!(client.closed().await);
+    if forwarded {
+        assert!(interim <= 32, "{interim} interim answers");
+    } else {
+        assert_eq!(interim, 0, "an HTTP/1.0 client is sent none");
+    }
+    assert!(server.interim() >= 32, "{} sent", server.interim());
+    let failures = broker.events.count(|e| {
+        matches!(
+            e,
+            appbroker::Event::Request {
+                status: Some(502),
+                ..
+            }
+        )
+    });
+    assert_eq!(failures, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endless_interim_answers_to_a_client_that_does_not_read_are_bounded() {
+    endless_interim_answers_are_bounded(&get_of("/interim-flood"), true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_1_0_client_is_held_to_the_same_bound_of_interim_answers() {
+    let request = b"GET /interim-flood HTTP/1.0\r\nHost: app.example\r\n\r\n";
+    endless_interim_answers_are_bounded(request, false).await;
+}

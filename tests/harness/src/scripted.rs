@@ -405,6 +405,7 @@ async fn interim_flood(wire: &mut Wire) {
     while let Ok(Ok(())) = tokio::time::timeout(stall, wire.stream.write_all(hint)).await {
         wire.records.interim.fetch_add(1, SeqCst);
     }
+    wire.until_closed().await;
 }
 
 /// `/trickle/<ms>`: the body read, then a 30-byte answer, a byte every `ms` milliseconds.
