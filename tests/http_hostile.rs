@@ -257,3 +257,60 @@ async fn an_http_1_0_client_is_held_to_the_same_bound_of_interim_answers() {
     let request = b"GET /interim-flood HTTP/1.0\r\nHost: app.example\r\n\r\n";
     endless_interim_answers_are_bounded(request, false).await;
 }
+
+/// An upload of `length` bytes trickled a byte every `every_ms`, under `HTTP_BODY_TIMEOUT`
+/// of `limit`: the server must get it whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_trickled_for_three_times_the_body_timeout_goes_through_whole() {
+    let (server, broker) = start(false, "HTTP_BODY_TIMEOUT=1s").await;
+    let mut client = RawClient::connect(broker.addr()).await;
+    let body = b"abcdefghijkl";
+    let head = format!(
+        "POST /upload HTTP/1.1\r\nHost: app.example\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    assert!(client.send(head.as_bytes()).await);
+    // 12 bytes, one each 250 ms: 3 s, three times the limit.
+    for byte in body {
+        pace(250).await;
+        assert!(client.send(&[*byte]).await, "the broker cut the upload");
+    }
+    let answer = client.answer().await.expect("the server's answer");
+    assert_eq!(answer.status, 200, "{answer:?}");
+    assert_eq!(answer.text(), "ok /upload");
+    let received = &server.conns()[0].bytes;
+    assert!(received.ends_with(body), "the server got it whole");
+}
+
+/// Two answers trickled a byte every 100 ms (3 s each, three times `HTTP_RESPONSE_TIMEOUT`)
+/// arrive whole, and under `HTTP_TIMEOUTS_TO_QUARANTINE=2` they put no server in quarantine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_trickled_for_three_times_the_response_timeout_arrive_whole() {
+    let extra = "HTTP_RESPONSE_TIMEOUT=1s\nHTTP_TIMEOUTS_TO_QUARANTINE=2";
+    let (server, broker) = start(false, extra).await;
+    let download = || async {
+        let answer = raw_request(broker.addr(), &get_of("/trickle/100")).await;
+        assert_eq!(answer.status, 200, "{answer:?}");
+        assert_eq!(answer.text(), "abcdefghijklmnopqrstuvwxyz0123", "whole");
+    };
+    tokio::join!(download(), download());
+    let address = server.addr.to_string();
+    assert!(broker.events.quarantines(&address).is_empty());
+    assert_eq!(broker.state().servers[0].quarantine, None, "no quarantine");
+}
+
+/// The access line of an upload cut by `HTTP_BODY_TIMEOUT` says what of its body was read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_upload_is_logged_with_the_bytes_read() {
+    let server = Scripted::start().await;
+    let text = ini(server.addr, "LOG_REQUESTS=1\nHTTP_BODY_TIMEOUT=300ms");
+    let broker = harness::Broker::start(&text).await;
+    let mut client = RawClient::connect(broker.addr()).await;
+    let head = "POST /upload HTTP/1.1\r\nHost: app.example\r\nContent-Length: 10\r\n\r\n";
+    assert!(client.send(head.as_bytes()).await);
+    assert!(client.send(b"abc").await);
+    let answer = client.answer().await.expect("a 408");
+    assert_eq!(answer.status, 408, "{answer:?}");
+    let line = broker.wait_for_log("path=/upload").await;
+    assert!(line.contains("status=408 bytes_from_client=3 "), "{line}");
+}

@@ -151,7 +151,7 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
                     }
                     Poll::Ready(Err(_)) => return Poll::Ready(Streamed::ClientGone),
                     Poll::Pending => {
-                        if client_silence.expired(cx, up.reading) {
+                        if client_silence.expired(cx, up.reading, up.progress) {
                             return Poll::Ready(Streamed::ClientTimeout);
                         }
                     }
@@ -168,7 +168,7 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
                     debug!(error = %e, "the server's answer broke off");
                     Poll::Ready(Streamed::ServerBroke)
                 }
-                Poll::Pending if server_silence.expired(cx, down.reading) => {
+                Poll::Pending if server_silence.expired(cx, down.reading, down.progress) => {
                     Poll::Ready(Streamed::ServerSilent)
                 }
                 Poll::Pending => Poll::Pending,

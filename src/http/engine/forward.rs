@@ -369,7 +369,11 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
                     });
                 }
                 Uploaded::Failed(failure) => return Sent::Failed(failure),
-                Uploaded::Client(fault) => return Sent::Client(fault),
+                Uploaded::Client(fault) => {
+                    // The access log says what of the body was read before it broke off.
+                    self.record.exchange.to_server = upload.moved;
+                    return Sent::Client(fault);
+                }
             }
         }
         let to_server = upload.moved;
@@ -487,7 +491,7 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
                 }
                 Poll::Pending => {}
             }
-            if silence.expired(cx, pump.reading) {
+            if silence.expired(cx, pump.reading, pump.progress) {
                 return Poll::Ready(Uploaded::Client(ClientFault::Timeout));
             }
             Poll::Pending
@@ -545,7 +549,7 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
 fn failed(heard: Heard, awaiting: &Awaiting) -> Failure {
     let error = match &heard {
         Heard::Final(_) | Heard::Closed => "the server closed the connection".to_string(),
-        Heard::Failed(e) => words(&e),
+        Heard::Failed(e) => words(e),
         Heard::Bad(HeadError::UnaskedSwitch) => "switched protocols unasked (101)".to_string(),
         Heard::Bad(e) => format!("a malformed answer: {e}"),
         Heard::Flood => format!(
