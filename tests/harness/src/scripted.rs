@@ -296,8 +296,13 @@ async fn serve(mut wire: Wire, id: usize) {
             head: head.clone(),
             path: path.clone(),
         });
+        if let Some(go_on) = hostile(&mut wire, &head, &path).await {
+            if !go_on {
+                return;
+            }
+            continue;
+        }
         let go_on = match path.as_str() {
-            "/early-slow" => early_slow(&mut wire).await,
             p if p.starts_with("/early") => {
                 wire.send(b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 6\r\n\r\ndenied")
                     .await
@@ -306,22 +311,6 @@ async fn serve(mut wire: Wire, id: usize) {
                 let sent = wire.send(&answer(ATTACKER_ANSWER)).await;
                 wire.records.unasked.fetch_add(1, SeqCst);
                 sent
-            }
-            "/double" => double(&mut wire, &head).await,
-            "/ignore-length" => {
-                let sent = wire.send(&answer("ok /ignore-length")).await;
-                // The next request (the body) is answered once the broker had time to take
-                // the connection back, so its answer waits on an idle connection.
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                sent
-            }
-            "/interim-flood" => {
-                interim_flood(&mut wire).await;
-                false
-            }
-            p if p.starts_with("/trickle/") => {
-                let ms = p["/trickle/".len()..].parse().unwrap_or(500);
-                trickle(&mut wire, &head, ms).await
             }
             "/hang" => {
                 wire.until_closed().await;
@@ -368,6 +357,32 @@ async fn serve(mut wire: Wire, id: usize) {
             return;
         }
     }
+}
+
+/// The scripts of servers hostile to the broker's pool and bounds, by `path`: whether the
+/// connection goes on; `None` for a path that is none of them.
+async fn hostile(wire: &mut Wire, head: &[u8], path: &str) -> Option<bool> {
+    let go_on = match path {
+        "/early-slow" => early_slow(wire).await,
+        "/double" => double(wire, head).await,
+        "/ignore-length" => {
+            let sent = wire.send(&answer("ok /ignore-length")).await;
+            // The next request (the body) is answered once the broker had time to take the
+            // connection back, so its answer waits on an idle connection.
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            sent
+        }
+        "/interim-flood" => {
+            interim_flood(wire).await;
+            false
+        }
+        p if p.starts_with("/trickle/") => {
+            let ms = p["/trickle/".len()..].parse().unwrap_or(500);
+            trickle(wire, head, ms).await
+        }
+        _ => return None,
+    };
+    Some(go_on)
 }
 
 /// `/double`: the body read, the asked answer, then 200 ms later one nobody asked for.
