@@ -314,3 +314,152 @@ async fn a_cut_upload_is_logged_with_the_bytes_read() {
     let line = broker.wait_for_log("path=/upload").await;
     assert!(line.contains("status=408 bytes_from_client=3 "), "{line}");
 }
+
+/// A connection that sends nothing, opened with the standard library's blocking sockets so
+/// that whether the broker closed it can be read without waiting.
+fn silent(broker: SocketAddr) -> std::net::TcpStream {
+    let stream = std::net::TcpStream::connect(broker).unwrap();
+    stream.set_nonblocking(true).unwrap();
+    stream
+}
+
+/// Whether the broker closed `stream` (an end of stream or a reset), without waiting.
+fn closed_by_broker(mut stream: &std::net::TcpStream) -> bool {
+    use std::io::Read;
+    let mut byte = [0u8; 1];
+    match stream.read(&mut byte) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+    }
+}
+
+/// One address holding 60 silent connections under `MAX_CONNECTIONS_PER_CLIENT=3` and
+/// `MAX_CONNECTIONS=20`: its connections over the limit take no place; 8 of them wait to be
+/// told 503, the rest are closed at once; another client is served all the while.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_client_over_its_limit_never_fills_the_balancer() {
+    let extra = "MAX_CONNECTIONS=20\nMAX_CONNECTIONS_PER_CLIENT=3";
+    let (_server, broker) = start(false, extra).await;
+    let flood: Vec<_> = (0..60).map(|_| silent(broker.addr())).collect();
+    let deadline = tokio::time::Instant::now() + harness::DEADLINE;
+    loop {
+        let closed = flood.iter().filter(|s| closed_by_broker(s)).count();
+        if closed == 60 - 3 - 8 {
+            break;
+        }
+        assert!(
+            closed < 49,
+            "{closed} closed: more than the refusals past 8"
+        );
+        assert!(tokio::time::Instant::now() < deadline, "{closed} closed");
+        pace(10).await;
+    }
+    // Another client, from another address, is served.
+    let other = tokio::net::TcpSocket::new_v4().unwrap();
+    other.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+    let mut other = other.connect(broker.addr()).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut other, &get_of("/other"))
+        .await
+        .unwrap();
+    let mut answer = vec![0u8; 256];
+    let n = tokio::io::AsyncReadExt::read(&mut other, &mut answer)
+        .await
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer[..n]);
+    assert!(answer.starts_with("HTTP/1.1 200 "), "{answer}");
+    assert!(answer.ends_with("ok /other"), "{answer}");
+    // The silent connections within the limit hold no place either: none was counted.
+    assert_eq!(
+        broker.state().active,
+        1,
+        "the other client's connection only"
+    );
+    // A refused connection still open is told why once it asks.
+    let mut waiting = flood
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, s)| (i >= 3 && !closed_by_broker(&s)).then_some(s));
+    let mut refused = tokio::net::TcpStream::from_std(waiting.next().unwrap()).unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut refused, &get_of("/refused"))
+        .await
+        .unwrap();
+    let mut page = Vec::new();
+    tokio::io::AsyncReadExt::read_to_end(&mut refused, &mut page)
+        .await
+        .unwrap();
+    let page = String::from_utf8_lossy(&page);
+    assert!(page.starts_with("HTTP/1.1 503 "), "{page}");
+    assert!(page.contains("Retry-After: "), "{page}");
+}
+
+/// The value of `field` in an HTTP balancer's TOTVS JSON.
+async fn json_field(broker: &InProcess, field: &str) -> serde_json::Value {
+    let answer = raw_request(broker.addr(), &get_of("/TOTVS_BROKER_QUERY/JSON")).await;
+    let json: serde_json::Value = serde_json::from_slice(&answer.body).unwrap();
+    json[field].clone()
+}
+
+/// Queries on an HTTP port are no clients: they move neither the accepted count nor the last
+/// connection's time, and take no `MAX_CONNECTIONS` place; the first forwarded request does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queries_on_an_http_port_are_not_counted_as_clients() {
+    let (_server, broker) = start(false, "").await;
+    let before = json_field(&broker, "totalConnectionsHistory").await;
+    for _ in 0..3 {
+        assert_eq!(json_field(&broker, "totalConnectionsHistory").await, before);
+    }
+    assert_eq!(before, 0);
+    let state = broker.state();
+    assert_eq!((state.accepted, state.active), (0, 0));
+    assert_eq!(state.last_connection_wall_ms, 0);
+    // A client that asks a query on its connection first is counted at its first forwarded
+    // request, once.
+    let mut client = RawClient::connect(broker.addr()).await;
+    assert!(client.send(&get_of("/TOTVS_BROKER_QUERY/PING")).await);
+    assert_eq!(client.answer().await.unwrap().status, 200);
+    assert_eq!(broker.state().accepted, 0);
+    for n in 0..2 {
+        assert!(client.send(&get_of(&format!("/app/{n}"))).await);
+        assert_eq!(
+            client.answer().await.unwrap().text(),
+            format!("ok /app/{n}")
+        );
+    }
+    let state = broker.state();
+    assert_eq!((state.accepted, state.active), (1, 1));
+    assert_ne!(state.last_connection_wall_ms, 0);
+}
+
+/// Query connections on an HTTP port are held to `QUERY_MAX_CONNECTIONS`, as on a TCP port:
+/// an idle one gives its place to a new query, and is answered 503 when it asks again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn query_connections_on_an_http_port_are_held_to_query_max_connections() {
+    let (_server, broker) = start(false, "QUERY_MAX_CONNECTIONS=1").await;
+    let mut first = RawClient::connect(broker.addr()).await;
+    assert!(first.send(&get_of("/TOTVS_BROKER_QUERY/PING")).await);
+    assert_eq!(first.answer().await.unwrap().status, 200);
+    // Idle now: its place goes to the next query, whose connection stays open.
+    let mut second = RawClient::connect(broker.addr()).await;
+    assert!(second.send(&get_of("/TOTVS_BROKER_QUERY/PING")).await);
+    assert_eq!(second.answer().await.unwrap().status, 200);
+    assert!(first.send(&get_of("/TOTVS_BROKER_QUERY/PING")).await);
+    let again = first.answer().await.unwrap();
+    assert_eq!(again.status, 503, "{again:?}");
+    assert!(again.text().contains("QUERY_MAX_CONNECTIONS"), "{again:?}");
+    assert!(again.closes() && first.closed().await, "{again:?}");
+    // The one holding the place asks on.
+    assert!(second.send(&get_of("/TOTVS_BROKER_QUERY/PING")).await);
+    assert_eq!(second.answer().await.unwrap().status, 200);
+}
+
+/// The access line of a query says the bytes of the page it sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_is_logged_with_the_bytes_it_sent() {
+    let server = Scripted::start().await;
+    let broker = harness::Broker::start(&ini(server.addr, "LOG_REQUESTS=1")).await;
+    let answer = raw_request(broker.addr(), &get_of("/TOTVS_BROKER_QUERY/JSON")).await;
+    let line = broker.wait_for_log("path=/TOTVS_BROKER_QUERY/JSON").await;
+    let sent = format!("bytes_to_client={} ", answer.body.len());
+    assert!(line.contains(&sent), "{sent}: {line}");
+}

@@ -55,9 +55,11 @@ impl<U: Upstreams> Engine<U> {
     /// the connection's next answer says `Connection: close` and the connection closes after
     /// it: the request in hand, or the next one to come within `HTTP_REQUEST_TIMEOUT`, as on
     /// any kept-alive connection. Once `cut` is cancelled, the connection ends at once
-    /// (an upgraded one too). `place` is held for the connection's life (the balancer's
-    /// `MAX_CONNECTIONS` place): taken here rather than by a future around this one, whose
-    /// copy of the arguments the idle task would carry twice.
+    /// (an upgraded one too). `place` is held for the connection's life (what the balancer
+    /// counted it in as it was accepted: its client's hold under `MAX_CONNECTIONS_PER_CLIENT`):
+    /// taken here rather than by a future around this one, whose copy of the arguments the
+    /// idle task would carry twice. What the balancer counts it as later, at its first
+    /// request ([`Upstreams::Admission`]), is held here too.
     #[allow(clippy::manual_async_fn)] // an `async fn` would hold its arguments twice (below)
     pub fn serve<C: Stream, P: Send>(
         self: Arc<Self>,
@@ -72,6 +74,8 @@ impl<U: Upstreams> Engine<U> {
         async move {
             // Held, not used: the place is given back when the connection ends.
             let _place = &place;
+            // How the balancer counts the connection: nothing until its first request.
+            let mut admission = U::Admission::default();
             let mut deadline = pin!(tokio::time::sleep(Duration::ZERO));
             let mut cut = pin!(cut.cancelled_owned());
             loop {
@@ -92,10 +96,14 @@ impl<U: Upstreams> Engine<U> {
                         buf,
                         // The settings in force when the request came (a reload meanwhile applies).
                         self.settings.load_full(),
+                        &mut admission,
                     ));
                     buf = match until_cut(cut.as_mut(), exchange).await {
                         Some(Next::Request(Some(more))) => more,
-                        Some(Next::Request(None)) => break None,
+                        Some(Next::Request(None)) => {
+                            self.upstreams.waiting(&admission);
+                            break None;
+                        }
                         Some(Next::Tunnel(upgraded)) => break Some(upgraded),
                         Some(Next::Close) | None => return,
                     };
@@ -455,9 +463,14 @@ mod tests {
         type Stream = TcpStream;
         type ConnectError = NoServer;
         type ClientHold = ();
+        type Admission = ();
 
         fn hold_client(&self, _: &Downstream) -> Option<()> {
             Some(())
+        }
+
+        fn admit(&self, _: &Downstream, (): &mut ()) -> bool {
+            true
         }
 
         fn choose(

@@ -120,7 +120,9 @@ struct Offer {
 
 impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
     /// Tries the servers the balancer chooses until one answers, or the broker itself cannot
-    /// connect any; else the page that says why.
+    /// connect any; else the page that says why. The connection is counted as the balancer's
+    /// client first ([`Upstreams::admit`]), or refused with a 503 when the balancer takes no
+    /// more.
     pub(super) async fn forward(mut self) -> Next<U> {
         let probe = Pump::new(BodyReader::new(self.head.body()), true, self.head.len());
         self.body_end = match probe.check_ahead(self.buf.filled()) {
@@ -130,6 +132,17 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
                 return self.refuse(Refusal::Body).await;
             }
         };
+        if !self
+            .engine
+            .upstreams
+            .admit(&self.client.peer, self.admission)
+        {
+            // No client place is left: the connection closes after the page.
+            self.record.exchange.outcome = ExchangeOutcome::Refused;
+            return self
+                .page(StatusCode::SERVICE_UNAVAILABLE, None, false)
+                .await;
+        }
         let replayable =
             self.head.body() == crate::http::h1::Body::Empty && self.head.method().is_idempotent();
         // The servers tried and failed, for the next choice: none on the common way (the
