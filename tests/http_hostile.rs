@@ -463,3 +463,65 @@ async fn a_query_is_logged_with_the_bytes_it_sent() {
     let sent = format!("bytes_to_client={} ", answer.body.len());
     assert!(line.contains(&sent), "{sent}: {line}");
 }
+
+/// A connection that sends `head` (an unfinished head) and then reads what the broker says;
+/// whether it was answered 408.
+async fn unfinished_head(broker: SocketAddr, head: Arc<Vec<u8>>) -> (tokio::net::TcpStream, bool) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(broker).await.unwrap();
+    if stream.write_all(&head).await.is_err() {
+        return (stream, false);
+    }
+    let mut answer = [0u8; 64];
+    let read = tokio::time::timeout(Duration::from_secs(3), stream.read(&mut answer)).await;
+    let evicted = matches!(read, Ok(Ok(n)) if answer[..n].starts_with(b"HTTP/1.1 408 "));
+    (stream, evicted)
+}
+
+/// 2,000 connections each holding an unfinished 60 KB head, under `HTTP_HEAD_MEMORY=16`:
+/// the broker's memory stays near the budget, the oldest heads are answered 408 (logged once),
+/// and a head kept within the budget is still served when it ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unfinished_heads_are_held_to_the_head_memory_budget() {
+    let server = Scripted::start().await;
+    let text = ini(server.addr, "").replacen("[General]\n", "[General]\nHTTP_HEAD_MEMORY=16\n", 1);
+    let broker = harness::Broker::start(&text).await;
+    let before = broker
+        .resident_bytes()
+        .expect("the broker's resident memory");
+    let mut head = b"GET /kept HTTP/1.1\r\nHost: app.example\r\nX-Pad: ".to_vec();
+    head.resize(60 * 1024, b'a');
+    let head = Arc::new(head);
+    let clients: Vec<_> = (0..2000)
+        .map(|_| tokio::spawn(unfinished_head(broker.addr(), Arc::clone(&head))))
+        .collect();
+    let mut kept = Vec::new();
+    let mut evicted = 0;
+    for client in clients {
+        let (stream, was) = client.await.unwrap();
+        let grown = broker
+            .resident_bytes()
+            .expect("resident memory")
+            .saturating_sub(before);
+        assert!(grown < 48 << 20, "the broker grew by {grown} bytes");
+        if was {
+            evicted += 1;
+        } else {
+            kept.push(stream);
+        }
+    }
+    assert!(evicted >= 1500, "{evicted} answered 408");
+    broker.wait_for_log("HTTP_HEAD_MEMORY is full").await;
+    assert_eq!(broker.count_logs("HTTP_HEAD_MEMORY is full"), 1);
+    // The newest heads were kept: one ends now and is served.
+    let mut last = kept.pop().expect("a head kept within the budget");
+    tokio::io::AsyncWriteExt::write_all(&mut last, b"\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = vec![0u8; 256];
+    let n = tokio::io::AsyncReadExt::read(&mut last, &mut answer)
+        .await
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer[..n]);
+    assert!(answer.starts_with("HTTP/1.1 200 "), "{answer}");
+}

@@ -45,6 +45,7 @@ use crate::http_balancer::sessions::{OwnSecret, SessionSecrets};
 use crate::net::listener::{self, BindError};
 use crate::net::resolve::Resolver;
 use crate::net::workers::{WorkerThreads, Workers};
+use crate::process::budget::Budget;
 use crate::process::clock::{time_of_day, wall_ms};
 use crate::process::shutdown::Shutdown;
 use run::ControlLoop;
@@ -415,6 +416,7 @@ impl Bound {
             .unwrap_or_else(|| OwnSecret::for_this_run("no secret file was given"));
         let session_secrets = Arc::new(SessionSecrets::new(own, &self.config.general));
         log_session_secret(&session_secrets, &self.config);
+        let head_memory = Budget::new(self.config.general.http_head_memory);
         let shared = Arc::new(Shared {
             config: ArcSwap::from_pointee(self.config),
             balancers: ArcSwap::from_pointee(
@@ -422,6 +424,7 @@ impl Bound {
             ),
             started_wall_ms: wall_ms(),
             shutdown: Shutdown::new(),
+            head_memory,
         });
         let stopping = CancellationToken::new();
         // Before anything runs: the first alert is the start.

@@ -43,9 +43,10 @@ pub use alerting::{
 pub use errors::{ConfigError, LoadError, MAX_ERRORS_SHOWN, MAX_FILE_SIZE, Notice, ValueError};
 pub use load::general_value;
 pub use model::{
-    BalancerConfig, BalancerKind, Config, General, HttpSettings, Keepalive, Language, Loaded,
-    Monitoring, Origin, Origins, ProxyProtocol, ProxyVersion, QuerySettings, ServerConfig,
-    SortMethod, StatusRange, TOTVS_MONITORING_TYPES, TOTVS_SORT_METHODS, TlsKeys,
+    BalancerConfig, BalancerKind, Config, DEFAULT_HTTP_HEAD_MEMORY, General, HttpSettings,
+    Keepalive, Language, Loaded, Monitoring, Origin, Origins, ProxyProtocol, ProxyVersion,
+    QuerySettings, ServerConfig, SortMethod, StatusRange, TOTVS_MONITORING_TYPES,
+    TOTVS_SORT_METHODS, TlsKeys,
 };
 pub use render::{EffectiveSection, balancer_secret_changes, secret_changes, setting_changes};
 pub use value::{Cidr, Host, ServerId, duration_within, show_duration, show_escaped};

@@ -39,14 +39,16 @@ use std::fmt;
 use std::future::Future;
 use std::hash::Hash;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::body::Bytes;
 use hyper::{Method, Response, StatusCode};
 
-use crate::config::{Cidr, Language};
+use crate::config::{Cidr, DEFAULT_HTTP_HEAD_MEMORY, Language};
 use crate::net::relay::End;
 use crate::net::stream::Stream;
+use crate::process::budget::Budget;
 
 pub use check::{CheckError, StatusRange, check};
 pub use client_head::ClientHead;
@@ -335,6 +337,9 @@ pub struct Settings {
     pub retry_after: Duration,
     /// `HTTP_TRUSTED_PROXIES`: the peers whose `X-Forwarded-For` names the client.
     pub trusted_proxies: Vec<Cidr>,
+    /// `HTTP_HEAD_MEMORY`: the broker's one budget for request heads still arriving, shared
+    /// by every HTTP balancer.
+    pub head_memory: Arc<Budget>,
 }
 
 impl Default for Settings {
@@ -355,6 +360,7 @@ impl Default for Settings {
             language: Language::English,
             retry_after: Duration::from_secs(5),
             trusted_proxies: Vec::new(),
+            head_memory: Budget::new(DEFAULT_HTTP_HEAD_MEMORY),
         }
     }
 }

@@ -44,6 +44,7 @@ use crate::net::dial::{ConnectError, ServerStream};
 use crate::net::proxy_protocol::{self, Header};
 use crate::net::relay;
 use crate::net::stream::Stream;
+use crate::process::budget::Budget;
 use crate::process::clock::wall_ms;
 use crate::process::throttle::{Episode, Throttle};
 use crate::query;
@@ -140,7 +141,9 @@ pub fn proxy(
     });
     let pool = balancer.generation();
     let language = ctx.config.load().general.language;
-    let proxy = Engine::new(Arc::clone(&upstreams), settings(&pool.config, language));
+    let head_memory = Arc::clone(&ctx.head_memory);
+    let settings = settings(&pool.config, language, head_memory);
+    let proxy = Engine::new(Arc::clone(&upstreams), settings);
     let _ = upstreams.proxy.set(Arc::downgrade(&proxy));
     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
         runtime.spawn(expire_sessions(Arc::downgrade(&upstreams)));
@@ -169,8 +172,12 @@ async fn expire_sessions(upstreams: Weak<HttpBalancer>) {
     }
 }
 
-/// The engine's settings from a balancer's keys.
-pub fn settings(config: &BalancerConfig, language: Language) -> http::Settings {
+/// The engine's settings from a balancer's keys, and the broker's `HTTP_HEAD_MEMORY` budget.
+pub fn settings(
+    config: &BalancerConfig,
+    language: Language,
+    head_memory: Arc<Budget>,
+) -> http::Settings {
     let keys = &config.http;
     http::Settings {
         forwarded_headers: keys.forwarded_headers,
@@ -184,6 +191,7 @@ pub fn settings(config: &BalancerConfig, language: Language) -> http::Settings {
         tunnel_idle_timeout: config.idle_timeout,
         language,
         trusted_proxies: keys.trusted_proxies.clone(),
+        head_memory,
         ..http::Settings::default()
     }
 }
@@ -191,7 +199,8 @@ pub fn settings(config: &BalancerConfig, language: Language) -> http::Settings {
 /// A reload applied to the engine: the new settings, and the idle connections of servers
 /// that left the pool (`old`) closed.
 pub fn reconfigure(proxy: &HttpProxy, old: &Generation, new: &Generation, language: Language) {
-    proxy.set_settings(settings(&new.config, language));
+    let head_memory = Arc::clone(&proxy.upstreams().ctx.head_memory);
+    proxy.set_settings(settings(&new.config, language, head_memory));
     for gone in old
         .servers
         .iter()

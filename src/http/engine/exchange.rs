@@ -46,12 +46,13 @@ impl<U: Upstreams> Engine<U> {
         settings: Arc<Settings>,
         admission: &mut U::Admission,
     ) -> Next<U> {
-        let head = match client.read_head(&mut buf).await {
+        let head = match client.read_head(&mut buf, &settings.head_memory).await {
             Ok(head) => head,
             Err(Headless::Gone) => return Next::Close,
             Err(Headless::Refused(error)) => {
                 return self.refuse_head(client, &buf, error, &settings).await;
             }
+            Err(Headless::Evicted) => return self.evicted(client, &buf, &settings).await,
         };
         let proxied = client.peer.is_trusted_proxy(&settings.trusted_proxies);
         (client.peer, client.via) =
@@ -76,6 +77,30 @@ impl<U: Upstreams> Engine<U> {
             hold => hold.flatten(),
         };
         request.route().await
+    }
+
+    /// The 408 of a head `HTTP_HEAD_MEMORY` evicted; the connection closes after it.
+    async fn evicted<C: Stream>(
+        &self,
+        mut client: Client<'_, C>,
+        buf: &Buffer,
+        settings: &Settings,
+    ) -> Next<U> {
+        if let Some(mut record) = Record::of_line(self, client.peer.peer, buf.filled()) {
+            record.exchange.outcome = ExchangeOutcome::Refused;
+            record.answered(StatusCode::REQUEST_TIMEOUT);
+            record.report();
+        }
+        let ending = Ending {
+            close: true,
+            version: Version::Http11,
+            head_only: false,
+        };
+        let page = own::page(StatusCode::REQUEST_TIMEOUT, settings.language, 0, ending);
+        if client.write(&page).await {
+            client.linger().await;
+        }
+        Next::Close
     }
 
     /// The page for a head the core refused; the connection closes after it.
