@@ -293,6 +293,7 @@ impl<C: Stream> Client<'_, C> {
     ) -> Result<RequestHead, Headless> {
         let mut scan = HeadScan::default();
         let mut claim: Option<Claim> = None;
+        let mut claimed = 0;
         loop {
             match RequestHead::parse(buf.filled_mut(), &mut scan) {
                 Ok(Some(head)) => return Ok(head),
@@ -306,7 +307,10 @@ impl<C: Stream> Client<'_, C> {
                 let small = std::mem::replace(buf, Buffer::small());
                 *buf = small.into_large();
             }
-            claim_head(&mut claim, budget, buf.size());
+            if claimed != buf.size() {
+                claimed = buf.size();
+                claim_head(&mut claim, budget, claimed);
+            }
             let io = &mut *self.io;
             let deadline = &mut self.deadline;
             let claimed = claim.as_ref();
