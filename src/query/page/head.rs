@@ -5,7 +5,7 @@
 use std::fmt::Write;
 
 use super::table::{HTTP_LAYOUT, TCP_LAYOUT};
-use super::words::esc;
+use super::words::{esc, page_link};
 use crate::config::BalancerKind;
 use crate::query::labels::Labels;
 use crate::query::snapshot::Snapshot;
@@ -66,7 +66,7 @@ pub(super) fn banner(out: &mut String, l: &Labels, snap: &Snapshot, host: &str) 
     let _ = write!(
         out,
         "<header><div><h1 lang='pt-BR'>{}</h1><div class='meta'>[{}] {} {} · {}: appbroker {}<br></div></div>\
-         <nav><a href='/TOTVS_BROKER_QUERY/STATUS'>STATUS</a><a href='/TOTVS_BROKER_QUERY/CFG'>CFG</a>\
+         <nav><a href='{}'>STATUS</a><a href='{}'>CFG</a>\
          <a href='/TOTVS_BROKER_QUERY/JSON'>JSON</a><a href='/TOTVS_BROKER_QUERY/METRICS'>METRICS</a>\
          <a href='/TOTVS_BROKER_QUERY/PING'>PING</a>",
         marker(snap.state.kind),
@@ -75,6 +75,8 @@ pub(super) fn banner(out: &mut String, l: &Labels, snap: &Snapshot, host: &str) 
         snap.state.listen,
         l.version,
         env!("CARGO_PKG_VERSION"),
+        page_link(snap, "/TOTVS_BROKER_QUERY/STATUS"),
+        page_link(snap, "/TOTVS_BROKER_QUERY/CFG"),
     );
     for (kind, listen) in &snap.others {
         let target = if listen.ip().is_unspecified() {
@@ -89,9 +91,10 @@ pub(super) fn banner(out: &mut String, l: &Labels, snap: &Snapshot, host: &str) 
         };
         let _ = write!(
             out,
-            "<a href='http://{}:{}/TOTVS_BROKER_QUERY/STATUS' title='{}'>[{}]</a>",
+            "<a href='http://{}:{}{}' title='{}'>[{}]</a>",
             esc(&target),
             listen.port(),
+            page_link(snap, "/TOTVS_BROKER_QUERY/STATUS"),
             l.other_balancers,
             kind.section()
         );
