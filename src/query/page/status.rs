@@ -8,7 +8,6 @@ use super::table::server_table;
 use super::words::{esc, moment, page_link, plural};
 use crate::balancer::rules::overrides::Mode;
 use crate::config::{Monitoring, show_duration};
-use crate::process::clock::time_of_day as clock;
 use crate::query::labels::{Labels, of};
 use crate::query::snapshot::{Snapshot, Standing};
 
@@ -221,6 +220,7 @@ mod tests {
     use super::*;
     use crate::balancer::rules::health::Reason;
     use crate::config::{BalancerKind, Language};
+    use crate::process::clock::time_of_day as clock;
     use crate::query::snapshot::{ServerSessions, ServerState};
 
     /// What a reader sees of `page`: the text outside tags, the stylesheet left out.
