@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use harness::*;
 use nix::sys::signal::Signal;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader as AsyncBufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader as AsyncBufReader};
 use tokio::net::TcpStream;
 
 /// One `[BALANCE_SMART_CLIENT_DESKTOP]` on 127.0.0.1:`@PORT@` over `servers`, with `general`
@@ -761,6 +761,38 @@ async fn the_demo_stops_on_ctrl_c_with_its_console_open() {
         "{}",
         demo.process.log_text()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_stops_the_demo_at_once_with_a_client_connected_and_says_so() {
+    // README: Ctrl-C stops the demo. A broker gives a client SHUTDOWN_TIMEOUT (30 s in the
+    // example) to finish; the demo, whose clients are a person trying it, does not wait so.
+    let mut demo = start_demo(&[]).await;
+    let mut held = TcpStream::connect(("127.0.0.1", demo.ports[0]))
+        .await
+        .unwrap();
+    held.write_all(b"still here\n").await.unwrap();
+    let mut reply = [0u8; 64];
+    let n = within("the held client's reply", held.read(&mut reply))
+        .await
+        .unwrap();
+    assert!(n > 0, "the demo answered nothing");
+    let asked = Instant::now();
+    demo.process.signal(Signal::SIGINT);
+    let status = demo.process.wait_exit().await;
+    let took = asked.elapsed();
+    assert_eq!(status.code(), Some(0), "{}", demo.process.log_text());
+    assert!(
+        took < Duration::from_secs(10),
+        "the demo took {took:?} to stop:\n{}",
+        demo.process.log_text()
+    );
+    // It says it stops at once, and what that does to the client.
+    let said = demo.process.log_text();
+    assert!(said.contains("demo: stopping at once"), "{said}");
+    assert!(said.contains("cutting 1 connection"), "{said}");
+    let read = within("the cut", held.read(&mut reply)).await;
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -82,6 +82,9 @@ async fn serve(
     supervision.ready(&broker.control().shutdown_state()).await;
     let control = broker.control();
     let shutdown = control.shutdown_state();
+    if demo.is_some() {
+        tokio::spawn(demo::tell_stopping(shutdown.clone()));
+    }
     handle_signals(shutdown, supervision.on_sighup(control))
         .context("cannot install the signal handlers")?;
     if let Some(servers) = demo.as_mut().and_then(|d| d.servers.take()) {

@@ -20,8 +20,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::config::{Config, Host};
+use crate::config::{Config, General, Host, show_duration};
 use crate::net::sys;
+use crate::process::shutdown::Shutdown;
 
 /// The example configuration, built in so the demo runs from anywhere.
 pub const EXAMPLE: &str = include_str!("../../appserver.ini.example");
@@ -39,6 +40,29 @@ pub fn no_reload(built_in: bool) -> String {
                   it again to run the file as it is now"
             .into(),
     }
+}
+
+/// How long a stopping demo lets its connections finish before it cuts them: a second, for
+/// an exchange in flight, where a broker gives them `SHUTDOWN_TIMEOUT` (30 s in the example).
+/// The demo's clients are a person trying it, and Ctrl-C is to stop it now (README).
+pub const SHUTDOWN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The demo's shutdown, whatever the file says: no `SHUTDOWN_GRACE`, and
+/// [`SHUTDOWN_TIMEOUT`].
+pub fn stop_at_once(general: &mut General) {
+    general.shutdown_grace = std::time::Duration::ZERO;
+    general.shutdown_timeout = SHUTDOWN_TIMEOUT;
+}
+
+/// Says, once `shutdown` is asked for (Ctrl-C), that the demo stops at once and what becomes
+/// of its clients, so nobody waits for a drain that a broker would make.
+pub async fn tell_stopping(shutdown: Shutdown) {
+    shutdown.requested().await;
+    info!(
+        "demo: stopping at once: connections still open after {} are cut (the demo's own \
+         SHUTDOWN_TIMEOUT; a broker gives them its file's, 30s by default)",
+        show_duration(SHUTDOWN_TIMEOUT)
+    );
 }
 
 /// The demo's own directory, for its control socket and state file: made afresh in the
