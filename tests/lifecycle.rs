@@ -1140,6 +1140,53 @@ async fn the_demo_client_says_when_the_other_side_closed_and_exits_1() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_client_says_no_server_was_available_and_exits_1() {
+    // Every server of the demo's first balancer held out: the broker closes each client it
+    // has no server for. Not a silent exit 0 with piped input, nor "the server that answered
+    // was stopped" when none answered.
+    let demo = start_demo(&[]).await;
+    let socket = demo_socket(&demo).await;
+    for id in ["01", "02", "03"] {
+        let mut command = Command::new(binary());
+        command.args(["ctl", "--socket"]).arg(&socket).args([
+            "disable",
+            "SMART_CLIENT_DESKTOP",
+            id,
+        ]);
+        own_admin_dirs(&mut command, demo._dir.path());
+        let (code, out, err) = run_bounded(command);
+        assert_eq!(code, 0, "{out}{err}");
+    }
+    let client = format!(
+        "{} demo --client --config {}",
+        binary(),
+        demo.path.display()
+    );
+    let piped = client.clone();
+    let (code, stdout, stderr) =
+        tokio::task::spawn_blocking(move || run_with_input(&piped, "hello\n"))
+            .await
+            .unwrap();
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+    assert!(stderr.contains("no server was available"), "{stderr}");
+    assert!(
+        stderr.contains("3 disabled"),
+        "the broker's own reason: {stderr}"
+    );
+    // Typing, the input still open.
+    let mut words = client.split_whitespace();
+    let mut command = Command::new(words.next().unwrap());
+    command.args(words);
+    let (code, stderr) = tokio::task::spawn_blocking(move || run_with_input_open(command))
+        .await
+        .unwrap();
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("no server was available"), "{stderr}");
+    assert!(!stderr.contains("the server that answered"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_keeps_its_socket_and_state_in_a_directory_it_removes_and_reloads_nothing() {
     let mut demo = start_demo(&[]).await;
     let socket = demo_socket(&demo).await;
