@@ -116,6 +116,9 @@ fn bind(
     if let Some(demo) = demo {
         bound = bound.refuse_file_reloads(demo::no_reload(demo.start.built_in));
     }
+    if let Some(pid) = platform::takes_over() {
+        bound = bound.taking_over(pid);
+    }
     if let Some(path) = state_path {
         admin::state_file::restore(path, &bound.balancers());
     }

@@ -58,7 +58,7 @@ fn asked(query: &str) -> Option<Language> {
         .filter_map(|pair| pair.split_once('='))
         .filter(|(key, _)| key.eq_ignore_ascii_case("lang"))
         .filter_map(|(_, value)| value.parse().ok())
-        .last()
+        .next_back()
 }
 
 /// What a language range weighs: its q-value in thousandths, whether it names the language
