@@ -126,6 +126,8 @@ pub struct Bound {
     own_secret: Option<OwnSecret>,
     /// Why the file is not read again on a reload, when it is not.
     no_file_reload: Option<String>,
+    /// The broker this one replaces, when its supervisor started it to.
+    takes_over: Option<u32>,
 }
 
 /// A running broker. Dropping it stops everything at once (connections cut); [`Broker::stop`]
@@ -281,6 +283,7 @@ impl Broker {
             events,
             own_secret: None,
             no_file_reload: None,
+            takes_over: None,
         }
     }
 
@@ -408,6 +411,14 @@ impl Bound {
         self
     }
 
+    /// Starts this broker as the one that replaces broker `pid` on the ports their supervisor
+    /// holds (an upgrade, or a reload that moved the ports): it sends no `broker_started`,
+    /// since the ports never stopped being served; the supervisor tells of an upgrade.
+    pub fn taking_over(mut self, pid: u32) -> Bound {
+        self.takes_over = Some(pid);
+        self
+    }
+
     /// Starts serving: every balancer's accept loops (on the workers), monitor and sampler,
     /// and the control loop (on the current runtime).
     pub fn start(self) -> Broker {
@@ -457,6 +468,7 @@ impl Bound {
             addrs: Arc::clone(&addrs),
             no_file_reload: self.no_file_reload,
             alerting: alerting.clone(),
+            takes_over: self.takes_over,
         };
         Broker {
             events: self.events,

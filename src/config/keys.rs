@@ -531,7 +531,8 @@ pub static KEYS: &[Key] = &[
         field: field!(General.language = Language, |l: &Language| Some(
             l.as_str().into()
         )),
-        doc: "the language of the /TOTVS_BROKER_QUERY pages",
+        doc: "the language of the /TOTVS_BROKER_QUERY pages for every reader (unset: each \
+              browser's Accept-Language), of the broker's own HTTP pages and of text alerts",
     },
     Key {
         name: "WORKERS",

@@ -20,7 +20,8 @@
 //! - `render`: the effective configuration printed back as INI (`--check`, CFG).
 //! - [`self_loop`]: whether a server's address is the broker's own (a loop), for the checks
 //!   here and every connect.
-//! - `words`: how messages across the process write a count ([`plural`]).
+//! - `words`: how messages across the process write a count ([`plural`],
+//!   [`connections_stay`]).
 //! - `alerting`: what the `ALERT_*` and `RESTART_*` keys hold: the events alerts are sent for,
 //!   the webhook (a secret URL), the commands, the restarts' bounds.
 
@@ -50,7 +51,7 @@ pub use model::{
 };
 pub use render::{EffectiveSection, balancer_secret_changes, secret_changes, setting_changes};
 pub use value::{Cidr, Host, ServerId, duration_within, show_duration, show_escaped};
-pub use words::plural;
+pub use words::{connections_stay, plural};
 
 #[cfg(test)]
 mod tests;

@@ -10,7 +10,7 @@ use tracing::{error, info, warn};
 
 use super::run::Supervisor;
 use super::socket::answer;
-use super::upgrade::{HANDOVER_ENV, Handover, LIFELINE_ENV, timeout_of_file};
+use super::upgrade::{HANDOVER_ENV, Handover, LIFELINE_ENV, UPGRADE_FROM_ENV, timeout_of_file};
 use super::vet::Vetting;
 use super::{Held, LISTENERS_ENV, encode};
 use crate::config::show_duration;
@@ -132,6 +132,7 @@ impl Supervisor {
                     .args(&self.options.args)
                     .env(LISTENERS_ENV, encode(&Held::entries(&self.held)))
                     .env(HANDOVER_ENV, handover.encode())
+                    .env(UPGRADE_FROM_ENV, env!("CARGO_PKG_VERSION"))
                     .env_remove(LIFELINE_ENV)
                     // What systemd passed is in LISTENERS_ENV now; the same pid must not take
                     // it twice.
