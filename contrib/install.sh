@@ -69,5 +69,10 @@ if [ -z "$root" ]; then
 fi
 
 echo "installed. Next: list your AppServers in $root/etc/appbroker/appserver.ini, check it with"
-echo "  appbroker --check --config /etc/appbroker/appserver.ini"
+if [ -z "$root" ]; then
+    echo "  appbroker --check --config /etc/appbroker/appserver.ini"
+else
+    # The files are under DESTDIR, not where the check would look for them.
+    echo "  $root/usr/local/bin/appbroker --check --config $root/etc/appbroker/appserver.ini"
+fi
 echo "then start it: systemctl enable --now appbroker (log: journalctl -u appbroker)"

@@ -86,6 +86,11 @@ async fn disable_keeps_open_connections_and_sends_no_new_client() {
         ],
     );
     assert!(out.contains("disabled"), "{out}");
+    // In words that agree with the count, in the answer and in the log.
+    assert!(out.contains("its one open connection stays"), "{out}");
+    broker
+        .wait_for_log("no new clients, its one open connection stays")
+        .await;
     assert!(
         names(&broker, 6).await.iter().all(|n| *n != first),
         "a new client reached the disabled server"

@@ -623,3 +623,79 @@ async fn the_http_balancers_page_is_laid_out_by_what_each_column_holds() {
     check_http_page(&binary, "en", &HTTP_EN).await;
     check_http_page(&binary, "pt-BR", &HTTP_PT).await;
 }
+
+/// `GET target` through `addr` on a connection of its own, its answer read whole: a request
+/// the origin behind records, sent after whatever the test wants to have arrived before it.
+async fn marker(addr: std::net::SocketAddr, target: &str) {
+    let answer = http_get(addr, target, &[("Connection", "close")]).await;
+    assert_eq!(answer.status, 200, "{target}: {}", answer.text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs chromium"]
+async fn the_pages_declare_their_own_icon_so_the_browser_asks_no_server_for_one() {
+    // Through the binary, a TCP balancer and an HTTP balancer, each over an origin that
+    // records the requests reaching it: a browser on any status page sends none of them a
+    // `/favicon.ico` (counted in the server's Total, on an HTTP balancer sent to the
+    // AppServer's application). A browser kept running asks for it once a page has loaded.
+    let binary = find_chromium().expect("chromium on the PATH (apt-get install chromium)");
+    let (behind_tcp, behind_http) = (Origin::start().await, Origin::start().await);
+    let server = |o: &Origin| format!("{} {}", o.addr.ip(), o.addr.port());
+    let ini = format!(
+        "[General]\nSHUTDOWN_TIMEOUT=5\n[BALANCE_SMART_CLIENT_DESKTOP]\n\
+         LOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT=@PORT@\nMONITORING_TYPE=DISABLED\n\
+         REMOTE_SERVER_01={}\n[BALANCE_HTTP]\nLOCAL_SERVER_ADDRESS=127.0.0.1\n\
+         LOCAL_SERVER_PORT=@PORT2@\nMONITORING_TYPE=DISABLED\nREMOTE_SERVER_01={}\n",
+        server(&behind_tcp),
+        server(&behind_http)
+    );
+    let broker = Broker::start(&ini).await;
+    for (addr, origin) in [(broker.addr(), &behind_tcp), (broker.addr2(), &behind_http)] {
+        let mut icons = Vec::new();
+        for page in [
+            "STATUS".to_string(),
+            "CFG".to_string(),
+            format!("ServerStatus/{}", origin.addr),
+        ] {
+            let profile = tempfile::tempdir().expect("profile dir");
+            let url = format!("http://{addr}/TOTVS_BROKER_QUERY/{page}");
+            let mut browser = DevTools::open(&binary, profile.path(), &url).await;
+            // Loaded twice: what a browser asks for once a page has loaded, it has asked for
+            // the first time by the time the second has loaded.
+            for _ in 0..2 {
+                browser
+                    .text_until("the page", |text| text.contains("appbroker"))
+                    .await;
+                browser.reload().await;
+            }
+            browser
+                .text_until("the page reloaded", |text| text.contains("appbroker"))
+                .await;
+            let declared = browser
+                .evaluate("[...document.querySelectorAll(\"link[rel~='icon']\")].map(l => l.href)")
+                .await;
+            icons.push((url, declared));
+        }
+        // What the browsers sent has reached the origin by the time a request sent after
+        // them has.
+        marker(addr, "/marker").await;
+        let targets: Vec<String> = origin.seen().into_iter().map(|s| s.target).collect();
+        assert_eq!(
+            targets,
+            ["/marker"],
+            "the status pages behind {addr} sent the browser to a server"
+        );
+        for (url, declared) in icons {
+            let inline = declared.as_array().is_some_and(|hrefs| {
+                !hrefs.is_empty()
+                    && hrefs
+                        .iter()
+                        .all(|h| h.as_str().is_some_and(|h| h.starts_with("data:")))
+            });
+            assert!(inline, "{url} declares no inline icon: {declared}");
+        }
+    }
+    // The application's own `/favicon.ico` still reaches it on an HTTP balancer.
+    marker(broker.addr2(), "/favicon.ico").await;
+    assert_eq!(behind_http.seen().last().unwrap().target, "/favicon.ico");
+}

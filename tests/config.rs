@@ -307,6 +307,7 @@ fn every_key_is_printed_with_its_default() {
         ("LANGUAGE", "en"),
         ("WORKERS", "0"),
         ("DNS_MAX_LOOKUPS", "32"),
+        ("HTTP_HEAD_MEMORY", "64"),
         ("CONTROL_SOCKET", ""),
         ("CONTROL_GROUP", ""),
         ("STATE_FILE", ""),

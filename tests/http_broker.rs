@@ -753,15 +753,23 @@ async fn a_reload_applies_the_http_keys_to_the_next_requests() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn past_max_connections_a_client_is_closed_and_counted() {
+async fn past_max_connections_a_client_is_answered_503_closed_and_counted() {
     let origin = Origin::start().await;
     let broker = InProcess::start(&http_ini(&[origin.addr], "MAX_CONNECTIONS=1")).await;
     let mut first = client(broker.addr()).await;
     let (status, _, _) = send(&mut first, request("GET", broker.addr(), "/", full(""))).await;
     assert_eq!(status, StatusCode::OK);
-    let mut second = TcpStream::connect(broker.addr()).await.unwrap();
-    let ended = harness::wait_end(&mut second).await;
-    harness::assert_end_seen("the second client", &ended);
+    // A query is answered at the limit: it is no client.
+    let query =
+        harness::raw_request(broker.addr(), &harness::get_of("/TOTVS_BROKER_QUERY/PING")).await;
+    assert_eq!(query.status, 200, "{query:?}");
+    // A second client's request is refused with a 503 that says when to try again.
+    let mut second = harness::RawClient::connect(broker.addr()).await;
+    assert!(second.send(&harness::get_of("/")).await);
+    let refused = second.answer().await.expect("a 503");
+    assert_eq!(refused.status, 503, "{refused:?}");
+    assert!(refused.header("retry-after").is_some(), "{refused:?}");
+    assert!(refused.closes() && second.closed().await);
     broker
         .events
         .wait_for("the refusal", |e| matches!(e, Event::Refused { .. }))

@@ -153,6 +153,23 @@ fn the_install_steps_put_every_file_in_place_under_a_temporary_root() {
     assert_check_passes(&[], &bin, &config);
     let said = String::from_utf8_lossy(&output.stdout);
     assert!(said.contains("systemctl enable --now appbroker"), "{said}");
+    // The check it prints names the files where they were put: under the root.
+    let printed = said
+        .lines()
+        .find(|line| line.contains("--check"))
+        .unwrap_or_else(|| panic!("no check command in:\n{said}"));
+    let words: Vec<&str> = printed.split_whitespace().collect();
+    assert_eq!(
+        words,
+        [
+            bin.to_str().unwrap(),
+            "--check",
+            "--config",
+            config.to_str().unwrap()
+        ],
+        "{said}"
+    );
+    assert_check_passes(&[], Path::new(words[0]), Path::new(words[3]));
 
     // Installed again (an upgrade): the operator's configuration stays.
     std::fs::write(&config, "; edited by the operator\n").unwrap();
@@ -232,4 +249,43 @@ fn the_install_steps_work_for_real() {
         Path::new("/etc/appbroker/appserver.ini"),
     );
     assert_unit_verifies(Path::new("/etc/systemd/system/appbroker.service"));
+}
+
+#[test]
+fn the_socket_unit_listens_where_the_examples_balancers_do_and_the_service_says_what_it_is() {
+    // appbroker.socket's ListenStream= lines are the example's balancers, every one of them
+    // (the supervisor closes a socket no balancer names, and binds a balancer it got none for).
+    let example = Path::new(REPOSITORY).join("appserver.ini.example");
+    let loaded = appbroker::config::Config::from_path(&example).expect("the example loads");
+    let mut balancers: Vec<String> = loaded
+        .config
+        .balancers
+        .iter()
+        .map(|b| b.listen.to_string())
+        .collect();
+    let socket =
+        std::fs::read_to_string(Path::new(REPOSITORY).join("contrib/appbroker.socket")).unwrap();
+    let mut listening: Vec<String> = socket
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("ListenStream="))
+        .map(str::to_string)
+        .collect();
+    balancers.sort();
+    listening.sort();
+    assert_eq!(
+        listening, balancers,
+        "appbroker.socket and appserver.ini.example"
+    );
+    assert!(socket.contains("three balancers"), "{socket}");
+    // The service proxies HTTP as well as TCP, and says so.
+    let service =
+        std::fs::read_to_string(Path::new(REPOSITORY).join("contrib/appbroker.service")).unwrap();
+    let description = service
+        .lines()
+        .find_map(|line| line.strip_prefix("Description="))
+        .expect("a Description");
+    assert!(
+        description.contains("TCP") && description.contains("HTTP"),
+        "{description}"
+    );
 }

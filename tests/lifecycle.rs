@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use harness::*;
 use nix::sys::signal::Signal;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader as AsyncBufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader as AsyncBufReader};
 use tokio::net::TcpStream;
 
 /// One `[BALANCE_SMART_CLIENT_DESKTOP]` on 127.0.0.1:`@PORT@` over `servers`, with `general`
@@ -764,6 +764,38 @@ async fn the_demo_stops_on_ctrl_c_with_its_console_open() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_stops_the_demo_at_once_with_a_client_connected_and_says_so() {
+    // README: Ctrl-C stops the demo. A broker gives a client SHUTDOWN_TIMEOUT (30 s in the
+    // example) to finish; the demo, whose clients are a person trying it, does not wait so.
+    let mut demo = start_demo(&[]).await;
+    let mut held = TcpStream::connect(("127.0.0.1", demo.ports[0]))
+        .await
+        .unwrap();
+    held.write_all(b"still here\n").await.unwrap();
+    let mut reply = [0u8; 64];
+    let n = within("the held client's reply", held.read(&mut reply))
+        .await
+        .unwrap();
+    assert!(n > 0, "the demo answered nothing");
+    let asked = Instant::now();
+    demo.process.signal(Signal::SIGINT);
+    let status = demo.process.wait_exit().await;
+    let took = asked.elapsed();
+    assert_eq!(status.code(), Some(0), "{}", demo.process.log_text());
+    assert!(
+        took < Duration::from_secs(10),
+        "the demo took {took:?} to stop:\n{}",
+        demo.process.log_text()
+    );
+    // It says it stops at once, and what that does to the client.
+    let said = demo.process.log_text();
+    assert!(said.contains("demo: stopping at once"), "{said}");
+    assert!(said.contains("cutting 1 connection"), "{said}");
+    let read = within("the cut", held.read(&mut reply)).await;
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_listens_on_loopback_unless_asked() {
     let demo = start_demo(&[]).await;
     for (section, port) in [
@@ -1105,6 +1137,53 @@ async fn the_demo_client_says_when_the_other_side_closed_and_exits_1() {
         stderr.contains(&format!("connection closed by {address}")),
         "{stderr}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_client_says_no_server_was_available_and_exits_1() {
+    // Every server of the demo's first balancer held out: the broker closes each client it
+    // has no server for. Not a silent exit 0 with piped input, nor "the server that answered
+    // was stopped" when none answered.
+    let demo = start_demo(&[]).await;
+    let socket = demo_socket(&demo).await;
+    for id in ["01", "02", "03"] {
+        let mut command = Command::new(binary());
+        command.args(["ctl", "--socket"]).arg(&socket).args([
+            "disable",
+            "SMART_CLIENT_DESKTOP",
+            id,
+        ]);
+        own_admin_dirs(&mut command, demo._dir.path());
+        let (code, out, err) = run_bounded(command);
+        assert_eq!(code, 0, "{out}{err}");
+    }
+    let client = format!(
+        "{} demo --client --config {}",
+        binary(),
+        demo.path.display()
+    );
+    let piped = client.clone();
+    let (code, stdout, stderr) =
+        tokio::task::spawn_blocking(move || run_with_input(&piped, "hello\n"))
+            .await
+            .unwrap();
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+    assert!(stderr.contains("no server was available"), "{stderr}");
+    assert!(
+        stderr.contains("3 disabled"),
+        "the broker's own reason: {stderr}"
+    );
+    // Typing, the input still open.
+    let mut words = client.split_whitespace();
+    let mut command = Command::new(words.next().unwrap());
+    command.args(words);
+    let (code, stderr) = tokio::task::spawn_blocking(move || run_with_input_open(command))
+        .await
+        .unwrap();
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("no server was available"), "{stderr}");
+    assert!(!stderr.contains("the server that answered"), "{stderr}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

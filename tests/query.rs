@@ -1436,3 +1436,194 @@ async fn metrics_parse_as_prometheus_text() {
     assert_eq!(value("appbroker_server_check_up", Some(&b.address())), 1.0);
     assert_eq!(value("appbroker_balancer_max_connections", None), 10000.0);
 }
+
+/// The language a page is in, by its `<html lang>`.
+fn page_language(html: &str) -> String {
+    let page = Html::parse_document(html);
+    let root = page.root_element();
+    root.value().attr("lang").unwrap_or_default().to_string()
+}
+
+/// Every link of a page to one of its own pages (STATUS, CFG, ServerStatus): what a reader
+/// clicks on to go on reading in the page's language.
+fn page_links(html: &str) -> Vec<String> {
+    let page = Html::parse_document(html);
+    let links = Selector::parse("a[href]").unwrap();
+    page.select(&links)
+        .filter_map(|a| a.value().attr("href"))
+        .filter(|href| {
+            let upper = href.to_ascii_uppercase();
+            ["/STATUS", "/CFG", "/SERVERSTATUS/"]
+                .iter()
+                .any(|page| upper.contains(&format!("/TOTVS_BROKER_QUERY{page}")))
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+/// A STATUS page through `broker`, asked with `path`'s query and `accept_language`, if any:
+/// its language, after checking it says it varies by `Accept-Language`.
+async fn language_of(broker: &Broker, path: &str, accept_language: Option<&str>) -> String {
+    let headers: Vec<(&str, &str)> = accept_language
+        .map(|value| ("Accept-Language", value))
+        .into_iter()
+        .collect();
+    let answer = http_get(broker.addr(), path, &headers).await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let vary = answer
+        .header("vary")
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    assert!(vary.contains("accept-language"), "Vary: {vary:?} on {path}");
+    page_language(&answer.text())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pages_language_is_the_one_asked_then_the_files_then_the_browsers() {
+    // Through the binary: a broker whose file says nothing of LANGUAGE, and one whose does.
+    let a = TestServer::start("a").await;
+    let unset = Broker::start(&ini_for(&[&a], "")).await;
+    let set =
+        Broker::start(&ini_for(&[&a], "").replace("[General]\n", "[General]\nLANGUAGE=en\n")).await;
+    let status = "/TOTVS_BROKER_QUERY/STATUS";
+    // The browser's Accept-Language, by its q-values: Portuguese of any region is pt-BR.
+    for (header, wanted) in [
+        (None, "en"),
+        (Some("pt-BR,pt;q=0.9,en-US;q=0.8,en;q=0.7"), "pt-BR"),
+        (Some("pt-PT"), "pt-BR"),
+        (Some("PT-br"), "pt-BR"),
+        (Some("en-US,en;q=0.9,pt-BR;q=0.8"), "en"),
+        (Some("fr-FR, pt;q=0.5"), "pt-BR"),
+        (Some("en;q=0.4, pt;q=0.6"), "pt-BR"),
+        (Some("pt;q=0, en"), "en"),
+        (Some("de, fr;q=0.9"), "en"),
+        (Some("*"), "en"),
+        (Some("pt;q=nonsense"), "en"),
+        (Some("portuguese"), "en"),
+        (Some(",,;q=, pt"), "pt-BR"),
+    ] {
+        assert_eq!(
+            language_of(&unset, status, header).await,
+            wanted,
+            "Accept-Language: {header:?}"
+        );
+    }
+    // LANGUAGE set in the file wins over the browser's; `?lang=` over both.
+    let portuguese_browser = Some("pt-BR,pt;q=0.9");
+    assert_eq!(language_of(&set, status, portuguese_browser).await, "en");
+    for (broker, header) in [(&unset, None), (&set, portuguese_browser)] {
+        for (asked, wanted) in [("pt-BR", "pt-BR"), ("en", "en"), ("pt-br", "pt-BR")] {
+            let path = format!("{status}?lang={asked}");
+            let got = language_of(broker, &path, header).await;
+            assert_eq!(got, wanted, "{path} with Accept-Language {header:?}");
+        }
+    }
+    // An unknown `lang` is no ask at all.
+    assert_eq!(
+        language_of(&unset, &format!("{status}?lang=xx"), None).await,
+        "en"
+    );
+    for path in [
+        "/TOTVS_BROKER_QUERY/CFG?lang=pt-BR".to_string(),
+        format!(
+            "/TOTVS_BROKER_QUERY/ServerStatus/{}?lang=pt-BR",
+            a.address()
+        ),
+    ] {
+        assert_eq!(language_of(&unset, &path, None).await, "pt-BR", "{path}");
+    }
+    // Asked with `?lang=`, a page's links keep it: the next page is in the same language.
+    let page = http_get(unset.addr(), &format!("{status}?lang=pt-BR&refresh=5"), &[])
+        .await
+        .text();
+    let links = page_links(&page);
+    assert!(links.len() >= 4, "{links:?}");
+    for link in &links {
+        assert!(link.contains("lang=pt-BR"), "{link} drops the language");
+    }
+    // What the public monitors read stays as it is, in either language.
+    for header in [None, portuguese_browser] {
+        let headers: Vec<(&str, &str)> =
+            header.map(|v| ("Accept-Language", v)).into_iter().collect();
+        let page = http_get(unset.addr(), status, &headers).await.text();
+        assert!(page.contains("Servers (1)"), "{page}");
+        assert!(page.contains("<th>Server</th>"), "{page}");
+    }
+}
+
+/// The text of the facts' box labelled `label` on a STATUS page.
+fn fact_value(html: &str, label: &str) -> String {
+    let page = Html::parse_document(html);
+    let facts = Selector::parse(".fact").unwrap();
+    let labels = Selector::parse(".label").unwrap();
+    let values = Selector::parse(".value").unwrap();
+    page.select(&facts)
+        .find(|fact| {
+            fact.select(&labels)
+                .next()
+                .is_some_and(|l| l.text().collect::<String>() == label)
+        })
+        .and_then(|fact| fact.select(&values).next())
+        .map(|v| v.text().collect::<String>())
+        .unwrap_or_else(|| panic!("no fact {label:?} on the page"))
+}
+
+/// `YYYY-MM-DD` with each field in range.
+fn is_iso_date(text: &str) -> bool {
+    let parts: Vec<&str> = text.split('-').collect();
+    parts.len() == 3
+        && [4, 2, 2]
+            .iter()
+            .zip(&parts)
+            .all(|(len, p)| p.len() == *len && p.bytes().all(|b| b.is_ascii_digit()))
+        && (1..=12).contains(&parts[1].parse::<u32>().unwrap())
+        && (1..=31).contains(&parts[2].parse::<u32>().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn english_pages_write_dates_in_iso_8601_and_portuguese_ones_as_totvs_does() {
+    // Through the binary: `06/12/2026` reads as June 12 to an English reader.
+    let a = TestServer::start("a").await;
+    let broker = Broker::start(&ini_for(&[&a], "")).await;
+    let (_held, _) = hold(broker.addr()).await;
+    let status = "/TOTVS_BROKER_QUERY/STATUS";
+    let english = http_get(broker.addr(), status, &[]).await.text();
+    for label in ["Started", "Now", "Last connection"] {
+        let value = fact_value(&english, label);
+        let (date, time) = value
+            .split_once(' ')
+            .unwrap_or_else(|| panic!("{label}: {value:?}"));
+        assert!(
+            is_iso_date(date) && is_clock(time),
+            "{label}: {value:?} is not YYYY-MM-DD HH:MM:SS"
+        );
+    }
+    let portuguese = http_get(broker.addr(), &format!("{status}?lang=pt-BR"), &[])
+        .await
+        .text();
+    for label in ["Iniciou operação", "Agora", "Última conexão"] {
+        let value = fact_value(&portuguese, label);
+        let (time, date) = value
+            .split_once(' ')
+            .unwrap_or_else(|| panic!("{label}: {value:?}"));
+        assert!(
+            is_clock(time) && is_date(date),
+            "{label}: {value:?} is not HH:MM:SS DD/MM/YYYY"
+        );
+    }
+    // The TOTVS JSON's dates stay as monitors parse them, whatever the page's language.
+    let json = http_get(
+        broker.addr(),
+        "/TOTVS_BROKER_QUERY/JSON",
+        &[("Accept-Language", "en-US")],
+    )
+    .await
+    .json();
+    for field in ["date", "startedDate", "lastConnectionDate"] {
+        assert!(
+            is_date(json[field].as_str().unwrap()),
+            "{field}: {}",
+            json[field]
+        );
+    }
+}

@@ -1413,6 +1413,59 @@ async fn the_supervisor_sends_broker_restarted_after_a_crash_and_a_watchdog_kill
     );
 }
 
+#[tokio::test]
+async fn an_upgrade_sends_broker_upgraded_alone_and_a_reload_that_moves_the_ports_sends_nothing() {
+    // Whoever is on call read `broker_started` then `broker_stopping` during an upgrade that
+    // dropped nothing. An upgrade is one event, sent by the supervisor, which knows both
+    // brokers; a reload that replaces the broker to change its ports is none.
+    let receiver = WebhookReceiver::start().await;
+    let (a, b) = (TestServer::start("A").await, TestServer::start("B").await);
+    let general = format!("ALERT_WEBHOOK=http://127.0.0.1:{}/", receiver.addr.port());
+    let broker = Broker::start_with(&ini(&a, &general), &["--supervise"]).await;
+    let first = serving_child(&broker, 1).await;
+    receiver.wait_for("broker_started").await;
+    let (held, _) = hold(broker.addr()).await;
+    let (code, out, err) = command(&broker, &["upgrade"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    let second = serving_child(&broker, 2).await;
+    let upgraded = receiver.wait_for("broker_upgraded").await;
+    let version = env!("CARGO_PKG_VERSION");
+    assert_eq!(upgraded["from_version"], version, "{upgraded}");
+    assert_eq!(upgraded["to_version"], version, "{upgraded}");
+    assert_eq!(upgraded["from_pid"], first, "{upgraded}");
+    assert_eq!(upgraded["to_pid"], second, "{upgraded}");
+    assert!(upgraded["handover_ms"].is_u64(), "{upgraded}");
+    assert_eq!(upgraded["balancer"], "", "{upgraded}");
+    // The old broker drains its client and ends, and says nothing of its stop.
+    finishes_on_the_old_broker(&broker, held, first).await;
+
+    // A port added: a new broker starts on the ports, the one serving drains.
+    let added = format!(
+        "{}[BALANCE_WEB_SERVICES]\nLOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT={}\n\
+         MONITORING_TYPE=DISABLED\nREMOTE_SERVER_01={}\n",
+        std::fs::read_to_string(&broker.config_path).unwrap(),
+        broker.ports[1],
+        b.ini()
+    );
+    std::fs::write(&broker.config_path, added).unwrap();
+    broker.signal(Signal::SIGHUP);
+    let third = serving_child(&broker, 3).await;
+    previous_exited(&broker, second).await;
+    assert_eq!(ask(broker.addr2()).await.unwrap(), "B");
+
+    // Stopped, the broker says so once. Each broker gave its alerts before it ended, in
+    // order: what they sent is all there is.
+    let mut broker = broker;
+    broker.signal(Signal::SIGTERM);
+    broker.wait_exit().await;
+    assert_eq!(
+        receiver.events(),
+        ["broker_started", "broker_upgraded", "broker_stopping"],
+        "brokers {first}, {second}, {third}:\n{}",
+        broker.log_text()
+    );
+}
+
 // ---- the image a broker is started from ---------------------------------------------------
 
 /// The inode of the file process `pid` runs, as the kernel keeps it.

@@ -31,7 +31,7 @@ use crate::balancer::rules::overrides::{Hold, MAX_WEIGHT, Mode};
 use crate::balancer::{Balancer, BalancerState, Server, ServerState, Standing};
 use crate::broker::{Control, ReloadError};
 use crate::config::keys::DAY;
-use crate::config::{duration_within, plural, show_duration};
+use crate::config::{connections_stay, duration_within, plural, show_duration};
 use crate::process::clock::wall_ms;
 use protocol::{
     Answer, BalancerView, QuarantineView, Request, RestartView, ServerView, names_section,
@@ -379,10 +379,7 @@ fn no_balancer(section: &str, running: &[Arc<Balancer>]) -> String {
 
 /// `its 3 open connections stay` for answers.
 fn open(server: &Server) -> String {
-    format!(
-        "its {} stay",
-        plural(server.active() as usize, "open connection")
-    )
+    connections_stay(server.active() as usize)
 }
 
 /// A balancer as `show` gives it.

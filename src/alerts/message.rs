@@ -35,6 +35,16 @@ pub fn json(alert: &Alert, broker: &str) -> Value {
     optional("exit", alert.exit.map(|code| json!(code)));
     optional("output", alert.output.as_ref().map(|o| json!(o)));
     optional("dropped", alert.dropped.map(|n| json!(n)));
+    if let Some(upgrade) = &alert.upgrade {
+        optional(
+            "from_version",
+            upgrade.from_version.as_ref().map(|v| json!(v)),
+        );
+        optional("to_version", Some(json!(upgrade.to_version)));
+        optional("from_pid", Some(json!(upgrade.from_pid)));
+        optional("to_pid", Some(json!(upgrade.to_pid)));
+        optional("handover_ms", Some(json!(upgrade.handover_ms)));
+    }
     Value::Object(object)
 }
 
@@ -96,20 +106,14 @@ pub fn line(alert: &Alert, broker: &str, language: Language) -> String {
         (AlertEvent::BrokerStopping, true) => "broker parando".into(),
         (AlertEvent::BrokerRestarted, false) => format!("broker restarted{reason}"),
         (AlertEvent::BrokerRestarted, true) => format!("broker reiniciado{reason}"),
+        (AlertEvent::BrokerUpgraded, pt) => upgraded(alert, pt),
         (AlertEvent::CertificateExpiring, false) => format!("certificate expiring{reason}"),
         (AlertEvent::CertificateExpiring, true) => format!("certificado expirando{reason}"),
         (AlertEvent::RestartRan, false) => format!("RESTART_COMMAND ran for {server}{reason}"),
         (AlertEvent::RestartRan, true) => {
             format!("RESTART_COMMAND executado para {server}{reason}")
         }
-        (AlertEvent::AlertsDropped, false) => format!(
-            "{} alerts dropped: a receiver was too slow",
-            alert.dropped.unwrap_or(0)
-        ),
-        (AlertEvent::AlertsDropped, true) => format!(
-            "{} alertas descartados: um destino estava lento demais",
-            alert.dropped.unwrap_or(0)
-        ),
+        (AlertEvent::AlertsDropped, pt) => dropped(alert, pt),
     };
     let balancer = alert
         .balancer
@@ -117,6 +121,37 @@ pub fn line(alert: &Alert, broker: &str, language: Language) -> String {
         .unwrap_or_default();
     // One line: a reason or an output with a line break must not break it.
     format!("appbroker@{broker}: {balancer}{what}").replace(['\n', '\r'], " ")
+}
+
+/// `240 alerts dropped: a receiver was too slow`, or in pt-BR.
+fn dropped(alert: &Alert, pt: bool) -> String {
+    let dropped = alert.dropped.unwrap_or(0);
+    match pt {
+        false => format!("{dropped} alerts dropped: a receiver was too slow"),
+        true => format!("{dropped} alertas descartados: um destino estava lento demais"),
+    }
+}
+
+/// `broker upgraded from 0.1.0 (pid 4242) to 0.2.0 (pid 4300) in 812 ms`, or in pt-BR.
+fn upgraded(alert: &Alert, pt: bool) -> String {
+    let (upgraded, from, to, within, earlier) = match pt {
+        false => ("broker upgraded", "from", "to", "in", "an earlier version"),
+        true => (
+            "broker atualizado",
+            "de",
+            "para",
+            "em",
+            "uma versão anterior",
+        ),
+    };
+    let Some(u) = &alert.upgrade else {
+        return upgraded.into();
+    };
+    let old = u.from_version.as_deref().unwrap_or(earlier);
+    format!(
+        "{upgraded} {from} {old} (pid {}) {to} {} (pid {}) {within} {} ms",
+        u.from_pid, u.to_version, u.to_pid, u.handover_ms
+    )
 }
 
 /// The environment of a command run for the alert: `APPBROKER_EVENT`, `APPBROKER_BALANCER`,
@@ -150,6 +185,26 @@ pub fn environment(alert: &Alert, broker: &str) -> Vec<(String, String)> {
         ("APPBROKER_EXIT", alert.exit.map(|n| n.to_string())),
         ("APPBROKER_DROPPED", alert.dropped.map(|n| n.to_string())),
     ];
+    let upgrade = alert.upgrade.as_ref();
+    let fields = fields.into_iter().chain([
+        (
+            "APPBROKER_FROM_VERSION",
+            upgrade.and_then(|u| u.from_version.clone()),
+        ),
+        (
+            "APPBROKER_TO_VERSION",
+            upgrade.map(|u| u.to_version.clone()),
+        ),
+        (
+            "APPBROKER_FROM_PID",
+            upgrade.map(|u| u.from_pid.to_string()),
+        ),
+        ("APPBROKER_TO_PID", upgrade.map(|u| u.to_pid.to_string())),
+        (
+            "APPBROKER_HANDOVER_MS",
+            upgrade.map(|u| u.handover_ms.to_string()),
+        ),
+    ]);
     for (name, value) in fields {
         if let Some(value) = value {
             env.push((name.into(), value));
@@ -161,7 +216,7 @@ pub fn environment(alert: &Alert, broker: &str) -> Vec<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::balancer::events::AlertServer;
+    use crate::balancer::events::{AlertServer, Upgraded};
     use crate::config::BalancerKind;
 
     fn entered() -> Alert {
@@ -215,6 +270,43 @@ mod tests {
         for event in AlertEvent::ALL {
             assert!(!line(&Alert::new(event), "h", Language::English).is_empty());
         }
+    }
+
+    #[test]
+    fn an_upgrade_tells_both_brokers_in_each_form() {
+        let alert = Alert {
+            upgrade: Some(Upgraded {
+                from_version: Some("0.1.0".into()),
+                to_version: "0.2.0".into(),
+                from_pid: 4242,
+                to_pid: 4300,
+                handover_ms: 812,
+            }),
+            ..Alert::new(AlertEvent::BrokerUpgraded)
+        };
+        let value = json(&alert, "srv1");
+        assert_eq!(value["event"], "broker_upgraded");
+        assert_eq!(value["balancer"], "");
+        assert_eq!(value["from_version"], "0.1.0");
+        assert_eq!(value["to_version"], "0.2.0");
+        assert_eq!(value["from_pid"], 4242);
+        assert_eq!(value["to_pid"], 4300);
+        assert_eq!(value["handover_ms"], 812);
+        assert_eq!(
+            line(&alert, "srv1", Language::English),
+            "appbroker@srv1: broker upgraded from 0.1.0 (pid 4242) to 0.2.0 (pid 4300) in 812 ms"
+        );
+        assert_eq!(
+            line(&alert, "srv1", Language::Portuguese),
+            "appbroker@srv1: broker atualizado de 0.1.0 (pid 4242) para 0.2.0 (pid 4300) em 812 ms"
+        );
+        let env = environment(&alert, "srv1");
+        let get = |name: &str| env.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
+        assert_eq!(get("APPBROKER_FROM_VERSION"), Some("0.1.0"));
+        assert_eq!(get("APPBROKER_TO_PID"), Some("4300"));
+        assert_eq!(get("APPBROKER_HANDOVER_MS"), Some("812"));
+        // Only an upgrade has them.
+        assert!(json(&entered(), "srv1").get("from_pid").is_none());
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! per episode per client, with the client's count.
 
 use std::net::IpAddr;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use tracing::{info, warn};
@@ -14,22 +14,33 @@ use tracing::{info, warn};
 use crate::balancer::Balancer;
 use crate::balancer::events::Event;
 use crate::balancer::generation::Generation;
-use crate::balancer::rules::per_client::{Admission, ClientCounts};
+use crate::balancer::rules::per_client::{ClientCounts, Decision};
 
 /// Shards of the table: enough that the worker threads (one per core) seldom meet on one
 /// lock, few enough that an idle balancer's tables cost nothing to speak of.
 const SHARDS: usize = 16;
 
+/// Refused connections of one client answered at once (an HTTP 503 waits for the first
+/// head, within `HTTP_REQUEST_TIMEOUT`): a browser opens six or so, and the rest of a flood is
+/// closed at once.
+const MOST_ANSWERED_PER_CLIENT: u32 = 8;
+
+/// Refused connections of all clients answered at once, per balancer.
+const MOST_ANSWERED: u32 = 256;
+
 /// Each client address's connections, for one balancer, in shards by address.
 #[derive(Debug)]
 pub(super) struct ClientTable {
     shards: Vec<Mutex<ClientCounts>>,
+    /// Refused connections being answered now, every client's.
+    answering: AtomicU32,
 }
 
 impl Default for ClientTable {
     fn default() -> Self {
         ClientTable {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            answering: AtomicU32::new(0),
         }
     }
 }
@@ -69,6 +80,15 @@ impl ClientHold {
     pub fn counts(&self) -> bool {
         self.0.is_some()
     }
+}
+
+/// A connection refused under `MAX_CONNECTIONS_PER_CLIENT` that is being answered (an HTTP
+/// 503 once its first head comes), counted until dropped: it holds no `MAX_CONNECTIONS` place,
+/// and at most a few of one client's, and a few hundred of all, are answered at once.
+#[derive(Debug)]
+pub struct RefusalHold {
+    balancer: Arc<Balancer>,
+    client: IpAddr,
 }
 
 /// What a hold counts against `MAX_CONNECTIONS_PER_CLIENT`, for the words of a refusal's
@@ -121,13 +141,13 @@ impl Balancer {
         let now = self.clock.now_ms();
         let admission = self.clients.shard(client).admit(client, limit, now);
         match admission {
-            Admission::Admitted { episode_over } => {
+            Decision::Admitted { episode_over } => {
                 if let Some(refused) = episode_over {
                     served_again(client, refused);
                 }
                 Some(ClientHold(Some((Arc::clone(self), client))))
             }
-            Admission::Refused { open, first } => {
+            Decision::Refused { open, first } => {
                 self.stats.client_limited.fetch_add(1, Relaxed);
                 self.events.emit(|| Event::ClientLimited {
                     balancer: self.kind(),
@@ -145,6 +165,42 @@ impl Balancer {
     /// Client addresses with connections counted against `MAX_CONNECTIONS_PER_CLIENT` now.
     pub fn clients_counted(&self) -> usize {
         self.clients.clients()
+    }
+
+    /// A connection of `client` that [`Balancer::hold_for_client`] just refused, to be
+    /// answered: a hold while at most [`MOST_ANSWERED_PER_CLIENT`] of the client's and
+    /// [`MOST_ANSWERED`] of all are answered now; `None`: close it at once.
+    pub fn answer_refusal(self: &Arc<Self>, client: IpAddr) -> Option<RefusalHold> {
+        let total = &self.clients.answering;
+        total
+            .fetch_update(Relaxed, Relaxed, |n| (n < MOST_ANSWERED).then_some(n + 1))
+            .ok()?;
+        if !self
+            .clients
+            .shard(client)
+            .answer_refusal(client, MOST_ANSWERED_PER_CLIENT)
+        {
+            total.fetch_sub(1, Relaxed);
+            return None;
+        }
+        Some(RefusalHold {
+            balancer: Arc::clone(self),
+            client,
+        })
+    }
+}
+
+impl Drop for RefusalHold {
+    fn drop(&mut self) {
+        let table = &self.balancer.clients;
+        table.answering.fetch_sub(1, Relaxed);
+        let over = table.shard(self.client).answered(self.client);
+        if let Some(refused) = over {
+            let client = self.client;
+            self.balancer
+                .span()
+                .in_scope(|| served_again(client, refused));
+        }
     }
 }
 

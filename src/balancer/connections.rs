@@ -117,17 +117,19 @@ impl Balancer {
             .clone()
     }
 
-    /// A client refused at `MAX_CONNECTIONS`; the first of an episode is logged.
+    /// A client refused at `MAX_CONNECTIONS` (`local`: the socket it came to, when known; else
+    /// the balancer's address is named); the first of an episode is logged.
     pub fn refused(&self, local: Option<SocketAddr>) {
         self.stats.rejected.fetch_add(1, Relaxed);
         self.events.emit(|| Event::Refused {
             balancer: self.kind(),
         });
         if self.refusals.strike() {
+            let config = &self.generation().config;
             warn!(
                 "MAX_CONNECTIONS ({}) reached on {}: new clients are closed at once until some leave",
-                self.generation().config.max_connections,
-                local.map_or_else(|| "?".into(), |a| a.to_string())
+                config.max_connections,
+                local.unwrap_or(config.listen)
             );
         }
     }

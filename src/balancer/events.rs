@@ -397,6 +397,25 @@ pub struct Alert {
     pub output: Option<String>,
     /// Alerts dropped.
     pub dropped: Option<u64>,
+    /// An upgrade's two brokers and how long the handover took (`broker_upgraded`).
+    pub upgrade: Option<Upgraded>,
+}
+
+/// What `broker_upgraded` tells: the broker replaced and the one that serves now, each with
+/// its version and pid, and how long the new one took to serve.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upgraded {
+    /// The replaced broker's version; `None` when the supervisor image it came from did not
+    /// say (one from before `broker_upgraded`).
+    pub from_version: Option<String>,
+    /// The version of the broker that serves now.
+    pub to_version: String,
+    /// The replaced broker's pid.
+    pub from_pid: u32,
+    /// The pid of the broker that serves now.
+    pub to_pid: u32,
+    /// From the supervisor's re-execution to the new broker serving, in milliseconds.
+    pub handover_ms: u64,
 }
 
 /// The server an alert is about.
@@ -428,6 +447,7 @@ impl Alert {
             exit: None,
             output: None,
             dropped: None,
+            upgrade: None,
         }
     }
 

@@ -16,6 +16,8 @@
 //!   state, the TLS loaded for it), and the reload that builds the next.
 //! - `pick`: what a connection takes while it lives: a client's slot under
 //!   `MAX_CONNECTIONS`, a query's place, a server picked by the policy and its lease.
+//! - `admission`: how one connection is counted, by what it asks: a query's place while it
+//!   asks only queries, a client's slot from its first request to a server on.
 //! - `connections`: a connection's events, one method each (accepts, PROXY protocol headers,
 //!   handshakes, refusals, the dial and its outcome, unserved clients, the close).
 //! - `client_limit`: `MAX_CONNECTIONS_PER_CLIENT` applied: each client address's
@@ -39,6 +41,7 @@
 //!   running configuration and the shutdown state, and how a balancer tells its connections
 //!   to end.
 
+mod admission;
 mod client_limit;
 mod connections;
 pub mod events;
@@ -51,7 +54,8 @@ mod server;
 pub mod shared;
 mod state;
 
-pub use client_limit::ClientHold;
+pub use admission::Admission;
+pub use client_limit::{ClientHold, RefusalHold};
 pub use connections::Closed;
 pub use generation::{Generation, GenerationTls};
 pub use pick::{ClientSlot, Eligible, Lease};

@@ -16,7 +16,7 @@ use crate::balancer::events::{Alert, Event};
 use crate::balancer::rules::health::{Asked, Reason, Release};
 use crate::balancer::rules::overrides::{Hold, Mode, Overrides};
 use crate::balancer::server::{Restarted, Server};
-use crate::config::{AlertEvent, plural};
+use crate::config::{AlertEvent, connections_stay, plural};
 
 impl Balancer {
     /// The server of the current generation that `name` names (its id or `host:port`).
@@ -54,9 +54,9 @@ impl Balancer {
             Mode::Disabled => "disabled",
         };
         warn!(
-            "server {} {done} by {by}{why}: no new clients, its {} stay",
+            "server {} {done} by {by}{why}: no new clients, {}",
             server.address,
-            plural(server.active() as usize, "open connection")
+            connections_stay(server.active() as usize)
         );
         self.told_held(server, true, &by, &format!("{done}{why}"));
         true

@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::balancer::Balancer;
 use crate::config::Config;
+use crate::process::budget::Budget;
 use crate::process::shutdown::Shutdown;
 
 /// What every connection's task shares and may read: the configuration, every balancer (a
@@ -24,6 +25,9 @@ pub struct Shared {
     pub started_wall_ms: u64,
     /// Draining state for PING.
     pub shutdown: Shutdown,
+    /// `HTTP_HEAD_MEMORY`: the one budget of every HTTP balancer's request heads still
+    /// arriving (its limit set again by a reload).
+    pub head_memory: Arc<Budget>,
 }
 
 /// How a balancer tells its connections to end.

@@ -185,21 +185,16 @@ async fn secure(
 }
 
 /// Hands a connection, its TLS step done, to its HTTP balancer's engine (`client`: who, and
-/// whether it came over TLS, for `X-Forwarded-Proto`), which takes its `MAX_CONNECTIONS`
-/// place.
+/// whether it came over TLS, for `X-Forwarded-Proto`), which counts it as a client (its
+/// `MAX_CONNECTIONS` place) at its first request forwarded to a server.
 fn serve_http<S: Stream>(
     proxy: &Arc<HttpProxy>,
     shared: &ListenerShared,
     stream: S,
     client: Downstream,
 ) {
-    let ListenerShared {
-        tasks,
-        ending,
-        local,
-        ..
-    } = shared;
-    http_balancer::start(proxy, tasks, ending, *local, stream, client);
+    let ListenerShared { tasks, ending, .. } = shared;
+    http_balancer::start(proxy, tasks, ending, stream, client);
 }
 
 /// Answers a plain HTTP request sent to a TLS-only HTTP port with a 400 page that says to use

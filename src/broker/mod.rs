@@ -45,6 +45,7 @@ use crate::http_balancer::sessions::{OwnSecret, SessionSecrets};
 use crate::net::listener::{self, BindError};
 use crate::net::resolve::Resolver;
 use crate::net::workers::{WorkerThreads, Workers};
+use crate::process::budget::Budget;
 use crate::process::clock::{time_of_day, wall_ms};
 use crate::process::shutdown::Shutdown;
 use run::ControlLoop;
@@ -125,6 +126,8 @@ pub struct Bound {
     own_secret: Option<OwnSecret>,
     /// Why the file is not read again on a reload, when it is not.
     no_file_reload: Option<String>,
+    /// The broker this one replaces, when its supervisor started it to.
+    takes_over: Option<u32>,
 }
 
 /// A running broker. Dropping it stops everything at once (connections cut); [`Broker::stop`]
@@ -280,6 +283,7 @@ impl Broker {
             events,
             own_secret: None,
             no_file_reload: None,
+            takes_over: None,
         }
     }
 
@@ -407,6 +411,14 @@ impl Bound {
         self
     }
 
+    /// Starts this broker as the one that replaces broker `pid` on the ports their supervisor
+    /// holds (an upgrade, or a reload that moved the ports): it sends no `broker_started`,
+    /// since the ports never stopped being served; the supervisor tells of an upgrade.
+    pub fn taking_over(mut self, pid: u32) -> Bound {
+        self.takes_over = Some(pid);
+        self
+    }
+
     /// Starts serving: every balancer's accept loops (on the workers), monitor and sampler,
     /// and the control loop (on the current runtime).
     pub fn start(self) -> Broker {
@@ -415,6 +427,7 @@ impl Bound {
             .unwrap_or_else(|| OwnSecret::for_this_run("no secret file was given"));
         let session_secrets = Arc::new(SessionSecrets::new(own, &self.config.general));
         log_session_secret(&session_secrets, &self.config);
+        let head_memory = Budget::new(self.config.general.http_head_memory);
         let shared = Arc::new(Shared {
             config: ArcSwap::from_pointee(self.config),
             balancers: ArcSwap::from_pointee(
@@ -422,6 +435,7 @@ impl Bound {
             ),
             started_wall_ms: wall_ms(),
             shutdown: Shutdown::new(),
+            head_memory,
         });
         let stopping = CancellationToken::new();
         // Before anything runs: the first alert is the start.
@@ -454,6 +468,7 @@ impl Bound {
             addrs: Arc::clone(&addrs),
             no_file_reload: self.no_file_reload,
             alerting: alerting.clone(),
+            takes_over: self.takes_over,
         };
         Broker {
             events: self.events,

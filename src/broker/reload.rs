@@ -93,6 +93,9 @@ impl ControlLoop {
         );
         changes.extend(config::secret_changes(&old.general, &config.general));
         self.session_secrets.configure(&config.general);
+        self.shared
+            .head_memory
+            .set_limit(config.general.http_head_memory);
         let mut reloaded = Reloaded {
             changes,
             errors: Vec::new(),

@@ -45,6 +45,8 @@ pub(super) struct ControlLoop {
     pub(super) no_file_reload: Option<String>,
     /// The alerts, given their last deliveries once the drain is over.
     pub(super) alerting: Alerting,
+    /// The broker this one replaces on its supervisor's ports (see [`super::Bound::taking_over`]).
+    pub(super) takes_over: Option<u32>,
 }
 
 /// How long a stopping broker gives its last alerts (`broker_stopping`) to be delivered:
@@ -57,7 +59,15 @@ impl ControlLoop {
     pub(super) async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
         info!("broker ready");
         self.events.emit(|| Event::Ready);
-        self.events.alert(|| Alert::new(AlertEvent::BrokerStarted));
+        match self.takes_over {
+            // Its supervisor tells of the change (`broker_upgraded`), or it is none (a
+            // reload that moved the ports): nothing started that was not serving.
+            Some(pid) => info!(
+                "taking over from the broker (pid {pid}) on the ports its supervisor holds; \
+                 that one drains"
+            ),
+            None => self.events.alert(|| Alert::new(AlertEvent::BrokerStarted)),
+        }
         let shutdown = self.shared.shutdown.clone();
         let mut every_second = tokio::time::interval(Duration::from_secs(1));
         every_second.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -110,7 +120,10 @@ impl ControlLoop {
         let general = self.shared.config.load().general.clone();
         self.shared.shutdown.set_draining();
         self.events.emit(|| Event::Draining);
-        self.events.alert(|| Alert::new(AlertEvent::BrokerStopping));
+        // Handed over, the ports go on being served by the broker that took them.
+        if !self.shared.shutdown.is_handed_over() {
+            self.events.alert(|| Alert::new(AlertEvent::BrokerStopping));
+        }
         if !general.shutdown_grace.is_zero() {
             info!(
                 "draining: still serving for SHUTDOWN_GRACE ({}) while PING answers 503",

@@ -27,6 +27,22 @@ pub fn client(config: &Config, args: &DemoArgs, address: Option<SocketAddr>) -> 
             ));
             ExitCode::from(1)
         }
+        Ok(demo::Ended::Unanswered) => {
+            let why = match demo::unavailable(address) {
+                Some(counts) => format!(
+                    "no server was available ({counts}); start one on the demo's console (type \
+                     its id) or enable it (the demo's `ctl` command, with `enable SECTION ID`), \
+                     then connect again"
+                ),
+                None => "the server it was sent to closed it at once, or the demo ended; \
+                         connect again"
+                    .to_string(),
+            };
+            logging::to_stderr(&format!(
+                "appbroker: connection closed by {address} before any server answered: {why}"
+            ));
+            ExitCode::from(1)
+        }
         Err(e) => {
             logging::to_stderr(&format!(
                 "appbroker: cannot talk to {address}: {}; is the demo running? Start it with \

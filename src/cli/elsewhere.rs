@@ -43,6 +43,11 @@ pub fn inherited(_config: &Config) -> anyhow::Result<Option<Vec<Vec<TcpListener>
     Ok(None)
 }
 
+/// No supervisor without Unix, so no broker to replace.
+pub fn takes_over() -> Option<u32> {
+    None
+}
+
 /// No supervisor without Unix: each step that would tell it something does nothing.
 pub struct Supervision;
 

@@ -82,6 +82,9 @@ async fn serve(
     supervision.ready(&broker.control().shutdown_state()).await;
     let control = broker.control();
     let shutdown = control.shutdown_state();
+    if demo.is_some() {
+        tokio::spawn(demo::tell_stopping(shutdown.clone()));
+    }
     handle_signals(shutdown, supervision.on_sighup(control))
         .context("cannot install the signal handlers")?;
     if let Some(servers) = demo.as_mut().and_then(|d| d.servers.take()) {
@@ -112,6 +115,9 @@ fn bind(
     };
     if let Some(demo) = demo {
         bound = bound.refuse_file_reloads(demo::no_reload(demo.start.built_in));
+    }
+    if let Some(pid) = platform::takes_over() {
+        bound = bound.taking_over(pid);
     }
     if let Some(path) = state_path {
         admin::state_file::restore(path, &bound.balancers());

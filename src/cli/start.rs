@@ -35,6 +35,8 @@ pub fn run(cli: &Cli, demo: Option<&DemoArgs>) -> ExitCode {
         for balancer in &mut config.balancers {
             balancer.listen.set_ip(args.listen);
         }
+        // Ctrl-C stops the demo at once, not after a broker's drain.
+        demo::stop_at_once(&mut config.general);
     }
     let log = match logging::init(&config.general, cli.log_level.as_deref()) {
         Ok(log) => log,

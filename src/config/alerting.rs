@@ -32,6 +32,9 @@ pub enum AlertEvent {
     BrokerStopping,
     /// The supervisor started a broker again after the last one died (sent by the supervisor).
     BrokerRestarted,
+    /// `appbroker upgrade` replaced the broker with the new binary's, which serves (sent by the
+    /// supervisor, which knows both; neither broker tells of its start or stop then).
+    BrokerUpgraded,
     /// The daily check found the certificate served to clients expiring (or expired).
     CertificateExpiring,
     /// `RESTART_COMMAND` ran for an AppServer.
@@ -42,7 +45,7 @@ pub enum AlertEvent {
 
 impl AlertEvent {
     /// Every event, in the order documented.
-    pub const ALL: [AlertEvent; 12] = [
+    pub const ALL: [AlertEvent; 13] = [
         AlertEvent::QuarantineEntered,
         AlertEvent::QuarantineLeft,
         AlertEvent::NoServersAvailable,
@@ -52,6 +55,7 @@ impl AlertEvent {
         AlertEvent::BrokerStarted,
         AlertEvent::BrokerStopping,
         AlertEvent::BrokerRestarted,
+        AlertEvent::BrokerUpgraded,
         AlertEvent::CertificateExpiring,
         AlertEvent::RestartRan,
         AlertEvent::AlertsDropped,
@@ -69,6 +73,7 @@ impl AlertEvent {
             AlertEvent::BrokerStarted => "broker_started",
             AlertEvent::BrokerStopping => "broker_stopping",
             AlertEvent::BrokerRestarted => "broker_restarted",
+            AlertEvent::BrokerUpgraded => "broker_upgraded",
             AlertEvent::CertificateExpiring => "certificate_expiring",
             AlertEvent::RestartRan => "restart_ran",
             AlertEvent::AlertsDropped => "alerts_dropped",
@@ -89,6 +94,7 @@ impl AlertEvent {
             AlertEvent::BrokerStarted
                 | AlertEvent::BrokerStopping
                 | AlertEvent::BrokerRestarted
+                | AlertEvent::BrokerUpgraded
                 | AlertEvent::AlertsDropped
         )
     }
@@ -111,6 +117,7 @@ pub const ALERT_EVENT_WORDS: &[&str] = &[
     "broker_started",
     "broker_stopping",
     "broker_restarted",
+    "broker_upgraded",
     "certificate_expiring",
     "restart_ran",
     "alerts_dropped",

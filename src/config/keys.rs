@@ -16,7 +16,9 @@ use super::{
     BalancerConfig, BalancerKind, General, HttpSettings, Keepalive, Language, Monitoring,
     ProxyProtocol, ProxyVersion, QuerySettings, StatusRange,
 };
-use super::{SortMethod, TOTVS_MONITORING_TYPES, TOTVS_SORT_METHODS, TlsKeys};
+use super::{
+    DEFAULT_HTTP_HEAD_MEMORY, SortMethod, TOTVS_MONITORING_TYPES, TOTVS_SORT_METHODS, TlsKeys,
+};
 use crate::tls::SslMethod;
 use crate::tls::files::Passphrase;
 
@@ -529,7 +531,8 @@ pub static KEYS: &[Key] = &[
         field: field!(General.language = Language, |l: &Language| Some(
             l.as_str().into()
         )),
-        doc: "the language of the /TOTVS_BROKER_QUERY pages",
+        doc: "the language of the /TOTVS_BROKER_QUERY pages for every reader (unset: each \
+              browser's Accept-Language), of the broker's own HTTP pages and of text alerts",
     },
     Key {
         name: "WORKERS",
@@ -552,6 +555,24 @@ pub static KEYS: &[Key] = &[
         },
         field: field!(General.dns_max_lookups = Integer as u32, number),
         doc: "name lookups in flight at once in the whole process",
+    },
+    Key {
+        name: "HTTP_HEAD_MEMORY",
+        stands: Stands::General,
+        domain: Domain::Integer {
+            min: 1,
+            max: 65536,
+            what: "a number of MiB from 1 to 65536",
+        },
+        field: Field::General {
+            set: |g, v| {
+                if let Some(mib) = take!(v, Integer) {
+                    g.http_head_memory = usize::try_from(mib).unwrap_or(usize::MAX) << 20;
+                }
+            },
+            get: |g| Some((g.http_head_memory >> 20).to_string()),
+        },
+        doc: "MiB that every HTTP balancer's request heads still arriving may hold together; past it the oldest are answered 408",
     },
     Key {
         name: "CONTROL_SOCKET",
@@ -1382,6 +1403,7 @@ impl General {
             session_secret_previous: None,
             upgrade_timeout: Duration::from_secs(30),
             watchdog_timeout: Duration::from_secs(10),
+            http_head_memory: DEFAULT_HTTP_HEAD_MEMORY,
         }
     }
 }

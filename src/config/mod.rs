@@ -20,7 +20,8 @@
 //! - `render`: the effective configuration printed back as INI (`--check`, CFG).
 //! - [`self_loop`]: whether a server's address is the broker's own (a loop), for the checks
 //!   here and every connect.
-//! - `words`: how messages across the process write a count ([`plural`]).
+//! - `words`: how messages across the process write a count ([`plural`],
+//!   [`connections_stay`]).
 //! - `alerting`: what the `ALERT_*` and `RESTART_*` keys hold: the events alerts are sent for,
 //!   the webhook (a secret URL), the commands, the restarts' bounds.
 
@@ -43,13 +44,14 @@ pub use alerting::{
 pub use errors::{ConfigError, LoadError, MAX_ERRORS_SHOWN, MAX_FILE_SIZE, Notice, ValueError};
 pub use load::general_value;
 pub use model::{
-    BalancerConfig, BalancerKind, Config, General, HttpSettings, Keepalive, Language, Loaded,
-    Monitoring, Origin, Origins, ProxyProtocol, ProxyVersion, QuerySettings, ServerConfig,
-    SortMethod, StatusRange, TOTVS_MONITORING_TYPES, TOTVS_SORT_METHODS, TlsKeys,
+    BalancerConfig, BalancerKind, Config, DEFAULT_HTTP_HEAD_MEMORY, General, HttpSettings,
+    Keepalive, Language, Loaded, Monitoring, Origin, Origins, ProxyProtocol, ProxyVersion,
+    QuerySettings, ServerConfig, SortMethod, StatusRange, TOTVS_MONITORING_TYPES,
+    TOTVS_SORT_METHODS, TlsKeys,
 };
 pub use render::{EffectiveSection, balancer_secret_changes, secret_changes, setting_changes};
 pub use value::{Cidr, Host, ServerId, duration_within, show_duration, show_escaped};
-pub use words::plural;
+pub use words::{connections_stay, plural};
 
 #[cfg(test)]
 mod tests;

@@ -74,7 +74,14 @@ pub struct General {
     /// `WATCHDOG_TIMEOUT`: how long a supervisor waits for a heartbeat from its broker before
     /// it kills and replaces it; zero for never.
     pub watchdog_timeout: Duration,
+    /// `HTTP_HEAD_MEMORY`, in bytes: the most every HTTP balancer's request heads still
+    /// arriving may hold together; past it the oldest are answered 408.
+    pub http_head_memory: usize,
 }
+
+/// `HTTP_HEAD_MEMORY`'s default, in bytes: a thousand heads of the largest size (64 KiB)
+/// still arriving, or four thousand of a browser's.
+pub const DEFAULT_HTTP_HEAD_MEMORY: usize = 64 << 20;
 
 /// `LANGUAGE`: the language of the status pages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

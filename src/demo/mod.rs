@@ -20,8 +20,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::config::{Config, Host};
+use crate::config::{Config, General, Host, show_duration};
 use crate::net::sys;
+use crate::process::shutdown::Shutdown;
 
 /// The example configuration, built in so the demo runs from anywhere.
 pub const EXAMPLE: &str = include_str!("../../appserver.ini.example");
@@ -39,6 +40,29 @@ pub fn no_reload(built_in: bool) -> String {
                   it again to run the file as it is now"
             .into(),
     }
+}
+
+/// How long a stopping demo lets its connections finish before it cuts them: a second, for
+/// an exchange in flight, where a broker gives them `SHUTDOWN_TIMEOUT` (30 s in the example).
+/// The demo's clients are a person trying it, and Ctrl-C is to stop it now (README).
+pub const SHUTDOWN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The demo's shutdown, whatever the file says: no `SHUTDOWN_GRACE`, and
+/// [`SHUTDOWN_TIMEOUT`].
+pub fn stop_at_once(general: &mut General) {
+    general.shutdown_grace = std::time::Duration::ZERO;
+    general.shutdown_timeout = SHUTDOWN_TIMEOUT;
+}
+
+/// Says, once `shutdown` is asked for (Ctrl-C), that the demo stops at once and what becomes
+/// of its clients, so nobody waits for a drain that a broker would make.
+pub async fn tell_stopping(shutdown: Shutdown) {
+    shutdown.requested().await;
+    info!(
+        "demo: stopping at once: connections still open after {} are cut (the demo's own \
+         SHUTDOWN_TIMEOUT; a broker gives them its file's, 30s by default)",
+        show_duration(SHUTDOWN_TIMEOUT)
+    );
 }
 
 /// The demo's own directory, for its control socket and state file: made afresh in the
@@ -442,26 +466,31 @@ pub enum Ended {
     /// The user ended the input (Ctrl-D, or the end of a piped file), and the server's
     /// answers were all printed.
     ByUser,
-    /// The other side closed the connection while the user could still type: the server that
-    /// answered was stopped, or the demo ended.
+    /// The other side closed the connection while the user could still type, after a server
+    /// had answered: the server that answered was stopped, or the demo ended.
     ByServer,
+    /// The other side closed the connection with nothing said to what was sent, or while the
+    /// user could still type: no server took it (none was available), or the demo ended.
+    Unanswered,
 }
 
 /// `appbroker demo --client`: a line client for the demo. Sends standard input to `address`
 /// (then half-closes), prints what comes back, and returns when the other side closes, saying
-/// whether the input had ended first.
+/// whether the input had ended first and whether anything came back.
 pub fn client(address: SocketAddr) -> io::Result<Ended> {
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     let stream = std::net::TcpStream::connect(address)?;
     crate::process::logging::to_stderr(&format!(
         "connected to {address}: type a line and Enter; end of input (Ctrl-D) or Ctrl-C ends"
     ));
     let mut to_server = stream.try_clone()?;
     let input_ended = Arc::new(AtomicBool::new(false));
-    let ended = Arc::clone(&input_ended);
+    let sent = Arc::new(AtomicU64::new(0));
+    let (ended, counted) = (Arc::clone(&input_ended), Arc::clone(&sent));
     std::thread::spawn(move || {
         // Only the end of the input counts, not a server that stopped taking it.
-        if io::copy(&mut io::stdin().lock(), &mut to_server).is_ok() {
+        if let Ok(n) = io::copy(&mut io::stdin().lock(), &mut to_server) {
+            counted.store(n, Ordering::SeqCst);
             // Before the half-close, so the server's end it causes is seen as the user's.
             ended.store(true, Ordering::SeqCst);
         }
@@ -469,9 +498,51 @@ pub fn client(address: SocketAddr) -> io::Result<Ended> {
     });
     // Standard output is line-buffered: each reply shows as its line ends. When the server
     // closes first, the thread still waiting on standard input ends with the process.
-    io::copy(&mut &stream, &mut io::stdout().lock())?;
-    Ok(match input_ended.load(Ordering::SeqCst) {
-        true => Ended::ByUser,
-        false => Ended::ByServer,
+    let received = io::copy(&mut &stream, &mut io::stdout().lock())?;
+    let input_ended = input_ended.load(Ordering::SeqCst);
+    Ok(match (input_ended, received) {
+        (false, 0) => Ended::Unanswered,
+        (true, 0) if sent.load(Ordering::SeqCst) > 0 => Ended::Unanswered,
+        (true, _) => Ended::ByUser,
+        (false, _) => Ended::ByServer,
     })
+}
+
+/// Why no server took a demo client on `address`, asked of the broker itself (its JSON, on
+/// the same port): the servers that are not available, counted (`3 disabled`, `1 in
+/// quarantine, 2 draining`), when none is; `None` when one is, or the broker cannot be asked
+/// (the demo ended).
+pub fn unavailable(address: SocketAddr) -> Option<String> {
+    use std::io::{Read, Write};
+    /// A demo's JSON is a few kilobytes; more is no answer of the demo's.
+    const MOST: u64 = 1024 * 1024;
+    let wait = std::time::Duration::from_secs(5);
+    let mut stream = std::net::TcpStream::connect_timeout(&address, wait).ok()?;
+    stream.set_read_timeout(Some(wait)).ok()?;
+    stream
+        .write_all(b"GET /TOTVS_BROKER_QUERY/JSON HTTP/1.0\r\nHost: appbroker\r\n\r\n")
+        .ok()?;
+    let mut answer = Vec::new();
+    stream.take(MOST).read_to_end(&mut answer).ok()?;
+    let at = answer.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let status: serde_json::Value = serde_json::from_slice(&answer[at + 4..]).ok()?;
+    let states: Vec<&str> = status["servers"]
+        .as_array()?
+        .iter()
+        .filter_map(|s| s["state"].as_str())
+        .collect();
+    if states.is_empty() || states.contains(&"available") {
+        return None;
+    }
+    let count = |names: &[&str]| states.iter().filter(|s| names.contains(s)).count();
+    let counts: Vec<String> = [
+        (count(&["quarantined"]), "in quarantine"),
+        (count(&["disabled"]), "disabled"),
+        (count(&["drain", "draining"]), "draining"),
+    ]
+    .into_iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, words)| format!("{n} {words}"))
+    .collect();
+    Some(counts.join(", "))
 }

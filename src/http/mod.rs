@@ -39,14 +39,16 @@ use std::fmt;
 use std::future::Future;
 use std::hash::Hash;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::body::Bytes;
 use hyper::{Method, Response, StatusCode};
 
-use crate::config::{Cidr, Language};
+use crate::config::{Cidr, DEFAULT_HTTP_HEAD_MEMORY, Language};
 use crate::net::relay::End;
 use crate::net::stream::Stream;
+use crate::process::budget::Budget;
 
 pub use check::{CheckError, StatusRange, check};
 pub use client_head::ClientHead;
@@ -85,10 +87,26 @@ pub trait Upstreams: Send + Sync + 'static {
     /// `MAX_CONNECTIONS_PER_CLIENT`, as it counts a direct client's connections.
     type ClientHold: Send + 'static;
 
+    /// What a client connection holds as the balancer counts it, for the connection's life:
+    /// nothing (the default) until its first request; while it asks only the balancer's own
+    /// answers ([`Upstreams::intercept`]: queries), what a query connection holds; from its
+    /// first request forwarded to a server on, what a client holds ([`Upstreams::admit`]).
+    type Admission: Default + Send + 'static;
+
     /// A hold for `client`, whose request came through a trusted proxy (the client the
     /// proxy's `X-Forwarded-For` named, or the proxy itself when it named none); `None` when
     /// that client has its fill: the request is answered 503 with `Retry-After`.
     fn hold_client(&self, client: &Downstream) -> Option<Self::ClientHold>;
+
+    /// Counts the connection of `client` as the balancer's client, at a request that goes to
+    /// a server (its first: `admission` says what the connection holds so far, and keeps
+    /// what it holds from now on). False when the balancer takes no more clients now: the
+    /// request is answered 503 with `Retry-After` and the connection closed.
+    fn admit(&self, client: &Downstream, admission: &mut Self::Admission) -> bool;
+
+    /// The connection waits for its next request: what it holds may be given to another
+    /// (a query connection's place, to a new query that finds none free).
+    fn waiting(&self, _admission: &Self::Admission) {}
 
     /// The server for this request, none of `tried` (servers that already failed it); `None`
     /// when no server is available, answered 503. `request` is the client's head as received
@@ -125,12 +143,14 @@ pub trait Upstreams: Send + Sync + 'static {
     fn report(&self, report: Report<'_, Self::Server>);
 
     /// An answer the balancer gives itself, before any server is chosen: the query interface
-    /// (`/TOTVS_BROKER_QUERY/...`), routed by path on an HTTP balancer. `None` (the default)
-    /// for a request that goes to a server.
+    /// (`/TOTVS_BROKER_QUERY/...`), routed by path on an HTTP balancer, counted in what the
+    /// connection holds (`admission`: a query's place while it is no client). `None` (the
+    /// default) for a request that goes to a server.
     fn intercept(
         &self,
         _request: &ClientHead<'_>,
         _client: &Downstream,
+        _admission: &mut Self::Admission,
     ) -> Option<Response<Bytes>> {
         None
     }
@@ -317,6 +337,9 @@ pub struct Settings {
     pub retry_after: Duration,
     /// `HTTP_TRUSTED_PROXIES`: the peers whose `X-Forwarded-For` names the client.
     pub trusted_proxies: Vec<Cidr>,
+    /// `HTTP_HEAD_MEMORY`: the broker's one budget for request heads still arriving, shared
+    /// by every HTTP balancer.
+    pub head_memory: Arc<Budget>,
 }
 
 impl Default for Settings {
@@ -337,6 +360,7 @@ impl Default for Settings {
             language: Language::English,
             retry_after: Duration::from_secs(5),
             trusted_proxies: Vec::new(),
+            head_memory: Budget::new(DEFAULT_HTTP_HEAD_MEMORY),
         }
     }
 }

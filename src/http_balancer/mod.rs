@@ -15,7 +15,7 @@
 pub mod sessions;
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use hyper::Response;
@@ -27,7 +27,9 @@ use tracing::{Instrument, Span, info, warn};
 use crate::balancer::events::{Event, Unserved};
 use crate::balancer::rules::health::Reason;
 use crate::balancer::shared::{Ending, Shared};
-use crate::balancer::{Balancer, ClientHold, Closed, Eligible, Generation, Lease, Server};
+use crate::balancer::{
+    Admission, Balancer, ClientHold, Closed, Eligible, Generation, Lease, Server,
+};
 use crate::config::{BalancerConfig, Language, ServerId, show_duration};
 use crate::http::h1::{Editor, FieldName};
 use crate::http::{
@@ -42,6 +44,7 @@ use crate::net::dial::{ConnectError, ServerStream};
 use crate::net::proxy_protocol::{self, Header};
 use crate::net::relay;
 use crate::net::stream::Stream;
+use crate::process::budget::Budget;
 use crate::process::clock::wall_ms;
 use crate::process::throttle::{Episode, Throttle};
 use crate::query;
@@ -142,7 +145,9 @@ pub fn proxy(
     });
     let pool = balancer.generation();
     let language = ctx.config.load().general.language;
-    let proxy = Engine::new(Arc::clone(&upstreams), settings(&pool.config, language));
+    let head_memory = Arc::clone(&ctx.head_memory);
+    let settings = settings(&pool.config, language, head_memory);
+    let proxy = Engine::new(Arc::clone(&upstreams), settings);
     let _ = upstreams.proxy.set(Arc::downgrade(&proxy));
     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
         runtime.spawn(expire_sessions(Arc::downgrade(&upstreams)));
@@ -172,8 +177,12 @@ async fn expire_sessions(upstreams: Weak<HttpBalancer>) {
     }
 }
 
-/// The engine's settings from a balancer's keys.
-pub fn settings(config: &BalancerConfig, language: Language) -> http::Settings {
+/// The engine's settings from a balancer's keys, and the broker's `HTTP_HEAD_MEMORY` budget.
+pub fn settings(
+    config: &BalancerConfig,
+    language: Language,
+    head_memory: Arc<Budget>,
+) -> http::Settings {
     let keys = &config.http;
     http::Settings {
         forwarded_headers: keys.forwarded_headers,
@@ -187,6 +196,7 @@ pub fn settings(config: &BalancerConfig, language: Language) -> http::Settings {
         tunnel_idle_timeout: config.idle_timeout,
         language,
         trusted_proxies: keys.trusted_proxies.clone(),
+        head_memory,
         ..http::Settings::default()
     }
 }
@@ -194,7 +204,8 @@ pub fn settings(config: &BalancerConfig, language: Language) -> http::Settings {
 /// A reload applied to the engine: the new settings, and the idle connections of servers
 /// that left the pool (`old`) closed.
 pub fn reconfigure(proxy: &HttpProxy, old: &Generation, new: &Generation, language: Language) {
-    proxy.set_settings(settings(&new.config, language));
+    let head_memory = Arc::clone(&proxy.upstreams().ctx.head_memory);
+    proxy.set_settings(settings(&new.config, language, head_memory));
     for gone in old
         .servers
         .iter()
@@ -205,16 +216,19 @@ pub fn reconfigure(proxy: &HttpProxy, old: &Generation, new: &Generation, langua
 }
 
 /// Serves one accepted connection of an HTTP balancer (`client`: who, and whether `stream`
-/// is TLS, for `X-Forwarded-Proto`): a `MAX_CONNECTIONS` place (or the
-/// connection is closed at once, as on a TCP balancer), a hold under
-/// `MAX_CONNECTIONS_PER_CLIENT` (or a 503 with `Retry-After`), then the engine until the client
-/// closes; `ending.closing` answers the request in hand and closes, `ending.cut` ends it at
-/// once (an upgraded connection too).
+/// is TLS, for `X-Forwarded-Proto`): a hold under `MAX_CONNECTIONS_PER_CLIENT`, then the engine
+/// until the client closes, which counts it as a client (its `MAX_CONNECTIONS` place) at its
+/// first request forwarded to a server ([`Upstreams::admit`]); `ending.closing` answers the
+/// request in hand and closes, `ending.cut` ends it at once (an upgraded connection too).
+///
+/// A connection over its client's limit takes no place another client needs: it is answered
+/// 503 with `Retry-After` (once its first head comes, within `HTTP_REQUEST_TIMEOUT`) while
+/// few of its client's, and of all, are being answered so ([`Balancer::answer_refusal`]), and
+/// is closed at once beyond that.
 pub fn start<S: Stream>(
     proxy: &Arc<HttpProxy>,
     tasks: &TaskTracker,
     ending: &Ending,
-    local: Option<SocketAddr>,
     stream: S,
     mut client: Downstream,
 ) {
@@ -224,10 +238,6 @@ pub fn start<S: Stream>(
         // The header sent on names where the client connected: the socket's own address.
         client.local = stream.socket().and_then(|s| s.local_addr().ok());
     }
-    let Some(slot) = balancer.try_take_slot(&pool) else {
-        balancer.refused(local);
-        return;
-    };
     let (closing, cut) = (ending.closing.clone(), ending.cut.clone());
     let span = balancer.span();
     // A trusted proxy's connection carries many clients: not it but each of its requests is
@@ -235,25 +245,24 @@ pub fn start<S: Stream>(
     let hold = if client.is_trusted_proxy(&pool.config.http.trusted_proxies) {
         None
     } else {
-        let Some(hold) = span.in_scope(|| balancer.hold_for_client(&pool, client.peer.ip())) else {
-            // Its place is kept while the 503 is said (within HTTP_REQUEST_TIMEOUT), so the
-            // refusals too stay within MAX_CONNECTIONS.
-            let refusing = Arc::clone(proxy).serve_unavailable(stream, client, cut);
-            tasks.spawn(async move {
-                let _slot = slot;
-                refusing.await;
-            });
+        let ip = client.peer.ip();
+        let Some(hold) = span.in_scope(|| balancer.hold_for_client(&pool, ip)) else {
+            if let Some(refusal) = balancer.answer_refusal(ip) {
+                let refusing = Arc::clone(proxy).serve_unavailable(stream, client, cut);
+                tasks.spawn(async move {
+                    let _refusal = refusal;
+                    refusing.await;
+                });
+            }
             return;
         };
         // Boxed, and only when the limit is on: the idle client's task carries a word, not
         // the hold, so it stays in tokio's 512-byte task cell.
         hold.counts().then(|| Box::new(hold))
     };
-    balancer.admitted();
-    slot.admit();
     // The engine's future is the task's whole future: a future around it would carry its
     // arguments twice for the connection's life.
-    let serving = Arc::clone(proxy).serve(stream, client, closing, cut, (slot, hold));
+    let serving = Arc::clone(proxy).serve(stream, client, closing, cut, hold);
     tasks.spawn(serving);
 }
 
@@ -714,6 +723,7 @@ impl Upstreams for HttpBalancer {
     type Stream = ServerStream;
     type ConnectError = ConnectError;
     type ClientHold = ClientHold;
+    type Admission = Admission;
 
     /// Counted against `MAX_CONNECTIONS_PER_CLIENT` in the balancer's table of clients, with
     /// its direct connections; the refusal logged in the balancer's span.
@@ -856,9 +866,34 @@ impl Upstreams for HttpBalancer {
         }
     }
 
-    fn intercept(&self, request: &ClientHead<'_>, client: &Downstream) -> Option<Response<Bytes>> {
-        query::intercept(&self.ctx, &self.balancer, client.peer, request, || {
-            self.figures()
-        })
+    /// Counted in the balancer's `MAX_CONNECTIONS`, with the accepted count and the last
+    /// connection's time, from the connection's first request to a server on.
+    fn admit(&self, _client: &Downstream, admission: &mut Admission) -> bool {
+        let pool = self.balancer.generation();
+        self.span
+            .in_scope(|| self.balancer.admit_client(&pool, admission))
+    }
+
+    fn waiting(&self, admission: &Admission) {
+        admission.waiting();
+    }
+
+    /// A query is counted in a query place while the connection is no client (a monitor
+    /// polling the status page is never one), or answered 503 when none is free.
+    fn intercept(
+        &self,
+        request: &ClientHead<'_>,
+        client: &Downstream,
+        admission: &mut Admission,
+    ) -> Option<Response<Bytes>> {
+        let admit = || self.balancer.admit_query(admission);
+        query::intercept(
+            &self.ctx,
+            &self.balancer,
+            client.peer,
+            request,
+            admit,
+            || self.figures(),
+        )
     }
 }

@@ -70,6 +70,12 @@ pub fn local_date(wall_ms: u64) -> String {
     local(wall_ms).map_or_else(|| "-".into(), |t| t.format("%d/%m/%Y").to_string())
 }
 
+/// Local date of a wall-clock instant, `YYYY-MM-DD` (ISO 8601, which no reader takes for
+/// another day); `-` when it cannot be shown.
+pub fn local_date_iso(wall_ms: u64) -> String {
+    local(wall_ms).map_or_else(|| "-".into(), |t| t.format("%Y-%m-%d").to_string())
+}
+
 /// A wall-clock instant as RFC 3339 in local time with its offset, to the second
 /// (`2025-03-04T18:04:05-03:00`); `-` when it cannot be shown.
 pub fn rfc3339(wall_ms: u64) -> String {

@@ -3,6 +3,8 @@
 //! Everything above the configuration may use these; they import only the configuration
 //! (the log's settings).
 //!
+//! - [`budget`]: a memory budget for work a peer paces (`HTTP_HEAD_MEMORY`), the oldest
+//!   claims evicted first.
 //! - [`clock`]: time as the broker counts it (monotonic milliseconds for deadlines, the
 //!   wall-clock times operators read).
 //! - [`logging`]: the log line format, on the console and in a rotated file.
@@ -13,6 +15,7 @@
 //!   it points at).
 //! - [`shutdown`]: the shutdown and draining state, and the binary's signal handlers.
 
+pub mod budget;
 pub mod clock;
 pub mod escape;
 pub mod logging;

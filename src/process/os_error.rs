@@ -1,7 +1,8 @@
 //! What an operating-system error means to an operator: the words, the errno name, the Windows
 //! code a TOTVS broker operator knows, and whether it points at the network, at configuration,
 //! at the server itself or at the broker's own resources (the TOTVS broker note classifies
-//! them the same way, the server aside).
+//! them the same way, the server aside), which the log line says as whose side the cause is
+//! on.
 
 use std::fmt;
 use std::io;
@@ -22,13 +23,20 @@ pub enum PointsAt {
 }
 
 impl PointsAt {
-    /// How the log line names it.
-    pub fn as_str(self) -> &'static str {
+    /// Whose side the cause is on, in words an operator reads without our vocabulary; the end
+    /// of the log line (`...: the server is down, or the address or port is wrong; the cause
+    /// is on the server's side or in the configuration, not the broker's`).
+    pub fn whose_side(self) -> &'static str {
         match self {
-            PointsAt::Network => "infrastructure",
-            PointsAt::Configuration => "configuration/operation",
-            PointsAt::Server => "the server",
-            PointsAt::Broker => "broker resources",
+            PointsAt::Network => {
+                "the cause is on the way to the server (its host, the network, a firewall), \
+                 not the broker's"
+            }
+            PointsAt::Configuration => {
+                "the cause is on the server's side or in the configuration, not the broker's"
+            }
+            PointsAt::Server => "the cause is on the server's side, not the broker's",
+            PointsAt::Broker => "the cause is the broker's own, not the server's",
         }
     }
 }
@@ -57,12 +65,7 @@ impl fmt::Display for Explained {
             (None, Some(w)) => write!(f, " (Windows {w})")?,
             (None, None) => {}
         }
-        write!(
-            f,
-            ": {}; points at {}",
-            self.advice,
-            self.points_at.as_str()
-        )
+        write!(f, ": {}; {}", self.advice, self.points_at.whose_side())
     }
 }
 
@@ -283,6 +286,14 @@ mod tests {
         assert!(
             line.starts_with(
                 "connection refused (ECONNREFUSED, Windows 10061/1225): nothing is listening"
+            ),
+            "{line}"
+        );
+        // Whose side, in words: no `points at configuration/operation`.
+        assert!(
+            line.ends_with(
+                "the server is down, or the address or port is wrong; the cause is on the \
+                 server's side or in the configuration, not the broker's"
             ),
             "{line}"
         );

@@ -15,6 +15,9 @@ use tracing::{error, info};
 pub struct Shutdown {
     requested: CancellationToken,
     draining: Arc<AtomicBool>,
+    /// Another broker serves the ports now (a supervisor's handover): this one's stop is no
+    /// news, and it tells of none.
+    handed_over: Arc<AtomicBool>,
 }
 
 impl Shutdown {
@@ -26,6 +29,19 @@ impl Shutdown {
     /// Asks the broker to shut down gracefully.
     pub fn request(&self) {
         self.requested.cancel();
+    }
+
+    /// Asks the broker to shut down gracefully because another broker took over its ports
+    /// (its supervisor's upgrade, or a reload that moved them): the same drain, without
+    /// `broker_stopping`, since nothing stops serving.
+    pub fn hand_over(&self) {
+        self.handed_over.store(true, Relaxed);
+        self.request();
+    }
+
+    /// True when the shutdown is a [`Shutdown::hand_over`].
+    pub fn is_handed_over(&self) -> bool {
+        self.handed_over.load(Relaxed)
     }
 
     /// True once a shutdown was asked for.

@@ -10,6 +10,10 @@ use crate::balancer::Generation;
 use crate::balancer::shared::Shared;
 use crate::config::Config;
 
+/// What a query is told when every `QUERY_MAX_CONNECTIONS` place is busy (a 503).
+pub(super) const BUSY: &str =
+    "too many queries at once (QUERY_MAX_CONNECTIONS); try again shortly\n";
+
 /// Why `peer` may not query the balancer of `generation` now (the 403's text), or `None` when
 /// it may.
 pub(super) fn refusal(generation: &Generation, peer: SocketAddr) -> Option<String> {

@@ -12,11 +12,13 @@ use hyper::http::request::Parts;
 use hyper::{Method, Response, StatusCode};
 
 use super::access::{refusal, visible_config};
+use super::language::{self, Chosen};
 use super::reply::{body, html, text};
 use super::snapshot::{HttpFigures, Snapshot, Standing};
 use super::{json, labels, metrics, page};
 use crate::balancer::Balancer;
 use crate::balancer::shared::Shared;
+use crate::config::{Language, Origin};
 
 /// A command of the query interface: an entry of [`COMMANDS`].
 pub(super) struct QueryCommand {
@@ -100,11 +102,18 @@ pub(super) const COMMANDS: &[QueryCommand] = &[
         help: "alone answers HTML to browsers and JSON to everyone else.",
         methods: READ,
         answer: |q| {
-            if wants_html(q.request) {
+            let mut answer = if wants_html(q.request) {
                 html(page::status(&q.snapshot(), &q.host, None))
             } else {
                 json_status(&q.snapshot())
-            }
+            };
+            // Which of the two, and in which language, is the request's `Accept` and
+            // `Accept-Language`'s to say: a cache keeps one answer per pair.
+            answer.headers_mut().insert(
+                header::VARY,
+                header::HeaderValue::from_static("Accept, Accept-Language"),
+            );
+            answer
         },
     },
 ];
@@ -153,16 +162,37 @@ impl Query<'_> {
                 (generation.config.kind, generation.config.listen)
             })
             .collect();
+        let chosen = self.language();
         let mut snapshot = Snapshot::take(
             self.balancer,
-            self.shared.config.load().general.language,
+            chosen.language,
             self.shared.started_wall_ms,
             self.peer,
             self.shared.shutdown.is_draining(),
             others,
         );
+        snapshot.language_asked = chosen.asked;
         snapshot.http = self.http.clone();
         snapshot
+    }
+
+    /// The language of this request's page: `?lang=`, else `LANGUAGE` where the file sets
+    /// it, else the browser's `Accept-Language`, else `LANGUAGE`'s default.
+    fn language(&self) -> Chosen {
+        let config = self.shared.config.load();
+        let set_in_file = config.origins.get("GENERAL", "LANGUAGE") != Origin::Default;
+        let browser = self
+            .request
+            .headers
+            .get_all(header::ACCEPT_LANGUAGE)
+            .into_iter()
+            .map(|value| value.as_bytes());
+        language::choose(
+            self.request.uri.query(),
+            set_in_file.then_some(config.general.language),
+            browser,
+            Language::English,
+        )
     }
 }
 

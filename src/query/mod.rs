@@ -23,11 +23,14 @@
 //! - `json`: the JSON answer, a superset of the TOTVS broker's schema, pure.
 //! - `metrics`: METRICS, the Prometheus text format, pure.
 //! - `labels`: the pages' words in English and Brazilian Portuguese.
+//! - `language`: which of the two a page is in, for each request (`?lang=`, `LANGUAGE`, the
+//!   browser's `Accept-Language`).
 
 mod access;
 mod commands;
 mod json;
 mod labels;
+mod language;
 mod metrics;
 mod page;
 mod reply;

@@ -5,9 +5,14 @@ use bytes::Bytes;
 use hyper::header::{self, HeaderValue};
 use hyper::{Response, StatusCode};
 
-/// A page: 200, HTML.
+/// A page: 200, HTML, in the language the request chose (`super::language`): a cache keeps
+/// one per `Accept-Language`.
 pub(super) fn html(page: String) -> Response<Bytes> {
-    body(StatusCode::OK, "text/html; charset=utf-8", page)
+    let mut response = body(StatusCode::OK, "text/html; charset=utf-8", page);
+    response
+        .headers_mut()
+        .insert(header::VARY, HeaderValue::from_static("Accept-Language"));
+    response
 }
 
 /// A text for people and scripts: PING, READY, a refusal, the list of commands.

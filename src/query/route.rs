@@ -12,7 +12,7 @@ use hyper::http::request::Parts;
 use hyper::{Method, Response, StatusCode};
 use tracing::debug;
 
-use super::access::refusal;
+use super::access::{BUSY, refusal};
 use super::commands::{self, COMMANDS, Query, READ};
 use super::reply::text;
 use super::snapshot::HttpFigures;
@@ -25,14 +25,17 @@ const PREFIX: &str = "/TOTVS_BROKER_QUERY";
 
 /// The answer to a request on an HTTP balancer's port when it is a query (its path starts
 /// with `/TOTVS_BROKER_QUERY`, in any case, and `QUERY_ENABLED` is on): routed by path, no
-/// sniffing, no query place (the connection is the balancer's client). `None` for a request
-/// to forward. `http` reads the balancer's HTTP figures, for the pages that show them. The
-/// engine's head is looked at in place; only a query's is made hyper's, for the commands.
+/// sniffing. `admit` counts it (a query place while its connection is no client; false:
+/// none is free, answered 503 as on a TCP port), once it is known to be a query from an
+/// allowed client. `None` for a request to forward. `http` reads the balancer's HTTP figures,
+/// for the pages that show them. The engine's head is looked at in place; only a query's is
+/// made hyper's, for the commands.
 pub fn intercept(
     shared: &Shared,
     balancer: &Balancer,
     peer: SocketAddr,
     request: &ClientHead<'_>,
+    admit: impl FnOnce() -> bool,
     http: impl FnOnce() -> HttpFigures,
 ) -> Option<Response<Bytes>> {
     let generation = balancer.generation();
@@ -49,6 +52,13 @@ pub fn intercept(
     if let Some(refusal) = refusal(&generation, peer) {
         debug!(client = %peer, "query refused: {}", refusal.trim_end());
         return Some(text(StatusCode::FORBIDDEN, refusal));
+    }
+    if !admit() {
+        // A query connection whose place went to another closes, as on a TCP port.
+        let mut busy = text(StatusCode::SERVICE_UNAVAILABLE, BUSY.to_string());
+        let close = HeaderValue::from_static("close");
+        busy.headers_mut().insert(header::CONNECTION, close);
+        return Some(busy);
     }
     Some(answer(shared, balancer, peer, &head, Some(http())))
 }

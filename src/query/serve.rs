@@ -23,7 +23,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use super::access::refusal;
+use super::access::{BUSY, refusal};
 use super::reply::text;
 use super::route;
 use crate::balancer::Balancer;
@@ -94,8 +94,7 @@ async fn answer_connection<S: Connection>(
         return;
     }
     let Some(place) = balancer.take_query_place() else {
-        let busy = "too many queries at once (QUERY_MAX_CONNECTIONS); try again shortly\n";
-        refuse(stream, "503 Service Unavailable", busy, head_only).await;
+        refuse(stream, "503 Service Unavailable", BUSY, head_only).await;
         return;
     };
     let mut head = first;

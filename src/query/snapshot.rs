@@ -71,6 +71,8 @@ pub struct Snapshot {
     pub state: BalancerState,
     /// Labels' language.
     pub language: Language,
+    /// The reader asked for `language` (`?lang=`): the page's links carry it on.
+    pub language_asked: bool,
     /// When the broker started (wall ms).
     pub started_wall_ms: u64,
     /// When this snapshot was taken (wall ms).
@@ -108,6 +110,7 @@ impl Snapshot {
         Snapshot {
             state: balancer.state(),
             language,
+            language_asked: false,
             started_wall_ms,
             now_wall_ms: wall_ms(),
             pid,

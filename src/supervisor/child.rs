@@ -26,10 +26,10 @@ use tokio::process::Command;
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, warn};
 
-use super::link::Supervised;
-use super::upgrade::{HANDOVER_ENV, LIFELINE_ENV};
+use super::link::{RETIRE, Supervised};
+use super::upgrade::{HANDOVER_ENV, LIFELINE_ENV, UPGRADE_FROM_ENV};
 use super::watchdog::{Beats, Silence};
-use super::{Held, LISTENERS_ENV, READY_ENV, encode};
+use super::{Held, LISTENERS_ENV, READY_ENV, TAKES_OVER_ENV, encode};
 use crate::net::inherit;
 
 /// The supervisor's own image, which every broker it starts runs: the file it was started
@@ -92,8 +92,14 @@ pub struct Child {
 
 impl Child {
     /// Starts the broker on `held`, from the supervisor's own image ([`OWN_IMAGE`], shown as
-    /// `options.exe`), with a socket to say READY on (and ask on).
-    pub fn spawn(options: &super::Options, held: &[Held], ears: &Ears) -> std::io::Result<Child> {
+    /// `options.exe`), with a socket to say READY on (and ask on); one that `replaces` a
+    /// broker serving there is told so ([`TAKES_OVER_ENV`]).
+    pub fn spawn(
+        options: &super::Options,
+        held: &[Held],
+        ears: &Ears,
+        replaces: Option<u32>,
+    ) -> std::io::Result<Child> {
         let (ours, theirs) = UnixStream::pair()?;
         let mut command = Command::new(OWN_IMAGE);
         command
@@ -105,7 +111,14 @@ impl Child {
             // forwards it once (twice would make the broker exit at once).
             .process_group(0);
         // Not for the broker: what one supervisor image tells the next.
-        command.env_remove(HANDOVER_ENV).env_remove(LIFELINE_ENV);
+        command
+            .env_remove(HANDOVER_ENV)
+            .env_remove(LIFELINE_ENV)
+            .env_remove(UPGRADE_FROM_ENV)
+            .env_remove(TAKES_OVER_ENV);
+        if let Some(pid) = replaces {
+            command.env(TAKES_OVER_ENV, pid.to_string());
+        }
         for variable in super::systemd::VARIABLES {
             command.env_remove(variable);
         }
@@ -203,6 +216,24 @@ impl Child {
         if let Some(mut stream) = self.lifeline.as_ref() {
             // A line, into a socket buffer the child keeps reading: it never waits.
             let _ = std::io::Write::write_all(&mut stream, answer.line().as_bytes());
+        }
+    }
+
+    /// Tells a broker that another serves its ports now to drain and stop: [`RETIRE`] on its
+    /// lifeline, then the supervisor's end shut for writing. A broker of any build with a
+    /// lifeline drains at that end, as on SIGTERM; one of this build knows from the line, read
+    /// first on the one socket, that it was replaced, and tells of no stop (a SIGTERM sent
+    /// besides would race the line). SIGTERM for one without a lifeline (adopted from an image
+    /// that kept none), or whose socket takes nothing.
+    pub fn hand_over(&self) {
+        let told = self.lifeline.as_ref().is_some_and(|stream| {
+            let mut writer = stream;
+            std::io::Write::write_all(&mut writer, RETIRE)
+                .and_then(|()| stream.shutdown(std::net::Shutdown::Write))
+                .is_ok()
+        });
+        if !told {
+            self.signal(Signal::SIGTERM);
         }
     }
 

@@ -2,10 +2,11 @@
 //! one line each way at a time. The broker says `HEARTBEATS N` (it will send heartbeats from
 //! its N worker runtimes), then `BEAT I` once a second from each runtime I; `READY` once it
 //! serves; and `RELOAD` when `appbroker ctl reload` asks it to read its file again. The
-//! supervisor answers `RELOAD` with `in place`, `replaced: ...` or `refused: ...`, and kills a
-//! broker whose heartbeats stop (`WATCHDOG_TIMEOUT`). Only the supervisor holds the other end,
-//! so its end-of-file means the supervisor is gone: the broker then shuts down gracefully
-//! rather than serve on as an orphan nothing restarts, upgrades or stops.
+//! supervisor answers `RELOAD` with `in place`, `replaced: ...` or `refused: ...`, kills a
+//! broker whose heartbeats stop (`WATCHDOG_TIMEOUT`), and writes `retire` to one another broker
+//! replaced, then shuts its end ([`RETIRE`]). Only the supervisor holds the other end, so its
+//! end-of-file means the supervisor is gone, or done with this broker: the broker then shuts
+//! down gracefully rather than serve on as an orphan nothing restarts, upgrades or stops.
 
 use std::os::fd::RawFd;
 use std::sync::Arc;
@@ -13,11 +14,17 @@ use std::sync::Arc;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::sync::{Mutex, mpsc};
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::READY_ENV;
 use crate::net::inherit;
 use crate::process::shutdown::Shutdown;
+
+/// What the supervisor writes to a broker that another broker replaced on its ports (an
+/// upgrade, or a reload that moved them), before it shuts its end: drain and stop, as on
+/// SIGTERM, and tell of no stop, since the ports go on being served. A broker of an earlier
+/// build takes it for a stray answer, and drains at the end that follows.
+pub const RETIRE: &[u8] = b"retire\n";
 
 /// How long a broker waits for its supervisor's answer to `RELOAD`: it reads a file and
 /// binds a few sockets, well under a second; bounded so that a supervisor that does not
@@ -133,6 +140,14 @@ impl Link {
             let mut lines = BufReader::new(reader).lines();
             // An error is a vanished peer too (a reset).
             while let Ok(Some(line)) = lines.next_line().await {
+                if line.as_bytes() == RETIRE.trim_ascii_end() {
+                    info!(
+                        "replaced: another broker serves the ports now (the supervisor says \
+                         so); draining and stopping, as on SIGTERM"
+                    );
+                    shutdown.hand_over();
+                    continue;
+                }
                 let _ = answers.try_send(line);
             }
             if shutdown.is_requested() {

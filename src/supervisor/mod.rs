@@ -24,9 +24,11 @@
 //! set of listen addresses is unchanged it forwards the SIGHUP and the child reloads in place;
 //! when it changed, the parent binds the new addresses (so it holds every port the file names
 //! from then on), starts a new child on them, and once that child serves, tells the old one
-//! to stop (SIGTERM: it drains as on any shutdown). The child cannot bind a port the parent
-//! should hold and hand it back without passing descriptors over a socket, so the parent,
-//! which must hold the port anyway, binds it, and the handover is the one a new child makes.
+//! to stop (`retire` on its lifeline, then the end of it: it drains as on any shutdown, and
+//! tells of no stop, since another broker serves its ports). The child cannot bind a port the
+//! parent should hold and hand it back without passing descriptors over a socket, so the
+//! parent, which must hold the port anyway, binds it, and the handover is the one a new child
+//! makes.
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener as StdListener};
@@ -59,6 +61,12 @@ pub const LISTENERS_ENV: &str = "APPBROKER_LISTENERS";
 /// The environment variable naming the socket a supervised child writes `READY` to once it
 /// serves, and keeps for the rest of its life: its [`Link`] to the supervisor.
 pub const READY_ENV: &str = "APPBROKER_READY_FD";
+
+/// The environment variable naming the broker (its pid) a supervised child is started to
+/// replace, on the same ports: an upgrade's new broker, or one on ports a reload changed. It
+/// tells of no start of its own (the ports were served all along; the supervisor tells of an
+/// upgrade). A broker of an earlier build ignores it.
+pub const TAKES_OVER_ENV: &str = "APPBROKER_TAKES_OVER";
 
 /// The first delay before restarting a child that died before it served.
 pub const FIRST_BACKOFF: Duration = Duration::from_millis(100);

@@ -17,7 +17,7 @@ use tracing::{error, info, warn};
 
 use super::run::Supervisor;
 use super::socket::answer;
-use super::upgrade::{HANDOVER_ENV, Handover, LIFELINE_ENV, timeout_of_file};
+use super::upgrade::{HANDOVER_ENV, Handover, LIFELINE_ENV, UPGRADE_FROM_ENV, timeout_of_file};
 use super::vet::Vetting;
 use super::{Held, LISTENERS_ENV, encode};
 use crate::config::show_duration;
@@ -143,6 +143,7 @@ impl Supervisor {
                 let mut env: Vec<(String, String)> = vec![
                     (LISTENERS_ENV.into(), encode(&Held::entries(&self.held))),
                     (HANDOVER_ENV.into(), handover.encode()),
+                    (UPGRADE_FROM_ENV.into(), env!("CARGO_PKG_VERSION").into()),
                 ];
                 if let Some(lifeline) = lifeline {
                     env.push((LIFELINE_ENV.into(), lifeline.as_raw_fd().to_string()));

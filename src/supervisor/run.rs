@@ -20,7 +20,7 @@ use super::upgrade::Handover;
 use super::vet::Vetting;
 use super::watchdog::Silence;
 use super::{Backoff, Held, describe, hold};
-use crate::balancer::events::Alert;
+use crate::balancer::events::{Alert, Upgraded};
 use crate::config::{AlertEvent, Config, show_duration};
 
 /// What the supervisor runs: its own image (never the file now at `exe`: see
@@ -119,6 +119,19 @@ pub(super) struct Supervisor {
     /// A replacing broker killed for not announcing its heartbeats in time (pid, why in
     /// words): the refusal of its upgrade says so.
     start_killed: Option<(u32, String)>,
+    /// The upgrade this image was re-executed for, until its new broker serves (then it is
+    /// told, as `broker_upgraded`) or fails.
+    upgrade: Option<UnderWay>,
+}
+
+/// An upgrade under way in this image: what `broker_upgraded` tells once its broker serves.
+struct UnderWay {
+    /// The previous image's version, when it said ([`super::upgrade::UPGRADE_FROM_ENV`]).
+    from_version: Option<String>,
+    /// The broker it replaces.
+    from_pid: u32,
+    /// When this image took over: the handover is timed from here.
+    since: Instant,
 }
 
 /// Where the supervisor starts from.
@@ -145,6 +158,9 @@ pub struct Upgrading {
     /// ([`super::upgrade::LIFELINE_ENV`]), kept open so that broker does not take the
     /// re-execution for the supervisor's death.
     pub lifeline: Option<std::os::unix::net::UnixStream>,
+    /// The previous image's version ([`super::upgrade::UPGRADE_FROM_ENV`]), for
+    /// `broker_upgraded`; `None` from an image that did not say.
+    pub from_version: Option<String>,
 }
 
 /// What the loop hears from its sources besides the children's ends.
@@ -182,6 +198,11 @@ pub async fn run(start: Start) -> std::io::Result<u8> {
         .as_ref()
         .map(|u| u.handover.retired.clone())
         .unwrap_or_default();
+    let upgrade = upgrading.as_ref().map(|u| UnderWay {
+        from_version: u.from_version.clone(),
+        from_pid: u.handover.child,
+        since: Instant::now(),
+    });
     let (current, next, waiting) = first_children(&options, &held, &ears, upgrading)?;
     let systemd = super::systemd::Watchdog::from_env();
     let mut supervisor = Supervisor {
@@ -201,6 +222,7 @@ pub async fn run(start: Start) -> std::io::Result<u8> {
         retired: Vec::new(),
         watchdog_killed: None,
         start_killed: None,
+        upgrade,
     };
     for pid in retiring {
         // Draining already: their ends were not handed over, and they need none (a broker
@@ -233,8 +255,9 @@ fn first_children(
             handover,
             client,
             lifeline,
+            ..
         }) => {
-            let next = Child::spawn(options, held, ears)?;
+            let next = Child::spawn(options, held, ears, Some(handover.child))?;
             let pid = handover.child;
             info!(
                 "supervisor: re-executed {} for an upgrade; new broker started (pid {}), the \
@@ -252,7 +275,7 @@ fn first_children(
             (adopted, Some(next), Some(client))
         }
         None => {
-            let current = Child::spawn(options, held, ears)?;
+            let current = Child::spawn(options, held, ears, None)?;
             info!(
                 "supervisor: holding {} listening socket(s); broker started (pid {})",
                 Held::entries(held).len(),
@@ -359,6 +382,8 @@ impl Supervisor {
     /// The replacing child ended before it served: the running one carries on.
     fn next_ended(&mut self, status: std::process::ExitStatus) {
         if let Some(next) = self.next.take() {
+            // An upgrade's new broker: nothing was upgraded.
+            self.upgrade = None;
             let ended = match self.start_killed.take() {
                 Some((pid, why)) if pid == next.pid => why,
                 _ => describe(status),
@@ -449,6 +474,8 @@ impl Supervisor {
             None => info!("supervisor: broker (pid {}) serves", self.current.pid),
         }
         without_heartbeats(&self.current);
+        // An upgrade's new broker that took over when the old one died meanwhile.
+        self.tell_upgraded();
     }
 
     /// The replacing child said READY: it becomes the current one, and the old one drains.
@@ -470,8 +497,28 @@ impl Supervisor {
             self.current.pid, old.pid
         );
         without_heartbeats(&self.current);
-        old.signal(Signal::SIGTERM);
+        self.tell_upgraded();
+        old.hand_over();
         self.retire(old);
+    }
+
+    /// `broker_upgraded`, once the broker an upgrade started serves: the one event of an
+    /// upgrade (neither broker tells of its start or its stop).
+    fn tell_upgraded(&mut self) {
+        let Some(upgrade) = self.upgrade.take() else {
+            return;
+        };
+        let upgraded = Upgraded {
+            from_version: upgrade.from_version,
+            to_version: env!("CARGO_PKG_VERSION").to_string(),
+            from_pid: upgrade.from_pid,
+            to_pid: self.current.pid,
+            handover_ms: upgrade.since.elapsed().as_millis() as u64,
+        };
+        self.tell(Some(Alert {
+            upgrade: Some(upgraded),
+            ..Alert::new(AlertEvent::BrokerUpgraded)
+        }));
     }
     /// Waits for a broker that drains, in the background, and logs its end.
     fn retire(&mut self, mut old: Child) {
@@ -574,7 +621,7 @@ impl Supervisor {
     /// started at all (the binary gone, no process left).
     async fn respawn(&mut self) -> Child {
         loop {
-            match Child::spawn(&self.options, &self.held, &self.ears) {
+            match Child::spawn(&self.options, &self.held, &self.ears, None) {
                 Ok(child) => {
                     info!("supervisor: broker started (pid {})", child.pid);
                     return child;
@@ -672,7 +719,8 @@ impl Supervisor {
             return Reread::Failed(format!("{e}; the broker keeps the ports it has"));
         }
         self.take_config(config);
-        match Child::spawn(&self.options, &self.held, &self.ears) {
+        let replaces = Some(self.current.pid);
+        match Child::spawn(&self.options, &self.held, &self.ears, replaces) {
             Ok(child) => {
                 let line = format!(
                     "the ports changed; a new broker (pid {}) starts on them (held by the \

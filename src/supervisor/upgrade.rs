@@ -58,6 +58,12 @@ pub const HANDOVER_ENV: &str = "APPBROKER_UPGRADE";
 /// because images from before it wrote none.
 pub const LIFELINE_ENV: &str = "APPBROKER_LIFELINE_FD";
 
+/// The environment variable by which a supervisor that re-executes itself tells its next
+/// image its own version, for `broker_upgraded`'s `from_version`. Apart from
+/// [`HANDOVER_ENV`], whose format an earlier image must still read after a downgrade; an image
+/// from before it writes none.
+pub const UPGRADE_FROM_ENV: &str = "APPBROKER_UPGRADE_FROM";
+
 /// The request.
 pub const REQUEST: &str = "upgrade";
 

@@ -318,6 +318,7 @@ mod tests {
             balancers: arc_swap::ArcSwap::from_pointee(vec![Arc::clone(balancer)]),
             started_wall_ms: 0,
             shutdown: crate::process::shutdown::Shutdown::new(),
+            head_memory: crate::process::budget::Budget::new(1 << 20),
         });
         let shared = Arc::new(ListenerShared {
             ctx,

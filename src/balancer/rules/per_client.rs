@@ -30,11 +30,14 @@ struct Entry {
     refused: u64,
     /// When the last was refused, on the caller's clock.
     last_refused_ms: u64,
+    /// Refused connections being answered (an HTTP 503 waits for their first head), until
+    /// [`ClientCounts::answered`].
+    answering: u32,
 }
 
 /// What became of a connection asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Admission {
+pub enum Decision {
     /// Admitted: count it until [`ClientCounts::release`]. `episode_over`: the refusals of
     /// an episode this admission ends (log that the client is served again).
     Admitted {
@@ -64,12 +67,12 @@ fn key(client: IpAddr) -> IpAddr {
 
 impl ClientCounts {
     /// Asks for one more connection of `client` under `limit` (at least 1) at `now_ms`.
-    pub fn admit(&mut self, client: IpAddr, limit: u32, now_ms: u64) -> Admission {
+    pub fn admit(&mut self, client: IpAddr, limit: u32, now_ms: u64) -> Decision {
         let entry = self.entries.entry(key(client)).or_default();
         if entry.open >= limit {
             entry.refused += 1;
             entry.last_refused_ms = now_ms;
-            return Admission::Refused {
+            return Decision::Refused {
                 open: entry.open,
                 first: entry.refused == 1,
             };
@@ -77,7 +80,7 @@ impl ClientCounts {
         entry.open += 1;
         let quiet = now_ms.saturating_sub(entry.last_refused_ms) >= QUIET_MS;
         let episode_over = (entry.refused > 0 && quiet).then(|| std::mem::take(&mut entry.refused));
-        Admission::Admitted { episode_over }
+        Decision::Admitted { episode_over }
     }
 
     /// Gives back a connection [`ClientCounts::admit`] admitted. Returns the refusals of an
@@ -86,7 +89,37 @@ impl ClientCounts {
         let client = key(client);
         let entry = self.entries.get_mut(&client)?;
         entry.open = entry.open.saturating_sub(1);
-        if entry.open > 0 {
+        self.forget_if_gone(client)
+    }
+
+    /// A connection of `client` just refused is to be answered (an HTTP 503 said once its
+    /// first head comes), holding nothing a client needs: true while fewer than `most` of the
+    /// client's are answered now, counted until [`ClientCounts::answered`]; false: close it at
+    /// once, so the refusals of one client never pile up.
+    pub fn answer_refusal(&mut self, client: IpAddr, most: u32) -> bool {
+        let Some(entry) = self.entries.get_mut(&key(client)) else {
+            return false;
+        };
+        if entry.answering >= most {
+            return false;
+        }
+        entry.answering += 1;
+        true
+    }
+
+    /// A refusal [`ClientCounts::answer_refusal`] counted was answered (or given up).
+    pub fn answered(&mut self, client: IpAddr) -> Option<u64> {
+        let client = key(client);
+        let entry = self.entries.get_mut(&client)?;
+        entry.answering = entry.answering.saturating_sub(1);
+        self.forget_if_gone(client)
+    }
+
+    /// Forgets `client` (the key) once nothing of it is counted: its episode's refusals, if
+    /// one ran.
+    fn forget_if_gone(&mut self, client: IpAddr) -> Option<u64> {
+        let entry = self.entries.get(&client)?;
+        if entry.open > 0 || entry.answering > 0 {
             return None;
         }
         let refused = self.entries.remove(&client).map_or(0, |e| e.refused);
@@ -129,26 +162,26 @@ mod tests {
         for _ in 0..3 {
             assert_eq!(
                 counts.admit(a, 3, 0),
-                Admission::Admitted { episode_over: None }
+                Decision::Admitted { episode_over: None }
             );
         }
         assert_eq!(
             counts.admit(a, 3, 10),
-            Admission::Refused {
+            Decision::Refused {
                 open: 3,
                 first: true
             }
         );
         assert_eq!(
             counts.admit(a, 3, 20),
-            Admission::Refused {
+            Decision::Refused {
                 open: 3,
                 first: false
             }
         );
         assert_eq!(
             counts.admit(b, 3, 20),
-            Admission::Admitted { episode_over: None }
+            Decision::Admitted { episode_over: None }
         );
         assert_eq!((counts.open(a), counts.open(b)), (3, 1));
     }
@@ -160,7 +193,7 @@ mod tests {
         counts.admit(a, 1, 0);
         assert!(matches!(
             counts.admit(a, 1, 100),
-            Admission::Refused { first: true, .. }
+            Decision::Refused { first: true, .. }
         ));
         assert_eq!(counts.release(a), Some(1), "its last connection closed");
         assert_eq!(counts.clients(), 0, "forgotten");
@@ -169,24 +202,52 @@ mod tests {
         counts.admit(a, 2, 1000);
         assert!(matches!(
             counts.admit(a, 2, 1100),
-            Admission::Refused { first: true, .. }
+            Decision::Refused { first: true, .. }
         ));
         assert_eq!(counts.release(a), None);
         assert_eq!(
             counts.admit(a, 2, 1500),
-            Admission::Admitted { episode_over: None },
+            Decision::Admitted { episode_over: None },
             "not quiet for a second yet"
         );
         assert!(matches!(
             counts.admit(a, 2, 1600),
-            Admission::Refused { first: false, .. }
+            Decision::Refused { first: false, .. }
         ));
         assert_eq!(counts.release(a), None);
         assert_eq!(
             counts.admit(a, 2, 2600),
-            Admission::Admitted {
+            Decision::Admitted {
                 episode_over: Some(2)
             }
+        );
+    }
+
+    #[test]
+    fn a_client_has_a_few_refusals_answered_at_once_and_is_remembered_meanwhile() {
+        let mut counts = ClientCounts::default();
+        let (a, b) = (ip("10.0.0.1"), ip("10.0.0.2"));
+        assert!(
+            !counts.answer_refusal(b, 8),
+            "a client with nothing counted"
+        );
+        counts.admit(a, 1, 0);
+        for n in 0..8 {
+            assert!(counts.answer_refusal(a, 8), "refusal {n}");
+        }
+        assert!(!counts.answer_refusal(a, 8), "the ninth is closed at once");
+        assert_eq!(counts.release(a), None, "its refusals are being answered");
+        assert_eq!(counts.clients(), 1);
+        for _ in 0..7 {
+            assert_eq!(counts.answered(a), None);
+        }
+        assert!(counts.answer_refusal(a, 8), "room again");
+        assert_eq!(counts.answered(a), None);
+        assert_eq!(counts.answered(a), None);
+        assert_eq!(
+            counts.clients(),
+            0,
+            "forgotten with its last refusal answered"
         );
     }
 
@@ -196,7 +257,7 @@ mod tests {
         counts.admit(ip("192.0.2.7"), 1, 0);
         assert!(matches!(
             counts.admit(ip("::ffff:192.0.2.7"), 1, 0),
-            Admission::Refused { open: 1, .. }
+            Decision::Refused { open: 1, .. }
         ));
         assert_eq!(counts.release(ip("::ffff:192.0.2.7")), Some(1));
         assert_eq!(counts.clients(), 0);

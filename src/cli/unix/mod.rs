@@ -17,5 +17,5 @@ mod upgrade;
 
 pub use control_socket::{bind_control_socket, serve_control_socket};
 pub use supervise::supervise;
-pub use supervised::{Supervision, inherited};
+pub use supervised::{Supervision, inherited, takes_over};
 pub use upgrade::{handover_version, upgrade};

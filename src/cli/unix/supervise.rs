@@ -93,6 +93,8 @@ fn take_over(
         handover,
         client,
         lifeline,
+        // Its version, as the previous image said (it is not read as a number: any text).
+        from_version: std::env::var(upgrade::UPGRADE_FROM_ENV).ok(),
     };
     Ok((socket.into(), upgrading))
 }

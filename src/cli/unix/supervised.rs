@@ -12,6 +12,12 @@ use appbroker::process::shutdown::Shutdown;
 use appbroker::supervisor::{self, Link, Supervised};
 use tracing::info;
 
+/// The broker a supervisor started this one to replace on its ports (an upgrade, or a reload
+/// that moved them), when it did.
+pub fn takes_over() -> Option<u32> {
+    std::env::var(supervisor::TAKES_OVER_ENV).ok()?.parse().ok()
+}
+
 /// The listeners a supervisor handed down, one set per balancer; `None` when there is none.
 pub fn inherited(config: &Config) -> anyhow::Result<Option<Vec<Vec<TcpListener>>>> {
     Ok(supervisor::inherited_listeners(config)?)

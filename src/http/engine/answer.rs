@@ -3,8 +3,10 @@
 //! body passed as its framing says, the server's silence bounded by
 //! `HTTP_RESPONSE_TIMEOUT` (past it the client's connection is cut: never passed on as a
 //! whole answer); a request body still going (the server answered early) goes on meanwhile,
-//! bounded by `HTTP_BODY_TIMEOUT`. Then, once, which connection serves another exchange
-//! ([`h1::reuse`]); an upgrade instead becomes a tunnel, relayed as a TCP connection is.
+//! bounded by `HTTP_BODY_TIMEOUT`, and no further than the answer's end; such an early answer
+//! goes with `Connection: close` and its server connection is closed after it, never pooled.
+//! Then, once, which connection serves another exchange ([`h1::reuse`]); an upgrade instead
+//! becomes a tunnel, relayed as a TCP connection is.
 
 use std::future::poll_fn;
 use std::sync::atomic::Ordering::Relaxed;
@@ -27,9 +29,9 @@ use crate::net::stream::Stream;
 
 /// How an answer's body went.
 enum Streamed {
-    /// To its framed end, which is there in the server's buffer; `request_sent`: the
-    /// request's body went whole too.
-    Whole { end: usize, request_sent: bool },
+    /// To its framed end, which is there in the server's buffer; `body_sent`: the request's
+    /// body went whole too (before the answer began, or while it streamed).
+    Whole { end: usize, body_sent: bool },
     /// The server sent nothing more of it for `HTTP_RESPONSE_TIMEOUT`.
     ServerSilent,
     /// The server broke off, or its body is malformed.
@@ -38,6 +40,15 @@ enum Streamed {
     ClientGone,
     /// The client's body (still going) stopped for `HTTP_BODY_TIMEOUT`.
     ClientTimeout,
+}
+
+/// What the answer's head decided, for the exchange's end.
+struct Settled<'h> {
+    head: &'h ResponseHead,
+    /// The client was told its connection stays open.
+    keep_alive: bool,
+    /// The whole request was sent before the answer's head arrived.
+    request_sent: bool,
 }
 
 impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
@@ -99,8 +110,12 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
             .stream_body(&mut conn, &mut resp, &mut down, &mut upload, request_sent)
             .await;
         self.record.exchange.to_client = down.moved;
-        self.settle(streamed, &head, keep_alive, conn, &resp, &choice)
-            .await
+        let answered = Settled {
+            head: &head,
+            keep_alive,
+            request_sent,
+        };
+        self.settle(streamed, answered, conn, &resp, &choice).await
     }
 
     /// The answer's body (`down`) to its end, the request's (`upload`) on meanwhile when it
@@ -116,7 +131,7 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
         let mut server_silence = Silence::new(self.settings.response_timeout);
         let mut client_silence = Silence::new(self.settings.body_timeout);
         let (client, buf, server) = (&mut *self.client.io, &mut self.buf, &mut conn.stream);
-        let mut request_sent = request_sent;
+        let mut body_sent = request_sent;
         let mut body_end = self.body_end;
         let to_server = &mut self.record.exchange.to_server;
         let spliced = &self.engine.stats.spliced;
@@ -126,7 +141,7 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
                 *to_server = up.moved;
                 match polled {
                     Poll::Ready(Ok(end)) => {
-                        request_sent = true;
+                        body_sent = true;
                         body_end = Some(end);
                         *upload = None;
                     }
@@ -136,14 +151,14 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
                     }
                     Poll::Ready(Err(_)) => return Poll::Ready(Streamed::ClientGone),
                     Poll::Pending => {
-                        if client_silence.expired(cx, up.reading) {
+                        if client_silence.expired(cx, up.reading, up.progress) {
                             return Poll::Ready(Streamed::ClientTimeout);
                         }
                     }
                 }
             }
             match down.poll(cx, resp, server, client, spliced) {
-                Poll::Ready(Ok(end)) => Poll::Ready(Streamed::Whole { end, request_sent }),
+                Poll::Ready(Ok(end)) => Poll::Ready(Streamed::Whole { end, body_sent }),
                 Poll::Ready(Err(PumpError::Write(_))) => Poll::Ready(Streamed::ClientGone),
                 Poll::Ready(Err(PumpError::Read(e))) => {
                     debug!(error = %e, "the server's connection failed within its answer");
@@ -153,7 +168,7 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
                     debug!(error = %e, "the server's answer broke off");
                     Poll::Ready(Streamed::ServerBroke)
                 }
-                Poll::Pending if server_silence.expired(cx, down.reading) => {
+                Poll::Pending if server_silence.expired(cx, down.reading, down.progress) => {
                     Poll::Ready(Streamed::ServerSilent)
                 }
                 Poll::Pending => Poll::Pending,
@@ -169,14 +184,18 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
     async fn settle(
         mut self,
         streamed: Streamed,
-        head: &ResponseHead,
-        keep_alive: bool,
+        answered: Settled<'_>,
         conn: ServerConn<U>,
         resp: &Buffer,
         choice: &Choice<U>,
     ) -> Next<U> {
-        let (end, request_sent) = match streamed {
-            Streamed::Whole { end, request_sent } => (end, request_sent),
+        let Settled {
+            head,
+            keep_alive,
+            request_sent,
+        } = answered;
+        let (end, body_sent) = match streamed {
+            Streamed::Whole { end, body_sent } => (end, body_sent),
             cut => {
                 self.record.exchange.outcome = match cut {
                     Streamed::ServerSilent => ExchangeOutcome::ServerTimeout,
@@ -191,6 +210,9 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
             }
         };
         self.record.exchange.outcome = ExchangeOutcome::Served;
+        // An answer whose head came before the request was sent whole closes its server
+        // connection, however the rest of the body went after: the server may read that rest
+        // as a request of its own, and its answer would meet the next user.
         let finish = Finish {
             request_sent,
             response_read: true,
@@ -209,7 +231,7 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
         }
         match self.body_end {
             Some(end) if reuse.client => self.next(end),
-            _ => self.closed(true, request_sent).await,
+            _ => self.closed(true, body_sent).await,
         }
     }
 

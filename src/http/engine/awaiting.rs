@@ -2,6 +2,13 @@
 //! own, heads parsed as they complete ([`ResponseHead::parse`], which knows what the request
 //! asked), interim ones (100, 103) passed to an HTTP/1.1 client as they come (RFC 9110
 //! §15.2; an HTTP/1.0 client knows none), the final one handed back.
+//!
+//! Interim answers are bounded: nothing more is read from the server while one waits to be
+//! written to the client (a client that does not read holds the server back, not the
+//! broker's memory), and a request gets at most [`MOST_INTERIM_HEADS`] of them or
+//! [`MOST_INTERIM_BYTES`], whichever comes first, forwarded or not (an HTTP/1.0 client is
+//! held to the same bound); past it the server is failed ([`Heard::Flood`]: a 502, and the
+//! client's connection closed). They never extend the wait for the final head.
 
 use std::io;
 use std::pin::Pin;
@@ -21,7 +28,17 @@ pub(super) enum Heard {
     Failed(io::Error),
     /// The server's head is not one the broker passes on (every such one is a 502).
     Bad(HeadError),
+    /// More interim answers than a request may get ([`MOST_INTERIM_HEADS`],
+    /// [`MOST_INTERIM_BYTES`]): a 502, and the client's connection closed.
+    Flood,
 }
+
+/// The most interim heads one request may get: a server that sends more (a `103` a few times
+/// is all a real one sends) is failed, not followed forever.
+pub(super) const MOST_INTERIM_HEADS: u32 = 32;
+
+/// The most bytes of interim heads one request may get.
+pub(super) const MOST_INTERIM_BYTES: usize = 64 * 1024;
 
 /// The awaited answer's head.
 pub(super) struct Awaiting {
@@ -39,6 +56,9 @@ pub(super) struct Awaiting {
     interim_at: usize,
     /// The client was sent an interim answer (it may send an `Expect`ed body now).
     pub(super) informed: bool,
+    /// Interim heads received, and their bytes, forwarded or not.
+    interim_heads: u32,
+    interim_bytes: usize,
 }
 
 /// The broker's own `100 Continue`, to a client whose server says nothing of its `Expect`.
@@ -56,19 +76,45 @@ impl Awaiting {
             interim: Vec::new(),
             interim_at: 0,
             informed: false,
+            interim_heads: 0,
+            interim_bytes: 0,
         }
     }
 
-    /// Reads and parses until the final head, the server's end, or a wait.
-    pub(super) fn poll_server<S: Stream>(
+    /// Reads the server's side until its final head, writing the interim answers to the
+    /// client as they come: `Err` when the client's connection failed.
+    pub(super) fn poll_head<S: Stream, C: Stream>(
         &mut self,
         cx: &mut Context<'_>,
         server: &mut S,
-    ) -> Poll<Heard> {
+        client: &mut C,
+    ) -> Poll<io::Result<Heard>> {
+        loop {
+            // Until the interim answers in hand are written, the server waits.
+            ready!(self.poll_interim(cx, client))?;
+            match self.poll_server(cx, server) {
+                Poll::Ready(heard) => return Poll::Ready(Ok(heard)),
+                // An interim answer to write came: written before reading on.
+                Poll::Pending if !self.interim.is_empty() => {}
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+
+    /// Reads and parses until the final head, the server's end, or a wait: an interim head to
+    /// write is a wait too (nothing more is read until it is written, [`Awaiting::poll_head`]).
+    fn poll_server<S: Stream>(&mut self, cx: &mut Context<'_>, server: &mut S) -> Poll<Heard> {
         loop {
             if self.resp.len() > 0 {
                 match ResponseHead::parse(self.resp.filled_mut(), &mut self.scan, self.asked) {
                     Ok(Some(head)) if head.framing() == Framing::Interim => {
+                        self.interim_heads += 1;
+                        self.interim_bytes += head.len();
+                        if self.interim_heads > MOST_INTERIM_HEADS
+                            || self.interim_bytes > MOST_INTERIM_BYTES
+                        {
+                            return Poll::Ready(Heard::Flood);
+                        }
                         self.interim_head(&head);
                         self.resp.consume(head.len());
                         self.scan = HeadScan::default();
@@ -84,6 +130,9 @@ impl Awaiting {
                     }
                     Ok(None) => {}
                 }
+            }
+            if !self.interim.is_empty() {
+                return Poll::Pending;
             }
             match ready!(self.resp.poll_read_from(cx, server)) {
                 Ok(0) => return Poll::Ready(Heard::Closed),

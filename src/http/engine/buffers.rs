@@ -147,6 +147,11 @@ impl Buffer {
         self.bytes.len() == LARGE
     }
 
+    /// The bytes the buffer holds, read or not: what it costs.
+    pub(crate) fn size(&self) -> usize {
+        self.bytes.len()
+    }
+
     /// The bytes read so far.
     pub(crate) fn filled(&self) -> &[u8] {
         &self.bytes[..self.len]

@@ -16,6 +16,7 @@ use hyper::StatusCode;
 use tokio::io::AsyncWriteExt;
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+use tracing::{info, warn};
 
 use super::Engine;
 use super::buffers::Buffer;
@@ -25,6 +26,7 @@ use crate::http::h1::{HeadError, HeadScan, Method, OutHead, RequestHead, Version
 use crate::http::{Choice, Downstream, Report, Tunnel, Upstreams};
 use crate::net::relay::{Counters, relay};
 use crate::net::stream::Stream;
+use crate::process::budget::{Budget, Claim};
 
 /// What follows a request on its connection.
 pub(super) enum Next<U: Upstreams> {
@@ -55,9 +57,11 @@ impl<U: Upstreams> Engine<U> {
     /// the connection's next answer says `Connection: close` and the connection closes after
     /// it: the request in hand, or the next one to come within `HTTP_REQUEST_TIMEOUT`, as on
     /// any kept-alive connection. Once `cut` is cancelled, the connection ends at once
-    /// (an upgraded one too). `place` is held for the connection's life (the balancer's
-    /// `MAX_CONNECTIONS` place): taken here rather than by a future around this one, whose
-    /// copy of the arguments the idle task would carry twice.
+    /// (an upgraded one too). `place` is held for the connection's life (what the balancer
+    /// counted it in as it was accepted: its client's hold under `MAX_CONNECTIONS_PER_CLIENT`):
+    /// taken here rather than by a future around this one, whose copy of the arguments the
+    /// idle task would carry twice. What the balancer counts it as later, at its first
+    /// request ([`Upstreams::Admission`]), is held here too.
     #[allow(clippy::manual_async_fn)] // an `async fn` would hold its arguments twice (below)
     pub fn serve<C: Stream, P: Send>(
         self: Arc<Self>,
@@ -72,6 +76,8 @@ impl<U: Upstreams> Engine<U> {
         async move {
             // Held, not used: the place is given back when the connection ends.
             let _place = &place;
+            // How the balancer counts the connection: nothing until its first request.
+            let mut admission = U::Admission::default();
             let mut deadline = pin!(tokio::time::sleep(Duration::ZERO));
             let mut cut = pin!(cut.cancelled_owned());
             loop {
@@ -92,10 +98,14 @@ impl<U: Upstreams> Engine<U> {
                         buf,
                         // The settings in force when the request came (a reload meanwhile applies).
                         self.settings.load_full(),
+                        &mut admission,
                     ));
                     buf = match until_cut(cut.as_mut(), exchange).await {
                         Some(Next::Request(Some(more))) => more,
-                        Some(Next::Request(None)) => break None,
+                        Some(Next::Request(None)) => {
+                            self.upstreams.waiting(&admission);
+                            break None;
+                        }
                         Some(Next::Tunnel(upgraded)) => break Some(upgraded),
                         Some(Next::Close) | None => return,
                     };
@@ -133,10 +143,10 @@ impl<U: Upstreams> Engine<U> {
         };
         let closing = CancellationToken::new();
         let mut conn = Client::new(&mut io, client, &closing, deadline.as_mut());
-        let (version, head_only) = match conn.read_head(&mut buf).await {
+        let (version, head_only) = match conn.read_head(&mut buf, &settings.head_memory).await {
             Ok(head) => (head.version(), head.method() == Method::Head),
             Err(Headless::Refused(_)) => (Version::Http11, false),
-            Err(Headless::Gone) => return,
+            Err(Headless::Gone | Headless::Evicted) => return,
         };
         let ending = Ending {
             close: true,
@@ -211,6 +221,44 @@ pub(super) enum Headless {
     Gone,
     /// The head is refused, for this reason.
     Refused(HeadError),
+    /// The head was among the oldest still arriving when `HTTP_HEAD_MEMORY` was full: 408,
+    /// and the connection closes.
+    Evicted,
+}
+
+/// A head still arriving, holding a buffer of `size` bytes: claimed in `budget` (or its claim
+/// grown); evictions that made room are logged once per episode, and a claim that needed
+/// none ends an episode.
+fn claim_head(claim: &mut Option<Claim>, budget: &Arc<Budget>, size: usize) {
+    let evicted = match claim {
+        Some(claim) => claim.grow(size),
+        None => {
+            let (new, evicted) = budget.claim(size);
+            *claim = Some(new);
+            evicted
+        }
+    };
+    if evicted == 0 {
+        if let Some(refused) = budget.evictions.end() {
+            info!(
+                "request heads in progress fit HTTP_HEAD_MEMORY again; {refused} were answered \
+                 408 while it was full"
+            );
+        }
+        return;
+    }
+    let mut first = false;
+    for _ in 0..evicted {
+        first |= budget.evictions.strike();
+    }
+    if first {
+        warn!(
+            "HTTP_HEAD_MEMORY is full: requests whose heads are still arriving hold {} MiB; the \
+             oldest are answered 408 and closed first (many slow or unfinished heads at once: a \
+             flood, or a very slow network)",
+            budget.used() >> 20
+        );
+    }
 }
 
 impl<'c, C> Client<'c, C> {
@@ -235,9 +283,17 @@ impl<'c, C> Client<'c, C> {
 
 impl<C: Stream> Client<'_, C> {
     /// The request head at the start of `buf`, reading more as it comes (in the large tier
-    /// when it outgrows the small one), within the head's deadline.
-    pub(super) async fn read_head(&mut self, buf: &mut Buffer) -> Result<RequestHead, Headless> {
+    /// when it outgrows the small one), within the head's deadline. A head not whole in its
+    /// first read claims its buffer in `budget` (`HTTP_HEAD_MEMORY`) until it is, and gives
+    /// up ([`Headless::Evicted`]) when the budget evicts it.
+    pub(super) async fn read_head(
+        &mut self,
+        buf: &mut Buffer,
+        budget: &Arc<Budget>,
+    ) -> Result<RequestHead, Headless> {
         let mut scan = HeadScan::default();
+        let mut claim: Option<Claim> = None;
+        let mut claimed = 0;
         loop {
             match RequestHead::parse(buf.filled_mut(), &mut scan) {
                 Ok(Some(head)) => return Ok(head),
@@ -251,15 +307,25 @@ impl<C: Stream> Client<'_, C> {
                 let small = std::mem::replace(buf, Buffer::small());
                 *buf = small.into_large();
             }
+            if claimed != buf.size() {
+                claimed = buf.size();
+                claim_head(&mut claim, budget, claimed);
+            }
             let io = &mut *self.io;
             let deadline = &mut self.deadline;
-            let read = poll_fn(|cx| match buf.poll_read_from(cx, io) {
-                Poll::Ready(read) => Poll::Ready(Some(read)),
-                Poll::Pending => deadline.as_mut().poll(cx).map(|()| None),
+            let claimed = claim.as_ref();
+            let read = poll_fn(|cx| {
+                if claimed.is_some_and(|c| c.evicted(cx)) {
+                    return Poll::Ready(Err(Headless::Evicted));
+                }
+                match buf.poll_read_from(cx, io) {
+                    Poll::Ready(read) => Poll::Ready(Ok(read)),
+                    Poll::Pending => deadline.as_mut().poll(cx).map(|()| Err(Headless::Gone)),
+                }
             })
-            .await;
+            .await?;
             match read {
-                Some(Ok(0)) => {
+                Ok(0) => {
                     // Closed mid-head: parsed once more afresh, a fault in it is told (a
                     // client that half-closes after a malformed head gets its page).
                     let mut scan = HeadScan::default();
@@ -268,8 +334,8 @@ impl<C: Stream> Client<'_, C> {
                         _ => Err(Headless::Gone),
                     };
                 }
-                Some(Ok(_)) => {}
-                Some(Err(_)) | None => return Err(Headless::Gone),
+                Ok(_) => {}
+                Err(_) => return Err(Headless::Gone),
             }
         }
     }
@@ -455,9 +521,14 @@ mod tests {
         type Stream = TcpStream;
         type ConnectError = NoServer;
         type ClientHold = ();
+        type Admission = ();
 
         fn hold_client(&self, _: &Downstream) -> Option<()> {
             Some(())
+        }
+
+        fn admit(&self, _: &Downstream, (): &mut ()) -> bool {
+            true
         }
 
         fn choose(

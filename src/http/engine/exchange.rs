@@ -32,6 +32,8 @@ pub(super) struct InHand<'e, C, U: Upstreams> {
     /// Where the request's body ended in the buffer, once it was read whole: the next
     /// request, if any came, starts there.
     pub(super) body_end: Option<usize>,
+    /// How the balancer counts the connection ([`Upstreams::Admission`]).
+    pub(super) admission: &'e mut U::Admission,
 }
 
 impl<U: Upstreams> Engine<U> {
@@ -42,13 +44,15 @@ impl<U: Upstreams> Engine<U> {
         mut client: Client<'_, C>,
         mut buf: Buffer,
         settings: Arc<Settings>,
+        admission: &mut U::Admission,
     ) -> Next<U> {
-        let head = match client.read_head(&mut buf).await {
+        let head = match client.read_head(&mut buf, &settings.head_memory).await {
             Ok(head) => head,
             Err(Headless::Gone) => return Next::Close,
             Err(Headless::Refused(error)) => {
                 return self.refuse_head(client, &buf, error, &settings).await;
             }
+            Err(Headless::Evicted) => return self.evicted(client, &buf, &settings).await,
         };
         let proxied = client.peer.is_trusted_proxy(&settings.trusted_proxies);
         (client.peer, client.via) =
@@ -64,6 +68,7 @@ impl<U: Upstreams> Engine<U> {
             settings,
             record,
             body_end: None,
+            admission,
         };
         // Held until the answer's end: the future returns once it is written.
         let _hold = match proxied.then(|| self.upstreams.hold_client(&request.client.peer)) {
@@ -72,6 +77,30 @@ impl<U: Upstreams> Engine<U> {
             hold => hold.flatten(),
         };
         request.route().await
+    }
+
+    /// The 408 of a head `HTTP_HEAD_MEMORY` evicted; the connection closes after it.
+    async fn evicted<C: Stream>(
+        &self,
+        mut client: Client<'_, C>,
+        buf: &Buffer,
+        settings: &Settings,
+    ) -> Next<U> {
+        if let Some(mut record) = Record::of_line(self, client.peer.peer, buf.filled()) {
+            record.exchange.outcome = ExchangeOutcome::Refused;
+            record.answered(StatusCode::REQUEST_TIMEOUT);
+            record.report();
+        }
+        let ending = Ending {
+            close: true,
+            version: Version::Http11,
+            head_only: false,
+        };
+        let page = own::page(StatusCode::REQUEST_TIMEOUT, settings.language, 0, ending);
+        if client.write(&page).await {
+            client.linger().await;
+        }
+        Next::Close
     }
 
     /// The page for a head the core refused; the connection closes after it.
@@ -106,19 +135,29 @@ impl<U: Upstreams> Engine<U> {
 impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
     /// The request's way: the balancer's own answer, a refusal, the broker's answer as its
     /// last recipient, or on to a server.
-    async fn route(self) -> Next<U> {
+    async fn route(mut self) -> Next<U> {
         let view = ClientHead::new(&self.head, self.buf.filled());
-        if let Some(answer) = self.engine.upstreams.intercept(&view, &self.client.peer) {
+        let upstreams = &self.engine.upstreams;
+        if let Some(answer) = upstreams.intercept(&view, &self.client.peer, self.admission) {
             let status = answer.status();
-            let ending = self.own_ending();
-            return self.local(own::local(&answer, ending), status).await;
+            let mut ending = self.own_ending();
+            // The balancer may end the connection with its answer (a query place given up).
+            ending.close |= own::closes(&answer);
+            if !ending.head_only {
+                self.record.exchange.to_client = answer.body().len() as u64;
+            }
+            return self
+                .local(own::local(&answer, ending), status, ending)
+                .await;
         }
         match self.head.method() {
             Method::Connect => return self.refuse(Refusal::Connect).await,
             Method::Trace => return self.refuse(Refusal::Trace).await,
             Method::Options if max_forwards(&view) == Some(0) => {
                 let ending = self.own_ending();
-                return self.local(own::options(ending), StatusCode::OK).await;
+                return self
+                    .local(own::options(ending), StatusCode::OK, ending)
+                    .await;
             }
             _ => {}
         }
@@ -139,12 +178,11 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
     }
 
     /// An answer of the balancer's or the broker's own (`bytes`, of `status`), ending as
-    /// [`InHand::own_ending`] says.
-    async fn local(mut self, bytes: Vec<u8>, status: StatusCode) -> Next<U> {
+    /// `ending` says.
+    async fn local(mut self, bytes: Vec<u8>, status: StatusCode, ending: Ending) -> Next<U> {
         self.record.exchange.outcome = ExchangeOutcome::Local;
         self.record.answered(status);
         self.record.report();
-        let ending = self.own_ending();
         let written = self.client.write(&bytes).await;
         if written && !ending.close {
             let end = self.head.len();

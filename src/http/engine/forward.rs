@@ -20,7 +20,7 @@ use std::time::Duration;
 use hyper::StatusCode;
 use tracing::debug;
 
-use super::awaiting::{Awaiting, Heard};
+use super::awaiting::{Awaiting, Heard, MOST_INTERIM_BYTES, MOST_INTERIM_HEADS};
 use super::client::{IpText, Next, write_out};
 use super::exchange::{InHand, max_forwards};
 use super::pool::{Lifetime, ServerConn};
@@ -81,6 +81,9 @@ pub(super) struct Failure {
     answered: bool,
     /// The server stayed silent past the response timeout.
     pub(super) timeout: bool,
+    /// The client's connection closes after the page (the server flooded it with interim
+    /// answers: what else it sent is in doubt).
+    close_client: bool,
 }
 
 /// How the client's side failed.
@@ -117,7 +120,9 @@ struct Offer {
 
 impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
     /// Tries the servers the balancer chooses until one answers, or the broker itself cannot
-    /// connect any; else the page that says why.
+    /// connect any; else the page that says why. The connection is counted as the balancer's
+    /// client first ([`Upstreams::admit`]), or refused with a 503 when the balancer takes no
+    /// more.
     pub(super) async fn forward(mut self) -> Next<U> {
         let probe = Pump::new(BodyReader::new(self.head.body()), true, self.head.len());
         self.body_end = match probe.check_ahead(self.buf.filled()) {
@@ -127,6 +132,17 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
                 return self.refuse(Refusal::Body).await;
             }
         };
+        if !self
+            .engine
+            .upstreams
+            .admit(&self.client.peer, self.admission)
+        {
+            // No client place is left: the connection closes after the page.
+            self.record.exchange.outcome = ExchangeOutcome::Refused;
+            return self
+                .page(StatusCode::SERVICE_UNAVAILABLE, None, false)
+                .await;
+        }
         let replayable =
             self.head.body() == crate::http::h1::Body::Empty && self.head.method().is_idempotent();
         // The servers tried and failed, for the next choice: none on the common way (the
@@ -175,6 +191,7 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
     /// The page for a request no server answered; the connection goes on when the request's
     /// body was read whole.
     async fn unanswered(mut self, failed: Unanswered) -> Next<U> {
+        let closes = matches!(&failed, Unanswered::Failed(failure) if failure.close_client);
         let (status, outcome) = match failed {
             Unanswered::NoServer => (StatusCode::SERVICE_UNAVAILABLE, ExchangeOutcome::NoServer),
             Unanswered::BrokerFault => (
@@ -191,7 +208,8 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
         };
         self.record.exchange.outcome = outcome;
         let body_end = self.body_end;
-        self.page(status, body_end, body_end.is_some()).await
+        let next = body_end.filter(|_| !closes);
+        self.page(status, next, body_end.is_some()).await
     }
 
     /// The answer to a request whose client failed while its body was passed on: a 408 for
@@ -339,6 +357,7 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
                 unsent: out.remaining() == whole,
                 answered: false,
                 timeout: false,
+                close_client: false,
             });
         }
         let mut awaiting = Awaiting::new(asked, self.head.version());
@@ -363,7 +382,11 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
                     });
                 }
                 Uploaded::Failed(failure) => return Sent::Failed(failure),
-                Uploaded::Client(fault) => return Sent::Client(fault),
+                Uploaded::Client(fault) => {
+                    // The access log says what of the body was read before it broke off.
+                    self.record.exchange.to_server = upload.moved;
+                    return Sent::Client(fault);
+                }
             }
         }
         let to_server = upload.moved;
@@ -444,13 +467,6 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
         let (client, buf) = (&mut *self.client.io, &mut self.buf);
         let spliced = &self.engine.stats.spliced;
         poll_fn(|cx| {
-            match awaiting.poll_server(cx, server) {
-                Poll::Ready(Heard::Final(head)) => return Poll::Ready(Uploaded::Early(head)),
-                Poll::Ready(heard) => {
-                    return Poll::Ready(Uploaded::Failed(failed(heard, awaiting)));
-                }
-                Poll::Pending => {}
-            }
             if let Some(wait) = expect_wait.as_mut()
                 && wait.as_mut().poll(cx).is_ready()
             {
@@ -459,8 +475,13 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
                 }
                 expect_wait = None;
             }
-            if let Poll::Ready(Err(_)) = awaiting.poll_interim(cx, client) {
-                return Poll::Ready(Uploaded::Client(ClientFault::Gone));
+            match awaiting.poll_head(cx, server, client) {
+                Poll::Ready(Ok(Heard::Final(head))) => return Poll::Ready(Uploaded::Early(head)),
+                Poll::Ready(Ok(heard)) => {
+                    return Poll::Ready(Uploaded::Failed(failed(heard, awaiting)));
+                }
+                Poll::Ready(Err(_)) => return Poll::Ready(Uploaded::Client(ClientFault::Gone)),
+                Poll::Pending => {}
             }
             match pump.poll(cx, buf, client, server, spliced) {
                 Poll::Ready(Ok(end)) => return Poll::Ready(Uploaded::Sent(end)),
@@ -478,11 +499,12 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
                         unsent: false,
                         answered: awaiting.heard,
                         timeout: false,
+                        close_client: false,
                     }));
                 }
                 Poll::Pending => {}
             }
-            if silence.expired(cx, pump.reading) {
+            if silence.expired(cx, pump.reading, pump.progress) {
                 return Poll::Ready(Uploaded::Client(ClientFault::Timeout));
             }
             Poll::Pending
@@ -504,15 +526,13 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
         let mut deadline = pin!(tokio::time::sleep(timeout));
         let (client, buf) = (&mut *self.client.io, &mut self.buf);
         poll_fn(|cx| {
-            match awaiting.poll_server(cx, server) {
-                Poll::Ready(Heard::Final(head)) => return Poll::Ready(Ok(head)),
-                Poll::Ready(heard) => {
+            match awaiting.poll_head(cx, server, client) {
+                Poll::Ready(Ok(Heard::Final(head))) => return Poll::Ready(Ok(head)),
+                Poll::Ready(Ok(heard)) => {
                     return Poll::Ready(Err(Sent::Failed(failed(heard, awaiting))));
                 }
+                Poll::Ready(Err(_)) => return Poll::Ready(Err(Sent::Client(ClientFault::Gone))),
                 Poll::Pending => {}
-            }
-            if let Poll::Ready(Err(_)) = awaiting.poll_interim(cx, client) {
-                return Poll::Ready(Err(Sent::Client(ClientFault::Gone)));
             }
             while !buf.is_full() {
                 match buf.poll_read_from(cx, client) {
@@ -529,6 +549,7 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
                     unsent: false,
                     answered: awaiting.heard,
                     timeout: true,
+                    close_client: false,
                 })));
             }
             Poll::Pending
@@ -539,17 +560,22 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
 
 /// The failure of a server that ended, failed or sent a head the broker does not pass on.
 fn failed(heard: Heard, awaiting: &Awaiting) -> Failure {
-    let error = match heard {
+    let error = match &heard {
         Heard::Final(_) | Heard::Closed => "the server closed the connection".to_string(),
-        Heard::Failed(e) => words(&e),
+        Heard::Failed(e) => words(e),
         Heard::Bad(HeadError::UnaskedSwitch) => "switched protocols unasked (101)".to_string(),
         Heard::Bad(e) => format!("a malformed answer: {e}"),
+        Heard::Flood => format!(
+            "more than {MOST_INTERIM_HEADS} interim answers (1xx), or {} KiB of them",
+            MOST_INTERIM_BYTES / 1024
+        ),
     };
     Failure {
         error,
         unsent: false,
         answered: awaiting.heard,
         timeout: false,
+        close_client: matches!(heard, Heard::Flood),
     }
 }
 

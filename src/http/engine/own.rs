@@ -98,6 +98,15 @@ pub(super) fn local(response: &Response<Bytes>, ending: Ending) -> Vec<u8> {
     answer(response.status(), &fields, response.body(), ending)
 }
 
+/// Whether the balancer's own answer asks for its connection to close (`Connection: close`).
+pub(super) fn closes(response: &Response<Bytes>) -> bool {
+    response
+        .headers()
+        .get_all(header::CONNECTION)
+        .iter()
+        .any(|v| v.as_bytes().eq_ignore_ascii_case(b"close"))
+}
+
 /// `headers` as lines, but those that frame or end a connection.
 fn lines(headers: &HeaderMap, into: &mut String) {
     for (name, value) in headers {

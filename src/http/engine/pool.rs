@@ -4,10 +4,11 @@
 //! exchange whose two messages were framed and whole ([`h1::reuse`]): after anything else it is
 //! closed, never reused.
 //!
-//! An idle connection is its socket and a timestamp: no task, no buffer. Whether the server
-//! closed it is read from the socket's readiness when it is taken, and by the sweep (a peek
-//! without waiting: end of stream, or bytes nobody asked for, mean it goes), as nginx's
-//! upstream keepalive does with a one-byte peek.
+//! An idle connection is its socket and a timestamp: no task, no buffer. Whether anything
+//! waits on it is looked at when it is put back, when it is taken, and by the sweep, without
+//! waiting ([`alive`]): the end of the stream, or any byte nobody asked for (an answer a
+//! server sent unasked, on plain and TLS connections alike), mean it is closed, never handed
+//! to the next request, as nginx's upstream keepalive does with a one-byte peek.
 //!
 //! A socket is registered with the runtime of the worker that opened it, so a request is only
 //! given a connection of its own worker: one from another worker would be woken through that
@@ -17,11 +18,15 @@
 //! [`h1::reuse`]: crate::http::h1::reuse
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::net::IpAddr;
+use std::pin::{Pin, pin};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use tokio::io::ReadBuf;
 use tokio::time::Instant;
 
 use crate::http::{Report, Upstreams};
@@ -160,8 +165,8 @@ impl<U: Upstreams> ServerPool<U> {
             let here = slot.idle.get_mut(&workers::current())?;
             let mut taken = None;
             while let Some(at) = here.iter().rposition(|idle| idle.conn.owner == owner) {
-                let idle = here.remove(at);
-                if now.duration_since(idle.since) < idle_timeout && alive(&idle.conn.stream) {
+                let mut idle = here.remove(at);
+                if now.duration_since(idle.since) < idle_timeout && alive(&mut idle.conn.stream) {
                     slot.figures.reused.fetch_add(1, Relaxed);
                     taken = Some(idle.conn);
                     break;
@@ -178,10 +183,11 @@ impl<U: Upstreams> ServerPool<U> {
     }
 
     /// Keeps `conn` for `server`'s next request on the calling worker (the one that opened
-    /// it); beyond `max_idle` the worker's oldest goes. A server forgotten meanwhile (removed
-    /// by a reload) keeps nothing: the connection closes.
-    pub(crate) fn put(&self, server: &U::Server, conn: ServerConn<U>, max_idle: usize) {
-        if max_idle == 0 {
+    /// it), when nothing waits on it ([`alive`]: the caller saw its own buffer empty, this
+    /// sees the stream's); beyond `max_idle` the worker's oldest goes. A server forgotten
+    /// meanwhile (removed by a reload) keeps nothing: the connection closes.
+    pub(crate) fn put(&self, server: &U::Server, mut conn: ServerConn<U>, max_idle: usize) {
+        if max_idle == 0 || !alive(&mut conn.stream) {
             return;
         }
         let surplus = {
@@ -207,11 +213,9 @@ impl<U: Upstreams> ServerPool<U> {
         {
             let mut slots = self.slots();
             for idle in slots.values_mut().flat_map(|slot| slot.idle.values_mut()) {
-                let (keep, old) = std::mem::take(idle).into_iter().partition(|idle| {
-                    now.duration_since(idle.since) < idle_timeout && alive(&idle.conn.stream)
-                });
-                *idle = keep;
-                dropped.push(old);
+                dropped.extend(idle.extract_if(.., |idle| {
+                    now.duration_since(idle.since) >= idle_timeout || !alive(&mut idle.conn.stream)
+                }));
             }
         }
         drop(dropped);
@@ -240,24 +244,33 @@ impl<U: Upstreams> ServerPool<U> {
     }
 }
 
-/// Whether an idle connection is still the server's to use: a peek that does not wait, on
-/// the socket under the stream. End of stream, an error, or bytes nobody asked for (on a
-/// plain socket) mean it is not; on TLS, bytes may be the server's session tickets, so only
-/// the end counts. A stream with no socket is taken as alive (a failure then is the stale
-/// connection's retry).
-pub(crate) fn alive<S: Stream>(stream: &S) -> bool {
-    let Some(socket) = stream.socket() else {
-        return true;
-    };
-    let plain = stream.plain().is_some();
-    let mut byte = [std::mem::MaybeUninit::<u8>::uninit()];
-    // The readiness the runtime last saw decides first: a socket that had nothing to read
-    // costs no system call.
-    match socket.try_io(tokio::io::Interest::READABLE, || {
-        socket2::SockRef::from(socket).peek(&mut byte)
-    }) {
-        Ok(0) => false,
-        Ok(_) => !plain,
-        Err(e) => e.kind() == std::io::ErrorKind::WouldBlock,
+/// Whether an idle connection is still the server's to use: nothing waits on it. Any byte
+/// waiting (an answer nobody asked for), the end of the stream or an error mean it is not;
+/// only "nothing yet" means it is, on plain and TLS connections alike.
+///
+/// A plain socket is peeked without waiting, and only when the runtime last saw it readable
+/// (a drained socket costs no system call). A TLS stream is read instead, without waiting (a
+/// no-op waker, the task's budget set aside): a peek at its socket cannot see plaintext the
+/// TLS layer decrypted already, and records without application data (a TLS 1.3 session
+/// ticket, a key update) are taken in by the TLS layer and yield nothing, so they do not
+/// count. Reading is harmless: a connection that gives a byte is closed.
+pub(crate) fn alive<S: Stream>(stream: &mut S) -> bool {
+    if let Some(socket) = stream.plain() {
+        let mut byte = [std::mem::MaybeUninit::<u8>::uninit()];
+        return match socket.try_io(tokio::io::Interest::READABLE, || {
+            socket2::SockRef::from(socket).peek(&mut byte)
+        }) {
+            Ok(_) => false,
+            Err(e) => e.kind() == std::io::ErrorKind::WouldBlock,
+        };
+    }
+    let mut byte = [0u8; 1];
+    let mut read = ReadBuf::new(&mut byte);
+    let polled = tokio::task::coop::unconstrained(std::future::poll_fn(|cx| {
+        Poll::Ready(Pin::new(&mut *stream).poll_read(cx, &mut read))
+    }));
+    match pin!(polled).poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(Poll::Pending) => true,
+        Poll::Ready(Poll::Ready(_)) | Poll::Pending => false,
     }
 }

@@ -56,6 +56,8 @@ pub(super) struct Pump {
     pub(super) moved: u64,
     /// The last poll waited on the reader (whose silence counts), not on the writer.
     pub(super) reading: bool,
+    /// Reads that brought bytes from the reader: what its [`Silence`] counts as progress.
+    pub(super) progress: u64,
     /// The pipe a splice goes through, while one does.
     #[cfg(target_os = "linux")]
     pipe: Option<crate::net::sys::Pipe>,
@@ -71,6 +73,7 @@ impl Pump {
             pending: (at, at),
             moved: 0,
             reading: false,
+            progress: 0,
             #[cfg(target_os = "linux")]
             pipe: None,
         }
@@ -175,7 +178,7 @@ impl Pump {
                 }
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(PumpError::Read(e))),
                 Poll::Ready(Ok(0)) => self.reader.at_eof().map_err(PumpError::Body)?,
-                Poll::Ready(Ok(_)) => {}
+                Poll::Ready(Ok(_)) => self.progress += 1,
             }
         }
     }
@@ -285,6 +288,7 @@ impl Pump {
                 Ok(n) => {
                     self.reader.skip_data(n as u64);
                     self.moved += n as u64;
+                    self.progress += 1;
                     spliced.fetch_add(n as u64, Relaxed);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
@@ -317,13 +321,21 @@ pub(super) fn poll_flush<W: Stream>(
 }
 
 /// The longest a peer may stay silent while the engine waits on it for the next bytes of a
-/// message. Armed when the engine starts waiting and disarmed when bytes come, so the time
-/// the engine spends not asking (the other side slow to take what was read) is never counted
-/// against this one.
+/// message: only a silence longer than the limit counts, never a steady transfer however long.
+/// The silence runs from the later of the peer's last bytes ([`Pump::progress`]) and the
+/// moment the engine began waiting on it, so the time the engine spends not asking (the other
+/// side slow to take what was read) is never counted against this one.
+///
+/// The timer is not moved at each read (that would cost every request's polls): the instant
+/// of the last progress is kept, and when the timer fires it is compared, the timer re-armed
+/// for what is left of the limit when bytes came meanwhile.
 pub(super) struct Silence {
     pub(super) limit: Duration,
     timer: Option<Pin<Box<Sleep>>>,
-    waiting: bool,
+    /// Since when the peer is silent while waited on; `None` while it is not waited on.
+    since: Option<Instant>,
+    /// The peer's progress count at `since`.
+    seen: u64,
 }
 
 impl Silence {
@@ -331,28 +343,38 @@ impl Silence {
         Silence {
             limit,
             timer: None,
-            waiting: false,
+            since: None,
+            seen: 0,
         }
     }
 
-    /// Called with whether the peer is waited on now: true once it has been silent for the
-    /// limit since the wait began (until then `cx` is woken when the limit passes).
-    pub(super) fn expired(&mut self, cx: &mut Context<'_>, waiting: bool) -> bool {
+    /// Called with whether the peer is waited on now and its progress count (bytes read from
+    /// it, in reads): true once it has been silent for the limit while waited on (until then
+    /// `cx` is woken when the limit may have passed).
+    pub(super) fn expired(&mut self, cx: &mut Context<'_>, waiting: bool, progress: u64) -> bool {
         if !waiting {
-            self.waiting = false;
+            self.since = None;
             return false;
         }
-        if !self.waiting {
-            self.waiting = true;
-            let deadline = Instant::now() + self.limit;
-            match self.timer.as_mut() {
-                Some(timer) => timer.as_mut().reset(deadline),
-                None => self.timer = Some(Box::pin(tokio::time::sleep_until(deadline))),
+        let since = match self.since {
+            Some(since) if progress == self.seen => since,
+            _ => {
+                self.seen = progress;
+                *self.since.insert(Instant::now())
             }
+        };
+        let deadline = since + self.limit;
+        let timer = self
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        while timer.as_mut().poll(cx).is_ready() {
+            if timer.deadline() >= deadline {
+                return true;
+            }
+            // It was set for an earlier silence: the rest of this one.
+            timer.as_mut().reset(deadline);
         }
-        self.timer
-            .as_mut()
-            .is_some_and(|timer| timer.as_mut().poll(cx).is_ready())
+        false
     }
 }
 
@@ -362,32 +384,54 @@ mod tests {
     use crate::http::h1::Body;
     use tokio::io::{AsyncReadExt, AsyncWriteExt, duplex};
 
-    /// Polls `silence` once, as a pump waiting on its peer does.
-    async fn expired(silence: &mut Silence, waiting: bool) -> bool {
-        std::future::poll_fn(|cx| Poll::Ready(silence.expired(cx, waiting))).await
+    /// Polls `silence` once, as a pump waiting on its peer (which made `progress` reads so
+    /// far) does.
+    async fn expired(silence: &mut Silence, waiting: bool, progress: u64) -> bool {
+        std::future::poll_fn(|cx| Poll::Ready(silence.expired(cx, waiting, progress))).await
     }
 
     #[tokio::test(start_paused = true)]
     async fn silence_counts_from_the_last_bytes_and_only_while_waiting() {
         let minute = Duration::from_secs(60);
         let mut silence = Silence::new(minute);
-        assert!(!expired(&mut silence, true).await);
+        assert!(!expired(&mut silence, true, 0).await);
         tokio::time::advance(minute - Duration::from_millis(1)).await;
-        assert!(!expired(&mut silence, true).await, "just before the limit");
+        assert!(
+            !expired(&mut silence, true, 0).await,
+            "just before the limit"
+        );
         // Bytes came: the next wait has a minute of its own.
-        assert!(!expired(&mut silence, false).await);
-        assert!(!expired(&mut silence, true).await);
+        assert!(!expired(&mut silence, false, 1).await);
+        assert!(!expired(&mut silence, true, 1).await);
         tokio::time::advance(minute - Duration::from_millis(1)).await;
-        assert!(!expired(&mut silence, true).await);
+        assert!(!expired(&mut silence, true, 1).await);
         // Time while nobody waits on the peer is not the peer's silence.
-        assert!(!expired(&mut silence, false).await);
+        assert!(!expired(&mut silence, false, 1).await);
         tokio::time::advance(minute * 10).await;
-        assert!(!expired(&mut silence, true).await);
+        assert!(!expired(&mut silence, true, 1).await);
         tokio::time::advance(minute).await;
         assert!(
-            expired(&mut silence, true).await,
+            expired(&mut silence, true, 1).await,
             "a minute of silence while waiting"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_steady_trickle_is_never_silence_however_long() {
+        let limit = Duration::from_secs(2);
+        let mut silence = Silence::new(limit);
+        // A byte every half second for a minute, the engine waiting on the peer throughout:
+        // each poll that follows a read sees the progress, and none in between expires.
+        for read in 0..120 {
+            assert!(!expired(&mut silence, true, read).await, "read {read}");
+            tokio::time::advance(Duration::from_millis(500)).await;
+        }
+        // Then silence: it counts from the last bytes, to the limit and no further.
+        assert!(!expired(&mut silence, true, 120).await);
+        tokio::time::advance(limit - Duration::from_millis(1)).await;
+        assert!(!expired(&mut silence, true, 120).await);
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(expired(&mut silence, true, 120).await);
     }
 
     /// Pumps a body of `framing` from `input` (written in `pieces`) through two in-memory

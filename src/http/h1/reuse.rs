@@ -1,7 +1,7 @@
 //! Whether each side's connection serves another exchange, decided in one place at the end of
 //! each (the anchors' §5 point 10). A server connection goes back to the pool only when the
-//! whole request was sent before its response ended and the response was read to its framed
-//! end, with nothing after it (otherwise the rest of an early-answered body could be read as
+//! whole request was sent before its response's head arrived and the response was read to its
+//! framed end, with nothing after it (otherwise the rest of an early-answered body could be read as
 //! the next user's request). A client keeps its connection when its version and `Connection`
 //! say so and it was told so in the response head.
 
@@ -11,7 +11,9 @@ use super::{Body, Framing, RequestHead, ResponseHead};
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Finish {
     /// The whole request (head and framed body) was written to the server before the
-    /// response ended (an early answer stops the body: false).
+    /// response's head arrived. An early answer (its head before the body was sent whole) is
+    /// false whatever happened after: the rest of the body may have gone on while the answer
+    /// streamed, and the server may read it as a request of its own.
     pub request_sent: bool,
     /// The response was read to its framed end.
     pub response_read: bool,

@@ -68,6 +68,7 @@ pub(super) fn snapshot(now: u64, servers: Vec<ServerState>) -> Snapshot {
             clients_counted: 0,
         },
         language: Language::English,
+        language_asked: false,
         started_wall_ms: now - 3_600_000,
         now_wall_ms: now,
         pid: 1,

@@ -7,8 +7,8 @@ use std::time::Duration;
 use super::head::{banner, head};
 use super::status::fact;
 use super::table::{check_cell, state_cell};
-use super::words::{bytes, esc, reason, span};
-use crate::process::clock::{local_date as date, time_of_day as clock};
+use super::words::{bytes, esc, moment, page_link, reason, span};
+use crate::process::clock::time_of_day as clock;
 use crate::query::labels::{Labels, of};
 use crate::query::snapshot::{ServerSessions, ServerState, Snapshot};
 
@@ -51,7 +51,8 @@ pub fn server(snap: &Snapshot, s: &ServerState, host: &str) -> String {
     history(&mut out, l, snap, s);
     let _ = write!(
         out,
-        "</div><p><a href='/TOTVS_BROKER_QUERY/STATUS'>{}</a></p></main></body></html>",
+        "</div><p><a href='{}'>{}</a></p></main></body></html>",
+        page_link(snap, "/TOTVS_BROKER_QUERY/STATUS"),
         l.back
     );
     out
@@ -111,9 +112,8 @@ fn history(out: &mut String, l: &Labels, snap: &Snapshot, s: &ServerState) {
         let end = e.end_wall_ms.unwrap_or(snap.now_wall_ms);
         let _ = write!(
             out,
-            "<tr><td>{} {}</td><td>{}</td><td class='num'>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            clock(e.start_wall_ms),
-            date(e.start_wall_ms),
+            "<tr><td>{}</td><td>{}</td><td class='num'>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            moment(snap.language, e.start_wall_ms),
             e.end_wall_ms.map_or_else(|| l.ongoing.to_string(), clock),
             span(Duration::from_millis(end.saturating_sub(e.start_wall_ms))),
             reason(l, e.reason),

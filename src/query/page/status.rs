@@ -5,10 +5,9 @@ use std::fmt::Write;
 use super::chart::chart;
 use super::head::{banner, head};
 use super::table::server_table;
-use super::words::{esc, plural};
+use super::words::{esc, moment, page_link, plural};
 use crate::balancer::rules::overrides::Mode;
 use crate::config::{Monitoring, show_duration};
-use crate::process::clock::{local_date as date, time_of_day as clock};
 use crate::query::labels::{Labels, of};
 use crate::query::snapshot::{Snapshot, Standing};
 
@@ -40,14 +39,16 @@ pub fn status(snap: &Snapshot, host: &str, refresh: Option<u32>) -> String {
     facts(&mut out, l, snap);
     let _ = write!(out, "<footer>{}: STATUS · {}: ", l.option, l.refresh);
     for seconds in [5, 30] {
-        let _ = write!(
-            out,
-            "<a href='/TOTVS_BROKER_QUERY/STATUS?refresh={seconds}'>{seconds}s</a> "
+        let link = page_link(
+            snap,
+            &format!("/TOTVS_BROKER_QUERY/STATUS?refresh={seconds}"),
         );
+        let _ = write!(out, "<a href='{link}'>{seconds}s</a> ");
     }
     let _ = write!(
         out,
-        "<a href='/TOTVS_BROKER_QUERY/STATUS'>{}</a></footer></main></body></html>",
+        "<a href='{}'>{}</a></footer></main></body></html>",
+        page_link(snap, "/TOTVS_BROKER_QUERY/STATUS"),
         l.off
     );
     out
@@ -148,11 +149,7 @@ fn client_facts(out: &mut String, l: &Labels, snap: &Snapshot) {
     let last = if snap.state.last_connection_wall_ms == 0 {
         l.never.to_string()
     } else {
-        format!(
-            "{} {}",
-            clock(snap.state.last_connection_wall_ms),
-            date(snap.state.last_connection_wall_ms)
-        )
+        moment(snap.language, snap.state.last_connection_wall_ms)
     };
     fact(out, l.last_connection, &last, "");
     fact(
@@ -167,19 +164,10 @@ fn client_facts(out: &mut String, l: &Labels, snap: &Snapshot) {
     fact(
         out,
         l.started,
-        &format!(
-            "{} {}",
-            clock(snap.started_wall_ms),
-            date(snap.started_wall_ms)
-        ),
+        &moment(snap.language, snap.started_wall_ms),
         "",
     );
-    fact(
-        out,
-        l.now,
-        &format!("{} {}", clock(snap.now_wall_ms), date(snap.now_wall_ms)),
-        "",
-    );
+    fact(out, l.now, &moment(snap.language, snap.now_wall_ms), "");
 }
 
 /// How the balancer chooses, checks and quarantines its servers.
@@ -219,7 +207,7 @@ fn certificate_facts(out: &mut String, l: &Labels, snap: &Snapshot) {
     fact(
         out,
         l.certificate_expires,
-        &format!("{} {}", clock(until), date(until)),
+        &moment(snap.language, until),
         class,
     );
 }
@@ -232,6 +220,7 @@ mod tests {
     use super::*;
     use crate::balancer::rules::health::Reason;
     use crate::config::{BalancerKind, Language};
+    use crate::process::clock::time_of_day as clock;
     use crate::query::snapshot::{ServerSessions, ServerState};
 
     /// What a reader sees of `page`: the text outside tags, the stylesheet left out.

@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use super::words::{bytes, esc, reason, span};
+use super::words::{bytes, esc, page_link, reason, span};
 use crate::balancer::rules::health::Reason;
 use crate::balancer::rules::overrides::Mode;
 use crate::config::Monitoring;
@@ -151,7 +151,11 @@ const SERVER: Column = Column {
         CellContent::Name,
         |r| {
             let address = esc(&r.s.address);
-            format!("<a href=\"/TOTVS_BROKER_QUERY/ServerStatus/{address}\">{address}</a>")
+            let link = page_link(
+                r.snap,
+                &format!("/TOTVS_BROKER_QUERY/ServerStatus/{address}"),
+            );
+            format!("<a href=\"{link}\">{address}</a>")
         },
     )
 };

@@ -1,10 +1,13 @@
 //! How a page writes values for people: text escaped for HTML, byte counts, spans of time,
-//! plurals, and who put a server in quarantine.
+//! moments, plurals, who put a server in quarantine, and the links to the other pages.
 
 use std::time::Duration;
 
 use crate::balancer::rules::health::Reason;
+use crate::config::Language;
+use crate::process::clock::{local_date, local_date_iso, time_of_day};
 use crate::query::labels::Labels;
+use crate::query::snapshot::Snapshot;
 
 /// Escapes text for HTML.
 pub(super) fn esc(text: &str) -> String {
@@ -48,6 +51,27 @@ pub(super) fn span(d: Duration) -> String {
         60..3600 => format!("{}m {:02}s", s / 60, s % 60),
         _ => format!("{}h {:02}m", s / 3600, (s % 3600) / 60),
     }
+}
+
+/// A wall-clock instant (ms since the Unix epoch), for a reader of `language`: in English,
+/// ISO 8601, the date first (`2026-12-06 18:30:59`: `06/12/2026` reads as June 12 there); in
+/// pt-BR the time then the date (`18:30:59 06/12/2026`), as the TOTVS pages write it.
+pub(super) fn moment(language: Language, wall_ms: u64) -> String {
+    match language {
+        Language::English => format!("{} {}", local_date_iso(wall_ms), time_of_day(wall_ms)),
+        Language::Portuguese => format!("{} {}", time_of_day(wall_ms), local_date(wall_ms)),
+    }
+}
+
+/// `path`, a link to another page of the query interface, with the language the reader asked
+/// for (`?lang=`) when they did: the next page is in it too. Without an ask the link is the
+/// path alone, as the public monitors know the pages.
+pub(super) fn page_link(snap: &Snapshot, path: &str) -> String {
+    if !snap.language_asked {
+        return path.to_string();
+    }
+    let joint = if path.contains('?') { '&' } else { '?' };
+    format!("{path}{joint}lang={}", snap.language.as_str())
 }
 
 /// The singular of `words` for one, else the plural.

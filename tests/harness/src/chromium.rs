@@ -200,19 +200,22 @@ impl DevTools {
 
     /// The page's text as a reader sees it (`document.body.innerText`).
     pub async fn text(&mut self) -> String {
-        let result = self
-            .page_call(
-                "Runtime.evaluate",
-                serde_json::json!({
-                    "expression": "document.body ? document.body.innerText : ''",
-                    "returnByValue": true
-                }),
-            )
-            .await;
-        result["result"]["value"]
+        self.evaluate("document.body ? document.body.innerText : ''")
+            .await
             .as_str()
             .unwrap_or_default()
             .to_string()
+    }
+
+    /// The value of the JavaScript `expression` in the page, as JSON.
+    pub async fn evaluate(&mut self, expression: &str) -> serde_json::Value {
+        let result = self
+            .page_call(
+                "Runtime.evaluate",
+                serde_json::json!({"expression": expression, "returnByValue": true}),
+            )
+            .await;
+        result["result"]["value"].clone()
     }
 
     /// Polls the page's text until `wanted` holds, within [`BROWSER_DEADLINE`]; the text.

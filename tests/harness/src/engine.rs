@@ -138,9 +138,14 @@ impl Upstreams for TestUpstreams {
     type Stream = TcpStream;
     type ConnectError = TestConnectError;
     type ClientHold = ();
+    type Admission = ();
 
     fn hold_client(&self, _client: &Downstream) -> Option<()> {
         Some(())
+    }
+
+    fn admit(&self, _client: &Downstream, (): &mut ()) -> bool {
+        true
     }
 
     fn choose(

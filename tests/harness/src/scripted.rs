@@ -7,24 +7,42 @@
 //! `200` with `ok <path>`):
 //! - `/early...`: `401` at once, without reading the body, and the connection kept: the next
 //!   bytes are read as the next request (the server the early-response desync needs);
-//! - `/smuggled`: `200` with [`ATTACKER_ANSWER`];
+//! - `/smuggled`: `200` with [`ATTACKER_ANSWER`] (counted as unasked: [`Scripted::unasked`]);
 //! - `/hang`: no answer ever, the connection kept open;
 //! - `/stall-body`: a head with `Content-Length: 100` and 10 bytes of body, then silence;
 //! - `/cl-and-chunked`: `Content-Length: 3` and `Transfer-Encoding: chunked`, `hello` in chunks;
 //! - `/informational`: `102 Processing`, `103 Early Hints` with a `Link`, then `200`;
-//! - `/upgrade`: `101` to `echo`, then every byte echoed.
+//! - `/upgrade`: `101` to `echo`, then every byte echoed;
+//! - `/double`: the body read, `200` with `ok /double`, then 200 ms later a second answer
+//!   nobody asked for ([`ATTACKER_ANSWER`]) on the same connection, which stays open;
+//! - `/ignore-length`: `200` with `ok /ignore-length` at once, whatever the request's
+//!   `Content-Length` says: its body is read as the next request (the CL.0 gadget), 100 ms
+//!   later;
+//! - `/early-slow`: a `401` of [`EARLY_SLOW_LENGTH`] bytes sent over about a second, from the
+//!   head alone, the body left unread and read as the next request;
+//! - `/interim-flood`: `103 Early Hints` heads, without end, until the broker stops reading;
+//! - `/trickle/<ms>`: a `200` of 30 bytes, one byte every `<ms>` milliseconds.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::TlsAcceptor;
 
 use crate::{DEADLINE, eventually};
 
 /// What `/smuggled` answers: a victim must never see it.
 pub const ATTACKER_ANSWER: &str = "the attacker's answer";
+
+/// The length of `/early-slow`'s `401` body.
+pub const EARLY_SLOW_LENGTH: usize = 50 * 1024;
+
+/// A server connection's stream, plain or TLS.
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
 /// One request head as the server received it.
 #[derive(Debug, Clone)]
@@ -57,6 +75,10 @@ pub struct ScriptedConn {
 struct Records {
     heads: Mutex<Vec<Received>>,
     conns: Mutex<Vec<ScriptedConn>>,
+    /// Answers written that no request asked for (`/double`'s second one, `/smuggled`'s).
+    unasked: AtomicUsize,
+    /// `103` heads written by `/interim-flood`.
+    interim: AtomicUsize,
 }
 
 /// The scripted server on a loopback port.
@@ -70,6 +92,15 @@ pub struct Scripted {
 impl Scripted {
     /// The server on a fresh port.
     pub async fn start() -> Scripted {
+        Scripted::start_with(None).await
+    }
+
+    /// The server on a fresh port, speaking TLS with `acceptor`.
+    pub async fn start_tls(acceptor: TlsAcceptor) -> Scripted {
+        Scripted::start_with(Some(acceptor)).await
+    }
+
+    async fn start_with(tls: Option<TlsAcceptor>) -> Scripted {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let records = Arc::new(Records::default());
@@ -77,21 +108,35 @@ impl Scripted {
         let (r, a) = (Arc::clone(&records), Arc::clone(&accepted));
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
+                // Each write goes out at once (no Nagle delay behind an unacknowledged
+                // segment), so a test that saw a write done knows its bytes are on their way.
+                stream.set_nodelay(true).unwrap();
                 let id = {
                     let mut conns = r.conns.lock().unwrap();
                     conns.push(ScriptedConn::default());
                     conns.len() - 1
                 };
                 a.fetch_add(1, SeqCst);
-                tokio::spawn(serve(
-                    Wire {
+                let (records, tls) = (Arc::clone(&r), tls.clone());
+                tokio::spawn(async move {
+                    let stream: Box<dyn Io> = match tls {
+                        None => Box::new(stream),
+                        Some(acceptor) => match acceptor.accept(stream).await {
+                            Ok(stream) => Box::new(stream),
+                            Err(_) => {
+                                records.conns.lock().unwrap()[id].ended = true;
+                                return;
+                            }
+                        },
+                    };
+                    let wire = Wire {
                         stream,
                         buf: Vec::new(),
                         id,
-                        records: Arc::clone(&r),
-                    },
-                    id,
-                ));
+                        records,
+                    };
+                    serve(wire, id).await;
+                });
             }
         });
         Scripted {
@@ -124,6 +169,16 @@ impl Scripted {
         self.records.conns.lock().unwrap().clone()
     }
 
+    /// Answers written that no request asked for, so far.
+    pub fn unasked(&self) -> usize {
+        self.records.unasked.load(SeqCst)
+    }
+
+    /// `103` heads `/interim-flood` wrote, so far.
+    pub fn interim(&self) -> usize {
+        self.records.interim.load(SeqCst)
+    }
+
     /// Connections open now.
     pub fn open(&self) -> usize {
         self.conns().iter().filter(|c| !c.ended).count()
@@ -142,7 +197,7 @@ impl Scripted {
 
 /// A server connection with the bytes read ahead of the current message.
 struct Wire {
-    stream: TcpStream,
+    stream: Box<dyn Io>,
     buf: Vec<u8>,
     id: usize,
     records: Arc<Records>,
@@ -228,7 +283,7 @@ impl Wire {
     }
 
     async fn send(&mut self, bytes: &[u8]) -> bool {
-        self.stream.write_all(bytes).await.is_ok()
+        self.stream.write_all(bytes).await.is_ok() && self.stream.flush().await.is_ok()
     }
 }
 
@@ -241,12 +296,22 @@ async fn serve(mut wire: Wire, id: usize) {
             head: head.clone(),
             path: path.clone(),
         });
+        if let Some(go_on) = hostile(&mut wire, &head, &path).await {
+            if !go_on {
+                return;
+            }
+            continue;
+        }
         let go_on = match path.as_str() {
             p if p.starts_with("/early") => {
                 wire.send(b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 6\r\n\r\ndenied")
                     .await
             }
-            "/smuggled" => wire.send(&answer(ATTACKER_ANSWER)).await,
+            "/smuggled" => {
+                let sent = wire.send(&answer(ATTACKER_ANSWER)).await;
+                wire.records.unasked.fetch_add(1, SeqCst);
+                sent
+            }
             "/hang" => {
                 wire.until_closed().await;
                 false
@@ -292,6 +357,88 @@ async fn serve(mut wire: Wire, id: usize) {
             return;
         }
     }
+}
+
+/// The scripts of servers hostile to the broker's pool and bounds, by `path`: whether the
+/// connection goes on; `None` for a path that is none of them.
+async fn hostile(wire: &mut Wire, head: &[u8], path: &str) -> Option<bool> {
+    let go_on = match path {
+        "/early-slow" => early_slow(wire).await,
+        "/double" => double(wire, head).await,
+        "/ignore-length" => {
+            let sent = wire.send(&answer("ok /ignore-length")).await;
+            // The next request (the body) is answered once the broker had time to take the
+            // connection back, so its answer waits on an idle connection.
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            sent
+        }
+        "/interim-flood" => {
+            interim_flood(wire).await;
+            false
+        }
+        p if p.starts_with("/trickle/") => {
+            let ms = p["/trickle/".len()..].parse().unwrap_or(500);
+            trickle(wire, head, ms).await
+        }
+        _ => return None,
+    };
+    Some(go_on)
+}
+
+/// `/double`: the body read, the asked answer, then 200 ms later one nobody asked for.
+async fn double(wire: &mut Wire, head: &[u8]) -> bool {
+    if wire.body(head).await.is_none() || !wire.send(&answer("ok /double")).await {
+        return false;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let sent = wire.send(&answer(ATTACKER_ANSWER)).await;
+    wire.records.unasked.fetch_add(1, SeqCst);
+    sent
+}
+
+/// `/early-slow`: a long `401` from the head alone, in pieces over about a second.
+async fn early_slow(wire: &mut Wire) -> bool {
+    let head = format!("HTTP/1.1 401 Unauthorized\r\nContent-Length: {EARLY_SLOW_LENGTH}\r\n\r\n");
+    if !wire.send(head.as_bytes()).await {
+        return false;
+    }
+    let piece = vec![b'd'; EARLY_SLOW_LENGTH / 10];
+    for _ in 0..10 {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        if !wire.send(&piece).await {
+            return false;
+        }
+    }
+    true
+}
+
+/// `/interim-flood`: `103` heads until a write fails or stalls for a while (the broker
+/// stopped reading).
+async fn interim_flood(wire: &mut Wire) {
+    let hint = b"HTTP/1.1 103 Early Hints\r\nLink: </flood.css>; rel=preload\r\n\r\n";
+    let stall = std::time::Duration::from_secs(5);
+    while let Ok(Ok(())) = tokio::time::timeout(stall, wire.stream.write_all(hint)).await {
+        wire.records.interim.fetch_add(1, SeqCst);
+    }
+    wire.until_closed().await;
+}
+
+/// `/trickle/<ms>`: the body read, then a 30-byte answer, a byte every `ms` milliseconds.
+async fn trickle(wire: &mut Wire, head: &[u8], ms: u64) -> bool {
+    if wire.body(head).await.is_none()
+        || !wire
+            .send(b"HTTP/1.1 200 OK\r\nContent-Length: 30\r\n\r\n")
+            .await
+    {
+        return false;
+    }
+    for byte in b"abcdefghijklmnopqrstuvwxyz0123" {
+        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+        if !wire.send(&[*byte]).await {
+            return false;
+        }
+    }
+    true
 }
 
 /// Echoes every byte back until the broker closes.

@@ -1,0 +1,77 @@
+//! How a balancer counts one connection, decided by what it asks rather than when it arrives:
+//! nothing until it asks something; a query's place (`QUERY_MAX_CONNECTIONS`) while it asks
+//! only the balancer's own queries; a client's place (`MAX_CONNECTIONS`, with the accepted
+//! count and the last connection's time) from its first request forwarded to a server on. A
+//! monitor polling the status page is never counted as a client, on an HTTP port as on a TCP
+//! one. What the connection holds ([`Admission`]) is given back when it is dropped.
+
+use std::sync::Arc;
+
+use crate::balancer::Balancer;
+use crate::balancer::generation::Generation;
+use crate::balancer::pick::ClientSlot;
+use crate::balancer::rules::places::Place;
+
+/// What a connection holds as its balancer counts it.
+#[derive(Debug, Default)]
+pub enum Admission {
+    /// Nothing yet: it has asked nothing.
+    #[default]
+    Unknown,
+    /// A query connection's place: it has asked only the balancer's own queries.
+    Query(Place),
+    /// A client's place: it has sent a request on to a server.
+    Client(ClientSlot),
+}
+
+impl Admission {
+    /// The connection waits for its next request: a query connection's place may be given
+    /// to a new query meanwhile (it then closes at its next request).
+    pub fn waiting(&self) {
+        if let Admission::Query(place) = self {
+            place.idle();
+        }
+    }
+}
+
+impl Balancer {
+    /// A query on `admission`'s connection: counted in a query place unless the connection is
+    /// a client already (its queries ride on its client's place). False when no query place is
+    /// free, or the connection's went to another query while it was idle: the query is
+    /// answered 503 and the connection closed, as on a TCP port.
+    pub fn admit_query(&self, admission: &mut Admission) -> bool {
+        match admission {
+            Admission::Client(_) => true,
+            Admission::Query(place) => place.busy(),
+            Admission::Unknown => match self.take_query_place() {
+                Some(place) => {
+                    *admission = Admission::Query(place);
+                    true
+                }
+                None => false,
+            },
+        }
+    }
+
+    /// A request on `admission`'s connection goes to a server: the connection is counted as
+    /// a client from now on, under `generation`'s `MAX_CONNECTIONS` (a query place it held is
+    /// given back). False when the limit is reached: the refusal counted and logged once per
+    /// episode.
+    pub fn admit_client(
+        self: &Arc<Self>,
+        generation: &Generation,
+        admission: &mut Admission,
+    ) -> bool {
+        if matches!(admission, Admission::Client(_)) {
+            return true;
+        }
+        let Some(slot) = self.try_take_slot(generation) else {
+            self.refused(None);
+            return false;
+        };
+        self.admitted();
+        slot.admit();
+        *admission = Admission::Client(slot);
+        true
+    }
+}
