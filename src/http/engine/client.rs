@@ -3,17 +3,18 @@
 //! socket and a timer), until the client closes, a request ends the connection, or the
 //! request timeout passes with no head.
 
+use std::cell::RefCell;
 use std::future::{pending, poll_fn};
 use std::io::{self, IoSlice, Write as _};
 use std::net::IpAddr;
 use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::task::{Poll, ready};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use hyper::StatusCode;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncWriteExt, ReadBuf};
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tracing::{info, warn};
@@ -148,6 +149,8 @@ impl<U: Upstreams> Engine<U> {
             Err(Headless::Refused(_)) => (Version::Http11, false),
             Err(Headless::Gone | Headless::Evicted) => return,
         };
+        // Not held while the page is written and the rest lingers.
+        drop(buf);
         let ending = Ending {
             close: true,
             version,
@@ -354,7 +357,9 @@ impl<C: Stream> Client<'_, C> {
     /// Closes the connection after an answer that left bytes of the request unread (an early
     /// answer, a refusal, a timeout): its sending side is shut, then what the client still
     /// sends is read and dropped for a while, so the close does not reset the connection
-    /// under an answer the client has not read yet (nginx's lingering close).
+    /// under an answer the client has not read yet (nginx's lingering close). The bytes are
+    /// read into the worker's one scratch buffer, so a flood of refused clients lingering at
+    /// once holds no buffer each.
     pub(super) async fn linger(&mut self) {
         /// How long the client's last bytes are waited for, and how many are dropped at most.
         const LINGER: Duration = Duration::from_secs(2);
@@ -362,19 +367,18 @@ impl<C: Stream> Client<'_, C> {
         if self.io.shutdown().await.is_err() {
             return;
         }
-        let mut buf = Buffer::small();
         let io = &mut *self.io;
         let mut dropped = 0;
-        let _ = tokio::time::timeout(LINGER, async {
+        let drained = poll_fn(|cx| {
             while dropped < MOST {
-                buf.clear();
-                match poll_fn(|cx| buf.poll_read_from(cx, io)).await {
-                    Ok(0) | Err(_) => return,
+                match ready!(drop_read(cx, io)) {
+                    Ok(0) | Err(_) => break,
                     Ok(n) => dropped += n,
                 }
             }
-        })
-        .await;
+            Poll::Ready(())
+        });
+        let _ = tokio::time::timeout(LINGER, drained).await;
     }
 
     /// Closes the connection after an answer that left nothing unread: a TLS stream says
@@ -384,6 +388,19 @@ impl<C: Stream> Client<'_, C> {
             let _ = tokio::time::timeout(Duration::from_secs(1), self.io.shutdown()).await;
         }
     }
+}
+
+/// Reads what `io` has and drops it, into the worker's scratch buffer (borrowed for the read
+/// alone, never across a wait): how many bytes.
+fn drop_read<C: Stream>(cx: &mut Context<'_>, io: &mut C) -> Poll<io::Result<usize>> {
+    thread_local! {
+        static SCRATCH: RefCell<[u8; 16 * 1024]> = const { RefCell::new([0; 16 * 1024]) };
+    }
+    SCRATCH.with_borrow_mut(|scratch| {
+        let mut read = ReadBuf::new(scratch);
+        ready!(Pin::new(&mut *io).poll_read(cx, &mut read))?;
+        Poll::Ready(Ok(read.filled().len()))
+    })
 }
 
 /// Writes `out` (a head over `input`) whole, in as few vectored writes as the stream takes,

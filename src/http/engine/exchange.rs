@@ -50,9 +50,9 @@ impl<U: Upstreams> Engine<U> {
             Ok(head) => head,
             Err(Headless::Gone) => return Next::Close,
             Err(Headless::Refused(error)) => {
-                return self.refuse_head(client, &buf, error, &settings).await;
+                return self.refuse_head(client, buf, error, &settings).await;
             }
-            Err(Headless::Evicted) => return self.evicted(client, &buf, &settings).await,
+            Err(Headless::Evicted) => return self.evicted(client, buf, &settings).await,
         };
         let proxied = client.peer.is_trusted_proxy(&settings.trusted_proxies);
         (client.peer, client.via) =
@@ -83,7 +83,7 @@ impl<U: Upstreams> Engine<U> {
     async fn evicted<C: Stream>(
         &self,
         mut client: Client<'_, C>,
-        buf: &Buffer,
+        buf: Buffer,
         settings: &Settings,
     ) -> Next<U> {
         if let Some(mut record) = Record::of_line(self, client.peer.peer, buf.filled()) {
@@ -91,6 +91,8 @@ impl<U: Upstreams> Engine<U> {
             record.answered(StatusCode::REQUEST_TIMEOUT);
             record.report();
         }
+        // Not held while the page is written and the rest lingers: the budget freed it.
+        drop(buf);
         let ending = Ending {
             close: true,
             version: Version::Http11,
@@ -107,7 +109,7 @@ impl<U: Upstreams> Engine<U> {
     async fn refuse_head<C: Stream>(
         &self,
         mut client: Client<'_, C>,
-        buf: &Buffer,
+        buf: Buffer,
         error: HeadError,
         settings: &Settings,
     ) -> Next<U> {
@@ -117,6 +119,9 @@ impl<U: Upstreams> Engine<U> {
             record.answered(refusal.status());
             record.report();
         }
+        // Not held while the page is written and the rest lingers (a flood of heads too large
+        // would hold 64 KiB each).
+        drop(buf);
         let ending = Ending {
             close: true,
             version: Version::Http11,
