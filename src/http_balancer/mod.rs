@@ -792,6 +792,10 @@ impl Upstreams for HttpBalancer {
     /// Counted in the balancer's `MAX_CONNECTIONS`, with the accepted count and the last
     /// connection's time, from the connection's first request to a server on.
     fn admit(&self, _client: &Downstream, admission: &mut Admission) -> bool {
+        // A kept-alive client's next request: counted already, at no cost.
+        if matches!(admission, Admission::Client(_)) {
+            return true;
+        }
         let pool = self.balancer.generation();
         self.span
             .in_scope(|| self.balancer.admit_client(&pool, admission))
