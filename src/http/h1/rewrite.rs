@@ -274,7 +274,11 @@ fn leaves_for_client(
         | FieldName::Http2Settings => true,
         FieldName::Upgrade => !(framing == Framing::Tunnel && response.status() == 101),
         FieldName::TransferEncoding => !keeps_codings(response, how),
+        // A 204 has no content whose length it could tell (RFC 9110 §8.6), an interim answer
+        // none at all; a 304's or a HEAD's tells the length of the representation, and stays
+        // (as nginx keeps it).
         FieldName::ContentLength => match (framing, response.length()) {
+            _ if response.status() == 204 => true,
             (Framing::Body(Body::Empty | Body::Length(_)), Some(length)) => length.first != id,
             (Framing::Body(Body::Empty), None) => false,
             _ => true,
@@ -549,6 +553,25 @@ mod tests {
             KEPT,
             false,
             "HTTP/1.1 103 Early Hints\r\nLink: </s.css>\r\n\r\n",
+        ),
+        // No framing lines on a 204 nor on an interim answer; a 304 keeps its length.
+        (
+            "HTTP/1.1 204 No Content\r\nContent-Length: 6\r\nTransfer-Encoding: chunked\r\nX: 1\r\n\r\n",
+            KEPT,
+            false,
+            "HTTP/1.1 204 No Content\r\nX: 1\r\n\r\n",
+        ),
+        (
+            "HTTP/1.1 304 Not Modified\r\nContent-Length: 6\r\nTransfer-Encoding: chunked\r\n\r\n",
+            KEPT,
+            false,
+            "HTTP/1.1 304 Not Modified\r\nContent-Length: 6\r\n\r\n",
+        ),
+        (
+            "HTTP/1.1 100 Continue\r\nContent-Length: 0\r\nTransfer-Encoding: chunked\r\n\r\n",
+            KEPT,
+            false,
+            "HTTP/1.1 100 Continue\r\n\r\n",
         ),
         (
             "HTTP/1.1 200 OK\r\nServer : s\r\nX: a\r\n b\r\nContent-Length: 0\r\n\r\n",
