@@ -305,6 +305,27 @@ async fn no_content_and_interim_answers_carry_no_framing_lines() {
     assert_eq!((after.status, after.text().as_str()), (200, "ok"));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_of_up_to_255_header_lines_passes_whole() {
+    let broker = InProcess::start(&ini(framing_server().await, "")).await;
+    let mut client = RawClient::connect(broker.addr()).await;
+    for lines in [150, 255] {
+        assert!(client.send(&get_of(&format!("/lines-{lines}"))).await);
+        let answer = client.answer().await.expect("an answer");
+        assert_eq!((answer.status, answer.text().as_str()), (200, "ok"), "{lines} lines");
+        let head = String::from_utf8_lossy(&answer.head).into_owned();
+        let passed = head.lines().filter(|l| l.starts_with("X-Line-")).count();
+        let sent = if lines > 200 { lines - 2 } else { lines - 1 };
+        assert_eq!(passed, sent, "{lines} lines: {head}");
+        // Lines past the 128th are edited too: the hop-by-hop one is taken out.
+        assert_eq!(answer.header("keep-alive"), None, "{lines} lines");
+        assert!(head.contains("X-Line-254: 254\r\n") || lines < 255, "{head}");
+    }
+    // Past 255 lines, the answer is refused (502), as one past 64 KiB is.
+    let answer = raw_request(broker.addr(), &get_of("/lines-256")).await;
+    assert_eq!(answer.status, 502, "{answer:?}");
+}
+
 // ---- HTTP_RESPONSE_TIMEOUT ------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
