@@ -245,7 +245,9 @@ async fn framing_server() -> SocketAddr {
                              Transfer-Encoding: chunked\r\nLink: </a.css>; rel=preload\r\n\r\n\
                              HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
                     .to_string(),
-                p if p.starts_with("/lines-") => lines_answer(p["/lines-".len()..].parse().unwrap()),
+                p if p.starts_with("/lines-") => {
+                    lines_answer(p["/lines-".len()..].parse().unwrap())
+                }
                 _ => "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".to_string(),
             };
             if stream.write_all(answer.as_bytes()).await.is_err() {
@@ -312,14 +314,21 @@ async fn an_answer_of_up_to_255_header_lines_passes_whole() {
     for lines in [150, 255] {
         assert!(client.send(&get_of(&format!("/lines-{lines}"))).await);
         let answer = client.answer().await.expect("an answer");
-        assert_eq!((answer.status, answer.text().as_str()), (200, "ok"), "{lines} lines");
+        assert_eq!(
+            (answer.status, answer.text().as_str()),
+            (200, "ok"),
+            "{lines} lines"
+        );
         let head = String::from_utf8_lossy(&answer.head).into_owned();
         let passed = head.lines().filter(|l| l.starts_with("X-Line-")).count();
         let sent = if lines > 200 { lines - 2 } else { lines - 1 };
         assert_eq!(passed, sent, "{lines} lines: {head}");
         // Lines past the 128th are edited too: the hop-by-hop one is taken out.
         assert_eq!(answer.header("keep-alive"), None, "{lines} lines");
-        assert!(head.contains("X-Line-254: 254\r\n") || lines < 255, "{head}");
+        assert!(
+            head.contains("X-Line-254: 254\r\n") || lines < 255,
+            "{head}"
+        );
     }
     // Past 255 lines, the answer is refused (502), as one past 64 KiB is.
     let answer = raw_request(broker.addr(), &get_of("/lines-256")).await;

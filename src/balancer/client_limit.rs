@@ -148,8 +148,24 @@ impl Balancer {
     }
 }
 
+/// A client as the per-client lines name it: its address, or `unknown` for the one count the
+/// HTTP balancer keeps for every client a trusted proxy's `X-Forwarded-For` left unknown (the
+/// unspecified address, which no client connects from).
+struct Named(IpAddr);
+
+impl std::fmt::Display for Named {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0.is_unspecified() {
+            f.write_str("unknown")
+        } else {
+            self.0.fmt(f)
+        }
+    }
+}
+
 /// The line that begins a client's episode of refusals.
 fn refused(client: IpAddr, open: u32, limit: u32, counted: Counted) {
+    let client = Named(client);
     match counted {
         Counted::Connection => warn!(
             client = %client,
@@ -170,6 +186,7 @@ fn refused(client: IpAddr, open: u32, limit: u32, counted: Counted) {
 
 /// The line that ends a client's episode of refusals.
 fn served_again(client: IpAddr, refused: u64) {
+    let client = Named(client);
     info!(
         client = %client,
         "client {client} is below MAX_CONNECTIONS_PER_CLIENT again; {refused} of its \

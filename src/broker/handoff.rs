@@ -96,7 +96,7 @@ impl Serve for Handoff {
 /// when there was a header), and whether it came over TLS (for `X-Forwarded-Proto`).
 fn downstream(origin: &Origin, tls: bool) -> Downstream {
     Downstream {
-        peer: origin.client,
+        peer: origin.client.into(),
         tls,
         local: origin.destination,
     }

@@ -31,8 +31,8 @@ use crate::balancer::{Balancer, ClientHold, Closed, Eligible, Generation, Lease,
 use crate::config::{BalancerConfig, Language, ServerId, show_duration};
 use crate::http::h1::{Editor, FieldName};
 use crate::http::{
-    self, Choice, ClientHead, ConnectFailure, Downstream, Engine, Exchange, ExchangeOutcome,
-    Report, Tunnel, Upstreams,
+    self, Choice, ClientAddr, ClientHead, ConnectFailure, Downstream, Engine, Exchange,
+    ExchangeOutcome, Report, Tunnel, Upstreams,
 };
 use crate::http_balancer::sessions::{
     Affinity, CookieKeys, SessionSecrets, Sessions, Ticket, mentions_broker_cookie,
@@ -230,7 +230,8 @@ pub fn start<S: Stream>(
     let hold = if client.is_trusted_proxy(&pool.config.http.trusted_proxies) {
         None
     } else {
-        let Some(hold) = span.in_scope(|| balancer.hold_for_client(&pool, client.peer.ip())) else {
+        let Some(hold) = span.in_scope(|| balancer.hold_for_client(&pool, client_key(client.peer)))
+        else {
             // Its place is kept while the 503 is said (within HTTP_REQUEST_TIMEOUT), so the
             // refusals too stay within MAX_CONNECTIONS.
             let refusing = Arc::clone(proxy).serve_unavailable(stream, client, cut);
@@ -268,7 +269,7 @@ impl HttpBalancer {
             _ => None,
         };
         if let Some(why) = unserved {
-            span.in_scope(|| balancer.unserved(exchange.client, why));
+            span.in_scope(|| balancer.unserved(exchange.client.or_unspecified(), why));
         }
         if exchange.outcome == ExchangeOutcome::ClientTimeout
             && let Some(suppressed) = self.body_timeouts_log.allow()
@@ -285,7 +286,7 @@ impl HttpBalancer {
         }
         balancer.events().emit(|| Event::Request {
             balancer: balancer.kind(),
-            client: exchange.client,
+            client: exchange.client.or_unspecified(),
             method: exchange.method.to_string(),
             path: exchange.uri.to_string(),
             status: exchange.status.map(|s| s.as_u16()),
@@ -340,7 +341,7 @@ impl HttpBalancer {
             end: tunnel.end.clone(),
         };
         let closed = Closed {
-            client: tunnel.client,
+            client: tunnel.client.or_unspecified(),
             duration: tunnel.duration,
             outcome: &outcome,
             log_connections: self.balancer.generation().config.log_connections,
@@ -598,6 +599,14 @@ fn chosen(
     }
 }
 
+/// What an HTTP client is counted by under `MAX_CONNECTIONS_PER_CLIENT`, and owns pooled
+/// connections by under `SEND_PROXY_PROTOCOL`: its IP address; every unknown client (behind a
+/// trusted proxy whose chain named no usable address) shares one, the unspecified address,
+/// which no client connects from and no chain can name.
+fn client_key(client: ClientAddr) -> IpAddr {
+    client.or_unspecified().ip()
+}
+
 /// The access log's line for one request (`LOG_REQUESTS`): who, what, the answer, the bytes
 /// each way, how long, which server.
 fn access_line(exchange: &Exchange<Target>) {
@@ -653,9 +662,9 @@ impl Upstreams for HttpBalancer {
     /// its direct connections; the refusal logged in the balancer's span.
     fn hold_client(&self, client: &Downstream) -> Option<ClientHold> {
         let pool = self.balancer.generation();
-        let ip = client.peer.ip();
+        let key = client_key(client.peer);
         self.span
-            .in_scope(|| self.balancer.hold_for_proxied_request(&pool, ip))
+            .in_scope(|| self.balancer.hold_for_proxied_request(&pool, key))
     }
 
     /// A request's server: the one its `TOTVS_BROKER_SH_001` cookie names while that server
@@ -736,27 +745,29 @@ impl Upstreams for HttpBalancer {
         let s = &server.0;
         let stale = s.is_quarantined();
         let preface = pool.config.proxy.send.map(|version| {
-            let header = match client.local {
-                Some(destination) => Header::Proxied {
-                    source: client.peer,
+            // An unknown client is named to no server: `PROXY UNKNOWN`, or v2's family UNSPEC.
+            let header = match (client.peer, client.local) {
+                (ClientAddr::Known(source), Some(destination)) => Header::Proxied {
+                    source,
                     destination,
                 },
-                None => Header::Unknown,
+                _ => Header::Unknown,
             };
             proxy_protocol::write(version, &header)
         });
         let preface = preface.as_deref().unwrap_or_default();
-        let dialed = self
-            .balancer
-            .dial_with(&pool, s, stale, client.peer, preface);
+        let dialed =
+            self.balancer
+                .dial_with(&pool, s, stale, client.peer.or_unspecified(), preface);
         dialed.instrument(self.span.clone()).await
     }
 
     /// With `SEND_PROXY_PROTOCOL` a server connection's header names one client: the
-    /// connection is that client's alone (as HAProxy keeps a `send-proxy` connection private).
+    /// connection is that client's alone (as HAProxy keeps a `send-proxy` connection private);
+    /// one that names no one (`PROXY UNKNOWN`) is the unknown clients', never a named one's.
     fn connection_owner(&self, client: &Downstream) -> Option<IpAddr> {
         let sends = self.balancer.generation().config.proxy.send.is_some();
-        sends.then(|| client.peer.ip())
+        sends.then(|| client_key(client.peer))
     }
 
     fn report(&self, report: Report<'_, Target>) {
@@ -769,8 +780,12 @@ impl Upstreams for HttpBalancer {
                 let s = &server.0;
                 let error = ConnectError::ClosedBeforeRequest(error.to_string());
                 self.span.in_scope(|| {
-                    self.balancer
-                        .connect_failed(s, s.is_quarantined(), &error, client)
+                    self.balancer.connect_failed(
+                        s,
+                        s.is_quarantined(),
+                        &error,
+                        client.or_unspecified(),
+                    )
                 });
             }
             Report::Opened { .. } | Report::Closed { .. } => {}
@@ -780,8 +795,12 @@ impl Upstreams for HttpBalancer {
     }
 
     fn intercept(&self, request: &ClientHead<'_>, client: &Downstream) -> Option<Response<Bytes>> {
-        query::intercept(&self.ctx, &self.balancer, client.peer, request, || {
-            self.figures()
-        })
+        query::intercept(
+            &self.ctx,
+            &self.balancer,
+            client.peer.known(),
+            request,
+            || self.figures(),
+        )
     }
 }

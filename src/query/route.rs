@@ -12,7 +12,7 @@ use hyper::http::request::Parts;
 use hyper::{Method, Response, StatusCode};
 use tracing::debug;
 
-use super::access::refusal;
+use super::access::{refusal, unknown_refusal};
 use super::commands::{self, COMMANDS, Query, READ};
 use super::reply::text;
 use super::snapshot::HttpFigures;
@@ -26,12 +26,14 @@ const PREFIX: &str = "/TOTVS_BROKER_QUERY";
 /// The answer to a request on an HTTP balancer's port when it is a query (its path starts
 /// with `/TOTVS_BROKER_QUERY`, in any case, and `QUERY_ENABLED` is on): routed by path, no
 /// sniffing, no query place (the connection is the balancer's client). `None` for a request
-/// to forward. `http` reads the balancer's HTTP figures, for the pages that show them. The
-/// engine's head is looked at in place; only a query's is made hyper's, for the commands.
+/// to forward. `peer` is the client, `None` when it is unknown (a trusted proxy's chain named
+/// no usable address): refused, whatever `QUERY_ALLOW` says. `http` reads the balancer's HTTP
+/// figures, for the pages that show them. The engine's head is looked at in place; only a
+/// query's is made hyper's, for the commands.
 pub fn intercept(
     shared: &Shared,
     balancer: &Balancer,
-    peer: SocketAddr,
+    peer: Option<SocketAddr>,
     request: &ClientHead<'_>,
     http: impl FnOnce() -> HttpFigures,
 ) -> Option<Response<Bytes>> {
@@ -46,6 +48,11 @@ pub fn intercept(
         return None;
     }
     let head = parts_of(request)?;
+    let Some(peer) = peer else {
+        let refusal = unknown_refusal(&generation);
+        debug!(client = "unknown", "query refused: {}", refusal.trim_end());
+        return Some(text(StatusCode::FORBIDDEN, refusal));
+    };
     if let Some(refusal) = refusal(&generation, peer) {
         debug!(client = %peer, "query refused: {}", refusal.trim_end());
         return Some(text(StatusCode::FORBIDDEN, refusal));

@@ -226,7 +226,7 @@ impl<'c, C> Client<'c, C> {
             io,
             peer,
             via: None,
-            ip: IpText::of(peer.peer.ip()),
+            ip: peer.peer.ip().map_or_else(IpText::none, IpText::of),
             closing,
             deadline,
         }
@@ -355,7 +355,7 @@ pub(super) struct Upgraded<U: Upstreams> {
     pub(super) first: Vec<u8>,
     /// The server's bytes after its `101`, passed on with it.
     pub(super) to_client: u64,
-    pub(super) peer: std::net::SocketAddr,
+    pub(super) peer: crate::http::ClientAddr,
     /// `IDLE_TIMEOUT`, if any.
     pub(super) idle: Option<Duration>,
     pub(super) started: Instant,
@@ -413,15 +413,20 @@ impl IpText {
             IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
             IpAddr::V4(_) => ip,
         };
-        let mut text = IpText {
-            bytes: [0; IP_TEXT_MAX],
-            len: 0,
-        };
+        let mut text = IpText::none();
         let mut room = &mut text.bytes[..];
         if write!(room, "{ip}").is_ok() {
             text.len = (IP_TEXT_MAX - room.len()) as u8;
         }
         text
+    }
+
+    /// No address (a connection's peer always has one; an unknown client has none).
+    pub(super) fn none() -> IpText {
+        IpText {
+            bytes: [0; IP_TEXT_MAX],
+            len: 0,
+        }
     }
 
     pub(super) fn as_bytes(&self) -> &[u8] {
@@ -485,7 +490,7 @@ mod tests {
         let (accepted, peer) = listener.accept().await.unwrap();
         let engine = Engine::new(Arc::new(Nobody), Settings::default());
         let downstream = Downstream {
-            peer,
+            peer: peer.into(),
             tls: false,
             local: None,
         };

@@ -3,7 +3,6 @@
 //! for the access log and the figures, reported once whichever way it ends (its future
 //! dropped too, when the client's connection is cut).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,7 +15,7 @@ use super::client::{Client, Headless, Next};
 use super::own::{self, Ending};
 use crate::http::h1::{Body, FieldName, HeadError, Method, RequestHead, Version};
 use crate::http::refusal::Refusal;
-use crate::http::{ClientHead, Exchange, ExchangeOutcome, Report, Settings, Upstreams};
+use crate::http::{ClientAddr, ClientHead, Exchange, ExchangeOutcome, Report, Settings, Upstreams};
 use crate::net::stream::Stream;
 
 /// A request in hand: the client's side, its buffer (the head, then the body as it passes,
@@ -260,13 +259,13 @@ pub(super) struct Record<'e, U: Upstreams> {
 
 impl<'e, U: Upstreams> Record<'e, U> {
     /// The record of `head` (read from `buf`) from `client`, from now on.
-    fn new(engine: &'e Engine<U>, client: SocketAddr, head: &RequestHead, buf: &[u8]) -> Self {
+    fn new(engine: &'e Engine<U>, client: ClientAddr, head: &RequestHead, buf: &[u8]) -> Self {
         Record::of(engine, client, head.method_bytes(buf), head.target(buf))
     }
 
     /// The record of a head refused before it was parsed, when its request line says a
     /// method and a target.
-    fn of_line(engine: &'e Engine<U>, client: SocketAddr, buf: &[u8]) -> Option<Self> {
+    fn of_line(engine: &'e Engine<U>, client: ClientAddr, buf: &[u8]) -> Option<Self> {
         let line = buf
             .split(|&b| b == b'\n')
             .find(|line| !line.is_empty() && *line != b"\r")?;
@@ -276,7 +275,7 @@ impl<'e, U: Upstreams> Record<'e, U> {
         Some(Record::of(engine, client, method, target))
     }
 
-    fn of(engine: &'e Engine<U>, client: SocketAddr, method: &[u8], target: &[u8]) -> Self {
+    fn of(engine: &'e Engine<U>, client: ClientAddr, method: &[u8], target: &[u8]) -> Self {
         Record {
             engine,
             exchange: Exchange {

@@ -281,6 +281,9 @@ mod tests {
         editor.set(FieldId(200), &[b"x"]).unwrap();
         assert!(!editor.is_removed(FieldId(200)));
         assert!(editor.is_removed(FieldId(128)) && editor.is_removed(FieldId(254)));
-        assert_eq!(new_value(&editor.edits, 200).of(&editor.scratch), b": x\r\n");
+        assert_eq!(
+            new_value(&editor.edits, 200).of(&editor.scratch),
+            b": x\r\n"
+        );
     }
 }

@@ -202,8 +202,7 @@ impl ResponseHead {
 /// One run of httparse over `buf`, lenient as toward a server, with [`MAX_RESPONSE_FIELDS`]
 /// slots.
 fn httparse_response(buf: &[u8]) -> Result<Option<Parsed>, httparse::Error> {
-    let mut slots =
-        [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_RESPONSE_FIELDS];
+    let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_RESPONSE_FIELDS];
     let mut response = httparse::Response::new(&mut []);
     let mut config = httparse::ParserConfig::default();
     config

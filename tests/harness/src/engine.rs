@@ -229,7 +229,7 @@ impl LoopbackEngine {
                         continue;
                     };
                     let client = Downstream {
-                        peer,
+                        peer: peer.into(),
                         tls: false,
                         local: None,
                     };
