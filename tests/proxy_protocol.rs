@@ -928,3 +928,68 @@ async fn an_unknown_client_is_sent_on_under_a_proxy_header_that_names_no_one() {
     let (_, header) = text.split_once(' ').unwrap();
     assert!(header.starts_with("PROXY TCP4 203.0.113.9 "), "{text}");
 }
+
+/// Asks `/ws` for an upgrade to WebSocket on a new connection from the trusted proxy, for
+/// `client`: the connection, once its answer's head is read, and that head.
+async fn websocket_for(broker: SocketAddr, client: &str) -> (TcpStream, String) {
+    let mut stream = TcpStream::connect(broker).await.unwrap();
+    let request = format!(
+        "GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+         X-Forwarded-For: {client}\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let head = within("the upgrade's answer", read_head(&mut stream)).await;
+    (stream, String::from_utf8_lossy(&head).into_owned())
+}
+
+/// Whether `stream`, a tunnel to the echoing server, echoes `bytes`.
+async fn echoes(stream: &mut TcpStream, bytes: &[u8]) -> bool {
+    stream.write_all(bytes).await.unwrap();
+    let mut back = vec![0u8; bytes.len()];
+    within("the echo", stream.read_exact(&mut back))
+        .await
+        .is_ok()
+        && back == bytes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_trusted_proxy_a_websocket_counts_for_its_client_while_it_is_open() {
+    let server = PathServer::start().await;
+    let extra = "HTTP_TRUSTED_PROXIES=127.0.0.1\nMAX_CONNECTIONS_PER_CLIENT=3";
+    let broker = InProcess::start(&http_ini(&[server.addr], extra)).await;
+    let busy = "203.0.113.5";
+    let mut tunnels = Vec::new();
+    for _ in 0..3 {
+        let (mut stream, head) = websocket_for(broker.addr(), busy).await;
+        assert!(head.starts_with("HTTP/1.1 101 "), "{head}");
+        assert!(echoes(&mut stream, b"ping").await);
+        tunnels.push(stream);
+    }
+    // Its fourth while the three are open: 503, never upgraded.
+    let (_, head) = websocket_for(broker.addr(), busy).await;
+    assert!(head.starts_with("HTTP/1.1 503 "), "{head}");
+    assert_eq!(head_value(&head, "retry-after").as_deref(), Some("5"));
+    assert_eq!(
+        server.heads_for("/ws").len(),
+        3,
+        "the fourth reached no server"
+    );
+    // Another client of the proxy is served.
+    let (mut other, head) = websocket_for(broker.addr(), "203.0.113.6").await;
+    assert!(head.starts_with("HTTP/1.1 101 "), "{head}");
+    assert!(echoes(&mut other, b"pong").await);
+    // Once one of its tunnels ends, the client may open another.
+    drop(tunnels.pop());
+    within("a tunnel for the client again", async {
+        loop {
+            let (mut stream, head) = websocket_for(broker.addr(), busy).await;
+            if head.starts_with("HTTP/1.1 101 ") {
+                assert!(echoes(&mut stream, b"again").await);
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+}

@@ -1,5 +1,5 @@
 //! `MAX_CONNECTIONS_PER_CLIENT` applied to a balancer's clients: each client address's
-//! connections (and, behind a trusted HTTP proxy, its requests in hand) counted in a table ([`ClientCounts`], the pure rule) split in shards, each
+//! connections (and, behind a trusted HTTP proxy, its requests in hand and its WebSockets) counted in a table ([`ClientCounts`], the pure rule) split in shards, each
 //! behind its own lock held for one lookup, so clients of different addresses seldom wait on
 //! one another and a balancer without the limit takes no lock at all; the hold a connection
 //! keeps until it ends, however its task ends; the refusals counted (METRICS) and logged once
@@ -178,8 +178,8 @@ fn refused(client: IpAddr, open: u32, limit: u32, counted: Counted) {
             client = %client,
             open,
             "MAX_CONNECTIONS_PER_CLIENT ({limit}) reached by client {client} behind a trusted \
-             proxy ({open} connections and requests in hand): its requests are answered 503 \
-             until some end; the proxy's other clients are served"
+             proxy ({open} connections, and requests and WebSockets in hand): its requests are \
+             answered 503 until some end; the proxy's other clients are served"
         ),
     }
 }

@@ -257,6 +257,7 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
         Next::Tunnel(Box::new(Upgraded {
             conn,
             choice,
+            client_hold: None,
             first,
             to_client: u64::from(ahead.len),
             peer,

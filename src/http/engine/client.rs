@@ -351,6 +351,10 @@ pub(super) struct Upgraded<U: Upstreams> {
     pub(super) conn: ServerConn<U>,
     /// Holds the balancer's lease for the tunnel's life.
     pub(super) choice: Choice<U>,
+    /// Behind a trusted proxy, what counts the tunnel for its client under
+    /// `MAX_CONNECTIONS_PER_CLIENT`, for the tunnel's life (a direct client's connection is
+    /// counted already).
+    pub(super) client_hold: Option<U::ClientHold>,
     /// The client's bytes after its request, for the server first.
     pub(super) first: Vec<u8>,
     /// The server's bytes after its `101`, passed on with it.

@@ -65,12 +65,19 @@ impl<U: Upstreams> Engine<U> {
             body_end: None,
         };
         // Held until the answer's end: the future returns once it is written.
-        let _hold = match proxied.then(|| self.upstreams.hold_client(&request.client.peer)) {
+        let hold = match proxied.then(|| self.upstreams.hold_client(&request.client.peer)) {
             // Boxed: the rare way's state would otherwise widen every request's future.
             Some(None) => return Box::pin(request.client_limited()).await,
             hold => hold.flatten(),
         };
-        request.route().await
+        match request.route().await {
+            // A tunnel stays its client's for its whole life: the hold goes with it.
+            Next::Tunnel(mut upgraded) => {
+                upgraded.client_hold = hold;
+                Next::Tunnel(upgraded)
+            }
+            next => next,
+        }
     }
 
     /// The page for a head the core refused; the connection closes after it.
