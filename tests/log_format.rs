@@ -805,6 +805,52 @@ async fn upgrading_server() -> std::net::SocketAddr {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websockets_access_line_is_written_at_its_end_with_its_bytes_and_no_error() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let broker = Broker::start(&http_ini(&[upgrading_server().await], "")).await;
+    let mut client = TcpStream::connect(broker.addr()).await.expect("connect");
+    let upgrade = "GET /ws HTTP/1.1\r\nHost: app.example\r\nConnection: Upgrade\r\n\
+                   Upgrade: websocket\r\n\r\n";
+    client.write_all(upgrade.as_bytes()).await.expect("write");
+    let head = within("the 101", read_head(&mut client)).await;
+    assert!(
+        head.starts_with(b"HTTP/1.1 101 "),
+        "{}",
+        head.escape_ascii()
+    );
+    client.write_all(b"hello, tunnel").await.expect("write");
+    let mut echoed = [0u8; 13];
+    client.read_exact(&mut echoed).await.expect("the echo");
+    // Both sides close without an error: a clean end.
+    client.shutdown().await.expect("shutdown");
+    let mut rest = Vec::new();
+    within("the close", client.read_to_end(&mut rest))
+        .await
+        .expect("read");
+    let line = wait_for_line(&broker, "the WebSocket's access line", |l| {
+        l.message_is("request") && l.text.contains("path=/ws ")
+    })
+    .await;
+    assert_eq!(line.level, "INFO", "{}", line.text);
+    assert!(
+        line.text
+            .contains("status=101 bytes_from_client=13 bytes_to_client=13 "),
+        "{}",
+        line.text
+    );
+    assert!(!line.text.contains("error="), "{}", line.text);
+    wait_for_line(&broker, "the closing line", |l| {
+        l.message_is("connection closed")
+    })
+    .await;
+    let requests = lines(&broker)
+        .into_iter()
+        .filter(|l| l.message_is("request"))
+        .count();
+    assert_eq!(requests, 1, "one access line: {}", broker.log_text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_no_trusted_chain_names_is_written_unknown() {
     let extra = "HTTP_TRUSTED_PROXIES=127.0.0.1";
     let broker = Broker::start(&http_ini(&[upgrading_server().await], extra)).await;

@@ -1133,7 +1133,7 @@ pub static KEYS: &[Key] = &[
         stands: Stands::Balancer,
         domain: Domain::Flag,
         field: http_field!(log_requests = Flag, flag),
-        doc: "HTTP: one access-log line per request",
+        doc: "HTTP: one access-log line per request (a WebSocket's when it ends, with its bytes)",
     },
     Key {
         name: "HTTP_RETRY_IDEMPOTENT",

@@ -277,9 +277,11 @@ pub enum Report<'a, S> {
         /// The server.
         server: &'a S,
     },
-    /// A request is finished (its answer sent, or given up): the access log's line.
+    /// A request is finished (its answer sent, or given up; an upgraded one when its tunnel
+    /// ends): the access log's line.
     Exchange(&'a Exchange<S>),
-    /// An upgraded connection (WebSocket) ended.
+    /// An upgraded connection (WebSocket) ended. Its request is reported just after it, as an
+    /// [`Exchange`] whose bytes and duration include the tunnel's.
     Tunnel(&'a Tunnel<S>),
 }
 
@@ -336,6 +338,11 @@ pub enum ExchangeOutcome {
     ClientTimeout,
     /// The answer started but did not finish: the server or the client broke off midway.
     Incomplete,
+    /// The request's upgraded connection (WebSocket) ended otherwise than by both sides
+    /// closing: an error on one side, `IDLE_TIMEOUT`, the broker's stop or an operator's cut.
+    /// (One that both sides closed is [`ExchangeOutcome::Served`]: a tunnel is a byte relay,
+    /// its protocol's own close codes are not read.)
+    TunnelBroken(End),
 }
 
 /// The engine's settings, from the balancer's keys (swapped by a reload with

@@ -333,7 +333,8 @@ impl HttpBalancer {
         }
     }
 
-    /// An upgraded connection ended: its closing line, as a relayed connection's.
+    /// An upgraded connection ended: its closing line, as a relayed connection's. Its bytes
+    /// are the server's traffic through its request's exchange, reported next.
     fn tunnel_ended(&self, tunnel: &Tunnel<Target>) {
         let outcome = relay::Outcome {
             to_server: tunnel.to_server,
@@ -346,10 +347,6 @@ impl HttpBalancer {
             outcome: &outcome,
             log_connections: self.balancer.generation().config.log_connections,
         };
-        tunnel
-            .server
-            .0
-            .add_traffic(tunnel.to_server, tunnel.to_client);
         self.balancer.ended(&tunnel.server.0, &closed, &self.span);
     }
 
@@ -617,15 +614,20 @@ fn access_line(exchange: &Exchange<Target>) {
         .server
         .as_ref()
         .map_or_else(|| "-".to_string(), ToString::to_string);
-    let error = match &exchange.outcome {
-        ExchangeOutcome::ServerFailed(error) => Some(error.as_str()),
-        ExchangeOutcome::ServerTimeout => Some("the server was silent past HTTP_RESPONSE_TIMEOUT"),
-        ExchangeOutcome::BrokerFault => Some("the broker itself could not connect to a server"),
-        ExchangeOutcome::Incomplete => Some("answer incomplete"),
-        ExchangeOutcome::ClientFailed => Some("request body broken off"),
-        ExchangeOutcome::ClientTimeout => {
-            Some("the request body was silent past HTTP_BODY_TIMEOUT")
+    let error: Option<std::borrow::Cow<'_, str>> = match &exchange.outcome {
+        ExchangeOutcome::ServerFailed(error) => Some(error.as_str().into()),
+        ExchangeOutcome::ServerTimeout => {
+            Some("the server was silent past HTTP_RESPONSE_TIMEOUT".into())
         }
+        ExchangeOutcome::BrokerFault => {
+            Some("the broker itself could not connect to a server".into())
+        }
+        ExchangeOutcome::Incomplete => Some("answer incomplete".into()),
+        ExchangeOutcome::ClientFailed => Some("request body broken off".into()),
+        ExchangeOutcome::ClientTimeout => {
+            Some("the request body was silent past HTTP_BODY_TIMEOUT".into())
+        }
+        ExchangeOutcome::TunnelBroken(end) => Some(format!("the tunnel ended: {end}").into()),
         _ => None,
     };
     info!(
@@ -637,7 +639,7 @@ fn access_line(exchange: &Exchange<Target>) {
         bytes_to_client = exchange.to_client,
         duration = %format_args!("{:.3}s", exchange.duration.as_secs_f64()),
         server = %server,
-        error = error,
+        error = error.as_deref(),
         "request"
     );
 }

@@ -286,15 +286,9 @@ impl<'e, U: Upstreams> Record<'e, U> {
         Record {
             engine,
             exchange: Exchange {
-                client,
                 method: hyper::Method::from_bytes(method).unwrap_or_default(),
                 uri: String::from_utf8_lossy(target).into_owned(),
-                status: None,
-                server: None,
-                to_server: 0,
-                to_client: 0,
-                duration: Duration::ZERO,
-                outcome: ExchangeOutcome::Incomplete,
+                ..blank(client)
             },
             started: Instant::now(),
             reported: false,
@@ -309,6 +303,40 @@ impl<'e, U: Upstreams> Record<'e, U> {
     /// The client is sent an answer whose status code is `code`.
     pub(super) fn answered_code(&mut self, code: u16) {
         self.exchange.status = StatusCode::from_u16(code).ok();
+    }
+}
+
+impl<U: Upstreams> Record<'_, U> {
+    /// The request was answered `101` and becomes a tunnel: counted in the figures now (the
+    /// duration histogram keeps its time to the 101, so hour-long WebSockets do not skew it),
+    /// and handed over, to be reported to the balancer when the tunnel ends, with the
+    /// tunnel's bytes and its whole duration (the access line of a WebSocket says how it
+    /// went, not that it was switched).
+    pub(super) fn upgraded(mut self) -> Exchange<U::Server> {
+        self.reported = true;
+        let exchange = &mut self.exchange;
+        exchange.duration = self.started.elapsed();
+        exchange.outcome = ExchangeOutcome::Served;
+        self.engine
+            .stats
+            .finished(exchange.status, exchange.duration, &exchange.outcome);
+        let client = exchange.client;
+        std::mem::replace(exchange, blank(client))
+    }
+}
+
+/// An exchange of `client` with nothing in it yet: no allocation.
+fn blank<S>(client: ClientAddr) -> Exchange<S> {
+    Exchange {
+        client,
+        method: hyper::Method::default(),
+        uri: String::new(),
+        status: None,
+        server: None,
+        to_server: 0,
+        to_client: 0,
+        duration: Duration::ZERO,
+        outcome: ExchangeOutcome::Incomplete,
     }
 }
 
