@@ -993,3 +993,52 @@ async fn behind_a_trusted_proxy_a_websocket_counts_for_its_client_while_it_is_op
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_balancers_front_check_may_query_and_is_never_forwarded() {
+    let server = PathServer::start().await;
+    let extra = "PROXY_PROTOCOL=1\nMAX_CONNECTIONS_PER_CLIENT=1";
+    let broker = InProcess::start(&http_ini(&[server.addr], extra)).await;
+    // HAProxy's `check-send-proxy` with an `httpchk` of READY: answered, and no client (two
+    // at once from one front balancer, past a limit of one per client).
+    let mut checks = Vec::new();
+    for _ in 0..2 {
+        let mut stream = TcpStream::connect(broker.addr()).await.unwrap();
+        stream.write_all(&v2_local()).await.unwrap();
+        let mut check = HttpConnection::on(stream);
+        let ready = check
+            .request("GET", "/TOTVS_BROKER_QUERY/READY", &[])
+            .await
+            .unwrap();
+        assert_eq!(ready.status, 200, "{}", ready.text());
+        checks.push(check);
+    }
+    // Any other request on a check's connection: refused with a page saying why, never
+    // forwarded, on a connection kept or new.
+    let check = &mut checks[1];
+    let answer = check.request("GET", "/page", &[]).await.unwrap();
+    assert_eq!(answer.status, 403, "{}", answer.text());
+    assert!(answer.text().contains("LOCAL"), "{}", answer.text());
+    let mut stream = TcpStream::connect(broker.addr()).await.unwrap();
+    stream.write_all(&v2_local()).await.unwrap();
+    let answer = HttpConnection::on(stream)
+        .request("GET", "/app", &[])
+        .await
+        .unwrap();
+    assert_eq!(answer.status, 403, "{}", answer.text());
+    assert!(
+        server.heads.lock().unwrap().is_empty(),
+        "a check reached a server"
+    );
+    // A client the header names is served as ever.
+    let mut stream = TcpStream::connect(broker.addr()).await.unwrap();
+    stream
+        .write_all(&v1("192.0.2.7:1000".parse().unwrap(), broker.addr()))
+        .await
+        .unwrap();
+    let answer = HttpConnection::on(stream)
+        .request("GET", "/app", &[])
+        .await
+        .unwrap();
+    assert_eq!(answer.status, 200, "{}", answer.text());
+}

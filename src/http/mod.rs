@@ -194,6 +194,11 @@ pub struct Downstream {
     /// Where the client connected, when known (a PROXY protocol header's destination, or the
     /// accepted socket's own address): the destination a header sent on to a server names.
     pub local: Option<SocketAddr>,
+    /// The connection is a front balancer's own health check (a PROXY protocol v2 `LOCAL`
+    /// header): its queries are answered (HAProxy's `check-send-proxy` with an `httpchk` of
+    /// `READY`), any other request refused with a page saying why, never forwarded, as on a
+    /// TCP balancer.
+    pub check: bool,
 }
 
 /// Who a request is for, as far as the broker can tell. Its own connections' peers, and the

@@ -226,8 +226,9 @@ pub fn start<S: Stream>(
     let (closing, cut) = (ending.closing.clone(), ending.cut.clone());
     let span = balancer.span();
     // A trusted proxy's connection carries many clients: not it but each of its requests is
-    // counted, for the client it names (`Upstreams::hold_client`).
-    let hold = if client.is_trusted_proxy(&pool.config.http.trusted_proxies) {
+    // counted, for the client it names (`Upstreams::hold_client`). A front balancer's check
+    // (a `LOCAL` header) is no client: never counted, never forwarded.
+    let hold = if client.check || client.is_trusted_proxy(&pool.config.http.trusted_proxies) {
         None
     } else {
         let Some(hold) = span.in_scope(|| balancer.hold_for_client(&pool, client_key(client.peer)))

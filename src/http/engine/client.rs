@@ -537,6 +537,7 @@ mod tests {
             peer: peer.into(),
             tls: false,
             local: None,
+            check: false,
         };
         let (closing, cut) = (CancellationToken::new(), CancellationToken::new());
         let serving = engine.serve(accepted, downstream, closing, cut, ());

@@ -110,14 +110,17 @@ impl<U: Upstreams> Engine<U> {
 }
 
 impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
-    /// The request's way: the balancer's own answer, a refusal, the broker's answer as its
-    /// last recipient, or on to a server.
+    /// The request's way: the balancer's own answer, a refusal (any other request on a front
+    /// balancer's check), the broker's answer as its last recipient, or on to a server.
     async fn route(self) -> Next<U> {
         let view = ClientHead::new(&self.head, self.buf.filled());
         if let Some(answer) = self.engine.upstreams.intercept(&view, &self.client.peer) {
             let status = answer.status();
             let ending = self.own_ending();
             return self.local(own::local(&answer, ending), status).await;
+        }
+        if self.client.peer.check {
+            return self.refuse(Refusal::FrontCheck).await;
         }
         match self.head.method() {
             Method::Connect => return self.refuse(Refusal::Connect).await,

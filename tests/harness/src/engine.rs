@@ -232,6 +232,7 @@ impl LoopbackEngine {
                         peer: peer.into(),
                         tls: false,
                         local: None,
+                        check: false,
                     };
                     let proxy = Arc::clone(&proxy);
                     let closing = closing.clone();
