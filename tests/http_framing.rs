@@ -221,6 +221,120 @@ async fn a_length_beside_chunked_is_dropped_and_the_log_counts_what_the_client_g
     assert!(!line.contains("error="), "{line}");
 }
 
+/// A raw server of these tests' own that answers each request (heads only, kept alive) by
+/// its path: `/no-content` a `204` with a `Content-Length: 6`; `/not-modified` a `304` with
+/// `Content-Length: 6` and `Transfer-Encoding: chunked`; `/hints` a `103` with both, then
+/// `200 ok`; `/lines-N` a `200 ok` of `N` header lines, the 201st a `Keep-Alive` (hop-by-hop:
+/// the broker takes it out) when there are that many; anything else `200 ok`.
+async fn framing_server() -> SocketAddr {
+    use tokio::io::AsyncWriteExt;
+    let (addr, _) = harness::raw_origin(|mut stream, _| async move {
+        loop {
+            let head = harness::read_head(&mut stream).await;
+            if !head.ends_with(b"\r\n\r\n") {
+                return;
+            }
+            let head = String::from_utf8_lossy(&head).into_owned();
+            let path = head.split(' ').nth(1).unwrap_or_default().to_string();
+            let answer = match path.as_str() {
+                "/no-content" => "HTTP/1.1 204 No Content\r\nContent-Length: 6\r\n\r\n".to_string(),
+                "/not-modified" => "HTTP/1.1 304 Not Modified\r\nContent-Length: 6\r\n\
+                                    Transfer-Encoding: chunked\r\nETag: \"v1\"\r\n\r\n"
+                    .to_string(),
+                "/hints" => "HTTP/1.1 103 Early Hints\r\nContent-Length: 0\r\n\
+                             Transfer-Encoding: chunked\r\nLink: </a.css>; rel=preload\r\n\r\n\
+                             HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+                    .to_string(),
+                p if p.starts_with("/lines-") => {
+                    lines_answer(p["/lines-".len()..].parse().unwrap())
+                }
+                _ => "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".to_string(),
+            };
+            if stream.write_all(answer.as_bytes()).await.is_err() {
+                return;
+            }
+        }
+    })
+    .await;
+    addr
+}
+
+/// A `200 ok` of `lines` header lines: its length, a `Keep-Alive` as the 201st when there are
+/// that many, the rest `X-Line-<i>`.
+fn lines_answer(lines: usize) -> String {
+    let mut answer = String::from("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n");
+    for i in 1..lines {
+        if i == 200 {
+            answer.push_str("Keep-Alive: timeout=5\r\n");
+        } else {
+            answer.push_str(&format!("X-Line-{i}: {i}\r\n"));
+        }
+    }
+    answer.push_str("\r\nok");
+    answer
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_content_and_interim_answers_carry_no_framing_lines() {
+    let broker = InProcess::start(&ini(framing_server().await, "")).await;
+    let mut client = RawClient::connect(broker.addr()).await;
+    // A 204's length is no body's: not passed on (RFC 9110 8.6, 15.3.5).
+    assert!(client.send(&get_of("/no-content")).await);
+    let answer = client.answer().await.expect("204");
+    assert_eq!(answer.status, 204, "{answer:?}");
+    assert_eq!(answer.header("content-length"), None, "{answer:?}");
+    assert_eq!(answer.header("transfer-encoding"), None, "{answer:?}");
+    // A 304's length tells the length of the representation: kept, as nginx keeps it; its
+    // coding is not.
+    assert!(client.send(&get_of("/not-modified")).await);
+    let answer = client.answer().await.expect("304");
+    assert_eq!(answer.status, 304, "{answer:?}");
+    assert_eq!(answer.header("content-length").as_deref(), Some("6"));
+    assert_eq!(answer.header("transfer-encoding"), None, "{answer:?}");
+    assert_eq!(answer.header("etag").as_deref(), Some("\"v1\""));
+    // An interim answer has neither.
+    assert!(client.send(&get_of("/hints")).await);
+    let hints = client.answer().await.expect("103");
+    assert_eq!(hints.status, 103, "{hints:?}");
+    assert_eq!(hints.header("content-length"), None, "{hints:?}");
+    assert_eq!(hints.header("transfer-encoding"), None, "{hints:?}");
+    assert!(hints.header("link").is_some(), "{hints:?}");
+    let last = client.answer().await.expect("200");
+    assert_eq!((last.status, last.text().as_str()), (200, "ok"));
+    // The connection is still in step: the next answer is the next request's.
+    assert!(client.send(&get_of("/after")).await);
+    let after = client.answer().await.expect("200");
+    assert_eq!((after.status, after.text().as_str()), (200, "ok"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_of_up_to_255_header_lines_passes_whole() {
+    let broker = InProcess::start(&ini(framing_server().await, "")).await;
+    let mut client = RawClient::connect(broker.addr()).await;
+    for lines in [150, 255] {
+        assert!(client.send(&get_of(&format!("/lines-{lines}"))).await);
+        let answer = client.answer().await.expect("an answer");
+        assert_eq!(
+            (answer.status, answer.text().as_str()),
+            (200, "ok"),
+            "{lines} lines"
+        );
+        let head = String::from_utf8_lossy(&answer.head).into_owned();
+        let passed = head.lines().filter(|l| l.starts_with("X-Line-")).count();
+        let sent = if lines > 200 { lines - 2 } else { lines - 1 };
+        assert_eq!(passed, sent, "{lines} lines: {head}");
+        // Lines past the 128th are edited too: the hop-by-hop one is taken out.
+        assert_eq!(answer.header("keep-alive"), None, "{lines} lines");
+        assert!(
+            head.contains("X-Line-254: 254\r\n") || lines < 255,
+            "{head}"
+        );
+    }
+    // Past 255 lines, the answer is refused (502), as one past 64 KiB is.
+    let answer = raw_request(broker.addr(), &get_of("/lines-256")).await;
+    assert_eq!(answer.status, 502, "{answer:?}");
+}
+
 // ---- HTTP_RESPONSE_TIMEOUT ------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -479,35 +479,39 @@ async fn unfinished_head(broker: SocketAddr, head: Arc<Vec<u8>>) -> (tokio::net:
 }
 
 /// 2,000 connections each holding an unfinished 60 KB head, under `HTTP_HEAD_MEMORY=16`:
-/// the broker's memory stays near the budget, the oldest heads are answered 408 (logged once),
-/// and a head kept within the budget is still served when it ends.
+/// the broker's memory stays near the budget (beside what each connection costs anyway: its
+/// request's state and socket, some 15 KiB in a debug build), the oldest heads are answered
+/// 408 (logged once), and a head kept within the budget is still served when it ends. Without
+/// the budget the broker grew by some 150 MB.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unfinished_heads_are_held_to_the_head_memory_budget() {
     let server = Scripted::start().await;
     let text = ini(server.addr, "").replacen("[General]\n", "[General]\nHTTP_HEAD_MEMORY=16\n", 1);
     let broker = harness::Broker::start(&text).await;
-    let before = broker
-        .resident_bytes()
-        .expect("the broker's resident memory");
+    let rss = || {
+        broker
+            .resident_bytes()
+            .expect("the broker's resident memory")
+    };
+    let before = rss();
     let mut head = b"GET /kept HTTP/1.1\r\nHost: app.example\r\nX-Pad: ".to_vec();
     head.resize(60 * 1024, b'a');
     let head = Arc::new(head);
     let clients: Vec<_> = (0..2000)
         .map(|_| tokio::spawn(unfinished_head(broker.addr(), Arc::clone(&head))))
         .collect();
+    let mut peak = 0;
+    while !clients.iter().all(|c| c.is_finished()) {
+        peak = peak.max(rss().saturating_sub(before));
+        pace(10).await;
+    }
+    assert!(peak < 64 << 20, "the broker grew by {peak} bytes");
     let mut kept = Vec::new();
     let mut evicted = 0;
     for client in clients {
-        let (stream, was) = client.await.unwrap();
-        let grown = broker
-            .resident_bytes()
-            .expect("resident memory")
-            .saturating_sub(before);
-        assert!(grown < 48 << 20, "the broker grew by {grown} bytes");
-        if was {
-            evicted += 1;
-        } else {
-            kept.push(stream);
+        match client.await.unwrap() {
+            (_, true) => evicted += 1,
+            (stream, false) => kept.push(stream),
         }
     }
     assert!(evicted >= 1500, "{evicted} answered 408");

@@ -631,6 +631,118 @@ async fn a_websocket_passes_through_and_is_one_of_the_servers_connections_until_
     assert_eq!(exchanges[0].status, Some(StatusCode::SWITCHING_PROTOCOLS));
 }
 
+/// A raw server of the test's own: a request for `/ws` is switched to `websocket` (`101`),
+/// then every byte echoed until the broker half-closes, then closed in turn; any other path
+/// is a `404`.
+async fn echoing_upgrade_server() -> std::net::SocketAddr {
+    let (addr, _) = raw_origin(|mut stream, _| async move {
+        let head = read_head(&mut stream).await;
+        if !head.starts_with(b"GET /ws ") {
+            let _ = stream
+                .write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+                .await;
+            return;
+        }
+        let switch = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\
+                       Connection: Upgrade\r\n\r\n";
+        if stream.write_all(switch).await.is_ok() {
+            let (mut from, mut to) = stream.split();
+            let _ = tokio::io::copy(&mut from, &mut to).await;
+            let _ = to.shutdown().await;
+        }
+    })
+    .await;
+    addr
+}
+
+#[tokio::test]
+async fn a_websockets_request_is_reported_when_its_tunnel_ends_with_its_bytes() {
+    let server = echoing_upgrade_server().await;
+    let broker = LoopbackEngine::start(TestUpstreams::new(&[server]), settings()).await;
+    let mut client = TcpStream::connect(broker.addr).await.unwrap();
+    let upgrade = "GET /ws HTTP/1.1\r\nHost: app.example\r\nConnection: Upgrade\r\n\
+                   Upgrade: websocket\r\n\r\n";
+    client.write_all(upgrade.as_bytes()).await.unwrap();
+    let head = within("the 101", read_head(&mut client)).await;
+    assert!(
+        head.starts_with(b"HTTP/1.1 101 "),
+        "{}",
+        head.escape_ascii()
+    );
+    client.write_all(b"hello, tunnel").await.unwrap();
+    let mut echoed = [0u8; 13];
+    client.read_exact(&mut echoed).await.unwrap();
+    assert_eq!(&echoed, b"hello, tunnel");
+    // While the tunnel is open its request is counted in the figures (the duration
+    // histogram has the time to the 101), but not reported as finished.
+    assert_eq!(broker.proxy.stats().figures().requests, 1);
+    assert!(
+        broker.upstreams.exchanges().is_empty(),
+        "reported before its tunnel ended: {:?}",
+        broker.upstreams.exchanges()
+    );
+    // Both sides close cleanly: the request is reported then, with the tunnel's bytes, its
+    // whole duration, and no error.
+    client.shutdown().await.unwrap();
+    let mut rest = Vec::new();
+    within("the server's close", client.read_to_end(&mut rest))
+        .await
+        .unwrap();
+    eventually("the request reported", || {
+        !broker.upstreams.exchanges().is_empty()
+    })
+    .await;
+    let exchange = broker.upstreams.exchanges().remove(0);
+    assert_eq!(exchange.status, Some(StatusCode::SWITCHING_PROTOCOLS));
+    assert_eq!(exchange.outcome, ExchangeOutcome::Served, "{exchange:?}");
+    assert_eq!(
+        (exchange.to_server, exchange.to_client),
+        (13, 13),
+        "{exchange:?}"
+    );
+    let tunnel = broker.upstreams.tunnels().remove(0);
+    assert!(
+        exchange.duration >= tunnel.duration,
+        "{exchange:?} {tunnel:?}"
+    );
+    assert_eq!(broker.upstreams.exchanges().len(), 1, "reported once");
+}
+
+#[tokio::test]
+async fn a_websockets_request_that_ends_idle_is_reported_with_how_it_ended() {
+    let server = echoing_upgrade_server().await;
+    let settings = Settings {
+        tunnel_idle_timeout: Some(Duration::from_millis(200)),
+        ..settings()
+    };
+    let broker = LoopbackEngine::start(TestUpstreams::new(&[server]), settings).await;
+    let mut client = TcpStream::connect(broker.addr).await.unwrap();
+    let upgrade = "GET /ws HTTP/1.1\r\nHost: app.example\r\nConnection: Upgrade\r\n\
+                   Upgrade: websocket\r\n\r\n";
+    client.write_all(upgrade.as_bytes()).await.unwrap();
+    let head = within("the 101", read_head(&mut client)).await;
+    assert!(
+        head.starts_with(b"HTTP/1.1 101 "),
+        "{}",
+        head.escape_ascii()
+    );
+    // Nothing either way for IDLE_TIMEOUT: the broker closes it, and says so.
+    let mut rest = Vec::new();
+    within("the idle close", client.read_to_end(&mut rest))
+        .await
+        .unwrap();
+    eventually("the request reported", || {
+        !broker.upstreams.exchanges().is_empty()
+    })
+    .await;
+    let exchange = broker.upstreams.exchanges().remove(0);
+    assert_eq!(
+        exchange.outcome,
+        ExchangeOutcome::TunnelBroken(End::Idle),
+        "{exchange:?}"
+    );
+}
+
 // ---- failures -----------------------------------------------------------------------------
 
 #[tokio::test]
@@ -812,7 +924,7 @@ async fn every_request_is_reported_once_with_its_figures() {
         (5, "seen /log?q=1 5".len() as u64)
     );
     assert_eq!(x[0].server, Some(origin.addr));
-    assert_eq!(x[0].client.ip(), std::net::Ipv4Addr::LOCALHOST);
+    assert_eq!(x[0].client.ip(), Some(std::net::Ipv4Addr::LOCALHOST.into()));
     assert_eq!((x[1].to_server, x[1].to_client), (0, 1000));
     assert_eq!(x[2].status, Some(StatusCode::NOT_FOUND));
     assert!(x.iter().all(|x| x.outcome == ExchangeOutcome::Served));

@@ -809,3 +809,88 @@ async fn a_clients_request_target_cannot_reach_a_terminal_through_the_access_log
     assert!(line.contains(r" path=/page\u{9b}2J\x1b[31m "), "{line}");
     assert!(!line.contains('\u{9b}') && !line.contains('\x1b'), "{line}");
 }
+
+/// A raw server of the test's own: `/ws` is switched to `websocket` (`101`), then every byte
+/// echoed until the broker half-closes, then closed in turn; any other path is `200 ok`.
+async fn upgrading_server() -> std::net::SocketAddr {
+    use tokio::io::AsyncWriteExt;
+    let (addr, _) = raw_origin(|mut stream, _| async move {
+        let head = read_head(&mut stream).await;
+        if !head.starts_with(b"GET /ws ") {
+            let _ = stream
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                .await;
+            return;
+        }
+        let switch = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\
+                       Connection: Upgrade\r\n\r\n";
+        if stream.write_all(switch).await.is_ok() {
+            let (mut from, mut to) = stream.split();
+            let _ = tokio::io::copy(&mut from, &mut to).await;
+            let _ = to.shutdown().await;
+        }
+    })
+    .await;
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websockets_access_line_is_written_at_its_end_with_its_bytes_and_no_error() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let broker = Broker::start(&http_ini(&[upgrading_server().await], "")).await;
+    let mut client = TcpStream::connect(broker.addr()).await.expect("connect");
+    let upgrade = "GET /ws HTTP/1.1\r\nHost: app.example\r\nConnection: Upgrade\r\n\
+                   Upgrade: websocket\r\n\r\n";
+    client.write_all(upgrade.as_bytes()).await.expect("write");
+    let head = within("the 101", read_head(&mut client)).await;
+    assert!(
+        head.starts_with(b"HTTP/1.1 101 "),
+        "{}",
+        head.escape_ascii()
+    );
+    client.write_all(b"hello, tunnel").await.expect("write");
+    let mut echoed = [0u8; 13];
+    client.read_exact(&mut echoed).await.expect("the echo");
+    // Both sides close without an error: a clean end.
+    client.shutdown().await.expect("shutdown");
+    let mut rest = Vec::new();
+    within("the close", client.read_to_end(&mut rest))
+        .await
+        .expect("read");
+    let line = wait_for_line(&broker, "the WebSocket's access line", |l| {
+        l.message_is("request") && l.text.contains("path=/ws ")
+    })
+    .await;
+    assert_eq!(line.level, "INFO", "{}", line.text);
+    assert!(
+        line.text
+            .contains("status=101 bytes_from_client=13 bytes_to_client=13 "),
+        "{}",
+        line.text
+    );
+    assert!(!line.text.contains("error="), "{}", line.text);
+    wait_for_line(&broker, "the closing line", |l| {
+        l.message_is("connection closed")
+    })
+    .await;
+    let requests = lines(&broker)
+        .into_iter()
+        .filter(|l| l.message_is("request"))
+        .count();
+    assert_eq!(requests, 1, "one access line: {}", broker.log_text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_no_trusted_chain_names_is_written_unknown() {
+    let extra = "HTTP_TRUSTED_PROXIES=127.0.0.1";
+    let broker = Broker::start(&http_ini(&[upgrading_server().await], extra)).await;
+    let request =
+        "GET /page HTTP/1.1\r\nHost: app.example\r\nX-Forwarded-For: 203.0.113.9, unknown\r\n\r\n";
+    let answer = raw_request(broker.addr(), request.as_bytes()).await;
+    assert_eq!(answer.status, 200, "{answer:?}");
+    let line = wait_for_line(&broker, "the access line", |l| {
+        l.message_is("request") && l.text.contains("path=/page ")
+    })
+    .await;
+    assert!(line.text.contains("client=unknown "), "{}", line.text);
+}

@@ -576,13 +576,14 @@ async fn a_trusted_proxys_x_forwarded_for_names_the_http_client() {
         let answer = forwarded_request(&broker, proxy, ping, chain).await;
         assert_eq!(answer.status, status, "{chain:?}: {}", answer.text());
     }
-    // A chain with an entry that is no address: the proxy is the client.
+    // A chain whose last entry is no address: the client is unknown (never the proxy), is
+    // refused every query and named to the server by no X-Real-IP.
     let malformed = "203.0.113.9:443";
     let answer = forwarded_request(&broker, proxy, ping, malformed).await;
     assert_eq!(answer.status, 403, "{}", answer.text());
     forwarded_request(&broker, proxy, "/page", malformed).await;
     let seen = origin.seen().pop().unwrap();
-    assert_eq!(seen.headers["x-real-ip"], "127.0.0.1");
+    assert_eq!(seen.headers.get("x-real-ip"), None, "{:?}", seen.headers);
     // From a peer not trusted, the chain is passed on but not believed.
     let stranger = Ipv4Addr::new(127, 0, 0, 2);
     let answer = forwarded_request(&broker, stranger, ping, chain).await;
@@ -745,4 +746,299 @@ async fn an_http_balancers_server_connections_name_one_client_and_serve_only_it(
         used.len() < 3 * clients.len(),
         "no server connection was reused: {used:?}"
     );
+}
+
+// ---- trust and limits behind an L7 proxy, a front balancer's check on an HTTP port --------
+
+/// A raw HTTP server of these tests' own, its behaviour chosen by the request's path: every
+/// head it receives kept as it came; `/hold` answered once the test releases it; `/ws`
+/// switched to `websocket` (`101`), then every byte echoed until the broker closes; anything
+/// else `200` with `ok`. Heads only (the tests send no bodies), kept alive.
+struct PathServer {
+    addr: SocketAddr,
+    heads: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    held: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    release: std::sync::Arc<tokio::sync::Semaphore>,
+}
+
+impl PathServer {
+    async fn start() -> PathServer {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let server = PathServer {
+            addr: listener.local_addr().unwrap(),
+            heads: Default::default(),
+            held: Default::default(),
+            release: std::sync::Arc::new(tokio::sync::Semaphore::new(0)),
+        };
+        let (heads, held, release) = (
+            server.heads.clone(),
+            server.held.clone(),
+            server.release.clone(),
+        );
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let (heads, held, release) = (heads.clone(), held.clone(), release.clone());
+                tokio::spawn(serve_paths(stream, heads, held, release));
+            }
+        });
+        server
+    }
+
+    /// The heads received for `path`.
+    fn heads_for(&self, path: &str) -> Vec<String> {
+        let heads = self.heads.lock().unwrap();
+        let line = format!("GET {path} ");
+        heads
+            .iter()
+            .filter(|h| h.starts_with(&line))
+            .cloned()
+            .collect()
+    }
+}
+
+/// One connection of [`PathServer`], request by request.
+async fn serve_paths(
+    mut stream: TcpStream,
+    heads: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    held: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    release: std::sync::Arc<tokio::sync::Semaphore>,
+) {
+    loop {
+        let head = read_head(&mut stream).await;
+        if !head.ends_with(b"\r\n\r\n") {
+            return;
+        }
+        let head = String::from_utf8_lossy(&head).into_owned();
+        let path = head.split(' ').nth(1).unwrap_or_default().to_string();
+        heads.lock().unwrap().push(head);
+        if path == "/ws" {
+            let switch = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\
+                          Connection: Upgrade\r\n\r\n";
+            if stream.write_all(switch.as_bytes()).await.is_ok() {
+                let (mut from, mut to) = stream.split();
+                let _ = tokio::io::copy(&mut from, &mut to).await;
+            }
+            return;
+        }
+        if path == "/hold" {
+            held.fetch_add(1, SeqCst);
+            release.acquire().await.unwrap().forget();
+        }
+        let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+        if stream.write_all(answer).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The value of header `name` (any case) in a raw head, when it has one.
+fn head_value(head: &str, name: &str) -> Option<String> {
+    head.split("\r\n")
+        .skip(1)
+        .filter_map(|line| line.split_once(':'))
+        .find(|(n, _)| n.trim().eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.trim().to_string())
+}
+
+/// `GET path` on `connection`, with `X-Forwarded-For: chain` (none when `chain` is `None`).
+async fn chained(connection: &mut HttpConnection, path: &str, chain: Option<&str>) -> HttpResponse {
+    let headers: Vec<(&str, &str)> = chain.map(|c| ("X-Forwarded-For", c)).into_iter().collect();
+    connection.request("GET", path, &headers).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unusable_item_in_a_trusted_chain_makes_the_client_unknown_never_the_proxy() {
+    let server = PathServer::start().await;
+    // QUERY_ALLOW admits the proxy (127.0.0.1): a client taken for it would read CFG.
+    let extra = "HTTP_TRUSTED_PROXIES=127.0.0.1\nMAX_CONNECTIONS_PER_CLIENT=1";
+    let broker = InProcess::start(&http_ini(&[server.addr], extra)).await;
+    let mut proxy = HttpConnection::connect(broker.addr()).await;
+    let cfg = "/TOTVS_BROKER_QUERY/CFG";
+    // Walked from the right, an unusable item met before any untrusted address: unknown.
+    let unknown = [
+        "203.0.113.9, unknown",
+        "203.0.113.9:80",
+        "203.0.113.9,,",
+        "unknown",
+    ];
+    for (n, chain) in unknown.iter().enumerate() {
+        let answer = chained(&mut proxy, cfg, Some(chain)).await;
+        assert_eq!(answer.status, 403, "{chain:?}: {}", answer.text());
+        let path = format!("/page{n}");
+        let answer = chained(&mut proxy, &path, Some(chain)).await;
+        assert_eq!(answer.status, 200, "{chain:?}: {}", answer.text());
+        let head = server.heads_for(&path).pop().unwrap();
+        assert_eq!(head_value(&head, "x-real-ip"), None, "{chain:?}: {head}");
+        assert_eq!(
+            head_value(&head, "x-forwarded-for"),
+            Some(format!("{chain}, 127.0.0.1")),
+            "the chain goes on as received"
+        );
+    }
+    // An untrusted address met first is the client, whatever lies left of it.
+    for chain in ["unknown, 203.0.113.9", " , 203.0.113.9"] {
+        let answer = chained(&mut proxy, cfg, Some(chain)).await;
+        assert_eq!(answer.status, 403, "{chain:?}: {}", answer.text());
+        chained(&mut proxy, "/named", Some(chain)).await;
+        let head = server.heads_for("/named").pop().unwrap();
+        assert_eq!(
+            head_value(&head, "x-real-ip").as_deref(),
+            Some("203.0.113.9")
+        );
+    }
+    // No chain at all: the proxy's own request (its health check).
+    let answer = chained(&mut proxy, cfg, None).await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    // Unknown clients share one count under MAX_CONNECTIONS_PER_CLIENT, apart from the proxy.
+    let addr = broker.addr();
+    let holding = tokio::spawn(async move {
+        let mut connection = HttpConnection::connect(addr).await;
+        chained(&mut connection, "/hold", Some("unknown"))
+            .await
+            .status
+    });
+    eventually("the unknown client's request held", || {
+        server.held.load(SeqCst) == 1
+    })
+    .await;
+    let mut other = HttpConnection::connect(broker.addr()).await;
+    let answer = chained(&mut other, "/page", Some("1.2.3.4:80")).await;
+    assert_eq!(answer.status, 503, "{}", answer.text());
+    for chain in [None, Some("203.0.113.9")] {
+        let answer = chained(&mut other, "/page", chain).await;
+        assert_eq!(answer.status, 200, "{chain:?}: {}", answer.text());
+    }
+    server.release.add_permits(1);
+    assert_eq!(holding.await.unwrap(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_client_is_sent_on_under_a_proxy_header_that_names_no_one() {
+    let origin = proxy_reading_origin().await;
+    let extra = "HTTP_TRUSTED_PROXIES=127.0.0.1\nSEND_PROXY_PROTOCOL=1";
+    let broker = InProcess::start(&http_ini(&[origin], extra)).await;
+    let mut proxy = HttpConnection::connect(broker.addr()).await;
+    let answer = chained(&mut proxy, "/who", Some("unknown")).await;
+    let text = answer.text();
+    let (_, header) = text.split_once(' ').unwrap();
+    assert_eq!(header, "PROXY UNKNOWN", "{text}");
+    // The next request, naming a client, never reuses the connection that named no one.
+    let answer = chained(&mut proxy, "/who", Some("203.0.113.9")).await;
+    let text = answer.text();
+    let (_, header) = text.split_once(' ').unwrap();
+    assert!(header.starts_with("PROXY TCP4 203.0.113.9 "), "{text}");
+}
+
+/// Asks `/ws` for an upgrade to WebSocket on a new connection from the trusted proxy, for
+/// `client`: the connection, once its answer's head is read, and that head.
+async fn websocket_for(broker: SocketAddr, client: &str) -> (TcpStream, String) {
+    let mut stream = TcpStream::connect(broker).await.unwrap();
+    let request = format!(
+        "GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+         X-Forwarded-For: {client}\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let head = within("the upgrade's answer", read_head(&mut stream)).await;
+    (stream, String::from_utf8_lossy(&head).into_owned())
+}
+
+/// Whether `stream`, a tunnel to the echoing server, echoes `bytes`.
+async fn echoes(stream: &mut TcpStream, bytes: &[u8]) -> bool {
+    stream.write_all(bytes).await.unwrap();
+    let mut back = vec![0u8; bytes.len()];
+    within("the echo", stream.read_exact(&mut back))
+        .await
+        .is_ok()
+        && back == bytes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_trusted_proxy_a_websocket_counts_for_its_client_while_it_is_open() {
+    let server = PathServer::start().await;
+    let extra = "HTTP_TRUSTED_PROXIES=127.0.0.1\nMAX_CONNECTIONS_PER_CLIENT=3";
+    let broker = InProcess::start(&http_ini(&[server.addr], extra)).await;
+    let busy = "203.0.113.5";
+    let mut tunnels = Vec::new();
+    for _ in 0..3 {
+        let (mut stream, head) = websocket_for(broker.addr(), busy).await;
+        assert!(head.starts_with("HTTP/1.1 101 "), "{head}");
+        assert!(echoes(&mut stream, b"ping").await);
+        tunnels.push(stream);
+    }
+    // Its fourth while the three are open: 503, never upgraded.
+    let (_, head) = websocket_for(broker.addr(), busy).await;
+    assert!(head.starts_with("HTTP/1.1 503 "), "{head}");
+    assert_eq!(head_value(&head, "retry-after").as_deref(), Some("5"));
+    assert_eq!(
+        server.heads_for("/ws").len(),
+        3,
+        "the fourth reached no server"
+    );
+    // Another client of the proxy is served.
+    let (mut other, head) = websocket_for(broker.addr(), "203.0.113.6").await;
+    assert!(head.starts_with("HTTP/1.1 101 "), "{head}");
+    assert!(echoes(&mut other, b"pong").await);
+    // Once one of its tunnels ends, the client may open another.
+    drop(tunnels.pop());
+    within("a tunnel for the client again", async {
+        loop {
+            let (mut stream, head) = websocket_for(broker.addr(), busy).await;
+            if head.starts_with("HTTP/1.1 101 ") {
+                assert!(echoes(&mut stream, b"again").await);
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_balancers_front_check_may_query_and_is_never_forwarded() {
+    let server = PathServer::start().await;
+    let extra = "PROXY_PROTOCOL=1\nMAX_CONNECTIONS_PER_CLIENT=1";
+    let broker = InProcess::start(&http_ini(&[server.addr], extra)).await;
+    // HAProxy's `check-send-proxy` with an `httpchk` of READY: answered, and no client (two
+    // at once from one front balancer, past a limit of one per client).
+    let mut checks = Vec::new();
+    for _ in 0..2 {
+        let mut stream = TcpStream::connect(broker.addr()).await.unwrap();
+        stream.write_all(&v2_local()).await.unwrap();
+        let mut check = HttpConnection::on(stream);
+        let ready = check
+            .request("GET", "/TOTVS_BROKER_QUERY/READY", &[])
+            .await
+            .unwrap();
+        assert_eq!(ready.status, 200, "{}", ready.text());
+        checks.push(check);
+    }
+    // Any other request on a check's connection: refused with a page saying why, never
+    // forwarded, on a connection kept or new.
+    let check = &mut checks[1];
+    let answer = check.request("GET", "/page", &[]).await.unwrap();
+    assert_eq!(answer.status, 403, "{}", answer.text());
+    assert!(answer.text().contains("LOCAL"), "{}", answer.text());
+    let mut stream = TcpStream::connect(broker.addr()).await.unwrap();
+    stream.write_all(&v2_local()).await.unwrap();
+    let answer = HttpConnection::on(stream)
+        .request("GET", "/app", &[])
+        .await
+        .unwrap();
+    assert_eq!(answer.status, 403, "{}", answer.text());
+    assert!(
+        server.heads.lock().unwrap().is_empty(),
+        "a check reached a server"
+    );
+    // A client the header names is served as ever.
+    let mut stream = TcpStream::connect(broker.addr()).await.unwrap();
+    stream
+        .write_all(&v1("192.0.2.7:1000".parse().unwrap(), broker.addr()))
+        .await
+        .unwrap();
+    let answer = HttpConnection::on(stream)
+        .request("GET", "/app", &[])
+        .await
+        .unwrap();
+    assert_eq!(answer.status, 200, "{}", answer.text());
 }

@@ -1,5 +1,5 @@
 //! `MAX_CONNECTIONS_PER_CLIENT` applied to a balancer's clients: each client address's
-//! connections (and, behind a trusted HTTP proxy, its requests in hand) counted in a table ([`ClientCounts`], the pure rule) split in shards, each
+//! connections (and, behind a trusted HTTP proxy, its requests in hand and its WebSockets) counted in a table ([`ClientCounts`], the pure rule) split in shards, each
 //! behind its own lock held for one lookup, so clients of different addresses seldom wait on
 //! one another and a balancer without the limit takes no lock at all; the hold a connection
 //! keeps until it ends, however its task ends; the refusals counted (METRICS) and logged once
@@ -204,8 +204,24 @@ impl Drop for RefusalHold {
     }
 }
 
+/// A client as the per-client lines name it: its address, or `unknown` for the one count the
+/// HTTP balancer keeps for every client a trusted proxy's `X-Forwarded-For` left unknown (the
+/// unspecified address, which no client connects from).
+struct Named(IpAddr);
+
+impl std::fmt::Display for Named {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0.is_unspecified() {
+            f.write_str("unknown")
+        } else {
+            self.0.fmt(f)
+        }
+    }
+}
+
 /// The line that begins a client's episode of refusals.
 fn refused(client: IpAddr, open: u32, limit: u32, counted: Counted) {
+    let client = Named(client);
     match counted {
         Counted::Connection => warn!(
             client = %client,
@@ -218,14 +234,15 @@ fn refused(client: IpAddr, open: u32, limit: u32, counted: Counted) {
             client = %client,
             open,
             "MAX_CONNECTIONS_PER_CLIENT ({limit}) reached by client {client} behind a trusted \
-             proxy ({open} connections and requests in hand): its requests are answered 503 \
-             until some end; the proxy's other clients are served"
+             proxy ({open} connections, and requests and WebSockets in hand): its requests are \
+             answered 503 until some end; the proxy's other clients are served"
         ),
     }
 }
 
 /// The line that ends a client's episode of refusals.
 fn served_again(client: IpAddr, refused: u64) {
+    let client = Named(client);
     info!(
         client = %client,
         "client {client} is below MAX_CONNECTIONS_PER_CLIENT again; {refused} of its \

@@ -131,7 +131,8 @@ pub enum Event {
         /// The client's address (the PROXY protocol's, when there is one; the one a trusted
         /// proxy's `X-Forwarded-For` names, for a request through it).
         client: IpAddr,
-        /// Its connections open then (with its requests in hand through trusted proxies).
+        /// Its connections open then (with its requests in hand and WebSockets through trusted
+        /// proxies).
         open: u32,
     },
     /// A connection was refused at the PROXY protocol step (no valid header from a front

@@ -93,12 +93,14 @@ impl Serve for Handoff {
 }
 
 /// What the HTTP engine is told of a connection: who the client is (the PROXY protocol's
-/// when there was a header), and whether it came over TLS (for `X-Forwarded-Proto`).
+/// when there was a header), whether it came over TLS (for `X-Forwarded-Proto`), and whether
+/// it is a front balancer's check (a `LOCAL` header), which the engine never forwards.
 fn downstream(origin: &Origin, tls: bool) -> Downstream {
     Downstream {
-        peer: origin.client,
+        peer: origin.client.into(),
         tls,
         local: origin.destination,
+        check: origin.check,
     }
 }
 

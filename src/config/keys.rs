@@ -741,7 +741,7 @@ pub static KEYS: &[Key] = &[
             what: "a number of connections from 0 (no limit) to 1000000",
         },
         field: field!(Balancer.max_connections_per_client = Integer as u32, number),
-        doc: "connections at once from one client address (the PROXY protocol's when there is one; behind HTTP_TRUSTED_PROXIES, requests in hand per X-Forwarded-For client); more are refused, on HTTP with a 503 (0: no limit)",
+        doc: "connections at once from one client address (the PROXY protocol's when there is one; behind HTTP_TRUSTED_PROXIES, requests in hand and open WebSockets per X-Forwarded-For client); more are refused, on HTTP with a 503 (0: no limit)",
     },
     Key {
         name: "LOG_CONNECTIONS",
@@ -1083,7 +1083,7 @@ pub static KEYS: &[Key] = &[
             },
             get: |b| on_http(b, &b.http.trusted_proxies, |list| cidr_list(list)),
         },
-        doc: "HTTP: addresses or CIDRs of L7 proxies in front; from them X-Forwarded-For names the client (its last address not listed), for X-Real-IP, QUERY_ALLOW, the log and MAX_CONNECTIONS_PER_CLIENT (empty: none)",
+        doc: "HTTP: addresses or CIDRs of L7 proxies in front; from them X-Forwarded-For names the client (walked from the right: its first address not listed; junk met first: unknown, never the proxy), for X-Real-IP, QUERY_ALLOW, the log and MAX_CONNECTIONS_PER_CLIENT (empty: none)",
     },
     Key {
         name: "HTTP_UPGRADE_PROTOCOLS",
@@ -1154,7 +1154,7 @@ pub static KEYS: &[Key] = &[
         stands: Stands::Balancer,
         domain: Domain::Flag,
         field: http_field!(log_requests = Flag, flag),
-        doc: "HTTP: one access-log line per request",
+        doc: "HTTP: one access-log line per request (a WebSocket's when it ends, with its bytes)",
     },
     Key {
         name: "HTTP_RETRY_IDEMPOTENT",

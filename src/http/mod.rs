@@ -94,8 +94,9 @@ pub trait Upstreams: Send + Sync + 'static {
     type Admission: Default + Send + 'static;
 
     /// A hold for `client`, whose request came through a trusted proxy (the client the
-    /// proxy's `X-Forwarded-For` named, or the proxy itself when it named none); `None` when
-    /// that client has its fill: the request is answered 503 with `Retry-After`.
+    /// proxy's `X-Forwarded-For` named, perhaps unknown, or the proxy itself when it sent
+    /// none); `None` when that client has its fill: the request is answered 503 with
+    /// `Retry-After`.
     fn hold_client(&self, client: &Downstream) -> Option<Self::ClientHold>;
 
     /// Counts the connection of `client` as the balancer's client, at a request that goes to
@@ -204,15 +205,75 @@ impl<U: Upstreams + ?Sized> Choice<U> {
 /// The client's end of a connection, as the request's rewriting and the access log need it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Downstream {
-    /// The client's address (`X-Real-IP`, `QUERY_ALLOW`, the access log): the connection's
-    /// peer, or, for one request, the client a trusted proxy's `X-Forwarded-For` names
-    /// (`HTTP_TRUSTED_PROXIES`).
-    pub peer: SocketAddr,
+    /// The client (`X-Real-IP`, `QUERY_ALLOW`, the access log): the connection's peer, or,
+    /// for one request, the client a trusted proxy's `X-Forwarded-For` names
+    /// (`HTTP_TRUSTED_PROXIES`), which may be unknown.
+    pub peer: ClientAddr,
     /// Whether the client came over TLS (`X-Forwarded-Proto: https`, the cookie's `Secure`).
     pub tls: bool,
     /// Where the client connected, when known (a PROXY protocol header's destination, or the
     /// accepted socket's own address): the destination a header sent on to a server names.
     pub local: Option<SocketAddr>,
+    /// The connection is a front balancer's own health check (a PROXY protocol v2 `LOCAL`
+    /// header): its queries are answered (HAProxy's `check-send-proxy` with an `httpchk` of
+    /// `READY`), any other request refused with a page saying why, never forwarded, as on a
+    /// TCP balancer.
+    pub check: bool,
+}
+
+/// Who a request is for, as far as the broker can tell. Its own connections' peers, and the
+/// clients PROXY protocol headers name, are addresses; behind a trusted proxy
+/// (`HTTP_TRUSTED_PROXIES`) the client is the one its `X-Forwarded-For` names, and unknown when
+/// an item that is no address comes before any untrusted one. A distinct value rather than
+/// an address of the proxy's, so that nothing a request says can make its client the proxy:
+/// an unknown client is refused every query, named to no server, and shares one count under
+/// `MAX_CONNECTIONS_PER_CLIENT`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ClientAddr {
+    /// A client at this address (a chain's client carries the proxy's port: a chain has
+    /// none, and the log wants one).
+    Known(SocketAddr),
+    /// A client no usable address names.
+    Unknown,
+}
+
+impl ClientAddr {
+    /// Its address, when it is known.
+    pub fn known(self) -> Option<SocketAddr> {
+        match self {
+            ClientAddr::Known(address) => Some(address),
+            ClientAddr::Unknown => None,
+        }
+    }
+
+    /// Its IP address, when it is known.
+    pub fn ip(self) -> Option<IpAddr> {
+        self.known().map(|address| address.ip())
+    }
+
+    /// Its address for what names clients by address only (the balancer's events, its
+    /// per-client lines): an unknown client as the unspecified address `[::]:0`, which no
+    /// client connects from and no trusted chain names.
+    pub fn or_unspecified(self) -> SocketAddr {
+        self.known()
+            .unwrap_or(SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0)))
+    }
+}
+
+impl From<SocketAddr> for ClientAddr {
+    fn from(address: SocketAddr) -> ClientAddr {
+        ClientAddr::Known(address)
+    }
+}
+
+/// The address, or `unknown`, as the access log writes it.
+impl fmt::Display for ClientAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ClientAddr::Known(address) => address.fmt(f),
+            ClientAddr::Unknown => f.write_str("unknown"),
+        }
+    }
 }
 
 /// What the engine tells the balancer.
@@ -225,7 +286,7 @@ pub enum Report<'a, S> {
         /// The server.
         server: &'a S,
         /// The client whose request it was for.
-        client: SocketAddr,
+        client: ClientAddr,
         /// Why, in the engine's words.
         error: &'a str,
     },
@@ -241,9 +302,11 @@ pub enum Report<'a, S> {
         /// The server.
         server: &'a S,
     },
-    /// A request is finished (its answer sent, or given up): the access log's line.
+    /// A request is finished (its answer sent, or given up; an upgraded one when its tunnel
+    /// ends): the access log's line.
     Exchange(&'a Exchange<S>),
-    /// An upgraded connection (WebSocket) ended.
+    /// An upgraded connection (WebSocket) ended. Its request is reported just after it, as an
+    /// [`Exchange`] whose bytes and duration include the tunnel's.
     Tunnel(&'a Tunnel<S>),
 }
 
@@ -251,7 +314,7 @@ pub enum Report<'a, S> {
 #[derive(Debug, Clone)]
 pub struct Exchange<S> {
     /// Who asked.
-    pub client: SocketAddr,
+    pub client: ClientAddr,
     /// The request's method.
     pub method: Method,
     /// The request's target as received (path and query), as text.
@@ -300,6 +363,11 @@ pub enum ExchangeOutcome {
     ClientTimeout,
     /// The answer started but did not finish: the server or the client broke off midway.
     Incomplete,
+    /// The request's upgraded connection (WebSocket) ended otherwise than by both sides
+    /// closing: an error on one side, `IDLE_TIMEOUT`, the broker's stop or an operator's cut.
+    /// (One that both sides closed is [`ExchangeOutcome::Served`]: a tunnel is a byte relay,
+    /// its protocol's own close codes are not read.)
+    TunnelBroken(End),
 }
 
 /// The engine's settings, from the balancer's keys (swapped by a reload with
@@ -369,7 +437,7 @@ impl Default for Settings {
 #[derive(Debug, Clone)]
 pub struct Tunnel<S> {
     /// Who asked for it.
-    pub client: SocketAddr,
+    pub client: ClientAddr,
     /// The server it went to.
     pub server: S,
     /// Bytes from the client to the server after the upgrade.

@@ -87,6 +87,7 @@ fn refusal_words(refusal: Refusal) -> [(&'static str, &'static str); 2] {
             sentences::VERSION,
         ),
         Refusal::Body => (BAD, sentences::BODY),
+        Refusal::FrontCheck => (["Forbidden", "Proibido"], sentences::FRONT_CHECK),
         Refusal::Head(fault) => head_words(fault),
     };
     [(en, said[0]), (pt, said[1])]
@@ -196,6 +197,17 @@ mod sentences {
          which the broker refuses: write each header on one line.",
         "Um cabeçalho da requisição continua na linha seguinte (dobra de linha \
          obsoleta), que o broker recusa: escreva cada cabeçalho em uma só linha.",
+    ];
+
+    pub(super) const FRONT_CHECK: [&str; 2] = [
+        "This connection is a front balancer's own health check (PROXY protocol LOCAL): \
+         only /TOTVS_BROKER_QUERY/ is answered on it (READY, PING...), and no request is \
+         forwarded to a server. Check an application path through a connection that names \
+         a client.",
+        "Esta conexão é a verificação de saúde do próprio balanceador à frente (PROXY \
+         protocol LOCAL): nela só /TOTVS_BROKER_QUERY/ é respondido (READY, PING...), e \
+         nenhuma requisição é encaminhada a um servidor. Verifique um caminho da aplicação \
+         por uma conexão que nomeie um cliente.",
     ];
 
     pub(super) const HEADER_LINE: [&str; 2] = [
@@ -323,7 +335,7 @@ mod tests {
         assert!(String::from_utf8_lossy(&pt).contains("Nenhum servidor disponível"));
     }
 
-    const REFUSALS: [Refusal; 19] = [
+    const REFUSALS: [Refusal; 20] = [
         Refusal::Connect,
         Refusal::Trace,
         Refusal::TransferCoding,
@@ -335,6 +347,7 @@ mod tests {
         Refusal::TargetTooLong,
         Refusal::Version,
         Refusal::Body,
+        Refusal::FrontCheck,
         Refusal::Head(HeadFault::RequestLine),
         Refusal::Head(HeadFault::Folded),
         Refusal::Head(HeadFault::HeaderLine),

@@ -41,6 +41,9 @@ pub(crate) enum Refusal {
     Version,
     /// The request's body could not be read: a malformed chunk, or it broke off.
     Body,
+    /// A request other than a query on a front balancer's own connection (a PROXY protocol v2
+    /// `LOCAL` header: its health check), which is never forwarded (403).
+    FrontCheck,
     /// A head that is not HTTP/1.1, by what is wrong with it.
     Head(HeadFault),
 }
@@ -74,6 +77,7 @@ impl Refusal {
         match self {
             Refusal::Connect | Refusal::TransferCoding => StatusCode::NOT_IMPLEMENTED,
             Refusal::Trace => StatusCode::METHOD_NOT_ALLOWED,
+            Refusal::FrontCheck => StatusCode::FORBIDDEN,
             Refusal::TargetTooLong => StatusCode::URI_TOO_LONG,
             Refusal::Version => StatusCode::HTTP_VERSION_NOT_SUPPORTED,
             Refusal::Head(HeadFault::TooManyHeaders | HeadFault::TooLarge) => {

@@ -106,9 +106,11 @@ impl Stats {
             ExchangeOutcome::ServerTimeout => &self.server_timeout,
             ExchangeOutcome::Refused | ExchangeOutcome::ClientFailed => &self.refused,
             ExchangeOutcome::ClientTimeout => &self.client_body_timeout,
-            ExchangeOutcome::Served | ExchangeOutcome::Local | ExchangeOutcome::Incomplete => {
-                return;
-            }
+            // A tunnel's request is counted at its 101, as served.
+            ExchangeOutcome::Served
+            | ExchangeOutcome::Local
+            | ExchangeOutcome::Incomplete
+            | ExchangeOutcome::TunnelBroken(_) => return,
         };
         counter.fetch_add(1, Relaxed);
     }

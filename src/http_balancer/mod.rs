@@ -33,8 +33,8 @@ use crate::balancer::{
 use crate::config::{BalancerConfig, Language, ServerId, show_duration};
 use crate::http::h1::{Editor, FieldName};
 use crate::http::{
-    self, Choice, ClientHead, ConnectFailure, Downstream, Engine, Exchange, ExchangeOutcome,
-    Report, Tunnel, Upstreams,
+    self, Choice, ClientAddr, ClientHead, ConnectFailure, Downstream, Engine, Exchange,
+    ExchangeOutcome, Report, Tunnel, Upstreams,
 };
 use crate::http_balancer::sessions::{
     Affinity, CookieKeys, Limits, SessionSecrets, Sessions, Ticket, Touched,
@@ -241,13 +241,14 @@ pub fn start<S: Stream>(
     let (closing, cut) = (ending.closing.clone(), ending.cut.clone());
     let span = balancer.span();
     // A trusted proxy's connection carries many clients: not it but each of its requests is
-    // counted, for the client it names (`Upstreams::hold_client`).
-    let hold = if client.is_trusted_proxy(&pool.config.http.trusted_proxies) {
+    // counted, for the client it names (`Upstreams::hold_client`). A front balancer's check
+    // (a `LOCAL` header) is no client: never counted, never forwarded.
+    let hold = if client.check || client.is_trusted_proxy(&pool.config.http.trusted_proxies) {
         None
     } else {
-        let ip = client.peer.ip();
-        let Some(hold) = span.in_scope(|| balancer.hold_for_client(&pool, ip)) else {
-            if let Some(refusal) = balancer.answer_refusal(ip) {
+        let key = client_key(client.peer);
+        let Some(hold) = span.in_scope(|| balancer.hold_for_client(&pool, key)) else {
+            if let Some(refusal) = balancer.answer_refusal(key) {
                 let refusing = Arc::clone(proxy).serve_unavailable(stream, client, cut);
                 tasks.spawn(async move {
                     let _refusal = refusal;
@@ -282,7 +283,7 @@ impl HttpBalancer {
             _ => None,
         };
         if let Some(why) = unserved {
-            span.in_scope(|| balancer.unserved(exchange.client, why));
+            span.in_scope(|| balancer.unserved(exchange.client.or_unspecified(), why));
         }
         if exchange.outcome == ExchangeOutcome::ClientTimeout
             && let Some(suppressed) = self.body_timeouts_log.allow()
@@ -299,7 +300,7 @@ impl HttpBalancer {
         }
         balancer.events().emit(|| Event::Request {
             balancer: balancer.kind(),
-            client: exchange.client,
+            client: exchange.client.or_unspecified(),
             method: exchange.method.to_string(),
             path: exchange.uri.to_string(),
             status: exchange.status.map(|s| s.as_u16()),
@@ -346,7 +347,8 @@ impl HttpBalancer {
         }
     }
 
-    /// An upgraded connection ended: its closing line, as a relayed connection's.
+    /// An upgraded connection ended: its closing line, as a relayed connection's. Its bytes
+    /// are the server's traffic through its request's exchange, reported next.
     fn tunnel_ended(&self, tunnel: &Tunnel<Target>) {
         let outcome = relay::Outcome {
             to_server: tunnel.to_server,
@@ -354,15 +356,11 @@ impl HttpBalancer {
             end: tunnel.end.clone(),
         };
         let closed = Closed {
-            client: tunnel.client,
+            client: tunnel.client.or_unspecified(),
             duration: tunnel.duration,
             outcome: &outcome,
             log_connections: self.balancer.generation().config.log_connections,
         };
-        tunnel
-            .server
-            .0
-            .add_traffic(tunnel.to_server, tunnel.to_client);
         self.balancer.ended(&tunnel.server.0, &closed, &self.span);
     }
 
@@ -463,7 +461,8 @@ impl HttpBalancer {
             let server = &pool.servers[index];
             let failed = tried.iter().any(|t| Arc::ptr_eq(&t.0, server));
             if !failed && server.is_available(self.balancer.clock_ms()) {
-                let client_ip = client.peer.ip();
+                // Unknown clients (a trusted chain naming no usable address) share one count.
+                let client_ip = client_key(client.peer);
                 let limits = limits(&pool.config);
                 let touched = table.touch(ticket, client_ip, Instant::now(), &limits);
                 if touched == Touched::OverClientCap {
@@ -616,9 +615,10 @@ impl HttpBalancer {
     /// A new session of `client` was neither stored nor counted, the client having `cap`
     /// stored: the first of an episode of that client is logged, the others counted (see
     /// [`HttpBalancer::over_cap_ended`]).
-    fn over_cap(&self, client: IpAddr, cap: usize) {
+    fn over_cap(&self, key: IpAddr, cap: usize) {
         let mut clients = self.over_cap.lock().unwrap_or_else(|p| p.into_inner());
-        if clients.entry(client).or_default().strike() {
+        if clients.entry(key).or_default().strike() {
+            let client = client_named(key);
             self.span.in_scope(|| {
                 warn!(
                     client = %client,
@@ -636,17 +636,28 @@ impl HttpBalancer {
     /// with a line counting its sessions not counted when there was more than the one logged.
     fn over_cap_ended(&self, cap: u32) {
         let mut clients = self.over_cap.lock().unwrap_or_else(|p| p.into_inner());
-        clients.retain(|client, episode| {
+        clients.retain(|key, episode| {
             let Some(refused) = episode.end() else {
                 return true;
             };
             if refused > 1 {
+                let client = client_named(*key);
                 self.span.in_scope(|| {
                     info!(client = %client, refused, "client {client}: {refused} new sessions past HTTP_MAX_SESSIONS_PER_CLIENT ({cap}) were not counted in this episode, the first one logged")
                 });
             }
             false
         });
+    }
+}
+
+/// A client counted by `key` ([`client_key`]), in words: its address, or `unknown` for the
+/// clients no usable address names, which share the unspecified one.
+fn client_named(key: IpAddr) -> String {
+    if key.is_unspecified() {
+        "unknown".to_string()
+    } else {
+        key.to_string()
     }
 }
 
@@ -673,6 +684,14 @@ fn chosen(
     }
 }
 
+/// What an HTTP client is counted by under `MAX_CONNECTIONS_PER_CLIENT`, and owns pooled
+/// connections by under `SEND_PROXY_PROTOCOL`: its IP address; every unknown client (behind a
+/// trusted proxy whose chain named no usable address) shares one, the unspecified address,
+/// which no client connects from and no chain can name.
+fn client_key(client: ClientAddr) -> IpAddr {
+    client.or_unspecified().ip()
+}
+
 /// The access log's line for one request (`LOG_REQUESTS`): who, what, the answer, the bytes
 /// each way, how long, which server.
 fn access_line(exchange: &Exchange<Target>) {
@@ -683,15 +702,20 @@ fn access_line(exchange: &Exchange<Target>) {
         .server
         .as_ref()
         .map_or_else(|| "-".to_string(), ToString::to_string);
-    let error = match &exchange.outcome {
-        ExchangeOutcome::ServerFailed(error) => Some(error.as_str()),
-        ExchangeOutcome::ServerTimeout => Some("the server was silent past HTTP_RESPONSE_TIMEOUT"),
-        ExchangeOutcome::BrokerFault => Some("the broker itself could not connect to a server"),
-        ExchangeOutcome::Incomplete => Some("answer incomplete"),
-        ExchangeOutcome::ClientFailed => Some("request body broken off"),
-        ExchangeOutcome::ClientTimeout => {
-            Some("the request body was silent past HTTP_BODY_TIMEOUT")
+    let error: Option<std::borrow::Cow<'_, str>> = match &exchange.outcome {
+        ExchangeOutcome::ServerFailed(error) => Some(error.as_str().into()),
+        ExchangeOutcome::ServerTimeout => {
+            Some("the server was silent past HTTP_RESPONSE_TIMEOUT".into())
         }
+        ExchangeOutcome::BrokerFault => {
+            Some("the broker itself could not connect to a server".into())
+        }
+        ExchangeOutcome::Incomplete => Some("answer incomplete".into()),
+        ExchangeOutcome::ClientFailed => Some("request body broken off".into()),
+        ExchangeOutcome::ClientTimeout => {
+            Some("the request body was silent past HTTP_BODY_TIMEOUT".into())
+        }
+        ExchangeOutcome::TunnelBroken(end) => Some(format!("the tunnel ended: {end}").into()),
         _ => None,
     };
     info!(
@@ -703,7 +727,7 @@ fn access_line(exchange: &Exchange<Target>) {
         bytes_to_client = exchange.to_client,
         duration = %format_args!("{:.3}s", exchange.duration.as_secs_f64()),
         server = %server,
-        error = error,
+        error = error.as_deref(),
         "request"
     );
 }
@@ -729,9 +753,9 @@ impl Upstreams for HttpBalancer {
     /// its direct connections; the refusal logged in the balancer's span.
     fn hold_client(&self, client: &Downstream) -> Option<ClientHold> {
         let pool = self.balancer.generation();
-        let ip = client.peer.ip();
+        let key = client_key(client.peer);
         self.span
-            .in_scope(|| self.balancer.hold_for_proxied_request(&pool, ip))
+            .in_scope(|| self.balancer.hold_for_proxied_request(&pool, key))
     }
 
     /// A request's server: the one its `TOTVS_BROKER_SH_001` cookie names while that server
@@ -823,27 +847,29 @@ impl Upstreams for HttpBalancer {
         let s = &server.0;
         let stale = s.is_quarantined();
         let preface = pool.config.proxy.send.map(|version| {
-            let header = match client.local {
-                Some(destination) => Header::Proxied {
-                    source: client.peer,
+            // An unknown client is named to no server: `PROXY UNKNOWN`, or v2's family UNSPEC.
+            let header = match (client.peer, client.local) {
+                (ClientAddr::Known(source), Some(destination)) => Header::Proxied {
+                    source,
                     destination,
                 },
-                None => Header::Unknown,
+                _ => Header::Unknown,
             };
             proxy_protocol::write(version, &header)
         });
         let preface = preface.as_deref().unwrap_or_default();
-        let dialed = self
-            .balancer
-            .dial_with(&pool, s, stale, client.peer, preface);
+        let dialed =
+            self.balancer
+                .dial_with(&pool, s, stale, client.peer.or_unspecified(), preface);
         dialed.instrument(self.span.clone()).await
     }
 
     /// With `SEND_PROXY_PROTOCOL` a server connection's header names one client: the
-    /// connection is that client's alone (as HAProxy keeps a `send-proxy` connection private).
+    /// connection is that client's alone (as HAProxy keeps a `send-proxy` connection private);
+    /// one that names no one (`PROXY UNKNOWN`) is the unknown clients', never a named one's.
     fn connection_owner(&self, client: &Downstream) -> Option<IpAddr> {
         let sends = self.balancer.generation().config.proxy.send.is_some();
-        sends.then(|| client.peer.ip())
+        sends.then(|| client_key(client.peer))
     }
 
     fn report(&self, report: Report<'_, Target>) {
@@ -856,8 +882,12 @@ impl Upstreams for HttpBalancer {
                 let s = &server.0;
                 let error = ConnectError::ClosedBeforeRequest(error.to_string());
                 self.span.in_scope(|| {
-                    self.balancer
-                        .connect_failed(s, s.is_quarantined(), &error, client)
+                    self.balancer.connect_failed(
+                        s,
+                        s.is_quarantined(),
+                        &error,
+                        client.or_unspecified(),
+                    )
                 });
             }
             Report::Opened { .. } | Report::Closed { .. } => {}
@@ -869,6 +899,10 @@ impl Upstreams for HttpBalancer {
     /// Counted in the balancer's `MAX_CONNECTIONS`, with the accepted count and the last
     /// connection's time, from the connection's first request to a server on.
     fn admit(&self, _client: &Downstream, admission: &mut Admission) -> bool {
+        // A kept-alive client's next request: counted already, at no cost.
+        if matches!(admission, Admission::Client(_)) {
+            return true;
+        }
         let pool = self.balancer.generation();
         self.span
             .in_scope(|| self.balancer.admit_client(&pool, admission))
@@ -890,7 +924,7 @@ impl Upstreams for HttpBalancer {
         query::intercept(
             &self.ctx,
             &self.balancer,
-            client.peer,
+            client.peer.known(),
             request,
             admit,
             || self.figures(),

@@ -33,6 +33,18 @@ pub(super) fn refusal(generation: &Generation, peer: SocketAddr) -> Option<Strin
     ))
 }
 
+/// Why a client a trusted proxy's `X-Forwarded-For` left unknown may not query the balancer of
+/// `generation` (the 403's text): never, whatever `QUERY_ALLOW` says (its default admits
+/// every address, and an unknown client could be any of them, the proxy's own included).
+pub(super) fn unknown_refusal(generation: &Generation) -> String {
+    let section = generation.config.kind.section();
+    format!(
+        "403 Forbidden: the client is unknown (the X-Forwarded-For of a proxy in \
+         HTTP_TRUSTED_PROXIES of [{section}] names no usable address), and QUERY_ALLOW admits \
+         no unknown client\n"
+    )
+}
+
 /// The configuration as `peer` may see it: the sections of the balancers whose `QUERY_ALLOW`
 /// admits it, and the file paths (the configuration's, `ConsoleFile`) only when every
 /// balancer does, as those belong to the process as a whole.

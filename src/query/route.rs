@@ -12,7 +12,7 @@ use hyper::http::request::Parts;
 use hyper::{Method, Response, StatusCode};
 use tracing::debug;
 
-use super::access::{BUSY, refusal};
+use super::access::{BUSY, refusal, unknown_refusal};
 use super::commands::{self, COMMANDS, Query, READ};
 use super::reply::text;
 use super::snapshot::HttpFigures;
@@ -25,15 +25,16 @@ const PREFIX: &str = "/TOTVS_BROKER_QUERY";
 
 /// The answer to a request on an HTTP balancer's port when it is a query (its path starts
 /// with `/TOTVS_BROKER_QUERY`, in any case, and `QUERY_ENABLED` is on): routed by path, no
-/// sniffing. `admit` counts it (a query place while its connection is no client; false:
-/// none is free, answered 503 as on a TCP port), once it is known to be a query from an
-/// allowed client. `None` for a request to forward. `http` reads the balancer's HTTP figures,
-/// for the pages that show them. The engine's head is looked at in place; only a query's is
-/// made hyper's, for the commands.
+/// sniffing. `peer` is the client, `None` when it is unknown (a trusted proxy's chain named
+/// no usable address): refused, whatever `QUERY_ALLOW` says. `admit` counts it (a query place
+/// while its connection is no client; false: none is free, answered 503 as on a TCP port),
+/// once it is known to be a query from an allowed client. `None` for a request to forward.
+/// `http` reads the balancer's HTTP figures, for the pages that show them. The engine's head
+/// is looked at in place; only a query's is made hyper's, for the commands.
 pub fn intercept(
     shared: &Shared,
     balancer: &Balancer,
-    peer: SocketAddr,
+    peer: Option<SocketAddr>,
     request: &ClientHead<'_>,
     admit: impl FnOnce() -> bool,
     http: impl FnOnce() -> HttpFigures,
@@ -49,6 +50,11 @@ pub fn intercept(
         return None;
     }
     let head = parts_of(request)?;
+    let Some(peer) = peer else {
+        let refusal = unknown_refusal(&generation);
+        debug!(client = "unknown", "query refused: {}", refusal.trim_end());
+        return Some(text(StatusCode::FORBIDDEN, refusal));
+    };
     if let Some(refusal) = refusal(&generation, peer) {
         debug!(client = %peer, "query refused: {}", refusal.trim_end());
         return Some(text(StatusCode::FORBIDDEN, refusal));

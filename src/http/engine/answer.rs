@@ -24,7 +24,7 @@ use super::pump::{Pump, PumpError, Silence};
 use crate::http::h1::{
     self, Body, BodyReader, Finish, Framing, ResponseHead, Span, ToClient, client_keep_alive,
 };
-use crate::http::{Choice, ExchangeOutcome, Upstreams};
+use crate::http::{Choice, ExchangeOutcome, Report, Upstreams};
 use crate::net::stream::Stream;
 
 /// How an answer's body went.
@@ -265,13 +265,15 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
         let mut out = head.write(resp.filled(), editor);
         let ahead = Span::between(head.len(), resp.len());
         out.append_input(ahead);
-        let peer = record.exchange.client;
-        // The exchange is reported now; the tunnel when it ends.
-        drop(record);
+        // Counted now; reported to the balancer when the tunnel ends, with its bytes.
+        let mut exchange = record.upgraded();
+        let started = Instant::now();
         if write_out(&mut *client.io, &mut out, resp.filled())
             .await
             .is_err()
         {
+            exchange.outcome = ExchangeOutcome::Incomplete;
+            engine.upstreams.report(Report::Exchange(&exchange));
             return Next::Close;
         }
         let first = buf.filled()[body_end.unwrap_or(buf.len()).min(buf.len())..].to_vec();
@@ -279,11 +281,12 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
         Next::Tunnel(Box::new(Upgraded {
             conn,
             choice,
+            client_hold: None,
             first,
             to_client: u64::from(ahead.len),
-            peer,
+            exchange,
             idle: settings.tunnel_idle_timeout,
-            started: Instant::now(),
+            started,
         }))
     }
 }

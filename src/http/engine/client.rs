@@ -3,17 +3,18 @@
 //! socket and a timer), until the client closes, a request ends the connection, or the
 //! request timeout passes with no head.
 
+use std::cell::RefCell;
 use std::future::{pending, poll_fn};
 use std::io::{self, IoSlice, Write as _};
 use std::net::IpAddr;
 use std::pin::{Pin, pin};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::task::{Poll, ready};
+use std::sync::atomic::AtomicU64;
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use hyper::StatusCode;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncWriteExt, ReadBuf};
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tracing::{info, warn};
@@ -23,8 +24,8 @@ use super::buffers::Buffer;
 use super::own::{self, Ending};
 use super::pool::ServerConn;
 use crate::http::h1::{HeadError, HeadScan, Method, OutHead, RequestHead, Version};
-use crate::http::{Choice, Downstream, Report, Tunnel, Upstreams};
-use crate::net::relay::{Counters, relay};
+use crate::http::{Choice, Downstream, Exchange, ExchangeOutcome, Report, Tunnel, Upstreams};
+use crate::net::relay::{Counters, End, relay};
 use crate::net::stream::Stream;
 use crate::process::budget::{Budget, Claim};
 
@@ -148,6 +149,8 @@ impl<U: Upstreams> Engine<U> {
             Err(Headless::Refused(_)) => (Version::Http11, false),
             Err(Headless::Gone | Headless::Evicted) => return,
         };
+        // Not held while the page is written and the rest lingers.
+        drop(buf);
         let ending = Ending {
             close: true,
             version,
@@ -274,7 +277,7 @@ impl<'c, C> Client<'c, C> {
             io,
             peer,
             via: None,
-            ip: IpText::of(peer.peer.ip()),
+            ip: peer.peer.ip().map_or_else(IpText::none, IpText::of),
             closing,
             deadline,
         }
@@ -354,7 +357,9 @@ impl<C: Stream> Client<'_, C> {
     /// Closes the connection after an answer that left bytes of the request unread (an early
     /// answer, a refusal, a timeout): its sending side is shut, then what the client still
     /// sends is read and dropped for a while, so the close does not reset the connection
-    /// under an answer the client has not read yet (nginx's lingering close).
+    /// under an answer the client has not read yet (nginx's lingering close). The bytes are
+    /// read into the worker's one scratch buffer, so a flood of refused clients lingering at
+    /// once holds no buffer each.
     pub(super) async fn linger(&mut self) {
         /// How long the client's last bytes are waited for, and how many are dropped at most.
         const LINGER: Duration = Duration::from_secs(2);
@@ -362,19 +367,18 @@ impl<C: Stream> Client<'_, C> {
         if self.io.shutdown().await.is_err() {
             return;
         }
-        let mut buf = Buffer::small();
         let io = &mut *self.io;
         let mut dropped = 0;
-        let _ = tokio::time::timeout(LINGER, async {
+        let drained = poll_fn(|cx| {
             while dropped < MOST {
-                buf.clear();
-                match poll_fn(|cx| buf.poll_read_from(cx, io)).await {
-                    Ok(0) | Err(_) => return,
+                match ready!(drop_read(cx, io)) {
+                    Ok(0) | Err(_) => break,
                     Ok(n) => dropped += n,
                 }
             }
-        })
-        .await;
+            Poll::Ready(())
+        });
+        let _ = tokio::time::timeout(LINGER, drained).await;
     }
 
     /// Closes the connection after an answer that left nothing unread: a TLS stream says
@@ -384,6 +388,19 @@ impl<C: Stream> Client<'_, C> {
             let _ = tokio::time::timeout(Duration::from_secs(1), self.io.shutdown()).await;
         }
     }
+}
+
+/// Reads what `io` has and drops it, into the worker's scratch buffer (borrowed for the read
+/// alone, never across a wait): how many bytes.
+fn drop_read<C: Stream>(cx: &mut Context<'_>, io: &mut C) -> Poll<io::Result<usize>> {
+    thread_local! {
+        static SCRATCH: RefCell<[u8; 16 * 1024]> = const { RefCell::new([0; 16 * 1024]) };
+    }
+    SCRATCH.with_borrow_mut(|scratch| {
+        let mut read = ReadBuf::new(scratch);
+        ready!(Pin::new(&mut *io).poll_read(cx, &mut read))?;
+        Poll::Ready(Ok(read.filled().len()))
+    })
 }
 
 /// Writes `out` (a head over `input`) whole, in as few vectored writes as the stream takes,
@@ -417,48 +434,92 @@ pub(super) struct Upgraded<U: Upstreams> {
     pub(super) conn: ServerConn<U>,
     /// Holds the balancer's lease for the tunnel's life.
     pub(super) choice: Choice<U>,
+    /// Behind a trusted proxy, what counts the tunnel for its client under
+    /// `MAX_CONNECTIONS_PER_CLIENT`, for the tunnel's life (a direct client's connection is
+    /// counted already).
+    pub(super) client_hold: Option<U::ClientHold>,
     /// The client's bytes after its request, for the server first.
     pub(super) first: Vec<u8>,
     /// The server's bytes after its `101`, passed on with it.
     pub(super) to_client: u64,
-    pub(super) peer: std::net::SocketAddr,
+    /// The request that asked for the switch (counted in the figures at its `101`), reported
+    /// when the tunnel ends: the access log's line of a WebSocket says how it went.
+    pub(super) exchange: Exchange<U::Server>,
     /// `IDLE_TIMEOUT`, if any.
     pub(super) idle: Option<Duration>,
+    /// When the `101` was sent on.
     pub(super) started: Instant,
+}
+
+/// A tunnel being relayed, and what it moved: reported when it is dropped, however it ends
+/// (its relay done, or its future dropped when the connection is cut: then as stopped).
+struct Relaying<'e, U: Upstreams> {
+    engine: &'e Engine<U>,
+    upgraded: Upgraded<U>,
+    to_server: AtomicU64,
+    to_client: AtomicU64,
+    /// How the relay ended, once it did.
+    end: Option<End>,
+}
+
+impl<U: Upstreams> Drop for Relaying<'_, U> {
+    /// The tunnel's end for the balancer (its `connection closed` line), then its request's,
+    /// with the tunnel's bytes and duration added: no error when both sides closed, else how
+    /// it broke off.
+    fn drop(&mut self) {
+        let end = self.end.take().unwrap_or(End::Stopped);
+        let upgraded = &mut self.upgraded;
+        let tunnel = Tunnel {
+            client: upgraded.exchange.client,
+            server: upgraded.choice.server.clone(),
+            to_server: *self.to_server.get_mut(),
+            to_client: *self.to_client.get_mut(),
+            duration: upgraded.started.elapsed(),
+            end,
+        };
+        self.engine.upstreams.report(Report::Tunnel(&tunnel));
+        let exchange = &mut upgraded.exchange;
+        exchange.to_server += tunnel.to_server;
+        exchange.to_client += tunnel.to_client;
+        exchange.duration += tunnel.duration;
+        exchange.outcome = match tunnel.end {
+            End::Closed(_) => ExchangeOutcome::Served,
+            end => ExchangeOutcome::TunnelBroken(end),
+        };
+        self.engine.upstreams.report(Report::Exchange(exchange));
+    }
 }
 
 impl<U: Upstreams> Engine<U> {
     /// Relays `upgraded` over `client` (splice between plain sockets) until both sides
-    /// closed, one failed, or nothing moved for `IDLE_TIMEOUT`; then reports the tunnel. The
-    /// caller drops this future to cut the connection.
+    /// closed, one failed, or nothing moved for `IDLE_TIMEOUT`; then reports the tunnel and
+    /// its request. The caller drops this future to cut the connection (both are reported
+    /// then too, the tunnel as stopped).
     #[allow(clippy::manual_async_fn)] // an `async fn` would hold `upgraded` twice
     pub(super) fn relay_tunnel<'a, C: Stream>(
         &'a self,
         client: &'a mut C,
-        mut upgraded: Upgraded<U>,
+        upgraded: Upgraded<U>,
     ) -> impl Future<Output = ()> + 'a {
-        // Not an `async fn`, and `upgraded` used in place rather than taken apart: either
-        // would give its fields a second slot in the future, for the tunnel's life.
+        // Not an `async fn`, and `upgraded` moved once into what reports it and used there
+        // in place: either would give its fields a second slot in the future, for the
+        // tunnel's life.
         async move {
-            let to_server = AtomicU64::new(0);
-            let to_client = AtomicU64::new(upgraded.to_client);
+            let mut relaying = Relaying {
+                engine: self,
+                to_client: AtomicU64::new(upgraded.to_client),
+                upgraded,
+                to_server: AtomicU64::new(0),
+                end: None,
+            };
             let counters = Counters {
-                to_server: &to_server,
-                to_client: &to_client,
+                to_server: &relaying.to_server,
+                to_client: &relaying.to_client,
             };
-            let first = std::mem::take(&mut upgraded.first);
-            let stream = &mut upgraded.conn.stream;
-            let outcome = relay(client, stream, first, counters, upgraded.idle, pending()).await;
-            let tunnel = Tunnel {
-                client: upgraded.peer,
-                server: upgraded.choice.server.clone(),
-                to_server: to_server.load(Relaxed),
-                to_client: to_client.load(Relaxed),
-                duration: upgraded.started.elapsed(),
-                end: outcome.end,
-            };
-            self.upstreams.report(Report::Tunnel(&tunnel));
-            drop(upgraded);
+            let first = std::mem::take(&mut relaying.upgraded.first);
+            let (stream, idle) = (&mut relaying.upgraded.conn.stream, relaying.upgraded.idle);
+            let outcome = relay(client, stream, first, counters, idle, pending()).await;
+            relaying.end = Some(outcome.end);
         }
     }
 }
@@ -479,15 +540,20 @@ impl IpText {
             IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
             IpAddr::V4(_) => ip,
         };
-        let mut text = IpText {
-            bytes: [0; IP_TEXT_MAX],
-            len: 0,
-        };
+        let mut text = IpText::none();
         let mut room = &mut text.bytes[..];
         if write!(room, "{ip}").is_ok() {
             text.len = (IP_TEXT_MAX - room.len()) as u8;
         }
         text
+    }
+
+    /// No address (a connection's peer always has one; an unknown client has none).
+    pub(super) fn none() -> IpText {
+        IpText {
+            bytes: [0; IP_TEXT_MAX],
+            len: 0,
+        }
     }
 
     pub(super) fn as_bytes(&self) -> &[u8] {
@@ -556,9 +622,10 @@ mod tests {
         let (accepted, peer) = listener.accept().await.unwrap();
         let engine = Engine::new(Arc::new(Nobody), Settings::default());
         let downstream = Downstream {
-            peer,
+            peer: peer.into(),
             tls: false,
             local: None,
+            check: false,
         };
         let (closing, cut) = (CancellationToken::new(), CancellationToken::new());
         let serving = engine.serve(accepted, downstream, closing, cut, ());

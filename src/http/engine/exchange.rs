@@ -3,7 +3,6 @@
 //! for the access log and the figures, reported once whichever way it ends (its future
 //! dropped too, when the client's connection is cut).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,7 +15,7 @@ use super::client::{Client, Headless, Next};
 use super::own::{self, Ending};
 use crate::http::h1::{Body, FieldName, HeadError, Method, RequestHead, Version};
 use crate::http::refusal::Refusal;
-use crate::http::{ClientHead, Exchange, ExchangeOutcome, Report, Settings, Upstreams};
+use crate::http::{ClientAddr, ClientHead, Exchange, ExchangeOutcome, Report, Settings, Upstreams};
 use crate::net::stream::Stream;
 
 /// A request in hand: the client's side, its buffer (the head, then the body as it passes,
@@ -50,9 +49,9 @@ impl<U: Upstreams> Engine<U> {
             Ok(head) => head,
             Err(Headless::Gone) => return Next::Close,
             Err(Headless::Refused(error)) => {
-                return self.refuse_head(client, &buf, error, &settings).await;
+                return self.refuse_head(client, buf, error, &settings).await;
             }
-            Err(Headless::Evicted) => return self.evicted(client, &buf, &settings).await,
+            Err(Headless::Evicted) => return self.evicted(client, buf, &settings).await,
         };
         let proxied = client.peer.is_trusted_proxy(&settings.trusted_proxies);
         (client.peer, client.via) =
@@ -71,19 +70,26 @@ impl<U: Upstreams> Engine<U> {
             admission,
         };
         // Held until the answer's end: the future returns once it is written.
-        let _hold = match proxied.then(|| self.upstreams.hold_client(&request.client.peer)) {
+        let hold = match proxied.then(|| self.upstreams.hold_client(&request.client.peer)) {
             // Boxed: the rare way's state would otherwise widen every request's future.
             Some(None) => return Box::pin(request.client_limited()).await,
             hold => hold.flatten(),
         };
-        request.route().await
+        match request.route().await {
+            // A tunnel stays its client's for its whole life: the hold goes with it.
+            Next::Tunnel(mut upgraded) => {
+                upgraded.client_hold = hold;
+                Next::Tunnel(upgraded)
+            }
+            next => next,
+        }
     }
 
     /// The 408 of a head `HTTP_HEAD_MEMORY` evicted; the connection closes after it.
     async fn evicted<C: Stream>(
         &self,
         mut client: Client<'_, C>,
-        buf: &Buffer,
+        buf: Buffer,
         settings: &Settings,
     ) -> Next<U> {
         if let Some(mut record) = Record::of_line(self, client.peer.peer, buf.filled()) {
@@ -91,6 +97,8 @@ impl<U: Upstreams> Engine<U> {
             record.answered(StatusCode::REQUEST_TIMEOUT);
             record.report();
         }
+        // Not held while the page is written and the rest lingers: the budget freed it.
+        drop(buf);
         let ending = Ending {
             close: true,
             version: Version::Http11,
@@ -107,7 +115,7 @@ impl<U: Upstreams> Engine<U> {
     async fn refuse_head<C: Stream>(
         &self,
         mut client: Client<'_, C>,
-        buf: &Buffer,
+        buf: Buffer,
         error: HeadError,
         settings: &Settings,
     ) -> Next<U> {
@@ -117,6 +125,9 @@ impl<U: Upstreams> Engine<U> {
             record.answered(refusal.status());
             record.report();
         }
+        // Not held while the page is written and the rest lingers (a flood of heads too large
+        // would hold 64 KiB each).
+        drop(buf);
         let ending = Ending {
             close: true,
             version: Version::Http11,
@@ -133,8 +144,8 @@ impl<U: Upstreams> Engine<U> {
 }
 
 impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
-    /// The request's way: the balancer's own answer, a refusal, the broker's answer as its
-    /// last recipient, or on to a server.
+    /// The request's way: the balancer's own answer, a refusal (any other request on a front
+    /// balancer's check), the broker's answer as its last recipient, or on to a server.
     async fn route(mut self) -> Next<U> {
         let view = ClientHead::new(&self.head, self.buf.filled());
         let upstreams = &self.engine.upstreams;
@@ -149,6 +160,9 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
             return self
                 .local(own::local(&answer, ending), status, ending)
                 .await;
+        }
+        if self.client.peer.check {
+            return self.refuse(Refusal::FrontCheck).await;
         }
         match self.head.method() {
             Method::Connect => return self.refuse(Refusal::Connect).await,
@@ -298,13 +312,13 @@ pub(super) struct Record<'e, U: Upstreams> {
 
 impl<'e, U: Upstreams> Record<'e, U> {
     /// The record of `head` (read from `buf`) from `client`, from now on.
-    fn new(engine: &'e Engine<U>, client: SocketAddr, head: &RequestHead, buf: &[u8]) -> Self {
+    fn new(engine: &'e Engine<U>, client: ClientAddr, head: &RequestHead, buf: &[u8]) -> Self {
         Record::of(engine, client, head.method_bytes(buf), head.target(buf))
     }
 
     /// The record of a head refused before it was parsed, when its request line says a
     /// method and a target.
-    fn of_line(engine: &'e Engine<U>, client: SocketAddr, buf: &[u8]) -> Option<Self> {
+    fn of_line(engine: &'e Engine<U>, client: ClientAddr, buf: &[u8]) -> Option<Self> {
         let line = buf
             .split(|&b| b == b'\n')
             .find(|line| !line.is_empty() && *line != b"\r")?;
@@ -314,19 +328,13 @@ impl<'e, U: Upstreams> Record<'e, U> {
         Some(Record::of(engine, client, method, target))
     }
 
-    fn of(engine: &'e Engine<U>, client: SocketAddr, method: &[u8], target: &[u8]) -> Self {
+    fn of(engine: &'e Engine<U>, client: ClientAddr, method: &[u8], target: &[u8]) -> Self {
         Record {
             engine,
             exchange: Exchange {
-                client,
                 method: hyper::Method::from_bytes(method).unwrap_or_default(),
                 uri: String::from_utf8_lossy(target).into_owned(),
-                status: None,
-                server: None,
-                to_server: 0,
-                to_client: 0,
-                duration: Duration::ZERO,
-                outcome: ExchangeOutcome::Incomplete,
+                ..blank(client)
             },
             started: Instant::now(),
             reported: false,
@@ -341,6 +349,40 @@ impl<'e, U: Upstreams> Record<'e, U> {
     /// The client is sent an answer whose status code is `code`.
     pub(super) fn answered_code(&mut self, code: u16) {
         self.exchange.status = StatusCode::from_u16(code).ok();
+    }
+}
+
+impl<U: Upstreams> Record<'_, U> {
+    /// The request was answered `101` and becomes a tunnel: counted in the figures now (the
+    /// duration histogram keeps its time to the 101, so hour-long WebSockets do not skew it),
+    /// and handed over, to be reported to the balancer when the tunnel ends, with the
+    /// tunnel's bytes and its whole duration (the access line of a WebSocket says how it
+    /// went, not that it was switched).
+    pub(super) fn upgraded(mut self) -> Exchange<U::Server> {
+        self.reported = true;
+        let exchange = &mut self.exchange;
+        exchange.duration = self.started.elapsed();
+        exchange.outcome = ExchangeOutcome::Served;
+        self.engine
+            .stats
+            .finished(exchange.status, exchange.duration, &exchange.outcome);
+        let client = exchange.client;
+        std::mem::replace(exchange, blank(client))
+    }
+}
+
+/// An exchange of `client` with nothing in it yet: no allocation.
+fn blank<S>(client: ClientAddr) -> Exchange<S> {
+    Exchange {
+        client,
+        method: hyper::Method::default(),
+        uri: String::new(),
+        status: None,
+        server: None,
+        to_server: 0,
+        to_client: 0,
+        duration: Duration::ZERO,
+        outcome: ExchangeOutcome::Incomplete,
     }
 }
 

@@ -421,15 +421,18 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
         let (head, buf) = (&self.head, self.buf.filled());
         let offer = offer(head, buf, &self.settings.upgrade_protocols);
         // The connection's peer, as written when the request began; a client a trusted proxy
-        // named for this request is written here.
+        // named for this request is written here, and an unknown one is named to no one.
         let named = self
             .client
             .via
-            .map(|_| IpText::of(self.client.peer.peer.ip()));
-        let client = named.as_ref().unwrap_or(&self.client.ip);
+            .map(|_| self.client.peer.peer.ip().map(IpText::of));
+        let client = match &named {
+            None => Some(&self.client.ip),
+            Some(named) => named.as_ref(),
+        };
         let how = ToServer {
             forwarded: self.settings.forwarded_headers.then(|| Forwarded {
-                client: client.as_bytes(),
+                client: client.map(IpText::as_bytes),
                 peer: self.client.ip.as_bytes(),
                 https: self.client.peer.tls,
             }),

@@ -17,9 +17,6 @@ pub enum EditError {
     /// A value may not hold CR, LF, NUL or another control byte but tab.
     #[error("a header value may not hold CR, LF, NUL or another control byte")]
     Value,
-    /// A field id the head does not have.
-    #[error("no such header line")]
-    Field,
 }
 
 /// A change besides removals.
@@ -35,9 +32,8 @@ enum Edit {
 /// and the balancer (its cookie out), written by the head's `write`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Editor {
-    /// One bit per field ([`MAX_FIELDS`](super::MAX_FIELDS) fit).
-    removed: u128,
-    set: u128,
+    removed: FieldSet,
+    set: FieldSet,
     edits: Vec<Edit>,
     scratch: Vec<u8>,
 }
@@ -50,24 +46,21 @@ impl Editor {
 
     /// Line `field` is not forwarded.
     pub fn remove(&mut self, field: FieldId) {
-        self.removed |= bit(field);
+        self.removed.insert(field);
     }
 
     /// Whether line `field` is not forwarded.
     pub fn is_removed(&self, field: FieldId) -> bool {
-        self.removed & bit(field) != 0
+        self.removed.contains(field)
     }
 
     /// Line `field` goes with the value made of `parts` end to end (a cookie without the
     /// broker's crumb; `X-Forwarded-For` with the client appended), its name as received.
     pub fn set(&mut self, field: FieldId, parts: &[&[u8]]) -> Result<(), EditError> {
-        if field.index() >= 128 {
-            return Err(EditError::Field);
-        }
         check_value(parts)?;
         let value = self.write_line(&[], parts.iter().copied());
-        self.removed &= !bit(field);
-        self.set |= bit(field);
+        self.removed.take_out(field);
+        self.set.insert(field);
         self.push(Edit::Set {
             field: field.0,
             value,
@@ -138,20 +131,63 @@ impl Editor {
                 out.push(*piece);
             }
         }
-        for (i, field) in fields.raw().iter().enumerate() {
-            let mask = 1u128 << i.min(127);
-            if self.removed & mask != 0 {
-                continue;
-            }
-            if self.set & mask != 0 {
-                out.push(Piece::Input(field.name));
-                out.push(Piece::Scratch(new_value(&self.edits, i)));
-            } else {
-                write_field(&mut out, field);
+        // A word of each set per 128 lines, as a head's lines come; the second only for the
+        // rare head of more (a server's, up to MAX_RESPONSE_FIELDS).
+        for (chunk, lines) in fields.raw().chunks(FieldSet::WORD_BITS).enumerate() {
+            let (removed, set) = (self.removed.word(chunk), self.set.word(chunk));
+            for (at, field) in lines.iter().enumerate() {
+                let mask = 1u128 << at;
+                if removed & mask != 0 {
+                    continue;
+                }
+                if set & mask != 0 {
+                    let i = chunk * FieldSet::WORD_BITS + at;
+                    out.push(Piece::Input(field.name));
+                    out.push(Piece::Scratch(new_value(&self.edits, i)));
+                } else {
+                    write_field(&mut out, field);
+                }
             }
         }
         out.push(end);
         out
+    }
+}
+
+/// A set of a head's lines, a bit each: every [`FieldId`] fits (a byte's 256 values, so
+/// [`MAX_RESPONSE_FIELDS`](super::MAX_RESPONSE_FIELDS) lines), in two words, the second
+/// touched only by a head of more than 128 lines.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct FieldSet([u128; 2]);
+
+impl FieldSet {
+    /// The lines each word holds.
+    const WORD_BITS: usize = 128;
+
+    fn insert(&mut self, field: FieldId) {
+        let (word, bit) = Self::place(field);
+        self.0[word] |= bit;
+    }
+
+    fn take_out(&mut self, field: FieldId) {
+        let (word, bit) = Self::place(field);
+        self.0[word] &= !bit;
+    }
+
+    fn contains(&self, field: FieldId) -> bool {
+        let (word, bit) = Self::place(field);
+        self.0[word] & bit != 0
+    }
+
+    /// The bits of lines `128 * n` to `128 * n + 127` (none past the set).
+    fn word(&self, n: usize) -> u128 {
+        self.0.get(n).copied().unwrap_or(0)
+    }
+
+    /// The word `field` is in, and its bit there.
+    fn place(field: FieldId) -> (usize, u128) {
+        let i = field.index();
+        (i / Self::WORD_BITS, 1u128 << (i % Self::WORD_BITS))
     }
 }
 
@@ -177,10 +213,6 @@ fn new_value(edits: &[Edit], i: usize) -> Span {
             _ => None,
         })
         .unwrap_or_default()
-}
-
-fn bit(field: FieldId) -> u128 {
-    1u128.checked_shl(u32::from(field.0)).unwrap_or(0)
 }
 
 /// A token byte (RFC 9110 §5.6.2).
@@ -225,7 +257,6 @@ mod tests {
         assert_eq!(editor.add(b"", &[b"1"]), Err(EditError::Name));
         assert_eq!(editor.add(b"X:", &[b"1"]), Err(EditError::Name));
         assert_eq!(editor.set(FieldId(0), &[b"\n"]), Err(EditError::Value));
-        assert_eq!(editor.set(FieldId(200), &[b"1"]), Err(EditError::Field));
     }
 
     #[test]
@@ -237,5 +268,22 @@ mod tests {
         editor.set(FieldId(3), &[b"b", b"c"]).unwrap();
         assert!(!editor.is_removed(FieldId(3)));
         assert_eq!(new_value(&editor.edits, 3).of(&editor.scratch), b": bc\r\n");
+    }
+
+    #[test]
+    fn every_line_of_a_byte_s_ids_can_be_removed_and_set() {
+        let mut editor = Editor::new();
+        for i in [0u8, 127, 128, 200, 254, 255] {
+            editor.remove(FieldId(i));
+            assert!(editor.is_removed(FieldId(i)), "{i}");
+        }
+        assert!(!editor.is_removed(FieldId(129)));
+        editor.set(FieldId(200), &[b"x"]).unwrap();
+        assert!(!editor.is_removed(FieldId(200)));
+        assert!(editor.is_removed(FieldId(128)) && editor.is_removed(FieldId(254)));
+        assert_eq!(
+            new_value(&editor.edits, 200).of(&editor.scratch),
+            b": x\r\n"
+        );
     }
 }

@@ -1,7 +1,7 @@
 //! Why a head is refused: one enum whose words a page can show the client (every answer the
 //! broker makes says what was wrong), and the status each earns.
 
-use super::{MAX_FIELDS, MAX_HEAD, MAX_TARGET};
+use super::{MAX_FIELDS, MAX_HEAD, MAX_RESPONSE_FIELDS, MAX_TARGET};
 
 /// Which part of a head httparse found malformed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,8 +52,12 @@ pub enum HeadError {
     /// The head is longer than [`MAX_HEAD`].
     #[error("the head is longer than {} KiB", MAX_HEAD / 1024)]
     HeadTooLarge,
-    /// More than [`MAX_FIELDS`] header lines.
-    #[error("the head has more than {MAX_FIELDS} header lines")]
+    /// More header lines than a head may have: [`MAX_FIELDS`] in a request,
+    /// [`MAX_RESPONSE_FIELDS`] in an answer.
+    #[error(
+        "the head has too many header lines (at most {MAX_FIELDS} in a request, \
+         {MAX_RESPONSE_FIELDS} in an answer)"
+    )]
     TooManyFields,
     /// An HTTP version other than 1.x.
     #[error("only HTTP/1.0 and HTTP/1.1 are spoken here")]
@@ -140,7 +144,7 @@ mod tests {
             (HeadError::Malformed(Syntax::Folded), 400, "folded"),
             (HeadError::TargetTooLong, 414, "16 KiB"),
             (HeadError::HeadTooLarge, 431, "64 KiB"),
-            (HeadError::TooManyFields, 431, "100 header lines"),
+            (HeadError::TooManyFields, 431, "at most 100 in a request"),
             (HeadError::VersionNotSupported, 505, "HTTP/1.1"),
             (HeadError::UnsupportedCoding, 501, "chunked"),
             (HeadError::NoHost, 400, "Host header is required"),

@@ -2,7 +2,7 @@
 //! parse time (the framing, the rewriting and the balancer then compare a small enum, not
 //! strings), each line marked clean when its bytes can be forwarded as they came.
 
-use super::{MAX_FIELDS, Span};
+use super::{MAX_RESPONSE_FIELDS, Span};
 
 /// The header names the engine acts on, recognised case-insensitively at parse time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -209,8 +209,9 @@ impl Fields {
     }
 
     fn ids(&self) -> impl Iterator<Item = FieldId> + use<> {
-        // At most MAX_FIELDS lines: the ids fit a byte.
-        (0..self.list.len().min(MAX_FIELDS)).map(|i| FieldId(u8::try_from(i).unwrap_or(0)))
+        // At most MAX_RESPONSE_FIELDS lines (a request's are fewer): the ids fit a byte.
+        let lines = self.list.len().min(MAX_RESPONSE_FIELDS);
+        (0..lines).map(|i| FieldId(u8::try_from(i).unwrap_or(0)))
     }
 
     fn at<'a>(&self, buf: &'a [u8], id: FieldId) -> FieldRef<'a> {

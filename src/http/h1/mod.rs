@@ -131,9 +131,15 @@ pub const MAX_TARGET: usize = 16 * 1024;
 /// Also the largest buffer the wiring needs for a head: the pool's large tier.
 pub const MAX_HEAD: usize = 64 * 1024;
 
-/// The most header lines in a head (beyond: 431), hyper's limit before: a browser sends
-/// about 15. httparse is given this many slots on the stack, uninitialised.
+/// The most header lines in a request's head (beyond: 431), hyper's limit before: a browser
+/// sends about 15. httparse is given this many slots on the stack, uninitialised.
 pub const MAX_FIELDS: usize = 100;
+
+/// The most header lines in an answer's head (beyond: 502). Answers are limited by their bytes
+/// ([`MAX_HEAD`]) first: a server may send many small lines (a portal's cookies and policies),
+/// which nginx and a direct connection pass, so the line limit is as high as a [`FieldId`]
+/// (a byte) allows. httparse is given this many slots on the stack, uninitialised.
+pub const MAX_RESPONSE_FIELDS: usize = 255;
 
 /// The longest chunk-size line, extensions included (pingora's bound).
 pub const MAX_CHUNK_LINE: usize = 8 * 1024;

@@ -8,7 +8,9 @@ use std::mem::MaybeUninit;
 use super::field::Connection;
 use super::framing::{self, Codings, Length};
 use super::version;
-use super::{Body, Fields, HeadError, HeadScan, MAX_FIELDS, MAX_HEAD, Method, Span, Version};
+use super::{
+    Body, Fields, HeadError, HeadScan, MAX_HEAD, MAX_RESPONSE_FIELDS, Method, Span, Version,
+};
 
 /// What the request sent to the server asked, as the response's framing depends on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -197,9 +199,10 @@ impl ResponseHead {
     }
 }
 
-/// One run of httparse over `buf`, lenient as toward a server, with [`MAX_FIELDS`] slots.
+/// One run of httparse over `buf`, lenient as toward a server, with [`MAX_RESPONSE_FIELDS`]
+/// slots.
 fn httparse_response(buf: &[u8]) -> Result<Option<Parsed>, httparse::Error> {
-    let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_FIELDS];
+    let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_RESPONSE_FIELDS];
     let mut response = httparse::Response::new(&mut []);
     let mut config = httparse::ParserConfig::default();
     config

@@ -28,8 +28,9 @@ pub struct ToServer<'a> {
 /// The client, as `X-Forwarded-*` says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Forwarded<'a> {
-    /// Its address as text (an IPv4-mapped address written as IPv4), for `X-Real-IP`.
-    pub client: &'a [u8],
+    /// Its address as text (an IPv4-mapped address written as IPv4), for `X-Real-IP`; `None`
+    /// for a client a trusted proxy's chain left unknown, which gets no `X-Real-IP`.
+    pub client: Option<&'a [u8]>,
     /// The connection's peer as text, appended to `X-Forwarded-For`: the client itself, or
     /// the trusted proxy whose chain named it.
     pub peer: &'a [u8],
@@ -186,7 +187,8 @@ fn set_length(editor: &mut Editor, field: FieldId, value: u64) {
 }
 
 /// `X-Forwarded-For` with the peer appended to the chain the client sent (as nginx's
-/// `$proxy_add_x_forwarded_for`), `X-Forwarded-Proto`, `-Host` and `X-Real-IP` the broker's.
+/// `$proxy_add_x_forwarded_for`), `X-Forwarded-Proto`, `-Host` and `X-Real-IP` the broker's
+/// (no `X-Real-IP` for an unknown client: the client's own was taken out).
 fn add_forwarded(request: &RequestHead, buf: &[u8], forwarded: Forwarded<'_>, editor: &mut Editor) {
     let fields = request.fields();
     let chain = fields
@@ -200,7 +202,9 @@ fn add_forwarded(request: &RequestHead, buf: &[u8], forwarded: Forwarded<'_>, ed
     if let Some(host) = request.host(buf) {
         editor.add_unchecked(b"X-Forwarded-Host", [host]);
     }
-    editor.add_unchecked(b"X-Real-IP", [forwarded.client]);
+    if let Some(client) = forwarded.client {
+        editor.add_unchecked(b"X-Real-IP", [client]);
+    }
 }
 
 impl ResponseHead {
@@ -274,7 +278,11 @@ fn leaves_for_client(
         | FieldName::Http2Settings => true,
         FieldName::Upgrade => !(framing == Framing::Tunnel && response.status() == 101),
         FieldName::TransferEncoding => !keeps_codings(response, how),
+        // A 204 has no content whose length it could tell (RFC 9110 §8.6), an interim answer
+        // none at all; a 304's or a HEAD's tells the length of the representation, and stays
+        // (as nginx keeps it).
         FieldName::ContentLength => match (framing, response.length()) {
+            _ if response.status() == 204 => true,
             (Framing::Body(Body::Empty | Body::Length(_)), Some(length)) => length.first != id,
             (Framing::Body(Body::Empty), None) => false,
             _ => true,
@@ -324,7 +332,7 @@ mod tests {
 
     const TO_SERVER: ToServer<'static> = ToServer {
         forwarded: Some(Forwarded {
-            client: b"192.0.2.7",
+            client: Some(b"192.0.2.7"),
             peer: b"192.0.2.7",
             https: false,
         }),
@@ -378,6 +386,19 @@ mod tests {
             "GET / HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: 203.0.113.1\r\nX-Forwarded-For: 198.51.100.2\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Host: spoofed\r\nX-Real-IP: 1.1.1.1\r\nForwarded: for=x\r\nTrue-Client-IP: 1\r\nX-Client-IP: 1\r\nX-Forwarded-Port: 1\r\n\r\n",
             TO_SERVER,
             "GET / HTTP/1.1\r\nX-Forwarded-For: 203.0.113.1, 198.51.100.2, 192.0.2.7\r\nX-Forwarded-Proto: http\r\nX-Forwarded-Host: h\r\nX-Real-IP: 192.0.2.7\r\nHost: h\r\n\r\n",
+        ),
+        // A client a trusted proxy's chain left unknown: no X-Real-IP, not even its own.
+        (
+            "GET / HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: unknown\r\nX-Real-IP: 10.0.0.1\r\n\r\n",
+            ToServer {
+                forwarded: Some(Forwarded {
+                    client: None,
+                    peer: b"10.0.0.1",
+                    https: true,
+                }),
+                ..TO_SERVER
+            },
+            "GET / HTTP/1.1\r\nX-Forwarded-For: unknown, 10.0.0.1\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Host: h\r\nHost: h\r\n\r\n",
         ),
         (
             "GET / HTTP/1.1\r\nHost: h\r\nX-Forwarded-Proto: https\r\nX-Real-IP: 1.1.1.1\r\n\r\n",
@@ -549,6 +570,25 @@ mod tests {
             KEPT,
             false,
             "HTTP/1.1 103 Early Hints\r\nLink: </s.css>\r\n\r\n",
+        ),
+        // No framing lines on a 204 nor on an interim answer; a 304 keeps its length.
+        (
+            "HTTP/1.1 204 No Content\r\nContent-Length: 6\r\nTransfer-Encoding: chunked\r\nX: 1\r\n\r\n",
+            KEPT,
+            false,
+            "HTTP/1.1 204 No Content\r\nX: 1\r\n\r\n",
+        ),
+        (
+            "HTTP/1.1 304 Not Modified\r\nContent-Length: 6\r\nTransfer-Encoding: chunked\r\n\r\n",
+            KEPT,
+            false,
+            "HTTP/1.1 304 Not Modified\r\nContent-Length: 6\r\n\r\n",
+        ),
+        (
+            "HTTP/1.1 100 Continue\r\nContent-Length: 0\r\nTransfer-Encoding: chunked\r\n\r\n",
+            KEPT,
+            false,
+            "HTTP/1.1 100 Continue\r\n\r\n",
         ),
         (
             "HTTP/1.1 200 OK\r\nServer : s\r\nX: a\r\n b\r\nContent-Length: 0\r\n\r\n",

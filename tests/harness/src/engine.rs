@@ -234,9 +234,10 @@ impl LoopbackEngine {
                         continue;
                     };
                     let client = Downstream {
-                        peer,
+                        peer: peer.into(),
                         tls: false,
                         local: None,
+                        check: false,
                     };
                     let proxy = Arc::clone(&proxy);
                     let closing = closing.clone();

@@ -72,7 +72,7 @@ fn request_way(buf: &mut [u8]) -> usize {
         .flatten();
     let Some(head) = head else { return 0 };
     let forwarded = Forwarded {
-        client: b"192.0.2.7",
+        client: Some(b"192.0.2.7"),
         peer: b"192.0.2.7",
         https: false,
     };
