@@ -4,7 +4,7 @@
 //! permissions, and what a bad request gets.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
@@ -931,6 +931,54 @@ async fn ping_and_show_are_answered_whatever_other_control_clients_do() {
         assert!(answer.contains("no connection left"), "{answer}");
     }
     ctl_ok(&broker, &["show"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ping_is_answered_within_its_timeout_however_many_half_written_lines_are_held() {
+    let a = TestServer::start("a").await;
+    let broker = Broker::start(&ini_for(&[&a], "")).await;
+    // More half-written lines than connections without a place may be open (64), by the
+    // socket's owner, as a stuck or hostile script would hold them.
+    let halves: Vec<UnixStream> = (0..100)
+        .map(|_| control_connection(&broker, br#"{"command":"pi"#))
+        .collect();
+    // keepalived's check, once a second: each answered at once, never refused.
+    for _ in 0..5 {
+        let asked = Instant::now();
+        let (code, out, err) = ping(&broker, "1s");
+        assert_eq!(code, 0, "{out}{err}\n{}", broker.log_text());
+        assert!(
+            asked.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            asked.elapsed()
+        );
+    }
+    // The oldest were closed to make room, without an answer (reset, their line unread);
+    // the newest are still open.
+    halves[0].set_read_timeout(Some(DEADLINE)).unwrap();
+    let mut rest = Vec::new();
+    let closed = match (&halves[0]).read_to_end(&mut rest) {
+        Ok(_) => rest.is_empty(),
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+    };
+    assert!(
+        closed,
+        "the oldest half-written line was not closed: {rest:?}"
+    );
+    let newest = &halves[99];
+    newest.set_nonblocking(true).unwrap();
+    let mut byte = [0u8; 1];
+    let still_open = matches!(
+        (&*newest).read(&mut byte),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock
+    );
+    assert!(still_open, "the newest half-written line was closed too");
+    assert_eq!(
+        broker.count_logs("connections have sent no request yet: the oldest of them is closed"),
+        1,
+        "{}",
+        broker.log_text()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -783,6 +783,33 @@ async fn moved_sessions_are_logged_once_per_server_episode_with_their_count() {
     assert!(line.contains("moved=2"), "{line}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_request_target_cannot_reach_a_terminal_through_the_access_log() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let servers = web_stand_ins().await;
+    let one = servers[0].address;
+    let broker = Broker::start(&format!(
+        "[General]\n[BALANCE_HTTP]\nLOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT=@PORT@\n\
+         MONITORING_TYPE=DISABLED\nLOG_REQUESTS=1\nREMOTE_SERVER_01={} {}\n",
+        one.ip(),
+        one.port(),
+    ))
+    .await;
+    // A target with a C1 control (CSI, U+009B, as UTF-8) and an ESC: bytes a request line
+    // may carry past a parser that takes any byte above 0x7f.
+    let mut stream = TcpStream::connect(broker.addr()).await.expect("connect");
+    stream
+        .write_all(b"GET /page\xc2\x9b2J\x1b[31m HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .expect("send");
+    let mut answer = Vec::new();
+    let _ = within("the answer", stream.read_to_end(&mut answer)).await;
+    assert!(answer.starts_with(b"HTTP/1.1 400 "), "{answer:?}");
+    let line = broker.wait_for_log("/page").await;
+    assert!(line.contains(r" path=/page\u{9b}2J\x1b[31m "), "{line}");
+    assert!(!line.contains('\u{9b}') && !line.contains('\x1b'), "{line}");
+}
+
 /// A raw server of the test's own: `/ws` is switched to `websocket` (`101`), then every byte
 /// echoed until the broker half-closes, then closed in turn; any other path is `200 ok`.
 async fn upgrading_server() -> std::net::SocketAddr {

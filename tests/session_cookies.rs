@@ -15,7 +15,8 @@ use appbroker::http_balancer::sessions::{CookieKeys, Kept, OwnSecret, Ticket};
 use appbroker::tls::files::Passphrase;
 use harness::{
     Broker, HttpConnection, HttpResponse, InProcess, Origin, SESSION_SECRET, http_get, raw_origin,
-    read_head, run_cli, session_secret_line, signed_cookie, signed_cookie_with, weighted_http_ini,
+    read_head, run_cli, session_secret_line, signed_cookie, signed_cookie_for, signed_cookie_with,
+    unbound_cookie_with, weighted_http_ini,
 };
 use tokio::io::AsyncWriteExt;
 
@@ -43,10 +44,10 @@ fn set_cookie(answer: &HttpResponse) -> Option<String> {
     Some(value.unwrap_or_else(|| panic!("unexpected Set-Cookie {line}")))
 }
 
-/// True when `value` was signed with `secret`.
+/// True when `value` was signed with `secret` for `[BALANCE_HTTP]`.
 fn signed_with(secret: &str, value: &str) -> bool {
     let keys = CookieKeys::new(secret.as_bytes(), None, None);
-    Ticket::parse(value.as_bytes()).is_some_and(|t| keys.verify(&t))
+    Ticket::parse(value.as_bytes()).is_some_and(|t| keys.verify("BALANCE_HTTP", &t))
 }
 
 /// The balancer's JSON query answer.
@@ -242,6 +243,7 @@ fn own_secret_made(age_ms: u64) -> OwnSecret {
         secret: Passphrase::new("an own secret of the upgrade window tests, 43c"),
         kept: Kept::Created("test.state.secret".into()),
         since_wall_ms: Some(now - age_ms),
+        bound_since_wall_ms: None,
     }
 }
 
@@ -602,5 +604,338 @@ async fn any_byte_in_another_cookie_keeps_affinity_and_the_broker_cookie_from_th
             "{}",
             String::from_utf8_lossy(head)
         );
+    }
+}
+
+// ---- one client minting cookies in bulk ---------------------------------------------------
+
+/// Sends `requests` (each `(cookie, client)`, the client named in `X-Forwarded-For` to a
+/// broker that trusts the test as a proxy) pipelined on one connection in batches; the cookie
+/// each answer sets (`None` when it sets none).
+async fn pipelined(broker: SocketAddr, requests: &[(Option<String>, &str)]) -> Vec<Option<String>> {
+    const BATCH: usize = 200;
+    let mut connection = HttpConnection::connect(broker).await;
+    let mut set = Vec::with_capacity(requests.len());
+    for batch in requests.chunks(BATCH) {
+        let mut bytes = Vec::new();
+        for (cookie, client) in batch {
+            let cookie = cookie
+                .as_ref()
+                .map(|c| format!("Cookie: TOTVS_BROKER_SH_001={c}\r\n"))
+                .unwrap_or_default();
+            bytes.extend_from_slice(
+                format!(
+                    "GET /status/200 HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Forwarded-For: {client}\r\n\
+                     {cookie}\r\n"
+                )
+                .as_bytes(),
+            );
+        }
+        connection.stream.write_all(&bytes).await.unwrap();
+        for _ in batch {
+            let answer = connection.read_response(false).await.unwrap();
+            assert_eq!(answer.status, 200);
+            set.push(set_cookie(&answer));
+        }
+    }
+    set
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cookies_minted_in_bulk_by_one_client_move_new_sessions_by_its_cap_at_most() {
+    const CAP: u64 = 4;
+    const FLOOD: &str = "203.0.113.66";
+    let (a, b) = (Origin::start().await, Origin::start().await);
+    let extra = format!(
+        "LOG_REQUESTS=0\nHTTP_TRUSTED_PROXIES=127.0.0.1\nHTTP_MAX_SESSIONS_PER_CLIENT={CAP}"
+    );
+    let text = weighted_http_ini(&session_secret_line(), &[(a.addr, 1), (b.addr, 1)], &extra);
+    let broker = Broker::start(&text).await;
+    // 2,000 requests without a cookie, each given a valid one; those naming 01 kept and each
+    // brought back once, as the attack did.
+    let mints: Vec<(Option<String>, &str)> = (0..2000).map(|_| (None, FLOOD)).collect();
+    let for_01: Vec<(Option<String>, &str)> = pipelined(broker.addr(), &mints)
+        .await
+        .into_iter()
+        .flatten()
+        .filter(|c| c.starts_with("01."))
+        .map(|c| (Some(c), FLOOD))
+        .collect();
+    assert!(
+        for_01.len() >= 900,
+        "{} of 2000 minted for 01",
+        for_01.len()
+    );
+    let replayed = pipelined(broker.addr(), &for_01).await;
+    assert!(
+        replayed.iter().all(Option::is_none),
+        "each a valid session cookie"
+    );
+    // At most the cap counted on 01, and said so by the JSON and the page.
+    let answer = get(broker.addr(), "/TOTVS_BROKER_QUERY/JSON", None)
+        .await
+        .json();
+    assert_eq!(answer["servers"][0]["sessions"], CAP, "{answer:#}");
+    assert_eq!(answer["total"]["sessions"], CAP, "{answer:#}");
+    let page = get(broker.addr(), "/TOTVS_BROKER_QUERY/STATUS", None)
+        .await
+        .text();
+    assert!(
+        page.contains(&format!("<b>{CAP} active sessions</b>"))
+            || page.contains(&format!("<b>{CAP} sessões ativas</b>")),
+        "{page}"
+    );
+    let warned = broker
+        .wait_for_log("HTTP_MAX_SESSIONS_PER_CLIENT (4) reached by client")
+        .await;
+    assert!(warned.contains(&format!("client={FLOOD}")), "{warned}");
+    assert_eq!(
+        broker.count_logs("HTTP_MAX_SESSIONS_PER_CLIENT (4) reached"),
+        1
+    );
+    // 20 new browsers, each from an address of its own, a first request and one more: as if
+    // the flood had added CAP sessions to 01, the first CAP go to 02, then they alternate.
+    let mut on_01 = 0;
+    for n in 1..=20 {
+        let client = format!("198.51.100.{n}");
+        let first = pipelined(broker.addr(), &[(None, client.as_str())]).await;
+        let cookie = first[0].clone().expect("a cookie for a new browser");
+        pipelined(broker.addr(), &[(Some(cookie.clone()), client.as_str())]).await;
+        on_01 += usize::from(cookie.starts_with("01."));
+    }
+    eprintln!(
+        "20 new browsers after the flood: {on_01} on 01, {} on 02",
+        20 - on_01
+    );
+    assert!(
+        (6..=10).contains(&on_01),
+        "{on_01} of 20 new browsers on 01, where 8 would be as if the flood added {CAP}"
+    );
+    // The flood's sessions still hold their server (no new cookie), uncounted.
+    let again = pipelined(broker.addr(), &for_01[..50]).await;
+    assert!(again.iter().all(Option::is_none), "{again:?}");
+    let answer = get(broker.addr(), "/TOTVS_BROKER_QUERY/JSON", None)
+        .await
+        .json();
+    assert_eq!(
+        answer["servers"][0]["sessions"],
+        CAP + on_01 as u64,
+        "{answer:#}"
+    );
+}
+
+// ---- a cookie is bound to the balancer that issued it -----------------------------------
+
+/// Two HTTP balancers, `[BALANCE_HTTP_PUBLIC]` on `@PORT@` and `[BALANCE_HTTP_INTERNAL]` on
+/// `@PORT2@`, each over two origins of its own (ids 01 and 02: other AppServers), with the
+/// tests' `SESSION_SECRET` and `extra` in each section.
+fn public_and_internal(public: [&Origin; 2], internal: [&Origin; 2], extra: &str) -> String {
+    let section = |name: &str, port: &str, origins: [&Origin; 2]| {
+        format!(
+            "[{name}]\nLOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT={port}\nQUERY_ALLOW=127.0.0.1\n\
+             MONITORING_TYPE=DISABLED\n{extra}\nREMOTE_SERVER_01=127.0.0.1 {}\n\
+             REMOTE_SERVER_02=127.0.0.1 {}\n",
+            origins[0].addr.port(),
+            origins[1].addr.port()
+        )
+    };
+    format!(
+        "[General]\nSHUTDOWN_TIMEOUT=5\n{}{}{}",
+        session_secret_line(),
+        section("BALANCE_HTTP_PUBLIC", "@PORT@", public),
+        section("BALANCE_HTTP_INTERNAL", "@PORT2@", internal)
+    )
+}
+
+/// A cookie `broker` issues for its server 02, asked for until it comes.
+async fn minted_for_02(broker: SocketAddr) -> String {
+    for n in 0..20 {
+        let cookie = set_cookie(&get(broker, &format!("/mint/{n}"), None).await).unwrap();
+        if cookie.starts_with("02.") {
+            return cookie;
+        }
+    }
+    panic!("no cookie for 02 in 20 requests");
+}
+
+/// Four origins: `[BALANCE_HTTP_PUBLIC]`'s 01 and 02, then `[BALANCE_HTTP_INTERNAL]`'s.
+async fn four_origins() -> [Origin; 4] {
+    [
+        Origin::start().await,
+        Origin::start().await,
+        Origin::start().await,
+        Origin::start().await,
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cookie_minted_on_one_balancer_is_no_session_on_another() {
+    let [pub_01, pub_02, int_01, int_02] = four_origins().await;
+    let text = public_and_internal([&pub_01, &pub_02], [&int_01, &int_02], "");
+    let broker = InProcess::start(&text).await;
+    let public = minted_for_02(broker.addr()).await;
+    // The operator takes INTERNAL's 02 out: compromised, keep users off.
+    let internal = broker.broker.control().balancers()[1].clone();
+    let server = internal.find_server("02").unwrap();
+    internal.hold(
+        &server,
+        Hold {
+            mode: Mode::Disabled,
+            reason: "compromised".into(),
+            by: "the test".into(),
+            since_wall_ms: 0,
+        },
+    );
+    let header = format!("TOTVS_BROKER_SH_001={public}");
+    for n in 0..3 {
+        let answer = get(broker.addr2(), &format!("/internal/{n}"), Some(&header)).await;
+        assert_eq!(answer.status, 200);
+        let set = set_cookie(&answer).expect("balanced as without a cookie");
+        assert!(set.starts_with("01."), "{set}");
+    }
+    assert_eq!(
+        paths(&int_02),
+        Vec::<String>::new(),
+        "the disabled server was reached"
+    );
+    assert_eq!(paths(&int_01).len(), 3);
+    let answer = get(broker.addr2(), "/TOTVS_BROKER_QUERY/JSON", None)
+        .await
+        .json();
+    assert_eq!(answer["totalSessionsHistory"], 0, "{answer:#}");
+    // On its own balancer it is a session, on its own 02.
+    let answer = get(broker.addr(), "/public", Some(&header)).await;
+    assert_eq!((answer.status, set_cookie(&answer)), (200, None));
+    assert!(paths(&pub_02).contains(&"/public".to_string()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_window_honours_another_balancers_cookie_and_the_earlier_form_lasts_its_window() {
+    let [pub_01, pub_02, int_01, int_02] = four_origins().await;
+    let text = |timeout: &str| {
+        public_and_internal(
+            [&pub_01, &pub_02],
+            [&int_01, &int_02],
+            &format!("SESSION_TIMEOUT={timeout}"),
+        )
+    };
+    // Both upgrade windows open: unsigned cookies, and those of the earlier form.
+    let mut own = own_secret_made(0);
+    own.bound_since_wall_ms = own.since_wall_ms;
+    let broker = InProcess::start_with(&text("60m"), move |bound| {
+        bound.with_own_secret(own.clone())
+    })
+    .await;
+    let public = minted_for_02(broker.addr()).await;
+    // INTERNAL's 02 holds a request, so a request balanced without a cookie goes to its 01:
+    // where PUBLIC's cookie lands says whether a window honoured it.
+    let internal = broker.addr2();
+    let held_cookie = format!(
+        "TOTVS_BROKER_SH_001={}",
+        signed_cookie_for(SESSION_SECRET, "BALANCE_HTTP_INTERNAL", "02", 1)
+    );
+    let held = tokio::spawn(async move { get(internal, "/hold", Some(&held_cookie)).await });
+    harness::eventually("02 holding a request", || {
+        int_02.held.load(std::sync::atomic::Ordering::SeqCst) == 1
+    })
+    .await;
+    let answer = get(
+        internal,
+        "/bound",
+        Some(&format!("TOTVS_BROKER_SH_001={public}")),
+    )
+    .await;
+    assert!(set_cookie(&answer).unwrap().starts_with("01."));
+    assert_eq!(paths(&int_01), ["/bound"]);
+    // A cookie of the earlier form naming 02: the same session in its window, bound anew.
+    let old = format!(
+        "TOTVS_BROKER_SH_001={}",
+        unbound_cookie_with(SESSION_SECRET, "02", 7)
+    );
+    let answer = get(internal, "/old", Some(&old)).await;
+    let anew = set_cookie(&answer).expect("bound anew");
+    let keys = CookieKeys::new(SESSION_SECRET.as_bytes(), None, None);
+    let ticket = Ticket::parse(anew.as_bytes()).unwrap();
+    assert!(anew.starts_with("02.") && keys.verify("BALANCE_HTTP_INTERNAL", &ticket));
+    assert!(!keys.verify("BALANCE_HTTP_PUBLIC", &ticket));
+    assert_eq!(paths(&int_02), ["/old"]);
+    // SESSION_TIMEOUT now a second: the window closes, and the earlier form is no cookie.
+    broker.reload(&text("1s")).await;
+    let end = std::time::Instant::now() + harness::DEADLINE;
+    loop {
+        let set = set_cookie(&get(internal, "/after", Some(&old)).await).unwrap();
+        if set.starts_with("01.") {
+            break;
+        }
+        assert!(set.starts_with("02."), "{set}");
+        assert!(std::time::Instant::now() < end, "the window never closed");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    int_02.release(1);
+    assert_eq!(
+        harness::within("the held request", held)
+            .await
+            .unwrap()
+            .status,
+        200
+    );
+}
+
+/// The binary on `servers` with the tests' `SESSION_SECRET`, on a fresh directory or, with
+/// `earlier_state`, one where a broker left its state file (an upgrade).
+fn started_where(servers: &[(SocketAddr, u32)], earlier_state: bool) -> Broker {
+    let text = binary_ini(&session_secret_line(), servers);
+    let dir = tempfile::tempdir().unwrap();
+    let ports = harness::free_ports();
+    let config = dir.path().join("appserver.ini");
+    std::fs::write(
+        &config,
+        harness::fill_placeholders(&text, &ports, dir.path()),
+    )
+    .unwrap();
+    if earlier_state {
+        let state = "{\"appbroker_state\":1,\"written_epoch_ms\":0,\"servers\":[]}";
+        std::fs::write(dir.path().join("appserver.state"), state).unwrap();
+    }
+    Broker::spawn_file(dir, config, ports, &[])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_install_opens_no_window_for_unsigned_cookies_and_an_upgrade_does() {
+    const WINDOW: &str = "an unsigned cookie naming a server that takes new clients is honoured";
+    let (a, b) = (Origin::start().await, Origin::start().await);
+    let servers = [(a.addr, 1), (b.addr, 1)];
+    for earlier_state in [false, true] {
+        let broker = started_where(&servers, earlier_state);
+        broker.wait_for_log("broker ready").await;
+        assert_eq!(
+            broker.has_log(WINDOW),
+            earlier_state,
+            "{}",
+            broker.log_text()
+        );
+        // 02 holds a request: a request balanced without a cookie goes to 01.
+        let (addr, cookie) = (
+            broker.addr(),
+            format!("TOTVS_BROKER_SH_001={}", signed_cookie("02", 1)),
+        );
+        let held = tokio::spawn(async move { get(addr, "/hold", Some(&cookie)).await });
+        harness::eventually("02 holding a request", || {
+            b.held.load(std::sync::atomic::Ordering::SeqCst) == 1
+        })
+        .await;
+        let answer = get(addr, "/unsigned", Some(&forged("02", 1))).await;
+        let set = set_cookie(&answer).unwrap();
+        let expected = if earlier_state { "02." } else { "01." };
+        assert!(set.starts_with(expected), "{earlier_state}: {set}");
+        b.release(1);
+        assert_eq!(
+            harness::within("the held request", held)
+                .await
+                .unwrap()
+                .status,
+            200
+        );
+        b.held.store(0, std::sync::atomic::Ordering::SeqCst);
     }
 }

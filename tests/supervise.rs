@@ -7,6 +7,10 @@
 //! unanswered, and an upgrade's new binary (a script of the test's own)
 //! that hangs in its check or is no compatible appbroker is refused while the supervisor
 //! goes on serving; the supervisor sends `broker_restarted` after a crash and a watchdog kill.
+//! A broker is started from the image the supervisor vetted, never from a file copied into
+//! place since (after a crash or for a port change), and an upgrade runs the file it checked;
+//! a broker stopped the moment it exists is replaced past the start's deadline, a new one of
+//! an upgrade refuses the upgrade, and a broker of an earlier build, adopted, is left alone.
 #![cfg(target_os = "linux")]
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test that cannot go on should panic
 
@@ -1462,46 +1466,287 @@ async fn an_upgrade_sends_broker_upgraded_alone_and_a_reload_that_moves_the_port
     );
 }
 
-#[tokio::test]
-async fn a_broker_that_never_announced_heartbeats_is_left_alone_by_the_watchdog() {
-    let server = TestServer::start("A").await;
-    let installed = Installed::install();
-    let broker = Broker::start_exe(
-        &installed.path,
-        &ini(&server, "WATCHDOG_TIMEOUT=1s\nUPGRADE_TIMEOUT=1s"),
-        &["--supervise"],
-    )
-    .await;
-    let first = serving_child(&broker, 1).await;
-    // A stand-in for a broker of an earlier build: READY, and never a heartbeat. (bash: the
-    // descriptor's number may have two digits.) Its `--check` hangs, for the wait below.
-    installed.install_script(
-        "#!/bin/bash\ncase \"$1\" in\n--check) exec sleep 600 ;;\n--handover-version) exec \
-         @REAL@ \"$@\" ;;\nesac\necho $$ > @DIR@/standin.pid\necho READY >&\"$APPBROKER_READY_FD\"\n\
-         exec sleep 600",
-    );
-    kill(first, Signal::SIGKILL);
-    let standin = pid_in_file(&installed.file("standin.pid")).await;
-    broker
-        .wait_for_log(&format!(
-            "broker (pid {standin}) sends no heartbeats (an earlier build): the watchdog \
-             leaves it alone"
-        ))
-        .await;
-    // An upgrade refused after UPGRADE_TIMEOUT (1s), asked after the stand-in served: longer
-    // than WATCHDOG_TIMEOUT (1s) has passed once it is answered.
-    let (code, out, err) = command(&broker, &["upgrade"]).await;
-    assert_eq!(code, 1, "{out}{err}");
-    assert!(err.contains("no answer within 1s"), "{err}");
-    assert!(!gone(standin), "{}", broker.log_text());
-    assert_eq!(
-        broker.count_logs("sent no heartbeat"),
-        0,
-        "{}",
-        broker.log_text()
-    );
+// ---- the image a broker is started from ---------------------------------------------------
+
+/// The inode of the file process `pid` runs, as the kernel keeps it.
+fn image_of(pid: i32) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(format!("/proc/{pid}/exe")).unwrap().ino()
 }
 
+/// The inode of the binary under test.
+fn binary_inode() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(binary()).unwrap().ino()
+}
+
+/// What a build copied into place and never upgraded to does if started: says so in a file
+/// of its own, and serves nothing (no heartbeat, no READY).
+const UNVETTED: &str = "echo $$ >> @DIR@/unvetted.pid\nexec sleep 600";
+
+#[tokio::test]
+async fn after_a_crash_or_a_port_change_a_broker_runs_the_vetted_image_never_the_file_on_disk() {
+    let mut strays = Strays::default();
+    let a = TestServer::start("A").await;
+    let b = TestServer::start("B").await;
+    let installed = Installed::install();
+    let broker = Broker::start_exe(&installed.path, &ini(&a, ""), &["--supervise"]).await;
+    let first = serving_child(&broker, 1).await;
+    assert_eq!(image_of(first), binary_inode());
+    // A new build copied into place before `appbroker upgrade` (here: one that never serves).
+    installed.install_script(UNVETTED);
+    let unvetted = installed.file("unvetted.pid");
+    // A crash: the next broker is the image the supervisor vetted, and serves at once.
+    kill(first, Signal::SIGKILL);
+    let second = serving_child(&broker, 2).await;
+    if let Ok(pid) = std::fs::read_to_string(&unvetted) {
+        strays
+            .0
+            .extend(pid.lines().filter_map(|p| p.parse::<i32>().ok()));
+    }
+    assert!(
+        !unvetted.exists(),
+        "the unvetted file was started\n{}",
+        broker.log_text()
+    );
+    assert_eq!(image_of(second), binary_inode());
+    assert_eq!(ask(broker.addr()).await.unwrap(), "A");
+    // A reload that adds a port: the broker started for it is the vetted image too.
+    let port = broker.ports[1];
+    let added = format!(
+        "{}[BALANCE_WEB_SERVICES]\nLOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT={port}\n\
+         MONITORING_TYPE=DISABLED\nREMOTE_SERVER_01={}\n",
+        std::fs::read_to_string(&broker.config_path).unwrap(),
+        b.ini()
+    );
+    std::fs::write(&broker.config_path, added).unwrap();
+    broker.signal(Signal::SIGHUP);
+    let third = serving_child(&broker, 3).await;
+    assert!(
+        !unvetted.exists(),
+        "the unvetted file was started\n{}",
+        broker.log_text()
+    );
+    assert_eq!(image_of(third), binary_inode());
+    let second_port = SocketAddr::from(([127, 0, 0, 1], port));
+    assert_eq!(ask(second_port).await.unwrap(), "B");
+}
+
+/// A new binary whose `--handover-version` swaps another file into place as it answers,
+/// between the check and the re-execution: what is re-executed must be what was checked.
+/// (It is a script, which cannot be re-executed through its descriptor: refused, saying so.)
+const SWAPPING: &str = r#"case "$1" in
+--handover-version)
+    printf '#!/bin/sh\necho $$ >> @DIR@/unvetted.pid\nexec sleep 600\n' > @DIR@/swapped
+    chmod 755 @DIR@/swapped
+    mv @DIR@/swapped @DIR@/appbroker
+    exec @REAL@ "$@" ;;
+esac
+exec @REAL@ "$@""#;
+
+#[tokio::test]
+async fn an_upgrade_runs_the_file_it_checked_not_one_renamed_over_it_meanwhile() {
+    let mut strays = Strays::default();
+    let server = TestServer::start("A").await;
+    let installed = Installed::install();
+    let broker = Broker::start_exe(&installed.path, &ini(&server, ""), &["--supervise"]).await;
+    let first = serving_child(&broker, 1).await;
+    installed.install_script(SWAPPING);
+    let (code, out, err) = command(&broker, &["upgrade"]).await;
+    let unvetted = installed.file("unvetted.pid");
+    if let Ok(pid) = std::fs::read_to_string(&unvetted) {
+        strays
+            .0
+            .extend(pid.lines().filter_map(|p| p.parse::<i32>().ok()));
+    }
+    assert!(
+        !unvetted.exists(),
+        "the swapped-in file ran\n{}",
+        broker.log_text()
+    );
+    assert_eq!(code, 1, "{out}{err}\n{}", broker.log_text());
+    assert!(
+        err.contains("is a script (#!)") && err.contains("install the appbroker binary itself"),
+        "{err}"
+    );
+    // The supervisor is still this image, and its broker serves on.
+    assert_eq!(image_of(broker.pid() as i32), binary_inode());
+    assert!(!gone(first));
+    assert_eq!(ask(broker.addr()).await.unwrap(), "A");
+    // The binary installed again: the upgrade goes through, and runs it.
+    installed.install_binary();
+    let (code, out, err) = command(&broker, &["upgrade"]).await;
+    assert_eq!(code, 0, "{out}{err}\n{}", broker.log_text());
+    assert_eq!(image_of(serving_child(&broker, 2).await), binary_inode());
+}
+
+// ---- a broker that hangs as it starts -----------------------------------------------------
+
+/// The children of process `pid` now (its main thread's, which starts them all).
+fn children_of(pid: u32) -> Vec<i32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+/// What a new child of the supervisor is, from its command line: a broker, an upgrade's
+/// check, or not known yet (not executed yet: it still has its parent's, or none while it
+/// executes).
+fn broker_child(pid: i32) -> Option<bool> {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let has = |arg: &[u8]| cmdline.split(|&b| b == 0).any(|a| a == arg);
+    if cmdline.is_empty() || has(b"--supervise") {
+        return None;
+    }
+    Some(!has(b"--check") && !has(b"--handover-version"))
+}
+
+/// Stops (SIGSTOP) the first broker `supervisor` starts that is not in `known` (an upgrade's
+/// checks are let be), the moment it exists: polled every millisecond, on a thread of its
+/// own, so that it is caught long before it has bound and started (and announced its
+/// heartbeats), some 50 ms after its start.
+async fn stop_next_child(supervisor: u32, mut known: Vec<i32>) -> i32 {
+    let catching = tokio::task::spawn_blocking(move || {
+        let end = Instant::now() + DEADLINE;
+        loop {
+            let new = children_of(supervisor)
+                .into_iter()
+                .find(|c| !known.contains(c));
+            if let Some(child) = new {
+                match broker_child(child) {
+                    Some(true) => {
+                        kill(child, Signal::SIGSTOP);
+                        return child;
+                    }
+                    Some(false) => known.push(child),
+                    None => {}
+                }
+            }
+            assert!(Instant::now() < end, "no new broker of {supervisor}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
+    catching.await.unwrap()
+}
+
+/// What the supervisor says of a broker that did not announce its heartbeats in time.
+const UNANNOUNCED: &str = "did not say it sends heartbeats within 10s of its start (3 x \
+                           WATCHDOG_TIMEOUT, at least 10s): stopped or stuck as it starts";
+
+#[tokio::test]
+async fn a_broker_stopped_as_it_starts_is_replaced_past_the_start_deadline() {
+    let server = TestServer::start("A").await;
+    let broker = Broker::spawn(&ini(&server, "WATCHDOG_TIMEOUT=2s"), &["--supervise"]);
+    let stopped = stop_next_child(broker.pid(), Vec::new()).await;
+    let started = Instant::now();
+    // A client meanwhile waits in the listen queue (the supervisor holds the port).
+    let mut queued = TcpStream::connect(broker.addr())
+        .await
+        .expect("queued, not refused");
+    let answered = within("the queued client", exchange(&mut queued, "queued")).await;
+    let waited = started.elapsed();
+    assert_eq!(answered.unwrap(), "A", "{}", broker.log_text());
+    broker
+        .wait_for_log(&format!(
+            "broker (pid {stopped}) {UNANNOUNCED}; killing it (SIGKILL); starting another on the \
+             listeners held"
+        ))
+        .await;
+    eprintln!("a broker stopped as it started: a queued client served {waited:?} later");
+    // The start's deadline (10s) and a restart, not more.
+    assert!(waited < Duration::from_secs(15), "{waited:?}");
+    assert!(waited >= Duration::from_secs(10), "{waited:?}");
+    eventually("the stopped broker gone", || gone(stopped)).await;
+}
+
+#[tokio::test]
+async fn a_new_broker_stopped_as_it_starts_refuses_the_upgrade_and_the_running_one_serves_on() {
+    let server = TestServer::start("A").await;
+    let broker = Broker::start_with(&ini(&server, "WATCHDOG_TIMEOUT=2s"), &["--supervise"]).await;
+    let running = serving_child(&broker, 1).await;
+    let upgrading = upgrade_in_background(&broker);
+    let stopped = stop_next_child(broker.pid(), vec![running]).await;
+    let (code, out, err) = within("the upgrade's answer", upgrading).await.unwrap();
+    assert_eq!(code, 1, "{out}{err}\n{}", broker.log_text());
+    assert!(
+        err.contains(&format!(
+            "the new broker (pid {stopped}) {UNANNOUNCED}, and was killed"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("the running one (pid {running}) carries on")),
+        "{err}"
+    );
+    assert_eq!(ask(broker.addr()).await.unwrap(), "A");
+    assert!(!gone(running));
+    eventually("the stopped broker gone", || gone(stopped)).await;
+}
+
+/// The environment of the test binary when it is asked to stand in for a supervisor of an
+/// earlier build (see [`an_earlier_builds_supervisor`]): the file to supervise.
+const EARLIER_SUPERVISOR: &str = "APPBROKER_TEST_EARLIER_SUPERVISOR";
+
+/// Not a test of its own: when the test binary runs with [`EARLIER_SUPERVISOR`] set, it
+/// plays a supervisor of an earlier build about to upgrade. It binds the file's port, starts a
+/// broker of that earlier build (a stand-in that says READY and sends no heartbeats), and
+/// re-executes into the binary under test as an upgrade does: the listener, the broker's pid
+/// and its lifeline, a socket and a waiting client handed over in the variables.
+#[test]
+// The stand-in is waited for by the supervisor this process becomes (it adopts it).
+#[allow(clippy::zombie_processes)]
+fn an_earlier_builds_supervisor() {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let Ok(config) = std::env::var(EARLIER_SUPERVISOR) else {
+        return;
+    };
+    let port: u16 = std::env::var("APPBROKER_TEST_PORT")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let dir = std::path::PathBuf::from(std::env::var("APPBROKER_TEST_DIR").unwrap());
+    let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    let socket = std::os::unix::net::UnixListener::bind(dir.join("earlier.sock")).unwrap();
+    let (client, _asker) = std::os::unix::net::UnixStream::pair().unwrap();
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+    appbroker::net::inherit::hand_down(&theirs).unwrap();
+    let standin = std::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg(format!(
+            "echo $$ > {}/standin.pid; echo READY >&{}; exec sleep 600",
+            dir.display(),
+            theirs.as_raw_fd()
+        ))
+        .spawn()
+        .unwrap();
+    drop(theirs);
+    appbroker::net::inherit::hand_down(&listener).unwrap();
+    appbroker::net::inherit::hand_down(&socket).unwrap();
+    appbroker::net::inherit::hand_down(&client).unwrap();
+    appbroker::net::inherit::hand_down(&ours).unwrap();
+    let e = std::process::Command::new(binary())
+        .args(["--supervise", "--config", &config])
+        .env(
+            "APPBROKER_LISTENERS",
+            format!("{}@127.0.0.1:{port}", listener.as_raw_fd()),
+        )
+        .env(
+            "APPBROKER_UPGRADE",
+            format!(
+                "{}:{}:{}::",
+                standin.id(),
+                client.as_raw_fd(),
+                socket.as_raw_fd()
+            ),
+        )
+        .env("APPBROKER_LIFELINE_FD", ours.as_raw_fd().to_string())
+        .env_remove(EARLIER_SUPERVISOR)
+        .exec();
+    panic!("cannot re-execute into the binary under test: {e}");
+}
 #[tokio::test]
 async fn the_supervisor_tells_systemds_watchdog_it_lives() {
     let server = TestServer::start("A").await;
@@ -1528,4 +1773,48 @@ async fn the_supervisor_tells_systemds_watchdog_it_lives() {
     let child = serving_child(&broker, 1).await;
     let environ = std::fs::read(format!("/proc/{child}/environ")).unwrap();
     assert!(!String::from_utf8_lossy(&environ).contains("WATCHDOG_USEC"));
+}
+
+#[tokio::test]
+async fn a_broker_of_an_earlier_build_adopted_by_an_upgrade_is_left_alone_by_the_watchdog() {
+    let mut strays = Strays::default();
+    let server = TestServer::start("A").await;
+    // A control socket where a file is: the broker this build starts dies at start (which
+    // `--check` does not see), so the adopted one stays the running broker.
+    let text = ini(
+        &server,
+        "WATCHDOG_TIMEOUT=1s\nCONTROL_SOCKET=@DIR@/run/appserver.sock",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let ports = free_ports();
+    let config = dir.path().join("appserver.ini");
+    std::fs::write(&config, fill_placeholders(&text, &ports, dir.path())).unwrap();
+    std::fs::write(dir.path().join("run"), "not a directory").unwrap();
+    let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+    command
+        .args(["--exact", "an_earlier_builds_supervisor", "--nocapture"])
+        .env(EARLIER_SUPERVISOR, &config)
+        .env("APPBROKER_TEST_PORT", ports[0].to_string())
+        .env("APPBROKER_TEST_DIR", dir.path());
+    let standin_file = dir.path().join("standin.pid");
+    let broker = Broker::spawn_command(dir, config, ports, command);
+    let standin = pid_in_file(&standin_file).await;
+    strays.0.push(standin);
+    broker
+        .wait_for_log(&format!(
+            "the running broker (pid {standin}) sends no heartbeats (an earlier build): the \
+             watchdog leaves it alone until it is replaced"
+        ))
+        .await;
+    broker
+        .wait_for_log(&format!(
+            "before it served; the running one (pid {standin}) carries on"
+        ))
+        .await;
+    // Not a wait for anything to happen: three times WATCHDOG_TIMEOUT in which nothing may.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!gone(standin), "{}", broker.log_text());
+    for killed in ["sent no heartbeat", "did not say it sends heartbeats"] {
+        assert_eq!(broker.count_logs(killed), 0, "{}", broker.log_text());
+    }
 }

@@ -479,6 +479,64 @@ async fn upstream_tls_verifies_the_servers_and_says_why_one_fails() {
     assert_eq!(served.as_deref(), Some("tls-a: through"));
 }
 
+/// What a server's certificate says to forge a log line, as the attack wrote it: a line
+/// break, a line of its own, and escape sequences for the terminal that shows the log.
+const FORGING_SUBJECT: &str = "evil\nERROR FAKE LOG LINE level=ERROR\x1b[31m\u{9b}2J";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_certificate_cannot_forge_a_log_line_nor_a_commands_variable() {
+    let trusted = Ca::new("Upstream CA");
+    let files = Files::new();
+    let ca_file = files.write("upstream-ca.pem", trusted.pem());
+    // Untrusted, its subject holding the forgery: the refusal tells what it is.
+    let forged = Ca::new("Someone else").issue(&["127.0.0.1"], |p| {
+        p.distinguished_name = dn(FORGING_SUBJECT);
+    });
+    let addr = tls_echo_server("tls-a", &forged).await;
+    let extra = format!(
+        "MONITORING_TYPE=DISABLED\nQUERY_ENABLED=0\nMAX_ATTEMPTS=1\nSSL_ENCRYPT_UPSTREAM=1\n\
+         SSL_UPSTREAM_CA={}\n",
+        ca_file.display()
+    );
+    let general = "ConsoleFile=@DIR@/console.log\nALERT_EVENTS=quarantine_entered\n\
+                   ALERT_COMMAND=printf '%s' \"$APPBROKER_REASON\" > @DIR@/reason\n";
+    let ini = tls_ini(addr.port(), &extra).replace("[General]\n", &format!("[General]\n{general}"));
+    let broker = Broker::start(&ini).await;
+    let mut stream = TcpStream::connect(broker.addr()).await.unwrap();
+    stream.write_all(b"through\n").await.unwrap();
+    let mut reply = String::new();
+    let _ = within("a close", BufReader::new(&mut stream).read_line(&mut reply)).await;
+    assert_eq!(reply, "", "an untrusted server serves no one");
+    let line = broker.wait_for_log("FAKE LOG LINE").await;
+    assert!(
+        line.contains(r"evil\nERROR FAKE LOG LINE level=ERROR\x1b[31m\u{9b}2J"),
+        "{line}"
+    );
+    let reason_file = broker.dir.path().join("reason");
+    eventually("the alert command ran", || reason_file.exists()).await;
+    let log_file = broker.dir.path().join("console.log");
+    for text in [
+        broker.log_text(),
+        std::fs::read_to_string(&log_file).unwrap(),
+        std::fs::read_to_string(&reason_file).unwrap(),
+    ] {
+        assert!(
+            text.contains(r"FAKE LOG LINE level=ERROR\x1b[31m"),
+            "{text}"
+        );
+        assert!(!text.contains('\x1b') && !text.contains('\u{9b}'), "{text}");
+        assert!(
+            !text.lines().any(|l| l.starts_with("ERROR FAKE LOG LINE")),
+            "{text}"
+        );
+    }
+    let reason = std::fs::read_to_string(&reason_file).unwrap();
+    assert!(
+        !reason.contains('\n') && reason.len() <= 512 + 32,
+        "{reason}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unverified_upstream_is_a_warning_on_the_status_page() {
     let leaf = Ca::new("Self").issue(&["127.0.0.1"], |_| {});

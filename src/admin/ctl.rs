@@ -8,8 +8,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::protocol::{Answer, BalancerView, Request};
-use crate::balancer::rules::overrides::escape_controls;
 use crate::process::clock::time_of_day;
+use crate::process::escape::escape_controls;
 use crate::process::logging::to_stderr;
 
 /// Exit code: the broker did it.

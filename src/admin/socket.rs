@@ -7,9 +7,11 @@
 //! No client can keep another out for long, and none can keep `ping` out at all (keepalived
 //! asks it once a second, and gives the virtual address away when it goes unanswered): the
 //! accept loop never waits; a connection must send a request line within
-//! [`REQUEST_TIME`] while it holds no place; `ping` is answered without one; every other
-//! request takes one of [`MAX_CONNECTIONS`] places, kept while its connection stays open, but
-//! for a `wait`, which gives it up while it waits.
+//! [`REQUEST_TIME`] while it holds no place, and when [`MAX_ARRIVING`] such connections are
+//! open the oldest of them is closed for each new one, so a newcomer (a `ping`) always finds
+//! room at once, however many half-written lines are held; `ping` is answered without a
+//! place; every other request takes one of [`MAX_CONNECTIONS`] places, kept while its
+//! connection stays open, but for a `wait`, which gives it up while it waits.
 
 use std::io::ErrorKind;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
@@ -20,7 +22,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 use tracing::{debug, error, info, warn};
 
 use super::Admin;
@@ -38,7 +40,7 @@ pub const MAX_CONNECTIONS: usize = 16;
 const PLACE_WAIT: Duration = Duration::from_secs(2);
 
 /// Connections without a place (not sent their first request yet, or asking only `ping`) at
-/// once; more are closed at once. Each lasts [`REQUEST_TIME`] at most.
+/// once; a new one past them closes the oldest. Each lasts [`REQUEST_TIME`] at most.
 const MAX_ARRIVING: usize = 64;
 
 /// How long a connection without a place may take to send its request line.
@@ -194,42 +196,94 @@ impl Drop for ControlSocket {
 #[derive(Debug)]
 struct Rooms {
     places: Arc<Semaphore>,
-    arriving: Arc<Semaphore>,
+    arriving: Arc<Arrivals>,
     waits: Arc<Semaphore>,
     /// Requests that found every place taken.
     no_place: Episode,
-    /// Connections closed at once, [`MAX_ARRIVING`] others having sent no request yet.
+    /// Connections that closed an older one to arrive, [`MAX_ARRIVING`] others having sent
+    /// no request yet.
     crowded: Episode,
+}
+
+/// The connections without a place, oldest first, each with the way to close it: at most
+/// [`MAX_ARRIVING`], and a newcomer past them closes the oldest. Closing the oldest rather
+/// than refusing the newest is what keeps `ping` answered: the connections an attacker holds
+/// half-written are the old ones, and a `ping` sends its line as it connects.
+#[derive(Debug, Default)]
+struct Arrivals {
+    queue: std::sync::Mutex<std::collections::VecDeque<(u64, oneshot::Sender<()>)>>,
+    next: std::sync::atomic::AtomicU64,
+}
+
+/// A connection's room to arrive in: its place in [`Arrivals`], given back when dropped
+/// (it took a place, a wait's room, or ended).
+#[derive(Debug)]
+struct Arrival {
+    id: u64,
+    arrivals: Arc<Arrivals>,
+}
+
+impl Drop for Arrival {
+    fn drop(&mut self) {
+        let mut queue = self
+            .arrivals
+            .queue
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        queue.retain(|(id, _)| *id != self.id);
+    }
+}
+
+impl Arrivals {
+    /// Room for a new connection, and what fires when it is closed to make room for a newer
+    /// one; true besides when an older one was closed for it.
+    fn arrive(self: &Arc<Self>) -> (Arrival, oneshot::Receiver<()>, bool) {
+        let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (close, closed) = oneshot::channel();
+        let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        let crowded = queue.len() >= MAX_ARRIVING;
+        if crowded && let Some((_, oldest)) = queue.pop_front() {
+            let _ = oldest.send(());
+        }
+        queue.push_back((id, close));
+        let arrival = Arrival {
+            id,
+            arrivals: Arc::clone(self),
+        };
+        (arrival, closed, crowded)
+    }
 }
 
 impl Rooms {
     fn new() -> Rooms {
         Rooms {
             places: Arc::new(Semaphore::new(MAX_CONNECTIONS)),
-            arriving: Arc::new(Semaphore::new(MAX_ARRIVING)),
+            arriving: Arc::default(),
             waits: Arc::new(Semaphore::new(MAX_WAITS)),
             no_place: Episode::default(),
             crowded: Episode::default(),
         }
     }
 
-    /// Room for a connection just accepted to send its first request; `None` (logged once
-    /// per episode) when too many have sent none yet.
-    fn arrival(&self) -> Option<OwnedSemaphorePermit> {
-        let Ok(arrival) = Arc::clone(&self.arriving).try_acquire_owned() else {
+    /// Room for a connection just accepted to send its first request, and what fires when
+    /// it must give it up; when too many have sent none yet, the oldest of them is closed for
+    /// it (logged once per episode).
+    fn arrival(&self) -> (Arrival, oneshot::Receiver<()>) {
+        let (arrival, closed, crowded) = self.arriving.arrive();
+        if crowded {
             if self.crowded.strike() {
                 warn!(
-                    "control socket: {MAX_ARRIVING} connections have sent no request yet: new \
-                     ones are closed at once until those send theirs or time out ({})",
-                    show_duration(REQUEST_TIME)
+                    "control socket: {MAX_ARRIVING} connections have sent no request yet: the \
+                     oldest of them is closed for each new one, so `ping` is still answered"
                 );
             }
-            return None;
-        };
-        if let Some(closed) = self.crowded.end() {
-            info!("control socket: accepting again; {closed} connections were closed meanwhile");
+        } else if let Some(closed) = self.crowded.end() {
+            info!(
+                "control socket: fewer than {MAX_ARRIVING} connections without a request \
+                 again; {closed} were closed meanwhile to make room"
+            );
         }
-        Some(arrival)
+        (arrival, closed)
     }
 
     /// A place for a request; waits [`PLACE_WAIT`] for one when all are taken (logged once
@@ -268,13 +322,16 @@ async fn accept_loop(listener: UnixListener, admin: Arc<Admin>) {
         match listener.accept().await {
             Ok((stream, _)) => {
                 failing = false;
-                // Closed at once, without room: the client sees its end.
-                let Some(arrival) = rooms.arrival() else {
-                    continue;
-                };
+                let (arrival, evicted) = rooms.arrival();
                 let (admin, rooms) = (Arc::clone(&admin), Arc::clone(&rooms));
                 tokio::spawn(async move {
-                    Connection::new(stream, arrival).serve(&admin, &rooms).await;
+                    let connection = Connection::new(stream, Room::Arrival { _held: arrival });
+                    tokio::select! {
+                        () = connection.serve(&admin, &rooms) => {}
+                        // Closed without a word for a newer connection: the client sees its
+                        // end.
+                        () = evicted_while_arriving(evicted) => {}
+                    }
                 });
             }
             Err(e) => {
@@ -291,16 +348,33 @@ async fn accept_loop(listener: UnixListener, admin: Arc<Admin>) {
     }
 }
 
+/// Fires when a connection still without a place is closed for a newer one; never once it
+/// has given its room to arrive in up (its sender dropped with it).
+async fn evicted_while_arriving(evicted: oneshot::Receiver<()>) {
+    if evicted.await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
 /// The room a control connection holds: to arrive in, until its first request other than
 /// `ping` takes it a place.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Holds {
+#[derive(Debug)]
+enum Room {
     /// Room to send a request in, within [`REQUEST_TIME`].
-    Arrival,
+    Arrival {
+        /// Held for its drop, which gives it back.
+        _held: Arrival,
+    },
     /// A place, kept until the connection closes.
-    Place,
+    Place {
+        /// Held for its drop, which gives it back.
+        _held: OwnedSemaphorePermit,
+    },
     /// A wait's room, until its answer ends the connection.
-    Waiting,
+    Waiting {
+        /// Held for its drop, which gives it back.
+        _held: OwnedSemaphorePermit,
+    },
 }
 
 /// One control connection: a request per line, an answer per line.
@@ -308,9 +382,8 @@ struct Connection {
     by: String,
     read: BufReader<tokio::net::unix::OwnedReadHalf>,
     write: tokio::net::unix::OwnedWriteHalf,
-    holds: Holds,
-    /// The room `holds` names, given back when dropped.
-    _room: OwnedSemaphorePermit,
+    /// The room it holds, given back when dropped.
+    room: Room,
 }
 
 /// What to do after an answer.
@@ -322,7 +395,7 @@ enum Then {
 }
 
 impl Connection {
-    fn new(stream: UnixStream, arrival: OwnedSemaphorePermit) -> Connection {
+    fn new(stream: UnixStream, room: Room) -> Connection {
         let by = match stream.peer_cred() {
             Ok(cred) => format!("uid {}", cred.uid()),
             Err(_) => "an unknown user".to_string(),
@@ -332,8 +405,7 @@ impl Connection {
             by,
             read: BufReader::new(read),
             write,
-            holds: Holds::Arrival,
-            _room: arrival,
+            room,
         }
     }
 
@@ -375,9 +447,9 @@ impl Connection {
     /// `None` when the connection is to end (closed, failed, too slow, or a line too long,
     /// answered so).
     async fn read_line(&mut self) -> Option<Vec<u8>> {
-        let within = match self.holds {
-            Holds::Place => IDLE,
-            Holds::Arrival | Holds::Waiting => REQUEST_TIME,
+        let within = match self.room {
+            Room::Place { .. } => IDLE,
+            Room::Arrival { .. } | Room::Waiting { .. } => REQUEST_TIME,
         };
         let mut line = Vec::new();
         let mut limited = (&mut self.read).take(MAX_REQUEST as u64 + 1);
@@ -416,12 +488,11 @@ impl Connection {
                 };
                 // Its place (or its room to arrive in) goes back while it waits: a wait can
                 // last minutes.
-                self.holds = Holds::Waiting;
-                self._room = waiting;
+                self.room = Room::Waiting { _held: waiting };
                 (admin.answer(request, &self.by).await, Then::Close)
             }
             request => {
-                if self.holds != Holds::Place {
+                if !matches!(self.room, Room::Place { .. }) {
                     let Some(place) = rooms.place().await else {
                         let busy = format!(
                             "the control socket is busy: all {MAX_CONNECTIONS} places are \
@@ -430,8 +501,7 @@ impl Connection {
                         return (Answer::refused(busy), Then::Close);
                     };
                     // The place replaces the room to arrive in.
-                    self.holds = Holds::Place;
-                    self._room = place;
+                    self.room = Room::Place { _held: place };
                 }
                 (admin.answer(request, &self.by).await, Then::Next)
             }

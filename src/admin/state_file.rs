@@ -147,8 +147,8 @@ pub fn restore(path: &Path, balancers: &[Arc<Balancer>]) {
                 .quarantine_asked
                 .unwrap_or_else(|| "an operator".into());
             // Escaped as a hold's reason is, above.
-            asked.by = crate::balancer::rules::overrides::escape_controls(&asked.by);
-            asked.reason = crate::balancer::rules::overrides::escape_controls(&asked.reason);
+            asked.by = crate::process::escape::escape_controls(&asked.by);
+            asked.reason = crate::process::escape::escape_controls(&asked.reason);
             // Said once, however many restarts it outlives.
             if !asked.by.ends_with(BEFORE_THE_RESTART) {
                 asked.by.push_str(BEFORE_THE_RESTART);

@@ -11,6 +11,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
 use crate::config::show_duration;
+use crate::process::escape;
 
 /// Lines of output kept: enough to see why an ssh or a systemctl failed.
 const LAST_LINES: usize = 10;
@@ -54,8 +55,9 @@ pub fn is_internal(name: &str) -> bool {
 }
 
 /// Runs `command` with `/bin/sh -c`, `stdin` on its standard input (none: `/dev/null`) and
-/// `env` added to the broker's environment less its own variables; kills it (and its process
-/// group) after `timeout`.
+/// `env` added to the broker's environment less its own variables (each value's control
+/// characters written out, and bounded: [`escape::bounded`]); kills it (and its process group)
+/// after `timeout`.
 pub async fn run(
     command: &str,
     stdin: Option<Vec<u8>>,
@@ -79,7 +81,14 @@ pub async fn run(
             shell.env_remove(&name);
         }
     }
-    shell.envs(env.iter().map(|(n, v)| (n, v)));
+    // Escaped and bounded here, for every command: a value from outside (a certificate's
+    // subject in a quarantine's reason, a server's reply) can carry a line break or an
+    // escape sequence into the command's variables, and a script that logs or echoes one
+    // would forge a line or reach a terminal.
+    shell.envs(
+        env.iter()
+            .map(|(n, v)| (n, escape::bounded(v, escape::FIELD_MAX).into_owned())),
+    );
     #[cfg(unix)]
     shell.process_group(0);
     let mut child = match shell.spawn() {
@@ -194,7 +203,7 @@ fn last_lines(bytes: &[u8]) -> String {
         .lines()
         .map(str::trim)
         .filter(|l| !l.is_empty())
-        .map(crate::balancer::rules::overrides::escape_controls)
+        .map(escape::escape_controls)
         .collect();
     let start = lines.len().saturating_sub(LAST_LINES);
     lines[start..].join(" | ")
@@ -219,6 +228,28 @@ mod tests {
         assert!(ran.output.contains("got hello restart_ran"), "{ran:?}");
         assert!(ran.output.contains("oops"), "{ran:?}");
         assert!(!ran.succeeded());
+    }
+
+    #[tokio::test]
+    async fn a_variable_from_outside_reaches_the_command_escaped_and_bounded() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let file = dir.path().join("reason");
+        let reason = format!(
+            "certificate CN=evil\nFAKE LOG LINE level=ERROR\x1b[31m {}",
+            "z".repeat(1000)
+        );
+        let env = vec![("APPBROKER_REASON".to_string(), reason)];
+        let command = format!("printf '%s' \"$APPBROKER_REASON\" > '{}'", file.display());
+        let ran = run(&command, None, &env, Duration::from_secs(20)).await;
+        assert!(ran.succeeded(), "{ran:?}");
+        let got = std::fs::read_to_string(&file).expect("written");
+        assert!(
+            got.starts_with("certificate CN=evil\\nFAKE LOG LINE level=ERROR\\x1b[31m zzz"),
+            "{got}"
+        );
+        assert!(!got.contains('\n') && !got.contains('\x1b'), "{got}");
+        assert_eq!(got.len(), 512 + "...[+543 bytes]".len(), "{got}");
+        assert!(got.ends_with("...[+543 bytes]"), "{got}");
     }
 
     #[tokio::test]

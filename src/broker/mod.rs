@@ -499,17 +499,27 @@ fn log_session_secret(secrets: &SessionSecrets, config: &Config) {
     } else {
         info!("{}", described.line);
     }
-    let Some(since) = secrets.since_wall_ms() else {
-        return;
-    };
     let now = wall_ms();
     for b in config.balancers.iter().filter(|b| b.kind.is_http()) {
-        let until = since.saturating_add(b.http.session_timeout.as_millis() as u64);
-        if until > now {
+        let timeout = b.http.session_timeout.as_millis() as u64;
+        let open_until = |since: Option<u64>| {
+            since
+                .map(|s| s.saturating_add(timeout))
+                .filter(|&u| u > now)
+        };
+        if let Some(until) = open_until(secrets.since_wall_ms()) {
             info!(
                 "{}: until {} (one SESSION_TIMEOUT after the first start that signed session cookies), an unsigned cookie naming a server that takes new clients is honoured and signed anew",
                 b.kind,
                 time_of_day(until)
+            );
+        }
+        if let Some(until) = open_until(secrets.bound_since_wall_ms()) {
+            info!(
+                "{}: until {} (one SESSION_TIMEOUT after this build's first start), a session cookie of the earlier form, not bound to its balancer, is honoured and bound anew; after that only cookies bound to [{}] count here",
+                b.kind,
+                time_of_day(until),
+                b.kind.section()
             );
         }
     }

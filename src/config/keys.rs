@@ -1182,6 +1182,17 @@ pub static KEYS: &[Key] = &[
         doc: "HTTP: most sessions tracked; the oldest idle are forgotten first (they keep their server)",
     },
     Key {
+        name: "HTTP_MAX_SESSIONS_PER_CLIENT",
+        stands: Stands::Balancer,
+        domain: Domain::Integer {
+            min: 0,
+            max: 10_000_000,
+            what: "a number of sessions from 0 (no cap) to 10000000",
+        },
+        field: http_field!(max_sessions_per_client = Integer as u32, number),
+        doc: "HTTP: most sessions of one client (the PROXY protocol's, or HTTP_TRUSTED_PROXIES' walk) tracked and counted at once; its others keep their server but count for nothing, so one client cannot steer new sessions (0: no cap; raise it where many users share one address)",
+    },
+    Key {
         name: "HTTP_STICKY_STRICT",
         stands: Stands::Balancer,
         domain: Domain::Flag,
@@ -1468,6 +1479,7 @@ impl BalancerConfig {
                 retry_idempotent: false,
                 session_timeout: Duration::from_secs(600),
                 max_sessions: 100_000,
+                max_sessions_per_client: 64,
                 sticky_strict: false,
                 trusted_proxies: Vec::new(),
             },

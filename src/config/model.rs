@@ -362,6 +362,9 @@ pub struct HttpSettings {
     pub session_timeout: Duration,
     /// `HTTP_MAX_SESSIONS`: most sessions tracked (the oldest idle forgotten first).
     pub max_sessions: u32,
+    /// `HTTP_MAX_SESSIONS_PER_CLIENT`: most sessions of one client tracked and counted at
+    /// once (0: no cap), so that one client cannot steer the balance of new sessions.
+    pub max_sessions_per_client: u32,
     /// `HTTP_STICKY_STRICT`: 503 rather than move a session to another server.
     pub sticky_strict: bool,
     /// `HTTP_TRUSTED_PROXIES`: the L7 proxies whose `X-Forwarded-For` names the client.

@@ -37,8 +37,8 @@ use crate::http::{
     ExchangeOutcome, Report, Tunnel, Upstreams,
 };
 use crate::http_balancer::sessions::{
-    Affinity, CookieKeys, SessionSecrets, Sessions, Ticket, mentions_broker_cookie,
-    without_broker_cookie,
+    Affinity, CookieKeys, Limits, SessionSecrets, Sessions, Ticket, Touched,
+    mentions_broker_cookie, without_broker_cookie,
 };
 use crate::net::dial::{ConnectError, ServerStream};
 use crate::net::proxy_protocol::{self, Header};
@@ -100,6 +100,9 @@ pub struct HttpBalancer {
     /// Sessions moving off each server, per episode, and how the server is named in the log
     /// (at most one entry per configured id).
     moves: Mutex<HashMap<ServerId, (Episode, String)>>,
+    /// Clients past `HTTP_MAX_SESSIONS_PER_CLIENT`, per episode: the first refusal is
+    /// logged, the others counted (an entry per client refused in the last second or so).
+    over_cap: Mutex<HashMap<IpAddr, Episode>>,
 }
 
 /// What a request holds while in hand: its server's connection count and, for a WebSocket
@@ -138,6 +141,7 @@ pub fn proxy(
         sessions: Arc::default(),
         body_timeouts_log: Throttle::new(1000),
         moves: Mutex::default(),
+        over_cap: Mutex::default(),
     });
     let pool = balancer.generation();
     let language = ctx.config.load().general.language;
@@ -169,6 +173,7 @@ async fn expire_sessions(upstreams: Weak<HttpBalancer>) {
         upstreams.count_sessions(&table, &pool.servers);
         drop(table);
         upstreams.moves_ended();
+        upstreams.over_cap_ended(pool.config.http.max_sessions_per_client);
     }
 }
 
@@ -431,8 +436,9 @@ enum Sticky {
 impl HttpBalancer {
     /// A signed cookie: its session refreshed and the request on its server, while that
     /// server is configured, available and has not failed this request. `renewed`: the
-    /// cookie signed anew after a rotation, which the session goes on as (and the answer
-    /// sets).
+    /// cookie signed anew after a rotation (or bound, from the earlier form), which the
+    /// session goes on as (and the answer sets). A new session of a client past
+    /// `HTTP_MAX_SESSIONS_PER_CLIENT` goes to its server all the same, uncounted.
     fn session(
         &self,
         pool: &Generation,
@@ -442,7 +448,6 @@ impl HttpBalancer {
         upgrade: bool,
         client: &Downstream,
     ) -> Sticky {
-        let http = &pool.config.http;
         let index = pool.servers.iter().position(|s| s.id == ticket.server);
         let mut table = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
         let ticket = match renewed {
@@ -456,13 +461,13 @@ impl HttpBalancer {
             let server = &pool.servers[index];
             let failed = tried.iter().any(|t| Arc::ptr_eq(&t.0, server));
             if !failed && server.is_available(self.balancer.clock_ms()) {
-                let now = Instant::now();
-                table.touch(
-                    ticket,
-                    now,
-                    http.session_timeout,
-                    http.max_sessions as usize,
-                );
+                // Unknown clients (a trusted chain naming no usable address) share one count.
+                let client_ip = client_key(client.peer);
+                let limits = limits(&pool.config);
+                let touched = table.touch(ticket, client_ip, Instant::now(), &limits);
+                if touched == Touched::OverClientCap {
+                    self.over_cap(client_ip, limits.per_client);
+                }
                 // A WebSocket pins its session: it does not expire while the WebSocket lives.
                 let pinned = upgrade.then(|| {
                     table.opened(ticket);
@@ -482,12 +487,14 @@ impl HttpBalancer {
         Sticky::Moving(Some(ticket).filter(|t| index.is_some() || table.knows(*t)))
     }
 
-    /// A cookie of the right form that does not verify: forged, or issued by a version that
-    /// did not sign cookies. In the upgrade window (one `SESSION_TIMEOUT` after the first
-    /// start that signed them) it is honoured when it names a server that takes new clients,
-    /// and signed anew for the same server, so upgrading moves no session; it never becomes
-    /// a session (forged ones would fill the table and skew the spread). Otherwise, and
-    /// always for a server an operator took out, it is no cookie (`None`).
+    /// A cookie of the right form that does not verify: forged, issued by a version that
+    /// did not sign cookies, or issued by another balancer. In the upgrade window (one
+    /// `SESSION_TIMEOUT` after the first start that signed them, which opens only where an
+    /// earlier state file was found) it is honoured when it names a server that takes new
+    /// clients and no other balancer issued it, and signed anew for the same server, so
+    /// upgrading moves no session; it never becomes a session (forged ones would fill the
+    /// table and skew the spread). Otherwise, and always for a server an operator took out,
+    /// it is no cookie (`None`).
     fn unsigned(
         &self,
         pool: &Generation,
@@ -499,13 +506,27 @@ impl HttpBalancer {
         if !keys.honours_unsigned(wall_ms(), pool.config.http.session_timeout) {
             return None;
         }
+        // A cookie another balancer of the file issued names a server of another pool: no
+        // window honours it.
+        let config = self.ctx.config.load();
+        let own = self.balancer.kind();
+        let others = config
+            .balancers
+            .iter()
+            .filter(|b| b.kind.is_http() && b.kind != own)
+            .map(|b| b.kind.section());
+        if keys.bound_elsewhere(others, &ticket) {
+            return None;
+        }
         let index = pool.servers.iter().position(|s| s.id == ticket.server)?;
         let server = &pool.servers[index];
         let failed = tried.iter().any(|t| Arc::ptr_eq(&t.0, server));
         if failed || !server.takes_new_clients(self.balancer.clock_ms()) {
             return None;
         }
-        let cookie = keys.issue(ticket.server).set_cookie(client.tls);
+        let cookie = keys
+            .issue(own.section(), ticket.server)
+            .set_cookie(client.tls);
         Some(
             pool.lease(index, false)
                 .map(|lease| chosen(lease, None, Some(cookie))),
@@ -546,7 +567,8 @@ impl HttpBalancer {
         }
         self.count_sessions(&table, &pool.servers);
         drop(table);
-        let cookie = keys.issue(lease.server.id).set_cookie(client.tls);
+        let section = self.balancer.kind().section();
+        let cookie = keys.issue(section, lease.server.id).set_cookie(client.tls);
         Some(chosen(lease, None, Some(cookie)))
     }
 
@@ -588,6 +610,63 @@ impl HttpBalancer {
             }
             false
         });
+    }
+
+    /// A new session of `client` was neither stored nor counted, the client having `cap`
+    /// stored: the first of an episode of that client is logged, the others counted (see
+    /// [`HttpBalancer::over_cap_ended`]).
+    fn over_cap(&self, key: IpAddr, cap: usize) {
+        let mut clients = self.over_cap.lock().unwrap_or_else(|p| p.into_inner());
+        if clients.entry(key).or_default().strike() {
+            let client = client_named(key);
+            self.span.in_scope(|| {
+                warn!(
+                    client = %client,
+                    "HTTP_MAX_SESSIONS_PER_CLIENT ({cap}) reached by client {client}: its new \
+                     sessions keep their server (their cookie names it) but are neither stored \
+                     nor counted, so it cannot move the balance of new sessions; users behind \
+                     one address (a NAT, a terminal server, a front balancer without the PROXY \
+                     protocol) need a higher cap, or their own addresses passed on"
+                )
+            });
+        }
+    }
+
+    /// The episodes of clients over their cap that have been quiet for a second: each ends,
+    /// with a line counting its sessions not counted when there was more than the one logged.
+    fn over_cap_ended(&self, cap: u32) {
+        let mut clients = self.over_cap.lock().unwrap_or_else(|p| p.into_inner());
+        clients.retain(|key, episode| {
+            let Some(refused) = episode.end() else {
+                return true;
+            };
+            if refused > 1 {
+                let client = client_named(*key);
+                self.span.in_scope(|| {
+                    info!(client = %client, refused, "client {client}: {refused} new sessions past HTTP_MAX_SESSIONS_PER_CLIENT ({cap}) were not counted in this episode, the first one logged")
+                });
+            }
+            false
+        });
+    }
+}
+
+/// A client counted by `key` ([`client_key`]), in words: its address, or `unknown` for the
+/// clients no usable address names, which share the unspecified one.
+fn client_named(key: IpAddr) -> String {
+    if key.is_unspecified() {
+        "unknown".to_string()
+    } else {
+        key.to_string()
+    }
+}
+
+/// The bounds of a balancer's table of sessions, from its keys as they are now.
+fn limits(config: &BalancerConfig) -> Limits {
+    Limits {
+        timeout: config.http.session_timeout,
+        max: config.http.max_sessions as usize,
+        per_client: config.http.max_sessions_per_client as usize,
     }
 }
 
@@ -698,12 +777,23 @@ impl Upstreams for HttpBalancer {
             return None;
         }
         let keys = self.session_secrets.keys();
-        let affinity = Affinity::of(request.values(FieldName::Cookie), &keys);
+        let section = self.balancer.kind().section();
+        let mut affinity = Affinity::of(request.values(FieldName::Cookie), &keys, section);
+        if let Affinity::Unbound(ticket) = affinity {
+            // The earlier form: a session in its upgrade window, no cookie after it.
+            let timeout = pool.config.http.session_timeout;
+            affinity = if keys.honours_unbound(wall_ms(), timeout) {
+                Affinity::Previous(ticket)
+            } else {
+                Affinity::None
+            };
+        }
         let moving = match affinity {
             Affinity::Signed(ticket) | Affinity::Previous(ticket) => {
-                // Signed with SESSION_SECRET_PREVIOUS: the same session, signed anew.
+                // Signed with SESSION_SECRET_PREVIOUS, or of the earlier form: the same
+                // session, signed anew (bound to this balancer).
                 let renewed =
-                    matches!(affinity, Affinity::Previous(_)).then(|| keys.renew(&ticket));
+                    matches!(affinity, Affinity::Previous(_)).then(|| keys.renew(section, &ticket));
                 let upgrade = request.asks_upgrade();
                 match self.session(&pool, ticket, renewed, tried, upgrade, client) {
                     Sticky::Served(choice) => return choice,
@@ -716,7 +806,7 @@ impl Upstreams for HttpBalancer {
                 }
                 None
             }
-            Affinity::None => None,
+            Affinity::Unbound(_) | Affinity::None => None,
         };
         if moving.is_some() && pool.config.http.sticky_strict {
             return None;

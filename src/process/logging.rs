@@ -19,6 +19,7 @@ use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 
 use crate::config::General;
+use crate::process::escape;
 
 /// Why logging could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -333,7 +334,13 @@ where
                 if let Some(formatted) = extensions.get::<FormattedFields<N>>()
                     && !formatted.is_empty()
                 {
-                    write!(writer, " {formatted}")?;
+                    // A span's fields are formatted by tracing's own formatter, before this
+                    // one sees them: escaped here, whole.
+                    write!(
+                        writer,
+                        " {}",
+                        escape::bounded(formatted.as_str(), escape::FIELD_MAX)
+                    )?;
                 }
             }
         }
@@ -352,7 +359,9 @@ fn level_name(level: Level) -> &'static str {
     }
 }
 
-/// Collects an event's message apart from its other fields.
+/// Collects an event's message apart from its other fields, each escaped and bounded
+/// ([`escape`]): a value from outside (a certificate's subject, a client's target) can
+/// neither break the line nor forge one, nor reach a terminal as an escape sequence.
 #[derive(Default)]
 struct Fields {
     message: String,
@@ -362,21 +371,20 @@ struct Fields {
 impl Visit for Fields {
     fn record_str(&mut self, field: &Field, value: &str) {
         if field.name() == "message" {
-            self.message.push_str(value);
+            self.message
+                .push_str(&escape::bounded(value, escape::MESSAGE_MAX));
         } else if value.contains(char::is_whitespace) {
-            self.rest.push_str(&format!(" {}={value:?}", field.name()));
+            self.rest
+                .push_str(&format!(" {}={}", field.name(), escape::quoted(value)));
         } else {
+            let value = escape::bounded(value, escape::FIELD_MAX);
             self.rest.push_str(&format!(" {}={value}", field.name()));
         }
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        if field.name() == "message" {
-            self.message.push_str(&format!("{value:?}"));
-        } else {
-            let text = format!("{value:?}");
-            self.record_str(field, &text);
-        }
+        let text = format!("{value:?}");
+        self.record_str(field, &text);
     }
 }
 
@@ -556,6 +564,71 @@ impl<'a> MakeWriter<'a> for Sink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The lines `emit` logs through [`LineFormat`], without colour or date.
+    fn lines_of(emit: impl FnOnce()) -> String {
+        #[derive(Clone, Default)]
+        struct Buffer(Arc<Mutex<Vec<u8>>>);
+        impl Write for Buffer {
+            fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+                lock(&self.0).extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        let buffer = Buffer::default();
+        let writer = buffer.clone();
+        let layer = tracing_subscriber::fmt::layer()
+            .event_format(LineFormat { date: false })
+            .with_ansi(false)
+            .with_writer(move || writer.clone());
+        let subscriber = tracing_subscriber::registry().with(layer);
+        tracing::subscriber::with_default(subscriber, emit);
+        String::from_utf8(lock(&buffer.0).clone()).expect("UTF-8")
+    }
+
+    #[test]
+    fn outside_text_cannot_break_a_line_forge_one_or_reach_a_terminal() {
+        let subject = "CN=evil\nERROR FAKE LOG LINE level=ERROR\x1b[31m\u{9b}2J";
+        let text = lines_of(|| {
+            let span = tracing::info_span!("balancer", name = "BALANCE_HTTP\n");
+            let _entered = span.enter();
+            tracing::warn!(
+                server = "10.0.0.5:443",
+                subject = subject,
+                client = "a\x1bb",
+                "server refused: certificate {subject}"
+            );
+        });
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert!(!text.contains('\x1b') && !text.contains('\u{9b}'), "{text}");
+        assert!(
+            text.starts_with(
+                "WARN  server refused: certificate CN=evil\\nERROR FAKE LOG LINE \
+                 level=ERROR\\x1b[31m\\u{9b}2J server=10.0.0.5:443 subject=\"CN=evil\\nERROR"
+            ),
+            "{text}"
+        );
+        assert!(text.contains(" client=a\\x1bb"), "{text}");
+        assert!(text.contains("BALANCE_HTTP\\n"), "{text}");
+    }
+
+    #[test]
+    fn a_field_is_bounded_and_the_message_further() {
+        let long = "y".repeat(5000);
+        let text = lines_of(|| tracing::info!(reply = %long, "said {long}"));
+        let (message, field) = text.split_once(" reply=").expect("the field");
+        assert_eq!(
+            message,
+            format!("INFO  {}...[+909 bytes]", &format!("said {long}")[..4096])
+        );
+        assert_eq!(
+            field.trim_end(),
+            format!("{}...[+4488 bytes]", "y".repeat(512))
+        );
+    }
 
     #[test]
     fn levels_and_directives_are_accepted_and_other_words_refused() {

@@ -8,6 +8,8 @@
 //! - [`clock`]: time as the broker counts it (monotonic milliseconds for deadlines, the
 //!   wall-clock times operators read).
 //! - [`logging`]: the log line format, on the console and in a rotated file.
+//! - [`escape`]: text from outside made safe for a log line or a command's variable
+//!   (control characters written out, the length bounded).
 //! - [`throttle`]: log-rate limiting: a repeated fault is told once per episode.
 //! - [`os_error`]: what an OS error means to an operator (words, errno name, Windows code, what
 //!   it points at).
@@ -15,6 +17,7 @@
 
 pub mod budget;
 pub mod clock;
+pub mod escape;
 pub mod logging;
 pub mod os_error;
 pub mod shutdown;

@@ -2,7 +2,16 @@
 //! previous image after an upgrade), waited for and signalled; and its lifeline, the socket
 //! it says `READY` on, read for its questions (`RELOAD`) and its heartbeats, which the
 //! watchdog judges there: a broker that announced heartbeats and then sends none for
-//! `WATCHDOG_TIMEOUT` is reported to the loop, which kills it.
+//! `WATCHDOG_TIMEOUT` is reported to the loop, which kills it; and a broker this supervisor
+//! started that has not announced them within [`start_limit`] of its spawn (stopped or stuck
+//! as it starts) is reported too.
+//!
+//! A broker is always started from the supervisor's own image ([`OWN_IMAGE`]), never from
+//! the path on disk: the image the supervisor was started from, or after an upgrade the one
+//! it vetted and re-executed from. A file copied into place before `appbroker upgrade`, or a
+//! broken build being tried, is started by nobody until an upgrade vets it, so a crash never
+//! starts an unvetted file, and a broker this supervisor starts is always of its own build
+//! (which announces heartbeats).
 
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
@@ -23,6 +32,11 @@ use super::watchdog::{Beats, Silence};
 use super::{Held, LISTENERS_ENV, READY_ENV, TAKES_OVER_ENV, encode};
 use crate::net::inherit;
 
+/// The supervisor's own image, which every broker it starts runs: the file it was started
+/// from (or re-executed from by an upgrade) as the kernel keeps it, whatever is at that path
+/// on disk now.
+pub const OWN_IMAGE: &str = "/proc/self/exe";
+
 /// What a child's lifeline brings the loop.
 #[derive(Debug)]
 pub enum Heard {
@@ -30,6 +44,16 @@ pub enum Heard {
     Reload(u32),
     /// A broker's heartbeats stopped.
     Silent(Silence),
+    /// Broker `pid`, started by this supervisor, has not announced its heartbeats within
+    /// this long of its spawn.
+    Unannounced(u32, Duration),
+}
+
+/// How long a broker this supervisor started may take to announce its heartbeats
+/// (`HEARTBEATS`, sent once it has bound and started): three times `WATCHDOG_TIMEOUT`, at
+/// least 10 s, so that a start that decrypts an scrypt-protected key is not cut short.
+pub fn start_limit(watchdog: Duration) -> Duration {
+    (watchdog * 3).max(Duration::from_secs(10))
 }
 
 /// Where the lifelines' readers report, and the watchdog's limit they judge by (zero: off;
@@ -67,8 +91,9 @@ pub struct Child {
 }
 
 impl Child {
-    /// Starts the broker on `held`, with a socket to say READY on (and ask on); one that
-    /// `replaces` a broker serving there is told so ([`TAKES_OVER_ENV`]).
+    /// Starts the broker on `held`, from the supervisor's own image ([`OWN_IMAGE`], shown as
+    /// `options.exe`), with a socket to say READY on (and ask on); one that `replaces` a
+    /// broker serving there is told so ([`TAKES_OVER_ENV`]).
     pub fn spawn(
         options: &super::Options,
         held: &[Held],
@@ -76,8 +101,9 @@ impl Child {
         replaces: Option<u32>,
     ) -> std::io::Result<Child> {
         let (ours, theirs) = UnixStream::pair()?;
-        let mut command = Command::new(&options.exe);
+        let mut command = Command::new(OWN_IMAGE);
         command
+            .arg0(&options.exe)
             .args(&options.args)
             .env(LISTENERS_ENV, encode(&Held::entries(held)))
             .env(READY_ENV, theirs.as_raw_fd().to_string())
@@ -119,7 +145,9 @@ impl Child {
         let pid = process.id().unwrap_or_default();
         let (said, ready) = oneshot::channel();
         let heartbeats = Arc::new(AtomicUsize::new(0));
-        Lifeline::new(pid, Some(said), ears, &heartbeats).listen(ours)?;
+        Lifeline::new(pid, Some(said), ears, &heartbeats)
+            .started_now()
+            .listen(ours)?;
         let (tell, ended) = oneshot::channel();
         tokio::spawn(async move {
             let _ = tell.send(process.wait().await);
@@ -236,6 +264,9 @@ struct Lifeline {
     announced: Arc<AtomicUsize>,
     /// Its heartbeats, once announced.
     beats: Option<Beats>,
+    /// When this supervisor started it, by which it must announce its heartbeats; `None`
+    /// for a broker adopted from the previous image (one of an earlier build announces none).
+    started: Option<Instant>,
     /// The silence was reported (the child is being killed): not again.
     reported: bool,
 }
@@ -256,7 +287,29 @@ impl Lifeline {
             beats: (runtimes > 0)
                 .then(|| Beats::announced(runtimes, Instant::now()))
                 .flatten(),
+            started: None,
             reported: false,
+        }
+    }
+
+    /// A broker this supervisor has just started: it must announce its heartbeats within
+    /// [`start_limit`].
+    fn started_now(mut self) -> Lifeline {
+        self.started = Some(Instant::now());
+        self
+    }
+
+    /// When the watchdog looks next under `limit`: when the runtime heard from longest ago
+    /// reaches it, or, before any heartbeat was announced, the start's deadline; `None` when
+    /// nothing is watched (the watchdog off, a silence reported, a broker adopted without
+    /// heartbeats).
+    fn next_look(&self, limit: Duration) -> Option<Instant> {
+        if limit.is_zero() || self.reported {
+            return None;
+        }
+        match &self.beats {
+            Some(beats) => Some(beats.deadline(limit)),
+            None => self.started.map(|started| started + start_limit(limit)),
         }
     }
 
@@ -274,11 +327,7 @@ impl Lifeline {
         let mut watching = true;
         loop {
             let limit = *self.ears.watchdog.borrow_and_update();
-            let deadline = self
-                .beats
-                .as_ref()
-                .filter(|_| !limit.is_zero() && !self.reported)
-                .map(|beats| tokio::time::Instant::from_std(beats.deadline(limit)));
+            let deadline = self.next_look(limit).map(tokio::time::Instant::from_std);
             let mut limited = (&mut reader).take(LINE as u64);
             tokio::select! {
                 // What the child wrote first: a supervisor that was itself held up (stopped,
@@ -346,7 +395,11 @@ impl Lifeline {
     /// The watchdog's look, at its deadline; false when nobody is left to hear it.
     async fn judge(&mut self, limit: Duration) -> bool {
         let Some(beats) = &self.beats else {
-            return true;
+            // Not announced since its start, past the start's limit: stopped or stuck before
+            // it bound and started.
+            self.reported = true;
+            let unannounced = Heard::Unannounced(self.pid, start_limit(limit));
+            return self.ears.heard.send(unannounced).await.is_ok();
         };
         let mut runtimes = beats.silent(Instant::now(), limit);
         if runtimes.is_empty() {

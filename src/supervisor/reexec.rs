@@ -1,9 +1,16 @@
-//! An upgrade, on the supervisor's side: asked on its socket, the new binary vetted beside
-//! the loop ([`super::vet`], one upgrade at a time), then this process re-executed from it
-//! (same pid) with the listeners, the running broker and the waiting `appbroker upgrade`
-//! handed over; the next image answers once its new broker serves (or fails).
+//! An upgrade, on the supervisor's side: asked on its socket, the new binary opened and
+//! vetted beside the loop ([`super::vet`], one upgrade at a time), then this process
+//! re-executed from that very open file (`fexecve`, same pid) with the listeners, the running
+//! broker and the waiting `appbroker upgrade` handed over; the next image answers once its new
+//! broker serves (or fails). The path is read once, when the file is opened: a file renamed
+//! over it between the check and the re-execution is never run. A `#!` script cannot be
+//! executed through a close-on-exec descriptor (the interpreter could not open it), so an
+//! upgrade to one is refused, saying so: an upgrade installs the broker's binary.
 
+use std::ffi::CString;
+use std::fs::File;
 use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixStream;
 
 use tracing::{error, info, warn};
@@ -46,17 +53,25 @@ impl Supervisor {
             self.options.exe.display(),
             show_duration(timeout)
         );
-        let vetting = Vetting::start(
+        match Vetting::start(
             self.options.exe.clone(),
             self.config.source.clone(),
             timeout,
-        );
-        self.vetting = Some((vetting, client));
+        ) {
+            Ok(vetting) => self.vetting = Some((vetting, client)),
+            Err(why) => {
+                warn!("supervisor: upgrade refused: {why}; the running broker carries on");
+                answer(
+                    client,
+                    &format!("refused: {why}; the running broker carries on"),
+                );
+            }
+        }
     }
 
     /// The vetting's `verdict`: the re-execution, or the refusal.
     pub(super) fn vetted(&mut self, verdict: Result<(), String>) {
-        let Some((_, client)) = self.vetting.take() else {
+        let Some((vetting, client)) = self.vetting.take() else {
             return;
         };
         let why = match verdict {
@@ -71,7 +86,7 @@ impl Supervisor {
                 why.to_string()
             }
             Ok(()) => {
-                let why = self.exec(&client);
+                let why = self.exec(&client, &vetting.image);
                 error!("supervisor: upgrade refused: {why}; the running broker carries on");
                 why
             }
@@ -92,10 +107,9 @@ impl Supervisor {
         }
     }
 
-    /// Re-executes this process from the binary on disk with the handover; returns only on
-    /// failure, with why.
-    fn exec(&self, client: &UnixStream) -> String {
-        use std::os::unix::process::CommandExt;
+    /// Re-executes this process from `image`, the file vetted, with the handover; returns
+    /// only on failure, with why.
+    fn exec(&self, client: &UnixStream, image: &File) -> String {
         let Some(socket) = self.socket.listener() else {
             return "the supervisor has no socket".into();
         };
@@ -123,31 +137,18 @@ impl Supervisor {
             ),
             Ok(()) => {
                 info!(
-                    "supervisor: re-executing {} (same pid)",
+                    "supervisor: re-executing {}, the file checked (same pid)",
                     self.options.exe.display()
                 );
-                let mut command = std::process::Command::new(&self.options.exe);
-                command
-                    .arg("--supervise")
-                    .args(&self.options.args)
-                    .env(LISTENERS_ENV, encode(&Held::entries(&self.held)))
-                    .env(HANDOVER_ENV, handover.encode())
-                    .env(UPGRADE_FROM_ENV, env!("CARGO_PKG_VERSION"))
-                    .env_remove(LIFELINE_ENV)
-                    // What systemd passed is in LISTENERS_ENV now; the same pid must not take
-                    // it twice.
-                    .env_remove("LISTEN_FDS")
-                    .env_remove("LISTEN_PID")
-                    .env_remove("LISTEN_FDNAMES");
+                let mut env: Vec<(String, String)> = vec![
+                    (LISTENERS_ENV.into(), encode(&Held::entries(&self.held))),
+                    (HANDOVER_ENV.into(), handover.encode()),
+                    (UPGRADE_FROM_ENV.into(), env!("CARGO_PKG_VERSION").into()),
+                ];
                 if let Some(lifeline) = lifeline {
-                    command.env(LIFELINE_ENV, lifeline.as_raw_fd().to_string());
+                    env.push((LIFELINE_ENV.into(), lifeline.as_raw_fd().to_string()));
                 }
-                let e = command.exec();
-                format!(
-                    "cannot re-execute {}: {}",
-                    self.options.exe.display(),
-                    crate::process::os_error::words(&e)
-                )
+                self.fexecve(image, &env)
             }
         };
         // Still this image: the listeners, the socket and the broker's end must not leak into
@@ -160,4 +161,52 @@ impl Supervisor {
         }
         why
     }
+
+    /// `fexecve` of `image` as `<exe> --supervise <args>`, with this process's environment
+    /// less what one image must not take twice, and `set` added; returns only on failure,
+    /// with why.
+    fn fexecve(&self, image: &File, set: &[(String, String)]) -> String {
+        // What systemd passed is in LISTENERS_ENV now; the same pid must not take it twice.
+        let dropped = ["LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES", LIFELINE_ENV];
+        let mut env: Vec<Vec<u8>> = std::env::vars_os()
+            .filter(|(name, _)| {
+                let name = name.to_string_lossy();
+                !dropped.contains(&name.as_ref()) && !set.iter().any(|(n, _)| *n == name)
+            })
+            .map(|(name, value)| [name.as_bytes(), b"=", value.as_bytes()].concat())
+            .collect();
+        env.extend(set.iter().map(|(n, v)| format!("{n}={v}").into_bytes()));
+        let mut args = vec![self.options.exe.as_os_str().as_bytes().to_vec()];
+        args.push(b"--supervise".to_vec());
+        args.extend(self.options.args.iter().map(|a| a.as_bytes().to_vec()));
+        let (Ok(args), Ok(env)) = (c_strings(args), c_strings(env)) else {
+            return "an argument or variable holds a NUL byte".into();
+        };
+        let Err(errno) = nix::unistd::fexecve(image, &args, &env);
+        let shown = self.options.exe.display();
+        if errno == nix::errno::Errno::ENOENT && is_script(image) {
+            return format!(
+                "{shown} is a script (#!): an upgrade runs the very file it checked, through \
+                 its open descriptor, and a script cannot be run that way; install the \
+                 appbroker binary itself"
+            );
+        }
+        format!(
+            "cannot re-execute {shown}: {}",
+            crate::process::os_error::words(&std::io::Error::from(errno))
+        )
+    }
+}
+
+/// `items` as C strings; an error when one holds a NUL byte.
+fn c_strings(items: Vec<Vec<u8>>) -> Result<Vec<CString>, std::ffi::NulError> {
+    items.into_iter().map(CString::new).collect()
+}
+
+/// True when `file` begins with `#!`: a script, which `fexecve` refuses through a
+/// close-on-exec descriptor.
+fn is_script(file: &File) -> bool {
+    let mut start = [0u8; 2];
+    std::os::unix::fs::FileExt::read_at(file, &mut start, 0).is_ok_and(|n| n == 2)
+        && start == *b"#!"
 }

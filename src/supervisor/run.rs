@@ -23,11 +23,12 @@ use super::{Backoff, Held, describe, hold};
 use crate::balancer::events::{Alert, Upgraded};
 use crate::config::{AlertEvent, Config, show_duration};
 
-/// What the supervisor runs: the broker's binary with the command line it was given, less
-/// `--supervise`.
+/// What the supervisor runs: its own image (never the file now at `exe`: see
+/// `child::OWN_IMAGE`) with the command line it was given, less `--supervise`.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// The binary.
+    /// Where the binary is installed: what `appbroker upgrade` vets and re-executes from,
+    /// and how the brokers' command line names their program.
     pub exe: PathBuf,
     /// Its arguments.
     pub args: Vec<OsString>,
@@ -115,6 +116,9 @@ pub(super) struct Supervisor {
     /// The watchdog killed the running broker (pid, its silence in words): its end is told
     /// so in `broker_restarted`.
     watchdog_killed: Option<(u32, String)>,
+    /// A replacing broker killed for not announcing its heartbeats in time (pid, why in
+    /// words): the refusal of its upgrade says so.
+    start_killed: Option<(u32, String)>,
     /// The upgrade this image was re-executed for, until its new broker serves (then it is
     /// told, as `broker_upgraded`) or fails.
     upgrade: Option<UnderWay>,
@@ -217,6 +221,7 @@ pub async fn run(start: Start) -> std::io::Result<u8> {
         waiting,
         retired: Vec::new(),
         watchdog_killed: None,
+        start_killed: None,
         upgrade,
     };
     for pid in retiring {
@@ -352,6 +357,7 @@ impl Supervisor {
                 Some(heard) = sources.heard.recv() => match heard {
                     Heard::Reload(pid) => self.reload_asked(pid),
                     Heard::Silent(silence) => self.silent(&silence),
+                    Heard::Unannounced(pid, within) => self.unannounced(pid, within),
                 },
                 _ = signals.hup.recv() => self.reload(),
                 _ = signals.term.recv() => self.stop(Signal::SIGTERM),
@@ -378,12 +384,14 @@ impl Supervisor {
         if let Some(next) = self.next.take() {
             // An upgrade's new broker: nothing was upgraded.
             self.upgrade = None;
+            let ended = match self.start_killed.take() {
+                Some((pid, why)) if pid == next.pid => why,
+                _ => describe(status),
+            };
             let what = format!(
-                "the new broker (pid {}) {} before it served; the running one (pid {}) \
+                "the new broker (pid {}) {ended} before it served; the running one (pid {}) \
                  carries on",
-                next.pid,
-                describe(status),
-                self.current.pid
+                next.pid, self.current.pid
             );
             error!("supervisor: {what}");
             self.answer(&format!("refused: {what} (its log says why)"));
@@ -418,6 +426,37 @@ impl Supervisor {
         which.signal(Signal::SIGKILL);
         if which.pid == self.current.pid {
             self.watchdog_killed = Some((silence.pid, silence.words()));
+        }
+    }
+
+    /// A broker this supervisor started has not announced its heartbeats `within` its start
+    /// (stopped, or stuck before it bound and started): killed; the running one is replaced on
+    /// the listeners held, as after any death at start, and a replacing one is given up (its
+    /// upgrade or port change refused), the running one carrying on.
+    fn unannounced(&mut self, pid: u32, within: Duration) {
+        if self.stopping {
+            return;
+        }
+        let words = format!(
+            "did not say it sends heartbeats within {} of its start (3 x WATCHDOG_TIMEOUT, at \
+             least 10s): stopped or stuck as it starts",
+            show_duration(within)
+        );
+        let (which, then) = if self.current.pid == pid {
+            (
+                &self.current,
+                "starting another on the listeners held".to_string(),
+            )
+        } else if let Some(next) = self.next.as_ref().filter(|n| n.pid == pid) {
+            let then = format!("the running one (pid {}) carries on", self.current.pid);
+            (next, then)
+        } else {
+            return;
+        };
+        warn!("supervisor: broker (pid {pid}) {words}; killing it (SIGKILL); {then}");
+        which.signal(Signal::SIGKILL);
+        if which.pid != self.current.pid {
+            self.start_killed = Some((pid, format!("{words}, and was killed")));
         }
     }
 
@@ -590,7 +629,9 @@ impl Supervisor {
                 Err(e) => {
                     let delay = self.backoff.after_exit(false);
                     error!(
-                        "supervisor: cannot start the broker {}: {}; trying again in {}",
+                        "supervisor: cannot start the broker from this supervisor's own image \
+                         ({}, installed as {}): {}; trying again in {}",
+                        super::child::OWN_IMAGE,
                         self.options.exe.display(),
                         crate::process::os_error::words(&e),
                         show_duration(delay)
@@ -692,7 +733,9 @@ impl Supervisor {
                 Reread::Replacing(line)
             }
             Err(e) => Reread::Failed(format!(
-                "cannot start the broker {}: {}",
+                "cannot start the broker from this supervisor's own image ({}, installed as \
+                 {}): {}",
+                super::child::OWN_IMAGE,
                 self.options.exe.display(),
                 crate::process::os_error::words(&e)
             )),

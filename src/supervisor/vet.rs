@@ -5,7 +5,13 @@
 //! group of its own, with no listener of the supervisor's, and within one `UPGRADE_TIMEOUT`,
 //! past which the group is killed and the upgrade refused. A [`Vetting`] dropped (the
 //! supervisor stopping) kills it too.
+//!
+//! The file is opened once, when the upgrade is asked, and both commands run that open
+//! descriptor (`/proc/self/fd/N`, handed to each alone), as the re-execution does (`fexecve`):
+//! what is checked is what runs, whatever is renamed over the path meanwhile.
 
+use std::fs::File;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -30,27 +36,60 @@ const KEPT: usize = 16 * 1024;
 pub struct Vetting {
     /// Fires with the verdict: `Ok` to re-execute, or why not.
     pub verdict: oneshot::Receiver<Result<(), String>>,
+    /// The file vetted, open: what the re-execution runs once the verdict is `Ok`.
+    pub image: Arc<File>,
     /// The process group running now (0: none), killed when this is dropped.
     group: Arc<AtomicI32>,
     task: tokio::task::JoinHandle<()>,
 }
 
+/// The file of an upgrade, as it is vetted and re-executed: open, and where it was found.
+struct Image {
+    file: Arc<File>,
+    /// The path it was opened at, for the words of the log.
+    path: PathBuf,
+}
+
 impl Vetting {
-    /// Starts vetting `exe` on the configuration file `config`, within `timeout`.
-    pub fn start(exe: PathBuf, config: PathBuf, timeout: Duration) -> Vetting {
+    /// Opens `exe` and starts vetting that open file on the configuration file `config`,
+    /// within `timeout`; why not when it cannot be opened.
+    pub fn start(exe: PathBuf, config: PathBuf, timeout: Duration) -> Result<Vetting, String> {
+        let file = File::open(&exe).map_err(|e| {
+            format!(
+                "cannot open {}: {}",
+                exe.display(),
+                crate::process::os_error::words(&e)
+            )
+        })?;
+        let image = Image {
+            file: Arc::new(file),
+            path: exe,
+        };
+        let opened = Arc::clone(&image.file);
         let group = Arc::new(AtomicI32::new(0));
         let (tell, verdict) = oneshot::channel();
         let running = Arc::clone(&group);
         let task = tokio::spawn(async move {
             let deadline = Instant::now() + timeout;
-            let verdict = vet(&exe, &config, deadline, timeout, &running).await;
+            let verdict = vet(&image, &config, deadline, timeout, &running).await;
             let _ = tell.send(verdict);
         });
-        Vetting {
+        Ok(Vetting {
             verdict,
+            image: opened,
             group,
             task,
-        }
+        })
+    }
+}
+
+impl Image {
+    /// A command running this very file (through its descriptor, which it alone inherits),
+    /// named as the path it was found at.
+    fn command(&self) -> Command {
+        let mut command = Command::new(format!("/proc/self/fd/{}", self.file.as_raw_fd()));
+        command.arg0(&self.path);
+        command
     }
 }
 
@@ -71,21 +110,21 @@ fn kill_group(group: &AtomicI32) {
 
 /// The check, then the probe; `Ok` when both pass.
 async fn vet(
-    exe: &Path,
+    image: &Image,
     config: &Path,
     deadline: Instant,
     timeout: Duration,
     group: &AtomicI32,
 ) -> Result<(), String> {
-    let shown = exe.display();
-    let mut check = Command::new(exe);
+    let shown = image.path.display();
+    let mut check = image.command();
     check
         .arg("--check")
         .arg("--config")
         .arg(config)
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    let (status, errors) = run(check, deadline, group)
+    let (status, errors) = run(check, &image.file, deadline, group)
         .await
         .map_err(|e| e.words(&format!("{shown} --check"), timeout))?;
     if !status.success() {
@@ -101,12 +140,12 @@ async fn vet(
             errors.join(" | ")
         ));
     }
-    let mut probe = Command::new(exe);
+    let mut probe = image.command();
     probe
         .arg("--handover-version")
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
-    let (status, printed) = run(probe, deadline, group)
+    let (status, printed) = run(probe, &image.file, deadline, group)
         .await
         .map_err(|e| e.words(&format!("{shown} --handover-version"), timeout))?;
     match handover_version(&printed).filter(|_| status.success()) {
@@ -151,9 +190,12 @@ impl Failed {
 
 /// Runs `command` in a process group of its own (named in `group` meanwhile), its piped
 /// output read (the first [`KEPT`] bytes kept), until it ends or `deadline` passes: its
-/// status and output, or why not (past the deadline the group is killed).
+/// status and output, or why not (past the deadline the group is killed). `image`, the file
+/// it runs, is inherited by it alone: a script (`#!`) reads itself through it, and nothing
+/// else started (a broker) may hold it.
 async fn run(
     mut command: Command,
+    image: &File,
     deadline: Instant,
     group: &AtomicI32,
 ) -> Result<(std::process::ExitStatus, Vec<u8>), Failed> {
@@ -161,7 +203,11 @@ async fn run(
         .stdin(Stdio::null())
         .process_group(0)
         .kill_on_drop(true);
-    let mut child = command.spawn().map_err(Failed::Start)?;
+    // On the supervisor's one thread, which starts every process: closed on exec again
+    // before another can be started.
+    let spawned = crate::net::inherit::hand_down(image).and_then(|()| command.spawn());
+    let _ = crate::net::inherit::keep(image);
+    let mut child = spawned.map_err(Failed::Start)?;
     let pgid = child
         .id()
         .and_then(|id| i32::try_from(id).ok())

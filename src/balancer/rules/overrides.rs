@@ -74,24 +74,9 @@ pub fn reason_problem(reason: &str) -> Option<String> {
 }
 
 /// `text` with its control characters written out (`\n`, `\x1b`, `\u{9b}`): for text kept
-/// from before [`reason_problem`] refused them (a state file), wherever it is shown.
-pub fn escape_controls(text: &str) -> String {
-    if !text.chars().any(char::is_control) {
-        return text.to_string();
-    }
-    let mut out = String::with_capacity(text.len() + 8);
-    for c in text.chars() {
-        match c {
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c.is_control() && c.is_ascii() => out.push_str(&format!("\\x{:02x}", c as u32)),
-            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out
-}
+/// from before [`reason_problem`] refused them (a state file), wherever it is shown. The
+/// process's one escaping, which the log's lines use too.
+pub use crate::process::escape::escape_controls;
 
 impl Hold {
     /// The same hold with its reason and who asked escaped ([`escape_controls`]): as a hold

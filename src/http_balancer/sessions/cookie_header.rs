@@ -87,23 +87,33 @@ const MAX_CHECKED: usize = 8;
 /// What a request's cookies say about its session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Affinity {
-    /// A value this broker (or its pair) signed: a session, on the server it names.
+    /// A value this broker (or its pair) signed for this balancer: a session, on the server
+    /// it names.
     Signed(Ticket),
     /// A value signed with `SESSION_SECRET_PREVIOUS`: the same session, to be signed anew.
     Previous(Ticket),
-    /// A value of the right form that does not verify: forged, or issued before cookies were
-    /// signed. Honoured only in the upgrade window, never a session.
+    /// A value of the earlier form, bound to no balancer: the same session in its upgrade
+    /// window (signed anew, bound), no cookie after it.
+    Unbound(Ticket),
+    /// A value of the right form that does not verify: forged, issued for another balancer,
+    /// or issued before cookies were signed. Honoured only in the upgrade window, never a
+    /// session.
     Unsigned(Ticket),
     /// No value of the right form.
     None,
 }
 
 impl Affinity {
-    /// The first value signed with the current secret among the request's `Cookie` header
-    /// values, else the first signed with the previous one, else the first of the right form
-    /// (a browser may hold several, from other paths or hosts).
-    pub fn of<'a>(headers: impl IntoIterator<Item = &'a [u8]>, keys: &CookieKeys) -> Affinity {
-        let (mut previous, mut unsigned) = (None, None);
+    /// The first value signed for `[balancer]` with the current secret among the request's
+    /// `Cookie` header values, else the first signed with the previous one, else the first of
+    /// the earlier form, else the first of the right form (a browser may hold several, from
+    /// other paths or hosts).
+    pub fn of<'a>(
+        headers: impl IntoIterator<Item = &'a [u8]>,
+        keys: &CookieKeys,
+        balancer: &'static str,
+    ) -> Affinity {
+        let (mut previous, mut unbound, mut unsigned) = (None, None, None);
         let tickets = headers
             .into_iter()
             .filter(|header| mentions_broker_cookie(header))
@@ -112,16 +122,18 @@ impl Affinity {
             .filter_map(Ticket::parse)
             .take(MAX_CHECKED);
         for ticket in tickets {
-            match keys.check(&ticket) {
+            match keys.check(balancer, &ticket) {
                 Signed::Current => return Affinity::Signed(ticket),
                 Signed::Previous => previous = previous.or(Some(ticket)),
+                Signed::Unbound => unbound = unbound.or(Some(ticket)),
                 Signed::Neither => unsigned = unsigned.or(Some(ticket)),
             }
         }
-        match (previous, unsigned) {
-            (Some(ticket), _) => Affinity::Previous(ticket),
-            (None, Some(ticket)) => Affinity::Unsigned(ticket),
-            (None, None) => Affinity::None,
+        match (previous, unbound, unsigned) {
+            (Some(ticket), _, _) => Affinity::Previous(ticket),
+            (None, Some(ticket), _) => Affinity::Unbound(ticket),
+            (None, None, Some(ticket)) => Affinity::Unsigned(ticket),
+            (None, None, None) => Affinity::None,
         }
     }
 }
@@ -131,12 +143,15 @@ mod tests {
     use super::*;
     use crate::config::ServerId;
 
+    /// The balancer the tests' values are for.
+    const HTTP: &str = "BALANCE_HTTP";
+
     fn keys() -> CookieKeys {
         CookieKeys::new(b"the cookie header tests' secret, 32+", None, None)
     }
 
     fn signed(id: &str) -> Ticket {
-        keys().sign(ServerId::parse(id).expect("an id"), *b"nonce-00")
+        keys().sign(HTTP, ServerId::parse(id).expect("an id"), *b"nonce-00")
     }
 
     fn strip(header: &[u8]) -> Option<Vec<u8>> {
@@ -151,28 +166,35 @@ mod tests {
              TOTVS_BROKER_SH_001={good}; b=2"
         );
         assert_eq!(
-            Affinity::of([header.as_bytes()], &keys()),
+            Affinity::of([header.as_bytes()], &keys(), HTTP),
             Affinity::Signed(good)
         );
         let unsigned = Ticket::parse(b"01.q3VdAbCdEfGhIjKlMnOpQr").expect("parses");
         assert_eq!(
             Affinity::of(
                 [&b"TOTVS_BROKER_SH_001=01.q3VdAbCdEfGhIjKlMnOpQr"[..]],
-                &keys()
+                &keys(),
+                HTTP
             ),
             Affinity::Unsigned(unsigned)
         );
-        assert_eq!(Affinity::of([&b"a=1; b=2"[..]], &keys()), Affinity::None);
+        assert_eq!(
+            Affinity::of([&b"a=1; b=2"[..]], &keys(), HTTP),
+            Affinity::None
+        );
         // Past the first eight values, none is checked.
         let stuffed = format!(
             "{}TOTVS_BROKER_SH_001={good}",
             "TOTVS_BROKER_SH_001=01.q3VdAbCdEfGhIjKlMnOpQr; ".repeat(8)
         );
         assert_eq!(
-            Affinity::of([stuffed.as_bytes()], &keys()),
+            Affinity::of([stuffed.as_bytes()], &keys(), HTTP),
             Affinity::Unsigned(unsigned)
         );
-        assert_eq!(Affinity::of([&b"\xff\xfe"[..]], &keys()), Affinity::None);
+        assert_eq!(
+            Affinity::of([&b"\xff\xfe"[..]], &keys(), HTTP),
+            Affinity::None
+        );
     }
 
     #[test]
@@ -195,7 +217,10 @@ mod tests {
                 ]
                 .concat(),
             ] {
-                assert_eq!(Affinity::of([&header[..]], &keys()), Affinity::Signed(good));
+                assert_eq!(
+                    Affinity::of([&header[..]], &keys(), HTTP),
+                    Affinity::Signed(good)
+                );
                 let left = strip(&header).expect("the other cookie stays");
                 assert!(!mentions_broker_cookie(&left));
                 assert!(left.contains(&byte), "{byte:#x}");
@@ -214,7 +239,7 @@ mod tests {
             format!("$Version=1; TOTVS_BROKER_SH_001={good}; $Path=/"),
         ] {
             assert_eq!(
-                Affinity::of([header.as_bytes()], &keys()),
+                Affinity::of([header.as_bytes()], &keys(), HTTP),
                 Affinity::Signed(good),
                 "{header}"
             );
@@ -223,7 +248,11 @@ mod tests {
         }
         // Another name is another cookie.
         assert_eq!(
-            Affinity::of([format!("totvs_broker_sh_001={good}").as_bytes()], &keys()),
+            Affinity::of(
+                [format!("totvs_broker_sh_001={good}").as_bytes()],
+                &keys(),
+                HTTP
+            ),
             Affinity::None
         );
     }

@@ -22,8 +22,13 @@ pub struct OwnSecret {
     /// Where it is kept.
     pub kept: Kept,
     /// Wall ms of the first start that signed cookies (the file's birth), which opens the
-    /// upgrade window; `None` when nothing remembers it (no window).
+    /// window for the unsigned cookies of the version before; `None` when nothing remembers
+    /// it, or when that start was a first install (no window).
     pub since_wall_ms: Option<u64>,
+    /// Wall ms of the first start that bound cookies to their balancer, which opens the
+    /// window for cookies of the earlier form; `None` when nothing remembers it, or when no
+    /// cookie of that form can exist (no window).
+    pub bound_since_wall_ms: Option<u64>,
 }
 
 /// Where the broker's own secret is kept.
@@ -45,6 +50,7 @@ impl OwnSecret {
             secret: CookieKeys::generate_secret(),
             kept: Kept::Nowhere(why.into()),
             since_wall_ms: None,
+            bound_since_wall_ms: None,
         }
     }
 }
@@ -120,9 +126,16 @@ impl SessionSecrets {
         }
     }
 
-    /// When the upgrade window opened, wall ms (see [`CookieKeys::honours_unsigned`]).
+    /// When the upgrade window for unsigned cookies opened, wall ms (see
+    /// [`CookieKeys::honours_unsigned`]).
     pub fn since_wall_ms(&self) -> Option<u64> {
         self.own.since_wall_ms
+    }
+
+    /// When the upgrade window for cookies of the earlier form opened, wall ms (see
+    /// [`CookieKeys::honours_unbound`]).
+    pub fn bound_since_wall_ms(&self) -> Option<u64> {
+        self.own.bound_since_wall_ms
     }
 }
 
@@ -137,6 +150,7 @@ fn keys_for(own: &OwnSecret, general: &General) -> CookieKeys {
             .map(Passphrase::expose),
         own.since_wall_ms,
     )
+    .with_unbound_window(own.bound_since_wall_ms)
 }
 
 #[cfg(test)]
@@ -153,6 +167,7 @@ mod tests {
     }
 
     const A: &str = "secret A, at least thirty-two characters";
+    const HTTP: &str = "BALANCE_HTTP";
     const B: &str = "secret B, at least thirty-two characters";
 
     #[test]
@@ -160,19 +175,19 @@ mod tests {
         let id = ServerId::parse("01").expect("an id");
         let own = OwnSecret::for_this_run("a test");
         let secrets = SessionSecrets::new(own.clone(), &general(None, None));
-        let by_own = secrets.keys().issue(id);
+        let by_own = secrets.keys().issue(HTTP, id);
         secrets.configure(&general(Some(A), None));
-        let by_a = secrets.keys().issue(id);
+        let by_a = secrets.keys().issue(HTTP, id);
         assert!(
-            !secrets.keys().verify(&by_own),
+            !secrets.keys().verify(HTTP, &by_own),
             "the own secret no longer counts"
         );
         // Rotation: B signs, A still verifies.
         secrets.configure(&general(Some(B), Some(A)));
-        assert!(secrets.keys().verify(&by_a));
-        let by_b = secrets.keys().issue(id);
+        assert!(secrets.keys().verify(HTTP, &by_a));
+        let by_b = secrets.keys().issue(HTTP, id);
         secrets.configure(&general(None, None));
-        assert!(secrets.keys().verify(&by_own) && !secrets.keys().verify(&by_b));
+        assert!(secrets.keys().verify(HTTP, &by_own) && !secrets.keys().verify(HTTP, &by_b));
     }
 
     #[test]

@@ -1,8 +1,17 @@
 //! The table of live HTTP sessions: a value becomes a session when a request
 //! brings it back; the table only counts and ages sessions (the cookie alone decides where a
-//! request goes), so a session it forgot keeps its affinity. Only signed values reach it.
+//! request goes), so a session it forgot, or never stored, keeps its affinity. Only signed
+//! values reach it.
+//!
+//! A client (the address a request is from, as the PROXY protocol or `HTTP_TRUSTED_PROXIES`
+//! resolve it) has at most `HTTP_MAX_SESSIONS_PER_CLIENT` sessions stored and counted at once:
+//! a request without a cookie gets a valid one, so one client could otherwise mint thousands
+//! for one server, bring each back once, and steer every new browser to the others for a
+//! `SESSION_TIMEOUT`. Past the cap its new sessions still hold their server but count for
+//! nothing.
 
 use std::collections::{BTreeSet, HashMap};
+use std::net::IpAddr;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -17,6 +26,8 @@ struct Entry {
     last: Instant,
     /// WebSocket connections open now: the session does not expire while any is.
     open: u32,
+    /// The client whose request made it, whose count it is in.
+    client: IpAddr,
 }
 
 /// What [`Sessions::touch`] found.
@@ -26,6 +37,21 @@ pub enum Touched {
     New,
     /// A live session.
     Known,
+    /// A new session of a client that has `per_client` stored already: neither stored nor
+    /// counted (its cookie still holds its server).
+    OverClientCap,
+}
+
+/// The bounds a touch keeps to: a balancer's `SESSION_TIMEOUT`, `HTTP_MAX_SESSIONS` and
+/// `HTTP_MAX_SESSIONS_PER_CLIENT`, as they are now (a reload may change them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// A session ends after this long without a request.
+    pub timeout: Duration,
+    /// Sessions stored at most (0: none); the oldest idle is forgotten for a new one.
+    pub max: usize,
+    /// Sessions of one client stored at most (0: no cap); more are not stored.
+    pub per_client: usize,
 }
 
 /// The live sessions of one balancer: expiry after `timeout` without a request (not while a
@@ -39,6 +65,8 @@ pub struct Sessions {
     idle: BTreeSet<(Instant, Ticket)>,
     /// Live sessions per server, and the most at once.
     per_server: HashMap<ServerId, (u64, u64)>,
+    /// Live sessions per client (those with one at least).
+    per_client: HashMap<IpAddr, u32>,
     /// Sessions since start.
     total: u64,
     /// Most live sessions at once.
@@ -60,22 +88,24 @@ impl Sessions {
             entries: HashMap::new(),
             idle: BTreeSet::new(),
             per_server: HashMap::new(),
+            per_client: HashMap::new(),
             total: 0,
             peak: 0,
             moved: 0,
         }
     }
 
-    /// A request brought `ticket` back at `now`: its session is refreshed, or made (the
-    /// oldest idle ones forgotten to stay within `max`).
+    /// A request of `client` brought `ticket` back at `now`: its session is refreshed, or
+    /// made (the oldest idle ones forgotten to stay within `limits.max`), unless `client` has
+    /// `limits.per_client` stored already.
     pub fn touch(
         &mut self,
         ticket: Ticket,
+        client: IpAddr,
         now: Instant,
-        timeout: Duration,
-        max: usize,
+        limits: &Limits,
     ) -> Touched {
-        self.expire(now, timeout);
+        self.expire(now, limits.timeout);
         if let Some(entry) = self.entries.get_mut(&ticket) {
             if entry.open == 0 {
                 self.idle.remove(&(entry.last, ticket));
@@ -84,21 +114,31 @@ impl Sessions {
             entry.last = now;
             return Touched::Known;
         }
-        if max == 0 {
+        if limits.max == 0 {
             return Touched::New;
         }
-        while self.entries.len() >= max {
+        let stored = self.per_client.get(&client).map_or(0, |&n| n as usize);
+        if limits.per_client > 0 && stored >= limits.per_client {
+            return Touched::OverClientCap;
+        }
+        while self.entries.len() >= limits.max {
             let Some((_, oldest)) = self.idle.pop_first() else {
                 // Every session has a WebSocket open: none may be forgotten.
                 return Touched::New;
             };
             self.forget(oldest);
         }
-        self.entries.insert(ticket, Entry { last: now, open: 0 });
+        let entry = Entry {
+            last: now,
+            open: 0,
+            client,
+        };
+        self.entries.insert(ticket, entry);
         self.idle.insert((now, ticket));
         let (live, peak) = self.per_server.entry(ticket.server).or_default();
         *live += 1;
         *peak = (*peak).max(*live);
+        *self.per_client.entry(client).or_default() += 1;
         self.total += 1;
         self.peak = self.peak.max(self.entries.len() as u64);
         Touched::New
@@ -166,13 +206,26 @@ impl Sessions {
         }
     }
 
-    /// Removes `ticket` from the entries and its server's count (not from `idle`).
+    /// Removes `ticket` from the entries, its server's count and its client's (not from
+    /// `idle`).
     fn forget(&mut self, ticket: Ticket) {
-        if self.entries.remove(&ticket).is_some()
-            && let Some((live, _)) = self.per_server.get_mut(&ticket.server)
-        {
+        let Some(entry) = self.entries.remove(&ticket) else {
+            return;
+        };
+        if let Some((live, _)) = self.per_server.get_mut(&ticket.server) {
             *live = live.saturating_sub(1);
         }
+        if let Some(stored) = self.per_client.get_mut(&entry.client) {
+            *stored = stored.saturating_sub(1);
+            if *stored == 0 {
+                self.per_client.remove(&entry.client);
+            }
+        }
+    }
+
+    /// Live sessions stored for `client`.
+    pub fn of_client(&self, client: IpAddr) -> u64 {
+        self.per_client.get(&client).map_or(0, |&n| u64::from(n))
     }
 
     /// True when `ticket` is a live session.
@@ -246,19 +299,44 @@ mod tests {
     }
 
     fn ticket(server: &str, n: u8) -> Ticket {
-        CookieKeys::new(b"the table tests' secret", None, None).sign(id(server), [n; 8])
+        CookieKeys::new(b"the table tests' secret", None, None).sign(
+            "BALANCE_HTTP",
+            id(server),
+            [n; 8],
+        )
     }
 
     const MINUTE: Duration = Duration::from_secs(60);
+
+    /// A client of the tests.
+    const CLIENT: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(192, 0, 2, 7));
+
+    /// `SESSION_TIMEOUT` `timeout`, `HTTP_MAX_SESSIONS` `max`, no cap per client.
+    fn limits(timeout: Duration, max: usize) -> Limits {
+        Limits {
+            timeout,
+            max,
+            per_client: 0,
+        }
+    }
 
     #[tokio::test(start_paused = true)]
     async fn sessions_expire_after_the_timeout_without_a_request() {
         let mut s = Sessions::new();
         let (a, b) = (ticket("01", 1), ticket("02", 2));
-        assert_eq!(s.touch(a, Instant::now(), 10 * MINUTE, 10), Touched::New);
+        assert_eq!(
+            s.touch(a, CLIENT, Instant::now(), &limits(10 * MINUTE, 10)),
+            Touched::New
+        );
         tokio::time::advance(5 * MINUTE).await;
-        assert_eq!(s.touch(b, Instant::now(), 10 * MINUTE, 10), Touched::New);
-        assert_eq!(s.touch(a, Instant::now(), 10 * MINUTE, 10), Touched::Known);
+        assert_eq!(
+            s.touch(b, CLIENT, Instant::now(), &limits(10 * MINUTE, 10)),
+            Touched::New
+        );
+        assert_eq!(
+            s.touch(a, CLIENT, Instant::now(), &limits(10 * MINUTE, 10)),
+            Touched::Known
+        );
         tokio::time::advance(10 * MINUTE - Duration::from_millis(1)).await;
         s.expire(Instant::now(), 10 * MINUTE);
         assert_eq!(s.len(), 2);
@@ -273,7 +351,7 @@ mod tests {
     async fn an_open_websocket_keeps_its_session_alive() {
         let mut s = Sessions::new();
         let a = ticket("01", 1);
-        s.touch(a, Instant::now(), MINUTE, 10);
+        s.touch(a, CLIENT, Instant::now(), &limits(MINUTE, 10));
         s.opened(a);
         tokio::time::advance(10 * MINUTE).await;
         s.expire(Instant::now(), MINUTE);
@@ -291,19 +369,19 @@ mod tests {
     async fn the_cap_forgets_the_oldest_idle_first() {
         let mut s = Sessions::new();
         for n in 0..3 {
-            s.touch(ticket("01", n), Instant::now(), MINUTE, 3);
+            s.touch(ticket("01", n), CLIENT, Instant::now(), &limits(MINUTE, 3));
             tokio::time::advance(Duration::from_secs(1)).await;
         }
         // The oldest comes back: the second is now the oldest idle one.
-        s.touch(ticket("01", 0), Instant::now(), MINUTE, 3);
-        s.touch(ticket("02", 9), Instant::now(), MINUTE, 3);
+        s.touch(ticket("01", 0), CLIENT, Instant::now(), &limits(MINUTE, 3));
+        s.touch(ticket("02", 9), CLIENT, Instant::now(), &limits(MINUTE, 3));
         assert_eq!(s.len(), 3);
         assert_eq!(
-            s.touch(ticket("01", 1), Instant::now(), MINUTE, 3),
+            s.touch(ticket("01", 1), CLIENT, Instant::now(), &limits(MINUTE, 3)),
             Touched::New
         );
         assert_eq!(
-            s.touch(ticket("01", 0), Instant::now(), MINUTE, 3),
+            s.touch(ticket("01", 0), CLIENT, Instant::now(), &limits(MINUTE, 3)),
             Touched::Known
         );
         assert_eq!((s.count(id("01")), s.count(id("02"))), (2, 1));
@@ -311,11 +389,57 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_client_past_its_cap_makes_no_session_and_its_count_follows_its_sessions() {
+        let mut s = Sessions::new();
+        let capped = Limits {
+            timeout: MINUTE,
+            max: 100,
+            per_client: 2,
+        };
+        let other = IpAddr::V4(std::net::Ipv4Addr::new(198, 51, 100, 1));
+        let touch =
+            |s: &mut Sessions, n, client| s.touch(ticket("01", n), client, Instant::now(), &capped);
+        assert_eq!(touch(&mut s, 1, CLIENT), Touched::New);
+        assert_eq!(touch(&mut s, 2, CLIENT), Touched::New);
+        // A thousand more from the same client: none stored, none counted.
+        for n in 3..=200 {
+            assert_eq!(touch(&mut s, n, CLIENT), Touched::OverClientCap);
+        }
+        assert_eq!(
+            (s.count(id("01")), s.of_client(CLIENT), s.total()),
+            (2, 2, 2)
+        );
+        // Its live sessions go on; another client is not held back.
+        assert_eq!(touch(&mut s, 1, CLIENT), Touched::Known);
+        assert_eq!(touch(&mut s, 201, other), Touched::New);
+        // One of its sessions ends: room for one more.
+        assert!(s.moved(ticket("01", 2)));
+        assert_eq!(s.of_client(CLIENT), 1);
+        assert_eq!(touch(&mut s, 3, CLIENT), Touched::New);
+        // All expire: nothing is left counted for it.
+        tokio::time::advance(MINUTE).await;
+        s.expire(Instant::now(), MINUTE);
+        assert_eq!(
+            (s.of_client(CLIENT), s.of_client(other), s.len()),
+            (0, 0, 0)
+        );
+        // No cap: as many as HTTP_MAX_SESSIONS allows.
+        for n in 0..50 {
+            let limits = limits(MINUTE, 100);
+            assert_eq!(
+                s.touch(ticket("02", n), CLIENT, Instant::now(), &limits),
+                Touched::New
+            );
+        }
+        assert_eq!(s.of_client(CLIENT), 50);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_moved_session_is_counted_once() {
         let mut s = Sessions::new();
         let a = ticket("01", 1);
         assert!(!s.moved(a), "not a session yet");
-        s.touch(a, Instant::now(), MINUTE, 10);
+        s.touch(a, CLIENT, Instant::now(), &limits(MINUTE, 10));
         assert!(s.moved(a));
         assert!(!s.moved(a));
         assert_eq!((s.moved_count(), s.len(), s.count(id("01"))), (1, 0, 0));
@@ -325,7 +449,7 @@ mod tests {
     async fn a_renewed_session_keeps_its_age_and_count() {
         let mut s = Sessions::new();
         let (old, new) = (ticket("01", 1), ticket("01", 2));
-        s.touch(old, Instant::now(), MINUTE, 10);
+        s.touch(old, CLIENT, Instant::now(), &limits(MINUTE, 10));
         tokio::time::advance(Duration::from_secs(30)).await;
         s.renew(old, new);
         assert!(!s.knows(old) && s.knows(new));
@@ -343,10 +467,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn ages_are_listed_per_server() {
         let mut s = Sessions::new();
-        s.touch(ticket("01", 1), Instant::now(), MINUTE, 10);
+        s.touch(ticket("01", 1), CLIENT, Instant::now(), &limits(MINUTE, 10));
         tokio::time::advance(Duration::from_secs(5)).await;
-        s.touch(ticket("01", 2), Instant::now(), MINUTE, 10);
-        s.touch(ticket("02", 3), Instant::now(), MINUTE, 10);
+        s.touch(ticket("01", 2), CLIENT, Instant::now(), &limits(MINUTE, 10));
+        s.touch(ticket("02", 3), CLIENT, Instant::now(), &limits(MINUTE, 10));
         assert_eq!(
             s.ages(id("01"), Instant::now(), 10),
             vec![Duration::from_secs(5), Duration::ZERO]

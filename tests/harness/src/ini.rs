@@ -87,15 +87,31 @@ pub fn session_secret_line() -> String {
     format!("SESSION_SECRET={SESSION_SECRET}\n")
 }
 
-/// A valid `TOTVS_BROKER_SH_001` value for server `id` under [`SESSION_SECRET`], one per `n`:
-/// what the broker would have issued.
+/// A valid `TOTVS_BROKER_SH_001` value for server `id` of `[BALANCE_HTTP]` (the section
+/// [`weighted_http_ini`] writes) under [`SESSION_SECRET`], one per `n`: what the broker would
+/// have issued.
 pub fn signed_cookie(id: &str, n: u64) -> String {
     signed_cookie_with(SESSION_SECRET, id, n)
 }
 
-/// A valid `TOTVS_BROKER_SH_001` value for server `id` under `secret`, one per `n`.
+/// A valid `TOTVS_BROKER_SH_001` value for server `id` of `[BALANCE_HTTP]` under `secret`,
+/// one per `n`.
 pub fn signed_cookie_with(secret: &str, id: &str, n: u64) -> String {
+    signed_cookie_for(secret, "BALANCE_HTTP", id, n)
+}
+
+/// A valid `TOTVS_BROKER_SH_001` value for server `id` of the balancer `[section]` under
+/// `secret`, one per `n`: a cookie is bound to the balancer that issued it.
+pub fn signed_cookie_for(secret: &str, section: &str, id: &str, n: u64) -> String {
     let keys = appbroker::http_balancer::sessions::CookieKeys::new(secret.as_bytes(), None, None);
     let id = appbroker::config::ServerId::parse(id).expect("a server id");
-    keys.sign(id, n.to_be_bytes()).to_string()
+    keys.sign(section, id, n.to_be_bytes()).to_string()
+}
+
+/// A `TOTVS_BROKER_SH_001` value of the earlier form (bound to no balancer) for server `id`
+/// under `secret`, one per `n`: what a broker of an earlier build issued.
+pub fn unbound_cookie_with(secret: &str, id: &str, n: u64) -> String {
+    let keys = appbroker::http_balancer::sessions::CookieKeys::new(secret.as_bytes(), None, None);
+    let id = appbroker::config::ServerId::parse(id).expect("a server id");
+    keys.sign_unbound(id, n.to_be_bytes()).to_string()
 }

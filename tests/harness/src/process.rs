@@ -320,8 +320,9 @@ impl Drop for Broker {
 
 /// The binary under test at a path of the test's own, which the test replaces as an install
 /// does (a new file renamed into place): by a script of its own, the "new binary" of an
-/// upgrade, or by the binary again. A supervisor started from [`Installed::path`] runs
-/// whatever is there when it restarts a broker or is upgraded.
+/// upgrade, or by the binary again. A supervisor started from [`Installed::path`] vets
+/// whatever is there when it is upgraded; it restarts a broker from its own image, never from
+/// the file there.
 pub struct Installed {
     dir: tempfile::TempDir,
     /// Where it is installed.
