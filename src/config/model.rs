@@ -270,14 +270,16 @@ pub struct TlsKeys {
 
 impl TlsKeys {
     /// What the listener's TLS is built from; `None` unless both certificate and key are set.
-    /// `alpn_http1`: the balancer speaks HTTP (offers ALPN `http/1.1`).
-    pub fn server(&self, alpn_http1: bool) -> Option<ServerSettings> {
+    /// `alpn_http1`: the balancer speaks HTTP (offers ALPN `http/1.1`); `alpn_h2`: HTTP/2 too
+    /// (`h2`, preferred).
+    pub fn server(&self, alpn_http1: bool, alpn_h2: bool) -> Option<ServerSettings> {
         Some(ServerSettings {
             certificate: self.certificate.clone()?,
             key: self.key.clone()?,
             passphrase: self.passphrase.clone(),
             method: self.method,
             alpn_http1,
+            alpn_h2: alpn_http1 && alpn_h2,
         })
     }
 
@@ -369,6 +371,12 @@ pub struct HttpSettings {
     pub sticky_strict: bool,
     /// `HTTP_TRUSTED_PROXIES`: the L7 proxies whose `X-Forwarded-For` names the client.
     pub trusted_proxies: Vec<Cidr>,
+    /// `HTTP2`: a TLS port offers HTTP/2 (ALPN `h2`) besides HTTP/1.1.
+    pub http2: bool,
+    /// `HTTP2_MAX_STREAMS`: the streams one HTTP/2 connection may have in hand at once.
+    pub http2_max_streams: u32,
+    /// `HTTP2_WEBSOCKET`: WebSocket over HTTP/2 (RFC 8441's extended CONNECT) is offered.
+    pub http2_websocket: bool,
 }
 
 /// TCP keepalive, so a vanished peer is noticed in minutes rather than the kernel's two hours.
