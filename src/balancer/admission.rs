@@ -5,7 +5,7 @@
 //! monitor polling the status page is never counted as a client, on an HTTP port as on a TCP
 //! one. What the connection holds ([`Admission`]) is given back when it is dropped.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::balancer::Balancer;
 use crate::balancer::generation::Generation;
@@ -22,6 +22,10 @@ pub enum Admission {
     Query(Place),
     /// A client's place: it has sent a request on to a server.
     Client(ClientSlot),
+    /// One stream of a connection that carries several (HTTP/2): what it asks is counted on
+    /// the connection's admission, which its streams share, so the connection takes one place
+    /// however many streams it carries.
+    Stream(Arc<Mutex<Admission>>),
 }
 
 impl Admission {
@@ -41,6 +45,10 @@ impl Balancer {
     /// answered 503 and the connection closed, as on a TCP port.
     pub fn admit_query(&self, admission: &mut Admission) -> bool {
         match admission {
+            Admission::Stream(connection) => {
+                let mut connection = connection.lock().unwrap_or_else(|p| p.into_inner());
+                self.admit_query(&mut connection)
+            }
             Admission::Client(_) => true,
             Admission::Query(place) => place.busy(),
             Admission::Unknown => match self.take_query_place() {
@@ -62,6 +70,10 @@ impl Balancer {
         generation: &Generation,
         admission: &mut Admission,
     ) -> bool {
+        if let Admission::Stream(connection) = admission {
+            let mut connection = connection.lock().unwrap_or_else(|p| p.into_inner());
+            return self.admit_client(generation, &mut connection);
+        }
         if matches!(admission, Admission::Client(_)) {
             return true;
         }

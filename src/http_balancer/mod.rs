@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use hyper::Response;
 use hyper::body::Bytes;
 use tokio::time::{Duration, Instant};
+use tokio_util::either::Either;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, Span, info, warn};
 
@@ -34,7 +35,7 @@ use crate::config::{BalancerConfig, Language, ServerId, show_duration};
 use crate::http::h1::{Editor, FieldName};
 use crate::http::{
     self, Choice, ClientAddr, ClientHead, ConnectFailure, Downstream, Engine, Exchange,
-    ExchangeOutcome, Report, Tunnel, Upstreams,
+    ExchangeOutcome, Protocol, Report, Tunnel, Upstreams,
 };
 use crate::http_balancer::sessions::{
     Affinity, CookieKeys, Limits, SessionSecrets, Sessions, Ticket, Touched,
@@ -197,6 +198,8 @@ pub fn settings(
         language,
         trusted_proxies: keys.trusted_proxies.clone(),
         head_memory,
+        http2_max_streams: keys.http2_max_streams,
+        http2_websocket: keys.http2_websocket,
         ..http::Settings::default()
     }
 }
@@ -249,7 +252,14 @@ pub fn start<S: Stream>(
         let key = client_key(client.peer);
         let Some(hold) = span.in_scope(|| balancer.hold_for_client(&pool, key)) else {
             if let Some(refusal) = balancer.answer_refusal(key) {
-                let refusing = Arc::clone(proxy).serve_unavailable(stream, client, cut);
+                let refusing = match Protocol::of(stream.protocol()) {
+                    Protocol::H2 => {
+                        Either::Left(http::h2::refuse(Arc::clone(proxy), stream, client, cut))
+                    }
+                    Protocol::Http1 => {
+                        Either::Right(Arc::clone(proxy).serve_unavailable(stream, client, cut))
+                    }
+                };
                 tasks.spawn(async move {
                     let _refusal = refusal;
                     refusing.await;
@@ -261,6 +271,17 @@ pub fn start<S: Stream>(
         // the hold, so it stays in tokio's 512-byte task cell.
         hold.counts().then(|| Box::new(hold))
     };
+    if Protocol::of(stream.protocol()) == Protocol::H2 {
+        tasks.spawn(http::h2::serve(
+            Arc::clone(proxy),
+            stream,
+            client,
+            closing,
+            cut,
+            hold,
+        ));
+        return;
+    }
     // The engine's future is the task's whole future: a future around it would carry its
     // arguments twice for the connection's life.
     let serving = Arc::clone(proxy).serve(stream, client, closing, cut, hold);
@@ -693,7 +714,7 @@ fn client_key(client: ClientAddr) -> IpAddr {
 }
 
 /// The access log's line for one request (`LOG_REQUESTS`): who, what, the answer, the bytes
-/// each way, how long, which server.
+/// each way, how long, which server, in which HTTP version (`http/1.1`, `h2`).
 fn access_line(exchange: &Exchange<Target>) {
     let status = exchange
         .status
@@ -727,6 +748,7 @@ fn access_line(exchange: &Exchange<Target>) {
         bytes_to_client = exchange.to_client,
         duration = %format_args!("{:.3}s", exchange.duration.as_secs_f64()),
         server = %server,
+        protocol = exchange.protocol.name(),
         error = error.as_deref(),
         "request"
     );
@@ -910,6 +932,12 @@ impl Upstreams for HttpBalancer {
 
     fn waiting(&self, admission: &Admission) {
         admission.waiting();
+    }
+
+    /// A stream's requests are counted on its connection's admission: the connection is one
+    /// client (or one query connection) however many streams it carries.
+    fn stream_admission(&self, connection: &Arc<Mutex<Admission>>) -> Admission {
+        Admission::Stream(Arc::clone(connection))
     }
 
     /// A query is counted in a query place while the connection is no client (a monitor

@@ -24,7 +24,10 @@ use super::buffers::Buffer;
 use super::own::{self, Ending};
 use super::pool::ServerConn;
 use crate::http::h1::{HeadError, HeadScan, Method, OutHead, RequestHead, Version};
-use crate::http::{Choice, Downstream, Exchange, ExchangeOutcome, Report, Tunnel, Upstreams};
+use crate::http::stats::Open;
+use crate::http::{
+    Choice, Downstream, Exchange, ExchangeOutcome, Protocol, Report, Tunnel, Upstreams,
+};
 use crate::net::relay::{Counters, End, relay};
 use crate::net::stream::Stream;
 use crate::process::budget::{Budget, Claim};
@@ -77,6 +80,7 @@ impl<U: Upstreams> Engine<U> {
         async move {
             // Held, not used: the place is given back when the connection ends.
             let _place = &place;
+            let _open = Open::new(&self.stats, Protocol::of(io.protocol()));
             // How the balancer counts the connection: nothing until its first request.
             let mut admission = U::Admission::default();
             let mut deadline = pin!(tokio::time::sleep(Duration::ZERO));
@@ -118,6 +122,42 @@ impl<U: Upstreams> Engine<U> {
                     let relay = Box::pin(self.relay_tunnel(&mut io, *upgraded));
                     return until_cut(cut.as_mut(), relay).await.unwrap_or(());
                 }
+            }
+        }
+    }
+}
+
+impl<U: Upstreams> Engine<U> {
+    /// Serves one stream of a connection that carries several (an HTTP/2 stream, whose reads
+    /// give its request as HTTP/1.1 bytes ending the connection after it): one exchange, as
+    /// any request of a connection, then its upgraded connection relayed when it switched.
+    /// `admission` is the stream's share of what its connection holds, counted once for all
+    /// its streams ([`Upstreams::stream_admission`]). The connection's cut drops this future.
+    pub fn serve_stream<C: Stream>(
+        self: Arc<Self>,
+        mut io: C,
+        client: Downstream,
+        closing: CancellationToken,
+        mut admission: U::Admission,
+    ) -> impl Future<Output = ()> {
+        async move {
+            let settings = self.settings.load_full();
+            let mut deadline = pin!(tokio::time::sleep(settings.request_timeout));
+            let mut buf = Buffer::small();
+            let first = poll_fn(|cx| {
+                let read = buf.poll_read_from(cx, &mut io);
+                if read.is_pending() && deadline.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(false);
+                }
+                read.map(|read| matches!(read, Ok(n) if n > 0))
+            });
+            if !first.await {
+                return;
+            }
+            let client = Client::new(&mut io, client, &closing, deadline.as_mut());
+            let next = self.exchange(client, buf, settings, &mut admission).await;
+            if let Next::Tunnel(upgraded) = next {
+                self.relay_tunnel(&mut io, *upgraded).await;
             }
         }
     }

@@ -15,7 +15,9 @@ use super::client::{Client, Headless, Next};
 use super::own::{self, Ending};
 use crate::http::h1::{Body, FieldName, HeadError, Method, RequestHead, Version};
 use crate::http::refusal::Refusal;
-use crate::http::{ClientAddr, ClientHead, Exchange, ExchangeOutcome, Report, Settings, Upstreams};
+use crate::http::{
+    ClientAddr, ClientHead, Exchange, ExchangeOutcome, Protocol, Report, Settings, Upstreams,
+};
 use crate::net::stream::Stream;
 
 /// A request in hand: the client's side, its buffer (the head, then the body as it passes,
@@ -58,7 +60,8 @@ impl<U: Upstreams> Engine<U> {
             client
                 .peer
                 .behind(&settings.trusted_proxies, &head, buf.filled());
-        let record = Record::new(self, client.peer.peer, &head, buf.filled());
+        let protocol = Protocol::of(client.io.protocol());
+        let record = Record::new(self, client.peer.peer, protocol, &head, buf.filled());
         let request = InHand {
             engine: self,
             client,
@@ -92,7 +95,8 @@ impl<U: Upstreams> Engine<U> {
         buf: Buffer,
         settings: &Settings,
     ) -> Next<U> {
-        if let Some(mut record) = Record::of_line(self, client.peer.peer, buf.filled()) {
+        let protocol = Protocol::of(client.io.protocol());
+        if let Some(mut record) = Record::of_line(self, client.peer.peer, protocol, buf.filled()) {
             record.exchange.outcome = ExchangeOutcome::Refused;
             record.answered(StatusCode::REQUEST_TIMEOUT);
             record.report();
@@ -120,7 +124,8 @@ impl<U: Upstreams> Engine<U> {
         settings: &Settings,
     ) -> Next<U> {
         let refusal = Refusal::of_head(error, buf.filled());
-        if let Some(mut record) = Record::of_line(self, client.peer.peer, buf.filled()) {
+        let protocol = Protocol::of(client.io.protocol());
+        if let Some(mut record) = Record::of_line(self, client.peer.peer, protocol, buf.filled()) {
             record.exchange.outcome = ExchangeOutcome::Refused;
             record.answered(refusal.status());
             record.report();
@@ -311,21 +316,36 @@ pub(super) struct Record<'e, U: Upstreams> {
 }
 
 impl<'e, U: Upstreams> Record<'e, U> {
-    /// The record of `head` (read from `buf`) from `client`, from now on.
-    fn new(engine: &'e Engine<U>, client: ClientAddr, head: &RequestHead, buf: &[u8]) -> Self {
-        Record::of(engine, client, head.method_bytes(buf), head.target(buf))
+    /// The record of `head` (read from `buf`) from `client`, in `protocol`, from now on.
+    fn new(
+        engine: &'e Engine<U>,
+        client: ClientAddr,
+        protocol: Protocol,
+        head: &RequestHead,
+        buf: &[u8],
+    ) -> Self {
+        let mut record = Record::of(engine, client, head.method_bytes(buf), head.target(buf));
+        record.exchange.protocol = protocol;
+        record
     }
 
     /// The record of a head refused before it was parsed, when its request line says a
     /// method and a target.
-    fn of_line(engine: &'e Engine<U>, client: ClientAddr, buf: &[u8]) -> Option<Self> {
+    fn of_line(
+        engine: &'e Engine<U>,
+        client: ClientAddr,
+        protocol: Protocol,
+        buf: &[u8],
+    ) -> Option<Self> {
         let line = buf
             .split(|&b| b == b'\n')
             .find(|line| !line.is_empty() && *line != b"\r")?;
         let mut words = line.split(|&b| b == b' ');
         let (method, target) = (words.next()?, words.next()?);
         hyper::Method::from_bytes(method).ok()?;
-        Some(Record::of(engine, client, method, target))
+        let mut record = Record::of(engine, client, method, target);
+        record.exchange.protocol = protocol;
+        Some(record)
     }
 
     fn of(engine: &'e Engine<U>, client: ClientAddr, method: &[u8], target: &[u8]) -> Self {
@@ -363,9 +383,12 @@ impl<U: Upstreams> Record<'_, U> {
         let exchange = &mut self.exchange;
         exchange.duration = self.started.elapsed();
         exchange.outcome = ExchangeOutcome::Served;
-        self.engine
-            .stats
-            .finished(exchange.status, exchange.duration, &exchange.outcome);
+        self.engine.stats.finished(
+            exchange.protocol,
+            exchange.status,
+            exchange.duration,
+            &exchange.outcome,
+        );
         let client = exchange.client;
         std::mem::replace(exchange, blank(client))
     }
@@ -375,6 +398,7 @@ impl<U: Upstreams> Record<'_, U> {
 fn blank<S>(client: ClientAddr) -> Exchange<S> {
     Exchange {
         client,
+        protocol: Protocol::Http1,
         method: hyper::Method::default(),
         uri: String::new(),
         status: None,
@@ -399,9 +423,12 @@ impl<U: Upstreams> Record<'_, U> {
         if exchange.status.is_none() {
             exchange.outcome = ExchangeOutcome::Incomplete;
         }
-        self.engine
-            .stats
-            .finished(exchange.status, exchange.duration, &exchange.outcome);
+        self.engine.stats.finished(
+            exchange.protocol,
+            exchange.status,
+            exchange.duration,
+            &exchange.outcome,
+        );
         self.engine.upstreams.report(Report::Exchange(exchange));
     }
 }
