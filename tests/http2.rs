@@ -213,3 +213,548 @@ async fn a_stream_reaches_the_server_as_an_http11_request_with_the_engines_rewri
         "{metrics}"
     );
 }
+
+/// `n` bytes of the harness's pattern.
+async fn pattern(n: u64) -> Bytes {
+    use http_body_util::BodyExt;
+    PatternBody::new(n, true)
+        .collect()
+        .await
+        .unwrap()
+        .to_bytes()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_affinity_cookie_keeps_every_stream_on_one_server() {
+    let tls = tls();
+    let (one, two) = (Origin::start().await, Origin::start().await);
+    let broker = InProcess::start(&ini(&tls, "", &[one.addr, two.addr])).await;
+    let (mut send, _driver) = h2_client(broker.addr(), &tls).await;
+    let first = fetch(&mut send, get("/first", &[]), None).await;
+    let set_cookie = first.headers["set-cookie"].to_str().unwrap();
+    let cookie = set_cookie.split(';').next().unwrap().to_string();
+    let chosen = if one.seen().len() == 1 { &one } else { &two };
+    for i in 0..20 {
+        // A browser splits its cookies into crumbs: the broker's among others.
+        let request = get(
+            &format!("/again/{i}"),
+            &[
+                ("cookie", "theme=dark"),
+                ("cookie", &cookie),
+                ("cookie", "x=1"),
+            ],
+        );
+        let answer = fetch(&mut send, request, None).await;
+        assert_eq!(answer.status, StatusCode::OK);
+        assert!(!answer.headers.contains_key("set-cookie"), "{answer:?}");
+    }
+    assert_eq!(
+        chosen.seen().len(),
+        21,
+        "every request on the cookie's server"
+    );
+    let last = chosen.seen().pop().unwrap();
+    let cookies: Vec<_> = last.headers.get_all("cookie").iter().collect();
+    assert_eq!(
+        cookies,
+        ["theme=dark; x=1"],
+        "the broker's cookie is the broker's"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_streams_at_once_share_one_connection_counted_once() {
+    let tls = tls();
+    let origin = Origin::start().await;
+    let broker = InProcess::start(&ini(&tls, "MAX_CONNECTIONS=2\n", &[origin.addr])).await;
+    let (send, _driver) = h2_client(broker.addr(), &tls).await;
+    let mut held = Vec::new();
+    for _ in 0..50 {
+        let mut send = send.clone();
+        held.push(tokio::spawn(async move {
+            fetch(&mut send, get("/hold", &[]), None).await
+        }));
+    }
+    eventually("50 streams held at the origin", || {
+        origin.held.load(std::sync::atomic::Ordering::SeqCst) == 50
+    })
+    .await;
+    // One client, under a MAX_CONNECTIONS of 2, with 50 requests in hand.
+    assert_eq!(broker.state().accepted, 1);
+    let (mut other, _other_driver) = h2_client(broker.addr(), &tls).await;
+    let metrics = fetch(&mut other, get("/TOTVS_BROKER_QUERY/METRICS", &[]), None).await;
+    let metrics = String::from_utf8_lossy(&metrics.body).to_string();
+    assert!(
+        metrics.contains("appbroker_http2_streams_open{balancer=\"BALANCE_HTTP\"} 51"),
+        "{metrics}"
+    );
+    origin.release(50);
+    for answer in held {
+        assert_eq!(answer.await.unwrap().body, "released");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_pass_whole_both_ways_under_flow_control() {
+    let tls = tls();
+    let origin = Origin::start().await;
+    let broker = InProcess::start(&ini(&tls, "", &[origin.addr])).await;
+    let (mut send, _driver) = h2_client(broker.addr(), &tls).await;
+    // Downloads of 3 MiB, with a length and chunked: far past every window.
+    for path in ["/bytes/3145728", "/bytes/chunked/3145728"] {
+        let answer = fetch(&mut send, get(path, &[]), None).await;
+        let mut check = PatternCheck::default();
+        check.feed(&answer.body);
+        assert_eq!((check.seen, check.bad_at), (3_145_728, None), "{path}");
+    }
+    // An upload of 1 MiB without a length (chunked towards the server), and one with.
+    let body = pattern(1 << 20).await;
+    let upload = |length: bool| {
+        let mut request = Request::builder()
+            .method(Method::POST)
+            .uri("https://localhost/upload");
+        if length {
+            request = request.header("content-length", body.len().to_string());
+        }
+        request.body(()).unwrap()
+    };
+    for length in [false, true] {
+        let answer = fetch(&mut send, upload(length), Some(&body)).await;
+        assert_eq!(answer.body, "1048576 None", "length={length}");
+    }
+    // An empty POST: a body of none, ended by an empty DATA frame.
+    let answer = fetch(&mut send, upload(false), Some(b"")).await;
+    assert_eq!(answer.body, "0 None");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn head_204_and_304_end_with_their_headers() {
+    let tls = tls();
+    let origin = Origin::start().await;
+    let broker = InProcess::start(&ini(&tls, "", &[origin.addr])).await;
+    let (send, _driver) = h2_client(broker.addr(), &tls).await;
+    let cases = [
+        (Method::HEAD, "/bytes/100", StatusCode::OK),
+        (Method::GET, "/status/204", StatusCode::NO_CONTENT),
+        (Method::GET, "/status/304", StatusCode::NOT_MODIFIED),
+    ];
+    for (method, path, status) in cases {
+        let mut send = send.clone().ready().await.unwrap();
+        let request = Request::builder()
+            .method(method.clone())
+            .uri(format!("https://localhost{path}"))
+            .body(())
+            .unwrap();
+        let (response, _) = send.send_request(request, true).unwrap();
+        let response = within("the head", response).await.unwrap();
+        assert_eq!(response.status(), status, "{method} {path}");
+        assert!(response.body().is_end_stream(), "{method} {path}: no DATA");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_authority_and_a_host_that_disagree_are_a_400_and_reach_no_server() {
+    let tls = tls();
+    let origin = Origin::start().await;
+    let broker = InProcess::start(&ini(&tls, "", &[origin.addr])).await;
+    let (mut send, _driver) = h2_client(broker.addr(), &tls).await;
+    let answer = fetch(&mut send, get("/x", &[("host", "evil.test")]), None).await;
+    assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{answer:?}");
+    // The connection goes on: the refusal ended one stream.
+    let answer = fetch(&mut send, get("/y", &[("host", "localhost")]), None).await;
+    assert_eq!(answer.status, StatusCode::OK, "{answer:?}");
+    let targets: Vec<_> = origin.seen().into_iter().map(|s| s.target).collect();
+    assert_eq!(targets, ["/y"]);
+}
+
+/// A WebSocket origin (tungstenite) that echoes every message; `accept` is what it answers
+/// the upgrade with: right, or a `Sec-WebSocket-Accept` of no key's (a server that does not
+/// speak WebSocket but switches all the same).
+async fn websocket_echo(right_accept: bool) -> SocketAddr {
+    use futures_util::{SinkExt, StreamExt};
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                if !right_accept {
+                    let _ = read_head(&mut stream).await;
+                    let wrong = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\
+                                 Connection: Upgrade\r\nSec-WebSocket-Accept: bm90IGEga2V5\r\n\r\n";
+                    let _ = stream.write_all(wrong.as_bytes()).await;
+                    let _ = stream.read(&mut [0; 64]).await;
+                    return;
+                }
+                let Ok(mut ws) = tokio_tungstenite::accept_async(stream).await else {
+                    return;
+                };
+                while let Some(Ok(message)) = ws.next().await {
+                    if message.is_close() || ws.send(message).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// RFC 8441's extended CONNECT for a WebSocket at `path`.
+fn websocket_connect(path: &str) -> Request<()> {
+    let mut request = Request::builder()
+        .method(Method::CONNECT)
+        .uri(format!("https://localhost{path}"))
+        .header("sec-websocket-version", "13")
+        .body(())
+        .unwrap();
+    request
+        .extensions_mut()
+        .insert(h2::ext::Protocol::from_static("websocket"));
+    request
+}
+
+/// A client's masked WebSocket text frame of `text` (under 126 bytes).
+fn text_frame(text: &str) -> Bytes {
+    let mask = [0x11, 0x22, 0x33, 0x44];
+    let mut frame = vec![0x81, 0x80 | text.len() as u8];
+    frame.extend_from_slice(&mask);
+    frame.extend(text.bytes().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    frame.into()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_over_http2_is_relayed_as_an_http11_upgrade() {
+    let tls = tls();
+    let origin = websocket_echo(true).await;
+    let broker = InProcess::start(&ini(&tls, "", &[origin])).await;
+    let (send, _driver) = h2_client(broker.addr(), &tls).await;
+    assert!(
+        send.is_extended_connect_protocol_enabled(),
+        "SETTINGS_ENABLE_CONNECT_PROTOCOL"
+    );
+    let mut send = send.ready().await.unwrap();
+    let (response, mut stream) = send
+        .send_request(websocket_connect("/chat"), false)
+        .unwrap();
+    let response = within("the 200", response).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK, "{response:?}");
+    assert!(!response.headers().contains_key("sec-websocket-accept"));
+    assert!(!response.headers().contains_key("upgrade"));
+    let mut recv = response.into_body();
+    for text in ["hello", "over one connection"] {
+        stream.send_data(text_frame(text), false).unwrap();
+        let mut got = Vec::new();
+        while got.len() < 2 + text.len() {
+            let data = within("the echo", recv.data()).await.unwrap().unwrap();
+            let _ = recv.flow_control().release_capacity(data.len());
+            got.extend_from_slice(&data);
+        }
+        assert_eq!(&got[2..], text.as_bytes(), "an unmasked text frame back");
+    }
+    // The tunnel ends with the client's side: the server's close follows.
+    stream.send_data(Bytes::new(), true).unwrap();
+    assert!(
+        within("the end", recv.data())
+            .await
+            .is_none_or(|d| d.is_ok())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_whose_accept_answers_no_key_is_a_502_and_websocket_off_is_not_offered() {
+    let tls = tls();
+    let origin = websocket_echo(false).await;
+    let broker = InProcess::start(&ini(&tls, "", &[origin])).await;
+    let (send, _driver) = h2_client(broker.addr(), &tls).await;
+    let mut send = send.ready().await.unwrap();
+    let (response, _stream) = send
+        .send_request(websocket_connect("/chat"), false)
+        .unwrap();
+    let response = within("the answer", response).await.unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_GATEWAY);
+    drop(broker);
+    let broker = InProcess::start(&ini(&tls, "HTTP2_WEBSOCKET=0\n", &[origin])).await;
+    let (send, _driver) = h2_client(broker.addr(), &tls).await;
+    assert!(!send.is_extended_connect_protocol_enabled());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_says_goaway_and_finishes_the_streams_in_hand() {
+    let tls = tls();
+    let origin = Origin::start().await;
+    let broker = InProcess::start(&ini(&tls, "", &[origin.addr])).await;
+    let (send, driver) = h2_client(broker.addr(), &tls).await;
+    let held = {
+        let mut send = send.clone();
+        tokio::spawn(async move { fetch(&mut send, get("/hold", &[]), None).await })
+    };
+    eventually("the stream held at the origin", || {
+        origin.held.load(std::sync::atomic::Ordering::SeqCst) == 1
+    })
+    .await;
+    broker.broker.shutdown();
+    // Once the GOAWAY with the last stream id came, a new stream is refused, never lost.
+    let mut refused = false;
+    for _ in 0..200 {
+        let attempt = async {
+            let mut send = send.clone().ready().await?;
+            let (response, _) = send.send_request(get("/late", &[]), true)?;
+            response.await.map(|_| ())
+        };
+        if let Err(e) = within("a late stream", attempt).await {
+            assert!(
+                e.is_go_away() || e.reason() == Some(h2::Reason::REFUSED_STREAM),
+                "{e:?}"
+            );
+            refused = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(refused, "the drain's GOAWAY");
+    origin.release(1);
+    assert_eq!(held.await.unwrap().body, "released");
+    within("the connection's end", driver)
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+/// A client writing HTTP/2 frames by hand, for what no client library sends: streams opened
+/// and reset at once, as the rapid reset attack does.
+struct Raw {
+    reader: tokio::io::ReadHalf<TlsStream<TcpStream>>,
+    writer: tokio::io::WriteHalf<TlsStream<TcpStream>>,
+}
+
+/// A frame: its type, flags, stream and payload.
+type Frame = (u8, u8, u32, Vec<u8>);
+
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let mut frame = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+    frame.extend_from_slice(&[kind, flags]);
+    frame.extend_from_slice(&stream.to_be_bytes());
+    frame.extend_from_slice(payload);
+    frame
+}
+
+/// `GET path` on `stream`, its HEADERS ending the stream (HPACK: static entries, literals).
+fn headers_get(stream: u32, path: &str) -> Vec<u8> {
+    let mut block = vec![0x82, 0x87, 0x04, path.len() as u8];
+    block.extend_from_slice(path.as_bytes());
+    block.extend_from_slice(b"\x01\x09localhost");
+    frame(0x1, 0x5, stream, &block)
+}
+
+/// RST_STREAM `CANCEL` on `stream`.
+fn reset(stream: u32) -> Vec<u8> {
+    frame(0x3, 0, stream, &8u32.to_be_bytes())
+}
+
+impl Raw {
+    /// The preface and SETTINGS exchanged.
+    async fn connect(addr: SocketAddr, tls: &Tls) -> Raw {
+        let stream = tls_connect(addr, tls, &[b"h2"]).await;
+        let (reader, mut writer) = tokio::io::split(stream);
+        writer
+            .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+            .await
+            .unwrap();
+        writer.write_all(&frame(0x4, 0, 0, &[])).await.unwrap();
+        let mut raw = Raw { reader, writer };
+        loop {
+            let (kind, flags, _, _) = raw.next().await.expect("the server's SETTINGS");
+            if kind == 0x4 && flags & 1 == 0 {
+                raw.writer.write_all(&frame(0x4, 1, 0, &[])).await.unwrap();
+                return raw;
+            }
+        }
+    }
+
+    /// The next frame from the server; `None` once the connection ends.
+    async fn next(&mut self) -> Option<Frame> {
+        let mut head = [0u8; 9];
+        self.reader.read_exact(&mut head).await.ok()?;
+        let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+        let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+        let mut payload = vec![0; len];
+        self.reader.read_exact(&mut payload).await.ok()?;
+        Some((head[3], head[4], stream, payload))
+    }
+
+    /// Frames until the HEADERS of `stream`, or a GOAWAY: that frame.
+    async fn until(&mut self, stream: u32) -> Option<Frame> {
+        loop {
+            let frame = self.next().await?;
+            if (frame.0 == 0x1 && frame.2 == stream) || frame.0 == 0x7 {
+                return Some(frame);
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rapid_reset_ends_the_connection_and_everyone_else_is_served() {
+    let tls = tls();
+    let origin = Origin::start().await;
+    let broker = InProcess::start(&ini(&tls, "", &[origin.addr])).await;
+    let (mut other, _other_driver) = h2_client(broker.addr(), &tls).await;
+    // A browser cancelling a page's 60 requests at once: served on as before.
+    let mut browser = Raw::connect(broker.addr(), &tls).await;
+    let mut burst: Vec<u8> = (0..60)
+        .flat_map(|i| headers_get(2 * i + 1, "/hold"))
+        .collect();
+    burst.extend((0..60).flat_map(|i| reset(2 * i + 1)));
+    burst.extend(headers_get(121, "/after"));
+    browser.writer.write_all(&burst).await.unwrap();
+    let answer = within("the answer after the burst", browser.until(121))
+        .await
+        .unwrap();
+    assert_eq!((answer.0, answer.3[0]), (0x1, 0x88), "HEADERS, :status 200");
+    // The attack, at full speed: the h2 crate's own bound on streams reset before they are
+    // accepted cuts it (ENHANCE_YOUR_CALM too).
+    let mut fast = Raw::connect(broker.addr(), &tls).await;
+    let flood: Vec<u8> = (0..2000)
+        .flat_map(|i| [headers_get(2 * i + 1, "/hold"), reset(2 * i + 1)].concat())
+        .collect();
+    let _ = fast.writer.write_all(&flood).await;
+    let goaway = within("the fast attacker's GOAWAY", fast.until(0))
+        .await
+        .unwrap();
+    assert_eq!(goaway.3[4..8], 0xbu32.to_be_bytes(), "ENHANCE_YOUR_CALM");
+    // Paced, 20 at a time, each batch taken in before the next (a PING's answer), so every
+    // stream is accepted first: the broker's count of resets cuts it.
+    let mut attacker = Raw::connect(broker.addr(), &tls).await;
+    let mut id = 1;
+    let goaway = within("the paced attacker's GOAWAY", async {
+        loop {
+            let mut batch: Vec<u8> = (0..20)
+                .flat_map(|i| [headers_get(id + 2 * i, "/hold"), reset(id + 2 * i)].concat())
+                .collect();
+            batch.extend(frame(0x6, 0, 0, &[0; 8]));
+            id += 40;
+            if attacker.writer.write_all(&batch).await.is_err() || id > 2 * 5000 {
+                break attacker.until(0).await;
+            }
+            loop {
+                match attacker.next().await {
+                    Some((0x6, 1, _, _)) => break,
+                    Some(frame) if frame.0 == 0x7 => return Some(frame),
+                    Some(_) => {}
+                    None => return None,
+                }
+            }
+        }
+    })
+    .await
+    .expect("a GOAWAY");
+    let code = u32::from_be_bytes(goaway.3[4..8].try_into().unwrap());
+    assert_eq!(code, 0xb, "ENHANCE_YOUR_CALM");
+    assert!(
+        id < 2 * 1500,
+        "cut after about a thousand resets, not {}",
+        id / 2
+    );
+    assert_eq!(
+        fetch(&mut other, get("/meanwhile", &[]), None).await.status,
+        200
+    );
+    let metrics = fetch(&mut other, get("/TOTVS_BROKER_QUERY/METRICS", &[]), None).await;
+    let metrics = String::from_utf8_lossy(&metrics.body).to_string();
+    assert!(
+        metrics.contains("appbroker_http2_calmed_connections_total{balancer=\"BALANCE_HTTP\"} 1"),
+        "the broker's own count cut it: {metrics}"
+    );
+    // Few of the reset streams cost the origin a request.
+    let asked = origin.held.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(asked < 200, "{asked} reset requests reached the origin");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_kept_shut_fails_its_stream_and_an_idle_connection_is_closed() {
+    let tls = tls();
+    let origin = Origin::start().await;
+    let extra = "HTTP_BODY_TIMEOUT=1s\nHTTP_REQUEST_TIMEOUT=2s\n";
+    let broker = InProcess::start(&ini(&tls, extra, &[origin.addr])).await;
+    let mut shut = h2::client::Builder::new();
+    shut.initial_window_size(0);
+    let (send, _driver) = h2_client_with(broker.addr(), &tls, shut).await;
+    let mut send = send.ready().await.unwrap();
+    let (response, _) = send.send_request(get("/bytes/100000", &[]), true).unwrap();
+    let response = within("the head", response).await.unwrap();
+    let mut body = response.into_body();
+    let started = std::time::Instant::now();
+    let data = within("the stream's end", body.data()).await;
+    assert!(matches!(data, Some(Err(_))), "{data:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    // Everyone else is served meanwhile.
+    let (mut other, driver) = h2_client(broker.addr(), &tls).await;
+    assert_eq!(fetch(&mut other, get("/x", &[]), None).await.status, 200);
+    // Left idle past HTTP_REQUEST_TIMEOUT, a connection is closed with a GOAWAY.
+    let started = std::time::Instant::now();
+    let ended = within("the idle connection's end", driver).await.unwrap();
+    // The close may meet the client's last frames (its GOAWAY's answer): an I/O error then.
+    assert!(
+        ended.as_ref().map_or_else(h2::Error::is_io, |()| true),
+        "{ended:?}"
+    );
+    assert!(started.elapsed() >= Duration::from_millis(1500));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_beyond_the_limit_wait_and_a_client_past_its_connections_is_answered_503() {
+    let tls = tls();
+    let origin = Origin::start().await;
+    let extra = "HTTP2_MAX_STREAMS=4\nMAX_CONNECTIONS_PER_CLIENT=1\n";
+    let broker = InProcess::start(&ini(&tls, extra, &[origin.addr])).await;
+    let (send, _driver) = h2_client(broker.addr(), &tls).await;
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        let mut send = send.clone();
+        held.push(tokio::spawn(async move {
+            fetch(&mut send, get("/hold", &[]), None).await
+        }));
+    }
+    eventually("4 streams held", || {
+        origin.held.load(std::sync::atomic::Ordering::SeqCst) == 4
+    })
+    .await;
+    // A second connection of the same client: its request gets the 503 page.
+    let (mut second, _second_driver) = h2_client(broker.addr(), &tls).await;
+    let refused = fetch(&mut second, get("/y", &[]), None).await;
+    assert_eq!(
+        refused.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{refused:?}"
+    );
+    assert!(refused.headers.contains_key("retry-after"));
+    assert_eq!(origin.held.load(std::sync::atomic::Ordering::SeqCst), 4);
+    origin.release(8);
+    for answer in held {
+        assert_eq!(answer.await.unwrap().body, "released");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_0_offers_http11_only_and_a_reload_turns_it_on_for_new_connections() {
+    let tls = tls();
+    let origin = Origin::start().await;
+    let broker = InProcess::start(&ini(&tls, "HTTP2=0\n", &[origin.addr])).await;
+    let old = tls_connect(broker.addr(), &tls, &[b"h2", b"http/1.1"]).await;
+    assert_eq!(old.get_ref().1.alpn_protocol(), Some(&b"http/1.1"[..]));
+    broker.reload(&ini(&tls, "HTTP2=1\n", &[origin.addr])).await;
+    let (mut send, _driver) = h2_client(broker.addr(), &tls).await;
+    assert_eq!(fetch(&mut send, get("/new", &[]), None).await.status, 200);
+    // The connection made before keeps its HTTP/1.1.
+    let mut old = old;
+    old.write_all(b"GET /old HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    old.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}

@@ -91,7 +91,11 @@ fn builder(settings: &Settings, websocket: bool) -> Builder {
         .max_concurrent_streams(settings.http2_max_streams)
         .initial_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONNECTION_WINDOW)
-        .max_send_buffer_size(SEND_BUFFER);
+        .max_send_buffer_size(SEND_BUFFER)
+        // Streams reset before they are accepted: as many as may be open (the crate's 20
+        // would cut a browser that cancels a page's requests in one burst); the rapid reset
+        // attack is bounded by the broker's own count of resets.
+        .max_pending_accept_reset_streams(settings.http2_max_streams.max(20) as usize);
     if websocket {
         builder.enable_connect_protocol();
     }

@@ -256,6 +256,13 @@ impl AsyncRead for H2Stream {
         into: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        if this.request.head_read == 0 && !this.request.head.is_empty() {
+            // A stream reset before the engine read a byte of it (rapid reset) costs no
+            // server a request.
+            if let Poll::Ready(reset) = this.poll_reset(cx) {
+                reset?;
+            }
+        }
         loop {
             let (copied, data) = this.request.copy_due(into);
             if data > 0 {
