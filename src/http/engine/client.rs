@@ -154,10 +154,12 @@ impl<U: Upstreams> Engine<U> {
             if !first.await {
                 return;
             }
+            // Boxed when it starts: the stream's future, moved into its connection's set of
+            // streams as it is made, stays a few words until then.
             let client = Client::new(&mut io, client, &closing, deadline.as_mut());
-            let next = self.exchange(client, buf, settings, &mut admission).await;
+            let next = Box::pin(self.exchange(client, buf, settings, &mut admission)).await;
             if let Next::Tunnel(upgraded) = next {
-                self.relay_tunnel(&mut io, *upgraded).await;
+                Box::pin(self.relay_tunnel(&mut io, *upgraded)).await;
             }
         }
     }

@@ -5,6 +5,7 @@
 //! WebSocket's `101` becomes RFC 8441's `200`, its `Sec-WebSocket-Accept` checked here and
 //! not passed on (the HTTP/2 client sent no key).
 
+use bytes::Bytes;
 use hyper::http::{HeaderName, HeaderValue, Response, StatusCode};
 
 use crate::http::h1::{FieldName, ResponseHead};
@@ -15,7 +16,7 @@ use crate::http::h1::{FieldName, ResponseHead};
 /// not speak WebSocket: the stream is failed).
 pub(super) fn response(
     head: &ResponseHead,
-    buf: &[u8],
+    buf: &Bytes,
     websocket: Option<&str>,
 ) -> Option<Response<()>> {
     let switched = head.status() == 101;
@@ -35,10 +36,11 @@ pub(super) fn response(
             continue;
         }
         // The engine checked every line it writes; one these types refuse is dropped rather
-        // than failing the answer.
+        // than failing the answer. A value is a slice of the head's bytes, not a copy.
+        let value = buf.slice_ref(field.value);
         let (Ok(name), Ok(value)) = (
             HeaderName::from_bytes(field.name),
-            HeaderValue::from_bytes(field.value),
+            HeaderValue::from_maybe_shared(value),
         ) else {
             continue;
         };

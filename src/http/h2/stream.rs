@@ -377,8 +377,10 @@ impl H2Stream {
                 "a malformed answer head",
             ));
         };
+        // The head's bytes, shared by the response's values.
+        let bytes = Bytes::from(std::mem::take(head));
         let websocket = self.websocket.as_deref();
-        let Some(response) = response::response(&parsed, head, websocket) else {
+        let Some(response) = response::response(&parsed, &bytes, websocket) else {
             // A 101 that does not answer the broker's key: the server speaks no WebSocket.
             let mut refusal = Response::new(());
             *refusal.status_mut() = StatusCode::BAD_GATEWAY;
@@ -391,7 +393,6 @@ impl H2Stream {
         };
         let framing = parsed.framing();
         if framing == Framing::Interim {
-            head.clear();
             *matched = 0;
             return respond.send_informational(response).map_err(|e| broken(&e));
         }
