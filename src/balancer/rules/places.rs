@@ -34,6 +34,8 @@ struct PlaceState {
     state: AtomicU8,
     /// [`monotonic_ms`] when it last became idle: the longest idle gives its place up first.
     idle_since_ms: AtomicU64,
+    /// [`monotonic_ms`] when it was taken: a query connection's life is bounded.
+    taken_ms: u64,
     /// Woken when the place is given up.
     given_up: Notify,
 }
@@ -61,6 +63,7 @@ impl QueryPlaces {
         let state = Arc::new(PlaceState {
             state: AtomicU8::new(BUSY),
             idle_since_ms: AtomicU64::new(0),
+            taken_ms: monotonic_ms(),
             given_up: Notify::new(),
         });
         open.push(Arc::clone(&state));
@@ -101,6 +104,11 @@ impl Place {
             Ok(_) => true,
             Err(now) => now == BUSY,
         }
+    }
+
+    /// How long ago it was taken: its query connection's age.
+    pub fn age(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(monotonic_ms().saturating_sub(self.state.taken_ms))
     }
 
     /// Its connection has answered what it read and waits for the next request.

@@ -12,9 +12,9 @@
 //! 2. **Head** (`client`): parsed as it arrives within `HTTP_REQUEST_TIMEOUT` (from the
 //!    connection's start, or the end of the last answer); one the core refuses is answered
 //!    with the broker's page saying why (414, 431, 400, 501, 505), and the connection closes.
-//! 3. **Route** (`exchange`): the balancer's own answer (a query), a method the broker does
-//!    not pass on (CONNECT, TRACE), an `OPTIONS` the broker is the last recipient of, or on
-//!    to a server.
+//! 3. **Route** (`exchange`): the balancer's own answer (a query: `local`, its body read
+//!    within bounds and its answer awaited), a method the broker does not pass on (CONNECT,
+//!    TRACE), an `OPTIONS` the broker is the last recipient of, or on to a server.
 //! 4. **Tries** (`forward`): the balancer chooses, a pooled connection of this worker or a
 //!    new one; the head rewritten and sent with the body's first bytes; the body passed on
 //!    while the server is watched for an early answer; interim answers passed to the client
@@ -38,11 +38,13 @@
 //! - `pool`: the idle server connections, per server and worker.
 //! - `client`: a client connection's loop, its idle wait and its head.
 //! - `exchange`: one request's state, its routing and its accounting.
+//! - `local`: a request the balancer answers itself (a query): its body read within bounds,
+//!   the balancer's answer awaited and written.
 //! - `forward`: the tries: choose, connect, send, retry.
 //! - `awaiting`: the server's side until the final head, interim answers passed on.
 //! - `answer`: the answer on its way, the reuse decided, the tunnel.
 //! - `pump`: a body passing through, bounded, spliced when long; each side's silence.
-//! - `own`: the broker's own answers as bytes.
+//! - `own`: the broker's own answers as bytes: the one formatter of them.
 //!
 //! [`h1`]: crate::http::h1
 //! [`h1::reuse`]: crate::http::h1::reuse
@@ -53,6 +55,7 @@ pub mod buffers;
 mod client;
 mod exchange;
 mod forward;
+mod local;
 mod own;
 mod pool;
 mod pump;
@@ -65,6 +68,8 @@ use arc_swap::ArcSwap;
 use super::Settings;
 use super::Upstreams;
 use super::stats::Stats;
+pub use client::{answer_and_close, linger};
+pub use own::plain_http_to_tls_port;
 pub use pool::PoolFigures;
 use pool::ServerPool;
 
