@@ -129,3 +129,156 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+    use std::sync::Arc;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+    use crate::http::{Choice, ConnectFailure, Downstream, Engine, Report, Settings};
+
+    /// A balancer that answers every request itself, saying what it was given.
+    struct Echo;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("no server")]
+    struct NoServer;
+
+    impl ConnectFailure for NoServer {
+        fn try_next(&self) -> bool {
+            true
+        }
+    }
+
+    impl Upstreams for Echo {
+        type Server = SocketAddr;
+        type Lease = ();
+        type Stream = TcpStream;
+        type ConnectError = NoServer;
+        type ClientHold = ();
+        type Admission = ();
+
+        fn hold_client(&self, _: &Downstream) -> Option<()> {
+            Some(())
+        }
+
+        fn admit(&self, _: &Downstream, (): &mut ()) -> bool {
+            true
+        }
+
+        fn choose(
+            &self,
+            _: &ClientHead<'_>,
+            _: &Downstream,
+            _: &[SocketAddr],
+        ) -> Option<Choice<Self>> {
+            None
+        }
+
+        async fn connect(&self, _: &SocketAddr, _: &Downstream) -> Result<TcpStream, NoServer> {
+            Err(NoServer)
+        }
+
+        fn report(&self, _: Report<'_, SocketAddr>) {}
+
+        fn intercepts(&self, target: &[u8]) -> bool {
+            target.starts_with(b"/own")
+        }
+
+        async fn intercept(&self, request: LocalRequest, (): &mut ()) -> LocalAnswer {
+            // An answer that awaits, as one checking a password elsewhere would.
+            tokio::task::yield_now().await;
+            let body = match &request.body {
+                LocalBody::Whole(body) => format!("{} bytes: {}", body.len(), body.escape_ascii()),
+                LocalBody::TooLarge => "too large".to_string(),
+            };
+            let said = format!(
+                "{} {} {:?} host={}\n{body}",
+                String::from_utf8_lossy(request.method()),
+                String::from_utf8_lossy(request.target()),
+                request.client,
+                String::from_utf8_lossy(request.value("HOST").unwrap_or_default()),
+            );
+            LocalAnswer::new(200, said).with("Content-Type", "text/plain")
+        }
+    }
+
+    /// Sends `bytes` on a new connection to an engine over [`Echo`] and reads until it closes
+    /// or `done` says what came is enough: what came back.
+    async fn exchange(bytes: &[u8], done: impl Fn(&str) -> bool) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (accepted, peer) = listener.accept().await.unwrap();
+        let engine = Engine::new(Arc::new(Echo), Settings::default());
+        let downstream = Downstream {
+            peer: peer.into(),
+            tls: false,
+            local: None,
+            check: false,
+        };
+        let (closing, cut) = (CancellationToken::new(), CancellationToken::new());
+        tokio::spawn(engine.serve(accepted, downstream, closing, cut, ()));
+        client.write_all(bytes).await.unwrap();
+        let mut got = Vec::new();
+        let mut chunk = [0u8; 4096];
+        let read = async {
+            loop {
+                if done(&String::from_utf8_lossy(&got)) {
+                    break;
+                }
+                match client.read(&mut chunk).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => got.extend_from_slice(&chunk[..n]),
+                }
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(10), read)
+            .await
+            .unwrap();
+        String::from_utf8_lossy(&got).into_owned()
+    }
+
+    #[tokio::test]
+    async fn a_body_is_read_whole_chunked_or_not_and_the_connection_goes_on() {
+        let request = b"POST /own/form HTTP/1.1\r\nHost: b\r\nContent-Length: 7\r\n\r\naction=\
+            POST /own/chunked HTTP/1.1\r\nHost: b\r\nTransfer-Encoding: chunked\r\n\r\n\
+            3\r\nx=1\r\n4\r\n&y=2\r\n0\r\n\r\n\
+            GET /own/last HTTP/1.1\r\nHost: b\r\n\r\n";
+        let got = exchange(request, |got| got.ends_with("0 bytes: ")).await;
+        assert!(got.contains("POST /own/form Known("), "{got}");
+        assert!(got.contains("host=b\n7 bytes: action="), "{got}");
+        assert!(got.contains("7 bytes: x=1&y=2"), "{got}");
+        assert!(got.contains("GET /own/last"), "{got}");
+        assert!(!got.contains("Connection: close"), "{got}");
+    }
+
+    #[tokio::test]
+    async fn a_body_over_the_bound_is_not_read_and_the_connection_closes() {
+        let mut request = format!(
+            "POST /own/big HTTP/1.1\r\nHost: b\r\nContent-Length: {}\r\n\r\n",
+            MOST_LOCAL_BODY + 1
+        )
+        .into_bytes();
+        request.extend(std::iter::repeat_n(b'z', MOST_LOCAL_BODY + 1));
+        let got = exchange(&request, |_| false).await;
+        assert!(got.starts_with("HTTP/1.1 200 OK\r\n"), "{got}");
+        assert!(got.contains("Connection: close\r\n"), "{got}");
+        assert!(got.ends_with("too large"), "{got}");
+    }
+
+    #[tokio::test]
+    async fn a_malformed_chunk_is_refused_before_the_balancer_sees_it() {
+        let request =
+            b"POST /own/x HTTP/1.1\r\nHost: b\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n";
+        let got = exchange(request, |_| false).await;
+        assert!(got.starts_with("HTTP/1.1 400 "), "{got}");
+        assert!(!got.contains("POST /own/x"), "{got}");
+    }
+}
