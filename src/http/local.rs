@@ -1,8 +1,8 @@
-//! A request the balancer answers itself (the query interface), and its answer, as any front
-//! gives them: the engine's HTTP/1.1 connections today, an HTTP/2 stream tomorrow. Nothing
-//! here is tied to a parsed HTTP/1.1 head or to hyper: a method, a target, header lines as
-//! bytes, who asks and over what, and a body read whole within [`MOST_LOCAL_BODY`]; the
-//! answer is a status, lines and a body, which the front frames and writes.
+//! A request the balancer answers itself (the query interface), and its answer, as any front gives
+//! them: the engine's HTTP/1.1 connections today, an HTTP/2 stream tomorrow. Nothing here is tied
+//! to a parsed HTTP/1.1 head or to a library's types: a method, a target, header lines as bytes,
+//! who asks and over what, and a body read whole within [`MOST_LOCAL_BODY`]; the answer is a
+//! status, lines and a body, which the front frames and writes.
 
 use std::borrow::Cow;
 

@@ -2,14 +2,14 @@
 //! and ServerStatus, for browsers and monitoring scripts.
 //!
 //! Every query is served by the HTTP engine, on both kinds of port, and answered here from the
-//! balancer's own request type ([`LocalRequest`](crate::http::LocalRequest)), which no front
-//! ties to HTTP/1.1 or to hyper: on an HTTP balancer each request whose path is a query's is
+//! balancer's own request type ([`LocalRequest`](crate::http::LocalRequest)), which no front ties
+//! to HTTP/1.1 or to a library's types: on an HTTP balancer each request whose path is a query's is
 //! routed here ([`intercepts`]) on a connection that may be the balancer's client; on a TCP
 //! balancer a connection whose first bytes were a query (the TCP client's sniff,
-//! [`crate::tcp::sniff`]) is handed to an engine whose upstreams answer every request
-//! ([`port`]). Either way a query holds one of the balancer's few query places
-//! (`QUERY_MAX_CONNECTIONS`) while its connection is no client, is held to the same limits
-//! ([`limits`]), goes from the route to its command, and the command renders a snapshot.
+//! [`crate::tcp::sniff`]) is handed to an engine whose upstreams answer every request ([`port`]).
+//! Either way a query holds one of the balancer's few query places (`QUERY_MAX_CONNECTIONS`) while
+//! its connection is no client, is held to the same limits ([`limits`]), goes from the route to its
+//! command, and the command renders a snapshot.
 //!
 //! - `route`: who may query (403), the query place (503), the limits (414, 431), then from a
 //!   request to its command (405, 404).
