@@ -598,54 +598,9 @@ impl IpText {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::{Choice, ClientHead, ConnectFailure, Report, Settings};
-    use std::net::SocketAddr;
+    use crate::http::Settings;
+    use crate::http::engine::local::tests::Echo;
     use tokio::net::{TcpListener, TcpStream};
-
-    /// A balancer with no server, for what does not need one.
-    struct Nobody;
-
-    #[derive(Debug, thiserror::Error)]
-    #[error("no server")]
-    struct NoServer;
-
-    impl ConnectFailure for NoServer {
-        fn try_next(&self) -> bool {
-            true
-        }
-    }
-
-    impl Upstreams for Nobody {
-        type Server = SocketAddr;
-        type Lease = ();
-        type Stream = TcpStream;
-        type ConnectError = NoServer;
-        type ClientHold = ();
-        type Admission = ();
-
-        fn hold_client(&self, _: &Downstream) -> Option<()> {
-            Some(())
-        }
-
-        fn admit(&self, _: &Downstream, (): &mut ()) -> bool {
-            true
-        }
-
-        fn choose(
-            &self,
-            _: &ClientHead<'_>,
-            _: &Downstream,
-            _: &[SocketAddr],
-        ) -> Option<Choice<Self>> {
-            None
-        }
-
-        async fn connect(&self, _: &SocketAddr, _: &Downstream) -> Result<TcpStream, NoServer> {
-            Err(NoServer)
-        }
-
-        fn report(&self, _: Report<'_, SocketAddr>) {}
-    }
 
     #[tokio::test]
     async fn an_idle_connection_holds_its_socket_a_timer_and_a_few_words() {
@@ -654,7 +609,7 @@ mod tests {
             .await
             .unwrap();
         let (accepted, peer) = listener.accept().await.unwrap();
-        let engine = Engine::new(Arc::new(Nobody), Settings::default());
+        let engine = Engine::new(Arc::new(Echo), Settings::default());
         let downstream = Downstream {
             peer: peer.into(),
             tls: false,

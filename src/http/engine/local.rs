@@ -131,7 +131,7 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::net::SocketAddr;
     use std::sync::Arc;
 
@@ -142,12 +142,13 @@ mod tests {
     use super::*;
     use crate::http::{Choice, ConnectFailure, Downstream, Engine, Report, Settings};
 
-    /// A balancer that answers every request itself, saying what it was given.
-    struct Echo;
+    /// A balancer with no server, that answers the requests for `/own...` itself, saying what
+    /// it was given (for the engine's other tests too).
+    pub(in crate::http::engine) struct Echo;
 
     #[derive(Debug, thiserror::Error)]
     #[error("no server")]
-    struct NoServer;
+    pub(in crate::http::engine) struct NoServer;
 
     impl ConnectFailure for NoServer {
         fn try_next(&self) -> bool {
