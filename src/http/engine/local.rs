@@ -12,7 +12,7 @@ use hyper::StatusCode;
 use super::client::Next;
 use super::exchange::InHand;
 use super::own;
-use crate::http::h1::{Body, BodyReader, Part};
+use crate::http::h1::{Body, BodyReader, Part, Version};
 use crate::http::refusal::Refusal;
 use crate::http::{
     ClientHead, ExchangeOutcome, LocalAnswer, LocalBody, LocalRequest, MOST_LOCAL_BODY, Upstreams,
@@ -23,6 +23,10 @@ use crate::net::stream::Stream;
 /// KiB): past it the connection is closed, so a client that never reads holds no query place
 /// for longer.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What a client that waits before sending its body (`Expect: 100-continue`) is told: the
+/// body is read whatever it is, since the balancer's answer may need it.
+const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
 /// Why a body was not read whole.
 enum BodyFault {
@@ -40,8 +44,13 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
     /// it (a query place given up, a query connection past its life).
     pub(super) async fn intercepted(mut self) -> Next<U> {
         let mut request = self.local_request();
+        let expects = self.head.expects_continue(self.buf.filled());
         // The request is the balancer's now: the buffer keeps what follows its head.
         self.buf.consume(self.head.len());
+        let waits = expects && self.buf.len() == 0 && self.head.version() == Version::Http11;
+        if waits && self.head.body() != Body::Empty && !self.client.write(CONTINUE).await {
+            return Next::Close;
+        }
         let whole = match self.head.body() {
             Body::Empty | Body::Length(0) => true,
             body => match self.local_body(body).await {
@@ -212,6 +221,13 @@ pub(super) mod tests {
     /// Sends `bytes` on a new connection to an engine over [`Echo`] and reads until it closes
     /// or `done` says what came is enough: what came back.
     async fn exchange(bytes: &[u8], done: impl Fn(&str) -> bool) -> String {
+        let mut client = echo_client().await;
+        client.write_all(bytes).await.unwrap();
+        read_until(&mut client, done).await
+    }
+
+    /// A new connection to an engine over [`Echo`].
+    async fn echo_client() -> TcpStream {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let mut client = TcpStream::connect(listener.local_addr().unwrap())
             .await
@@ -226,7 +242,11 @@ pub(super) mod tests {
         };
         let (closing, cut) = (CancellationToken::new(), CancellationToken::new());
         tokio::spawn(engine.serve(accepted, downstream, closing, cut, ()));
-        client.write_all(bytes).await.unwrap();
+        client
+    }
+
+    /// What `client` reads until it closes or `done` says it is enough.
+    async fn read_until(client: &mut TcpStream, done: impl Fn(&str) -> bool) -> String {
         let mut got = Vec::new();
         let mut chunk = [0u8; 4096];
         let read = async {
@@ -281,5 +301,18 @@ pub(super) mod tests {
         let got = exchange(request, |_| false).await;
         assert!(got.starts_with("HTTP/1.1 400 "), "{got}");
         assert!(!got.contains("POST /own/x"), "{got}");
+    }
+
+    #[tokio::test]
+    async fn a_client_that_expects_100_continue_is_told_to_send_its_body() {
+        let mut client = echo_client().await;
+        let head = b"POST /own/form HTTP/1.1\r\nHost: b\r\nContent-Length: 3\r\n\
+            Expect: 100-continue\r\n\r\n";
+        client.write_all(head).await.unwrap();
+        let interim = read_until(&mut client, |got| got.ends_with("\r\n\r\n")).await;
+        assert_eq!(interim, "HTTP/1.1 100 Continue\r\n\r\n");
+        client.write_all(b"a=1").await.unwrap();
+        let got = read_until(&mut client, |got| got.ends_with("a=1")).await;
+        assert!(got.starts_with("HTTP/1.1 200 OK\r\n"), "{got}");
     }
 }
