@@ -5,6 +5,7 @@ load, to compare two builds (before and after a change) on a busy machine.
 
     python3 benches/callgrind.py [options] APPBROKER [APPBROKER ...]
     python3 benches/callgrind.py target/release/appbroker /tmp/before/target/release/appbroker
+    python3 benches/callgrind.py --anchors nginx,haproxy target/release/appbroker
 
 Per binary and run, the broker runs under `valgrind --tool=callgrind` three times, with one TCP
 balancer in front of an echo server and one HTTP balancer in front of a static origin (both
@@ -33,6 +34,14 @@ are made per binary, the binaries in turn, and the median and range printed.
 The broker's configuration is written into each run's directory (--keep keeps them, with
 callgrind's output for callgrind_annotate and the logs). It uses only long-standing keys, so
 that builds of different commits take the same file.
+
+--anchors nginx,haproxy counts the same load through nginx (one process: `master_process off`,
+one worker; the stream module for TCP, `load_module`d as Debian ships it in
+libnginx-mod-stream; an HTTP/1.1 upstream with `keepalive`; no access log) and HAProxy (one
+thread, `-db`; `http-reuse always`), each under callgrind beside appbroker, so the ratio is one
+command. Neither has a line to wait for before counting: the counts are zeroed once both ports
+listen. They set no affinity cookie: their clients send the same Cookie header appbroker's
+clients send (a valid TOTVS_BROKER_SH_001 value from the second request on), passed through.
 """
 
 import argparse
@@ -105,6 +114,65 @@ QUARANTINE_TIME=600s
 REMOTE_SERVER_01=127.0.0.1 {origin_port}
 REMOTE_SERVER_02=127.0.0.1 {origin_port}
 """
+
+
+# nginx under callgrind, one process: the same two ports in front of the same servers.
+NGINX_CONFIG = """\
+load_module {module};
+daemon off;
+master_process off;
+worker_processes 1;
+pid {dir}/nginx.pid;
+error_log {dir}/nginx-error.log warn;
+events {{ worker_connections 1024; }}
+stream {{
+    upstream echo {{ server 127.0.0.1:{echo_port}; }}
+    server {{ listen 127.0.0.1:{tcp_port}; proxy_pass echo; }}
+}}
+http {{
+    access_log off;
+    client_body_temp_path {dir}/body;
+    proxy_temp_path {dir}/proxy;
+    fastcgi_temp_path {dir}/fastcgi;
+    uwsgi_temp_path {dir}/uwsgi;
+    scgi_temp_path {dir}/scgi;
+    keepalive_requests 1000000;
+    upstream origin {{ server 127.0.0.1:{origin_port}; keepalive 32; }}
+    server {{
+        listen 127.0.0.1:{http_port};
+        location / {{
+            proxy_pass http://origin;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+        }}
+    }}
+}}
+"""
+
+# HAProxy under callgrind, one thread: the same two ports in front of the same servers.
+HAPROXY_CONFIG = """\
+global
+    nbthread 1
+defaults
+    timeout connect 5s
+    timeout client 600s
+    timeout server 600s
+listen tcp
+    mode tcp
+    bind 127.0.0.1:{tcp_port}
+    server echo 127.0.0.1:{echo_port}
+listen http
+    mode http
+    bind 127.0.0.1:{http_port}
+    option forwardfor
+    http-reuse always
+    server origin 127.0.0.1:{origin_port}
+"""
+
+# The cookie anchors' clients send from their second request on: a valid appbroker cookie's
+# shape, passed through to the origin.
+ANCHOR_COOKIE = "TOTVS_BROKER_SH_001=01.AAAAAAAAAAAAAAAAAAAAAA"
 
 
 def echo_server():
@@ -208,9 +276,10 @@ def tcp_clients(port, connections, size, broker):
         idle(broker)
 
 
-def http_client(port, requests, broker):
+def http_client(port, requests, broker, sets_cookie=True):
     """`requests` GETs on one kept-alive connection, each once the broker is idle; the first
-    brings the affinity cookie the others send."""
+    brings the affinity cookie the others send (an anchor, which sets none: the others send
+    ANCHOR_COOKIE)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=IO_TIMEOUT)
     cookie = None
     try:
@@ -221,7 +290,9 @@ def http_client(port, requests, broker):
             body = answer.read()
             if answer.status != 200 or body != BODY:
                 raise RuntimeError(f"the broker answered {answer.status} with {len(body)} bytes")
-            if cookie is None:
+            if cookie is None and not sets_cookie:
+                cookie = ANCHOR_COOKIE
+            elif cookie is None:
                 set_cookie = answer.getheader("Set-Cookie") or ""
                 cookie = set_cookie.split(";")[0]
                 if not cookie.startswith("TOTVS_BROKER_SH_001="):
@@ -232,25 +303,47 @@ def http_client(port, requests, broker):
         conn.close()
 
 
-def one_run(binary, servers, connections, requests, args, out):
-    """Instructions of one broker process serving `connections` and `requests`."""
-    run_dir = tempfile.mkdtemp(prefix="run-", dir=out)
-    tcp_port, http_port = free_port(), free_port()
+# The anchors --anchors may name, counted beside appbroker.
+ANCHORS = ("nginx", "haproxy")
+
+
+def command_for(target, run_dir, ports, servers, args):
+    """The command that runs `target` (an appbroker binary, or an anchor's name) on `ports` in
+    front of `servers`, its configuration written into `run_dir`."""
+    values = dict(
+        dir=run_dir,
+        tcp_port=ports[0],
+        http_port=ports[1],
+        echo_port=servers["echo"],
+        origin_port=servers["origin"],
+    )
+    if target in ANCHORS:
+        text = HAPROXY_CONFIG if target == "haproxy" else NGINX_CONFIG
+        conf = os.path.join(run_dir, f"{target}.conf")
+        with open(conf, "w") as f:
+            f.write(text.format(module=NGINX_STREAM_MODULE, **values))
+        program = shutil.which(target) or f"/usr/sbin/{target}"
+        if target == "haproxy":
+            return [program, "-db", "-f", conf]
+        return [program, "-c", conf, "-p", run_dir, "-e", f"{run_dir}/nginx-error.log"]
     ini = os.path.join(run_dir, "appserver.ini")
     with open(ini, "w") as f:
-        f.write(
-            CONFIG.format(
-                workers=args.workers,
-                dir=run_dir,
-                tcp_port=tcp_port,
-                http_port=http_port,
-                echo_port=servers["echo"],
-                origin_port=servers["origin"],
-            )
-        )
+        f.write(CONFIG.format(workers=args.workers, **values))
+    return [target, "--config", ini]
+
+
+# Where Debian's libnginx-mod-stream puts nginx's stream module.
+NGINX_STREAM_MODULE = "/usr/lib/nginx/modules/ngx_stream_module.so"
+
+
+def one_run(binary, servers, connections, requests, args, out):
+    """Instructions of one broker process (appbroker's, or an anchor's) serving `connections`
+    and `requests`."""
+    run_dir = tempfile.mkdtemp(prefix="run-", dir=out)
+    tcp_port, http_port = free_port(), free_port()
     counts = os.path.join(run_dir, "callgrind.out")
     command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={counts}"]
-    command += [binary, "--config", ini]
+    command += command_for(binary, run_dir, (tcp_port, http_port), servers, args)
     with open(os.path.join(run_dir, "valgrind.log"), "w") as log:
         env = dict(os.environ, GLIBC_TUNABLES=MALLOC_TUNABLES)
         broker = subprocess.Popen(command, stdout=log, stderr=log, env=env, start_new_session=True)
@@ -260,15 +353,17 @@ def one_run(binary, servers, connections, requests, args, out):
             if broker.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the broker did not start; see {run_dir}/valgrind.log")
             time.sleep(0.1)
-        first_rounds(os.path.join(run_dir, "appbroker.log"))
+        if binary not in ANCHORS:
+            first_rounds(os.path.join(run_dir, "appbroker.log"))
         zero = subprocess.run(["callgrind_control", "-z", str(broker.pid)], capture_output=True)
         if zero.returncode != 0:
             raise RuntimeError(f"callgrind_control -z failed: {zero.stderr.decode().strip()}")
         tcp_clients(tcp_port, connections, args.bytes, broker.pid)
-        http_client(http_port, requests, broker.pid)
+        http_client(http_port, requests, broker.pid, sets_cookie=binary not in ANCHORS)
         idle(broker.pid)
         broker.send_signal(signal.SIGTERM)
-        if broker.wait(timeout=STOP_TIMEOUT) != 0:
+        # HAProxy exits as a process killed by SIGTERM (-15); the others 0.
+        if broker.wait(timeout=STOP_TIMEOUT) not in (0, -signal.SIGTERM):
             raise RuntimeError(f"the broker exited {broker.returncode}; see {run_dir}")
     finally:
         if broker.poll() is None:
@@ -328,6 +423,7 @@ def main():
     )
     add = parser.add_argument
     add("binaries", nargs="+", metavar="APPBROKER", help="appbroker binaries to compare")
+    add("--anchors", default="", help="also count these beside them: nginx, haproxy (comma list)")
     add("--connections", type=int, default=500, help="N, TCP connections (default 500)")
     add("--requests", type=int, default=400, help="M, HTTP requests (default 400)")
     add("--bytes", type=int, default=4096, help="B, bytes each way per connection (default 4096)")
@@ -340,6 +436,14 @@ def main():
     for binary in args.binaries:
         if not os.access(binary, os.X_OK):
             sys.exit(f"{binary}: not an executable")
+    for anchor in filter(None, args.anchors.split(",")):
+        if anchor not in ANCHORS:
+            sys.exit(f"--anchors: {anchor} is not one of {', '.join(ANCHORS)}")
+        if anchor == "nginx" and not os.path.exists(NGINX_STREAM_MODULE):
+            sys.exit(f"nginx's stream module is missing ({NGINX_STREAM_MODULE}): apt-get install libnginx-mod-stream")
+        if shutil.which(anchor) is None and not os.path.exists(f"/usr/sbin/{anchor}"):
+            sys.exit(f"{anchor} is not installed (apt-get install {anchor})")
+        args.binaries.append(anchor)
     out = args.keep or tempfile.mkdtemp(prefix="appbroker-callgrind-")
     os.makedirs(out, exist_ok=True)
     servers = {"echo": echo_server(), "origin": origin_server()}
