@@ -705,6 +705,25 @@ mod tests {
     }
 
     #[test]
+    fn a_missing_host_is_taken_only_where_the_rule_allows_it() {
+        let optional = |raw: &[u8]| {
+            let mut buf = raw.to_vec();
+            RequestHead::parse_with(&mut buf, &mut HeadScan::default(), HostRule::Optional)
+        };
+        let head = optional(b"GET /q HTTP/1.1\r\n\r\n").unwrap().unwrap();
+        assert_eq!(head.version(), Version::Http11);
+        assert_eq!(
+            parse(b"GET /q HTTP/1.1\r\n\r\n").err(),
+            Some(HeadError::NoHost)
+        );
+        // One that is there is checked all the same.
+        let bad = optional(b"GET /q HTTP/1.1\r\nHost: a b\r\n\r\n").err();
+        assert_eq!(bad, Some(HeadError::BadHost));
+        let twice = optional(b"GET /q HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n").err();
+        assert_eq!(twice, Some(HeadError::SeveralHosts));
+    }
+
+    #[test]
     fn a_head_in_pieces_is_parsed_once_whole() {
         let raw = b"GET / HTTP/1.1\r\nHost: h\r\nX-A: 1\r\n\r\n";
         for cut in 1..raw.len() {
