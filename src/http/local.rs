@@ -5,6 +5,7 @@
 //! status, lines and a body, which the front frames and writes.
 
 use std::borrow::Cow;
+use std::net::IpAddr;
 
 use super::ClientAddr;
 
@@ -29,9 +30,10 @@ pub struct LocalRequest {
     pub client: ClientAddr,
     /// The request came over TLS.
     pub tls: bool,
-    /// `client` is one a trusted proxy named (`HTTP_TRUSTED_PROXIES`): the connection is the
-    /// proxy's and carries other clients' requests too, so refusing this one does not end it.
-    pub proxied: bool,
+    /// The trusted proxy (`HTTP_TRUSTED_PROXIES`) the request came through, when `client` is
+    /// the one its `X-Forwarded-For` named: then the connection's peer is the proxy, and the
+    /// connection carries other clients' requests too (refusing this one does not end it).
+    pub via: Option<IpAddr>,
     /// The request line's length as received (method, target and version; an HTTP/2
     /// stream's method and path), which the query interface's limits weigh.
     pub line_len: usize,
@@ -64,7 +66,7 @@ impl LocalRequest {
             fields: Vec::new(),
             client,
             tls,
-            proxied: false,
+            via: None,
             line_len: method.len() + target.len(),
             head_len: method.len() + target.len(),
             body: LocalBody::Whole(Vec::new()),

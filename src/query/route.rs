@@ -53,7 +53,7 @@ pub async fn answer(
         Err(refusal) => {
             debug!(client = %request.client, "query refused: {}", refusal.trim_end());
             let mut answer = text(403, refusal);
-            answer.close = !request.proxied;
+            answer.close = request.via.is_none();
             return answer;
         }
     };

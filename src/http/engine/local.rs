@@ -98,7 +98,7 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
         for (_, field) in view.fields() {
             request.push_field(field.name, field.value);
         }
-        request.proxied = self.client.via.is_some();
+        request.via = self.client.via;
         let line = self.buf.filled().iter().position(|&b| b == b'\n');
         request.line_len = line.map_or(self.head.len(), |end| end + 1);
         request.head_len = self.head.len();
