@@ -11,7 +11,7 @@ use hyper::StatusCode;
 
 use super::client::Next;
 use super::exchange::InHand;
-use super::own;
+use super::own::{self, CONTINUE};
 use crate::http::h1::{Body, BodyReader, Part, Version};
 use crate::http::refusal::Refusal;
 use crate::http::{
@@ -23,10 +23,6 @@ use crate::net::stream::Stream;
 /// KiB): past it the connection is closed, so a client that never reads holds no query place
 /// for longer.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// What a client that waits before sending its body (`Expect: 100-continue`) is told: the
-/// body is read whatever it is, since the balancer's answer may need it.
-const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
 /// Why a body was not read whole.
 enum BodyFault {
@@ -47,6 +43,8 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
         let expects = self.head.expects_continue(self.buf.filled());
         // The request is the balancer's now: the buffer keeps what follows its head.
         self.buf.consume(self.head.len());
+        // A client that waits before sending its body is told to send it: the balancer's
+        // answer may need it.
         let waits = expects && self.buf.len() == 0 && self.head.version() == Version::Http11;
         if waits && self.head.body() != Body::Empty && !self.client.write(CONTINUE).await {
             return Next::Close;

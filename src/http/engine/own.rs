@@ -14,6 +14,10 @@ use crate::http::h1::Version;
 use crate::http::pages;
 use crate::http::refusal::{ALLOW, Refusal};
 
+/// The broker's own `100 Continue`: to a client whose server says nothing of its `Expect`, or
+/// whose request the balancer answers itself.
+pub(super) const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+
 /// How an answer of the broker's own ends its connection, as its `Connection` line says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Ending {
