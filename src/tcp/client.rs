@@ -105,8 +105,8 @@ impl<S: Stream> Client<S> {
                 return self.refuse();
             }
             match self.sniff().instrument(span.clone()).await {
-                Some((Verdict::Forward, first)) => first,
-                Some((_, first)) => return self.query(first).await,
+                Some((Verdict::Query, first)) => return self.query(first).await,
+                Some((_, first)) => first,
                 None => return,
             }
         } else {
