@@ -227,7 +227,7 @@ pub(super) mod tests {
     /// A new connection to an engine over [`Echo`].
     async fn echo_client() -> TcpStream {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let mut client = TcpStream::connect(listener.local_addr().unwrap())
+        let client = TcpStream::connect(listener.local_addr().unwrap())
             .await
             .unwrap();
         let (accepted, peer) = listener.accept().await.unwrap();
