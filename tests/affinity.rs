@@ -562,18 +562,16 @@ async fn json_until(
     what: &str,
     wanted: impl Fn(&serde_json::Value) -> bool,
 ) -> serde_json::Value {
-    let end = std::time::Instant::now() + harness::DEADLINE;
-    loop {
+    let every = std::time::Duration::from_millis(50);
+    harness::poll(what, every, harness::DEADLINE, async || {
         let answer = json(broker).await;
         if wanted(&answer) {
-            return answer;
+            Ok(answer)
+        } else {
+            Err(format!("{answer:#}"))
         }
-        assert!(
-            std::time::Instant::now() < end,
-            "timed out waiting for {what}: {answer:#}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    })
+    .await
 }
 
 /// The live sessions per server (01, 02) and in all, from the JSON answer.

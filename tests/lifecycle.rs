@@ -251,20 +251,21 @@ async fn a_status_page_kept_open_does_not_hold_up_the_shutdown() {
     broker.signal(Signal::SIGTERM);
     broker.wait_for_log("listeners closed").await;
     // The request in hand is answered, the connection then closed, long before 60 s.
-    let end = Instant::now() + DEADLINE;
-    loop {
-        match page.request("GET", status, &[]).await {
-            Ok(answer) if answer.header("connection") == Some("close") => break,
-            Ok(answer) => assert_eq!(answer.status, 200),
-            Err(_) => break,
-        }
-        assert!(
-            Instant::now() < end,
-            "the page's connection was kept open; log:\n{}",
-            broker.log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let every = Duration::from_millis(50);
+    poll(
+        "the page's connection closed",
+        every,
+        DEADLINE,
+        async || match page.request("GET", status, &[]).await {
+            Ok(answer) if answer.header("connection") == Some("close") => Ok(()),
+            Ok(answer) => {
+                assert_eq!(answer.status, 200);
+                Err(format!("log:\n{}", broker.log_text()))
+            }
+            Err(_) => Ok(()),
+        },
+    )
+    .await;
     let status = broker.wait_exit().await;
     assert_eq!(status.code(), Some(0), "{}", broker.log_text());
     assert!(!broker.has_log("is over: cutting"), "{}", broker.log_text());
@@ -495,40 +496,21 @@ impl Process {
     }
 
     async fn wait_for_log(&self, needle: &str) -> String {
-        let end = Instant::now() + DEADLINE;
-        loop {
-            let found = self
-                .lines
-                .lock()
-                .unwrap()
-                .iter()
-                .find(|l| l.contains(needle))
-                .cloned();
-            if let Some(line) = found {
-                return line;
-            }
-            assert!(
-                Instant::now() < end,
-                "timed out waiting for {needle:?}; log:\n{}",
-                self.log_text()
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        until(&format!("a line containing {needle:?}"), async || {
+            let lines = self.lines.lock().unwrap();
+            let found = lines.iter().find(|l| l.contains(needle)).cloned();
+            drop(lines);
+            found.ok_or_else(|| format!("log:\n{}", self.log_text()))
+        })
+        .await
     }
 
     async fn wait_exit(&mut self) -> ExitStatus {
-        let end = Instant::now() + DEADLINE;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                Instant::now() < end,
-                "appbroker did not exit; log:\n{}",
-                self.log_text()
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        until("appbroker to exit", async || {
+            let exited = self.child.try_wait().unwrap();
+            exited.ok_or_else(|| format!("log:\n{}", self.log_text()))
+        })
+        .await
     }
 
     fn signal(&self, signal: Signal) {

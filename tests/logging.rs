@@ -95,16 +95,13 @@ async fn every_log_output_failing_does_not_stop_the_broker() {
     let ini = ini("ConsoleFile=/dev/full\nConsoleLog=1", &a);
     let mut broker = spawn_with_stderr_closed(&ini, false, |_| {});
     // Nothing can be read from it: it shows it runs by serving.
-    let end = std::time::Instant::now() + DEADLINE;
-    loop {
+    let every = std::time::Duration::from_millis(20);
+    let name = poll("the broker to serve", every, DEADLINE, async || {
         assert!(alive(&mut broker), "the broker exited");
-        if let Ok(name) = ask(broker.addr()).await {
-            assert_eq!(name, "a");
-            break;
-        }
-        assert!(std::time::Instant::now() < end, "the broker never served");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+        ask(broker.addr()).await
+    })
+    .await;
+    assert_eq!(name, "a");
     for _ in 0..20 {
         assert_eq!(ask(broker.addr()).await.unwrap(), "a");
     }

@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use harness::*;
 use scraper::{ElementRef, Html, Selector};
@@ -74,55 +74,41 @@ async fn read_n(stream: &mut TcpStream, n: usize) -> Vec<u8> {
 /// With `server` stopped and monitoring off, sends clients through a ROUND_ROBIN broker
 /// until one of them has tried `server` and so quarantined it.
 async fn quarantine_by_clients(broker: &InProcess, server: &TestServer) {
-    let end = Instant::now() + DEADLINE;
-    loop {
+    let quarantined = format!("{} quarantined", server.name);
+    poll(&quarantined, Duration::ZERO, DEADLINE, async || {
         if server_json(&json(broker).await, &server.address())["inquarantine"] == true {
-            return;
+            return Ok(());
         }
-        assert!(
-            Instant::now() < end,
-            "{} never quarantined; events:\n{}",
-            server.name,
-            broker.events.text()
-        );
         // Failover sends the client to another server; only the attempt matters here.
         let _ = ask(broker.addr()).await;
-    }
+        Err(format!("events:\n{}", broker.events.text()))
+    })
+    .await
 }
 
 /// Polls the JSON answer, as `eventually` polls, until `wanted` holds for it; returns it.
 async fn json_when(broker: &InProcess, what: &str, wanted: impl Fn(&Value) -> bool) -> Value {
-    let end = Instant::now() + DEADLINE;
-    loop {
+    until(what, async || {
         let status = json(broker).await;
         if wanted(&status) {
-            return status;
+            return Ok(status);
         }
-        assert!(
-            Instant::now() < end,
-            "timed out waiting for {what}; last answer:\n{status:#}\nlog:\n{}",
-            broker.events.text()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+        let events = broker.events.text();
+        Err(format!("last answer:\n{status:#}\nlog:\n{events}"))
+    })
+    .await
 }
 
 /// Polls PING until it answers `status`; returns the answer.
 async fn ping_until(broker: &InProcess, status: u16) -> HttpResponse {
-    let end = Instant::now() + DEADLINE;
-    loop {
+    until(&format!("PING to answer {status}"), async || {
         let answer = get(broker, "/TOTVS_BROKER_QUERY/PING").await;
         if answer.status == status {
-            return answer;
+            return Ok(answer);
         }
-        assert!(
-            Instant::now() < end,
-            "PING never answered {status}; last: {} {}",
-            answer.status,
-            answer.text()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+        Err(format!("last: {} {}", answer.status, answer.text()))
+    })
+    .await
 }
 
 /// Sends raw bytes (ignoring a reset: the broker may answer and close before reading all of
@@ -860,10 +846,11 @@ async fn a_clients_connect_error_is_shown_until_a_connect_succeeds() {
     );
 
     b.resume().await;
-    let end = Instant::now() + DEADLINE;
-    while ask(broker.addr()).await.expect("answered") != "b" {
-        assert!(Instant::now() < end, "b never reached");
-    }
+    poll("b reached", Duration::ZERO, DEADLINE, async || {
+        let name = ask(broker.addr()).await.expect("answered");
+        if name == "b" { Ok(()) } else { Err(name) }
+    })
+    .await;
     let page = get(&broker, "/TOTVS_BROKER_QUERY/STATUS").await.text();
     assert_eq!(
         state_cell(&page, &b.address()),
@@ -1345,15 +1332,15 @@ async fn metrics_parse_as_prometheus_text() {
     // the broker has counted the client's end.
     broker.events.wait_for_ended(1).await;
     // The check families have samples once a monitor round has run.
-    let end = Instant::now() + DEADLINE;
-    let text = loop {
+    let text = until("check samples", async || {
         let text = get(&broker, "/TOTVS_BROKER_QUERY/METRICS").await.text();
         if text.matches("appbroker_server_check_up{").count() == 2 {
-            break text;
+            Ok(text)
+        } else {
+            Err(text)
         }
-        assert!(Instant::now() < end, "no check samples:\n{text}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    })
+    .await;
 
     let mut samples = Vec::new();
     let mut typed = Vec::new();

@@ -216,16 +216,7 @@ impl FaultServer {
             return;
         }
         self.reserved = None;
-        let end = Instant::now() + DEADLINE;
-        let listener = loop {
-            match TcpListener::bind(self.addr).await {
-                Ok(l) => break l,
-                Err(e) => {
-                    assert!(Instant::now() < end, "cannot bind {} again: {e}", self.addr);
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-            }
-        };
+        let listener = crate::bind_again(self.addr).await;
         self.accepting = Some(spawn_accepting(listener, Arc::clone(&self.shared)));
     }
 }

@@ -8,7 +8,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use super::{DEADLINE, fill_placeholders, free_ports};
+use super::{DEADLINE, fill_placeholders, free_ports, until};
 
 /// Gives the broker `command` runs its control socket and state file in `dir`, as systemd's
 /// `RuntimeDirectory=` and `StateDirectory=` would: by default they are named after the
@@ -213,37 +213,27 @@ impl Broker {
 
     /// Waits until a line containing `needle` is logged; returns it.
     pub async fn wait_for_log(&self, needle: &str) -> String {
-        let end = Instant::now() + DEADLINE;
-        loop {
-            if let Some(line) = self
-                .lines
-                .lock()
-                .unwrap()
-                .iter()
-                .find(|l| l.contains(needle))
-            {
-                return line.clone();
-            }
-            assert!(
-                Instant::now() < end,
-                "timed out waiting for log line containing {needle:?}; log:\n{}",
-                self.log_text()
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        until(&format!("a log line containing {needle:?}"), async || {
+            let lines = self.lines.lock().unwrap();
+            let found = lines.iter().find(|l| l.contains(needle)).cloned();
+            drop(lines);
+            found.ok_or_else(|| format!("log:\n{}", self.log_text()))
+        })
+        .await
     }
 
     /// Waits until `count` lines contain `needle`.
     pub async fn wait_for_logs(&self, needle: &str, count: usize) {
-        let end = Instant::now() + DEADLINE;
-        while self.count_logs(needle) < count {
-            assert!(
-                Instant::now() < end,
-                "timed out waiting for {count} log lines containing {needle:?}; log:\n{}",
-                self.log_text()
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        until(
+            &format!("{count} log lines containing {needle:?}"),
+            async || {
+                let enough = self.count_logs(needle) >= count;
+                enough
+                    .then_some(())
+                    .ok_or_else(|| format!("log:\n{}", self.log_text()))
+            },
+        )
+        .await
     }
 
     /// Waits until `condition` holds for the log, or the process exits, or the deadline passes.
@@ -294,19 +284,13 @@ impl Broker {
 
     /// Waits for the broker to exit.
     pub async fn wait_exit(&mut self) -> ExitStatus {
-        let end = Instant::now() + DEADLINE;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                self.drain_output();
-                return status;
-            }
-            assert!(
-                Instant::now() < end,
-                "broker did not exit; log:\n{}",
-                self.log_text()
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let status = until("the broker to exit", async || {
+            let exited = self.child.try_wait().expect("try_wait");
+            exited.ok_or_else(|| format!("log:\n{}", self.log_text()))
+        })
+        .await;
+        self.drain_output();
+        status
     }
 }
 

@@ -1,7 +1,6 @@
 //! A tiny HTTP/1.1 client for the query interface, as monitoring scripts speak to it.
 
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -177,8 +176,8 @@ pub async fn hold_query_places(
     for bytes in unfinished {
         held.push(open(addr, bytes).await);
     }
-    let end = Instant::now() + DEADLINE;
-    loop {
+    let refused = format!("a query refused with {} places held", unfinished.len());
+    let answer = crate::until(&refused, async || {
         for (stream, bytes) in held.iter_mut().zip(unfinished) {
             let mut byte = [0u8; 1];
             let answered = !matches!(
@@ -190,17 +189,14 @@ pub async fn hold_query_places(
             }
         }
         let answer = http_get(addr, "/TOTVS_BROKER_QUERY/PING", &[]).await;
-        if answer.status != 200 {
-            assert_eq!(answer.status, 503, "{}", answer.text());
-            return (held, answer);
+        if answer.status == 200 {
+            return Err("PING answered 200");
         }
-        assert!(
-            Instant::now() < end,
-            "a query was never refused with {} places held",
-            unfinished.len()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+        assert_eq!(answer.status, 503, "{}", answer.text());
+        Ok(answer)
+    })
+    .await;
+    (held, answer)
 }
 
 /// `GET path` on a new connection through `addr`, with `headers`; panics when no answer comes.
