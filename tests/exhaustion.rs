@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use harness::{
     Broker, DEADLINE, HttpConnection, Origin, TestServer, binary, eventually, free_port, http_ini,
-    ini_for, poll,
+    ini_for, poll, query_json,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -71,14 +71,7 @@ fn fds_below(pid: u32, limit: u64) -> u64 {
 
 /// A process's resident memory in bytes (`VmRSS`).
 fn vm_rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-    line.split_whitespace()
-        .nth(1)
-        .unwrap()
-        .parse::<u64>()
-        .unwrap()
-        * 1024
+    harness::status_bytes(&pid.to_string(), "VmRSS")
 }
 
 /// What happened to one arriving client.
@@ -128,24 +121,6 @@ async fn arrive(addr: SocketAddr, n: usize, names: &[String]) -> Arrival {
         }
         Ok(true) => Arrival::Corrupted(text),
     }
-}
-
-/// `GET /TOTVS_BROKER_QUERY/JSON` on the balancer's port, body parsed.
-async fn query_json(addr: SocketAddr) -> serde_json::Value {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    stream
-        .write_all(b"GET /TOTVS_BROKER_QUERY/JSON HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    let mut answer = Vec::new();
-    tokio::time::timeout(DEADLINE, stream.read_to_end(&mut answer))
-        .await
-        .expect("query answered")
-        .unwrap();
-    let text = String::from_utf8_lossy(&answer);
-    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP answer");
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
 }
 
 /// Clients waiting in the accept queues of the listeners on `port` (the `rx_queue` of each

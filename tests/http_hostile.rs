@@ -190,13 +190,7 @@ async fn pace(ms: u64) {
 /// The resident memory of this process (the broker runs in it), in bytes. Fails the test
 /// when `/proc` cannot tell: a bound that reads 0 would hold anything.
 fn rss() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS in /proc/self/status");
-    kib * 1024
+    harness::status_bytes("self", "VmRSS")
 }
 
 /// A server's endless `103`s to a client that does not read: the broker's memory stays

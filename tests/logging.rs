@@ -15,12 +15,10 @@ use nix::sys::signal::Signal;
 
 /// One balancer over `server` with `general` in `[General]`.
 fn ini(general: &str, server: &TestServer) -> String {
-    format!(
-        "[General]\nSHUTDOWN_TIMEOUT=5\n{general}\n[BALANCE_SMART_CLIENT_DESKTOP]\n\
-         LOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT=@PORT@\nMONITORING_TYPE=DISABLED\n\
-         REMOTE_SERVER_01={}\n",
-        server.ini()
-    )
+    Ini::new()
+        .general(general)
+        .balancer("BALANCE_SMART_CLIENT_DESKTOP", "@PORT@", "", [server.ini()])
+        .text()
 }
 
 /// The write end of a pipe whose read end is already closed: writing to it fails (EPIPE).

@@ -21,12 +21,6 @@ async fn get(broker: &InProcess, path: &str) -> HttpResponse {
     http_get(broker.addr(), path, &[]).await
 }
 
-async fn json(broker: &InProcess) -> Value {
-    let response = get(broker, "/TOTVS_BROKER_QUERY/JSON").await;
-    assert_eq!(response.status, 200, "{}", response.text());
-    response.json()
-}
-
 /// The JSON object of the server `address`.
 fn server_json<'a>(status: &'a Value, address: &str) -> &'a Value {
     status["servers"]
@@ -76,7 +70,8 @@ async fn read_n(stream: &mut TcpStream, n: usize) -> Vec<u8> {
 async fn quarantine_by_clients(broker: &InProcess, server: &TestServer) {
     let quarantined = format!("{} quarantined", server.name);
     poll(&quarantined, Duration::ZERO, DEADLINE, async || {
-        if server_json(&json(broker).await, &server.address())["inquarantine"] == true {
+        if server_json(&query_json(broker.addr()).await, &server.address())["inquarantine"] == true
+        {
             return Ok(());
         }
         // Failover sends the client to another server; only the attempt matters here.
@@ -89,7 +84,7 @@ async fn quarantine_by_clients(broker: &InProcess, server: &TestServer) {
 /// Polls the JSON answer, as `eventually` polls, until `wanted` holds for it; returns it.
 async fn json_when(broker: &InProcess, what: &str, wanted: impl Fn(&Value) -> bool) -> Value {
     until(what, async || {
-        let status = json(broker).await;
+        let status = query_json(broker.addr()).await;
         if wanted(&status) {
             return Ok(status);
         }
@@ -568,7 +563,7 @@ async fn queries_never_reach_a_server_nor_count_as_clients() {
         connection.request("GET", path, &[]).await.unwrap();
         get(&broker, path).await;
     }
-    let status = json(&broker).await;
+    let status = query_json(broker.addr()).await;
     assert_eq!(status["totalConnectionsHistory"], 0, "{status:#}");
     assert_eq!(status["lastConnectionTime"], "-");
     // The query connection still open is not a client either.
@@ -577,7 +572,7 @@ async fn queries_never_reach_a_server_nor_count_as_clients() {
 
     // A client does count: the same figures move.
     assert_eq!(ask(broker.addr()).await.unwrap(), "a");
-    let status = json(&broker).await;
+    let status = query_json(broker.addr()).await;
     assert_eq!(status["totalConnectionsHistory"], 1, "{status:#}");
     assert!(is_clock(status["lastConnectionTime"].as_str().unwrap()));
     assert_eq!(a.accepted(), 1);
@@ -598,10 +593,10 @@ async fn queries_do_not_raise_the_peak_of_simultaneous_clients() {
         assert_eq!(ping.status, 200);
     }
     // The page shows it as "Maximum simultaneous connections (peak N)": clients, not queries.
-    let status = json(&broker).await;
+    let status = query_json(broker.addr()).await;
     assert_eq!(status["peak_connections"], 0, "{status:#}");
     let (_held, _) = hold(broker.addr()).await;
-    assert_eq!(json(&broker).await["peak_connections"], 1);
+    assert_eq!(query_json(broker.addr()).await["peak_connections"], 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -652,7 +647,7 @@ async fn queries_are_answered_with_every_server_down() {
     assert!(closed_at_once(client).await, "no server for a client");
 
     assert_eq!(get(&broker, "/TOTVS_BROKER_QUERY/PING").await.status, 200);
-    let status = json(&broker).await;
+    let status = query_json(broker.addr()).await;
     for server in [&a, &b] {
         assert_eq!(
             server_json(&status, &server.address())["inquarantine"],
@@ -675,14 +670,14 @@ async fn queries_are_answered_at_max_connections() {
 
     let ping = get(&broker, "/TOTVS_BROKER_QUERY/PING").await;
     assert_eq!(ping.status, 200);
-    let status = json(&broker).await;
+    let status = query_json(broker.addr()).await;
     assert_eq!(status["active_connections"], 2, "{status:#}");
 
     let mut third = TcpStream::connect(broker.addr()).await.unwrap();
     third.write_all(b"hello\n").await.unwrap();
     assert!(closed_at_once(third).await, "a client past MAX_CONNECTIONS");
     assert_eq!(a.accepted(), 2);
-    assert_eq!(json(&broker).await["rejected_connections"], 1);
+    assert_eq!(query_json(broker.addr()).await["rejected_connections"], 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -754,7 +749,7 @@ async fn quarantine_shows_in_json_within_a_monitor_round() {
         "MONITORING_TYPE=CONNECTION\nMONITOR_INTERVAL=200ms\nQUARANTINE_TIME=120",
     );
     let broker = InProcess::start(&ini).await;
-    let status = json(&broker).await;
+    let status = query_json(broker.addr()).await;
     assert_eq!(server_json(&status, &b.address())["inquarantine"], false);
     assert_eq!(server_json(&status, &b.address())["quarantine"], "-");
 
@@ -857,7 +852,7 @@ async fn a_clients_connect_error_is_shown_until_a_connect_succeeds() {
         "<span class='badge ok'>available</span>",
         "a client reached it: the error is history"
     );
-    let server = json(&broker).await["servers"][1].clone();
+    let server = query_json(broker.addr()).await["servers"][1].clone();
     assert_eq!(server["last_error_current"], false, "{server}");
 }
 
@@ -922,7 +917,7 @@ async fn ping_answers_503_during_shutdown_grace() {
         .await;
     let ping = get(&broker, "/TOTVS_BROKER_QUERY/PING").await;
     assert_eq!(ping.status, 503, "{}", ping.text());
-    assert_eq!(json(&broker).await["draining"], true);
+    assert_eq!(query_json(broker.addr()).await["draining"], true);
     // Clients are still served, old and new.
     assert_eq!(exchange(&mut held, "still there").await.unwrap(), "a");
     assert_eq!(ask(broker.addr()).await.unwrap(), "a");
@@ -1233,7 +1228,7 @@ async fn json_is_a_superset_of_the_captured_totvs_schema() {
     .into_iter()
     .map(|(stream, _)| stream)
     .collect();
-    let ours = json(&broker).await;
+    let ours = query_json(broker.addr()).await;
 
     same_fields(&captured, &ours, "");
     same_fields(&captured["total"], &ours["total"], "total.");

@@ -99,7 +99,7 @@ async fn a_slow_reading_client_gets_a_fast_answer_intact_and_memory_stays_bounde
         let before = got;
         got += n as u64;
         if got / (256 * 1024) != before / (256 * 1024) {
-            peak = peak.max(broker.resident_bytes().unwrap_or(0));
+            peak = peak.max(broker.resident_bytes().expect("the broker's VmRSS"));
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     }
@@ -158,7 +158,7 @@ async fn a_server_that_never_reads_blocks_the_client_not_the_brokers_memory() {
     until_writes_stop(
         &written,
         || uploading.is_finished(),
-        || peak = peak.max(broker.resident_bytes().unwrap_or(0)),
+        || peak = peak.max(broker.resident_bytes().expect("the broker's VmRSS")),
     )
     .await;
     eprintln!(

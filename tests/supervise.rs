@@ -26,12 +26,10 @@ use tokio::net::TcpStream;
 /// One balancer on 127.0.0.1:`@PORT@` over `server`, no monitor (these tests are about the
 /// processes), and `extra` lines in `[General]`.
 fn ini(server: &TestServer, extra: &str) -> String {
-    format!(
-        "[General]\nSHUTDOWN_TIMEOUT=5\n{extra}\n[BALANCE_SMART_CLIENT_DESKTOP]\n\
-         LOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT=@PORT@\nMONITORING_TYPE=DISABLED\n\
-         REMOTE_SERVER_01={}\n",
-        server.ini()
-    )
+    Ini::new()
+        .general(extra)
+        .balancer("BALANCE_SMART_CLIENT_DESKTOP", "@PORT@", "", [server.ini()])
+        .text()
 }
 
 /// The pid of the `n`th child (from 1) that said it serves, from the supervisor's log.

@@ -18,12 +18,14 @@
 //! - `process.rs`: the binary as a child process, installed copies of it, process trees.
 //! - `servers.rs`: echo servers that stop and resume, and the clients that ask them.
 //! - `faults.rs`: servers that misbehave on command, byte patterns, client-side checks.
-//! - `query_client.rs`: a small HTTP/1.1 client for the query interface.
+//! - `raw_client.rs`: the one hand-written HTTP/1.1 client, raw bytes out, answers by their
+//!   framing (`HttpConnection` is it too).
+//! - `query_client.rs`: the query interface's answers, JSON and places, over that client.
 //! - `origin.rs`: hyper origin servers that record requests, and raw ones.
 //! - `pattern.rs`: bodies of a known pattern, checked as they stream.
 //! - `http_client.rs`: hyper clients and raw exchanges towards an HTTP balancer.
 //! - `engine.rs`: the HTTP engine alone on a loopback port, over a recording balancer.
-//! - `scripted.rs`: a raw HTTP/1.1 server and client, byte for byte.
+//! - `scripted.rs`: a raw HTTP/1.1 server, byte for byte.
 //! - `chromium.rs`: headless Chromium, once or driven over DevTools.
 //! - `webhook.rs`: a webhook receiver for the broker's alerts, plain or TLS, that records
 //!   each POST and answers as told (or hangs).
@@ -41,6 +43,7 @@ mod origin;
 mod pattern;
 mod process;
 mod query_client;
+mod raw_client;
 mod scripted;
 mod servers;
 mod webhook;
@@ -57,6 +60,7 @@ pub use origin::*;
 pub use pattern::*;
 pub use process::*;
 pub use query_client::*;
+pub use raw_client::*;
 pub use scripted::*;
 pub use servers::*;
 pub use webhook::*;

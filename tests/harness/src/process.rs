@@ -213,13 +213,7 @@ impl Broker {
 
     /// Waits until a line containing `needle` is logged; returns it.
     pub async fn wait_for_log(&self, needle: &str) -> String {
-        until(&format!("a log line containing {needle:?}"), async || {
-            let lines = self.lines.lock().unwrap();
-            let found = lines.iter().find(|l| l.contains(needle)).cloned();
-            drop(lines);
-            found.ok_or_else(|| format!("log:\n{}", self.log_text()))
-        })
-        .await
+        wait_for_line(&self.lines, needle).await
     }
 
     /// Waits until `count` lines contain `needle`.
@@ -267,13 +261,11 @@ impl Broker {
         self.child.id()
     }
 
-    /// The broker's resident memory (`VmRSS` in `/proc/<pid>/status`) in bytes; `None` where
-    /// there is no `/proc` or once the process is gone.
+    /// The broker's resident memory (`VmRSS` in `/proc/<pid>/status`) in bytes; `None` once
+    /// the process is gone. A test that bounds it reads it with `expect`: a bound on a figure
+    /// that could not be read would hold anything.
     pub fn resident_bytes(&self) -> Option<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;
-        let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-        Some(kib * 1024)
+        status_bytes_of(&self.pid().to_string(), "VmRSS")
     }
 
     /// Sends a signal to the broker.
@@ -406,6 +398,35 @@ pub fn kill_tree(child: &mut Child) {
     while killed.iter().any(|&pid| running(pid)) && Instant::now() < end {
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// Waits until a line of `lines` (a process's output, as its readers push it) contains
+/// `needle`; returns it. Fails the test with the whole output after [`DEADLINE`].
+pub async fn wait_for_line(lines: &Mutex<Vec<String>>, needle: &str) -> String {
+    until(&format!("a line containing {needle:?}"), async || {
+        let lines = lines.lock().unwrap();
+        let found = lines.iter().find(|l| l.contains(needle)).cloned();
+        found.ok_or_else(|| format!("log:\n{}", lines.join("\n")))
+    })
+    .await
+}
+
+/// `field` (`VmRSS`, `VmHWM`) of `/proc/<pid>/status` in bytes, `pid` a number or `self`.
+/// Fails the test when `/proc` cannot tell: a memory bound that read 0 would hold anything,
+/// and Linux is the target.
+pub fn status_bytes(pid: &str, field: &str) -> u64 {
+    status_bytes_of(pid, field)
+        .unwrap_or_else(|| panic!("{field} of /proc/{pid}/status cannot be read"))
+}
+
+/// [`status_bytes`], or `None` when the process is gone or `/proc` cannot tell.
+fn status_bytes_of(pid: &str, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let value = status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))?;
+    let kib: u64 = value.trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(kib * 1024)
 }
 
 /// True while process `pid` exists and is no zombie.
