@@ -731,16 +731,10 @@ fn check_reports_the_doctors_findings_naming_key_and_file() {
     );
 }
 
-/// Whether `program` runs here; under `CI` its absence fails the test rather than skipping
-/// it.
+/// Whether `program` is installed here; under `CI` its absence fails the test rather than
+/// skipping it ([`find_program`]).
 fn have(program: &str) -> bool {
-    let found = Command::new(program).arg("--version").output().is_ok()
-        || Command::new(program).arg("version").output().is_ok();
-    assert!(
-        found || std::env::var_os("CI").is_none(),
-        "{program} is needed under CI"
-    );
-    found
+    find_program(program).is_some()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -830,11 +824,7 @@ async fn the_status_page_over_https_in_chromium() {
         return;
     }
     let Some(binary) = find_chromium() else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "chromium is needed under CI"
-        );
-        return;
+        return; // skipped, or failed under CI (find_program)
     };
     let ca = Ca::new("Test CA");
     let files = Files::new();

@@ -25,12 +25,10 @@ const HEADLESS: &[&str] = &[
     "--disable-sync",
 ];
 
-/// `chromium` on the PATH (Debian's package installs /usr/bin/chromium).
+/// `chromium` on the PATH (Debian's package installs /usr/bin/chromium), as
+/// [`find_program`](crate::find_program) finds it: `None` fails the test under `CI`.
 pub fn find_chromium() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join("chromium"))
-        .find(|candidate| candidate.is_file())
+    crate::find_program("chromium")
 }
 
 /// Runs headless Chromium on `url` with `args`, bounded by [`BROWSER_DEADLINE`]; returns its
