@@ -495,15 +495,9 @@ async fn max_connections_is_logged_once_per_episode_with_the_count_refused() {
 
     // One leaves; clients that arrive before the broker has seen it go are refused and
     // counted in the same episode.
-    let mut refused = 3;
     drop(held.remove(0));
-    let newcomer = "a client served after one left";
-    let newcomer = poll(newcomer, Duration::ZERO, DEADLINE, async || {
-        let stream = served(broker.addr()).await;
-        refused += u64::from(stream.is_none());
-        stream.ok_or("")
-    })
-    .await;
+    let (newcomer, more) = first_served(broker.addr()).await;
+    let mut refused = 3 + more;
     // At the edge of the limit admissions and refusals alternate, so the episode ends only
     // when a client is admitted after a quiet second: keep admitting (and letting go) one
     // client at a time until the line says so. A client that comes before the broker has seen

@@ -254,6 +254,21 @@ pub async fn served(addr: SocketAddr) -> Option<TcpStream> {
     }
 }
 
+/// Clients through `addr`, one after another with no pause, until one is [`served`]: its
+/// connection, and how many were refused before it (a broker at its limit refuses those that
+/// come before it has seen a place free again).
+pub async fn first_served(addr: SocketAddr) -> (TcpStream, u64) {
+    let mut refused = 0;
+    let newcomer = "a client served";
+    let stream = crate::poll(newcomer, Duration::ZERO, DEADLINE, async || {
+        let stream = served(addr).await;
+        refused += u64::from(stream.is_none());
+        stream.ok_or("")
+    })
+    .await;
+    (stream, refused)
+}
+
 /// Two of the demo's stand-in web servers, `server 01` and `server 02`, each on a port of its
 /// own: HTTP origins that record what they served, answer a WebSocket, and can be stopped.
 pub async fn web_stand_ins() -> [appbroker::demo::StandIn; 2] {
