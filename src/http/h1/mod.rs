@@ -15,7 +15,7 @@
 //! [`BodyReader::data_ahead`] then [`BodyReader::skip_data`] around a splice);
 //! [`ResponseHead::parse`] with what was [`Asked`] ([`RequestHead::asked`]) for the answer,
 //! its [`Framing`] for what follows it, [`ResponseHead::to_client`], [`client_keep_alive`]
-//! and [`ResponseHead::dechunks_for`] for its way back; and [`reuse`] at the end.
+//! and [`ResponseHead::dechunks_for`] for its way back; and [`reuse()`] at the end.
 //!
 //! # RFC decisions
 //!
