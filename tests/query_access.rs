@@ -7,7 +7,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use harness::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -399,20 +399,14 @@ async fn cfg_and_status_show_only_what_the_client_may_see() {
 
 /// Polls READY until it answers `status`; returns the answer.
 async fn ready_until(addr: SocketAddr, status: u16) -> HttpResponse {
-    let end = Instant::now() + DEADLINE;
-    loop {
+    until(&format!("READY to answer {status}"), async || {
         let answer = http_get(addr, "/TOTVS_BROKER_QUERY/READY", &[]).await;
         if answer.status == status {
-            return answer;
+            return Ok(answer);
         }
-        assert!(
-            Instant::now() < end,
-            "READY never answered {status}; last: {} {}",
-            answer.status,
-            answer.text()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+        Err(format!("last: {} {}", answer.status, answer.text()))
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,15 +1,10 @@
-//! The HTTP broker's engine: an HTTP/1.1 reverse proxy for `[BALANCE_HTTP*]` balancers.
-//!
-//! One accepted client connection is served by [`Engine::serve`], an engine of the broker's
-//! own over the pure HTTP/1.1 core ([`h1`]): one task per client connection drives each
-//! request, its server connection (kept alive in the engine's pool, per worker) and the
-//! answer; heads are parsed in place and written on as slices, bodies pass through bounded
-//! buffers (splice between plain sockets). The balancer stands behind the small
-//! [`Upstreams`] trait: it chooses (over the client's head, borrowed: [`ClientHead`]),
-//! connects (its dialer: TCP or TLS towards servers, each connect accounted for by the
-//! balancer) and is told what happened (a new connection the server closed unused, upstream
-//! connections opened and closed, one [`Exchange`] per request for the access log and the
-//! counters).
+//! The HTTP broker's engine: an HTTP/1.1 reverse proxy for `[BALANCE_HTTP*]` balancers, of
+//! the broker's own over the pure HTTP/1.1 core ([`h1`]). It knows nothing of balancers: the
+//! balancer stands behind the small [`Upstreams`] trait, which sees the client's head
+//! borrowed ([`ClientHead`]) and is told what happened ([`Exchange`]), so the engine is built
+//! and tested alone. [`Engine::serve`] serves one accepted client connection; its steps, in
+//! order, and why each is as it is, are told once, in docs/architecture.md ("The HTTP
+//! engine").
 //!
 //! # Layout
 //!

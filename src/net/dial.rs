@@ -26,7 +26,7 @@ use crate::tls::{Cause, HandshakeFailure, UpstreamTls};
 /// A connection to a server: plain TCP, or TLS with `SSL_ENCRYPT_UPSTREAM=1`. The TLS one is
 /// boxed: a rustls connection is over a kilobyte, and a stream held inline makes every future
 /// and pool slot that holds a server connection that large, to be copied as they move (an
-/// HTTP request's future, boxed once per request, was some 12 KB).
+/// HTTP request's boxed future among them: docs/decisions/2026-12-02-boxed-tls-server-stream.md).
 pub type ServerStream = Either<TcpStream, Box<tokio_rustls::client::TlsStream<TcpStream>>>;
 
 /// Why a server could not be connected to: what both engines get back from a dial, with

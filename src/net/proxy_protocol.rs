@@ -1,6 +1,6 @@
 //! The PROXY protocol (HAProxy's, versions 1 and 2), as pure functions over bytes: a header
 //! read from the first bytes of a connection ([`parse`]), and one written for a server
-//! ([`write`]). A front balancer (HAProxy's `send-proxy`, an AWS NLB, an F5, nginx's
+//! ([`write()`]). A front balancer (HAProxy's `send-proxy`, an AWS NLB, an F5, nginx's
 //! `proxy_protocol on`) puts the header before the client's bytes so the broker behind it
 //! learns who the client is; the broker does the same towards servers that read it.
 //!

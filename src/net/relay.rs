@@ -22,9 +22,10 @@ use tokio::time::{Instant, Sleep};
 use crate::net::stream::Stream;
 use crate::process::os_error::words;
 
-/// Bytes moved per read. Measured on loopback (iperf3 through the broker, 2 cores): 16 KiB
-/// buffers (HAProxy's and nginx's size) gave about 6 Gbit/s, 64 KiB about 13 Gbit/s, with less
-/// CPU per byte. Buffers exist only while data moves, so idle connections do not pay.
+/// Bytes moved per read: more than HAProxy's and nginx's 16 KiB, which moved less through the
+/// broker, at more CPU per byte (the figures, and how they were made: docs/benchmarks.md,
+/// "Figures behind the code"). Buffers exist only while data moves, so idle connections do not
+/// pay.
 const BUFFER_SIZE: usize = 64 * 1024;
 
 /// Buffers a thread keeps for its next bursts, so taking one is a pop rather than a 64 KiB

@@ -239,9 +239,9 @@ mod pipes {
 
     use nix::fcntl::{OFlag, SpliceFFlags, splice};
 
-    /// Most bytes one splice moves, and the pipe size asked for (F_SETPIPE_SZ). Measured with
-    /// iperf3 through the broker pinned to one CPU: the default 64 KiB pipe moved about 8
-    /// Gbit/s, 256 KiB 10-11 Gbit/s, 1 MiB less again.
+    /// Most bytes one splice moves, and the pipe size asked for (F_SETPIPE_SZ): the default
+    /// 64 KiB pipe moved less through the broker, and a larger one than this less again (the
+    /// figures, and how they were made: docs/benchmarks.md, "Figures behind the code").
     const PIPE_CAPACITY: usize = 256 * 1024;
 
     /// A pipe and the bytes waiting in it.

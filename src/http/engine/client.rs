@@ -89,7 +89,7 @@ impl<U: Upstreams> Engine<U> {
         mut admission: U::Admission,
     ) -> impl Future<Output = ()> {
         // Not an `async fn`: one copies its arguments into the body's own locals, and the
-        // task would hold both copies.
+        // task would hold both copies (the sizes: docs/benchmarks.md).
         async move {
             // Held, not used: the place is given back when the connection ends.
             let _place = &place;
