@@ -598,26 +598,12 @@ impl IpText {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::Settings;
-    use crate::http::engine::local::tests::Echo;
-    use tokio::net::{TcpListener, TcpStream};
+    use crate::http::engine::local::tests::echo_connection;
+    use tokio::net::TcpStream;
 
     #[tokio::test]
     async fn an_idle_connection_holds_its_socket_a_timer_and_a_few_words() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let client = TcpStream::connect(listener.local_addr().unwrap())
-            .await
-            .unwrap();
-        let (accepted, peer) = listener.accept().await.unwrap();
-        let engine = Engine::new(Arc::new(Echo), Settings::default());
-        let downstream = Downstream {
-            peer: peer.into(),
-            tls: false,
-            local: None,
-            check: false,
-        };
-        let (closing, cut) = (CancellationToken::new(), CancellationToken::new());
-        let serving = engine.serve(accepted, downstream, closing, cut, ());
+        let (client, serving) = echo_connection().await;
         let size = std::mem::size_of_val(&serving);
         let parts = [
             ("socket", std::mem::size_of::<TcpStream>()),

@@ -226,6 +226,15 @@ pub(super) mod tests {
 
     /// A new connection to an engine over [`Echo`].
     async fn echo_client() -> TcpStream {
+        let (client, serving) = echo_connection().await;
+        tokio::spawn(serving);
+        client
+    }
+
+    /// A loopback connection: its client's end, and the future of an engine over [`Echo`]
+    /// serving its other end (for the engine's other tests too).
+    pub(in crate::http::engine) async fn echo_connection()
+    -> (TcpStream, impl Future<Output = ()> + Send) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let client = TcpStream::connect(listener.local_addr().unwrap())
             .await
@@ -239,8 +248,7 @@ pub(super) mod tests {
             check: false,
         };
         let (closing, cut) = (CancellationToken::new(), CancellationToken::new());
-        tokio::spawn(engine.serve(accepted, downstream, closing, cut, ()));
-        client
+        (client, engine.serve(accepted, downstream, closing, cut, ()))
     }
 
     /// What `client` reads until it closes or `done` says it is enough.
