@@ -31,8 +31,9 @@
 //! - [`http_balancer`]: an HTTP balancer at run time: the balancer as the HTTP engine's
 //!   upstreams (choose, dial, quarantine, account, the access log), session affinity, the
 //!   query interface routed by path.
-//! - [`query`]: `/TOTVS_BROKER_QUERY` on the balancers' ports: answering queries, and pure
-//!   renderers of a snapshot (STATUS, CFG, JSON, METRICS).
+//! - [`query`]: `/TOTVS_BROKER_QUERY` on the balancers' ports: answering queries (served by
+//!   the HTTP engine on both kinds of port, with limits of their own), and pure renderers of
+//!   a snapshot (STATUS, CFG, JSON, METRICS).
 //! - [`http`]: the HTTP engine (a reverse proxy of its own, generic over the upstreams it
 //!   serves, knowing nothing of balancers), its pure HTTP/1 core, and the HTTP monitor check.
 //! - [`balancer`]: a balancer's live state (servers, counters, leases; one method per event;

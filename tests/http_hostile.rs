@@ -446,6 +446,53 @@ async fn query_connections_on_an_http_port_are_held_to_query_max_connections() {
     assert_eq!(second.answer().await.unwrap().status, 200);
 }
 
+/// A query on an HTTP port is held to the query interface's limits, as on a TCP port: a
+/// request line over 8 KiB is a 414 and a head over 16 KiB a 431 (both close), where a request
+/// forwarded to a server may have 16 and 64 KiB; a query connection waits 10 s at most for
+/// its next head.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_on_an_http_port_is_held_to_the_query_limits() {
+    let (server, broker) = start(false, "").await;
+    let long = format!("/TOTVS_BROKER_QUERY/PING?x={}", "y".repeat(9 * 1024));
+    let mut client = RawClient::connect(broker.addr()).await;
+    assert!(client.send(&get_of(&long)).await);
+    let answer = client.answer().await.unwrap();
+    assert_eq!(answer.status, 414, "{answer:?}");
+    assert!(answer.closes() && client.closed().await, "{answer:?}");
+    let mut head = get_of("/TOTVS_BROKER_QUERY/PING");
+    head.truncate(head.len() - 2);
+    for i in 0..20 {
+        head.extend_from_slice(format!("X-Filler-{i}: {}\r\n", "z".repeat(1000)).as_bytes());
+    }
+    head.extend_from_slice(b"\r\n");
+    assert_eq!(raw_request(broker.addr(), &head).await.status, 431);
+    // Under the limits it is answered; a request for a server may be longer.
+    let under = format!("/TOTVS_BROKER_QUERY/PING?x={}", "y".repeat(7 * 1024));
+    assert_eq!(
+        raw_request(broker.addr(), &get_of(&under)).await.status,
+        200
+    );
+    let app = format!("/app?x={}", "y".repeat(9 * 1024));
+    assert_eq!(raw_request(broker.addr(), &get_of(&app)).await.status, 200);
+    assert!(
+        server
+            .heads()
+            .iter()
+            .all(|r| !r.path.contains("TOTVS_BROKER_QUERY"))
+    );
+    // An idle query connection is closed once its 10 s are over (HTTP_REQUEST_TIMEOUT is 30 s).
+    let mut idle = RawClient::connect(broker.addr()).await;
+    assert!(idle.send(&get_of("/TOTVS_BROKER_QUERY/PING")).await);
+    assert_eq!(idle.answer().await.unwrap().status, 200);
+    let since = std::time::Instant::now();
+    assert!(idle.closed().await);
+    let waited = since.elapsed();
+    assert!(
+        (Duration::from_secs(9)..Duration::from_secs(20)).contains(&waited),
+        "{waited:?}"
+    );
+}
+
 /// The access line of a query says the bytes of the page it sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_query_is_logged_with_the_bytes_it_sent() {

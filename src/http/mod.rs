@@ -13,6 +13,7 @@
 //! - [`engine`]: the wiring: client connections served, requests tried on the servers,
 //!   answers passed back, the idle server connections, the buffers' pool, upgrades.
 //! - `client_head`: the client's head as the balancer sees it.
+//! - `local`: a request the balancer answers itself, and its answer, as any front gives them.
 //! - `refusal`: why the broker answers a request itself.
 //! - `real_client`: `HTTP_TRUSTED_PROXIES`: the client a trusted proxy's `X-Forwarded-For`
 //!   names.
@@ -25,6 +26,7 @@ pub mod check;
 mod client_head;
 pub mod engine;
 pub mod h1;
+mod local;
 pub mod pages;
 mod real_client;
 mod refusal;
@@ -37,8 +39,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper::body::Bytes;
-use hyper::{Method, Response, StatusCode};
+use hyper::{Method, StatusCode};
 
 use crate::config::{Cidr, DEFAULT_HTTP_HEAD_MEMORY, Language};
 use crate::net::relay::End;
@@ -48,6 +49,7 @@ use crate::process::budget::Budget;
 pub use check::{CheckError, StatusRange, check};
 pub use client_head::ClientHead;
 pub use engine::{Engine, PoolFigures};
+pub use local::{LocalAnswer, LocalBody, LocalRequest, MOST_LOCAL_BODY};
 pub use stats::Stats;
 
 /// The balancer as the HTTP engine sees it: who serves a request, how to reach it, and what
@@ -101,8 +103,12 @@ pub trait Upstreams: Send + Sync + 'static {
     fn admit(&self, client: &Downstream, admission: &mut Self::Admission) -> bool;
 
     /// The connection waits for its next request: what it holds may be given to another
-    /// (a query connection's place, to a new query that finds none free).
-    fn waiting(&self, _admission: &Self::Admission) {}
+    /// (a query connection's place, to a new query that finds none free). What it returns
+    /// bounds that wait when it is shorter than `HTTP_REQUEST_TIMEOUT` (a query connection's
+    /// head and life); `None` (the default) leaves the setting.
+    fn waiting(&self, _admission: &Self::Admission) -> Option<Duration> {
+        None
+    }
 
     /// The server for this request, none of `tried` (servers that already failed it); `None`
     /// when no server is available, answered 503. `request` is the client's head as received
@@ -138,17 +144,25 @@ pub trait Upstreams: Send + Sync + 'static {
     /// path: keep it short (counters, a log line), never blocking.
     fn report(&self, report: Report<'_, Self::Server>);
 
-    /// An answer the balancer gives itself, before any server is chosen: the query interface
-    /// (`/TOTVS_BROKER_QUERY/...`), routed by path on an HTTP balancer, counted in what the
-    /// connection holds (`admission`: a query's place while it is no client). `None` (the
-    /// default) for a request that goes to a server.
+    /// Whether the request for `target` (its path and query) is the balancer's to answer
+    /// itself ([`Upstreams::intercept`]: the query interface, routed by path on an HTTP
+    /// balancer) rather than a server's. Asked of every request before any server is chosen,
+    /// so it is a comparison of bytes, allocating nothing. False (the default): every request
+    /// goes to a server.
+    fn intercepts(&self, _target: &[u8]) -> bool {
+        false
+    }
+
+    /// The balancer's own answer to a request [`Upstreams::intercepts`] took, counted in what
+    /// the connection holds (`admission`: a query's place while it is no client). It may
+    /// await (a body is read already; a check that blocks runs elsewhere meanwhile), and the
+    /// request is the balancer's own type, whatever front it came by.
     fn intercept(
         &self,
-        _request: &ClientHead<'_>,
-        _client: &Downstream,
+        _request: LocalRequest,
         _admission: &mut Self::Admission,
-    ) -> Option<Response<Bytes>> {
-        None
+    ) -> impl Future<Output = LocalAnswer> + Send {
+        std::future::ready(LocalAnswer::new(404, "not found\n"))
     }
 
     /// A last change of the balancer's own to the head a server is sent (the affinity takes
@@ -403,6 +417,9 @@ pub struct Settings {
     /// `HTTP_HEAD_MEMORY`: the broker's one budget for request heads still arriving, shared
     /// by every HTTP balancer.
     pub head_memory: Arc<Budget>,
+    /// Whether an HTTP/1.1 request must name its `Host`: it must where requests go on to
+    /// servers; a TCP port's query connection takes one that names none, as it always has.
+    pub host: h1::HostRule,
 }
 
 impl Default for Settings {
@@ -424,6 +441,7 @@ impl Default for Settings {
             retry_after: Duration::from_secs(5),
             trusted_proxies: Vec::new(),
             head_memory: Budget::new(DEFAULT_HTTP_HEAD_MEMORY),
+            host: h1::HostRule::Required,
         }
     }
 }

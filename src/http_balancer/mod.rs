@@ -18,8 +18,6 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-use hyper::Response;
-use hyper::body::Bytes;
 use tokio::time::{Duration, Instant};
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, Span, info, warn};
@@ -34,7 +32,7 @@ use crate::config::{BalancerConfig, Language, ServerId, show_duration};
 use crate::http::h1::{Editor, FieldName};
 use crate::http::{
     self, Choice, ClientAddr, ClientHead, ConnectFailure, Downstream, Engine, Exchange,
-    ExchangeOutcome, Report, Tunnel, Upstreams,
+    ExchangeOutcome, LocalAnswer, LocalRequest, Report, Tunnel, Upstreams,
 };
 use crate::http_balancer::sessions::{
     Affinity, CookieKeys, Limits, SessionSecrets, Sessions, Ticket, Touched,
@@ -908,26 +906,22 @@ impl Upstreams for HttpBalancer {
             .in_scope(|| self.balancer.admit_client(&pool, admission))
     }
 
-    fn waiting(&self, admission: &Admission) {
-        admission.waiting();
+    fn waiting(&self, admission: &Admission) -> Option<Duration> {
+        query::limits::waiting(admission)
+    }
+
+    fn intercepts(&self, target: &[u8]) -> bool {
+        query::intercepts(&self.balancer, target)
     }
 
     /// A query is counted in a query place while the connection is no client (a monitor
     /// polling the status page is never one), or answered 503 when none is free.
     fn intercept(
         &self,
-        request: &ClientHead<'_>,
-        client: &Downstream,
+        request: LocalRequest,
         admission: &mut Admission,
-    ) -> Option<Response<Bytes>> {
-        let admit = || self.balancer.admit_query(admission);
-        query::intercept(
-            &self.ctx,
-            &self.balancer,
-            client.peer.known(),
-            request,
-            admit,
-            || self.figures(),
-        )
+    ) -> impl Future<Output = LocalAnswer> + Send {
+        let figures = || Some(self.figures());
+        query::answer(&self.ctx, &self.balancer, request, admission, figures)
     }
 }

@@ -1,13 +1,14 @@
 //! One accepted connection as a [`Client`], with its way through the broker as methods, once
 //! its port's PROXY protocol and TLS steps are done (`net::handshake`, which says whom it
-//! serves: its [`Origin`]): sniff (a query is answered, anything else forwarded; a front
-//! balancer's check is answered or closed, never forwarded), take a `MAX_CONNECTIONS` place
+//! serves: its [`Origin`]): sniff (a query is handed to the balancer's query engine, anything
+//! else forwarded; a front balancer's check is answered or closed, never forwarded), take a `MAX_CONNECTIONS` place
 //! and one of its client's under `MAX_CONNECTIONS_PER_CLIENT`, choose a server and connect
 //! (the PROXY protocol header written first with `SEND_PROXY_PROTOCOL`; quarantining servers
 //! that fail and trying the next candidate), relay, and account for it.
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use tokio::time::Instant;
@@ -17,14 +18,15 @@ use tracing::{Instrument, Span, debug};
 use crate::balancer::events::Unserved;
 use crate::balancer::shared::{Ending, Shared};
 use crate::balancer::{Balancer, ClientSlot, Closed, Eligible, Generation, Lease};
+use crate::http::Downstream;
 use crate::net::dial::ServerStream;
 use crate::net::handshake::Origin;
 use crate::net::proxy_protocol::{self, Header};
 use crate::net::relay::{Counters, End, Outcome, relay};
 use crate::net::stream::Stream;
 use crate::process::os_error::words;
-use crate::query;
-use crate::tcp::sniff::{Verdict, sniff};
+use crate::query::{self, QueryEngine};
+use crate::tcp::sniff::{Sniffed, Verdict, sniff};
 
 /// What every connection of one listening socket shares: the broker's state, the balancer, how
 /// the balancer ends its connections, and where its tasks are counted. Made once per accept
@@ -42,6 +44,9 @@ pub struct ListenerShared {
     pub local: Option<SocketAddr>,
     /// The balancer's connections, waited for on shutdown or removal.
     pub tasks: TaskTracker,
+    /// The engine that answers a TCP balancer's queries (`None` on an HTTP balancer, whose
+    /// own engine routes them by path).
+    pub query: Option<Arc<QueryEngine>>,
     /// The balancer's span, which a client's few log lines are written in. Not one span per
     /// connection: creating and formatting a span per client cost more than the fields it
     /// adds, which the lines carry themselves (`client=`, `server=`).
@@ -100,7 +105,8 @@ impl<S: Stream> Client<S> {
                 return self.refuse();
             }
             match self.sniff().instrument(span.clone()).await {
-                Some(first) => first,
+                Some((Verdict::Query, first)) => return self.query(first).await,
+                Some((_, first)) => first,
                 None => return,
             }
         } else {
@@ -135,10 +141,14 @@ impl<S: Stream> Client<S> {
     /// (`/TOTVS_BROKER_QUERY/READY`, say); anything else is closed. Never a client: it takes
     /// no place, and no server is bothered.
     async fn check(mut self) {
-        if self.pool.config.query.enabled && self.shared.balancer.query_room() {
-            let _ = self.sniff().await;
+        let client = self.origin.client;
+        if self.pool.config.query.enabled
+            && self.shared.balancer.query_room()
+            && let Some((Verdict::Query, first)) = self.sniff().await
+        {
+            self.query(first).await;
         }
-        debug!(client = %self.origin.client, "a front balancer's check (PROXY protocol LOCAL) ended");
+        debug!(client = %client, "a front balancer's check (PROXY protocol LOCAL) ended");
     }
 
     /// Refuses the client: `MAX_CONNECTIONS` are open.
@@ -149,10 +159,9 @@ impl<S: Stream> Client<S> {
             .in_scope(|| shared.balancer.refused(shared.local));
     }
 
-    /// Reads the client's first bytes and serves it to the end when they are a query. Returns
-    /// the bytes read when it is to be forwarded; `None` when nothing is left to do: it was a
-    /// query, or it closed or stalled first.
-    async fn sniff(&mut self) -> Option<Vec<u8>> {
+    /// Reads the client's first bytes: what they say (a query, or a client to forward), and
+    /// the bytes read; `None` when it closed or stalled before sending anything.
+    async fn sniff(&mut self) -> Option<(Verdict, Vec<u8>)> {
         let mut first = Vec::new();
         // What is left of it: a client watched silent already is not waited for again.
         let limit = self
@@ -163,27 +172,34 @@ impl<S: Stream> Client<S> {
             .saturating_sub(self.origin.silent_for);
         let peer = self.origin.client;
         match sniff(&mut self.stream, &mut first, limit).await {
-            Ok(Verdict::Forward) => return Some(first),
-            Ok(Verdict::Query) => {
-                let shared = &self.shared;
-                let (ctx, balancer) = (Arc::clone(&shared.ctx), Arc::clone(&shared.balancer));
-                let stream = &mut self.stream;
-                // Boxed: the query's state is large and rare, and every connection's task
-                // would otherwise carry (and copy) room for it.
-                Box::pin(query::serve(
-                    ctx,
-                    balancer,
-                    stream,
-                    first,
-                    peer,
-                    &shared.ending,
-                ))
-                .await;
-            }
             Ok(Verdict::Closed) => debug!(client = %peer, "client closed before sending anything"),
+            Ok(verdict) => return Some((verdict, first)),
             Err(e) => debug!(client = %peer, "client gone before sending anything: {}", words(&e)),
         }
         None
+    }
+
+    /// Serves a client whose first bytes (`first`) were a query to the end: the balancer's
+    /// query engine reads it from those bytes on, as an HTTP balancer's engine reads its
+    /// queries. Boxed: the query's state is large and rare, and every connection's task would
+    /// otherwise carry room for it.
+    fn query(self, first: Vec<u8>) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        let Some(engine) = self.shared.query.as_ref() else {
+            return Box::pin(std::future::ready(()));
+        };
+        let client = Downstream {
+            peer: self.origin.client.into(),
+            tls: self.stream.plain().is_none(),
+            local: self.origin.destination,
+            check: self.origin.check,
+        };
+        let stream = Sniffed::new(first, self.stream);
+        Box::pin(query::port::serve(
+            engine,
+            stream,
+            client,
+            &self.shared.ending,
+        ))
     }
 
     /// A `MAX_CONNECTIONS` place, counted until the slot is dropped; `None` when the limit is
@@ -326,6 +342,7 @@ mod tests {
             ending: Ending::default(),
             local: None,
             tasks: TaskTracker::new(),
+            query: None,
             span: Span::none(),
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -8,11 +8,13 @@
 //! - `pool`: the idle server connections, per server and worker.
 //! - `client`: a client connection's loop, its idle wait and its head.
 //! - `exchange`: one request's state, its routing and its accounting.
+//! - `local`: a request the balancer answers itself (a query): its body read within bounds,
+//!   the balancer's answer awaited and written.
 //! - `forward`: the tries: choose, connect, send, retry.
 //! - `awaiting`: the server's side until the final head, interim answers passed on.
 //! - `answer`: the answer on its way, the reuse decided, the tunnel.
 //! - `pump`: a body passing through, bounded, spliced when long; each side's silence.
-//! - `own`: the broker's own answers as bytes.
+//! - `own`: the broker's own answers as bytes: the one formatter of them.
 //!
 //! [`h1`]: crate::http::h1
 
@@ -22,6 +24,7 @@ pub mod buffers;
 mod client;
 mod exchange;
 mod forward;
+mod local;
 mod own;
 mod pool;
 mod pump;
@@ -34,6 +37,8 @@ use arc_swap::ArcSwap;
 use super::Settings;
 use super::Upstreams;
 use super::stats::Stats;
+pub use client::{answer_and_close, linger};
+pub use own::plain_http_to_tls_port;
 pub use pool::PoolFigures;
 use pool::ServerPool;
 

@@ -89,7 +89,7 @@ pub use error::{HeadError, Syntax};
 pub use field::{FieldId, FieldName, FieldRef, Fields};
 pub use framing::Body;
 pub use out::OutHead;
-pub use request::{RequestHead, Target};
+pub use request::{HostRule, RequestHead, Target};
 pub use response::{Asked, Framing, ResponseHead};
 pub use reuse::{Finish, Reuse, client_keep_alive, reuse};
 pub use rewrite::{Forwarded, ToClient, ToServer};
