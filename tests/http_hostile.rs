@@ -425,7 +425,8 @@ async fn queries_on_an_http_port_are_not_counted_as_clients() {
 }
 
 /// Query connections on an HTTP port are held to `QUERY_MAX_CONNECTIONS`, as on a TCP port:
-/// an idle one gives its place to a new query, and is answered 503 when it asks again.
+/// an idle one gives its place to a new query, and closes unanswered when it asks again (as any
+/// kept-alive connection its server closed: its client asks again on a new one).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn query_connections_on_an_http_port_are_held_to_query_max_connections() {
     let (_server, broker) = start(false, "QUERY_MAX_CONNECTIONS=1").await;
@@ -437,10 +438,7 @@ async fn query_connections_on_an_http_port_are_held_to_query_max_connections() {
     assert!(second.send(&get_of("/TOTVS_BROKER_QUERY/PING")).await);
     assert_eq!(second.answer().await.unwrap().status, 200);
     assert!(first.send(&get_of("/TOTVS_BROKER_QUERY/PING")).await);
-    let again = first.answer().await.unwrap();
-    assert_eq!(again.status, 503, "{again:?}");
-    assert!(again.text().contains("QUERY_MAX_CONNECTIONS"), "{again:?}");
-    assert!(again.closes() && first.closed().await, "{again:?}");
+    assert!(first.closed().await, "closed with nothing sent");
     // The one holding the place asks on.
     assert!(second.send(&get_of("/TOTVS_BROKER_QUERY/PING")).await);
     assert_eq!(second.answer().await.unwrap().status, 200);

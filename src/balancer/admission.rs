@@ -25,6 +25,12 @@ pub enum Admission {
 }
 
 impl Admission {
+    /// Whether the connection's query place went to another query while it idled: it is to
+    /// close, unanswered.
+    pub fn given_up(&self) -> bool {
+        matches!(self, Admission::Query(place) if place.is_given_up())
+    }
+
     /// The connection waits for its next request: a query connection's place may be given
     /// to a new query meanwhile (it then closes at its next request).
     pub fn waiting(&self) {
@@ -37,8 +43,8 @@ impl Admission {
 impl Balancer {
     /// A query on `admission`'s connection: counted in a query place unless the connection is
     /// a client already (its queries ride on its client's place). False when no query place is
-    /// free, or the connection's went to another query while it was idle: the query is
-    /// answered 503 and the connection closed, as on a TCP port.
+    /// free (or the connection's went to another query while it was idle: see
+    /// [`Admission::given_up`]): the query is answered 503 and the connection closed.
     pub fn admit_query(&self, admission: &mut Admission) -> bool {
         match admission {
             Admission::Client(_) => true,

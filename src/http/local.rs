@@ -140,9 +140,14 @@ pub struct LocalAnswer {
     pub fields: Vec<(&'static str, Cow<'static, str>)>,
     /// The body.
     pub body: Vec<u8>,
-    /// The connection closes after it (a refusal, a query place given up, a query
-    /// connection past its life).
+    /// The connection closes after it (a refusal, no query place free, a query connection
+    /// past its life).
     pub close: bool,
+    /// The connection closes without this answer, as any kept-alive connection its server
+    /// closes between two requests: a client sends its request again on a new one (a query
+    /// connection whose place went to another query while it idled; a 503 instead would show
+    /// in the browser of a status page that only meant to refresh).
+    pub unanswered: bool,
 }
 
 impl LocalAnswer {
@@ -153,6 +158,16 @@ impl LocalAnswer {
             fields: Vec::new(),
             body: body.into(),
             close: false,
+            unanswered: false,
+        }
+    }
+
+    /// No answer: the connection closes without one ([`LocalAnswer::unanswered`]).
+    pub fn none() -> LocalAnswer {
+        LocalAnswer {
+            unanswered: true,
+            close: true,
+            ..LocalAnswer::new(0, Vec::new())
         }
     }
 

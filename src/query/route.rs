@@ -57,8 +57,12 @@ pub async fn answer(
             return answer;
         }
     };
+    if admission.given_up() {
+        // Its place went to another query while it idled: it closes as any kept-alive
+        // connection may, and its client asks again on a new one.
+        return LocalAnswer::none();
+    }
     if !balancer.admit_query(admission) {
-        // A query connection whose place went to another closes.
         return closing(503, BUSY);
     }
     if let Some(refusal) = limits::refusal(&request) {

@@ -67,6 +67,10 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
         };
         let upstreams = &self.engine.upstreams;
         let answer: LocalAnswer = upstreams.intercept(request, self.admission).await;
+        if answer.unanswered {
+            // Reported with no status: the client was sent nothing.
+            return Next::Close;
+        }
         let mut ending = self.own_ending();
         ending.close =
             !self.head.keep_alive() || !whole || answer.close || self.client.closing.is_cancelled();
