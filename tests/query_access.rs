@@ -184,10 +184,7 @@ async fn an_idle_keep_alive_connection_gives_its_place_to_a_new_query() {
         Duration::from_secs(5),
         browser.stream.read_to_end(&mut nothing),
     );
-    assert!(
-        matches!(read.await, Ok(_)) && nothing.is_empty(),
-        "{nothing:?}"
-    );
+    assert!(read.await.is_ok() && nothing.is_empty(), "{nothing:?}");
     let page = http_get(broker.addr(), "/TOTVS_BROKER_QUERY/STATUS", &[]).await;
     assert_eq!(page.status, 200);
 }
