@@ -20,7 +20,7 @@ use super::upgrade::Handover;
 use super::vet::Vetting;
 use super::watchdog::Silence;
 use super::{Backoff, Held, describe, hold};
-use crate::balancer::events::{Alert, Upgraded};
+use crate::balancer::alert_queue::{Alert, Upgraded};
 use crate::config::{AlertEvent, Config, show_duration};
 
 /// What the supervisor runs: its own image (never the file now at `exe`: see
