@@ -18,6 +18,9 @@
 //!   plain TCP socket can do besides.
 //! - [`relay`]: bytes both ways with half-close over any stream; splice(2) between plain
 //!   sockets.
+//! - [`splice`] (Linux): bytes from one plain socket to another through a pipe of a bounded
+//!   pool, never through user space: the relay's bulk transfers and the HTTP engine's long
+//!   bodies.
 //! - [`workers`]: the data path's threads, one per core, each with its own runtime and
 //!   listening sockets.
 //! - [`sys`]: the system calls the standard library lacks (keepalive knobs, splice pipes, the
@@ -33,6 +36,8 @@ pub mod listener;
 pub mod proxy_protocol;
 pub mod relay;
 pub mod resolve;
+#[cfg(target_os = "linux")]
+pub mod splice;
 pub mod stream;
 pub mod sys;
 pub mod workers;
