@@ -59,7 +59,7 @@ mod state;
 
 pub use admission::Admission;
 pub use client_limit::{ClientHold, RefusalHold};
-pub use connections::Closed;
+pub use connections::{Attempt, Closed};
 pub use generation::{Generation, GenerationTls};
 pub use pick::{ClientSlot, Eligible, Lease};
 pub use server::{Restarted, Server};

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use crate::balancer::{Eligible, Generation, Lease, Server};
+use crate::balancer::{Generation, Lease, Server};
 use crate::config::BalancerConfig;
 use crate::http::h1::{Editor, FieldName};
 use crate::http::{Choice, ClientHead, Downstream};
@@ -224,9 +224,7 @@ impl HttpBalancer {
             .filter(|(_, s)| tried.iter().any(|t| Arc::ptr_eq(&t.0, s)))
             .map(|(i, _)| i)
             .collect();
-        let lease = pool
-            .pick(now, &tried, Eligible::Available)
-            .or_else(|| pool.pick(now, &tried, Eligible::EvenQuarantined))?;
+        let lease = pool.pick_with_fallback(now, &tried)?;
         // Every server in quarantine, the pick may be its own server again: no move.
         if let Some(old) = moving
             && old.server != lease.server.id

@@ -11,7 +11,7 @@ use tracing::Instrument;
 
 use crate::balancer::{Admission, ClientHold};
 use crate::http::h1::Editor;
-use crate::http::{Choice, ClientAddr, ClientHead, ConnectFailure, Downstream, Report, Upstreams};
+use crate::http::{Choice, ClientHead, ConnectFailure, Downstream, Report, Upstreams};
 use crate::http_balancer::{Held, HttpBalancer, Target, client_key};
 use crate::net::dial::{ConnectError, ServerStream};
 use crate::net::proxy_protocol::{self, Header};
@@ -93,10 +93,10 @@ impl Upstreams for HttpBalancer {
         sends.then(|| client_key(client.peer))
     }
 
-    /// The balancer's one dial path ([`Balancer::dial_with`]): the PROXY protocol header
-    /// first with `SEND_PROXY_PROTOCOL`, TLS with `SSL_ENCRYPT_UPSTREAM=1`, the socket
-    /// options, the connect accounted for (a server found in quarantine is taken as chosen
-    /// although quarantined, as a TCP client's pick would be).
+    /// The balancer's connector ([`Balancer::connector`]): the PROXY protocol header first
+    /// with `SEND_PROXY_PROTOCOL`, TLS with `SSL_ENCRYPT_UPSTREAM=1`, the socket options, the
+    /// connect accounted for (a server found in quarantine is taken as chosen although
+    /// quarantined, as a TCP client's pick would be).
     async fn connect(
         &self,
         server: &Target,
@@ -104,23 +104,15 @@ impl Upstreams for HttpBalancer {
     ) -> Result<ServerStream, ConnectError> {
         let pool = self.balancer.generation();
         let s = &server.0;
-        let stale = s.is_quarantined();
-        let preface = pool.config.proxy.send.map(|version| {
-            // An unknown client is named to no server: `PROXY UNKNOWN`, or v2's family UNSPEC.
-            let header = match (client.peer, client.local) {
-                (ClientAddr::Known(source), Some(destination)) => Header::Proxied {
-                    source,
-                    destination,
-                },
-                _ => Header::Unknown,
-            };
-            proxy_protocol::write(version, &header)
+        let preface = proxy_protocol::preface(pool.config.proxy.send, || {
+            Header::for_client(client.peer.known(), client.local)
         });
-        let preface = preface.as_deref().unwrap_or_default();
-        let dialed =
-            self.balancer
-                .dial_with(&pool, s, stale, client.peer.or_unspecified(), preface);
-        dialed.instrument(self.span.clone()).await
+        let attempt = self
+            .balancer
+            .attempt(s, s.is_quarantined(), client.peer.or_unspecified());
+        let connector = self.balancer.connector(&pool);
+        let connecting = connector.connect(&s.host, s.port, &s.address, &preface, &attempt);
+        connecting.instrument(self.span.clone()).await
     }
 
     /// The broker's cookie taken out ([`HttpBalancer::without_broker_cookie`]).

@@ -10,6 +10,8 @@
 //!   (the first byte told apart, the handshake within a timeout).
 //! - [`proxy_protocol`]: the PROXY protocol's headers (versions 1 and 2) read from bytes and
 //!   written, pure functions.
+//! - [`connector`]: a connection to a server for a client: the dial, the socket's options,
+//!   and its outcome told to whoever counts connects (the balancer).
 //! - [`dial`]: connecting to a server: resolve, refuse the broker itself, connect within a
 //!   timeout, socket options, TLS towards servers; for clients and the monitor alike.
 //! - [`resolve`]: server names to addresses: cached, one lookup per name, a bound on lookups
@@ -28,6 +30,7 @@
 //! - `inherit` (Unix): descriptors handed over by a supervisor or systemd, taken by number:
 //!   the one module allowed `unsafe`.
 
+pub mod connector;
 pub mod dial;
 pub mod handshake;
 #[cfg(unix)]

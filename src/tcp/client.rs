@@ -16,7 +16,7 @@ use tracing::{Instrument, Span, debug};
 
 use crate::balancer::events::Unserved;
 use crate::balancer::shared::{Ending, Shared};
-use crate::balancer::{Balancer, ClientSlot, Closed, Eligible, Generation, Lease};
+use crate::balancer::{Balancer, ClientSlot, Closed, Generation, Lease};
 use crate::net::dial::ServerStream;
 use crate::net::handshake::Origin;
 use crate::net::proxy_protocol::{self, Header};
@@ -202,22 +202,23 @@ impl<S: Stream> Client<S> {
         let (balancer, pool, peer) = (&self.shared.balancer, &self.pool, self.origin.client);
         let config = &pool.config;
         let preface = self.proxy_header();
+        let connector = balancer.connector(pool);
         let mut tried = Vec::with_capacity(config.max_attempts as usize);
         while tried.len() < config.max_attempts as usize {
-            let now = balancer.clock_ms();
-            // Every server is in quarantine, and a quarantine may be stale (a short glitch can
-            // put them all there): try them anyway.
-            let Some(lease) = pool
-                .pick(now, &tried, Eligible::Available)
-                .or_else(|| pool.pick(now, &tried, Eligible::EvenQuarantined))
-            else {
+            let Some(lease) = pool.pick_with_fallback(balancer.clock_ms(), &tried) else {
                 break; // every server was tried
             };
             tried.push(lease.index);
-            match balancer
-                .dial_with(pool, &lease.server, lease.stale, peer, &preface)
-                .await
-            {
+            let server = &lease.server;
+            let attempt = balancer.attempt(server, lease.stale, peer);
+            let connecting = connector.connect(
+                &server.host,
+                server.port,
+                &server.address,
+                &preface,
+                &attempt,
+            );
+            match connecting.await {
                 Ok(stream) => return Some((lease, stream)),
                 Err(e) if !e.try_next() => {
                     balancer.unserved(peer, Unserved::BrokerFault);
@@ -234,21 +235,13 @@ impl<S: Stream> Client<S> {
     /// (`SEND_PROXY_PROTOCOL`), naming the client and where it connected (the address a
     /// header from a front balancer said, else the accepted socket's own); empty without.
     fn proxy_header(&self) -> Vec<u8> {
-        let Some(version) = self.pool.config.proxy.send else {
-            return Vec::new();
-        };
-        let destination = self.origin.destination.or_else(|| {
-            let socket = self.stream.socket()?;
-            socket.local_addr().ok()
-        });
-        let header = match destination {
-            Some(destination) => Header::Proxied {
-                source: self.origin.client,
-                destination,
-            },
-            None => Header::Unknown,
-        };
-        proxy_protocol::write(version, &header)
+        proxy_protocol::preface(self.pool.config.proxy.send, || {
+            let destination = self.origin.destination.or_else(|| {
+                let socket = self.stream.socket()?;
+                socket.local_addr().ok()
+            });
+            Header::for_client(Some(self.origin.client), destination)
+        })
     }
 
     /// Relays the client and its server until both are done, an idle timeout or a cut
