@@ -54,17 +54,33 @@ impl ConnectReport for Attempt<'_> {
     }
 }
 
-/// A relayed connection as it ended, for [`Balancer::ended`].
+/// A relayed connection as it ended, for [`Balancer::ended`]: a TCP client's, or an HTTP
+/// connection's after its upgrade (a WebSocket's tunnel).
 #[derive(Debug)]
 pub struct Closed<'a> {
     /// The client's address.
     pub client: SocketAddr,
-    /// How long the connection lasted, from its accept.
+    /// How long the connection lasted, from its accept (a tunnel: from its upgrade).
     pub duration: Duration,
-    /// What the relay did.
-    pub outcome: &'a Outcome,
-    /// `LOG_CONNECTIONS` of the connection's generation.
-    pub log_connections: bool,
+    /// Bytes from the client to the server.
+    pub to_server: u64,
+    /// Bytes from the server to the client.
+    pub to_client: u64,
+    /// How the relay ended.
+    pub end: &'a End,
+}
+
+impl<'a> Closed<'a> {
+    /// A connection of `client` that lasted `duration` and whose relay did `outcome`.
+    pub fn relayed(client: SocketAddr, duration: Duration, outcome: &'a Outcome) -> Closed<'a> {
+        Closed {
+            client,
+            duration,
+            to_server: outcome.to_server,
+            to_client: outcome.to_client,
+            end: &outcome.end,
+        }
+    }
 }
 
 impl Balancer {
@@ -298,27 +314,32 @@ impl Balancer {
 
     /// A connection relayed to `server` ended (a TCP client's, or an HTTP connection's after
     /// its upgrade): its closing line, in `span` (always for an idle close, which the broker
-    /// decided; otherwise with `LOG_CONNECTIONS`; at debug for a connection that carried no
-    /// byte either way).
-    pub fn ended(&self, server: &Server, closed: &Closed<'_>, span: &Span) {
-        let outcome = closed.outcome;
+    /// decided; otherwise with `generation`'s `LOG_CONNECTIONS`; at debug for a connection
+    /// that carried no byte either way). The one account of both paths' relayed connections.
+    pub fn ended(
+        &self,
+        server: &Server,
+        generation: &Generation,
+        closed: &Closed<'_>,
+        span: &Span,
+    ) {
         self.events.emit(|| Event::ConnectionEnded {
             balancer: self.kind(),
             client: closed.client,
             server: server.address.clone(),
             duration: closed.duration,
-            bytes_from_client: outcome.to_server,
-            bytes_to_client: outcome.to_client,
-            ended_by: outcome.end.clone(),
+            bytes_from_client: closed.to_server,
+            bytes_to_client: closed.to_client,
+            ended_by: closed.end.clone(),
         });
-        if outcome.to_server == 0 && outcome.to_client == 0 {
+        if closed.to_server == 0 && closed.to_client == 0 {
             // Nothing either way: a browser's speculative connection, a port check. Counted as
             // any (its server took a connection), told at debug only: a demo session's page
             // views wrote a dozen such lines among the ones that matter.
             span.in_scope(|| {
                 debug!(
                     duration = %format_args!("{:.3}s", closed.duration.as_secs_f64()),
-                    ended_by = %outcome.end,
+                    ended_by = %closed.end,
                     client = %closed.client,
                     server = %server.address,
                     "connection closed without a byte either way"
@@ -326,13 +347,13 @@ impl Balancer {
             });
             return;
         }
-        if closed.log_connections || matches!(outcome.end, End::Idle) {
+        if generation.config.log_connections || matches!(closed.end, End::Idle) {
             span.in_scope(|| {
                 info!(
                     duration = %format_args!("{:.3}s", closed.duration.as_secs_f64()),
-                    bytes_from_client = outcome.to_server,
-                    bytes_to_client = outcome.to_client,
-                    ended_by = %outcome.end,
+                    bytes_from_client = closed.to_server,
+                    bytes_to_client = closed.to_client,
+                    ended_by = %closed.end,
                     client = %closed.client,
                     server = %server.address,
                     "connection closed"

@@ -14,7 +14,6 @@ use crate::balancer::{Closed, Server};
 use crate::config::show_duration;
 use crate::http::{Exchange, ExchangeOutcome, Tunnel};
 use crate::http_balancer::{HttpBalancer, Target};
-use crate::net::relay;
 use crate::query::snapshot::{HttpFigures, SESSION_AGES_SHOWN, ServerSessions, SessionFigures};
 
 impl HttpBalancer {
@@ -100,18 +99,16 @@ impl HttpBalancer {
     /// An upgraded connection ended: its closing line, as a relayed connection's. Its bytes
     /// are the server's traffic through its request's exchange, reported next.
     pub(super) fn tunnel_ended(&self, tunnel: &Tunnel<Target>) {
-        let outcome = relay::Outcome {
-            to_server: tunnel.to_server,
-            to_client: tunnel.to_client,
-            end: tunnel.end.clone(),
-        };
         let closed = Closed {
             client: tunnel.client.or_unspecified(),
             duration: tunnel.duration,
-            outcome: &outcome,
-            log_connections: self.balancer.generation().config.log_connections,
+            to_server: tunnel.to_server,
+            to_client: tunnel.to_client,
+            end: &tunnel.end,
         };
-        self.balancer.ended(&tunnel.server.0, &closed, &self.span);
+        let pool = self.balancer.generation();
+        self.balancer
+            .ended(&tunnel.server.0, &pool, &closed, &self.span);
     }
     /// The figures a query of this balancer shows.
     pub(super) fn figures(&self) -> HttpFigures {

@@ -70,8 +70,11 @@ impl Upstreams for HttpBalancer {
             return true;
         }
         let pool = self.balancer.generation();
-        self.span
-            .in_scope(|| self.balancer.admit_client(&pool, admission))
+        let admitted = self
+            .span
+            .in_scope(|| self.balancer.admit_client(&pool, admission, None));
+        admission.forwarded();
+        admitted
     }
 
     /// A request's server: its session's, or the balancer's pick with a new cookie

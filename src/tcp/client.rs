@@ -16,7 +16,7 @@ use tracing::{Instrument, Span, debug};
 
 use crate::balancer::events::Unserved;
 use crate::balancer::shared::{Ending, Shared};
-use crate::balancer::{Balancer, ClientSlot, Closed, Generation, Lease};
+use crate::balancer::{Admission, Balancer, Closed, Generation, Lease};
 use crate::net::dial::ServerStream;
 use crate::net::handshake::Origin;
 use crate::net::proxy_protocol::{self, Header};
@@ -107,9 +107,14 @@ impl<S: Stream> Client<S> {
             Vec::new()
         };
         // Only now is it a client: queries never take a MAX_CONNECTIONS place.
-        let Some(slot) = self.take_place(at_limit) else {
+        if at_limit {
             return self.refuse();
-        };
+        }
+        let mut admission = Admission::default();
+        let balancer = &shared.balancer;
+        if !span.in_scope(|| balancer.admit_client(&self.pool, &mut admission, shared.local)) {
+            return;
+        }
         let client = self.origin.client.ip();
         let Some(_hold) = span.in_scope(|| shared.balancer.hold_for_client(&self.pool, client))
         else {
@@ -119,7 +124,7 @@ impl<S: Stream> Client<S> {
         let Some((lease, mut upstream)) = connected.await else {
             return;
         };
-        slot.admit();
+        admission.forwarded();
         let mut outcome = self.relay(&lease, &mut upstream, first).await;
         if outcome.end == End::Stopped
             && lease.cut.is_cancelled()
@@ -141,7 +146,7 @@ impl<S: Stream> Client<S> {
         debug!(client = %self.origin.client, "a front balancer's check (PROXY protocol LOCAL) ended");
     }
 
-    /// Refuses the client: `MAX_CONNECTIONS` are open.
+    /// Refuses the client: `MAX_CONNECTIONS` were open when it arrived.
     fn refuse(self) {
         let shared = &self.shared;
         shared
@@ -184,15 +189,6 @@ impl<S: Stream> Client<S> {
             Err(e) => debug!(client = %peer, "client gone before sending anything: {}", words(&e)),
         }
         None
-    }
-
-    /// A `MAX_CONNECTIONS` place, counted until the slot is dropped; `None` when the limit is
-    /// reached (or was when the client arrived).
-    fn take_place(&self, at_limit: bool) -> Option<ClientSlot> {
-        let balancer = &self.shared.balancer;
-        let slot = (!at_limit).then(|| balancer.try_take_slot(&self.pool))??;
-        balancer.admitted();
-        Some(slot)
     }
 
     /// Picks candidates and connects until one answers or `MAX_ATTEMPTS` are used. A server
@@ -273,14 +269,10 @@ impl<S: Stream> Client<S> {
 
     /// Accounts for a relayed connection that has ended.
     fn account(&self, lease: &Lease, outcome: &Outcome, started: Instant) {
-        let closed = Closed {
-            client: self.origin.client,
-            duration: started.elapsed(),
-            outcome,
-            log_connections: self.pool.config.log_connections,
-        };
+        let closed = Closed::relayed(self.origin.client, started.elapsed(), outcome);
         let shared = &self.shared;
-        shared.balancer.ended(&lease.server, &closed, &shared.span);
+        let balancer = &shared.balancer;
+        balancer.ended(&lease.server, &self.pool, &closed, &shared.span);
     }
 }
 
