@@ -45,7 +45,7 @@ use std::time::Duration;
 use hyper::body::Bytes;
 use hyper::{Method, Response, StatusCode};
 
-use crate::config::{Cidr, DEFAULT_HTTP_HEAD_MEMORY, Language};
+use crate::config::{BalancerConfig, BalancerKind, Cidr, General, Language};
 use crate::net::relay::End;
 use crate::net::stream::Stream;
 use crate::process::budget::Budget;
@@ -410,26 +410,41 @@ pub struct Settings {
     pub head_memory: Arc<Budget>,
 }
 
-impl Default for Settings {
-    /// The keys' defaults: forwarded headers on, WebSocket the one upgrade, 32 idle
-    /// connections per server kept 60 s, 30 s for a request's head, 600 s for an answer, 60 s
-    /// of silence within a body.
-    fn default() -> Settings {
+impl Settings {
+    /// The engine's settings from a balancer's keys (`config`), the page language, and the
+    /// broker's `HTTP_HEAD_MEMORY` budget.
+    pub fn from_config(
+        config: &BalancerConfig,
+        language: Language,
+        head_memory: Arc<Budget>,
+    ) -> Settings {
+        let keys = &config.http;
         Settings {
-            forwarded_headers: true,
-            upgrade_protocols: vec!["websocket".to_string()],
-            max_idle: 32,
-            idle_timeout: Duration::from_secs(60),
-            request_timeout: Duration::from_secs(30),
-            response_timeout: Duration::from_secs(600),
-            body_timeout: Duration::from_secs(60),
-            retry_idempotent: false,
-            tunnel_idle_timeout: None,
-            language: Language::English,
+            forwarded_headers: keys.forwarded_headers,
+            upgrade_protocols: keys.upgrade_protocols.clone(),
+            max_idle: keys.pool_max_idle as usize,
+            idle_timeout: keys.pool_idle_timeout,
+            request_timeout: keys.request_timeout,
+            response_timeout: keys.response_timeout,
+            body_timeout: keys.body_timeout,
+            retry_idempotent: keys.retry_idempotent,
+            tunnel_idle_timeout: config.idle_timeout,
+            language,
             retry_after: Duration::from_secs(5),
-            trusted_proxies: Vec::new(),
-            head_memory: Budget::new(DEFAULT_HTTP_HEAD_MEMORY),
+            trusted_proxies: keys.trusted_proxies.clone(),
+            head_memory,
         }
+    }
+}
+
+impl Default for Settings {
+    /// The keys' defaults, written once, in the configuration's model
+    /// ([`BalancerConfig::defaults`], [`General::defaults`]).
+    fn default() -> Settings {
+        let general = General::defaults();
+        let config = BalancerConfig::defaults(BalancerKind::Http("BALANCE_HTTP"));
+        let head_memory = Budget::new(general.http_head_memory);
+        Settings::from_config(&config, general.language, head_memory)
     }
 }
 

@@ -1,16 +1,15 @@
-//! The engine made for an HTTP balancer, with its settings from the balancer's keys (and the
-//! broker's `HTTP_HEAD_MEMORY` budget), and a reload applied to it.
+//! The engine made for an HTTP balancer, with its settings from the balancer's keys
+//! ([`http::Settings::from_config`]), and a reload applied to it.
 
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::balancer::shared::Shared;
 use crate::balancer::{Balancer, Generation};
-use crate::config::{BalancerConfig, Language};
+use crate::config::Language;
 use crate::http::{self, Engine};
 use crate::http_balancer::sessions::SessionSecrets;
 use crate::http_balancer::sweep::expire_sessions;
 use crate::http_balancer::{HttpBalancer, HttpProxy, Target};
-use crate::process::budget::Budget;
 use crate::process::throttle::Throttle;
 
 /// The engine of `balancer`, with its settings, its session cookies signed with
@@ -35,7 +34,7 @@ pub fn proxy(
     let pool = balancer.generation();
     let language = ctx.config.load().general.language;
     let head_memory = Arc::clone(&ctx.head_memory);
-    let settings = settings(&pool.config, language, head_memory);
+    let settings = http::Settings::from_config(&pool.config, language, head_memory);
     let proxy = Engine::new(Arc::clone(&upstreams), settings);
     let _ = upstreams.proxy.set(Arc::downgrade(&proxy));
     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
@@ -44,35 +43,15 @@ pub fn proxy(
     proxy
 }
 
-/// The engine's settings from a balancer's keys, and the broker's `HTTP_HEAD_MEMORY` budget.
-pub fn settings(
-    config: &BalancerConfig,
-    language: Language,
-    head_memory: Arc<Budget>,
-) -> http::Settings {
-    let keys = &config.http;
-    http::Settings {
-        forwarded_headers: keys.forwarded_headers,
-        upgrade_protocols: keys.upgrade_protocols.clone(),
-        max_idle: keys.pool_max_idle as usize,
-        idle_timeout: keys.pool_idle_timeout,
-        request_timeout: keys.request_timeout,
-        response_timeout: keys.response_timeout,
-        body_timeout: keys.body_timeout,
-        retry_idempotent: keys.retry_idempotent,
-        tunnel_idle_timeout: config.idle_timeout,
-        language,
-        trusted_proxies: keys.trusted_proxies.clone(),
-        head_memory,
-        ..http::Settings::default()
-    }
-}
-
 /// A reload applied to the engine: the new settings, and the idle connections of servers
 /// that left the pool (`old`) closed.
 pub fn reconfigure(proxy: &HttpProxy, old: &Generation, new: &Generation, language: Language) {
     let head_memory = Arc::clone(&proxy.upstreams().ctx.head_memory);
-    proxy.set_settings(settings(&new.config, language, head_memory));
+    proxy.set_settings(http::Settings::from_config(
+        &new.config,
+        language,
+        head_memory,
+    ));
     for gone in old
         .servers
         .iter()

@@ -34,7 +34,7 @@ pub mod sessions;
 mod sweep;
 mod upstreams;
 
-pub use build::{proxy, reconfigure, settings};
+pub use build::{proxy, reconfigure};
 
 use std::collections::HashMap;
 use std::net::IpAddr;
