@@ -38,7 +38,9 @@
 //! - `pool`: the idle server connections, per server and worker.
 //! - `client`: a client connection's loop, its idle wait and its head.
 //! - `exchange`: one request's state, its routing and its accounting.
-//! - `forward`: the tries: choose, connect, send, retry.
+//! - `forward`: the tries: choose, connect, retry.
+//! - `send`: one request sent to a server: its head rewritten, its body passed on, the
+//!   answer's head awaited.
 //! - `awaiting`: the server's side until the final head, interim answers passed on.
 //! - `answer`: the answer on its way, the reuse decided, the tunnel.
 //! - `pump`: a body passing through, bounded, spliced when long; each side's silence.
@@ -56,6 +58,7 @@ mod forward;
 mod own;
 mod pool;
 mod pump;
+mod send;
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
