@@ -57,6 +57,10 @@ pub use stats::Stats;
 
 /// The balancer as the HTTP engine sees it: who serves a request, how to reach it, and what
 /// to account. Kept narrow so the engine knows nothing of configuration, quarantine or pages.
+/// Its methods are declared in the order a request calls them (as pingora's `ProxyHttp`
+/// phases read): its client held, the balancer's own answer, the connection admitted, the
+/// server chosen and connected, the head rewritten, the connection kept or not, the report,
+/// the wait for the next request.
 pub trait Upstreams: Send + Sync + 'static {
     /// A server as the balancer knows it, displayed as its `host:port` (the `Host` of a
     /// request that named none). The pool keeps connections by it, so two values
@@ -99,50 +103,6 @@ pub trait Upstreams: Send + Sync + 'static {
     /// `Retry-After`.
     fn hold_client(&self, client: &Downstream) -> Option<Self::ClientHold>;
 
-    /// Counts the connection of `client` as the balancer's client, at a request that goes to
-    /// a server (its first: `admission` says what the connection holds so far, and keeps
-    /// what it holds from now on). False when the balancer takes no more clients now: the
-    /// request is answered 503 with `Retry-After` and the connection closed.
-    fn admit(&self, client: &Downstream, admission: &mut Self::Admission) -> bool;
-
-    /// The connection waits for its next request: what it holds may be given to another
-    /// (a query connection's place, to a new query that finds none free).
-    fn waiting(&self, _admission: &Self::Admission) {}
-
-    /// The server for this request, none of `tried` (servers that already failed it); `None`
-    /// when no server is available, answered 503. `request` is the client's head as received
-    /// (its cookies are there for affinity).
-    fn choose(
-        &self,
-        request: &ClientHead<'_>,
-        client: &Downstream,
-        tried: &[Self::Server],
-    ) -> Option<Choice<Self>>;
-
-    /// A new connection to `server` for `client`'s request, within the balancer's connect
-    /// timeout, its TLS handshake done when the balancer encrypts upstream. The balancer
-    /// accounts for the connect itself, either way (a failure quarantines the server as it
-    /// says); an error means nothing of the request reached the server, and the next
-    /// candidate is tried, unless the error says none can be reached now
-    /// ([`ConnectFailure::try_next`]).
-    fn connect(
-        &self,
-        server: &Self::Server,
-        client: &Downstream,
-    ) -> impl Future<Output = Result<Self::Stream, Self::ConnectError>> + Send;
-
-    /// The client a new server connection for `client`'s request belongs to, when it names
-    /// one to the server (a PROXY protocol header, `SEND_PROXY_PROTOCOL`): the pool then
-    /// gives it to that client's requests only, never another's. `None` (the default): any
-    /// request may reuse it.
-    fn connection_owner(&self, _client: &Downstream) -> Option<IpAddr> {
-        None
-    }
-
-    /// What happened, for quarantine, accounting and the access log. Called on the data
-    /// path: keep it short (counters, a log line), never blocking.
-    fn report(&self, report: Report<'_, Self::Server>);
-
     /// An answer the balancer gives itself, before any server is chosen: the query interface
     /// (`/TOTVS_BROKER_QUERY/...`), routed by path on an HTTP balancer, counted in what the
     /// connection holds (`admission`: a query's place while it is no client). `None` (the
@@ -156,6 +116,42 @@ pub trait Upstreams: Send + Sync + 'static {
         None
     }
 
+    /// Counts the connection of `client` as the balancer's client, at a request that goes to
+    /// a server (its first: `admission` says what the connection holds so far, and keeps
+    /// what it holds from now on). False when the balancer takes no more clients now: the
+    /// request is answered 503 with `Retry-After` and the connection closed.
+    fn admit(&self, client: &Downstream, admission: &mut Self::Admission) -> bool;
+
+    /// The server for this request, none of `tried` (servers that already failed it); `None`
+    /// when no server is available, answered 503. `request` is the client's head as received
+    /// (its cookies are there for affinity).
+    fn choose(
+        &self,
+        request: &ClientHead<'_>,
+        client: &Downstream,
+        tried: &[Self::Server],
+    ) -> Option<Choice<Self>>;
+
+    /// The client a new server connection for `client`'s request belongs to, when it names
+    /// one to the server (a PROXY protocol header, `SEND_PROXY_PROTOCOL`): the pool then
+    /// gives it to that client's requests only, never another's. `None` (the default): any
+    /// request may reuse it.
+    fn connection_owner(&self, _client: &Downstream) -> Option<IpAddr> {
+        None
+    }
+
+    /// A new connection to `server` for `client`'s request, within the balancer's connect
+    /// timeout, its TLS handshake done when the balancer encrypts upstream. The balancer
+    /// accounts for the connect itself, either way (a failure quarantines the server as it
+    /// says); an error means nothing of the request reached the server, and the next
+    /// candidate is tried, unless the error says none can be reached now
+    /// ([`ConnectFailure::try_next`]).
+    fn connect(
+        &self,
+        server: &Self::Server,
+        client: &Downstream,
+    ) -> impl Future<Output = Result<Self::Stream, Self::ConnectError>> + Send;
+
     /// A last change of the balancer's own to the head a server is sent (the affinity takes
     /// its cookie out here), made on `head`, the changes the engine made already (hop-by-hop
     /// lines out, `X-Forwarded-*`); `request` is the client's head as received.
@@ -168,6 +164,14 @@ pub trait Upstreams: Send + Sync + 'static {
     fn keeps(&self, _server: &Self::Server) -> bool {
         true
     }
+
+    /// What happened, for quarantine, accounting and the access log. Called on the data
+    /// path: keep it short (counters, a log line), never blocking.
+    fn report(&self, report: Report<'_, Self::Server>);
+
+    /// The connection waits for its next request: what it holds may be given to another
+    /// (a query connection's place, to a new query that finds none free).
+    fn waiting(&self, _admission: &Self::Admission) {}
 }
 
 /// A failed connect as the engine weighs it: whether the next server is worth trying.
