@@ -110,14 +110,15 @@ impl<S: Stream> Client<S> {
         if at_limit {
             return self.refuse();
         }
+        // A client's place, then its hold under MAX_CONNECTIONS_PER_CLIENT: the steps an HTTP
+        // connection takes too (`Balancer::admit_client`, `Balancer::hold_for_client`).
         let mut admission = Admission::default();
-        let balancer = &shared.balancer;
-        if !span.in_scope(|| balancer.admit_client(&self.pool, &mut admission, shared.local)) {
-            return;
-        }
-        let client = self.origin.client.ip();
-        let Some(_hold) = span.in_scope(|| shared.balancer.hold_for_client(&self.pool, client))
-        else {
+        let (balancer, pool, client) = (&shared.balancer, &self.pool, self.origin.client.ip());
+        let held = span.in_scope(|| {
+            let admitted = balancer.admit_client(pool, &mut admission, shared.local);
+            admitted.then(|| balancer.hold_for_client(pool, client))?
+        });
+        let Some(_hold) = held else {
             return;
         };
         let connected = self.choose_and_connect().instrument(span.clone());
