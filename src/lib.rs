@@ -39,9 +39,9 @@
 //! - [`balancer`]: a balancer's live state (servers, counters, leases; one method per event;
 //!   its state read at one instant) and its pure rules: quarantine, overrides, policies, query
 //!   places; the events it publishes; the shared state connections read it from.
-//! - [`net`]: sockets: bind and accept, an accepted connection's TLS step, resolve and dial,
-//!   relay, the worker threads, the system calls the standard library lacks, inherited
-//!   descriptors.
+//! - [`net`]: sockets: bind and accept, an accepted connection's TLS step, resolve and dial
+//!   (the connector both paths connect through, its outcomes reported), relay and splice, the
+//!   worker threads, the system calls the standard library lacks, inherited descriptors.
 //! - [`process`]: what the whole process shares: its clocks, its log and the log's manners
 //!   (once per episode, OS errors in words), its shutdown state and signals.
 //! - [`config`]: `appserver.ini` to a validated [`config::Config`] through one table of keys

@@ -13,7 +13,8 @@ use tokio_util::task::TaskTracker;
 use tracing::{Instrument, Span, error, info, warn};
 
 use crate::balancer::Balancer;
-use crate::balancer::events::{Alert, Event};
+use crate::balancer::alert_queue::Alert;
+use crate::balancer::events::Event;
 use crate::balancer::shared::{Ending, Shared};
 use crate::broker::handoff::Handoff;
 use crate::broker::monitor;

@@ -41,7 +41,7 @@ use std::time::Duration;
 
 use hyper::{Method, StatusCode};
 
-use crate::config::{Cidr, DEFAULT_HTTP_HEAD_MEMORY, Language};
+use crate::config::{BalancerConfig, BalancerKind, Cidr, General, Language};
 use crate::net::relay::End;
 use crate::net::stream::Stream;
 use crate::process::budget::Budget;
@@ -54,6 +54,10 @@ pub use stats::Stats;
 
 /// The balancer as the HTTP engine sees it: who serves a request, how to reach it, and what
 /// to account. Kept narrow so the engine knows nothing of configuration, quarantine or pages.
+/// Its methods are declared in the order a request calls them (as pingora's `ProxyHttp`
+/// phases read): its client held, the balancer's own answer, the connection admitted, the
+/// server chosen and connected, the head rewritten, the connection kept or not, the report,
+/// the wait for the next request.
 pub trait Upstreams: Send + Sync + 'static {
     /// A server as the balancer knows it, displayed as its `host:port` (the `Host` of a
     /// request that named none). The pool keeps connections by it, so two values
@@ -96,54 +100,6 @@ pub trait Upstreams: Send + Sync + 'static {
     /// `Retry-After`.
     fn hold_client(&self, client: &Downstream) -> Option<Self::ClientHold>;
 
-    /// Counts the connection of `client` as the balancer's client, at a request that goes to
-    /// a server (its first: `admission` says what the connection holds so far, and keeps
-    /// what it holds from now on). False when the balancer takes no more clients now: the
-    /// request is answered 503 with `Retry-After` and the connection closed.
-    fn admit(&self, client: &Downstream, admission: &mut Self::Admission) -> bool;
-
-    /// The connection waits for its next request: what it holds may be given to another
-    /// (a query connection's place, to a new query that finds none free). What it returns
-    /// bounds that wait when it is shorter than `HTTP_REQUEST_TIMEOUT` (a query connection's
-    /// head and life); `None` (the default) leaves the setting.
-    fn waiting(&self, _admission: &Self::Admission) -> Option<Duration> {
-        None
-    }
-
-    /// The server for this request, none of `tried` (servers that already failed it); `None`
-    /// when no server is available, answered 503. `request` is the client's head as received
-    /// (its cookies are there for affinity).
-    fn choose(
-        &self,
-        request: &ClientHead<'_>,
-        client: &Downstream,
-        tried: &[Self::Server],
-    ) -> Option<Choice<Self>>;
-
-    /// A new connection to `server` for `client`'s request, within the balancer's connect
-    /// timeout, its TLS handshake done when the balancer encrypts upstream. The balancer
-    /// accounts for the connect itself, either way (a failure quarantines the server as it
-    /// says); an error means nothing of the request reached the server, and the next
-    /// candidate is tried, unless the error says none can be reached now
-    /// ([`ConnectFailure::try_next`]).
-    fn connect(
-        &self,
-        server: &Self::Server,
-        client: &Downstream,
-    ) -> impl Future<Output = Result<Self::Stream, Self::ConnectError>> + Send;
-
-    /// The client a new server connection for `client`'s request belongs to, when it names
-    /// one to the server (a PROXY protocol header, `SEND_PROXY_PROTOCOL`): the pool then
-    /// gives it to that client's requests only, never another's. `None` (the default): any
-    /// request may reuse it.
-    fn connection_owner(&self, _client: &Downstream) -> Option<IpAddr> {
-        None
-    }
-
-    /// What happened, for quarantine, accounting and the access log. Called on the data
-    /// path: keep it short (counters, a log line), never blocking.
-    fn report(&self, report: Report<'_, Self::Server>);
-
     /// Whether the request for `target` (its path and query) is the balancer's to answer
     /// itself ([`Upstreams::intercept`]: the query interface, routed by path on an HTTP
     /// balancer) rather than a server's. Asked of every request before any server is chosen,
@@ -165,6 +121,42 @@ pub trait Upstreams: Send + Sync + 'static {
         std::future::ready(LocalAnswer::new(404, "not found\n"))
     }
 
+    /// Counts the connection of `client` as the balancer's client, at a request that goes to
+    /// a server (its first: `admission` says what the connection holds so far, and keeps
+    /// what it holds from now on). False when the balancer takes no more clients now: the
+    /// request is answered 503 with `Retry-After` and the connection closed.
+    fn admit(&self, client: &Downstream, admission: &mut Self::Admission) -> bool;
+
+    /// The server for this request, none of `tried` (servers that already failed it); `None`
+    /// when no server is available, answered 503. `request` is the client's head as received
+    /// (its cookies are there for affinity).
+    fn choose(
+        &self,
+        request: &ClientHead<'_>,
+        client: &Downstream,
+        tried: &[Self::Server],
+    ) -> Option<Choice<Self>>;
+
+    /// The client a new server connection for `client`'s request belongs to, when it names
+    /// one to the server (a PROXY protocol header, `SEND_PROXY_PROTOCOL`): the pool then
+    /// gives it to that client's requests only, never another's. `None` (the default): any
+    /// request may reuse it.
+    fn connection_owner(&self, _client: &Downstream) -> Option<IpAddr> {
+        None
+    }
+
+    /// A new connection to `server` for `client`'s request, within the balancer's connect
+    /// timeout, its TLS handshake done when the balancer encrypts upstream. The balancer
+    /// accounts for the connect itself, either way (a failure quarantines the server as it
+    /// says); an error means nothing of the request reached the server, and the next
+    /// candidate is tried, unless the error says none can be reached now
+    /// ([`ConnectFailure::try_next`]).
+    fn connect(
+        &self,
+        server: &Self::Server,
+        client: &Downstream,
+    ) -> impl Future<Output = Result<Self::Stream, Self::ConnectError>> + Send;
+
     /// A last change of the balancer's own to the head a server is sent (the affinity takes
     /// its cookie out here), made on `head`, the changes the engine made already (hop-by-hop
     /// lines out, `X-Forwarded-*`); `request` is the client's head as received.
@@ -176,6 +168,18 @@ pub trait Upstreams: Send + Sync + 'static {
     /// connection would wait in the pool, open, until the idle timeout.
     fn keeps(&self, _server: &Self::Server) -> bool {
         true
+    }
+
+    /// What happened, for quarantine, accounting and the access log. Called on the data
+    /// path: keep it short (counters, a log line), never blocking.
+    fn report(&self, report: Report<'_, Self::Server>);
+
+    /// The connection waits for its next request: what it holds may be given to another
+    /// (a query connection's place, to a new query that finds none free). What it returns
+    /// bounds that wait when it is shorter than `HTTP_REQUEST_TIMEOUT` (a query connection's
+    /// head and life); `None` (the default) leaves the setting.
+    fn waiting(&self, _admission: &Self::Admission) -> Option<Duration> {
+        None
     }
 }
 
@@ -422,27 +426,42 @@ pub struct Settings {
     pub host: h1::HostRule,
 }
 
-impl Default for Settings {
-    /// The keys' defaults: forwarded headers on, WebSocket the one upgrade, 32 idle
-    /// connections per server kept 60 s, 30 s for a request's head, 600 s for an answer, 60 s
-    /// of silence within a body.
-    fn default() -> Settings {
+impl Settings {
+    /// The engine's settings from a balancer's keys (`config`), the page language, and the
+    /// broker's `HTTP_HEAD_MEMORY` budget.
+    pub fn from_config(
+        config: &BalancerConfig,
+        language: Language,
+        head_memory: Arc<Budget>,
+    ) -> Settings {
+        let keys = &config.http;
         Settings {
-            forwarded_headers: true,
-            upgrade_protocols: vec!["websocket".to_string()],
-            max_idle: 32,
-            idle_timeout: Duration::from_secs(60),
-            request_timeout: Duration::from_secs(30),
-            response_timeout: Duration::from_secs(600),
-            body_timeout: Duration::from_secs(60),
-            retry_idempotent: false,
-            tunnel_idle_timeout: None,
-            language: Language::English,
+            forwarded_headers: keys.forwarded_headers,
+            upgrade_protocols: keys.upgrade_protocols.clone(),
+            max_idle: keys.pool_max_idle as usize,
+            idle_timeout: keys.pool_idle_timeout,
+            request_timeout: keys.request_timeout,
+            response_timeout: keys.response_timeout,
+            body_timeout: keys.body_timeout,
+            retry_idempotent: keys.retry_idempotent,
+            tunnel_idle_timeout: config.idle_timeout,
+            language,
             retry_after: Duration::from_secs(5),
-            trusted_proxies: Vec::new(),
-            head_memory: Budget::new(DEFAULT_HTTP_HEAD_MEMORY),
+            trusted_proxies: keys.trusted_proxies.clone(),
+            head_memory,
             host: h1::HostRule::Required,
         }
+    }
+}
+
+impl Default for Settings {
+    /// The keys' defaults, written once, in the configuration's model
+    /// ([`BalancerConfig::defaults`], [`General::defaults`]).
+    fn default() -> Settings {
+        let general = General::defaults();
+        let config = BalancerConfig::defaults(BalancerKind::Http("BALANCE_HTTP"));
+        let head_memory = Budget::new(general.http_head_memory);
+        Settings::from_config(&config, general.language, head_memory)
     }
 }
 

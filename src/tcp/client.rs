@@ -17,7 +17,7 @@ use tracing::{Instrument, Span, debug};
 
 use crate::balancer::events::Unserved;
 use crate::balancer::shared::{Ending, Shared};
-use crate::balancer::{Balancer, ClientSlot, Closed, Eligible, Generation, Lease};
+use crate::balancer::{Admission, Balancer, Closed, Generation, Lease};
 use crate::http::Downstream;
 use crate::net::dial::ServerStream;
 use crate::net::handshake::Origin;
@@ -113,19 +113,25 @@ impl<S: Stream> Client<S> {
             Vec::new()
         };
         // Only now is it a client: queries never take a MAX_CONNECTIONS place.
-        let Some(slot) = self.take_place(at_limit) else {
+        if at_limit {
             return self.refuse();
-        };
-        let client = self.origin.client.ip();
-        let Some(_hold) = span.in_scope(|| shared.balancer.hold_for_client(&self.pool, client))
-        else {
+        }
+        // A client's place, then its hold under MAX_CONNECTIONS_PER_CLIENT: the steps an HTTP
+        // connection takes too (`Balancer::admit_client`, `Balancer::hold_for_client`).
+        let mut admission = Admission::default();
+        let (balancer, pool, client) = (&shared.balancer, &self.pool, self.origin.client.ip());
+        let held = span.in_scope(|| {
+            let admitted = balancer.admit_client(pool, &mut admission, shared.local);
+            admitted.then(|| balancer.hold_for_client(pool, client))?
+        });
+        let Some(_hold) = held else {
             return;
         };
         let connected = self.choose_and_connect().instrument(span.clone());
         let Some((lease, mut upstream)) = connected.await else {
             return;
         };
-        slot.admit();
+        admission.forwarded();
         let mut outcome = self.relay(&lease, &mut upstream, first).await;
         if outcome.end == End::Stopped
             && lease.cut.is_cancelled()
@@ -151,7 +157,7 @@ impl<S: Stream> Client<S> {
         debug!(client = %client, "a front balancer's check (PROXY protocol LOCAL) ended");
     }
 
-    /// Refuses the client: `MAX_CONNECTIONS` are open.
+    /// Refuses the client: `MAX_CONNECTIONS` were open when it arrived.
     fn refuse(self) {
         let shared = &self.shared;
         shared
@@ -202,15 +208,6 @@ impl<S: Stream> Client<S> {
         ))
     }
 
-    /// A `MAX_CONNECTIONS` place, counted until the slot is dropped; `None` when the limit is
-    /// reached (or was when the client arrived).
-    fn take_place(&self, at_limit: bool) -> Option<ClientSlot> {
-        let balancer = &self.shared.balancer;
-        let slot = (!at_limit).then(|| balancer.try_take_slot(&self.pool))??;
-        balancer.admitted();
-        Some(slot)
-    }
-
     /// Picks candidates and connects until one answers or `MAX_ATTEMPTS` are used. A server
     /// that fails for a server-side cause is quarantined; a failure that is the broker's own
     /// blames no server and closes the client.
@@ -218,22 +215,23 @@ impl<S: Stream> Client<S> {
         let (balancer, pool, peer) = (&self.shared.balancer, &self.pool, self.origin.client);
         let config = &pool.config;
         let preface = self.proxy_header();
+        let connector = balancer.connector(pool);
         let mut tried = Vec::with_capacity(config.max_attempts as usize);
         while tried.len() < config.max_attempts as usize {
-            let now = balancer.clock_ms();
-            // Every server is in quarantine, and a quarantine may be stale (a short glitch can
-            // put them all there): try them anyway.
-            let Some(lease) = pool
-                .pick(now, &tried, Eligible::Available)
-                .or_else(|| pool.pick(now, &tried, Eligible::EvenQuarantined))
-            else {
+            let Some(lease) = pool.pick_with_fallback(balancer.clock_ms(), &tried) else {
                 break; // every server was tried
             };
             tried.push(lease.index);
-            match balancer
-                .dial_with(pool, &lease.server, lease.stale, peer, &preface)
-                .await
-            {
+            let server = &lease.server;
+            let attempt = balancer.attempt(server, lease.stale, peer);
+            let connecting = connector.connect(
+                &server.host,
+                server.port,
+                &server.address,
+                &preface,
+                &attempt,
+            );
+            match connecting.await {
                 Ok(stream) => return Some((lease, stream)),
                 Err(e) if !e.try_next() => {
                     balancer.unserved(peer, Unserved::BrokerFault);
@@ -250,21 +248,13 @@ impl<S: Stream> Client<S> {
     /// (`SEND_PROXY_PROTOCOL`), naming the client and where it connected (the address a
     /// header from a front balancer said, else the accepted socket's own); empty without.
     fn proxy_header(&self) -> Vec<u8> {
-        let Some(version) = self.pool.config.proxy.send else {
-            return Vec::new();
-        };
-        let destination = self.origin.destination.or_else(|| {
-            let socket = self.stream.socket()?;
-            socket.local_addr().ok()
-        });
-        let header = match destination {
-            Some(destination) => Header::Proxied {
-                source: self.origin.client,
-                destination,
-            },
-            None => Header::Unknown,
-        };
-        proxy_protocol::write(version, &header)
+        proxy_protocol::preface(self.pool.config.proxy.send, || {
+            let destination = self.origin.destination.or_else(|| {
+                let socket = self.stream.socket()?;
+                socket.local_addr().ok()
+            });
+            Header::for_client(Some(self.origin.client), destination)
+        })
     }
 
     /// Relays the client and its server until both are done, an idle timeout or a cut
@@ -296,14 +286,10 @@ impl<S: Stream> Client<S> {
 
     /// Accounts for a relayed connection that has ended.
     fn account(&self, lease: &Lease, outcome: &Outcome, started: Instant) {
-        let closed = Closed {
-            client: self.origin.client,
-            duration: started.elapsed(),
-            outcome,
-            log_connections: self.pool.config.log_connections,
-        };
+        let closed = Closed::relayed(self.origin.client, started.elapsed(), outcome);
         let shared = &self.shared;
-        shared.balancer.ended(&lease.server, &closed, &shared.span);
+        let balancer = &shared.balancer;
+        balancer.ended(&lease.server, &self.pool, &closed, &shared.span);
     }
 }
 

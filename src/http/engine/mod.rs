@@ -10,7 +10,9 @@
 //! - `exchange`: one request's state, its routing and its accounting.
 //! - `local`: a request the balancer answers itself (a query): its body read within bounds,
 //!   the balancer's answer awaited and written.
-//! - `forward`: the tries: choose, connect, send, retry.
+//! - `forward`: the tries: choose, connect, retry.
+//! - `send`: one request sent to a server: its head rewritten, its body passed on, the
+//!   answer's head awaited.
 //! - `awaiting`: the server's side until the final head, interim answers passed on.
 //! - `answer`: the answer on its way, the reuse decided, the tunnel.
 //! - `pump`: a body passing through, bounded, spliced when long; each side's silence.
@@ -28,6 +30,7 @@ mod local;
 mod own;
 mod pool;
 mod pump;
+mod send;
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;

@@ -60,8 +60,7 @@
 //! - `chunked`: a chunked body checked as it passes.
 //! - `body`: a message body read as it passes, whatever frames it.
 //! - `reuse`: whether each side's connection serves another exchange.
-//! - `edit`: what changes in a head on its way.
-//! - `out`: the outgoing head as slices.
+//! - `edit`: what changes in a head on its way, and the outgoing head it makes, as slices.
 //! - `rewrite`: the standard rewriting each way (hop-by-hop lines out, ...), as edits.
 //! - `error`: why a head is refused, in words a page can show.
 
@@ -71,7 +70,6 @@ mod edit;
 mod error;
 mod field;
 mod framing;
-mod out;
 mod request;
 mod response;
 mod reuse;
@@ -84,11 +82,10 @@ mod tests;
 
 pub use body::{BodyError, BodyReader, Step};
 pub use chunked::{ChunkedDecoder, ChunkedError, Part};
-pub use edit::{EditError, Editor};
+pub use edit::{EditError, Editor, OutHead};
 pub use error::{HeadError, Syntax};
 pub use field::{FieldId, FieldName, FieldRef, Fields};
 pub use framing::Body;
-pub use out::OutHead;
 pub use request::{HostRule, RequestHead, Target};
 pub use response::{Asked, Framing, ResponseHead};
 pub use reuse::{Finish, Reuse, client_keep_alive, reuse};
