@@ -31,16 +31,17 @@
 //! - [`http_balancer`]: an HTTP balancer at run time: the balancer as the HTTP engine's
 //!   upstreams (choose, dial, quarantine, account, the access log), session affinity, the
 //!   query interface routed by path.
-//! - [`query`]: `/TOTVS_BROKER_QUERY` on the balancers' ports: answering queries, and pure
-//!   renderers of a snapshot (STATUS, CFG, JSON, METRICS).
+//! - [`query`]: `/TOTVS_BROKER_QUERY` on the balancers' ports: answering queries (served by
+//!   the HTTP engine on both kinds of port, with limits of their own), and pure renderers of
+//!   a snapshot (STATUS, CFG, JSON, METRICS).
 //! - [`http`]: the HTTP engine (a reverse proxy of its own, generic over the upstreams it
 //!   serves, knowing nothing of balancers), its pure HTTP/1 core, and the HTTP monitor check.
 //! - [`balancer`]: a balancer's live state (servers, counters, leases; one method per event;
 //!   its state read at one instant) and its pure rules: quarantine, overrides, policies, query
 //!   places; the events it publishes; the shared state connections read it from.
-//! - [`net`]: sockets: bind and accept, an accepted connection's TLS step, resolve and dial,
-//!   relay, the worker threads, the system calls the standard library lacks, inherited
-//!   descriptors.
+//! - [`net`]: sockets: bind and accept, an accepted connection's TLS step, resolve and dial
+//!   (the connector both paths connect through, its outcomes reported), relay and splice, the
+//!   worker threads, the system calls the standard library lacks, inherited descriptors.
 //! - [`process`]: what the whole process shares: its clocks, its log and the log's manners
 //!   (once per episode, OS errors in words), its shutdown state and signals.
 //! - [`config`]: `appserver.ini` to a validated [`config::Config`] through one table of keys
@@ -53,6 +54,9 @@
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 // Functions short enough to read at once (70 lines: clippy.toml).
 #![warn(clippy::too_many_lines)]
+// The crate's documentation is its maintainers' (`cargo doc --document-private-items`, as
+// .ci/run builds it): a public item's docs may name the private constant or step behind it.
+#![allow(rustdoc::private_intra_doc_links)]
 
 pub mod admin;
 pub mod alerts;

@@ -205,14 +205,10 @@ async fn drain_wait_returns_when_the_last_connection_ends() {
         "drain --wait returned with a connection left"
     );
     drop(second);
-    let end = Instant::now() + DEADLINE;
-    let status = loop {
-        if let Some(status) = waiting.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < end, "drain --wait did not return");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    let status = until("drain --wait to return", async || {
+        waiting.try_wait().unwrap().ok_or("")
+    })
+    .await;
     assert!(status.success());
     assert_eq!(shown_server(&broker, "01")["connections"], 0);
 }

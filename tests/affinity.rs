@@ -537,13 +537,6 @@ async fn curl_with_a_cookie_jar_stays_on_one_server() {
 
 // ---- session lifetime through the broker: WebSocket pin, expiry, the cap ------------------
 
-/// The balancer's JSON query answer.
-async fn json(broker: &InProcess) -> serde_json::Value {
-    let (status, _, body) = harness::get(broker.addr(), "/TOTVS_BROKER_QUERY/JSON").await;
-    assert_eq!(status, StatusCode::OK);
-    serde_json::from_slice(&body).unwrap()
-}
-
 /// A new session: a first request without a cookie, then one bringing it back. Its value.
 async fn new_session(broker: &InProcess) -> String {
     let (_, cookie) = get_with(broker.addr(), "/", None).await;
@@ -562,18 +555,16 @@ async fn json_until(
     what: &str,
     wanted: impl Fn(&serde_json::Value) -> bool,
 ) -> serde_json::Value {
-    let end = std::time::Instant::now() + harness::DEADLINE;
-    loop {
-        let answer = json(broker).await;
+    let every = std::time::Duration::from_millis(50);
+    harness::poll(what, every, harness::DEADLINE, async || {
+        let answer = harness::query_json(broker.addr()).await;
         if wanted(&answer) {
-            return answer;
+            Ok(answer)
+        } else {
+            Err(format!("{answer:#}"))
         }
-        assert!(
-            std::time::Instant::now() < end,
-            "timed out waiting for {what}: {answer:#}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    })
+    .await
 }
 
 /// The live sessions per server (01, 02) and in all, from the JSON answer.
@@ -638,7 +629,10 @@ async fn an_open_websocket_keeps_its_session_past_the_timeout_and_idle_ones_expi
     );
     let c_record = servers[1 - holder].record().unwrap().served();
     assert_eq!(c_record.len(), 3, "{c_record:?}");
-    assert_eq!(json(&broker).await["totalSessionsHistory"], 3);
+    assert_eq!(
+        harness::query_json(broker.addr()).await["totalSessionsHistory"],
+        3
+    );
     // The WebSocket closed, A ends a timeout later too.
     ws.close(None).await.unwrap();
     while ws.next().await.is_some() {}
@@ -654,7 +648,7 @@ async fn past_http_max_sessions_the_oldest_idle_is_forgotten_and_keeps_its_serve
     for _ in 0..5 {
         cookies.push(new_session(&broker).await);
     }
-    let answer = json(&broker).await;
+    let answer = harness::query_json(broker.addr()).await;
     assert_eq!(answer["total"]["sessions"], 3, "{answer:#}");
     assert_eq!(answer["totalSessionsHistory"], 5, "{answer:#}");
     // The oldest, forgotten, still reaches the server its cookie names, and keeps its cookie.
@@ -678,7 +672,7 @@ async fn past_http_max_sessions_the_oldest_idle_is_forgotten_and_keeps_its_serve
     assert_eq!(servers[10], named.to_string(), "{oldest}");
     assert_eq!(servers[1], named.to_string(), "{oldest}");
     // A session again (the next oldest idle forgotten for it): still three.
-    let answer = json(&broker).await;
+    let answer = harness::query_json(broker.addr()).await;
     assert_eq!(answer["total"]["sessions"], 3, "{answer:#}");
     assert_eq!(answer["totalSessionsHistory"], 6, "{answer:#}");
 }

@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
-use std::time::Instant;
+use std::time::Duration;
 
 use appbroker::Event;
 use harness::*;
@@ -27,11 +27,17 @@ fn weighted(servers: &[(&TestServer, u32)], extra: &str) -> String {
 /// Waits until a stopped server's port refuses connections. `TestServer::stop` only asks its
 /// accept task to end, so for a moment the port may still take a connection and then reset it.
 async fn port_closed(server: &TestServer) {
-    let end = Instant::now() + DEADLINE;
-    while TcpStream::connect(server.addr).await.is_ok() {
-        assert!(Instant::now() < end, "{} still listening", server.name);
-        tokio::task::yield_now().await;
-    }
+    let closed = format!("{}'s port closed", server.name);
+    poll(
+        &closed,
+        Duration::ZERO,
+        DEADLINE,
+        async || match TcpStream::connect(server.addr).await {
+            Ok(_) => Err("still listening"),
+            Err(_) => Ok(()),
+        },
+    )
+    .await
 }
 
 /// How many of `names` each name got.
@@ -340,16 +346,9 @@ async fn max_connections_refuses_clients_past_the_limit_until_one_leaves() {
 
     // One leaves; once the broker has seen it go, the next client is served. Clients that
     // arrive before that are refused, and counted.
-    let mut refused = 3;
     drop(held.remove(0));
-    let end = Instant::now() + DEADLINE;
-    let _newcomer = loop {
-        if let Some(stream) = served(broker.addr()).await {
-            break stream;
-        }
-        refused += 1;
-        assert!(Instant::now() < end, "no client served after one left");
-    };
+    let (_newcomer, more) = first_served(broker.addr()).await;
+    let refused = 3 + more;
     assert_eq!(broker.state().rejected, refused);
     let refusal = |e: &Event| matches!(e, Event::Refused { .. });
     broker

@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::Duration;
 
 use harness::*;
 use scraper::{Html, Selector};
@@ -27,21 +27,15 @@ async fn scene(language: &str) -> Scene {
     let broker = Broker::start(&ini).await;
     b.stop().await;
     let mut held = Vec::new();
-    let end = Instant::now() + DEADLINE;
-    loop {
-        let status = http_get(broker.addr(), "/TOTVS_BROKER_QUERY/JSON", &[])
-            .await
-            .json();
+    poll("b quarantined", Duration::ZERO, DEADLINE, async || {
+        let status = query_json(broker.addr()).await;
         if status["servers"][1]["inquarantine"] == true && held.len() >= 2 {
-            break;
+            return Ok(());
         }
-        assert!(
-            Instant::now() < end,
-            "b never quarantined:\n{}",
-            broker.log_text()
-        );
         held.push(hold(broker.addr()).await.0);
-    }
+        Err(broker.log_text())
+    })
+    .await;
     Scene {
         broker,
         a,
@@ -452,17 +446,18 @@ async fn http_scene(language: &str) -> HttpScene {
     };
     balancer.hold(&balancer.find_server("03").unwrap(), hold);
     // A round has checked everyone: 02 quarantined, 01 and 03 checked.
-    let end = Instant::now() + DEADLINE;
-    loop {
+    let every = Duration::from_millis(50);
+    poll("02 quarantined", every, DEADLINE, async || {
         let status = query_json(broker.addr()).await;
         let servers = status["servers"].as_array().unwrap();
-        if servers[1]["inquarantine"] == true && servers.iter().all(|s| !s["last_check"].is_null())
-        {
-            break;
+        let checked = servers.iter().all(|s| !s["last_check"].is_null());
+        if servers[1]["inquarantine"] == true && checked {
+            Ok(())
+        } else {
+            Err(format!("{status:#}"))
         }
-        assert!(Instant::now() < end, "02 never quarantined:\n{status:#}");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    })
+    .await;
     let html = http_get(broker.addr(), "/TOTVS_BROKER_QUERY/STATUS", &[])
         .await
         .text();

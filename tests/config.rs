@@ -737,7 +737,8 @@ fn documented_keys(docs: &str, title: &str) -> Vec<String> {
 
 #[test]
 fn the_documentation_lists_exactly_the_keys_of_the_table() {
-    use appbroker::config::keys::{KEYS, Stands, TOTVS_UNUSED};
+    use appbroker::config::TOTVS_UNUSED;
+    use appbroker::config::keys::{KEYS, Stands};
     let docs = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/docs/configuration.md"
@@ -803,7 +804,8 @@ fn general_keys(text: &str) -> Vec<String> {
 
 #[test]
 fn totvs_general_keys_are_never_taken_for_typos_of_appbrokers() {
-    use appbroker::config::keys::{KEYS, TOTVS_GENERAL, TOTVS_UNUSED};
+    use appbroker::config::keys::KEYS;
+    use appbroker::config::{TOTVS_GENERAL, TOTVS_UNUSED};
     // Every TOTVS key in [General], in any case: accepted, with notices only.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("appserver.ini");

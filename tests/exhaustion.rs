@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use harness::{
     Broker, DEADLINE, HttpConnection, Origin, TestServer, binary, eventually, free_port, http_ini,
-    ini_for,
+    ini_for, poll, query_json,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -71,14 +71,7 @@ fn fds_below(pid: u32, limit: u64) -> u64 {
 
 /// A process's resident memory in bytes (`VmRSS`).
 fn vm_rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-    line.split_whitespace()
-        .nth(1)
-        .unwrap()
-        .parse::<u64>()
-        .unwrap()
-        * 1024
+    harness::status_bytes(&pid.to_string(), "VmRSS")
 }
 
 /// What happened to one arriving client.
@@ -128,24 +121,6 @@ async fn arrive(addr: SocketAddr, n: usize, names: &[String]) -> Arrival {
         }
         Ok(true) => Arrival::Corrupted(text),
     }
-}
-
-/// `GET /TOTVS_BROKER_QUERY/JSON` on the balancer's port, body parsed.
-async fn query_json(addr: SocketAddr) -> serde_json::Value {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    stream
-        .write_all(b"GET /TOTVS_BROKER_QUERY/JSON HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    let mut answer = Vec::new();
-    tokio::time::timeout(DEADLINE, stream.read_to_end(&mut answer))
-        .await
-        .expect("query answered")
-        .unwrap();
-    let text = String::from_utf8_lossy(&answer);
-    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP answer");
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
 }
 
 /// Clients waiting in the accept queues of the listeners on `port` (the `rx_queue` of each
@@ -353,22 +328,21 @@ async fn release_the_held(
 /// successes and failures alternate): sends one client at a time until the lines that end
 /// the episode `said` come.
 async fn wait_for_the_recovery_lines(broker: &Broker, said: &Episode, names: &[String]) {
-    let end = Instant::now() + DEADLINE;
     let mut probe = 5000;
-    while (said.accept > 0 && !broker.has_log("accepting clients again"))
-        || (said.connect > 0 && !broker.has_log("connecting clients again"))
-    {
-        assert!(
-            Instant::now() < end,
-            "no recovery logged:\n{}",
-            exhaustion_lines(broker)
-        );
+    let every = Duration::from_millis(100);
+    poll("the recovery logged", every, DEADLINE, async || {
+        if (said.accept == 0 || broker.has_log("accepting clients again"))
+            && (said.connect == 0 || broker.has_log("connecting clients again"))
+        {
+            return Ok(());
+        }
         if let Arrival::Served(stream) = arrive(broker.addr(), probe, names).await {
             drop(stream);
         }
         probe += 1;
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        Err(exhaustion_lines(broker))
+    })
+    .await
 }
 
 /// Once the relays of the clients that left are closed, a new wave of 100 fits whole.
@@ -521,14 +495,17 @@ async fn out_of_descriptors_each_http_request_is_answered_503_once_and_counted_o
         fds_below(pid, HTTP_NOFILE) <= idle_fds
     })
     .await;
-    let end = Instant::now() + DEADLINE;
-    while !broker.has_log("connecting clients again") {
-        assert!(Instant::now() < end, "no recovery:\n{}", broker.log_text());
+    let every = Duration::from_millis(100);
+    poll("the recovery logged", every, DEADLINE, async || {
+        if broker.has_log("connecting clients again") {
+            return Ok(());
+        }
         let mut probe = HttpConnection::connect(broker.addr()).await;
         let answer = probe.request("GET", "/page", &[]).await.unwrap();
         assert!([200, 503].contains(&answer.status), "{}", answer.status);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        Err(broker.log_text())
+    })
+    .await;
     eprintln!(
         "{clients} requests answered 503 with no descriptor left:\n{}",
         exhaustion_lines(&broker)
@@ -561,15 +538,11 @@ async fn out_of_descriptors_each_http_request_is_answered_503_once_and_counted_o
 /// The JSON query, retried until the broker has a descriptor for it (the held clients'
 /// connections may still be closing).
 async fn eventually_json(addr: SocketAddr) -> serde_json::Value {
-    let end = Instant::now() + DEADLINE;
-    loop {
-        let attempt = tokio::spawn(query_json(addr)).await;
-        match attempt {
-            Ok(json) => return json,
-            Err(e) => assert!(Instant::now() < end, "the JSON query never answered: {e}"),
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let every = Duration::from_millis(20);
+    poll("the JSON query answered", every, DEADLINE, async || {
+        tokio::spawn(query_json(addr)).await
+    })
+    .await
 }
 
 /// What the client of the never-reading server sends in all.
@@ -609,24 +582,26 @@ fn write_the_pattern(
 async fn stalls_with_memory_bounded(pid: u32, sent: &AtomicU64, before: u64) {
     let mut peak = before;
     let mut last = (0, Instant::now());
-    let end = Instant::now() + DEADLINE * 3;
-    loop {
-        peak = peak.max(vm_rss(pid));
-        let now = sent.load(Ordering::SeqCst);
-        if now == SEND {
-            break;
-        }
-        if now != last.0 {
-            last = (now, Instant::now());
-        } else if now > 0 && last.1.elapsed() > Duration::from_secs(1) {
-            break; // stalled: the broker stopped reading from the client
-        }
-        assert!(
-            Instant::now() < end,
-            "the client neither stalled nor finished"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let every = Duration::from_millis(20);
+    poll(
+        "the client stalled or finished",
+        every,
+        DEADLINE * 3,
+        async || {
+            peak = peak.max(vm_rss(pid));
+            let now = sent.load(Ordering::SeqCst);
+            if now == SEND {
+                return Ok(());
+            }
+            if now != last.0 {
+                last = (now, Instant::now());
+            } else if now > 0 && last.1.elapsed() > Duration::from_secs(1) {
+                return Ok(()); // stalled: the broker stopped reading from the client
+            }
+            Err(format!("{} KiB sent", now >> 10))
+        },
+    )
+    .await;
     let stalled_at = sent.load(Ordering::SeqCst);
     eprintln!(
         "client stalled after {} KiB; broker RSS {} KiB before, {} KiB at most meanwhile",

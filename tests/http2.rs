@@ -111,6 +111,12 @@ async fn h2_client_with(
     assert_eq!(stream.get_ref().1.alpn_protocol(), Some(&b"h2"[..]), "ALPN");
     let (send, connection) = builder.handshake(stream).await.unwrap();
     let driver = tokio::spawn(connection);
+    // The broker's SETTINGS read (its stream limit, extended CONNECT): a request sent before
+    // them would be held to none of them.
+    eventually("the broker's SETTINGS", || {
+        send.current_max_send_streams() != usize::MAX
+    })
+    .await;
     (send.ready().await.unwrap(), driver)
 }
 

@@ -16,8 +16,8 @@ use std::sync::{Arc, Mutex};
 
 use appbroker::http::Settings;
 use harness::{
-    DEADLINE, InProcess, LoopbackEngine, TestUpstreams, dead_addr, raw_exchange, raw_origin,
-    read_head,
+    DEADLINE, InProcess, Ini, LoopbackEngine, TestUpstreams, dead_addr, raw_exchange, raw_origin,
+    read_head, server_value,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -25,13 +25,11 @@ use tokio::net::TcpStream;
 /// An ini with one `[BALANCE_HTTP]` on `@PORT@` over `server`; `general` and `section` are
 /// lines added to `[General]` and to the balancer.
 fn ini(server: SocketAddr, general: &str, section: &str) -> String {
-    format!(
-        "[General]\nSHUTDOWN_TIMEOUT=5\n{general}\n[BALANCE_HTTP]\nLOCAL_SERVER_ADDRESS=127.0.0.1\n\
-         LOCAL_SERVER_PORT=@PORT@\nQUERY_ALLOW=127.0.0.1\nMONITORING_TYPE=DISABLED\n{section}\n\
-         REMOTE_SERVER_01={} {}\n",
-        server.ip(),
-        server.port()
-    )
+    let lines = format!("QUERY_ALLOW=127.0.0.1\n{section}");
+    Ini::new()
+        .general(general)
+        .balancer("BALANCE_HTTP", "@PORT@", &lines, [server_value(server)])
+        .text()
 }
 
 /// A server that records the exact head of every request it receives, reads the body its

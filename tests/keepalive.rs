@@ -38,19 +38,17 @@ fn socket_line(ss: &str, local: SocketAddr, peer: SocketAddr) -> Option<String> 
 /// in place of any keepalive timer.
 async fn settled_socket_line(local: SocketAddr, peer: SocketAddr) -> String {
     let mut last = None;
-    let end = Instant::now() + DEADLINE;
-    loop {
+    let every = Duration::from_millis(20);
+    let settled = format!("a settled socket {local} -> {peer}");
+    poll(&settled, every, DEADLINE, async || {
         let table = ss().expect("ss ran before");
-        last = socket_line(&table, local, peer).or(last);
-        if let Some(line) = last.as_ref().filter(|l| !l.contains("timer:(on,")) {
-            return line.clone();
+        last = socket_line(&table, local, peer).or(last.take());
+        match last.as_ref().filter(|l| !l.contains("timer:(on,")) {
+            Some(line) => Ok(line.clone()),
+            None => Err(format!("last seen {last:?} in:\n{table}")),
         }
-        assert!(
-            Instant::now() < end,
-            "no settled socket {local} -> {peer}; last seen {last:?} in:\n{table}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

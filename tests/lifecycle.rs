@@ -18,14 +18,11 @@ use tokio::net::TcpStream;
 /// One `[BALANCE_SMART_CLIENT_DESKTOP]` on 127.0.0.1:`@PORT@` over `servers`, with `general`
 /// lines in `[General]`. No monitor: these tests are about the process, not the servers.
 fn ini(general: &str, servers: &[&TestServer]) -> String {
-    let mut text = format!(
-        "[General]\n{general}\n[BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_ADDRESS=127.0.0.1\n\
-         LOCAL_SERVER_PORT=@PORT@\nMONITORING_TYPE=DISABLED\n"
-    );
-    for (i, s) in servers.iter().enumerate() {
-        text.push_str(&format!("REMOTE_SERVER_{:02}={}\n", i + 1, s.ini()));
-    }
-    text
+    let servers = servers.iter().map(|s| s.ini());
+    Ini::empty()
+        .general(general)
+        .balancer("BALANCE_SMART_CLIENT_DESKTOP", "@PORT@", "", servers)
+        .text()
 }
 
 /// True when nothing listens on `addr` any more: the connect is refused.
@@ -251,20 +248,21 @@ async fn a_status_page_kept_open_does_not_hold_up_the_shutdown() {
     broker.signal(Signal::SIGTERM);
     broker.wait_for_log("listeners closed").await;
     // The request in hand is answered, the connection then closed, long before 60 s.
-    let end = Instant::now() + DEADLINE;
-    loop {
-        match page.request("GET", status, &[]).await {
-            Ok(answer) if answer.header("connection") == Some("close") => break,
-            Ok(answer) => assert_eq!(answer.status, 200),
-            Err(_) => break,
-        }
-        assert!(
-            Instant::now() < end,
-            "the page's connection was kept open; log:\n{}",
-            broker.log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let every = Duration::from_millis(50);
+    poll(
+        "the page's connection closed",
+        every,
+        DEADLINE,
+        async || match page.request("GET", status, &[]).await {
+            Ok(answer) if answer.header("connection") == Some("close") => Ok(()),
+            Ok(answer) => {
+                assert_eq!(answer.status, 200);
+                Err(format!("log:\n{}", broker.log_text()))
+            }
+            Err(_) => Ok(()),
+        },
+    )
+    .await;
     let status = broker.wait_exit().await;
     assert_eq!(status.code(), Some(0), "{}", broker.log_text());
     assert!(!broker.has_log("is over: cutting"), "{}", broker.log_text());
@@ -495,40 +493,15 @@ impl Process {
     }
 
     async fn wait_for_log(&self, needle: &str) -> String {
-        let end = Instant::now() + DEADLINE;
-        loop {
-            let found = self
-                .lines
-                .lock()
-                .unwrap()
-                .iter()
-                .find(|l| l.contains(needle))
-                .cloned();
-            if let Some(line) = found {
-                return line;
-            }
-            assert!(
-                Instant::now() < end,
-                "timed out waiting for {needle:?}; log:\n{}",
-                self.log_text()
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        wait_for_line(&self.lines, needle).await
     }
 
     async fn wait_exit(&mut self) -> ExitStatus {
-        let end = Instant::now() + DEADLINE;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                Instant::now() < end,
-                "appbroker did not exit; log:\n{}",
-                self.log_text()
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        until("appbroker to exit", async || {
+            let exited = self.child.try_wait().unwrap();
+            exited.ok_or_else(|| format!("log:\n{}", self.log_text()))
+        })
+        .await
     }
 
     fn signal(&self, signal: Signal) {
@@ -772,11 +745,16 @@ async fn ctrl_c_stops_the_demo_at_once_with_a_client_connected_and_says_so() {
         .await
         .unwrap();
     held.write_all(b"still here\n").await.unwrap();
+    // The whole reply line: a part of it left unread would be read below in place of the cut.
     let mut reply = [0u8; 64];
-    let n = within("the held client's reply", held.read(&mut reply))
-        .await
-        .unwrap();
-    assert!(n > 0, "the demo answered nothing");
+    let mut line = Vec::new();
+    while !line.ends_with(b"\n") {
+        let n = within("the held client's reply", held.read(&mut reply))
+            .await
+            .unwrap();
+        assert!(n > 0, "the demo answered {line:?} and no more");
+        line.extend_from_slice(&reply[..n]);
+    }
     let asked = Instant::now();
     demo.process.signal(Signal::SIGINT);
     let status = demo.process.wait_exit().await;
@@ -971,19 +949,7 @@ async fn the_demo_prints_a_client_command_that_works_without_telnet_or_nc() {
 /// Whether `setsid` (util-linux) runs here; under `CI` its absence fails the test rather than
 /// skipping it.
 fn have_setsid() -> bool {
-    let found = Command::new("setsid")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .status()
-        .is_ok();
-    assert!(
-        found || std::env::var_os("CI").is_none(),
-        "setsid (util-linux) is needed under CI"
-    );
-    if !found {
-        eprintln!("setsid is not installed: skipped");
-    }
-    found
+    find_program("setsid").is_some()
 }
 
 /// A pseudo-terminal: the demo's end (its standard input) and the end a person types into.

@@ -8,7 +8,7 @@
 // a panic in them is a failed assertion, as in tests/harness.
 #![allow(clippy::expect_used)]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use harness::*;
 use tokio::net::TcpStream;
@@ -75,18 +75,11 @@ fn lines(broker: &Broker) -> Vec<Line> {
 
 /// Waits until a line satisfies `wanted`; returns it.
 async fn wait_for_line(broker: &Broker, what: &str, wanted: impl Fn(&Line) -> bool) -> Line {
-    let end = Instant::now() + DEADLINE;
-    loop {
-        if let Some(line) = lines(broker).into_iter().find(&wanted) {
-            return line;
-        }
-        assert!(
-            Instant::now() < end,
-            "timed out waiting for {what}; log:\n{}",
-            broker.log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until(what, async || {
+        let line = lines(broker).into_iter().find(&wanted);
+        line.ok_or_else(|| format!("log:\n{}", broker.log_text()))
+    })
+    .await
 }
 
 /// Waits for a line whose message is exactly `message`.
@@ -502,39 +495,34 @@ async fn max_connections_is_logged_once_per_episode_with_the_count_refused() {
 
     // One leaves; clients that arrive before the broker has seen it go are refused and
     // counted in the same episode.
-    let mut refused = 3;
     drop(held.remove(0));
-    let end = Instant::now() + DEADLINE;
-    let newcomer = loop {
-        if let Some(stream) = served(broker.addr()).await {
-            break stream;
-        }
-        refused += 1;
-        assert!(Instant::now() < end, "no client served after one left");
-    };
+    let (newcomer, more) = first_served(broker.addr()).await;
+    let mut refused = 3 + more;
     // At the edge of the limit admissions and refusals alternate, so the episode ends only
     // when a client is admitted after a quiet second: keep admitting (and letting go) one
     // client at a time until the line says so. A client that comes before the broker has seen
     // the last one go is still refused, and counted in the episode.
     drop(newcomer);
-    let end = Instant::now() + DEADLINE;
-    loop {
-        match served(broker.addr()).await {
-            Some(stream) => drop(stream),
-            None => refused += 1,
-        }
-        let ended =
-            format!("accepting clients again: {refused} refused while MAX_CONNECTIONS was reached");
-        if broker.has_log(&ended) {
-            break;
-        }
-        assert!(
-            Instant::now() < end,
-            "no end of episode logged:\n{}",
-            broker.log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let every = Duration::from_millis(100);
+    poll(
+        "the end of the episode logged",
+        every,
+        DEADLINE,
+        async || {
+            match served(broker.addr()).await {
+                Some(stream) => drop(stream),
+                None => refused += 1,
+            }
+            let ended = format!(
+                "accepting clients again: {refused} refused while MAX_CONNECTIONS was reached"
+            );
+            broker
+                .has_log(&ended)
+                .then_some(())
+                .ok_or_else(|| broker.log_text())
+        },
+    )
+    .await;
     assert_eq!(
         broker.count_logs(REACHED),
         1,
@@ -695,12 +683,15 @@ async fn running_out_of_query_places_is_logged_once_per_episode() {
     assert_eq!(broker.count_logs("QUERY_MAX_CONNECTIONS (1) reached"), 1);
     drop(held);
     // The episode ends with the first query answered after a quiet second.
-    let end = Instant::now() + DEADLINE;
-    while !broker.has_log("answering queries again") {
-        assert!(Instant::now() < end, "log:\n{}", broker.log_text());
+    let every = Duration::from_millis(50);
+    poll("the episode's end", every, DEADLINE, async || {
+        if broker.has_log("answering queries again") {
+            return Ok(());
+        }
         let _ = http_get(broker.addr(), "/TOTVS_BROKER_QUERY/PING", &[]).await;
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        Err(format!("log:\n{}", broker.log_text()))
+    })
+    .await;
     let line = broker.wait_for_log("answering queries again").await;
     assert!(line.contains("refused"), "{line}");
     assert_eq!(broker.count_logs("QUERY_MAX_CONNECTIONS (1) reached"), 1);
@@ -736,18 +727,18 @@ async fn moved_sessions_are_logged_once_per_server_episode_with_their_count() {
     let open = format!(
         "appbroker_http_pool_open_connections{{balancer=\"BALANCE_HTTP\",server=\"{one}\"}} 0"
     );
-    let end = Instant::now() + DEADLINE;
-    while !String::from_utf8_lossy(
-        &http_get(broker.addr(), "/TOTVS_BROKER_QUERY/METRICS", &[])
-            .await
-            .body,
+    let every = Duration::from_millis(20);
+    poll(
+        "01's pooled connection closed",
+        every,
+        DEADLINE,
+        async || {
+            let metrics = http_get(broker.addr(), "/TOTVS_BROKER_QUERY/METRICS", &[]).await;
+            let closed = metrics.text().lines().any(|line| line == open);
+            closed.then_some(()).ok_or("")
+        },
     )
-    .lines()
-    .any(|line| line == open)
-    {
-        assert!(Instant::now() < end, "01's pooled connection never closed");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    .await;
     // Each old cookie three times, as a client that ignores the new one would: one move
     // each (the first), the next ones balanced like any unknown cookie. Two moves off 01 in
     // one episode: the first logged, the second counted.

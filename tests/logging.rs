@@ -15,12 +15,10 @@ use nix::sys::signal::Signal;
 
 /// One balancer over `server` with `general` in `[General]`.
 fn ini(general: &str, server: &TestServer) -> String {
-    format!(
-        "[General]\nSHUTDOWN_TIMEOUT=5\n{general}\n[BALANCE_SMART_CLIENT_DESKTOP]\n\
-         LOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT=@PORT@\nMONITORING_TYPE=DISABLED\n\
-         REMOTE_SERVER_01={}\n",
-        server.ini()
-    )
+    Ini::new()
+        .general(general)
+        .balancer("BALANCE_SMART_CLIENT_DESKTOP", "@PORT@", "", [server.ini()])
+        .text()
 }
 
 /// The write end of a pipe whose read end is already closed: writing to it fails (EPIPE).
@@ -95,16 +93,13 @@ async fn every_log_output_failing_does_not_stop_the_broker() {
     let ini = ini("ConsoleFile=/dev/full\nConsoleLog=1", &a);
     let mut broker = spawn_with_stderr_closed(&ini, false, |_| {});
     // Nothing can be read from it: it shows it runs by serving.
-    let end = std::time::Instant::now() + DEADLINE;
-    loop {
+    let every = std::time::Duration::from_millis(20);
+    let name = poll("the broker to serve", every, DEADLINE, async || {
         assert!(alive(&mut broker), "the broker exited");
-        if let Ok(name) = ask(broker.addr()).await {
-            assert_eq!(name, "a");
-            break;
-        }
-        assert!(std::time::Instant::now() < end, "the broker never served");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+        ask(broker.addr()).await
+    })
+    .await;
+    assert_eq!(name, "a");
     for _ in 0..20 {
         assert_eq!(ask(broker.addr()).await.unwrap(), "a");
     }

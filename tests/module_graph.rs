@@ -6,6 +6,7 @@
 //!   children and they use its items); two siblings may not, in a circle of any length.
 //! - The top-level modules stand in layers ([`LAYERS`]): each imports only modules of lower
 //!   layers, so nothing calls upward, and a module the table does not place fails.
+//!   docs/architecture.md tables the same layers, with the reasons: the two must agree.
 //! - The map is the `//!` docs of `src/lib.rs` (a line for each top-level module) and of each
 //!   folder's `mod.rs` (a line for each of its files): a module missing from its map fails, and
 //!   so does a line for a module that is gone.
@@ -25,7 +26,8 @@ use std::path::{Path, PathBuf};
 
 /// Each top-level module of `src/` and its layer, from the top down: a module may import only
 /// modules of a lower layer (a higher number here is a lower layer). Two modules of one layer
-/// do not import each other. docs/architecture.md ("Layout") gives the reasons.
+/// do not import each other. docs/architecture.md ("Layout") gives the reasons, in a table this
+/// file holds to it.
 const LAYERS: &[(&str, u32)] = &[
     // The binary's commands that are not the broker itself.
     ("admin", 0),
@@ -556,40 +558,40 @@ fn every_module_is_on_the_map_and_the_map_names_only_modules() {
     );
 }
 
-#[test]
-fn docs_architecture_places_every_top_level_module_in_its_layout_and_layers() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let src = root.join("src");
-    let all = modules(&src);
-    let text = std::fs::read_to_string(root.join("docs/architecture.md")).expect("the doc");
+/// The table of layers in docs/architecture.md ("Layout"): each row's layer and the modules
+/// it names in backquotes.
+fn documented_layers(text: &str) -> BTreeMap<String, u32> {
     let layout = &text[text.find("## Layout").expect("a Layout section")..];
     let layout = &layout[..layout[3..].find("\n## ").map_or(layout.len(), |at| at + 3)];
-    // Every module, the binary's too, is in the tree; only the library's stand in a layer.
-    let tops: BTreeSet<&String> = all.keys().map(|m| &m[0]).collect();
-    let unplaced: Vec<&&String> = tops
-        .iter()
-        .filter(|m| {
-            !layout.contains(&format!("src/{m}/")) && !layout.contains(&format!("src/{m}.rs"))
-        })
-        .collect();
-    assert!(
-        unplaced.is_empty(),
-        "docs/architecture.md's Layout tree lacks {unplaced:?}"
+    let mut layers = BTreeMap::new();
+    for row in layout.lines().filter(|l| l.starts_with('|')) {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let Some(Ok(layer)) = cells.get(1).map(|c| c.parse::<u32>()) else {
+            continue; // the head and its rule
+        };
+        for name in cells[2].split('`').skip(1).step_by(2) {
+            layers.insert(name.to_string(), layer);
+        }
+    }
+    layers
+}
+
+#[test]
+fn docs_architecture_tables_the_layers_as_layers_has_them() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join("docs/architecture.md")).expect("the doc");
+    let documented = documented_layers(&text);
+    let held: BTreeMap<String, u32> = LAYERS.iter().map(|&(m, l)| (m.to_string(), l)).collect();
+    assert_eq!(
+        documented, held,
+        "docs/architecture.md's table of layers (left) and LAYERS (right) differ"
     );
+    // LAYERS itself places every module of the library (each_module_imports_only_...).
+    let src = root.join("src");
+    let all = modules(&src);
     let library = of_crate(&all, &binary_tops(&src), false);
     let tops: BTreeSet<&String> = library.keys().map(|m| &m[0]).collect();
-    let unlayered: Vec<&&String> = tops
-        .iter()
-        .filter(|m| {
-            !layout
-                .lines()
-                .any(|l| l.starts_with('|') && l.contains(&format!("`{m}`")))
-        })
-        .collect();
-    assert!(
-        unlayered.is_empty(),
-        "docs/architecture.md's table of layers lacks {unlayered:?}"
-    );
+    assert!(tops.iter().all(|m| held.contains_key(*m)), "{tops:?}");
 }
 
 #[test]

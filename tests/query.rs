@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use harness::*;
 use scraper::{ElementRef, Html, Selector};
@@ -19,12 +19,6 @@ const BROWSER_ACCEPT: &str =
 
 async fn get(broker: &InProcess, path: &str) -> HttpResponse {
     http_get(broker.addr(), path, &[]).await
-}
-
-async fn json(broker: &InProcess) -> Value {
-    let response = get(broker, "/TOTVS_BROKER_QUERY/JSON").await;
-    assert_eq!(response.status, 200, "{}", response.text());
-    response.json()
 }
 
 /// The JSON object of the server `address`.
@@ -74,55 +68,42 @@ async fn read_n(stream: &mut TcpStream, n: usize) -> Vec<u8> {
 /// With `server` stopped and monitoring off, sends clients through a ROUND_ROBIN broker
 /// until one of them has tried `server` and so quarantined it.
 async fn quarantine_by_clients(broker: &InProcess, server: &TestServer) {
-    let end = Instant::now() + DEADLINE;
-    loop {
-        if server_json(&json(broker).await, &server.address())["inquarantine"] == true {
-            return;
+    let quarantined = format!("{} quarantined", server.name);
+    poll(&quarantined, Duration::ZERO, DEADLINE, async || {
+        if server_json(&query_json(broker.addr()).await, &server.address())["inquarantine"] == true
+        {
+            return Ok(());
         }
-        assert!(
-            Instant::now() < end,
-            "{} never quarantined; events:\n{}",
-            server.name,
-            broker.events.text()
-        );
         // Failover sends the client to another server; only the attempt matters here.
         let _ = ask(broker.addr()).await;
-    }
+        Err(format!("events:\n{}", broker.events.text()))
+    })
+    .await
 }
 
 /// Polls the JSON answer, as `eventually` polls, until `wanted` holds for it; returns it.
 async fn json_when(broker: &InProcess, what: &str, wanted: impl Fn(&Value) -> bool) -> Value {
-    let end = Instant::now() + DEADLINE;
-    loop {
-        let status = json(broker).await;
+    until(what, async || {
+        let status = query_json(broker.addr()).await;
         if wanted(&status) {
-            return status;
+            return Ok(status);
         }
-        assert!(
-            Instant::now() < end,
-            "timed out waiting for {what}; last answer:\n{status:#}\nlog:\n{}",
-            broker.events.text()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+        let events = broker.events.text();
+        Err(format!("last answer:\n{status:#}\nlog:\n{events}"))
+    })
+    .await
 }
 
 /// Polls PING until it answers `status`; returns the answer.
 async fn ping_until(broker: &InProcess, status: u16) -> HttpResponse {
-    let end = Instant::now() + DEADLINE;
-    loop {
+    until(&format!("PING to answer {status}"), async || {
         let answer = get(broker, "/TOTVS_BROKER_QUERY/PING").await;
         if answer.status == status {
-            return answer;
+            return Ok(answer);
         }
-        assert!(
-            Instant::now() < end,
-            "PING never answered {status}; last: {} {}",
-            answer.status,
-            answer.text()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+        Err(format!("last: {} {}", answer.status, answer.text()))
+    })
+    .await
 }
 
 /// Sends raw bytes (ignoring a reset: the broker may answer and close before reading all of
@@ -582,7 +563,7 @@ async fn queries_never_reach_a_server_nor_count_as_clients() {
         connection.request("GET", path, &[]).await.unwrap();
         get(&broker, path).await;
     }
-    let status = json(&broker).await;
+    let status = query_json(broker.addr()).await;
     assert_eq!(status["totalConnectionsHistory"], 0, "{status:#}");
     assert_eq!(status["lastConnectionTime"], "-");
     // The query connection still open is not a client either.
@@ -591,7 +572,7 @@ async fn queries_never_reach_a_server_nor_count_as_clients() {
 
     // A client does count: the same figures move.
     assert_eq!(ask(broker.addr()).await.unwrap(), "a");
-    let status = json(&broker).await;
+    let status = query_json(broker.addr()).await;
     assert_eq!(status["totalConnectionsHistory"], 1, "{status:#}");
     assert!(is_clock(status["lastConnectionTime"].as_str().unwrap()));
     assert_eq!(a.accepted(), 1);
@@ -612,10 +593,10 @@ async fn queries_do_not_raise_the_peak_of_simultaneous_clients() {
         assert_eq!(ping.status, 200);
     }
     // The page shows it as "Maximum simultaneous connections (peak N)": clients, not queries.
-    let status = json(&broker).await;
+    let status = query_json(broker.addr()).await;
     assert_eq!(status["peak_connections"], 0, "{status:#}");
     let (_held, _) = hold(broker.addr()).await;
-    assert_eq!(json(&broker).await["peak_connections"], 1);
+    assert_eq!(query_json(broker.addr()).await["peak_connections"], 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -666,7 +647,7 @@ async fn queries_are_answered_with_every_server_down() {
     assert!(closed_at_once(client).await, "no server for a client");
 
     assert_eq!(get(&broker, "/TOTVS_BROKER_QUERY/PING").await.status, 200);
-    let status = json(&broker).await;
+    let status = query_json(broker.addr()).await;
     for server in [&a, &b] {
         assert_eq!(
             server_json(&status, &server.address())["inquarantine"],
@@ -689,14 +670,14 @@ async fn queries_are_answered_at_max_connections() {
 
     let ping = get(&broker, "/TOTVS_BROKER_QUERY/PING").await;
     assert_eq!(ping.status, 200);
-    let status = json(&broker).await;
+    let status = query_json(broker.addr()).await;
     assert_eq!(status["active_connections"], 2, "{status:#}");
 
     let mut third = TcpStream::connect(broker.addr()).await.unwrap();
     third.write_all(b"hello\n").await.unwrap();
     assert!(closed_at_once(third).await, "a client past MAX_CONNECTIONS");
     assert_eq!(a.accepted(), 2);
-    assert_eq!(json(&broker).await["rejected_connections"], 1);
+    assert_eq!(query_json(broker.addr()).await["rejected_connections"], 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -768,7 +749,7 @@ async fn quarantine_shows_in_json_within_a_monitor_round() {
         "MONITORING_TYPE=CONNECTION\nMONITOR_INTERVAL=200ms\nQUARANTINE_TIME=120",
     );
     let broker = InProcess::start(&ini).await;
-    let status = json(&broker).await;
+    let status = query_json(broker.addr()).await;
     assert_eq!(server_json(&status, &b.address())["inquarantine"], false);
     assert_eq!(server_json(&status, &b.address())["quarantine"], "-");
 
@@ -860,17 +841,18 @@ async fn a_clients_connect_error_is_shown_until_a_connect_succeeds() {
     );
 
     b.resume().await;
-    let end = Instant::now() + DEADLINE;
-    while ask(broker.addr()).await.expect("answered") != "b" {
-        assert!(Instant::now() < end, "b never reached");
-    }
+    poll("b reached", Duration::ZERO, DEADLINE, async || {
+        let name = ask(broker.addr()).await.expect("answered");
+        if name == "b" { Ok(()) } else { Err(name) }
+    })
+    .await;
     let page = get(&broker, "/TOTVS_BROKER_QUERY/STATUS").await.text();
     assert_eq!(
         state_cell(&page, &b.address()),
         "<span class='badge ok'>available</span>",
         "a client reached it: the error is history"
     );
-    let server = json(&broker).await["servers"][1].clone();
+    let server = query_json(broker.addr()).await["servers"][1].clone();
     assert_eq!(server["last_error_current"], false, "{server}");
 }
 
@@ -935,7 +917,7 @@ async fn ping_answers_503_during_shutdown_grace() {
         .await;
     let ping = get(&broker, "/TOTVS_BROKER_QUERY/PING").await;
     assert_eq!(ping.status, 503, "{}", ping.text());
-    assert_eq!(json(&broker).await["draining"], true);
+    assert_eq!(query_json(broker.addr()).await["draining"], true);
     // Clients are still served, old and new.
     assert_eq!(exchange(&mut held, "still there").await.unwrap(), "a");
     assert_eq!(ask(broker.addr()).await.unwrap(), "a");
@@ -1246,7 +1228,7 @@ async fn json_is_a_superset_of_the_captured_totvs_schema() {
     .into_iter()
     .map(|(stream, _)| stream)
     .collect();
-    let ours = json(&broker).await;
+    let ours = query_json(broker.addr()).await;
 
     same_fields(&captured, &ours, "");
     same_fields(&captured["total"], &ours["total"], "total.");
@@ -1345,15 +1327,15 @@ async fn metrics_parse_as_prometheus_text() {
     // the broker has counted the client's end.
     broker.events.wait_for_ended(1).await;
     // The check families have samples once a monitor round has run.
-    let end = Instant::now() + DEADLINE;
-    let text = loop {
+    let text = until("check samples", async || {
         let text = get(&broker, "/TOTVS_BROKER_QUERY/METRICS").await.text();
         if text.matches("appbroker_server_check_up{").count() == 2 {
-            break text;
+            Ok(text)
+        } else {
+            Err(text)
         }
-        assert!(Instant::now() < end, "no check samples:\n{text}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    })
+    .await;
 
     let mut samples = Vec::new();
     let mut typed = Vec::new();

@@ -7,7 +7,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use harness::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -172,8 +172,19 @@ async fn an_idle_keep_alive_connection_gives_its_place_to_a_new_query() {
     // A load balancer's PING takes its place.
     let ping = http_get(broker.addr(), "/TOTVS_BROKER_QUERY/PING", &[]).await;
     assert_eq!(ping.status, 200, "{}", ping.text());
-    // The idle connection was closed to make room; the browser reconnects at its refresh.
-    assert!(closed_by_broker(&mut browser.stream).await);
+    // The idle connection lost its place: at its refresh it is closed unanswered, as any
+    // kept-alive connection its server closed, and the browser asks again on a new one.
+    browser
+        .stream
+        .write_all(b"GET /TOTVS_BROKER_QUERY/STATUS HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut nothing = Vec::new();
+    let read = tokio::time::timeout(
+        Duration::from_secs(5),
+        browser.stream.read_to_end(&mut nothing),
+    );
+    assert!(read.await.is_ok() && nothing.is_empty(), "{nothing:?}");
     let page = http_get(broker.addr(), "/TOTVS_BROKER_QUERY/STATUS", &[]).await;
     assert_eq!(page.status, 200);
 }
@@ -197,7 +208,7 @@ async fn a_query_whose_client_shuts_its_sending_side_gets_the_whole_answer() {
             .expect("answered in time")
             .expect("read the answer");
         let answer = String::from_utf8_lossy(&answer).to_string();
-        // HTTP/1.0 requests are answered as HTTP/1.0.
+        // HTTP/1.0 requests are answered (the engine's status line says HTTP/1.1: RFC 9110 2.5).
         assert!(
             answer.starts_with("HTTP/1.1 200") || answer.starts_with("HTTP/1.0 200"),
             "{answer:?}"
@@ -230,8 +241,10 @@ async fn nc_with_a_half_close_gets_the_whole_answer() {
     .await
     .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
+    // The engine's status line says HTTP/1.1 to an HTTP/1.0 request too (RFC 9110 2.5).
+    let ok = stdout.starts_with("HTTP/1.1 200") || stdout.starts_with("HTTP/1.0 200");
     assert!(
-        stdout.starts_with("HTTP/1.0 200") && stdout.contains("OK: appbroker"),
+        ok && stdout.contains("OK: appbroker"),
         "nc printed {stdout:?}, stderr {:?}",
         String::from_utf8_lossy(&output.stderr)
     );
@@ -397,20 +410,14 @@ async fn cfg_and_status_show_only_what_the_client_may_see() {
 
 /// Polls READY until it answers `status`; returns the answer.
 async fn ready_until(addr: SocketAddr, status: u16) -> HttpResponse {
-    let end = Instant::now() + DEADLINE;
-    loop {
+    until(&format!("READY to answer {status}"), async || {
         let answer = http_get(addr, "/TOTVS_BROKER_QUERY/READY", &[]).await;
         if answer.status == status {
-            return answer;
+            return Ok(answer);
         }
-        assert!(
-            Instant::now() < end,
-            "READY never answered {status}; last: {} {}",
-            answer.status,
-            answer.text()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+        Err(format!("last: {} {}", answer.status, answer.text()))
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -314,15 +314,13 @@ async fn a_lowered_query_max_connections_holds_once_the_queries_open_have_left()
     assert_mentions(&line, &["QUERY_MAX_CONNECTIONS 3 -> 1"]);
     // The three open when the limit was lowered stay; once they have left, one is the limit.
     drop(held);
-    let end = Instant::now() + DEADLINE;
-    while http_get(broker.addr(), "/TOTVS_BROKER_QUERY/PING", &[])
-        .await
-        .status
-        != 200
-    {
-        assert!(Instant::now() < end, "the query places never came back");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually_async("the query places back", async || {
+        http_get(broker.addr(), "/TOTVS_BROKER_QUERY/PING", &[])
+            .await
+            .status
+            == 200
+    })
+    .await;
     let (_held, refused) = hold_query_places(broker.addr(), &[UNFINISHED]).await;
     assert!(
         refused.text().contains("QUERY_MAX_CONNECTIONS"),
@@ -418,6 +416,8 @@ async fn a_new_listen_port_accepts_before_the_old_one_closes() {
     // the old listener as it closes is reset, not refused: those are counted, not judged here
     // (see `clients_arriving_while_the_port_moves_are_all_served`).
     let prober = tokio::spawn(async move {
+        // A loop of its own, not `poll`: a spawned task cannot hold an async closure (the
+        // compiler cannot prove its future `Send` for every borrow).
         let end = Instant::now() + DEADLINE;
         let mut resets = 0;
         loop {

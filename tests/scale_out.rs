@@ -25,29 +25,14 @@ use tokio::net::TcpStream;
 /// `@PORT2@` over `origins`, both behind the front balancer's PROXY protocol, and the secret
 /// every broker of the fleet shares.
 fn broker_ini(servers: &[&TestServer], origins: &[&Origin]) -> String {
-    let mut text = format!(
-        "[General]\nSHUTDOWN_TIMEOUT=5\n{}PROXY_PROTOCOL=1\n\
-         [BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT=@PORT@\n\
-         MONITORING_TYPE=DISABLED\n",
-        session_secret_line()
-    );
-    for (i, server) in servers.iter().enumerate() {
-        text.push_str(&format!("REMOTE_SERVER_{:02}={}\n", i + 1, server.ini()));
-    }
-    text.push_str(
-        "[BALANCE_HTTP]\nLOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT=@PORT2@\n\
-         MONITORING_TYPE=DISABLED\n",
-    );
-    for (i, origin) in origins.iter().enumerate() {
-        let addr = origin.addr;
-        text.push_str(&format!(
-            "REMOTE_SERVER_{:02}={} {}\n",
-            i + 1,
-            addr.ip(),
-            addr.port()
-        ));
-    }
-    text
+    let servers = servers.iter().map(|s| s.ini());
+    let origins = origins.iter().map(|o| server_value(o.addr));
+    Ini::new()
+        .general(&session_secret_line())
+        .general("PROXY_PROTOCOL=1")
+        .balancer("BALANCE_SMART_CLIENT_DESKTOP", "@PORT@", "", servers)
+        .balancer("BALANCE_HTTP", "@PORT2@", "", origins)
+        .text()
 }
 
 /// HAProxy in the foreground on a configuration of its own; killed when dropped.

@@ -34,6 +34,28 @@ async fn get(broker: SocketAddr, path: &str, cookie: Option<&str>) -> HttpRespon
     http_get(broker, path, &headers).await
 }
 
+/// Asks `addr` with the `old` cookie every 100 ms until the window that honours it has closed:
+/// its answers set a cookie of 02 (the old cookie's server) until then, one starting with
+/// `anew` after.
+async fn window_closes(addr: SocketAddr, old: &str, anew: &str) {
+    let every = std::time::Duration::from_millis(100);
+    harness::poll(
+        "the window to close",
+        every,
+        harness::DEADLINE,
+        async || {
+            let answer = get(addr, "/after", Some(old)).await;
+            let set = set_cookie(&answer).expect("a cookie set either way");
+            if set.starts_with(anew) {
+                return Ok(());
+            }
+            assert!(set.starts_with("02."), "{set}");
+            Err(set)
+        },
+    )
+    .await
+}
+
 /// The broker's cookie an answer sets, if any.
 fn set_cookie(answer: &HttpResponse) -> Option<String> {
     let line = answer.header("set-cookie")?;
@@ -48,13 +70,6 @@ fn set_cookie(answer: &HttpResponse) -> Option<String> {
 fn signed_with(secret: &str, value: &str) -> bool {
     let keys = CookieKeys::new(secret.as_bytes(), None, None);
     Ticket::parse(value.as_bytes()).is_some_and(|t| keys.verify("BALANCE_HTTP", &t))
-}
-
-/// The balancer's JSON query answer.
-async fn json(broker: &InProcess) -> serde_json::Value {
-    get(broker.addr(), "/TOTVS_BROKER_QUERY/JSON", None)
-        .await
-        .json()
 }
 
 /// Paths each origin served, in order.
@@ -106,7 +121,7 @@ async fn a_forged_cookie_never_reaches_a_disabled_server_and_is_never_a_session(
         "the disabled server was reached"
     );
     assert_eq!(paths(&a).len(), 10);
-    let answer = json(&broker).await;
+    let answer = harness::query_json(broker.addr()).await;
     assert_eq!(answer["total"]["sessions"], 0, "{answer:#}");
     assert_eq!(answer["totalSessionsHistory"], 0, "{answer:#}");
     // A cookie the broker signed for 02 still goes there: a disabled server keeps its
@@ -146,7 +161,7 @@ async fn twenty_thousand_forged_cookies_on_one_connection_make_no_session() {
             assert_eq!(answer.status, 200, "request {n}");
         }
     }
-    let answer = json(&broker).await;
+    let answer = harness::query_json(broker.addr()).await;
     assert_eq!(answer["totalSessionsHistory"], 0, "{answer:#}");
     assert_eq!(answer["total"]["sessions"], 0, "{answer:#}");
     assert_eq!(answer["servers"][0]["sessions"], 0, "{answer:#}");
@@ -215,7 +230,7 @@ async fn a_rotation_with_session_secret_previous_keeps_the_session() {
         paths(on)
     );
     // One session all along.
-    let answer = json(&broker).await;
+    let answer = harness::query_json(broker.addr()).await;
     assert_eq!(answer["total"]["sessions"], 1, "{answer:#}");
     assert_eq!(answer["totalSessionsHistory"], 1, "{answer:#}");
     // The old secret dropped: its cookies no longer count; the renewed one does.
@@ -299,21 +314,14 @@ async fn the_upgrade_window_honours_an_old_cookie_signing_it_anew_then_stops() {
         (0, vec!["/drained".to_string()])
     );
     // The old cookie never was a session: the held request's and the one signed anew are.
-    assert_eq!(json(&broker).await["totalSessionsHistory"], 2);
+    assert_eq!(
+        harness::query_json(broker.addr()).await["totalSessionsHistory"],
+        2
+    );
     // SESSION_TIMEOUT now a second: the window (a second after the start) closes, and the old
     // cookie is no cookie from then on.
     broker.reload(&text("1s")).await;
-    let end = std::time::Instant::now() + harness::DEADLINE;
-    loop {
-        let answer = get(broker.addr(), "/after", Some(old)).await;
-        let set = set_cookie(&answer).expect("a cookie set either way");
-        if set.starts_with("03.") {
-            break;
-        }
-        assert!(set.starts_with("02."), "{set}");
-        assert!(std::time::Instant::now() < end, "the window never closed");
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    window_closes(broker.addr(), old, "03.").await;
     release_02(&b, held).await;
 }
 
@@ -334,7 +342,10 @@ async fn a_window_opened_longer_than_a_session_timeout_ago_honours_nothing() {
     }
     assert_eq!((paths(&a).len(), paths(&b).len()), (3, 0));
     // The held request's session only.
-    assert_eq!(json(&broker).await["totalSessionsHistory"], 1);
+    assert_eq!(
+        harness::query_json(broker.addr()).await["totalSessionsHistory"],
+        1
+    );
     release_02(&b, held).await;
 }
 
@@ -861,16 +872,7 @@ async fn no_window_honours_another_balancers_cookie_and_the_earlier_form_lasts_i
     assert_eq!(paths(&int_02), ["/old"]);
     // SESSION_TIMEOUT now a second: the window closes, and the earlier form is no cookie.
     broker.reload(&text("1s")).await;
-    let end = std::time::Instant::now() + harness::DEADLINE;
-    loop {
-        let set = set_cookie(&get(internal, "/after", Some(&old)).await).unwrap();
-        if set.starts_with("01.") {
-            break;
-        }
-        assert!(set.starts_with("02."), "{set}");
-        assert!(std::time::Instant::now() < end, "the window never closed");
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    window_closes(internal, &old, "01.").await;
     int_02.release(1);
     assert_eq!(
         harness::within("the held request", held)

@@ -12,10 +12,7 @@ use tokio::time::Instant;
 
 /// The process's resident set in bytes (`VmRSS` of /proc/self/status).
 fn rss() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-    kib * 1024
+    harness::status_bytes("self", "VmRSS")
 }
 
 #[test]

@@ -99,7 +99,7 @@ async fn a_slow_reading_client_gets_a_fast_answer_intact_and_memory_stays_bounde
         let before = got;
         got += n as u64;
         if got / (256 * 1024) != before / (256 * 1024) {
-            peak = peak.max(broker.resident_bytes().unwrap_or(0));
+            peak = peak.max(broker.resident_bytes().expect("the broker's VmRSS"));
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     }
@@ -158,7 +158,7 @@ async fn a_server_that_never_reads_blocks_the_client_not_the_brokers_memory() {
     until_writes_stop(
         &written,
         || uploading.is_finished(),
-        || peak = peak.max(broker.resident_bytes().unwrap_or(0)),
+        || peak = peak.max(broker.resident_bytes().expect("the broker's VmRSS")),
     )
     .await;
     eprintln!(
@@ -305,19 +305,13 @@ async fn by_default_a_peer_that_keeps_its_window_shut_past_tcp_user_timeout_is_d
     // Waited for longer than the harness's usual deadline: should the kernel, under memory
     // pressure from the other tests, still open the window a little once, TCP_USER_TIMEOUT's
     // clock starts again (one CI run of a full suite saw no end within 20 s).
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let ended = loop {
+    let end = format!("the end of {local}'s connection");
+    let ended = poll(&end, POLL_EVERY, Duration::from_secs(90), async || {
         let ends = broker.events.matching(|e| ended_of(e, local).is_some());
-        if let Some(event) = ends.first() {
-            break ended_of(event, local).unwrap();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no end of {local}'s connection in 90 s; events:\n{}",
-            broker.events.text()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+        let ended = ends.first().map(|event| ended_of(event, local).unwrap());
+        ended.ok_or_else(|| format!("events:\n{}", broker.events.text()))
+    })
+    .await;
     assert_eq!(
         ended.ended_by,
         End::Error(Side::Client, "connection timed out".into())

@@ -295,9 +295,7 @@ async fn exchange(stream: &mut TcpStream, line: &[u8]) -> Result<u64, String> {
 }
 
 fn vm_rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    harness::status_bytes(&pid.to_string(), "VmRSS") / 1024
 }
 
 /// The flapping servers, all up, and the broker over them (monitored every second, a short

@@ -26,12 +26,10 @@ use tokio::net::TcpStream;
 /// One balancer on 127.0.0.1:`@PORT@` over `server`, no monitor (these tests are about the
 /// processes), and `extra` lines in `[General]`.
 fn ini(server: &TestServer, extra: &str) -> String {
-    format!(
-        "[General]\nSHUTDOWN_TIMEOUT=5\n{extra}\n[BALANCE_SMART_CLIENT_DESKTOP]\n\
-         LOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT=@PORT@\nMONITORING_TYPE=DISABLED\n\
-         REMOTE_SERVER_01={}\n",
-        server.ini()
-    )
+    Ini::new()
+        .general(extra)
+        .balancer("BALANCE_SMART_CLIENT_DESKTOP", "@PORT@", "", [server.ini()])
+        .text()
 }
 
 /// The pid of the `n`th child (from 1) that said it serves, from the supervisor's log.
@@ -58,21 +56,19 @@ fn pid_in(line: &str) -> i32 {
 
 /// Waits until `n` lines say a child serves.
 async fn wait_serving(broker: &Broker, n: usize) {
-    let end = Instant::now() + DEADLINE;
-    while broker
-        .logs()
-        .iter()
-        .filter(|l| l.contains("supervisor: broker (pid ") && l.contains(") serves"))
-        .count()
-        < n
-    {
-        assert!(
-            Instant::now() < end,
-            "no child #{n} serves:\n{}",
-            broker.log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let serving = || {
+        broker
+            .logs()
+            .iter()
+            .filter(|l| l.contains("supervisor: broker (pid ") && l.contains(") serves"))
+            .count()
+    };
+    until(&format!("child #{n} to serve"), async || {
+        (serving() >= n)
+            .then_some(())
+            .ok_or_else(|| broker.log_text())
+    })
+    .await;
 }
 
 fn kill(pid: i32, signal: Signal) {
@@ -1134,17 +1130,13 @@ exec @REAL@ "$@""#;
 
 /// The pid a script wrote to `path`, once it has.
 async fn pid_in_file(path: &std::path::Path) -> i32 {
-    let end = Instant::now() + DEADLINE;
-    loop {
-        if let Some(pid) = std::fs::read_to_string(path)
+    until(&format!("a pid in {}", path.display()), async || {
+        std::fs::read_to_string(path)
             .ok()
             .and_then(|t| t.trim().parse().ok())
-        {
-            return pid;
-        }
-        assert!(Instant::now() < end, "no pid in {}", path.display());
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+            .ok_or("")
+    })
+    .await
 }
 
 /// `appbroker upgrade` for `broker`, run in the background.

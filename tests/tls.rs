@@ -731,16 +731,10 @@ fn check_reports_the_doctors_findings_naming_key_and_file() {
     );
 }
 
-/// Whether `program` runs here; under `CI` its absence fails the test rather than skipping
-/// it.
+/// Whether `program` is installed here; under `CI` its absence fails the test rather than
+/// skipping it ([`find_program`]).
 fn have(program: &str) -> bool {
-    let found = Command::new(program).arg("--version").output().is_ok()
-        || Command::new(program).arg("version").output().is_ok();
-    assert!(
-        found || std::env::var_os("CI").is_none(),
-        "{program} is needed under CI"
-    );
-    found
+    find_program(program).is_some()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -830,11 +824,7 @@ async fn the_status_page_over_https_in_chromium() {
         return;
     }
     let Some(binary) = find_chromium() else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "chromium is needed under CI"
-        );
-        return;
+        return; // skipped, or failed under CI (find_program)
     };
     let ca = Ca::new("Test CA");
     let files = Files::new();
@@ -985,12 +975,16 @@ async fn the_binary_logs_failed_handshakes_once_per_episode_and_swaps_certificat
     let mut roots = old_ca.roots();
     roots.add(new_ca.issuer.der().clone()).unwrap();
     let config = client_config(roots);
-    let end = std::time::Instant::now() + DEADLINE;
-    while !broker.has_log("TLS handshakes with clients succeed again; 3 failed before") {
-        assert!(std::time::Instant::now() < end, "{}", broker.log_text());
+    let ended = "the episode's end logged";
+    poll(ended, std::time::Duration::ZERO, DEADLINE, async || {
+        if broker.has_log("TLS handshakes with clients succeed again; 3 failed before") {
+            return Ok(());
+        }
         let mut stream = tls_connect(&config, broker.addr()).await.unwrap();
         assert_eq!(echo(&mut stream, "good").await, "a");
-    }
+        Err(broker.log_text())
+    })
+    .await;
     assert_eq!(broker.count_logs("TLS handshake with a client failed"), 1);
 
     // SIGHUP with renewed files: new handshakes get the new certificate.

@@ -16,9 +16,8 @@ use tracing::{info, warn};
 use super::command;
 use super::message;
 use super::webhook::Receiver;
-use crate::balancer::events::{
-    ALERT_QUEUE, Alert, AlertOutcome, AlertQueue, Event, Events, Popped,
-};
+use crate::balancer::alert_queue::{ALERT_QUEUE, Alert, AlertOutcome, AlertQueue, Popped};
+use crate::balancer::events::{Event, Events};
 use crate::config::{AlertEvent, AlertFormat, AlertSettings, Config, Language, Webhook};
 use crate::tls::files::Passphrase;
 

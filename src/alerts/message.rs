@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::balancer::events::Alert;
+use crate::balancer::alert_queue::Alert;
 use crate::config::{AlertEvent, Language};
 use crate::process::clock::{rfc3339, time_of_day};
 
@@ -216,7 +216,7 @@ pub fn environment(alert: &Alert, broker: &str) -> Vec<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::balancer::events::{AlertServer, Upgraded};
+    use crate::balancer::alert_queue::{AlertServer, Upgraded};
     use crate::config::BalancerKind;
 
     fn entered() -> Alert {

@@ -5,7 +5,7 @@
 //! health quarantine is restarted by the operator's command.
 //!
 //! Never on the data path, never unbounded: the balancers put alerts on a low-rate queue of
-//! their own ([`crate::balancer::events::AlertQueue`], bounded, the oldest dropped and
+//! their own ([`crate::balancer::alert_queue::AlertQueue`], bounded, the oldest dropped and
 //! counted); one task routes them to each receiver's queue (bounded alike); each receiver's
 //! task delivers at its pace, each delivery bounded by `ALERT_TIMEOUT`. A client, a check or a
 //! reload waits for none of it.
@@ -33,7 +33,8 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use crate::balancer::events::{Alert, AlertFeed, Event, Events, Popped};
+use crate::balancer::alert_queue::{Alert, Popped};
+use crate::balancer::events::{AlertFeed, Event, Events};
 use crate::balancer::shared::Shared;
 use crate::balancer::{Balancer, Restarted, Server};
 use crate::config::{AlertEvent, Config};

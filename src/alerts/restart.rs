@@ -21,7 +21,7 @@ use tracing::{info, warn};
 
 use super::address;
 use super::command;
-use crate::balancer::events::{Alert, RestartOutcome};
+use crate::balancer::alert_queue::{Alert, RestartOutcome};
 use crate::balancer::shared::Shared;
 use crate::balancer::{Balancer, Restarted, Server};
 use crate::config::{AlertEvent, BalancerKind, RestartSettings, command_text, show_duration};

@@ -1,10 +1,12 @@
-//! How a balancer counts one connection, decided by what it asks rather than when it arrives:
+//! How a balancer counts one connection, decided by what it asks rather than when it arrives
+//! (on either path: an HTTP connection, a TCP client):
 //! nothing until it asks something; a query's place (`QUERY_MAX_CONNECTIONS`) while it asks
 //! only the balancer's own queries; a client's place (`MAX_CONNECTIONS`, with the accepted
 //! count and the last connection's time) from its first request forwarded to a server on. A
 //! monitor polling the status page is never counted as a client, on an HTTP port as on a TCP
 //! one. What the connection holds ([`Admission`]) is given back when it is dropped.
 
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use crate::balancer::Balancer;
@@ -29,6 +31,21 @@ pub enum Admission {
 }
 
 impl Admission {
+    /// Whether the connection's query place went to another query while it idled: it is to
+    /// close, unanswered.
+    pub fn given_up(&self) -> bool {
+        matches!(self, Admission::Query(place) if place.is_given_up())
+    }
+
+    /// The client is forwarded: counted in the balancer's clients accepted, with the last
+    /// connection's time (an HTTP connection at its first request to a server, a TCP client
+    /// once its server is connected).
+    pub fn forwarded(&self) {
+        if let Admission::Client(slot) = self {
+            slot.admit();
+        }
+    }
+
     /// The connection waits for its next request: a query connection's place may be given
     /// to a new query meanwhile (it then closes at its next request).
     pub fn waiting(&self) {
@@ -41,8 +58,8 @@ impl Admission {
 impl Balancer {
     /// A query on `admission`'s connection: counted in a query place unless the connection is
     /// a client already (its queries ride on its client's place). False when no query place is
-    /// free, or the connection's went to another query while it was idle: the query is
-    /// answered 503 and the connection closed, as on a TCP port.
+    /// free (or the connection's went to another query while it was idle: see
+    /// [`Admission::given_up`]): the query is answered 503 and the connection closed.
     pub fn admit_query(&self, admission: &mut Admission) -> bool {
         match admission {
             Admission::Stream(connection) => {
@@ -61,28 +78,26 @@ impl Balancer {
         }
     }
 
-    /// A request on `admission`'s connection goes to a server: the connection is counted as
-    /// a client from now on, under `generation`'s `MAX_CONNECTIONS` (a query place it held is
-    /// given back). False when the limit is reached: the refusal counted and logged once per
-    /// episode.
+    /// A connection asks to go to a server (an HTTP request to forward, a TCP client found
+    /// to be no query): counted as a client from now on, under `generation`'s
+    /// `MAX_CONNECTIONS` (a query place it held is given back). False when the limit is
+    /// reached: the refusal counted and logged once per episode, naming `local` (the socket it
+    /// came to, when known). The one admission of both paths; the client is counted as
+    /// forwarded when its path says ([`Admission::forwarded`]).
     pub fn admit_client(
         self: &Arc<Self>,
         generation: &Generation,
         admission: &mut Admission,
+        local: Option<SocketAddr>,
     ) -> bool {
-        if let Admission::Stream(connection) = admission {
-            let mut connection = connection.lock().unwrap_or_else(|p| p.into_inner());
-            return self.admit_client(generation, &mut connection);
-        }
         if matches!(admission, Admission::Client(_)) {
             return true;
         }
         let Some(slot) = self.try_take_slot(generation) else {
-            self.refused(None);
+            self.refused(local);
             return false;
         };
         self.admitted();
-        slot.admit();
         *admission = Admission::Client(slot);
         true
     }

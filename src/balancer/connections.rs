@@ -19,24 +19,68 @@ use crate::balancer::generation::Generation;
 use crate::balancer::rules::health::{Reason, Release};
 use crate::balancer::server::Server;
 use crate::config::Monitoring;
-use crate::net::dial::{self, ConnectError, ServerStream};
+use crate::net::connector::{ConnectReport, Connector};
+use crate::net::dial::ConnectError;
 use crate::net::handshake::ProxyRefusal;
 use crate::net::relay::{End, Outcome};
-use crate::net::stream::Stream;
 use crate::process::os_error::PointsAt;
 use crate::tls::HandshakeFailure;
 
-/// A relayed connection as it ended, for [`Balancer::ended`].
+/// A connect to one server for one client, as the balancer counts it: a [`Connector`]'s
+/// outcome, accounted once ([`Balancer::connected`] or [`Balancer::connect_failed`]). A
+/// lookup not tried for `DNS_MAX_LOOKUPS` is no failure of the server: it is not counted.
+#[derive(Debug)]
+pub struct Attempt<'a> {
+    balancer: &'a Balancer,
+    server: &'a Server,
+    stale: bool,
+    client: SocketAddr,
+}
+
+impl ConnectReport for Attempt<'_> {
+    fn connected(&self) {
+        self.balancer.connected(self.server, self.stale);
+    }
+
+    fn failed(&self, error: &ConnectError) {
+        let (client, server) = (self.client, self.server);
+        if let ConnectError::ResolverBusy { .. } = error {
+            // As after a connect timeout, the next candidate; the resolver says it once.
+            debug!(client = %client, server = %server.address, "not tried: DNS_MAX_LOOKUPS lookups in flight");
+            return;
+        }
+        self.balancer
+            .connect_failed(server, self.stale, error, client);
+    }
+}
+
+/// A relayed connection as it ended, for [`Balancer::ended`]: a TCP client's, or an HTTP
+/// connection's after its upgrade (a WebSocket's tunnel).
 #[derive(Debug)]
 pub struct Closed<'a> {
     /// The client's address.
     pub client: SocketAddr,
-    /// How long the connection lasted, from its accept.
+    /// How long the connection lasted, from its accept (a tunnel: from its upgrade).
     pub duration: Duration,
-    /// What the relay did.
-    pub outcome: &'a Outcome,
-    /// `LOG_CONNECTIONS` of the connection's generation.
-    pub log_connections: bool,
+    /// Bytes from the client to the server.
+    pub to_server: u64,
+    /// Bytes from the server to the client.
+    pub to_client: u64,
+    /// How the relay ended.
+    pub end: &'a End,
+}
+
+impl<'a> Closed<'a> {
+    /// A connection of `client` that lasted `duration` and whose relay did `outcome`.
+    pub fn relayed(client: SocketAddr, duration: Duration, outcome: &'a Outcome) -> Closed<'a> {
+        Closed {
+            client,
+            duration,
+            to_server: outcome.to_server,
+            to_client: outcome.to_client,
+            end: &outcome.end,
+        }
+    }
 }
 
 impl Balancer {
@@ -141,62 +185,30 @@ impl Balancer {
         }
     }
 
-    /// Dials `server` for `client` with `generation`'s settings: the dialer (resolve, the
-    /// broker itself refused, connect within `CONNECT_TIMEOUT`), the upstream TLS of that
-    /// generation (`SSL_ENCRYPT_UPSTREAM=1`, verified as its keys say), TCP keepalive; then
-    /// the connect accounted for, once (`Balancer::connected` or
-    /// [`Balancer::connect_failed`]; `stale`: the server was chosen although quarantined).
-    /// The one dial path of both engines, a TCP client's and an HTTP request's, so every
-    /// `SSL_*` and socket key means the same on both. A lookup not tried for
-    /// `DNS_MAX_LOOKUPS` is no failure of the server: it is not counted.
-    pub async fn dial(
-        &self,
-        generation: &Generation,
-        server: &Server,
-        stale: bool,
-        client: SocketAddr,
-    ) -> Result<ServerStream, ConnectError> {
-        self.dial_with(generation, server, stale, client, &[]).await
+    /// The connector of `generation`'s servers ([`Connector`]): the one dial path of both
+    /// engines, a TCP client's and an HTTP request's, each connect reported to an
+    /// [`Attempt`] ([`Balancer::attempt`]).
+    pub fn connector<'a>(&'a self, generation: &'a Generation) -> Connector<'a> {
+        Connector {
+            resolver: &self.resolver,
+            config: &generation.config,
+            tls: generation.tls.upstream.as_ref(),
+        }
     }
 
-    /// [`Balancer::dial`], writing `preface` first on the new connection, before its TLS
-    /// handshake (a PROXY protocol header, `SEND_PROXY_PROTOCOL`: it is for the server's TCP
-    /// side, as HAProxy sends it).
-    pub async fn dial_with(
-        &self,
-        generation: &Generation,
-        server: &Server,
+    /// A connect to `server` for `client`, as the balancer counts it (`stale`: the server was
+    /// chosen although quarantined): what a [`Connector`] reports to.
+    pub fn attempt<'a>(
+        &'a self,
+        server: &'a Server,
         stale: bool,
         client: SocketAddr,
-        preface: &[u8],
-    ) -> Result<ServerStream, ConnectError> {
-        let config = &generation.config;
-        let tls = generation.tls.upstream.as_ref();
-        let dialed = dial::dial(
-            &self.resolver,
-            &server.host,
-            server.port,
-            config,
-            tls,
-            preface,
-        );
-        match dialed.await {
-            Ok(stream) => {
-                if let Some(socket) = stream.socket() {
-                    dial::keep_alive(socket, &config.keepalive, &server.address);
-                }
-                self.connected(server, stale);
-                Ok(stream)
-            }
-            Err(e @ ConnectError::ResolverBusy { .. }) => {
-                // As after a connect timeout, the next candidate; the resolver says it once.
-                debug!(client = %client, server = %server.address, "not tried: DNS_MAX_LOOKUPS lookups in flight");
-                Err(e)
-            }
-            Err(e) => {
-                self.connect_failed(server, stale, &e, client);
-                Err(e)
-            }
+    ) -> Attempt<'a> {
+        Attempt {
+            balancer: self,
+            server,
+            stale,
+            client,
         }
     }
 
@@ -231,7 +243,7 @@ impl Balancer {
     /// A connect to `server` for `client` failed with `error` (`stale`: the server was chosen
     /// although quarantined). A cause that blames anyone but the broker counts against the
     /// server and quarantines it (unless its quarantine is what the choice went around); a
-    /// cause that is the broker's own blames no server. Called by [`Balancer::dial`], and by
+    /// cause that is the broker's own blames no server. Reported by a [`Connector`], and by
     /// the HTTP engine for a new connection the server closed before it took the request.
     pub fn connect_failed(
         &self,
@@ -302,27 +314,32 @@ impl Balancer {
 
     /// A connection relayed to `server` ended (a TCP client's, or an HTTP connection's after
     /// its upgrade): its closing line, in `span` (always for an idle close, which the broker
-    /// decided; otherwise with `LOG_CONNECTIONS`; at debug for a connection that carried no
-    /// byte either way).
-    pub fn ended(&self, server: &Server, closed: &Closed<'_>, span: &Span) {
-        let outcome = closed.outcome;
+    /// decided; otherwise with `generation`'s `LOG_CONNECTIONS`; at debug for a connection
+    /// that carried no byte either way). The one account of both paths' relayed connections.
+    pub fn ended(
+        &self,
+        server: &Server,
+        generation: &Generation,
+        closed: &Closed<'_>,
+        span: &Span,
+    ) {
         self.events.emit(|| Event::ConnectionEnded {
             balancer: self.kind(),
             client: closed.client,
             server: server.address.clone(),
             duration: closed.duration,
-            bytes_from_client: outcome.to_server,
-            bytes_to_client: outcome.to_client,
-            ended_by: outcome.end.clone(),
+            bytes_from_client: closed.to_server,
+            bytes_to_client: closed.to_client,
+            ended_by: closed.end.clone(),
         });
-        if outcome.to_server == 0 && outcome.to_client == 0 {
+        if closed.to_server == 0 && closed.to_client == 0 {
             // Nothing either way: a browser's speculative connection, a port check. Counted as
             // any (its server took a connection), told at debug only: a demo session's page
             // views wrote a dozen such lines among the ones that matter.
             span.in_scope(|| {
                 debug!(
                     duration = %format_args!("{:.3}s", closed.duration.as_secs_f64()),
-                    ended_by = %outcome.end,
+                    ended_by = %closed.end,
                     client = %closed.client,
                     server = %server.address,
                     "connection closed without a byte either way"
@@ -330,13 +347,13 @@ impl Balancer {
             });
             return;
         }
-        if closed.log_connections || matches!(outcome.end, End::Idle) {
+        if generation.config.log_connections || matches!(closed.end, End::Idle) {
             span.in_scope(|| {
                 info!(
                     duration = %format_args!("{:.3}s", closed.duration.as_secs_f64()),
-                    bytes_from_client = outcome.to_server,
-                    bytes_to_client = outcome.to_client,
-                    ended_by = %outcome.end,
+                    bytes_from_client = closed.to_server,
+                    bytes_to_client = closed.to_client,
+                    ended_by = %closed.end,
                     client = %closed.client,
                     server = %server.address,
                     "connection closed"

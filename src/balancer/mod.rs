@@ -35,13 +35,16 @@
 //! - [`rules`]: the balancer's own rules, pure logic it applies and logs: quarantine,
 //!   overrides, the policies, query places.
 //! - [`events`]: what happens in a broker, as events to subscribe to (a balancer publishes
-//!   most of them, so they sit here, below every publisher), and the alerts' own bounded
-//!   queue and counts.
+//!   most of them, so they sit here, below every publisher); the hub that holds the alerts'
+//!   queue too.
+//! - [`alert_queue`]: the alerts' own bounded queue (the few events worth telling people) and
+//!   their counts, which the hub holds and the alerts machinery reads.
 //! - [`shared`]: the broker's state every connection's task shares: every balancer, the
 //!   running configuration and the shutdown state, and how a balancer tells its connections
 //!   to end.
 
 mod admission;
+pub mod alert_queue;
 mod client_limit;
 mod connections;
 pub mod events;
@@ -56,7 +59,7 @@ mod state;
 
 pub use admission::Admission;
 pub use client_limit::{ClientHold, RefusalHold};
-pub use connections::Closed;
+pub use connections::{Attempt, Closed};
 pub use generation::{Generation, GenerationTls};
 pub use pick::{ClientSlot, Eligible, Lease};
 pub use server::{Restarted, Server};

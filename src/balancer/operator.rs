@@ -12,7 +12,8 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use crate::balancer::Balancer;
-use crate::balancer::events::{Alert, Event};
+use crate::balancer::alert_queue::Alert;
+use crate::balancer::events::Event;
 use crate::balancer::rules::health::{Asked, Reason, Release};
 use crate::balancer::rules::overrides::{Hold, Mode, Overrides};
 use crate::balancer::server::{Restarted, Server};

@@ -132,6 +132,14 @@ impl Generation {
         lease
     }
 
+    /// The policy's pick among the servers not `tried` that are not in quarantine, or, when
+    /// every one is, among those in quarantine: a quarantine may be stale (a short glitch can
+    /// put them all there), and a connect tells. The one pick of both connection paths.
+    pub fn pick_with_fallback(&self, clock_ms: u64, tried: &[usize]) -> Option<Lease> {
+        self.pick(clock_ms, tried, Eligible::Available)
+            .or_else(|| self.pick(clock_ms, tried, Eligible::EvenQuarantined))
+    }
+
     /// Counts a connection against the server at `index`, chosen by the caller (an HTTP
     /// session's server, which it keeps while disabled, draining or of weight 0).
     pub fn lease(&self, index: usize, stale: bool) -> Option<Lease> {

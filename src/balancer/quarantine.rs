@@ -10,7 +10,8 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use crate::balancer::Balancer;
-use crate::balancer::events::{Alert, Event};
+use crate::balancer::alert_queue::Alert;
+use crate::balancer::events::Event;
 use crate::balancer::rules::health::{Check, CheckFailed, Quarantined, Reason, Release};
 use crate::balancer::server::Server;
 use crate::config::AlertEvent;

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::balancer::events::AlertServer;
+use crate::balancer::alert_queue::AlertServer;
 use crate::balancer::rules::health::{Health, Reason};
 use crate::balancer::rules::overrides::Overrides;
 use crate::config::{Host, ServerConfig, ServerId};

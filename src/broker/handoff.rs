@@ -12,7 +12,6 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::either::Either;
 use tracing::debug;
@@ -200,16 +199,10 @@ fn serve_http<S: Stream>(
 }
 
 /// Answers a plain HTTP request sent to a TLS-only HTTP port with a 400 page that says to use
-/// https, as nginx does; the request's first bytes are read first (within a second, at most
-/// 64 KiB), so closing does not reset the connection before the answer is read.
+/// https, as nginx does, through the engine's formatter and its lingering close (what the
+/// client still sends is read and dropped for a while, so the close does not reset the
+/// connection before the answer is read).
 async fn answer_plain_http(mut stream: TcpStream, language: Language) {
-    let mut head = vec![0u8; 64 * 1024];
-    let answer = async {
-        let _ = stream.read(&mut head).await;
-        stream
-            .write_all(&http::pages::plain_http_to_tls_port(language))
-            .await?;
-        stream.shutdown().await
-    };
-    let _ = tokio::time::timeout(Duration::from_secs(1), answer).await;
+    let answer = http::engine::plain_http_to_tls_port(language);
+    http::engine::answer_and_close(&mut stream, &answer).await;
 }

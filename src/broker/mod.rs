@@ -8,7 +8,8 @@
 //!
 //! - `run`: the control loop: reloads applied one at a time, the drain on shutdown.
 //! - `running`: one balancer at run time: its accept loops (on the workers), its monitor and
-//!   sampler, the tasks of its connections and the tokens that end them.
+//!   sampler, the tasks of its connections and the tokens that end them, and a TCP
+//!   balancer's query engine.
 //! - `handoff`: what the accept loops hand each connection to: refused at `MAX_CONNECTIONS`,
 //!   made secure once as its port's TLS says, then given to the TCP client or the HTTP engine
 //!   by the balancer's kind.

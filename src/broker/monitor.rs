@@ -20,7 +20,7 @@ use crate::balancer::rules::health::{Check, Reason, Release};
 use crate::balancer::{Balancer, Generation, Server};
 use crate::config::{BalancerConfig, Host, Monitoring, plural, show_duration, show_escaped};
 use crate::http;
-use crate::net::dial::{ConnectError, connect, dial, write_preface};
+use crate::net::dial::{ConnectError, connect_with_preface, dial};
 use crate::net::proxy_protocol::{self, Header};
 use crate::net::resolve::Resolver;
 use crate::process::clock::wall_ms;
@@ -135,26 +135,6 @@ impl CheckError {
     }
 }
 
-/// A check that is a TCP connect alone, and the PROXY protocol's `preface` when there is one
-/// (a server that reads the header would otherwise log a broken connection every round).
-async fn connect_only(
-    resolver: &Arc<Resolver>,
-    host: &Host,
-    port: u16,
-    config: &BalancerConfig,
-    preface: &[u8],
-) -> Result<(), CheckError> {
-    let mut stream = connect(resolver, host, port, config)
-        .await
-        .map_err(CheckError::Connect)?;
-    if !preface.is_empty() {
-        write_preface(&mut stream, preface, config.connect_timeout)
-            .await
-            .map_err(CheckError::Connect)?;
-    }
-    Ok(())
-}
-
 /// Checks one server: a TCP connect, and for SEND_EXPECT the probe and its reply (for HTTP a
 /// `GET` of `MONITOR_PATH`), over TLS with `tls` (`SSL_ENCRYPT_UPSTREAM=1`), all within
 /// `config`'s `CONNECT_TIMEOUT`.
@@ -168,16 +148,17 @@ pub async fn check(
     let deadline = Instant::now() + config.connect_timeout;
     // With SEND_PROXY_PROTOCOL the server reads a header first: a check's says it is the
     // broker's own connection, no client's (LOCAL; UNKNOWN in version 1, which has no LOCAL).
-    let preface = config
-        .proxy
-        .send
-        .map(|version| proxy_protocol::write(version, &Header::Local))
-        .unwrap_or_default();
+    // A connect-only check writes it too: a server that reads the header would otherwise log
+    // a broken connection every round.
+    let preface = proxy_protocol::preface(config.proxy.send, || Header::Local);
     if !matches!(
         config.monitoring,
         Monitoring::SendExpect { .. } | Monitoring::Http { .. }
     ) {
-        return connect_only(resolver, host, port, config, &preface).await;
+        return connect_with_preface(resolver, host, port, config, &preface)
+            .await
+            .map(drop)
+            .map_err(CheckError::Connect);
     }
     let mut stream = dial(resolver, host, port, config, tls, &preface)
         .await

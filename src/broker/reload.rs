@@ -16,6 +16,7 @@ use crate::config::{self, Config, plural, show_duration};
 use crate::http_balancer;
 use crate::net::listener;
 use crate::process::logging;
+use crate::query;
 
 impl ControlLoop {
     /// Reads the configuration file again and applies it; an invalid file changes nothing.
@@ -201,9 +202,12 @@ impl ControlLoop {
             reloaded
                 .changes
                 .extend(running.balancer.reconfigure(b.clone(), tls));
+            let language = config.general.language;
             if let Some(proxy) = &running.http {
-                let language = config.general.language;
                 http_balancer::reconfigure(proxy, &old, &running.balancer.generation(), language);
+            }
+            if let Some(engine) = &running.query {
+                query::port::reconfigure(engine, language);
             }
         }
     }

@@ -13,7 +13,8 @@ use tokio_util::task::TaskTracker;
 use tracing::{Instrument, Span, error, info, warn};
 
 use crate::balancer::Balancer;
-use crate::balancer::events::{Alert, Event};
+use crate::balancer::alert_queue::Alert;
+use crate::balancer::events::Event;
 use crate::balancer::shared::{Ending, Shared};
 use crate::broker::handoff::Handoff;
 use crate::broker::monitor;
@@ -22,6 +23,7 @@ use crate::http_balancer::sessions::SessionSecrets;
 use crate::http_balancer::{self, HttpProxy};
 use crate::net::listener::{self, StopAccepting};
 use crate::net::workers::Workers;
+use crate::query::{self, QueryEngine};
 use crate::tcp::client::ListenerShared;
 use crate::tls::Severity;
 
@@ -42,6 +44,8 @@ pub(super) struct RunningBalancer {
     accepting: Option<Accepting>,
     /// The HTTP engine of an HTTP balancer, which serves its connections.
     pub(super) http: Option<Arc<HttpProxy>>,
+    /// The engine of a TCP balancer's query connections.
+    pub(super) query: Option<Arc<QueryEngine>>,
 }
 
 /// A balancer's accept loops, one per listening socket (one per worker where the kernel
@@ -138,10 +142,12 @@ impl RunningBalancer {
             .kind
             .is_http()
             .then(|| http_balancer::proxy(&balancer, shared, session_secrets));
+        let query = (!c.kind.is_http()).then(|| query::port::engine(shared, &balancer));
         let mut running = RunningBalancer {
             configured: c.listen,
             listen,
             http,
+            query,
             balancer,
             tasks: TaskTracker::new(),
             cut: stopping.child_token(),
@@ -167,11 +173,12 @@ impl RunningBalancer {
             .into_iter()
             .enumerate()
             .map(|(index, listener)| {
-                let (balancer, shared, tasks, http) = (
+                let (balancer, shared, tasks, http, query) = (
                     Arc::clone(&self.balancer),
                     Arc::clone(shared),
                     self.tasks.clone(),
                     self.http.clone(),
+                    self.query.clone(),
                 );
                 let ending = Ending {
                     closing: stop.token().clone(),
@@ -188,6 +195,7 @@ impl RunningBalancer {
                                 ending,
                                 local: listener.local_addr().ok(),
                                 tasks,
+                                query,
                                 span: Span::current(),
                             });
                             let handoff = Handoff {

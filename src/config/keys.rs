@@ -4,20 +4,15 @@
 //! page print through it, a reload compares through it, and the property tests draw their
 //! values from it; docs/configuration.md lists exactly its keys (a test checks).
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::alerting::{
-    ALERT_EVENT_WORDS, AlertEvents, AlertFormat, AlertSettings, RestartSettings, Webhook,
-};
+use super::alerting::{ALERT_EVENT_WORDS, AlertEvents, AlertFormat, Webhook};
 use super::value::{self, Cidr, show_duration, show_escaped};
 use super::{
-    BalancerConfig, BalancerKind, General, HttpSettings, Keepalive, Language, Monitoring,
-    ProxyProtocol, ProxyVersion, QuerySettings, StatusRange,
-};
-use super::{
-    DEFAULT_HTTP_HEAD_MEMORY, SortMethod, TOTVS_MONITORING_TYPES, TOTVS_SORT_METHODS, TlsKeys,
+    BalancerConfig, General, Language, Monitoring, ProxyVersion, SortMethod, StatusRange,
+    TOTVS_MONITORING_TYPES, TOTVS_SORT_METHODS,
 };
 use crate::tls::SslMethod;
 use crate::tls::files::Passphrase;
@@ -1360,166 +1355,10 @@ pub static KEYS: &[Key] = &[
 /// other value it is a mistaken comment (refused).
 pub const SHELL_COMMANDS: &[&str] = &["ALERT_COMMAND", "RESTART_COMMAND"];
 
-/// Keys TOTVS broker files carry that appbroker accepts without using, and what it does
-/// instead.
-pub const TOTVS_UNUSED: &[(&str, &str)] = &[
-    (
-        "SERVICE_NAME",
-        "run appbroker as a systemd service instead (docs/operations.md)",
-    ),
-    (
-        "SERVICE_DISPLAY_NAME",
-        "run appbroker as a systemd service instead (docs/operations.md)",
-    ),
-    (
-        "STANDBY_TIME",
-        "a client's server connection ends when the client's does (no SmartClient standby)",
-    ),
-    (
-        "PROTHEUS_MONITOR_EMBEDDED",
-        "TOTVS Monitor connects to the AppServers directly",
-    ),
-    (
-        "PROTHEUS_MONITOR_ADDRESS",
-        "TOTVS Monitor connects to the AppServers directly",
-    ),
-    (
-        "PROTHEUS_MONITOR_PORT",
-        "TOTVS Monitor connects to the AppServers directly",
-    ),
-];
-
-/// `[General]` keys of TOTVS files (an AppServer's, of which the broker is one) that
-/// appbroker does not use, as TOTVS writes them. A key of `[General]` that is neither
-/// appbroker's nor one of these, and that looks like a typo of one of appbroker's keys
-/// (`LANGAUGE`), is an error; these, however close to one (`ConnectionTimeout` to
-/// `CONNECT_TIMEOUT`), stay a notice, so a TOTVS file is never refused. `ConsoleLog`,
-/// `ConsoleLogDate`, `ConsoleFile` and `ConsoleMaxSize`, TOTVS's too, are appbroker's keys.
-pub const TOTVS_GENERAL: &[&str] = &[
-    // The AppServer's idle-connection time (TDN, "Broker - Base de Conhecimento"'s reconnect
-    // notes: "ConnectionTimeout ... no [General]").
-    "ConnectionTimeout",
-    // The AppServer's idle-user time, in [GENERAL] (TDN's Logix profile keys page).
-    "InactiveTimeout",
-    // The AppServer's string size, seen in brokers' files (tests/fixtures/valid).
-    "MaxStringSize",
-    // The Windows service, in [General] as in balancer sections (TDN's broker pages).
-    "SERVICE_NAME",
-    "SERVICE_DISPLAY_NAME",
-];
-
-impl General {
-    /// Every `[General]` setting at its default.
-    pub fn defaults() -> General {
-        General {
-            console_log: true,
-            console_file: None,
-            console_max_size: 10 * 1024 * 1024,
-            console_log_date: true,
-            shutdown_grace: Duration::ZERO,
-            shutdown_timeout: Duration::from_secs(30),
-            language: Language::English,
-            workers: 0,
-            dns_max_lookups: 32,
-            control_socket: None,
-            control_group: None,
-            state_file: None,
-            session_secret: None,
-            session_secret_previous: None,
-            upgrade_timeout: Duration::from_secs(30),
-            watchdog_timeout: Duration::from_secs(10),
-            http_head_memory: DEFAULT_HTTP_HEAD_MEMORY,
-        }
-    }
-}
-
-impl BalancerConfig {
-    /// A balancer of `kind` with every setting at its default, listening on every IPv4
-    /// address at port 0 (`LOCAL_SERVER_PORT` has no default), without servers.
-    /// `TCP_USER_TIMEOUT`'s default follows the keepalive keys: see [`Keepalive::dead_after`].
-    pub fn defaults(kind: BalancerKind) -> BalancerConfig {
-        BalancerConfig {
-            kind,
-            listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0),
-            servers: Vec::new(),
-            // Sessions are what an HTTP balancer spreads (session affinity).
-            sort_method: if kind.is_http() {
-                SortMethod::Session
-            } else {
-                SortMethod::Connection
-            },
-            monitoring: Monitoring::Connection,
-            monitor_interval: Duration::from_secs(60),
-            quarantine_time: Duration::from_secs(120),
-            connect_timeout: Duration::from_secs(5),
-            max_attempts: 3,
-            max_connections: 10_000,
-            // SmartClients on one terminal server (RDS, Citrix) share its address: a limit
-            // per address is the operator's choice, knowing that.
-            max_connections_per_client: 0,
-            proxy: ProxyProtocol {
-                accept: false,
-                from: Vec::new(),
-                timeout: Duration::from_secs(3),
-                send: None,
-            },
-            log_connections: true,
-            query: QuerySettings {
-                enabled: true,
-                allow: Cidr::everyone(),
-                max_connections: 64,
-                sniff_timeout: Duration::from_millis(200),
-            },
-            keepalive: Keepalive {
-                time: Duration::from_secs(60),
-                interval: Duration::from_secs(10),
-                count: 6,
-                user_timeout: None,
-            },
-            idle_timeout: None,
-            monitor_fall: 1,
-            monitor_rise: 1,
-            dns_cache_time: Duration::from_secs(30),
-            tls: TlsKeys {
-                certificate: None,
-                key: None,
-                passphrase: None,
-                method: SslMethod::Any,
-                encrypt_upstream: false,
-                upstream_verify: true,
-                upstream_ca: None,
-                upstream_server_name: None,
-                plain_on_same_port: false,
-            },
-            http: HttpSettings {
-                forwarded_headers: true,
-                upgrade_protocols: vec!["websocket".to_string()],
-                pool_max_idle: 32,
-                pool_idle_timeout: Duration::from_secs(60),
-                request_timeout: Duration::from_secs(30),
-                response_timeout: Duration::from_secs(600),
-                body_timeout: Duration::from_secs(60),
-                timeouts_to_quarantine: 0,
-                log_requests: true,
-                retry_idempotent: false,
-                session_timeout: Duration::from_secs(600),
-                max_sessions: 100_000,
-                max_sessions_per_client: 64,
-                sticky_strict: false,
-                trusted_proxies: Vec::new(),
-                http2: true,
-                http2_max_streams: 100,
-                http2_websocket: true,
-            },
-            alerts: AlertSettings::defaults(),
-            restarts: RestartSettings::defaults(),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::BalancerKind;
 
     /// A value of `domain` as the file would give it, and the value it parses to.
     fn sample(domain: Domain) -> &'static str {

@@ -14,7 +14,11 @@
 //!   and docs.
 //! - `value`: parsers for single values and their canonical printed forms.
 //! - `validate`: scanned entries to a typed [`Config`], every error collected.
-//! - `model`: [`Config`] and its parts as the broker uses them, and [`Loaded`].
+//! - `model`: [`Config`] and its parts as the broker uses them, their defaults (written
+//!   once: the HTTP engine's are read from here), the TOTVS keys accepted unused, and
+//!   [`Loaded`].
+//! - `choices`: the values the enum-valued keys take (`LANGUAGE`, `SORT_METHOD`,
+//!   `MONITORING_TYPE`...), parsed and printed.
 //! - `errors`: what is wrong, in the operator's words: [`ConfigError`] (and [`Notice`]),
 //!   [`LoadError`], [`ValueError`].
 //! - `render`: the effective configuration printed back as INI (`--check`, CFG).
@@ -26,6 +30,7 @@
 //!   the webhook (a secret URL), the commands, the restarts' bounds.
 
 mod alerting;
+mod choices;
 mod errors;
 mod ini;
 pub mod keys;
@@ -41,13 +46,16 @@ pub use alerting::{
     ALERT_EVENT_WORDS, AlertEvent, AlertEvents, AlertFormat, AlertSettings, RestartSettings,
     Webhook, command_text,
 };
+pub use choices::{
+    Language, Monitoring, ProxyVersion, SortMethod, StatusRange, TOTVS_MONITORING_TYPES,
+    TOTVS_SORT_METHODS,
+};
 pub use errors::{ConfigError, LoadError, MAX_ERRORS_SHOWN, MAX_FILE_SIZE, Notice, ValueError};
 pub use load::general_value;
 pub use model::{
     BalancerConfig, BalancerKind, Config, DEFAULT_HTTP_HEAD_MEMORY, General, HttpSettings,
-    Keepalive, Language, Loaded, Monitoring, Origin, Origins, ProxyProtocol, ProxyVersion,
-    QuerySettings, ServerConfig, SortMethod, StatusRange, TOTVS_MONITORING_TYPES,
-    TOTVS_SORT_METHODS, TlsKeys,
+    Keepalive, Loaded, Origin, Origins, ProxyProtocol, QuerySettings, ServerConfig, TOTVS_GENERAL,
+    TOTVS_UNUSED, TlsKeys,
 };
 pub use render::{EffectiveSection, balancer_secret_changes, secret_changes, setting_changes};
 pub use value::{Cidr, Host, ServerId, duration_within, show_duration, show_escaped};

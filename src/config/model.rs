@@ -1,16 +1,17 @@
 //! The configuration as the broker uses it: [`Config`] and its parts (`[General]`'s settings,
-//! each balancer's, the servers, monitoring, TLS keys), the values enum-valued keys take, where
-//! each effective value came from, and [`Loaded`], what a load yields.
+//! each balancer's, the servers, monitoring, TLS keys) and their defaults, the keys of TOTVS
+//! files accepted without use, where each effective value came from, and [`Loaded`], what a
+//! load yields.
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
-use std::str::FromStr;
 use std::time::Duration;
 
 use super::alerting::{AlertSettings, RestartSettings};
-use super::errors::{Notice, ValueError};
+use super::choices::{Language, Monitoring, ProxyVersion, SortMethod};
+use super::errors::Notice;
 use super::value::{Cidr, Host, ServerId};
 use crate::tls::files::Passphrase;
 use crate::tls::{ServerSettings, SslMethod, UpstreamSettings};
@@ -82,38 +83,6 @@ pub struct General {
 /// `HTTP_HEAD_MEMORY`'s default, in bytes: a thousand heads of the largest size (64 KiB)
 /// still arriving, or four thousand of a browser's.
 pub const DEFAULT_HTTP_HEAD_MEMORY: usize = 64 << 20;
-
-/// `LANGUAGE`: the language of the status pages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Language {
-    /// `en`
-    English,
-    /// `pt-BR`, with the TOTVS page's labels.
-    Portuguese,
-}
-
-impl Language {
-    /// The value as written in the file.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Language::English => "en",
-            Language::Portuguese => "pt-BR",
-        }
-    }
-}
-
-impl FromStr for Language {
-    type Err = ValueError;
-
-    /// `en`, or `pt-BR` (also `pt_BR` and `pt`), in any case.
-    fn from_str(text: &str) -> Result<Self, ValueError> {
-        match text.to_ascii_lowercase().as_str() {
-            "en" => Ok(Language::English),
-            "pt-br" | "pt_br" | "pt" => Ok(Language::Portuguese),
-            _ => Err(ValueError::LANGUAGE),
-        }
-    }
-}
 
 /// Which balancer a `[BALANCE_*]` section configures.
 ///
@@ -314,25 +283,6 @@ pub struct ProxyProtocol {
     pub send: Option<ProxyVersion>,
 }
 
-/// A version of the PROXY protocol, as `SEND_PROXY_PROTOCOL` names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProxyVersion {
-    /// `1`: a line of text (`PROXY TCP4 ...\r\n`); every PROXY-aware server reads it.
-    V1,
-    /// `2`: binary, with `LOCAL` for the monitor's checks.
-    V2,
-}
-
-impl ProxyVersion {
-    /// The number `SEND_PROXY_PROTOCOL` writes for it.
-    pub fn number(self) -> u8 {
-        match self {
-            ProxyVersion::V1 => 1,
-            ProxyVersion::V2 => 2,
-        }
-    }
-}
-
 /// The settings of an HTTP balancer's engine.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpSettings {
@@ -441,186 +391,6 @@ impl ServerConfig {
     }
 }
 
-/// `SORT_METHOD`: how the next server is chosen.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SortMethod {
-    /// Fewest active connections per unit of weight.
-    Connection,
-    /// Smooth weighted round robin, as nginx does it.
-    RoundRobin,
-    /// HTTP balancers (their default): fewest live sessions (plus requests in hand) per unit
-    /// of weight. A TCP balancer has no sessions and uses CONNECTION.
-    Session,
-}
-
-impl SortMethod {
-    /// The value as written in the file.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SortMethod::Connection => "CONNECTION",
-            SortMethod::RoundRobin => "ROUND_ROBIN",
-            SortMethod::Session => "SESSION",
-        }
-    }
-}
-
-impl FromStr for SortMethod {
-    type Err = ValueError;
-
-    /// `CONNECTION`, `ROUND_ROBIN` or `SESSION`, in any case. (The TOTVS methods that stand for
-    /// CONNECTION are the configuration's business: [`TOTVS_SORT_METHODS`].)
-    fn from_str(text: &str) -> Result<Self, ValueError> {
-        match text.to_ascii_uppercase().as_str() {
-            "CONNECTION" => Ok(SortMethod::Connection),
-            "ROUND_ROBIN" => Ok(SortMethod::RoundRobin),
-            "SESSION" => Ok(SortMethod::Session),
-            _ => Err(ValueError::SORT_METHOD),
-        }
-    }
-}
-
-/// `MONITORING_TYPE`: how the monitor checks each server.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Monitoring {
-    /// A TCP connect to every server each round.
-    Connection,
-    /// A TCP connect, then `send` written and a reply starting with `expect` awaited, all
-    /// within `CONNECT_TIMEOUT`: sees an application that accepts but hangs.
-    SendExpect {
-        /// `MONITOR_SEND`: bytes to write (may be empty: wait for a banner).
-        send: Vec<u8>,
-        /// `MONITOR_EXPECT`: the reply must start with these bytes.
-        expect: Vec<u8>,
-    },
-    /// A TCP connect (TLS with `SSL_ENCRYPT_UPSTREAM`), then `GET path`; passed when the
-    /// status is within `expect`, all within `CONNECT_TIMEOUT`.
-    Http {
-        /// `MONITOR_PATH`: the path asked, starting with `/`.
-        path: String,
-        /// `MONITOR_EXPECT_STATUS`: the statuses that pass.
-        expect: StatusRange,
-    },
-    /// No checks; quarantines end only when their time is up.
-    Disabled,
-}
-
-/// `MONITOR_EXPECT_STATUS`: the statuses that pass, `200-399` or one status `200`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StatusRange {
-    /// The lowest passing status.
-    pub low: u16,
-    /// The highest passing status.
-    pub high: u16,
-}
-
-impl StatusRange {
-    /// Whether `status` passes.
-    pub fn contains(self, status: u16) -> bool {
-        (self.low..=self.high).contains(&status)
-    }
-}
-
-impl Default for StatusRange {
-    /// `200-399`: answered, and not an error.
-    fn default() -> StatusRange {
-        StatusRange {
-            low: 200,
-            high: 399,
-        }
-    }
-}
-
-impl fmt::Display for StatusRange {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.low == self.high {
-            write!(f, "{}", self.low)
-        } else {
-            write!(f, "{}-{}", self.low, self.high)
-        }
-    }
-}
-
-impl FromStr for StatusRange {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<StatusRange, String> {
-        let status = |t: &str| match t.trim().parse::<u16>() {
-            Ok(n) if (100..=599).contains(&n) => Ok(n),
-            _ => Err(format!(
-                "{:?} is not an HTTP status (100 to 599); write one status (200) or a range (200-399)",
-                t.trim()
-            )),
-        };
-        let (low, high) = match s.split_once('-') {
-            Some((low, high)) => (status(low)?, status(high)?),
-            None => {
-                let one = status(s)?;
-                (one, one)
-            }
-        };
-        if low > high {
-            return Err(format!(
-                "{low}-{high} is empty; write the lower status first"
-            ));
-        }
-        Ok(StatusRange { low, high })
-    }
-}
-
-impl Monitoring {
-    /// The value as written in the file.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Monitoring::Connection => "CONNECTION",
-            Monitoring::SendExpect { .. } => "SEND_EXPECT",
-            Monitoring::Http { .. } => "HTTP",
-            Monitoring::Disabled => "DISABLED",
-        }
-    }
-}
-
-impl FromStr for Monitoring {
-    type Err = ValueError;
-
-    /// `CONNECTION`, `SEND_EXPECT` (its bytes empty: `MONITOR_SEND` and `MONITOR_EXPECT` fill
-    /// them), `HTTP` (`GET /` expecting 200-399 until `MONITOR_PATH` and
-    /// `MONITOR_EXPECT_STATUS` say otherwise) or `DISABLED` (also `DISABLE`), in any case. (The TOTVS types that stand for
-    /// CONNECTION are the configuration's business: [`TOTVS_MONITORING_TYPES`].)
-    fn from_str(text: &str) -> Result<Self, ValueError> {
-        match text.to_ascii_uppercase().as_str() {
-            "CONNECTION" => Ok(Monitoring::Connection),
-            "SEND_EXPECT" => Ok(Monitoring::SendExpect {
-                send: Vec::new(),
-                expect: Vec::new(),
-            }),
-            "HTTP" => Ok(Monitoring::Http {
-                path: "/".into(),
-                expect: StatusRange::default(),
-            }),
-            "DISABLED" | "DISABLE" => Ok(Monitoring::Disabled),
-            _ => Err(ValueError::MONITORING),
-        }
-    }
-}
-
-/// TOTVS sort methods that need figures only a TOTVS AppServer reports about itself:
-/// accepted, with a notice, and CONNECTION is used.
-pub const TOTVS_SORT_METHODS: &[&str] = &[
-    "SERVER_MEMORY",
-    "SERVER_USERS",
-    "SERVER_THREADS",
-    "SERVER_CPU",
-];
-
-/// TOTVS monitoring types that log in with SmartClient's undocumented protocol: accepted, with
-/// a notice, and CONNECTION is used.
-pub const TOTVS_MONITORING_TYPES: &[&str] = &[
-    "SMARTCLIENT",
-    "SMARTCLIENT_SSL",
-    "SMARTCLIENT_ACTIVE",
-    "SMARTCLIENT_SSL_ACTIVE",
-];
-
 /// Where an effective value came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Origin {
@@ -662,4 +432,168 @@ pub struct Loaded {
     /// expired or expiring, not meant for servers, its chain incomplete): logged as warnings
     /// at start and on reload, printed on standard error by `--check`.
     pub warnings: Vec<Notice>,
+}
+
+/// Keys TOTVS broker files carry that appbroker accepts without using, and what it does
+/// instead.
+pub const TOTVS_UNUSED: &[(&str, &str)] = &[
+    (
+        "SERVICE_NAME",
+        "run appbroker as a systemd service instead (docs/operations.md)",
+    ),
+    (
+        "SERVICE_DISPLAY_NAME",
+        "run appbroker as a systemd service instead (docs/operations.md)",
+    ),
+    (
+        "STANDBY_TIME",
+        "a client's server connection ends when the client's does (no SmartClient standby)",
+    ),
+    (
+        "PROTHEUS_MONITOR_EMBEDDED",
+        "TOTVS Monitor connects to the AppServers directly",
+    ),
+    (
+        "PROTHEUS_MONITOR_ADDRESS",
+        "TOTVS Monitor connects to the AppServers directly",
+    ),
+    (
+        "PROTHEUS_MONITOR_PORT",
+        "TOTVS Monitor connects to the AppServers directly",
+    ),
+];
+
+/// `[General]` keys of TOTVS files (an AppServer's, of which the broker is one) that
+/// appbroker does not use, as TOTVS writes them. A key of `[General]` that is neither
+/// appbroker's nor one of these, and that looks like a typo of one of appbroker's keys
+/// (`LANGAUGE`), is an error; these, however close to one (`ConnectionTimeout` to
+/// `CONNECT_TIMEOUT`), stay a notice, so a TOTVS file is never refused. `ConsoleLog`,
+/// `ConsoleLogDate`, `ConsoleFile` and `ConsoleMaxSize`, TOTVS's too, are appbroker's keys.
+pub const TOTVS_GENERAL: &[&str] = &[
+    // The AppServer's idle-connection time (TDN, "Broker - Base de Conhecimento"'s reconnect
+    // notes: "ConnectionTimeout ... no [General]").
+    "ConnectionTimeout",
+    // The AppServer's idle-user time, in [GENERAL] (TDN's Logix profile keys page).
+    "InactiveTimeout",
+    // The AppServer's string size, seen in brokers' files (tests/fixtures/valid).
+    "MaxStringSize",
+    // The Windows service, in [General] as in balancer sections (TDN's broker pages).
+    "SERVICE_NAME",
+    "SERVICE_DISPLAY_NAME",
+];
+
+impl General {
+    /// Every `[General]` setting at its default.
+    pub fn defaults() -> General {
+        General {
+            console_log: true,
+            console_file: None,
+            console_max_size: 10 * 1024 * 1024,
+            console_log_date: true,
+            shutdown_grace: Duration::ZERO,
+            shutdown_timeout: Duration::from_secs(30),
+            language: Language::English,
+            workers: 0,
+            dns_max_lookups: 32,
+            control_socket: None,
+            control_group: None,
+            state_file: None,
+            session_secret: None,
+            session_secret_previous: None,
+            upgrade_timeout: Duration::from_secs(30),
+            watchdog_timeout: Duration::from_secs(10),
+            http_head_memory: DEFAULT_HTTP_HEAD_MEMORY,
+        }
+    }
+}
+
+impl BalancerConfig {
+    /// A balancer of `kind` with every setting at its default, listening on every IPv4
+    /// address at port 0 (`LOCAL_SERVER_PORT` has no default), without servers.
+    /// `TCP_USER_TIMEOUT`'s default follows the keepalive keys: see [`Keepalive::dead_after`].
+    pub fn defaults(kind: BalancerKind) -> BalancerConfig {
+        BalancerConfig {
+            kind,
+            listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0),
+            servers: Vec::new(),
+            // Sessions are what an HTTP balancer spreads (session affinity).
+            sort_method: if kind.is_http() {
+                SortMethod::Session
+            } else {
+                SortMethod::Connection
+            },
+            monitoring: Monitoring::Connection,
+            monitor_interval: Duration::from_secs(60),
+            quarantine_time: Duration::from_secs(120),
+            connect_timeout: Duration::from_secs(5),
+            max_attempts: 3,
+            max_connections: 10_000,
+            // SmartClients on one terminal server (RDS, Citrix) share its address: a limit
+            // per address is the operator's choice, knowing that.
+            max_connections_per_client: 0,
+            proxy: ProxyProtocol {
+                accept: false,
+                from: Vec::new(),
+                timeout: Duration::from_secs(3),
+                send: None,
+            },
+            log_connections: true,
+            query: QuerySettings {
+                enabled: true,
+                allow: Cidr::everyone(),
+                max_connections: 64,
+                sniff_timeout: Duration::from_millis(200),
+            },
+            keepalive: Keepalive {
+                time: Duration::from_secs(60),
+                interval: Duration::from_secs(10),
+                count: 6,
+                user_timeout: None,
+            },
+            idle_timeout: None,
+            monitor_fall: 1,
+            monitor_rise: 1,
+            dns_cache_time: Duration::from_secs(30),
+            tls: TlsKeys {
+                certificate: None,
+                key: None,
+                passphrase: None,
+                method: SslMethod::Any,
+                encrypt_upstream: false,
+                upstream_verify: true,
+                upstream_ca: None,
+                upstream_server_name: None,
+                plain_on_same_port: false,
+            },
+            http: HttpSettings::defaults(),
+            alerts: AlertSettings::defaults(),
+            restarts: RestartSettings::defaults(),
+        }
+    }
+}
+
+impl HttpSettings {
+    /// Every HTTP key at its default.
+    pub fn defaults() -> HttpSettings {
+        HttpSettings {
+            forwarded_headers: true,
+            upgrade_protocols: vec!["websocket".to_string()],
+            pool_max_idle: 32,
+            pool_idle_timeout: Duration::from_secs(60),
+            request_timeout: Duration::from_secs(30),
+            response_timeout: Duration::from_secs(600),
+            body_timeout: Duration::from_secs(60),
+            timeouts_to_quarantine: 0,
+            log_requests: true,
+            retry_idempotent: false,
+            session_timeout: Duration::from_secs(600),
+            max_sessions: 100_000,
+            max_sessions_per_client: 64,
+            sticky_strict: false,
+            trusted_proxies: Vec::new(),
+            http2: true,
+            http2_max_streams: 100,
+            http2_websocket: true,
+        }
+    }
 }

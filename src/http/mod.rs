@@ -1,15 +1,10 @@
-//! The HTTP broker's engine: an HTTP/1.1 reverse proxy for `[BALANCE_HTTP*]` balancers.
-//!
-//! One accepted client connection is served by [`Engine::serve`], an engine of the broker's
-//! own over the pure HTTP/1.1 core ([`h1`]): one task per client connection drives each
-//! request, its server connection (kept alive in the engine's pool, per worker) and the
-//! answer; heads are parsed in place and written on as slices, bodies pass through bounded
-//! buffers (splice between plain sockets). The balancer stands behind the small
-//! [`Upstreams`] trait: it chooses (over the client's head, borrowed: [`ClientHead`]),
-//! connects (its dialer: TCP or TLS towards servers, each connect accounted for by the
-//! balancer) and is told what happened (a new connection the server closed unused, upstream
-//! connections opened and closed, one [`Exchange`] per request for the access log and the
-//! counters).
+//! The HTTP broker's engine: an HTTP/1.1 reverse proxy for `[BALANCE_HTTP*]` balancers, of
+//! the broker's own over the pure HTTP/1.1 core ([`h1`]). It knows nothing of balancers: the
+//! balancer stands behind the small [`Upstreams`] trait, which sees the client's head
+//! borrowed ([`ClientHead`]) and is told what happened ([`Exchange`]), so the engine is built
+//! and tested alone. [`Engine::serve`] serves one accepted client connection; its steps, in
+//! order, and why each is as it is, are told once, in docs/architecture.md ("The HTTP
+//! engine").
 //!
 //! # Layout
 //!
@@ -19,6 +14,7 @@
 //!   answers passed back, the idle server connections, the buffers' pool, upgrades.
 //! - [`h2`]: HTTP/2 towards clients: each stream one exchange of the engine's.
 //! - `client_head`: the client's head as the balancer sees it.
+//! - `local`: a request the balancer answers itself, and its answer, as any front gives them.
 //! - `refusal`: why the broker answers a request itself.
 //! - `real_client`: `HTTP_TRUSTED_PROXIES`: the client a trusted proxy's `X-Forwarded-For`
 //!   names.
@@ -32,6 +28,7 @@ mod client_head;
 pub mod engine;
 pub mod h1;
 pub mod h2;
+mod local;
 pub mod pages;
 mod real_client;
 mod refusal;
@@ -44,10 +41,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hyper::body::Bytes;
-use hyper::{Method, Response, StatusCode};
+use hyper::{Method, StatusCode};
 
-use crate::config::{Cidr, DEFAULT_HTTP_HEAD_MEMORY, Language};
+use crate::config::{BalancerConfig, BalancerKind, Cidr, General, Language};
 use crate::net::relay::End;
 use crate::net::stream::Stream;
 use crate::process::budget::Budget;
@@ -55,10 +51,15 @@ use crate::process::budget::Budget;
 pub use check::{CheckError, StatusRange, check};
 pub use client_head::ClientHead;
 pub use engine::{Engine, PoolFigures};
+pub use local::{LocalAnswer, LocalBody, LocalRequest, MOST_LOCAL_BODY};
 pub use stats::Stats;
 
 /// The balancer as the HTTP engine sees it: who serves a request, how to reach it, and what
 /// to account. Kept narrow so the engine knows nothing of configuration, quarantine or pages.
+/// Its methods are declared in the order a request calls them (as pingora's `ProxyHttp`
+/// phases read): its client held, the balancer's own answer, the connection admitted, the
+/// server chosen and connected, the head rewritten, the connection kept or not, the report,
+/// the wait for the next request.
 pub trait Upstreams: Send + Sync + 'static {
     /// A server as the balancer knows it, displayed as its `host:port` (the `Host` of a
     /// request that named none). The pool keeps connections by it, so two values
@@ -101,15 +102,32 @@ pub trait Upstreams: Send + Sync + 'static {
     /// `Retry-After`.
     fn hold_client(&self, client: &Downstream) -> Option<Self::ClientHold>;
 
+    /// Whether the request for `target` (its path and query) is the balancer's to answer
+    /// itself ([`Upstreams::intercept`]: the query interface, routed by path on an HTTP
+    /// balancer) rather than a server's. Asked of every request before any server is chosen,
+    /// so it is a comparison of bytes, allocating nothing. False (the default): every request
+    /// goes to a server.
+    fn intercepts(&self, _target: &[u8]) -> bool {
+        false
+    }
+
+    /// The balancer's own answer to a request [`Upstreams::intercepts`] took, counted in what
+    /// the connection holds (`admission`: a query's place while it is no client). It may
+    /// await (a body is read already; a check that blocks runs elsewhere meanwhile), and the
+    /// request is the balancer's own type, whatever front it came by.
+    fn intercept(
+        &self,
+        _request: LocalRequest,
+        _admission: &mut Self::Admission,
+    ) -> impl Future<Output = LocalAnswer> + Send {
+        std::future::ready(LocalAnswer::new(404, "not found\n"))
+    }
+
     /// Counts the connection of `client` as the balancer's client, at a request that goes to
     /// a server (its first: `admission` says what the connection holds so far, and keeps
     /// what it holds from now on). False when the balancer takes no more clients now: the
     /// request is answered 503 with `Retry-After` and the connection closed.
     fn admit(&self, client: &Downstream, admission: &mut Self::Admission) -> bool;
-
-    /// The connection waits for its next request: what it holds may be given to another
-    /// (a query connection's place, to a new query that finds none free).
-    fn waiting(&self, _admission: &Self::Admission) {}
 
     /// What one stream of a connection that carries several at once (HTTP/2) holds as the
     /// balancer counts it: its share of `connection`'s admission, which all the connection's
@@ -130,6 +148,14 @@ pub trait Upstreams: Send + Sync + 'static {
         tried: &[Self::Server],
     ) -> Option<Choice<Self>>;
 
+    /// The client a new server connection for `client`'s request belongs to, when it names
+    /// one to the server (a PROXY protocol header, `SEND_PROXY_PROTOCOL`): the pool then
+    /// gives it to that client's requests only, never another's. `None` (the default): any
+    /// request may reuse it.
+    fn connection_owner(&self, _client: &Downstream) -> Option<IpAddr> {
+        None
+    }
+
     /// A new connection to `server` for `client`'s request, within the balancer's connect
     /// timeout, its TLS handshake done when the balancer encrypts upstream. The balancer
     /// accounts for the connect itself, either way (a failure quarantines the server as it
@@ -142,31 +168,6 @@ pub trait Upstreams: Send + Sync + 'static {
         client: &Downstream,
     ) -> impl Future<Output = Result<Self::Stream, Self::ConnectError>> + Send;
 
-    /// The client a new server connection for `client`'s request belongs to, when it names
-    /// one to the server (a PROXY protocol header, `SEND_PROXY_PROTOCOL`): the pool then
-    /// gives it to that client's requests only, never another's. `None` (the default): any
-    /// request may reuse it.
-    fn connection_owner(&self, _client: &Downstream) -> Option<IpAddr> {
-        None
-    }
-
-    /// What happened, for quarantine, accounting and the access log. Called on the data
-    /// path: keep it short (counters, a log line), never blocking.
-    fn report(&self, report: Report<'_, Self::Server>);
-
-    /// An answer the balancer gives itself, before any server is chosen: the query interface
-    /// (`/TOTVS_BROKER_QUERY/...`), routed by path on an HTTP balancer, counted in what the
-    /// connection holds (`admission`: a query's place while it is no client). `None` (the
-    /// default) for a request that goes to a server.
-    fn intercept(
-        &self,
-        _request: &ClientHead<'_>,
-        _client: &Downstream,
-        _admission: &mut Self::Admission,
-    ) -> Option<Response<Bytes>> {
-        None
-    }
-
     /// A last change of the balancer's own to the head a server is sent (the affinity takes
     /// its cookie out here), made on `head`, the changes the engine made already (hop-by-hop
     /// lines out, `X-Forwarded-*`); `request` is the client's head as received.
@@ -178,6 +179,18 @@ pub trait Upstreams: Send + Sync + 'static {
     /// connection would wait in the pool, open, until the idle timeout.
     fn keeps(&self, _server: &Self::Server) -> bool {
         true
+    }
+
+    /// What happened, for quarantine, accounting and the access log. Called on the data
+    /// path: keep it short (counters, a log line), never blocking.
+    fn report(&self, report: Report<'_, Self::Server>);
+
+    /// The connection waits for its next request: what it holds may be given to another
+    /// (a query connection's place, to a new query that finds none free). What it returns
+    /// bounds that wait when it is shorter than `HTTP_REQUEST_TIMEOUT` (a query connection's
+    /// head and life); `None` (the default) leaves the setting.
+    fn waiting(&self, _admission: &Self::Admission) -> Option<Duration> {
+        None
     }
 }
 
@@ -463,30 +476,49 @@ pub struct Settings {
     /// `HTTP2_WEBSOCKET`: WebSocket over HTTP/2 is offered (when `websocket` is among the
     /// upgrade protocols too).
     pub http2_websocket: bool,
+    /// Whether an HTTP/1.1 request must name its `Host`: it must where requests go on to
+    /// servers; a TCP port's query connection takes one that names none, as it always has.
+    pub host: h1::HostRule,
+}
+
+impl Settings {
+    /// The engine's settings from a balancer's keys (`config`), the page language, and the
+    /// broker's `HTTP_HEAD_MEMORY` budget.
+    pub fn from_config(
+        config: &BalancerConfig,
+        language: Language,
+        head_memory: Arc<Budget>,
+    ) -> Settings {
+        let keys = &config.http;
+        Settings {
+            forwarded_headers: keys.forwarded_headers,
+            upgrade_protocols: keys.upgrade_protocols.clone(),
+            max_idle: keys.pool_max_idle as usize,
+            idle_timeout: keys.pool_idle_timeout,
+            request_timeout: keys.request_timeout,
+            response_timeout: keys.response_timeout,
+            body_timeout: keys.body_timeout,
+            retry_idempotent: keys.retry_idempotent,
+            tunnel_idle_timeout: config.idle_timeout,
+            language,
+            retry_after: Duration::from_secs(5),
+            trusted_proxies: keys.trusted_proxies.clone(),
+            head_memory,
+            host: h1::HostRule::Required,
+            http2_max_streams: keys.http2_max_streams,
+            http2_websocket: keys.http2_websocket,
+        }
+    }
 }
 
 impl Default for Settings {
-    /// The keys' defaults: forwarded headers on, WebSocket the one upgrade, 32 idle
-    /// connections per server kept 60 s, 30 s for a request's head, 600 s for an answer, 60 s
-    /// of silence within a body.
+    /// The keys' defaults, written once, in the configuration's model
+    /// ([`BalancerConfig::defaults`], [`General::defaults`]).
     fn default() -> Settings {
-        Settings {
-            forwarded_headers: true,
-            upgrade_protocols: vec!["websocket".to_string()],
-            max_idle: 32,
-            idle_timeout: Duration::from_secs(60),
-            request_timeout: Duration::from_secs(30),
-            response_timeout: Duration::from_secs(600),
-            body_timeout: Duration::from_secs(60),
-            retry_idempotent: false,
-            tunnel_idle_timeout: None,
-            language: Language::English,
-            retry_after: Duration::from_secs(5),
-            trusted_proxies: Vec::new(),
-            head_memory: Budget::new(DEFAULT_HTTP_HEAD_MEMORY),
-            http2_max_streams: 100,
-            http2_websocket: true,
-        }
+        let general = General::defaults();
+        let config = BalancerConfig::defaults(BalancerKind::Http("BALANCE_HTTP"));
+        let head_memory = Budget::new(general.http_head_memory);
+        Settings::from_config(&config, general.language, head_memory)
     }
 }
 

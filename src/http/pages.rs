@@ -282,10 +282,9 @@ fn html(code: u16, title: &str, sentence: &str, language: Language) -> String {
     )
 }
 
-/// The whole answer (status line, headers, page) to a plain HTTP request that reached a port
-/// speaking only TLS: 400, saying to use https (nginx answers the same case with its "plain
-/// HTTP request was sent to HTTPS port"). Written before the TLS engine, so it is raw bytes.
-pub fn plain_http_to_tls_port(language: Language) -> Bytes {
+/// The page of a plain HTTP request that reached a port speaking only TLS (400), saying to use
+/// https; the engine's formatter makes it an answer (`engine::plain_http_to_tls_port`).
+pub(crate) fn plain_http_to_tls_port(language: Language) -> Bytes {
     let (title, sentence) = match language {
         Language::English => (
             "Use https",
@@ -296,18 +295,7 @@ pub fn plain_http_to_tls_port(language: Language) -> Bytes {
             "Esta porta aceita somente HTTPS: abra o mesmo endereço com https:// em vez de http://.",
         ),
     };
-    whole_answer(StatusCode::BAD_REQUEST, title, sentence, language)
-}
-
-/// An answer as bytes on the wire, for a port that speaks no HTTP engine (TLS only): the
-/// page, `no-store`, and `Connection: close`.
-fn whole_answer(status: StatusCode, title: &str, sentence: &str, language: Language) -> Bytes {
-    let body = html(status.as_u16(), title, sentence, language);
-    Bytes::from(format!(
-        "HTTP/1.1 {status}\r\nContent-Type: text/html; charset=utf-8\r\n\
-         Cache-Control: no-store\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    ))
+    Bytes::from(html(400, title, sentence, language))
 }
 
 #[cfg(test)]
@@ -397,20 +385,5 @@ mod tests {
                 "{long}"
             );
         }
-    }
-
-    #[test]
-    fn a_whole_answer_is_framed_by_its_length_and_closes() {
-        let tls = String::from_utf8_lossy(&plain_http_to_tls_port(Language::English)).into_owned();
-        let Some((head, body)) = tls.split_once("\r\n\r\n") else {
-            panic!("{tls}")
-        };
-        assert!(head.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{head}");
-        assert!(head.contains("\r\nConnection: close"), "{head}");
-        assert!(
-            head.contains(&format!("\r\nContent-Length: {}", body.len())),
-            "{head}"
-        );
-        assert!(tls.contains("https://"), "{tls}");
     }
 }

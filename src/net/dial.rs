@@ -26,7 +26,7 @@ use crate::tls::{Cause, HandshakeFailure, UpstreamTls};
 /// A connection to a server: plain TCP, or TLS with `SSL_ENCRYPT_UPSTREAM=1`. The TLS one is
 /// boxed: a rustls connection is over a kilobyte, and a stream held inline makes every future
 /// and pool slot that holds a server connection that large, to be copied as they move (an
-/// HTTP request's future, boxed once per request, was some 12 KB).
+/// HTTP request's boxed future among them: docs/decisions/2026-12-02-boxed-tls-server-stream.md).
 pub type ServerStream = Either<TcpStream, Box<tokio_rustls::client::TlsStream<TcpStream>>>;
 
 /// Why a server could not be connected to: what both engines get back from a dial, with
@@ -234,10 +234,7 @@ pub async fn dial(
     if config.tls.encrypt_upstream && tls.is_none() {
         return Err(ConnectError::TlsNotLoaded);
     }
-    let mut stream = connect(resolver, host, port, config).await?;
-    if !preface.is_empty() {
-        write_preface(&mut stream, preface, config.connect_timeout).await?;
-    }
+    let stream = connect_with_preface(resolver, host, port, config, preface).await?;
     let Some(tls) = tls else {
         return Ok(Either::Left(stream));
     };
@@ -251,9 +248,26 @@ pub async fn dial(
         .map_err(ConnectError::Handshake)
 }
 
+/// Connects to `host:port` as [`connect`] does, and writes `preface` first (a PROXY protocol
+/// header, `SEND_PROXY_PROTOCOL`; nothing when empty): a client's connection before its TLS
+/// handshake, or the monitor's connect-only check.
+pub async fn connect_with_preface(
+    resolver: &Arc<Resolver>,
+    host: &Host,
+    port: u16,
+    config: &BalancerConfig,
+    preface: &[u8],
+) -> Result<TcpStream, ConnectError> {
+    let mut stream = connect(resolver, host, port, config).await?;
+    if !preface.is_empty() {
+        write_preface(&mut stream, preface, config.connect_timeout).await?;
+    }
+    Ok(stream)
+}
+
 /// Writes `preface` on a new connection within `timeout` (a few hundred bytes at most, which
 /// a new socket's send buffer takes at once).
-pub async fn write_preface(
+async fn write_preface(
     stream: &mut TcpStream,
     preface: &[u8],
     timeout: Duration,

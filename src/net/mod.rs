@@ -10,6 +10,8 @@
 //!   (the first byte told apart, the handshake within a timeout).
 //! - [`proxy_protocol`]: the PROXY protocol's headers (versions 1 and 2) read from bytes and
 //!   written, pure functions.
+//! - [`connector`]: a connection to a server for a client: the dial, the socket's options,
+//!   and its outcome told to whoever counts connects (the balancer).
 //! - [`dial`]: connecting to a server: resolve, refuse the broker itself, connect within a
 //!   timeout, socket options, TLS towards servers; for clients and the monitor alike.
 //! - [`resolve`]: server names to addresses: cached, one lookup per name, a bound on lookups
@@ -18,6 +20,9 @@
 //!   plain TCP socket can do besides.
 //! - [`relay`]: bytes both ways with half-close over any stream; splice(2) between plain
 //!   sockets.
+//! - [`splice`] (Linux): bytes from one plain socket to another through a pipe of a bounded
+//!   pool, never through user space: the relay's bulk transfers and the HTTP engine's long
+//!   bodies.
 //! - [`workers`]: the data path's threads, one per core, each with its own runtime and
 //!   listening sockets.
 //! - [`sys`]: the system calls the standard library lacks (keepalive knobs, splice pipes, the
@@ -25,6 +30,7 @@
 //! - `inherit` (Unix): descriptors handed over by a supervisor or systemd, taken by number:
 //!   the one module allowed `unsafe`.
 
+pub mod connector;
 pub mod dial;
 pub mod handshake;
 #[cfg(unix)]
@@ -33,6 +39,8 @@ pub mod listener;
 pub mod proxy_protocol;
 pub mod relay;
 pub mod resolve;
+#[cfg(target_os = "linux")]
+pub mod splice;
 pub mod stream;
 pub mod sys;
 pub mod workers;

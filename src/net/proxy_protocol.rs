@@ -1,6 +1,7 @@
 //! The PROXY protocol (HAProxy's, versions 1 and 2), as pure functions over bytes: a header
 //! read from the first bytes of a connection ([`parse`]), and one written for a server
-//! ([`write`]). A front balancer (HAProxy's `send-proxy`, an AWS NLB, an F5, nginx's
+//! ([`write()`], and [`preface`], what a connection to a server begins with). A front
+//! balancer (HAProxy's `send-proxy`, an AWS NLB, an F5, nginx's
 //! `proxy_protocol on`) puts the header before the client's bytes so the broker behind it
 //! learns who the client is; the broker does the same towards servers that read it.
 //!
@@ -56,6 +57,31 @@ pub enum Header {
     Unknown,
     /// Version 2 `LOCAL`: the sender's own connection, no client's (a health check).
     Local,
+}
+
+impl Header {
+    /// The header a connection to a server carries for a client: the client (`source`) and
+    /// where it connected (`destination`) when both are known; else `Unknown` (`PROXY
+    /// UNKNOWN`, or version 2's family UNSPEC): a client the broker cannot name is named to no
+    /// server.
+    pub fn for_client(source: Option<SocketAddr>, destination: Option<SocketAddr>) -> Header {
+        match (source, destination) {
+            (Some(source), Some(destination)) => Header::Proxied {
+                source,
+                destination,
+            },
+            _ => Header::Unknown,
+        }
+    }
+}
+
+/// What a new connection to a server begins with under `SEND_PROXY_PROTOCOL` (`send`): the
+/// header `header` makes, in that version; nothing without (and `header` is not asked, so a
+/// connection that sends none looks up no address). The one builder of the TCP clients', the
+/// HTTP requests' and the monitor's checks' headers.
+pub fn preface(send: Option<ProxyVersion>, header: impl FnOnce() -> Header) -> Vec<u8> {
+    send.map(|version| write(version, &header()))
+        .unwrap_or_default()
 }
 
 /// What the bytes so far amount to.

@@ -19,12 +19,15 @@ use std::time::Duration;
 use tokio::io::ReadBuf;
 use tokio::time::{Instant, Sleep};
 
+#[cfg(target_os = "linux")]
+use crate::net::splice::{Splice, SpliceError};
 use crate::net::stream::Stream;
 use crate::process::os_error::words;
 
-/// Bytes moved per read. Measured on loopback (iperf3 through the broker, 2 cores): 16 KiB
-/// buffers (HAProxy's and nginx's size) gave about 6 Gbit/s, 64 KiB about 13 Gbit/s, with less
-/// CPU per byte. Buffers exist only while data moves, so idle connections do not pay.
+/// Bytes moved per read: more than HAProxy's and nginx's 16 KiB, which moved less through the
+/// broker, at more CPU per byte (the figures, and how they were made: docs/benchmarks.md,
+/// "Figures behind the code"). Buffers exist only while data moves, so idle connections do not
+/// pay.
 const BUFFER_SIZE: usize = 64 * 1024;
 
 /// Buffers a thread keeps for its next bursts, so taking one is a pop rather than a 64 KiB
@@ -148,14 +151,8 @@ struct Half {
     bulk: bool,
     /// Set once the direction moves bulk data: bytes then go socket -> pipe -> socket.
     #[cfg(target_os = "linux")]
-    pipe: Option<crate::net::sys::Pipe>,
+    splice: Option<Splice>,
 }
-
-/// The pipes bulk connections splice through (Linux), and the HTTP engine's long bodies. 256 pipes of 256 KiB are 512
-/// descriptors and 64 MiB of pipe memory, a non-root user's default allowance
-/// (`fs.pipe-user-pages-soft`); past that, connections keep the buffered copy.
-#[cfg(target_os = "linux")]
-pub(crate) static PIPES: crate::net::sys::PipePool = crate::net::sys::PipePool::new(256);
 
 /// A failure in one direction, by which socket failed.
 enum Failure {
@@ -200,7 +197,7 @@ impl Half {
     ) -> Poll<Result<(), Failure>> {
         loop {
             #[cfg(target_os = "linux")]
-            if self.pipe.is_some() {
+            if self.splice.is_some() {
                 return self.poll_splice(cx, from, to, counter, last);
             }
             if let Some(buf) = self.buf.as_deref().filter(|_| self.pos < self.cap) {
@@ -225,9 +222,9 @@ impl Half {
                 self.bulk = false;
                 if from.plain().is_some()
                     && to.plain().is_some()
-                    && let Some(pipe) = PIPES.take()
+                    && let Some(splice) = Splice::take()
                 {
-                    self.pipe = Some(pipe);
+                    self.splice = Some(splice);
                     give_buffer(self.buf.take());
                     continue;
                 }
@@ -290,14 +287,12 @@ impl Half {
         self.done = true;
         give_buffer(self.buf.take());
         #[cfg(target_os = "linux")]
-        if let Some(pipe) = self.pipe.take() {
-            PIPES.give(pipe);
-        }
+        drop(self.splice.take());
         Poll::Ready(Ok(()))
     }
 
-    /// The spliced copy: socket -> pipe -> socket, no byte through user space. Only ever set
-    /// up between two plain sockets.
+    /// The spliced copy ([`Splice`]): socket -> pipe -> socket, no byte through user space.
+    /// Only ever set up between two plain sockets.
     #[cfg(target_os = "linux")]
     fn poll_splice<R: Stream, W: Stream>(
         &mut self,
@@ -307,34 +302,23 @@ impl Half {
         counter: &AtomicU64,
         last: bool,
     ) -> Poll<Result<(), Failure>> {
-        use tokio::io::Interest;
-        let (Some(pipe), Some(source), Some(sink)) = (self.pipe.as_mut(), from.plain(), to.plain())
+        let (Some(splice), Some(source), Some(sink)) =
+            (self.splice.as_mut(), from.plain(), to.plain())
         else {
             return Poll::Ready(Ok(()));
         };
-        loop {
-            if pipe.pending > 0 {
-                ready!(sink.poll_write_ready(cx)).map_err(Failure::Write)?;
-                match sink.try_io(Interest::WRITABLE, || pipe.drain_to(sink)) {
-                    Ok(n) => {
-                        self.moved += n as u64;
-                        counter.fetch_add(n as u64, Relaxed);
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(e) => return Poll::Ready(Err(Failure::Write(e))),
-                }
-                continue;
+        let before = splice.written;
+        let polled = splice.poll_move(cx, source, sink, u64::MAX);
+        let n = splice.written - before;
+        self.moved += n;
+        counter.fetch_add(n, Relaxed);
+        match ready!(polled) {
+            Ok(_) => {
+                self.eof = true;
+                self.poll_finish(cx, to, last)
             }
-            if self.eof {
-                return self.poll_finish(cx, to, last);
-            }
-            ready!(source.poll_read_ready(cx)).map_err(Failure::Read)?;
-            match source.try_io(Interest::READABLE, || pipe.fill_from(source)) {
-                Ok(0) => self.eof = true,
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Poll::Ready(Err(Failure::Read(e))),
-            }
+            Err(SpliceError::Read(e)) => Poll::Ready(Err(Failure::Read(e))),
+            Err(SpliceError::Write(e)) => Poll::Ready(Err(Failure::Write(e))),
         }
     }
 }
@@ -447,9 +431,7 @@ fn settle<C: Stream, S: Stream>(
     end: End,
 ) -> Outcome {
     #[cfg(target_os = "linux")]
-    for pipe in [up.pipe.take(), down.pipe.take()].into_iter().flatten() {
-        PIPES.give(pipe);
-    }
+    drop((up.splice.take(), down.splice.take()));
     // Pass an abort on: the other side gets a reset, not a clean end of stream that could
     // pass for a complete answer.
     match &end {

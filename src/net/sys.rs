@@ -239,9 +239,9 @@ mod pipes {
 
     use nix::fcntl::{OFlag, SpliceFFlags, splice};
 
-    /// Most bytes one splice moves, and the pipe size asked for (F_SETPIPE_SZ). Measured with
-    /// iperf3 through the broker pinned to one CPU: the default 64 KiB pipe moved about 8
-    /// Gbit/s, 256 KiB 10-11 Gbit/s, 1 MiB less again.
+    /// Most bytes one splice moves, and the pipe size asked for (F_SETPIPE_SZ): the default
+    /// 64 KiB pipe moved less through the broker, and a larger one than this less again (the
+    /// figures, and how they were made: docs/benchmarks.md, "Figures behind the code").
     const PIPE_CAPACITY: usize = 256 * 1024;
 
     /// A pipe and the bytes waiting in it.
@@ -267,16 +267,8 @@ mod pipes {
             })
         }
 
-        /// Moves what `from` has (up to the pipe's capacity) into the pipe; 0 at end of stream.
-        pub fn fill_from(&mut self, from: impl AsFd) -> io::Result<usize> {
-            let flags = SpliceFFlags::SPLICE_F_MOVE | SpliceFFlags::SPLICE_F_NONBLOCK;
-            let n = splice(from, None, &self.write, None, PIPE_CAPACITY, flags)?;
-            self.pending += n;
-            Ok(n)
-        }
-
-        /// Moves what `from` has into the pipe, at most `max` bytes (a body's rest: the bytes
-        /// after it are the next message's); 0 at end of stream.
+        /// Moves what `from` has into the pipe, at most `max` bytes and the pipe's capacity (a
+        /// body's rest: the bytes after it are the next message's); 0 at end of stream.
         pub fn fill_from_at_most(&mut self, from: impl AsFd, max: usize) -> io::Result<usize> {
             let flags = SpliceFFlags::SPLICE_F_MOVE | SpliceFFlags::SPLICE_F_NONBLOCK;
             let n = splice(from, None, &self.write, None, max.min(PIPE_CAPACITY), flags)?;

@@ -4,12 +4,9 @@
 //! (tests/readme.rs).
 
 use std::fmt::Write;
+use std::future::{Future, ready};
 use std::net::SocketAddr;
-
-use bytes::Bytes;
-use hyper::header;
-use hyper::http::request::Parts;
-use hyper::{Method, Response, StatusCode};
+use std::pin::Pin;
 
 use super::access::{refusal, visible_config};
 use super::language::{self, Chosen};
@@ -19,6 +16,17 @@ use super::{json, labels, metrics, page};
 use crate::balancer::Balancer;
 use crate::balancer::shared::Shared;
 use crate::config::{Language, Origin};
+use crate::http::{LocalAnswer, LocalRequest};
+
+/// A command's answer on its way. Most are ready at once (rendered from a snapshot); one
+/// that awaits (a body, a check run off the worker threads) is a future all the same, boxed
+/// since the commands are entries of one table.
+pub(super) type Answering<'q> = Pin<Box<dyn Future<Output = LocalAnswer> + Send + 'q>>;
+
+/// An answer ready at once.
+fn now(answer: LocalAnswer) -> Answering<'static> {
+    Box::pin(ready(answer))
+}
 
 /// A command of the query interface: an entry of [`COMMANDS`].
 pub(super) struct QueryCommand {
@@ -28,13 +36,13 @@ pub(super) struct QueryCommand {
     usage: &'static str,
     help: &'static str,
     /// The methods it answers; any other is answered 405, with these in `Allow`.
-    pub(super) methods: &'static [Method],
+    pub(super) methods: &'static [&'static str],
     /// Its answer.
-    pub(super) answer: fn(&Query<'_>) -> Response<Bytes>,
+    pub(super) answer: for<'q> fn(&'q Query<'q>) -> Answering<'q>,
 }
 
 /// GET and HEAD: every command reads, none changes anything.
-pub(super) const READ: &[Method] = &[Method::GET, Method::HEAD];
+pub(super) const READ: &[&str] = &["GET", "HEAD"];
 
 /// Every command, in the order the list of commands shows them.
 pub(super) const COMMANDS: &[QueryCommand] = &[
@@ -43,7 +51,13 @@ pub(super) const COMMANDS: &[QueryCommand] = &[
         usage: "STATUS",
         help: "the status page (HTML; ?refresh=N reloads every N seconds)",
         methods: READ,
-        answer: |q| html(page::status(&q.snapshot(), &q.host, refresh(q.request))),
+        answer: |q| {
+            now(html(page::status(
+                &q.snapshot(),
+                &q.host,
+                refresh(q.request),
+            )))
+        },
     },
     QueryCommand {
         name: "CFG",
@@ -51,11 +65,11 @@ pub(super) const COMMANDS: &[QueryCommand] = &[
         help: "the effective configuration (HTML)",
         methods: READ,
         answer: |q| {
-            html(page::config(
+            now(html(page::config(
                 &q.snapshot(),
                 &visible_config(q.shared, q.peer),
                 &q.host,
-            ))
+            )))
         },
     },
     QueryCommand {
@@ -63,21 +77,21 @@ pub(super) const COMMANDS: &[QueryCommand] = &[
         usage: "PING",
         help: "200 while accepting clients, 503 while shutting down",
         methods: READ,
-        answer: ping,
+        answer: |q| now(ping(q)),
     },
     QueryCommand {
         name: "READY",
         usage: "READY",
         help: "200 while a client would be served, 503 (and why) otherwise",
         methods: READ,
-        answer: ready,
+        answer: |q| now(readiness_answer(q)),
     },
     QueryCommand {
         name: "JSON",
         usage: "JSON",
         help: "the status for scripts",
         methods: READ,
-        answer: |q| json_status(&q.snapshot()),
+        answer: |q| now(json_status(&q.snapshot())),
     },
     QueryCommand {
         name: "METRICS",
@@ -86,7 +100,7 @@ pub(super) const COMMANDS: &[QueryCommand] = &[
         methods: READ,
         answer: |q| {
             let content_type = "text/plain; version=0.0.4; charset=utf-8";
-            body(StatusCode::OK, content_type, metrics::render(&q.snapshot()))
+            now(body(200, content_type, metrics::render(&q.snapshot())))
         },
     },
     QueryCommand {
@@ -94,7 +108,7 @@ pub(super) const COMMANDS: &[QueryCommand] = &[
         usage: "SERVERSTATUS/<host>:<port>",
         help: "one server and its quarantine history (HTML)",
         methods: READ,
-        answer: server_status,
+        answer: |q| now(server_status(q)),
     },
     QueryCommand {
         name: "",
@@ -109,11 +123,10 @@ pub(super) const COMMANDS: &[QueryCommand] = &[
             };
             // Which of the two, and in which language, is the request's `Accept` and
             // `Accept-Language`'s to say: a cache keeps one answer per pair.
-            answer.headers_mut().insert(
-                header::VARY,
-                header::HeaderValue::from_static("Accept, Accept-Language"),
-            );
             answer
+                .fields
+                .retain(|(name, _)| !name.eq_ignore_ascii_case("vary"));
+            now(answer.with("Vary", "Accept, Accept-Language"))
         },
     },
 ];
@@ -137,7 +150,7 @@ pub(super) struct Query<'a> {
     pub(super) shared: &'a Shared,
     pub(super) balancer: &'a Balancer,
     pub(super) peer: SocketAddr,
-    pub(super) request: &'a Parts,
+    pub(super) request: &'a LocalRequest,
     /// The balancer's HTTP figures, on an HTTP balancer, for the pages that show them.
     pub(super) http: Option<HttpFigures>,
     /// The host name the client used (its `Host`), for the links to the other balancers.
@@ -181,14 +194,13 @@ impl Query<'_> {
     fn language(&self) -> Chosen {
         let config = self.shared.config.load();
         let set_in_file = config.origins.get("GENERAL", "LANGUAGE") != Origin::Default;
-        let browser = self
+        let browser = self.request.values("accept-language");
+        let query = self
             .request
-            .headers
-            .get_all(header::ACCEPT_LANGUAGE)
-            .into_iter()
-            .map(|value| value.as_bytes());
+            .query()
+            .and_then(|q| std::str::from_utf8(q).ok());
         language::choose(
-            self.request.uri.query(),
+            query,
             set_in_file.then_some(config.general.language),
             browser,
             Language::English,
@@ -197,37 +209,29 @@ impl Query<'_> {
 }
 
 /// JSON: the status for scripts.
-fn json_status(snapshot: &Snapshot) -> Response<Bytes> {
-    body(StatusCode::OK, "application/json", json::render(snapshot))
+fn json_status(snapshot: &Snapshot) -> LocalAnswer {
+    body(200, "application/json", json::render(snapshot))
 }
 
 /// PING: 200 while the broker accepts clients, 503 once it is shutting down.
-fn ping(q: &Query<'_>) -> Response<Bytes> {
+fn ping(q: &Query<'_>) -> LocalAnswer {
     if q.shared.shutdown.is_draining() {
         return text(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "DRAINING: appbroker is shutting down and will stop accepting clients\n".into(),
+            503,
+            "DRAINING: appbroker is shutting down and will stop accepting clients\n",
         );
     }
-    text(
-        StatusCode::OK,
-        "OK: appbroker is accepting clients\n".into(),
-    )
+    text(200, "OK: appbroker is accepting clients\n")
 }
 
 /// READY: 200 while a client arriving now would be served, else 503; the text says why.
-fn ready(q: &Query<'_>) -> Response<Bytes> {
+fn readiness_answer(q: &Query<'_>) -> LocalAnswer {
     let (ready, why) = readiness(q.shared, q.balancer);
-    let status = if ready {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    };
-    text(status, why)
+    text(if ready { 200 } else { 503 }, why)
 }
 
 /// `SERVERSTATUS/<host>:<port>`: one server's page, or 404 naming the balancer's servers.
-fn server_status(q: &Query<'_>) -> Response<Bytes> {
+fn server_status(q: &Query<'_>) -> LocalAnswer {
     let snap = q.snapshot();
     if let Some(server) = snap.server(q.argument.trim_end_matches('/')) {
         return html(page::server(&snap, server, &q.host));
@@ -244,7 +248,7 @@ fn server_status(q: &Query<'_>) -> Response<Bytes> {
         snap.state.kind.section(),
         known.join(", ")
     );
-    text(StatusCode::NOT_FOUND, message)
+    text(404, message)
 }
 
 /// READY: whether a client arriving now would be served (the balancer accepts clients and a
@@ -296,18 +300,17 @@ fn readiness(shared: &Shared, balancer: &Balancer) -> (bool, String) {
 }
 
 /// A browser asks for HTML; scripts and monitors (no Accept, `*/*`, JSON) get JSON.
-fn wants_html(request: &Parts) -> bool {
+fn wants_html(request: &LocalRequest) -> bool {
     request
-        .headers
-        .get_all(header::ACCEPT)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
+        .values("accept")
+        .filter_map(|v| std::str::from_utf8(v).ok())
         .any(|v| v.to_ascii_lowercase().contains("text/html"))
 }
 
 /// `?refresh=N`, 1 to 3600 seconds.
-fn refresh(request: &Parts) -> Option<u32> {
-    request.uri.query()?.split('&').find_map(|pair| {
+fn refresh(request: &LocalRequest) -> Option<u32> {
+    let query = std::str::from_utf8(request.query()?).ok()?;
+    query.split('&').find_map(|pair| {
         let (key, value) = pair.split_once('=')?;
         let seconds = value.parse::<u32>().ok()?;
         (key.eq_ignore_ascii_case("refresh") && (1..=3600).contains(&seconds)).then_some(seconds)

@@ -1,22 +1,23 @@
 //! `TOTVS_BROKER_QUERY` on each balancer's own port: STATUS, CFG, PING, READY, JSON, METRICS
-//! and ServerStatus, served with hyper (HTTP/1.1, keep-alive) to browsers and monitoring
-//! scripts.
+//! and ServerStatus, for browsers and monitoring scripts.
 //!
-//! On a TCP balancer a connection reaches here when its first bytes were a query (the TCP
-//! client's sniff, [`crate::tcp::sniff`]); there queries have their own small limit
-//! (`QUERY_MAX_CONNECTIONS`) and timeouts, so slow or never-finished requests cannot use up
-//! the broker's descriptors or slow the proxying ([`serve()`]). On an HTTP balancer each
-//! request is routed here by its path ([`intercept`]), on a connection that is the balancer's
-//! client, with the HTTP engine's limits. Either way a request goes from the route to its
+//! Every query is served by the HTTP engine, on both kinds of port, and answered here from the
+//! balancer's own request type ([`LocalRequest`](crate::http::LocalRequest)), which no front ties
+//! to HTTP/1.1 or to a library's types: on an HTTP balancer each request whose path is a query's is
+//! routed here ([`intercepts`]) on a connection that may be the balancer's client; on a TCP
+//! balancer a connection whose first bytes were a query (the TCP client's sniff,
+//! [`crate::tcp::sniff`]) is handed to an engine whose upstreams answer every request ([`port`]).
+//! Either way a query holds one of the balancer's few query places (`QUERY_MAX_CONNECTIONS`) while
+//! its connection is no client, is held to the same limits ([`limits`]), goes from the route to its
 //! command, and the command renders a snapshot.
 //!
-//! - `serve`: the query connection on a TCP balancer's port: read the first request within
-//!   bounds, hold a query place, answer each request with hyper.
-//! - `route`: from a request to its command (405, 404), and [`intercept`] for an HTTP
-//!   balancer.
+//! - `route`: who may query (403), the query place (503), the limits (414, 431), then from a
+//!   request to its command (405, 404).
+//! - [`port`]: a TCP balancer's query connections as the engine's upstreams.
+//! - [`limits`]: a query's line, head, wait and life, the same on every port.
 //! - `commands`: the table of commands: each one's name, methods, line in the list, answer.
 //! - `access`: who may query (`QUERY_ENABLED`, `QUERY_ALLOW`), and the configuration they see.
-//! - `reply`: an answer's body, content type and the headers every answer carries.
+//! - `reply`: an answer's body, content type and the lines every answer carries.
 //! - [`snapshot`]: one consistent read of a balancer's state, which every answer is rendered
 //!   from.
 //! - `page`: the HTML pages (STATUS, CFG, one server's detail), pure.
@@ -31,12 +32,13 @@ mod commands;
 mod json;
 mod labels;
 mod language;
+pub mod limits;
 mod metrics;
 mod page;
+pub mod port;
 mod reply;
 mod route;
-mod serve;
 pub mod snapshot;
 
-pub use route::intercept;
-pub use serve::{Connection, serve};
+pub use port::{QueryEngine, QueryPort};
+pub use route::{answer, intercepts};

@@ -1,39 +1,32 @@
-//! An answer's HTTP shape: its body and content type, and the headers every answer carries
-//! (never cached: the figures are live; never sniffed: a text is not a page).
+//! An answer's shape: its body and content type, and the lines every answer carries (never
+//! cached: the figures are live; never sniffed: a text is not a page). The engine frames it
+//! (length, `Connection`) and writes it.
 
-use bytes::Bytes;
-use hyper::header::{self, HeaderValue};
-use hyper::{Response, StatusCode};
+use crate::http::LocalAnswer;
 
 /// A page: 200, HTML, in the language the request chose (`super::language`): a cache keeps
 /// one per `Accept-Language`.
-pub(super) fn html(page: String) -> Response<Bytes> {
-    let mut response = body(StatusCode::OK, "text/html; charset=utf-8", page);
-    response
-        .headers_mut()
-        .insert(header::VARY, HeaderValue::from_static("Accept-Language"));
-    response
+pub(super) fn html(page: String) -> LocalAnswer {
+    body(200, "text/html; charset=utf-8", page).with("Vary", "Accept-Language")
 }
 
 /// A text for people and scripts: PING, READY, a refusal, the list of commands.
-pub(super) fn text(status: StatusCode, message: String) -> Response<Bytes> {
-    body(status, "text/plain; charset=utf-8", message)
+pub(super) fn text(status: u16, message: impl Into<String>) -> LocalAnswer {
+    body(status, "text/plain; charset=utf-8", message.into())
+}
+
+/// A refusal's text: the connection closes after it.
+pub(super) fn closing(status: u16, message: impl Into<String>) -> LocalAnswer {
+    LocalAnswer {
+        close: true,
+        ..text(status, message)
+    }
 }
 
 /// `content` as `content_type`, with `status`.
-pub(super) fn body(
-    status: StatusCode,
-    content_type: &'static str,
-    content: String,
-) -> Response<Bytes> {
-    let mut response = Response::new(Bytes::from(content));
-    *response.status_mut() = status;
-    let headers = response.headers_mut();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    headers.insert(
-        "x-content-type-options",
-        HeaderValue::from_static("nosniff"),
-    );
-    response
+pub(super) fn body(status: u16, content_type: &'static str, content: String) -> LocalAnswer {
+    LocalAnswer::new(status, content)
+        .with("Content-Type", content_type)
+        .with("Cache-Control", "no-cache")
+        .with("X-Content-Type-Options", "nosniff")
 }

@@ -1,97 +1,98 @@
-//! From a request to its answer: the path's command looked up in the table of commands
+//! From a request to its answer, the same on every port: who asks is checked first
+//! (`QUERY_ALLOW`, 403), then the connection's query place (503), then the query's limits
+//! (414, 431); the path's command is looked up in the table of commands
 //! ([`commands::COMMANDS`]), its methods checked (405), an unknown one answered with the list
-//! of commands (404). A TCP balancer's query connection (`serve`) hands each request here; an
-//! HTTP balancer hands its requests to [`intercept`], which takes those whose path is a
-//! query's.
+//! of commands (404). An HTTP balancer hands a request here when [`intercepts`] says its path
+//! is a query's; a TCP balancer's query connection hands every request here.
 
 use std::net::SocketAddr;
 
-use bytes::Bytes;
-use hyper::header::{self, HeaderValue};
-use hyper::http::request::Parts;
-use hyper::{Method, Response, StatusCode};
 use tracing::debug;
 
 use super::access::{BUSY, refusal, unknown_refusal};
 use super::commands::{self, COMMANDS, Query, READ};
-use super::reply::text;
+use super::limits;
+use super::reply::{closing, text};
 use super::snapshot::HttpFigures;
-use crate::balancer::Balancer;
 use crate::balancer::shared::Shared;
-use crate::http::ClientHead;
+use crate::balancer::{Admission, Balancer, Generation};
+use crate::http::{LocalAnswer, LocalRequest};
 
 /// What every query's path starts with, in any case.
 const PREFIX: &str = "/TOTVS_BROKER_QUERY";
 
-/// The answer to a request on an HTTP balancer's port when it is a query (its path starts
-/// with `/TOTVS_BROKER_QUERY`, in any case, and `QUERY_ENABLED` is on): routed by path, no
-/// sniffing. `peer` is the client, `None` when it is unknown (a trusted proxy's chain named
-/// no usable address): refused, whatever `QUERY_ALLOW` says. `admit` counts it (a query place
-/// while its connection is no client; false: none is free, answered 503 as on a TCP port),
-/// once it is known to be a query from an allowed client. `None` for a request to forward.
-/// `http` reads the balancer's HTTP figures, for the pages that show them. The engine's head
-/// is looked at in place; only a query's is made hyper's, for the commands.
-pub fn intercept(
+/// Whether a request for `target` (path and query) on an HTTP balancer's port is a query: its
+/// path starts with `/TOTVS_BROKER_QUERY`, in any case, and `QUERY_ENABLED` is on. Asked of
+/// every request: the path is compared first, so a request that is no query reads nothing
+/// else.
+pub fn intercepts(balancer: &Balancer, target: &[u8]) -> bool {
+    let path = target.split(|&b| b == b'?').next().unwrap_or_default();
+    let is_query = path
+        .get(..PREFIX.len())
+        .is_some_and(|prefix| prefix.eq_ignore_ascii_case(PREFIX.as_bytes()));
+    is_query && balancer.generation().config.query.enabled
+}
+
+/// The answer to a query, on either kind of port. Its client is checked first, at every
+/// request (a reload may have changed `QUERY_ALLOW`): an unknown one (a trusted proxy's chain
+/// named no usable address) is refused whatever `QUERY_ALLOW` says, and a refused one's
+/// connection closes unless a trusted proxy's connection carries it. Then `admission` counts
+/// it (a query place while its connection is no client; none free, or its place given to
+/// another query while it idled: 503, closed), the query's limits hold, and its command
+/// answers. `http` reads an HTTP balancer's figures, for the pages that show them. A query
+/// connection past its life closes after its answer.
+pub async fn answer(
     shared: &Shared,
     balancer: &Balancer,
-    peer: Option<SocketAddr>,
-    request: &ClientHead<'_>,
-    admit: impl FnOnce() -> bool,
-    http: impl FnOnce() -> HttpFigures,
-) -> Option<Response<Bytes>> {
-    let generation = balancer.generation();
-    if !generation.config.query.enabled {
-        return None;
-    }
-    let target = request.path_and_query();
-    let path = target.split(|&b| b == b'?').next().unwrap_or_default();
-    let prefix = path.get(..PREFIX.len())?;
-    if !prefix.eq_ignore_ascii_case(PREFIX.as_bytes()) {
-        return None;
-    }
-    let head = parts_of(request)?;
-    let Some(peer) = peer else {
-        let refusal = unknown_refusal(&generation);
-        debug!(client = "unknown", "query refused: {}", refusal.trim_end());
-        return Some(text(StatusCode::FORBIDDEN, refusal));
+    request: LocalRequest,
+    admission: &mut Admission,
+    http: impl FnOnce() -> Option<HttpFigures>,
+) -> LocalAnswer {
+    let peer = match allowed(&balancer.generation(), &request) {
+        Ok(peer) => peer,
+        Err(refusal) => {
+            debug!(client = %request.client, "query refused: {}", refusal.trim_end());
+            let mut answer = text(403, refusal);
+            answer.close = request.via.is_none();
+            return answer;
+        }
     };
-    if let Some(refusal) = refusal(&generation, peer) {
-        debug!(client = %peer, "query refused: {}", refusal.trim_end());
-        return Some(text(StatusCode::FORBIDDEN, refusal));
+    if admission.given_up() {
+        // Its place went to another query while it idled: it closes as any kept-alive
+        // connection may, and its client asks again on a new one.
+        return LocalAnswer::none();
     }
-    if !admit() {
-        // A query connection whose place went to another closes, as on a TCP port.
-        let mut busy = text(StatusCode::SERVICE_UNAVAILABLE, BUSY.to_string());
-        let close = HeaderValue::from_static("close");
-        busy.headers_mut().insert(header::CONNECTION, close);
-        return Some(busy);
+    if !balancer.admit_query(admission) {
+        return closing(503, BUSY);
     }
-    Some(answer(shared, balancer, peer, &head, Some(http())))
+    if let Some(refusal) = limits::refusal(&request) {
+        return refusal;
+    }
+    let mut answer = route(shared, balancer, peer, &request, http()).await;
+    answer.close |= limits::past_life(admission);
+    answer
 }
 
-/// A query's head as hyper's types (what the commands read): its method, its path and query,
-/// its header lines. `None` when they are not hyper's to take (then it is no query).
-fn parts_of(request: &ClientHead<'_>) -> Option<Parts> {
-    let mut builder = hyper::Request::builder()
-        .method(Method::from_bytes(request.method_bytes()).ok()?)
-        .uri(hyper::Uri::try_from(request.path_and_query()).ok()?);
-    for (_, field) in request.fields() {
-        builder = builder.header(field.name, field.value);
+/// The client of `request`, when it may query the balancer of `generation`; else why not
+/// (the 403's text).
+fn allowed(generation: &Generation, request: &LocalRequest) -> Result<SocketAddr, String> {
+    match request.client.known() {
+        None => Err(unknown_refusal(generation)),
+        Some(peer) => refusal(generation, peer).map_or(Ok(peer), Err),
     }
-    Some(builder.body(()).ok()?.into_parts().0)
 }
 
-/// Routes one request (from an allowed client) to its command's answer; `http`: the figures
-/// of an HTTP balancer.
-pub(super) fn answer(
+/// Routes one request (from an allowed client) to its command's answer.
+async fn route(
     shared: &Shared,
     balancer: &Balancer,
     peer: SocketAddr,
-    request: &Parts,
+    request: &LocalRequest,
     http: Option<HttpFigures>,
-) -> Response<Bytes> {
+) -> LocalAnswer {
     // `ServerStatus/%5B::1%5D:5000` is `ServerStatus/[::1]:5000`.
-    let rest = strip_prefix_ignore_case(request.uri.path(), PREFIX).map(percent_decode);
+    let path = String::from_utf8_lossy(request.path());
+    let rest = strip_prefix_ignore_case(&path, PREFIX).map(percent_decode);
     let (command, argument) = match rest.as_deref().map(|rest| rest.trim_start_matches('/')) {
         Some(rest) => {
             let (name, argument) = rest.split_once('/').unwrap_or((rest, ""));
@@ -101,16 +102,15 @@ pub(super) fn answer(
         None => (None, ""),
     };
     let methods = command.map_or(READ, |c| c.methods);
-    if !methods.contains(&request.method) {
+    if !methods.iter().any(|m| m.as_bytes() == request.method()) {
         return not_allowed(methods);
     }
     let Some(command) = command else {
-        return text(StatusCode::NOT_FOUND, commands::list());
+        return text(404, commands::list());
     };
     let host = request
-        .headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
+        .value("host")
+        .and_then(|h| std::str::from_utf8(h).ok())
         .map(host_name)
         .unwrap_or_else(|| "localhost".into());
     let query = Query {
@@ -122,18 +122,13 @@ pub(super) fn answer(
         host,
         argument,
     };
-    (command.answer)(&query)
+    (command.answer)(&query).await
 }
 
 /// 405: the methods that are answered, in words and in `Allow`.
-fn not_allowed(methods: &[Method]) -> Response<Bytes> {
-    let names: Vec<&str> = methods.iter().map(Method::as_str).collect();
-    let message = format!("only {} are answered here\n", names.join(" and "));
-    let mut response = text(StatusCode::METHOD_NOT_ALLOWED, message);
-    if let Ok(allow) = HeaderValue::from_str(&names.join(", ")) {
-        response.headers_mut().insert(header::ALLOW, allow);
-    }
-    response
+fn not_allowed(methods: &[&str]) -> LocalAnswer {
+    let message = format!("only {} are answered here\n", methods.join(" and "));
+    text(405, message).with("Allow", methods.join(", "))
 }
 
 /// `%XX` escapes of a path decoded; a malformed escape is kept as it is (and then names

@@ -10,6 +10,8 @@
 //! and its way to say ready in [`READY_ENV`].
 //!
 //! - `run`: the loop.
+//! - `replacing`: a broker replaced by another (new ports after a reload, an upgrade), the
+//!   old one retired.
 //! - `child`: one broker and its lifeline.
 //! - [`watchdog`]: the heartbeats judged.
 //! - `vet`: an upgrade's new binary checked beside the loop.
@@ -43,6 +45,7 @@ use crate::net::inherit;
 mod child;
 mod link;
 mod reexec;
+mod replacing;
 mod run;
 mod socket;
 pub mod systemd;

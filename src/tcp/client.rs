@@ -1,13 +1,14 @@
 //! One accepted connection as a [`Client`], with its way through the broker as methods, once
 //! its port's PROXY protocol and TLS steps are done (`net::handshake`, which says whom it
-//! serves: its [`Origin`]): sniff (a query is answered, anything else forwarded; a front
-//! balancer's check is answered or closed, never forwarded), take a `MAX_CONNECTIONS` place
+//! serves: its [`Origin`]): sniff (a query is handed to the balancer's query engine, anything
+//! else forwarded; a front balancer's check is answered or closed, never forwarded), take a `MAX_CONNECTIONS` place
 //! and one of its client's under `MAX_CONNECTIONS_PER_CLIENT`, choose a server and connect
 //! (the PROXY protocol header written first with `SEND_PROXY_PROTOCOL`; quarantining servers
 //! that fail and trying the next candidate), relay, and account for it.
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use tokio::time::Instant;
@@ -16,15 +17,16 @@ use tracing::{Instrument, Span, debug};
 
 use crate::balancer::events::Unserved;
 use crate::balancer::shared::{Ending, Shared};
-use crate::balancer::{Balancer, ClientSlot, Closed, Eligible, Generation, Lease};
+use crate::balancer::{Admission, Balancer, Closed, Generation, Lease};
+use crate::http::Downstream;
 use crate::net::dial::ServerStream;
 use crate::net::handshake::Origin;
 use crate::net::proxy_protocol::{self, Header};
 use crate::net::relay::{Counters, End, Outcome, relay};
 use crate::net::stream::Stream;
 use crate::process::os_error::words;
-use crate::query;
-use crate::tcp::sniff::{Verdict, sniff};
+use crate::query::{self, QueryEngine};
+use crate::tcp::sniff::{Sniffed, Verdict, sniff};
 
 /// What every connection of one listening socket shares: the broker's state, the balancer, how
 /// the balancer ends its connections, and where its tasks are counted. Made once per accept
@@ -42,6 +44,9 @@ pub struct ListenerShared {
     pub local: Option<SocketAddr>,
     /// The balancer's connections, waited for on shutdown or removal.
     pub tasks: TaskTracker,
+    /// The engine that answers a TCP balancer's queries (`None` on an HTTP balancer, whose
+    /// own engine routes them by path).
+    pub query: Option<Arc<QueryEngine>>,
     /// The balancer's span, which a client's few log lines are written in. Not one span per
     /// connection: creating and formatting a span per client cost more than the fields it
     /// adds, which the lines carry themselves (`client=`, `server=`).
@@ -100,26 +105,33 @@ impl<S: Stream> Client<S> {
                 return self.refuse();
             }
             match self.sniff().instrument(span.clone()).await {
-                Some(first) => first,
+                Some((Verdict::Query, first)) => return self.query(first).await,
+                Some((_, first)) => first,
                 None => return,
             }
         } else {
             Vec::new()
         };
         // Only now is it a client: queries never take a MAX_CONNECTIONS place.
-        let Some(slot) = self.take_place(at_limit) else {
+        if at_limit {
             return self.refuse();
-        };
-        let client = self.origin.client.ip();
-        let Some(_hold) = span.in_scope(|| shared.balancer.hold_for_client(&self.pool, client))
-        else {
+        }
+        // A client's place, then its hold under MAX_CONNECTIONS_PER_CLIENT: the steps an HTTP
+        // connection takes too (`Balancer::admit_client`, `Balancer::hold_for_client`).
+        let mut admission = Admission::default();
+        let (balancer, pool, client) = (&shared.balancer, &self.pool, self.origin.client.ip());
+        let held = span.in_scope(|| {
+            let admitted = balancer.admit_client(pool, &mut admission, shared.local);
+            admitted.then(|| balancer.hold_for_client(pool, client))?
+        });
+        let Some(_hold) = held else {
             return;
         };
         let connected = self.choose_and_connect().instrument(span.clone());
         let Some((lease, mut upstream)) = connected.await else {
             return;
         };
-        slot.admit();
+        admission.forwarded();
         let mut outcome = self.relay(&lease, &mut upstream, first).await;
         if outcome.end == End::Stopped
             && lease.cut.is_cancelled()
@@ -135,13 +147,17 @@ impl<S: Stream> Client<S> {
     /// (`/TOTVS_BROKER_QUERY/READY`, say); anything else is closed. Never a client: it takes
     /// no place, and no server is bothered.
     async fn check(mut self) {
-        if self.pool.config.query.enabled && self.shared.balancer.query_room() {
-            let _ = self.sniff().await;
+        let client = self.origin.client;
+        if self.pool.config.query.enabled
+            && self.shared.balancer.query_room()
+            && let Some((Verdict::Query, first)) = self.sniff().await
+        {
+            self.query(first).await;
         }
-        debug!(client = %self.origin.client, "a front balancer's check (PROXY protocol LOCAL) ended");
+        debug!(client = %client, "a front balancer's check (PROXY protocol LOCAL) ended");
     }
 
-    /// Refuses the client: `MAX_CONNECTIONS` are open.
+    /// Refuses the client: `MAX_CONNECTIONS` were open when it arrived.
     fn refuse(self) {
         let shared = &self.shared;
         shared
@@ -149,10 +165,9 @@ impl<S: Stream> Client<S> {
             .in_scope(|| shared.balancer.refused(shared.local));
     }
 
-    /// Reads the client's first bytes and serves it to the end when they are a query. Returns
-    /// the bytes read when it is to be forwarded; `None` when nothing is left to do: it was a
-    /// query, or it closed or stalled first.
-    async fn sniff(&mut self) -> Option<Vec<u8>> {
+    /// Reads the client's first bytes: what they say (a query, or a client to forward), and
+    /// the bytes read; `None` when it closed or stalled before sending anything.
+    async fn sniff(&mut self) -> Option<(Verdict, Vec<u8>)> {
         let mut first = Vec::new();
         // What is left of it: a client watched silent already is not waited for again.
         let limit = self
@@ -163,36 +178,34 @@ impl<S: Stream> Client<S> {
             .saturating_sub(self.origin.silent_for);
         let peer = self.origin.client;
         match sniff(&mut self.stream, &mut first, limit).await {
-            Ok(Verdict::Forward) => return Some(first),
-            Ok(Verdict::Query) => {
-                let shared = &self.shared;
-                let (ctx, balancer) = (Arc::clone(&shared.ctx), Arc::clone(&shared.balancer));
-                let stream = &mut self.stream;
-                // Boxed: the query's state is large and rare, and every connection's task
-                // would otherwise carry (and copy) room for it.
-                Box::pin(query::serve(
-                    ctx,
-                    balancer,
-                    stream,
-                    first,
-                    peer,
-                    &shared.ending,
-                ))
-                .await;
-            }
             Ok(Verdict::Closed) => debug!(client = %peer, "client closed before sending anything"),
+            Ok(verdict) => return Some((verdict, first)),
             Err(e) => debug!(client = %peer, "client gone before sending anything: {}", words(&e)),
         }
         None
     }
 
-    /// A `MAX_CONNECTIONS` place, counted until the slot is dropped; `None` when the limit is
-    /// reached (or was when the client arrived).
-    fn take_place(&self, at_limit: bool) -> Option<ClientSlot> {
-        let balancer = &self.shared.balancer;
-        let slot = (!at_limit).then(|| balancer.try_take_slot(&self.pool))??;
-        balancer.admitted();
-        Some(slot)
+    /// Serves a client whose first bytes (`first`) were a query to the end: the balancer's
+    /// query engine reads it from those bytes on, as an HTTP balancer's engine reads its
+    /// queries. Boxed: the query's state is large and rare, and every connection's task would
+    /// otherwise carry room for it.
+    fn query(self, first: Vec<u8>) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        let Some(engine) = self.shared.query.as_ref() else {
+            return Box::pin(std::future::ready(()));
+        };
+        let client = Downstream {
+            peer: self.origin.client.into(),
+            tls: self.stream.plain().is_none(),
+            local: self.origin.destination,
+            check: self.origin.check,
+        };
+        let stream = Sniffed::new(first, self.stream);
+        Box::pin(query::port::serve(
+            engine,
+            stream,
+            client,
+            &self.shared.ending,
+        ))
     }
 
     /// Picks candidates and connects until one answers or `MAX_ATTEMPTS` are used. A server
@@ -202,22 +215,23 @@ impl<S: Stream> Client<S> {
         let (balancer, pool, peer) = (&self.shared.balancer, &self.pool, self.origin.client);
         let config = &pool.config;
         let preface = self.proxy_header();
+        let connector = balancer.connector(pool);
         let mut tried = Vec::with_capacity(config.max_attempts as usize);
         while tried.len() < config.max_attempts as usize {
-            let now = balancer.clock_ms();
-            // Every server is in quarantine, and a quarantine may be stale (a short glitch can
-            // put them all there): try them anyway.
-            let Some(lease) = pool
-                .pick(now, &tried, Eligible::Available)
-                .or_else(|| pool.pick(now, &tried, Eligible::EvenQuarantined))
-            else {
+            let Some(lease) = pool.pick_with_fallback(balancer.clock_ms(), &tried) else {
                 break; // every server was tried
             };
             tried.push(lease.index);
-            match balancer
-                .dial_with(pool, &lease.server, lease.stale, peer, &preface)
-                .await
-            {
+            let server = &lease.server;
+            let attempt = balancer.attempt(server, lease.stale, peer);
+            let connecting = connector.connect(
+                &server.host,
+                server.port,
+                &server.address,
+                &preface,
+                &attempt,
+            );
+            match connecting.await {
                 Ok(stream) => return Some((lease, stream)),
                 Err(e) if !e.try_next() => {
                     balancer.unserved(peer, Unserved::BrokerFault);
@@ -234,21 +248,13 @@ impl<S: Stream> Client<S> {
     /// (`SEND_PROXY_PROTOCOL`), naming the client and where it connected (the address a
     /// header from a front balancer said, else the accepted socket's own); empty without.
     fn proxy_header(&self) -> Vec<u8> {
-        let Some(version) = self.pool.config.proxy.send else {
-            return Vec::new();
-        };
-        let destination = self.origin.destination.or_else(|| {
-            let socket = self.stream.socket()?;
-            socket.local_addr().ok()
-        });
-        let header = match destination {
-            Some(destination) => Header::Proxied {
-                source: self.origin.client,
-                destination,
-            },
-            None => Header::Unknown,
-        };
-        proxy_protocol::write(version, &header)
+        proxy_protocol::preface(self.pool.config.proxy.send, || {
+            let destination = self.origin.destination.or_else(|| {
+                let socket = self.stream.socket()?;
+                socket.local_addr().ok()
+            });
+            Header::for_client(Some(self.origin.client), destination)
+        })
     }
 
     /// Relays the client and its server until both are done, an idle timeout or a cut
@@ -280,14 +286,10 @@ impl<S: Stream> Client<S> {
 
     /// Accounts for a relayed connection that has ended.
     fn account(&self, lease: &Lease, outcome: &Outcome, started: Instant) {
-        let closed = Closed {
-            client: self.origin.client,
-            duration: started.elapsed(),
-            outcome,
-            log_connections: self.pool.config.log_connections,
-        };
+        let closed = Closed::relayed(self.origin.client, started.elapsed(), outcome);
         let shared = &self.shared;
-        shared.balancer.ended(&lease.server, &closed, &shared.span);
+        let balancer = &shared.balancer;
+        balancer.ended(&lease.server, &self.pool, &closed, &shared.span);
     }
 }
 
@@ -326,6 +328,7 @@ mod tests {
             ending: Ending::default(),
             local: None,
             tasks: TaskTracker::new(),
+            query: None,
             span: Span::none(),
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

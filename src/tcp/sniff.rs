@@ -1,12 +1,15 @@
 //! Telling a query from a client: a connection whose first bytes are a request line for
 //! `/TOTVS_BROKER_QUERY` (GET, HEAD or another standard method, the path in any case, exactly that or going on with `/`,
-//! `?` or a blank) is answered by the broker; anything else is forwarded, its first bytes
-//! included.
+//! `?` or a blank) is answered by the broker (the HTTP engine reads it from its first bytes
+//! on: [`Sniffed`]); anything else is forwarded, its first bytes included.
 
 use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::net::stream::{READ_NOW, Stream};
@@ -108,6 +111,95 @@ pub async fn sniff<S: Stream>(
             Err(_) => return Ok(Verdict::Forward),
             Ok(read) => read,
         };
+    }
+}
+
+/// A query connection's stream with the bytes the sniff read in front of it, for the engine
+/// that answers it: those are read first, then the stream's own. While any are left the
+/// stream is no plain socket to the engine (its bytes are not all on the socket), so it is
+/// read rather than waited on.
+pub struct Sniffed<S> {
+    first: Vec<u8>,
+    read: usize,
+    stream: S,
+}
+
+impl<S> Sniffed<S> {
+    /// `stream`, whose first bytes (`first`) were read already.
+    pub fn new(first: Vec<u8>, stream: S) -> Sniffed<S> {
+        Sniffed {
+            first,
+            read: 0,
+            stream,
+        }
+    }
+
+    fn sniffed_left(&self) -> bool {
+        self.read < self.first.len()
+    }
+}
+
+impl<S: Stream> AsyncRead for Sniffed<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        if this.sniffed_left() {
+            let n = (this.first.len() - this.read).min(buf.remaining());
+            buf.put_slice(&this.first[this.read..this.read + n]);
+            this.read += n;
+            if !this.sniffed_left() {
+                this.first = Vec::new();
+                this.read = 0;
+            }
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.stream).poll_read(cx, buf)
+    }
+}
+
+impl<S: Stream> AsyncWrite for Sniffed<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+impl<S: Stream> Stream for Sniffed<S> {
+    fn socket(&self) -> Option<&TcpStream> {
+        self.stream.socket()
+    }
+
+    fn plain(&self) -> Option<&TcpStream> {
+        if self.sniffed_left() {
+            return None;
+        }
+        self.stream.plain()
     }
 }
 

@@ -53,10 +53,10 @@ pub use upstream::{SystemRoots, UpstreamSettings, UpstreamTls};
 /// The crypto provider of every TLS configuration the broker builds: aws-lc-rs, with the
 /// post-quantum hybrid key exchange (X25519MLKEM768) preferred when a client offers it.
 ///
-/// Chosen by measurement (docs/architecture.md, "TLS"): a full handshake costs the server
-/// 7-34% fewer instructions than with ring for ECDSA P-256 and 34-36% fewer for RSA 2048
-/// (1.2-2 times less CPU time, aws-lc using AVX-512 for RSA where callgrind cannot), resumed
-/// ones the same within 4%; and ring has no post-quantum key exchange. Passed explicitly to
+/// Chosen by measurement (docs/decisions/2026-11-30-tls-crypto-provider.md, made with
+/// `benches/tls-providers`): a full handshake costs the server fewer instructions and less CPU
+/// time than with ring, ECDSA and RSA alike, a resumed one the same; and ring has no
+/// post-quantum key exchange. Passed explicitly to
 /// every builder rather than installed as the process default, so nothing depends on the order
 /// things start in.
 pub fn provider() -> Arc<CryptoProvider> {

@@ -8,8 +8,6 @@
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::Notify;
-
 use crate::process::clock::monotonic_ms;
 use crate::process::throttle::Episode;
 
@@ -34,8 +32,8 @@ struct PlaceState {
     state: AtomicU8,
     /// [`monotonic_ms`] when it last became idle: the longest idle gives its place up first.
     idle_since_ms: AtomicU64,
-    /// Woken when the place is given up.
-    given_up: Notify,
+    /// [`monotonic_ms`] when it was taken: a query connection's life is bounded.
+    taken_ms: u64,
 }
 
 impl QueryPlaces {
@@ -55,13 +53,12 @@ impl QueryPlaces {
                 .state
                 .compare_exchange(IDLE, GIVEN_UP, Relaxed, Relaxed)
                 .ok()?;
-            idlest.given_up.notify_one();
             open.swap_remove(index);
         }
         let state = Arc::new(PlaceState {
             state: AtomicU8::new(BUSY),
             idle_since_ms: AtomicU64::new(0),
-            given_up: Notify::new(),
+            taken_ms: monotonic_ms(),
         });
         open.push(Arc::clone(&state));
         Some(Place {
@@ -103,6 +100,11 @@ impl Place {
         }
     }
 
+    /// How long ago it was taken: its query connection's age.
+    pub fn age(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(monotonic_ms().saturating_sub(self.state.taken_ms))
+    }
+
     /// Its connection has answered what it read and waits for the next request.
     pub fn idle(&self) {
         self.state.idle_since_ms.store(monotonic_ms(), Relaxed);
@@ -110,11 +112,6 @@ impl Place {
             .state
             .state
             .compare_exchange(BUSY, IDLE, Relaxed, Relaxed);
-    }
-
-    /// Completes when the place has been given to another query.
-    pub async fn given_up(&self) {
-        self.state.given_up.notified().await;
     }
 
     /// True once the place has been given to another query.
@@ -177,9 +174,5 @@ mod tests {
         let _third = places.take(2).expect("an idle one's place");
         assert!(older.is_given_up());
         assert!(!newer.is_given_up());
-        // The given-up connection is told.
-        tokio::time::timeout(std::time::Duration::from_secs(1), older.given_up())
-            .await
-            .expect("woken");
     }
 }

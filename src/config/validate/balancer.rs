@@ -5,7 +5,8 @@
 
 use std::collections::BTreeMap;
 
-use super::super::keys::{self, DAY, MAX_SERVERS, Stands, TOTVS_UNUSED};
+use super::super::TOTVS_UNUSED;
+use super::super::keys::{self, DAY, MAX_SERVERS, Stands};
 use super::super::{
     BalancerConfig, BalancerKind, ConfigError, Monitoring, ServerConfig, ServerId, SortMethod,
     TOTVS_MONITORING_TYPES, TOTVS_SORT_METHODS,

@@ -3,8 +3,9 @@
 //! ignored with one notice naming them, but for a typo of one of appbroker's keys and a key of
 //! a balancer section's own, which are errors.
 
-use super::super::keys::{self, KEYS, Stands, TOTVS_GENERAL, TOTVS_UNUSED};
+use super::super::keys::{self, KEYS, Stands};
 use super::super::{ConfigError, General};
+use super::super::{TOTVS_GENERAL, TOTVS_UNUSED};
 use super::{Lookup, Section, Validator, suggest};
 
 /// Unknown keys named in one notice at most; the rest are counted.

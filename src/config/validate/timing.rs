@@ -10,7 +10,7 @@ use crate::config::value::show_duration as show;
 use crate::config::{BalancerConfig, Keepalive, Monitoring};
 
 /// How long a SmartClient whose network dropped keeps trying to reconnect through the broker:
-/// about 180 s. TDN (the TOTVS broker's documentation, https://tdn.totvs.com/x/tImkFw): from
+/// about 180 s. TDN (the TOTVS broker's documentation, <https://tdn.totvs.com/x/tImkFw>): from
 /// broker DLL 2.1.11 reconnection is time-based, about 180 s, "the interval the application
 /// server holds a connection without network activity" (the AppServer's `ConnectionTimeout`).
 pub const SMARTCLIENT_RECONNECT_WINDOW: Duration = Duration::from_secs(180);

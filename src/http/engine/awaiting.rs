@@ -15,6 +15,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 use super::buffers::Buffer;
+use super::own::CONTINUE;
 use crate::http::h1::{Asked, Framing, HeadError, HeadScan, ResponseHead, ToClient, Version};
 use crate::net::stream::Stream;
 
@@ -60,9 +61,6 @@ pub(super) struct Awaiting {
     interim_heads: u32,
     interim_bytes: usize,
 }
-
-/// The broker's own `100 Continue`, to a client whose server says nothing of its `Expect`.
-const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
 impl Awaiting {
     /// Waits for the answer to a request that `asked`, from a client of `client`'s version.

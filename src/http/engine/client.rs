@@ -26,7 +26,7 @@ use super::pool::ServerConn;
 use crate::http::h1::{HeadError, HeadScan, Method, OutHead, RequestHead, Version};
 use crate::http::stats::Open;
 use crate::http::{
-    Choice, Downstream, Exchange, ExchangeOutcome, Protocol, Report, Tunnel, Upstreams,
+    Choice, Downstream, Exchange, ExchangeOutcome, Protocol, Report, Settings, Tunnel, Upstreams,
 };
 use crate::net::relay::{Counters, End, relay};
 use crate::net::stream::Stream;
@@ -66,29 +66,39 @@ impl<U: Upstreams> Engine<U> {
     /// taken here rather than by a future around this one, whose copy of the arguments the
     /// idle task would carry twice. What the balancer counts it as later, at its first
     /// request ([`Upstreams::Admission`]), is held here too.
-    #[allow(clippy::manual_async_fn)] // an `async fn` would hold its arguments twice (below)
     pub fn serve<C: Stream, P: Send>(
+        self: Arc<Self>,
+        io: C,
+        client: Downstream,
+        closing: CancellationToken,
+        cut: CancellationToken,
+        place: P,
+    ) -> impl Future<Output = ()> {
+        self.serve_admitted(io, client, closing, cut, place, U::Admission::default())
+    }
+
+    /// [`Engine::serve`] for a connection the balancer counted already (`admission`: a TCP
+    /// port's query connection, whose place was taken when its first bytes said it was one).
+    #[allow(clippy::manual_async_fn)] // an `async fn` would hold its arguments twice (below)
+    pub fn serve_admitted<C: Stream, P: Send>(
         self: Arc<Self>,
         mut io: C,
         client: Downstream,
         closing: CancellationToken,
         cut: CancellationToken,
         place: P,
+        mut admission: U::Admission,
     ) -> impl Future<Output = ()> {
         // Not an `async fn`: one copies its arguments into the body's own locals, and the
-        // task would hold both copies (432 bytes against 344 so).
+        // task would hold both copies (the sizes: docs/benchmarks.md).
         async move {
             // Held, not used: the place is given back when the connection ends.
             let _place = &place;
             let _open = Open::new(&self.stats, Protocol::of(io.protocol()));
-            // How the balancer counts the connection: nothing until its first request.
-            let mut admission = U::Admission::default();
-            let mut deadline = pin!(tokio::time::sleep(Duration::ZERO));
+            let first_wait = self.settings.load().request_timeout;
+            let mut deadline = pin!(tokio::time::sleep(first_wait));
             let mut cut = pin!(cut.cancelled_owned());
             loop {
-                deadline
-                    .as_mut()
-                    .reset(Instant::now() + self.settings.load().request_timeout);
                 let Some(mut buf) = first_bytes(&mut io, deadline.as_mut(), cut.as_mut()).await
                 else {
                     return;
@@ -105,18 +115,22 @@ impl<U: Upstreams> Engine<U> {
                         self.settings.load_full(),
                         &mut admission,
                     ));
-                    buf = match until_cut(cut.as_mut(), exchange).await {
+                    let next = until_cut(cut.as_mut(), exchange).await;
+                    let mut wait = self.settings.load().request_timeout;
+                    buf = match next {
                         Some(Next::Request(Some(more))) => more,
                         Some(Next::Request(None)) => {
-                            self.upstreams.waiting(&admission);
+                            // What the connection holds may be given up while it waits, and
+                            // the balancer may bound the wait more tightly.
+                            let bound = self.upstreams.waiting(&admission);
+                            wait = bound.map_or(wait, |bound| bound.min(wait));
+                            deadline.as_mut().reset(Instant::now() + wait);
                             break None;
                         }
                         Some(Next::Tunnel(upgraded)) => break Some(upgraded),
                         Some(Next::Close) | None => return,
                     };
-                    deadline
-                        .as_mut()
-                        .reset(Instant::now() + self.settings.load().request_timeout);
+                    deadline.as_mut().reset(Instant::now() + wait);
                 };
                 if let Some(upgraded) = upgraded {
                     let relay = Box::pin(self.relay_tunnel(&mut io, *upgraded));
@@ -133,6 +147,7 @@ impl<U: Upstreams> Engine<U> {
     /// any request of a connection, then its upgraded connection relayed when it switched.
     /// `admission` is the stream's share of what its connection holds, counted once for all
     /// its streams ([`Upstreams::stream_admission`]). The connection's cut drops this future.
+    #[allow(clippy::manual_async_fn)] // an `async fn` would hold its arguments twice
     pub fn serve_stream<C: Stream>(
         self: Arc<Self>,
         mut io: C,
@@ -186,7 +201,7 @@ impl<U: Upstreams> Engine<U> {
         };
         let closing = CancellationToken::new();
         let mut conn = Client::new(&mut io, client, &closing, deadline.as_mut());
-        let (version, head_only) = match conn.read_head(&mut buf, &settings.head_memory).await {
+        let (version, head_only) = match conn.read_head(&mut buf, &settings).await {
             Ok(head) => (head.version(), head.method() == Method::Head),
             Err(Headless::Refused(_)) => (Version::Http11, false),
             Err(Headless::Gone | Headless::Evicted) => return,
@@ -328,19 +343,20 @@ impl<'c, C> Client<'c, C> {
 
 impl<C: Stream> Client<'_, C> {
     /// The request head at the start of `buf`, reading more as it comes (in the large tier
-    /// when it outgrows the small one), within the head's deadline. A head not whole in its
-    /// first read claims its buffer in `budget` (`HTTP_HEAD_MEMORY`) until it is, and gives
-    /// up ([`Headless::Evicted`]) when the budget evicts it.
+    /// when it outgrows the small one), within the head's deadline, parsed as `settings`
+    /// say. A head not whole in its first read claims its buffer in `HTTP_HEAD_MEMORY` until
+    /// it is, and gives up ([`Headless::Evicted`]) when the budget evicts it.
     pub(super) async fn read_head(
         &mut self,
         buf: &mut Buffer,
-        budget: &Arc<Budget>,
+        settings: &Settings,
     ) -> Result<RequestHead, Headless> {
+        let (budget, rule) = (&settings.head_memory, settings.host);
         let mut scan = HeadScan::default();
         let mut claim: Option<Claim> = None;
         let mut claimed = 0;
         loop {
-            match RequestHead::parse(buf.filled_mut(), &mut scan) {
+            match RequestHead::parse_with(buf.filled_mut(), &mut scan, rule) {
                 Ok(Some(head)) => return Ok(head),
                 Err(e) => return Err(Headless::Refused(e)),
                 Ok(None) => {}
@@ -374,7 +390,7 @@ impl<C: Stream> Client<'_, C> {
                     // Closed mid-head: parsed once more afresh, a fault in it is told (a
                     // client that half-closes after a malformed head gets its page).
                     let mut scan = HeadScan::default();
-                    return match RequestHead::parse(buf.filled_mut(), &mut scan) {
+                    return match RequestHead::parse_with(buf.filled_mut(), &mut scan, rule) {
                         Err(e) => Err(Headless::Refused(e)),
                         _ => Err(Headless::Gone),
                     };
@@ -397,30 +413,9 @@ impl<C: Stream> Client<'_, C> {
     }
 
     /// Closes the connection after an answer that left bytes of the request unread (an early
-    /// answer, a refusal, a timeout): its sending side is shut, then what the client still
-    /// sends is read and dropped for a while, so the close does not reset the connection
-    /// under an answer the client has not read yet (nginx's lingering close). The bytes are
-    /// read into the worker's one scratch buffer, so a flood of refused clients lingering at
-    /// once holds no buffer each.
+    /// answer, a refusal, a timeout): [`linger`].
     pub(super) async fn linger(&mut self) {
-        /// How long the client's last bytes are waited for, and how many are dropped at most.
-        const LINGER: Duration = Duration::from_secs(2);
-        const MOST: usize = 1 << 20;
-        if self.io.shutdown().await.is_err() {
-            return;
-        }
-        let io = &mut *self.io;
-        let mut dropped = 0;
-        let drained = poll_fn(|cx| {
-            while dropped < MOST {
-                match ready!(drop_read(cx, io)) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => dropped += n,
-                }
-            }
-            Poll::Ready(())
-        });
-        let _ = tokio::time::timeout(LINGER, drained).await;
+        linger(self.io).await;
     }
 
     /// Closes the connection after an answer that left nothing unread: a TLS stream says
@@ -429,6 +424,44 @@ impl<C: Stream> Client<'_, C> {
         if self.io.plain().is_none() {
             let _ = tokio::time::timeout(Duration::from_secs(1), self.io.shutdown()).await;
         }
+    }
+}
+
+/// Closes a connection after an answer that may have left bytes of the request unread: its
+/// sending side is shut, then what the client still sends is read and dropped for a while, so
+/// the close does not reset the connection under an answer the client has not read yet
+/// (nginx's lingering close). The bytes are read into the worker's one scratch buffer, so a
+/// flood of refused clients lingering at once holds no buffer each. The broker's one
+/// lingering close: the engine's answers, and the listener's to plain HTTP on a TLS port.
+pub async fn linger<C: Stream>(io: &mut C) {
+    /// How long the client's last bytes are waited for, and how many are dropped at most.
+    const LINGER: Duration = Duration::from_secs(2);
+    const MOST: usize = 1 << 20;
+    if io.shutdown().await.is_err() {
+        return;
+    }
+    let mut dropped = 0;
+    let drained = poll_fn(|cx| {
+        while dropped < MOST {
+            match ready!(drop_read(cx, io)) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => dropped += n,
+            }
+        }
+        Poll::Ready(())
+    });
+    let _ = tokio::time::timeout(LINGER, drained).await;
+}
+
+/// Writes `answer` (a whole answer of the broker's own, which closes its connection) within a
+/// second, then [`linger`]s: for a connection no engine serves (plain HTTP on a TLS port).
+pub async fn answer_and_close<C: Stream>(io: &mut C, answer: &[u8]) {
+    let written = async {
+        io.write_all(answer).await?;
+        io.flush().await
+    };
+    if let Ok(Ok(())) = tokio::time::timeout(Duration::from_secs(1), written).await {
+        linger(io).await;
     }
 }
 
@@ -606,71 +639,12 @@ impl IpText {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::{Choice, ClientHead, ConnectFailure, Report, Settings};
-    use std::net::SocketAddr;
-    use tokio::net::{TcpListener, TcpStream};
-
-    /// A balancer with no server, for what does not need one.
-    struct Nobody;
-
-    #[derive(Debug, thiserror::Error)]
-    #[error("no server")]
-    struct NoServer;
-
-    impl ConnectFailure for NoServer {
-        fn try_next(&self) -> bool {
-            true
-        }
-    }
-
-    impl Upstreams for Nobody {
-        type Server = SocketAddr;
-        type Lease = ();
-        type Stream = TcpStream;
-        type ConnectError = NoServer;
-        type ClientHold = ();
-        type Admission = ();
-
-        fn hold_client(&self, _: &Downstream) -> Option<()> {
-            Some(())
-        }
-
-        fn admit(&self, _: &Downstream, (): &mut ()) -> bool {
-            true
-        }
-
-        fn choose(
-            &self,
-            _: &ClientHead<'_>,
-            _: &Downstream,
-            _: &[SocketAddr],
-        ) -> Option<Choice<Self>> {
-            None
-        }
-
-        async fn connect(&self, _: &SocketAddr, _: &Downstream) -> Result<TcpStream, NoServer> {
-            Err(NoServer)
-        }
-
-        fn report(&self, _: Report<'_, SocketAddr>) {}
-    }
+    use crate::http::engine::local::tests::echo_connection;
+    use tokio::net::TcpStream;
 
     #[tokio::test]
     async fn an_idle_connection_holds_its_socket_a_timer_and_a_few_words() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let client = TcpStream::connect(listener.local_addr().unwrap())
-            .await
-            .unwrap();
-        let (accepted, peer) = listener.accept().await.unwrap();
-        let engine = Engine::new(Arc::new(Nobody), Settings::default());
-        let downstream = Downstream {
-            peer: peer.into(),
-            tls: false,
-            local: None,
-            check: false,
-        };
-        let (closing, cut) = (CancellationToken::new(), CancellationToken::new());
-        let serving = engine.serve(accepted, downstream, closing, cut, ());
+        let (client, serving) = echo_connection().await;
         let size = std::mem::size_of_val(&serving);
         let parts = [
             ("socket", std::mem::size_of::<TcpStream>()),

@@ -47,7 +47,7 @@ impl<U: Upstreams> Engine<U> {
         settings: Arc<Settings>,
         admission: &mut U::Admission,
     ) -> Next<U> {
-        let head = match client.read_head(&mut buf, &settings.head_memory).await {
+        let head = match client.read_head(&mut buf, &settings).await {
             Ok(head) => head,
             Err(Headless::Gone) => return Next::Close,
             Err(Headless::Refused(error)) => {
@@ -151,20 +151,12 @@ impl<U: Upstreams> Engine<U> {
 impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
     /// The request's way: the balancer's own answer, a refusal (any other request on a front
     /// balancer's check), the broker's answer as its last recipient, or on to a server.
-    async fn route(mut self) -> Next<U> {
+    async fn route(self) -> Next<U> {
         let view = ClientHead::new(&self.head, self.buf.filled());
-        let upstreams = &self.engine.upstreams;
-        if let Some(answer) = upstreams.intercept(&view, &self.client.peer, self.admission) {
-            let status = answer.status();
-            let mut ending = self.own_ending();
-            // The balancer may end the connection with its answer (a query place given up).
-            ending.close |= own::closes(&answer);
-            if !ending.head_only {
-                self.record.exchange.to_client = answer.body().len() as u64;
-            }
-            return self
-                .local(own::local(&answer, ending), status, ending)
-                .await;
+        if self.engine.upstreams.intercepts(view.path_and_query()) {
+            // Boxed: the balancer's answer may await, and its state would otherwise widen
+            // every request's future.
+            return Box::pin(self.intercepted()).await;
         }
         if self.client.peer.check {
             return self.refuse(Refusal::FrontCheck).await;
@@ -198,7 +190,12 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
 
     /// An answer of the balancer's or the broker's own (`bytes`, of `status`), ending as
     /// `ending` says.
-    async fn local(mut self, bytes: Vec<u8>, status: StatusCode, ending: Ending) -> Next<U> {
+    pub(super) async fn local(
+        mut self,
+        bytes: Vec<u8>,
+        status: StatusCode,
+        ending: Ending,
+    ) -> Next<U> {
         self.record.exchange.outcome = ExchangeOutcome::Local;
         self.record.answered(status);
         self.record.report();

@@ -1,18 +1,22 @@
-//! The broker's own answers as bytes on the wire: its pages (503, 502, 504, 408, refusals),
-//! the `OPTIONS` it answers as the last recipient, and the balancer's own answers (a query's
-//! page, made with hyper's types by the query interface). Always `HTTP/1.1`, framed by
+//! The broker's own answers as bytes on the wire, the one place they are formatted: its
+//! pages (503, 502, 504, 408, refusals), the `OPTIONS` it answers as the last recipient, the
+//! balancer's own answers (the query interface's [`LocalAnswer`]), and the page that tells a
+//! plain HTTP client of a TLS port to use https. Always `HTTP/1.1`, framed by
 //! `Content-Length`, with `Connection` as decided; no body to a `HEAD`.
 
 use std::fmt::Write as _;
 
-use bytes::Bytes;
-use hyper::header::{self, HeaderMap};
-use hyper::{Response, StatusCode};
+use hyper::StatusCode;
 
 use crate::config::Language;
+use crate::http::LocalAnswer;
 use crate::http::h1::Version;
 use crate::http::pages;
 use crate::http::refusal::{ALLOW, Refusal};
+
+/// The broker's own `100 Continue`: to a client whose server says nothing of its `Expect`, or
+/// whose request the balancer answers itself.
+pub(super) const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
 /// How an answer of the broker's own ends its connection, as its `Connection` line says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,7 +42,7 @@ impl Ending {
 }
 
 /// An answer of `status` with `fields` (whole lines, CRLF included) and `body`.
-fn answer(status: StatusCode, fields: &str, body: &[u8], ending: Ending) -> Vec<u8> {
+pub(super) fn answer(status: StatusCode, fields: &str, body: &[u8], ending: Ending) -> Vec<u8> {
     let mut head = String::with_capacity(160 + fields.len());
     let reason = status.canonical_reason().unwrap_or("");
     let _ = write!(head, "HTTP/1.1 {} {reason}\r\n", status.as_u16());
@@ -90,39 +94,39 @@ pub(super) fn options(ending: Ending) -> Vec<u8> {
     answer(StatusCode::OK, &format!("Allow: {ALLOW}\r\n"), b"", ending)
 }
 
-/// An answer the balancer made itself (a query's page), as hyper's types hold it: its fields
-/// but the framing and `Connection`, which are the engine's to say.
-pub(super) fn local(response: &Response<Bytes>, ending: Ending) -> Vec<u8> {
+/// An answer the balancer made itself (a query's page): its lines but those that frame it or
+/// end its connection, which are the engine's to say (a line that is no valid field is left
+/// out, so nothing the balancer puts in a value can split the head).
+pub(super) fn local(local: &LocalAnswer, ending: Ending) -> Vec<u8> {
     let mut fields = String::new();
-    lines(response.headers(), &mut fields);
-    answer(response.status(), &fields, response.body(), ending)
-}
-
-/// Whether the balancer's own answer asks for its connection to close (`Connection: close`).
-pub(super) fn closes(response: &Response<Bytes>) -> bool {
-    response
-        .headers()
-        .get_all(header::CONNECTION)
-        .iter()
-        .any(|v| v.as_bytes().eq_ignore_ascii_case(b"close"))
-}
-
-/// `headers` as lines, but those that frame or end a connection.
-fn lines(headers: &HeaderMap, into: &mut String) {
-    for (name, value) in headers {
-        if [
-            header::CONTENT_LENGTH,
-            header::TRANSFER_ENCODING,
-            header::CONNECTION,
-        ]
-        .contains(name)
-        {
-            continue;
-        }
-        if let Ok(value) = value.to_str() {
-            let _ = write!(into, "{name}: {value}\r\n");
+    for (name, value) in &local.fields {
+        let framing = ["content-length", "transfer-encoding", "connection"]
+            .iter()
+            .any(|framing| name.eq_ignore_ascii_case(framing));
+        let valid = !name.is_empty()
+            && name.bytes().all(|b| b.is_ascii_graphic() && b != b':')
+            && value
+                .bytes()
+                .all(|b| b == b'\t' || (b >= b' ' && b != 0x7f));
+        if valid && !framing {
+            let _ = write!(fields, "{name}: {value}\r\n");
         }
     }
+    let status = StatusCode::from_u16(local.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    answer(status, &fields, &local.body, ending)
+}
+
+/// The whole answer to a plain HTTP request that reached a port speaking only TLS: 400, its
+/// page saying to use https (nginx answers the same case with its "plain HTTP request was
+/// sent to HTTPS port"), and the connection closed.
+pub fn plain_http_to_tls_port(language: Language) -> Vec<u8> {
+    let ending = Ending {
+        close: true,
+        version: Version::Http11,
+        head_only: false,
+    };
+    let body = pages::plain_http_to_tls_port(language);
+    answer(StatusCode::BAD_REQUEST, PAGE_FIELDS, &body, ending)
 }
 
 #[cfg(test)]
@@ -175,5 +179,35 @@ mod tests {
             text.ends_with("Content-Length: 0\r\nConnection: keep-alive\r\n\r\n"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn the_balancers_answer_keeps_its_lines_but_the_engines_own() {
+        let answer = LocalAnswer::new(200, "ok\n")
+            .with("Content-Type", "text/plain; charset=utf-8")
+            .with("Content-Length", "99")
+            .with("connection", "keep-alive")
+            .with("X-Bad", "a\r\nSet-Cookie: x=1");
+        let text = String::from_utf8(local(&answer, KEPT)).unwrap_or_default();
+        assert_eq!(
+            text,
+            "HTTP/1.1 200 OK\r\nContent-Type: text/plain; charset=utf-8\r\n\
+             Content-Length: 3\r\n\r\nok\n"
+        );
+    }
+
+    #[test]
+    fn a_plain_request_on_a_tls_port_is_told_to_use_https_and_closed() {
+        let bytes = plain_http_to_tls_port(Language::English);
+        let text = String::from_utf8_lossy(&bytes);
+        let (head, body) = text.split_once("\r\n\r\n").unwrap_or_default();
+        assert!(head.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{head}");
+        assert!(head.contains("Cache-Control: no-store"), "{head}");
+        assert!(
+            head.contains(&format!("\r\nContent-Length: {}", body.len())),
+            "{head}"
+        );
+        assert!(head.ends_with("Connection: close"), "{head}");
+        assert!(body.contains("https://"), "{body}");
     }
 }

@@ -5,8 +5,8 @@
 //! buffer is bounded: a read waits until what was read before is written.
 //!
 //! A large rest of known length between two plain sockets (a long `Content-Length`, a long
-//! chunk) goes by splice(2), socket to pipe to socket, without passing through user space,
-//! with a pipe of the relay's bounded pool.
+//! chunk) goes by splice(2), socket to pipe to socket, without passing through user space
+//! (`net::splice`, the relay's splice too).
 //!
 //! Each side's silence is the caller's to bound ([`Silence`]): the pump says whether it waits
 //! on its reader ([`Pump::reading`]); time spent waiting for the writer (the other side slow
@@ -24,6 +24,8 @@ use tokio::time::{Instant, Sleep};
 
 use super::buffers::Buffer;
 use crate::http::h1::{BodyError, BodyReader, Part};
+#[cfg(target_os = "linux")]
+use crate::net::splice::{Splice, SpliceError, Spliced};
 use crate::net::stream::Stream;
 
 /// A body rest of at least this many bytes between plain sockets goes by splice: below it, a
@@ -58,9 +60,9 @@ pub(super) struct Pump {
     pub(super) reading: bool,
     /// Reads that brought bytes from the reader: what its [`Silence`] counts as progress.
     pub(super) progress: u64,
-    /// The pipe a splice goes through, while one does.
+    /// The splice the body goes through, while one does.
     #[cfg(target_os = "linux")]
-    pipe: Option<crate::net::sys::Pipe>,
+    splice: Option<Splice>,
 }
 
 impl Pump {
@@ -75,7 +77,7 @@ impl Pump {
             reading: false,
             progress: 0,
             #[cfg(target_os = "linux")]
-            pipe: None,
+            splice: None,
         }
     }
 
@@ -150,7 +152,7 @@ impl Pump {
             self.reading = false;
             ready!(self.poll_pending(cx, buf, to))?;
             #[cfg(target_os = "linux")]
-            if self.pipe.is_some() {
+            if self.splice.is_some() {
                 ready!(self.poll_splice(cx, from, to, spliced))?;
                 continue;
             }
@@ -236,12 +238,12 @@ impl Pump {
         if self.reader.data_ahead() < SPLICE_AT || from.plain().is_none() || to.plain().is_none() {
             return false;
         }
-        self.pipe = crate::net::relay::PIPES.take();
-        self.pipe.is_some()
+        self.splice = Splice::take();
+        self.splice.is_some()
     }
 
-    /// The spliced copy of the data due before any framing: socket to pipe to socket. Ready
-    /// once that data went through and the pipe is given back.
+    /// The spliced copy of the data due before any framing ([`Splice`]): socket to pipe to
+    /// socket. Ready once that data went through and the pipe is given back.
     #[cfg(target_os = "linux")]
     fn poll_splice<R: Stream, W: Stream>(
         &mut self,
@@ -250,60 +252,36 @@ impl Pump {
         to: &mut W,
         spliced: &AtomicU64,
     ) -> Poll<Result<(), PumpError>> {
-        use tokio::io::Interest;
-        let (Some(pipe), Some(source), Some(sink)) = (self.pipe.as_mut(), from.plain(), to.plain())
+        let (Some(splice), Some(source), Some(sink)) =
+            (self.splice.as_mut(), from.plain(), to.plain())
         else {
             return Poll::Ready(Ok(()));
         };
-        loop {
-            if pipe.pending > 0 {
-                ready!(sink.poll_write_ready(cx)).map_err(PumpError::Write)?;
-                match sink.try_io(Interest::WRITABLE, || pipe.drain_to(sink)) {
-                    Ok(_) => {}
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(e) => return Poll::Ready(Err(PumpError::Write(e))),
-                }
-                continue;
-            }
-            let ahead = self.reader.data_ahead();
-            if ahead == 0 {
-                if let Some(pipe) = self.pipe.take() {
-                    crate::net::relay::PIPES.give(pipe);
-                }
-                return Poll::Ready(Ok(()));
-            }
-            match source.poll_read_ready(cx) {
-                Poll::Pending => {
-                    self.reading = true;
-                    return Poll::Pending;
-                }
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(PumpError::Read(e))),
-                Poll::Ready(Ok(())) => {}
-            }
-            let most = usize::try_from(ahead).unwrap_or(usize::MAX);
-            match source.try_io(Interest::READABLE, || pipe.fill_from_at_most(source, most)) {
-                Ok(0) => {
-                    self.reader.at_eof().map_err(PumpError::Body)?;
-                }
-                Ok(n) => {
-                    self.reader.skip_data(n as u64);
-                    self.moved += n as u64;
-                    self.progress += 1;
-                    spliced.fetch_add(n as u64, Relaxed);
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Poll::Ready(Err(PumpError::Read(e))),
-            }
+        let before = splice.read;
+        let polled = splice.poll_move(cx, source, sink, self.reader.data_ahead());
+        let n = splice.read - before;
+        if n > 0 {
+            self.reader.skip_data(n);
+            self.moved += n;
+            self.progress += 1;
+            spliced.fetch_add(n, Relaxed);
         }
-    }
-}
-
-impl Drop for Pump {
-    fn drop(&mut self) {
-        #[cfg(target_os = "linux")]
-        if let Some(pipe) = self.pipe.take() {
-            // A pipe with bytes left in it is closed, not kept.
-            crate::net::relay::PIPES.give(pipe);
+        let waits_on_source = splice.waits_on_source();
+        let ended = match polled {
+            Poll::Pending => {
+                self.reading = waits_on_source;
+                return Poll::Pending;
+            }
+            Poll::Ready(ended) => ended,
+        };
+        // The pipe goes back to the pool (closed, when bytes are left in it).
+        self.splice = None;
+        match ended {
+            Ok(Spliced::Limit) => Poll::Ready(Ok(())),
+            // The source closed before the body's data was all there: a body cut short.
+            Ok(Spliced::SourceClosed) => Poll::Ready(self.reader.at_eof().map_err(PumpError::Body)),
+            Err(SpliceError::Read(e)) => Poll::Ready(Err(PumpError::Read(e))),
+            Err(SpliceError::Write(e)) => Poll::Ready(Err(PumpError::Write(e))),
         }
     }
 }

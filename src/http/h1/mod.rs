@@ -3,47 +3,19 @@
 //! as slices of the input for one vectored write. No socket, clock, log line or lock
 //! here: the wiring drives it and logs what it decides.
 //!
-//! # How the wiring uses it
+//! # What serves which step
 //!
-//! One task per client connection, a small state machine over two tokio sockets:
-//!
-//! 1. **Idle, no buffer.** A kept-alive client waits on `TcpStream::readable()` holding only
-//!    its socket and a [`HeadScan`] (a few bytes). Woken, it takes a buffer from the worker's
-//!    pool (a small tier for ordinary heads, [`MAX_HEAD`] at most), `try_read`s, and on
-//!    `WouldBlock` gives the buffer back at once (nginx does the same).
-//! 2. **Head.** [`RequestHead::parse`] on the bytes read so far: `Ok(None)` means read more
-//!    (the scan remembers where it got, so a head arriving in pieces is parsed once), an error
-//!    is answered with [`HeadError::status`] and its words on a page, then the connection
-//!    closes. A head in pieces is parsed again only once its blank line came: a client that
-//!    half-closes on a partial head may be parsed once more with a fresh [`HeadScan`] to be
-//!    told what was wrong. The head is offsets into the buffer: it borrows nothing, so it
-//!    lives in the connection's struct beside the buffer across awaits.
-//! 3. **Choose and dial** with the head (method, target, cookies: [`Fields`]). The balancer's
-//!    own change (its cookie out) goes through the [`Editor`] that
-//!    [`RequestHead::to_server`] returns; [`RequestHead::write`] then gives an [`OutHead`]:
-//!    the unchanged lines as slices of the buffer, the changed ones from a small scratch. Body
-//!    bytes already read go in the same write ([`OutHead::append_input`]);
-//!    [`OutHead::io_slices`] and [`OutHead::advance`] follow a short `write_vectored`.
-//! 4. **Request body.** A [`BodyReader`] over the bytes past the head and later reads: each
-//!    [`BodyReader::step`] says how many of the next bytes are data, framing (forwarded as
-//!    they are) or trailers (dropped); nothing is buffered whole. A large `Content-Length`
-//!    between plain sockets goes by splice: [`BodyReader::data_ahead`] bytes, then
-//!    [`BodyReader::skip_data`]. Meanwhile the server socket is watched: a response that
-//!    begins before the body is sent stops the body (and that client connection closes).
-//! 5. **Response** into a second pooled buffer: [`ResponseHead::parse`] with what was
-//!    [`Asked`] ([`RequestHead::asked`]). [`Framing::Interim`] (100, 103) is forwarded to an
-//!    HTTP/1.1 client and the next head parsed; a final head goes out through [`ResponseHead::to_client`] (status
-//!    line `HTTP/1.1`, `Connection` as [`client_keep_alive`] decides, the balancer's
-//!    `Set-Cookie` added) and its body through a [`BodyReader`]; to an HTTP/1.0 client a
-//!    chunked body is sent as its data only ([`ResponseHead::dechunks_for`]) and the
-//!    connection closes.
-//! 6. **Tunnel** ([`Framing::Tunnel`]: 101, CONNECT 2xx): bytes already read on either side
-//!    are written to the other, both buffers go back to the pool, and the two sockets go to
-//!    the relay (splice between plain sockets), which keeps no read-ahead buffer.
-//! 7. **End.** [`reuse`] decides, once, whether the server connection goes back to the
-//!    worker's pool and whether the client gets another request; bytes left in the client's
-//!    buffer are its next (pipelined) request, parsed from where the last one ended; with none
-//!    left the buffer goes back to the pool and the client waits idle again.
+//! The wiring (`http::engine`) takes a connection through the steps docs/architecture.md
+//! tells once ("The HTTP engine"). Of this core it uses, in that order: [`HeadScan`] and
+//! [`RequestHead::parse`] for a head as it arrives (offsets into the buffer, borrowing
+//! nothing, so the head lives beside its buffer across awaits); [`RequestHead::to_server`]'s
+//! [`Editor`] and [`RequestHead::write`]'s [`OutHead`] for the head on its way
+//! ([`OutHead::append_input`], [`OutHead::io_slices`] and [`OutHead::advance`] around one
+//! vectored write); a [`BodyReader`] for each body ([`BodyReader::step`], and
+//! [`BodyReader::data_ahead`] then [`BodyReader::skip_data`] around a splice);
+//! [`ResponseHead::parse`] with what was [`Asked`] ([`RequestHead::asked`]) for the answer,
+//! its [`Framing`] for what follows it, [`ResponseHead::to_client`], [`client_keep_alive`]
+//! and [`ResponseHead::dechunks_for`] for its way back; and [`reuse()`] at the end.
 //!
 //! # RFC decisions
 //!
@@ -88,8 +60,7 @@
 //! - `chunked`: a chunked body checked as it passes.
 //! - `body`: a message body read as it passes, whatever frames it.
 //! - `reuse`: whether each side's connection serves another exchange.
-//! - `edit`: what changes in a head on its way.
-//! - `out`: the outgoing head as slices.
+//! - `edit`: what changes in a head on its way, and the outgoing head it makes, as slices.
 //! - `rewrite`: the standard rewriting each way (hop-by-hop lines out, ...), as edits.
 //! - `error`: why a head is refused, in words a page can show.
 
@@ -99,7 +70,6 @@ mod edit;
 mod error;
 mod field;
 mod framing;
-mod out;
 mod request;
 mod response;
 mod reuse;
@@ -112,12 +82,11 @@ mod tests;
 
 pub use body::{BodyError, BodyReader, Step};
 pub use chunked::{ChunkedDecoder, ChunkedError, Part};
-pub use edit::{EditError, Editor};
+pub use edit::{EditError, Editor, OutHead};
 pub use error::{HeadError, Syntax};
 pub use field::{FieldId, FieldName, FieldRef, Fields};
 pub use framing::Body;
-pub use out::OutHead;
-pub use request::{RequestHead, Target};
+pub use request::{HostRule, RequestHead, Target};
 pub use response::{Asked, Framing, ResponseHead};
 pub use reuse::{Finish, Reuse, client_keep_alive, reuse};
 pub use rewrite::{Forwarded, ToClient, ToServer};

@@ -36,6 +36,18 @@ pub enum Target {
     Asterisk,
 }
 
+/// Whether an HTTP/1.1 request must name its `Host` (RFC 9112 §3.2: a server answers one
+/// without it 400). A proxy must, since its servers need one; a connection that only the
+/// broker answers (a TCP port's query connection, whose monitors and scripts have sent
+/// requests without one for years) may take one that names none: nothing it sends goes on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostRule {
+    /// HTTP/1.1 without `Host` is refused.
+    Required,
+    /// HTTP/1.1 without `Host` is taken; one that is there is checked all the same.
+    Optional,
+}
+
 /// A request head: offsets into the buffer it was parsed from, and what it means for
 /// framing and reuse. It borrows nothing; every accessor that gives bytes takes the buffer.
 #[derive(Debug, Clone)]
@@ -71,17 +83,26 @@ impl RequestHead {
     /// more, into the same buffer, and call again with the same `scan`). `buf` is mutable
     /// for one case only: `HTTP/1.2` to `HTTP/1.9` become `HTTP/1.1` in place.
     pub fn parse(buf: &mut [u8], scan: &mut HeadScan) -> Result<Option<RequestHead>, HeadError> {
+        RequestHead::parse_with(buf, scan, HostRule::Required)
+    }
+
+    /// [`RequestHead::parse`], with `host` saying whether HTTP/1.1 must name its `Host`.
+    pub fn parse_with(
+        buf: &mut [u8],
+        scan: &mut HeadScan,
+        host: HostRule,
+    ) -> Result<Option<RequestHead>, HeadError> {
         let parsed =
             scan.parse_when_ready(buf, MAX_REQUEST_LINE, HeadError::TargetTooLong, |buf| {
                 version::parse_mending(buf, httparse_request, version::fix_request)
             })?;
         parsed
-            .map(|parsed| RequestHead::of(buf, parsed))
+            .map(|parsed| RequestHead::of(buf, parsed, host))
             .transpose()
     }
 
     /// The head httparse parsed, checked and framed.
-    fn of(buf: &[u8], parsed: Parsed) -> Result<RequestHead, HeadError> {
+    fn of(buf: &[u8], parsed: Parsed, rule: HostRule) -> Result<RequestHead, HeadError> {
         if parsed.target.len as usize > MAX_TARGET {
             return Err(HeadError::TargetTooLong);
         }
@@ -91,7 +112,7 @@ impl RequestHead {
         let version = Version::of_minor(parsed.minor);
         let method = Method::of(parsed.method.of(buf));
         let form = target_form(method, parsed.target, buf)?;
-        let host = host(&parsed.fields, buf, version, form)?;
+        let host = host(&parsed.fields, buf, version, form, rule)?;
         let (body, length, close_after) = body(&parsed.fields, buf, version)?;
         let clean_line = parsed.minor == 1
             && buf.get(parsed.target.end()..parsed.target.end() + 11) == Some(b" HTTP/1.1\r\n");
@@ -321,6 +342,7 @@ fn host(
     buf: &[u8],
     version: Version,
     form: Target,
+    rule: HostRule,
 ) -> Result<Option<FieldId>, HeadError> {
     let mut hosts = fields.named(FieldName::Host);
     let host = hosts.next();
@@ -328,9 +350,9 @@ fn host(
         return Err(HeadError::SeveralHosts);
     }
     let Some(id) = host else {
-        return match version {
-            Version::Http11 => Err(HeadError::NoHost),
-            Version::Http10 => Ok(None),
+        return match (version, rule) {
+            (Version::Http11, HostRule::Required) => Err(HeadError::NoHost),
+            _ => Ok(None),
         };
     };
     let absolute = matches!(form, Target::Absolute { .. });
@@ -680,6 +702,25 @@ mod tests {
             .unwrap();
         assert_eq!(head.host(&buf), Some(&b"app.example:81"[..]));
         assert_eq!(head.path(&buf), b"?q=1");
+    }
+
+    #[test]
+    fn a_missing_host_is_taken_only_where_the_rule_allows_it() {
+        let optional = |raw: &[u8]| {
+            let mut buf = raw.to_vec();
+            RequestHead::parse_with(&mut buf, &mut HeadScan::default(), HostRule::Optional)
+        };
+        let head = optional(b"GET /q HTTP/1.1\r\n\r\n").unwrap().unwrap();
+        assert_eq!(head.version(), Version::Http11);
+        assert_eq!(
+            parse(b"GET /q HTTP/1.1\r\n\r\n").err(),
+            Some(HeadError::NoHost)
+        );
+        // One that is there is checked all the same.
+        let bad = optional(b"GET /q HTTP/1.1\r\nHost: a b\r\n\r\n").err();
+        assert_eq!(bad, Some(HeadError::BadHost));
+        let twice = optional(b"GET /q HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n").err();
+        assert_eq!(twice, Some(HeadError::SeveralHosts));
     }
 
     #[test]

@@ -5,8 +5,8 @@
 //! status line `HTTP/1.1` and `Connection` as decided. Then `write` turns a head and its editor
 //! into the [`OutHead`].
 
+use super::edit::{OutHead, Piece};
 use super::field::FieldName;
-use super::out::{OutHead, Piece};
 use super::{Body, Editor, FieldId, Framing, RequestHead, ResponseHead, Span, Target, Version};
 
 /// How a request goes to its server.

@@ -107,6 +107,7 @@ fn builder(settings: &Settings, websocket: bool) -> Builder {
 /// `MAX_CONNECTIONS_PER_CLIENT`) is held for the connection's life, and the connection is
 /// counted once as the balancer's client, however many streams it carries. `closing` drains
 /// it (`GOAWAY`), `cut` ends it at once.
+#[allow(clippy::manual_async_fn)] // an `async fn` would hold its arguments twice
 pub fn serve<U: Upstreams, S: Stream, P: Send + 'static>(
     engine: Arc<Engine<U>>,
     io: S,
@@ -123,8 +124,8 @@ pub fn serve<U: Upstreams, S: Stream, P: Send + 'static>(
 
 /// Answers an HTTP/2 connection the balancer will not serve now (its client has
 /// `MAX_CONNECTIONS_PER_CLIENT` open), as [`Engine::serve_unavailable`] answers an HTTP/1.1
-/// one: `GOAWAY` at once, and the streams the client sent meanwhile answered with the 503 page
-/// and its `Retry-After`.
+/// one: its first stream, and those the client sent with it, answered with the 503 page and
+/// its `Retry-After`, then `GOAWAY`.
 pub fn refuse<U: Upstreams, S: Stream>(
     engine: Arc<Engine<U>>,
     io: S,
@@ -163,13 +164,10 @@ async fn connection<U: Upstreams, S: Stream>(
         handshake.as_mut().poll(cx).map(|done| done.ok()?.ok())
     })
     .await;
-    let Some(mut connection) = connection else {
+    let Some(connection) = connection else {
         return;
     };
     let _open = Open::new(engine.stats(), Protocol::H2);
-    if refusing {
-        connection.graceful_shutdown();
-    }
     let serving = Serving {
         engine: &engine,
         client,
@@ -235,6 +233,12 @@ impl<U: Upstreams> Serving<'_, U> {
                             }
                             let serve = self.stream(request, respond, &shared, &admission);
                             streams.push(serve);
+                            if self.refusing.is_some() && !shutting {
+                                // A refused connection answers what the client sent until
+                                // its GOAWAY, as an HTTP/1.1 one answers its first request.
+                                connection.graceful_shutdown();
+                                shutting = true;
+                            }
                         }
                         Poll::Ready(Some(Err(e))) => {
                             debug!(client = %self.client.peer, error = %e, "HTTP/2 connection ended");
@@ -247,14 +251,10 @@ impl<U: Upstreams> Serving<'_, U> {
                 while let Poll::Ready(Some(())) = streams.poll_next_unpin(cx) {
                     self.engine.stats().h2_streams_ended(1);
                 }
-                let reset = shared.resets.swap(0, Relaxed);
-                if reset > 0 {
-                    self.engine.stats().h2_reset(reset);
-                    if accepting && resets.add(Instant::now(), reset) {
-                        self.calm(&mut connection);
-                        // The GOAWAY goes with the connection's next poll.
-                        cx.waker().wake_by_ref();
-                    }
+                if accepting && self.too_many_resets(&shared, &mut resets) {
+                    self.calm(&mut connection);
+                    // The GOAWAY goes with the connection's next poll.
+                    cx.waker().wake_by_ref();
                 }
                 // Streams that ended or wrote: the connection sends what they queued.
                 if !accepted || !accepting {
@@ -272,21 +272,22 @@ impl<U: Upstreams> Serving<'_, U> {
                 // The last stream ended: the idle time starts now.
                 idle.as_mut().reset(Instant::now() + self.idle);
             }
-            if idle.as_mut().poll(cx).is_ready() {
-                if shutting {
-                    // Idle through a whole timeout after its GOAWAY: the client does not close.
-                    return Poll::Ready(());
-                }
-                connection.graceful_shutdown();
-                shutting = true;
-                idle.as_mut().reset(Instant::now() + self.idle);
-                cx.waker().wake_by_ref();
-            }
-            Poll::Pending
+            self.idled(cx, idle.as_mut(), &mut connection, &mut shutting)
         })
         .await;
         // Cut, or the connection ended with streams still in hand: they end with it.
         self.engine.stats().h2_streams_ended(streams.len() as u64);
+    }
+
+    /// Counts the streams reset since last asked: whether the connection has now reset more
+    /// than it may.
+    fn too_many_resets(&self, shared: &Shared, resets: &mut Resets) -> bool {
+        let reset = shared.resets.swap(0, Relaxed);
+        if reset == 0 {
+            return false;
+        }
+        self.engine.stats().h2_reset(reset);
+        resets.add(Instant::now(), reset)
     }
 
     /// The exchange of one stream, its request written for the engine.
@@ -308,6 +309,28 @@ impl<U: Upstreams> Serving<'_, U> {
         }
         let admission = self.engine.upstreams().stream_admission(admission);
         Either::Right(engine.serve_stream(stream, self.client, self.closing.clone(), admission))
+    }
+
+    /// A connection without streams: `GOAWAY` once it idled for the idle time, and its end
+    /// once it idled as long again after it (the client does not close).
+    fn idled<S: Stream>(
+        &self,
+        cx: &mut std::task::Context<'_>,
+        mut idle: std::pin::Pin<&mut tokio::time::Sleep>,
+        connection: &mut h2::server::Connection<S, Bytes>,
+        shutting: &mut bool,
+    ) -> Poll<()> {
+        if idle.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        if *shutting {
+            return Poll::Ready(());
+        }
+        connection.graceful_shutdown();
+        *shutting = true;
+        idle.as_mut().reset(Instant::now() + self.idle);
+        cx.waker().wake_by_ref();
+        Poll::Pending
     }
 
     /// Ends the connection of a client that reset too many streams.

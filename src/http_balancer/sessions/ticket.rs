@@ -48,7 +48,8 @@ const UNBOUND_LABEL: &[u8] = b"appbroker TOTVS_BROKER_SH_001 v1\0";
 const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 
 /// Whether `c` is one of [`ALPHABET`]'s characters: by class, not by a search of the
-/// alphabet (22 searches of 64 bytes were some 2,000 instructions a request).
+/// alphabet (a search per character was a share of every request worth cutting: the figures
+/// in docs/benchmarks.md, "Instructions per connection and per request").
 fn in_alphabet(c: u8) -> bool {
     c.is_ascii_alphanumeric() || c == b'-' || c == b'_'
 }
@@ -325,9 +326,9 @@ impl CookieKeys {
 }
 
 /// Tickets a thread verified lately, each with the keys that verified it and which secret
-/// signed it: a browser sends the same cookie with each request, and its HMAC (some 6,000
-/// instructions, a seventh of a proxied request's) need not be computed every time. A fixed
-/// table per thread, a ticket's slot chosen by its random characters (an attacker choosing
+/// signed it: a browser sends the same cookie with each request, and its HMAC (a large share of
+/// a proxied request's instructions: docs/benchmarks.md) need not be computed every time. A
+/// fixed table per thread, a ticket's slot chosen by its random characters (an attacker choosing
 /// them only evicts); only a ticket that verified is kept, under keys of that very instance
 /// (a reload makes new keys, which find nothing kept) and for the balancer it verified for
 /// (a ticket of one balancer is no session of another, whatever a thread recalls), and it is

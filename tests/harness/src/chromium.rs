@@ -25,12 +25,10 @@ const HEADLESS: &[&str] = &[
     "--disable-sync",
 ];
 
-/// `chromium` on the PATH (Debian's package installs /usr/bin/chromium).
+/// `chromium` on the PATH (Debian's package installs /usr/bin/chromium), as
+/// [`find_program`](crate::find_program) finds it: `None` fails the test under `CI`.
 pub fn find_chromium() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join("chromium"))
-        .find(|candidate| candidate.is_file())
+    crate::find_program("chromium")
 }
 
 /// Runs headless Chromium on `url` with `args`, bounded by [`BROWSER_DEADLINE`]; returns its
@@ -96,20 +94,18 @@ impl DevTools {
         let child = command.spawn().expect("start chromium");
         // Chromium writes the port it took, and its browser endpoint's path, into the profile.
         let active = profile.join("DevToolsActivePort");
-        let end = std::time::Instant::now() + BROWSER_DEADLINE;
-        let (port, path) = loop {
+        let written = "chromium's DevToolsActivePort";
+        let every = Duration::from_millis(50);
+        let (port, path) = crate::poll(written, every, BROWSER_DEADLINE, async || {
             let text = std::fs::read_to_string(&active).unwrap_or_default();
-            if let Some((port, path)) = text.split_once('\n')
-                && path.trim().starts_with("/devtools/")
-            {
-                break (port.trim().to_string(), path.trim().to_string());
+            match text.split_once('\n') {
+                Some((port, path)) if path.trim().starts_with("/devtools/") => {
+                    Ok((port.trim().to_string(), path.trim().to_string()))
+                }
+                _ => Err(text),
             }
-            assert!(
-                std::time::Instant::now() < end,
-                "chromium wrote no DevToolsActivePort within {BROWSER_DEADLINE:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
+        })
+        .await;
         let stream = tokio::net::TcpStream::connect(format!("127.0.0.1:{port}"))
             .await
             .expect("connect to chromium's DevTools port");
@@ -220,18 +216,17 @@ impl DevTools {
 
     /// Polls the page's text until `wanted` holds, within [`BROWSER_DEADLINE`]; the text.
     pub async fn text_until(&mut self, what: &str, wanted: impl Fn(&str) -> bool) -> String {
-        let end = std::time::Instant::now() + BROWSER_DEADLINE;
-        loop {
+        let every = Duration::from_millis(50);
+        let showing = format!("the page to show {what}");
+        crate::poll(&showing, every, BROWSER_DEADLINE, async || {
             let text = self.text().await;
             if wanted(&text) {
-                return text;
+                Ok(text)
+            } else {
+                Err(format!("it shows:\n{text}"))
             }
-            assert!(
-                std::time::Instant::now() < end,
-                "the page never showed {what}; it shows:\n{text}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        })
+        .await
     }
 
     /// Reloads the page, bypassing the cache.

@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::servers::reserve;
-use super::{DEADLINE, ini_for, within};
+use super::{DEADLINE, within};
 
 // ---------------------------------------------------------------------------------------------
 // A server that misbehaves on command
@@ -216,16 +216,7 @@ impl FaultServer {
             return;
         }
         self.reserved = None;
-        let end = Instant::now() + DEADLINE;
-        let listener = loop {
-            match TcpListener::bind(self.addr).await {
-                Ok(l) => break l,
-                Err(e) => {
-                    assert!(Instant::now() < end, "cannot bind {} again: {e}", self.addr);
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-            }
-        };
+        let listener = crate::bind_again(self.addr).await;
         self.accepting = Some(spawn_accepting(listener, Arc::clone(&self.shared)));
     }
 }
@@ -540,14 +531,12 @@ pub const SHORT_KEEPALIVE: &str = "KEEPALIVE_TIME=1\nKEEPALIVE_INTERVAL=1\nKEEPA
 /// How long [`SHORT_KEEPALIVE`] takes to give a dead peer up.
 pub const SHORT_KEEPALIVE_GIVES_UP_AFTER: Duration = Duration::from_secs(3);
 
-/// An ini like [`ini_for`]'s over `servers` given as `REMOTE_SERVER` values (as
+/// An ini like [`ini_for`](crate::ini_for)'s over `servers` given as `REMOTE_SERVER` values (as
 /// [`FaultServer::ini`] gives them), with `extra` lines in the section.
 pub fn ini_over(servers: &[String], extra: &str) -> String {
-    let mut ini = ini_for(&[], extra);
-    for (i, server) in servers.iter().enumerate() {
-        ini.push_str(&format!("REMOTE_SERVER_{:02}={server}\n", i + 1));
-    }
-    ini
+    crate::Ini::new()
+        .balancer("BALANCE_SMART_CLIENT_DESKTOP", "@PORT@", extra, servers)
+        .text()
 }
 
 /// True when the peer has ended `stream` (EOF or an error); false when it is open with nothing

@@ -14,68 +14,123 @@ pub fn fill_placeholders(ini: &str, ports: &[u16], dir: &Path) -> String {
         .replace("@DIR@", &dir.display().to_string())
 }
 
+/// An `appserver.ini` as tests write it, the one builder of them: `[General]` (a stop within
+/// 5 s unless the test says otherwise, and the test's lines), then balancers on the port
+/// placeholders a harness fills in (`@PORT@`, `@PORT2@`), each with its lines and servers.
+/// Monitoring is off in a balancer unless its lines set it, so tests decide when checks run.
+pub struct Ini {
+    general: String,
+    balancers: String,
+}
+
+impl Ini {
+    /// `[General]` with `SHUTDOWN_TIMEOUT=5` (unless a line given later sets it).
+    pub fn new() -> Ini {
+        Ini::empty().general("SHUTDOWN_TIMEOUT=5")
+    }
+
+    /// `[General]` with nothing but what the test adds: the broker's own defaults.
+    pub fn empty() -> Ini {
+        Ini {
+            general: String::new(),
+            balancers: String::new(),
+        }
+    }
+
+    /// `lines` added to `[General]`; a key given again replaces the one before.
+    pub fn general(mut self, lines: &str) -> Ini {
+        for line in lines.lines().filter(|l| !l.trim().is_empty()) {
+            let key = line.split('=').next().unwrap_or_default();
+            self.general = self
+                .general
+                .lines()
+                .filter(|l| {
+                    !l.split('=')
+                        .next()
+                        .unwrap_or_default()
+                        .eq_ignore_ascii_case(key)
+                })
+                .map(|l| format!("{l}\n"))
+                .collect();
+            self.general.push_str(line);
+            self.general.push('\n');
+        }
+        self
+    }
+
+    /// A balancer `[section]` on 127.0.0.1 and `port` (a placeholder), with `lines`, over
+    /// `servers` (`REMOTE_SERVER` values: `host port [weight]`) under ids 01, 02...
+    pub fn balancer<S: std::fmt::Display>(
+        mut self,
+        section: &str,
+        port: &str,
+        lines: &str,
+        servers: impl IntoIterator<Item = S>,
+    ) -> Ini {
+        let text = &mut self.balancers;
+        text.push_str(&format!(
+            "[{section}]\nLOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT={port}\n"
+        ));
+        if !lines.to_ascii_uppercase().contains("MONITORING_TYPE") {
+            text.push_str("MONITORING_TYPE=DISABLED\n");
+        }
+        for line in lines.lines() {
+            text.push_str(line);
+            text.push('\n');
+        }
+        for (i, server) in servers.into_iter().enumerate() {
+            text.push_str(&format!("REMOTE_SERVER_{:02}={server}\n", i + 1));
+        }
+        self
+    }
+
+    /// The file's text.
+    pub fn text(self) -> String {
+        format!("[General]\n{}{}", self.general, self.balancers)
+    }
+}
+
+impl Default for Ini {
+    fn default() -> Ini {
+        Ini::new()
+    }
+}
+
+/// `addr` as a `REMOTE_SERVER` value: `host port`.
+pub fn server_value(addr: SocketAddr) -> String {
+    format!("{} {}", addr.ip(), addr.port())
+}
+
 /// An ini with one `[BALANCE_SMART_CLIENT_DESKTOP]` on `@PORT@` over `servers`, plus `extra`
-/// lines in the section. Monitoring is disabled unless `extra` sets it, so tests decide when
-/// checks happen.
+/// lines in the section ([`Ini`]).
 pub fn ini_for(servers: &[&TestServer], extra: &str) -> String {
-    let mut text = String::from(
-        "[General]\nSHUTDOWN_TIMEOUT=5\n[BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_ADDRESS=127.0.0.1\nLOCAL_SERVER_PORT=@PORT@\n",
-    );
-    if !extra.to_ascii_uppercase().contains("MONITORING_TYPE") {
-        text.push_str("MONITORING_TYPE=DISABLED\n");
-    }
-    text.push_str(extra);
-    if !extra.is_empty() && !extra.ends_with('\n') {
-        text.push('\n');
-    }
-    for (i, s) in servers.iter().enumerate() {
-        text.push_str(&format!("REMOTE_SERVER_{:02}={}\n", i + 1, s.ini()));
-    }
-    text
+    let servers = servers.iter().map(|s| s.ini());
+    Ini::new()
+        .balancer("BALANCE_SMART_CLIENT_DESKTOP", "@PORT@", extra, servers)
+        .text()
 }
 
-/// An ini with one `[BALANCE_HTTP]` on `@PORT@` over `servers`, plus `extra` lines in the
-/// section. Monitoring is disabled unless `extra` sets it, so tests decide when checks run.
+/// An ini with one `[BALANCE_HTTP]` on `@PORT@` over `servers`, queries allowed from
+/// loopback, plus `extra` lines in the section ([`Ini`]).
 pub fn http_ini(servers: &[SocketAddr], extra: &str) -> String {
-    let mut text = String::from(
-        "[General]\nSHUTDOWN_TIMEOUT=5\n[BALANCE_HTTP]\nLOCAL_SERVER_ADDRESS=127.0.0.1\n\
-         LOCAL_SERVER_PORT=@PORT@\nQUERY_ALLOW=127.0.0.1\n",
-    );
-    if !extra.to_ascii_uppercase().contains("MONITORING_TYPE") {
-        text.push_str("MONITORING_TYPE=DISABLED\n");
-    }
-    for line in extra.lines() {
-        text.push_str(line);
-        text.push('\n');
-    }
-    for (i, server) in servers.iter().enumerate() {
-        text.push_str(&format!(
-            "REMOTE_SERVER_{:02}={} {}\n",
-            i + 1,
-            server.ip(),
-            server.port()
-        ));
-    }
-    text
+    let lines = format!("QUERY_ALLOW=127.0.0.1\n{extra}");
+    let servers = servers.iter().map(|&s| server_value(s));
+    Ini::new()
+        .balancer("BALANCE_HTTP", "@PORT@", &lines, servers)
+        .text()
 }
 
-/// An ini with one `[BALANCE_HTTP]` on `@PORT@` (monitoring off, queries from loopback),
-/// `general` lines in `[General]`, `extra` lines in the section, and `servers` as
-/// `(address, weight)` under ids 01, 02...
+/// An ini with one `[BALANCE_HTTP]` on `@PORT@` (queries from loopback), `general` lines in
+/// `[General]`, `extra` lines in the section, and `servers` as `(address, weight)` ([`Ini`]).
 pub fn weighted_http_ini(general: &str, servers: &[(SocketAddr, u32)], extra: &str) -> String {
-    let mut text = format!(
-        "[General]\nSHUTDOWN_TIMEOUT=5\n{general}\n[BALANCE_HTTP]\nLOCAL_SERVER_ADDRESS=127.0.0.1\n\
-         LOCAL_SERVER_PORT=@PORT@\nQUERY_ALLOW=127.0.0.1\nMONITORING_TYPE=DISABLED\n{extra}\n"
-    );
-    for (i, (addr, weight)) in servers.iter().enumerate() {
-        text.push_str(&format!(
-            "REMOTE_SERVER_{:02}={} {} {weight}\n",
-            i + 1,
-            addr.ip(),
-            addr.port()
-        ));
-    }
-    text
+    let lines = format!("QUERY_ALLOW=127.0.0.1\n{extra}");
+    let servers = servers
+        .iter()
+        .map(|&(addr, weight)| format!("{} {weight}", server_value(addr)));
+    Ini::new()
+        .general(general)
+        .balancer("BALANCE_HTTP", "@PORT@", &lines, servers)
+        .text()
 }
 
 /// The `SESSION_SECRET` tests give their HTTP balancers (`[General]`), so that they can make

@@ -5,7 +5,6 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use appbroker::balancer::BalancerState;
 use appbroker::balancer::events::{Missed, Reloaded, Subscription};
@@ -15,7 +14,7 @@ pub use appbroker::net::relay::{End, Side};
 use appbroker::{Bound, Broker, Event, ReloadError, StartError};
 use tokio::task::JoinHandle;
 
-use super::{DEADLINE, fill_placeholders, free_ports};
+use super::{fill_placeholders, free_ports, until};
 
 /// A broker running in this process, and what it has published.
 pub struct InProcess {
@@ -187,15 +186,13 @@ impl EventLog {
 
     /// Waits until `count` events that `wanted` picks have come.
     pub async fn wait_for_count(&self, what: &str, count: usize, wanted: impl Fn(&Event) -> bool) {
-        let end = Instant::now() + DEADLINE;
-        while self.count(&wanted) < count {
-            assert!(
-                Instant::now() < end,
-                "timed out waiting for {count} x {what}; events:\n{}",
-                self.text()
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        until(&format!("{count} x {what}"), async || {
+            let enough = self.count(&wanted) >= count;
+            enough
+                .then_some(())
+                .ok_or_else(|| format!("events:\n{}", self.text()))
+        })
+        .await
     }
 
     /// The events so far, one per line, for assertion messages.

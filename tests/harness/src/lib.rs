@@ -11,18 +11,21 @@
 //! module included by many would be partly unused in each, where the compiler warns; here
 //! every item is public, the compiler builds it once, and each test names what it uses.
 //!
-//! - `lib.rs`: the deadline, waiting for a condition, free ports.
+//! - `lib.rs`: the deadline, waiting for a condition (plain or awaited: [`eventually`],
+//!   [`until`]), free ports.
 //! - `ini.rs`: the `appserver.ini` files tests write, and the session cookies they sign.
 //! - `inproc.rs`: a broker in this process and the events it publishes.
 //! - `process.rs`: the binary as a child process, installed copies of it, process trees.
 //! - `servers.rs`: echo servers that stop and resume, and the clients that ask them.
 //! - `faults.rs`: servers that misbehave on command, byte patterns, client-side checks.
-//! - `query_client.rs`: a small HTTP/1.1 client for the query interface.
+//! - `raw_client.rs`: the one hand-written HTTP/1.1 client, raw bytes out, answers by their
+//!   framing (`HttpConnection` is it too).
+//! - `query_client.rs`: the query interface's answers, JSON and places, over that client.
 //! - `origin.rs`: hyper origin servers that record requests, and raw ones.
 //! - `pattern.rs`: bodies of a known pattern, checked as they stream.
 //! - `http_client.rs`: hyper clients and raw exchanges towards an HTTP balancer.
 //! - `engine.rs`: the HTTP engine alone on a loopback port, over a recording balancer.
-//! - `scripted.rs`: a raw HTTP/1.1 server and client, byte for byte.
+//! - `scripted.rs`: a raw HTTP/1.1 server, byte for byte.
 //! - `chromium.rs`: headless Chromium, once or driven over DevTools.
 //! - `webhook.rs`: a webhook receiver for the broker's alerts, plain or TLS, that records
 //!   each POST and answers as told (or hangs).
@@ -40,6 +43,7 @@ mod origin;
 mod pattern;
 mod process;
 mod query_client;
+mod raw_client;
 mod scripted;
 mod servers;
 mod webhook;
@@ -56,6 +60,7 @@ pub use origin::*;
 pub use pattern::*;
 pub use process::*;
 pub use query_client::*;
+pub use raw_client::*;
 pub use scripted::*;
 pub use servers::*;
 pub use webhook::*;
@@ -66,10 +71,63 @@ pub const DEADLINE: Duration = Duration::from_secs(20);
 
 /// Polls `condition` until it holds or [`DEADLINE`] passes.
 pub async fn eventually<F: FnMut() -> bool>(what: &str, mut condition: F) {
+    // Not over `until`: a spawned task may wait with this, and a task cannot hold an async
+    // closure (the compiler cannot prove its future `Send` for every borrow).
     let end = Instant::now() + DEADLINE;
     while !condition() {
         assert!(Instant::now() < end, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        tokio::time::sleep(POLL_EVERY).await;
+    }
+}
+
+/// How often [`eventually`], [`until`] and [`eventually_async`] look again: often enough
+/// that a test waits little past its condition, seldom enough to leave the broker the CPU.
+pub const POLL_EVERY: Duration = Duration::from_millis(10);
+
+/// Awaits `condition` every [`POLL_EVERY`] until it holds or [`DEADLINE`] passes: the
+/// [`eventually`] of a condition that must await (a query, a connection).
+pub async fn eventually_async(what: &str, mut condition: impl AsyncFnMut() -> bool) {
+    until(
+        what,
+        async || if condition().await { Ok(()) } else { Err("") },
+    )
+    .await
+}
+
+/// Awaits `probe` every [`POLL_EVERY`] until it gives `Ok` (returned), failing the test after
+/// [`DEADLINE`] with `what` and the last `Err`: what was seen instead (a log, a JSON answer),
+/// so the failure says where the wait stood. Not in a spawned task: the compiler cannot prove
+/// an async closure's future `Send` for every borrow, so a task waits with a loop of its own.
+pub async fn until<T, E: std::fmt::Display>(
+    what: &str,
+    probe: impl AsyncFnMut() -> Result<T, E>,
+) -> T {
+    poll(what, POLL_EVERY, DEADLINE, probe).await
+}
+
+/// [`until`] with its own pace and deadline: `every` between two tries (a probe that sends a
+/// client paces the load with it; zero only yields to the runtime) and `deadline` in all.
+pub async fn poll<T, E: std::fmt::Display>(
+    what: &str,
+    every: Duration,
+    deadline: Duration,
+    mut probe: impl AsyncFnMut() -> Result<T, E>,
+) -> T {
+    let end = Instant::now() + deadline;
+    loop {
+        let seen = match probe().await {
+            Ok(value) => return value,
+            Err(seen) => seen,
+        };
+        assert!(
+            Instant::now() < end,
+            "timed out after {deadline:?} waiting for: {what}\n{seen}"
+        );
+        if every.is_zero() {
+            tokio::task::yield_now().await;
+        } else {
+            tokio::time::sleep(every).await;
+        }
     }
 }
 

@@ -8,7 +8,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use super::{DEADLINE, fill_placeholders, free_ports};
+use super::{DEADLINE, fill_placeholders, free_ports, until};
 
 /// Gives the broker `command` runs its control socket and state file in `dir`, as systemd's
 /// `RuntimeDirectory=` and `StateDirectory=` would: by default they are named after the
@@ -213,37 +213,21 @@ impl Broker {
 
     /// Waits until a line containing `needle` is logged; returns it.
     pub async fn wait_for_log(&self, needle: &str) -> String {
-        let end = Instant::now() + DEADLINE;
-        loop {
-            if let Some(line) = self
-                .lines
-                .lock()
-                .unwrap()
-                .iter()
-                .find(|l| l.contains(needle))
-            {
-                return line.clone();
-            }
-            assert!(
-                Instant::now() < end,
-                "timed out waiting for log line containing {needle:?}; log:\n{}",
-                self.log_text()
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        wait_for_line(&self.lines, needle).await
     }
 
     /// Waits until `count` lines contain `needle`.
     pub async fn wait_for_logs(&self, needle: &str, count: usize) {
-        let end = Instant::now() + DEADLINE;
-        while self.count_logs(needle) < count {
-            assert!(
-                Instant::now() < end,
-                "timed out waiting for {count} log lines containing {needle:?}; log:\n{}",
-                self.log_text()
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        until(
+            &format!("{count} log lines containing {needle:?}"),
+            async || {
+                let enough = self.count_logs(needle) >= count;
+                enough
+                    .then_some(())
+                    .ok_or_else(|| format!("log:\n{}", self.log_text()))
+            },
+        )
+        .await
     }
 
     /// Waits until `condition` holds for the log, or the process exits, or the deadline passes.
@@ -277,13 +261,11 @@ impl Broker {
         self.child.id()
     }
 
-    /// The broker's resident memory (`VmRSS` in `/proc/<pid>/status`) in bytes; `None` where
-    /// there is no `/proc` or once the process is gone.
+    /// The broker's resident memory (`VmRSS` in `/proc/<pid>/status`) in bytes; `None` once
+    /// the process is gone. A test that bounds it reads it with `expect`: a bound on a figure
+    /// that could not be read would hold anything.
     pub fn resident_bytes(&self) -> Option<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;
-        let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-        Some(kib * 1024)
+        status_bytes_of(&self.pid().to_string(), "VmRSS")
     }
 
     /// Sends a signal to the broker.
@@ -294,19 +276,13 @@ impl Broker {
 
     /// Waits for the broker to exit.
     pub async fn wait_exit(&mut self) -> ExitStatus {
-        let end = Instant::now() + DEADLINE;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                self.drain_output();
-                return status;
-            }
-            assert!(
-                Instant::now() < end,
-                "broker did not exit; log:\n{}",
-                self.log_text()
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let status = until("the broker to exit", async || {
+            let exited = self.child.try_wait().expect("try_wait");
+            exited.ok_or_else(|| format!("log:\n{}", self.log_text()))
+        })
+        .await;
+        self.drain_output();
+        status
     }
 }
 
@@ -422,6 +398,35 @@ pub fn kill_tree(child: &mut Child) {
     while killed.iter().any(|&pid| running(pid)) && Instant::now() < end {
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// Waits until a line of `lines` (a process's output, as its readers push it) contains
+/// `needle`; returns it. Fails the test with the whole output after [`DEADLINE`].
+pub async fn wait_for_line(lines: &Mutex<Vec<String>>, needle: &str) -> String {
+    until(&format!("a line containing {needle:?}"), async || {
+        let lines = lines.lock().unwrap();
+        let found = lines.iter().find(|l| l.contains(needle)).cloned();
+        found.ok_or_else(|| format!("log:\n{}", lines.join("\n")))
+    })
+    .await
+}
+
+/// `field` (`VmRSS`, `VmHWM`) of `/proc/<pid>/status` in bytes, `pid` a number or `self`.
+/// Fails the test when `/proc` cannot tell: a memory bound that read 0 would hold anything,
+/// and Linux is the target.
+pub fn status_bytes(pid: &str, field: &str) -> u64 {
+    status_bytes_of(pid, field)
+        .unwrap_or_else(|| panic!("{field} of /proc/{pid}/status cannot be read"))
+}
+
+/// [`status_bytes`], or `None` when the process is gone or `/proc` cannot tell.
+fn status_bytes_of(pid: &str, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let value = status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))?;
+    let kib: u64 = value.trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(kib * 1024)
 }
 
 /// True while process `pid` exists and is no zombie.

@@ -1,5 +1,5 @@
-//! A raw HTTP/1.1 server and client of the tests' own, byte for byte, so what a test checks is
-//! what crosses the broker on the wire, whatever engine the broker runs: the server's
+//! A raw HTTP/1.1 server of the tests' own, byte for byte (its client: `raw_client.rs`), so
+//! what a test checks is what crosses the broker on the wire, whatever engine the broker runs: the server's
 //! behaviour is chosen by the request's path, every head it receives is kept exactly as it
 //! came, and every connection's bytes and end are recorded.
 //!
@@ -28,10 +28,10 @@ use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
-use crate::{DEADLINE, eventually};
+use crate::eventually;
 
 /// What `/smuggled` answers: a victim must never see it.
 pub const ATTACKER_ANSWER: &str = "the attacker's answer";
@@ -464,7 +464,7 @@ fn answer(body: &str) -> Vec<u8> {
     .into_bytes()
 }
 
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+pub(crate) fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
 
@@ -483,184 +483,4 @@ pub fn header(head: &[u8], name: &str) -> Option<String> {
         .filter_map(|line| line.split_once(':'))
         .find(|(n, _)| n.trim().eq_ignore_ascii_case(name))
         .map(|(_, v)| v.trim().to_string())
-}
-
-// ---- the raw client -----------------------------------------------------------------------
-
-/// One answer as the client read it off the wire.
-#[derive(Clone)]
-pub struct Answer {
-    /// The status line, without its CRLF.
-    pub status_line: String,
-    /// The status code.
-    pub status: u16,
-    /// The head, status line to blank line, exactly as received.
-    pub head: Vec<u8>,
-    /// The body as it would reach an application (de-chunked).
-    pub body: Vec<u8>,
-}
-
-impl std::fmt::Debug for Answer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}{}", String::from_utf8_lossy(&self.head), self.text())
-    }
-}
-
-impl Answer {
-    /// The value of the first header `name` (any case).
-    pub fn header(&self, name: &str) -> Option<String> {
-        header(&self.head, name)
-    }
-
-    /// The body as text (lossy).
-    pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-
-    /// Whether `Connection` says `close`.
-    pub fn closes(&self) -> bool {
-        self.header("connection")
-            .is_some_and(|v| v.eq_ignore_ascii_case("close"))
-    }
-}
-
-/// A client connection speaking raw bytes.
-pub struct RawClient {
-    stream: TcpStream,
-    buf: Vec<u8>,
-}
-
-impl RawClient {
-    /// A new connection to `addr`.
-    pub async fn connect(addr: SocketAddr) -> RawClient {
-        RawClient {
-            stream: TcpStream::connect(addr).await.unwrap(),
-            buf: Vec::new(),
-        }
-    }
-
-    /// Writes `bytes`; false when the broker had closed the connection.
-    pub async fn send(&mut self, bytes: &[u8]) -> bool {
-        self.stream.write_all(bytes).await.is_ok()
-    }
-
-    /// Reads more, within [`DEADLINE`]; false at EOF or an error.
-    async fn fill(&mut self) -> bool {
-        let mut chunk = [0u8; 4096];
-        let read = tokio::time::timeout(DEADLINE, self.stream.read(&mut chunk)).await;
-        match read.expect("the broker neither answered nor closed in time") {
-            Ok(n) if n > 0 => {
-                self.buf.extend_from_slice(&chunk[..n]);
-                true
-            }
-            _ => false,
-        }
-    }
-
-    /// The next answer, read to its framed end (its length, its last chunk, or the
-    /// connection's close when it has neither); `None` when the connection closed first. A
-    /// body cut short is returned as far as it came.
-    pub async fn answer(&mut self) -> Option<Answer> {
-        let mut answer = self.head().await?;
-        let status = answer.status;
-        if (100..200).contains(&status) || status == 204 || status == 304 {
-            return Some(answer);
-        }
-        answer.body = if answer
-            .header("transfer-encoding")
-            .is_some_and(|v| v.contains("chunked"))
-        {
-            self.chunked().await
-        } else if let Some(length) = answer.header("content-length") {
-            let length: usize = length.parse().unwrap();
-            while self.buf.len() < length && self.fill().await {}
-            let n = length.min(self.buf.len());
-            self.buf.drain(..n).collect()
-        } else {
-            while self.fill().await {}
-            std::mem::take(&mut self.buf)
-        };
-        Some(answer)
-    }
-
-    /// The next answer's head alone (its body left unread); `None` when the connection
-    /// closed first.
-    pub async fn head(&mut self) -> Option<Answer> {
-        let head = loop {
-            if let Some(end) = find(&self.buf, b"\r\n\r\n") {
-                break self.buf.drain(..end + 4).collect::<Vec<u8>>();
-            }
-            if !self.fill().await {
-                return None;
-            }
-        };
-        let status_line = String::from_utf8_lossy(head.split(|&b| b == b'\r').next()?).to_string();
-        let status = status_line.split(' ').nth(1)?.parse().ok()?;
-        Some(Answer {
-            status_line,
-            status,
-            head,
-            body: Vec::new(),
-        })
-    }
-
-    /// The next `n` bytes; fewer when the connection closed first.
-    pub async fn bytes(&mut self, n: usize) -> Vec<u8> {
-        while self.buf.len() < n && self.fill().await {}
-        let n = n.min(self.buf.len());
-        self.buf.drain(..n).collect()
-    }
-
-    /// A chunked body, as far as it came.
-    async fn chunked(&mut self) -> Vec<u8> {
-        let mut body = Vec::new();
-        loop {
-            let line = loop {
-                if let Some(end) = find(&self.buf, b"\r\n") {
-                    break self.buf.drain(..end + 2).take(end).collect::<Vec<u8>>();
-                }
-                if !self.fill().await {
-                    return body;
-                }
-            };
-            let text = String::from_utf8_lossy(&line);
-            let Ok(size) = usize::from_str_radix(text.split(';').next().unwrap_or("").trim(), 16)
-            else {
-                return body;
-            };
-            if size == 0 {
-                return body;
-            }
-            while self.buf.len() < size + 2 {
-                if !self.fill().await {
-                    body.append(&mut self.buf);
-                    return body;
-                }
-            }
-            body.extend(self.buf.drain(..size));
-            self.buf.drain(..2);
-        }
-    }
-
-    /// Whether the broker closes the connection with nothing more sent (fails the test after
-    /// [`DEADLINE`] if it keeps it open).
-    pub async fn closed(&mut self) -> bool {
-        while self.fill().await {}
-        self.buf.is_empty()
-    }
-}
-
-/// Sends `bytes` on a new connection and reads one answer.
-pub async fn raw_request(addr: SocketAddr, bytes: &[u8]) -> Answer {
-    let mut client = RawClient::connect(addr).await;
-    assert!(
-        client.send(bytes).await,
-        "the broker closed before the request"
-    );
-    client.answer().await.expect("an answer")
-}
-
-/// A GET of `path` with a `Host`, as raw bytes.
-pub fn get_of(path: &str) -> Vec<u8> {
-    format!("GET {path} HTTP/1.1\r\nHost: app.example\r\n\r\n").into_bytes()
 }

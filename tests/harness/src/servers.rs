@@ -86,18 +86,7 @@ impl TestServer {
     /// Listens again on the same port.
     pub async fn resume(&mut self) {
         self.reserved = None;
-        let listener = {
-            let end = Instant::now() + DEADLINE;
-            loop {
-                match TcpListener::bind(self.addr).await {
-                    Ok(l) => break l,
-                    Err(e) => {
-                        assert!(Instant::now() < end, "cannot bind {} again: {e}", self.addr);
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                    }
-                }
-            }
-        };
+        let listener = bind_again(self.addr).await;
         self.addr = listener.local_addr().unwrap();
         let token = CancellationToken::new();
         let (name, banner, accepted, stop) = (
@@ -144,6 +133,21 @@ pub fn reserve(addr: SocketAddr) -> Option<socket2::Socket> {
     socket.set_reuse_address(true).ok()?;
     socket.bind(&addr.into()).ok()?;
     Some(socket)
+}
+
+/// Listens on `addr` again once the port is free (a listener just closed may hold it a
+/// moment), failing the test after [`DEADLINE`].
+pub async fn bind_again(addr: SocketAddr) -> TcpListener {
+    // Not over `poll`: servers go down and up in spawned tasks, and a task cannot hold an
+    // async closure (the compiler cannot prove its future `Send` for every borrow).
+    let end = Instant::now() + DEADLINE;
+    loop {
+        match TcpListener::bind(addr).await {
+            Ok(listener) => return listener,
+            Err(e) => assert!(Instant::now() < end, "cannot bind {addr} again: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 async fn answer(stream: TcpStream, name: String, banner: Option<String>) -> std::io::Result<()> {
@@ -248,6 +252,21 @@ pub async fn served(addr: SocketAddr) -> Option<TcpStream> {
             None
         }
     }
+}
+
+/// Clients through `addr`, one after another with no pause, until one is [`served`]: its
+/// connection, and how many were refused before it (a broker at its limit refuses those that
+/// come before it has seen a place free again).
+pub async fn first_served(addr: SocketAddr) -> (TcpStream, u64) {
+    let mut refused = 0;
+    let newcomer = "a client served";
+    let stream = crate::poll(newcomer, Duration::ZERO, DEADLINE, async || {
+        let stream = served(addr).await;
+        refused += u64::from(stream.is_none());
+        stream.ok_or("")
+    })
+    .await;
+    (stream, refused)
 }
 
 /// Two of the demo's stand-in web servers, `server 01` and `server 02`, each on a port of its
