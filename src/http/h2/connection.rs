@@ -25,7 +25,6 @@
 
 use std::future::{Future, poll_fn};
 use std::pin::pin;
-use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::Duration;
@@ -42,7 +41,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::request;
-use super::resets::{MOST_RESETS, Resets, WINDOW_SECONDS};
+use super::resets::{MOST_RESETS, Resets, Shared, WINDOW_SECONDS};
 use super::response::websocket_key;
 use super::stream::H2Stream;
 use crate::http::stats::Open;
@@ -68,20 +67,6 @@ const SEND_BUFFER: usize = 64 * 1024;
 
 /// One line a second at most for connections ended for their resets.
 static CALM_LOG: Throttle = Throttle::new(1000);
-
-/// What a connection's streams tell it.
-#[derive(Debug, Default)]
-pub(crate) struct Shared {
-    /// Streams the client reset before their answer was whole, not yet counted in [`Resets`].
-    resets: AtomicU32,
-}
-
-impl Shared {
-    /// One more stream reset by the client.
-    pub(super) fn reset_by_client(&self) {
-        self.resets.fetch_add(1, Relaxed);
-    }
-}
 
 /// The connection's server, with the broker's settings.
 fn builder(settings: &Settings, websocket: bool) -> Builder {
@@ -282,7 +267,7 @@ impl<U: Upstreams> Serving<'_, U> {
     /// Counts the streams reset since last asked: whether the connection has now reset more
     /// than it may.
     fn too_many_resets(&self, shared: &Shared, resets: &mut Resets) -> bool {
-        let reset = shared.resets.swap(0, Relaxed);
+        let reset = shared.take();
         if reset == 0 {
             return false;
         }

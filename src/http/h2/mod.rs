@@ -11,7 +11,8 @@
 //!   bytes, the answer written as HEADERS and DATA, flow control as the backpressure.
 //! - `request`: an HTTP/2 request as the HTTP/1.1 head the engine reads (RFC 9113 §8.3).
 //! - `response`: the engine's answer head as an HTTP/2 response; a WebSocket's accept.
-//! - `resets`: the streams a client resets, counted over ten seconds.
+//! - `resets`: the streams a client resets, counted over ten seconds, and what its streams tell
+//!   the connection of them.
 
 mod connection;
 mod request;

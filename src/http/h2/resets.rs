@@ -8,6 +8,8 @@
 //!
 //! Ten one-second buckets: 20 bytes per connection, exact to the second.
 
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+
 use tokio::time::Instant;
 
 /// Resets within [`WINDOW_SECONDS`] that a connection may make; one more ends it (nginx and
@@ -16,6 +18,25 @@ pub(super) const MOST_RESETS: u32 = 1000;
 
 /// The window the resets are counted over.
 pub(super) const WINDOW_SECONDS: u64 = 10;
+
+/// What a connection's streams tell it.
+#[derive(Debug, Default)]
+pub(crate) struct Shared {
+    /// Streams the client reset before their answer was whole, not yet counted in [`Resets`].
+    resets: AtomicU32,
+}
+
+impl Shared {
+    /// One more stream reset by the client.
+    pub(super) fn reset_by_client(&self) {
+        self.resets.fetch_add(1, Relaxed);
+    }
+
+    /// The streams reset since last taken.
+    pub(super) fn take(&self) -> u32 {
+        self.resets.swap(0, Relaxed)
+    }
+}
 
 /// A connection's recent resets.
 #[derive(Debug)]

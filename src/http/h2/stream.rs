@@ -31,8 +31,8 @@ use hyper::http::{Response, StatusCode};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Sleep;
 
-use super::connection::Shared;
 use super::request::{Body, Written};
+use super::resets::Shared;
 use super::response;
 use crate::http::h1::{
     self, Asked, Body as H1Body, BodyReader, Framing, HeadScan, Part, ResponseHead,
