@@ -4,7 +4,9 @@
 //! under flow control, interim answers, `HEAD`, 204 and 304 without bodies, WebSocket over
 //! HTTP/2 (RFC 8441) relayed as an HTTP/1.1 upgrade, the connection counted once, the drain's
 //! `GOAWAY`, and the bounds: rapid reset, a shut window, idle connections, streams past the
-//! limit, a client past `MAX_CONNECTIONS_PER_CLIENT`. The clients are the `h2` crate's here;
+//! limit, a client past `MAX_CONNECTIONS_PER_CLIENT`; and a differential: the same requests
+//! through nginx 1.22 (`listen ... ssl http2`) answered and forwarded alike. The clients are
+//! the `h2` crate's here;
 //! tests/http2_tools.rs drives curl, nghttp, h2load, Chromium and hostile Python clients.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test that cannot go on should panic
 
@@ -763,4 +765,189 @@ async fn http2_0_offers_http11_only_and_a_reload_turns_it_on_for_new_connections
     let mut answer = String::new();
     old.read_to_string(&mut answer).await.unwrap();
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}
+
+/// nginx 1.22 (Debian's) terminating TLS and HTTP/2 (`listen ... ssl http2`) in front of
+/// `origin`, streaming request bodies as they come (as the broker does): one process
+/// (`master_process off`), killed when dropped.
+struct Nginx {
+    _dir: tempfile::TempDir,
+    _process: tokio::process::Child,
+    port: u16,
+}
+
+impl Nginx {
+    async fn start(program: &std::path::Path, tls: &Tls, origin: SocketAddr) -> Nginx {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let d = dir.path().display();
+        let (cert, key) = tls_files(tls);
+        let conf = format!(
+            "master_process off;\ndaemon off;\nuser root;\npid {d}/nginx.pid;\n\
+             error_log {d}/error.log warn;\nevents {{ worker_connections 256; }}\n\
+             http {{\n access_log off;\n client_body_temp_path {d}/cb;\n \
+             proxy_temp_path {d}/pt;\n fastcgi_temp_path {d}/ft;\n uwsgi_temp_path {d}/ut;\n \
+             scgi_temp_path {d}/st;\n server {{\n  listen 127.0.0.1:{port} ssl http2;\n  \
+             ssl_certificate {cert};\n  ssl_certificate_key {key};\n  location / {{\n   \
+             proxy_pass http://{origin};\n   proxy_http_version 1.1;\n   \
+             proxy_set_header Connection \"\";\n   proxy_set_header Host $http_host;\n   \
+             proxy_request_buffering off;\n   proxy_buffering off;\n  }}\n }}\n}}\n"
+        );
+        let path = dir.path().join("nginx.conf");
+        std::fs::write(&path, conf).unwrap();
+        let process = tokio::process::Command::new(program)
+            .arg("-c")
+            .arg(&path)
+            .arg("-p")
+            .arg(format!("{d}/"))
+            .arg("-e")
+            .arg(dir.path().join("error.log"))
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        eventually_async("nginx listening", async || {
+            TcpStream::connect(addr).await.is_ok()
+        })
+        .await;
+        Nginx {
+            _dir: dir,
+            _process: process,
+            port,
+        }
+    }
+}
+
+/// The certificate and key files the broker's `tls` lines name.
+fn tls_files(tls: &Tls) -> (String, String) {
+    let value = |key: &str| {
+        let line = tls.lines.lines().find(|l| l.starts_with(key)).unwrap();
+        line[key.len()..].to_string()
+    };
+    (value("SSL_CERTIFICATE="), value("SSL_KEY="))
+}
+
+/// One request of the differential: its head, and its body in DATA frames (none: the HEADERS
+/// end the stream).
+fn differential_requests() -> Vec<(Request<()>, Option<Vec<u8>>)> {
+    let with = |method: Method, path: &str, fields: &[(&str, &str)]| {
+        let mut request = Request::builder()
+            .method(method)
+            .uri(format!("https://localhost{path}"));
+        for (name, value) in fields {
+            request = request.header(*name, *value);
+        }
+        request.body(()).unwrap()
+    };
+    let sized = vec![b's'; 5000];
+    vec![
+        (
+            with(
+                Method::GET,
+                "/get?a=1&b=two",
+                &[("cookie", "a=1"), ("cookie", "b=2")],
+            ),
+            None,
+        ),
+        (with(Method::HEAD, "/head", &[]), None),
+        (
+            with(Method::POST, "/post", &[("content-length", "5000")]),
+            Some(sized),
+        ),
+        (with(Method::POST, "/stream", &[]), Some(vec![b'c'; 3000])),
+        (with(Method::PUT, "/put", &[]), Some(Vec::new())),
+        (with(Method::DELETE, "/delete", &[("accept", "*/*")]), None),
+        (with(Method::GET, "/status/204", &[]), None),
+        (with(Method::GET, "/status/304", &[]), None),
+        (with(Method::GET, "/status/404", &[]), None),
+        (with(Method::GET, "/status/503", &[]), None),
+        (with(Method::GET, "/bytes/100000", &[]), None),
+        (with(Method::GET, "/bytes/chunked/100000", &[]), None),
+        (with(Method::HEAD, "/bytes/chunked/1000", &[]), None),
+    ]
+}
+
+/// What a request of the differential became at the origin: method, target, body, its
+/// framing (`length` or `chunked` or none) and its one `Cookie` line.
+fn at_origin(seen: &harness::Seen) -> (String, String, Bytes, &'static str, Option<String>) {
+    let framing = if seen.headers.contains_key("transfer-encoding") {
+        "chunked"
+    } else if seen.headers.contains_key("content-length") {
+        "length"
+    } else {
+        "none"
+    };
+    let cookies: Vec<_> = seen.headers.get_all("cookie").iter().collect();
+    let cookie = (!cookies.is_empty()).then(|| {
+        let text: Vec<_> = cookies.iter().map(|v| v.to_str().unwrap()).collect();
+        text.join(" | ")
+    });
+    (
+        seen.method.clone(),
+        seen.target.clone(),
+        seen.body.clone(),
+        framing,
+        cookie,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs nginx"]
+async fn the_same_requests_through_nginx_and_the_broker_answer_and_reach_the_origin_alike() {
+    let Some(program) = find_program("nginx") else {
+        return;
+    };
+    let tls = tls();
+    let (ours, theirs) = (Origin::start().await, Origin::start().await);
+    let broker = InProcess::start(&ini(&tls, "", &[ours.addr])).await;
+    let nginx = Nginx::start(&program, &tls, theirs.addr).await;
+    let nginx_addr = SocketAddr::from(([127, 0, 0, 1], nginx.port));
+    let (mut to_broker, _a) = h2_client(broker.addr(), &tls).await;
+    let (mut to_nginx, _b) = h2_client(nginx_addr, &tls).await;
+    for (request, body) in differential_requests() {
+        let what = format!("{} {}", request.method(), request.uri());
+        let again = || {
+            let mut copy = Request::new(());
+            *copy.method_mut() = request.method().clone();
+            *copy.uri_mut() = request.uri().clone();
+            *copy.headers_mut() = request.headers().clone();
+            copy
+        };
+        let a = fetch(&mut to_broker, again(), body.as_deref()).await;
+        let b = fetch(&mut to_nginx, again(), body.as_deref()).await;
+        assert_eq!(a.status, b.status, "{what}: {a:?} / {b:?}");
+        assert_eq!(a.body, b.body, "{what}");
+        for field in ["content-length", "content-type"] {
+            assert_eq!(
+                a.headers.get(field),
+                b.headers.get(field),
+                "{what}: {field}"
+            );
+        }
+    }
+    let (ours, theirs) = (ours.seen.lock().unwrap(), theirs.seen.lock().unwrap());
+    let targets: Vec<_> = ours.iter().map(|s| s.target.as_str()).collect();
+    assert_eq!(
+        targets,
+        [
+            "/get?a=1&b=two",
+            "/head",
+            "/post",
+            "/stream",
+            "/put",
+            "/delete"
+        ]
+    );
+    assert_eq!(ours.len(), theirs.len());
+    for (a, b) in ours.iter().zip(theirs.iter()) {
+        assert_eq!(at_origin(a), at_origin(b), "{a:?} / {b:?}");
+    }
+    // The framing each chose: the client's length, chunks for a body of unknown length.
+    let framing: Vec<_> = ours.iter().map(|s| at_origin(s).3).collect();
+    assert_eq!(
+        framing,
+        ["none", "none", "length", "chunked", "chunked", "none"]
+    );
+    assert_eq!(at_origin(&ours[0]).4.as_deref(), Some("a=1; b=2"));
 }
