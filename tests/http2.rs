@@ -47,7 +47,7 @@ fn tls() -> Tls {
     let mut roots = RootCertStore::empty();
     roots.add(cert.der().clone()).unwrap();
     let lines = format!(
-        "SSL_CERTIFICATE={}\nSSL_KEY={}\nQUERY_ALLOW=127.0.0.1\n",
+        "SSL_CERTIFICATE={}\nSSL_KEY={}\n",
         pem.display(),
         key_pem.display()
     );
@@ -60,19 +60,7 @@ fn tls() -> Tls {
 
 /// An HTTP balancer on `@PORT@` with `tls`, `extra` lines, and `servers` in order.
 fn ini(tls: &Tls, extra: &str, servers: &[SocketAddr]) -> String {
-    let mut ini = format!(
-        "[General]\nSHUTDOWN_TIMEOUT=5\n[BALANCE_HTTP]\nLOCAL_SERVER_ADDRESS=127.0.0.1\n\
-         LOCAL_SERVER_PORT=@PORT@\nMONITORING_TYPE=DISABLED\n{}{extra}",
-        tls.lines
-    );
-    for (i, server) in servers.iter().enumerate() {
-        ini.push_str(&format!(
-            "REMOTE_SERVER_{:02}=127.0.0.1 {}\n",
-            i + 1,
-            server.port()
-        ));
-    }
-    ini
+    http_ini(servers, &format!("{}{extra}", tls.lines))
 }
 
 /// A TLS connection to `addr` offering `alpn`.

@@ -35,7 +35,7 @@ impl Tls {
         std::fs::write(dir.path().join("broker.pem"), cert.pem()).unwrap();
         std::fs::write(dir.path().join("broker.key"), key.serialize_pem()).unwrap();
         let lines = format!(
-            "SSL_CERTIFICATE={0}/broker.pem\nSSL_KEY={0}/broker.key\nQUERY_ALLOW=127.0.0.1\n",
+            "SSL_CERTIFICATE={0}/broker.pem\nSSL_KEY={0}/broker.key\n",
             dir.path().display()
         );
         Tls { dir, lines }
@@ -47,19 +47,7 @@ impl Tls {
 
     /// An HTTP balancer on `@PORT@` with this certificate, `extra` lines, and `servers`.
     fn ini(&self, extra: &str, servers: &[SocketAddr]) -> String {
-        let mut ini = format!(
-            "[General]\nSHUTDOWN_TIMEOUT=5\n[BALANCE_HTTP]\nLOCAL_SERVER_ADDRESS=127.0.0.1\n\
-             LOCAL_SERVER_PORT=@PORT@\nMONITORING_TYPE=DISABLED\n{}{extra}",
-            self.lines
-        );
-        for (i, server) in servers.iter().enumerate() {
-            ini.push_str(&format!(
-                "REMOTE_SERVER_{:02}=127.0.0.1 {}\n",
-                i + 1,
-                server.port()
-            ));
-        }
-        ini
+        http_ini(servers, &format!("{}{extra}", self.lines))
     }
 }
 
