@@ -49,18 +49,18 @@ impl Serve for Handoff {
     /// connection.
     fn start(&self, accepted: Accepted) {
         let shared = &self.shared;
-        let pool = shared.balancer.generation();
-        let at_limit = shared.balancer.at_limit(&pool);
-        if at_limit && !pool.config.query.enabled {
+        let generation = shared.balancer.generation();
+        let at_limit = shared.balancer.at_limit(&generation);
+        if at_limit && !generation.config.query.enabled {
             shared.balancer.refused(shared.local);
-        } else if pool.tls_missing() {
+        } else if generation.tls_missing() {
             debug!(client = %accepted.peer, "closed: the balancer's TLS keys are not loaded");
-        } else if pool.tls.server.is_none() && !pool.config.proxy.accept {
+        } else if generation.tls.server.is_none() && !generation.config.proxy.accept {
             let Accepted { stream, origin, .. } = accepted;
             match &self.http {
                 Some(proxy) => serve_http(proxy, shared, stream, downstream(&origin, false)),
                 None => {
-                    let client = Client::new(Arc::clone(shared), pool, stream, origin);
+                    let client = Client::new(Arc::clone(shared), generation, stream, origin);
                     shared.tasks.spawn(client.run(at_limit));
                 }
             }
@@ -68,14 +68,20 @@ impl Serve for Handoff {
             let owned = Arc::clone(shared);
             match self.http.clone() {
                 Some(proxy) => shared.tasks.spawn(async move {
-                    if let Some((stream, origin)) = prepare(&owned, &pool, accepted, true).await {
+                    if let Some((stream, origin)) =
+                        prepare(&owned, &generation, accepted, true).await
+                    {
                         let tls = matches!(stream, Either::Right(_));
                         serve_http(&proxy, &owned, stream, downstream(&origin, tls));
                     }
                 }),
                 None => shared.tasks.spawn(async move {
-                    if let Some((stream, origin)) = prepare(&owned, &pool, accepted, false).await {
-                        Client::new(owned, pool, stream, origin).run(at_limit).await;
+                    if let Some((stream, origin)) =
+                        prepare(&owned, &generation, accepted, false).await
+                    {
+                        Client::new(owned, generation, stream, origin)
+                            .run(at_limit)
+                            .await;
                     }
                 }),
             };
@@ -103,17 +109,17 @@ fn downstream(origin: &Origin, tls: bool) -> Downstream {
     }
 }
 
-/// The listener layer's steps of a connection accepted on a port of `pool`'s generation that
+/// The listener layer's steps of a connection accepted on a port of `generation` that
 /// has the PROXY protocol or TLS (`answers_plain`: an HTTP port, which tells plain HTTP to use
 /// https): its header read, then its handshake. The stream to serve (plain or TLS) and whom
 /// it serves; `None` when it was refused or is gone.
 async fn prepare(
     shared: &ListenerShared,
-    pool: &Generation,
+    generation: &Generation,
     mut accepted: Accepted,
     answers_plain: bool,
 ) -> Option<(ClientStream, Origin)> {
-    let config = &pool.config;
+    let config = &generation.config;
     if config.proxy.accept {
         let proxy = PortProxy {
             from: &config.proxy.from,
@@ -134,30 +140,30 @@ async fn prepare(
         }
     }
     let origin = accepted.origin;
-    let stream = match pool.tls.server.as_ref() {
-        Some(_) => secure(shared, pool, accepted, answers_plain).await?,
+    let stream = match generation.tls.server.as_ref() {
+        Some(_) => secure(shared, generation, accepted, answers_plain).await?,
         None => Either::Left(accepted.stream),
     };
     Some((stream, origin))
 }
 
-/// The TLS step of a connection accepted on a TLS port of `pool`'s generation (`answers_plain`:
+/// The TLS step of a connection accepted on a TLS port of `generation` (`answers_plain`:
 /// an HTTP port, which tells plain HTTP to use https), and its accounting: a finished
 /// handshake ends an episode of failed ones; a failed one is counted and logged once per
 /// episode, blaming no server. The stream to serve, plain or TLS; `None` when the client is
 /// gone (failed, answered, or closed first).
 async fn secure(
     shared: &ListenerShared,
-    pool: &Generation,
+    generation: &Generation,
     accepted: Accepted,
     answers_plain: bool,
 ) -> Option<ClientStream> {
-    let server = pool.tls.server.as_ref()?;
+    let server = generation.tls.server.as_ref()?;
     let port = PortTls {
         server,
-        plain_on_same_port: pool.config.tls.plain_on_same_port,
+        plain_on_same_port: generation.config.tls.plain_on_same_port,
         answers_plain,
-        first_byte_wait: pool.config.query.sniff_timeout,
+        first_byte_wait: generation.config.query.sniff_timeout,
     };
     let (balancer, client) = (&shared.balancer, accepted.origin.client);
     let failed = |failure: &HandshakeFailure| {

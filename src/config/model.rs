@@ -152,7 +152,7 @@ impl fmt::Display for BalancerKind {
     }
 }
 
-/// One TCP balancer: a listener and the pool of servers it forwards to.
+/// One TCP balancer: a listener and the servers it forwards to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BalancerConfig {
     /// Which section this is.

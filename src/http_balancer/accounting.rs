@@ -106,9 +106,9 @@ impl HttpBalancer {
             to_client: tunnel.to_client,
             end: &tunnel.end,
         };
-        let pool = self.balancer.generation();
+        let generation = self.balancer.generation();
         self.balancer
-            .ended(&tunnel.server.0, &pool, &closed, &self.span);
+            .ended(&tunnel.server.0, &generation, &closed, &self.span);
     }
     /// The figures a query of this balancer shows.
     pub(super) fn figures(&self) -> HttpFigures {
@@ -116,18 +116,18 @@ impl HttpBalancer {
             return HttpFigures::default();
         };
         let pools = proxy.pool_figures();
-        let pool = self.balancer.generation();
+        let generation = self.balancer.generation();
         let sessions = {
             let mut table = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
             let now = Instant::now();
-            table.expire(now, pool.config.http.session_timeout);
-            self.count_sessions(&table, &pool.servers);
+            table.expire(now, generation.config.http.session_timeout);
+            self.count_sessions(&table, &generation.servers);
             SessionFigures {
                 live: table.len() as u64,
                 total: table.total(),
                 peak: table.peak(),
                 moved: table.moved_count(),
-                servers: pool
+                servers: generation
                     .servers
                     .iter()
                     .map(|s| {

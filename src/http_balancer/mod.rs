@@ -144,8 +144,8 @@ pub fn start<S: Stream>(
     mut client: Downstream,
 ) {
     let balancer = &proxy.upstreams().balancer;
-    let pool = balancer.generation();
-    if pool.config.proxy.send.is_some() && client.local.is_none() {
+    let generation = balancer.generation();
+    if generation.config.proxy.send.is_some() && client.local.is_none() {
         // The header sent on names where the client connected: the socket's own address.
         client.local = stream.socket().and_then(|s| s.local_addr().ok());
     }
@@ -154,11 +154,11 @@ pub fn start<S: Stream>(
     // A trusted proxy's connection carries many clients: not it but each of its requests is
     // counted, for the client it names (`Upstreams::hold_client`). A front balancer's check
     // (a `LOCAL` header) is no client: never counted, never forwarded.
-    let hold = if client.check || client.is_trusted_proxy(&pool.config.http.trusted_proxies) {
+    let hold = if client.check || client.is_trusted_proxy(&generation.config.http.trusted_proxies) {
         None
     } else {
         let key = client_key(client.peer);
-        let Some(hold) = span.in_scope(|| balancer.hold_for_client(&pool, key)) else {
+        let Some(hold) = span.in_scope(|| balancer.hold_for_client(&generation, key)) else {
             if let Some(refusal) = balancer.answer_refusal(key) {
                 let refusing = Arc::clone(proxy).serve_unavailable(stream, client, cut);
                 tasks.spawn(async move {

@@ -38,10 +38,10 @@ impl Upstreams for HttpBalancer {
     /// Counted against `MAX_CONNECTIONS_PER_CLIENT` in the balancer's table of clients, with
     /// its direct connections; the refusal logged in the balancer's span.
     fn hold_client(&self, client: &Downstream) -> Option<ClientHold> {
-        let pool = self.balancer.generation();
+        let generation = self.balancer.generation();
         let key = client_key(client.peer);
         self.span
-            .in_scope(|| self.balancer.hold_for_proxied_request(&pool, key))
+            .in_scope(|| self.balancer.hold_for_proxied_request(&generation, key))
     }
 
     fn intercepts(&self, target: &[u8]) -> bool {
@@ -66,10 +66,10 @@ impl Upstreams for HttpBalancer {
         if matches!(admission, Admission::Client(_)) {
             return true;
         }
-        let pool = self.balancer.generation();
+        let generation = self.balancer.generation();
         let admitted = self
             .span
-            .in_scope(|| self.balancer.admit_client(&pool, admission, None));
+            .in_scope(|| self.balancer.admit_client(&generation, admission, None));
         admission.forwarded();
         admitted
     }
@@ -102,15 +102,15 @@ impl Upstreams for HttpBalancer {
         server: &Target,
         client: &Downstream,
     ) -> Result<ServerStream, ConnectError> {
-        let pool = self.balancer.generation();
+        let generation = self.balancer.generation();
         let s = &server.0;
-        let preface = proxy_protocol::preface(pool.config.proxy.send, || {
+        let preface = proxy_protocol::preface(generation.config.proxy.send, || {
             Header::for_client(client.peer.known(), client.local)
         });
         let attempt = self
             .balancer
             .attempt(s, s.is_quarantined(), client.peer.or_unspecified());
-        let connector = self.balancer.connector(&pool);
+        let connector = self.balancer.connector(&generation);
         let connecting = connector.connect(&s.host, s.port, &s.address, &preface, &attempt);
         connecting.instrument(self.span.clone()).await
     }
@@ -121,8 +121,8 @@ impl Upstreams for HttpBalancer {
     }
 
     fn keeps(&self, server: &Target) -> bool {
-        let pool = self.balancer.generation();
-        pool.servers.iter().any(|s| Arc::ptr_eq(s, &server.0))
+        let generation = self.balancer.generation();
+        generation.servers.iter().any(|s| Arc::ptr_eq(s, &server.0))
     }
 
     fn report(&self, report: Report<'_, Target>) {

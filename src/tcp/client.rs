@@ -56,24 +56,24 @@ pub struct ListenerShared {
 /// One accepted connection over any [`Stream`], from its first bytes to its closing line.
 pub struct Client<S> {
     shared: Arc<ListenerShared>,
-    /// The pool when it arrived: the connection keeps this generation's settings.
-    pool: Arc<Generation>,
+    /// The balancer's generation when it arrived: the connection keeps its settings.
+    generation: Arc<Generation>,
     stream: S,
     /// Whom it serves: `origin.client` is the address every line and rule uses.
     origin: Origin,
 }
 
 impl<S: Stream> Client<S> {
-    /// A client accepted on `shared`'s socket, serving `origin`, in `pool`'s generation (the
+    /// A client accepted on `shared`'s socket, serving `origin`, in `generation` (the
     /// one read when it arrived), its port's PROXY protocol and TLS steps done.
     pub fn new(
         shared: Arc<ListenerShared>,
-        pool: Arc<Generation>,
+        generation: Arc<Generation>,
         stream: S,
         origin: Origin,
     ) -> Self {
         Client {
-            pool,
+            generation,
             shared,
             stream,
             origin,
@@ -98,7 +98,7 @@ impl<S: Stream> Client<S> {
         if self.origin.check {
             return self.check().instrument(span.clone()).await;
         }
-        let first = if self.pool.config.query.enabled {
+        let first = if self.generation.config.query.enabled {
             // With every query place busy, a query could only be told to retry: waiting for
             // its first bytes would hold a descriptor for nothing.
             if at_limit && !shared.balancer.query_room() {
@@ -119,10 +119,11 @@ impl<S: Stream> Client<S> {
         // A client's place, then its hold under MAX_CONNECTIONS_PER_CLIENT: the steps an HTTP
         // connection takes too (`Balancer::admit_client`, `Balancer::hold_for_client`).
         let mut admission = Admission::default();
-        let (balancer, pool, client) = (&shared.balancer, &self.pool, self.origin.client.ip());
+        let (balancer, generation, client) =
+            (&shared.balancer, &self.generation, self.origin.client.ip());
         let held = span.in_scope(|| {
-            let admitted = balancer.admit_client(pool, &mut admission, shared.local);
-            admitted.then(|| balancer.hold_for_client(pool, client))?
+            let admitted = balancer.admit_client(generation, &mut admission, shared.local);
+            admitted.then(|| balancer.hold_for_client(generation, client))?
         });
         let Some(_hold) = held else {
             return;
@@ -148,7 +149,7 @@ impl<S: Stream> Client<S> {
     /// no place, and no server is bothered.
     async fn check(mut self) {
         let client = self.origin.client;
-        if self.pool.config.query.enabled
+        if self.generation.config.query.enabled
             && self.shared.balancer.query_room()
             && let Some((Verdict::Query, first)) = self.sniff().await
         {
@@ -171,7 +172,7 @@ impl<S: Stream> Client<S> {
         let mut first = Vec::new();
         // What is left of it: a client watched silent already is not waited for again.
         let limit = self
-            .pool
+            .generation
             .config
             .query
             .sniff_timeout
@@ -212,13 +213,14 @@ impl<S: Stream> Client<S> {
     /// that fails for a server-side cause is quarantined; a failure that is the broker's own
     /// blames no server and closes the client.
     async fn choose_and_connect(&self) -> Option<(Lease, ServerStream)> {
-        let (balancer, pool, peer) = (&self.shared.balancer, &self.pool, self.origin.client);
-        let config = &pool.config;
+        let (balancer, generation, peer) =
+            (&self.shared.balancer, &self.generation, self.origin.client);
+        let config = &generation.config;
         let preface = self.proxy_header();
-        let connector = balancer.connector(pool);
+        let connector = balancer.connector(generation);
         let mut tried = Vec::with_capacity(config.max_attempts as usize);
         while tried.len() < config.max_attempts as usize {
-            let Some(lease) = pool.pick_with_fallback(balancer.clock_ms(), &tried) else {
+            let Some(lease) = generation.pick_with_fallback(balancer.clock_ms(), &tried) else {
                 break; // every server was tried
             };
             tried.push(lease.index);
@@ -248,7 +250,7 @@ impl<S: Stream> Client<S> {
     /// (`SEND_PROXY_PROTOCOL`), naming the client and where it connected (the address a
     /// header from a front balancer said, else the accepted socket's own); empty without.
     fn proxy_header(&self) -> Vec<u8> {
-        proxy_protocol::preface(self.pool.config.proxy.send, || {
+        proxy_protocol::preface(self.generation.config.proxy.send, || {
             let destination = self.origin.destination.or_else(|| {
                 let socket = self.stream.socket()?;
                 socket.local_addr().ok()
@@ -272,7 +274,7 @@ impl<S: Stream> Client<S> {
             to_server,
             to_client,
         };
-        let idle = self.pool.config.idle_timeout;
+        let idle = self.generation.config.idle_timeout;
         // Cut with every connection of the balancer, or with those of its server alone.
         let (everyone, this_server) = (&self.shared.ending.cut, &lease.cut);
         let cut = async move {
@@ -289,7 +291,7 @@ impl<S: Stream> Client<S> {
         let closed = Closed::relayed(self.origin.client, started.elapsed(), outcome);
         let shared = &self.shared;
         let balancer = &shared.balancer;
-        balancer.ended(&lease.server, &self.pool, &closed, &shared.span);
+        balancer.ended(&lease.server, &self.generation, &closed, &shared.span);
     }
 }
 
@@ -387,7 +389,7 @@ mod tests {
             Arc::clone(&resolver),
             crate::balancer::events::Events::default(),
         ));
-        let pool = balancer.generation();
+        let generation = balancer.generation();
         let client = client_of(&balancer, config).await;
         for _ in 0..50 {
             let (lease, _stream) = client
@@ -397,9 +399,9 @@ mod tests {
             assert_eq!(lease.index, 2);
         }
         // hung-a's lookup hung past CONNECT_TIMEOUT: blamed, as a connect timeout would be.
-        assert!(pool.servers[0].is_quarantined());
+        assert!(generation.servers[0].is_quarantined());
         // hung-b was never looked up (one lookup in flight already): not blamed.
-        assert!(!pool.servers[1].is_quarantined());
+        assert!(!generation.servers[1].is_quarantined());
         assert_eq!(balancer.state().servers[1].failed_connects, 0);
         // Fifty clients, one lookup, one thread.
         assert_eq!(hung.lookups.load(Relaxed), 1);
