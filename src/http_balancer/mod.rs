@@ -80,7 +80,7 @@ impl std::fmt::Display for Target {
     }
 }
 
-/// An HTTP balancer as its engine's [`Upstreams`]: the balancer, its session affinity and
+/// An HTTP balancer as its engine's [`Upstreams`](crate::http::Upstreams): the balancer, its session affinity and
 /// its access log's state, behind the engine.
 #[derive(Debug)]
 pub struct HttpBalancer {
@@ -129,7 +129,7 @@ impl Drop for Held {
 /// Serves one accepted connection of an HTTP balancer (`client`: who, and whether `stream`
 /// is TLS, for `X-Forwarded-Proto`): a hold under `MAX_CONNECTIONS_PER_CLIENT`, then the engine
 /// until the client closes, which counts it as a client (its `MAX_CONNECTIONS` place) at its
-/// first request forwarded to a server ([`Upstreams::admit`]); `ending.closing` answers the
+/// first request forwarded to a server ([`Upstreams::admit`](crate::http::Upstreams::admit)); `ending.closing` answers the
 /// request in hand and closes, `ending.cut` ends it at once (an upgraded connection too).
 ///
 /// A connection over its client's limit takes no place another client needs: it is answered

@@ -93,7 +93,7 @@ impl Upstreams for HttpBalancer {
         sends.then(|| client_key(client.peer))
     }
 
-    /// The balancer's connector ([`Balancer::connector`]): the PROXY protocol header first
+    /// The balancer's connector ([`Balancer::connector`](crate::balancer::Balancer::connector)): the PROXY protocol header first
     /// with `SEND_PROXY_PROTOCOL`, TLS with `SSL_ENCRYPT_UPSTREAM=1`, the socket options, the
     /// connect accounted for (a server found in quarantine is taken as chosen although
     /// quarantined, as a TCP client's pick would be).
