@@ -42,7 +42,7 @@
 //! - [`net`]: sockets: bind and accept, an accepted connection's TLS step, resolve and dial
 //!   (the connector both paths connect through, its outcomes reported), relay and splice, the
 //!   worker threads, the system calls the standard library lacks, inherited descriptors.
-//! - [`process`]: what the whole process shares: its clocks, its log and the log's manners
+//! - [`support`]: what the whole process shares: its clocks, its log and the log's manners
 //!   (once per episode, OS errors in words), its shutdown state and signals.
 //! - [`config`]: `appserver.ini` to a validated [`config::Config`] through one table of keys
 //!   ([`config::keys`]); every error names file, line, section and key; `--check` prints it
@@ -67,7 +67,7 @@ pub mod demo;
 pub mod http;
 pub mod http_balancer;
 pub mod net;
-pub mod process;
+pub mod support;
 pub mod query;
 #[cfg(unix)]
 pub mod supervisor;

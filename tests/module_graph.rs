@@ -50,7 +50,7 @@ const LAYERS: &[(&str, u32)] = &[
     // Sockets, and an accepted connection's TLS step.
     ("net", 6),
     // What the whole process shares.
-    ("process", 7),
+    ("support", 7),
     ("config", 8),
     ("tls", 9),
 ];

@@ -32,7 +32,7 @@ use crate::balancer::{Balancer, BalancerState, Server, ServerState, Standing};
 use crate::broker::{Control, ReloadError};
 use crate::config::keys::DAY;
 use crate::config::{connections_stay, duration_within, plural, show_duration};
-use crate::process::clock::wall_ms;
+use crate::support::clock::wall_ms;
 use protocol::{
     Answer, BalancerView, QuarantineView, Request, RestartView, ServerView, names_section,
 };
@@ -339,7 +339,7 @@ impl Admin {
             warn!(
                 "cannot write the state file {}: {}; the change holds until appbroker restarts",
                 path.display(),
-                crate::process::os_error::words(&e)
+                crate::support::os_error::words(&e)
             );
         }
     }

@@ -28,7 +28,7 @@ use tracing::{debug, error, info, warn};
 use super::Admin;
 use super::protocol::{Answer, MAX_REQUEST, Request};
 use crate::config::show_duration;
-use crate::process::throttle::Episode;
+use crate::support::throttle::Episode;
 
 /// Places: control connections served at once, each from its first request (but `ping`)
 /// until it closes. Administration is a person or a script or two: this only bounds what a
@@ -119,7 +119,7 @@ impl ControlSocket {
     pub fn bind(path: &Path, group: Option<&str>) -> Result<ControlSocket, SocketError> {
         let io = |e: std::io::Error| SocketError::Io {
             path: path.to_path_buf(),
-            words: crate::process::os_error::words(&e),
+            words: crate::support::os_error::words(&e),
         };
         let gid = group_id(group).map_err(|e| match e {
             GroupError::NoGroup(name) => SocketError::NoGroup(name),
@@ -176,7 +176,7 @@ impl ControlSocket {
         };
         let listener = UnixListener::from_std(listener).map_err(|e| SocketError::Io {
             path: self.path.clone(),
-            words: crate::process::os_error::words(&e),
+            words: crate::support::os_error::words(&e),
         })?;
         Ok(tokio::spawn(accept_loop(listener, admin)))
     }
@@ -338,7 +338,7 @@ async fn accept_loop(listener: UnixListener, admin: Arc<Admin>) {
                 if !failing {
                     error!(
                         "cannot accept on the control socket: {}; retrying",
-                        crate::process::os_error::words(&e)
+                        crate::support::os_error::words(&e)
                     );
                     failing = true;
                 }

@@ -15,7 +15,7 @@ use tracing::{info, warn};
 use crate::balancer::Balancer;
 use crate::balancer::rules::health::Asked;
 use crate::balancer::rules::overrides::Overrides;
-use crate::process::clock::wall_ms;
+use crate::support::clock::wall_ms;
 
 /// The format's version; a file of another one is not read.
 const VERSION: u32 = 1;
@@ -147,8 +147,8 @@ pub fn restore(path: &Path, balancers: &[Arc<Balancer>]) {
                 .quarantine_asked
                 .unwrap_or_else(|| "an operator".into());
             // Escaped as a hold's reason is, above.
-            asked.by = crate::process::escape::escape_controls(&asked.by);
-            asked.reason = crate::process::escape::escape_controls(&asked.reason);
+            asked.by = crate::support::escape::escape_controls(&asked.by);
+            asked.reason = crate::support::escape::escape_controls(&asked.reason);
             // Said once, however many restarts it outlives.
             if !asked.by.ends_with(BEFORE_THE_RESTART) {
                 asked.by.push_str(BEFORE_THE_RESTART);

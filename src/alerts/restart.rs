@@ -25,7 +25,7 @@ use crate::balancer::alert_queue::{Alert, RestartOutcome};
 use crate::balancer::shared::Shared;
 use crate::balancer::{Balancer, Restarted, Server};
 use crate::config::{AlertEvent, BalancerKind, RestartSettings, command_text, show_duration};
-use crate::process::clock::{time_of_day, wall_ms};
+use crate::support::clock::{time_of_day, wall_ms};
 
 /// How often a restart held back by something nothing announces (the address not here) is
 /// looked at again.

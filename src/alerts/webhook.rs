@@ -112,7 +112,7 @@ impl Receiver {
             .map_err(|e| {
                 Failure::Again(format!(
                     "cannot connect: {}",
-                    crate::process::os_error::words(&e)
+                    crate::support::os_error::words(&e)
                 ))
             })?;
         let _ = stream.set_nodelay(true);

@@ -23,7 +23,7 @@ use crate::net::connector::{ConnectReport, Connector};
 use crate::net::dial::ConnectError;
 use crate::net::handshake::ProxyRefusal;
 use crate::net::relay::{End, Outcome};
-use crate::process::os_error::PointsAt;
+use crate::support::os_error::PointsAt;
 use crate::tls::HandshakeFailure;
 
 /// A connect to one server for one client, as the balancer counts it: a [`Connector`]'s
@@ -369,8 +369,8 @@ impl Balancer {
             error!(
                 "cannot accept clients: {} ({}); retrying every {} ms, connections in \
                  progress are unaffected",
-                crate::process::os_error::words(error),
-                crate::process::os_error::errno_name(error).unwrap_or("error"),
+                crate::support::os_error::words(error),
+                crate::support::os_error::errno_name(error).unwrap_or("error"),
                 backoff.as_millis()
             );
         }

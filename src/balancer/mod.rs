@@ -78,8 +78,8 @@ use crate::balancer::rules::health::Now;
 use crate::balancer::rules::places::QueryPlaces;
 use crate::config::{BalancerConfig, BalancerKind};
 use crate::net::resolve::Resolver;
-use crate::process::clock::{Clock, wall_ms};
-use crate::process::throttle::{self, Throttle};
+use crate::support::clock::{Clock, wall_ms};
+use crate::support::throttle::{self, Throttle};
 use crate::tls::Resumption;
 
 /// Counters of a balancer as a whole.

@@ -15,7 +15,7 @@ use crate::balancer::events::Event;
 use crate::balancer::rules::health::{Check, CheckFailed, Quarantined, Reason, Release};
 use crate::balancer::server::Server;
 use crate::config::AlertEvent;
-use crate::process::clock::time_of_day;
+use crate::support::clock::time_of_day;
 
 impl Balancer {
     /// Puts `server` in quarantine for `reason` (or moves its end out) for `QUARANTINE_TIME`,

@@ -9,8 +9,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::balancer::Balancer;
 use crate::config::Config;
-use crate::process::budget::Budget;
-use crate::process::shutdown::Shutdown;
+use crate::support::budget::Budget;
+use crate::support::shutdown::Shutdown;
 
 /// What every connection's task shares and may read: the configuration, every balancer (a
 /// query links to the others), the start time, and the shutdown state (PING answers 503 while

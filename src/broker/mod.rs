@@ -46,9 +46,9 @@ use crate::http_balancer::sessions::{OwnSecret, SessionSecrets};
 use crate::net::listener::{self, BindError};
 use crate::net::resolve::Resolver;
 use crate::net::workers::{WorkerThreads, Workers};
-use crate::process::budget::Budget;
-use crate::process::clock::{time_of_day, wall_ms};
-use crate::process::shutdown::Shutdown;
+use crate::support::budget::Budget;
+use crate::support::clock::{time_of_day, wall_ms};
+use crate::support::shutdown::Shutdown;
 use run::ControlLoop;
 use running::RunningBalancer;
 

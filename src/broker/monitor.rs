@@ -23,8 +23,8 @@ use crate::http;
 use crate::net::dial::{ConnectError, connect_with_preface, dial};
 use crate::net::proxy_protocol::{self, Header};
 use crate::net::resolve::Resolver;
-use crate::process::clock::wall_ms;
-use crate::process::os_error::{Explained, PointsAt};
+use crate::support::clock::wall_ms;
+use crate::support::os_error::{Explained, PointsAt};
 use crate::tls::UpstreamTls;
 
 /// Runs monitor rounds (unless monitoring is disabled) and releases quarantines whose time is

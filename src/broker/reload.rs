@@ -15,7 +15,7 @@ use crate::balancer::{Balancer, GenerationTls};
 use crate::config::{self, Config, plural, show_duration};
 use crate::http_balancer;
 use crate::net::listener;
-use crate::process::logging;
+use crate::support::logging;
 use crate::query;
 
 impl ControlLoop {

@@ -206,7 +206,7 @@ impl RunningBalancer {
                         }
                         Err(e) => error!(
                             "cannot start accepting: {}",
-                            crate::process::os_error::words(&e)
+                            crate::support::os_error::words(&e)
                         ),
                     }
                 };

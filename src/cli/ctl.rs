@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use appbroker::admin::protocol::Request;
-use appbroker::process::logging;
+use appbroker::support::logging;
 use appbroker::{admin, config};
 
 use super::args::{Cli, CtlArgs, CtlCommand};

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use appbroker::admin;
 use appbroker::admin::protocol::Request;
-use appbroker::process::logging;
+use appbroker::support::logging;
 
 use super::args::Cli;
 use super::ctl::control_socket;

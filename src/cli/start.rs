@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use appbroker::config::{Config, LoadError, Loaded};
 use appbroker::demo;
-use appbroker::process::logging;
+use appbroker::support::logging;
 use tracing::{info, warn};
 
 use super::args::{Cli, DemoArgs};

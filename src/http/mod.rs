@@ -44,7 +44,7 @@ use hyper::{Method, StatusCode};
 use crate::config::{BalancerConfig, BalancerKind, Cidr, General, Language};
 use crate::net::relay::End;
 use crate::net::stream::Stream;
-use crate::process::budget::Budget;
+use crate::support::budget::Budget;
 
 pub use check::{CheckError, StatusRange, check};
 pub use client_head::ClientHead;

@@ -19,8 +19,8 @@ use crate::http_balancer::sessions::{
     without_broker_cookie,
 };
 use crate::http_balancer::{Held, HttpBalancer, Target, client_key, client_named};
-use crate::process::clock::wall_ms;
-use crate::process::throttle::Episode;
+use crate::support::clock::wall_ms;
+use crate::support::throttle::Episode;
 
 /// Where a signed cookie's session goes.
 enum Sticky {

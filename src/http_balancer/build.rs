@@ -10,7 +10,7 @@ use crate::http::{self, Engine};
 use crate::http_balancer::sessions::SessionSecrets;
 use crate::http_balancer::sweep::expire_sessions;
 use crate::http_balancer::{HttpBalancer, HttpProxy, Target};
-use crate::process::throttle::Throttle;
+use crate::support::throttle::Throttle;
 
 /// The engine of `balancer`, with its settings, its session cookies signed with
 /// `session_secrets`. Within a tokio runtime (its idle sweep and the sessions' expiry run

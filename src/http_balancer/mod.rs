@@ -50,7 +50,7 @@ use crate::config::ServerId;
 use crate::http::{ClientAddr, Downstream, Engine};
 use crate::http_balancer::sessions::{SessionSecrets, Sessions, Ticket};
 use crate::net::stream::Stream;
-use crate::process::throttle::{Episode, Throttle};
+use crate::support::throttle::{Episode, Throttle};
 
 /// An HTTP balancer's engine.
 pub type HttpProxy = Engine<HttpBalancer>;

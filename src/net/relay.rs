@@ -22,7 +22,7 @@ use tokio::time::{Instant, Sleep};
 #[cfg(target_os = "linux")]
 use crate::net::splice::{Splice, SpliceError};
 use crate::net::stream::Stream;
-use crate::process::os_error::words;
+use crate::support::os_error::words;
 
 /// Bytes moved per read: more than HAProxy's and nginx's 16 KiB, which moved less through the
 /// broker, at more CPU per byte (the figures, and how they were made: docs/benchmarks.md,

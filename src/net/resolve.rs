@@ -26,7 +26,7 @@ use tracing::{info, warn};
 
 use crate::config::self_loop::{LocalAddresses, reaches};
 use crate::config::show_duration;
-use crate::process::throttle::Episode;
+use crate::support::throttle::Episode;
 
 /// The system's name lookup, or a stand-in for tests: a name to its addresses. It blocks.
 pub type Lookup = Arc<dyn Fn(&str) -> io::Result<Vec<IpAddr>> + Send + Sync>;
@@ -80,7 +80,7 @@ impl Failure {
             raw_os_error: error.raw_os_error(),
             message: format!(
                 "cannot resolve {name}: {}",
-                crate::process::os_error::words(error)
+                crate::support::os_error::words(error)
             ),
         }
     }

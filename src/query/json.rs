@@ -10,7 +10,7 @@ use super::snapshot::{HttpFigures, ServerSessions, ServerState, Snapshot, Standi
 use crate::balancer::rules::health::Asked;
 use crate::balancer::rules::overrides::Mode;
 use crate::config::SortMethod;
-use crate::process::clock::{local_date as date, time_of_day as clock};
+use crate::support::clock::{local_date as date, time_of_day as clock};
 
 /// The whole answer: the TOTVS fields, then appbroker's own.
 #[derive(Serialize)]

@@ -133,7 +133,7 @@ impl Child {
             warn!(
                 "supervisor: cannot close the listeners on exec again: {}; an upgrade's check \
                  could inherit them",
-                crate::process::os_error::words(&e)
+                crate::support::os_error::words(&e)
             );
         }
         let mut process = spawned?;
@@ -183,7 +183,7 @@ impl Child {
                 warn!(
                     "supervisor: cannot read the running broker's socket: {}; its `ctl \
                      reload` will not reach the supervisor, nor its heartbeats the watchdog",
-                    crate::process::os_error::words(&e)
+                    crate::support::os_error::words(&e)
                 );
             }
         }

@@ -133,7 +133,7 @@ impl Supervisor {
         let why = match handed {
             Err(e) => format!(
                 "cannot hand the sockets down: {}",
-                crate::process::os_error::words(&e)
+                crate::support::os_error::words(&e)
             ),
             Ok(()) => {
                 info!(
@@ -193,7 +193,7 @@ impl Supervisor {
         }
         format!(
             "cannot re-execute {shown}: {}",
-            crate::process::os_error::words(&std::io::Error::from(errno))
+            crate::support::os_error::words(&std::io::Error::from(errno))
         )
     }
 }

@@ -206,7 +206,7 @@ impl Supervisor {
                  {}): {}",
                 OWN_IMAGE,
                 self.options.exe.display(),
-                crate::process::os_error::words(&e)
+                crate::support::os_error::words(&e)
             )),
         }
     }

@@ -41,7 +41,7 @@ pub(super) fn tell_systemd_ready() {
         Ok(false) => {}
         Err(e) => warn!(
             "supervisor: cannot tell systemd it is ready (NOTIFY_SOCKET): {}",
-            crate::process::os_error::words(&e)
+            crate::support::os_error::words(&e)
         ),
     }
 }
@@ -535,7 +535,7 @@ impl Supervisor {
                          ({}, installed as {}): {}; trying again in {}",
                         super::child::OWN_IMAGE,
                         self.options.exe.display(),
-                        crate::process::os_error::words(&e),
+                        crate::support::os_error::words(&e),
                         show_duration(delay)
                     );
                     tokio::time::sleep(delay).await;

@@ -99,7 +99,7 @@ impl Watchdog {
                 warn!(
                     "supervisor: cannot tell systemd's watchdog it lives (NOTIFY_SOCKET): {}; \
                      systemd will restart the service if this goes on",
-                    crate::process::os_error::words(&e)
+                    crate::support::os_error::words(&e)
                 );
             }
             Err(_) => {}

@@ -24,7 +24,7 @@ use crate::net::handshake::Origin;
 use crate::net::proxy_protocol::{self, Header};
 use crate::net::relay::{Counters, End, Outcome, relay};
 use crate::net::stream::Stream;
-use crate::process::os_error::words;
+use crate::support::os_error::words;
 use crate::query::{self, QueryEngine};
 use crate::tcp::sniff::{Sniffed, Verdict, sniff};
 
@@ -321,8 +321,8 @@ mod tests {
             config: arc_swap::ArcSwap::from_pointee(config),
             balancers: arc_swap::ArcSwap::from_pointee(vec![Arc::clone(balancer)]),
             started_wall_ms: 0,
-            shutdown: crate::process::shutdown::Shutdown::new(),
-            head_memory: crate::process::budget::Budget::new(1 << 20),
+            shutdown: crate::support::shutdown::Shutdown::new(),
+            head_memory: crate::support::budget::Budget::new(1 << 20),
         });
         let shared = Arc::new(ListenerShared {
             ctx,

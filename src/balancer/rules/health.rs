@@ -175,7 +175,7 @@ pub struct Detail {
 /// change of the wall clock must not move) and on the wall clock (what logs and pages show).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Now {
-    /// The balancer's [`crate::process::clock::Clock`], in ms (never 0).
+    /// The balancer's [`crate::support::clock::Clock`], in ms (never 0).
     pub ms: u64,
     /// Wall-clock ms since the Unix epoch.
     pub wall_ms: u64,

@@ -14,7 +14,7 @@ use std::net::IpAddr;
 
 /// How long a client must go without a refusal before an admission ends its episode: at the
 /// edge of its limit, admissions and refusals alternate, and each alternation is not an
-/// episode of its own (as [`crate::process::throttle::Episode`]).
+/// episode of its own (as [`crate::support::throttle::Episode`]).
 pub const QUIET_MS: u64 = 1000;
 
 /// The fewest entries the table keeps room for, however few clients remain: below this,

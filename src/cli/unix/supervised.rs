@@ -8,7 +8,7 @@ use appbroker::admin::Admin;
 use appbroker::broker::Control;
 use appbroker::config::Config;
 use appbroker::net::workers::WorkerThreads;
-use appbroker::process::shutdown::Shutdown;
+use appbroker::support::shutdown::Shutdown;
 use appbroker::supervisor::{self, Link, Supervised};
 use tracing::info;
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use appbroker::admin;
 use appbroker::admin::protocol::Request;
-use appbroker::process::logging;
+use appbroker::support::logging;
 use appbroker::supervisor::upgrade;
 
 use crate::cli::args::Cli;

@@ -29,7 +29,7 @@ use crate::http::{
 };
 use crate::net::relay::{Counters, End, relay};
 use crate::net::stream::Stream;
-use crate::process::budget::{Budget, Claim};
+use crate::support::budget::{Budget, Claim};
 
 /// What follows a request on its connection.
 pub(super) enum Next<U: Upstreams> {

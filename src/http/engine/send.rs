@@ -21,7 +21,7 @@ use crate::http::h1::{
 };
 use crate::http::{ClientHead, Upstreams};
 use crate::net::stream::Stream;
-use crate::process::os_error::words;
+use crate::support::os_error::words;
 
 /// How long a server that says neither `100 Continue` nor a final status is waited for before
 /// the client is told to send its body anyway (curl waits 1 s too): it may be a server that

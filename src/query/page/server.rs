@@ -8,7 +8,7 @@ use super::head::{banner, head};
 use super::status::fact;
 use super::table::{check_cell, state_cell};
 use super::words::{bytes, esc, moment, page_link, reason, span};
-use crate::process::clock::time_of_day as clock;
+use crate::support::clock::time_of_day as clock;
 use crate::query::labels::{Labels, of};
 use crate::query::snapshot::{ServerSessions, ServerState, Snapshot};
 

@@ -220,7 +220,7 @@ mod tests {
     use super::*;
     use crate::balancer::rules::health::Reason;
     use crate::config::{BalancerKind, Language};
-    use crate::process::clock::time_of_day as clock;
+    use crate::support::clock::time_of_day as clock;
     use crate::query::snapshot::{ServerSessions, ServerState};
 
     /// What a reader sees of `page`: the text outside tags, the stylesheet left out.

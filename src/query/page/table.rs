@@ -8,7 +8,7 @@ use super::words::{bytes, esc, page_link, reason, span};
 use crate::balancer::rules::health::Reason;
 use crate::balancer::rules::overrides::Mode;
 use crate::config::Monitoring;
-use crate::process::clock::time_of_day as clock;
+use crate::support::clock::time_of_day as clock;
 use crate::query::labels::Labels;
 use crate::query::snapshot::{ServerState, Snapshot, Standing};
 

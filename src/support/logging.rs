@@ -19,7 +19,7 @@ use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 
 use crate::config::General;
-use crate::process::escape;
+use crate::support::escape;
 
 /// Why logging could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -28,7 +28,7 @@ pub enum LogError {
     #[error(
         "cannot open the log file {} (ConsoleFile): {}",
         path.display(),
-        crate::process::os_error::words(error)
+        crate::support::os_error::words(error)
     )]
     File {
         /// The file.
@@ -141,7 +141,7 @@ impl Trouble {
         if self.failing.is_some() {
             return None;
         }
-        let words = crate::process::os_error::words(error);
+        let words = crate::support::os_error::words(error);
         self.failing = Some(words.clone());
         Some(words)
     }
