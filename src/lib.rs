@@ -43,7 +43,8 @@
 //!   (the connector both paths connect through, its outcomes reported), relay and splice, the
 //!   worker threads, the system calls the standard library lacks, inherited descriptors.
 //! - [`support`]: what the whole process shares: its clocks, its log and the log's manners
-//!   (once per episode, OS errors in words), its shutdown state and signals.
+//!   (once per episode, OS errors in words), its shutdown state and signals, and the one module
+//!   allowed `unsafe`.
 //! - [`config`]: `appserver.ini` to a validated [`config::Config`] through one table of keys
 //!   ([`config::keys`]); every error names file, line, section and key; `--check` prints it
 //!   back.

@@ -83,7 +83,7 @@ impl ControlLoop {
                 },
                 _ = every_second.tick() => {
                     if wave.ebbs(self.open()) {
-                        crate::net::inherit::give_back_free_memory();
+                        crate::support::unsafe_calls::give_back_free_memory();
                     }
                 }
             }

@@ -27,8 +27,8 @@
 //!   listening sockets.
 //! - [`sys`]: the system calls the standard library lacks (keepalive knobs, splice pipes, the
 //!   open-file limit).
-//! - `inherit` (Unix): descriptors handed over by a supervisor or systemd, taken by number:
-//!   the one module allowed `unsafe`.
+//! - `inherit` (Unix): descriptors handed over by a supervisor or systemd, taken by number
+//!   (the `unsafe` step is [`crate::support::unsafe_calls`]'s).
 
 pub mod connector;
 pub mod dial;
