@@ -35,7 +35,7 @@
 //!   the HTTP engine on both kinds of port, with limits of their own), and pure renderers of
 //!   a snapshot (STATUS, CFG, JSON, METRICS).
 //! - [`http`]: the HTTP engine (a reverse proxy of its own, generic over the upstreams it
-//!   serves, knowing nothing of balancers), its pure HTTP/1 core, and the HTTP monitor check.
+//!   serves, knowing nothing of balancers), its pure HTTP/1 core.
 //! - [`balancer`]: a balancer's live state (servers, counters, leases; one method per event;
 //!   its state read at one instant) and its pure rules: quarantine, overrides, policies, query
 //!   places; the events it publishes; the shared state connections read it from.
@@ -68,10 +68,10 @@ pub mod demo;
 pub mod http;
 pub mod http_balancer;
 pub mod net;
-pub mod support;
 pub mod query;
 #[cfg(unix)]
 pub mod supervisor;
+pub mod support;
 pub mod tcp;
 pub mod tls;
 

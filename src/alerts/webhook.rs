@@ -160,7 +160,7 @@ impl Receiver {
             .header(header::CONNECTION, HeaderValue::from_static("close"))
             .body(Full::new(Bytes::copy_from_slice(body)))
             .map_err(|_| Failure::Refused("the URL cannot make a request".into()))?;
-        let status = crate::http::check::one_exchange(stream, request)
+        let status = crate::net::http_exchange::one_exchange(stream, request)
             .await
             .map_err(|e| Failure::Again(format!("HTTP: {e}")))?;
         match status.as_u16() {

@@ -6,8 +6,8 @@
 //! A running broker is a control loop on the runtime that started it (reloads, the drain, the
 //! monitors) and, on the worker threads, every balancer's accept loops and connections:
 //!
-//! - `run`: the control loop: reloads applied one at a time, the drain on shutdown.
-//! - `running`: one balancer at run time: its accept loops (on the workers), its monitor and
+//! - `control_loop`: the control loop: reloads applied one at a time, the drain on shutdown.
+//! - `running_balancer`: one balancer at run time: its accept loops (on the workers), its monitor and
 //!   sampler, the tasks of its connections and the tokens that end them, and a TCP
 //!   balancer's query engine.
 //! - `handoff`: what the accept loops hand each connection to: refused at `MAX_CONNECTIONS`,
@@ -20,13 +20,13 @@
 //! Beside the balancers it starts the alerts and restarts ([`crate::alerts`]), which read the
 //! balancers' alerts and state.
 
+mod control_loop;
 mod handoff;
 pub mod monitor;
 mod reload;
-mod run;
-mod running;
+mod running_balancer;
 
-pub use running::check_certificate;
+pub use running_balancer::check_certificate;
 
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::sync::Arc;
@@ -49,8 +49,8 @@ use crate::net::workers::{WorkerThreads, Workers};
 use crate::support::budget::Budget;
 use crate::support::clock::{time_of_day, wall_ms};
 use crate::support::shutdown::Shutdown;
-use run::ControlLoop;
-use running::RunningBalancer;
+use control_loop::ControlLoop;
+use running_balancer::RunningBalancer;
 
 /// Why a broker could not start.
 #[derive(Debug, thiserror::Error)]

@@ -7,8 +7,8 @@
 use std::io;
 use std::os::fd::{OwnedFd, RawFd};
 
-pub use crate::support::unsafe_calls::InheritError;
 use crate::support::unsafe_calls;
+pub use crate::support::unsafe_calls::InheritError;
 
 /// Takes ownership of socket `fd`, inherited open from the process that started this one; it
 /// is closed on exec from now on (a child is handed what it needs on purpose).

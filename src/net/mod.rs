@@ -23,6 +23,8 @@
 //! - [`splice`] (Linux): bytes from one plain socket to another through a pipe of a bounded
 //!   pool, never through user space: the relay's bulk transfers and the HTTP engine's long
 //!   bodies.
+//! - [`http_exchange`]: one HTTP/1.1 request over a connection made, by hyper's client: the
+//!   monitor's HTTP check and the webhook's, never a client's path.
 //! - [`workers`]: the data path's threads, one per core, each with its own runtime and
 //!   listening sockets.
 //! - [`sys`]: the system calls the standard library lacks (keepalive knobs, splice pipes, the
@@ -33,6 +35,7 @@
 pub mod connector;
 pub mod dial;
 pub mod handshake;
+pub mod http_exchange;
 #[cfg(unix)]
 pub mod inherit;
 pub mod listener;

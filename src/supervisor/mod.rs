@@ -9,7 +9,7 @@
 //! listeners in [`LISTENERS_ENV`] (descriptor numbers and the configured address each serves)
 //! and its way to say ready in [`READY_ENV`].
 //!
-//! - `run`: the loop.
+//! - `main_loop`: the loop.
 //! - `replacing`: a broker replaced by another (new ports after a reload, an upgrade), the
 //!   old one retired.
 //! - `child`: one broker and its lifeline.
@@ -44,9 +44,9 @@ use crate::net::inherit;
 
 mod child;
 mod link;
+mod main_loop;
 mod reexec;
 mod replacing;
-mod run;
 mod socket;
 pub mod systemd;
 pub mod upgrade;
@@ -54,7 +54,7 @@ mod vet;
 pub mod watchdog;
 
 pub use link::{HEARTBEAT, Link, Supervised};
-pub use run::{Options, Start, Upgrading, run};
+pub use main_loop::{Options, Start, Upgrading, run};
 
 /// The environment variable naming a supervised child's listeners: `FD@ADDRESS` entries
 /// separated by commas, ADDRESS being the configured `LOCAL_SERVER_ADDRESS:LOCAL_SERVER_PORT`

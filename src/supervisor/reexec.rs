@@ -15,7 +15,7 @@ use std::os::unix::net::UnixStream;
 
 use tracing::{error, info, warn};
 
-use super::run::Supervisor;
+use super::main_loop::Supervisor;
 use super::socket::answer;
 use super::upgrade::{HANDOVER_ENV, Handover, LIFELINE_ENV, UPGRADE_FROM_ENV, timeout_of_file};
 use super::vet::Vetting;

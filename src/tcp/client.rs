@@ -24,8 +24,8 @@ use crate::net::handshake::Origin;
 use crate::net::proxy_protocol::{self, Header};
 use crate::net::relay::{Counters, End, Outcome, relay};
 use crate::net::stream::Stream;
-use crate::support::os_error::words;
 use crate::query::{self, QueryEngine};
+use crate::support::os_error::words;
 use crate::tcp::sniff::{Sniffed, Verdict, sniff};
 
 /// What every connection of one listening socket shares: the broker's state, the balancer, how

@@ -8,8 +8,8 @@ use std::process::ExitCode;
 use appbroker::admin;
 use appbroker::config::Config;
 use appbroker::net::inherit;
-use appbroker::support::logging;
 use appbroker::supervisor::{self, upgrade};
+use appbroker::support::logging;
 use tracing::{info, warn};
 
 /// `--supervise`: binds every listener (or, re-executed by an upgrade, takes them over) and

@@ -220,8 +220,8 @@ mod tests {
     use super::*;
     use crate::balancer::rules::health::Reason;
     use crate::config::{BalancerKind, Language};
-    use crate::support::clock::time_of_day as clock;
     use crate::query::snapshot::{ServerSessions, ServerState};
+    use crate::support::clock::time_of_day as clock;
 
     /// What a reader sees of `page`: the text outside tags, the stylesheet left out.
     fn visible(page: &str) -> String {

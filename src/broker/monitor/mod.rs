@@ -4,6 +4,10 @@
 //! `MONITOR_RISE` (1 by default, which is TOTVS), hands the results to the balancer's methods,
 //! and logs the round's summary lines operators expect. Between rounds it wakes when a
 //! quarantine's time is up, so the balancer releases it on time.
+//!
+//! - [`http_check`]: `MONITORING_TYPE=HTTP`: one `GET` of `MONITOR_PATH`, its status judged.
+
+pub mod http_check;
 
 use std::io;
 use std::sync::Arc;
@@ -19,7 +23,7 @@ use crate::balancer::events::Event;
 use crate::balancer::rules::health::{Check, Reason, Release};
 use crate::balancer::{Balancer, Generation, Server};
 use crate::config::{BalancerConfig, Host, Monitoring, plural, show_duration, show_escaped};
-use crate::http;
+
 use crate::net::dial::{ConnectError, connect_with_preface, dial};
 use crate::net::proxy_protocol::{self, Header};
 use crate::net::resolve::Resolver;
@@ -82,7 +86,7 @@ pub enum CheckError {
         got: Vec<u8>,
     },
     /// HTTP: no answer in time, not HTTP, or a status outside `MONITOR_EXPECT_STATUS`.
-    Http(http::CheckError),
+    Http(http_check::CheckError),
 }
 
 impl CheckError {
@@ -165,13 +169,13 @@ pub async fn check(
         .map_err(CheckError::Connect)?;
     let (send, expect) = match &config.monitoring {
         Monitoring::Http { path, expect } => {
-            let check = http::check::Check {
+            let check = http_check::Check {
                 path: path.clone(),
                 host: host.authority(port),
                 expect: *expect,
                 timeout: deadline.saturating_duration_since(Instant::now()),
             };
-            return http::check(stream, &check)
+            return http_check::check(stream, &check)
                 .await
                 .map(drop)
                 .map_err(CheckError::Http);

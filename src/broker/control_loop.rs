@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::running::RunningBalancer;
+use super::running_balancer::RunningBalancer;
 use super::{Command, ReloadError, Source};
 use crate::alerts::Alerting;
 use crate::balancer::alert_queue::Alert;
