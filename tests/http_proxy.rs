@@ -11,7 +11,7 @@ use std::time::Duration;
 use appbroker::broker::monitor::http_check;
 use appbroker::config::Language;
 use appbroker::config::StatusRange;
-use appbroker::http::{self, ExchangeOutcome, Settings};
+use appbroker::http::{ExchangeOutcome, Settings};
 use futures_util::{SinkExt, StreamExt};
 use harness::*;
 use hyper::StatusCode;
@@ -998,8 +998,8 @@ async fn closing_answers_the_request_in_hand_then_closes() {
 
 // ---- the HTTP monitor check ---------------------------------------------------------------
 
-fn check_of(path: &str, expect: &str) -> http_check::Check {
-    http_check::Check {
+fn check_of(path: &str, expect: &str) -> http_check::HttpCheck {
+    http_check::HttpCheck {
         path: path.into(),
         host: "app:8080".into(),
         expect: expect.parse::<StatusRange>().unwrap(),
@@ -1037,7 +1037,7 @@ async fn the_http_check_passes_on_an_expected_status_and_says_why_otherwise() {
     let e = http_check::check(stream, &check_of("/", "200"))
         .await
         .unwrap_err();
-    assert!(matches!(e, http_check::CheckError::Http { .. }), "{e}");
+    assert!(matches!(e, http_check::HttpCheckError::Http { .. }), "{e}");
 
     let (silent, _) = raw_origin(|mut stream, _| async move {
         let mut rest = Vec::new();

@@ -27,7 +27,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::warn;
 
-use crate::balancer::rules::health::Asked;
+use crate::balancer::rules::health::OperatorAsk;
 use crate::balancer::rules::overrides::{Hold, MAX_WEIGHT, Mode};
 use crate::balancer::{Balancer, BalancerState, Server, ServerState, Standing};
 use crate::broker::{Control, ReloadError};
@@ -191,7 +191,7 @@ impl Admin {
             Request::Quarantine {
                 duration, reason, ..
             } => {
-                let asked = Asked {
+                let asked = OperatorAsk {
                     by: by.to_string(),
                     reason: reason.unwrap_or_default(),
                 };
@@ -353,7 +353,7 @@ fn quarantine(
     server: &Server,
     name: &str,
     duration: Option<&str>,
-    asked: Asked,
+    asked: OperatorAsk,
 ) -> Answer {
     let duration = match duration {
         None => balancer.generation().config.quarantine_time,

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
 use crate::balancer::Balancer;
-use crate::balancer::rules::health::Asked;
+use crate::balancer::rules::health::OperatorAsk;
 use crate::balancer::rules::overrides::Overrides;
 use crate::support::clock::wall_ms;
 
@@ -32,12 +32,12 @@ struct StateFile {
     /// When it was written, ms since the Unix epoch.
     written_epoch_ms: u64,
     /// Every server with an override or an operator's quarantine.
-    servers: Vec<Entry>,
+    servers: Vec<KeptServer>,
 }
 
 /// One server's kept state, matched at start by section, id and address.
 #[derive(Debug, Serialize, Deserialize)]
-struct Entry {
+struct KeptServer {
     section: String,
     id: String,
     address: String,
@@ -49,7 +49,7 @@ struct Entry {
     /// Who asked for it and why (a file written before this field restores as asked by "an
     /// operator").
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    quarantine_asked: Option<Asked>,
+    quarantine_asked: Option<OperatorAsk>,
 }
 
 /// Why the file was not read.
@@ -170,7 +170,7 @@ pub fn save(path: &Path, balancers: &[Arc<Balancer>]) -> std::io::Result<()> {
             if s.overrides.is_empty() && until.is_none() {
                 continue;
             }
-            servers.push(Entry {
+            servers.push(KeptServer {
                 section: state.kind.section().to_string(),
                 id: s.id,
                 address: s.address,

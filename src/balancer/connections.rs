@@ -22,7 +22,7 @@ use crate::config::Monitoring;
 use crate::net::connector::{ConnectReport, Connector};
 use crate::net::dial::ConnectError;
 use crate::net::handshake::ProxyRefusal;
-use crate::net::relay::{End, Outcome};
+use crate::net::relay::{End, RelayOutcome};
 use crate::support::os_error::PointsAt;
 use crate::tls::HandshakeFailure;
 
@@ -72,7 +72,11 @@ pub struct Closed<'a> {
 
 impl<'a> Closed<'a> {
     /// A connection of `client` that lasted `duration` and whose relay did `outcome`.
-    pub fn relayed(client: SocketAddr, duration: Duration, outcome: &'a Outcome) -> Closed<'a> {
+    pub fn relayed(
+        client: SocketAddr,
+        duration: Duration,
+        outcome: &'a RelayOutcome,
+    ) -> Closed<'a> {
         Closed {
             client,
             duration,

@@ -32,7 +32,7 @@ pub struct Shared {
 
 /// How a balancer tells its connections to end.
 #[derive(Debug, Clone, Default)]
-pub struct Ending {
+pub struct EndSignals {
     /// Cancelled when the listener closes: a query connection answers the request in hand
     /// and closes; clients carry on.
     pub closing: CancellationToken,

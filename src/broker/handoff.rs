@@ -4,7 +4,7 @@
 //! listener layer (its PROXY protocol header read with `PROXY_PROTOCOL=1`, then secure as its
 //! port's TLS says: [`Accepted::proxy_header`], [`Accepted::handshake`]; each outcome
 //! counted here), then handed by the balancer's kind to the TCP client or the HTTP engine,
-//! with whom it serves ([`Origin`]: the client a header named, else the peer). A plain port's
+//! with whom it serves ([`ClientOrigin`]: the client a header named, else the peer). A plain port's
 //! connection without the PROXY protocol goes straight on, without a task of its own before
 //! the one that serves it.
 
@@ -21,11 +21,11 @@ use crate::config::{Keepalive, Language};
 use crate::http::{self, Downstream};
 use crate::http_balancer::{self, HttpProxy};
 use crate::net::handshake::{
-    Accepted, ClientStream, Handshake, Origin, PortProxy, PortTls, ProxyStep,
+    Accepted, ClientOrigin, ClientStream, Handshake, PortProxy, PortTls, ProxyStep,
 };
 use crate::net::listener::Serve;
 use crate::net::stream::Stream;
-use crate::tcp::client::{Client, ListenerShared};
+use crate::tcp::client::{ListenerShared, TcpClient};
 use crate::tls::HandshakeFailure;
 
 /// A listening socket's hand-off: what its connections share, and the engine that serves
@@ -34,7 +34,7 @@ pub(super) struct Handoff {
     /// What every connection of the socket shares.
     pub(super) shared: Arc<ListenerShared>,
     /// The HTTP engine of an HTTP balancer; `None` for a TCP balancer, whose connections are
-    /// [`Client`]s.
+    /// [`TcpClient`]s.
     pub(super) http: Option<Arc<HttpProxy>>,
 }
 
@@ -60,7 +60,7 @@ impl Serve for Handoff {
             match &self.http {
                 Some(proxy) => serve_http(proxy, shared, stream, downstream(&origin, false)),
                 None => {
-                    let client = Client::new(Arc::clone(shared), generation, stream, origin);
+                    let client = TcpClient::new(Arc::clone(shared), generation, stream, origin);
                     shared.tasks.spawn(client.run(at_limit));
                 }
             }
@@ -79,7 +79,7 @@ impl Serve for Handoff {
                     if let Some((stream, origin)) =
                         prepare(&owned, &generation, accepted, false).await
                     {
-                        Client::new(owned, generation, stream, origin)
+                        TcpClient::new(owned, generation, stream, origin)
                             .run(at_limit)
                             .await;
                     }
@@ -100,7 +100,7 @@ impl Serve for Handoff {
 /// What the HTTP engine is told of a connection: who the client is (the PROXY protocol's
 /// when there was a header), whether it came over TLS (for `X-Forwarded-Proto`), and whether
 /// it is a front balancer's check (a `LOCAL` header), which the engine never forwards.
-fn downstream(origin: &Origin, tls: bool) -> Downstream {
+fn downstream(origin: &ClientOrigin, tls: bool) -> Downstream {
     Downstream {
         peer: origin.client.into(),
         tls,
@@ -118,7 +118,7 @@ async fn prepare(
     generation: &Generation,
     mut accepted: Accepted,
     answers_plain: bool,
-) -> Option<(ClientStream, Origin)> {
+) -> Option<(ClientStream, ClientOrigin)> {
     let config = &generation.config;
     if config.proxy.accept {
         let proxy = PortProxy {

@@ -7,9 +7,9 @@
 //! monitors) and, on the worker threads, every balancer's accept loops and connections:
 //!
 //! - `control_loop`: the control loop: reloads applied one at a time, the drain on shutdown.
-//! - `running_balancer`: one balancer at run time: its accept loops (on the workers), its monitor and
-//!   sampler, the tasks of its connections and the tokens that end them, and a TCP
-//!   balancer's query engine.
+//! - `running_balancer`: one balancer at run time: its accept loops (on the workers), its
+//!   monitor and sampler, the tasks of its connections and the tokens that end them, and a
+//!   TCP balancer's query engine.
 //! - `handoff`: what the accept loops hand each connection to: refused at `MAX_CONNECTIONS`,
 //!   made secure once as its port's TLS says, then given to the TCP client or the HTTP engine
 //!   by the balancer's kind.
@@ -103,7 +103,7 @@ enum Source {
 }
 
 /// What the handle asks of the control loop.
-enum Command {
+enum ControlCommand {
     /// Apply a configuration; answer on `reply` when given.
     Reload {
         source: Source,
@@ -152,7 +152,7 @@ pub struct Broker {
 /// cheap to clone, usable from any task.
 #[derive(Debug, Clone)]
 pub struct Control {
-    commands: mpsc::Sender<Command>,
+    commands: mpsc::Sender<ControlCommand>,
     /// What the administration reads and acts on: the balancers, the configuration and the
     /// shutdown state.
     shared: Arc<Shared>,
@@ -160,9 +160,9 @@ pub struct Control {
     alerting: Alerting,
 }
 
-impl std::fmt::Debug for Command {
+impl std::fmt::Debug for ControlCommand {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Command::Reload")
+        f.write_str("ControlCommand::Reload")
     }
 }
 
@@ -207,7 +207,7 @@ impl Control {
     /// Asks for the configuration file to be read again and applied (SIGHUP); the result is
     /// logged and published as an event.
     pub fn reload_file_later(&self) {
-        let command = Command::Reload {
+        let command = ControlCommand::Reload {
             source: Source::File,
             reply: None,
         };
@@ -227,7 +227,7 @@ impl Control {
 
     async fn ask(&self, source: Source) -> Result<Reloaded, ReloadError> {
         let (reply, answer) = oneshot::channel();
-        let command = Command::Reload {
+        let command = ControlCommand::Reload {
             source,
             reply: Some(reply),
         };

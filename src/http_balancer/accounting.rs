@@ -13,13 +13,13 @@ use crate::balancer::rules::health::Reason;
 use crate::balancer::{Closed, Server};
 use crate::config::show_duration;
 use crate::http::{Exchange, ExchangeOutcome, Tunnel};
-use crate::http_balancer::{HttpBalancer, Target};
+use crate::http_balancer::{HttpBalancer, ServerTarget};
 use crate::query::snapshot::{HttpFigures, SESSION_AGES_SHOWN, ServerSessions, SessionFigures};
 
 impl HttpBalancer {
     /// A finished request: the server's traffic and its timeouts, the 503 counted, the
     /// access-log line.
-    pub(super) fn exchanged(&self, exchange: &Exchange<Target>) {
+    pub(super) fn exchanged(&self, exchange: &Exchange<ServerTarget>) {
         if let Some(server) = &exchange.server {
             server.0.add_traffic(exchange.to_server, exchange.to_client);
             self.span
@@ -98,7 +98,7 @@ impl HttpBalancer {
 
     /// An upgraded connection ended: its closing line, as a relayed connection's. Its bytes
     /// are the server's traffic through its request's exchange, reported next.
-    pub(super) fn tunnel_ended(&self, tunnel: &Tunnel<Target>) {
+    pub(super) fn tunnel_ended(&self, tunnel: &Tunnel<ServerTarget>) {
         let closed = Closed {
             client: tunnel.client.or_unspecified(),
             duration: tunnel.duration,
@@ -164,7 +164,7 @@ impl HttpBalancer {
 
 /// The access log's line for one request (`LOG_REQUESTS`): who, what, the answer, the bytes
 /// each way, how long, which server.
-fn access_line(exchange: &Exchange<Target>) {
+fn access_line(exchange: &Exchange<ServerTarget>) {
     let status = exchange
         .status
         .map_or_else(|| "-".to_string(), |s| s.as_u16().to_string());

@@ -18,7 +18,7 @@ use crate::http_balancer::sessions::{
     Affinity, CookieKeys, Limits, Sessions, Ticket, Touched, mentions_broker_cookie,
     without_broker_cookie,
 };
-use crate::http_balancer::{Held, HttpBalancer, Target, client_key, client_named};
+use crate::http_balancer::{HttpBalancer, RequestHold, ServerTarget, client_key, client_named};
 use crate::support::clock::wall_ms;
 use crate::support::throttle::Episode;
 
@@ -44,7 +44,7 @@ impl HttpBalancer {
         &self,
         request: &ClientHead<'_>,
         client: &Downstream,
-        tried: &[Target],
+        tried: &[ServerTarget],
     ) -> Option<Choice<HttpBalancer>> {
         let generation = self.balancer.generation();
         if tried.len() >= generation.config.max_attempts as usize {
@@ -113,7 +113,7 @@ impl HttpBalancer {
         generation: &Generation,
         ticket: Ticket,
         renewed: Option<Ticket>,
-        tried: &[Target],
+        tried: &[ServerTarget],
         upgrade: bool,
         client: &Downstream,
     ) -> Sticky {
@@ -172,7 +172,7 @@ impl HttpBalancer {
         generation: &Generation,
         keys: &CookieKeys,
         ticket: Ticket,
-        tried: &[Target],
+        tried: &[ServerTarget],
         client: &Downstream,
     ) -> Option<Option<Choice<Self>>> {
         if !keys.honours_unsigned(wall_ms(), generation.config.http.session_timeout) {
@@ -216,7 +216,7 @@ impl HttpBalancer {
         generation: &Generation,
         keys: &CookieKeys,
         moving: Option<Ticket>,
-        tried: &[Target],
+        tried: &[ServerTarget],
         client: &Downstream,
     ) -> Option<Choice<Self>> {
         let now = self.balancer.clock_ms();
@@ -348,8 +348,8 @@ fn chosen(
     set_cookie: Option<String>,
 ) -> Choice<HttpBalancer> {
     Choice {
-        server: Target(Arc::clone(&lease.server)),
-        lease: Held { lease, pinned },
+        server: ServerTarget(Arc::clone(&lease.server)),
+        lease: RequestHold { lease, pinned },
         set_cookie,
     }
 }

@@ -9,7 +9,7 @@ use crate::config::Language;
 use crate::http::{self, Engine};
 use crate::http_balancer::sessions::SessionSecrets;
 use crate::http_balancer::sweep::expire_sessions;
-use crate::http_balancer::{HttpBalancer, HttpProxy, Target};
+use crate::http_balancer::{HttpBalancer, HttpProxy, ServerTarget};
 use crate::support::throttle::Throttle;
 
 /// The engine of `balancer`, with its settings, its session cookies signed with
@@ -57,6 +57,6 @@ pub fn reconfigure(proxy: &HttpProxy, old: &Generation, new: &Generation, langua
         .iter()
         .filter(|o| !new.servers.iter().any(|n| Arc::ptr_eq(n, o)))
     {
-        proxy.forget(&Target(Arc::clone(gone)));
+        proxy.forget(&ServerTarget(Arc::clone(gone)));
     }
 }

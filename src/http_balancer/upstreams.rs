@@ -13,7 +13,7 @@ use crate::http::h1::Editor;
 use crate::http::{
     Choice, ClientHead, ConnectFailure, Downstream, LocalAnswer, LocalRequest, Report, Upstreams,
 };
-use crate::http_balancer::{Held, HttpBalancer, Target, client_key};
+use crate::http_balancer::{HttpBalancer, RequestHold, ServerTarget, client_key};
 use crate::net::dial::{ConnectError, ServerStream};
 use crate::net::proxy_protocol::{self, Header};
 use crate::query;
@@ -28,8 +28,8 @@ impl ConnectFailure for ConnectError {
 }
 
 impl Upstreams for HttpBalancer {
-    type Server = Target;
-    type Lease = Held;
+    type Server = ServerTarget;
+    type Lease = RequestHold;
     type Stream = ServerStream;
     type ConnectError = ConnectError;
     type ClientHold = ClientHold;
@@ -80,7 +80,7 @@ impl Upstreams for HttpBalancer {
         &self,
         request: &ClientHead<'_>,
         client: &Downstream,
-        tried: &[Target],
+        tried: &[ServerTarget],
     ) -> Option<Choice<Self>> {
         self.choose_server(request, client, tried)
     }
@@ -99,7 +99,7 @@ impl Upstreams for HttpBalancer {
     /// quarantined, as a TCP client's pick would be).
     async fn connect(
         &self,
-        server: &Target,
+        server: &ServerTarget,
         client: &Downstream,
     ) -> Result<ServerStream, ConnectError> {
         let generation = self.balancer.generation();
@@ -120,12 +120,12 @@ impl Upstreams for HttpBalancer {
         self.without_broker_cookie(request, head);
     }
 
-    fn keeps(&self, server: &Target) -> bool {
+    fn keeps(&self, server: &ServerTarget) -> bool {
         let generation = self.balancer.generation();
         generation.servers.iter().any(|s| Arc::ptr_eq(s, &server.0))
     }
 
-    fn report(&self, report: Report<'_, Target>) {
+    fn report(&self, report: Report<'_, ServerTarget>) {
         match report {
             Report::ConnectFailed {
                 server,

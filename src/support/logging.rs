@@ -325,7 +325,7 @@ where
         } else {
             write!(writer, "{name} ")?;
         }
-        let mut fields = Fields::default();
+        let mut fields = LogFields::default();
         event.record(&mut fields);
         write!(writer, "{}{}", fields.message, fields.rest)?;
         if let Some(scope) = ctx.event_scope() {
@@ -363,12 +363,12 @@ fn level_name(level: Level) -> &'static str {
 /// ([`escape`]): a value from outside (a certificate's subject, a client's target) can
 /// neither break the line nor forge one, nor reach a terminal as an escape sequence.
 #[derive(Default)]
-struct Fields {
+struct LogFields {
     message: String,
     rest: String,
 }
 
-impl Visit for Fields {
+impl Visit for LogFields {
     fn record_str(&mut self, field: &Field, value: &str) {
         if field.name() == "message" {
             self.message

@@ -1,6 +1,6 @@
-//! One accepted connection as a [`Client`], with its way through the broker as methods, once
+//! One accepted connection as a [`TcpClient`], with its way through the broker as methods, once
 //! its port's PROXY protocol and TLS steps are done (`net::handshake`, which says whom it
-//! serves: its [`Origin`]): sniff (a query is handed to the balancer's query engine, anything
+//! serves: its [`ClientOrigin`]): sniff (a query is handed to the balancer's query engine, anything
 //! else forwarded; a front balancer's check is answered or closed, never forwarded), take a `MAX_CONNECTIONS` place
 //! and one of its client's under `MAX_CONNECTIONS_PER_CLIENT`, choose a server and connect
 //! (the PROXY protocol header written first with `SEND_PROXY_PROTOCOL`; quarantining servers
@@ -16,13 +16,13 @@ use tokio_util::task::TaskTracker;
 use tracing::{Instrument, Span, debug};
 
 use crate::balancer::events::Unserved;
-use crate::balancer::shared::{Ending, Shared};
+use crate::balancer::shared::{EndSignals, Shared};
 use crate::balancer::{Admission, Balancer, Closed, Generation, Lease};
 use crate::http::Downstream;
 use crate::net::dial::ServerStream;
-use crate::net::handshake::Origin;
+use crate::net::handshake::ClientOrigin;
 use crate::net::proxy_protocol::{self, Header};
-use crate::net::relay::{Counters, End, Outcome, relay};
+use crate::net::relay::{Counters, End, RelayOutcome, relay};
 use crate::net::stream::Stream;
 use crate::query::{self, QueryEngine};
 use crate::support::os_error::words;
@@ -39,7 +39,7 @@ pub struct ListenerShared {
     /// The balancer the socket listens for.
     pub balancer: Arc<Balancer>,
     /// How the balancer tells its connections to end.
-    pub ending: Ending,
+    pub ending: EndSignals,
     /// The socket's address, for the refusal line.
     pub local: Option<SocketAddr>,
     /// The balancer's connections, waited for on shutdown or removal.
@@ -54,25 +54,25 @@ pub struct ListenerShared {
 }
 
 /// One accepted connection over any [`Stream`], from its first bytes to its closing line.
-pub struct Client<S> {
+pub struct TcpClient<S> {
     shared: Arc<ListenerShared>,
     /// The balancer's generation when it arrived: the connection keeps its settings.
     generation: Arc<Generation>,
     stream: S,
     /// Whom it serves: `origin.client` is the address every line and rule uses.
-    origin: Origin,
+    origin: ClientOrigin,
 }
 
-impl<S: Stream> Client<S> {
+impl<S: Stream> TcpClient<S> {
     /// A client accepted on `shared`'s socket, serving `origin`, in `generation` (the
     /// one read when it arrived), its port's PROXY protocol and TLS steps done.
     pub fn new(
         shared: Arc<ListenerShared>,
         generation: Arc<Generation>,
         stream: S,
-        origin: Origin,
+        origin: ClientOrigin,
     ) -> Self {
-        Client {
+        TcpClient {
             generation,
             shared,
             stream,
@@ -268,7 +268,7 @@ impl<S: Stream> Client<S> {
         lease: &'a Lease,
         upstream: &'a mut ServerStream,
         first: Vec<u8>,
-    ) -> impl Future<Output = Outcome> + 'a {
+    ) -> impl Future<Output = RelayOutcome> + 'a {
         let (to_server, to_client) = lease.byte_counters();
         let counters = Counters {
             to_server,
@@ -287,7 +287,7 @@ impl<S: Stream> Client<S> {
     }
 
     /// Accounts for a relayed connection that has ended.
-    fn account(&self, lease: &Lease, outcome: &Outcome, started: Instant) {
+    fn account(&self, lease: &Lease, outcome: &RelayOutcome, started: Instant) {
         let closed = Closed::relayed(self.origin.client, started.elapsed(), outcome);
         let shared = &self.shared;
         let balancer = &shared.balancer;
@@ -316,7 +316,7 @@ mod tests {
         lookups: AtomicUsize,
     }
     /// A client of `balancer` (its stream a loopback connection), to call its steps alone.
-    async fn client_of(balancer: &Arc<Balancer>, config: Config) -> Client<TcpStream> {
+    async fn client_of(balancer: &Arc<Balancer>, config: Config) -> TcpClient<TcpStream> {
         let ctx = Arc::new(Shared {
             config: arc_swap::ArcSwap::from_pointee(config),
             balancers: arc_swap::ArcSwap::from_pointee(vec![Arc::clone(balancer)]),
@@ -327,7 +327,7 @@ mod tests {
         let shared = Arc::new(ListenerShared {
             ctx,
             balancer: Arc::clone(balancer),
-            ending: Ending::default(),
+            ending: EndSignals::default(),
             local: None,
             tasks: TaskTracker::new(),
             query: None,
@@ -338,11 +338,11 @@ mod tests {
             .await
             .unwrap();
         let peer: SocketAddr = "127.0.0.1:40000".parse().unwrap();
-        Client::new(
+        TcpClient::new(
             shared,
             balancer.generation(),
             stream,
-            Origin {
+            ClientOrigin {
                 client: peer,
                 destination: None,
                 check: false,

@@ -23,7 +23,7 @@ const KEPT_ROOM: usize = 64;
 
 /// One client address's connections and refusals.
 #[derive(Debug, Clone, Copy, Default)]
-struct Entry {
+struct ClientEntry {
     /// Connections admitted and not yet released.
     open: u32,
     /// Connections refused since its episode began (0: none running).
@@ -56,7 +56,7 @@ pub enum Decision {
 /// The connections open per client address, for one balancer (or one shard of it).
 #[derive(Debug, Default)]
 pub struct ClientCounts {
-    entries: HashMap<IpAddr, Entry>,
+    entries: HashMap<IpAddr, ClientEntry>,
 }
 
 /// A client's address as counted: an IPv4 client seen as IPv4-mapped IPv6 (on a `::`

@@ -14,7 +14,7 @@ use crate::net::http_exchange::one_exchange;
 
 /// What one check asks.
 #[derive(Debug, Clone)]
-pub struct Check {
+pub struct HttpCheck {
     /// `MONITOR_PATH`, e.g. `/`.
     pub path: String,
     /// The `Host` header: the server's address as configured (`host:port`), a name without
@@ -28,7 +28,7 @@ pub struct Check {
 
 /// Why a server failed an HTTP check, in an operator's words.
 #[derive(Debug, thiserror::Error)]
-pub enum CheckError {
+pub enum HttpCheckError {
     /// Nothing, or not all of an answer's head, within the timeout.
     #[error("no HTTP answer to GET {path} within {timeout:?}")]
     Timeout {
@@ -67,7 +67,7 @@ pub enum CheckError {
 
 /// Checks a server over `stream`: `GET path` with `Host`, and `Connection: close`. The
 /// status passes when within `check.expect`; the answer's body is read up to 64 KiB.
-pub async fn check<S>(stream: S, check: &Check) -> Result<StatusCode, CheckError>
+pub async fn check<S>(stream: S, check: &HttpCheck) -> Result<StatusCode, HttpCheckError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -82,28 +82,28 @@ where
         )
         .header(header::CONNECTION, HeaderValue::from_static("close"))
         .body(Empty::<Bytes>::new())
-        .map_err(|e| CheckError::Request {
+        .map_err(|e| HttpCheckError::Request {
             path: path.clone(),
             reason: e.to_string(),
         })?;
     let exchange = async {
         one_exchange(stream, request)
             .await
-            .map_err(|source| CheckError::Http {
+            .map_err(|source| HttpCheckError::Http {
                 path: path.clone(),
                 source,
             })
     };
     let status = tokio::time::timeout(check.timeout, exchange)
         .await
-        .map_err(|_| CheckError::Timeout {
+        .map_err(|_| HttpCheckError::Timeout {
             path: path.clone(),
             timeout: check.timeout,
         })??;
     if check.expect.contains(status.as_u16()) {
         Ok(status)
     } else {
-        Err(CheckError::Status {
+        Err(HttpCheckError::Status {
             path,
             status,
             expect: check.expect,

@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, warn};
 
 use crate::balancer::events::Event;
-use crate::balancer::rules::health::{Check, Reason, Release};
+use crate::balancer::rules::health::{CheckResult, Reason, Release};
 use crate::balancer::{Balancer, Generation, Server};
 use crate::config::{BalancerConfig, Host, Monitoring, plural, show_duration, show_escaped};
 
@@ -86,7 +86,7 @@ pub enum CheckError {
         got: Vec<u8>,
     },
     /// HTTP: no answer in time, not HTTP, or a status outside `MONITOR_EXPECT_STATUS`.
-    Http(http_check::CheckError),
+    Http(http_check::HttpCheckError),
 }
 
 impl CheckError {
@@ -169,7 +169,7 @@ pub async fn check(
         .map_err(CheckError::Connect)?;
     let (send, expect) = match &config.monitoring {
         Monitoring::Http { path, expect } => {
-            let check = http_check::Check {
+            let check = http_check::HttpCheck {
                 path: path.clone(),
                 host: host.authority(port),
                 expect: *expect,
@@ -216,7 +216,7 @@ pub async fn check(
 }
 
 /// One server's check: how long it took and how it went.
-type Outcome = (Duration, Result<(), CheckError>);
+type CheckOutcome = (Duration, Result<(), CheckError>);
 
 /// One monitor round: every server checked in parallel, then each result judged and logged
 /// in configuration order, then the summary. A check that fails for the broker's own reasons
@@ -241,7 +241,7 @@ async fn round(balancer: &Balancer, generation: &Arc<Generation>) {
 }
 
 /// Checks every server of `generation` at once; the outcomes in configuration order.
-async fn check_all(balancer: &Balancer, generation: &Arc<Generation>) -> Vec<Outcome> {
+async fn check_all(balancer: &Balancer, generation: &Arc<Generation>) -> Vec<CheckOutcome> {
     let mut checks = JoinSet::new();
     for (index, server) in generation.servers.iter().enumerate() {
         let server = Arc::clone(server);
@@ -263,7 +263,8 @@ async fn check_all(balancer: &Balancer, generation: &Arc<Generation>) -> Vec<Out
             .in_current_span(),
         );
     }
-    let mut outcomes: Vec<Option<Outcome>> = (0..generation.servers.len()).map(|_| None).collect();
+    let mut outcomes: Vec<Option<CheckOutcome>> =
+        (0..generation.servers.len()).map(|_| None).collect();
     while let Some(joined) = checks.join_next().await {
         if let Ok((index, took, result)) = joined {
             outcomes[index] = Some((took, result));
@@ -285,7 +286,7 @@ async fn check_all(balancer: &Balancer, generation: &Arc<Generation>) -> Vec<Out
 
 /// A passed check: `MONITOR_RISE` of them in a row release a quarantined server.
 fn passed(balancer: &Balancer, generation: &Generation, server: &Server, took: Duration) {
-    let check = Check {
+    let check = CheckResult {
         at_wall_ms: wall_ms(),
         duration: took,
         error: None,
@@ -329,7 +330,7 @@ fn failed(
 ) {
     let config = &generation.config;
     let words = e.words();
-    let check = Check {
+    let check = CheckResult {
         at_wall_ms: wall_ms(),
         duration: took,
         error: Some(words.clone()),
