@@ -9,9 +9,10 @@
 //! - [`state_file`]: overrides kept over a restart.
 //! - [`session_secret`]: the secret of the HTTP session cookies, kept beside the state file.
 //! - `socket` (Unix): the control socket itself.
-//! - [`ctl`]: its client, `appbroker ctl`.
+//! - [`control_client`]: the control socket's client, for `appbroker ctl`, `ping` and
+//!   `upgrade`: ask, print the answer, say by the exit code how it went.
 
-pub mod ctl;
+pub mod control_client;
 pub mod paths;
 pub mod protocol;
 pub mod session_secret;
@@ -26,13 +27,13 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::warn;
 
-use crate::balancer::rules::health::Asked;
+use crate::balancer::rules::health::OperatorAsk;
 use crate::balancer::rules::overrides::{Hold, MAX_WEIGHT, Mode};
 use crate::balancer::{Balancer, BalancerState, Server, ServerState, Standing};
 use crate::broker::{Control, ReloadError};
 use crate::config::keys::DAY;
 use crate::config::{connections_stay, duration_within, plural, show_duration};
-use crate::process::clock::wall_ms;
+use crate::support::clock::wall_ms;
 use protocol::{
     Answer, BalancerView, QuarantineView, Request, RestartView, ServerView, names_section,
 };
@@ -190,7 +191,7 @@ impl Admin {
             Request::Quarantine {
                 duration, reason, ..
             } => {
-                let asked = Asked {
+                let asked = OperatorAsk {
                     by: by.to_string(),
                     reason: reason.unwrap_or_default(),
                 };
@@ -339,7 +340,7 @@ impl Admin {
             warn!(
                 "cannot write the state file {}: {}; the change holds until appbroker restarts",
                 path.display(),
-                crate::process::os_error::words(&e)
+                crate::support::os_error::words(&e)
             );
         }
     }
@@ -352,7 +353,7 @@ fn quarantine(
     server: &Server,
     name: &str,
     duration: Option<&str>,
-    asked: Asked,
+    asked: OperatorAsk,
 ) -> Answer {
     let duration = match duration {
         None => balancer.generation().config.quarantine_time,

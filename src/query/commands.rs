@@ -15,7 +15,7 @@ use super::snapshot::{HttpFigures, Snapshot, Standing};
 use super::{json, labels, metrics, page};
 use crate::balancer::Balancer;
 use crate::balancer::shared::Shared;
-use crate::config::{Language, Origin};
+use crate::config::{Language, ValueOrigin};
 use crate::http::{LocalAnswer, LocalRequest};
 
 /// A command's answer on its way. Most are ready at once (rendered from a snapshot); one
@@ -193,7 +193,7 @@ impl Query<'_> {
     /// it, else the browser's `Accept-Language`, else `LANGUAGE`'s default.
     fn language(&self) -> Chosen {
         let config = self.shared.config.load();
-        let set_in_file = config.origins.get("GENERAL", "LANGUAGE") != Origin::Default;
+        let set_in_file = config.origins.get("GENERAL", "LANGUAGE") != ValueOrigin::Default;
         let browser = self.request.values("accept-language");
         let query = self
             .request

@@ -11,8 +11,8 @@ use tokio::time::Instant;
 
 use super::Engine;
 use super::buffers::Buffer;
-use super::client::{Client, Headless, Next};
-use super::own::{self, Ending};
+use super::client::{ClientSide, Headless, Next};
+use super::own::{self, AnswerEnding};
 use crate::http::h1::{Body, FieldName, HeadError, Method, RequestHead, Version};
 use crate::http::refusal::Refusal;
 use crate::http::{
@@ -25,11 +25,11 @@ use crate::net::stream::Stream;
 /// record.
 pub(super) struct InHand<'e, C, U: Upstreams> {
     pub(super) engine: &'e Engine<U>,
-    pub(super) client: Client<'e, C>,
+    pub(super) client: ClientSide<'e, C>,
     pub(super) buf: Buffer,
     pub(super) head: RequestHead,
     pub(super) settings: Arc<Settings>,
-    pub(super) record: Record<'e, U>,
+    pub(super) record: ExchangeRecord<'e, U>,
     /// Where the request's body ended in the buffer, once it was read whole: the next
     /// request, if any came, starts there.
     pub(super) body_end: Option<usize>,
@@ -42,7 +42,7 @@ impl<U: Upstreams> Engine<U> {
     /// end; what follows it.
     pub(super) async fn exchange<C: Stream>(
         &self,
-        mut client: Client<'_, C>,
+        mut client: ClientSide<'_, C>,
         mut buf: Buffer,
         settings: Arc<Settings>,
         admission: &mut U::Admission,
@@ -61,7 +61,7 @@ impl<U: Upstreams> Engine<U> {
                 .peer
                 .behind(&settings.trusted_proxies, &head, buf.filled());
         let protocol = Protocol::of(client.io.protocol());
-        let record = Record::new(self, client.peer.peer, protocol, &head, buf.filled());
+        let record = ExchangeRecord::new(self, client.peer.peer, protocol, &head, buf.filled());
         let request = InHand {
             engine: self,
             client,
@@ -91,19 +91,21 @@ impl<U: Upstreams> Engine<U> {
     /// The 408 of a head `HTTP_HEAD_MEMORY` evicted; the connection closes after it.
     async fn evicted<C: Stream>(
         &self,
-        mut client: Client<'_, C>,
+        mut client: ClientSide<'_, C>,
         buf: Buffer,
         settings: &Settings,
     ) -> Next<U> {
         let protocol = Protocol::of(client.io.protocol());
-        if let Some(mut record) = Record::of_line(self, client.peer.peer, protocol, buf.filled()) {
+        if let Some(mut record) =
+            ExchangeRecord::of_line(self, client.peer.peer, protocol, buf.filled())
+        {
             record.exchange.outcome = ExchangeOutcome::Refused;
             record.answered(StatusCode::REQUEST_TIMEOUT);
             record.report();
         }
         // Not held while the page is written and the rest lingers: the budget freed it.
         drop(buf);
-        let ending = Ending {
+        let ending = AnswerEnding {
             close: true,
             version: Version::Http11,
             head_only: false,
@@ -118,14 +120,16 @@ impl<U: Upstreams> Engine<U> {
     /// The page for a head the core refused; the connection closes after it.
     async fn refuse_head<C: Stream>(
         &self,
-        mut client: Client<'_, C>,
+        mut client: ClientSide<'_, C>,
         buf: Buffer,
         error: HeadError,
         settings: &Settings,
     ) -> Next<U> {
         let refusal = Refusal::of_head(error, buf.filled());
         let protocol = Protocol::of(client.io.protocol());
-        if let Some(mut record) = Record::of_line(self, client.peer.peer, protocol, buf.filled()) {
+        if let Some(mut record) =
+            ExchangeRecord::of_line(self, client.peer.peer, protocol, buf.filled())
+        {
             record.exchange.outcome = ExchangeOutcome::Refused;
             record.answered(refusal.status());
             record.report();
@@ -133,7 +137,7 @@ impl<U: Upstreams> Engine<U> {
         // Not held while the page is written and the rest lingers (a flood of heads too large
         // would hold 64 KiB each).
         drop(buf);
-        let ending = Ending {
+        let ending = AnswerEnding {
             close: true,
             version: Version::Http11,
             head_only: false,
@@ -177,11 +181,11 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
 
     /// How an answer of the broker's own to this request ends: kept alive when the client
     /// wants it, the request has no body (none is read for it), and no drain is on.
-    pub(super) fn own_ending(&self) -> Ending {
+    pub(super) fn own_ending(&self) -> AnswerEnding {
         let keep = self.head.keep_alive()
             && self.head.body() == Body::Empty
             && !self.client.closing.is_cancelled();
-        Ending {
+        AnswerEnding {
             close: !keep,
             version: self.head.version(),
             head_only: self.head.method() == Method::Head,
@@ -194,7 +198,7 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
         mut self,
         bytes: Vec<u8>,
         status: StatusCode,
-        ending: Ending,
+        ending: AnswerEnding,
     ) -> Next<U> {
         self.record.exchange.outcome = ExchangeOutcome::Local;
         self.record.answered(status);
@@ -222,7 +226,7 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
     pub(super) async fn refuse(mut self, refusal: Refusal) -> Next<U> {
         self.record.exchange.outcome = ExchangeOutcome::Refused;
         self.record.answered(refusal.status());
-        let ending = Ending {
+        let ending = AnswerEnding {
             close: true,
             ..self.own_ending()
         };
@@ -244,7 +248,7 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
     ) -> Next<U> {
         self.record.answered(status);
         let next = next.filter(|_| self.head.keep_alive() && !self.client.closing.is_cancelled());
-        let ending = Ending {
+        let ending = AnswerEnding {
             close: next.is_none(),
             ..self.own_ending()
         };
@@ -305,14 +309,14 @@ pub(super) fn max_forwards(request: &ClientHead<'_>) -> Option<u64> {
 /// What is accounted once a request is finished with, whichever way: the access log's
 /// exchange and the counters. Reported when dropped (its future too, when the client's
 /// connection is cut).
-pub(super) struct Record<'e, U: Upstreams> {
+pub(super) struct ExchangeRecord<'e, U: Upstreams> {
     engine: &'e Engine<U>,
     pub(super) exchange: Exchange<U::Server>,
     started: Instant,
     reported: bool,
 }
 
-impl<'e, U: Upstreams> Record<'e, U> {
+impl<'e, U: Upstreams> ExchangeRecord<'e, U> {
     /// The record of `head` (read from `buf`) from `client`, in `protocol`, from now on.
     fn new(
         engine: &'e Engine<U>,
@@ -321,7 +325,8 @@ impl<'e, U: Upstreams> Record<'e, U> {
         head: &RequestHead,
         buf: &[u8],
     ) -> Self {
-        let mut record = Record::of(engine, client, head.method_bytes(buf), head.target(buf));
+        let mut record =
+            ExchangeRecord::of(engine, client, head.method_bytes(buf), head.target(buf));
         record.exchange.protocol = protocol;
         record
     }
@@ -340,13 +345,13 @@ impl<'e, U: Upstreams> Record<'e, U> {
         let mut words = line.split(|&b| b == b' ');
         let (method, target) = (words.next()?, words.next()?);
         hyper::Method::from_bytes(method).ok()?;
-        let mut record = Record::of(engine, client, method, target);
+        let mut record = ExchangeRecord::of(engine, client, method, target);
         record.exchange.protocol = protocol;
         Some(record)
     }
 
     fn of(engine: &'e Engine<U>, client: ClientAddr, method: &[u8], target: &[u8]) -> Self {
-        Record {
+        ExchangeRecord {
             engine,
             exchange: Exchange {
                 method: hyper::Method::from_bytes(method).unwrap_or_default(),
@@ -369,7 +374,7 @@ impl<'e, U: Upstreams> Record<'e, U> {
     }
 }
 
-impl<U: Upstreams> Record<'_, U> {
+impl<U: Upstreams> ExchangeRecord<'_, U> {
     /// The request was answered `101` and becomes a tunnel: counted in the figures now (the
     /// duration histogram keeps its time to the 101, so hour-long WebSockets do not skew it),
     /// and handed over, to be reported to the balancer when the tunnel ends, with the
@@ -407,7 +412,7 @@ fn blank<S>(client: ClientAddr) -> Exchange<S> {
     }
 }
 
-impl<U: Upstreams> Record<'_, U> {
+impl<U: Upstreams> ExchangeRecord<'_, U> {
     /// Counts and reports the exchange as it stands, once: as soon as its answer is known
     /// whole (before its last bytes are written, so a client that reads them and asks for
     /// the figures finds the request counted), or when the record is dropped.
@@ -430,7 +435,7 @@ impl<U: Upstreams> Record<'_, U> {
     }
 }
 
-impl<U: Upstreams> Drop for Record<'_, U> {
+impl<U: Upstreams> Drop for ExchangeRecord<'_, U> {
     fn drop(&mut self) {
         self.report();
     }

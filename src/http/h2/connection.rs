@@ -41,13 +41,13 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::request;
-use super::resets::{MOST_RESETS, Resets, Shared, WINDOW_SECONDS};
+use super::resets::{MOST_RESETS, ResetTally, Resets, WINDOW_SECONDS};
 use super::response::websocket_key;
 use super::stream::H2Stream;
 use crate::http::stats::Open;
 use crate::http::{Downstream, Engine, Protocol, Settings, Upstreams};
 use crate::net::stream::Stream;
-use crate::process::throttle::Throttle;
+use crate::support::throttle::Throttle;
 
 /// The most bytes of header fields a request may have, decoded (`SETTINGS_MAX_HEADER_LIST_SIZE`):
 /// the engine's largest head, so an HTTP/2 request is held to what an HTTP/1.1 one is.
@@ -190,7 +190,7 @@ impl<U: Upstreams> Serving<'_, U> {
         mut connection: h2::server::Connection<S, Bytes>,
         mut cut: std::pin::Pin<&mut tokio_util::sync::WaitForCancellationFutureOwned>,
     ) {
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(ResetTally::default());
         // The connection's admission, shared by its streams: counted once.
         let admission = Arc::new(Mutex::new(U::Admission::default()));
         let mut streams = FuturesUnordered::new();
@@ -266,7 +266,7 @@ impl<U: Upstreams> Serving<'_, U> {
 
     /// Counts the streams reset since last asked: whether the connection has now reset more
     /// than it may.
-    fn too_many_resets(&self, shared: &Shared, resets: &mut Resets) -> bool {
+    fn too_many_resets(&self, shared: &ResetTally, resets: &mut Resets) -> bool {
         let reset = shared.take();
         if reset == 0 {
             return false;
@@ -280,7 +280,7 @@ impl<U: Upstreams> Serving<'_, U> {
         &self,
         request: Request<h2::RecvStream>,
         respond: SendResponse<Bytes>,
-        shared: &Arc<Shared>,
+        shared: &Arc<ResetTally>,
         admission: &Arc<Mutex<U::Admission>>,
     ) -> impl Future<Output = ()> + use<U> {
         self.engine.stats().h2_stream();

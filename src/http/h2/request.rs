@@ -27,7 +27,7 @@ use crate::http::h1::{Asked, Method as H1Method};
 
 /// How the request's body follows its head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Body {
+pub(super) enum RequestFraming {
     /// None: the HEADERS frame ended the stream.
     Empty,
     /// As many bytes as its `content-length` says, as they come.
@@ -44,7 +44,7 @@ pub(super) struct Written {
     /// The HTTP/1.1 head, blank line included.
     pub(super) head: Vec<u8>,
     /// How the body follows.
-    pub(super) body: Body,
+    pub(super) body: RequestFraming,
     /// What the answer's framing depends on: a `HEAD` has no body, an upgrade is a tunnel.
     pub(super) asked: Asked,
 }
@@ -106,17 +106,17 @@ pub(super) fn written(request: &Parts, ends: bool, websocket: Option<&str>) -> W
             head.extend_from_slice(b"Connection: Upgrade\r\nUpgrade: websocket\r\n");
             line(&mut head, b"Sec-WebSocket-Version", WEBSOCKET_VERSION);
             line(&mut head, b"Sec-WebSocket-Key", key.as_bytes());
-            Body::Tunnel
+            RequestFraming::Tunnel
         }
         None => {
             head.extend_from_slice(b"Connection: close\r\n");
             if ends {
-                Body::Empty
+                RequestFraming::Empty
             } else if length {
-                Body::Length
+                RequestFraming::Length
             } else {
                 head.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
-                Body::Chunked
+                RequestFraming::Chunked
             }
         }
     };
@@ -179,7 +179,7 @@ mod tests {
             "GET /app/page?x=1 HTTP/1.1\r\nHost: broker.test:8443\r\naccept: text/html\r\n\
              Connection: close\r\n\r\n"
         );
-        assert_eq!(written.body, Body::Empty);
+        assert_eq!(written.body, RequestFraming::Empty);
         assert_eq!(written.asked.method, H1Method::Get);
     }
 
@@ -238,11 +238,11 @@ mod tests {
             &[("content-length", "5")],
         );
         let written_sized = written(&sized, false, None);
-        assert_eq!(written_sized.body, Body::Length);
+        assert_eq!(written_sized.body, RequestFraming::Length);
         assert!(!text(&written_sized).contains("Transfer-Encoding"));
         let streamed = parts(Method::POST, "https://broker.test/up", &[]);
         let written_streamed = written(&streamed, false, None);
-        assert_eq!(written_streamed.body, Body::Chunked);
+        assert_eq!(written_streamed.body, RequestFraming::Chunked);
         assert!(text(&written_streamed).ends_with("Transfer-Encoding: chunked\r\n\r\n"));
     }
 
@@ -277,7 +277,7 @@ mod tests {
         assert_eq!(head.matches("ebsocket-version").count(), 0, "{head}");
         assert_eq!(head.matches("WebSocket-Version: 13").count(), 1, "{head}");
         assert!(!head.contains("Connection: close"), "{head}");
-        assert_eq!(written.body, Body::Tunnel);
+        assert_eq!(written.body, RequestFraming::Tunnel);
         assert!(written.asked.upgrade);
         // Off (HTTP2_WEBSOCKET=0, never offered): the CONNECT it is, which the engine refuses.
         let head = text(&super::written(&request, false, None));

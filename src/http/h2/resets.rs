@@ -21,12 +21,12 @@ pub(super) const WINDOW_SECONDS: u64 = 10;
 
 /// What a connection's streams tell it.
 #[derive(Debug, Default)]
-pub(crate) struct Shared {
+pub(crate) struct ResetTally {
     /// Streams the client reset before their answer was whole, not yet counted in [`Resets`].
     resets: AtomicU32,
 }
 
-impl Shared {
+impl ResetTally {
     /// One more stream reset by the client.
     pub(super) fn reset_by_client(&self) {
         self.resets.fetch_add(1, Relaxed);

@@ -31,8 +31,8 @@ use hyper::http::{Response, StatusCode};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Sleep;
 
-use super::request::{Body, Written};
-use super::resets::Shared;
+use super::request::{RequestFraming, Written};
+use super::resets::ResetTally;
 use super::response;
 use crate::http::h1::{
     self, Asked, Body as H1Body, BodyReader, Framing, HeadScan, Part, ResponseHead,
@@ -50,8 +50,8 @@ const MOST_RESERVED: usize = 64 * 1024;
 
 /// One stream, as the engine's client.
 pub(crate) struct H2Stream {
-    request: Request,
-    answer: Answer,
+    request: StreamRequest,
+    answer: StreamAnswer,
     /// What the answer's framing depends on (`HEAD`, an upgrade asked).
     asked: Asked,
     /// The `Sec-WebSocket-Key` sent for a WebSocket, its accept checked on the `101`.
@@ -65,15 +65,15 @@ pub(crate) struct H2Stream {
     /// The client reset the stream before its answer was whole, and it was counted.
     reset_seen: bool,
     /// What the connection counts of its streams.
-    shared: Arc<Shared>,
+    shared: Arc<ResetTally>,
 }
 
 /// The request's side.
-struct Request {
+struct StreamRequest {
     /// The HTTP/1.1 head, and how much of it the engine has read.
     head: Vec<u8>,
     head_read: usize,
-    body: Body,
+    body: RequestFraming,
     recv: RecvStream,
     /// The DATA frame being read, what of it the engine has not taken yet.
     data: Bytes,
@@ -88,7 +88,7 @@ struct Request {
 }
 
 /// The answer's side, as the engine writes it.
-enum Answer {
+enum StreamAnswer {
     /// A head is being written: what came of it so far, and how far the blank line that ends
     /// it is matched (`\r\n\r\n`).
     Head {
@@ -118,13 +118,13 @@ impl H2Stream {
         respond: SendResponse<Bytes>,
         websocket: Option<String>,
         stall_limit: Duration,
-        shared: Arc<Shared>,
+        shared: Arc<ResetTally>,
     ) -> H2Stream {
         H2Stream {
-            request: Request {
+            request: StreamRequest {
                 head: written.head,
                 head_read: 0,
-                ended: written.body == Body::Empty,
+                ended: written.body == RequestFraming::Empty,
                 body: written.body,
                 recv,
                 data: Bytes::new(),
@@ -133,7 +133,7 @@ impl H2Stream {
                 framing_len: 0,
                 in_chunk: false,
             },
-            answer: Answer::Head {
+            answer: StreamAnswer::Head {
                 respond,
                 head: Vec::new(),
                 matched: 0,
@@ -151,7 +151,7 @@ impl H2Stream {
     /// The client reset the stream: counted once, while its answer was not whole (a client
     /// that stops a body after its answer has done nothing wrong).
     fn reset_by_client(&mut self) -> io::Error {
-        if !self.reset_seen && !matches!(self.answer, Answer::Done { .. }) {
+        if !self.reset_seen && !matches!(self.answer, StreamAnswer::Done { .. }) {
             self.reset_seen = true;
             self.shared.reset_by_client();
         }
@@ -170,9 +170,9 @@ impl H2Stream {
     /// the answer to switch): the reset is the engine's end of the stream.
     fn poll_reset(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let reset = match &mut self.answer {
-            Answer::Head { respond, .. } => respond.poll_reset(cx),
-            Answer::Body { send, .. } | Answer::Tunnel { send } => send.poll_reset(cx),
-            Answer::Done { .. } => return Poll::Ready(Ok(())),
+            StreamAnswer::Head { respond, .. } => respond.poll_reset(cx),
+            StreamAnswer::Body { send, .. } | StreamAnswer::Tunnel { send } => send.poll_reset(cx),
+            StreamAnswer::Done { .. } => return Poll::Ready(Ok(())),
         };
         match ready!(reset) {
             Ok(_) => Poll::Ready(Err(self.reset_by_client())),
@@ -181,7 +181,7 @@ impl H2Stream {
     }
 }
 
-impl Request {
+impl StreamRequest {
     /// Copies what is due before the next frame (head, chunk framing, data) into `into`: how
     /// many bytes, and how many of them were a frame's data.
     fn copy_due(&mut self, into: &mut ReadBuf<'_>) -> (usize, usize) {
@@ -229,7 +229,7 @@ impl Request {
 
     /// A DATA frame came: its bytes are due, as a chunk when the body is chunked.
     fn take(&mut self, data: Bytes) {
-        if self.body == Body::Chunked && !data.is_empty() {
+        if self.body == RequestFraming::Chunked && !data.is_empty() {
             let mut line = [0u8; 24];
             let mut room = &mut line[..];
             let _ = std::io::Write::write_fmt(&mut room, format_args!("{:x}\r\n", data.len()));
@@ -243,7 +243,7 @@ impl Request {
     /// The client's `END_STREAM`: the last chunk is due when the body is chunked.
     fn end(&mut self) {
         self.ended = true;
-        if self.body == Body::Chunked {
+        if self.body == RequestFraming::Chunked {
             self.frame(b"0\r\n\r\n");
         }
     }
@@ -275,16 +275,17 @@ impl AsyncRead for H2Stream {
             if into.remaining() == 0 {
                 return Poll::Ready(Ok(()));
             }
-            if matches!(this.answer, Answer::Done { .. }) {
+            if matches!(this.answer, StreamAnswer::Done { .. }) {
                 // The answer ended: so does the stream, for the engine.
                 return Poll::Ready(Ok(()));
             }
-            let tunnel = this.request.body == Body::Tunnel;
+            let tunnel = this.request.body == RequestFraming::Tunnel;
             if this.request.ended && tunnel {
                 // The client ended its side of the WebSocket: the end of stream, again.
                 return Poll::Ready(Ok(()));
             }
-            if this.request.ended || (tunnel && !matches!(this.answer, Answer::Tunnel { .. })) {
+            if this.request.ended || (tunnel && !matches!(this.answer, StreamAnswer::Tunnel { .. }))
+            {
                 // Nothing more until the answer ends (or, for a WebSocket, switches): a reset
                 // is the client gone.
                 ready!(this.poll_reset(cx))?;
@@ -293,7 +294,7 @@ impl AsyncRead for H2Stream {
             match ready!(this.request.recv.poll_data(cx)) {
                 Some(Ok(data)) => this.request.take(data),
                 Some(Err(e)) => return Poll::Ready(Err(this.failed(&e))),
-                None if this.request.body == Body::Tunnel => {
+                None if this.request.body == RequestFraming::Tunnel => {
                     this.request.ended = true;
                     return Poll::Ready(Ok(()));
                 }
@@ -311,15 +312,19 @@ impl H2Stream {
         while used < input.len() {
             let rest = &input[used..];
             let taken = match &mut self.answer {
-                Answer::Head { .. } => self.head_bytes(rest),
-                Answer::Body { .. } | Answer::Tunnel { .. } => match self.body_bytes(cx, rest) {
-                    Poll::Ready(taken) => taken,
-                    Poll::Pending if used > 0 => break,
-                    Poll::Pending => return Poll::Pending,
-                },
+                StreamAnswer::Head { .. } => self.head_bytes(rest),
+                StreamAnswer::Body { .. } | StreamAnswer::Tunnel { .. } => {
+                    match self.body_bytes(cx, rest) {
+                        Poll::Ready(taken) => taken,
+                        Poll::Pending if used > 0 => break,
+                        Poll::Pending => return Poll::Pending,
+                    }
+                }
                 // Bytes past the answer's end: none of the engine's.
-                Answer::Done { .. } if used > 0 => break,
-                Answer::Done { .. } => return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
+                StreamAnswer::Done { .. } if used > 0 => break,
+                StreamAnswer::Done { .. } => {
+                    return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+                }
             }?;
             used += taken;
         }
@@ -328,7 +333,7 @@ impl H2Stream {
 
     /// Takes the answer head's bytes up to its blank line; a whole head is sent.
     fn head_bytes(&mut self, input: &[u8]) -> io::Result<usize> {
-        let Answer::Head { head, matched, .. } = &mut self.answer else {
+        let StreamAnswer::Head { head, matched, .. } = &mut self.answer else {
             return Ok(0);
         };
         let mut end = None;
@@ -362,7 +367,7 @@ impl H2Stream {
     /// Sends the head written whole: an interim one as informational HEADERS, the final one
     /// as the response (a WebSocket's `101` as its `200`), its body's reading set up.
     fn send_head(&mut self) -> io::Result<()> {
-        let Answer::Head {
+        let StreamAnswer::Head {
             respond,
             head,
             matched,
@@ -385,7 +390,7 @@ impl H2Stream {
             let mut refusal = Response::new(());
             *refusal.status_mut() = StatusCode::BAD_GATEWAY;
             let _ = respond.send_response(refusal, true);
-            self.answer = Answer::Done { send: None };
+            self.answer = StreamAnswer::Done { send: None };
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 "the server's Sec-WebSocket-Accept does not answer the key",
@@ -405,9 +410,9 @@ impl H2Stream {
             .send_response(response, ends)
             .map_err(|e| broken(&e))?;
         self.answer = match framing {
-            _ if ends => Answer::Done { send: Some(send) },
-            Framing::Tunnel => Answer::Tunnel { send },
-            _ => Answer::Body {
+            _ if ends => StreamAnswer::Done { send: Some(send) },
+            Framing::Tunnel => StreamAnswer::Tunnel { send },
+            _ => StreamAnswer::Body {
                 send,
                 reader: BodyReader::new(body),
                 until_close: body == H1Body::UntilClose,
@@ -420,7 +425,7 @@ impl H2Stream {
     /// the client's window allows.
     fn body_bytes(&mut self, cx: &mut Context<'_>, input: &[u8]) -> Poll<io::Result<usize>> {
         let mut probe = match &self.answer {
-            Answer::Body { reader, .. } => *reader,
+            StreamAnswer::Body { reader, .. } => *reader,
             _ => BodyReader::new(H1Body::UntilClose),
         };
         let step = match probe.step(input) {
@@ -439,15 +444,15 @@ impl H2Stream {
         if n < step.len {
             // Only so much of it now: stepped again over what goes.
             probe = match &self.answer {
-                Answer::Body { reader, .. } => *reader,
+                StreamAnswer::Body { reader, .. } => *reader,
                 _ => probe,
             };
             let _ = probe.step(&input[..n]);
         }
         self.stepped(probe);
-        let last = matches!(&self.answer, Answer::Body { reader, .. } if reader.is_done());
+        let last = matches!(&self.answer, StreamAnswer::Body { reader, .. } if reader.is_done());
         let sent = match &mut self.answer {
-            Answer::Body { send, .. } | Answer::Tunnel { send } => {
+            StreamAnswer::Body { send, .. } | StreamAnswer::Tunnel { send } => {
                 send.send_data(Bytes::copy_from_slice(&input[..n]), last)
             }
             _ => Ok(()),
@@ -463,14 +468,14 @@ impl H2Stream {
 
     /// The body's reader moved on.
     fn stepped(&mut self, probe: BodyReader) {
-        if let Answer::Body { reader, .. } = &mut self.answer {
+        if let StreamAnswer::Body { reader, .. } = &mut self.answer {
             *reader = probe;
         }
     }
 
     /// A body that reached its end with framing (the last chunk): the stream ends.
     fn end_if_done(&mut self) -> io::Result<()> {
-        let Answer::Body { send, reader, .. } = &mut self.answer else {
+        let StreamAnswer::Body { send, reader, .. } = &mut self.answer else {
             return Ok(());
         };
         if !reader.is_done() {
@@ -483,19 +488,20 @@ impl H2Stream {
 
     /// The answer's last frame is sent.
     fn finish(&mut self) {
-        let send = match std::mem::replace(&mut self.answer, Answer::Done { send: None }) {
-            Answer::Body { send, .. } | Answer::Tunnel { send } => Some(send),
-            Answer::Done { send } => send,
-            Answer::Head { .. } => None,
+        let send = match std::mem::replace(&mut self.answer, StreamAnswer::Done { send: None }) {
+            StreamAnswer::Body { send, .. } | StreamAnswer::Tunnel { send } => Some(send),
+            StreamAnswer::Done { send } => send,
+            StreamAnswer::Head { .. } => None,
         };
-        self.answer = Answer::Done { send };
+        self.answer = StreamAnswer::Done { send };
         self.stall = None;
     }
 
     /// Room in the client's window for up to `want` bytes, waiting for it (at most the stall
     /// limit); an error when the client reset the stream or left.
     fn window(&mut self, cx: &mut Context<'_>, want: usize) -> Poll<io::Result<usize>> {
-        let (Answer::Body { send, .. } | Answer::Tunnel { send }) = &mut self.answer else {
+        let (StreamAnswer::Body { send, .. } | StreamAnswer::Tunnel { send }) = &mut self.answer
+        else {
             return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
         };
         if send.capacity() == 0 {
@@ -540,26 +546,26 @@ impl H2Stream {
     /// the close (or a tunnel's), a reset after one cut short or none at all.
     fn close(&mut self) {
         let abort = self.abort.load(Relaxed);
-        match std::mem::replace(&mut self.answer, Answer::Done { send: None }) {
-            Answer::Head { mut respond, .. } => respond.send_reset(Reason::INTERNAL_ERROR),
-            Answer::Body {
+        match std::mem::replace(&mut self.answer, StreamAnswer::Done { send: None }) {
+            StreamAnswer::Head { mut respond, .. } => respond.send_reset(Reason::INTERNAL_ERROR),
+            StreamAnswer::Body {
                 mut send,
                 until_close,
                 ..
             } => {
                 if until_close && !abort {
                     let _ = send.send_data(Bytes::new(), true);
-                    self.answer = Answer::Done { send: Some(send) };
+                    self.answer = StreamAnswer::Done { send: Some(send) };
                 } else {
                     send.send_reset(Reason::INTERNAL_ERROR);
                 }
             }
-            Answer::Tunnel { mut send } if abort => send.send_reset(Reason::INTERNAL_ERROR),
-            Answer::Tunnel { mut send } => {
+            StreamAnswer::Tunnel { mut send } if abort => send.send_reset(Reason::INTERNAL_ERROR),
+            StreamAnswer::Tunnel { mut send } => {
                 let _ = send.send_data(Bytes::new(), true);
-                self.answer = Answer::Done { send: Some(send) };
+                self.answer = StreamAnswer::Done { send: Some(send) };
             }
-            done @ Answer::Done { .. } => self.answer = done,
+            done @ StreamAnswer::Done { .. } => self.answer = done,
         }
         self.stall = None;
     }
@@ -622,10 +628,10 @@ impl Drop for H2Stream {
     /// the client still sends its body tells it to stop (RFC 9113 §8.1: `NO_ERROR`).
     fn drop(&mut self) {
         match &mut self.answer {
-            Answer::Done { send: Some(send) } if !self.request.ended => {
+            StreamAnswer::Done { send: Some(send) } if !self.request.ended => {
                 send.send_reset(Reason::NO_ERROR);
             }
-            Answer::Done { .. } => {}
+            StreamAnswer::Done { .. } => {}
             _ => {
                 self.abort.store(true, Relaxed);
                 self.close();
