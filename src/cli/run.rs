@@ -120,7 +120,7 @@ fn bind(
         bound = bound.taking_over(pid);
     }
     if let Some(path) = state_path {
-        admin::state_file::restore(path, &bound.balancers());
+        appbroker::balancer::state_file::restore(path, &bound.balancers());
     }
     // Only now, with the ports bound: an instance that cannot start (another holds the
     // ports) leaves the running one's log file alone.
