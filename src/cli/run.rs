@@ -122,6 +122,8 @@ fn bind(
     if let Some(path) = state_path {
         appbroker::balancer::state_file::restore(path, &bound.balancers());
     }
+    // The status page's actions keep their changes where `ctl`'s are kept.
+    bound = bound.keeping_state_in(state_path.map(Path::to_path_buf));
     // Only now, with the ports bound: an instance that cannot start (another holds the
     // ports) leaves the running one's log file alone.
     log.open_file()?;

@@ -10,11 +10,12 @@ use std::pin::Pin;
 
 use super::access::{refusal, visible_config};
 use super::language::{self, Chosen};
+use super::operate::{self, Operators};
 use super::reply::{body, html, text};
 use super::snapshot::{HttpFigures, Snapshot, Standing};
 use super::{json, labels, metrics, page};
-use crate::balancer::Balancer;
 use crate::balancer::shared::Shared;
+use crate::balancer::{Admission, Balancer};
 use crate::config::{Language, Origin};
 use crate::http::{LocalAnswer, LocalRequest};
 
@@ -37,11 +38,12 @@ pub(super) struct QueryCommand {
     help: &'static str,
     /// The methods it answers; any other is answered 405, with these in `Allow`.
     pub(super) methods: &'static [&'static str],
-    /// Its answer.
-    pub(super) answer: for<'q> fn(&'q Query<'q>) -> Answering<'q>,
+    /// Its answer; the connection's admission is ADMIN's to give back while a throttled
+    /// sign-in waits.
+    pub(super) answer: for<'q> fn(&'q Query<'q>, &'q mut Admission) -> Answering<'q>,
 }
 
-/// GET and HEAD: every command reads, none changes anything.
+/// GET and HEAD: every command reads, none changes anything, but ADMIN's actions.
 pub(super) const READ: &[&str] = &["GET", "HEAD"];
 
 /// Every command, in the order the list of commands shows them.
@@ -51,7 +53,7 @@ pub(super) const COMMANDS: &[QueryCommand] = &[
         usage: "STATUS",
         help: "the status page (HTML; ?refresh=N reloads every N seconds)",
         methods: READ,
-        answer: |q| {
+        answer: |q, _| {
             now(html(page::status(
                 &q.snapshot(),
                 &q.host,
@@ -64,7 +66,7 @@ pub(super) const COMMANDS: &[QueryCommand] = &[
         usage: "CFG",
         help: "the effective configuration (HTML)",
         methods: READ,
-        answer: |q| {
+        answer: |q, _| {
             now(html(page::config(
                 &q.snapshot(),
                 &visible_config(q.shared, q.peer),
@@ -77,28 +79,28 @@ pub(super) const COMMANDS: &[QueryCommand] = &[
         usage: "PING",
         help: "200 while accepting clients, 503 while shutting down",
         methods: READ,
-        answer: |q| now(ping(q)),
+        answer: |q, _| now(ping(q)),
     },
     QueryCommand {
         name: "READY",
         usage: "READY",
         help: "200 while a client would be served, 503 (and why) otherwise",
         methods: READ,
-        answer: |q| now(readiness_answer(q)),
+        answer: |q, _| now(readiness_answer(q)),
     },
     QueryCommand {
         name: "JSON",
         usage: "JSON",
         help: "the status for scripts",
         methods: READ,
-        answer: |q| now(json_status(&q.snapshot())),
+        answer: |q, _| now(json_status(&q.snapshot())),
     },
     QueryCommand {
         name: "METRICS",
         usage: "METRICS",
         help: "Prometheus metrics",
         methods: READ,
-        answer: |q| {
+        answer: |q, _| {
             let content_type = "text/plain; version=0.0.4; charset=utf-8";
             now(body(200, content_type, metrics::render(&q.snapshot())))
         },
@@ -108,14 +110,21 @@ pub(super) const COMMANDS: &[QueryCommand] = &[
         usage: "SERVERSTATUS/<host>:<port>",
         help: "one server and its quarantine history (HTML)",
         methods: READ,
-        answer: |q| now(server_status(q)),
+        answer: |q, _| now(server_status(q)),
+    },
+    QueryCommand {
+        name: "ADMIN",
+        usage: "ADMIN",
+        help: "act on servers, signed in (ADMIN_USERS; off by default)",
+        methods: &["GET", "HEAD", "POST"],
+        answer: |q, admission| Box::pin(operate::answer(q, admission)),
     },
     QueryCommand {
         name: "",
         usage: "/TOTVS_BROKER_QUERY",
         help: "alone answers HTML to browsers and JSON to everyone else.",
         methods: READ,
-        answer: |q| {
+        answer: |q, _| {
             let mut answer = if wants_html(q.request) {
                 html(page::status(&q.snapshot(), &q.host, None))
             } else {
@@ -157,11 +166,13 @@ pub(super) struct Query<'a> {
     pub(super) host: String,
     /// What follows the command in the path, decoded (`SERVERSTATUS`'s `<host>:<port>`).
     pub(super) argument: &'a str,
+    /// Who may act from the page, and how (ADMIN).
+    pub(super) operators: &'a Operators,
 }
 
 impl Query<'_> {
     /// The balancer's state now, with the other balancers this client may query.
-    fn snapshot(&self) -> Snapshot {
+    pub(super) fn snapshot(&self) -> Snapshot {
         let others = self
             .shared
             .balancers

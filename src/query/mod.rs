@@ -16,6 +16,7 @@
 //! - [`port`]: a TCP balancer's query connections as the engine's upstreams.
 //! - [`limits`]: a query's line, head, wait and life, the same on every port.
 //! - `commands`: the table of commands: each one's name, methods, line in the list, answer.
+//! - [`operate`]: ADMIN: acting on servers from the browser, signed in (off by default).
 //! - `access`: who may query (`QUERY_ENABLED`, `QUERY_ALLOW`), and the configuration they see.
 //! - `reply`: an answer's body, content type and the lines every answer carries.
 //! - [`snapshot`]: one consistent read of a balancer's state, which every answer is rendered
@@ -34,11 +35,13 @@ mod labels;
 mod language;
 pub mod limits;
 mod metrics;
+pub mod operate;
 mod page;
 pub mod port;
 mod reply;
 mod route;
 pub mod snapshot;
 
+pub use operate::Operators;
 pub use port::{QueryEngine, QueryPort};
 pub use route::{answer, intercepts};
