@@ -210,6 +210,9 @@ fn expired_token(user: &str, expires: u64) -> String {
     format!("{expires}.{hex}")
 }
 
+/// A refused action: what it is, its request's lines, its form, and the status it gets.
+type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, String, u16);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forged_and_unsigned_actions_are_refused_and_change_nothing() {
     let dir = tempfile::tempdir().unwrap();
@@ -230,7 +233,7 @@ async fn forged_and_unsigned_actions_are_refused_and_change_nothing() {
     let auth = ("Authorization", ana.as_str());
     let wrong = basic("ana", "wrong horse");
     let eve = basic("eve", "x");
-    let cases: Vec<(&str, Vec<(&str, &str)>, String, u16)> = vec![
+    let cases: Vec<Case> = vec![
         ("no credentials", vec![], with(&ana_token), 401),
         (
             "a wrong password",

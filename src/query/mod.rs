@@ -15,6 +15,8 @@
 //!   request to its command (405, 404).
 //! - [`port`]: a TCP balancer's query connections as the engine's upstreams.
 //! - [`limits`]: a query's line, head, wait and life, the same on every port.
+//! - `asking`: one query as a command answers it: the request, who asks, the balancer's
+//!   state read for it, the page's language.
 //! - `commands`: the table of commands: each one's name, methods, line in the list, answer.
 //! - [`operate`]: ADMIN: acting on servers from the browser, signed in (off by default).
 //! - `access`: who may query (`QUERY_ENABLED`, `QUERY_ALLOW`), and the configuration they see.
@@ -29,6 +31,7 @@
 //!   browser's `Accept-Language`).
 
 mod access;
+mod asking;
 mod commands;
 mod json;
 mod labels;

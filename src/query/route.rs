@@ -10,9 +10,10 @@ use std::net::SocketAddr;
 use tracing::debug;
 
 use super::access::{BUSY, refusal, unknown_refusal};
-use super::commands::{self, COMMANDS, Query, READ};
+use super::asking::Query;
+use super::commands::{self, COMMANDS, READ};
 use super::limits;
-use super::operate::Operators;
+use super::operate::{Acting, Operators};
 use super::reply::{closing, text};
 use super::snapshot::HttpFigures;
 use crate::balancer::shared::Shared;
@@ -136,9 +137,12 @@ async fn route(
         http,
         host,
         argument,
-        operators: asking.operators,
     };
-    (command.answer)(&query, admission).await
+    let acting = Acting {
+        operators: asking.operators,
+        admission,
+    };
+    (command.answer)(&query, acting).await
 }
 
 /// 405: the methods that are answered, in words and in `Allow`.

@@ -13,38 +13,36 @@
 //! ([`Balancer::operate`], the state file written, the alert sent with `who` =
 //! `web:<user>@<address>`), and answers 303 back to the page, which shows the result.
 //!
+//! - `operators`: what the page needs of the process, one per broker: who may sign in and
+//!   the rest below, the secret, the state file, how a restart runs.
 //! - `users`: the users file, Basic credentials, bcrypt on the blocking pool, the cache.
 //! - `throttle`: failed sign-ins slowed per address.
 //! - `token`: the anti-forgery token.
 //! - `form`: the action's form, and the origin it came from.
 
 mod form;
+mod operators;
 mod throttle;
 mod token;
 mod users;
 
-use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 
-use arc_swap::ArcSwap;
-use tokio::sync::Semaphore;
-use tracing::{error, info, warn};
+use tracing::info;
 
-use super::commands::Query;
+use super::asking::Query;
 use super::page;
 use super::reply::{closing, html, text};
 use crate::balancer::operation::{self, Operation};
-use crate::balancer::{Admission, Balancer, Restarted, Server};
-use crate::config::General;
+use crate::balancer::{Admission, Server};
 use crate::http::LocalAnswer;
 use crate::process::clock::wall_ms;
-use crate::tls::files::Passphrase;
 use form::{Action, Form};
-use throttle::{Throttle, Turn};
+use operators::Door;
+pub use operators::{Operators, Restarter, check};
+use throttle::Turn;
 pub use users::{Users, UsersError};
 
 /// The path of the page, as its links and redirects write it.
@@ -52,122 +50,6 @@ pub(super) const PATH: &str = "/TOTVS_BROKER_QUERY/ADMIN";
 
 /// The protection space the browser is asked to sign in to.
 const REALM: &str = "Basic realm=\"appbroker ADMIN\", charset=\"UTF-8\"";
-
-/// `RESTART_COMMAND` for a server, asked by hand (`who`), within its cooldown: the alerts
-/// machinery's, which runs `ctl restart`'s too; handed in by the broker, which starts it.
-pub type Restarter = Arc<
-    dyn Fn(
-            Arc<Balancer>,
-            Arc<Server>,
-            String,
-        ) -> Pin<Box<dyn Future<Output = Result<Restarted, String>> + Send>>
-        + Send
-        + Sync,
->;
-
-/// Who may sign in, as the configuration says now.
-#[derive(Debug)]
-enum Door {
-    /// `ADMIN_USERS` unset: the page answers 404.
-    Off,
-    /// The file cannot be used (logged); the page answers 503 saying why.
-    Broken(UsersError),
-    /// Its users.
-    Open(Arc<Users>),
-}
-
-/// What the page of actions needs of the process: who may sign in (read again on reload),
-/// the credentials verified, the throttle, the secret the tokens are signed with, where
-/// operations are kept, and how a restart runs. One per broker, handed to every balancer's
-/// query interface.
-pub struct Operators {
-    door: ArcSwap<Door>,
-    verified: users::Verified,
-    /// Verifications running at once on the blocking pool.
-    turns: Semaphore,
-    throttle: Throttle,
-    /// The session secret in force (`SESSION_SECRET`, or the broker's own).
-    secret: ArcSwap<Passphrase>,
-    /// `ADMIN_PLAIN_HTTP`.
-    plain: AtomicBool,
-    /// The state file (`STATE_FILE`), written after every action as `ctl`'s.
-    state_file: Option<PathBuf>,
-    restarter: OnceLock<Restarter>,
-}
-
-impl std::fmt::Debug for Operators {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Operators")
-            .field("door", &self.door)
-            .finish_non_exhaustive()
-    }
-}
-
-/// Checks the users file `general` names, as `--check` does: nothing named is fine.
-pub fn check(general: &General) -> Result<(), UsersError> {
-    general
-        .admin_users
-        .as_deref()
-        .map_or(Ok(()), |path| Users::read(path).map(|_| ()))
-}
-
-/// Who may sign in as `general` says, logged (the warning of a plain network included).
-fn door(general: &General) -> Door {
-    let Some(path) = general.admin_users.as_deref() else {
-        return Door::Off;
-    };
-    match Users::read(path) {
-        Ok(users) => {
-            info!(
-                "ADMIN: the users of {} may act on servers from /TOTVS_BROKER_QUERY/ADMIN",
-                path.display()
-            );
-            if general.admin_plain_http {
-                warn!(
-                    "ADMIN_PLAIN_HTTP is set: /TOTVS_BROKER_QUERY/ADMIN is offered over plain \
-                     HTTP to any address QUERY_ALLOW admits, and passwords cross the network in \
-                     the clear; give the balancer TLS instead"
-                );
-            }
-            Door::Open(Arc::new(users))
-        }
-        Err(e) => {
-            error!("{e}; /TOTVS_BROKER_QUERY/ADMIN answers 503 until it is fixed and reloaded");
-            Door::Broken(e)
-        }
-    }
-}
-
-impl Operators {
-    /// The page of actions as `general` configures it, its tokens signed with `secret`, its
-    /// actions kept in `state_file`.
-    pub fn new(general: &General, secret: Passphrase, state_file: Option<PathBuf>) -> Operators {
-        Operators {
-            door: ArcSwap::from_pointee(door(general)),
-            verified: users::Verified::new(),
-            turns: Semaphore::new(users::VERIFYING_AT_ONCE),
-            throttle: Throttle::default(),
-            secret: ArcSwap::from_pointee(secret),
-            plain: AtomicBool::new(general.admin_plain_http),
-            state_file,
-            restarter: OnceLock::new(),
-        }
-    }
-
-    /// A reload's `[General]`: the users file read again, every remembered credential
-    /// forgotten, the secret in force now.
-    pub fn configure(&self, general: &General, secret: Passphrase) {
-        self.door.store(Arc::new(door(general)));
-        self.verified.forget();
-        self.plain.store(general.admin_plain_http, Relaxed);
-        self.secret.store(Arc::new(secret));
-    }
-
-    /// How restarts run, once the broker has started its alerts.
-    pub fn restart_with(&self, restarter: Restarter) {
-        let _ = self.restarter.set(restarter);
-    }
-}
 
 /// The 401 that asks the browser to sign in.
 fn challenge() -> LocalAnswer {
@@ -195,8 +77,11 @@ fn transport_refusal(q: &Query<'_>, plain: bool) -> Option<&'static str> {
 }
 
 /// The ADMIN command's answer.
-pub(super) async fn answer(q: &Query<'_>, admission: &mut Admission) -> LocalAnswer {
-    let operators = q.operators;
+pub(super) async fn answer(q: &Query<'_>, acting: Acting<'_>) -> LocalAnswer {
+    let Acting {
+        operators,
+        admission,
+    } = acting;
     let users = match &**operators.door.load() {
         Door::Off => {
             return text(
@@ -223,6 +108,7 @@ pub(super) async fn answer(q: &Query<'_>, admission: &mut Admission) -> LocalAns
     let signed = Signed {
         who: format!("web:{user}@{}", q.peer.ip()),
         user,
+        operators,
     };
     if q.request.method() == b"POST" {
         act(q, &signed).await
@@ -256,16 +142,25 @@ async fn sign_in(
     user
 }
 
-/// A signed-in user: their name, and who they are in logs and alerts.
-struct Signed {
+/// A signed-in user: their name, and who they are in logs and alerts; and the process's
+/// operators they act through.
+struct Signed<'a> {
     user: String,
     /// `web:<user>@<address>`.
     who: String,
+    operators: &'a Operators,
+}
+
+/// What ADMIN's answer has beside the query: the process's operators, and the connection's
+/// admission, given back while a throttled sign-in waits.
+pub(super) struct Acting<'a> {
+    pub(super) operators: &'a Operators,
+    pub(super) admission: &'a mut Admission,
 }
 
 /// `GET`: the page of actions, or the confirmation of the action the query names.
-fn show(q: &Query<'_>, signed: &Signed) -> LocalAnswer {
-    let operators = q.operators;
+fn show(q: &Query<'_>, signed: &Signed<'_>) -> LocalAnswer {
+    let operators = signed.operators;
     let token = token::issue(&operators.secret.load(), &signed.user, wall_ms() / 1000);
     let snapshot = q.snapshot();
     let query = q.request.query().unwrap_or_default();
@@ -297,7 +192,7 @@ fn show(q: &Query<'_>, signed: &Signed) -> LocalAnswer {
 }
 
 /// `POST`: the action, once its token, origin and fields hold; 303 back to the page.
-async fn act(q: &Query<'_>, signed: &Signed) -> LocalAnswer {
+async fn act(q: &Query<'_>, signed: &Signed<'_>) -> LocalAnswer {
     if let Some(refusal) = form::cross_site(q.request) {
         return text(403, refusal);
     }
@@ -305,7 +200,7 @@ async fn act(q: &Query<'_>, signed: &Signed) -> LocalAnswer {
         Ok(form) => form,
         Err(why) => return text(400, format!("400 Bad Request: {why}\n")),
     };
-    let secret = q.operators.secret.load();
+    let secret = signed.operators.secret.load();
     if !token::holds(&secret, &signed.user, &form.token, wall_ms() / 1000) {
         return text(
             403,
@@ -331,7 +226,7 @@ async fn act(q: &Query<'_>, signed: &Signed) -> LocalAnswer {
     match q.balancer.operate(&server, operation, &signed.who) {
         Ok(done) => {
             operation::keep(
-                q.operators.state_file.as_deref(),
+                signed.operators.state_file.as_deref(),
                 &q.shared.balancers.load(),
             );
             info!(
@@ -348,8 +243,8 @@ async fn act(q: &Query<'_>, signed: &Signed) -> LocalAnswer {
 
 /// `restart`: `RESTART_COMMAND` started (the page shows its run when it ends), or 409 when
 /// its bounds refuse it now (the cooldown, saying until when).
-async fn restart(q: &Query<'_>, signed: &Signed, server: &Arc<Server>) -> LocalAnswer {
-    let Some(restarter) = q.operators.restarter.get() else {
+async fn restart(q: &Query<'_>, signed: &Signed<'_>, server: &Arc<Server>) -> LocalAnswer {
+    let Some(restarter) = signed.operators.restarter.get() else {
         return text(
             409,
             "409 Conflict: restarts are not running on this broker\n",

@@ -184,8 +184,12 @@ fn base64_decode(text: &str) -> Option<Vec<u8>> {
 pub(super) struct Verified {
     /// The key of the hash: random, this process's own.
     key: hmac::Key,
-    remembered: Mutex<(HashMap<[u8; 32], String>, VecDeque<[u8; 32]>)>,
+    remembered: Mutex<Remembered>,
 }
+
+/// The credentials remembered, by the hash of their header: each one's user, and the hashes
+/// oldest first.
+type Remembered = (HashMap<[u8; 32], String>, VecDeque<[u8; 32]>);
 
 impl Verified {
     pub(super) fn new() -> Verified {
