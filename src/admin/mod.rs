@@ -1,8 +1,8 @@
 //! Runtime administration: what `appbroker ctl` asks of a running broker over its control
-//! socket, and the answers. Each request that changes something calls the balancer's method
-//! for it (which logs it once, with who asked), then the state file is written so a restart
-//! keeps the change. The query interface stays read-only: this is the only way in, through a
-//! local socket whose permissions say who may use it.
+//! socket, and the answers. Each request that changes something is an operation
+//! ([`Operation`]) the balancer applies (logged once, with who asked), then the state file is
+//! written so a restart keeps the change: the one code path the status page's actions take
+//! too (`query::operate`), through a local socket whose permissions say who may use it.
 //!
 //! - [`protocol`]: the JSON lines spoken on the socket.
 //! - [`paths`]: where the socket and the state file live.

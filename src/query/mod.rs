@@ -1,5 +1,6 @@
 //! `TOTVS_BROKER_QUERY` on each balancer's own port: STATUS, CFG, PING, READY, JSON, METRICS
-//! and ServerStatus, for browsers and monitoring scripts.
+//! and ServerStatus, for browsers and monitoring scripts; and ADMIN, the actions on servers
+//! for a signed-in user (off by default).
 //!
 //! Every query is served by the HTTP engine, on both kinds of port, and answered here from the
 //! balancer's own request type ([`LocalRequest`](crate::http::LocalRequest)), which no front ties
