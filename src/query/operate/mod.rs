@@ -105,7 +105,7 @@ pub(super) async fn answer(q: &Query<'_>, acting: Acting<'_>) -> LocalAnswer {
             None => return challenge(),
         },
     };
-    let signed = Signed {
+    let signed = SignedIn {
         who: format!("web:{user}@{}", q.peer.ip()),
         user,
         operators,
@@ -144,7 +144,7 @@ async fn sign_in(
 
 /// A signed-in user: their name, and who they are in logs and alerts; and the process's
 /// operators they act through.
-struct Signed<'a> {
+struct SignedIn<'a> {
     user: String,
     /// `web:<user>@<address>`.
     who: String,
@@ -159,7 +159,7 @@ pub(super) struct Acting<'a> {
 }
 
 /// `GET`: the page of actions, or the confirmation of the action the query names.
-fn show(q: &Query<'_>, signed: &Signed<'_>) -> LocalAnswer {
+fn show(q: &Query<'_>, signed: &SignedIn<'_>) -> LocalAnswer {
     let operators = signed.operators;
     let token = token::issue(&operators.secret.load(), &signed.user, wall_ms() / 1000);
     let snapshot = q.snapshot();
@@ -192,7 +192,7 @@ fn show(q: &Query<'_>, signed: &Signed<'_>) -> LocalAnswer {
 }
 
 /// `POST`: the action, once its token, origin and fields hold; 303 back to the page.
-async fn act(q: &Query<'_>, signed: &Signed<'_>) -> LocalAnswer {
+async fn act(q: &Query<'_>, signed: &SignedIn<'_>) -> LocalAnswer {
     if let Some(refusal) = form::cross_site(q.request) {
         return text(403, refusal);
     }
@@ -243,7 +243,7 @@ async fn act(q: &Query<'_>, signed: &Signed<'_>) -> LocalAnswer {
 
 /// `restart`: `RESTART_COMMAND` started (the page shows its run when it ends), or 409 when
 /// its bounds refuse it now (the cooldown, saying until when).
-async fn restart(q: &Query<'_>, signed: &Signed<'_>, server: &Arc<Server>) -> LocalAnswer {
+async fn restart(q: &Query<'_>, signed: &SignedIn<'_>, server: &Arc<Server>) -> LocalAnswer {
     let Some(restarter) = signed.operators.restarter.get() else {
         return text(
             409,

@@ -12,7 +12,7 @@ use arc_swap::ArcSwap;
 use tokio::sync::Semaphore;
 use tracing::{error, info, warn};
 
-use super::throttle::Throttle;
+use super::throttle::SignInThrottle;
 use super::users::{self, Users, UsersError};
 use crate::balancer::{Balancer, Restarted, Server};
 use crate::config::General;
@@ -47,10 +47,10 @@ pub(super) enum Door {
 /// query interface.
 pub struct Operators {
     pub(super) door: ArcSwap<Door>,
-    pub(super) verified: users::Verified,
+    pub(super) verified: users::KnownCredentials,
     /// Verifications running at once on the blocking pool.
     pub(super) turns: Semaphore,
-    pub(super) throttle: Throttle,
+    pub(super) throttle: SignInThrottle,
     /// The session secret in force (`SESSION_SECRET`, or the broker's own).
     pub(super) secret: ArcSwap<Passphrase>,
     /// `ADMIN_PLAIN_HTTP`.
@@ -109,9 +109,9 @@ impl Operators {
     pub fn new(general: &General, secret: Passphrase, state_file: Option<PathBuf>) -> Operators {
         Operators {
             door: ArcSwap::from_pointee(door(general)),
-            verified: users::Verified::new(),
+            verified: users::KnownCredentials::new(),
             turns: Semaphore::new(users::VERIFYING_AT_ONCE),
-            throttle: Throttle::default(),
+            throttle: SignInThrottle::default(),
             secret: ArcSwap::from_pointee(secret),
             plain: AtomicBool::new(general.admin_plain_http),
             state_file,

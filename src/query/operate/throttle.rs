@@ -57,7 +57,7 @@ pub(super) enum Turn {
 
 /// The throttle of failed sign-ins.
 #[derive(Debug, Default)]
-pub(super) struct Throttle {
+pub(super) struct SignInThrottle {
     table: Mutex<HashMap<IpAddr, Failures>>,
 }
 
@@ -83,9 +83,9 @@ fn counted_as(ip: IpAddr) -> IpAddr {
     }
 }
 
-impl Throttle {
+impl SignInThrottle {
     /// The turn of a sign-in from `ip` now, counted (as a failure until
-    /// [`Throttle::succeeded`] says otherwise); the first of an episode's throttled attempts
+    /// [`SignInThrottle::succeeded`] says otherwise); the first of an episode's throttled attempts
     /// is logged. When the table is full of addresses still counted, a new one is throttled
     /// from its first attempt.
     pub(super) fn turn(&self, ip: IpAddr) -> Turn {
@@ -148,7 +148,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_first_five_go_free_then_each_waits_its_turn_and_others_do_not() {
-        let throttle = Throttle::default();
+        let throttle = SignInThrottle::default();
         for _ in 0..FREE {
             assert_eq!(throttle.turn(A), Turn::After(Duration::ZERO));
         }

@@ -4,7 +4,7 @@
 //! milliseconds and more), so it runs on tokio's blocking pool, a few at once, never on a
 //! worker thread; a user the file does not name is checked against a dummy hash of the same
 //! cost, so a wrong user costs what a wrong password does and the answer's time tells no name.
-//! A credential verified is remembered ([`Verified`]): browsers send it with every request and
+//! A credential verified is remembered ([`KnownCredentials`]): browsers send it with every request and
 //! the page refreshes itself.
 
 use std::collections::{HashMap, VecDeque};
@@ -181,23 +181,23 @@ fn base64_decode(text: &str) -> Option<Vec<u8>> {
 /// Credentials verified, remembered by a keyed hash of their `Authorization` value (never the
 /// value itself): bounded, the oldest forgotten first, emptied on reload.
 #[derive(Debug)]
-pub(super) struct Verified {
+pub(super) struct KnownCredentials {
     /// The key of the hash: random, this process's own.
     key: hmac::Key,
-    remembered: Mutex<Remembered>,
+    remembered: Mutex<CredentialTable>,
 }
 
 /// The credentials remembered, by the hash of their header: each one's user, and the hashes
 /// oldest first.
-type Remembered = (HashMap<[u8; 32], String>, VecDeque<[u8; 32]>);
+type CredentialTable = (HashMap<[u8; 32], String>, VecDeque<[u8; 32]>);
 
-impl Verified {
-    pub(super) fn new() -> Verified {
+impl KnownCredentials {
+    pub(super) fn new() -> KnownCredentials {
         let mut key = [0u8; 32];
         // A failure leaves a zero key: the cache still works, its keys just guessable, and
         // they name nothing anyway but a hash.
         let _ = aws_lc_rs::rand::fill(&mut key);
-        Verified {
+        KnownCredentials {
             key: hmac::Key::new(hmac::HMAC_SHA256, &key),
             remembered: Mutex::default(),
         }
@@ -244,7 +244,7 @@ impl Verified {
 /// (`turns`); remembers it in `verified` when good. The user when it is good.
 pub(super) async fn check(
     users: &Arc<Users>,
-    verified: &Verified,
+    verified: &KnownCredentials,
     turns: &Semaphore,
     header: &[u8],
 ) -> Option<String> {
@@ -316,7 +316,7 @@ mod tests {
 
     #[test]
     fn the_cache_is_bounded_and_forgets_on_reload() {
-        let verified = Verified::new();
+        let verified = KnownCredentials::new();
         for i in 0..(REMEMBERED + 10) {
             verified.remember(format!("Basic {i}").as_bytes(), "ana");
         }
