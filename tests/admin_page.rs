@@ -543,3 +543,61 @@ async fn chromium_signs_in_and_disables_a_server_then_enables_it() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_runs_then_its_cooldown_answers_409_saying_until_when() {
+    let dir = tempfile::tempdir().unwrap();
+    let users = users_file(dir.path());
+    let a = TestServer::start("a").await;
+    let ini = ini_for(&[&a], "RESTART_COMMAND=true\nRESTART_COOLDOWN=600s")
+        .replace("[General]\n", &format!("[General]\n{}", general(&users)));
+    let broker = InProcess::start(&ini).await;
+    let ana = basic("ana", "right horse");
+    let token = token(broker.addr(), &ana, "01").await;
+    let form = format!("action=restart&server=01&token={token}");
+    let ran = post(broker.addr(), &[("Authorization", &ana)], &form).await;
+    assert_eq!(ran.status, 303, "{ran:?}");
+    eventually("the restart recorded", || {
+        broker.state().servers[0]
+            .restarted
+            .as_ref()
+            .is_some_and(|r| r.exit == Some(0) && r.why.contains("web:ana@127.0.0.1"))
+    })
+    .await;
+    let again = post(broker.addr(), &[("Authorization", &ana)], &form).await;
+    assert_eq!(again.status, 409, "{again:?}");
+    assert!(
+        again.text().contains("RESTART_COOLDOWN") && again.text().contains("may run at"),
+        "{again:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_balancers_page_acts_on_its_own_servers() {
+    let dir = tempfile::tempdir().unwrap();
+    let users = users_file(dir.path());
+    let origin = Origin::start().await;
+    let ini = http_ini(&[origin.addr], "")
+        .replace("[General]\n", &format!("[General]\n{}", general(&users)));
+    let broker = InProcess::start(&ini).await;
+    let ana = basic("ana", "right horse");
+    let page = raw_request(
+        broker.addr(),
+        &request("GET", "", &[("Authorization", &ana)], ""),
+    )
+    .await;
+    assert_eq!(page.status, 200, "{page:?}");
+    assert!(page.text().contains("TOTVS Broker para HTTP") && page.text().contains("Signed in as"));
+    let token = token(broker.addr(), &ana, "01").await;
+    let form = format!("action=weight&server=01&weight=7&token={token}");
+    assert_eq!(
+        post(broker.addr(), &[("Authorization", &ana)], &form)
+            .await
+            .status,
+        303
+    );
+    assert_eq!(broker.state().servers[0].weight, 7);
+    // Signed out, the status page is the public one, with no action on it.
+    let status = raw_request(broker.addr(), &get_of("/TOTVS_BROKER_QUERY/STATUS")).await;
+    assert!(!status.text().contains("action="), "{status:?}");
+}
