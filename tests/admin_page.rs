@@ -129,10 +129,12 @@ async fn without_admin_users_the_page_is_not_there() {
 async fn a_user_disables_and_enables_a_server_and_ctl_and_the_json_agree() {
     let dir = tempfile::tempdir().unwrap();
     let users = users_file(dir.path());
+    let receiver = WebhookReceiver::start().await;
     let a = TestServer::start("a").await;
     let b = TestServer::start("b").await;
-    let ini =
-        ini_for(&[&a, &b], "").replace("[General]\n", &format!("[General]\n{}", general(&users)));
+    let alerts = format!("ALERT_WEBHOOK=http://127.0.0.1:{}/", receiver.addr.port());
+    let ini = ini_for(&[&a, &b], &alerts)
+        .replace("[General]\n", &format!("[General]\n{}", general(&users)));
     let broker = Broker::start(&ini).await;
     let ana = basic("ana", "right horse");
     let token = token(broker.addr(), &ana, "02").await;
@@ -163,6 +165,9 @@ async fn a_user_disables_and_enables_a_server_and_ctl_and_the_json_agree() {
     assert!(page.text().contains("disable 02: done"), "{page:?}");
     assert!(page.text().contains("10.") || page.text().contains("127.0.0.1"));
     broker.wait_for_log("disabled by web:ana@127.0.0.1").await;
+    // Sent to alerts as ctl's are, with who asked.
+    let alert = receiver.wait_for("server_disabled").await;
+    assert_eq!(alert["who"], "web:ana@127.0.0.1", "{alert}");
     let form = format!("action=enable&server=02&token={token}");
     assert_eq!(
         post(broker.addr(), &[("Authorization", &ana)], &form)
