@@ -11,7 +11,7 @@ use super::status::summary;
 use super::words::esc;
 use crate::balancer::ServerState;
 use crate::balancer::rules::overrides::Mode;
-use crate::query::labels::of;
+use crate::query::labels::{OperateLabels, of};
 use crate::query::snapshot::{Snapshot, Standing};
 
 /// Where the page is, for its links and forms.
@@ -54,55 +54,55 @@ form input[type=number]{font:inherit;padding:6px;width:8em}\
 pub fn operate(o: &Operating<'_>) -> String {
     let snap = o.snapshot;
     let l = of(snap.language);
+    let w = l.operate;
     let mut out = String::with_capacity(16 * 1024 + snap.state.servers.len() * 800);
     let title = format!("appbroker ADMIN [{}]", snap.state.kind.section());
     head(&mut out, l, &title, Some(30));
     out.push_str(STYLE);
     banner(&mut out, l, snap, o.host);
     if o.plain {
-        out.push_str(
-            "<div class='banner'>ADMIN_PLAIN_HTTP: this page is offered over plain HTTP, and \
-             your password crosses the network in the clear. Use the balancer's TLS port.</div>",
-        );
+        let _ = write!(out, "<div class='banner'>{}</div>", esc(w.plain));
     }
     if let Some((action, server)) = &o.done {
         let _ = write!(
             out,
-            "<div class='done'>{action} {}: done</div>",
-            esc(server)
+            "<div class='done'>{} {}: {}</div>",
+            w.action(action),
+            esc(server),
+            w.done
         );
     }
     let _ = write!(
         out,
-        "<p class='signed'>Signed in as <b>{}</b>. Actions change this broker only (its state \
-         file); on a pair, act on each (docs/high-availability.md). To sign out, close the \
-         browser.</p>",
-        esc(o.user)
+        "<p class='signed'>{} <b>{}</b>. {}</p>",
+        w.signed_in,
+        esc(o.user),
+        esc(w.this_broker)
     );
     summary(&mut out, l, snap);
     out.push_str("<section class='ops'>");
     for server in &snap.state.servers {
-        card(&mut out, server, o.restarts);
+        card(&mut out, w, server, o.restarts);
     }
     out.push_str("</section></main></body></html>");
     out
 }
 
 /// A server's card: what it is, how it stands, and its actions.
-fn card(out: &mut String, s: &ServerState, restarts: bool) {
+fn card(out: &mut String, w: &OperateLabels, s: &ServerState, restarts: bool) {
     let held = s.overrides.hold.as_ref().map(|h| h.mode);
     let state = match (s.state, held) {
         (Standing::Disabled, Some(Mode::Drain)) | (Standing::Draining, _) => {
-            format!("draining: {} left", connections(s.active))
+            w.draining.replace("{open}", &w.count(s.active))
         }
-        (Standing::Disabled, _) => "disabled".to_string(),
-        (Standing::Quarantined, _) => "in quarantine".to_string(),
-        (Standing::Available, _) => "available".to_string(),
+        (Standing::Disabled, _) => w.disabled.to_string(),
+        (Standing::Quarantined, _) => w.quarantined.to_string(),
+        (Standing::Available, _) => w.available.to_string(),
     };
     let weight = if s.weight == s.file_weight {
-        format!("weight {}", s.weight)
+        format!("{} {}", w.weight, s.weight)
     } else {
-        format!("weight {} (file {})", s.weight, s.file_weight)
+        format!("{} {} ({} {})", w.weight, s.weight, w.file, s.file_weight)
     };
     let _ = write!(
         out,
@@ -110,7 +110,7 @@ fn card(out: &mut String, s: &ServerState, restarts: bool) {
         esc(&s.id),
         esc(&s.address),
         esc(&state),
-        connections(s.active),
+        w.count(s.active),
         weight
     );
     let offered = [
@@ -124,56 +124,39 @@ fn card(out: &mut String, s: &ServerState, restarts: bool) {
     ];
     for (action, shown) in offered {
         if shown {
-            let class = if matches!(action, "cut" | "restart") {
-                " class='danger'"
-            } else {
-                ""
-            };
             let _ = write!(
                 out,
-                "<a{class} href='{PATH}?action={action}&amp;server={}'>{action}</a>",
-                esc(&s.id)
+                "<a{} href='{PATH}?action={action}&amp;server={}'>{}</a>",
+                danger(action),
+                esc(&s.id),
+                w.action(action)
             );
         }
     }
     out.push_str("</div></div>");
 }
 
-/// `3 connections`.
-fn connections(n: u64) -> String {
-    if n == 1 {
-        "1 connection".into()
+/// The class of an action that cannot be undone (a restart, a cut).
+fn danger(action: &str) -> &'static str {
+    if matches!(action, "cut" | "restart") {
+        " class='danger'"
     } else {
-        format!("{n} connections")
+        ""
     }
 }
 
 /// What `action` will do to `s`, in words.
-fn consequence(action: &str, s: &ServerState) -> String {
-    let open = connections(s.active);
-    match action {
-        "disable" => format!("No new clients go to it; its {open} stay."),
-        "drain" => format!(
-            "No new clients go to it; its {open} stay until they end, and the page shows them \
-             leave."
-        ),
-        "enable" => "It takes new clients again.".into(),
-        "weight" => format!(
-            "Its share of new clients changes (now {}; the file says {}). Leave it empty to \
-             give the file's back.",
-            s.weight, s.file_weight
-        ),
-        "release" => "Its quarantine ends now, and it takes new clients at once.".into(),
-        "restart" => {
-            "RESTART_COMMAND runs for it now, unless RESTART_COOLDOWN holds it back.".into()
-        }
-        _ => format!("Its {open} are closed now: their users lose them."),
-    }
+fn consequence(w: &OperateLabels, action: &str, s: &ServerState) -> String {
+    w.consequence(action)
+        .replace("{open}", &w.count(s.active))
+        .replace("{weight}", &s.weight.to_string())
+        .replace("{file}", &s.file_weight.to_string())
 }
 
 /// The confirmation of `action` on `server`: what will happen, and the button.
 pub fn confirm(snap: &Snapshot, s: &ServerState, action: &str, token: &str, host: &str) -> String {
     let l = of(snap.language);
+    let w = l.operate;
     let mut out = String::with_capacity(12 * 1024);
     let title = format!("appbroker ADMIN: {action} {}", s.address);
     head(&mut out, l, &title, None);
@@ -181,35 +164,102 @@ pub fn confirm(snap: &Snapshot, s: &ServerState, action: &str, token: &str, host
     banner(&mut out, l, snap, host);
     let _ = write!(
         out,
-        "<div class='card'><h2>{action} {} · {} of [{}]?</h2><p>{}</p><p class='muted'>This \
-         changes this broker only.</p><form method='post' action='{PATH}'>\
+        "<div class='card'><h2>{} {} · {} [{}]?</h2><p>{}</p><p class='muted'>{}</p>\
+         <form method='post' action='{PATH}'>\
          <input type='hidden' name='action' value='{action}'>\
          <input type='hidden' name='server' value='{}'>\
          <input type='hidden' name='token' value='{}'>",
+        w.action(action),
         esc(&s.id),
         esc(&s.address),
         snap.state.kind.section(),
-        esc(&consequence(action, s)),
+        esc(&consequence(w, action, s)),
+        w.this_broker_short,
         esc(&s.id),
         esc(token)
     );
     if action == "weight" {
         let _ = write!(
             out,
-            "<label>Weight (0 to 1000) <input type='number' name='weight' min='0' max='1000' \
-             value='{}'></label>",
-            s.weight
+            "<label>{} <input type='number' name='weight' min='0' max='1000' value='{}'></label>",
+            w.weight_field, s.weight
         );
     }
-    let class = if matches!(action, "cut" | "restart") {
-        " class='danger'"
-    } else {
-        ""
-    };
     let _ = write!(
         out,
-        "<div class='acts'><button type='submit'{class}>{action}</button><a href='{PATH}'>cancel</a>\
-         </div></form></div></main></body></html>"
+        "<div class='acts'><button type='submit'{}>{}</button><a href='{PATH}'>{}</a>\
+         </div></form></div></main></body></html>",
+        danger(action),
+        w.action(action),
+        w.cancel
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Language;
+    use crate::query::page::fixtures;
+
+    fn page(language: Language, held: bool) -> (String, String) {
+        let mut server = fixtures::server(1234, 1_800_000_000_000, &[], 3);
+        if held {
+            server.state = Standing::Disabled;
+            server.overrides.hold = Some(crate::balancer::rules::overrides::Hold {
+                mode: Mode::Drain,
+                reason: String::new(),
+                by: "web:ana@10.0.0.5".into(),
+                since_wall_ms: 0,
+            });
+        }
+        let mut snap = fixtures::snapshot(1_800_000_000_000, vec![server]);
+        snap.language = language;
+        let operating = Operating {
+            snapshot: &snap,
+            host: "broker",
+            user: "ana<script>",
+            done: Some(("disable", "01".into())),
+            plain: true,
+            restarts: true,
+        };
+        let confirmation = confirm(&snap, &snap.state.servers[0], "cut", "1.ab", "broker");
+        (operate(&operating), confirmation)
+    }
+
+    #[test]
+    fn the_page_offers_what_each_server_allows_in_the_pages_language() {
+        let (en, confirm_en) = page(Language::English, true);
+        assert!(en.contains("Signed in as <b>ana&lt;script&gt;</b>"), "{en}");
+        assert!(en.contains("draining: 3 connections left"), "{en}");
+        assert!(
+            en.contains("action=enable") && !en.contains("action=drain&"),
+            "{en}"
+        );
+        assert!(en.contains("ADMIN_PLAIN_HTTP") && en.contains("disable 01: done"));
+        assert!(confirm_en.contains("<input type='hidden' name='token' value='1.ab'>"));
+        assert!(confirm_en.contains("Its 3 connections are closed now"));
+        let (pt, confirm_pt) = page(Language::Portuguese, false);
+        assert!(
+            pt.contains("Conectado como") && pt.contains("desabilitar 01: feito"),
+            "{pt}"
+        );
+        assert!(
+            pt.contains("action=disable") && !pt.contains("action=enable"),
+            "{pt}"
+        );
+        for english in [
+            "Signed in",
+            "connections",
+            "available",
+            ">cancel<",
+            ">disable<",
+        ] {
+            assert!(
+                !pt.contains(english) && !confirm_pt.contains(english),
+                "{english}"
+            );
+        }
+        assert!(confirm_pt.contains("As suas 3 conexões são fechadas agora"));
+    }
 }
