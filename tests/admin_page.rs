@@ -524,6 +524,16 @@ async fn chromium_signs_in_and_disables_a_server_then_enables_it() {
         .text_until("the result", |t| t.contains("enable 02: done"))
         .await;
     assert_eq!(ctl_show(&broker)["servers"][1]["state"], "available");
+    // For the screenshots: 02 draining, as an operator leaves it before a restart.
+    let ana = basic("ana", "right horse");
+    let token = token(broker.addr(), &ana, "02").await;
+    let form = format!("action=drain&server=02&token={token}");
+    assert_eq!(
+        post(broker.addr(), &[("Authorization", &ana)], &form)
+            .await
+            .status,
+        303
+    );
     for (width, name) in [(1280, "admin-page-1280.png"), (390, "admin-page-390.png")] {
         browser.go(&url).await;
         browser

@@ -91,13 +91,15 @@ pub fn operate(o: &Operating<'_>) -> String {
 /// A server's card: what it is, how it stands, and its actions.
 fn card(out: &mut String, w: &OperateLabels, s: &ServerState, restarts: bool) {
     let held = s.overrides.hold.as_ref().map(|h| h.mode);
+    // A draining server's connections are its progress, said once.
+    let open = w.count(s.active);
     let state = match (s.state, held) {
         (Standing::Disabled, Some(Mode::Drain)) | (Standing::Draining, _) => {
-            w.draining.replace("{open}", &w.count(s.active))
+            w.draining.replace("{open}", &open)
         }
-        (Standing::Disabled, _) => w.disabled.to_string(),
-        (Standing::Quarantined, _) => w.quarantined.to_string(),
-        (Standing::Available, _) => w.available.to_string(),
+        (Standing::Disabled, _) => format!("{} · {open}", w.disabled),
+        (Standing::Quarantined, _) => format!("{} · {open}", w.quarantined),
+        (Standing::Available, _) => format!("{} · {open}", w.available),
     };
     let weight = if s.weight == s.file_weight {
         format!("{} {}", w.weight, s.weight)
@@ -106,11 +108,10 @@ fn card(out: &mut String, w: &OperateLabels, s: &ServerState, restarts: bool) {
     };
     let _ = write!(
         out,
-        "<div class='op'><h3>{} · {}</h3><p>{} · {} · {}</p><div class='acts'>",
+        "<div class='op'><h3>{} · {}</h3><p>{} · {}</p><div class='acts'>",
         esc(&s.id),
         esc(&s.address),
         esc(&state),
-        w.count(s.active),
         weight
     );
     let offered = [
