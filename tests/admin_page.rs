@@ -3,7 +3,9 @@
 //! a server through the page's confirmation and its form, and `ctl show`, the JSON and the log
 //! agree; every forged or unsigned action refused with its status and nothing changed; plain
 //! HTTP refused from an address off this host; a thousand wrong passwords slowed, logged once,
-//! while the user signs in from another address; Chromium signing in and clicking disable.
+//! while the user signs in from another address; a restart and its cooldown; an HTTP
+//! balancer's page; a reload reading the users again; `--check` refusing an MD5 file; Chromium
+//! signing in and clicking disable, and the screenshots at 1280 and 390 px.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::{IpAddr, SocketAddr};
@@ -615,4 +617,60 @@ async fn an_http_balancers_page_acts_on_its_own_servers() {
     // Signed out, the status page is the public one, with no action on it.
     let status = raw_request(broker.addr(), &get_of("/TOTVS_BROKER_QUERY/STATUS")).await;
     assert!(!status.text().contains("action="), "{status:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_reads_the_users_again_and_forgets_every_sign_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let users = users_file(dir.path());
+    let a = TestServer::start("a").await;
+    let ini = ini_for(&[&a], "").replace("[General]\n", &format!("[General]\n{}", general(&users)));
+    let broker = InProcess::start(&ini).await;
+    let ana = basic("ana", "right horse");
+    let get = |authorization: &str| request("GET", "", &[("Authorization", authorization)], "");
+    assert_eq!(raw_request(broker.addr(), &get(&ana)).await.status, 200);
+    // ana removed from the file: her browser's remembered sign-in no longer counts.
+    let mut command = Command::new("htpasswd");
+    command.arg("-D").arg(&users).arg("ana");
+    assert_eq!(run_bounded(command).0, 0);
+    broker.reload(&ini).await;
+    assert_eq!(raw_request(broker.addr(), &get(&ana)).await.status, 401);
+    let bob = basic("bob", "bobs password");
+    assert_eq!(raw_request(broker.addr(), &get(&bob)).await.status, 200);
+    // A file of another format: the page says to look at the log, and names no path.
+    std::fs::write(&users, "bob:$apr1$abc$def\n").unwrap();
+    broker.reload(&ini).await;
+    let broken = raw_request(broker.addr(), &get(&bob)).await;
+    assert_eq!(broken.status, 503, "{broken:?}");
+    assert!(
+        !broken.text().contains(&users.display().to_string()),
+        "{broken:?}"
+    );
+}
+
+#[test]
+fn check_refuses_a_users_file_that_is_not_bcrypt_saying_how_to_make_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let users = dir.path().join("users");
+    let mut command = Command::new("htpasswd");
+    // `-m`: MD5, htpasswd's default on many systems.
+    command
+        .args(["-m", "-b", "-c"])
+        .arg(&users)
+        .args(["ana", "right horse"]);
+    assert_eq!(run_bounded(command).0, 0);
+    let ini = dir.path().join("appserver.ini");
+    let text = format!(
+        "[General]\nADMIN_USERS={}\n[BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_PORT=5000\n\
+         REMOTE_SERVER_01=127.0.0.1 1234\n",
+        users.display()
+    );
+    std::fs::write(&ini, text).unwrap();
+    let (code, _, stderr) = run_cli(&["--check", "--config", ini.to_str().unwrap()]);
+    assert_ne!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("not a bcrypt entry") && stderr.contains("htpasswd -B -c"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("right horse"));
 }

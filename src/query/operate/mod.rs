@@ -61,16 +61,17 @@ fn challenge() -> LocalAnswer {
 }
 
 /// Why the transport is refused, or `None`: TLS always does; plain HTTP only from a loopback
-/// peer (the socket's, not an address a proxy forwarded) unless `plain`.
+/// peer (the socket's: a trusted proxy that forwarded the request must be on loopback too, and
+/// so must the client it names) unless `plain`.
 fn transport_refusal(q: &Query<'_>, plain: bool) -> Option<&'static str> {
-    let socket_peer = q.request.via.unwrap_or(q.peer.ip());
-    let loopback = match socket_peer {
+    let loopback = |ip: IpAddr| match ip {
         IpAddr::V4(v4) => v4.is_loopback(),
         IpAddr::V6(v6) => {
             v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
         }
     };
-    (!q.request.tls && !loopback && !plain).then_some(
+    let local = loopback(q.peer.ip()) && q.request.via.is_none_or(loopback);
+    (!q.request.tls && !local && !plain).then_some(
         "403 Forbidden: /TOTVS_BROKER_QUERY/ADMIN is offered over TLS only (or over plain HTTP \
          from this host); sign in through the balancer's TLS port\n",
     )
@@ -89,7 +90,14 @@ pub(super) async fn answer(q: &Query<'_>, acting: Acting<'_>) -> LocalAnswer {
                 "404 Not Found: acting from the browser is off (ADMIN_USERS is not set in [General])\n",
             );
         }
-        Door::Broken(e) => return text(503, format!("503 Service Unavailable: {e}\n")),
+        // Its words name a path of the host: they are the log's, not a client's.
+        Door::Broken => {
+            return text(
+                503,
+                "503 Service Unavailable: the users file (ADMIN_USERS) cannot be used; the \
+                 broker's log says why\n",
+            );
+        }
         Door::Open(users) => Arc::clone(users),
     };
     if let Some(refusal) = transport_refusal(q, operators.plain.load(Relaxed)) {

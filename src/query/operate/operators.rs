@@ -35,8 +35,8 @@ pub type Restarter = Arc<
 pub(super) enum Door {
     /// `ADMIN_USERS` unset: the page answers 404.
     Off,
-    /// The file cannot be used (logged); the page answers 503 saying why.
-    Broken(UsersError),
+    /// The file cannot be used (logged); the page answers 503, pointing to the log.
+    Broken,
     /// Its users.
     Open(Arc<Users>),
 }
@@ -98,7 +98,7 @@ fn door(general: &General) -> Door {
         }
         Err(e) => {
             error!("{e}; /TOTVS_BROKER_QUERY/ADMIN answers 503 until it is fixed and reloaded");
-            Door::Broken(e)
+            Door::Broken
         }
     }
 }
