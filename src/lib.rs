@@ -35,15 +35,16 @@
 //!   the HTTP engine on both kinds of port, with limits of their own), and pure renderers of
 //!   a snapshot (STATUS, CFG, JSON, METRICS).
 //! - [`http`]: the HTTP engine (a reverse proxy of its own, generic over the upstreams it
-//!   serves, knowing nothing of balancers), its pure HTTP/1 core, and the HTTP monitor check.
+//!   serves, knowing nothing of balancers), its pure HTTP/1 core.
 //! - [`balancer`]: a balancer's live state (servers, counters, leases; one method per event;
 //!   its state read at one instant) and its pure rules: quarantine, overrides, policies, query
 //!   places; the events it publishes; the shared state connections read it from.
 //! - [`net`]: sockets: bind and accept, an accepted connection's TLS step, resolve and dial
 //!   (the connector both paths connect through, its outcomes reported), relay and splice, the
 //!   worker threads, the system calls the standard library lacks, inherited descriptors.
-//! - [`process`]: what the whole process shares: its clocks, its log and the log's manners
-//!   (once per episode, OS errors in words), its shutdown state and signals.
+//! - [`support`]: what the whole process shares: its clocks, its log and the log's manners
+//!   (once per episode, OS errors in words), its shutdown state and signals, and the one module
+//!   allowed `unsafe`.
 //! - [`config`]: `appserver.ini` to a validated [`config::Config`] through one table of keys
 //!   ([`config::keys`]); every error names file, line, section and key; `--check` prints it
 //!   back.
@@ -67,10 +68,10 @@ pub mod demo;
 pub mod http;
 pub mod http_balancer;
 pub mod net;
-pub mod process;
 pub mod query;
 #[cfg(unix)]
 pub mod supervisor;
+pub mod support;
 pub mod tcp;
 pub mod tls;
 

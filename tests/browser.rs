@@ -442,7 +442,7 @@ async fn http_scene(language: &str) -> HttpScene {
         mode: appbroker::balancer::rules::overrides::Mode::Disabled,
         reason: "AppServer upgrade".into(),
         by: "uid 0".into(),
-        since_wall_ms: appbroker::process::clock::wall_ms(),
+        since_wall_ms: appbroker::support::clock::wall_ms(),
     };
     balancer.hold(&balancer.find_server("03").unwrap(), hold);
     // A round has checked everyone: 02 quarantined, 01 and 03 checked.

@@ -8,8 +8,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
+use appbroker::broker::monitor::http_check;
 use appbroker::config::Language;
-use appbroker::http::{self, ExchangeOutcome, Settings, StatusRange};
+use appbroker::config::StatusRange;
+use appbroker::http::{ExchangeOutcome, Settings};
 use futures_util::{SinkExt, StreamExt};
 use harness::*;
 use hyper::StatusCode;
@@ -996,8 +998,8 @@ async fn closing_answers_the_request_in_hand_then_closes() {
 
 // ---- the HTTP monitor check ---------------------------------------------------------------
 
-fn check_of(path: &str, expect: &str) -> http::check::Check {
-    http::check::Check {
+fn check_of(path: &str, expect: &str) -> http_check::HttpCheck {
+    http_check::HttpCheck {
         path: path.into(),
         host: "app:8080".into(),
         expect: expect.parse::<StatusRange>().unwrap(),
@@ -1009,7 +1011,7 @@ fn check_of(path: &str, expect: &str) -> http::check::Check {
 async fn the_http_check_passes_on_an_expected_status_and_says_why_otherwise() {
     let origin = Origin::start().await;
     let stream = TcpStream::connect(origin.addr).await.unwrap();
-    let status = http::check(stream, &check_of("/health", "200-399"))
+    let status = http_check::check(stream, &check_of("/health", "200-399"))
         .await
         .unwrap();
     assert_eq!(status, StatusCode::OK);
@@ -1018,7 +1020,7 @@ async fn the_http_check_passes_on_an_expected_status_and_says_why_otherwise() {
     assert_eq!(seen[0].headers["host"], "app:8080");
 
     let stream = TcpStream::connect(origin.addr).await.unwrap();
-    let e = http::check(stream, &check_of("/status/503", "200-399"))
+    let e = http_check::check(stream, &check_of("/status/503", "200-399"))
         .await
         .unwrap_err();
     assert_eq!(
@@ -1032,10 +1034,10 @@ async fn the_http_check_passes_on_an_expected_status_and_says_why_otherwise() {
     })
     .await;
     let stream = TcpStream::connect(garbage).await.unwrap();
-    let e = http::check(stream, &check_of("/", "200"))
+    let e = http_check::check(stream, &check_of("/", "200"))
         .await
         .unwrap_err();
-    assert!(matches!(e, http::CheckError::Http { .. }), "{e}");
+    assert!(matches!(e, http_check::HttpCheckError::Http { .. }), "{e}");
 
     let (silent, _) = raw_origin(|mut stream, _| async move {
         let mut rest = Vec::new();
@@ -1045,7 +1047,7 @@ async fn the_http_check_passes_on_an_expected_status_and_says_why_otherwise() {
     let stream = TcpStream::connect(silent).await.unwrap();
     let mut check = check_of("/", "200");
     check.timeout = Duration::from_millis(200);
-    let e = http::check(stream, &check).await.unwrap_err();
+    let e = http_check::check(stream, &check).await.unwrap_err();
     assert_eq!(e.to_string(), "no HTTP answer to GET / within 200ms");
 }
 

@@ -13,6 +13,8 @@
 //! - The binary's own modules (those `src/main.rs` declares: `cli`) stand above every layer:
 //!   they reach the library as `appbroker::`, and the library cannot name them (the compiler
 //!   holds that). `src/main.rs`'s docs map them; their folders' `mod.rs` as in the library.
+//! - No two types of `src/` share a name (a name found by search means one thing), but a
+//!   platform's stand-in for another's ([`STAND_INS`]).
 //!
 //! Inline unit tests (`#[cfg(test)] mod tests`) and `tests.rs` files are left out: a test may
 //! reach anywhere.
@@ -50,7 +52,7 @@ const LAYERS: &[(&str, u32)] = &[
     // Sockets, and an accepted connection's TLS step.
     ("net", 6),
     // What the whole process shares.
-    ("process", 7),
+    ("support", 7),
     ("config", 8),
     ("tls", 9),
 ];
@@ -644,4 +646,83 @@ fn the_checks_find_an_upward_import_and_a_module_off_the_map() {
     assert_eq!(errors.len(), 2, "{errors:?}");
     assert!(errors.iter().any(|e| e.contains("no `//! - [`d`]")));
     assert!(errors.iter().any(|e| e.contains("`e`, which is no module")));
+}
+
+/// The modules that define types under another module's names on purpose, and why: each is
+/// the stand-in compiled where the other is not (`#[cfg]`), so only one is ever built.
+const STAND_INS: &[(&str, &str)] = &[(
+    "cli::elsewhere",
+    "off Unix, the one stand-in for each item of cli::unix, under the same names",
+)];
+
+/// The `struct`, `enum`, `union`, `type` and `trait` names `code` declares at its top level
+/// (an `impl`'s or a trait's associated types are indented, and are not declarations of a
+/// type of the crate).
+fn type_names(code: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    for line in code.lines() {
+        let mut rest = line;
+        if let Some(after) = rest.strip_prefix("pub") {
+            rest = match after.strip_prefix('(') {
+                Some(scoped) => scoped.split_once(')').map_or("", |(_, r)| r),
+                None => after,
+            };
+            rest = rest.trim_start();
+        }
+        for kind in ["struct ", "enum ", "union ", "type ", "trait "] {
+            if let Some(after) = rest.strip_prefix(kind) {
+                let name: String = after
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                names.push(name);
+            }
+        }
+    }
+    names
+}
+
+/// Each type name declared twice or more in `modules`, with the modules declaring it.
+fn shared_type_names(modules: &BTreeMap<Module, String>) -> BTreeMap<String, Vec<String>> {
+    let mut declared: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (module, text) in modules {
+        let path = module.join("::");
+        if STAND_INS.iter().any(|&(m, _)| m == path) {
+            continue;
+        }
+        for name in type_names(&code_of(text)) {
+            declared.entry(name).or_default().push(path.clone());
+        }
+    }
+    declared.retain(|_, modules| modules.len() > 1);
+    declared
+}
+
+/// A name found by search means one thing: no two types of `src/` (test modules aside) share
+/// a name, so `Failure` or `Client` never leaves a reader to ask which.
+#[test]
+fn no_two_types_share_a_name() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let shared = shared_type_names(&modules(&src));
+    assert!(
+        shared.is_empty(),
+        "types of src/ that share a name (give each a name saying what it is): {shared:?}"
+    );
+}
+
+#[test]
+fn the_check_finds_two_types_of_one_name() {
+    let tree = set(&[
+        (
+            "a",
+            "pub struct Failure {\n}\nimpl X for Y {\n    type Failure = u8;\n}\n",
+        ),
+        ("b", "pub(crate) enum Failure {}\ntype Outcome = u8;\n"),
+        ("c", "trait Outcome {}\nstruct Other;\n"),
+        ("cli::elsewhere", "pub struct Other;\n"),
+    ]);
+    let shared = shared_type_names(&tree);
+    assert_eq!(shared.len(), 2, "{shared:?}");
+    assert_eq!(shared["Failure"], ["a", "b"]);
+    assert_eq!(shared["Outcome"], ["b", "c"]);
 }

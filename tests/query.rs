@@ -835,7 +835,7 @@ async fn a_clients_connect_error_is_shown_until_a_connect_succeeds() {
         cell.contains("available")
             && cell.contains(&format!(
                 "Error at {}: connection refused",
-                appbroker::process::clock::time_of_day(at)
+                appbroker::support::clock::time_of_day(at)
             )),
         "{cell}"
     );

@@ -9,9 +9,10 @@
 //! - [`session_secret`]: the secret of the HTTP session cookies, kept beside the state file
 //!   ([`crate::balancer::state_file`]).
 //! - `socket` (Unix): the control socket itself.
-//! - [`ctl`]: its client, `appbroker ctl`.
+//! - [`control_client`]: the control socket's client, for `appbroker ctl`, `ping` and
+//!   `upgrade`: ask, print the answer, say by the exit code how it went.
 
-pub mod ctl;
+pub mod control_client;
 pub mod paths;
 pub mod protocol;
 pub mod session_secret;

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::balancer::rules::health::Asked;
+use crate::balancer::rules::health::OperatorAsk;
 use crate::balancer::rules::overrides::Overrides;
 
 /// The longest request line the broker reads; anything longer is answered with an error and
@@ -260,7 +260,7 @@ pub struct QuarantineView {
     pub forced: bool,
     /// An operator's: who asked and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub asked: Option<Asked>,
+    pub asked: Option<OperatorAsk>,
 }
 
 /// True when `name` names `section` (`BALANCE_WEB_SERVICES`): as written, or without

@@ -17,7 +17,7 @@ use tracing::warn;
 use crate::balancer::state_file::write_whole;
 use crate::config::keys::SESSION_SECRET_MIN;
 use crate::http_balancer::sessions::{CookieKeys, Kept, OwnSecret};
-use crate::process::clock::wall_ms;
+use crate::support::clock::wall_ms;
 use crate::tls::files::Passphrase;
 
 /// The format's version; a file of another one is replaced.

@@ -28,7 +28,7 @@ use tracing::{debug, error, info, warn};
 use super::Admin;
 use super::protocol::{Answer, MAX_REQUEST, Request};
 use crate::config::show_duration;
-use crate::process::throttle::Episode;
+use crate::support::throttle::Episode;
 
 /// Places: control connections served at once, each from its first request (but `ping`)
 /// until it closes. Administration is a person or a script or two: this only bounds what a
@@ -119,7 +119,7 @@ impl ControlSocket {
     pub fn bind(path: &Path, group: Option<&str>) -> Result<ControlSocket, SocketError> {
         let io = |e: std::io::Error| SocketError::Io {
             path: path.to_path_buf(),
-            words: crate::process::os_error::words(&e),
+            words: crate::support::os_error::words(&e),
         };
         let gid = group_id(group).map_err(|e| match e {
             GroupError::NoGroup(name) => SocketError::NoGroup(name),
@@ -176,7 +176,7 @@ impl ControlSocket {
         };
         let listener = UnixListener::from_std(listener).map_err(|e| SocketError::Io {
             path: self.path.clone(),
-            words: crate::process::os_error::words(&e),
+            words: crate::support::os_error::words(&e),
         })?;
         Ok(tokio::spawn(accept_loop(listener, admin)))
     }
@@ -218,12 +218,12 @@ struct Arrivals {
 /// A connection's room to arrive in: its place in [`Arrivals`], given back when dropped
 /// (it took a place, a wait's room, or ended).
 #[derive(Debug)]
-struct Arrival {
+struct ArrivalTicket {
     id: u64,
     arrivals: Arc<Arrivals>,
 }
 
-impl Drop for Arrival {
+impl Drop for ArrivalTicket {
     fn drop(&mut self) {
         let mut queue = self
             .arrivals
@@ -237,7 +237,7 @@ impl Drop for Arrival {
 impl Arrivals {
     /// Room for a new connection, and what fires when it is closed to make room for a newer
     /// one; true besides when an older one was closed for it.
-    fn arrive(self: &Arc<Self>) -> (Arrival, oneshot::Receiver<()>, bool) {
+    fn arrive(self: &Arc<Self>) -> (ArrivalTicket, oneshot::Receiver<()>, bool) {
         let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (close, closed) = oneshot::channel();
         let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
@@ -246,7 +246,7 @@ impl Arrivals {
             let _ = oldest.send(());
         }
         queue.push_back((id, close));
-        let arrival = Arrival {
+        let arrival = ArrivalTicket {
             id,
             arrivals: Arc::clone(self),
         };
@@ -268,7 +268,7 @@ impl Rooms {
     /// Room for a connection just accepted to send its first request, and what fires when
     /// it must give it up; when too many have sent none yet, the oldest of them is closed for
     /// it (logged once per episode).
-    fn arrival(&self) -> (Arrival, oneshot::Receiver<()>) {
+    fn arrival(&self) -> (ArrivalTicket, oneshot::Receiver<()>) {
         let (arrival, closed, crowded) = self.arriving.arrive();
         if crowded {
             if self.crowded.strike() {
@@ -325,7 +325,8 @@ async fn accept_loop(listener: UnixListener, admin: Arc<Admin>) {
                 let (arrival, evicted) = rooms.arrival();
                 let (admin, rooms) = (Arc::clone(&admin), Arc::clone(&rooms));
                 tokio::spawn(async move {
-                    let connection = Connection::new(stream, Room::Arrival { _held: arrival });
+                    let connection =
+                        ControlConnection::new(stream, Room::Arrival { _held: arrival });
                     tokio::select! {
                         () = connection.serve(&admin, &rooms) => {}
                         // Closed without a word for a newer connection: the client sees its
@@ -338,7 +339,7 @@ async fn accept_loop(listener: UnixListener, admin: Arc<Admin>) {
                 if !failing {
                     error!(
                         "cannot accept on the control socket: {}; retrying",
-                        crate::process::os_error::words(&e)
+                        crate::support::os_error::words(&e)
                     );
                     failing = true;
                 }
@@ -363,7 +364,7 @@ enum Room {
     /// Room to send a request in, within [`REQUEST_TIME`].
     Arrival {
         /// Held for its drop, which gives it back.
-        _held: Arrival,
+        _held: ArrivalTicket,
     },
     /// A place, kept until the connection closes.
     Place {
@@ -378,7 +379,7 @@ enum Room {
 }
 
 /// One control connection: a request per line, an answer per line.
-struct Connection {
+struct ControlConnection {
     by: String,
     read: BufReader<tokio::net::unix::OwnedReadHalf>,
     write: tokio::net::unix::OwnedWriteHalf,
@@ -394,14 +395,14 @@ enum Then {
     Close,
 }
 
-impl Connection {
-    fn new(stream: UnixStream, room: Room) -> Connection {
+impl ControlConnection {
+    fn new(stream: UnixStream, room: Room) -> ControlConnection {
         let by = match stream.peer_cred() {
             Ok(cred) => format!("uid {}", cred.uid()),
             Err(_) => "an unknown user".to_string(),
         };
         let (read, write) = stream.into_split();
-        Connection {
+        ControlConnection {
             by,
             read: BufReader::new(read),
             write,

@@ -11,7 +11,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
 use crate::config::show_duration;
-use crate::process::escape;
+use crate::support::escape;
 
 /// Lines of output kept: enough to see why an ssh or a systemctl failed.
 const LAST_LINES: usize = 10;
@@ -98,7 +98,7 @@ pub async fn run(
                 exit: None,
                 outcome: format!(
                     "cannot run /bin/sh: {}",
-                    crate::process::os_error::words(&e)
+                    crate::support::os_error::words(&e)
                 ),
                 output: String::new(),
                 timed_out: false,
@@ -114,7 +114,7 @@ pub async fn run(
     let output = tokio::spawn(read_both(child.stdout.take(), child.stderr.take()));
     let (exit, outcome, timed_out) = match tokio::time::timeout(timeout, child.wait()).await {
         Ok(Ok(status)) => (status.code(), ended(status), false),
-        Ok(Err(e)) => (None, crate::process::os_error::words(&e), false),
+        Ok(Err(e)) => (None, crate::support::os_error::words(&e), false),
         Err(_) => {
             kill_group(&mut child).await;
             let words = format!("killed after {} (its timeout)", show_duration(timeout));

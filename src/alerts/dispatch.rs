@@ -133,7 +133,7 @@ impl Delivery {
 }
 
 /// One receiver: its queue and the task delivering from it.
-struct Sink {
+struct AlertSink {
     destination: Destination,
     queue: Arc<AlertQueue>,
     task: JoinHandle<()>,
@@ -141,7 +141,7 @@ struct Sink {
 
 /// The receivers alerts are routed to, made as the configuration names them.
 pub struct Sinks {
-    sinks: Vec<Sink>,
+    sinks: Vec<AlertSink>,
     delivery: Delivery,
 }
 
@@ -182,7 +182,7 @@ impl Sinks {
         self.sinks.iter().all(|s| s.queue.is_idle())
     }
 
-    fn start(&self, destination: Destination) -> Sink {
+    fn start(&self, destination: Destination) -> AlertSink {
         let figures = self
             .delivery
             .events
@@ -194,7 +194,7 @@ impl Sinks {
             Arc::clone(&queue),
             self.delivery.clone(),
         ));
-        Sink {
+        AlertSink {
             destination,
             queue,
             task,

@@ -5,7 +5,7 @@ use serde_json::{Map, Value, json};
 
 use crate::balancer::alert_queue::Alert;
 use crate::config::{AlertEvent, Language};
-use crate::process::clock::{rfc3339, time_of_day};
+use crate::support::clock::{rfc3339, time_of_day};
 
 /// The alert as a JSON object: `event`, `at`, `broker`, `balancer` always; the others where
 /// they apply.

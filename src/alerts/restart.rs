@@ -25,7 +25,7 @@ use crate::balancer::alert_queue::{Alert, RestartOutcome};
 use crate::balancer::shared::Shared;
 use crate::balancer::{Balancer, Restarted, Server};
 use crate::config::{AlertEvent, BalancerKind, RestartSettings, command_text, show_duration};
-use crate::process::clock::{time_of_day, wall_ms};
+use crate::support::clock::{time_of_day, wall_ms};
 
 /// How often a restart held back by something nothing announces (the address not here) is
 /// looked at again.
@@ -66,7 +66,7 @@ struct Book {
 
 /// Why a restart does not run now.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Refusal {
+pub enum RestartRefusal {
     /// The balancer has no `RESTART_COMMAND`.
     NoCommand,
     /// This AppServer is being restarted.
@@ -79,13 +79,13 @@ pub enum Refusal {
     AddressAbsent(String),
 }
 
-impl Refusal {
+impl RestartRefusal {
     /// The refusal in words, for `ctl restart`.
     pub fn words(&self, settings: &RestartSettings) -> String {
         match self {
-            Refusal::NoCommand => "RESTART_COMMAND is not set for this balancer".into(),
-            Refusal::Running => "it is being restarted now".into(),
-            Refusal::CoolingDown(at) => {
+            RestartRefusal::NoCommand => "RESTART_COMMAND is not set for this balancer".into(),
+            RestartRefusal::Running => "it is being restarted now".into(),
+            RestartRefusal::CoolingDown(at) => {
                 let left = at.saturating_duration_since(Instant::now());
                 format!(
                     "it was restarted less than RESTART_COOLDOWN ({}) ago; the next restart may \
@@ -94,11 +94,11 @@ impl Refusal {
                     time_of_day(wall_ms() + left.as_millis() as u64)
                 )
             }
-            Refusal::Busy(n) => format!(
+            RestartRefusal::Busy(n) => format!(
                 "{} already run (RESTART_MAX_PARALLEL)",
                 crate::config::plural(*n as usize, "restart")
             ),
-            Refusal::AddressAbsent(why) => why.clone(),
+            RestartRefusal::AddressAbsent(why) => why.clone(),
         }
     }
 }
@@ -186,7 +186,7 @@ impl Restarts {
                             async move { restarts.run_one(&balancer, &server, why).await },
                         );
                     }
-                    Err(Refusal::CoolingDown(at)) => sooner(at),
+                    Err(RestartRefusal::CoolingDown(at)) => sooner(at),
                     Err(_) => {}
                 }
             }
@@ -249,26 +249,31 @@ impl Restarts {
 
     /// Takes a place for a restart of `server` (of `balancer`) within the bounds; `force`
     /// leaves the cooldown out.
-    fn claim(&self, balancer: &Balancer, server: &Server, force: bool) -> Result<(), Refusal> {
+    fn claim(
+        &self,
+        balancer: &Balancer,
+        server: &Server,
+        force: bool,
+    ) -> Result<(), RestartRefusal> {
         let settings = balancer.generation().config.restarts.clone();
         if settings.command.is_none() {
-            return Err(Refusal::NoCommand);
+            return Err(RestartRefusal::NoCommand);
         }
         let key = AppServer::of(server);
         let kind = balancer.kind();
         let mut book = self.book();
         if book.running.contains(&key) {
-            return Err(Refusal::Running);
+            return Err(RestartRefusal::Running);
         }
         if !force
             && let Some(last) = book.last.get(&key)
             && last.elapsed() < settings.cooldown
         {
-            return Err(Refusal::CoolingDown(*last + settings.cooldown));
+            return Err(RestartRefusal::CoolingDown(*last + settings.cooldown));
         }
         let running = book.per_balancer.get(&kind).copied().unwrap_or(0);
         if running >= settings.max_parallel {
-            return Err(Refusal::Busy(running));
+            return Err(RestartRefusal::Busy(running));
         }
         book.per_balancer.insert(kind, running + 1);
         book.running.insert(key.clone());

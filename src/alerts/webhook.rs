@@ -25,18 +25,18 @@ pub const BACKOFF: [Duration; 3] = [
 
 /// Why one attempt failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Failure {
+pub enum WebhookFailure {
     /// Worth another try: no connection, no answer in time, 5xx or 429.
     Again(String),
     /// Not: the receiver refused the alert (another 4xx, a redirect).
     Refused(String),
 }
 
-impl Failure {
+impl WebhookFailure {
     /// The failure in words.
     pub fn words(&self) -> &str {
         match self {
-            Failure::Again(w) | Failure::Refused(w) => w,
+            WebhookFailure::Again(w) | WebhookFailure::Refused(w) => w,
         }
     }
 }
@@ -75,13 +75,13 @@ impl Receiver {
 
     /// Posts `body` (JSON), retrying a failure worth it after each of [`BACKOFF`]; the
     /// attempts made, or the last failure.
-    pub async fn deliver(&self, body: &[u8]) -> Result<u32, Failure> {
+    pub async fn deliver(&self, body: &[u8]) -> Result<u32, WebhookFailure> {
         let mut attempts = 0;
         loop {
             attempts += 1;
             match self.post(body).await {
                 Ok(()) => return Ok(attempts),
-                Err(Failure::Again(words)) if (attempts as usize) <= BACKOFF.len() => {
+                Err(WebhookFailure::Again(words)) if (attempts as usize) <= BACKOFF.len() => {
                     tracing::debug!("{}: {words}; trying again", self.name());
                     tokio::time::sleep(BACKOFF[attempts as usize - 1]).await;
                 }
@@ -91,18 +91,18 @@ impl Receiver {
     }
 
     /// One attempt, bounded by the timeout.
-    pub async fn post(&self, body: &[u8]) -> Result<(), Failure> {
+    pub async fn post(&self, body: &[u8]) -> Result<(), WebhookFailure> {
         let timeout = self.timeout;
         match tokio::time::timeout(timeout, self.exchange(body)).await {
             Ok(result) => result,
-            Err(_) => Err(Failure::Again(format!(
+            Err(_) => Err(WebhookFailure::Again(format!(
                 "no answer within {} (ALERT_TIMEOUT)",
                 crate::config::show_duration(timeout)
             ))),
         }
     }
 
-    async fn exchange(&self, body: &[u8]) -> Result<(), Failure> {
+    async fn exchange(&self, body: &[u8]) -> Result<(), WebhookFailure> {
         let host = match &self.hook.host {
             Host::Ip(ip) => ip.to_string(),
             Host::Name(name) => name.clone(),
@@ -110,15 +110,15 @@ impl Receiver {
         let stream = TcpStream::connect((host.as_str(), self.hook.port))
             .await
             .map_err(|e| {
-                Failure::Again(format!(
+                WebhookFailure::Again(format!(
                     "cannot connect: {}",
-                    crate::process::os_error::words(&e)
+                    crate::support::os_error::words(&e)
                 ))
             })?;
         let _ = stream.set_nodelay(true);
         match &self.tls {
             None => self.send(stream, body).await,
-            Some(Err(why)) => Err(Failure::Refused(format!("no TLS: {why}"))),
+            Some(Err(why)) => Err(WebhookFailure::Refused(format!("no TLS: {why}"))),
             Some(Ok(tls)) => {
                 let stream = tls
                     .connect(&host, stream, self.timeout)
@@ -132,8 +132,8 @@ impl Receiver {
                         | Cause::WrongPurpose
                         | Cause::BadCertificate
                         | Cause::Incompatible
-                        | Cause::NotTls => Failure::Refused(format!("TLS: {e}")),
-                        _ => Failure::Again(format!("TLS: {e}")),
+                        | Cause::NotTls => WebhookFailure::Refused(format!("TLS: {e}")),
+                        _ => WebhookFailure::Again(format!("TLS: {e}")),
                     })?;
                 self.send(stream, body).await
             }
@@ -141,7 +141,7 @@ impl Receiver {
     }
 
     /// The request over `stream`, and its status judged.
-    async fn send<S>(&self, stream: S, body: &[u8]) -> Result<(), Failure>
+    async fn send<S>(&self, stream: S, body: &[u8]) -> Result<(), WebhookFailure>
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
@@ -159,14 +159,14 @@ impl Receiver {
             )
             .header(header::CONNECTION, HeaderValue::from_static("close"))
             .body(Full::new(Bytes::copy_from_slice(body)))
-            .map_err(|_| Failure::Refused("the URL cannot make a request".into()))?;
-        let status = crate::http::check::one_exchange(stream, request)
+            .map_err(|_| WebhookFailure::Refused("the URL cannot make a request".into()))?;
+        let status = crate::net::http_exchange::one_exchange(stream, request)
             .await
-            .map_err(|e| Failure::Again(format!("HTTP: {e}")))?;
+            .map_err(|e| WebhookFailure::Again(format!("HTTP: {e}")))?;
         match status.as_u16() {
             200..=299 => Ok(()),
-            429 | 500..=599 => Err(Failure::Again(format!("answered {status}"))),
-            _ => Err(Failure::Refused(format!("answered {status}"))),
+            429 | 500..=599 => Err(WebhookFailure::Again(format!("answered {status}"))),
+            _ => Err(WebhookFailure::Refused(format!("answered {status}"))),
         }
     }
 

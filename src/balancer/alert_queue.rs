@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 
 use crate::config::{AlertEvent, BalancerKind};
-use crate::process::clock::wall_ms;
+use crate::support::clock::wall_ms;
 
 /// Alerts waiting for delivery at most, in the broker's queue and in each receiver's: past it
 /// the oldest are dropped (and counted). Alerts come at the pace of quarantines and operators'

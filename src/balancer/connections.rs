@@ -22,8 +22,8 @@ use crate::config::Monitoring;
 use crate::net::connector::{ConnectReport, Connector};
 use crate::net::dial::ConnectError;
 use crate::net::handshake::ProxyRefusal;
-use crate::net::relay::{End, Outcome};
-use crate::process::os_error::PointsAt;
+use crate::net::relay::{End, RelayOutcome};
+use crate::support::os_error::PointsAt;
 use crate::tls::HandshakeFailure;
 
 /// A connect to one server for one client, as the balancer counts it: a [`Connector`]'s
@@ -72,7 +72,11 @@ pub struct Closed<'a> {
 
 impl<'a> Closed<'a> {
     /// A connection of `client` that lasted `duration` and whose relay did `outcome`.
-    pub fn relayed(client: SocketAddr, duration: Duration, outcome: &'a Outcome) -> Closed<'a> {
+    pub fn relayed(
+        client: SocketAddr,
+        duration: Duration,
+        outcome: &'a RelayOutcome,
+    ) -> Closed<'a> {
         Closed {
             client,
             duration,
@@ -369,8 +373,8 @@ impl Balancer {
             error!(
                 "cannot accept clients: {} ({}); retrying every {} ms, connections in \
                  progress are unaffected",
-                crate::process::os_error::words(error),
-                crate::process::os_error::errno_name(error).unwrap_or("error"),
+                crate::support::os_error::words(error),
+                crate::support::os_error::errno_name(error).unwrap_or("error"),
                 backoff.as_millis()
             );
         }

@@ -84,13 +84,13 @@ use crate::balancer::rules::health::Now;
 use crate::balancer::rules::places::QueryPlaces;
 use crate::config::{BalancerConfig, BalancerKind};
 use crate::net::resolve::Resolver;
-use crate::process::clock::{Clock, wall_ms};
-use crate::process::throttle::{self, Throttle};
+use crate::support::clock::{Clock, wall_ms};
+use crate::support::throttle::{self, Throttle};
 use crate::tls::Resumption;
 
 /// Counters of a balancer as a whole.
 #[derive(Debug, Default)]
-struct Stats {
+struct BalancerTotals {
     /// Clients forwarded (queries are not counted).
     accepted: AtomicU64,
     /// Clients refused because `MAX_CONNECTIONS` was reached.
@@ -112,7 +112,7 @@ struct Stats {
 pub struct Balancer {
     /// The current generation; a reload stores the next.
     generation: ArcSwap<Generation>,
-    stats: Stats,
+    stats: BalancerTotals,
     /// The time base of quarantine deadlines.
     clock: Clock,
     /// Wakes the monitor when a quarantine starts, so it can log the release on time.
@@ -185,7 +185,7 @@ impl Balancer {
             proxy_refusals: Mutex::default(),
             proxy_episode: throttle::Episode::default(),
             clients: client_limit::ClientTable::default(),
-            stats: Stats::default(),
+            stats: BalancerTotals::default(),
             clock: Clock::new(),
             health_changed: Notify::new(),
             no_servers_log: Throttle::new(1000),

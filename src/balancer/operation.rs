@@ -12,12 +12,12 @@ use std::time::Duration;
 use tracing::warn;
 
 use super::Balancer;
-use super::rules::health::Asked;
+use super::rules::health::OperatorAsk;
 use super::rules::overrides::{Hold, MAX_WEIGHT, Mode};
 use super::server::Server;
 use crate::config::keys::DAY;
 use crate::config::{connections_stay, duration_within, plural, show_duration};
-use crate::process::clock::wall_ms;
+use crate::support::clock::wall_ms;
 
 /// An operator's action on one server.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,7 +112,7 @@ impl Balancer {
                 Operated::said(format!("{name} weight {now}"))
             }
             Operation::Quarantine { duration, reason } => {
-                let asked = Asked {
+                let asked = OperatorAsk {
                     by: by.to_string(),
                     reason: reason.unwrap_or_default(),
                 };
@@ -160,7 +160,7 @@ pub fn keep(path: Option<&Path>, balancers: &[Arc<Balancer>]) {
         warn!(
             "cannot write the state file {}: {}; the change holds until appbroker restarts",
             path.display(),
-            crate::process::os_error::words(&e)
+            crate::support::os_error::words(&e)
         );
     }
 }

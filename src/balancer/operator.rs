@@ -15,7 +15,7 @@ use tracing::{info, warn};
 use crate::balancer::Balancer;
 use crate::balancer::alert_queue::Alert;
 use crate::balancer::events::Event;
-use crate::balancer::rules::health::{Asked, Reason, Release};
+use crate::balancer::rules::health::{OperatorAsk, Reason, Release};
 use crate::balancer::rules::overrides::{Hold, Mode, Overrides};
 use crate::balancer::server::{Restarted, Server};
 use crate::config::{AlertEvent, connections_stay, plural};
@@ -135,7 +135,12 @@ impl Balancer {
 
     /// Puts `server` in quarantine for `duration` on an operator's word (`asked`: who, or who
     /// and why): passing checks do not end it, only its time or [`Balancer::release_by_operator`].
-    pub fn force_quarantine(&self, server: &Server, duration: Duration, asked: impl Into<Asked>) {
+    pub fn force_quarantine(
+        &self,
+        server: &Server,
+        duration: Duration,
+        asked: impl Into<OperatorAsk>,
+    ) {
         let asked = asked.into();
         let (by, words) = (asked.by.clone(), asked.words());
         let why = match asked.reason.as_str() {

@@ -15,7 +15,7 @@ use crate::balancer::rules::places::Place;
 use crate::balancer::rules::select::Load;
 use crate::balancer::server::Server;
 use crate::config::SortMethod;
-use crate::process::clock::wall_ms;
+use crate::support::clock::wall_ms;
 
 impl Balancer {
     /// Takes a client place, counted against `generation`'s `MAX_CONNECTIONS` until the

@@ -12,10 +12,10 @@ use tracing::{info, warn};
 use crate::balancer::Balancer;
 use crate::balancer::alert_queue::Alert;
 use crate::balancer::events::Event;
-use crate::balancer::rules::health::{Check, CheckFailed, Quarantined, Reason, Release};
+use crate::balancer::rules::health::{CheckFailed, CheckResult, Quarantined, Reason, Release};
 use crate::balancer::server::Server;
 use crate::config::AlertEvent;
-use crate::process::clock::time_of_day;
+use crate::support::clock::time_of_day;
 
 impl Balancer {
     /// Puts `server` in quarantine for `reason` (or moves its end out) for `QUARANTINE_TIME`,
@@ -159,12 +159,12 @@ impl Balancer {
     }
 
     /// Records a passed monitor check of `server`; returns the checks passed in a row.
-    pub fn check_passed(&self, server: &Server, check: Check) -> u32 {
+    pub fn check_passed(&self, server: &Server, check: CheckResult) -> u32 {
         server.health.check_passed(check)
     }
 
     /// Records a failed monitor check of `server` (the check's error is set).
-    pub fn check_failed(&self, server: &Server, check: Check) -> CheckFailed {
+    pub fn check_failed(&self, server: &Server, check: CheckResult) -> CheckFailed {
         server.health.check_failed(check, self.now())
     }
 }

@@ -12,7 +12,7 @@ use crate::balancer::alert_queue::AlertServer;
 use crate::balancer::rules::health::{Health, Reason};
 use crate::balancer::rules::overrides::Overrides;
 use crate::config::{Host, ServerConfig, ServerId};
-use crate::process::clock::wall_ms;
+use crate::support::clock::wall_ms;
 
 /// One configured server and everything counted about it. Shared by the generation, the
 /// leases of its connections, the monitor and the query interface; changed only by

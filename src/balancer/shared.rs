@@ -9,8 +9,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::balancer::Balancer;
 use crate::config::Config;
-use crate::process::budget::Budget;
-use crate::process::shutdown::Shutdown;
+use crate::support::budget::Budget;
+use crate::support::shutdown::Shutdown;
 
 /// What every connection's task shares and may read: the configuration, every balancer (a
 /// query links to the others), the start time, and the shutdown state (PING answers 503 while
@@ -32,7 +32,7 @@ pub struct Shared {
 
 /// How a balancer tells its connections to end.
 #[derive(Debug, Clone, Default)]
-pub struct Ending {
+pub struct EndSignals {
     /// Cancelled when the listener closes: a query connection answers the request in hand
     /// and closes; clients carry on.
     pub closing: CancellationToken,

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use crate::balancer::Balancer;
-use crate::balancer::rules::health::{Asked, Check, Episode, Reason};
+use crate::balancer::rules::health::{CheckResult, OperatorAsk, QuarantineEpisode, Reason};
 use crate::balancer::rules::overrides::Overrides;
 use crate::balancer::server::{Restarted, Server};
 use crate::config::{BalancerKind, Monitoring, SortMethod};
@@ -74,13 +74,13 @@ pub struct ServerState {
     /// only then.
     pub error_current: bool,
     /// Who asked for the current quarantine and why, while an operator's lasts.
-    pub asked: Option<Asked>,
+    pub asked: Option<OperatorAsk>,
     /// Quarantines since start.
     pub quarantines: u64,
     /// The last monitor check.
-    pub last_check: Option<Check>,
+    pub last_check: Option<CheckResult>,
     /// Recent quarantines, oldest first.
-    pub history: Vec<Episode>,
+    pub history: Vec<QuarantineEpisode>,
     /// Active connections each minute over the last hour, (wall ms, count).
     pub samples: Vec<(u64, u64)>,
     /// The last run of `RESTART_COMMAND` for it.

@@ -13,9 +13,9 @@ use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
 use super::Balancer;
-use crate::balancer::rules::health::Asked;
+use crate::balancer::rules::health::OperatorAsk;
 use crate::balancer::rules::overrides::Overrides;
-use crate::process::clock::wall_ms;
+use crate::support::clock::wall_ms;
 
 /// The format's version; a file of another one is not read.
 const VERSION: u32 = 1;
@@ -32,12 +32,12 @@ struct StateFile {
     /// When it was written, ms since the Unix epoch.
     written_epoch_ms: u64,
     /// Every server with an override or an operator's quarantine.
-    servers: Vec<Entry>,
+    servers: Vec<KeptServer>,
 }
 
 /// One server's kept state, matched at start by section, id and address.
 #[derive(Debug, Serialize, Deserialize)]
-struct Entry {
+struct KeptServer {
     section: String,
     id: String,
     address: String,
@@ -49,7 +49,7 @@ struct Entry {
     /// Who asked for it and why (a file written before this field restores as asked by "an
     /// operator").
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    quarantine_asked: Option<Asked>,
+    quarantine_asked: Option<OperatorAsk>,
 }
 
 /// Why the file was not read.
@@ -147,8 +147,8 @@ pub fn restore(path: &Path, balancers: &[Arc<Balancer>]) {
                 .quarantine_asked
                 .unwrap_or_else(|| "an operator".into());
             // Escaped as a hold's reason is, above.
-            asked.by = crate::process::escape::escape_controls(&asked.by);
-            asked.reason = crate::process::escape::escape_controls(&asked.reason);
+            asked.by = crate::support::escape::escape_controls(&asked.by);
+            asked.reason = crate::support::escape::escape_controls(&asked.reason);
             // Said once, however many restarts it outlives.
             if !asked.by.ends_with(BEFORE_THE_RESTART) {
                 asked.by.push_str(BEFORE_THE_RESTART);
@@ -170,7 +170,7 @@ pub fn save(path: &Path, balancers: &[Arc<Balancer>]) -> std::io::Result<()> {
             if s.overrides.is_empty() && until.is_none() {
                 continue;
             }
-            servers.push(Entry {
+            servers.push(KeptServer {
                 section: state.kind.section().to_string(),
                 id: s.id,
                 address: s.address,

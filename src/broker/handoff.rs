@@ -4,7 +4,7 @@
 //! listener layer (its PROXY protocol header read with `PROXY_PROTOCOL=1`, then secure as its
 //! port's TLS says: [`Accepted::proxy_header`], [`Accepted::handshake`]; each outcome
 //! counted here), then handed by the balancer's kind to the TCP client or the HTTP engine,
-//! with whom it serves ([`Origin`]: the client a header named, else the peer). A plain port's
+//! with whom it serves ([`ClientOrigin`]: the client a header named, else the peer). A plain port's
 //! connection without the PROXY protocol goes straight on, without a task of its own before
 //! the one that serves it.
 
@@ -21,11 +21,11 @@ use crate::config::{Keepalive, Language};
 use crate::http::{self, Downstream};
 use crate::http_balancer::{self, HttpProxy};
 use crate::net::handshake::{
-    Accepted, ClientStream, Handshake, Origin, PortProxy, PortTls, ProxyStep,
+    Accepted, ClientOrigin, ClientStream, Handshake, PortProxy, PortTls, ProxyStep,
 };
 use crate::net::listener::Serve;
 use crate::net::stream::Stream;
-use crate::tcp::client::{Client, ListenerShared};
+use crate::tcp::client::{ListenerShared, TcpClient};
 use crate::tls::HandshakeFailure;
 
 /// A listening socket's hand-off: what its connections share, and the engine that serves
@@ -34,7 +34,7 @@ pub(super) struct Handoff {
     /// What every connection of the socket shares.
     pub(super) shared: Arc<ListenerShared>,
     /// The HTTP engine of an HTTP balancer; `None` for a TCP balancer, whose connections are
-    /// [`Client`]s.
+    /// [`TcpClient`]s.
     pub(super) http: Option<Arc<HttpProxy>>,
 }
 
@@ -49,18 +49,18 @@ impl Serve for Handoff {
     /// connection.
     fn start(&self, accepted: Accepted) {
         let shared = &self.shared;
-        let pool = shared.balancer.generation();
-        let at_limit = shared.balancer.at_limit(&pool);
-        if at_limit && !pool.config.query.enabled {
+        let generation = shared.balancer.generation();
+        let at_limit = shared.balancer.at_limit(&generation);
+        if at_limit && !generation.config.query.enabled {
             shared.balancer.refused(shared.local);
-        } else if pool.tls_missing() {
+        } else if generation.tls_missing() {
             debug!(client = %accepted.peer, "closed: the balancer's TLS keys are not loaded");
-        } else if pool.tls.server.is_none() && !pool.config.proxy.accept {
+        } else if generation.tls.server.is_none() && !generation.config.proxy.accept {
             let Accepted { stream, origin, .. } = accepted;
             match &self.http {
                 Some(proxy) => serve_http(proxy, shared, stream, downstream(&origin, false)),
                 None => {
-                    let client = Client::new(Arc::clone(shared), pool, stream, origin);
+                    let client = TcpClient::new(Arc::clone(shared), generation, stream, origin);
                     shared.tasks.spawn(client.run(at_limit));
                 }
             }
@@ -68,14 +68,20 @@ impl Serve for Handoff {
             let owned = Arc::clone(shared);
             match self.http.clone() {
                 Some(proxy) => shared.tasks.spawn(async move {
-                    if let Some((stream, origin)) = prepare(&owned, &pool, accepted, true).await {
+                    if let Some((stream, origin)) =
+                        prepare(&owned, &generation, accepted, true).await
+                    {
                         let tls = matches!(stream, Either::Right(_));
                         serve_http(&proxy, &owned, stream, downstream(&origin, tls));
                     }
                 }),
                 None => shared.tasks.spawn(async move {
-                    if let Some((stream, origin)) = prepare(&owned, &pool, accepted, false).await {
-                        Client::new(owned, pool, stream, origin).run(at_limit).await;
+                    if let Some((stream, origin)) =
+                        prepare(&owned, &generation, accepted, false).await
+                    {
+                        TcpClient::new(owned, generation, stream, origin)
+                            .run(at_limit)
+                            .await;
                     }
                 }),
             };
@@ -94,7 +100,7 @@ impl Serve for Handoff {
 /// What the HTTP engine is told of a connection: who the client is (the PROXY protocol's
 /// when there was a header), whether it came over TLS (for `X-Forwarded-Proto`), and whether
 /// it is a front balancer's check (a `LOCAL` header), which the engine never forwards.
-fn downstream(origin: &Origin, tls: bool) -> Downstream {
+fn downstream(origin: &ClientOrigin, tls: bool) -> Downstream {
     Downstream {
         peer: origin.client.into(),
         tls,
@@ -103,17 +109,17 @@ fn downstream(origin: &Origin, tls: bool) -> Downstream {
     }
 }
 
-/// The listener layer's steps of a connection accepted on a port of `pool`'s generation that
+/// The listener layer's steps of a connection accepted on a port of `generation` that
 /// has the PROXY protocol or TLS (`answers_plain`: an HTTP port, which tells plain HTTP to use
 /// https): its header read, then its handshake. The stream to serve (plain or TLS) and whom
 /// it serves; `None` when it was refused or is gone.
 async fn prepare(
     shared: &ListenerShared,
-    pool: &Generation,
+    generation: &Generation,
     mut accepted: Accepted,
     answers_plain: bool,
-) -> Option<(ClientStream, Origin)> {
-    let config = &pool.config;
+) -> Option<(ClientStream, ClientOrigin)> {
+    let config = &generation.config;
     if config.proxy.accept {
         let proxy = PortProxy {
             from: &config.proxy.from,
@@ -134,30 +140,30 @@ async fn prepare(
         }
     }
     let origin = accepted.origin;
-    let stream = match pool.tls.server.as_ref() {
-        Some(_) => secure(shared, pool, accepted, answers_plain).await?,
+    let stream = match generation.tls.server.as_ref() {
+        Some(_) => secure(shared, generation, accepted, answers_plain).await?,
         None => Either::Left(accepted.stream),
     };
     Some((stream, origin))
 }
 
-/// The TLS step of a connection accepted on a TLS port of `pool`'s generation (`answers_plain`:
+/// The TLS step of a connection accepted on a TLS port of `generation` (`answers_plain`:
 /// an HTTP port, which tells plain HTTP to use https), and its accounting: a finished
 /// handshake ends an episode of failed ones; a failed one is counted and logged once per
 /// episode, blaming no server. The stream to serve, plain or TLS; `None` when the client is
 /// gone (failed, answered, or closed first).
 async fn secure(
     shared: &ListenerShared,
-    pool: &Generation,
+    generation: &Generation,
     accepted: Accepted,
     answers_plain: bool,
 ) -> Option<ClientStream> {
-    let server = pool.tls.server.as_ref()?;
+    let server = generation.tls.server.as_ref()?;
     let port = PortTls {
         server,
-        plain_on_same_port: pool.config.tls.plain_on_same_port,
+        plain_on_same_port: generation.config.tls.plain_on_same_port,
         answers_plain,
-        first_byte_wait: pool.config.query.sniff_timeout,
+        first_byte_wait: generation.config.query.sniff_timeout,
     };
     let (balancer, client) = (&shared.balancer, accepted.origin.client);
     let failed = |failure: &HandshakeFailure| {

@@ -6,10 +6,10 @@
 //! A running broker is a control loop on the runtime that started it (reloads, the drain, the
 //! monitors) and, on the worker threads, every balancer's accept loops and connections:
 //!
-//! - `run`: the control loop: reloads applied one at a time, the drain on shutdown.
-//! - `running`: one balancer at run time: its accept loops (on the workers), its monitor and
-//!   sampler, the tasks of its connections and the tokens that end them, and a TCP
-//!   balancer's query engine.
+//! - `control_loop`: the control loop: reloads applied one at a time, the drain on shutdown.
+//! - `running_balancer`: one balancer at run time: its accept loops (on the workers), its
+//!   monitor and sampler, the tasks of its connections and the tokens that end them, and a
+//!   TCP balancer's query engine.
 //! - `handoff`: what the accept loops hand each connection to: refused at `MAX_CONNECTIONS`,
 //!   made secure once as its port's TLS says, then given to the TCP client or the HTTP engine
 //!   by the balancer's kind.
@@ -20,13 +20,13 @@
 //! Beside the balancers it starts the alerts and restarts ([`crate::alerts`]), which read the
 //! balancers' alerts and state.
 
+mod control_loop;
 mod handoff;
 pub mod monitor;
 mod reload;
-mod run;
-mod running;
+mod running_balancer;
 
-pub use running::check_certificate;
+pub use running_balancer::check_certificate;
 
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::sync::Arc;
@@ -46,12 +46,12 @@ use crate::http_balancer::sessions::{OwnSecret, SessionSecrets};
 use crate::net::listener::{self, BindError};
 use crate::net::resolve::Resolver;
 use crate::net::workers::{WorkerThreads, Workers};
-use crate::process::budget::Budget;
-use crate::process::clock::{time_of_day, wall_ms};
-use crate::process::shutdown::Shutdown;
 use crate::query::Operators;
-use run::ControlLoop;
-use running::RunningBalancer;
+use crate::support::budget::Budget;
+use crate::support::clock::{time_of_day, wall_ms};
+use crate::support::shutdown::Shutdown;
+use control_loop::ControlLoop;
+use running_balancer::RunningBalancer;
 
 /// Why a broker could not start.
 #[derive(Debug, thiserror::Error)]
@@ -104,7 +104,7 @@ enum Source {
 }
 
 /// What the handle asks of the control loop.
-enum Command {
+enum ControlCommand {
     /// Apply a configuration; answer on `reply` when given.
     Reload {
         source: Source,
@@ -155,7 +155,7 @@ pub struct Broker {
 /// cheap to clone, usable from any task.
 #[derive(Debug, Clone)]
 pub struct Control {
-    commands: mpsc::Sender<Command>,
+    commands: mpsc::Sender<ControlCommand>,
     /// What the administration reads and acts on: the balancers, the configuration and the
     /// shutdown state.
     shared: Arc<Shared>,
@@ -163,9 +163,9 @@ pub struct Control {
     alerting: Alerting,
 }
 
-impl std::fmt::Debug for Command {
+impl std::fmt::Debug for ControlCommand {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Command::Reload")
+        f.write_str("ControlCommand::Reload")
     }
 }
 
@@ -210,7 +210,7 @@ impl Control {
     /// Asks for the configuration file to be read again and applied (SIGHUP); the result is
     /// logged and published as an event.
     pub fn reload_file_later(&self) {
-        let command = Command::Reload {
+        let command = ControlCommand::Reload {
             source: Source::File,
             reply: None,
         };
@@ -230,7 +230,7 @@ impl Control {
 
     async fn ask(&self, source: Source) -> Result<Reloaded, ReloadError> {
         let (reply, answer) = oneshot::channel();
-        let command = Command::Reload {
+        let command = ControlCommand::Reload {
             source,
             reply: Some(reply),
         };

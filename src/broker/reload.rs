@@ -8,15 +8,15 @@ use std::sync::Arc;
 use tracing::{error, info, warn};
 
 use super::ReloadError;
-use super::run::ControlLoop;
-use super::running::RunningBalancer;
+use super::control_loop::ControlLoop;
+use super::running_balancer::RunningBalancer;
 use crate::balancer::events::Reloaded;
 use crate::balancer::{Balancer, GenerationTls};
 use crate::config::{self, Config, plural, show_duration};
 use crate::http_balancer;
 use crate::net::listener;
-use crate::process::logging;
 use crate::query;
+use crate::support::logging;
 
 impl ControlLoop {
     /// Reads the configuration file again and applies it; an invalid file changes nothing.

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use appbroker::admin::protocol::Request;
-use appbroker::process::logging;
+use appbroker::support::logging;
 use appbroker::{admin, config};
 
 use super::args::{Cli, CtlArgs, CtlCommand};
@@ -29,8 +29,8 @@ pub fn run(cli: &Cli, args: &CtlArgs) -> ExitCode {
         Request::Restart { .. } => admin::RESTART_WAIT,
         _ => Duration::ZERO,
     };
-    let code = admin::ctl::run(&socket, &request, args.json, wait);
-    if code != admin::ctl::DONE {
+    let code = admin::control_client::run(&socket, &request, args.json, wait);
+    if code != admin::control_client::DONE {
         return ExitCode::from(code);
     }
     // drain --wait: then wait for the server's last connection.
@@ -47,7 +47,9 @@ pub fn run(cli: &Cli, args: &CtlArgs) -> ExitCode {
             server: id.clone(),
             timeout: Some(config::show_duration(*timeout)),
         };
-        return ExitCode::from(admin::ctl::run(&socket, &wait, args.json, *timeout));
+        return ExitCode::from(admin::control_client::run(
+            &socket, &wait, args.json, *timeout,
+        ));
     }
     ExitCode::SUCCESS
 }

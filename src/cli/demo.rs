@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use appbroker::config::Config;
 use appbroker::demo;
-use appbroker::process::logging;
+use appbroker::support::logging;
 
 use super::args::{Cli, DemoArgs};
 
@@ -47,7 +47,7 @@ pub fn client(config: &Config, args: &DemoArgs, address: Option<SocketAddr>) -> 
             logging::to_stderr(&format!(
                 "appbroker: cannot talk to {address}: {}; is the demo running? Start it with \
                  `appbroker demo` in another terminal",
-                appbroker::process::os_error::words(&e)
+                appbroker::support::os_error::words(&e)
             ));
             ExitCode::from(1)
         }

@@ -11,8 +11,8 @@ use appbroker::admin::Admin;
 use appbroker::broker::Control;
 use appbroker::config::Config;
 use appbroker::net::workers::WorkerThreads;
-use appbroker::process::logging;
-use appbroker::process::shutdown::Shutdown;
+use appbroker::support::logging;
+use appbroker::support::shutdown::Shutdown;
 use tokio::task::JoinHandle;
 use tracing::info;
 

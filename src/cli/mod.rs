@@ -6,8 +6,8 @@
 //!   text).
 //! - [`start`]: `appbroker` and `appbroker demo`: load the configuration, then `--check`, the
 //!   demo's client, or the log set up and the broker supervised or run.
-//! - [`check`]: `--check`: the configuration printed back as INI, and the verdict.
-//! - [`run`]: the broker run in this process until it stops: worker threads, runtime, ports,
+//! - [`config_check`]: `--check`: the configuration printed back as INI, and the verdict.
+//! - [`serve`]: the broker run in this process until it stops: worker threads, runtime, ports,
 //!   control socket, signals.
 //! - [`demo`]: the demo's client, and the demo run beside the broker.
 //! - [`ctl`]: `appbroker ctl`, and where a broker's control socket is.
@@ -17,11 +17,11 @@
 //! - `elsewhere` (not Unix): the one stand-in for each item of `unix`.
 
 pub mod args;
-mod check;
+mod config_check;
 pub mod ctl;
 mod demo;
 pub mod ping;
-mod run;
+mod serve;
 pub mod start;
 
 #[cfg(not(unix))]

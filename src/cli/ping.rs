@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use appbroker::admin;
 use appbroker::admin::protocol::Request;
-use appbroker::process::logging;
+use appbroker::support::logging;
 
 use super::args::Cli;
 use super::ctl::control_socket;
@@ -19,7 +19,7 @@ pub fn run(cli: &Cli, timeout: Duration) -> ExitCode {
         Ok(socket) => socket,
         Err(_) => return ExitCode::from(1),
     };
-    match admin::ctl::ask_within(&socket, &Request::Ping, timeout) {
+    match admin::control_client::ask_within(&socket, &Request::Ping, timeout) {
         Ok(answer) if answer.ok => ExitCode::SUCCESS,
         Ok(answer) => {
             let why = answer.error.unwrap_or_default();

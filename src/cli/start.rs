@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use appbroker::config::{Config, LoadError, Loaded};
 use appbroker::demo;
-use appbroker::process::logging;
+use appbroker::support::logging;
 use tracing::{info, warn};
 
 use super::args::{Cli, DemoArgs};
@@ -25,7 +25,7 @@ pub fn run(cli: &Cli, demo: Option<&DemoArgs>) -> ExitCode {
     };
     let file = config.source.display().to_string();
     if cli.check {
-        return super::check::report(&config, &notices, &warnings, &file);
+        return super::config_check::report(&config, &notices, &warnings, &file);
     }
     if let Some(args) = demo {
         if let Some(address) = args.client {
@@ -63,7 +63,7 @@ pub fn run(cli: &Cli, demo: Option<&DemoArgs>) -> ExitCode {
         );
     }
     let demo = demo.map(|args| DemoStart::new(cli, args));
-    ended(super::run::run(config, demo, &log), &log)
+    ended(super::serve::run(config, demo, &log), &log)
 }
 
 /// The configuration: `--config`'s, the built-in example for the demo without one, else

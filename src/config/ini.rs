@@ -8,7 +8,7 @@
 
 /// One `KEY=VALUE` line.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entry {
+pub struct IniEntry {
     /// The key in upper case, for lookups.
     pub key: String,
     /// The key as written, for messages.
@@ -29,7 +29,7 @@ pub struct Section {
     /// Line of the `[SECTION]` header.
     pub line: usize,
     /// Entries in file order.
-    pub entries: Vec<Entry>,
+    pub entries: Vec<IniEntry>,
     /// Keys (upper case) of lines rejected with a syntax error of their own (a `;` after the
     /// value): present in the file, so no other message should call them missing.
     pub rejected: Vec<String>,
@@ -57,7 +57,7 @@ pub fn scan(text: &str, keep: usize) -> Scanned {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut scanner = Scanner {
         sections: Vec::new(),
-        errors: Errors {
+        errors: SyntaxErrors {
             kept: Vec::new(),
             keep,
             more: 0,
@@ -96,7 +96,7 @@ pub fn scan(text: &str, keep: usize) -> Scanned {
 /// The sections read so far, and the errors.
 struct Scanner {
     sections: Vec<Section>,
-    errors: Errors,
+    errors: SyntaxErrors,
 }
 
 impl Scanner {
@@ -177,7 +177,7 @@ impl Scanner {
                 "{key} comes before any [SECTION] header; put it under the section it belongs to"
             ));
         };
-        section.entries.push(Entry {
+        section.entries.push(IniEntry {
             key: key.to_ascii_uppercase(),
             written: key.to_string(),
             value: value.to_string(),
@@ -207,13 +207,13 @@ pub struct Scanned {
 }
 
 /// Syntax errors come in line order: the first `keep` are kept, the others counted.
-struct Errors {
+struct SyntaxErrors {
     kept: Vec<SyntaxError>,
     keep: usize,
     more: usize,
 }
 
-impl Errors {
+impl SyntaxErrors {
     fn full(&self) -> bool {
         self.kept.len() >= self.keep
     }

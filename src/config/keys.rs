@@ -296,7 +296,7 @@ impl Domain {
 /// Where a key's value goes, and how it is printed back (`None`: not printed, as for a
 /// key that does not apply).
 #[derive(Debug, Clone, Copy)]
-pub enum Field {
+pub enum KeyField {
     /// A field of [`General`].
     General {
         /// Stores a value of the key's domain.
@@ -323,7 +323,7 @@ pub struct Key {
     /// The values it takes.
     pub domain: Domain,
     /// Where its value goes.
-    pub field: Field,
+    pub field: KeyField,
     /// What it is for, in one line.
     pub doc: &'static str,
 }
@@ -332,7 +332,7 @@ impl Key {
     /// Parses `text` and stores it in `general`; the error completes "`text` ...".
     pub fn set_general(&self, general: &mut General, text: &str) -> Result<(), String> {
         let value = self.domain.parse(text)?;
-        if let Field::General { set, .. } = self.field {
+        if let KeyField::General { set, .. } = self.field {
             set(general, value);
         }
         Ok(())
@@ -341,7 +341,7 @@ impl Key {
     /// Parses `text` and stores it in `balancer`; the error completes "`text` ...".
     pub fn set_balancer(&self, balancer: &mut BalancerConfig, text: &str) -> Result<(), String> {
         let value = self.domain.parse(text)?;
-        if let Field::Balancer { set, .. } = self.field {
+        if let KeyField::Balancer { set, .. } = self.field {
             set(balancer, value);
         }
         Ok(())
@@ -411,7 +411,7 @@ fn on_http<T>(b: &BalancerConfig, value: T, show: impl Fn(&T) -> Option<String>)
 /// by `$show` for an HTTP balancer only.
 macro_rules! http_field {
     ($field:ident = $variant:ident $(as $ty:ty)?, $show:expr) => {
-        Field::Balancer {
+        KeyField::Balancer {
             set: |b, v| {
                 if let Value::$variant(x) = v {
                     b.http.$field = x $(as $ty)?;
@@ -439,7 +439,7 @@ const fn upto_a_day(min: Duration) -> Domain {
 /// `every_key_round_trips_through_its_field` below would catch.
 macro_rules! field {
     ($target:ident . $($path:ident).+ = $variant:ident $(as $ty:ty)?, $show:expr) => {
-        Field::$target {
+        KeyField::$target {
             set: |c, v| {
                 if let Value::$variant(x) = v {
                     c.$($path).+ = x $(as $ty)?;
@@ -474,7 +474,7 @@ pub static KEYS: &[Key] = &[
         name: "CONSOLEFILE",
         stands: Stands::General,
         domain: Domain::Path,
-        field: Field::General {
+        field: KeyField::General {
             set: |g, v| g.console_file = take!(v, Path).flatten(),
             get: |g| {
                 Some(
@@ -559,7 +559,7 @@ pub static KEYS: &[Key] = &[
             max: 65536,
             what: "a number of MiB from 1 to 65536",
         },
-        field: Field::General {
+        field: KeyField::General {
             set: |g, v| {
                 if let Some(mib) = take!(v, Integer) {
                     g.http_head_memory = usize::try_from(mib).unwrap_or(usize::MAX) << 20;
@@ -573,7 +573,7 @@ pub static KEYS: &[Key] = &[
         name: "CONTROL_SOCKET",
         stands: Stands::General,
         domain: Domain::Path,
-        field: Field::General {
+        field: KeyField::General {
             set: |g, v| g.control_socket = take!(v, Path).flatten(),
             get: |g| Some(shown_path(g.control_socket.as_ref())),
         },
@@ -583,7 +583,7 @@ pub static KEYS: &[Key] = &[
         name: "CONTROL_GROUP",
         stands: Stands::General,
         domain: Domain::Name,
-        field: Field::General {
+        field: KeyField::General {
             set: |g, v| g.control_group = take!(v, Name).flatten(),
             get: |g| Some(g.control_group.clone().unwrap_or_default()),
         },
@@ -593,7 +593,7 @@ pub static KEYS: &[Key] = &[
         name: "STATE_FILE",
         stands: Stands::General,
         domain: Domain::Path,
-        field: Field::General {
+        field: KeyField::General {
             set: |g, v| g.state_file = take!(v, Path).flatten(),
             get: |g| Some(shown_path(g.state_file.as_ref())),
         },
@@ -621,7 +621,7 @@ pub static KEYS: &[Key] = &[
         name: "ADMIN_USERS",
         stands: Stands::General,
         domain: Domain::Path,
-        field: Field::General {
+        field: KeyField::General {
             set: |g, v| g.admin_users = take!(v, Path).flatten(),
             get: |g| Some(shown_path(g.admin_users.as_ref())),
         },
@@ -655,7 +655,7 @@ pub static KEYS: &[Key] = &[
         name: "LOCAL_SERVER_ADDRESS",
         stands: Stands::OwnSection,
         domain: Domain::ListenIp,
-        field: Field::Balancer {
+        field: KeyField::Balancer {
             set: |b, v| {
                 if let Some(ip) = take!(v, Ip) {
                     b.listen.set_ip(ip);
@@ -673,7 +673,7 @@ pub static KEYS: &[Key] = &[
             max: 65535,
             what: "a port number from 1 to 65535",
         },
-        field: Field::Balancer {
+        field: KeyField::Balancer {
             set: |b, v| {
                 if let Some(port) = take!(v, Integer) {
                     b.listen.set_port(port as u16);
@@ -829,7 +829,7 @@ pub static KEYS: &[Key] = &[
             max: 2,
             what: "0 (none), 1 (the PROXY protocol's text version) or 2 (its binary version)",
         },
-        field: Field::Balancer {
+        field: KeyField::Balancer {
             set: |b, v| {
                 b.proxy.send = match take!(v, Integer) {
                     Some(1) => Some(ProxyVersion::V1),
@@ -876,7 +876,7 @@ pub static KEYS: &[Key] = &[
         name: "TCP_USER_TIMEOUT",
         stands: Stands::Balancer,
         domain: upto_a_day(Duration::ZERO),
-        field: Field::Balancer {
+        field: KeyField::Balancer {
             set: |b, v| {
                 if let Some(d) = take!(v, Duration) {
                     b.keepalive.user_timeout = (!d.is_zero()).then_some(d);
@@ -890,7 +890,7 @@ pub static KEYS: &[Key] = &[
         name: "IDLE_TIMEOUT",
         stands: Stands::Balancer,
         domain: upto_a_day(Duration::ZERO),
-        field: Field::Balancer {
+        field: KeyField::Balancer {
             set: |b, v| {
                 if let Some(d) = take!(v, Duration) {
                     b.idle_timeout = (!d.is_zero()).then_some(d);
@@ -1003,7 +1003,7 @@ pub static KEYS: &[Key] = &[
         name: "MONITOR_SEND",
         stands: Stands::Balancer,
         domain: Domain::Escaped,
-        field: Field::Balancer {
+        field: KeyField::Balancer {
             set: |b, v| {
                 if let (Monitoring::SendExpect { send, .. }, Some(bytes)) =
                     (&mut b.monitoring, take!(v, Bytes))
@@ -1022,7 +1022,7 @@ pub static KEYS: &[Key] = &[
         name: "MONITOR_EXPECT",
         stands: Stands::Balancer,
         domain: Domain::Escaped,
-        field: Field::Balancer {
+        field: KeyField::Balancer {
             set: |b, v| {
                 if let (Monitoring::SendExpect { expect, .. }, Some(bytes)) =
                     (&mut b.monitoring, take!(v, Bytes))
@@ -1041,7 +1041,7 @@ pub static KEYS: &[Key] = &[
         name: "MONITOR_PATH",
         stands: Stands::Balancer,
         domain: Domain::HttpPath,
-        field: Field::Balancer {
+        field: KeyField::Balancer {
             set: |b, v| {
                 if let (Monitoring::Http { path, .. }, Some(text)) =
                     (&mut b.monitoring, take!(v, HttpPath))
@@ -1060,7 +1060,7 @@ pub static KEYS: &[Key] = &[
         name: "MONITOR_EXPECT_STATUS",
         stands: Stands::Balancer,
         domain: Domain::StatusRange,
-        field: Field::Balancer {
+        field: KeyField::Balancer {
             set: |b, v| {
                 if let (Monitoring::Http { expect, .. }, Some(range)) =
                     (&mut b.monitoring, take!(v, StatusRange))
@@ -1087,7 +1087,7 @@ pub static KEYS: &[Key] = &[
         name: "HTTP_TRUSTED_PROXIES",
         stands: Stands::Balancer,
         domain: Domain::CidrsOrNone,
-        field: Field::Balancer {
+        field: KeyField::Balancer {
             set: |b, v| {
                 if let Value::Cidrs(list) = v {
                     b.http.trusted_proxies = list;
@@ -1101,7 +1101,7 @@ pub static KEYS: &[Key] = &[
         name: "HTTP_UPGRADE_PROTOCOLS",
         stands: Stands::Balancer,
         domain: Domain::Protocols,
-        field: Field::Balancer {
+        field: KeyField::Balancer {
             set: |b, v| {
                 if let Some(protocols) = take!(v, Protocols) {
                     b.http.upgrade_protocols = protocols;
@@ -1216,7 +1216,7 @@ pub static KEYS: &[Key] = &[
         name: "ALERT_WEBHOOK",
         stands: Stands::Balancer,
         domain: Domain::Webhook,
-        field: Field::Balancer {
+        field: KeyField::Balancer {
             set: |b, v| {
                 if let Some(hook) = take!(v, Webhook) {
                     b.alerts.webhook = hook;
@@ -1324,7 +1324,7 @@ pub static KEYS: &[Key] = &[
         name: "RESTART_ONLY_WITH_ADDRESS",
         stands: Stands::Balancer,
         domain: Domain::OptionalIp,
-        field: Field::Balancer {
+        field: KeyField::Balancer {
             set: |b, v| {
                 if let Some(ip) = take!(v, OptionalIp) {
                     b.restarts.only_with_address = ip;
@@ -1390,12 +1390,12 @@ mod tests {
         for key in KEYS {
             let text = sample(key.domain);
             let printed = match key.field {
-                Field::General { get, .. } => {
+                KeyField::General { get, .. } => {
                     let mut general = General::defaults();
                     key.set_general(&mut general, text).expect("a valid sample");
                     get(&general)
                 }
-                Field::Balancer { get, .. } => {
+                KeyField::Balancer { get, .. } => {
                     let mut b = BalancerConfig::defaults(BalancerKind::http("BALANCE_HTTP"));
                     if key.name.starts_with("MONITOR_") && key.domain == Domain::Escaped {
                         b.monitoring = Monitoring::SendExpect {
@@ -1427,7 +1427,7 @@ mod tests {
                 );
             }
             assert!(
-                matches!(key.field, Field::General { .. }) == (key.stands == Stands::General),
+                matches!(key.field, KeyField::General { .. }) == (key.stands == Stands::General),
                 "{}: a [General] key sets General",
                 key.name
             );

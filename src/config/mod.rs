@@ -54,8 +54,8 @@ pub use errors::{ConfigError, LoadError, MAX_ERRORS_SHOWN, MAX_FILE_SIZE, Notice
 pub use load::general_value;
 pub use model::{
     BalancerConfig, BalancerKind, Config, DEFAULT_HTTP_HEAD_MEMORY, General, HttpSettings,
-    Keepalive, Loaded, Origin, Origins, ProxyProtocol, QuerySettings, ServerConfig, TOTVS_GENERAL,
-    TOTVS_UNUSED, TlsKeys,
+    Keepalive, Loaded, Origins, ProxyProtocol, QuerySettings, ServerConfig, TOTVS_GENERAL,
+    TOTVS_UNUSED, TlsKeys, ValueOrigin,
 };
 pub use render::{EffectiveSection, balancer_secret_changes, secret_changes, setting_changes};
 pub use value::{Cidr, Host, ServerId, duration_within, show_duration, show_escaped};

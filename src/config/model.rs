@@ -157,7 +157,7 @@ impl fmt::Display for BalancerKind {
     }
 }
 
-/// One TCP balancer: a listener and the pool of servers it forwards to.
+/// One TCP balancer: a listener and the servers it forwards to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BalancerConfig {
     /// Which section this is.
@@ -390,7 +390,7 @@ impl ServerConfig {
 
 /// Where an effective value came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Origin {
+pub enum ValueOrigin {
     /// Set in its own section, at this line.
     Section(usize),
     /// Inherited from `[General]`, set at this line.
@@ -401,18 +401,18 @@ pub enum Origin {
 
 /// Origin of every effective value, keyed by (section, key), both upper case.
 #[derive(Debug, Clone, Default)]
-pub struct Origins(BTreeMap<(String, String), Origin>);
+pub struct Origins(BTreeMap<(String, String), ValueOrigin>);
 
 impl Origins {
     /// Where `key` of `section` came from (`Default` when never recorded).
-    pub fn get(&self, section: &str, key: &str) -> Origin {
+    pub fn get(&self, section: &str, key: &str) -> ValueOrigin {
         self.0
             .get(&(section.to_string(), key.to_string()))
             .copied()
-            .unwrap_or(Origin::Default)
+            .unwrap_or(ValueOrigin::Default)
     }
 
-    pub(super) fn set(&mut self, section: &str, key: &str, origin: Origin) {
+    pub(super) fn set(&mut self, section: &str, key: &str, origin: ValueOrigin) {
         self.0
             .insert((section.to_string(), key.to_string()), origin);
     }

@@ -4,8 +4,8 @@
 
 use std::fmt::Write;
 
-use super::keys::{self, Field};
-use super::{BalancerConfig, Config, General, Origin};
+use super::keys::{self, KeyField};
+use super::{BalancerConfig, Config, General, ValueOrigin};
 
 /// One section of the effective configuration.
 #[derive(Debug, Clone)]
@@ -13,7 +13,7 @@ pub struct EffectiveSection {
     /// The section name as printed (`General`, `BALANCE_SMART_CLIENT_DESKTOP`).
     pub name: String,
     /// Every key with its effective value and where that value came from.
-    pub keys: Vec<(String, String, Origin)>,
+    pub keys: Vec<(String, String, ValueOrigin)>,
 }
 
 impl Config {
@@ -55,7 +55,7 @@ impl Config {
             let (defaults, set): (Vec<_>, Vec<_>) = section
                 .keys
                 .iter()
-                .partition(|(_, _, origin)| *origin == Origin::Default);
+                .partition(|(_, _, origin)| *origin == ValueOrigin::Default);
             for (key, value, _) in set {
                 let secret = keys::find(key).is_some_and(|k| k.domain.is_secret());
                 if secret && !value.is_empty() {
@@ -80,8 +80,8 @@ impl Config {
     pub fn general_settings(&self) -> Vec<(String, String)> {
         keys::general()
             .filter_map(|key| match key.field {
-                Field::General { get, .. } => Some((key.name.to_string(), get(&self.general)?)),
-                Field::Balancer { .. } => None,
+                KeyField::General { get, .. } => Some((key.name.to_string(), get(&self.general)?)),
+                KeyField::Balancer { .. } => None,
             })
             .collect()
     }
@@ -181,8 +181,8 @@ impl BalancerConfig {
     pub fn settings(&self) -> Vec<(String, String)> {
         keys::balancer()
             .filter_map(|key| match key.field {
-                Field::Balancer { get, .. } => Some((key.name.to_string(), get(self)?)),
-                Field::General { .. } => None,
+                KeyField::Balancer { get, .. } => Some((key.name.to_string(), get(self)?)),
+                KeyField::General { .. } => None,
             })
             .collect()
     }

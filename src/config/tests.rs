@@ -60,19 +60,19 @@ fn general_supplies_defaults_and_the_section_wins() {
         config
             .origins
             .get("BALANCE_WEB_SERVICES", "MONITOR_INTERVAL"),
-        Origin::General(3)
+        ValueOrigin::General(3)
     );
     assert_eq!(
         config
             .origins
             .get("BALANCE_SMART_CLIENT_DESKTOP", "MONITOR_INTERVAL"),
-        Origin::Section(6)
+        ValueOrigin::Section(6)
     );
     assert_eq!(
         config
             .origins
             .get("BALANCE_WEB_SERVICES", "QUARANTINE_TIME"),
-        Origin::Default
+        ValueOrigin::Default
     );
 }
 

@@ -1,7 +1,7 @@
 //! The words messages share across the process: how a count is written, and a verb after it
 //! that agrees with it. It lives in `config`, the lowest layer whose messages count things (a
 //! load's `3 errors in appserver.ini`), so every layer above (`broker`, `admin`, the
-//! binary...) can import it; `process`, the home of what the whole process shares, stands
+//! binary...) can import it; `support`, the home of what the whole process shares, stands
 //! above `config` and could not serve `config` itself.
 
 /// `n thing` or `n things`.

@@ -22,7 +22,7 @@ use tracing::{info, warn};
 
 use crate::config::{Config, General, Host, show_duration};
 use crate::net::sys;
-use crate::process::shutdown::Shutdown;
+use crate::support::shutdown::Shutdown;
 
 /// The example configuration, built in so the demo runs from anywhere.
 pub const EXAMPLE: &str = include_str!("../../appserver.ini.example");
@@ -397,7 +397,7 @@ fn read_console(typed: &tokio::sync::mpsc::Sender<String>) {
             Err(e) => {
                 warn!(
                     "demo: cannot read the console: {}; server ids can no longer be typed",
-                    crate::process::os_error::words(&e)
+                    crate::support::os_error::words(&e)
                 );
                 return;
             }
@@ -480,7 +480,7 @@ pub enum Ended {
 pub fn client(address: SocketAddr) -> io::Result<Ended> {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     let stream = std::net::TcpStream::connect(address)?;
-    crate::process::logging::to_stderr(&format!(
+    crate::support::logging::to_stderr(&format!(
         "connected to {address}: type a line and Enter; end of input (Ctrl-D) or Ctrl-C ends"
     ));
     let mut to_server = stream.try_clone()?;

@@ -19,10 +19,7 @@
 //!   names.
 //! - `pages`: the broker's own answers (502, 503, 504, refusals) in the page language.
 //! - [`stats`]: the figures METRICS reads.
-//! - [`check`](mod@check): `MONITORING_TYPE=HTTP`, one request over a given connection
-//!   (hyper's client: not on the data path).
 
-pub mod check;
 mod client_head;
 pub mod engine;
 pub mod h1;
@@ -44,9 +41,8 @@ use hyper::{Method, StatusCode};
 use crate::config::{BalancerConfig, BalancerKind, Cidr, General, Language};
 use crate::net::relay::End;
 use crate::net::stream::Stream;
-use crate::process::budget::Budget;
+use crate::support::budget::Budget;
 
-pub use check::{CheckError, StatusRange, check};
 pub use client_head::ClientHead;
 pub use engine::{Engine, PoolFigures};
 pub use local::{LocalAnswer, LocalBody, LocalRequest, MOST_LOCAL_BODY};

@@ -13,13 +13,13 @@ use crate::balancer::rules::health::Reason;
 use crate::balancer::{Closed, Server};
 use crate::config::show_duration;
 use crate::http::{Exchange, ExchangeOutcome, Tunnel};
-use crate::http_balancer::{HttpBalancer, Target};
+use crate::http_balancer::{HttpBalancer, ServerTarget};
 use crate::query::snapshot::{HttpFigures, SESSION_AGES_SHOWN, ServerSessions, SessionFigures};
 
 impl HttpBalancer {
     /// A finished request: the server's traffic and its timeouts, the 503 counted, the
     /// access-log line.
-    pub(super) fn exchanged(&self, exchange: &Exchange<Target>) {
+    pub(super) fn exchanged(&self, exchange: &Exchange<ServerTarget>) {
         if let Some(server) = &exchange.server {
             server.0.add_traffic(exchange.to_server, exchange.to_client);
             self.span
@@ -98,7 +98,7 @@ impl HttpBalancer {
 
     /// An upgraded connection ended: its closing line, as a relayed connection's. Its bytes
     /// are the server's traffic through its request's exchange, reported next.
-    pub(super) fn tunnel_ended(&self, tunnel: &Tunnel<Target>) {
+    pub(super) fn tunnel_ended(&self, tunnel: &Tunnel<ServerTarget>) {
         let closed = Closed {
             client: tunnel.client.or_unspecified(),
             duration: tunnel.duration,
@@ -106,9 +106,9 @@ impl HttpBalancer {
             to_client: tunnel.to_client,
             end: &tunnel.end,
         };
-        let pool = self.balancer.generation();
+        let generation = self.balancer.generation();
         self.balancer
-            .ended(&tunnel.server.0, &pool, &closed, &self.span);
+            .ended(&tunnel.server.0, &generation, &closed, &self.span);
     }
     /// The figures a query of this balancer shows.
     pub(super) fn figures(&self) -> HttpFigures {
@@ -116,18 +116,18 @@ impl HttpBalancer {
             return HttpFigures::default();
         };
         let pools = proxy.pool_figures();
-        let pool = self.balancer.generation();
+        let generation = self.balancer.generation();
         let sessions = {
             let mut table = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
             let now = Instant::now();
-            table.expire(now, pool.config.http.session_timeout);
-            self.count_sessions(&table, &pool.servers);
+            table.expire(now, generation.config.http.session_timeout);
+            self.count_sessions(&table, &generation.servers);
             SessionFigures {
                 live: table.len() as u64,
                 total: table.total(),
                 peak: table.peak(),
                 moved: table.moved_count(),
-                servers: pool
+                servers: generation
                     .servers
                     .iter()
                     .map(|s| {
@@ -164,7 +164,7 @@ impl HttpBalancer {
 
 /// The access log's line for one request (`LOG_REQUESTS`): who, what, the answer, the bytes
 /// each way, how long, which server.
-fn access_line(exchange: &Exchange<Target>) {
+fn access_line(exchange: &Exchange<ServerTarget>) {
     let status = exchange
         .status
         .map_or_else(|| "-".to_string(), |s| s.as_u16().to_string());

@@ -18,9 +18,9 @@ use crate::http_balancer::sessions::{
     Affinity, CookieKeys, Limits, Sessions, Ticket, Touched, mentions_broker_cookie,
     without_broker_cookie,
 };
-use crate::http_balancer::{Held, HttpBalancer, Target, client_key, client_named};
-use crate::process::clock::wall_ms;
-use crate::process::throttle::Episode;
+use crate::http_balancer::{HttpBalancer, RequestHold, ServerTarget, client_key, client_named};
+use crate::support::clock::wall_ms;
+use crate::support::throttle::Episode;
 
 /// Where a signed cookie's session goes.
 enum Sticky {
@@ -44,10 +44,10 @@ impl HttpBalancer {
         &self,
         request: &ClientHead<'_>,
         client: &Downstream,
-        tried: &[Target],
+        tried: &[ServerTarget],
     ) -> Option<Choice<HttpBalancer>> {
-        let pool = self.balancer.generation();
-        if tried.len() >= pool.config.max_attempts as usize {
+        let generation = self.balancer.generation();
+        if tried.len() >= generation.config.max_attempts as usize {
             return None;
         }
         let keys = self.session_secrets.keys();
@@ -55,7 +55,7 @@ impl HttpBalancer {
         let mut affinity = Affinity::of(request.values(FieldName::Cookie), &keys, section);
         if let Affinity::Unbound(ticket) = affinity {
             // The earlier form: a session in its upgrade window, no cookie after it.
-            let timeout = pool.config.http.session_timeout;
+            let timeout = generation.config.http.session_timeout;
             affinity = if keys.honours_unbound(wall_ms(), timeout) {
                 Affinity::Previous(ticket)
             } else {
@@ -69,23 +69,23 @@ impl HttpBalancer {
                 let renewed =
                     matches!(affinity, Affinity::Previous(_)).then(|| keys.renew(section, &ticket));
                 let upgrade = request.asks_upgrade();
-                match self.session(&pool, ticket, renewed, tried, upgrade, client) {
+                match self.session(&generation, ticket, renewed, tried, upgrade, client) {
                     Sticky::Served(choice) => return choice,
                     Sticky::Moving(moving) => moving,
                 }
             }
             Affinity::Unsigned(ticket) => {
-                if let Some(choice) = self.unsigned(&pool, &keys, ticket, tried, client) {
+                if let Some(choice) = self.unsigned(&generation, &keys, ticket, tried, client) {
                     return choice;
                 }
                 None
             }
             Affinity::Unbound(_) | Affinity::None => None,
         };
-        if moving.is_some() && pool.config.http.sticky_strict {
+        if moving.is_some() && generation.config.http.sticky_strict {
             return None;
         }
-        self.balance(&pool, &keys, moving, tried, client)
+        self.balance(&generation, &keys, moving, tried, client)
     }
 
     /// The broker's cookie is the broker's: the server sees the client's other cookies only,
@@ -110,14 +110,17 @@ impl HttpBalancer {
     /// `HTTP_MAX_SESSIONS_PER_CLIENT` goes to its server all the same, uncounted.
     fn session(
         &self,
-        pool: &Generation,
+        generation: &Generation,
         ticket: Ticket,
         renewed: Option<Ticket>,
-        tried: &[Target],
+        tried: &[ServerTarget],
         upgrade: bool,
         client: &Downstream,
     ) -> Sticky {
-        let index = pool.servers.iter().position(|s| s.id == ticket.server);
+        let index = generation
+            .servers
+            .iter()
+            .position(|s| s.id == ticket.server);
         let mut table = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
         let ticket = match renewed {
             Some(new) => {
@@ -127,12 +130,12 @@ impl HttpBalancer {
             None => ticket,
         };
         if let Some(index) = index {
-            let server = &pool.servers[index];
+            let server = &generation.servers[index];
             let failed = tried.iter().any(|t| Arc::ptr_eq(&t.0, server));
             if !failed && server.is_available(self.balancer.clock_ms()) {
                 // Unknown clients (a trusted chain naming no usable address) share one count.
                 let client_ip = client_key(client.peer);
-                let limits = limits(&pool.config);
+                let limits = limits(&generation.config);
                 let touched = table.touch(ticket, client_ip, Instant::now(), &limits);
                 if touched == Touched::OverClientCap {
                     self.over_cap(client_ip, limits.per_client);
@@ -142,10 +145,10 @@ impl HttpBalancer {
                     table.opened(ticket);
                     (ticket, Arc::clone(&self.sessions))
                 });
-                self.count_sessions(&table, &pool.servers);
+                self.count_sessions(&table, &generation.servers);
                 drop(table);
                 let cookie = renewed.map(|new| new.set_cookie(client.tls));
-                let choice = pool
+                let choice = generation
                     .lease(index, false)
                     .map(|lease| chosen(lease, pinned, cookie));
                 return Sticky::Served(choice);
@@ -166,16 +169,16 @@ impl HttpBalancer {
     /// it is no cookie (`None`).
     fn unsigned(
         &self,
-        pool: &Generation,
+        generation: &Generation,
         keys: &CookieKeys,
         ticket: Ticket,
-        tried: &[Target],
+        tried: &[ServerTarget],
         client: &Downstream,
     ) -> Option<Option<Choice<Self>>> {
-        if !keys.honours_unsigned(wall_ms(), pool.config.http.session_timeout) {
+        if !keys.honours_unsigned(wall_ms(), generation.config.http.session_timeout) {
             return None;
         }
-        // A cookie another balancer of the file issued names a server of another pool: no
+        // A cookie another balancer of the file issued names another balancer's server: no
         // window honours it.
         let config = self.ctx.config.load();
         let own = self.balancer.kind();
@@ -187,8 +190,11 @@ impl HttpBalancer {
         if keys.bound_elsewhere(others, &ticket) {
             return None;
         }
-        let index = pool.servers.iter().position(|s| s.id == ticket.server)?;
-        let server = &pool.servers[index];
+        let index = generation
+            .servers
+            .iter()
+            .position(|s| s.id == ticket.server)?;
+        let server = &generation.servers[index];
         let failed = tried.iter().any(|t| Arc::ptr_eq(&t.0, server));
         if failed || !server.takes_new_clients(self.balancer.clock_ms()) {
             return None;
@@ -197,7 +203,8 @@ impl HttpBalancer {
             .issue(own.section(), ticket.server)
             .set_cookie(client.tls);
         Some(
-            pool.lease(index, false)
+            generation
+                .lease(index, false)
                 .map(|lease| chosen(lease, None, Some(cookie))),
         )
     }
@@ -206,33 +213,33 @@ impl HttpBalancer {
     /// off its server), with a new cookie for the server picked.
     fn balance(
         &self,
-        pool: &Generation,
+        generation: &Generation,
         keys: &CookieKeys,
         moving: Option<Ticket>,
-        tried: &[Target],
+        tried: &[ServerTarget],
         client: &Downstream,
     ) -> Option<Choice<Self>> {
         let now = self.balancer.clock_ms();
         let mut table = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
-        table.expire(Instant::now(), pool.config.http.session_timeout);
+        table.expire(Instant::now(), generation.config.http.session_timeout);
         // The pick below reads the counts: without the sessions just ended.
-        self.count_sessions(&table, &pool.servers);
-        let tried: Vec<usize> = pool
+        self.count_sessions(&table, &generation.servers);
+        let tried: Vec<usize> = generation
             .servers
             .iter()
             .enumerate()
             .filter(|(_, s)| tried.iter().any(|t| Arc::ptr_eq(&t.0, s)))
             .map(|(i, _)| i)
             .collect();
-        let lease = pool.pick_with_fallback(now, &tried)?;
+        let lease = generation.pick_with_fallback(now, &tried)?;
         // Every server in quarantine, the pick may be its own server again: no move.
         if let Some(old) = moving
             && old.server != lease.server.id
             && table.moved(old)
         {
-            self.session_moved(pool, old, &lease.server, client);
+            self.session_moved(generation, old, &lease.server, client);
         }
-        self.count_sessions(&table, &pool.servers);
+        self.count_sessions(&table, &generation.servers);
         drop(table);
         let section = self.balancer.kind().section();
         let cookie = keys.issue(section, lease.server.id).set_cookie(client.tls);
@@ -242,10 +249,16 @@ impl HttpBalancer {
     /// A live session moved off its server (`old` names it) to `to`: the first of an episode
     /// of its server is logged, the others counted (see [`HttpBalancer::moves_ended`]), so a
     /// server in quarantine with thousands of sessions writes one line, not thousands.
-    fn session_moved(&self, pool: &Generation, old: Ticket, to: &Server, client: &Downstream) {
+    fn session_moved(
+        &self,
+        generation: &Generation,
+        old: Ticket,
+        to: &Server,
+        client: &Downstream,
+    ) {
         let mut moves = self.moves.lock().unwrap_or_else(|p| p.into_inner());
         let (episode, from) = moves.entry(old.server).or_insert_with(|| {
-            let from = pool
+            let from = generation
                 .servers
                 .iter()
                 .find(|s| s.id == old.server)
@@ -335,8 +348,8 @@ fn chosen(
     set_cookie: Option<String>,
 ) -> Choice<HttpBalancer> {
     Choice {
-        server: Target(Arc::clone(&lease.server)),
-        lease: Held { lease, pinned },
+        server: ServerTarget(Arc::clone(&lease.server)),
+        lease: RequestHold { lease, pinned },
         set_cookie,
     }
 }

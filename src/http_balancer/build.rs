@@ -9,9 +9,9 @@ use crate::config::Language;
 use crate::http::{self, Engine};
 use crate::http_balancer::sessions::SessionSecrets;
 use crate::http_balancer::sweep::expire_sessions;
-use crate::http_balancer::{HttpBalancer, HttpProxy, Target};
-use crate::process::throttle::Throttle;
+use crate::http_balancer::{HttpBalancer, HttpProxy, ServerTarget};
 use crate::query::Operators;
+use crate::support::throttle::Throttle;
 
 /// The engine of `balancer`, with its settings, its session cookies signed with
 /// `session_secrets`, its queries' page of actions run by `operators`. Within a tokio runtime (its idle sweep and the sessions' expiry run
@@ -34,10 +34,10 @@ pub fn proxy(
         moves: Mutex::default(),
         over_cap: Mutex::default(),
     });
-    let pool = balancer.generation();
+    let generation = balancer.generation();
     let language = ctx.config.load().general.language;
     let head_memory = Arc::clone(&ctx.head_memory);
-    let settings = http::Settings::from_config(&pool.config, language, head_memory);
+    let settings = http::Settings::from_config(&generation.config, language, head_memory);
     let proxy = Engine::new(Arc::clone(&upstreams), settings);
     let _ = upstreams.proxy.set(Arc::downgrade(&proxy));
     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
@@ -47,7 +47,7 @@ pub fn proxy(
 }
 
 /// A reload applied to the engine: the new settings, and the idle connections of servers
-/// that left the pool (`old`) closed.
+/// that left the generation (`old`) closed.
 pub fn reconfigure(proxy: &HttpProxy, old: &Generation, new: &Generation, language: Language) {
     let head_memory = Arc::clone(&proxy.upstreams().ctx.head_memory);
     proxy.set_settings(http::Settings::from_config(
@@ -60,6 +60,6 @@ pub fn reconfigure(proxy: &HttpProxy, old: &Generation, new: &Generation, langua
         .iter()
         .filter(|o| !new.servers.iter().any(|n| Arc::ptr_eq(n, o)))
     {
-        proxy.forget(&Target(Arc::clone(gone)));
+        proxy.forget(&ServerTarget(Arc::clone(gone)));
     }
 }

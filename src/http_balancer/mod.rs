@@ -44,13 +44,13 @@ use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 use tracing::Span;
 
-use crate::balancer::shared::{Ending, Shared};
+use crate::balancer::shared::{EndSignals, Shared};
 use crate::balancer::{Balancer, Lease, Server};
 use crate::config::ServerId;
 use crate::http::{ClientAddr, Downstream, Engine};
 use crate::http_balancer::sessions::{SessionSecrets, Sessions, Ticket};
 use crate::net::stream::Stream;
-use crate::process::throttle::{Episode, Throttle};
+use crate::support::throttle::{Episode, Throttle};
 
 /// An HTTP balancer's engine.
 pub type HttpProxy = Engine<HttpBalancer>;
@@ -58,23 +58,23 @@ pub type HttpProxy = Engine<HttpBalancer>;
 /// A server of the balancer as the engine keys its pool: the balancer's own, compared by
 /// identity, so a server a reload re-created never shares the old one's connections.
 #[derive(Debug, Clone)]
-pub struct Target(pub Arc<Server>);
+pub struct ServerTarget(pub Arc<Server>);
 
-impl PartialEq for Target {
-    fn eq(&self, other: &Target) -> bool {
+impl PartialEq for ServerTarget {
+    fn eq(&self, other: &ServerTarget) -> bool {
         Arc::ptr_eq(&self.0, &other.0)
     }
 }
 
-impl Eq for Target {}
+impl Eq for ServerTarget {}
 
-impl std::hash::Hash for Target {
+impl std::hash::Hash for ServerTarget {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         std::ptr::hash(Arc::as_ptr(&self.0), state);
     }
 }
 
-impl std::fmt::Display for Target {
+impl std::fmt::Display for ServerTarget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0.address)
     }
@@ -112,14 +112,14 @@ pub struct HttpBalancer {
 /// What a request holds while in hand: its server's connection count and, for a WebSocket
 /// upgrade of a session, the session's pin (it does not expire while the WebSocket is open).
 #[derive(Debug)]
-pub struct Held {
+pub struct RequestHold {
     /// The server's connection count.
     pub lease: Lease,
     /// The session pinned, and its table, when the request asked for an upgrade.
     pinned: Option<(Ticket, Arc<Mutex<Sessions>>)>,
 }
 
-impl Drop for Held {
+impl Drop for RequestHold {
     fn drop(&mut self) {
         if let Some((ticket, sessions)) = self.pinned.take() {
             let mut table = sessions.lock().unwrap_or_else(|p| p.into_inner());
@@ -141,13 +141,13 @@ impl Drop for Held {
 pub fn start<S: Stream>(
     proxy: &Arc<HttpProxy>,
     tasks: &TaskTracker,
-    ending: &Ending,
+    ending: &EndSignals,
     stream: S,
     mut client: Downstream,
 ) {
     let balancer = &proxy.upstreams().balancer;
-    let pool = balancer.generation();
-    if pool.config.proxy.send.is_some() && client.local.is_none() {
+    let generation = balancer.generation();
+    if generation.config.proxy.send.is_some() && client.local.is_none() {
         // The header sent on names where the client connected: the socket's own address.
         client.local = stream.socket().and_then(|s| s.local_addr().ok());
     }
@@ -156,11 +156,11 @@ pub fn start<S: Stream>(
     // A trusted proxy's connection carries many clients: not it but each of its requests is
     // counted, for the client it names (`Upstreams::hold_client`). A front balancer's check
     // (a `LOCAL` header) is no client: never counted, never forwarded.
-    let hold = if client.check || client.is_trusted_proxy(&pool.config.http.trusted_proxies) {
+    let hold = if client.check || client.is_trusted_proxy(&generation.config.http.trusted_proxies) {
         None
     } else {
         let key = client_key(client.peer);
-        let Some(hold) = span.in_scope(|| balancer.hold_for_client(&pool, key)) else {
+        let Some(hold) = span.in_scope(|| balancer.hold_for_client(&generation, key)) else {
             if let Some(refusal) = balancer.answer_refusal(key) {
                 let refusing = Arc::clone(proxy).serve_unavailable(stream, client, cut);
                 tasks.spawn(async move {

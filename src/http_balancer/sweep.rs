@@ -22,13 +22,13 @@ pub(super) async fn expire_sessions(upstreams: Weak<HttpBalancer>) {
         let Some(upstreams) = upstreams.upgrade() else {
             return;
         };
-        let pool = upstreams.balancer.generation();
+        let generation = upstreams.balancer.generation();
         let mut table = upstreams.sessions.lock().unwrap_or_else(|p| p.into_inner());
-        table.expire(Instant::now(), pool.config.http.session_timeout);
-        upstreams.count_sessions(&table, &pool.servers);
+        table.expire(Instant::now(), generation.config.http.session_timeout);
+        upstreams.count_sessions(&table, &generation.servers);
         drop(table);
         upstreams.moves_ended();
-        upstreams.over_cap_ended(pool.config.http.max_sessions_per_client);
+        upstreams.over_cap_ended(generation.config.http.max_sessions_per_client);
     }
 }
 

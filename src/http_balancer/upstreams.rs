@@ -13,7 +13,7 @@ use crate::http::h1::Editor;
 use crate::http::{
     Choice, ClientHead, ConnectFailure, Downstream, LocalAnswer, LocalRequest, Report, Upstreams,
 };
-use crate::http_balancer::{Held, HttpBalancer, Target, client_key};
+use crate::http_balancer::{HttpBalancer, RequestHold, ServerTarget, client_key};
 use crate::net::dial::{ConnectError, ServerStream};
 use crate::net::proxy_protocol::{self, Header};
 use crate::query;
@@ -28,8 +28,8 @@ impl ConnectFailure for ConnectError {
 }
 
 impl Upstreams for HttpBalancer {
-    type Server = Target;
-    type Lease = Held;
+    type Server = ServerTarget;
+    type Lease = RequestHold;
     type Stream = ServerStream;
     type ConnectError = ConnectError;
     type ClientHold = ClientHold;
@@ -38,10 +38,10 @@ impl Upstreams for HttpBalancer {
     /// Counted against `MAX_CONNECTIONS_PER_CLIENT` in the balancer's table of clients, with
     /// its direct connections; the refusal logged in the balancer's span.
     fn hold_client(&self, client: &Downstream) -> Option<ClientHold> {
-        let pool = self.balancer.generation();
+        let generation = self.balancer.generation();
         let key = client_key(client.peer);
         self.span
-            .in_scope(|| self.balancer.hold_for_proxied_request(&pool, key))
+            .in_scope(|| self.balancer.hold_for_proxied_request(&generation, key))
     }
 
     fn intercepts(&self, target: &[u8]) -> bool {
@@ -74,10 +74,10 @@ impl Upstreams for HttpBalancer {
         if matches!(admission, Admission::Client(_)) {
             return true;
         }
-        let pool = self.balancer.generation();
+        let generation = self.balancer.generation();
         let admitted = self
             .span
-            .in_scope(|| self.balancer.admit_client(&pool, admission, None));
+            .in_scope(|| self.balancer.admit_client(&generation, admission, None));
         admission.forwarded();
         admitted
     }
@@ -88,7 +88,7 @@ impl Upstreams for HttpBalancer {
         &self,
         request: &ClientHead<'_>,
         client: &Downstream,
-        tried: &[Target],
+        tried: &[ServerTarget],
     ) -> Option<Choice<Self>> {
         self.choose_server(request, client, tried)
     }
@@ -107,18 +107,18 @@ impl Upstreams for HttpBalancer {
     /// quarantined, as a TCP client's pick would be).
     async fn connect(
         &self,
-        server: &Target,
+        server: &ServerTarget,
         client: &Downstream,
     ) -> Result<ServerStream, ConnectError> {
-        let pool = self.balancer.generation();
+        let generation = self.balancer.generation();
         let s = &server.0;
-        let preface = proxy_protocol::preface(pool.config.proxy.send, || {
+        let preface = proxy_protocol::preface(generation.config.proxy.send, || {
             Header::for_client(client.peer.known(), client.local)
         });
         let attempt = self
             .balancer
             .attempt(s, s.is_quarantined(), client.peer.or_unspecified());
-        let connector = self.balancer.connector(&pool);
+        let connector = self.balancer.connector(&generation);
         let connecting = connector.connect(&s.host, s.port, &s.address, &preface, &attempt);
         connecting.instrument(self.span.clone()).await
     }
@@ -128,12 +128,12 @@ impl Upstreams for HttpBalancer {
         self.without_broker_cookie(request, head);
     }
 
-    fn keeps(&self, server: &Target) -> bool {
-        let pool = self.balancer.generation();
-        pool.servers.iter().any(|s| Arc::ptr_eq(s, &server.0))
+    fn keeps(&self, server: &ServerTarget) -> bool {
+        let generation = self.balancer.generation();
+        generation.servers.iter().any(|s| Arc::ptr_eq(s, &server.0))
     }
 
-    fn report(&self, report: Report<'_, Target>) {
+    fn report(&self, report: Report<'_, ServerTarget>) {
         match report {
             Report::ConnectFailed {
                 server,

@@ -20,7 +20,7 @@ use tracing::debug;
 use crate::config::{BalancerConfig, Host, Keepalive, show_duration};
 use crate::net::resolve::{ResolveError, Resolver};
 use crate::net::sys;
-use crate::process::os_error::{Explained, PointsAt, explain_connect, words};
+use crate::support::os_error::{Explained, PointsAt, explain_connect, words};
 use crate::tls::{Cause, HandshakeFailure, UpstreamTls};
 
 /// A connection to a server: plain TCP, or TLS with `SSL_ENCRYPT_UPSTREAM=1`. The TLS one is

@@ -5,7 +5,7 @@
 //!
 //! - the PROXY protocol step ([`Accepted::proxy_header`], `PROXY_PROTOCOL=1`): from a front
 //!   balancer, the header that names the client is read first, within its timeout, and the
-//!   client it names becomes the connection's [`Origin`], the one place both paths read the
+//!   client it names becomes the connection's [`ClientOrigin`], the one place both paths read the
 //!   client's address from; a header from any other source is refused;
 //! - the TLS step ([`Accepted::handshake`]): a connection on a TLS port is made secure once,
 //!   with the [`PortTls`] of the generation it arrived in, or told apart as plain by its first
@@ -24,7 +24,7 @@ use tokio_rustls::server::TlsStream;
 use tokio_util::either::Either;
 
 use crate::config::Cidr;
-use crate::net::proxy_protocol::{self, Header, HeaderError, MAX_HEADER, Parsed};
+use crate::net::proxy_protocol::{self, Header, HeaderError, MAX_HEADER, ProxyParsed};
 use crate::tls::first_byte::{self, Arrival};
 use crate::tls::{HandshakeFailure, ServerTls};
 
@@ -46,7 +46,7 @@ pub struct Accepted {
     /// Who connected: the socket's peer (a front balancer, under the PROXY protocol).
     pub peer: SocketAddr,
     /// Whom the connection serves: the peer, until a PROXY protocol header names another.
-    pub origin: Origin,
+    pub origin: ClientOrigin,
 }
 
 /// Whom an accepted connection serves, as the listener layer found out: the one place both
@@ -54,7 +54,7 @@ pub struct Accepted {
 /// log lines, `QUERY_ALLOW`, `MAX_CONNECTIONS_PER_CLIENT`, the per-client figures and
 /// `X-Forwarded-For` all name the same client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Origin {
+pub struct ClientOrigin {
     /// The client: the socket's peer, or the client a PROXY protocol header named.
     pub client: SocketAddr,
     /// Where the client connected, when a header said (the front balancer's address, as the
@@ -119,7 +119,7 @@ impl ProxyRefusal {
 /// What became of an accepted connection's PROXY protocol step.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProxyStep {
-    /// A header was read: the connection's [`Origin`] says whom it serves (the client it
+    /// A header was read: the connection's [`ClientOrigin`] says whom it serves (the client it
     /// named; the peer for `UNKNOWN`; a check for `LOCAL`).
     Read,
     /// A source `PROXY_PROTOCOL_FROM` does not name, which sent no header: served as it is.
@@ -178,7 +178,7 @@ impl Accepted {
         Accepted {
             stream,
             peer,
-            origin: Origin {
+            origin: ClientOrigin {
                 client: peer,
                 destination: None,
                 check: false,
@@ -189,7 +189,7 @@ impl Accepted {
 
     /// The PROXY protocol step (`PROXY_PROTOCOL=1`): from a source `proxy.from` names (any,
     /// when it names none), the header is read whole within `proxy.timeout`, no byte past it,
-    /// and the client it names becomes the connection's [`Origin`]; a source it does not name
+    /// and the client it names becomes the connection's [`ClientOrigin`]; a source it does not name
     /// is served as it is, unless its first bytes, watched for `proxy.direct_wait`, are a
     /// header, which it may not send.
     pub async fn proxy_header(&mut self, proxy: &PortProxy<'_>) -> ProxyStep {
@@ -214,14 +214,14 @@ impl Accepted {
             Header::Proxied {
                 source,
                 destination,
-            } => Origin {
+            } => ClientOrigin {
                 client: source,
                 destination: Some(destination),
                 check: false,
                 silent_for: Duration::ZERO,
             },
             Header::Unknown => self.origin,
-            Header::Local => Origin {
+            Header::Local => ClientOrigin {
                 check: true,
                 ..self.origin
             },
@@ -281,8 +281,8 @@ async fn read_header(
         };
         let (header, take) = match proxy_protocol::parse(&buffer[..*got + arrived]) {
             Err(e) => return Err(ProxyStep::Refused(ProxyRefusal::Invalid(e))),
-            Ok(Parsed::Partial) => (None, arrived),
-            Ok(Parsed::Complete { header, length }) => (Some(header), length - *got),
+            Ok(ProxyParsed::Partial) => (None, arrived),
+            Ok(ProxyParsed::Complete { header, length }) => (Some(header), length - *got),
         };
         if stream
             .read_exact(&mut buffer[*got..*got + take])
@@ -362,7 +362,7 @@ mod tests {
         assert_eq!(step, ProxyStep::Read);
         assert_eq!(
             accepted.origin,
-            Origin {
+            ClientOrigin {
                 client: "192.0.2.7:56324".parse().unwrap(),
                 destination: Some("198.51.100.1:443".parse().unwrap()),
                 check: false,

@@ -1,66 +1,19 @@
 //! Descriptors this process was handed at start by whoever started it: the listeners of a
 //! supervisor (`--supervise`) or of systemd's socket activation (`LISTEN_FDS`), and the socket
-//! a supervised child reports on. Taking a descriptor by its number needs `FromRawFd`, which
-//! is `unsafe`: this is the one module of the crate allowed to say so (`unsafe_code` is denied
-//! everywhere else, and `.ci/run` fails on any other `unsafe`). Each block checks first that
+//! a supervised child reports on. Taking a descriptor by its number is
+//! [`unsafe_calls::adopt_socket`]'s (the one module allowed `unsafe`), which checks first that
 //! the number names an open socket that nothing in this process owns yet.
-//!
-//! The one other call the standard library lacks lives here for the same reason: giving the
-//! allocator's free memory back to the system ([`give_back_free_memory`]).
-#![allow(unsafe_code)]
 
-use std::collections::BTreeSet;
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
-use std::sync::Mutex;
+use std::os::fd::{OwnedFd, RawFd};
 
-use nix::sys::socket::{SockaddrStorage, getsockname};
-
-/// Descriptors taken so far: a number is owned once, or two owners would close it twice (the
-/// second close could hit a descriptor the number was given to since).
-static TAKEN: Mutex<BTreeSet<RawFd>> = Mutex::new(BTreeSet::new());
-
-/// Why an inherited descriptor cannot be taken.
-#[derive(Debug, thiserror::Error)]
-pub enum InheritError {
-    /// Standard input, output and error are not handed over as listeners.
-    #[error("descriptor {0} is standard input, output or error, not a handed-over socket")]
-    Stdio(RawFd),
-    /// Already owned by this process.
-    #[error("descriptor {0} was taken already")]
-    Taken(RawFd),
-    /// Not open, or not a socket.
-    #[error("descriptor {fd} is not an open socket ({source})")]
-    NotSocket {
-        /// The number given.
-        fd: RawFd,
-        /// What the system said.
-        source: io::Error,
-    },
-}
+use crate::support::unsafe_calls;
+pub use crate::support::unsafe_calls::InheritError;
 
 /// Takes ownership of socket `fd`, inherited open from the process that started this one; it
 /// is closed on exec from now on (a child is handed what it needs on purpose).
 pub fn take_socket(fd: RawFd) -> Result<OwnedFd, InheritError> {
-    if (0..=2).contains(&fd) {
-        return Err(InheritError::Stdio(fd));
-    }
-    let mut taken = TAKEN.lock().unwrap_or_else(|e| e.into_inner());
-    if taken.contains(&fd) {
-        return Err(InheritError::Taken(fd));
-    }
-    // getsockname fails with EBADF on a closed number and ENOTSOCK on a file: only an open
-    // socket passes.
-    getsockname::<SockaddrStorage>(fd).map_err(|e| InheritError::NotSocket {
-        fd,
-        source: e.into(),
-    })?;
-    taken.insert(fd);
-    // SAFETY: `fd` is open (getsockname just succeeded on it) and is a socket; no `OwnedFd`,
-    // `File` or socket of this process owns it, because nothing in the process opens a
-    // descriptor and leaves it unowned, and `TAKEN` (checked and updated under its lock)
-    // makes this the one place that takes each inherited number, once.
-    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    let owned = unsafe_calls::adopt_socket(fd)?;
     // Ours now: not to leak into whatever this process runs next (a supervisor hands its
     // children their listeners by clearing the flag on purpose).
     nix::fcntl::fcntl(
@@ -110,21 +63,6 @@ pub fn keep(fd: &impl std::os::fd::AsFd) -> io::Result<()> {
         nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
     )?;
     Ok(())
-}
-
-/// Gives the heap's free memory back to the system (glibc's `malloc_trim`): after a wave of
-/// clients has gone, the pages their connections used return to the system instead of
-/// staying at the wave's peak (glibc gives back only the top of each arena on its own, and a
-/// worker thread's arena is rarely free at its top). A few milliseconds for a heap of tens of
-/// megabytes, during which the threads' allocations wait on their arena's lock. Nothing on
-/// other C libraries.
-pub fn give_back_free_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim takes no pointer and touches only glibc's own heap, under its own
-    // locks: it may be called from any thread at any time.
-    unsafe {
-        nix::libc::malloc_trim(0);
-    }
 }
 
 #[cfg(test)]

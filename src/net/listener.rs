@@ -17,7 +17,7 @@ use tracing::{debug, warn};
 use crate::config::{BalancerConfig, Keepalive};
 use crate::net::handshake::Accepted;
 use crate::net::sys;
-use crate::process::os_error::{explain_bind, words};
+use crate::support::os_error::{explain_bind, words};
 
 /// Pending connections the kernel may queue before `accept`; the kernel caps it at
 /// `net.core.somaxconn`. Large, because clients arrive in bursts (a shift starting).

@@ -23,16 +23,19 @@
 //! - [`splice`] (Linux): bytes from one plain socket to another through a pipe of a bounded
 //!   pool, never through user space: the relay's bulk transfers and the HTTP engine's long
 //!   bodies.
+//! - [`http_exchange`]: one HTTP/1.1 request over a connection made, by hyper's client: the
+//!   monitor's HTTP check and the webhook's, never a client's path.
 //! - [`workers`]: the data path's threads, one per core, each with its own runtime and
 //!   listening sockets.
 //! - [`sys`]: the system calls the standard library lacks (keepalive knobs, splice pipes, the
 //!   open-file limit).
-//! - `inherit` (Unix): descriptors handed over by a supervisor or systemd, taken by number:
-//!   the one module allowed `unsafe`.
+//! - `inherit` (Unix): descriptors handed over by a supervisor or systemd, taken by number
+//!   (the `unsafe` step is [`crate::support::unsafe_calls`]'s).
 
 pub mod connector;
 pub mod dial;
 pub mod handshake;
+pub mod http_exchange;
 #[cfg(unix)]
 pub mod inherit;
 pub mod listener;

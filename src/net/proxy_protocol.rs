@@ -86,7 +86,7 @@ pub fn preface(send: Option<ProxyVersion>, header: impl FnOnce() -> Header) -> V
 
 /// What the bytes so far amount to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Parsed {
+pub enum ProxyParsed {
     /// A whole header, `length` bytes long; the client's own bytes follow it.
     Complete {
         /// What it says.
@@ -151,22 +151,22 @@ impl HeaderError {
     }
 }
 
-/// Reads a header from the first bytes of a connection: [`Parsed::Partial`] while they are
-/// still the start of one, [`Parsed::Complete`] with its length once it is whole, an error as
+/// Reads a header from the first bytes of a connection: [`ProxyParsed::Partial`] while they are
+/// still the start of one, [`ProxyParsed::Complete`] with its length once it is whole, an error as
 /// soon as they cannot be one. Never reads past a header's end, nor more than [`MAX_HEADER`]
 /// bytes; any input, however long or short, gets an answer.
-pub fn parse(bytes: &[u8]) -> Result<Parsed, HeaderError> {
+pub fn parse(bytes: &[u8]) -> Result<ProxyParsed, HeaderError> {
     const V1_START: &[u8] = b"PROXY ";
     if is_prefix(bytes, V1_START) {
         return if bytes.len() < V1_START.len() {
-            Ok(Parsed::Partial)
+            Ok(ProxyParsed::Partial)
         } else {
             parse_v1(bytes)
         };
     }
     if is_prefix(bytes, &V2_SIGNATURE) {
         return if bytes.len() < V2_FIXED {
-            Ok(Parsed::Partial)
+            Ok(ProxyParsed::Partial)
         } else {
             parse_v2(bytes)
         };
@@ -197,13 +197,13 @@ fn shown(bytes: &[u8]) -> String {
 }
 
 /// A version 1 header, `bytes` starting with `PROXY `.
-fn parse_v1(bytes: &[u8]) -> Result<Parsed, HeaderError> {
+fn parse_v1(bytes: &[u8]) -> Result<ProxyParsed, HeaderError> {
     let window = &bytes[..bytes.len().min(V1_MAX)];
     let Some(end) = window.iter().position(|&b| b == b'\n') else {
         return if bytes.len() >= V1_MAX {
             Err(HeaderError::V1TooLong)
         } else {
-            Ok(Parsed::Partial)
+            Ok(ProxyParsed::Partial)
         };
     };
     if end == 0 || window[end - 1] != b'\r' {
@@ -220,7 +220,7 @@ fn parse_v1(bytes: &[u8]) -> Result<Parsed, HeaderError> {
             .map_err(|_| HeaderError::V1Malformed("it holds bytes that are not text"))?;
         v1_fields(text)?
     };
-    Ok(Parsed::Complete {
+    Ok(ProxyParsed::Complete {
         header,
         length: end + 1,
     })
@@ -282,7 +282,7 @@ fn port(text: &str) -> Result<u16, HeaderError> {
 }
 
 /// A version 2 header, `bytes` holding at least its fixed part.
-fn parse_v2(bytes: &[u8]) -> Result<Parsed, HeaderError> {
+fn parse_v2(bytes: &[u8]) -> Result<ProxyParsed, HeaderError> {
     let (version, command) = (bytes[12] >> 4, bytes[12] & 0x0f);
     if version != 2 {
         return Err(HeaderError::V2Version(version));
@@ -308,7 +308,7 @@ fn parse_v2(bytes: &[u8]) -> Result<Parsed, HeaderError> {
     }
     let total = V2_FIXED + length;
     let Some(block) = bytes.get(V2_FIXED..total) else {
-        return Ok(Parsed::Partial);
+        return Ok(ProxyParsed::Partial);
     };
     let header = match (command, family) {
         (0, _) => Header::Local,
@@ -333,7 +333,7 @@ fn parse_v2(bytes: &[u8]) -> Result<Parsed, HeaderError> {
         }
         _ => Header::Unknown,
     };
-    Ok(Parsed::Complete {
+    Ok(ProxyParsed::Complete {
         header,
         length: total,
     })
@@ -472,7 +472,7 @@ mod tests {
         for (bytes, header, length) in cases {
             assert_eq!(
                 parse(bytes),
-                Ok(Parsed::Complete {
+                Ok(ProxyParsed::Complete {
                     header: *header,
                     length: *length
                 }),
@@ -513,7 +513,7 @@ mod tests {
     fn a_version_1_line_ends_within_107_bytes() {
         let mut long = b"PROXY UNKNOWN ".to_vec();
         long.resize(V1_MAX - 1, b'x');
-        assert_eq!(parse(&long), Ok(Parsed::Partial));
+        assert_eq!(parse(&long), Ok(ProxyParsed::Partial));
         long.extend_from_slice(b"\r");
         assert_eq!(parse(&long), Err(HeaderError::V1TooLong));
         // 107 bytes with its \r\n: the longest there is.
@@ -521,7 +521,7 @@ mod tests {
         long.extend_from_slice(b"\r\n");
         assert_eq!(
             parse(&long),
-            Ok(Parsed::Complete {
+            Ok(ProxyParsed::Complete {
                 header: Header::Unknown,
                 length: V1_MAX
             })
@@ -568,7 +568,7 @@ mod tests {
             followed.extend_from_slice(b"\x16\x03\x01 the client's own bytes");
             assert_eq!(
                 parse(&followed),
-                Ok(Parsed::Complete { header, length }),
+                Ok(ProxyParsed::Complete { header, length }),
                 "{bytes:?}"
             );
         }
@@ -638,7 +638,7 @@ mod tests {
             b"PROXY TCP4 1.2",
             b"\r\n\r\n\0\r\nQUI",
         ] {
-            assert_eq!(parse(partial), Ok(Parsed::Partial), "{partial:?}");
+            assert_eq!(parse(partial), Ok(ProxyParsed::Partial), "{partial:?}");
         }
         assert!(begins_header(b"PROXY TCP4"));
         assert!(begins_header(&V2_SIGNATURE));
@@ -726,10 +726,10 @@ mod tests {
     /// [`MAX_HEADER`] bytes are in hand, so a reader with that much room never waits forever.
     fn holds_its_promises(bytes: &[u8]) -> Result<(), TestCaseError> {
         match parse(bytes) {
-            Ok(Parsed::Complete { length, .. }) => {
+            Ok(ProxyParsed::Complete { length, .. }) => {
                 prop_assert!(length <= bytes.len() && length <= MAX_HEADER);
             }
-            Ok(Parsed::Partial) => prop_assert!(bytes.len() < MAX_HEADER),
+            Ok(ProxyParsed::Partial) => prop_assert!(bytes.len() < MAX_HEADER),
             Err(e) => prop_assert!(!e.to_string().is_empty()),
         }
         Ok(())
@@ -752,11 +752,14 @@ mod tests {
             bytes.extend_from_slice(&after);
             prop_assert_eq!(
                 parse(&bytes),
-                Ok(Parsed::Complete { header: as_written(version, header), length: written.len() })
+                Ok(ProxyParsed::Complete {
+                    header: as_written(version, header),
+                    length: written.len(),
+                })
             );
             // Every truncation is the start of a header: wait for more, never a wrong answer.
             for cut in 0..written.len() {
-                prop_assert_eq!(parse(&written[..cut]), Ok(Parsed::Partial));
+                prop_assert_eq!(parse(&written[..cut]), Ok(ProxyParsed::Partial));
             }
         }
 
@@ -777,7 +780,7 @@ mod tests {
             bytes.extend_from_slice(&length.to_be_bytes());
             bytes.extend_from_slice(&rest);
             holds_its_promises(&bytes)?;
-            if let Ok(Parsed::Complete { length: read, .. }) = parse(&bytes) {
+            if let Ok(ProxyParsed::Complete { length: read, .. }) = parse(&bytes) {
                 prop_assert_eq!(read, V2_FIXED + usize::from(length));
             }
             // The version and command are checked first: a lying length is what is wrong

@@ -22,7 +22,7 @@ use tokio::time::{Instant, Sleep};
 #[cfg(target_os = "linux")]
 use crate::net::splice::{Splice, SpliceError};
 use crate::net::stream::Stream;
-use crate::process::os_error::words;
+use crate::support::os_error::words;
 
 /// Bytes moved per read: more than HAProxy's and nginx's 16 KiB, which moved less through the
 /// broker, at more CPU per byte (the figures, and how they were made: docs/benchmarks.md,
@@ -115,7 +115,7 @@ impl fmt::Display for End {
 
 /// What a finished relay did.
 #[derive(Debug)]
-pub struct Outcome {
+pub struct RelayOutcome {
     /// Bytes from the client to the server.
     pub to_server: u64,
     /// Bytes from the server to the client.
@@ -155,7 +155,7 @@ struct Half {
 }
 
 /// A failure in one direction, by which socket failed.
-enum Failure {
+enum DirectionFailure {
     Read(io::Error),
     Write(io::Error),
 }
@@ -176,8 +176,10 @@ impl Half {
             return None;
         }
         match self.poll_copy(cx, from, to, counter, last) {
-            Poll::Ready(Err(Failure::Read(e))) => Some(End::Error(reader, words(&e))),
-            Poll::Ready(Err(Failure::Write(e))) => Some(End::Error(reader.other(), words(&e))),
+            Poll::Ready(Err(DirectionFailure::Read(e))) => Some(End::Error(reader, words(&e))),
+            Poll::Ready(Err(DirectionFailure::Write(e))) => {
+                Some(End::Error(reader.other(), words(&e)))
+            }
             Poll::Ready(Ok(())) | Poll::Pending => None,
         }
     }
@@ -194,7 +196,7 @@ impl Half {
         to: &mut W,
         counter: &AtomicU64,
         last: bool,
-    ) -> Poll<Result<(), Failure>> {
+    ) -> Poll<Result<(), DirectionFailure>> {
         loop {
             #[cfg(target_os = "linux")]
             if self.splice.is_some() {
@@ -202,9 +204,11 @@ impl Half {
             }
             if let Some(buf) = self.buf.as_deref().filter(|_| self.pos < self.cap) {
                 let n = ready!(Pin::new(&mut *to).poll_write(cx, &buf[self.pos..self.cap]))
-                    .map_err(Failure::Write)?;
+                    .map_err(DirectionFailure::Write)?;
                 if n == 0 {
-                    return Poll::Ready(Err(Failure::Write(io::ErrorKind::WriteZero.into())));
+                    return Poll::Ready(Err(DirectionFailure::Write(
+                        io::ErrorKind::WriteZero.into(),
+                    )));
                 }
                 self.pos += n;
                 self.moved += n as u64;
@@ -234,7 +238,7 @@ impl Half {
             // the handshake) sends them now, before waiting for more to read: nothing else
             // would, and its peer would wait for them for ever.
             if to.plain().is_none() {
-                ready!(Pin::new(&mut *to).poll_flush(cx)).map_err(Failure::Write)?;
+                ready!(Pin::new(&mut *to).poll_flush(cx)).map_err(DirectionFailure::Write)?;
             }
             // The client's first bytes came in a buffer of their own size: reading into it
             // would move the rest a few bytes at a time.
@@ -245,7 +249,7 @@ impl Half {
                 // A socket says when it has bytes, so the buffer is taken only then; any other
                 // stream is read into one, given back at once when nothing came.
                 if let Some(socket) = from.plain() {
-                    ready!(socket.poll_read_ready(cx)).map_err(Failure::Read)?;
+                    ready!(socket.poll_read_ready(cx)).map_err(DirectionFailure::Read)?;
                 }
                 self.buf = Some(take_buffer());
             }
@@ -259,7 +263,7 @@ impl Half {
                     give_buffer(self.buf.take());
                     return Poll::Pending;
                 }
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(Failure::Read(e))),
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(DirectionFailure::Read(e))),
                 Poll::Ready(Ok(())) => {
                     let n = read.filled().len();
                     self.pos = 0;
@@ -278,11 +282,11 @@ impl Half {
         cx: &mut Context<'_>,
         to: &mut W,
         last: bool,
-    ) -> Poll<Result<(), Failure>> {
+    ) -> Poll<Result<(), DirectionFailure>> {
         // A TLS stream is shut down even then: its close_notify tells the peer that the end
         // is the real end, not a connection cut short (a truncation).
         if !last || to.plain().is_none() {
-            ready!(Pin::new(&mut *to).poll_shutdown(cx)).map_err(Failure::Write)?;
+            ready!(Pin::new(&mut *to).poll_shutdown(cx)).map_err(DirectionFailure::Write)?;
         }
         self.done = true;
         give_buffer(self.buf.take());
@@ -301,7 +305,7 @@ impl Half {
         to: &mut W,
         counter: &AtomicU64,
         last: bool,
-    ) -> Poll<Result<(), Failure>> {
+    ) -> Poll<Result<(), DirectionFailure>> {
         let (Some(splice), Some(source), Some(sink)) =
             (self.splice.as_mut(), from.plain(), to.plain())
         else {
@@ -317,8 +321,8 @@ impl Half {
                 self.eof = true;
                 self.poll_finish(cx, to, last)
             }
-            Err(SpliceError::Read(e)) => Poll::Ready(Err(Failure::Read(e))),
-            Err(SpliceError::Write(e)) => Poll::Ready(Err(Failure::Write(e))),
+            Err(SpliceError::Read(e)) => Poll::Ready(Err(DirectionFailure::Read(e))),
+            Err(SpliceError::Write(e)) => Poll::Ready(Err(DirectionFailure::Write(e))),
         }
     }
 }
@@ -337,7 +341,7 @@ pub fn relay<'a, C: Stream, S: Stream>(
     counters: Counters<'a>,
     idle: Option<Duration>,
     stop: impl Future<Output = ()> + 'a,
-) -> impl Future<Output = Outcome> + 'a {
+) -> impl Future<Output = RelayOutcome> + 'a {
     let mut up = Half::default();
     if !first.is_empty() {
         up.cap = first.len();
@@ -429,7 +433,7 @@ fn settle<C: Stream, S: Stream>(
     up: &mut Half,
     down: &mut Half,
     end: End,
-) -> Outcome {
+) -> RelayOutcome {
     #[cfg(target_os = "linux")]
     drop((up.splice.take(), down.splice.take()));
     // Pass an abort on: the other side gets a reset, not a clean end of stream that could
@@ -439,7 +443,7 @@ fn settle<C: Stream, S: Stream>(
         End::Error(Side::Server, _) => client.reset_on_close(),
         _ => {}
     }
-    Outcome {
+    RelayOutcome {
         to_server: up.moved,
         to_client: down.moved,
         end,

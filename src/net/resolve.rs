@@ -26,7 +26,7 @@ use tracing::{info, warn};
 
 use crate::config::self_loop::{LocalAddresses, reaches};
 use crate::config::show_duration;
-use crate::process::throttle::Episode;
+use crate::support::throttle::Episode;
 
 /// The system's name lookup, or a stand-in for tests: a name to its addresses. It blocks.
 pub type Lookup = Arc<dyn Fn(&str) -> io::Result<Vec<IpAddr>> + Send + Sync>;
@@ -59,28 +59,28 @@ struct Name {
     /// The last answer and when it came.
     answer: Option<(Instant, Arc<[IpAddr]>)>,
     /// The lookup in flight: its outcome is sent here.
-    pending: Option<watch::Receiver<Option<Outcome>>>,
+    pending: Option<watch::Receiver<Option<LookupOutcome>>>,
     /// The error of the episode of failures running, if one runs.
     failing: Option<String>,
 }
 
 /// A lookup's outcome, shared by everyone who waited for it.
-type Outcome = Result<Arc<[IpAddr]>, Failure>;
+type LookupOutcome = Result<Arc<[IpAddr]>, LookupFailure>;
 
 /// A failed lookup, kept so that each waiter can have its own `io::Error`.
 #[derive(Debug, Clone)]
-struct Failure {
+struct LookupFailure {
     raw_os_error: Option<i32>,
     message: String,
 }
 
-impl Failure {
-    fn of(name: &str, error: &io::Error) -> Failure {
-        Failure {
+impl LookupFailure {
+    fn of(name: &str, error: &io::Error) -> LookupFailure {
+        LookupFailure {
             raw_os_error: error.raw_os_error(),
             message: format!(
                 "cannot resolve {name}: {}",
-                crate::process::os_error::words(error)
+                crate::support::os_error::words(error)
             ),
         }
     }
@@ -105,7 +105,7 @@ enum Change {
 
 impl Name {
     /// Records a lookup's outcome; returns the change to log, if any.
-    fn record(&mut self, outcome: &Outcome, at: Instant) -> Option<Change> {
+    fn record(&mut self, outcome: &LookupOutcome, at: Instant) -> Option<Change> {
         match outcome {
             Ok(addresses) => {
                 self.answer = Some((at, Arc::clone(addresses)));
@@ -258,7 +258,7 @@ impl Resolver {
     fn start_lookup(
         self: &Arc<Self>,
         key: &str,
-    ) -> Result<watch::Receiver<Option<Outcome>>, ResolveError> {
+    ) -> Result<watch::Receiver<Option<LookupOutcome>>, ResolveError> {
         let limit = self.max_lookups.load(Relaxed);
         if self
             .in_flight
@@ -298,14 +298,19 @@ impl Resolver {
                     }
                 })
                 .map(Arc::from)
-                .map_err(|e| Failure::of(&name, &e));
+                .map_err(|e| LookupFailure::of(&name, &e));
             counted.0.finish(&name, outcome, &sender);
         });
         Ok(receiver)
     }
 
     /// Stores a lookup's outcome, tells whoever waits, logs what changed.
-    fn finish(&self, name: &str, outcome: Outcome, sender: &watch::Sender<Option<Outcome>>) {
+    fn finish(
+        &self,
+        name: &str,
+        outcome: LookupOutcome,
+        sender: &watch::Sender<Option<LookupOutcome>>,
+    ) {
         let now = Instant::now();
         let mut names = self.names.lock().unwrap_or_else(|p| p.into_inner());
         let change = names.get_mut(name).and_then(|entry| {
@@ -529,8 +534,8 @@ mod tests {
     fn failures_are_logged_once_per_episode() {
         let mut name = Name::default();
         let now = Instant::now();
-        let failed = |m: &str| -> Outcome {
-            Err(Failure {
+        let failed = |m: &str| -> LookupOutcome {
+            Err(LookupFailure {
                 raw_os_error: None,
                 message: m.into(),
             })
@@ -541,7 +546,7 @@ mod tests {
         );
         assert_eq!(name.record(&failed("no such name"), now), None);
         assert_eq!(name.failed("took longer than 5s"), None);
-        let ok: Outcome = Ok(Arc::from(vec!["10.0.0.1".parse::<IpAddr>().unwrap()]));
+        let ok: LookupOutcome = Ok(Arc::from(vec!["10.0.0.1".parse::<IpAddr>().unwrap()]));
         assert_eq!(
             name.record(&ok, now),
             Some(Change::Recovered("no such name".into()))

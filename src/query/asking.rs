@@ -8,7 +8,7 @@ use super::language::{self, Chosen};
 use super::snapshot::{HttpFigures, Snapshot};
 use crate::balancer::Balancer;
 use crate::balancer::shared::Shared;
-use crate::config::{Language, Origin};
+use crate::config::{Language, ValueOrigin};
 use crate::http::LocalRequest;
 
 /// One query as a command answers it: the request, who asks, of which balancer.
@@ -60,7 +60,7 @@ impl Query<'_> {
     /// it, else the browser's `Accept-Language`, else `LANGUAGE`'s default.
     fn language(&self) -> Chosen {
         let config = self.shared.config.load();
-        let set_in_file = config.origins.get("GENERAL", "LANGUAGE") != Origin::Default;
+        let set_in_file = config.origins.get("GENERAL", "LANGUAGE") != ValueOrigin::Default;
         let browser = self.request.values("accept-language");
         let query = self
             .request

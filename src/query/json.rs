@@ -7,10 +7,10 @@
 use serde::Serialize;
 
 use super::snapshot::{HttpFigures, ServerSessions, ServerState, Snapshot, Standing};
-use crate::balancer::rules::health::Asked;
+use crate::balancer::rules::health::OperatorAsk;
 use crate::balancer::rules::overrides::Mode;
 use crate::config::SortMethod;
-use crate::process::clock::{local_date as date, time_of_day as clock};
+use crate::support::clock::{local_date as date, time_of_day as clock};
 
 /// The whole answer: the TOTVS fields, then appbroker's own.
 #[derive(Serialize)]
@@ -124,7 +124,7 @@ struct ServerEntry<'a> {
     last_error: Option<&'a str>,
     last_error_epoch_ms: Option<u64>,
     last_error_current: bool,
-    quarantine_asked: Option<&'a Asked>,
+    quarantine_asked: Option<&'a OperatorAsk>,
     quarantine_start_epoch_ms: Option<u64>,
     quarantine_end_epoch_ms: Option<u64>,
     quarantines: u64,

@@ -525,7 +525,7 @@ const PT_STARTS: &[(&str, &str)] = &[
     ("unexpected reply ", "resposta inesperada "),
     ("closed after ", "fechou a conexão após "),
     ("failed to lookup address information: ", ""),
-    // An operator's quarantine (health::Asked::words); who and why stay as they came.
+    // An operator's quarantine (health::OperatorAsk::words); who and why stay as they came.
     ("asked by ", "pedida por "),
 ];
 

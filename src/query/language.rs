@@ -63,7 +63,7 @@ fn asked(query: &str) -> Option<Language> {
 
 /// What a language range weighs: its q-value in thousandths, whether it names the language
 /// itself (not `*`), and where it stands in the header (an earlier one wins a tie).
-type Weight = (u16, bool, Reverse<usize>);
+type RangeWeight = (u16, bool, Reverse<usize>);
 
 /// The language the browser prefers among ours, by `Accept-Language`'s q-values; `None`
 /// when no range in it could be read.
@@ -89,7 +89,7 @@ fn from_browser<'a>(values: impl IntoIterator<Item = &'a [u8]>) -> Option<Langua
             Primary::Other => continue,
         };
         // The first range of the highest q-value names it.
-        if slot.is_none_or(|(best, _, _): Weight| q > best) {
+        if slot.is_none_or(|(best, _, _): RangeWeight| q > best) {
             *slot = Some((q, primary != Primary::Any, Reverse(position)));
         }
     }
@@ -98,7 +98,7 @@ fn from_browser<'a>(values: impl IntoIterator<Item = &'a [u8]>) -> Option<Langua
     }
     // A language the header does not name weighs what `*` does, behind any that is named.
     let unnamed = any.map(|(q, _, position)| (q, false, position));
-    let weigh = |named: Option<Weight>| named.or(unnamed).unwrap_or((0, false, Reverse(0)));
+    let weigh = |named: Option<RangeWeight>| named.or(unnamed).unwrap_or((0, false, Reverse(0)));
     let (portuguese, english) = (weigh(portuguese), weigh(english));
     Some(if portuguese.0 > 0 && portuguese > english {
         Language::Portuguese

@@ -3,7 +3,7 @@
 use std::fmt::Write;
 
 use super::snapshot::{HttpFigures, ServerState, Snapshot, Standing};
-use crate::balancer::rules::health::Check;
+use crate::balancer::rules::health::CheckResult;
 use crate::http::PoolFigures;
 use crate::http::stats::{DURATION_BUCKETS, Figures};
 
@@ -92,7 +92,7 @@ const PER_SERVER: &[Family<ServerState>] = &[
 ];
 
 /// One sample per server that has been checked, from its last check.
-const PER_CHECK: &[Family<Check>] = &[
+const PER_CHECK: &[Family<CheckResult>] = &[
     (
         "server_check_duration_seconds",
         "gauge",

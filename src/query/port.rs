@@ -12,7 +12,7 @@ use tokio::net::TcpStream;
 use super::limits::{self, HEAD_TIMEOUT};
 use super::operate::Operators;
 use super::route;
-use crate::balancer::shared::{Ending, Shared};
+use crate::balancer::shared::{EndSignals, Shared};
 use crate::balancer::{Admission, Balancer};
 use crate::config::Language;
 use crate::http::h1::HostRule;
@@ -100,7 +100,7 @@ pub fn serve<S: Stream>(
     engine: &Arc<QueryEngine>,
     stream: S,
     client: Downstream,
-    ending: &Ending,
+    ending: &EndSignals,
 ) -> impl Future<Output = ()> + use<S> {
     let balancer = &engine.upstreams().balancer;
     let allowed = client.peer.known().is_some_and(|peer| {

@@ -8,7 +8,7 @@ use crate::balancer::{Balancer, BalancerState};
 pub use crate::balancer::{ServerState, Standing};
 use crate::config::{BalancerKind, Language};
 use crate::http::{PoolFigures, stats::Figures};
-use crate::process::clock::wall_ms;
+use crate::support::clock::wall_ms;
 
 /// An HTTP balancer's figures beside its state: the engine's counters and each server's pool.
 #[derive(Debug, Clone, Default)]

@@ -29,7 +29,7 @@ use tracing::{debug, warn};
 use super::link::{RETIRE, Supervised};
 use super::upgrade::{HANDOVER_ENV, LIFELINE_ENV, UPGRADE_FROM_ENV};
 use super::watchdog::{Beats, Silence};
-use super::{Held, LISTENERS_ENV, READY_ENV, TAKES_OVER_ENV, encode};
+use super::{HeldListeners, LISTENERS_ENV, READY_ENV, TAKES_OVER_ENV, encode};
 use crate::net::inherit;
 
 /// The supervisor's own image, which every broker it starts runs: the file it was started
@@ -96,7 +96,7 @@ impl Child {
     /// broker serving there is told so ([`TAKES_OVER_ENV`]).
     pub fn spawn(
         options: &super::Options,
-        held: &[Held],
+        held: &[HeldListeners],
         ears: &Ears,
         replaces: Option<u32>,
     ) -> std::io::Result<Child> {
@@ -105,7 +105,7 @@ impl Child {
         command
             .arg0(&options.exe)
             .args(&options.args)
-            .env(LISTENERS_ENV, encode(&Held::entries(held)))
+            .env(LISTENERS_ENV, encode(&HeldListeners::entries(held)))
             .env(READY_ENV, theirs.as_raw_fd().to_string())
             // Its own process group: a terminal's Ctrl-C reaches the supervisor only, which
             // forwards it once (twice would make the broker exit at once).
@@ -126,14 +126,14 @@ impl Child {
         // are closed on exec again before anything else can be started (this runs on the
         // supervisor's one thread, which starts every process). A check of an upgrade's new
         // binary, started in between, must not hold the ports open.
-        let spawned = Held::hand_down(held)
+        let spawned = HeldListeners::hand_down(held)
             .and_then(|()| inherit::hand_down(&theirs))
             .and_then(|()| command.spawn());
-        if let Err(e) = Held::keep(held) {
+        if let Err(e) = HeldListeners::keep(held) {
             warn!(
                 "supervisor: cannot close the listeners on exec again: {}; an upgrade's check \
                  could inherit them",
-                crate::process::os_error::words(&e)
+                crate::support::os_error::words(&e)
             );
         }
         let mut process = spawned?;
@@ -183,7 +183,7 @@ impl Child {
                 warn!(
                     "supervisor: cannot read the running broker's socket: {}; its `ctl \
                      reload` will not reach the supervisor, nor its heartbeats the watchdog",
-                    crate::process::os_error::words(&e)
+                    crate::support::os_error::words(&e)
                 );
             }
         }

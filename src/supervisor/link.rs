@@ -18,7 +18,7 @@ use tracing::{info, warn};
 
 use super::READY_ENV;
 use crate::net::inherit;
-use crate::process::shutdown::Shutdown;
+use crate::support::shutdown::Shutdown;
 
 /// What the supervisor writes to a broker that another broker replaced on its ports (an
 /// upgrade, or a reload that moved them), before it shuts its end: drain and stop, as on
@@ -103,7 +103,7 @@ impl Link {
                 warn!(
                     "cannot use the supervisor's socket: {}; this broker will not notice if \
                      the supervisor dies",
-                    crate::process::os_error::words(&e)
+                    crate::support::os_error::words(&e)
                 );
                 return None;
             }

@@ -9,7 +9,7 @@
 //! listeners in [`LISTENERS_ENV`] (descriptor numbers and the configured address each serves)
 //! and its way to say ready in [`READY_ENV`].
 //!
-//! - `run`: the loop.
+//! - `main_loop`: the loop.
 //! - `replacing`: a broker replaced by another (new ports after a reload, an upgrade), the
 //!   old one retired.
 //! - `child`: one broker and its lifeline.
@@ -44,9 +44,9 @@ use crate::net::inherit;
 
 mod child;
 mod link;
+mod main_loop;
 mod reexec;
 mod replacing;
-mod run;
 mod socket;
 pub mod systemd;
 pub mod upgrade;
@@ -54,7 +54,7 @@ mod vet;
 pub mod watchdog;
 
 pub use link::{HEARTBEAT, Link, Supervised};
-pub use run::{Options, Start, Upgrading, run};
+pub use main_loop::{Options, Start, Upgrading, run};
 
 /// The environment variable naming a supervised child's listeners: `FD@ADDRESS` entries
 /// separated by commas, ADDRESS being the configured `LOCAL_SERVER_ADDRESS:LOCAL_SERVER_PORT`
@@ -199,16 +199,16 @@ pub fn inherited_listeners(
 
 /// The listeners a previous image of this supervisor held, from [`LISTENERS_ENV`] (after an
 /// upgrade's re-execution); empty when there is none.
-pub fn inherited_held() -> Result<Vec<Held>, InheritedError> {
+pub fn inherited_held() -> Result<Vec<HeldListeners>, InheritedError> {
     let Ok(text) = std::env::var(LISTENERS_ENV) else {
         return Ok(Vec::new());
     };
-    let mut held: Vec<Held> = Vec::new();
+    let mut held: Vec<HeldListeners> = Vec::new();
     for (fd, addr) in decode(&text).map_err(InheritedError::Malformed)? {
         let listener = inherit::take_listener(fd)?;
         match held.iter_mut().find(|h| h.configured == addr) {
             Some(h) => h.listeners.push(listener),
-            None => held.push(Held {
+            None => held.push(HeldListeners {
                 configured: addr,
                 listeners: vec![listener],
             }),
@@ -219,33 +219,33 @@ pub fn inherited_held() -> Result<Vec<Held>, InheritedError> {
 
 /// The listening sockets a supervisor holds for one configured address.
 #[derive(Debug)]
-pub struct Held {
+pub struct HeldListeners {
     /// The address as configured (what the child matches its balancers by).
     pub configured: SocketAddr,
     /// Its sockets (one per worker where SO_REUSEPORT spreads clients).
     pub listeners: Vec<StdListener>,
 }
 
-impl Held {
+impl HeldListeners {
     /// The entries of [`LISTENERS_ENV`] for `held`.
-    pub fn entries(held: &[Held]) -> Vec<(RawFd, SocketAddr)> {
+    pub fn entries(held: &[HeldListeners]) -> Vec<(RawFd, SocketAddr)> {
         held.iter()
             .flat_map(|h| h.listeners.iter().map(|l| (l.as_raw_fd(), h.configured)))
             .collect()
     }
 
     /// Makes every socket of `held` inherited by the next process this one starts (a broker)
-    /// or becomes (an upgrade's exec); [`Held::keep`] right after, so nothing else started
+    /// or becomes (an upgrade's exec); [`HeldListeners::keep`] right after, so nothing else started
     /// later (an upgrade's check) inherits them.
-    pub fn hand_down(held: &[Held]) -> std::io::Result<()> {
+    pub fn hand_down(held: &[HeldListeners]) -> std::io::Result<()> {
         for listener in held.iter().flat_map(|h| &h.listeners) {
             inherit::hand_down(&listener.as_fd())?;
         }
         Ok(())
     }
 
-    /// Closes every socket of `held` on exec again, after a [`Held::hand_down`].
-    pub fn keep(held: &[Held]) -> std::io::Result<()> {
+    /// Closes every socket of `held` on exec again, after a [`HeldListeners::hand_down`].
+    pub fn keep(held: &[HeldListeners]) -> std::io::Result<()> {
         for listener in held.iter().flat_map(|h| &h.listeners) {
             inherit::keep(&listener.as_fd())?;
         }
@@ -255,11 +255,11 @@ impl Held {
 
 /// Makes `held` the listeners `config` names, in its order: binds what it lacks, keeps
 /// what it still names, closes the rest. Nothing changes when an address cannot be bound.
-pub fn hold(config: &Config, held: &mut Vec<Held>) -> Result<(), crate::BindError> {
+pub fn hold(config: &Config, held: &mut Vec<HeldListeners>) -> Result<(), crate::BindError> {
     let count = crate::net::workers::listeners_for(config.general.workers as usize);
-    let mut fresh: Vec<Held> = Vec::new();
+    let mut fresh: Vec<HeldListeners> = Vec::new();
     for balancer in &config.balancers {
-        let known = |h: &Held| h.configured == balancer.listen;
+        let known = |h: &HeldListeners| h.configured == balancer.listen;
         if !held.iter().any(known) && !fresh.iter().any(known) {
             // The same port at the wildcard instead of one address, or the other way round:
             // beside the sockets held, which go once the new broker serves.
@@ -271,13 +271,13 @@ pub fn hold(config: &Config, held: &mut Vec<Held>) -> Result<(), crate::BindErro
             } else {
                 crate::net::listener::bind(balancer, count)?
             };
-            fresh.push(Held {
+            fresh.push(HeldListeners {
                 configured: balancer.listen,
                 listeners,
             });
         }
     }
-    let mut all: BTreeMap<SocketAddr, Held> = held
+    let mut all: BTreeMap<SocketAddr, HeldListeners> = held
         .drain(..)
         .chain(fresh)
         .map(|h| (h.configured, h))

@@ -15,11 +15,11 @@ use std::os::unix::net::UnixStream;
 
 use tracing::{error, info, warn};
 
-use super::run::Supervisor;
+use super::main_loop::Supervisor;
 use super::socket::answer;
 use super::upgrade::{HANDOVER_ENV, Handover, LIFELINE_ENV, UPGRADE_FROM_ENV, timeout_of_file};
 use super::vet::Vetting;
-use super::{Held, LISTENERS_ENV, encode};
+use super::{HeldListeners, LISTENERS_ENV, encode};
 use crate::config::show_duration;
 use crate::net::inherit;
 
@@ -126,14 +126,14 @@ impl Supervisor {
             heartbeats: self.current.heartbeats(),
         };
         let lifeline = self.current.lifeline.as_ref();
-        let handed = Held::hand_down(&self.held)
+        let handed = HeldListeners::hand_down(&self.held)
             .and_then(|()| inherit::hand_down(client))
             .and_then(|()| inherit::hand_down(socket))
             .and_then(|()| lifeline.map_or(Ok(()), inherit::hand_down));
         let why = match handed {
             Err(e) => format!(
                 "cannot hand the sockets down: {}",
-                crate::process::os_error::words(&e)
+                crate::support::os_error::words(&e)
             ),
             Ok(()) => {
                 info!(
@@ -141,7 +141,10 @@ impl Supervisor {
                     self.options.exe.display()
                 );
                 let mut env: Vec<(String, String)> = vec![
-                    (LISTENERS_ENV.into(), encode(&Held::entries(&self.held))),
+                    (
+                        LISTENERS_ENV.into(),
+                        encode(&HeldListeners::entries(&self.held)),
+                    ),
                     (HANDOVER_ENV.into(), handover.encode()),
                     (UPGRADE_FROM_ENV.into(), env!("CARGO_PKG_VERSION").into()),
                 ];
@@ -154,7 +157,7 @@ impl Supervisor {
         // Still this image: the listeners, the socket and the broker's end must not leak into
         // the processes it starts from now on (a child holding the end would keep another
         // alive as an orphan). The client is answered and closed by the caller.
-        let _ = Held::keep(&self.held);
+        let _ = HeldListeners::keep(&self.held);
         let _ = inherit::keep(socket);
         if let Some(lifeline) = lifeline {
             let _ = inherit::keep(lifeline);
@@ -193,7 +196,7 @@ impl Supervisor {
         }
         format!(
             "cannot re-execute {shown}: {}",
-            crate::process::os_error::words(&std::io::Error::from(errno))
+            crate::support::os_error::words(&std::io::Error::from(errno))
         )
     }
 }

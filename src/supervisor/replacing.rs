@@ -8,7 +8,7 @@ use tracing::{error, info};
 
 use super::child::{Child, OWN_IMAGE};
 use super::link::Supervised;
-use super::run::{Supervisor, tell_systemd_ready, without_heartbeats};
+use super::main_loop::{Supervisor, tell_systemd_ready, without_heartbeats};
 use super::{describe, hold};
 use crate::balancer::alert_queue::{Alert, Upgraded};
 use crate::config::{AlertEvent, Config, show_duration};
@@ -206,7 +206,7 @@ impl Supervisor {
                  {}): {}",
                 OWN_IMAGE,
                 self.options.exe.display(),
-                crate::process::os_error::words(&e)
+                crate::support::os_error::words(&e)
             )),
         }
     }

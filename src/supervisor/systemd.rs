@@ -8,7 +8,7 @@ use std::os::unix::net::UnixDatagram;
 
 use tracing::{info, warn};
 
-use super::{Held, InheritedError};
+use super::{HeldListeners, InheritedError};
 use crate::config::Config;
 use crate::net::inherit;
 
@@ -99,7 +99,7 @@ impl Watchdog {
                 warn!(
                     "supervisor: cannot tell systemd's watchdog it lives (NOTIFY_SOCKET): {}; \
                      systemd will restart the service if this goes on",
-                    crate::process::os_error::words(&e)
+                    crate::support::os_error::words(&e)
                 );
             }
             Err(_) => {}
@@ -111,7 +111,7 @@ impl Watchdog {
 /// balancer of `config` with the same address and port; the others are closed with a warning.
 /// Balancers without one are bound as usual (by [`super::hold`]), with a notice. Empty when
 /// systemd passed none.
-pub fn activated(config: &Config) -> Result<Vec<Held>, InheritedError> {
+pub fn activated(config: &Config) -> Result<Vec<HeldListeners>, InheritedError> {
     let ours = std::env::var("LISTEN_PID")
         .ok()
         .and_then(|p| p.parse::<u32>().ok());
@@ -129,7 +129,7 @@ pub fn activated(config: &Config) -> Result<Vec<Held>, InheritedError> {
     // each on a descriptor of its own (the kernel gives each connection to one of them; not
     // spread as evenly as by SO_REUSEPORT, but no worker is left out).
     let workers = crate::net::workers::listeners_for(config.general.workers as usize);
-    let mut held: Vec<Held> = Vec::new();
+    let mut held: Vec<HeldListeners> = Vec::new();
     for fd in FIRST_FD..FIRST_FD + count {
         let listener = inherit::take_listener(fd)?;
         let address = listener
@@ -154,7 +154,7 @@ pub fn activated(config: &Config) -> Result<Vec<Held>, InheritedError> {
                     listeners.push(copy);
                 }
                 listeners.push(listener);
-                held.push(Held {
+                held.push(HeldListeners {
                     configured: b.listen,
                     listeners,
                 });

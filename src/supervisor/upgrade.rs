@@ -222,11 +222,11 @@ pub fn ask(socket: &Path, within: Duration) -> Result<String, AskError> {
     let path = socket.display().to_string();
     let mut stream = UnixStream::connect(socket).map_err(|e| AskError::NoSupervisor {
         path: path.clone(),
-        words: crate::process::os_error::words(&e),
+        words: crate::support::os_error::words(&e),
     })?;
     let no_answer = |e: std::io::Error| AskError::NoAnswer {
         path: path.clone(),
-        words: crate::process::os_error::words(&e),
+        words: crate::support::os_error::words(&e),
     };
     stream.set_read_timeout(Some(within)).map_err(no_answer)?;
     stream

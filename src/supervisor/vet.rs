@@ -58,7 +58,7 @@ impl Vetting {
             format!(
                 "cannot open {}: {}",
                 exe.display(),
-                crate::process::os_error::words(&e)
+                crate::support::os_error::words(&e)
             )
         })?;
         let image = Image {
@@ -178,7 +178,7 @@ impl Failed {
     fn words(&self, what: &str, timeout: Duration) -> String {
         match self {
             Failed::Start(e) => {
-                format!("cannot run {what}: {}", crate::process::os_error::words(e))
+                format!("cannot run {what}: {}", crate::support::os_error::words(e))
             }
             Failed::Late => format!(
                 "{what} gave no answer within {} (UPGRADE_TIMEOUT): it was killed",

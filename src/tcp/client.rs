@@ -1,6 +1,6 @@
-//! One accepted connection as a [`Client`], with its way through the broker as methods, once
+//! One accepted connection as a [`TcpClient`], with its way through the broker as methods, once
 //! its port's PROXY protocol and TLS steps are done (`net::handshake`, which says whom it
-//! serves: its [`Origin`]): sniff (a query is handed to the balancer's query engine, anything
+//! serves: its [`ClientOrigin`]): sniff (a query is handed to the balancer's query engine, anything
 //! else forwarded; a front balancer's check is answered or closed, never forwarded), take a `MAX_CONNECTIONS` place
 //! and one of its client's under `MAX_CONNECTIONS_PER_CLIENT`, choose a server and connect
 //! (the PROXY protocol header written first with `SEND_PROXY_PROTOCOL`; quarantining servers
@@ -16,16 +16,16 @@ use tokio_util::task::TaskTracker;
 use tracing::{Instrument, Span, debug};
 
 use crate::balancer::events::Unserved;
-use crate::balancer::shared::{Ending, Shared};
+use crate::balancer::shared::{EndSignals, Shared};
 use crate::balancer::{Admission, Balancer, Closed, Generation, Lease};
 use crate::http::Downstream;
 use crate::net::dial::ServerStream;
-use crate::net::handshake::Origin;
+use crate::net::handshake::ClientOrigin;
 use crate::net::proxy_protocol::{self, Header};
-use crate::net::relay::{Counters, End, Outcome, relay};
+use crate::net::relay::{Counters, End, RelayOutcome, relay};
 use crate::net::stream::Stream;
-use crate::process::os_error::words;
 use crate::query::{self, QueryEngine};
+use crate::support::os_error::words;
 use crate::tcp::sniff::{Sniffed, Verdict, sniff};
 
 /// What every connection of one listening socket shares: the broker's state, the balancer, how
@@ -39,7 +39,7 @@ pub struct ListenerShared {
     /// The balancer the socket listens for.
     pub balancer: Arc<Balancer>,
     /// How the balancer tells its connections to end.
-    pub ending: Ending,
+    pub ending: EndSignals,
     /// The socket's address, for the refusal line.
     pub local: Option<SocketAddr>,
     /// The balancer's connections, waited for on shutdown or removal.
@@ -54,26 +54,26 @@ pub struct ListenerShared {
 }
 
 /// One accepted connection over any [`Stream`], from its first bytes to its closing line.
-pub struct Client<S> {
+pub struct TcpClient<S> {
     shared: Arc<ListenerShared>,
-    /// The pool when it arrived: the connection keeps this generation's settings.
-    pool: Arc<Generation>,
+    /// The balancer's generation when it arrived: the connection keeps its settings.
+    generation: Arc<Generation>,
     stream: S,
     /// Whom it serves: `origin.client` is the address every line and rule uses.
-    origin: Origin,
+    origin: ClientOrigin,
 }
 
-impl<S: Stream> Client<S> {
-    /// A client accepted on `shared`'s socket, serving `origin`, in `pool`'s generation (the
+impl<S: Stream> TcpClient<S> {
+    /// A client accepted on `shared`'s socket, serving `origin`, in `generation` (the
     /// one read when it arrived), its port's PROXY protocol and TLS steps done.
     pub fn new(
         shared: Arc<ListenerShared>,
-        pool: Arc<Generation>,
+        generation: Arc<Generation>,
         stream: S,
-        origin: Origin,
+        origin: ClientOrigin,
     ) -> Self {
-        Client {
-            pool,
+        TcpClient {
+            generation,
             shared,
             stream,
             origin,
@@ -98,7 +98,7 @@ impl<S: Stream> Client<S> {
         if self.origin.check {
             return self.check().instrument(span.clone()).await;
         }
-        let first = if self.pool.config.query.enabled {
+        let first = if self.generation.config.query.enabled {
             // With every query place busy, a query could only be told to retry: waiting for
             // its first bytes would hold a descriptor for nothing.
             if at_limit && !shared.balancer.query_room() {
@@ -119,10 +119,11 @@ impl<S: Stream> Client<S> {
         // A client's place, then its hold under MAX_CONNECTIONS_PER_CLIENT: the steps an HTTP
         // connection takes too (`Balancer::admit_client`, `Balancer::hold_for_client`).
         let mut admission = Admission::default();
-        let (balancer, pool, client) = (&shared.balancer, &self.pool, self.origin.client.ip());
+        let (balancer, generation, client) =
+            (&shared.balancer, &self.generation, self.origin.client.ip());
         let held = span.in_scope(|| {
-            let admitted = balancer.admit_client(pool, &mut admission, shared.local);
-            admitted.then(|| balancer.hold_for_client(pool, client))?
+            let admitted = balancer.admit_client(generation, &mut admission, shared.local);
+            admitted.then(|| balancer.hold_for_client(generation, client))?
         });
         let Some(_hold) = held else {
             return;
@@ -148,7 +149,7 @@ impl<S: Stream> Client<S> {
     /// no place, and no server is bothered.
     async fn check(mut self) {
         let client = self.origin.client;
-        if self.pool.config.query.enabled
+        if self.generation.config.query.enabled
             && self.shared.balancer.query_room()
             && let Some((Verdict::Query, first)) = self.sniff().await
         {
@@ -171,7 +172,7 @@ impl<S: Stream> Client<S> {
         let mut first = Vec::new();
         // What is left of it: a client watched silent already is not waited for again.
         let limit = self
-            .pool
+            .generation
             .config
             .query
             .sniff_timeout
@@ -212,13 +213,14 @@ impl<S: Stream> Client<S> {
     /// that fails for a server-side cause is quarantined; a failure that is the broker's own
     /// blames no server and closes the client.
     async fn choose_and_connect(&self) -> Option<(Lease, ServerStream)> {
-        let (balancer, pool, peer) = (&self.shared.balancer, &self.pool, self.origin.client);
-        let config = &pool.config;
+        let (balancer, generation, peer) =
+            (&self.shared.balancer, &self.generation, self.origin.client);
+        let config = &generation.config;
         let preface = self.proxy_header();
-        let connector = balancer.connector(pool);
+        let connector = balancer.connector(generation);
         let mut tried = Vec::with_capacity(config.max_attempts as usize);
         while tried.len() < config.max_attempts as usize {
-            let Some(lease) = pool.pick_with_fallback(balancer.clock_ms(), &tried) else {
+            let Some(lease) = generation.pick_with_fallback(balancer.clock_ms(), &tried) else {
                 break; // every server was tried
             };
             tried.push(lease.index);
@@ -248,7 +250,7 @@ impl<S: Stream> Client<S> {
     /// (`SEND_PROXY_PROTOCOL`), naming the client and where it connected (the address a
     /// header from a front balancer said, else the accepted socket's own); empty without.
     fn proxy_header(&self) -> Vec<u8> {
-        proxy_protocol::preface(self.pool.config.proxy.send, || {
+        proxy_protocol::preface(self.generation.config.proxy.send, || {
             let destination = self.origin.destination.or_else(|| {
                 let socket = self.stream.socket()?;
                 socket.local_addr().ok()
@@ -266,13 +268,13 @@ impl<S: Stream> Client<S> {
         lease: &'a Lease,
         upstream: &'a mut ServerStream,
         first: Vec<u8>,
-    ) -> impl Future<Output = Outcome> + 'a {
+    ) -> impl Future<Output = RelayOutcome> + 'a {
         let (to_server, to_client) = lease.byte_counters();
         let counters = Counters {
             to_server,
             to_client,
         };
-        let idle = self.pool.config.idle_timeout;
+        let idle = self.generation.config.idle_timeout;
         // Cut with every connection of the balancer, or with those of its server alone.
         let (everyone, this_server) = (&self.shared.ending.cut, &lease.cut);
         let cut = async move {
@@ -285,11 +287,11 @@ impl<S: Stream> Client<S> {
     }
 
     /// Accounts for a relayed connection that has ended.
-    fn account(&self, lease: &Lease, outcome: &Outcome, started: Instant) {
+    fn account(&self, lease: &Lease, outcome: &RelayOutcome, started: Instant) {
         let closed = Closed::relayed(self.origin.client, started.elapsed(), outcome);
         let shared = &self.shared;
         let balancer = &shared.balancer;
-        balancer.ended(&lease.server, &self.pool, &closed, &shared.span);
+        balancer.ended(&lease.server, &self.generation, &closed, &shared.span);
     }
 }
 
@@ -314,18 +316,18 @@ mod tests {
         lookups: AtomicUsize,
     }
     /// A client of `balancer` (its stream a loopback connection), to call its steps alone.
-    async fn client_of(balancer: &Arc<Balancer>, config: Config) -> Client<TcpStream> {
+    async fn client_of(balancer: &Arc<Balancer>, config: Config) -> TcpClient<TcpStream> {
         let ctx = Arc::new(Shared {
             config: arc_swap::ArcSwap::from_pointee(config),
             balancers: arc_swap::ArcSwap::from_pointee(vec![Arc::clone(balancer)]),
             started_wall_ms: 0,
-            shutdown: crate::process::shutdown::Shutdown::new(),
-            head_memory: crate::process::budget::Budget::new(1 << 20),
+            shutdown: crate::support::shutdown::Shutdown::new(),
+            head_memory: crate::support::budget::Budget::new(1 << 20),
         });
         let shared = Arc::new(ListenerShared {
             ctx,
             balancer: Arc::clone(balancer),
-            ending: Ending::default(),
+            ending: EndSignals::default(),
             local: None,
             tasks: TaskTracker::new(),
             query: None,
@@ -336,11 +338,11 @@ mod tests {
             .await
             .unwrap();
         let peer: SocketAddr = "127.0.0.1:40000".parse().unwrap();
-        Client::new(
+        TcpClient::new(
             shared,
             balancer.generation(),
             stream,
-            Origin {
+            ClientOrigin {
                 client: peer,
                 destination: None,
                 check: false,
@@ -387,7 +389,7 @@ mod tests {
             Arc::clone(&resolver),
             crate::balancer::events::Events::default(),
         ));
-        let pool = balancer.generation();
+        let generation = balancer.generation();
         let client = client_of(&balancer, config).await;
         for _ in 0..50 {
             let (lease, _stream) = client
@@ -397,9 +399,9 @@ mod tests {
             assert_eq!(lease.index, 2);
         }
         // hung-a's lookup hung past CONNECT_TIMEOUT: blamed, as a connect timeout would be.
-        assert!(pool.servers[0].is_quarantined());
+        assert!(generation.servers[0].is_quarantined());
         // hung-b was never looked up (one lookup in flight already): not blamed.
-        assert!(!pool.servers[1].is_quarantined());
+        assert!(!generation.servers[1].is_quarantined());
         assert_eq!(balancer.state().servers[1].failed_connects, 0);
         // Fifty clients, one lookup, one thread.
         assert_eq!(hung.lookups.load(Relaxed), 1);

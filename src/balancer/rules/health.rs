@@ -67,7 +67,7 @@ impl Release {
 
 /// The outcome of one monitor check.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Check {
+pub struct CheckResult {
     /// Wall-clock time of the check, ms since the Unix epoch.
     pub at_wall_ms: u64,
     /// How long it took.
@@ -78,7 +78,7 @@ pub struct Check {
 
 /// One quarantine of a server, for its detail page.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Episode {
+pub struct QuarantineEpisode {
     /// When it started (wall ms).
     pub start_wall_ms: u64,
     /// When it ended (wall ms); `None` while it lasts.
@@ -98,7 +98,7 @@ const HISTORY: usize = 20;
 /// who found it, and whether it still stands. Pages show it only while it does: a server
 /// that has proved itself since is not shown with an old error.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Failure {
+pub struct QuarantineCause {
     /// The error in words.
     pub words: String,
     /// When it came (wall ms).
@@ -113,7 +113,7 @@ pub struct Failure {
 /// Who asked for an operator's quarantine and why, shown instead of any error while it lasts:
 /// a healthy server taken out on purpose must not read as failing.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Asked {
+pub struct OperatorAsk {
     /// `uid 1000` (the control socket's peer), or who restored it.
     pub by: String,
     /// The operator's reason (`ctl quarantine --reason`); empty when none was given.
@@ -121,7 +121,7 @@ pub struct Asked {
     pub reason: String,
 }
 
-impl Asked {
+impl OperatorAsk {
     /// `asked by uid 0`, or `asked by uid 0: AppServer restart`: the quarantine's words in the
     /// log and its history.
     pub fn words(&self) -> String {
@@ -134,9 +134,9 @@ impl Asked {
 }
 
 /// Who asked, without a reason: what `force_quarantine(server, duration, "uid 0")` means.
-impl From<&str> for Asked {
-    fn from(by: &str) -> Asked {
-        Asked {
+impl From<&str> for OperatorAsk {
+    fn from(by: &str) -> OperatorAsk {
+        OperatorAsk {
             by: by.to_string(),
             reason: String::new(),
         }
@@ -153,15 +153,15 @@ pub struct Detail {
     /// Why the current (or last) quarantine started.
     pub reason: Option<Reason>,
     /// The last failure (a check's or a client's connect), and whether it still stands.
-    pub last_failure: Option<Failure>,
+    pub last_failure: Option<QuarantineCause>,
     /// Who asked for the current quarantine and why, while an operator's lasts.
-    pub asked: Option<Asked>,
+    pub asked: Option<OperatorAsk>,
     /// Quarantines started since the broker started.
     pub quarantines: u64,
     /// The last monitor check.
-    pub last_check: Option<Check>,
+    pub last_check: Option<CheckResult>,
     /// The last quarantines, oldest first.
-    pub history: VecDeque<Episode>,
+    pub history: VecDeque<QuarantineEpisode>,
     /// Monitor checks failed in a row (for `MONITOR_FALL`).
     pub fails_in_a_row: u32,
     /// Monitor checks passed in a row since the last failure or quarantine (for `MONITOR_RISE`).
@@ -175,7 +175,7 @@ pub struct Detail {
 /// change of the wall clock must not move) and on the wall clock (what logs and pages show).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Now {
-    /// The balancer's [`crate::process::clock::Clock`], in ms (never 0).
+    /// The balancer's [`crate::support::clock::Clock`], in ms (never 0).
     pub ms: u64,
     /// Wall-clock ms since the Unix epoch.
     pub wall_ms: u64,
@@ -277,7 +277,7 @@ impl Health {
 
     /// An operator's quarantine (`asked`: who and why) until now + `duration`: as a failure of
     /// reason [`Reason::Operator`], with who asked shown instead of any error while it lasts.
-    pub fn forced(&self, asked: Asked, duration: Duration, now: Now) -> Quarantined {
+    pub fn forced(&self, asked: OperatorAsk, duration: Duration, now: Now) -> Quarantined {
         let mut detail = self.lock();
         let q = self.quarantine(&mut detail, Reason::Operator, &asked.words(), duration, now);
         detail.asked = Some(asked);
@@ -302,7 +302,7 @@ impl Health {
             if detail.history.len() == HISTORY {
                 detail.history.pop_front();
             }
-            detail.history.push_back(Episode {
+            detail.history.push_back(QuarantineEpisode {
                 start_wall_ms: now.wall_ms,
                 end_wall_ms: None,
                 reason,
@@ -327,7 +327,7 @@ impl Health {
         // Any failure, a client's included, starts the count to MONITOR_RISE again.
         detail.passes_in_a_row = 0;
         if reason != Reason::Operator {
-            detail.last_failure = Some(Failure {
+            detail.last_failure = Some(QuarantineCause {
                 words: error.to_string(),
                 at_wall_ms: now.wall_ms,
                 found_by: reason,
@@ -390,7 +390,7 @@ impl Health {
     }
 
     /// Records a passed monitor check; returns the checks passed in a row.
-    pub fn check_passed(&self, check: Check) -> u32 {
+    pub fn check_passed(&self, check: CheckResult) -> u32 {
         let mut detail = self.lock();
         detail.last_check = Some(check);
         self.proved(&mut detail);
@@ -400,7 +400,7 @@ impl Health {
     }
 
     /// Records a failed monitor check (its `error` is set) at `now`.
-    pub fn check_failed(&self, check: Check, now: Now) -> CheckFailed {
+    pub fn check_failed(&self, check: CheckResult, now: Now) -> CheckFailed {
         let mut detail = self.lock();
         let repeated = !self.is_available(now.ms)
             && detail
@@ -521,7 +521,7 @@ mod tests {
 
     #[test]
     fn checks_count_in_a_row_and_a_failure_restarts_the_rise() {
-        let check = |error: Option<&str>| Check {
+        let check = |error: Option<&str>| CheckResult {
             at_wall_ms: 0,
             duration: Duration::ZERO,
             error: error.map(str::to_string),
@@ -587,7 +587,7 @@ mod tests {
     #[test]
     fn a_failure_stands_until_the_server_proves_itself() {
         let stands = |h: &Health| h.detail().last_failure.map(|f| (f.words, f.current));
-        let check = |error: Option<&str>| Check {
+        let check = |error: Option<&str>| CheckResult {
             at_wall_ms: 0,
             duration: Duration::ZERO,
             error: error.map(str::to_string),
@@ -623,12 +623,12 @@ mod tests {
     fn an_operators_quarantine_keeps_who_asked_and_why_while_it_lasts() {
         let health = Health::default();
         health.failed(Reason::Connect, "refused", MINUTES_2, at(0));
-        let asked = Asked {
+        let asked = OperatorAsk {
             by: "uid 0".into(),
             reason: "AppServer restart".into(),
         };
         assert_eq!(asked.words(), "asked by uid 0: AppServer restart");
-        assert_eq!(Asked::from("uid 7").words(), "asked by uid 7");
+        assert_eq!(OperatorAsk::from("uid 7").words(), "asked by uid 7");
         health.forced(asked.clone(), MINUTES_2, at(10));
         let detail = health.detail();
         assert_eq!(detail.asked, Some(asked));

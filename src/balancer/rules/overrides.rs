@@ -76,7 +76,7 @@ pub fn reason_problem(reason: &str) -> Option<String> {
 /// `text` with its control characters written out (`\n`, `\x1b`, `\u{9b}`): for text kept
 /// from before [`reason_problem`] refused them (a state file), wherever it is shown. The
 /// process's one escaping, which the log's lines use too.
-pub use crate::process::escape::escape_controls;
+pub use crate::support::escape::escape_controls;
 
 impl Hold {
     /// The same hold with its reason and who asked escaped ([`escape_controls`]): as a hold

@@ -14,7 +14,7 @@ use std::net::IpAddr;
 
 /// How long a client must go without a refusal before an admission ends its episode: at the
 /// edge of its limit, admissions and refusals alternate, and each alternation is not an
-/// episode of its own (as [`crate::process::throttle::Episode`]).
+/// episode of its own (as [`crate::support::throttle::Episode`]).
 pub const QUIET_MS: u64 = 1000;
 
 /// The fewest entries the table keeps room for, however few clients remain: below this,
@@ -23,7 +23,7 @@ const KEPT_ROOM: usize = 64;
 
 /// One client address's connections and refusals.
 #[derive(Debug, Clone, Copy, Default)]
-struct Entry {
+struct ClientEntry {
     /// Connections admitted and not yet released.
     open: u32,
     /// Connections refused since its episode began (0: none running).
@@ -56,7 +56,7 @@ pub enum Decision {
 /// The connections open per client address, for one balancer (or one shard of it).
 #[derive(Debug, Default)]
 pub struct ClientCounts {
-    entries: HashMap<IpAddr, Entry>,
+    entries: HashMap<IpAddr, ClientEntry>,
 }
 
 /// A client's address as counted: an IPv4 client seen as IPv4-mapped IPv6 (on a `::`

@@ -8,8 +8,8 @@
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
-use crate::process::clock::monotonic_ms;
-use crate::process::throttle::Episode;
+use crate::support::clock::monotonic_ms;
+use crate::support::throttle::Episode;
 
 /// The places of one balancer.
 #[derive(Debug, Default)]

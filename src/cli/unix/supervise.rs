@@ -8,8 +8,8 @@ use std::process::ExitCode;
 use appbroker::admin;
 use appbroker::config::Config;
 use appbroker::net::inherit;
-use appbroker::process::logging;
 use appbroker::supervisor::{self, upgrade};
+use appbroker::support::logging;
 use tracing::{info, warn};
 
 /// `--supervise`: binds every listener (or, re-executed by an upgrade, takes them over) and
@@ -73,7 +73,7 @@ pub fn supervise(config: Config, log: &logging::Log) -> ExitCode {
     };
     match runtime.block_on(supervisor::run(start)) {
         Ok(code) => ExitCode::from(code),
-        Err(e) => fail(&appbroker::process::os_error::words(&e)),
+        Err(e) => fail(&appbroker::support::os_error::words(&e)),
     }
 }
 
@@ -124,7 +124,7 @@ fn supervisor_socket(config: &Config) -> Result<Option<UnixListener>, String> {
                 "supervisor: cannot make {}: {}; `appbroker upgrade` cannot reach this \
                  supervisor",
                 path.display(),
-                appbroker::process::os_error::words(&e)
+                appbroker::support::os_error::words(&e)
             );
             Ok(None)
         }

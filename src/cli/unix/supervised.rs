@@ -8,8 +8,8 @@ use appbroker::admin::Admin;
 use appbroker::broker::Control;
 use appbroker::config::Config;
 use appbroker::net::workers::WorkerThreads;
-use appbroker::process::shutdown::Shutdown;
 use appbroker::supervisor::{self, Link, Supervised};
+use appbroker::support::shutdown::Shutdown;
 use tracing::info;
 
 /// The broker a supervisor started this one to replace on its ports (an upgrade, or a reload

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use appbroker::admin;
 use appbroker::admin::protocol::Request;
-use appbroker::process::logging;
 use appbroker::supervisor::upgrade;
+use appbroker::support::logging;
 
 use crate::cli::args::Cli;
 use crate::cli::ctl::control_socket;
@@ -41,23 +41,23 @@ pub fn upgrade(cli: &Cli) -> ExitCode {
         }
         Ok(answer) => {
             logging::to_stderr(&format!("appbroker upgrade: {answer}"));
-            ExitCode::from(admin::ctl::REFUSED)
+            ExitCode::from(admin::control_client::REFUSED)
         }
         Err(e @ upgrade::AskError::NoSupervisor { .. }) => {
             // A broker that runs without a supervisor answers on the control socket.
-            if admin::ctl::ask(&control, &Request::Ping, Duration::ZERO).is_ok() {
+            if admin::control_client::ask(&control, &Request::Ping, Duration::ZERO).is_ok() {
                 logging::to_stderr(
                     "appbroker upgrade: the broker runs without a supervisor; an upgrade needs \
                      the supervised mode (appbroker --supervise): restart it that way",
                 );
-                return ExitCode::from(admin::ctl::REFUSED);
+                return ExitCode::from(admin::control_client::REFUSED);
             }
             logging::to_stderr(&format!("appbroker upgrade: {e}"));
-            ExitCode::from(admin::ctl::NO_BROKER)
+            ExitCode::from(admin::control_client::NO_BROKER)
         }
         Err(e) => {
             logging::to_stderr(&format!("appbroker upgrade: {e}"));
-            ExitCode::from(admin::ctl::NO_BROKER)
+            ExitCode::from(admin::control_client::NO_BROKER)
         }
     }
 }

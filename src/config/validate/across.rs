@@ -5,7 +5,7 @@
 use std::net::{IpAddr, SocketAddr};
 
 use super::super::{BalancerConfig, BalancerKind, ConfigError, Host};
-use super::{Origin, ReadBalancer, Section, Validator};
+use super::{ReadBalancer, Section, Validator, ValueOrigin};
 use crate::config::self_loop;
 
 impl Validator {
@@ -79,8 +79,8 @@ impl Validator {
                     }
                     let key = format!("REMOTE_SERVER_{}", server.id);
                     let line = match self.origins.get(b.kind.section(), &key) {
-                        Origin::Section(line) | Origin::General(line) => line,
-                        Origin::Default => 0,
+                        ValueOrigin::Section(line) | ValueOrigin::General(line) => line,
+                        ValueOrigin::Default => 0,
                     };
                     self.errors.push(ConfigError::new(
                         line,

@@ -11,10 +11,10 @@ use super::super::{
     BalancerConfig, BalancerKind, ConfigError, Monitoring, ServerConfig, ServerId, SortMethod,
     TOTVS_MONITORING_TYPES, TOTVS_SORT_METHODS,
 };
-use super::{Lookup, Origin, ReadBalancer, Section, Validator, suggest, value};
+use super::{ReadBalancer, Section, SectionLookup, Validator, ValueOrigin, suggest, value};
 
 /// A server entry and the line it is on.
-type Server = (ServerConfig, usize);
+type ServerLine = (ServerConfig, usize);
 
 impl Validator {
     /// Reads one balancer section, recording its errors.
@@ -32,7 +32,7 @@ impl Validator {
         let listen_read = self.settings(section, general, &mut balancer);
         self.rules(section, general, &mut balancer);
         if self.errors.len() == errors_before {
-            self.tls(&Lookup { section, general }, &balancer);
+            self.tls(&SectionLookup { section, general }, &balancer);
         }
         balancer.servers = servers.into_iter().map(|(s, _)| s).collect();
         ReadBalancer {
@@ -45,7 +45,7 @@ impl Validator {
     /// The section's entries but its settings: the servers (returned), and keys that are none
     /// of appbroker's (an error with the nearest key, or, for the TOTVS keys appbroker
     /// accepts without using, one notice).
-    fn entries(&mut self, section: &Section) -> Vec<Server> {
+    fn entries(&mut self, section: &Section) -> Vec<ServerLine> {
         let name = section.written.as_str();
         let mut servers = Vec::new();
         let mut unused = Vec::new();
@@ -57,7 +57,7 @@ impl Validator {
                     Ok((host, port, weight)) => {
                         let key = format!("REMOTE_SERVER_{id}");
                         self.origins
-                            .set(&section.name, &key, Origin::Section(entry.line));
+                            .set(&section.name, &key, ValueOrigin::Section(entry.line));
                         let server = ServerConfig {
                             id,
                             host,
@@ -93,7 +93,7 @@ impl Validator {
 
     /// Rules on the servers as a whole: at least one, at most one per id, and a notice for
     /// an address given under two ids.
-    fn servers(&mut self, section: &Section, servers: &[Server], errors_before: usize) {
+    fn servers(&mut self, section: &Section, servers: &[ServerLine], errors_before: usize) {
         let name = section.written.as_str();
         let server_rejected = section
             .rejected
@@ -147,7 +147,7 @@ impl Validator {
         let mut has_port = false;
         let mut listen_bad = false;
         for key in keys::balancer() {
-            let lookup = Lookup {
+            let lookup = SectionLookup {
                 section,
                 general: general.filter(|_| key.stands == Stands::Balancer),
             };
@@ -177,7 +177,7 @@ impl Validator {
     /// The rules that tie settings together, and the notices about what was substituted.
     fn rules(&mut self, section: &Section, general: Option<&Section>, b: &mut BalancerConfig) {
         let name = section.written.as_str();
-        let inherited = Lookup { section, general };
+        let inherited = SectionLookup { section, general };
         self.sort_method(section, &inherited, b);
         self.monitoring_keys(section, &inherited, b);
         self.http_only_keys(section, b);
@@ -199,7 +199,12 @@ impl Validator {
 
     /// The keys that complete a monitoring type: `MONITOR_EXPECT` required with SEND_EXPECT,
     /// and a notice for each given with another type, which does not use it.
-    fn monitoring_keys(&mut self, section: &Section, inherited: &Lookup<'_>, b: &BalancerConfig) {
+    fn monitoring_keys(
+        &mut self,
+        section: &Section,
+        inherited: &SectionLookup<'_>,
+        b: &BalancerConfig,
+    ) {
         let name = section.written.as_str();
         if let Monitoring::SendExpect { expect, .. } = &b.monitoring
             && expect.is_empty()
@@ -264,7 +269,12 @@ impl Validator {
     /// The PROXY protocol's keys and `MAX_CONNECTIONS_PER_CLIENT`: a notice for the keys that
     /// complete `PROXY_PROTOCOL=1` given in a section without it, and for a header required
     /// of every source.
-    fn proxy_keys(&mut self, section: &Section, inherited: &Lookup<'_>, b: &mut BalancerConfig) {
+    fn proxy_keys(
+        &mut self,
+        section: &Section,
+        inherited: &SectionLookup<'_>,
+        b: &mut BalancerConfig,
+    ) {
         let name = section.written.as_str();
         let own = |key: &str| section.entries.iter().find(|e| e.key == key);
         if !b.proxy.accept {
@@ -295,7 +305,7 @@ impl Validator {
     }
 
     /// `MONITORING_TYPE`'s notice: a TOTVS type that stands for CONNECTION.
-    fn monitoring_type(&mut self, section: &Section, inherited: &Lookup<'_>) {
+    fn monitoring_type(&mut self, section: &Section, inherited: &SectionLookup<'_>) {
         if let Some((entry, _)) = inherited.find("MONITORING_TYPE") {
             let upper = entry.value.to_ascii_uppercase();
             if TOTVS_MONITORING_TYPES.contains(&upper.as_str()) {
@@ -313,7 +323,12 @@ impl Validator {
     }
 
     /// `TCP_USER_TIMEOUT`'s default, then the timings that contradict each other.
-    fn timings(&mut self, section: &Section, inherited: &Lookup<'_>, b: &mut BalancerConfig) {
+    fn timings(
+        &mut self,
+        section: &Section,
+        inherited: &SectionLookup<'_>,
+        b: &mut BalancerConfig,
+    ) {
         // By default TCP_USER_TIMEOUT matches the keepalive arithmetic, within the one-day
         // bound of every duration (and is off with keepalive off).
         if inherited.find("TCP_USER_TIMEOUT").is_none() {
@@ -331,7 +346,7 @@ impl Validator {
 
     /// `ALERT_WEBHOOK_CA`: read now when an `https` webhook uses it (an error at its line when
     /// it holds no certificate), a notice when nothing uses it.
-    fn webhook_ca(&mut self, section: &Section, inherited: &Lookup<'_>, b: &BalancerConfig) {
+    fn webhook_ca(&mut self, section: &Section, inherited: &SectionLookup<'_>, b: &BalancerConfig) {
         const KEY: &str = "ALERT_WEBHOOK_CA";
         let (Some(path), Some((entry, _))) = (&b.alerts.webhook_ca, inherited.find(KEY)) else {
             return;
@@ -353,9 +368,14 @@ impl Validator {
 
     /// `SORT_METHOD`'s notices: a TOTVS method that stands for CONNECTION, SESSION on a TCP
     /// balancer (which then uses CONNECTION).
-    fn sort_method(&mut self, section: &Section, inherited: &Lookup<'_>, b: &mut BalancerConfig) {
+    fn sort_method(
+        &mut self,
+        section: &Section,
+        inherited: &SectionLookup<'_>,
+        b: &mut BalancerConfig,
+    ) {
         let name = section.written.as_str();
-        let notice = |entry: &super::Entry, key: &str, message: String| {
+        let notice = |entry: &super::IniEntry, key: &str, message: String| {
             ConfigError::new(entry.line, name, Some(key), message)
         };
         if let Some((entry, _)) = inherited.find("SORT_METHOD") {

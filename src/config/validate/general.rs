@@ -6,7 +6,7 @@
 use super::super::keys::{self, KEYS, Stands};
 use super::super::{ConfigError, General};
 use super::super::{TOTVS_GENERAL, TOTVS_UNUSED};
-use super::{Lookup, Section, Validator, suggest};
+use super::{Section, SectionLookup, Validator, suggest};
 
 /// Unknown keys named in one notice at most; the rest are counted.
 const MAX_NAMED: usize = 20;
@@ -20,7 +20,7 @@ impl Validator {
         };
         self.duplicates(section);
         self.unused_general_keys(section);
-        let lookup = Lookup {
+        let lookup = SectionLookup {
             section,
             general: None,
         };

@@ -19,12 +19,12 @@ mod tls;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::ini::{self, Entry, Section};
+use super::ini::{self, IniEntry, Section};
 use super::keys::Key;
 use super::value;
 use super::{
-    BalancerConfig, Config, ConfigError, LoadError, Loaded, MAX_ERRORS_SHOWN, Notice, Origin,
-    Origins,
+    BalancerConfig, Config, ConfigError, LoadError, Loaded, MAX_ERRORS_SHOWN, Notice, Origins,
+    ValueOrigin,
 };
 
 /// Validates configuration text; `path` is only used to name the file in messages.
@@ -177,22 +177,22 @@ struct Validator {
 }
 
 /// One section's lookups, with `[General]` as the fallback for balancer keys.
-struct Lookup<'a> {
+struct SectionLookup<'a> {
     section: &'a Section,
     general: Option<&'a Section>,
 }
 
-impl<'a> Lookup<'a> {
-    fn find(&self, key: &str) -> Option<(&'a Entry, Origin)> {
+impl<'a> SectionLookup<'a> {
+    fn find(&self, key: &str) -> Option<(&'a IniEntry, ValueOrigin)> {
         if let Some(e) = self.section.entries.iter().find(|e| e.key == key) {
-            return Some((e, Origin::Section(e.line)));
+            return Some((e, ValueOrigin::Section(e.line)));
         }
         let general = self.general?;
         general
             .entries
             .iter()
             .find(|e| e.key == key)
-            .map(|e| (e, Origin::General(e.line)))
+            .map(|e| (e, ValueOrigin::General(e.line)))
     }
 }
 
@@ -203,19 +203,19 @@ impl Validator {
     /// validation goes on and reports everything at once. Returns the entry, when there is one.
     fn read<'a>(
         &mut self,
-        lookup: &Lookup<'a>,
+        lookup: &SectionLookup<'a>,
         key: &Key,
         set: impl FnOnce(&str) -> Result<(), String>,
-    ) -> Option<&'a Entry> {
+    ) -> Option<&'a IniEntry> {
         let section = lookup.section.name.as_str();
         let Some((entry, origin)) = lookup.find(key.name) else {
-            self.origins.set(section, key.name, Origin::Default);
+            self.origins.set(section, key.name, ValueOrigin::Default);
             return None;
         };
         self.origins.set(section, key.name, origin);
         if let Err(message) = set(&entry.value) {
             let where_ = match origin {
-                Origin::General(_) => "General",
+                ValueOrigin::General(_) => "General",
                 _ => &lookup.section.written,
             };
             // A secret is never repeated, not even a wrong one: the error may reach a log.

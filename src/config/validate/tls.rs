@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::SystemTime;
 
 use super::super::{BalancerConfig, ConfigError, TlsKeys};
-use super::{Lookup, Validator};
+use super::{SectionLookup, Validator};
 use crate::tls::{Finding, Resumption, ServerTls, Severity, UpstreamTls};
 
 /// The keys that only mean something with `SSL_ENCRYPT_UPSTREAM=1`.
@@ -20,7 +20,7 @@ const UPSTREAM_KEYS: [&str; 3] = [
 
 impl Validator {
     /// The `SSL_*` rules and the doctor for balancer `b` of `lookup`'s section.
-    pub(super) fn tls(&mut self, lookup: &Lookup<'_>, b: &BalancerConfig) {
+    pub(super) fn tls(&mut self, lookup: &SectionLookup<'_>, b: &BalancerConfig) {
         self.tls_keys(lookup, &b.tls);
         let windows = self.windows_paths(lookup, &b.tls);
         // A Windows path said so already; that the file cannot be read says nothing more.
@@ -42,7 +42,7 @@ impl Validator {
     /// The rules that tie the keys together: a certificate needs its key (and the other way
     /// round), an obsolete `SSL_METHOD` is replaced, and keys that mean nothing without
     /// another are noticed as ignored.
-    fn tls_keys(&mut self, lookup: &Lookup<'_>, keys: &TlsKeys) {
+    fn tls_keys(&mut self, lookup: &SectionLookup<'_>, keys: &TlsKeys) {
         match (&keys.certificate, &keys.key) {
             (Some(_), None) => self.errors.push(at(
                 lookup,
@@ -85,7 +85,7 @@ impl Validator {
     /// An error for each file key that holds a Windows path, and those keys. A TOTVS file's
     /// Windows path is read as written; it cannot exist here, so say that rather than only
     /// that the file cannot be read.
-    fn windows_paths(&mut self, lookup: &Lookup<'_>, keys: &TlsKeys) -> Vec<&'static str> {
+    fn windows_paths(&mut self, lookup: &SectionLookup<'_>, keys: &TlsKeys) -> Vec<&'static str> {
         let mut windows = Vec::new();
         for (key, path) in [
             ("SSL_CERTIFICATE", &keys.certificate),
@@ -149,7 +149,7 @@ impl Validator {
 
 /// An error (or notice) about `key` of `lookup`'s section, on the key's line, else the
 /// section's.
-fn at(lookup: &Lookup<'_>, key: &str, message: String) -> ConfigError {
+fn at(lookup: &SectionLookup<'_>, key: &str, message: String) -> ConfigError {
     let line = lookup
         .find(key)
         .map_or(lookup.section.line, |(e, _)| e.line);

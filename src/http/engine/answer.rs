@@ -16,11 +16,11 @@ use tokio::time::Instant;
 use tracing::debug;
 
 use super::buffers::Buffer;
-use super::client::{Next, Upgraded, write_out};
+use super::client::{Next, SwitchedConnection, write_out};
 use super::exchange::InHand;
 use super::forward::Answered;
 use super::pool::ServerConn;
-use super::pump::{Pump, PumpError, Silence};
+use super::pump::{IdleWatch, Pump, PumpError};
 use crate::http::h1::{
     self, Body, BodyReader, Finish, Framing, ResponseHead, Span, ToClient, client_keep_alive,
 };
@@ -128,8 +128,8 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
         upload: &mut Option<Pump>,
         request_sent: bool,
     ) -> Streamed {
-        let mut server_silence = Silence::new(self.settings.response_timeout);
-        let mut client_silence = Silence::new(self.settings.body_timeout);
+        let mut server_silence = IdleWatch::new(self.settings.response_timeout);
+        let mut client_silence = IdleWatch::new(self.settings.body_timeout);
         let (client, buf, server) = (&mut *self.client.io, &mut self.buf, &mut conn.stream);
         let mut body_sent = request_sent;
         let mut body_end = self.body_end;
@@ -236,8 +236,9 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
     }
 
     /// The server agreed to switch protocols: its `101` goes to the client with what it sent
-    /// after, and the connection becomes a tunnel ([`Upgraded`]), relayed by the client's loop
-    /// once this exchange's future is gone, so an idle tunnel holds only what it relays.
+    /// after, and the connection becomes a tunnel ([`SwitchedConnection`]), relayed by the
+    /// client's loop once this exchange's future is gone, so an idle tunnel holds only what it
+    /// relays.
     async fn tunnel(
         self,
         conn: ServerConn<U>,
@@ -278,7 +279,7 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
         }
         let first = buf.filled()[body_end.unwrap_or(buf.len()).min(buf.len())..].to_vec();
         engine.stats.upgrades.fetch_add(1, Relaxed);
-        Next::Tunnel(Box::new(Upgraded {
+        Next::Tunnel(Box::new(SwitchedConnection {
             conn,
             choice,
             client_hold: None,

@@ -7,7 +7,7 @@
 //! written to the client (a client that does not read holds the server back, not the
 //! broker's memory), and a request gets at most [`MOST_INTERIM_HEADS`] of them or
 //! [`MOST_INTERIM_BYTES`], whichever comes first, forwarded or not (an HTTP/1.0 client is
-//! held to the same bound); past it the server is failed ([`Heard::Flood`]: a 502, and the
+//! held to the same bound); past it the server is failed ([`ServerHeard::Flood`]: a 502, and the
 //! client's connection closed). They never extend the wait for the final head.
 
 use std::io;
@@ -20,7 +20,7 @@ use crate::http::h1::{Asked, Framing, HeadError, HeadScan, ResponseHead, ToClien
 use crate::net::stream::Stream;
 
 /// What the server said, once it said enough.
-pub(super) enum Heard {
+pub(super) enum ServerHeard {
     /// A final head (interim ones before it were passed on).
     Final(ResponseHead),
     /// The server closed before a final head.
@@ -86,7 +86,7 @@ impl Awaiting {
         cx: &mut Context<'_>,
         server: &mut S,
         client: &mut C,
-    ) -> Poll<io::Result<Heard>> {
+    ) -> Poll<io::Result<ServerHeard>> {
         loop {
             // Until the interim answers in hand are written, the server waits.
             ready!(self.poll_interim(cx, client))?;
@@ -101,7 +101,11 @@ impl Awaiting {
 
     /// Reads and parses until the final head, the server's end, or a wait: an interim head to
     /// write is a wait too (nothing more is read until it is written, [`Awaiting::poll_head`]).
-    fn poll_server<S: Stream>(&mut self, cx: &mut Context<'_>, server: &mut S) -> Poll<Heard> {
+    fn poll_server<S: Stream>(
+        &mut self,
+        cx: &mut Context<'_>,
+        server: &mut S,
+    ) -> Poll<ServerHeard> {
         loop {
             if self.resp.len() > 0 {
                 match ResponseHead::parse(self.resp.filled_mut(), &mut self.scan, self.asked) {
@@ -111,15 +115,15 @@ impl Awaiting {
                         if self.interim_heads > MOST_INTERIM_HEADS
                             || self.interim_bytes > MOST_INTERIM_BYTES
                         {
-                            return Poll::Ready(Heard::Flood);
+                            return Poll::Ready(ServerHeard::Flood);
                         }
                         self.interim_head(&head);
                         self.resp.consume(head.len());
                         self.scan = HeadScan::default();
                         continue;
                     }
-                    Ok(Some(head)) => return Poll::Ready(Heard::Final(head)),
-                    Err(e) => return Poll::Ready(Heard::Bad(e)),
+                    Ok(Some(head)) => return Poll::Ready(ServerHeard::Final(head)),
+                    Err(e) => return Poll::Ready(ServerHeard::Bad(e)),
                     Ok(None) if self.resp.is_full() => {
                         // A head larger than the small tier: on in the large one (the core
                         // refuses one larger than that).
@@ -133,9 +137,9 @@ impl Awaiting {
                 return Poll::Pending;
             }
             match ready!(self.resp.poll_read_from(cx, server)) {
-                Ok(0) => return Poll::Ready(Heard::Closed),
+                Ok(0) => return Poll::Ready(ServerHeard::Closed),
                 Ok(_) => self.heard = true,
-                Err(e) => return Poll::Ready(Heard::Failed(e)),
+                Err(e) => return Poll::Ready(ServerHeard::Failed(e)),
             }
         }
     }

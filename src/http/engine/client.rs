@@ -21,7 +21,7 @@ use tracing::{info, warn};
 
 use super::Engine;
 use super::buffers::Buffer;
-use super::own::{self, Ending};
+use super::own::{self, AnswerEnding};
 use super::pool::ServerConn;
 use crate::http::h1::{HeadError, HeadScan, Method, OutHead, RequestHead, Version};
 use crate::http::{
@@ -29,7 +29,7 @@ use crate::http::{
 };
 use crate::net::relay::{Counters, End, relay};
 use crate::net::stream::Stream;
-use crate::process::budget::{Budget, Claim};
+use crate::support::budget::{Budget, Claim};
 
 /// What follows a request on its connection.
 pub(super) enum Next<U: Upstreams> {
@@ -38,11 +38,11 @@ pub(super) enum Next<U: Upstreams> {
     /// The connection closes.
     Close,
     /// The connection was upgraded: a tunnel to relay until it ends.
-    Tunnel(Box<Upgraded<U>>),
+    Tunnel(Box<SwitchedConnection<U>>),
 }
 
 /// The client's side of a request: its connection, who it is, and the head's deadline.
-pub(super) struct Client<'c, C> {
+pub(super) struct ClientSide<'c, C> {
     pub(super) io: &'c mut C,
     pub(super) peer: Downstream,
     /// The trusted proxy (`HTTP_TRUSTED_PROXIES`) the request came through, when `peer` is
@@ -107,7 +107,7 @@ impl<U: Upstreams> Engine<U> {
                     // The client's parts are made in the statement that moves them into the
                     // boxed exchange, so this future holds none of them across its wait.
                     let exchange = Box::pin(self.exchange(
-                        Client::new(&mut io, client, &closing, deadline.as_mut()),
+                        ClientSide::new(&mut io, client, &closing, deadline.as_mut()),
                         buf,
                         // The settings in force when the request came (a reload meanwhile applies).
                         self.settings.load_full(),
@@ -159,7 +159,7 @@ impl<U: Upstreams> Engine<U> {
             return;
         };
         let closing = CancellationToken::new();
-        let mut conn = Client::new(&mut io, client, &closing, deadline.as_mut());
+        let mut conn = ClientSide::new(&mut io, client, &closing, deadline.as_mut());
         let (version, head_only) = match conn.read_head(&mut buf, &settings).await {
             Ok(head) => (head.version(), head.method() == Method::Head),
             Err(Headless::Refused(_)) => (Version::Http11, false),
@@ -167,7 +167,7 @@ impl<U: Upstreams> Engine<U> {
         };
         // Not held while the page is written and the rest lingers.
         drop(buf);
-        let ending = Ending {
+        let ending = AnswerEnding {
             close: true,
             version,
             head_only,
@@ -280,7 +280,7 @@ fn claim_head(claim: &mut Option<Claim>, budget: &Arc<Budget>, size: usize) {
     }
 }
 
-impl<'c, C> Client<'c, C> {
+impl<'c, C> ClientSide<'c, C> {
     /// A request's view of its connection: no trusted proxy named another client yet, and
     /// the peer's address written as the request begins.
     fn new(
@@ -289,7 +289,7 @@ impl<'c, C> Client<'c, C> {
         closing: &'c CancellationToken,
         deadline: Pin<&'c mut Sleep>,
     ) -> Self {
-        Client {
+        ClientSide {
             io,
             peer,
             via: None,
@@ -300,7 +300,7 @@ impl<'c, C> Client<'c, C> {
     }
 }
 
-impl<C: Stream> Client<'_, C> {
+impl<C: Stream> ClientSide<'_, C> {
     /// The request head at the start of `buf`, reading more as it comes (in the large tier
     /// when it outgrows the small one), within the head's deadline, parsed as `settings`
     /// say. A head not whole in its first read claims its buffer in `HTTP_HEAD_MEMORY` until
@@ -464,7 +464,7 @@ pub(super) async fn write_out<W: Stream>(
 
 /// A connection switched to another protocol: what its relay needs, and nothing of the
 /// exchange that agreed to it.
-pub(super) struct Upgraded<U: Upstreams> {
+pub(super) struct SwitchedConnection<U: Upstreams> {
     pub(super) conn: ServerConn<U>,
     /// Holds the balancer's lease for the tunnel's life.
     pub(super) choice: Choice<U>,
@@ -489,7 +489,7 @@ pub(super) struct Upgraded<U: Upstreams> {
 /// (its relay done, or its future dropped when the connection is cut: then as stopped).
 struct Relaying<'e, U: Upstreams> {
     engine: &'e Engine<U>,
-    upgraded: Upgraded<U>,
+    upgraded: SwitchedConnection<U>,
     to_server: AtomicU64,
     to_client: AtomicU64,
     /// How the relay ended, once it did.
@@ -533,7 +533,7 @@ impl<U: Upstreams> Engine<U> {
     pub(super) fn relay_tunnel<'a, C: Stream>(
         &'a self,
         client: &'a mut C,
-        upgraded: Upgraded<U>,
+        upgraded: SwitchedConnection<U>,
     ) -> impl Future<Output = ()> + 'a {
         // Not an `async fn`, and `upgraded` moved once into what reports it and used there
         // in place: either would give its fields a second slot in the future, for the

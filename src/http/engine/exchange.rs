@@ -11,8 +11,8 @@ use tokio::time::Instant;
 
 use super::Engine;
 use super::buffers::Buffer;
-use super::client::{Client, Headless, Next};
-use super::own::{self, Ending};
+use super::client::{ClientSide, Headless, Next};
+use super::own::{self, AnswerEnding};
 use crate::http::h1::{Body, FieldName, HeadError, Method, RequestHead, Version};
 use crate::http::refusal::Refusal;
 use crate::http::{ClientAddr, ClientHead, Exchange, ExchangeOutcome, Report, Settings, Upstreams};
@@ -23,11 +23,11 @@ use crate::net::stream::Stream;
 /// record.
 pub(super) struct InHand<'e, C, U: Upstreams> {
     pub(super) engine: &'e Engine<U>,
-    pub(super) client: Client<'e, C>,
+    pub(super) client: ClientSide<'e, C>,
     pub(super) buf: Buffer,
     pub(super) head: RequestHead,
     pub(super) settings: Arc<Settings>,
-    pub(super) record: Record<'e, U>,
+    pub(super) record: ExchangeRecord<'e, U>,
     /// Where the request's body ended in the buffer, once it was read whole: the next
     /// request, if any came, starts there.
     pub(super) body_end: Option<usize>,
@@ -40,7 +40,7 @@ impl<U: Upstreams> Engine<U> {
     /// end; what follows it.
     pub(super) async fn exchange<C: Stream>(
         &self,
-        mut client: Client<'_, C>,
+        mut client: ClientSide<'_, C>,
         mut buf: Buffer,
         settings: Arc<Settings>,
         admission: &mut U::Admission,
@@ -58,7 +58,7 @@ impl<U: Upstreams> Engine<U> {
             client
                 .peer
                 .behind(&settings.trusted_proxies, &head, buf.filled());
-        let record = Record::new(self, client.peer.peer, &head, buf.filled());
+        let record = ExchangeRecord::new(self, client.peer.peer, &head, buf.filled());
         let request = InHand {
             engine: self,
             client,
@@ -88,18 +88,18 @@ impl<U: Upstreams> Engine<U> {
     /// The 408 of a head `HTTP_HEAD_MEMORY` evicted; the connection closes after it.
     async fn evicted<C: Stream>(
         &self,
-        mut client: Client<'_, C>,
+        mut client: ClientSide<'_, C>,
         buf: Buffer,
         settings: &Settings,
     ) -> Next<U> {
-        if let Some(mut record) = Record::of_line(self, client.peer.peer, buf.filled()) {
+        if let Some(mut record) = ExchangeRecord::of_line(self, client.peer.peer, buf.filled()) {
             record.exchange.outcome = ExchangeOutcome::Refused;
             record.answered(StatusCode::REQUEST_TIMEOUT);
             record.report();
         }
         // Not held while the page is written and the rest lingers: the budget freed it.
         drop(buf);
-        let ending = Ending {
+        let ending = AnswerEnding {
             close: true,
             version: Version::Http11,
             head_only: false,
@@ -114,13 +114,13 @@ impl<U: Upstreams> Engine<U> {
     /// The page for a head the core refused; the connection closes after it.
     async fn refuse_head<C: Stream>(
         &self,
-        mut client: Client<'_, C>,
+        mut client: ClientSide<'_, C>,
         buf: Buffer,
         error: HeadError,
         settings: &Settings,
     ) -> Next<U> {
         let refusal = Refusal::of_head(error, buf.filled());
-        if let Some(mut record) = Record::of_line(self, client.peer.peer, buf.filled()) {
+        if let Some(mut record) = ExchangeRecord::of_line(self, client.peer.peer, buf.filled()) {
             record.exchange.outcome = ExchangeOutcome::Refused;
             record.answered(refusal.status());
             record.report();
@@ -128,7 +128,7 @@ impl<U: Upstreams> Engine<U> {
         // Not held while the page is written and the rest lingers (a flood of heads too large
         // would hold 64 KiB each).
         drop(buf);
-        let ending = Ending {
+        let ending = AnswerEnding {
             close: true,
             version: Version::Http11,
             head_only: false,
@@ -172,11 +172,11 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
 
     /// How an answer of the broker's own to this request ends: kept alive when the client
     /// wants it, the request has no body (none is read for it), and no drain is on.
-    pub(super) fn own_ending(&self) -> Ending {
+    pub(super) fn own_ending(&self) -> AnswerEnding {
         let keep = self.head.keep_alive()
             && self.head.body() == Body::Empty
             && !self.client.closing.is_cancelled();
-        Ending {
+        AnswerEnding {
             close: !keep,
             version: self.head.version(),
             head_only: self.head.method() == Method::Head,
@@ -189,7 +189,7 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
         mut self,
         bytes: Vec<u8>,
         status: StatusCode,
-        ending: Ending,
+        ending: AnswerEnding,
     ) -> Next<U> {
         self.record.exchange.outcome = ExchangeOutcome::Local;
         self.record.answered(status);
@@ -217,7 +217,7 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
     pub(super) async fn refuse(mut self, refusal: Refusal) -> Next<U> {
         self.record.exchange.outcome = ExchangeOutcome::Refused;
         self.record.answered(refusal.status());
-        let ending = Ending {
+        let ending = AnswerEnding {
             close: true,
             ..self.own_ending()
         };
@@ -239,7 +239,7 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
     ) -> Next<U> {
         self.record.answered(status);
         let next = next.filter(|_| self.head.keep_alive() && !self.client.closing.is_cancelled());
-        let ending = Ending {
+        let ending = AnswerEnding {
             close: next.is_none(),
             ..self.own_ending()
         };
@@ -300,17 +300,17 @@ pub(super) fn max_forwards(request: &ClientHead<'_>) -> Option<u64> {
 /// What is accounted once a request is finished with, whichever way: the access log's
 /// exchange and the counters. Reported when dropped (its future too, when the client's
 /// connection is cut).
-pub(super) struct Record<'e, U: Upstreams> {
+pub(super) struct ExchangeRecord<'e, U: Upstreams> {
     engine: &'e Engine<U>,
     pub(super) exchange: Exchange<U::Server>,
     started: Instant,
     reported: bool,
 }
 
-impl<'e, U: Upstreams> Record<'e, U> {
+impl<'e, U: Upstreams> ExchangeRecord<'e, U> {
     /// The record of `head` (read from `buf`) from `client`, from now on.
     fn new(engine: &'e Engine<U>, client: ClientAddr, head: &RequestHead, buf: &[u8]) -> Self {
-        Record::of(engine, client, head.method_bytes(buf), head.target(buf))
+        ExchangeRecord::of(engine, client, head.method_bytes(buf), head.target(buf))
     }
 
     /// The record of a head refused before it was parsed, when its request line says a
@@ -322,11 +322,11 @@ impl<'e, U: Upstreams> Record<'e, U> {
         let mut words = line.split(|&b| b == b' ');
         let (method, target) = (words.next()?, words.next()?);
         hyper::Method::from_bytes(method).ok()?;
-        Some(Record::of(engine, client, method, target))
+        Some(ExchangeRecord::of(engine, client, method, target))
     }
 
     fn of(engine: &'e Engine<U>, client: ClientAddr, method: &[u8], target: &[u8]) -> Self {
-        Record {
+        ExchangeRecord {
             engine,
             exchange: Exchange {
                 method: hyper::Method::from_bytes(method).unwrap_or_default(),
@@ -349,7 +349,7 @@ impl<'e, U: Upstreams> Record<'e, U> {
     }
 }
 
-impl<U: Upstreams> Record<'_, U> {
+impl<U: Upstreams> ExchangeRecord<'_, U> {
     /// The request was answered `101` and becomes a tunnel: counted in the figures now (the
     /// duration histogram keeps its time to the 101, so hour-long WebSockets do not skew it),
     /// and handed over, to be reported to the balancer when the tunnel ends, with the
@@ -383,7 +383,7 @@ fn blank<S>(client: ClientAddr) -> Exchange<S> {
     }
 }
 
-impl<U: Upstreams> Record<'_, U> {
+impl<U: Upstreams> ExchangeRecord<'_, U> {
     /// Counts and reports the exchange as it stands, once: as soon as its answer is known
     /// whole (before its last bytes are written, so a client that reads them and asks for
     /// the figures finds the request counted), or when the record is dropped.
@@ -403,7 +403,7 @@ impl<U: Upstreams> Record<'_, U> {
     }
 }
 
-impl<U: Upstreams> Drop for Record<'_, U> {
+impl<U: Upstreams> Drop for ExchangeRecord<'_, U> {
     fn drop(&mut self) {
         self.report();
     }

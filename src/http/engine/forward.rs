@@ -21,7 +21,7 @@ use super::client::Next;
 use super::exchange::InHand;
 use super::pool::{Lifetime, ServerConn};
 use super::pump::Pump;
-use super::send::{ClientFault, Failure, Reply, Sent};
+use super::send::{ClientFault, Reply, SendFailure, Sent};
 use crate::http::h1::BodyReader;
 use crate::http::refusal::Refusal;
 use crate::http::{Choice, ClientHead, ConnectFailure, ExchangeOutcome, Report, Upstreams};
@@ -41,7 +41,7 @@ pub(super) enum Tried<U: Upstreams> {
     /// can be connected now either.
     BrokerFault,
     /// The request (or part of it) was sent and no usable answer came.
-    Failed(Failure),
+    Failed(SendFailure),
     /// The client's side failed while its body was passed on.
     Client(ClientFault),
 }
@@ -80,7 +80,7 @@ enum Unanswered {
     /// The broker itself could not connect to a server.
     BrokerFault,
     /// The last server tried failed the request after it was sent.
-    Failed(Failure),
+    Failed(SendFailure),
 }
 
 impl<C: Stream, U: Upstreams> InHand<'_, C, U> {

@@ -20,7 +20,7 @@ pub(super) const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
 /// How an answer of the broker's own ends its connection, as its `Connection` line says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Ending {
+pub(super) struct AnswerEnding {
     /// The connection closes after the answer.
     pub(super) close: bool,
     /// The client's version (HTTP/1.0 is told `keep-alive` when it stays).
@@ -29,7 +29,7 @@ pub(super) struct Ending {
     pub(super) head_only: bool,
 }
 
-impl Ending {
+impl AnswerEnding {
     fn connection_line(self) -> Option<&'static str> {
         if self.close {
             Some("Connection: close\r\n")
@@ -42,7 +42,12 @@ impl Ending {
 }
 
 /// An answer of `status` with `fields` (whole lines, CRLF included) and `body`.
-pub(super) fn answer(status: StatusCode, fields: &str, body: &[u8], ending: Ending) -> Vec<u8> {
+pub(super) fn answer(
+    status: StatusCode,
+    fields: &str,
+    body: &[u8],
+    ending: AnswerEnding,
+) -> Vec<u8> {
     let mut head = String::with_capacity(160 + fields.len());
     let reason = status.canonical_reason().unwrap_or("");
     let _ = write!(head, "HTTP/1.1 {} {reason}\r\n", status.as_u16());
@@ -67,7 +72,7 @@ pub(super) fn page(
     status: StatusCode,
     language: Language,
     retry_after: u64,
-    ending: Ending,
+    ending: AnswerEnding,
 ) -> Vec<u8> {
     let body = pages::page(status, language);
     let mut fields = String::from(PAGE_FIELDS);
@@ -79,7 +84,7 @@ pub(super) fn page(
 
 /// The page of a request the broker refused, saying what was wrong; a 405 says the methods
 /// allowed.
-pub(super) fn refused(refusal: Refusal, language: Language, ending: Ending) -> Vec<u8> {
+pub(super) fn refused(refusal: Refusal, language: Language, ending: AnswerEnding) -> Vec<u8> {
     let body = pages::refused(refusal, language);
     let mut fields = String::from(PAGE_FIELDS);
     if refusal == Refusal::Trace {
@@ -90,14 +95,14 @@ pub(super) fn refused(refusal: Refusal, language: Language, ending: Ending) -> V
 
 /// The answer to an `OPTIONS` the broker is the last recipient of: 200, the methods it passes
 /// on, no content (RFC 9110 §9.3.7).
-pub(super) fn options(ending: Ending) -> Vec<u8> {
+pub(super) fn options(ending: AnswerEnding) -> Vec<u8> {
     answer(StatusCode::OK, &format!("Allow: {ALLOW}\r\n"), b"", ending)
 }
 
 /// An answer the balancer made itself (a query's page): its lines but those that frame it or
 /// end its connection, which are the engine's to say (a line that is no valid field is left
 /// out, so nothing the balancer puts in a value can split the head).
-pub(super) fn local(local: &LocalAnswer, ending: Ending) -> Vec<u8> {
+pub(super) fn local(local: &LocalAnswer, ending: AnswerEnding) -> Vec<u8> {
     let mut fields = String::new();
     for (name, value) in &local.fields {
         let framing = ["content-length", "transfer-encoding", "connection"]
@@ -120,7 +125,7 @@ pub(super) fn local(local: &LocalAnswer, ending: Ending) -> Vec<u8> {
 /// page saying to use https (nginx answers the same case with its "plain HTTP request was
 /// sent to HTTPS port"), and the connection closed.
 pub fn plain_http_to_tls_port(language: Language) -> Vec<u8> {
-    let ending = Ending {
+    let ending = AnswerEnding {
         close: true,
         version: Version::Http11,
         head_only: false,
@@ -133,7 +138,7 @@ pub fn plain_http_to_tls_port(language: Language) -> Vec<u8> {
 mod tests {
     use super::*;
 
-    const KEPT: Ending = Ending {
+    const KEPT: AnswerEnding = AnswerEnding {
         close: false,
         version: Version::Http11,
         head_only: false,
@@ -154,7 +159,7 @@ mod tests {
             "{head}"
         );
         assert!(!head.contains("Connection"), "{head}");
-        let closing = Ending {
+        let closing = AnswerEnding {
             close: true,
             head_only: true,
             ..KEPT
@@ -170,7 +175,7 @@ mod tests {
             text.ends_with("Connection: close\r\n\r\n"),
             "no body to a HEAD: {text}"
         );
-        let old = Ending {
+        let old = AnswerEnding {
             version: Version::Http10,
             ..KEPT
         };

@@ -48,7 +48,7 @@ pub(crate) struct ServerConn<U: Upstreams> {
 
 /// A server's connection figures, for METRICS.
 #[derive(Debug, Default)]
-pub(crate) struct Figures {
+pub(crate) struct PoolCounters {
     open: AtomicU64,
     opened: AtomicU64,
     reused: AtomicU64,
@@ -72,12 +72,12 @@ pub struct PoolFigures {
 pub(crate) struct Lifetime<U: Upstreams> {
     upstreams: Arc<U>,
     server: U::Server,
-    figures: Arc<Figures>,
+    figures: Arc<PoolCounters>,
 }
 
 impl<U: Upstreams> Lifetime<U> {
     /// A connection to `server` just opened: says so.
-    pub(crate) fn opened(upstreams: Arc<U>, server: U::Server, figures: Arc<Figures>) -> Self {
+    pub(crate) fn opened(upstreams: Arc<U>, server: U::Server, figures: Arc<PoolCounters>) -> Self {
         figures.open.fetch_add(1, Relaxed);
         figures.opened.fetch_add(1, Relaxed);
         upstreams.report(Report::Opened { server: &server });
@@ -109,7 +109,7 @@ struct Slot<U: Upstreams> {
     /// By the worker thread whose runtime drives them (`None`: off the workers, where one
     /// runtime may run a task on any of its threads); oldest first.
     idle: HashMap<Option<usize>, Vec<Idle<U>>>,
-    figures: Arc<Figures>,
+    figures: Arc<PoolCounters>,
 }
 
 impl<U: Upstreams> Default for Slot<U> {
@@ -142,7 +142,7 @@ impl<U: Upstreams> ServerPool<U> {
     }
 
     /// The figures a new connection to `server` counts in.
-    pub(crate) fn figures(&self, server: &U::Server) -> Arc<Figures> {
+    pub(crate) fn figures(&self, server: &U::Server) -> Arc<PoolCounters> {
         let mut slots = self.slots();
         Arc::clone(&slots.entry(server.clone()).or_default().figures)
     }

@@ -8,7 +8,7 @@
 //! chunk) goes by splice(2), socket to pipe to socket, without passing through user space
 //! (`net::splice`, the relay's splice too).
 //!
-//! Each side's silence is the caller's to bound ([`Silence`]): the pump says whether it waits
+//! Each side's silence is the caller's to bound ([`IdleWatch`]): the pump says whether it waits
 //! on its reader ([`Pump::reading`]); time spent waiting for the writer (the other side slow
 //! to take the bytes) is never counted against the reader.
 
@@ -58,7 +58,7 @@ pub(super) struct Pump {
     pub(super) moved: u64,
     /// The last poll waited on the reader (whose silence counts), not on the writer.
     pub(super) reading: bool,
-    /// Reads that brought bytes from the reader: what its [`Silence`] counts as progress.
+    /// Reads that brought bytes from the reader: what its [`IdleWatch`] counts as progress.
     pub(super) progress: u64,
     /// The splice the body goes through, while one does.
     #[cfg(target_os = "linux")]
@@ -307,7 +307,7 @@ pub(super) fn poll_flush<W: Stream>(
 /// The timer is not moved at each read (that would cost every request's polls): the instant
 /// of the last progress is kept, and when the timer fires it is compared, the timer re-armed
 /// for what is left of the limit when bytes came meanwhile.
-pub(super) struct Silence {
+pub(super) struct IdleWatch {
     pub(super) limit: Duration,
     timer: Option<Pin<Box<Sleep>>>,
     /// Since when the peer is silent while waited on; `None` while it is not waited on.
@@ -316,9 +316,9 @@ pub(super) struct Silence {
     seen: u64,
 }
 
-impl Silence {
-    pub(super) fn new(limit: Duration) -> Silence {
-        Silence {
+impl IdleWatch {
+    pub(super) fn new(limit: Duration) -> IdleWatch {
+        IdleWatch {
             limit,
             timer: None,
             since: None,
@@ -364,14 +364,14 @@ mod tests {
 
     /// Polls `silence` once, as a pump waiting on its peer (which made `progress` reads so
     /// far) does.
-    async fn expired(silence: &mut Silence, waiting: bool, progress: u64) -> bool {
+    async fn expired(silence: &mut IdleWatch, waiting: bool, progress: u64) -> bool {
         std::future::poll_fn(|cx| Poll::Ready(silence.expired(cx, waiting, progress))).await
     }
 
     #[tokio::test(start_paused = true)]
     async fn silence_counts_from_the_last_bytes_and_only_while_waiting() {
         let minute = Duration::from_secs(60);
-        let mut silence = Silence::new(minute);
+        let mut silence = IdleWatch::new(minute);
         assert!(!expired(&mut silence, true, 0).await);
         tokio::time::advance(minute - Duration::from_millis(1)).await;
         assert!(
@@ -397,7 +397,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_steady_trickle_is_never_silence_however_long() {
         let limit = Duration::from_secs(2);
-        let mut silence = Silence::new(limit);
+        let mut silence = IdleWatch::new(limit);
         // A byte every half second for a minute, the engine waiting on the peer throughout:
         // each poll that follows a read sees the progress, and none in between expires.
         for read in 0..120 {

@@ -12,16 +12,16 @@ use std::time::Duration;
 
 use tracing::debug;
 
-use super::awaiting::{Awaiting, Heard, MOST_INTERIM_BYTES, MOST_INTERIM_HEADS};
+use super::awaiting::{Awaiting, MOST_INTERIM_BYTES, MOST_INTERIM_HEADS, ServerHeard};
 use super::client::{IpText, write_out};
 use super::exchange::{InHand, max_forwards};
-use super::pump::{Pump, PumpError, Silence};
+use super::pump::{IdleWatch, Pump, PumpError};
 use crate::http::h1::{
     Asked, BodyReader, Editor, FieldName, Forwarded, HeadError, Method, OutHead, Span, ToServer,
 };
 use crate::http::{ClientHead, Upstreams};
 use crate::net::stream::Stream;
-use crate::process::os_error::words;
+use crate::support::os_error::words;
 
 /// How long a server that says neither `100 Continue` nor a final status is waited for before
 /// the client is told to send its body anyway (curl waits 1 s too): it may be a server that
@@ -41,7 +41,7 @@ struct Offer {
 
 /// A request that got no answer.
 #[derive(Debug)]
-pub(super) struct Failure {
+pub(super) struct SendFailure {
     pub(super) error: String,
     /// Nothing of the request was written.
     pub(super) unsent: bool,
@@ -69,7 +69,7 @@ pub(super) enum ClientFault {
 #[allow(clippy::large_enum_variant)] // as `Tried`
 pub(super) enum Sent {
     Answered(Reply),
-    Failed(Failure),
+    Failed(SendFailure),
     Client(ClientFault),
 }
 
@@ -94,7 +94,7 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
         let expects = self.head.expects_continue(self.buf.filled());
         let whole = out.remaining();
         if let Err(e) = write_out(server, &mut out, self.buf.filled()).await {
-            return Sent::Failed(Failure {
+            return Sent::Failed(SendFailure {
                 error: words(&e),
                 unsent: out.remaining() == whole,
                 answered: false,
@@ -151,7 +151,7 @@ enum Uploaded {
     Sent(usize),
     /// The server gave its final answer first.
     Early(crate::http::h1::ResponseHead),
-    Failed(Failure),
+    Failed(SendFailure),
     Client(ClientFault),
 }
 
@@ -207,7 +207,7 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
         awaiting: &mut Awaiting,
         expects: bool,
     ) -> Uploaded {
-        let mut silence = Silence::new(self.settings.body_timeout);
+        let mut silence = IdleWatch::new(self.settings.body_timeout);
         let mut expect_wait = expects.then(|| Box::pin(tokio::time::sleep(EXPECT_WAIT)));
         let (client, buf) = (&mut *self.client.io, &mut self.buf);
         let spliced = &self.engine.stats.spliced;
@@ -221,7 +221,9 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
                 expect_wait = None;
             }
             match awaiting.poll_head(cx, server, client) {
-                Poll::Ready(Ok(Heard::Final(head))) => return Poll::Ready(Uploaded::Early(head)),
+                Poll::Ready(Ok(ServerHeard::Final(head))) => {
+                    return Poll::Ready(Uploaded::Early(head));
+                }
                 Poll::Ready(Ok(heard)) => {
                     return Poll::Ready(Uploaded::Failed(failed(heard, awaiting)));
                 }
@@ -239,7 +241,7 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
                     return Poll::Ready(Uploaded::Client(ClientFault::Body));
                 }
                 Poll::Ready(Err(PumpError::Write(e))) => {
-                    return Poll::Ready(Uploaded::Failed(Failure {
+                    return Poll::Ready(Uploaded::Failed(SendFailure {
                         error: words(&e),
                         unsent: false,
                         answered: awaiting.heard,
@@ -272,7 +274,7 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
         let (client, buf) = (&mut *self.client.io, &mut self.buf);
         poll_fn(|cx| {
             match awaiting.poll_head(cx, server, client) {
-                Poll::Ready(Ok(Heard::Final(head))) => return Poll::Ready(Ok(head)),
+                Poll::Ready(Ok(ServerHeard::Final(head))) => return Poll::Ready(Ok(head)),
                 Poll::Ready(Ok(heard)) => {
                     return Poll::Ready(Err(Sent::Failed(failed(heard, awaiting))));
                 }
@@ -289,7 +291,7 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
                 }
             }
             if deadline.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(Err(Sent::Failed(Failure {
+                return Poll::Ready(Err(Sent::Failed(SendFailure {
                     error: format!("no answer within {timeout:?} of the request"),
                     unsent: false,
                     answered: awaiting.heard,
@@ -304,23 +306,27 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
 }
 
 /// The failure of a server that ended, failed or sent a head the broker does not pass on.
-fn failed(heard: Heard, awaiting: &Awaiting) -> Failure {
+fn failed(heard: ServerHeard, awaiting: &Awaiting) -> SendFailure {
     let error = match &heard {
-        Heard::Final(_) | Heard::Closed => "the server closed the connection".to_string(),
-        Heard::Failed(e) => words(e),
-        Heard::Bad(HeadError::UnaskedSwitch) => "switched protocols unasked (101)".to_string(),
-        Heard::Bad(e) => format!("a malformed answer: {e}"),
-        Heard::Flood => format!(
+        ServerHeard::Final(_) | ServerHeard::Closed => {
+            "the server closed the connection".to_string()
+        }
+        ServerHeard::Failed(e) => words(e),
+        ServerHeard::Bad(HeadError::UnaskedSwitch) => {
+            "switched protocols unasked (101)".to_string()
+        }
+        ServerHeard::Bad(e) => format!("a malformed answer: {e}"),
+        ServerHeard::Flood => format!(
             "more than {MOST_INTERIM_HEADS} interim answers (1xx), or {} KiB of them",
             MOST_INTERIM_BYTES / 1024
         ),
     };
-    Failure {
+    SendFailure {
         error,
         unsent: false,
         answered: awaiting.heard,
         timeout: false,
-        close_client: matches!(heard, Heard::Flood),
+        close_client: matches!(heard, ServerHeard::Flood),
     }
 }
 

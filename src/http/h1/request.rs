@@ -70,7 +70,7 @@ pub struct RequestHead {
 }
 
 /// What httparse gave, as spans.
-struct Parsed {
+struct RequestSpans {
     len: usize,
     method: Span,
     target: Span,
@@ -102,7 +102,7 @@ impl RequestHead {
     }
 
     /// The head httparse parsed, checked and framed.
-    fn of(buf: &[u8], parsed: Parsed, rule: HostRule) -> Result<RequestHead, HeadError> {
+    fn of(buf: &[u8], parsed: RequestSpans, rule: HostRule) -> Result<RequestHead, HeadError> {
         if parsed.target.len as usize > MAX_TARGET {
             return Err(HeadError::TargetTooLong);
         }
@@ -271,7 +271,7 @@ impl RequestHead {
 
 /// One run of httparse over `buf`, strict (its defaults), with [`MAX_FIELDS`] slots left
 /// uninitialised on the stack.
-fn httparse_request(buf: &[u8]) -> Result<Option<Parsed>, httparse::Error> {
+fn httparse_request(buf: &[u8]) -> Result<Option<RequestSpans>, httparse::Error> {
     let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_FIELDS];
     let mut request = httparse::Request::new(&mut []);
     let config = httparse::ParserConfig::default();
@@ -284,7 +284,7 @@ fn httparse_request(buf: &[u8]) -> Result<Option<Parsed>, httparse::Error> {
     else {
         return Err(httparse::Error::Token);
     };
-    Ok(Some(Parsed {
+    Ok(Some(RequestSpans {
         len,
         method: Span::within(buf, method.as_bytes()),
         target: Span::within(buf, target.as_bytes()),

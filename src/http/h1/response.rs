@@ -56,7 +56,7 @@ pub struct ResponseHead {
 }
 
 /// What httparse gave, as spans.
-struct Parsed {
+struct ResponseSpans {
     len: usize,
     status: u16,
     minor: u8,
@@ -83,7 +83,7 @@ impl ResponseHead {
         ResponseHead::of(buf, parsed, asked).map(Some)
     }
 
-    fn of(buf: &[u8], parsed: Parsed, asked: Asked) -> Result<ResponseHead, HeadError> {
+    fn of(buf: &[u8], parsed: ResponseSpans, asked: Asked) -> Result<ResponseHead, HeadError> {
         if parsed.len > MAX_HEAD {
             return Err(HeadError::HeadTooLarge);
         }
@@ -201,7 +201,7 @@ impl ResponseHead {
 
 /// One run of httparse over `buf`, lenient as toward a server, with [`MAX_RESPONSE_FIELDS`]
 /// slots.
-fn httparse_response(buf: &[u8]) -> Result<Option<Parsed>, httparse::Error> {
+fn httparse_response(buf: &[u8]) -> Result<Option<ResponseSpans>, httparse::Error> {
     let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_RESPONSE_FIELDS];
     let mut response = httparse::Response::new(&mut []);
     let mut config = httparse::ParserConfig::default();
@@ -216,7 +216,7 @@ fn httparse_response(buf: &[u8]) -> Result<Option<Parsed>, httparse::Error> {
     let (Some(status), Some(minor)) = (response.code, response.version) else {
         return Err(httparse::Error::Status);
     };
-    Ok(Some(Parsed {
+    Ok(Some(ResponseSpans {
         len,
         status,
         minor,

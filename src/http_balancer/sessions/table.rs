@@ -21,7 +21,7 @@ use crate::config::ServerId;
 
 /// What the table knows of one session.
 #[derive(Debug, Clone, Copy)]
-struct Entry {
+struct SessionEntry {
     /// Its last request (or the end of its last WebSocket).
     last: Instant,
     /// WebSocket connections open now: the session does not expire while any is.
@@ -59,7 +59,7 @@ pub struct Limits {
 /// server. Expiry is applied lazily, at each call, in order of age.
 #[derive(Debug)]
 pub struct Sessions {
-    entries: HashMap<Ticket, Entry>,
+    entries: HashMap<Ticket, SessionEntry>,
     /// Idle sessions by last request, oldest first (sessions with an open WebSocket are not
     /// here: they cannot expire or be evicted).
     idle: BTreeSet<(Instant, Ticket)>,
@@ -128,7 +128,7 @@ impl Sessions {
             };
             self.forget(oldest);
         }
-        let entry = Entry {
+        let entry = SessionEntry {
             last: now,
             open: 0,
             client,

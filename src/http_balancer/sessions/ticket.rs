@@ -265,7 +265,7 @@ impl CookieKeys {
 
     /// True when `ticket`, which does not verify for the balancer asking, was issued by one
     /// of `others` (the file's other HTTP balancers): a value no window may honour, since it
-    /// names a server of another pool. Only asked in the window for unsigned cookies, so a
+    /// names another balancer's server. Only asked in the window for unsigned cookies, so a
     /// forged cookie costs these MACs only then.
     pub fn bound_elsewhere<'a>(
         &self,

@@ -10,7 +10,7 @@
 //! A `GET` is the page of actions (the status of each server with a row of actions), or,
 //! naming an action and a server, its confirmation: what will happen and a button. The
 //! button's `POST` acts at once, through the same code path as `appbroker ctl`
-//! ([`Balancer::operate`], the state file written, the alert sent with `who` =
+//! ([`Balancer::operate`](crate::balancer::Balancer::operate), the state file written, the alert sent with `who` =
 //! `web:<user>@<address>`), and answers 303 back to the page, which shows the result.
 //!
 //! - `operators`: what the page needs of the process, one per broker: who may sign in and
@@ -38,7 +38,7 @@ use super::reply::{closing, html, text};
 use crate::balancer::operation::{self, Operation};
 use crate::balancer::{Admission, Server};
 use crate::http::LocalAnswer;
-use crate::process::clock::wall_ms;
+use crate::support::clock::wall_ms;
 use form::{Action, Form};
 use operators::Door;
 pub use operators::{Operators, Restarter, check};

@@ -64,7 +64,7 @@ impl Users {
             why,
         };
         let meta =
-            std::fs::metadata(path).map_err(|e| error(crate::process::os_error::words(&e)))?;
+            std::fs::metadata(path).map_err(|e| error(crate::support::os_error::words(&e)))?;
         if meta.len() > MAX_FILE {
             return Err(error(format!(
                 "larger than {} KiB; is it an htpasswd file?",
@@ -72,7 +72,7 @@ impl Users {
             )));
         }
         let text = std::fs::read_to_string(path)
-            .map_err(|e| error(crate::process::os_error::words(&e)))?;
+            .map_err(|e| error(crate::support::os_error::words(&e)))?;
         let mut hashes = HashMap::new();
         let mut cost = None;
         for (n, line) in text.lines().enumerate() {

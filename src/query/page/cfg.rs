@@ -4,7 +4,7 @@ use std::fmt::Write;
 
 use super::head::{banner, head};
 use super::words::esc;
-use crate::config::{Config, Origin};
+use crate::config::{Config, ValueOrigin};
 use crate::query::labels::of;
 use crate::query::snapshot::Snapshot;
 
@@ -36,9 +36,9 @@ pub fn config(snap: &Snapshot, config: &Config, host: &str) -> String {
         );
         for (key, value, origin) in &section.keys {
             let (class, from) = match origin {
-                Origin::Section(line) => ("", format!("{} {line}", l.line)),
-                Origin::General(line) => ("", format!("[General] {} {line}", l.line)),
-                Origin::Default => (" class='muted'", l.default.to_string()),
+                ValueOrigin::Section(line) => ("", format!("{} {line}", l.line)),
+                ValueOrigin::General(line) => ("", format!("[General] {} {line}", l.line)),
+                ValueOrigin::Default => (" class='muted'", l.default.to_string()),
             };
             let _ = write!(
                 out,

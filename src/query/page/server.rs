@@ -8,9 +8,9 @@ use super::head::{banner, head};
 use super::status::fact;
 use super::table::{check_cell, state_cell};
 use super::words::{bytes, esc, moment, page_link, reason, span};
-use crate::process::clock::time_of_day as clock;
 use crate::query::labels::{Labels, of};
 use crate::query::snapshot::{ServerSessions, ServerState, Snapshot};
+use crate::support::clock::time_of_day as clock;
 
 /// idle (longest first; 0 s while a WebSocket of it is open).
 fn session_ages(out: &mut String, l: &Labels, sessions: &ServerSessions) {

@@ -220,8 +220,8 @@ mod tests {
     use super::*;
     use crate::balancer::rules::health::Reason;
     use crate::config::{BalancerKind, Language};
-    use crate::process::clock::time_of_day as clock;
     use crate::query::snapshot::{ServerSessions, ServerState};
+    use crate::support::clock::time_of_day as clock;
 
     /// What a reader sees of `page`: the text outside tags, the stylesheet left out.
     fn visible(page: &str) -> String {
@@ -265,7 +265,7 @@ mod tests {
         servers[1].quarantine = Some((NOW - 30_000, NOW + 90_000));
         servers[1].reason = Some(Reason::Monitor);
         failed(&mut servers[1], true);
-        servers[1].last_check = Some(crate::balancer::rules::health::Check {
+        servers[1].last_check = Some(crate::balancer::rules::health::CheckResult {
             at_wall_ms: NOW,
             duration: Duration::from_millis(2),
             error: Some("timed out after 1s".into()),
@@ -280,7 +280,7 @@ mod tests {
         servers[5].quarantine = Some((NOW - 10_000, NOW + 590_000));
         servers[5].reason = Some(Reason::Operator);
         servers[5].forced = true;
-        servers[5].asked = Some(crate::balancer::rules::health::Asked {
+        servers[5].asked = Some(crate::balancer::rules::health::OperatorAsk {
             by: "uid 0".into(),
             reason: "AppServer restart".into(),
         });

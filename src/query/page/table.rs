@@ -8,9 +8,9 @@ use super::words::{bytes, esc, page_link, reason, span};
 use crate::balancer::rules::health::Reason;
 use crate::balancer::rules::overrides::Mode;
 use crate::config::Monitoring;
-use crate::process::clock::time_of_day as clock;
 use crate::query::labels::Labels;
 use crate::query::snapshot::{ServerState, Snapshot, Standing};
+use crate::support::clock::time_of_day as clock;
 
 /// What a column of the server table holds, which is how the stylesheet draws it, wherever
 /// the layout puts it: figures right-aligned on one line, words left-aligned and wrapping.

@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use crate::balancer::rules::health::Reason;
 use crate::config::Language;
-use crate::process::clock::{local_date, local_date_iso, time_of_day};
 use crate::query::labels::Labels;
 use crate::query::snapshot::Snapshot;
+use crate::support::clock::{local_date, local_date_iso, time_of_day};
 
 /// Escapes text for HTML.
 pub(super) fn esc(text: &str) -> String {

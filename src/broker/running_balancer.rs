@@ -15,7 +15,7 @@ use tracing::{Instrument, Span, error, info, warn};
 use crate::balancer::Balancer;
 use crate::balancer::alert_queue::Alert;
 use crate::balancer::events::Event;
-use crate::balancer::shared::{Ending, Shared};
+use crate::balancer::shared::{EndSignals, Shared};
 use crate::broker::handoff::Handoff;
 use crate::broker::monitor;
 use crate::config::{AlertEvent, BalancerConfig, plural, show_duration};
@@ -182,7 +182,7 @@ impl RunningBalancer {
                     self.http.clone(),
                     self.query.clone(),
                 );
-                let ending = Ending {
+                let ending = EndSignals {
                     closing: stop.token().clone(),
                     cut: self.cut.clone(),
                 };
@@ -208,7 +208,7 @@ impl RunningBalancer {
                         }
                         Err(e) => error!(
                             "cannot start accepting: {}",
-                            crate::process::os_error::words(&e)
+                            crate::support::os_error::words(&e)
                         ),
                     }
                 };

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Waker};
 
-use crate::process::throttle::Episode;
+use crate::support::throttle::Episode;
 
 /// One budget.
 #[derive(Debug)]

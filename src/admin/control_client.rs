@@ -8,9 +8,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::protocol::{Answer, BalancerView, Request};
-use crate::process::clock::time_of_day;
-use crate::process::escape::escape_controls;
-use crate::process::logging::to_stderr;
+use crate::support::clock::time_of_day;
+use crate::support::escape::escape_controls;
+use crate::support::logging::to_stderr;
 
 /// Exit code: the broker did it.
 pub const DONE: u8 = 0;
@@ -83,7 +83,7 @@ pub fn ask_within(socket: &Path, request: &Request, within: Duration) -> Result<
         ErrorKind::WouldBlock | ErrorKind::TimedOut => late(),
         _ => CtlError::NoBroker {
             path: path.clone(),
-            words: crate::process::os_error::words(&e),
+            words: crate::support::os_error::words(&e),
         },
     })?;
     let mut line = serde_json::to_vec(request).map_err(|e| no_answer(e.to_string()))?;
@@ -95,7 +95,7 @@ pub fn ask_within(socket: &Path, request: &Request, within: Duration) -> Result<
     };
     let failed = |e: std::io::Error| match e.kind() {
         ErrorKind::WouldBlock | ErrorKind::TimedOut => late(),
-        _ => no_answer(crate::process::os_error::words(&e)),
+        _ => no_answer(crate::support::os_error::words(&e)),
     };
     let _ = stream.set_write_timeout(left(deadline).or(Some(Duration::from_millis(1))));
     stream.write_all(&line).map_err(failed)?;

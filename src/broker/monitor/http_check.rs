@@ -3,22 +3,18 @@
 
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Empty};
+use http_body_util::Empty;
 use hyper::body::Bytes;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, StatusCode};
-use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-pub use crate::config::StatusRange;
-
-/// At most this much of a checked page is read, so its connection ends cleanly; the rest is
-/// left unread (the connection is closed anyway).
-const BODY_READ: usize = 64 * 1024;
+use crate::config::StatusRange;
+use crate::net::http_exchange::one_exchange;
 
 /// What one check asks.
 #[derive(Debug, Clone)]
-pub struct Check {
+pub struct HttpCheck {
     /// `MONITOR_PATH`, e.g. `/`.
     pub path: String,
     /// The `Host` header: the server's address as configured (`host:port`), a name without
@@ -32,7 +28,7 @@ pub struct Check {
 
 /// Why a server failed an HTTP check, in an operator's words.
 #[derive(Debug, thiserror::Error)]
-pub enum CheckError {
+pub enum HttpCheckError {
     /// Nothing, or not all of an answer's head, within the timeout.
     #[error("no HTTP answer to GET {path} within {timeout:?}")]
     Timeout {
@@ -71,7 +67,7 @@ pub enum CheckError {
 
 /// Checks a server over `stream`: `GET path` with `Host`, and `Connection: close`. The
 /// status passes when within `check.expect`; the answer's body is read up to 64 KiB.
-pub async fn check<S>(stream: S, check: &Check) -> Result<StatusCode, CheckError>
+pub async fn check<S>(stream: S, check: &HttpCheck) -> Result<StatusCode, HttpCheckError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -86,65 +82,33 @@ where
         )
         .header(header::CONNECTION, HeaderValue::from_static("close"))
         .body(Empty::<Bytes>::new())
-        .map_err(|e| CheckError::Request {
+        .map_err(|e| HttpCheckError::Request {
             path: path.clone(),
             reason: e.to_string(),
         })?;
     let exchange = async {
         one_exchange(stream, request)
             .await
-            .map_err(|source| CheckError::Http {
+            .map_err(|source| HttpCheckError::Http {
                 path: path.clone(),
                 source,
             })
     };
     let status = tokio::time::timeout(check.timeout, exchange)
         .await
-        .map_err(|_| CheckError::Timeout {
+        .map_err(|_| HttpCheckError::Timeout {
             path: path.clone(),
             timeout: check.timeout,
         })??;
     if check.expect.contains(status.as_u16()) {
         Ok(status)
     } else {
-        Err(CheckError::Status {
+        Err(HttpCheckError::Status {
             path,
             status,
             expect: check.expect,
         })
     }
-}
-
-/// One request over `stream` and the status of its answer, the answer's body read up to
-/// [`BODY_READ`] (so a short answer ends cleanly; the rest is left unread, the connection
-/// being closed anyway). Shared by the monitor's check and the alerts' webhook: hyper's
-/// client connection driven in a task of its own for this exchange alone.
-pub async fn one_exchange<S, B>(stream: S, request: Request<B>) -> Result<StatusCode, hyper::Error>
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    B: hyper::body::Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    let (mut sender, connection) =
-        hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-    let driver = tokio::spawn(connection);
-    let answered = async {
-        let response = sender.send_request(request).await?;
-        let status = response.status();
-        let mut body = response.into_body();
-        let mut read = 0;
-        while read < BODY_READ {
-            match body.frame().await {
-                Some(Ok(frame)) => read += frame.data_ref().map_or(0, Bytes::len),
-                _ => break,
-            }
-        }
-        Ok(status)
-    }
-    .await;
-    driver.abort();
-    answered
 }
 
 #[cfg(test)]

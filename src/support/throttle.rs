@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use crate::process::clock::monotonic_ms;
+use crate::support::clock::monotonic_ms;
 
 /// At most one line per `period_ms`.
 #[derive(Debug)]

@@ -18,7 +18,7 @@ use super::socket::{self, UpgradeSocket};
 use super::upgrade::Handover;
 use super::vet::Vetting;
 use super::watchdog::Silence;
-use super::{Backoff, Held, describe};
+use super::{Backoff, HeldListeners, describe};
 use crate::balancer::alert_queue::Alert;
 use crate::config::{AlertEvent, Config, show_duration};
 
@@ -41,7 +41,7 @@ pub(super) fn tell_systemd_ready() {
         Ok(false) => {}
         Err(e) => warn!(
             "supervisor: cannot tell systemd it is ready (NOTIFY_SOCKET): {}",
-            crate::process::os_error::words(&e)
+            crate::support::os_error::words(&e)
         ),
     }
 }
@@ -78,7 +78,7 @@ struct Signals {
 pub(super) struct Supervisor {
     pub(super) options: Options,
     pub(super) config: Config,
-    pub(super) held: Vec<Held>,
+    pub(super) held: Vec<HeldListeners>,
     pub(super) backoff: Backoff,
     /// The child serving (or starting, when none served yet).
     pub(super) current: Child,
@@ -128,7 +128,7 @@ pub struct Start {
     /// The configuration it read.
     pub config: Config,
     /// The listeners `config` names, bound already (or inherited).
-    pub held: Vec<Held>,
+    pub held: Vec<HeldListeners>,
     /// What to run.
     pub options: Options,
     /// Its socket for `appbroker upgrade` (`None` with `CONTROL_SOCKET=0`).
@@ -235,7 +235,7 @@ pub async fn run(start: Start) -> std::io::Result<u8> {
 /// the `appbroker upgrade` waiting for that.
 fn first_children(
     options: &Options,
-    held: &[Held],
+    held: &[HeldListeners],
     ears: &Ears,
     upgrading: Option<Upgrading>,
 ) -> std::io::Result<(Child, Option<Child>, Option<std::os::unix::net::UnixStream>)> {
@@ -267,7 +267,7 @@ fn first_children(
             let current = Child::spawn(options, held, ears, None)?;
             info!(
                 "supervisor: holding {} listening socket(s); broker started (pid {})",
-                Held::entries(held).len(),
+                HeldListeners::entries(held).len(),
                 current.pid
             );
             (current, None, None)
@@ -535,7 +535,7 @@ impl Supervisor {
                          ({}, installed as {}): {}; trying again in {}",
                         super::child::OWN_IMAGE,
                         self.options.exe.display(),
-                        crate::process::os_error::words(&e),
+                        crate::support::os_error::words(&e),
                         show_duration(delay)
                     );
                     tokio::time::sleep(delay).await;

@@ -12,8 +12,8 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::running::RunningBalancer;
-use super::{Command, ReloadError, Source};
+use super::running_balancer::RunningBalancer;
+use super::{ControlCommand, ReloadError, Source};
 use crate::alerts::Alerting;
 use crate::balancer::alert_queue::Alert;
 use crate::balancer::events::{Event, Events, Reloaded};
@@ -60,7 +60,7 @@ const LAST_ALERTS: Duration = Duration::from_secs(5);
 impl ControlLoop {
     /// Serves until a shutdown is requested (then drains) or the handle is dropped (then
     /// everything is cut), applying each reload asked for on `commands`.
-    pub(super) async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
+    pub(super) async fn run(mut self, mut commands: mpsc::Receiver<ControlCommand>) {
         info!("broker ready");
         self.events.emit(|| Event::Ready);
         match self.takes_over {
@@ -81,12 +81,14 @@ impl ControlLoop {
                 _ = shutdown.requested() => break,
                 _ = self.stopping.cancelled() => return,
                 command = commands.recv() => match command {
-                    Some(Command::Reload { source, reply }) => self.reload(source, reply).await,
+                    Some(ControlCommand::Reload { source, reply }) => {
+                        self.reload(source, reply).await
+                    }
                     None => std::future::pending().await,
                 },
                 _ = every_second.tick() => {
                     if wave.ebbs(self.open()) {
-                        crate::net::inherit::give_back_free_memory();
+                        crate::support::unsafe_calls::give_back_free_memory();
                     }
                 }
             }

@@ -4,6 +4,10 @@
 //! `MONITOR_RISE` (1 by default, which is TOTVS), hands the results to the balancer's methods,
 //! and logs the round's summary lines operators expect. Between rounds it wakes when a
 //! quarantine's time is up, so the balancer releases it on time.
+//!
+//! - [`http_check`]: `MONITORING_TYPE=HTTP`: one `GET` of `MONITOR_PATH`, its status judged.
+
+pub mod http_check;
 
 use std::io;
 use std::sync::Arc;
@@ -16,15 +20,15 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, warn};
 
 use crate::balancer::events::Event;
-use crate::balancer::rules::health::{Check, Reason, Release};
+use crate::balancer::rules::health::{CheckResult, Reason, Release};
 use crate::balancer::{Balancer, Generation, Server};
 use crate::config::{BalancerConfig, Host, Monitoring, plural, show_duration, show_escaped};
-use crate::http;
+
 use crate::net::dial::{ConnectError, connect_with_preface, dial};
 use crate::net::proxy_protocol::{self, Header};
 use crate::net::resolve::Resolver;
-use crate::process::clock::wall_ms;
-use crate::process::os_error::{Explained, PointsAt};
+use crate::support::clock::wall_ms;
+use crate::support::os_error::{Explained, PointsAt};
 use crate::tls::UpstreamTls;
 
 /// Runs monitor rounds (unless monitoring is disabled) and releases quarantines whose time is
@@ -82,7 +86,7 @@ pub enum CheckError {
         got: Vec<u8>,
     },
     /// HTTP: no answer in time, not HTTP, or a status outside `MONITOR_EXPECT_STATUS`.
-    Http(http::CheckError),
+    Http(http_check::HttpCheckError),
 }
 
 impl CheckError {
@@ -165,13 +169,13 @@ pub async fn check(
         .map_err(CheckError::Connect)?;
     let (send, expect) = match &config.monitoring {
         Monitoring::Http { path, expect } => {
-            let check = http::check::Check {
+            let check = http_check::HttpCheck {
                 path: path.clone(),
                 host: host.authority(port),
                 expect: *expect,
                 timeout: deadline.saturating_duration_since(Instant::now()),
             };
-            return http::check(stream, &check)
+            return http_check::check(stream, &check)
                 .await
                 .map(drop)
                 .map_err(CheckError::Http);
@@ -212,7 +216,7 @@ pub async fn check(
 }
 
 /// One server's check: how long it took and how it went.
-type Outcome = (Duration, Result<(), CheckError>);
+type CheckOutcome = (Duration, Result<(), CheckError>);
 
 /// One monitor round: every server checked in parallel, then each result judged and logged
 /// in configuration order, then the summary. A check that fails for the broker's own reasons
@@ -237,7 +241,7 @@ async fn round(balancer: &Balancer, generation: &Arc<Generation>) {
 }
 
 /// Checks every server of `generation` at once; the outcomes in configuration order.
-async fn check_all(balancer: &Balancer, generation: &Arc<Generation>) -> Vec<Outcome> {
+async fn check_all(balancer: &Balancer, generation: &Arc<Generation>) -> Vec<CheckOutcome> {
     let mut checks = JoinSet::new();
     for (index, server) in generation.servers.iter().enumerate() {
         let server = Arc::clone(server);
@@ -259,7 +263,8 @@ async fn check_all(balancer: &Balancer, generation: &Arc<Generation>) -> Vec<Out
             .in_current_span(),
         );
     }
-    let mut outcomes: Vec<Option<Outcome>> = (0..generation.servers.len()).map(|_| None).collect();
+    let mut outcomes: Vec<Option<CheckOutcome>> =
+        (0..generation.servers.len()).map(|_| None).collect();
     while let Some(joined) = checks.join_next().await {
         if let Ok((index, took, result)) = joined {
             outcomes[index] = Some((took, result));
@@ -281,7 +286,7 @@ async fn check_all(balancer: &Balancer, generation: &Arc<Generation>) -> Vec<Out
 
 /// A passed check: `MONITOR_RISE` of them in a row release a quarantined server.
 fn passed(balancer: &Balancer, generation: &Generation, server: &Server, took: Duration) {
-    let check = Check {
+    let check = CheckResult {
         at_wall_ms: wall_ms(),
         duration: took,
         error: None,
@@ -325,7 +330,7 @@ fn failed(
 ) {
     let config = &generation.config;
     let words = e.words();
-    let check = Check {
+    let check = CheckResult {
         at_wall_ms: wall_ms(),
         duration: took,
         error: Some(words.clone()),

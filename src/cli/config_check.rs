@@ -6,7 +6,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use appbroker::config::{self, Config};
-use appbroker::process::logging;
+use appbroker::support::logging;
 
 /// `--check`: the notices and warnings on standard error, the effective configuration on
 /// standard output, and the verdict.

@@ -14,6 +14,8 @@
 //! - [`os_error`]: what an OS error means to an operator (words, errno name, Windows code, what
 //!   it points at).
 //! - [`shutdown`]: the shutdown and draining state, and the binary's signal handlers.
+//! - [`unsafe_calls`]: the one module allowed `unsafe`: taking an inherited descriptor by
+//!   number, and giving the heap's free memory back to the system.
 
 pub mod budget;
 pub mod clock;
@@ -22,3 +24,4 @@ pub mod logging;
 pub mod os_error;
 pub mod shutdown;
 pub mod throttle;
+pub mod unsafe_calls;

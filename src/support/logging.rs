@@ -19,7 +19,7 @@ use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 
 use crate::config::General;
-use crate::process::escape;
+use crate::support::escape;
 
 /// Why logging could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -28,7 +28,7 @@ pub enum LogError {
     #[error(
         "cannot open the log file {} (ConsoleFile): {}",
         path.display(),
-        crate::process::os_error::words(error)
+        crate::support::os_error::words(error)
     )]
     File {
         /// The file.
@@ -141,7 +141,7 @@ impl Trouble {
         if self.failing.is_some() {
             return None;
         }
-        let words = crate::process::os_error::words(error);
+        let words = crate::support::os_error::words(error);
         self.failing = Some(words.clone());
         Some(words)
     }
@@ -325,7 +325,7 @@ where
         } else {
             write!(writer, "{name} ")?;
         }
-        let mut fields = Fields::default();
+        let mut fields = LogFields::default();
         event.record(&mut fields);
         write!(writer, "{}{}", fields.message, fields.rest)?;
         if let Some(scope) = ctx.event_scope() {
@@ -363,12 +363,12 @@ fn level_name(level: Level) -> &'static str {
 /// ([`escape`]): a value from outside (a certificate's subject, a client's target) can
 /// neither break the line nor forge one, nor reach a terminal as an escape sequence.
 #[derive(Default)]
-struct Fields {
+struct LogFields {
     message: String,
     rest: String,
 }
 
-impl Visit for Fields {
+impl Visit for LogFields {
     fn record_str(&mut self, field: &Field, value: &str) {
         if field.name() == "message" {
             self.message

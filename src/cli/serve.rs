@@ -10,8 +10,8 @@ use appbroker::broker::Bound;
 use appbroker::config::{self, Config};
 use appbroker::net::sys;
 use appbroker::net::workers::{WorkerThreads, Workers};
-use appbroker::process::logging;
-use appbroker::process::shutdown::handle_signals;
+use appbroker::support::logging;
+use appbroker::support::shutdown::handle_signals;
 use appbroker::{Broker, admin, demo};
 use tracing::{info, warn};
 
