@@ -127,8 +127,8 @@ pub(super) async fn answer(q: &Query<'_>, acting: Acting<'_>) -> LocalAnswer {
 }
 
 /// Checks `header` with the throttle of `peer`'s address: its turn waited (the connection's
-/// place given back first, so a throttled attempt holds no query or client place), then
-/// bcrypt. The user when it is good.
+/// place given back first, so a throttled attempt holds no query or client place; a client
+/// stays counted as accepted once), then bcrypt. The user when it is good.
 async fn sign_in(
     operators: &Operators,
     users: &Arc<Users>,
@@ -139,7 +139,7 @@ async fn sign_in(
     match operators.throttle.turn(peer.ip()) {
         Turn::Refused => return None,
         Turn::After(wait) if !wait.is_zero() => {
-            *admission = Admission::Unknown;
+            admission.give_back();
             tokio::time::sleep(wait).await;
         }
         Turn::After(_) => {}
