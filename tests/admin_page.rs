@@ -642,7 +642,6 @@ async fn release_ends_an_operators_quarantine_and_the_monitors() {
     let mut b = TestServer::start("b").await;
     let extra = "MONITORING_TYPE=CONNECTION\nMONITOR_INTERVAL=200ms\nQUARANTINE_TIME=600s";
     let (broker, ana, token) = signed_in(&[&a, &b], extra, dir.path()).await;
-    let release = |id: &str| format!("action=release&server={id}&token={token}");
     // An operator's quarantine (ctl's), which checks that pass do not end.
     let balancer = broker.broker.control().balancers()[0].clone();
     let server = balancer.find_server("01").unwrap();
@@ -651,28 +650,25 @@ async fn release_ends_an_operators_quarantine_and_the_monitors() {
         reason: Some("AppServer restart".into()),
     };
     balancer.operate(&server, asked, "uid 0").unwrap();
-    broker
-        .events
-        .wait_for_quarantine(&a.address(), Reason::Operator)
-        .await;
-    let done = post(broker.addr(), &[("Authorization", &ana)], &release("01")).await;
-    assert_eq!(done.status, 303, "{done:?}");
-    broker
-        .events
-        .wait_for_release(&a.address(), Release::Operator)
-        .await;
+    let signed = (ana.as_str(), token.as_str());
+    released(&broker, signed, ("01", &a.address()), Reason::Operator).await;
     assert!(broker.state().servers[0].quarantine.is_none());
     // The monitor's, of a server that stopped answering.
     b.stop().await;
-    broker
-        .events
-        .wait_for_quarantine(&b.address(), Reason::Monitor)
-        .await;
-    let done = post(broker.addr(), &[("Authorization", &ana)], &release("02")).await;
+    released(&broker, signed, ("02", &b.address()), Reason::Monitor).await;
+}
+
+/// Waits for `server`'s quarantine for `reason`, releases it from the page as `signed`
+/// (credentials, token), and waits for its release by an operator.
+async fn released(broker: &InProcess, signed: (&str, &str), server: (&str, &str), reason: Reason) {
+    let ((authorization, token), (id, address)) = (signed, server);
+    broker.events.wait_for_quarantine(address, reason).await;
+    let form = format!("action=release&server={id}&token={token}");
+    let done = post(broker.addr(), &[("Authorization", authorization)], &form).await;
     assert_eq!(done.status, 303, "{done:?}");
     broker
         .events
-        .wait_for_release(&b.address(), Release::Operator)
+        .wait_for_release(address, Release::Operator)
         .await;
 }
 
@@ -702,14 +698,19 @@ async fn cut_closes_that_servers_relayed_clients_and_no_other() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_whose_sign_in_waited_its_turn_is_counted_accepted_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let users = users_file(dir.path());
+/// An HTTP balancer over an origin (kept while the test runs), its page of actions on.
+async fn http_broker(dir: &Path) -> (InProcess, Origin) {
+    let users = users_file(dir);
     let origin = Origin::start().await;
     let ini = http_ini(&[origin.addr], "")
         .replace("[General]\n", &format!("[General]\n{}", general(&users)));
-    let broker = InProcess::start(&ini).await;
+    (InProcess::start(&ini).await, origin)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_whose_sign_in_waited_its_turn_is_counted_accepted_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (broker, _origin) = http_broker(dir.path()).await;
     let forward = b"GET /app HTTP/1.1\r\nHost: broker.test\r\n\r\n";
     let mut client = RawClient::on(tokio::net::TcpStream::connect(broker.addr()).await.unwrap());
     assert!(client.send(forward).await);
@@ -745,11 +746,7 @@ async fn a_client_whose_sign_in_waited_its_turn_is_counted_accepted_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http_balancers_page_acts_on_its_own_servers() {
     let dir = tempfile::tempdir().unwrap();
-    let users = users_file(dir.path());
-    let origin = Origin::start().await;
-    let ini = http_ini(&[origin.addr], "")
-        .replace("[General]\n", &format!("[General]\n{}", general(&users)));
-    let broker = InProcess::start(&ini).await;
+    let (broker, _origin) = http_broker(dir.path()).await;
     let ana = basic("ana", "right horse");
     let page = raw_request(
         broker.addr(),
