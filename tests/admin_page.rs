@@ -4,8 +4,10 @@
 //! agree; every forged or unsigned action refused with its status and nothing changed; plain
 //! HTTP refused from an address off this host; a thousand wrong passwords slowed, logged once,
 //! while the user signs in from another address; a restart and its cooldown; an HTTP
-//! balancer's page; a reload reading the users again; `--check` refusing an MD5 file; Chromium
-//! signing in and clicking disable, and the screenshots at 1280 and 390 px.
+//! balancer's page; release of an operator's and of the monitor's quarantine; cut, of that
+//! server's clients only; a client whose sign-in waited counted once; a reload reading the
+//! users again; `--check` refusing an MD5 file; Chromium signing in and clicking disable, and
+//! the screenshots at 1280 and 390 px.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::{IpAddr, SocketAddr};
@@ -565,9 +567,14 @@ async fn chromium_signs_in_and_disables_a_server_then_enables_it() {
 async fn a_restart_runs_then_its_cooldown_answers_409_saying_until_when() {
     let dir = tempfile::tempdir().unwrap();
     let users = users_file(dir.path());
+    let receiver = WebhookReceiver::start().await;
     let a = TestServer::start("a").await;
-    let ini = ini_for(&[&a], "RESTART_COMMAND=true\nRESTART_COOLDOWN=600s")
-        .replace("[General]\n", &format!("[General]\n{}", general(&users)));
+    let extra = format!(
+        "RESTART_COMMAND=true\nRESTART_COOLDOWN=600s\nALERT_WEBHOOK=http://127.0.0.1:{}/",
+        receiver.addr.port()
+    );
+    let ini =
+        ini_for(&[&a], &extra).replace("[General]\n", &format!("[General]\n{}", general(&users)));
     let broker = InProcess::start(&ini).await;
     let ana = basic("ana", "right horse");
     let token = token(broker.addr(), &ana, "01").await;
@@ -581,22 +588,165 @@ async fn a_restart_runs_then_its_cooldown_answers_409_saying_until_when() {
             .is_some_and(|r| r.exit == Some(0) && r.why.contains("web:ana@127.0.0.1"))
     })
     .await;
+    // Sent to alerts as ctl's restart is, with who asked.
+    let alert = receiver.wait_for("restart_ran").await;
+    assert_eq!(alert["who"], "web:ana@127.0.0.1", "{alert}");
+    assert_eq!(alert["id"], "01", "{alert}");
+    // In cooldown: until when, in the page's words (it cannot force a restart as ctl can).
     let again = post(broker.addr(), &[("Authorization", &ana)], &form).await;
     assert_eq!(again.status, 409, "{again:?}");
+    let text = again.text();
     assert!(
-        again.text().contains("RESTART_COOLDOWN") && again.text().contains("may run at"),
+        text.contains("RESTART_COOLDOWN (600s)")
+            && text.contains("this page can restart it again from 20"),
         "{again:?}"
     );
+    let lines = [
+        ("Authorization", ana.as_str()),
+        ("Accept-Language", "pt-BR"),
+    ];
+    let em_portugues = post(broker.addr(), &lines, &form).await;
+    assert_eq!(em_portugues.status, 409, "{em_portugues:?}");
+    assert!(
+        em_portugues
+            .text()
+            .contains("esta página pode reiniciá-lo de novo a partir de "),
+        "{em_portugues:?}"
+    );
+    for answer in [&again, &em_portugues] {
+        assert!(!answer.text().contains("--force"), "{answer:?}");
+    }
+}
+
+/// A broker over `servers` whose page of actions is on (`extra` in its section), and `ana`'s
+/// credentials and token.
+async fn signed_in(
+    servers: &[&TestServer],
+    extra: &str,
+    dir: &Path,
+) -> (InProcess, String, String) {
+    let users = users_file(dir);
+    let ini =
+        ini_for(servers, extra).replace("[General]\n", &format!("[General]\n{}", general(&users)));
+    let broker = InProcess::start(&ini).await;
+    let ana = basic("ana", "right horse");
+    let token = token(broker.addr(), &ana, "01").await;
+    (broker, ana, token)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_ends_an_operators_quarantine_and_the_monitors() {
+    use appbroker::balancer::operation::Operation;
+    let dir = tempfile::tempdir().unwrap();
+    let a = TestServer::start("a").await;
+    let mut b = TestServer::start("b").await;
+    let extra = "MONITORING_TYPE=CONNECTION\nMONITOR_INTERVAL=200ms\nQUARANTINE_TIME=600s";
+    let (broker, ana, token) = signed_in(&[&a, &b], extra, dir.path()).await;
+    // An operator's quarantine (ctl's), which checks that pass do not end.
+    let balancer = broker.broker.control().balancers()[0].clone();
+    let server = balancer.find_server("01").unwrap();
+    let asked = Operation::Quarantine {
+        duration: Some("10m".into()),
+        reason: Some("AppServer restart".into()),
+    };
+    balancer.operate(&server, asked, "uid 0").unwrap();
+    let signed = (ana.as_str(), token.as_str());
+    released(&broker, signed, ("01", &a.address()), Reason::Operator).await;
+    assert!(broker.state().servers[0].quarantine.is_none());
+    // The monitor's, of a server that stopped answering.
+    b.stop().await;
+    released(&broker, signed, ("02", &b.address()), Reason::Monitor).await;
+}
+
+/// Waits for `server`'s quarantine for `reason`, releases it from the page as `signed`
+/// (credentials, token), and waits for its release by an operator.
+async fn released(broker: &InProcess, signed: (&str, &str), server: (&str, &str), reason: Reason) {
+    let ((authorization, token), (id, address)) = (signed, server);
+    broker.events.wait_for_quarantine(address, reason).await;
+    let form = format!("action=release&server={id}&token={token}");
+    let done = post(broker.addr(), &[("Authorization", authorization)], &form).await;
+    assert_eq!(done.status, 303, "{done:?}");
+    broker
+        .events
+        .wait_for_release(address, Release::Operator)
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cut_closes_that_servers_relayed_clients_and_no_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = TestServer::start("a").await;
+    let b = TestServer::start("b").await;
+    let (broker, ana, token) = signed_in(&[&a, &b], "", dir.path()).await;
+    let (mut on_a, mut on_b) = (Vec::new(), Vec::new());
+    while on_a.is_empty() || on_b.is_empty() {
+        let (stream, name) = hold(broker.addr()).await;
+        if name == "a" {
+            on_a.push(stream);
+        } else {
+            on_b.push(stream);
+        }
+    }
+    let form = format!("action=cut&server=01&token={token}");
+    let done = post(broker.addr(), &[("Authorization", &ana)], &form).await;
+    assert_eq!(done.status, 303, "{done:?}");
+    for mut stream in on_a {
+        assert_end_seen("a client of 01", &wait_end(&mut stream).await);
+    }
+    for stream in &mut on_b {
+        assert_eq!(exchange(stream, "untouched").await.unwrap(), "b");
+    }
+}
+
+/// An HTTP balancer over an origin (kept while the test runs), its page of actions on.
+async fn http_broker(dir: &Path) -> (InProcess, Origin) {
+    let users = users_file(dir);
+    let origin = Origin::start().await;
+    let ini = http_ini(&[origin.addr], "")
+        .replace("[General]\n", &format!("[General]\n{}", general(&users)));
+    (InProcess::start(&ini).await, origin)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_whose_sign_in_waited_its_turn_is_counted_accepted_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (broker, _origin) = http_broker(dir.path()).await;
+    let forward = b"GET /app HTTP/1.1\r\nHost: broker.test\r\n\r\n";
+    let mut client = RawClient::on(tokio::net::TcpStream::connect(broker.addr()).await.unwrap());
+    assert!(client.send(forward).await);
+    assert_eq!(client.answer().await.expect("forwarded").status, 200);
+    // Five failed sign-ins from this address, on other connections: the next one waits.
+    for _ in 0..5 {
+        assert_eq!(
+            wrong_from("127.0.0.1".parse().unwrap(), broker.addr())
+                .await
+                .0,
+            401
+        );
+    }
+    let wrong = basic("ana", "wrong horse");
+    let started = Instant::now();
+    assert!(
+        client
+            .send(&request("GET", "", &[("Authorization", &wrong)], ""))
+            .await
+    );
+    assert_eq!(client.answer().await.expect("an answer").status, 401);
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "it waited its turn"
+    );
+    // The same client forwards again: one connection, counted once.
+    assert!(client.send(forward).await);
+    assert_eq!(client.answer().await.expect("forwarded again").status, 200);
+    let status = query_json(broker.addr()).await;
+    assert_eq!(status["totalConnectionsHistory"], 1, "{status:#}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http_balancers_page_acts_on_its_own_servers() {
     let dir = tempfile::tempdir().unwrap();
-    let users = users_file(dir.path());
-    let origin = Origin::start().await;
-    let ini = http_ini(&[origin.addr], "")
-        .replace("[General]\n", &format!("[General]\n{}", general(&users)));
-    let broker = InProcess::start(&ini).await;
+    let (broker, _origin) = http_broker(dir.path()).await;
     let ana = basic("ana", "right horse");
     let page = raw_request(
         broker.addr(),

@@ -137,7 +137,10 @@ impl Alerting {
         force: bool,
         by: &str,
     ) -> Result<Restarted, String> {
-        self.restarts.by_hand(balancer, server, force, by).await
+        self.restarts
+            .by_hand(balancer, server, force, by)
+            .await
+            .map_err(|refusal| refusal.words())
     }
 
     /// How the status page's `restart` runs: as `ctl restart` without `--force` (its

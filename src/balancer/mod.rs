@@ -68,7 +68,7 @@ pub use client_limit::{ClientHold, RefusalHold};
 pub use connections::{Attempt, Closed};
 pub use generation::{Generation, GenerationTls};
 pub use pick::{ClientSlot, Eligible, Lease};
-pub use server::{Restarted, Server};
+pub use server::{RestartRefusal, Restarted, Server};
 pub use state::{BalancerState, ServerState, Standing};
 
 use std::collections::BTreeMap;

@@ -58,7 +58,7 @@ impl Query<'_> {
 
     /// The language of this request's page: `?lang=`, else `LANGUAGE` where the file sets
     /// it, else the browser's `Accept-Language`, else `LANGUAGE`'s default.
-    fn language(&self) -> Chosen {
+    pub(super) fn language(&self) -> Chosen {
         let config = self.shared.config.load();
         let set_in_file = config.origins.get("GENERAL", "LANGUAGE") != ValueOrigin::Default;
         let browser = self.request.values("accept-language");

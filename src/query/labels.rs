@@ -345,6 +345,15 @@ pub struct OperateLabels {
     pub actions: [&'static str; 7],
     /// What each action will do, in the same order.
     pub consequences: [&'static str; 7],
+    /// A restart the cooldown holds back: `{cooldown}`, and from when (`{at}`) the page can
+    /// restart the server again (it cannot force one, as `ctl restart --force` does).
+    pub cooling: &'static str,
+    /// A restart refused while the server's runs.
+    pub restarting: &'static str,
+    /// A restart refused without `RESTART_COMMAND`.
+    pub no_command: &'static str,
+    /// A restart refused at `RESTART_MAX_PARALLEL` (`{n}` running).
+    pub busy: &'static str,
 }
 
 /// The actions' names in forms and links, in the order of [`OperateLabels::actions`].
@@ -381,6 +390,11 @@ const EN_OPERATE: OperateLabels = OperateLabels {
         "RESTART_COMMAND runs for it now, unless RESTART_COOLDOWN holds it back.",
         "Its {open} are closed now: their users lose them.",
     ],
+    cooling: "it was restarted less than RESTART_COOLDOWN ({cooldown}) ago; this page can \
+              restart it again from {at}",
+    restarting: "it is being restarted now",
+    no_command: "RESTART_COMMAND is not set for this balancer",
+    busy: "restarts running now: {n}, as many as RESTART_MAX_PARALLEL allows",
 };
 
 const PT_BR_OPERATE: OperateLabels = OperateLabels {
@@ -418,6 +432,11 @@ const PT_BR_OPERATE: OperateLabels = OperateLabels {
         "O RESTART_COMMAND roda para ele agora, a menos que o RESTART_COOLDOWN o impeça.",
         "As suas {open} são fechadas agora: os seus usuários as perdem.",
     ],
+    cooling: "ele foi reiniciado há menos do RESTART_COOLDOWN ({cooldown}); esta página pode \
+              reiniciá-lo de novo a partir de {at}",
+    restarting: "ele está sendo reiniciado agora",
+    no_command: "o RESTART_COMMAND não está definido para este balanceador",
+    busy: "reinícios rodando agora: {n}, tantos quanto o RESTART_MAX_PARALLEL permite",
 };
 
 impl OperateLabels {

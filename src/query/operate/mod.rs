@@ -37,6 +37,7 @@ use super::page;
 use super::reply::{closing, html, text};
 use crate::balancer::operation::{self, Operation};
 use crate::balancer::{Admission, Server};
+use crate::config::Language;
 use crate::http::LocalAnswer;
 use crate::support::clock::wall_ms;
 use form::{Action, Form};
@@ -126,8 +127,8 @@ pub(super) async fn answer(q: &Query<'_>, acting: Acting<'_>) -> LocalAnswer {
 }
 
 /// Checks `header` with the throttle of `peer`'s address: its turn waited (the connection's
-/// place given back first, so a throttled attempt holds no query or client place), then
-/// bcrypt. The user when it is good.
+/// place given back first, so a throttled attempt holds no query or client place; a client
+/// stays counted as accepted once), then bcrypt. The user when it is good.
 async fn sign_in(
     operators: &Operators,
     users: &Arc<Users>,
@@ -138,7 +139,7 @@ async fn sign_in(
     match operators.throttle.turn(peer.ip()) {
         Turn::Refused => return None,
         Turn::After(wait) if !wait.is_zero() => {
-            *admission = Admission::Unknown;
+            admission.give_back();
             tokio::time::sleep(wait).await;
         }
         Turn::After(_) => {}
@@ -250,7 +251,7 @@ async fn act(q: &Query<'_>, signed: &SignedIn<'_>) -> LocalAnswer {
 }
 
 /// `restart`: `RESTART_COMMAND` started (the page shows its run when it ends), or 409 when
-/// its bounds refuse it now (the cooldown, saying until when).
+/// its bounds refuse it now (the cooldown, saying until when), in the page's language.
 async fn restart(q: &Query<'_>, signed: &SignedIn<'_>, server: &Arc<Server>) -> LocalAnswer {
     let Some(restarter) = signed.operators.restarter.get() else {
         return text(
@@ -275,12 +276,15 @@ async fn restart(q: &Query<'_>, signed: &SignedIn<'_>, server: &Arc<Server>) -> 
     // Its bounds are checked before the command starts: a refusal comes at the first poll;
     // a command that runs is left to run, and the page shows how it ended.
     match tokio::time::timeout(std::time::Duration::ZERO, &mut run).await {
-        Ok(Err(why)) => {
+        Ok(Err(refusal)) => {
             info!(
-                "ADMIN: {} restart of {} refused: {why}",
-                signed.who, server.address
+                "ADMIN: {} restart of {} refused: {}",
+                signed.who,
+                server.address,
+                page::restart_refused(Language::English, &refusal)
             );
-            text(409, format!("409 Conflict: {why}\n"))
+            let words = page::restart_refused(q.language().language, &refusal);
+            text(409, format!("409 Conflict: {words}\n"))
         }
         Ok(Ok(_)) => see_page(Action::Restart, server),
         Err(_) => {

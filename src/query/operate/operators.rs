@@ -14,18 +14,19 @@ use tracing::{error, info, warn};
 
 use super::throttle::SignInThrottle;
 use super::users::{self, Users, UsersError};
-use crate::balancer::{Balancer, Restarted, Server};
+use crate::balancer::{Balancer, RestartRefusal, Restarted, Server};
 use crate::config::General;
 use crate::tls::files::Passphrase;
 
 /// `RESTART_COMMAND` for a server, asked by hand (`who`), within its cooldown: the alerts
-/// machinery's, which runs `ctl restart`'s too; handed in by the broker, which starts it.
+/// machinery's, which runs `ctl restart`'s too; handed in by the broker, which starts it. Its
+/// refusal is told in the page's words, not ctl's.
 pub type Restarter = Arc<
     dyn Fn(
             Arc<Balancer>,
             Arc<Server>,
             String,
-        ) -> Pin<Box<dyn Future<Output = Result<Restarted, String>> + Send>>
+        ) -> Pin<Box<dyn Future<Output = Result<Restarted, RestartRefusal>> + Send>>
         + Send
         + Sync,
 >;

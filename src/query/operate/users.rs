@@ -2,14 +2,16 @@
 //! only: `htpasswd -B -c FILE user`), read at start and at every reload, and a request's
 //! `Authorization: Basic` (RFC 7617) checked against it. bcrypt is slow on purpose (tens of
 //! milliseconds and more), so it runs on tokio's blocking pool, a few at once, never on a
-//! worker thread; a user the file does not name is checked against a dummy hash of the same
-//! cost, so a wrong user costs what a wrong password does and the answer's time tells no name.
+//! worker thread; a user the file does not name is checked against the file's first hash, its
+//! answer thrown away, so a wrong user costs what a wrong password does (one verification of a
+//! real hash's cost) and the answer's time tells no name.
 //! A credential verified is remembered ([`KnownCredentials`]): browsers send it with every request and
 //! the page refreshes itself.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
 
 use aws_lc_rs::hmac;
 use tokio::sync::Semaphore;
@@ -35,10 +37,12 @@ pub struct Users {
     pub path: PathBuf,
     /// Each user's bcrypt hash.
     hashes: HashMap<String, String>,
-    /// A hash of the first entry's cost, which a user the file does not name is checked
-    /// against; made at its first need, on the blocking pool.
-    dummy: OnceLock<String>,
-    cost: u32,
+    /// The hash a user the file does not name is checked against: the first entry's, whose
+    /// answer is thrown away, so a wrong user costs a verification of a real hash's cost.
+    dummy: String,
+    /// bcrypt verifications run (a hash they could use, a wrong user's included): what the
+    /// tests count, as time would be too noisy to tell one from two.
+    verifications: AtomicU64,
 }
 
 /// Why the users file cannot be used, in words for `--check` and the log.
@@ -74,7 +78,7 @@ impl Users {
         let text = std::fs::read_to_string(path)
             .map_err(|e| error(crate::support::os_error::words(&e)))?;
         let mut hashes = HashMap::new();
-        let mut cost = None;
+        let mut first = None;
         for (n, line) in text.lines().enumerate() {
             let line = line.trim();
             if line.is_empty() || line.starts_with('#') {
@@ -83,41 +87,36 @@ impl Users {
             let (user, hash) = line
                 .split_once(':')
                 .ok_or_else(|| error(format!("line {} is not `user:hash`; {MAKE_ONE}", n + 1)))?;
-            let Some(entry_cost) = bcrypt_cost(hash) else {
+            if bcrypt_cost(hash).is_none() {
                 return Err(error(format!(
                     "line {} (user {user}) is not a bcrypt entry; only bcrypt is accepted: {MAKE_ONE}",
                     n + 1
                 )));
-            };
-            cost.get_or_insert(entry_cost);
+            }
+            first.get_or_insert_with(|| hash.to_string());
             hashes.insert(user.to_string(), hash.to_string());
         }
-        let Some(cost) = cost else {
+        let Some(dummy) = first else {
             return Err(error(format!("names no user; {MAKE_ONE}")));
         };
         Ok(Users {
             path: path.to_path_buf(),
             hashes,
-            dummy: OnceLock::new(),
-            cost,
+            dummy,
+            verifications: AtomicU64::new(0),
         })
     }
 
     /// Whether `password` is `user`'s: bcrypt, on the current thread (call it on the blocking
-    /// pool). A user the file does not name costs a verification all the same.
+    /// pool). A user the file does not name costs a verification all the same, against the
+    /// dummy hash, whatever its answer.
     fn verify(&self, user: &str, password: &str) -> bool {
-        match self.hashes.get(user) {
-            Some(hash) => bcrypt::verify(password, hash).unwrap_or(false),
-            None => {
-                let dummy = self.dummy.get_or_init(|| {
-                    bcrypt::hash_with_salt("appbroker", self.cost, [7; 16])
-                        .map(|h| h.format_for_version(bcrypt::Version::TwoY))
-                        .unwrap_or_default()
-                });
-                let _ = bcrypt::verify(password, dummy);
-                false
-            }
+        let known = self.hashes.get(user);
+        let ran = bcrypt::verify(password, known.unwrap_or(&self.dummy));
+        if ran.is_ok() {
+            self.verifications.fetch_add(1, Relaxed);
         }
+        known.is_some() && ran.unwrap_or(false)
     }
 }
 
@@ -312,6 +311,28 @@ mod tests {
                 "{error}"
             );
         }
+    }
+
+    #[test]
+    fn an_unknown_user_costs_one_verification_at_a_real_hashs_cost_as_a_wrong_password_does() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("users");
+        let (ana, bob) = (bcrypt::hash("right", 5), bcrypt::hash("other", 4));
+        let (ana, bob) = (ana.expect("hash"), bob.expect("hash"));
+        std::fs::write(&path, format!("ana:{ana}\nbob:{bob}\n")).expect("write");
+        let users = Users::read(&path).expect("reads");
+        let runs = |user: &str, password: &str| {
+            let before = users.verifications.load(Relaxed);
+            let good = users.verify(user, password);
+            (good, users.verifications.load(Relaxed) - before)
+        };
+        assert_eq!(runs("ana", "wrong"), (false, 1), "a wrong password");
+        assert_eq!(runs("nobody", "wrong"), (false, 1), "an unknown user");
+        // The first entry's own password, under another name: still no one's.
+        assert_eq!(runs("nobody", "right"), (false, 1));
+        assert_eq!(runs("ana", "right"), (true, 1));
+        // Checked against a hash bcrypt can use, of the first entry's cost.
+        assert_eq!(bcrypt_cost(&users.dummy), Some(5));
     }
 
     #[test]

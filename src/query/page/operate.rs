@@ -8,9 +8,10 @@ use std::fmt::Write;
 
 use super::head::{banner, head};
 use super::status::summary;
-use super::words::esc;
-use crate::balancer::ServerState;
+use super::words::{esc, moment};
 use crate::balancer::rules::overrides::Mode;
+use crate::balancer::{RestartRefusal, ServerState};
+use crate::config::{Language, show_duration};
 use crate::query::labels::{OperateLabels, of};
 use crate::query::snapshot::{Snapshot, Standing};
 
@@ -197,10 +198,28 @@ pub fn confirm(snap: &Snapshot, s: &ServerState, action: &str, token: &str, host
     out
 }
 
+/// Why the page's restart of a server did not run, in `language`: the cooldown says from when
+/// the page can restart it again (ctl's `--force` is no option here).
+pub fn restart_refused(language: Language, refusal: &RestartRefusal) -> String {
+    let l = of(language);
+    let w = l.operate;
+    match refusal {
+        RestartRefusal::CoolingDown { cooldown, .. } => {
+            let at = refusal.cooling_until_wall_ms().unwrap_or_default();
+            w.cooling
+                .replace("{cooldown}", &show_duration(*cooldown))
+                .replace("{at}", &moment(language, at))
+        }
+        RestartRefusal::Running => w.restarting.to_string(),
+        RestartRefusal::NoCommand => w.no_command.to_string(),
+        RestartRefusal::Busy(n) => w.busy.replace("{n}", &n.to_string()),
+        RestartRefusal::AddressAbsent(why) => l.words(why).into_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Language;
     use crate::query::page::fixtures;
 
     fn page(language: Language, held: bool) -> (String, String) {
@@ -262,5 +281,41 @@ mod tests {
             );
         }
         assert!(confirm_pt.contains("As suas 3 conexões são fechadas agora"));
+    }
+
+    #[test]
+    fn a_restart_in_cooldown_says_from_when_the_page_can_restart_it_in_its_language() {
+        let refusal = RestartRefusal::CoolingDown {
+            until: tokio::time::Instant::now() + std::time::Duration::from_secs(300),
+            cooldown: std::time::Duration::from_secs(600),
+        };
+        // The moment the words name, read before and after them (a second may turn between).
+        let said = |language| {
+            let at = || moment(language, refusal.cooling_until_wall_ms().unwrap());
+            let before = at();
+            let words = restart_refused(language, &refusal);
+            assert!(words.contains(&before) || words.contains(&at()), "{words}");
+            words
+        };
+        let (en, pt) = (said(Language::English), said(Language::Portuguese));
+        assert!(
+            en.contains("RESTART_COOLDOWN (600s)")
+                && en.contains("this page can restart it again from 20"),
+            "{en}"
+        );
+        assert!(
+            pt.contains("RESTART_COOLDOWN (600s)")
+                && pt.contains("reiniciá-lo de novo a partir de "),
+            "{pt}"
+        );
+        for words in [&en, &pt] {
+            assert!(!words.contains("--force"), "the page cannot force: {words}");
+        }
+        // ctl's own words keep their way to force it.
+        assert!(refusal.words().ends_with("(add --force to run it now)"));
+        assert_eq!(
+            restart_refused(Language::Portuguese, &RestartRefusal::Running),
+            "ele está sendo reiniciado agora"
+        );
     }
 }
