@@ -313,6 +313,8 @@ fn every_key_is_printed_with_its_default() {
         ("STATE_FILE", ""),
         ("SESSION_SECRET", ""),
         ("SESSION_SECRET_PREVIOUS", ""),
+        ("ADMIN_USERS", ""),
+        ("ADMIN_PLAIN_HTTP", "0"),
         ("UPGRADE_TIMEOUT", "30s"),
         ("WATCHDOG_TIMEOUT", "10s"),
     ]

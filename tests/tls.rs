@@ -4,7 +4,8 @@
 //! wrong name, expired, verification off), a certificate swapped by a reload under load with
 //! no failed exchange, a certificate that does not load rejecting the reload, the doctor
 //! through the binary's `--check`, and clients no one here wrote: `openssl s_client`, `curl`,
-//! headless Chromium; and a PROXY protocol header read before the handshake.
+//! headless Chromium; a PROXY protocol header read before the handshake; and the page of
+//! actions offered over TLS to a peer off loopback.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test that cannot go on should panic
 
 use std::net::SocketAddr;
@@ -1579,4 +1580,73 @@ async fn a_server_named_with_a_final_dot_is_verified_and_checked_by_its_name() {
             );
         }
     }
+}
+
+/// A local address of this host that is not loopback, if it has one (the route's source
+/// towards a documentation address; no packet is sent).
+fn non_loopback_address() -> Option<std::net::IpAddr> {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    socket.connect("192.0.2.1:9").ok()?;
+    let ip = socket.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_of_actions_is_offered_over_tls_to_a_peer_off_loopback() {
+    let Some(ip) = non_loopback_address() else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "no address off loopback under CI"
+        );
+        eprintln!("skipped: this host has no address off loopback");
+        return;
+    };
+    let ca = Ca::new("Test CA");
+    let files = Files::new();
+    let users = files.0.path().join("users");
+    let mut htpasswd = Command::new("htpasswd");
+    htpasswd
+        .args(["-B", "-b", "-c"])
+        .arg(&users)
+        .args(["ana", "right horse"]);
+    assert_eq!(run_bounded(htpasswd).0, 0, "htpasswd (apache2-utils)");
+    let server = TestServer::start("a").await;
+    let lines = files
+        .serve(&ca.broker_leaf())
+        .replace("QUERY_ALLOW=127.0.0.1", "QUERY_ALLOW=0.0.0.0/0");
+    let ini = ini_for(&[&server], &lines)
+        .replace(
+            "[General]\n",
+            &format!("[General]\nADMIN_USERS={}\n", users.display()),
+        )
+        .replace(
+            "LOCAL_SERVER_ADDRESS=127.0.0.1",
+            "LOCAL_SERVER_ADDRESS=0.0.0.0",
+        );
+    let broker = InProcess::start(&ini).await;
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(SocketAddr::new(ip, 0)).unwrap();
+    let tcp = socket
+        .connect(SocketAddr::new(ip, broker.addr().port()))
+        .await
+        .unwrap();
+    let name = ServerName::try_from("localhost").unwrap();
+    let mut stream = TlsConnector::from(client_config(ca.roots()))
+        .connect(name, tcp)
+        .await
+        .unwrap();
+    // `ana:right horse`.
+    let request = "GET /TOTVS_BROKER_QUERY/ADMIN HTTP/1.0\r\nHost: localhost\r\n\
+                   Authorization: Basic YW5hOnJpZ2h0IGhvcnNl\r\n\r\n";
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    within(
+        "the response",
+        tokio::io::AsyncReadExt::read_to_end(&mut stream, &mut response),
+    )
+    .await
+    .ok();
+    let response = String::from_utf8_lossy(&response);
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert!(response.contains("Signed in as <b>ana</b>"), "{response}");
 }

@@ -1,13 +1,13 @@
 //! Runtime administration: what `appbroker ctl` asks of a running broker over its control
-//! socket, and the answers. Each request that changes something calls the balancer's method
-//! for it (which logs it once, with who asked), then the state file is written so a restart
-//! keeps the change. The query interface stays read-only: this is the only way in, through a
-//! local socket whose permissions say who may use it.
+//! socket, and the answers. Each request that changes something is an operation
+//! ([`Operation`]) the balancer applies (logged once, with who asked), then the state file is
+//! written so a restart keeps the change: the one code path the status page's actions take
+//! too (`query::operate`), through a local socket whose permissions say who may use it.
 //!
 //! - [`protocol`]: the JSON lines spoken on the socket.
 //! - [`paths`]: where the socket and the state file live.
-//! - [`state_file`]: overrides kept over a restart.
-//! - [`session_secret`]: the secret of the HTTP session cookies, kept beside the state file.
+//! - [`session_secret`]: the secret of the HTTP session cookies, kept beside the state file
+//!   ([`crate::balancer::state_file`]).
 //! - `socket` (Unix): the control socket itself.
 //! - [`control_client`]: the control socket's client, for `appbroker ctl`, `ping` and
 //!   `upgrade`: ask, print the answer, say by the exit code how it went.
@@ -18,22 +18,18 @@ pub mod protocol;
 pub mod session_secret;
 #[cfg(unix)]
 pub mod socket;
-pub mod state_file;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tracing::warn;
 
-use crate::balancer::rules::health::OperatorAsk;
-use crate::balancer::rules::overrides::{Hold, MAX_WEIGHT, Mode};
+use crate::balancer::operation::{self, Operation};
 use crate::balancer::{Balancer, BalancerState, Server, ServerState, Standing};
 use crate::broker::{Control, ReloadError};
 use crate::config::keys::DAY;
-use crate::config::{connections_stay, duration_within, plural, show_duration};
-use crate::support::clock::wall_ms;
+use crate::config::{duration_within, plural, show_duration};
 use protocol::{
     Answer, BalancerView, QuarantineView, Request, RestartView, ServerView, names_section,
 };
@@ -148,7 +144,8 @@ impl Admin {
         Ok((Arc::clone(balancer), server))
     }
 
-    /// A request about one server.
+    /// A request about one server: a `wait`, or an operation ([`Operation`]), applied as the
+    /// status page's are.
     async fn on_server(
         &self,
         request: Request,
@@ -156,65 +153,30 @@ impl Admin {
         server: &Server,
         by: &str,
     ) -> Answer {
-        let name = format!("{} {}", balancer.kind(), server.address);
-        let hold = |mode, reason: Option<String>| Hold {
-            mode,
-            reason: reason.unwrap_or_default(),
-            by: by.to_string(),
-            since_wall_ms: wall_ms(),
-        };
-        match request {
-            Request::Disable { reason, .. } => {
-                balancer.hold(server, hold(Mode::Disabled, reason));
-                Answer::done(format!("{name} disabled; {}", open(server)))
-            }
-            Request::Drain { reason, .. } => {
-                balancer.hold(server, hold(Mode::Drain, reason));
-                Answer {
-                    connections: Some(server.active()),
-                    ..Answer::done(format!("{name} draining; {}", open(server)))
-                }
-            }
-            Request::Enable { .. } => match balancer.enable(server, by) {
-                true => Answer::done(format!("{name} enabled")),
-                false => Answer::done(format!("{name} was not disabled")),
-            },
-            Request::Weight { weight, .. } => match weight {
-                Some(w) if w > MAX_WEIGHT => Answer::refused(format!(
-                    "weight {w} is out of range; expected 0 to {MAX_WEIGHT}"
-                )),
-                weight => {
-                    let now = balancer.set_weight(server, weight, by);
-                    Answer::done(format!("{name} weight {now}"))
-                }
-            },
+        let operation = match request {
+            Request::Disable { reason, .. } => Operation::Disable { reason },
+            Request::Drain { reason, .. } => Operation::Drain { reason },
+            Request::Enable { .. } => Operation::Enable,
+            Request::Weight { weight, .. } => Operation::Weight(weight),
             Request::Quarantine {
                 duration, reason, ..
-            } => {
-                let asked = OperatorAsk {
-                    by: by.to_string(),
-                    reason: reason.unwrap_or_default(),
-                };
-                quarantine(balancer, server, &name, duration.as_deref(), asked)
+            } => Operation::Quarantine { duration, reason },
+            Request::Release { .. } => Operation::Release,
+            Request::Cut { .. } => Operation::Cut,
+            Request::Wait { timeout, .. } => {
+                let name = format!("{} {}", balancer.kind(), server.address);
+                return self.wait(server, &name, timeout.as_deref()).await;
             }
-            Request::Release { .. } => match balancer.release_by_operator(server, by) {
-                true => Answer::done(format!("{name} released from quarantine")),
-                false => Answer::done(format!("{name} was not in quarantine")),
-            },
-            Request::Cut { .. } => {
-                let cut = balancer.cut(server, by);
-                Answer {
-                    connections: Some(cut),
-                    ..Answer::done(format!(
-                        "{name}: {} cut",
-                        plural(cut as usize, "connection")
-                    ))
-                }
-            }
-            Request::Wait { timeout, .. } => self.wait(server, &name, timeout.as_deref()).await,
             Request::Restart { .. } | Request::Show { .. } | Request::Reload | Request::Ping => {
-                Answer::refused("this request names no server")
+                return Answer::refused("this request names no server");
             }
+        };
+        match balancer.operate(server, operation, by) {
+            Ok(done) => Answer {
+                connections: done.connections,
+                ..Answer::done(done.message)
+            },
+            Err(why) => Answer::refused(why),
         }
     }
 
@@ -331,42 +293,10 @@ impl Admin {
         answer
     }
 
-    /// Writes the state file; a failure is logged (the change holds until a restart).
+    /// Writes the state file (as every operation does: [`operation::keep`]).
     fn save(&self) {
-        let Some(path) = &self.state_file else {
-            return;
-        };
-        if let Err(e) = state_file::save(path, &self.control.balancers()) {
-            warn!(
-                "cannot write the state file {}: {}; the change holds until appbroker restarts",
-                path.display(),
-                crate::support::os_error::words(&e)
-            );
-        }
+        operation::keep(self.state_file.as_deref(), &self.control.balancers());
     }
-}
-
-/// `server` (`name` in answers) in quarantine for `duration` (`QUARANTINE_TIME` without one),
-/// as `asked`.
-fn quarantine(
-    balancer: &Balancer,
-    server: &Server,
-    name: &str,
-    duration: Option<&str>,
-    asked: OperatorAsk,
-) -> Answer {
-    let duration = match duration {
-        None => balancer.generation().config.quarantine_time,
-        Some(text) => match duration_within(text, Duration::from_millis(1), DAY) {
-            Ok(d) => d,
-            Err(e) => return Answer::refused(format!("duration `{text}` {e}")),
-        },
-    };
-    balancer.force_quarantine(server, duration, asked);
-    Answer::done(format!(
-        "{name} in quarantine for {} (until released)",
-        show_duration(duration)
-    ))
 }
 
 /// Why `section` names no balancer, with the ones that run.
@@ -376,11 +306,6 @@ fn no_balancer(section: &str, running: &[Arc<Balancer>]) -> String {
         "no balancer {section} is running; the balancers are {} (BALANCE_ may be left out)",
         known.join(", ")
     )
-}
-
-/// `its 3 open connections stay` for answers.
-fn open(server: &Server) -> String {
-    connections_stay(server.active() as usize)
 }
 
 /// A balancer as `show` gives it.

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use tracing::warn;
 
-use super::state_file::write_whole;
+use crate::balancer::state_file::write_whole;
 use crate::config::keys::SESSION_SECRET_MIN;
 use crate::http_balancer::sessions::{CookieKeys, Kept, OwnSecret};
 use crate::support::clock::wall_ms;

@@ -137,7 +137,20 @@ impl Alerting {
         force: bool,
         by: &str,
     ) -> Result<Restarted, String> {
-        self.restarts.by_hand(balancer, server, force, by).await
+        self.restarts
+            .by_hand(balancer, server, force, by)
+            .await
+            .map_err(|refusal| refusal.words())
+    }
+
+    /// How the status page's `restart` runs: as `ctl restart` without `--force` (its
+    /// cooldown holds), asked by the `who` it is given.
+    pub fn restarter(&self) -> crate::query::operate::Restarter {
+        let restarts = Arc::clone(&self.restarts);
+        Arc::new(move |balancer, server, who| {
+            let restarts = Arc::clone(&restarts);
+            Box::pin(async move { restarts.by_hand(&balancer, &server, false, &who).await })
+        })
     }
 }
 

@@ -23,9 +23,9 @@ use super::address;
 use super::command;
 use crate::balancer::alert_queue::{Alert, RestartOutcome};
 use crate::balancer::shared::Shared;
-use crate::balancer::{Balancer, Restarted, Server};
+use crate::balancer::{Balancer, RestartRefusal, Restarted, Server};
 use crate::config::{AlertEvent, BalancerKind, RestartSettings, command_text, show_duration};
-use crate::support::clock::{time_of_day, wall_ms};
+use crate::support::clock::wall_ms;
 
 /// How often a restart held back by something nothing announces (the address not here) is
 /// looked at again.
@@ -62,45 +62,6 @@ struct Book {
     per_balancer: HashMap<BalancerKind, u32>,
     /// What holds a balancer's restarts back, told once until it no longer does.
     told: HashSet<(BalancerKind, &'static str)>,
-}
-
-/// Why a restart does not run now.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RestartRefusal {
-    /// The balancer has no `RESTART_COMMAND`.
-    NoCommand,
-    /// This AppServer is being restarted.
-    Running,
-    /// Its last restart was less than `RESTART_COOLDOWN` ago: the next may run then.
-    CoolingDown(Instant),
-    /// `RESTART_MAX_PARALLEL` restarts of the balancer's servers run already.
-    Busy(u32),
-    /// `RESTART_ONLY_WITH_ADDRESS` is not on this host (or the interfaces cannot be read).
-    AddressAbsent(String),
-}
-
-impl RestartRefusal {
-    /// The refusal in words, for `ctl restart`.
-    pub fn words(&self, settings: &RestartSettings) -> String {
-        match self {
-            RestartRefusal::NoCommand => "RESTART_COMMAND is not set for this balancer".into(),
-            RestartRefusal::Running => "it is being restarted now".into(),
-            RestartRefusal::CoolingDown(at) => {
-                let left = at.saturating_duration_since(Instant::now());
-                format!(
-                    "it was restarted less than RESTART_COOLDOWN ({}) ago; the next restart may \
-                     run at {} (add --force to run it now)",
-                    show_duration(settings.cooldown),
-                    time_of_day(wall_ms() + left.as_millis() as u64)
-                )
-            }
-            RestartRefusal::Busy(n) => format!(
-                "{} already run (RESTART_MAX_PARALLEL)",
-                crate::config::plural(*n as usize, "restart")
-            ),
-            RestartRefusal::AddressAbsent(why) => why.clone(),
-        }
-    }
 }
 
 /// The restarts of one broker.
@@ -182,11 +143,11 @@ impl Restarts {
                     Ok(()) => {
                         let restarts = Arc::clone(self);
                         let balancer = Arc::clone(balancer);
-                        tokio::spawn(
-                            async move { restarts.run_one(&balancer, &server, why).await },
-                        );
+                        tokio::spawn(async move {
+                            restarts.run_one(&balancer, &server, why, None).await
+                        });
                     }
-                    Err(RestartRefusal::CoolingDown(at)) => sooner(at),
+                    Err(RestartRefusal::CoolingDown { until, .. }) => sooner(until),
                     Err(_) => {}
                 }
             }
@@ -269,7 +230,10 @@ impl Restarts {
             && let Some(last) = book.last.get(&key)
             && last.elapsed() < settings.cooldown
         {
-            return Err(RestartRefusal::CoolingDown(*last + settings.cooldown));
+            return Err(RestartRefusal::CoolingDown {
+                until: *last + settings.cooldown,
+                cooldown: settings.cooldown,
+            });
         }
         let running = book.per_balancer.get(&kind).copied().unwrap_or(0);
         if running >= settings.max_parallel {
@@ -285,43 +249,45 @@ impl Restarts {
         Ok(())
     }
 
-    /// `ctl restart`: runs `RESTART_COMMAND` for `server` of `balancer` now, asked by `by`,
-    /// within the bounds (the cooldown left out when `force`); what it came to.
+    /// `ctl restart` and the page's: runs `RESTART_COMMAND` for `server` of `balancer` now,
+    /// asked by `by`, within the bounds (the cooldown left out when `force`); what it came
+    /// to, or why not (each says it in its own words).
     pub async fn by_hand(
         self: &Arc<Self>,
         balancer: &Arc<Balancer>,
         server: &Arc<Server>,
         force: bool,
         by: &str,
-    ) -> Result<Restarted, String> {
+    ) -> Result<Restarted, RestartRefusal> {
         let settings = balancer.generation().config.restarts.clone();
-        let skipped = |why: String| {
+        let skipped = |refusal: RestartRefusal| {
             let kind = balancer.kind();
             balancer
                 .events()
                 .figures()
                 .restart(kind, RestartOutcome::Skipped);
-            why
+            refusal
         };
         if settings.command.is_some()
             && let Some(why) = address_absent(&settings)
         {
-            return Err(skipped(why));
+            return Err(skipped(RestartRefusal::AddressAbsent(why)));
         }
-        self.claim(balancer, server, force)
-            .map_err(|refusal| skipped(refusal.words(&settings)))?;
+        self.claim(balancer, server, force).map_err(skipped)?;
         let forced = if force { " (--force)" } else { "" };
         Ok(self
-            .run_one(balancer, server, format!("asked by {by}{forced}"))
+            .run_one(balancer, server, format!("asked by {by}{forced}"), Some(by))
             .await)
     }
 
-    /// Runs the command for `server` (its place claimed), records and tells what it came to.
+    /// Runs the command for `server` (its place claimed), records and tells what it came to;
+    /// the alert names `by`, the operator who asked (`ctl`'s uid, the page's `web:` user).
     async fn run_one(
         &self,
         balancer: &Arc<Balancer>,
         server: &Arc<Server>,
         why: String,
+        by: Option<&str>,
     ) -> Restarted {
         let generation = balancer.generation();
         let settings = &generation.config.restarts;
@@ -374,6 +340,7 @@ impl Restarts {
         balancer.events().alert(|| Alert {
             exit: ran.exit,
             output: (!ran.output.is_empty()).then(|| ran.output.clone()),
+            who: by.map(str::to_string),
             ..Alert::new(AlertEvent::RestartRan)
                 .on(kind)
                 .about(server.alert_server())

@@ -24,6 +24,10 @@ pub enum Admission {
     Query(Place),
     /// A client's place: it has sent a request on to a server.
     Client(ClientSlot),
+    /// A client whose place was given back while its connection waited
+    /// ([`Admission::give_back`]): counted in the clients accepted already, never again. Its
+    /// queries take a query place meanwhile; its next request to a server, a client's place.
+    Counted(Option<Place>),
     /// One stream of a connection that carries several (HTTP/2): what it asks is counted on
     /// the connection's admission, which its streams share, so the connection takes one place
     /// however many streams it carries.
@@ -31,15 +35,27 @@ pub enum Admission {
 }
 
 impl Admission {
+    /// The query place the connection holds, if any.
+    fn query_place(&self) -> Option<&Place> {
+        match self {
+            Admission::Query(place) | Admission::Counted(Some(place)) => Some(place),
+            Admission::Unknown
+            | Admission::Client(_)
+            | Admission::Counted(None)
+            | Admission::Stream(_) => None,
+        }
+    }
+
     /// Whether the connection's query place went to another query while it idled: it is to
     /// close, unanswered.
     pub fn given_up(&self) -> bool {
-        matches!(self, Admission::Query(place) if place.is_given_up())
+        self.query_place().is_some_and(Place::is_given_up)
     }
 
     /// The client is forwarded: counted in the balancer's clients accepted, with the last
     /// connection's time (an HTTP connection at its first request to a server, a TCP client
-    /// once its server is connected).
+    /// once its server is connected). A connection is counted once, whatever it gave back
+    /// between its requests.
     pub fn forwarded(&self) {
         if let Admission::Client(slot) = self {
             slot.admit();
@@ -49,9 +65,28 @@ impl Admission {
     /// The connection waits for its next request: a query connection's place may be given
     /// to a new query meanwhile (it then closes at its next request).
     pub fn waiting(&self) {
-        if let Admission::Query(place) = self {
+        if let Some(place) = self.query_place() {
             place.idle();
         }
+    }
+
+    /// The connection's place given back while it waits on what must hold none (a throttled
+    /// sign-in's delay); a client stays counted as accepted, once.
+    pub fn give_back(&mut self) {
+        *self = match std::mem::take(self) {
+            Admission::Client(_) | Admission::Counted(_) => Admission::Counted(None),
+            Admission::Unknown | Admission::Query(_) => Admission::Unknown,
+            // A stream's is its connection's, which its other streams hold too.
+            stream @ Admission::Stream(_) => stream,
+        };
+    }
+
+    /// A query place taken for a connection that holds none.
+    fn with_query_place(&mut self, place: Place) {
+        *self = match self {
+            Admission::Counted(_) => Admission::Counted(Some(place)),
+            _ => Admission::Query(place),
+        };
     }
 }
 
@@ -67,10 +102,10 @@ impl Balancer {
                 self.admit_query(&mut connection)
             }
             Admission::Client(_) => true,
-            Admission::Query(place) => place.busy(),
-            Admission::Unknown => match self.take_query_place() {
+            Admission::Query(place) | Admission::Counted(Some(place)) => place.busy(),
+            Admission::Unknown | Admission::Counted(None) => match self.take_query_place() {
                 Some(place) => {
-                    *admission = Admission::Query(place);
+                    admission.with_query_place(place);
                     true
                 }
                 None => false,
@@ -98,7 +133,10 @@ impl Balancer {
             return false;
         };
         self.admitted();
-        *admission = Admission::Client(slot);
+        *admission = match admission {
+            Admission::Counted(_) => Admission::Client(slot.counted_already()),
+            _ => Admission::Client(slot),
+        };
         true
     }
 }

@@ -26,6 +26,10 @@
 //!   monitor's checks counted, and when no server is available or one is again.
 //! - `operator`: an operator's actions on a server (hold, enable, weight, quarantine and
 //!   release, cut, the overrides restored from the state file), and the record of a restart.
+//! - [`operation`]: an operator's action on a server as one value, applied and kept: the one
+//!   code path of `appbroker ctl` and of the status page's actions.
+//! - [`state_file`]: operators' overrides and quarantines kept over a restart, written after
+//!   every operation and read back at start.
 //! - `state`: the read model: a server and a balancer read at one instant, what the query
 //!   interface and `appbroker ctl` see.
 //!
@@ -49,6 +53,7 @@ mod client_limit;
 mod connections;
 pub mod events;
 mod generation;
+pub mod operation;
 mod operator;
 mod pick;
 mod quarantine;
@@ -56,13 +61,14 @@ pub mod rules;
 mod server;
 pub mod shared;
 mod state;
+pub mod state_file;
 
 pub use admission::Admission;
 pub use client_limit::{ClientHold, RefusalHold};
 pub use connections::{Attempt, Closed};
 pub use generation::{Generation, GenerationTls};
 pub use pick::{ClientSlot, Eligible, Lease};
-pub use server::{Restarted, Server};
+pub use server::{RestartRefusal, Restarted, Server};
 pub use state::{BalancerState, ServerState, Standing};
 
 use std::collections::BTreeMap;

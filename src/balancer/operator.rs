@@ -2,8 +2,9 @@
 //! hold it out of the balancing (disabled or draining) and enable it again, give it a weight,
 //! put it in quarantine or release it, cut its connections; and the record of a restart of
 //! it (`RESTART_COMMAND`, run by the alerts machinery or `ctl restart`). Each is applied through
-//! [`super::rules::overrides`]' pure transitions and logged once with who asked; only
-//! `admin` (the control socket and the state file) calls these.
+//! [`super::rules::overrides`]' pure transitions and logged once with who asked; they are
+//! called through [`super::operation`] (`ctl` and the status page's actions alike) and by the
+//! state file read back at start.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;

@@ -24,7 +24,10 @@ impl Balancer {
     pub fn try_take_slot(self: &Arc<Self>, generation: &Generation) -> Option<ClientSlot> {
         let open = take_under(&self.stats.active, generation.config.max_connections)?;
         fetch_max(&self.stats.peak, open);
-        Some(ClientSlot(Arc::clone(self)))
+        Some(ClientSlot {
+            balancer: Arc::clone(self),
+            counted: false,
+        })
     }
 
     /// True when `MAX_CONNECTIONS` clients are open.
@@ -70,12 +73,27 @@ impl Balancer {
 /// A client counted as open (against `MAX_CONNECTIONS`) from the moment it is known to be no
 /// query until dropped, however its task ends.
 #[derive(Debug)]
-pub struct ClientSlot(Arc<Balancer>);
+pub struct ClientSlot {
+    balancer: Arc<Balancer>,
+    /// Its connection is counted in the clients accepted already: it held a slot before,
+    /// given back while it waited ([`Admission::give_back`](super::Admission::give_back)).
+    counted: bool,
+}
 
 impl ClientSlot {
-    /// Counts the client as forwarded: it is no query.
+    /// The slot of a connection counted in the clients accepted already: [`ClientSlot::admit`]
+    /// counts it no more.
+    pub(super) fn counted_already(mut self) -> ClientSlot {
+        self.counted = true;
+        self
+    }
+
+    /// Counts the client as forwarded: it is no query. Once per connection.
     pub fn admit(&self) {
-        let stats = &self.0.stats;
+        if self.counted {
+            return;
+        }
+        let stats = &self.balancer.stats;
         stats.accepted.fetch_add(1, Relaxed);
         stats.last_connection_ms.store(wall_ms(), Relaxed);
     }
@@ -83,7 +101,7 @@ impl ClientSlot {
 
 impl Drop for ClientSlot {
     fn drop(&mut self) {
-        self.0.stats.active.fetch_sub(1, Relaxed);
+        self.balancer.stats.active.fetch_sub(1, Relaxed);
     }
 }
 

@@ -5,14 +5,16 @@
 use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
 
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::balancer::alert_queue::AlertServer;
 use crate::balancer::rules::health::{Health, Reason};
 use crate::balancer::rules::overrides::Overrides;
-use crate::config::{Host, ServerConfig, ServerId};
-use crate::support::clock::wall_ms;
+use crate::config::{Host, ServerConfig, ServerId, show_duration};
+use crate::support::clock::{time_of_day, wall_ms};
 
 /// One configured server and everything counted about it. Shared by the generation, the
 /// leases of its connections, the monitor and the query interface; changed only by
@@ -78,6 +80,59 @@ pub struct Restarted {
     pub output: String,
     /// Why it ran: `in quarantine for 2m`, or the operator who asked.
     pub why: String,
+}
+
+/// Why a restart by hand (`ctl restart`, the page's) does not run now. Its words are its
+/// asker's: [`RestartRefusal::words`] for `ctl`, the page's own in its language.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RestartRefusal {
+    /// The balancer has no `RESTART_COMMAND`.
+    NoCommand,
+    /// This AppServer is being restarted.
+    Running,
+    /// Its last restart was less than `RESTART_COOLDOWN` ago: the next may run `until`.
+    CoolingDown {
+        /// When the cooldown ends.
+        until: Instant,
+        /// `RESTART_COOLDOWN` as it was.
+        cooldown: Duration,
+    },
+    /// `RESTART_MAX_PARALLEL` restarts of the balancer's servers run already.
+    Busy(u32),
+    /// `RESTART_ONLY_WITH_ADDRESS` is not on this host (or the interfaces cannot be read).
+    AddressAbsent(String),
+}
+
+impl RestartRefusal {
+    /// When a restart in cooldown may run (wall ms); `None` for any other refusal.
+    pub fn cooling_until_wall_ms(&self) -> Option<u64> {
+        match self {
+            RestartRefusal::CoolingDown { until, .. } => {
+                let left = until.saturating_duration_since(Instant::now());
+                Some(wall_ms() + left.as_millis() as u64)
+            }
+            _ => None,
+        }
+    }
+
+    /// The refusal in words, for `ctl restart`.
+    pub fn words(&self) -> String {
+        match self {
+            RestartRefusal::NoCommand => "RESTART_COMMAND is not set for this balancer".into(),
+            RestartRefusal::Running => "it is being restarted now".into(),
+            RestartRefusal::CoolingDown { cooldown, .. } => format!(
+                "it was restarted less than RESTART_COOLDOWN ({}) ago; the next restart may \
+                 run at {} (add --force to run it now)",
+                show_duration(*cooldown),
+                time_of_day(self.cooling_until_wall_ms().unwrap_or_default())
+            ),
+            RestartRefusal::Busy(n) => format!(
+                "{} already run (RESTART_MAX_PARALLEL)",
+                crate::config::plural(*n as usize, "restart")
+            ),
+            RestartRefusal::AddressAbsent(why) => why.clone(),
+        }
+    }
 }
 
 /// Minutes of samples kept: one hour, plus the sample that starts it.

@@ -22,6 +22,7 @@ use crate::config::{AlertEvent, BalancerKind, plural, show_duration};
 use crate::http_balancer::sessions::SessionSecrets;
 use crate::net::resolve::Resolver;
 use crate::net::workers::Workers;
+use crate::query::Operators;
 
 /// The broker's state at run time, owned by its control loop ([`ControlLoop::run`]), which
 /// applies each reload to it.
@@ -31,6 +32,8 @@ pub(super) struct ControlLoop {
     pub(super) shared: Arc<Shared>,
     /// The keys of the HTTP balancers' session cookies, configured again by each reload.
     pub(super) session_secrets: Arc<SessionSecrets>,
+    /// Who may act from the status page: the users file read again by each reload.
+    pub(super) operators: Arc<Operators>,
     pub(super) workers: Workers,
     pub(super) resolver: Arc<Resolver>,
     pub(super) events: Events,

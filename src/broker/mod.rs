@@ -46,6 +46,7 @@ use crate::http_balancer::sessions::{OwnSecret, SessionSecrets};
 use crate::net::listener::{self, BindError};
 use crate::net::resolve::Resolver;
 use crate::net::workers::{WorkerThreads, Workers};
+use crate::query::Operators;
 use crate::support::budget::Budget;
 use crate::support::clock::{time_of_day, wall_ms};
 use crate::support::shutdown::Shutdown;
@@ -125,6 +126,8 @@ pub struct Bound {
     /// The secret of the session cookies when `SESSION_SECRET` is not set; `None`: one made
     /// for this run at the start.
     own_secret: Option<OwnSecret>,
+    /// The state file the page of actions writes after each action, as `ctl` does.
+    state_file: Option<std::path::PathBuf>,
     /// Why the file is not read again on a reload, when it is not.
     no_file_reload: Option<String>,
     /// The broker this one replaces, when its supervisor started it to.
@@ -283,6 +286,7 @@ impl Broker {
             resolver,
             events,
             own_secret: None,
+            state_file: None,
             no_file_reload: None,
             takes_over: None,
         }
@@ -403,6 +407,13 @@ impl Bound {
         self
     }
 
+    /// The state file (`STATE_FILE`) the status page's actions keep their changes in, as
+    /// `appbroker ctl`'s are kept (`None`: not kept).
+    pub fn keeping_state_in(mut self, path: Option<std::path::PathBuf>) -> Bound {
+        self.state_file = path;
+        self
+    }
+
     /// Refuses every reload of the file (SIGHUP, `ctl reload`) with `why`: for a
     /// configuration no file holds as it runs (the demo's built-in example, or a file whose
     /// listening addresses the demo replaced). A configuration given to [`Broker::reload`] is
@@ -428,6 +439,12 @@ impl Bound {
             .unwrap_or_else(|| OwnSecret::for_this_run("no secret file was given"));
         let session_secrets = Arc::new(SessionSecrets::new(own, &self.config.general));
         log_session_secret(&session_secrets, &self.config);
+        let general = &self.config.general;
+        let operators = Arc::new(Operators::new(
+            general,
+            session_secrets.in_force(general),
+            self.state_file,
+        ));
         let head_memory = Budget::new(self.config.general.http_head_memory);
         let shared = Arc::new(Shared {
             config: ArcSwap::from_pointee(self.config),
@@ -441,6 +458,7 @@ impl Bound {
         let stopping = CancellationToken::new();
         // Before anything runs: the first alert is the start.
         let alerting = Alerting::start(Arc::clone(&shared), &self.events, stopping.clone());
+        operators.restart_with(alerting.restarter());
         let serving: Vec<RunningBalancer> = self
             .bound
             .into_iter()
@@ -450,6 +468,7 @@ impl Bound {
                     listeners,
                     &shared,
                     &session_secrets,
+                    &operators,
                     &self.workers,
                     &stopping,
                 )
@@ -460,6 +479,7 @@ impl Bound {
         let control_loop = ControlLoop {
             shared: Arc::clone(&shared),
             session_secrets,
+            operators,
             workers: self.workers,
             resolver: self.resolver,
             events: self.events.clone(),

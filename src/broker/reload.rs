@@ -94,6 +94,8 @@ impl ControlLoop {
         );
         changes.extend(config::secret_changes(&old.general, &config.general));
         self.session_secrets.configure(&config.general);
+        let secret = self.session_secrets.in_force(&config.general);
+        self.operators.configure(&config.general, secret);
         self.shared
             .head_memory
             .set_limit(config.general.http_head_memory);
@@ -230,6 +232,7 @@ impl ControlLoop {
                         listeners,
                         &self.shared,
                         &self.session_secrets,
+                        &self.operators,
                         &self.workers,
                         &self.stopping,
                     );

@@ -23,7 +23,7 @@ use crate::http_balancer::sessions::SessionSecrets;
 use crate::http_balancer::{self, HttpProxy};
 use crate::net::listener::{self, StopAccepting};
 use crate::net::workers::Workers;
-use crate::query::{self, QueryEngine};
+use crate::query::{self, Operators, QueryEngine};
 use crate::tcp::client::ListenerShared;
 use crate::tls::Severity;
 
@@ -81,12 +81,14 @@ fn bound_address(listeners: &[StdListener], configured: SocketAddr) -> SocketAdd
 impl RunningBalancer {
     /// Starts a balancer: its accept loops on `listeners` (on the workers), its monitor and
     /// sampler (here), all stopped by `stopping` as well as by its own tokens; an HTTP
-    /// balancer's engine signs its session cookies with `session_secrets`.
+    /// balancer's engine signs its session cookies with `session_secrets`; its queries' page
+    /// of actions is run by `operators`.
     pub(super) fn start(
         balancer: Arc<Balancer>,
         listeners: Vec<StdListener>,
         shared: &Arc<Shared>,
         session_secrets: &Arc<SessionSecrets>,
+        operators: &Arc<Operators>,
         workers: &Workers,
         stopping: &CancellationToken,
     ) -> RunningBalancer {
@@ -141,8 +143,8 @@ impl RunningBalancer {
         let http = c
             .kind
             .is_http()
-            .then(|| http_balancer::proxy(&balancer, shared, session_secrets));
-        let query = (!c.kind.is_http()).then(|| query::port::engine(shared, &balancer));
+            .then(|| http_balancer::proxy(&balancer, shared, session_secrets, operators));
+        let query = (!c.kind.is_http()).then(|| query::port::engine(shared, &balancer, operators));
         let mut running = RunningBalancer {
             configured: c.listen,
             listen,

@@ -1,5 +1,6 @@
 //! `appbroker --check`: the configuration validated and printed back as INI, defaults
-//! included, without binding or resolving anything.
+//! included, without binding or resolving anything; the users file of the page of actions
+//! (`ADMIN_USERS`) read, as its format is checked nowhere else before a sign-in.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -23,6 +24,12 @@ pub fn report(
     }
     // A closed standard output loses the printout, not the verdict (the exit code).
     let _ = std::io::stdout().write_all(config.to_ini().as_bytes());
+    // The users of the page of actions: a file of another format than bcrypt's is refused
+    // here, with the command that makes a good one, rather than found at the first sign-in.
+    if let Err(e) = appbroker::query::operate::check(&config.general) {
+        logging::to_stderr(&format!("error: {e}"));
+        return ExitCode::FAILURE;
+    }
     // On standard error, so standard output stays the INI above.
     let servers: usize = config.balancers.iter().map(|b| b.servers.len()).sum();
     logging::to_stderr(&format!(

@@ -120,8 +120,10 @@ fn bind(
         bound = bound.taking_over(pid);
     }
     if let Some(path) = state_path {
-        admin::state_file::restore(path, &bound.balancers());
+        appbroker::balancer::state_file::restore(path, &bound.balancers());
     }
+    // The status page's actions keep their changes where `ctl`'s are kept.
+    bound = bound.keeping_state_in(state_path.map(Path::to_path_buf));
     // Only now, with the ports bound: an instance that cannot start (another holds the
     // ports) leaves the running one's log file alone.
     log.open_file()?;

@@ -618,6 +618,23 @@ pub static KEYS: &[Key] = &[
         doc: "a former SESSION_SECRET whose cookies still count, for a rotation that moves no session; shown as (set)",
     },
     Key {
+        name: "ADMIN_USERS",
+        stands: Stands::General,
+        domain: Domain::Path,
+        field: KeyField::General {
+            set: |g, v| g.admin_users = take!(v, Path).flatten(),
+            get: |g| Some(shown_path(g.admin_users.as_ref())),
+        },
+        doc: "an htpasswd file of bcrypt entries (`htpasswd -B -c FILE user`) whose users may act on servers from /TOTVS_BROKER_QUERY/ADMIN (empty: no one; the page answers 404); read again on reload",
+    },
+    Key {
+        name: "ADMIN_PLAIN_HTTP",
+        stands: Stands::General,
+        domain: Domain::Flag,
+        field: field!(General.admin_plain_http = Flag, flag),
+        doc: "offer /TOTVS_BROKER_QUERY/ADMIN over plain HTTP to clients off this host too (passwords then cross the network in the clear; a warning at start and on the page); without it, plain HTTP only to a loopback peer, else TLS",
+    },
+    Key {
         name: "UPGRADE_TIMEOUT",
         stands: Stands::General,
         domain: upto_a_day(Duration::from_secs(1)),

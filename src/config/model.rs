@@ -69,6 +69,11 @@ pub struct General {
     pub session_secret: Option<Passphrase>,
     /// `SESSION_SECRET_PREVIOUS`: a former secret whose cookies still verify (a rotation).
     pub session_secret_previous: Option<Passphrase>,
+    /// `ADMIN_USERS`: the htpasswd file of the users who may act from the status page;
+    /// `None`: nobody (the page answers 404).
+    pub admin_users: Option<PathBuf>,
+    /// `ADMIN_PLAIN_HTTP`: the page offered over plain HTTP to peers off this host too.
+    pub admin_plain_http: bool,
     /// `UPGRADE_TIMEOUT`: how long a supervisor gives the new binary's `--check` and
     /// `--handover-version` before it refuses the upgrade and kills them.
     pub upgrade_timeout: Duration,
@@ -500,6 +505,8 @@ impl General {
             state_file: None,
             session_secret: None,
             session_secret_previous: None,
+            admin_users: None,
+            admin_plain_http: false,
             upgrade_timeout: Duration::from_secs(30),
             watchdog_timeout: Duration::from_secs(10),
             http_head_memory: DEFAULT_HTTP_HEAD_MEMORY,

@@ -10,20 +10,23 @@ use crate::http::{self, Engine};
 use crate::http_balancer::sessions::SessionSecrets;
 use crate::http_balancer::sweep::expire_sessions;
 use crate::http_balancer::{HttpBalancer, HttpProxy, ServerTarget};
+use crate::query::Operators;
 use crate::support::throttle::Throttle;
 
 /// The engine of `balancer`, with its settings, its session cookies signed with
-/// `session_secrets`. Within a tokio runtime (its idle sweep and the sessions' expiry run
+/// `session_secrets`, its queries' page of actions run by `operators`. Within a tokio runtime (its idle sweep and the sessions' expiry run
 /// there).
 pub fn proxy(
     balancer: &Arc<Balancer>,
     ctx: &Arc<Shared>,
     session_secrets: &Arc<SessionSecrets>,
+    operators: &Arc<Operators>,
 ) -> Arc<HttpProxy> {
     let upstreams = Arc::new(HttpBalancer {
         balancer: Arc::clone(balancer),
         ctx: Arc::clone(ctx),
         session_secrets: Arc::clone(session_secrets),
+        operators: Arc::clone(operators),
         proxy: OnceLock::new(),
         span: balancer.span(),
         sessions: Arc::default(),

@@ -90,6 +90,8 @@ pub struct HttpBalancer {
     /// The keys of the session cookies, the broker's one set (a reload of `SESSION_SECRET` or
     /// `SESSION_SECRET_PREVIOUS` swaps them).
     session_secrets: Arc<SessionSecrets>,
+    /// Who may act on servers from the status page (the broker's one set).
+    operators: Arc<crate::query::Operators>,
     /// The engine, for the figures a query shows (set once it is made).
     proxy: OnceLock<Weak<HttpProxy>>,
     /// The balancer's span, made once: the access log writes a line per request in it.

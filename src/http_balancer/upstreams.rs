@@ -56,7 +56,15 @@ impl Upstreams for HttpBalancer {
         admission: &mut Admission,
     ) -> impl Future<Output = LocalAnswer> + Send {
         let figures = || Some(self.figures());
-        query::answer(&self.ctx, &self.balancer, request, admission, figures)
+        let operators = &self.operators;
+        query::answer(
+            &self.ctx,
+            &self.balancer,
+            operators,
+            request,
+            admission,
+            figures,
+        )
     }
 
     /// Counted in the balancer's `MAX_CONNECTIONS`, with the accepted count and the last

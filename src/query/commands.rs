@@ -5,17 +5,16 @@
 
 use std::fmt::Write;
 use std::future::{Future, ready};
-use std::net::SocketAddr;
 use std::pin::Pin;
 
-use super::access::{refusal, visible_config};
-use super::language::{self, Chosen};
+use super::access::visible_config;
+use super::asking::Query;
+use super::operate::{self, Acting};
 use super::reply::{body, html, text};
-use super::snapshot::{HttpFigures, Snapshot, Standing};
+use super::snapshot::{Snapshot, Standing};
 use super::{json, labels, metrics, page};
 use crate::balancer::Balancer;
 use crate::balancer::shared::Shared;
-use crate::config::{Language, ValueOrigin};
 use crate::http::{LocalAnswer, LocalRequest};
 
 /// A command's answer on its way. Most are ready at once (rendered from a snapshot); one
@@ -37,11 +36,12 @@ pub(super) struct QueryCommand {
     help: &'static str,
     /// The methods it answers; any other is answered 405, with these in `Allow`.
     pub(super) methods: &'static [&'static str],
-    /// Its answer.
-    pub(super) answer: for<'q> fn(&'q Query<'q>) -> Answering<'q>,
+    /// Its answer (ADMIN's acts through the process's operators, and gives the connection's
+    /// admission back while a throttled sign-in waits).
+    pub(super) answer: for<'q> fn(&'q Query<'q>, Acting<'q>) -> Answering<'q>,
 }
 
-/// GET and HEAD: every command reads, none changes anything.
+/// GET and HEAD: every command reads, none changes anything, but ADMIN's actions.
 pub(super) const READ: &[&str] = &["GET", "HEAD"];
 
 /// Every command, in the order the list of commands shows them.
@@ -51,7 +51,7 @@ pub(super) const COMMANDS: &[QueryCommand] = &[
         usage: "STATUS",
         help: "the status page (HTML; ?refresh=N reloads every N seconds)",
         methods: READ,
-        answer: |q| {
+        answer: |q, _| {
             now(html(page::status(
                 &q.snapshot(),
                 &q.host,
@@ -64,7 +64,7 @@ pub(super) const COMMANDS: &[QueryCommand] = &[
         usage: "CFG",
         help: "the effective configuration (HTML)",
         methods: READ,
-        answer: |q| {
+        answer: |q, _| {
             now(html(page::config(
                 &q.snapshot(),
                 &visible_config(q.shared, q.peer),
@@ -77,28 +77,28 @@ pub(super) const COMMANDS: &[QueryCommand] = &[
         usage: "PING",
         help: "200 while accepting clients, 503 while shutting down",
         methods: READ,
-        answer: |q| now(ping(q)),
+        answer: |q, _| now(ping(q)),
     },
     QueryCommand {
         name: "READY",
         usage: "READY",
         help: "200 while a client would be served, 503 (and why) otherwise",
         methods: READ,
-        answer: |q| now(readiness_answer(q)),
+        answer: |q, _| now(readiness_answer(q)),
     },
     QueryCommand {
         name: "JSON",
         usage: "JSON",
         help: "the status for scripts",
         methods: READ,
-        answer: |q| now(json_status(&q.snapshot())),
+        answer: |q, _| now(json_status(&q.snapshot())),
     },
     QueryCommand {
         name: "METRICS",
         usage: "METRICS",
         help: "Prometheus metrics",
         methods: READ,
-        answer: |q| {
+        answer: |q, _| {
             let content_type = "text/plain; version=0.0.4; charset=utf-8";
             now(body(200, content_type, metrics::render(&q.snapshot())))
         },
@@ -108,14 +108,21 @@ pub(super) const COMMANDS: &[QueryCommand] = &[
         usage: "SERVERSTATUS/<host>:<port>",
         help: "one server and its quarantine history (HTML)",
         methods: READ,
-        answer: |q| now(server_status(q)),
+        answer: |q, _| now(server_status(q)),
+    },
+    QueryCommand {
+        name: "ADMIN",
+        usage: "ADMIN",
+        help: "act on servers, signed in (ADMIN_USERS; off by default)",
+        methods: &["GET", "HEAD", "POST"],
+        answer: |q, acting| Box::pin(operate::answer(q, acting)),
     },
     QueryCommand {
         name: "",
         usage: "/TOTVS_BROKER_QUERY",
         help: "alone answers HTML to browsers and JSON to everyone else.",
         methods: READ,
-        answer: |q| {
+        answer: |q, _| {
             let mut answer = if wants_html(q.request) {
                 html(page::status(&q.snapshot(), &q.host, None))
             } else {
@@ -142,70 +149,6 @@ pub(super) fn list() -> String {
         let _ = writeln!(list, "{} {}", command.usage, command.help);
     }
     list
-}
-
-/// One query as a command answers it: the request, who asks, of which balancer.
-pub(super) struct Query<'a> {
-    /// The broker's shared state: the other balancers, the configuration, the shutdown state.
-    pub(super) shared: &'a Shared,
-    pub(super) balancer: &'a Balancer,
-    pub(super) peer: SocketAddr,
-    pub(super) request: &'a LocalRequest,
-    /// The balancer's HTTP figures, on an HTTP balancer, for the pages that show them.
-    pub(super) http: Option<HttpFigures>,
-    /// The host name the client used (its `Host`), for the links to the other balancers.
-    pub(super) host: String,
-    /// What follows the command in the path, decoded (`SERVERSTATUS`'s `<host>:<port>`).
-    pub(super) argument: &'a str,
-}
-
-impl Query<'_> {
-    /// The balancer's state now, with the other balancers this client may query.
-    fn snapshot(&self) -> Snapshot {
-        let others = self
-            .shared
-            .balancers
-            .load()
-            .iter()
-            .filter(|b| !std::ptr::eq(b.as_ref(), self.balancer))
-            // A link to a balancer this client may not query would give its address away.
-            .filter(|b| refusal(&b.generation(), self.peer).is_none())
-            .map(|b| {
-                let generation = b.generation();
-                (generation.config.kind, generation.config.listen)
-            })
-            .collect();
-        let chosen = self.language();
-        let mut snapshot = Snapshot::take(
-            self.balancer,
-            chosen.language,
-            self.shared.started_wall_ms,
-            self.peer,
-            self.shared.shutdown.is_draining(),
-            others,
-        );
-        snapshot.language_asked = chosen.asked;
-        snapshot.http = self.http.clone();
-        snapshot
-    }
-
-    /// The language of this request's page: `?lang=`, else `LANGUAGE` where the file sets
-    /// it, else the browser's `Accept-Language`, else `LANGUAGE`'s default.
-    fn language(&self) -> Chosen {
-        let config = self.shared.config.load();
-        let set_in_file = config.origins.get("GENERAL", "LANGUAGE") != ValueOrigin::Default;
-        let browser = self.request.values("accept-language");
-        let query = self
-            .request
-            .query()
-            .and_then(|q| std::str::from_utf8(q).ok());
-        language::choose(
-            query,
-            set_in_file.then_some(config.general.language),
-            browser,
-            Language::English,
-        )
-    }
 }
 
 /// JSON: the status for scripts.

@@ -119,6 +119,8 @@ pub struct Labels {
     pub ready_no_server: &'static str,
     pub ready_full: &'static str,
     pub ready_shutting_down: &'static str,
+    /// ADMIN's pages (the page of actions and its confirmations).
+    pub operate: &'static OperateLabels,
 }
 
 const EN: Labels = Labels {
@@ -220,6 +222,7 @@ const EN: Labels = Labels {
     ready_no_server: "no server available",
     ready_full: "reached: new clients are closed at once",
     ready_shutting_down: "shutting down (SHUTDOWN_GRACE): new clients will soon be refused",
+    operate: &EN_OPERATE,
 };
 
 const PT_BR: Labels = Labels {
@@ -321,7 +324,150 @@ const PT_BR: Labels = Labels {
     ready_no_server: "nenhum servidor disponível",
     ready_full: "atingido: novas conexões são encerradas de imediato",
     ready_shutting_down: "encerrando (SHUTDOWN_GRACE): novas conexões serão recusadas em breve",
+    operate: &PT_BR_OPERATE,
 };
+
+/// ADMIN's words. A consequence's `{open}` is the server's open connections in words
+/// (`3 connections`), `{weight}` and `{file}` its weights.
+#[cfg_attr(test, derive(serde::Serialize))]
+pub struct OperateLabels {
+    pub signed_in: &'static str,
+    pub this_broker: &'static str,
+    pub this_broker_short: &'static str,
+    pub plain: &'static str,
+    pub done: &'static str,
+    pub available: &'static str,
+    pub disabled: &'static str,
+    pub quarantined: &'static str,
+    /// `draining: {open} left`.
+    pub draining: &'static str,
+    /// `1 connection`, `3 connections`.
+    pub connections: (&'static str, &'static str),
+    pub weight: &'static str,
+    pub file: &'static str,
+    pub cancel: &'static str,
+    pub weight_field: &'static str,
+    /// Each action's button, in the order of [`ACTION_NAMES`].
+    pub actions: [&'static str; 7],
+    /// What each action will do, in the same order.
+    pub consequences: [&'static str; 7],
+    /// A restart the cooldown holds back: `{cooldown}`, and from when (`{at}`) the page can
+    /// restart the server again (it cannot force one, as `ctl restart --force` does).
+    pub cooling: &'static str,
+    /// A restart refused while the server's runs.
+    pub restarting: &'static str,
+    /// A restart refused without `RESTART_COMMAND`.
+    pub no_command: &'static str,
+    /// A restart refused at `RESTART_MAX_PARALLEL` (`{n}` running).
+    pub busy: &'static str,
+}
+
+/// The actions' names in forms and links, in the order of [`OperateLabels::actions`].
+const ACTION_NAMES: [&str; 7] = [
+    "disable", "drain", "enable", "weight", "release", "restart", "cut",
+];
+
+const EN_OPERATE: OperateLabels = OperateLabels {
+    signed_in: "Signed in as",
+    this_broker: "Actions change this broker only (its state file); on a pair, act on each \
+                  (docs/high-availability.md). To sign out, close the browser.",
+    this_broker_short: "This changes this broker only.",
+    plain: "ADMIN_PLAIN_HTTP: this page is offered over plain HTTP, and your password crosses \
+            the network in the clear. Use the balancer's TLS port.",
+    done: "done",
+    available: "available",
+    disabled: "disabled",
+    quarantined: "in quarantine",
+    draining: "draining: {open} left",
+    connections: ("connection", "connections"),
+    weight: "weight",
+    file: "file",
+    cancel: "cancel",
+    weight_field: "Weight (0 to 1000)",
+    actions: [
+        "disable", "drain", "enable", "weight", "release", "restart", "cut",
+    ],
+    consequences: [
+        "No new clients go to it; its {open} stay.",
+        "No new clients go to it; its {open} stay until they end, and the page shows them leave.",
+        "It takes new clients again.",
+        "Its share of new clients changes (now {weight}; the file says {file}). Leave it empty to give the file's back.",
+        "Its quarantine ends now, and it takes new clients at once.",
+        "RESTART_COMMAND runs for it now, unless RESTART_COOLDOWN holds it back.",
+        "Its {open} are closed now: their users lose them.",
+    ],
+    cooling: "it was restarted less than RESTART_COOLDOWN ({cooldown}) ago; this page can \
+              restart it again from {at}",
+    restarting: "it is being restarted now",
+    no_command: "RESTART_COMMAND is not set for this balancer",
+    busy: "restarts running now: {n}, as many as RESTART_MAX_PARALLEL allows",
+};
+
+const PT_BR_OPERATE: OperateLabels = OperateLabels {
+    signed_in: "Conectado como",
+    this_broker: "As ações mudam só este broker (o seu arquivo de estado); num par, aja em cada \
+                  um (docs/high-availability.md). Para sair, feche o navegador.",
+    this_broker_short: "Isto muda só este broker.",
+    plain: "ADMIN_PLAIN_HTTP: esta página é oferecida em HTTP sem criptografia, e a sua senha \
+            atravessa a rede às claras. Use a porta TLS do balanceador.",
+    done: "feito",
+    available: "disponível",
+    disabled: "desabilitado",
+    quarantined: "em quarentena",
+    draining: "drenando: {open} restantes",
+    connections: ("conexão", "conexões"),
+    weight: "peso",
+    file: "arquivo",
+    cancel: "cancelar",
+    weight_field: "Peso (0 a 1000)",
+    actions: [
+        "desabilitar",
+        "drenar",
+        "habilitar",
+        "peso",
+        "liberar",
+        "reiniciar",
+        "cortar",
+    ],
+    consequences: [
+        "Nenhum cliente novo vai para ele; as suas {open} ficam.",
+        "Nenhum cliente novo vai para ele; as suas {open} ficam até terminarem, e a página as mostra saindo.",
+        "Ele volta a receber clientes novos.",
+        "A sua parte dos clientes novos muda (agora {weight}; o arquivo diz {file}). Deixe vazio para voltar ao do arquivo.",
+        "A sua quarentena termina agora, e ele recebe clientes novos de imediato.",
+        "O RESTART_COMMAND roda para ele agora, a menos que o RESTART_COOLDOWN o impeça.",
+        "As suas {open} são fechadas agora: os seus usuários as perdem.",
+    ],
+    cooling: "ele foi reiniciado há menos do RESTART_COOLDOWN ({cooldown}); esta página pode \
+              reiniciá-lo de novo a partir de {at}",
+    restarting: "ele está sendo reiniciado agora",
+    no_command: "o RESTART_COMMAND não está definido para este balanceador",
+    busy: "reinícios rodando agora: {n}, tantos quanto o RESTART_MAX_PARALLEL permite",
+};
+
+impl OperateLabels {
+    /// The button of `action`.
+    pub fn action(&self, action: &str) -> &'static str {
+        ACTION_NAMES
+            .iter()
+            .position(|name| *name == action)
+            .map_or("?", |at| self.actions[at])
+    }
+
+    /// What `action` will do, its placeholders still in.
+    pub fn consequence(&self, action: &str) -> &'static str {
+        ACTION_NAMES
+            .iter()
+            .position(|name| *name == action)
+            .map_or("", |at| self.consequences[at])
+    }
+
+    /// `1 connection`, `3 conexões`.
+    pub fn count(&self, n: u64) -> String {
+        let (one, many) = self.connections;
+        format!("{n} {}", if n == 1 { one } else { many })
+    }
+}
 
 /// The labels of `language`.
 pub fn of(language: Language) -> &'static Labels {
@@ -457,15 +603,20 @@ mod tests {
         let Value::Object(fields) = serde_json::to_value(labels).expect("labels serialize") else {
             panic!("labels serialize as a map");
         };
-        fields
-            .into_iter()
-            .filter(|(name, _)| name != "lang")
-            .flat_map(|(_, value)| match value {
-                Value::Array(pair) => pair,
-                word => vec![word],
-            })
-            .map(|word| word.as_str().expect("a label is words").to_string())
-            .collect()
+        let mut words = Vec::new();
+        for (_, value) in fields.into_iter().filter(|(name, _)| name != "lang") {
+            flatten(value, &mut words);
+        }
+        words
+    }
+
+    /// The words of `value`: a label, a pair or list of them, or a group of labels (ADMIN's).
+    fn flatten(value: Value, words: &mut Vec<String>) {
+        match value {
+            Value::Array(list) => list.into_iter().for_each(|v| flatten(v, words)),
+            Value::Object(group) => group.into_iter().for_each(|(_, v)| flatten(v, words)),
+            word => words.push(word.as_str().expect("a label is words").to_string()),
+        }
     }
 
     #[test]

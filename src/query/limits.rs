@@ -41,18 +41,22 @@ pub(super) fn refusal(request: &LocalRequest) -> Option<LocalAnswer> {
 pub fn waiting(admission: &Admission) -> Option<Duration> {
     admission.waiting();
     match admission {
-        Admission::Query(place) => {
+        Admission::Query(place) | Admission::Counted(Some(place)) => {
             Some(HEAD_TIMEOUT.min(MAX_QUERY_CONNECTION.saturating_sub(place.age())))
         }
         // A stream's (HTTP/2) wait is its connection's, bounded by HTTP_REQUEST_TIMEOUT.
-        Admission::Unknown | Admission::Client(_) | Admission::Stream(_) => None,
+        Admission::Unknown
+        | Admission::Client(_)
+        | Admission::Counted(None)
+        | Admission::Stream(_) => None,
     }
 }
 
 /// Whether the connection of `admission` is a query connection past its life: it closes
 /// after the answer in hand.
 pub(super) fn past_life(admission: &Admission) -> bool {
-    matches!(admission, Admission::Query(place) if place.age() >= MAX_QUERY_CONNECTION)
+    matches!(admission, Admission::Query(place) | Admission::Counted(Some(place))
+        if place.age() >= MAX_QUERY_CONNECTION)
 }
 
 #[cfg(test)]

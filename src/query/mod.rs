@@ -1,5 +1,6 @@
 //! `TOTVS_BROKER_QUERY` on each balancer's own port: STATUS, CFG, PING, READY, JSON, METRICS
-//! and ServerStatus, for browsers and monitoring scripts.
+//! and ServerStatus, for browsers and monitoring scripts; and ADMIN, the actions on servers
+//! for a signed-in user (off by default).
 //!
 //! Every query is served by the HTTP engine, on both kinds of port, and answered here from the
 //! balancer's own request type ([`LocalRequest`](crate::http::LocalRequest)), which no front ties
@@ -15,7 +16,10 @@
 //!   request to its command (405, 404).
 //! - [`port`]: a TCP balancer's query connections as the engine's upstreams.
 //! - [`limits`]: a query's line, head, wait and life, the same on every port.
+//! - `asking`: one query as a command answers it: the request, who asks, the balancer's
+//!   state read for it, the page's language.
 //! - `commands`: the table of commands: each one's name, methods, line in the list, answer.
+//! - [`operate`]: ADMIN: acting on servers from the browser, signed in (off by default).
 //! - `access`: who may query (`QUERY_ENABLED`, `QUERY_ALLOW`), and the configuration they see.
 //! - `reply`: an answer's body, content type and the lines every answer carries.
 //! - [`snapshot`]: one consistent read of a balancer's state, which every answer is rendered
@@ -28,17 +32,20 @@
 //!   browser's `Accept-Language`).
 
 mod access;
+mod asking;
 mod commands;
 mod json;
 mod labels;
 mod language;
 pub mod limits;
 mod metrics;
+pub mod operate;
 mod page;
 pub mod port;
 mod reply;
 mod route;
 pub mod snapshot;
 
+pub use operate::Operators;
 pub use port::{QueryEngine, QueryPort};
 pub use route::{answer, intercepts};

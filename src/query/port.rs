@@ -10,6 +10,7 @@ use std::sync::Arc;
 use tokio::net::TcpStream;
 
 use super::limits::{self, HEAD_TIMEOUT};
+use super::operate::Operators;
 use super::route;
 use crate::balancer::shared::{EndSignals, Shared};
 use crate::balancer::{Admission, Balancer};
@@ -26,6 +27,7 @@ use crate::net::stream::Stream;
 pub struct QueryPort {
     shared: Arc<Shared>,
     balancer: Arc<Balancer>,
+    operators: Arc<Operators>,
 }
 
 /// The engine that serves a TCP balancer's query connections.
@@ -54,12 +56,17 @@ impl ConnectFailure for NoConnect {
 }
 
 /// The engine for the query connections of `balancer` (a TCP balancer), with the query
-/// interface's limits.
-pub fn engine(shared: &Arc<Shared>, balancer: &Arc<Balancer>) -> Arc<QueryEngine> {
+/// interface's limits, its page of actions run by `operators`.
+pub fn engine(
+    shared: &Arc<Shared>,
+    balancer: &Arc<Balancer>,
+    operators: &Arc<Operators>,
+) -> Arc<QueryEngine> {
     let language = shared.config.load().general.language;
     let port = QueryPort {
         shared: Arc::clone(shared),
         balancer: Arc::clone(balancer),
+        operators: Arc::clone(operators),
     };
     let settings = settings(&port.shared, language);
     Engine::new(Arc::new(port), settings)
@@ -160,6 +167,14 @@ impl Upstreams for QueryPort {
         request: LocalRequest,
         admission: &mut Admission,
     ) -> impl Future<Output = LocalAnswer> + Send {
-        route::answer(&self.shared, &self.balancer, request, admission, || None)
+        let (shared, operators) = (&self.shared, &self.operators);
+        route::answer(
+            shared,
+            &self.balancer,
+            operators,
+            request,
+            admission,
+            || None,
+        )
     }
 }

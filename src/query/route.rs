@@ -10,8 +10,10 @@ use std::net::SocketAddr;
 use tracing::debug;
 
 use super::access::{BUSY, refusal, unknown_refusal};
-use super::commands::{self, COMMANDS, Query, READ};
+use super::asking::Query;
+use super::commands::{self, COMMANDS, READ};
 use super::limits;
+use super::operate::{Acting, Operators};
 use super::reply::{closing, text};
 use super::snapshot::HttpFigures;
 use crate::balancer::shared::Shared;
@@ -44,6 +46,7 @@ pub fn intercepts(balancer: &Balancer, target: &[u8]) -> bool {
 pub async fn answer(
     shared: &Shared,
     balancer: &Balancer,
+    operators: &Operators,
     request: LocalRequest,
     admission: &mut Admission,
     http: impl FnOnce() -> Option<HttpFigures>,
@@ -68,7 +71,13 @@ pub async fn answer(
     if let Some(refusal) = limits::refusal(&request) {
         return refusal;
     }
-    let mut answer = route(shared, balancer, peer, &request, http()).await;
+    let asking = Asking {
+        shared,
+        balancer,
+        operators,
+        peer,
+    };
+    let mut answer = route(&asking, &request, http(), admission).await;
     answer.close |= limits::past_life(admission);
     answer
 }
@@ -82,13 +91,20 @@ fn allowed(generation: &Generation, request: &LocalRequest) -> Result<SocketAddr
     }
 }
 
+/// Who asks what of whom: the broker, the balancer, the page's operators, the client.
+struct Asking<'a> {
+    shared: &'a Shared,
+    balancer: &'a Balancer,
+    operators: &'a Operators,
+    peer: SocketAddr,
+}
+
 /// Routes one request (from an allowed client) to its command's answer.
 async fn route(
-    shared: &Shared,
-    balancer: &Balancer,
-    peer: SocketAddr,
+    asking: &Asking<'_>,
     request: &LocalRequest,
     http: Option<HttpFigures>,
+    admission: &mut Admission,
 ) -> LocalAnswer {
     // `ServerStatus/%5B::1%5D:5000` is `ServerStatus/[::1]:5000`.
     let path = String::from_utf8_lossy(request.path());
@@ -114,15 +130,19 @@ async fn route(
         .map(host_name)
         .unwrap_or_else(|| "localhost".into());
     let query = Query {
-        shared,
-        balancer,
-        peer,
+        shared: asking.shared,
+        balancer: asking.balancer,
+        peer: asking.peer,
         request,
         http,
         host,
         argument,
     };
-    (command.answer)(&query).await
+    let acting = Acting {
+        operators: asking.operators,
+        admission,
+    };
+    (command.answer)(&query, acting).await
 }
 
 /// 405: the methods that are answered, in words and in `Allow`.

@@ -12,8 +12,8 @@ use tokio::time::Instant;
 use super::Engine;
 use super::buffers::Buffer;
 use super::client::{ClientSide, Headless, Next};
-use super::own::{self, AnswerEnding};
-use crate::http::h1::{Body, FieldName, HeadError, Method, RequestHead, Version};
+use super::own::{self, AnswerEnding, CLOSING};
+use crate::http::h1::{Body, FieldName, HeadError, Method, RequestHead};
 use crate::http::refusal::Refusal;
 use crate::http::{
     ClientAddr, ClientHead, Exchange, ExchangeOutcome, Protocol, Report, Settings, Upstreams,
@@ -91,61 +91,49 @@ impl<U: Upstreams> Engine<U> {
     /// The 408 of a head `HTTP_HEAD_MEMORY` evicted; the connection closes after it.
     async fn evicted<C: Stream>(
         &self,
-        mut client: ClientSide<'_, C>,
+        client: ClientSide<'_, C>,
         buf: Buffer,
         settings: &Settings,
     ) -> Next<U> {
-        let protocol = Protocol::of(client.io.protocol());
-        if let Some(mut record) =
-            ExchangeRecord::of_line(self, client.peer.peer, protocol, buf.filled())
-        {
-            record.exchange.outcome = ExchangeOutcome::Refused;
-            record.answered(StatusCode::REQUEST_TIMEOUT);
-            record.report();
-        }
-        // Not held while the page is written and the rest lingers: the budget freed it.
-        drop(buf);
-        let ending = AnswerEnding {
-            close: true,
-            version: Version::Http11,
-            head_only: false,
-        };
-        let page = own::page(StatusCode::REQUEST_TIMEOUT, settings.language, 0, ending);
-        if client.write(&page).await {
-            client.linger().await;
-        }
-        Next::Close
+        let status = StatusCode::REQUEST_TIMEOUT;
+        let page = own::page(status, settings.language, 0, CLOSING);
+        self.close_with(client, buf, status, &page).await
     }
 
     /// The page for a head the core refused; the connection closes after it.
     async fn refuse_head<C: Stream>(
         &self,
-        mut client: ClientSide<'_, C>,
+        client: ClientSide<'_, C>,
         buf: Buffer,
         error: HeadError,
         settings: &Settings,
     ) -> Next<U> {
         let refusal = Refusal::of_head(error, buf.filled());
+        let page = own::refused(refusal, settings.language, CLOSING);
+        self.close_with(client, buf, refusal.status(), &page).await
+    }
+
+    /// Reports a head refused with `status` (from what was read of it), writes `page` and
+    /// lingers: the connection ends. The head's buffer is not held while the page is written
+    /// and the rest lingers: a flood of heads too large would hold 64 KiB each, and an evicted
+    /// head's budget freed it already.
+    async fn close_with<C: Stream>(
+        &self,
+        mut client: ClientSide<'_, C>,
+        buf: Buffer,
+        status: StatusCode,
+        page: &[u8],
+    ) -> Next<U> {
         let protocol = Protocol::of(client.io.protocol());
         if let Some(mut record) =
             ExchangeRecord::of_line(self, client.peer.peer, protocol, buf.filled())
         {
             record.exchange.outcome = ExchangeOutcome::Refused;
-            record.answered(refusal.status());
+            record.answered(status);
             record.report();
         }
-        // Not held while the page is written and the rest lingers (a flood of heads too large
-        // would hold 64 KiB each).
         drop(buf);
-        let ending = AnswerEnding {
-            close: true,
-            version: Version::Http11,
-            head_only: false,
-        };
-        if client
-            .write(&own::refused(refusal, settings.language, ending))
-            .await
-        {
+        if client.write(page).await {
             client.linger().await;
         }
         Next::Close

@@ -29,6 +29,14 @@ pub(super) struct AnswerEnding {
     pub(super) head_only: bool,
 }
 
+/// The ending of a page sent before any request was read whole (a refused or evicted head,
+/// a plain request on a TLS port): HTTP/1.1, the whole page, and the connection closed.
+pub(super) const CLOSING: AnswerEnding = AnswerEnding {
+    close: true,
+    version: Version::Http11,
+    head_only: false,
+};
+
 impl AnswerEnding {
     fn connection_line(self) -> Option<&'static str> {
         if self.close {
@@ -125,13 +133,8 @@ pub(super) fn local(local: &LocalAnswer, ending: AnswerEnding) -> Vec<u8> {
 /// page saying to use https (nginx answers the same case with its "plain HTTP request was
 /// sent to HTTPS port"), and the connection closed.
 pub fn plain_http_to_tls_port(language: Language) -> Vec<u8> {
-    let ending = AnswerEnding {
-        close: true,
-        version: Version::Http11,
-        head_only: false,
-    };
     let body = pages::plain_http_to_tls_port(language);
-    answer(StatusCode::BAD_REQUEST, PAGE_FIELDS, &body, ending)
+    answer(StatusCode::BAD_REQUEST, PAGE_FIELDS, &body, CLOSING)
 }
 
 #[cfg(test)]

@@ -84,6 +84,15 @@ impl SessionSecrets {
         self.keys.load()
     }
 
+    /// The secret in force for `general`: `SESSION_SECRET`, else the broker's own; what the
+    /// page of actions signs its tokens with, under a label of its own.
+    pub fn in_force(&self, general: &General) -> Passphrase {
+        general
+            .session_secret
+            .clone()
+            .unwrap_or_else(|| self.own.secret.clone())
+    }
+
     /// A reload's `[General]`: the keys it names (or the broker's own) from now on.
     pub fn configure(&self, general: &General) {
         self.keys.store(Arc::new(keys_for(&self.own, general)));

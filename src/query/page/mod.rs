@@ -20,6 +20,7 @@
 //! The pages, and what they share, each in its own file (the stylesheet is `page.css`):
 //! - `status`: STATUS, its summary line and its facts.
 //! - `cfg`: CFG, the effective configuration.
+//! - `operate`: ADMIN's page of actions and its confirmations, for a signed-in user.
 //! - `server`: one server's detail (ServerStatus) and, on an HTTP balancer, its sessions.
 //! - `chart`: the SVG chart of the last hour's connections, wide and narrow.
 //! - `table`: the server table, its two layouts of columns, its cells and their rules.
@@ -32,11 +33,13 @@ mod chart;
 #[cfg(test)]
 mod fixtures;
 mod head;
+mod operate;
 mod server;
 mod status;
 mod table;
 mod words;
 
 pub use cfg::config;
+pub use operate::{Operating, confirm, operate, restart_refused};
 pub use server::server;
 pub use status::status;

@@ -59,7 +59,7 @@ pub fn status(snap: &Snapshot, host: &str, refresh: Option<u32>) -> String {
 /// that is not: in quarantine, disabled or draining (an operator's changes included, so the
 /// counts add up to the servers). `<b>7 conexões ativas</b>` is one text run: peder1981/monitor
 /// takes the number from the text before ` ativas` when it mentions `conex`.
-fn summary(out: &mut String, l: &Labels, snap: &Snapshot) {
+pub(super) fn summary(out: &mut String, l: &Labels, snap: &Snapshot) {
     let servers = &snap.state.servers;
     let count = |standing: Standing, mode: Option<Mode>| {
         servers

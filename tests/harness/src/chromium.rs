@@ -241,6 +241,38 @@ impl DevTools {
             .await;
     }
 
+    /// Navigates the page to `url` (credentials in it, `http://user:password@host/...`,
+    /// sign in as a user typing them in the browser's prompt would: the browser keeps them for
+    /// the site and sends them with every request after).
+    pub async fn go(&mut self, url: &str) {
+        self.page_call("Page.navigate", serde_json::json!({"url": url}))
+            .await;
+    }
+
+    /// A PNG of the page laid out `width` CSS pixels wide, as tall as its content.
+    pub async fn screenshot(&mut self, width: u32) -> Vec<u8> {
+        let metrics = serde_json::json!({
+            "width": width, "height": 800, "deviceScaleFactor": 1, "mobile": width < 700
+        });
+        self.page_call("Emulation.setDeviceMetricsOverride", metrics)
+            .await;
+        let height = self
+            .evaluate("document.documentElement.scrollHeight")
+            .await
+            .as_f64()
+            .unwrap_or(800.0);
+        let shot = serde_json::json!({
+            "format": "png",
+            "clip": {"x": 0, "y": 0, "width": width, "height": height, "scale": 1},
+            "captureBeyondViewport": true
+        });
+        let result = self.page_call("Page.captureScreenshot", shot).await;
+        let data = result["data"].as_str().expect("a screenshot's data");
+        let png = base64_decode(data);
+        assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "a PNG");
+        png
+    }
+
     /// The value of the browser's cookie `name`, if it holds one.
     pub async fn cookie(&mut self, name: &str) -> Option<String> {
         let result = self
@@ -262,4 +294,29 @@ impl Drop for DevTools {
             let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
         }
     }
+}
+
+/// Standard base64 to bytes (DevTools' screenshots).
+fn base64_decode(text: &str) -> Vec<u8> {
+    let value = |c: u8| match c {
+        b'A'..=b'Z' => u32::from(c - b'A'),
+        b'a'..=b'z' => u32::from(c - b'a') + 26,
+        b'0'..=b'9' => u32::from(c - b'0') + 52,
+        b'+' => 62,
+        _ => 63,
+    };
+    let bytes: Vec<u8> = text
+        .bytes()
+        .filter(|&c| c != b'=' && !c.is_ascii_whitespace())
+        .collect();
+    let mut out = Vec::with_capacity(bytes.len() * 3 / 4);
+    for chunk in bytes.chunks(4) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, &c)| n | value(c) << (18 - 6 * i));
+        let take = chunk.len().saturating_sub(1);
+        out.extend_from_slice(&n.to_be_bytes()[1..=take]);
+    }
+    out
 }

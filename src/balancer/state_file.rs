@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
-use crate::balancer::Balancer;
+use super::Balancer;
 use crate::balancer::rules::health::OperatorAsk;
 use crate::balancer::rules::overrides::Overrides;
 use crate::support::clock::wall_ms;
@@ -192,7 +192,7 @@ pub fn save(path: &Path, balancers: &[Arc<Balancer>]) -> std::io::Result<()> {
 /// Writes `text` and a newline as the file at `path`, its directory made if need be, through
 /// a temporary file renamed over the old one: a crash leaves the old file or the new, never
 /// half of one. `private`: mode 0600 from the first byte (on Unix), for a secret.
-pub(super) fn write_whole(path: &Path, text: &[u8], private: bool) -> std::io::Result<()> {
+pub fn write_whole(path: &Path, text: &[u8], private: bool) -> std::io::Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)?;
     }

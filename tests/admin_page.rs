@@ -1,0 +1,826 @@
+//! Operating from the browser (`/TOTVS_BROKER_QUERY/ADMIN`), as users and attackers would: off
+//! without `ADMIN_USERS`; a user of a real htpasswd file (`htpasswd -B`) disables and enables
+//! a server through the page's confirmation and its form, and `ctl show`, the JSON and the log
+//! agree; every forged or unsigned action refused with its status and nothing changed; plain
+//! HTTP refused from an address off this host; a thousand wrong passwords slowed, logged once,
+//! while the user signs in from another address; a restart and its cooldown; an HTTP
+//! balancer's page; release of an operator's and of the monitor's quarantine; cut, of that
+//! server's clients only; a client whose sign-in waited counted once; a reload reading the
+//! users again; `--check` refusing an MD5 file; Chromium signing in and clicking disable, and
+//! the screenshots at 1280 and 390 px.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use harness::*;
+use serde_json::Value;
+
+/// The page's path.
+const ADMIN: &str = "/TOTVS_BROKER_QUERY/ADMIN";
+
+/// The tests' session secret, so a test can sign a token as the broker would.
+const SECRET: &str = "a session secret of thirty-two characters or more";
+
+/// An htpasswd file of bcrypt entries made by the real `htpasswd -B` (apache2-utils):
+/// `ana` / `right horse`, `bob` / `bobs password`.
+fn users_file(dir: &Path) -> PathBuf {
+    let path = dir.join("users");
+    for (i, (user, password)) in [("ana", "right horse"), ("bob", "bobs password")]
+        .iter()
+        .enumerate()
+    {
+        let mut command = Command::new("htpasswd");
+        command.arg("-B").arg("-b");
+        if i == 0 {
+            command.arg("-c");
+        }
+        command.arg(&path).arg(user).arg(password);
+        let (code, out, err) = run_bounded(command);
+        assert_eq!(
+            code, 0,
+            "htpasswd (apache2-utils) makes the users file: {out}{err}"
+        );
+    }
+    path
+}
+
+/// `Basic` credentials of `user` and `password`.
+fn basic(user: &str, password: &str) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let bytes = format!("{user}:{password}").into_bytes();
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, &b)| n | (b as u32) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    format!("Basic {out}")
+}
+
+/// The `[General]` lines of a broker whose page of actions is on, for the users in `users`.
+fn general(users: &Path) -> String {
+    format!("ADMIN_USERS={}\nSESSION_SECRET={SECRET}\n", users.display())
+}
+
+/// A request to the page: `method`, the path after ADMIN, its lines, its body.
+fn request(method: &str, target: &str, lines: &[(&str, &str)], body: &str) -> Vec<u8> {
+    let mut text = format!("{method} {ADMIN}{target} HTTP/1.1\r\nHost: broker.test\r\n");
+    for (name, value) in lines {
+        text.push_str(&format!("{name}: {value}\r\n"));
+    }
+    if method == "POST" {
+        text.push_str("Content-Type: application/x-www-form-urlencoded\r\n");
+        text.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
+    text.push_str("\r\n");
+    text.push_str(body);
+    text.into_bytes()
+}
+
+/// `ana`'s token, as the confirmation of disabling `server` carries it.
+async fn token(addr: SocketAddr, authorization: &str, server: &str) -> String {
+    let target = format!("?action=disable&server={server}");
+    let page = raw_request(
+        addr,
+        &request("GET", &target, &[("Authorization", authorization)], ""),
+    )
+    .await;
+    assert_eq!(page.status, 200, "{page:?}");
+    let text = page.text();
+    let at = text
+        .find("name='token' value='")
+        .expect("the confirmation carries the token");
+    let rest = &text[at + "name='token' value='".len()..];
+    rest[..rest.find('\'').unwrap()].to_string()
+}
+
+/// POSTs `form` with `lines` to `addr`'s page.
+async fn post(addr: SocketAddr, lines: &[(&str, &str)], form: &str) -> Answer {
+    raw_request(addr, &request("POST", "", lines, form)).await
+}
+
+/// Server `id`'s state as the JSON query gives it: (inquarantine, disabled by an operator).
+async fn json_server(addr: SocketAddr, n: usize) -> Value {
+    query_json(addr).await["servers"][n].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_admin_users_the_page_is_not_there() {
+    let a = TestServer::start("a").await;
+    let broker = InProcess::start(&ini_for(&[&a], "")).await;
+    let answer = raw_request(broker.addr(), &request("GET", "", &[], "")).await;
+    assert_eq!(answer.status, 404, "{answer:?}");
+    assert!(answer.header("www-authenticate").is_none());
+    let ana = basic("ana", "right horse");
+    let form = "action=disable&server=01&token=x";
+    let answer = post(broker.addr(), &[("Authorization", &ana)], form).await;
+    assert_eq!(answer.status, 404, "{answer:?}");
+    assert!(broker.state().servers[0].overrides.hold.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_disables_and_enables_a_server_and_ctl_and_the_json_agree() {
+    let dir = tempfile::tempdir().unwrap();
+    let users = users_file(dir.path());
+    let receiver = WebhookReceiver::start().await;
+    let a = TestServer::start("a").await;
+    let b = TestServer::start("b").await;
+    let alerts = format!("ALERT_WEBHOOK=http://127.0.0.1:{}/", receiver.addr.port());
+    let ini = ini_for(&[&a, &b], &alerts)
+        .replace("[General]\n", &format!("[General]\n{}", general(&users)));
+    let broker = Broker::start(&ini).await;
+    let ana = basic("ana", "right horse");
+    let token = token(broker.addr(), &ana, "02").await;
+    let form = format!("action=disable&server=02&token={token}");
+    let done = post(broker.addr(), &[("Authorization", &ana)], &form).await;
+    assert_eq!(done.status, 303, "{done:?}");
+    assert_eq!(
+        done.header("location").as_deref(),
+        Some("/TOTVS_BROKER_QUERY/ADMIN?done=disable&server=02")
+    );
+    let shown = ctl_show(&broker);
+    assert_eq!(shown["servers"][1]["state"], "disabled", "{shown}");
+    assert_eq!(
+        shown["servers"][1]["overrides"]["hold"]["by"],
+        "web:ana@127.0.0.1"
+    );
+    assert_eq!(json_server(broker.addr(), 1).await["disabled"], true);
+    let page = raw_request(
+        broker.addr(),
+        &request(
+            "GET",
+            "?done=disable&server=02",
+            &[("Authorization", &ana)],
+            "",
+        ),
+    )
+    .await;
+    assert!(page.text().contains("disable 02: done"), "{page:?}");
+    assert!(page.text().contains("10.") || page.text().contains("127.0.0.1"));
+    broker.wait_for_log("disabled by web:ana@127.0.0.1").await;
+    // Sent to alerts as ctl's are, with who asked.
+    let alert = receiver.wait_for("server_disabled").await;
+    assert_eq!(alert["who"], "web:ana@127.0.0.1", "{alert}");
+    let form = format!("action=enable&server=02&token={token}");
+    assert_eq!(
+        post(broker.addr(), &[("Authorization", &ana)], &form)
+            .await
+            .status,
+        303
+    );
+    assert_eq!(ctl_show(&broker)["servers"][1]["state"], "available");
+    assert_eq!(json_server(broker.addr(), 1).await["disabled"], false);
+    // Nothing of the credential is written anywhere.
+    assert!(!broker.log_text().contains("right horse"));
+    assert!(!broker.log_text().contains(ana.trim_start_matches("Basic ")));
+    let state =
+        std::fs::read_to_string(broker.dir.path().join("appserver.state")).unwrap_or_default();
+    assert!(!state.contains("right horse"));
+}
+
+/// `ctl show --json`'s first balancer.
+fn ctl_show(broker: &Broker) -> Value {
+    let mut command = Command::new(binary());
+    command
+        .arg("ctl")
+        .arg("--config")
+        .arg(&broker.config_path)
+        .args(["show", "--json"]);
+    own_admin_dirs(&mut command, broker.dir.path());
+    let (code, out, err) = run_bounded(command);
+    assert_eq!(code, 0, "ctl show: {out}{err}");
+    let answer: Value = serde_json::from_str(&out).unwrap();
+    answer["balancers"][0].clone()
+}
+
+/// A token of `user` expired at `expires`, signed as the broker signs them (its label, under
+/// [`SECRET`]).
+fn expired_token(user: &str, expires: u64) -> String {
+    use aws_lc_rs::hmac;
+    let root = hmac::Key::new(hmac::HMAC_SHA256, SECRET.as_bytes());
+    let label = hmac::sign(&root, b"appbroker ADMIN anti-forgery token v1");
+    let key = hmac::Key::new(hmac::HMAC_SHA256, label.as_ref());
+    let tag = hmac::sign(&key, format!("{user}\0{expires}").as_bytes());
+    let hex: String = tag.as_ref()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("{expires}.{hex}")
+}
+
+/// A refused action: what it is, its request's lines, its form, and the status it gets.
+type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, String, u16);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_and_unsigned_actions_are_refused_and_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let users = users_file(dir.path());
+    let a = TestServer::start("a").await;
+    let ini = ini_for(&[&a], "").replace("[General]\n", &format!("[General]\n{}", general(&users)));
+    let broker = InProcess::start(&ini).await;
+    let addr = broker.addr();
+    let (ana, bob) = (basic("ana", "right horse"), basic("bob", "bobs password"));
+    let ana_token = token(addr, &ana, "01").await;
+    let bob_token = token(addr, &bob, "01").await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let expired = expired_token("ana", now - 1);
+    let with = |t: &str| format!("action=disable&server=01&token={t}");
+    let auth = ("Authorization", ana.as_str());
+    let wrong = basic("ana", "wrong horse");
+    let eve = basic("eve", "x");
+    let cases: Vec<Case> = vec![
+        ("no credentials", vec![], with(&ana_token), 401),
+        (
+            "a wrong password",
+            vec![("Authorization", &wrong)],
+            with(&ana_token),
+            401,
+        ),
+        (
+            "a user the file does not name",
+            vec![("Authorization", &eve)],
+            with(&ana_token),
+            401,
+        ),
+        (
+            "no token",
+            vec![auth],
+            "action=disable&server=01".into(),
+            403,
+        ),
+        ("another user's token", vec![auth], with(&bob_token), 403),
+        ("an expired token", vec![auth], with(&expired), 403),
+        (
+            "a foreign Origin",
+            vec![auth, ("Origin", "http://evil.test")],
+            with(&ana_token),
+            403,
+        ),
+        (
+            "a cross-site fetch",
+            vec![auth, ("Sec-Fetch-Site", "cross-site")],
+            with(&ana_token),
+            403,
+        ),
+        (
+            "an unknown action",
+            vec![auth],
+            format!("action=nuke&server=01&token={ana_token}"),
+            400,
+        ),
+        (
+            "an unknown server",
+            vec![auth],
+            format!("action=disable&server=09&token={ana_token}"),
+            400,
+        ),
+        (
+            "a bad weight",
+            vec![auth],
+            format!("action=weight&server=01&weight=x&token={ana_token}"),
+            400,
+        ),
+        (
+            "a weight out of range",
+            vec![auth],
+            format!("action=weight&server=01&weight=5000&token={ana_token}"),
+            400,
+        ),
+        (
+            "a restart without RESTART_COMMAND",
+            vec![auth],
+            format!("action=restart&server=01&token={ana_token}"),
+            409,
+        ),
+    ];
+    for (what, lines, form, status) in cases {
+        let answer = post(addr, &lines, &form).await;
+        assert_eq!(answer.status, status, "{what}: {answer:?}");
+        if status == 401 {
+            assert!(
+                answer
+                    .header("www-authenticate")
+                    .is_some_and(|v| v.starts_with("Basic")),
+                "{what}: {answer:?}"
+            );
+        }
+        let server = &broker.state().servers[0];
+        assert!(
+            server.overrides.hold.is_none() && server.overrides.weight.is_none(),
+            "{what}"
+        );
+    }
+    // The page's own origin and a same-origin fetch are the browser's normal form.
+    let own = [
+        auth,
+        ("Origin", "http://broker.test"),
+        ("Sec-Fetch-Site", "same-origin"),
+    ];
+    assert_eq!(post(addr, &own, &with(&ana_token)).await.status, 303);
+    assert!(broker.state().servers[0].overrides.hold.is_some());
+}
+
+/// A local address of this host that is not loopback, if it has one: the source of a peer
+/// that is off loopback while the test stays on this machine.
+fn non_loopback_address() -> Option<IpAddr> {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    // No packet is sent: connecting a UDP socket only picks the route and its source.
+    socket.connect("192.0.2.1:9").ok()?;
+    let ip = socket.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_http_is_refused_to_a_peer_off_loopback() {
+    let Some(ip) = non_loopback_address() else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "no address off loopback under CI"
+        );
+        eprintln!("skipped: this host has no address off loopback");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let users = users_file(dir.path());
+    let a = TestServer::start("a").await;
+    let ini = ini_for(&[&a], "")
+        .replace("[General]\n", &format!("[General]\n{}", general(&users)))
+        .replace(
+            "LOCAL_SERVER_ADDRESS=127.0.0.1",
+            "LOCAL_SERVER_ADDRESS=0.0.0.0",
+        );
+    let broker = InProcess::start(&ini).await;
+    let ana = basic("ana", "right horse");
+    let loopback = SocketAddr::new("127.0.0.1".parse().unwrap(), broker.addr().port());
+    let token = token(loopback, &ana, "01").await;
+    let off = SocketAddr::new(ip, broker.addr().port());
+    let form = format!("action=disable&server=01&token={token}");
+    let answer = post(off, &[("Authorization", &ana)], &form).await;
+    assert_eq!(answer.status, 403, "{answer:?}");
+    assert!(answer.text().contains("TLS"), "{answer:?}");
+    assert!(
+        answer.header("www-authenticate").is_none(),
+        "no password asked in the clear"
+    );
+    assert!(broker.state().servers[0].overrides.hold.is_none());
+    // The same from loopback acts.
+    assert_eq!(
+        post(loopback, &[("Authorization", &ana)], &form)
+            .await
+            .status,
+        303
+    );
+}
+
+/// POSTs a wrong password from `from` to `addr`: its status and how long it took.
+async fn wrong_from(from: IpAddr, addr: SocketAddr) -> (u16, Duration) {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(SocketAddr::new(from, 0)).unwrap();
+    let stream = socket.connect(addr).await.unwrap();
+    let mut client = RawClient::on(stream);
+    let started = Instant::now();
+    let wrong = basic("ana", "wrong horse");
+    assert!(
+        client
+            .send(&request("GET", "", &[("Authorization", &wrong)], ""))
+            .await
+    );
+    let answer = client.answer().await.expect("an answer");
+    (answer.status, started.elapsed())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_wrong_passwords_are_slowed_and_logged_once_and_the_user_signs_in_elsewhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let users = users_file(dir.path());
+    let a = TestServer::start("a").await;
+    let ini = ini_for(&[&a], "QUERY_MAX_CONNECTIONS=64")
+        .replace("[General]\n", &format!("[General]\n{}", general(&users)));
+    let broker = Broker::start(&ini).await;
+    let attacker: IpAddr = "127.0.0.7".parse().unwrap();
+    let started = Instant::now();
+    let mut statuses = Vec::new();
+    // 1,000 guesses, 32 in flight at a time: the throttle queues a few and refuses the rest
+    // at once, unchecked.
+    let in_flight = std::sync::Arc::new(tokio::sync::Semaphore::new(32));
+    let mut guesses = tokio::task::JoinSet::new();
+    for _ in 0..1000 {
+        let turn = std::sync::Arc::clone(&in_flight)
+            .acquire_owned()
+            .await
+            .unwrap();
+        let addr = broker.addr();
+        guesses.spawn(async move {
+            let (status, _) = wrong_from(attacker, addr).await;
+            drop(turn);
+            status
+        });
+    }
+    while let Some(status) = guesses.join_next().await {
+        statuses.push(status.unwrap());
+    }
+    assert!(
+        statuses.iter().all(|&s| s == 401),
+        "the status never changes"
+    );
+    let (_, slowed) = wrong_from(attacker, broker.addr()).await;
+    eprintln!(
+        "{} wrong passwords from one address in {:?}; the next one took {slowed:?}",
+        statuses.len(),
+        started.elapsed()
+    );
+    assert!(
+        slowed >= Duration::from_secs(1),
+        "the next guess is slowed: {slowed:?}"
+    );
+    // The user, from another address, at once.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.8:0".parse().unwrap()).unwrap();
+    let mut client = RawClient::on(socket.connect(broker.addr()).await.unwrap());
+    let ana = basic("ana", "right horse");
+    let asked = Instant::now();
+    assert!(
+        client
+            .send(&request("GET", "", &[("Authorization", &ana)], ""))
+            .await
+    );
+    let answer = client.answer().await.expect("an answer");
+    assert_eq!(answer.status, 200, "{answer:?}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        asked.elapsed()
+    );
+    assert_eq!(broker.count_logs("failed sign-ins from 127.0.0.7"), 1);
+    assert!(!broker.log_text().contains("wrong horse"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_signs_in_and_disables_a_server_then_enables_it() {
+    let Some(chromium) = find_chromium() else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "chromium is needed under CI"
+        );
+        eprintln!("skipped: no chromium");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let users = users_file(dir.path());
+    let a = TestServer::start("a").await;
+    let b = TestServer::start("b").await;
+    let ini =
+        ini_for(&[&a, &b], "").replace("[General]\n", &format!("[General]\n{}", general(&users)));
+    let broker = Broker::start(&ini).await;
+    let url = format!("http://127.0.0.1:{}{ADMIN}", broker.addr().port());
+    let profile = tempfile::tempdir().unwrap();
+    let mut browser = DevTools::open(&chromium, profile.path(), "about:blank").await;
+    // As typed in the browser's sign-in prompt: it keeps them for the site.
+    let port = broker.addr().port();
+    browser
+        .go(&format!("http://ana:right%20horse@127.0.0.1:{port}{ADMIN}"))
+        .await;
+    browser
+        .text_until("signed in", |t| t.contains("Signed in as ana"))
+        .await;
+    browser
+        .evaluate(
+            "document.querySelector(\"a[href*='action=disable'][href*='server=02']\").click()",
+        )
+        .await;
+    browser
+        .text_until("the confirmation", |t| t.contains("No new clients"))
+        .await;
+    browser
+        .evaluate("document.querySelector('button[type=submit]').click()")
+        .await;
+    browser
+        .text_until("the result", |t| t.contains("disable 02: done"))
+        .await;
+    assert_eq!(ctl_show(&broker)["servers"][1]["state"], "disabled");
+    assert_eq!(json_server(broker.addr(), 1).await["disabled"], true);
+    browser
+        .evaluate("document.querySelector(\"a[href*='action=enable'][href*='server=02']\").click()")
+        .await;
+    browser
+        .text_until("the confirmation", |t| {
+            t.contains("takes new clients again")
+        })
+        .await;
+    browser
+        .evaluate("document.querySelector('button[type=submit]').click()")
+        .await;
+    browser
+        .text_until("the result", |t| t.contains("enable 02: done"))
+        .await;
+    assert_eq!(ctl_show(&broker)["servers"][1]["state"], "available");
+    // For the screenshots: 02 draining, as an operator leaves it before a restart.
+    let ana = basic("ana", "right horse");
+    let token = token(broker.addr(), &ana, "02").await;
+    let form = format!("action=drain&server=02&token={token}");
+    assert_eq!(
+        post(broker.addr(), &[("Authorization", &ana)], &form)
+            .await
+            .status,
+        303
+    );
+    for (width, name) in [(1280, "admin-page-1280.png"), (390, "admin-page-390.png")] {
+        browser.go(&url).await;
+        browser
+            .text_until("the page", |t| t.contains("Signed in as ana"))
+            .await;
+        let png = browser.screenshot(width).await;
+        let path = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .parent()
+            .unwrap()
+            .join(name);
+        std::fs::write(&path, png).unwrap();
+        eprintln!(
+            "screenshot of the ADMIN page at {width} px: {}",
+            path.display()
+        );
+        let overflow = browser
+            .evaluate("document.documentElement.scrollWidth - window.innerWidth")
+            .await;
+        assert!(
+            overflow.as_f64().unwrap_or(1.0) <= 0.0,
+            "{width} px: scrolls sideways by {overflow}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_runs_then_its_cooldown_answers_409_saying_until_when() {
+    let dir = tempfile::tempdir().unwrap();
+    let users = users_file(dir.path());
+    let receiver = WebhookReceiver::start().await;
+    let a = TestServer::start("a").await;
+    let extra = format!(
+        "RESTART_COMMAND=true\nRESTART_COOLDOWN=600s\nALERT_WEBHOOK=http://127.0.0.1:{}/",
+        receiver.addr.port()
+    );
+    let ini =
+        ini_for(&[&a], &extra).replace("[General]\n", &format!("[General]\n{}", general(&users)));
+    let broker = InProcess::start(&ini).await;
+    let ana = basic("ana", "right horse");
+    let token = token(broker.addr(), &ana, "01").await;
+    let form = format!("action=restart&server=01&token={token}");
+    let ran = post(broker.addr(), &[("Authorization", &ana)], &form).await;
+    assert_eq!(ran.status, 303, "{ran:?}");
+    eventually("the restart recorded", || {
+        broker.state().servers[0]
+            .restarted
+            .as_ref()
+            .is_some_and(|r| r.exit == Some(0) && r.why.contains("web:ana@127.0.0.1"))
+    })
+    .await;
+    // Sent to alerts as ctl's restart is, with who asked.
+    let alert = receiver.wait_for("restart_ran").await;
+    assert_eq!(alert["who"], "web:ana@127.0.0.1", "{alert}");
+    assert_eq!(alert["id"], "01", "{alert}");
+    // In cooldown: until when, in the page's words (it cannot force a restart as ctl can).
+    let again = post(broker.addr(), &[("Authorization", &ana)], &form).await;
+    assert_eq!(again.status, 409, "{again:?}");
+    let text = again.text();
+    assert!(
+        text.contains("RESTART_COOLDOWN (600s)")
+            && text.contains("this page can restart it again from 20"),
+        "{again:?}"
+    );
+    let lines = [
+        ("Authorization", ana.as_str()),
+        ("Accept-Language", "pt-BR"),
+    ];
+    let em_portugues = post(broker.addr(), &lines, &form).await;
+    assert_eq!(em_portugues.status, 409, "{em_portugues:?}");
+    assert!(
+        em_portugues
+            .text()
+            .contains("esta página pode reiniciá-lo de novo a partir de "),
+        "{em_portugues:?}"
+    );
+    for answer in [&again, &em_portugues] {
+        assert!(!answer.text().contains("--force"), "{answer:?}");
+    }
+}
+
+/// A broker over `servers` whose page of actions is on (`extra` in its section), and `ana`'s
+/// credentials and token.
+async fn signed_in(
+    servers: &[&TestServer],
+    extra: &str,
+    dir: &Path,
+) -> (InProcess, String, String) {
+    let users = users_file(dir);
+    let ini =
+        ini_for(servers, extra).replace("[General]\n", &format!("[General]\n{}", general(&users)));
+    let broker = InProcess::start(&ini).await;
+    let ana = basic("ana", "right horse");
+    let token = token(broker.addr(), &ana, "01").await;
+    (broker, ana, token)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_ends_an_operators_quarantine_and_the_monitors() {
+    use appbroker::balancer::operation::Operation;
+    let dir = tempfile::tempdir().unwrap();
+    let a = TestServer::start("a").await;
+    let mut b = TestServer::start("b").await;
+    let extra = "MONITORING_TYPE=CONNECTION\nMONITOR_INTERVAL=200ms\nQUARANTINE_TIME=600s";
+    let (broker, ana, token) = signed_in(&[&a, &b], extra, dir.path()).await;
+    // An operator's quarantine (ctl's), which checks that pass do not end.
+    let balancer = broker.broker.control().balancers()[0].clone();
+    let server = balancer.find_server("01").unwrap();
+    let asked = Operation::Quarantine {
+        duration: Some("10m".into()),
+        reason: Some("AppServer restart".into()),
+    };
+    balancer.operate(&server, asked, "uid 0").unwrap();
+    let signed = (ana.as_str(), token.as_str());
+    released(&broker, signed, ("01", &a.address()), Reason::Operator).await;
+    assert!(broker.state().servers[0].quarantine.is_none());
+    // The monitor's, of a server that stopped answering.
+    b.stop().await;
+    released(&broker, signed, ("02", &b.address()), Reason::Monitor).await;
+}
+
+/// Waits for `server`'s quarantine for `reason`, releases it from the page as `signed`
+/// (credentials, token), and waits for its release by an operator.
+async fn released(broker: &InProcess, signed: (&str, &str), server: (&str, &str), reason: Reason) {
+    let ((authorization, token), (id, address)) = (signed, server);
+    broker.events.wait_for_quarantine(address, reason).await;
+    let form = format!("action=release&server={id}&token={token}");
+    let done = post(broker.addr(), &[("Authorization", authorization)], &form).await;
+    assert_eq!(done.status, 303, "{done:?}");
+    broker
+        .events
+        .wait_for_release(address, Release::Operator)
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cut_closes_that_servers_relayed_clients_and_no_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = TestServer::start("a").await;
+    let b = TestServer::start("b").await;
+    let (broker, ana, token) = signed_in(&[&a, &b], "", dir.path()).await;
+    let (mut on_a, mut on_b) = (Vec::new(), Vec::new());
+    while on_a.is_empty() || on_b.is_empty() {
+        let (stream, name) = hold(broker.addr()).await;
+        if name == "a" {
+            on_a.push(stream);
+        } else {
+            on_b.push(stream);
+        }
+    }
+    let form = format!("action=cut&server=01&token={token}");
+    let done = post(broker.addr(), &[("Authorization", &ana)], &form).await;
+    assert_eq!(done.status, 303, "{done:?}");
+    for mut stream in on_a {
+        assert_end_seen("a client of 01", &wait_end(&mut stream).await);
+    }
+    for stream in &mut on_b {
+        assert_eq!(exchange(stream, "untouched").await.unwrap(), "b");
+    }
+}
+
+/// An HTTP balancer over an origin (kept while the test runs), its page of actions on.
+async fn http_broker(dir: &Path) -> (InProcess, Origin) {
+    let users = users_file(dir);
+    let origin = Origin::start().await;
+    let ini = http_ini(&[origin.addr], "")
+        .replace("[General]\n", &format!("[General]\n{}", general(&users)));
+    (InProcess::start(&ini).await, origin)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_whose_sign_in_waited_its_turn_is_counted_accepted_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (broker, _origin) = http_broker(dir.path()).await;
+    let forward = b"GET /app HTTP/1.1\r\nHost: broker.test\r\n\r\n";
+    let mut client = RawClient::on(tokio::net::TcpStream::connect(broker.addr()).await.unwrap());
+    assert!(client.send(forward).await);
+    assert_eq!(client.answer().await.expect("forwarded").status, 200);
+    // Five failed sign-ins from this address, on other connections: the next one waits.
+    for _ in 0..5 {
+        assert_eq!(
+            wrong_from("127.0.0.1".parse().unwrap(), broker.addr())
+                .await
+                .0,
+            401
+        );
+    }
+    let wrong = basic("ana", "wrong horse");
+    let started = Instant::now();
+    assert!(
+        client
+            .send(&request("GET", "", &[("Authorization", &wrong)], ""))
+            .await
+    );
+    assert_eq!(client.answer().await.expect("an answer").status, 401);
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "it waited its turn"
+    );
+    // The same client forwards again: one connection, counted once.
+    assert!(client.send(forward).await);
+    assert_eq!(client.answer().await.expect("forwarded again").status, 200);
+    let status = query_json(broker.addr()).await;
+    assert_eq!(status["totalConnectionsHistory"], 1, "{status:#}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_balancers_page_acts_on_its_own_servers() {
+    let dir = tempfile::tempdir().unwrap();
+    let (broker, _origin) = http_broker(dir.path()).await;
+    let ana = basic("ana", "right horse");
+    let page = raw_request(
+        broker.addr(),
+        &request("GET", "", &[("Authorization", &ana)], ""),
+    )
+    .await;
+    assert_eq!(page.status, 200, "{page:?}");
+    assert!(page.text().contains("TOTVS Broker para HTTP") && page.text().contains("Signed in as"));
+    let token = token(broker.addr(), &ana, "01").await;
+    let form = format!("action=weight&server=01&weight=7&token={token}");
+    assert_eq!(
+        post(broker.addr(), &[("Authorization", &ana)], &form)
+            .await
+            .status,
+        303
+    );
+    assert_eq!(broker.state().servers[0].weight, 7);
+    // Signed out, the status page is the public one, with no action on it.
+    let status = raw_request(broker.addr(), &get_of("/TOTVS_BROKER_QUERY/STATUS")).await;
+    assert!(!status.text().contains("action="), "{status:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_reads_the_users_again_and_forgets_every_sign_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let users = users_file(dir.path());
+    let a = TestServer::start("a").await;
+    let ini = ini_for(&[&a], "").replace("[General]\n", &format!("[General]\n{}", general(&users)));
+    let broker = InProcess::start(&ini).await;
+    let ana = basic("ana", "right horse");
+    let get = |authorization: &str| request("GET", "", &[("Authorization", authorization)], "");
+    assert_eq!(raw_request(broker.addr(), &get(&ana)).await.status, 200);
+    // ana removed from the file: her browser's remembered sign-in no longer counts.
+    let mut command = Command::new("htpasswd");
+    command.arg("-D").arg(&users).arg("ana");
+    assert_eq!(run_bounded(command).0, 0);
+    broker.reload(&ini).await;
+    assert_eq!(raw_request(broker.addr(), &get(&ana)).await.status, 401);
+    let bob = basic("bob", "bobs password");
+    assert_eq!(raw_request(broker.addr(), &get(&bob)).await.status, 200);
+    // A file of another format: the page says to look at the log, and names no path.
+    std::fs::write(&users, "bob:$apr1$abc$def\n").unwrap();
+    broker.reload(&ini).await;
+    let broken = raw_request(broker.addr(), &get(&bob)).await;
+    assert_eq!(broken.status, 503, "{broken:?}");
+    assert!(
+        !broken.text().contains(&users.display().to_string()),
+        "{broken:?}"
+    );
+}
+
+#[test]
+fn check_refuses_a_users_file_that_is_not_bcrypt_saying_how_to_make_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let users = dir.path().join("users");
+    let mut command = Command::new("htpasswd");
+    // `-m`: MD5, htpasswd's default on many systems.
+    command
+        .args(["-m", "-b", "-c"])
+        .arg(&users)
+        .args(["ana", "right horse"]);
+    assert_eq!(run_bounded(command).0, 0);
+    let ini = dir.path().join("appserver.ini");
+    let text = format!(
+        "[General]\nADMIN_USERS={}\n[BALANCE_SMART_CLIENT_DESKTOP]\nLOCAL_SERVER_PORT=5000\n\
+         REMOTE_SERVER_01=127.0.0.1 1234\n",
+        users.display()
+    );
+    std::fs::write(&ini, text).unwrap();
+    let (code, _, stderr) = run_cli(&["--check", "--config", ini.to_str().unwrap()]);
+    assert_ne!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("not a bcrypt entry") && stderr.contains("htpasswd -B -c"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("right horse"));
+}
