@@ -716,7 +716,10 @@ async fn the_binary_writes_one_access_log_line_per_request() {
     );
     assert!(line.contains(&fields), "{line}");
     assert!(
-        line.contains(&format!("server={} balancer=BALANCE_HTTP", origin.addr)),
+        line.contains(&format!(
+            "server={} protocol=http/1.1 balancer=BALANCE_HTTP",
+            origin.addr
+        )),
         "{line}"
     );
     // A request the broker answers itself names no server.

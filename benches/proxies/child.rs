@@ -15,7 +15,9 @@
 //! - `--loadgen tls-hs ADDR WORKERS SECS CA VERSION full|resumed`: TLS handshake loops;
 //! - `--loadgen tls-bulk ADDR SECS CA up|down`: one TLS stream one way;
 //! - `--loadgen http-hold ADDR N SECS [COOKIE]`: N keep-alive HTTP clients, one request each,
-//!   then held idle.
+//!   then held idle;
+//! - `--loadgen h2-hold ADDR N SECS CA COOKIE`: N HTTP/2 clients over TLS, one request each,
+//!   then held idle ([`crate::h2`]).
 //!
 //! Each prints one JSON line on standard output. Every loop is bounded by time and by count,
 //! and every child exits when its standard input closes (the runner is gone).
@@ -30,7 +32,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use tokio::time::timeout;
 
 use crate::loadgen::{self, echo, parse, serve_loop};
-use crate::{http, tls};
+use crate::{h2, http, tls};
 
 /// A server lives at most this long, even if nobody stops it.
 const SERVER_LIFETIME: Duration = Duration::from_secs(4 * 3600);
@@ -89,6 +91,7 @@ async fn load(args: &[String]) -> Result<()> {
         "tls-hs" => Some(tls::handshakes(args).await?),
         "tls-bulk" => Some(tls::bulk(args).await?),
         "http-hold" => return http::hold(args).await,
+        "h2-hold" => return h2::hold(args).await,
         _ => None,
     };
     if let Some(line) = line {
@@ -103,7 +106,9 @@ async fn load(args: &[String]) -> Result<()> {
         "rr" => loadgen::rr(addr, n, duration).await?,
         "crr" => loadgen::crr(addr, n, duration).await?,
         "hold" => return loadgen::hold(addr, n, duration).await,
-        _ => bail!("unknown load generator {kind:?} (rr, crr, hold, tls-hs, tls-bulk, http-hold)"),
+        _ => bail!(
+            "unknown load generator {kind:?} (rr, crr, hold, tls-hs, tls-bulk, http-hold, h2-hold)"
+        ),
     };
     println!("{line}");
     Ok(())

@@ -23,6 +23,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod child;
+mod h2;
 mod http;
 mod loadgen;
 mod metric;
@@ -57,6 +58,7 @@ details and the setup (apt-get install haproxy nginx libnginx-mod-stream iperf3 
                          tcp:  bulk1,bulk4,tcp_rr,tcp_crr,rr64,crr,memory
                          tls:  tls13_ecdsa,tls13_rsa,tls12_ecdsa,tls12_rsa,tls_bulk
                          http: http_ka,http_close,http_session,http_memory
+                         h2:   h2_1,h2_16,h2_memory (h2load over TLS; no direct path)
   --access-log         HTTP rows with every proxy's access log on (default: off for all)
   --rounds N           rounds (default 3, 1 with --quick)
   --secs S             seconds per measurement (default 5, 1 with --quick)
@@ -276,6 +278,8 @@ struct Tools {
     shim: Option<PathBuf>,
     memory_py: Option<(PathBuf, PathBuf)>,
     wrk: Option<PathBuf>,
+    /// nghttp2-client's h2load: the HTTP/2 rows.
+    h2load: Option<PathBuf>,
 }
 
 struct Bench {
@@ -392,6 +396,7 @@ impl Bench {
             shim: None,
             memory_py: None,
             wrk: None,
+            h2load: None,
         };
 
         // appbroker: cargo builds the binary with the bench profile (release settings) for
@@ -493,12 +498,26 @@ impl Bench {
             bail!("--pinned needs taskset (util-linux)");
         }
         let mut certs = None;
-        if opts.metrics.iter().any(|m| m.family() == Family::Tls) {
+        if opts
+            .metrics
+            .iter()
+            .any(|m| matches!(m.family(), Family::Tls | Family::H2))
+        {
             match tls::Certs::generate(&run_dir.join("run").join("tls")) {
                 Ok(c) => certs = Some(c),
                 Err(e) => notes.push(format!(
                     "The TLS certificates could not be made ({e:#}): TLS rows skipped."
                 )),
+            }
+        }
+        if opts.metrics.iter().any(|m| matches!(m, Metric::H2(_))) {
+            tools.h2load = procs::find_program("h2load");
+            if tools.h2load.is_none() {
+                notes.push(
+                    "h2load is not installed: the HTTP/2 rate rows skipped \
+                     (`apt-get install nghttp2-client`)."
+                        .into(),
+                );
             }
         }
         if opts.metrics.iter().any(|m| matches!(m, Metric::Http(_))) {
@@ -760,6 +779,11 @@ impl Bench {
             Metric::Memory => target != Target::Direct || self.tools.memory_py.is_none(),
             Metric::TlsHandshakes(..) | Metric::TlsBulk => self.certs.is_some(),
             Metric::Http(_) => self.tools.wrk.is_some(),
+            // The origin speaks HTTP/1.1 in the clear: no direct HTTP/2 path.
+            Metric::H2(_) => {
+                target != Target::Direct && self.tools.h2load.is_some() && self.certs.is_some()
+            }
+            Metric::H2Memory => target != Target::Direct && self.certs.is_some(),
         }
     }
 
@@ -825,7 +849,7 @@ impl Bench {
                 own.push((name, args, vec![port]));
             }
         }
-        if self.wants(Family::Http) {
+        if self.wants(Family::Http) || self.wants(Family::H2) {
             let [a, b] = self.ports.http;
             own.push((
                 "http-origin",
@@ -862,7 +886,7 @@ impl Bench {
             Metric::Memory if self.tools.memory_py.is_some() => {
                 return self.memory_script(target, pinned);
             }
-            Metric::Memory | Metric::HttpMemory => {
+            Metric::Memory | Metric::HttpMemory | Metric::H2Memory => {
                 return self.memory_fallback(metric, target, pinned, direct_kernel);
             }
             _ => {}
@@ -956,7 +980,12 @@ impl Bench {
             Metric::Http(load) => {
                 values = with_cpu(pid, clk, || self.http_row(load, target, port, pinned))?;
             }
-            Metric::Memory | Metric::HttpMemory => unreachable!("handled above"),
+            Metric::H2(load) => {
+                values = with_cpu(pid, clk, || self.h2_row(load, target, port, pinned))?;
+            }
+            Metric::Memory | Metric::HttpMemory | Metric::H2Memory => {
+                unreachable!("handled above")
+            }
         }
         Ok(values)
     }
@@ -985,7 +1014,7 @@ impl Bench {
             Metric::TcpRr | Metric::TcpCrr => p.netperf_data,
             Metric::Rr64 | Metric::Crr | Metric::Memory | Metric::TlsHandshakes(..) => p.echo,
             Metric::TlsBulk => p.bulk,
-            Metric::Http(_) | Metric::HttpMemory => p.http[0],
+            Metric::Http(_) | Metric::HttpMemory | Metric::H2(_) | Metric::H2Memory => p.http[0],
         };
         Setup {
             family: metric.family(),
@@ -1353,7 +1382,15 @@ impl Bench {
         };
         let (hold, prefix) = match metric {
             Metric::HttpMemory => ("http-hold", "http_mem"),
+            Metric::H2Memory => ("h2-hold", "h2_mem"),
             _ => ("hold", "mem"),
+        };
+        // An HTTP/2 client trusts the run's CA and sends the cookie; an HTTP one the cookie.
+        let ca = self.certs.as_ref().map(|c| c.ca.display().to_string());
+        let extra: Vec<String> = match metric {
+            Metric::HttpMemory => vec![http::COOKIES[0].to_string()],
+            Metric::H2Memory => vec![ca.context("no certificates")?, http::COOKIES[0].to_string()],
+            _ => Vec::new(),
         };
         let rss = |p: &Option<Proc>| p.as_ref().map(|p| procs::family_rss(p.pid()));
         let rss_before = rss(&proxy);
@@ -1363,7 +1400,7 @@ impl Bench {
             .arg(addr(port))
             .arg(n.to_string())
             .arg("120")
-            .args((metric == Metric::HttpMemory).then_some(http::COOKIES[0]))
+            .args(extra)
             .pinned(pinned)
             .stdin_pipe()
             .spawn()?;

@@ -4,6 +4,7 @@
 
 use anyhow::{Result, anyhow};
 
+use crate::h2::H2Load;
 use crate::http::HttpLoad;
 use crate::tls::{KeyKind, TlsVersion};
 
@@ -62,10 +63,14 @@ pub enum Metric {
     Http(HttpLoad),
     /// Idle keep-alive HTTP clients.
     HttpMemory,
+    /// h2load over TLS, 64 streams a connection.
+    H2(H2Load),
+    /// Idle HTTP/2 clients over TLS.
+    H2Memory,
 }
 
 /// Every metric, in the order a round runs them and the table shows them.
-pub const METRICS: [Metric; 16] = [
+pub const METRICS: [Metric; 19] = [
     Metric::Bulk1,
     Metric::Bulk4,
     Metric::TcpRr,
@@ -82,6 +87,9 @@ pub const METRICS: [Metric; 16] = [
     Metric::Http(HttpLoad::Close),
     Metric::Http(HttpLoad::NewSession),
     Metric::HttpMemory,
+    Metric::H2(H2Load::One),
+    Metric::H2(H2Load::Sixteen),
+    Metric::H2Memory,
 ];
 
 impl Metric {
@@ -104,6 +112,8 @@ impl Metric {
             Metric::TlsBulk => "tls_bulk",
             Metric::Http(load) => load.name(),
             Metric::HttpMemory => "http_memory",
+            Metric::H2(load) => load.name(),
+            Metric::H2Memory => "h2_memory",
         }
     }
 
@@ -111,13 +121,14 @@ impl Metric {
         match self {
             Metric::TlsHandshakes(..) | Metric::TlsBulk => Family::Tls,
             Metric::Http(_) | Metric::HttpMemory => Family::Http,
+            Metric::H2(_) | Metric::H2Memory => Family::H2,
             _ => Family::Tcp,
         }
     }
 
     /// Measurements that start their own proxy, one target at a time.
     pub fn holds_connections(self) -> bool {
-        matches!(self, Metric::Memory | Metric::HttpMemory)
+        matches!(self, Metric::Memory | Metric::HttpMemory | Metric::H2Memory)
     }
 
     /// The certificate a TLS metric's listeners serve.
@@ -146,6 +157,10 @@ pub fn parse_metrics(list: &str) -> Result<Vec<Metric>> {
                 .into_iter()
                 .filter(|m| m.family() == Family::Http)
                 .collect(),
+            "h2" => METRICS
+                .into_iter()
+                .filter(|m| m.family() == Family::H2)
+                .collect(),
             _ => vec![
                 METRICS
                     .into_iter()
@@ -170,16 +185,19 @@ pub enum Family {
     Tcp,
     Tls,
     Http,
+    /// HTTP/2 over TLS towards the clients, HTTP/1.1 to the origin.
+    H2,
 }
 
 impl Family {
-    pub const ALL: [Family; 3] = [Family::Tcp, Family::Tls, Family::Http];
+    pub const ALL: [Family; 4] = [Family::Tcp, Family::Tls, Family::Http, Family::H2];
 
     pub fn title(self) -> &'static str {
         match self {
             Family::Tcp => "TCP",
             Family::Tls => "TLS",
             Family::Http => "HTTP",
+            Family::H2 => "HTTP/2",
         }
     }
 
@@ -196,6 +214,9 @@ impl Family {
             (Family::Http, Target::Appbroker) => "appbroker-http.ini",
             (Family::Http, Target::Haproxy) => "haproxy-http.cfg",
             (Family::Http, Target::Nginx) => "nginx-http.conf",
+            (Family::H2, Target::Appbroker) => "appbroker-h2.ini",
+            (Family::H2, Target::Haproxy) => "haproxy-h2.cfg",
+            (Family::H2, Target::Nginx) => "nginx-h2.conf",
         }
     }
 }

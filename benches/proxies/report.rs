@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use crate::h2::H2Load;
 use crate::http::HttpLoad;
 use crate::metric::{Family, METRICS, Metric, Target};
 use crate::{Bench, Mode};
@@ -158,6 +159,27 @@ fn rows() -> Vec<Row> {
         rows.push(row(
             format!("http_mem_{part}"),
             format!("idle keep-alive HTTP client memory, {what} (bytes)"),
+            Lower,
+        ));
+    }
+    // HTTP/2: rates, CPU per request, memory per idle client.
+    for load in [H2Load::One, H2Load::Sixteen] {
+        let (key, what) = (load.name(), load.title());
+        rows.push(row(key, format!("{what}, h2load (req/s)"), Higher));
+        rows.push(row(
+            format!("cpu_{key}"),
+            format!("proxy CPU per request, {what} (µs)"),
+            Lower,
+        ));
+    }
+    for (part, what) in [
+        ("user", "user space"),
+        ("kernel", "kernel"),
+        ("total", "total"),
+    ] {
+        rows.push(row(
+            format!("h2_mem_{part}"),
+            format!("idle HTTP/2 client over TLS memory, {what} (bytes)"),
             Lower,
         ));
     }

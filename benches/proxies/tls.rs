@@ -35,7 +35,7 @@ use tokio_rustls::{TlsAcceptor, TlsConnector};
 use crate::loadgen::{IO_TIMEOUT, REQUEST, Tally, connect, finish, serve_loop};
 
 /// The name every leaf certificate is issued for and the clients ask for.
-const SERVER_NAME: &str = "localhost";
+pub const SERVER_NAME: &str = "localhost";
 /// Bytes per bulk chunk: large enough that the per-chunk round trip (the acknowledgement)
 /// costs well under 1% at loopback rates, small enough for a few chunks in a 1 s run.
 const CHUNK: u64 = 16 << 20;
@@ -173,7 +173,7 @@ impl Certs {
 
 /// The client side of every TLS row: trusts the run's CA only, speaks `version`, offers
 /// X25519 and P-256 (module docs), and keeps sessions for resumption only when `resume`.
-fn client_config(ca: &Path, version: TlsVersion, resume: bool) -> Result<Arc<ClientConfig>> {
+pub fn client_config(ca: &Path, version: TlsVersion, resume: bool) -> Result<Arc<ClientConfig>> {
     use rustls::crypto::aws_lc_rs::kx_group;
     let mut provider = rustls::crypto::aws_lc_rs::default_provider();
     provider.kx_groups = vec![kx_group::X25519, kx_group::SECP256R1];

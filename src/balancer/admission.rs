@@ -7,7 +7,7 @@
 //! one. What the connection holds ([`Admission`]) is given back when it is dropped.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::balancer::Balancer;
 use crate::balancer::generation::Generation;
@@ -28,6 +28,10 @@ pub enum Admission {
     /// ([`Admission::give_back`]): counted in the clients accepted already, never again. Its
     /// queries take a query place meanwhile; its next request to a server, a client's place.
     Counted(Option<Place>),
+    /// One stream of a connection that carries several (HTTP/2): what it asks is counted on
+    /// the connection's admission, which its streams share, so the connection takes one place
+    /// however many streams it carries.
+    Stream(Arc<Mutex<Admission>>),
 }
 
 impl Admission {
@@ -35,7 +39,10 @@ impl Admission {
     fn query_place(&self) -> Option<&Place> {
         match self {
             Admission::Query(place) | Admission::Counted(Some(place)) => Some(place),
-            Admission::Unknown | Admission::Client(_) | Admission::Counted(None) => None,
+            Admission::Unknown
+            | Admission::Client(_)
+            | Admission::Counted(None)
+            | Admission::Stream(_) => None,
         }
     }
 
@@ -69,6 +76,8 @@ impl Admission {
         *self = match std::mem::take(self) {
             Admission::Client(_) | Admission::Counted(_) => Admission::Counted(None),
             Admission::Unknown | Admission::Query(_) => Admission::Unknown,
+            // A stream's is its connection's, which its other streams hold too.
+            stream @ Admission::Stream(_) => stream,
         };
     }
 
@@ -88,6 +97,10 @@ impl Balancer {
     /// [`Admission::given_up`]): the query is answered 503 and the connection closed.
     pub fn admit_query(&self, admission: &mut Admission) -> bool {
         match admission {
+            Admission::Stream(connection) => {
+                let mut connection = connection.lock().unwrap_or_else(|p| p.into_inner());
+                self.admit_query(&mut connection)
+            }
             Admission::Client(_) => true,
             Admission::Query(place) | Admission::Counted(Some(place)) => place.busy(),
             Admission::Unknown | Admission::Counted(None) => match self.take_query_place() {

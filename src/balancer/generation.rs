@@ -45,7 +45,7 @@ impl GenerationTls {
         config: &BalancerConfig,
         resumption: Option<&Resumption>,
     ) -> Result<GenerationTls, Findings> {
-        let server = config.tls.server(config.kind.is_http());
+        let server = config.tls.server(config.kind.is_http(), config.http.http2);
         let upstream = config.tls.upstream(config.kind.is_http());
         if server.is_none() && upstream.is_none() {
             return Ok(GenerationTls::default());

@@ -1211,6 +1211,31 @@ pub static KEYS: &[Key] = &[
         field: http_field!(sticky_strict = Flag, flag),
         doc: "HTTP: answer 503 rather than move a session whose server is in quarantine or removed",
     },
+    Key {
+        name: "HTTP2",
+        stands: Stands::Balancer,
+        domain: Domain::Flag,
+        field: http_field!(http2 = Flag, flag),
+        doc: "HTTP over TLS: offer HTTP/2 (ALPN h2) besides HTTP/1.1 (0: HTTP/1.1 only; new connections after a reload)",
+    },
+    Key {
+        name: "HTTP2_MAX_STREAMS",
+        stands: Stands::Balancer,
+        domain: Domain::Integer {
+            min: 1,
+            max: 1000,
+            what: "a number of streams from 1 to 1000",
+        },
+        field: http_field!(http2_max_streams = Integer as u32, number),
+        doc: "HTTP/2: requests one connection may have in hand at once (SETTINGS_MAX_CONCURRENT_STREAMS)",
+    },
+    Key {
+        name: "HTTP2_WEBSOCKET",
+        stands: Stands::Balancer,
+        domain: Domain::Flag,
+        field: http_field!(http2_websocket = Flag, flag),
+        doc: "HTTP/2: offer WebSocket over HTTP/2 (RFC 8441), relayed to the server as an HTTP/1.1 upgrade (0: browsers open it on an HTTP/1.1 connection)",
+    },
     // Alerts and restarts: a balancer's own, else [General]'s for every balancer.
     Key {
         name: "ALERT_WEBHOOK",

@@ -244,14 +244,16 @@ pub struct TlsKeys {
 
 impl TlsKeys {
     /// What the listener's TLS is built from; `None` unless both certificate and key are set.
-    /// `alpn_http1`: the balancer speaks HTTP (offers ALPN `http/1.1`).
-    pub fn server(&self, alpn_http1: bool) -> Option<ServerSettings> {
+    /// `alpn_http1`: the balancer speaks HTTP (offers ALPN `http/1.1`); `alpn_h2`: HTTP/2 too
+    /// (`h2`, preferred).
+    pub fn server(&self, alpn_http1: bool, alpn_h2: bool) -> Option<ServerSettings> {
         Some(ServerSettings {
             certificate: self.certificate.clone()?,
             key: self.key.clone()?,
             passphrase: self.passphrase.clone(),
             method: self.method,
             alpn_http1,
+            alpn_h2: alpn_http1 && alpn_h2,
         })
     }
 
@@ -324,6 +326,12 @@ pub struct HttpSettings {
     pub sticky_strict: bool,
     /// `HTTP_TRUSTED_PROXIES`: the L7 proxies whose `X-Forwarded-For` names the client.
     pub trusted_proxies: Vec<Cidr>,
+    /// `HTTP2`: a TLS port offers HTTP/2 (ALPN `h2`) besides HTTP/1.1.
+    pub http2: bool,
+    /// `HTTP2_MAX_STREAMS`: the streams one HTTP/2 connection may have in hand at once.
+    pub http2_max_streams: u32,
+    /// `HTTP2_WEBSOCKET`: WebSocket over HTTP/2 (RFC 8441's extended CONNECT) is offered.
+    pub http2_websocket: bool,
 }
 
 /// TCP keepalive, so a vanished peer is noticed in minutes rather than the kernel's two hours.
@@ -564,25 +572,35 @@ impl BalancerConfig {
                 upstream_server_name: None,
                 plain_on_same_port: false,
             },
-            http: HttpSettings {
-                forwarded_headers: true,
-                upgrade_protocols: vec!["websocket".to_string()],
-                pool_max_idle: 32,
-                pool_idle_timeout: Duration::from_secs(60),
-                request_timeout: Duration::from_secs(30),
-                response_timeout: Duration::from_secs(600),
-                body_timeout: Duration::from_secs(60),
-                timeouts_to_quarantine: 0,
-                log_requests: true,
-                retry_idempotent: false,
-                session_timeout: Duration::from_secs(600),
-                max_sessions: 100_000,
-                max_sessions_per_client: 64,
-                sticky_strict: false,
-                trusted_proxies: Vec::new(),
-            },
+            http: HttpSettings::defaults(),
             alerts: AlertSettings::defaults(),
             restarts: RestartSettings::defaults(),
+        }
+    }
+}
+
+impl HttpSettings {
+    /// Every HTTP key at its default.
+    pub fn defaults() -> HttpSettings {
+        HttpSettings {
+            forwarded_headers: true,
+            upgrade_protocols: vec!["websocket".to_string()],
+            pool_max_idle: 32,
+            pool_idle_timeout: Duration::from_secs(60),
+            request_timeout: Duration::from_secs(30),
+            response_timeout: Duration::from_secs(600),
+            body_timeout: Duration::from_secs(60),
+            timeouts_to_quarantine: 0,
+            log_requests: true,
+            retry_idempotent: false,
+            session_timeout: Duration::from_secs(600),
+            max_sessions: 100_000,
+            max_sessions_per_client: 64,
+            sticky_strict: false,
+            trusted_proxies: Vec::new(),
+            http2: true,
+            http2_max_streams: 100,
+            http2_websocket: true,
         }
     }
 }

@@ -12,6 +12,7 @@
 //!   pass, the outgoing head as slices, the reuse rule.
 //! - [`engine`]: the wiring: client connections served, requests tried on the servers,
 //!   answers passed back, the idle server connections, the buffers' pool, upgrades.
+//! - [`h2`]: HTTP/2 towards clients: each stream one exchange of the engine's.
 //! - `client_head`: the client's head as the balancer sees it.
 //! - `local`: a request the balancer answers itself, and its answer, as any front gives them.
 //! - `refusal`: why the broker answers a request itself.
@@ -23,6 +24,7 @@
 mod client_head;
 pub mod engine;
 pub mod h1;
+pub mod h2;
 mod local;
 pub mod pages;
 mod real_client;
@@ -33,7 +35,7 @@ use std::fmt;
 use std::future::Future;
 use std::hash::Hash;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hyper::{Method, StatusCode};
@@ -122,6 +124,15 @@ pub trait Upstreams: Send + Sync + 'static {
     /// what it holds from now on). False when the balancer takes no more clients now: the
     /// request is answered 503 with `Retry-After` and the connection closed.
     fn admit(&self, client: &Downstream, admission: &mut Self::Admission) -> bool;
+
+    /// What one stream of a connection that carries several at once (HTTP/2) holds as the
+    /// balancer counts it: its share of `connection`'s admission, which all the connection's
+    /// streams share, so the connection is counted once (one `MAX_CONNECTIONS` place, one
+    /// query place) however many streams it carries. The default: each stream counted as a
+    /// connection of its own.
+    fn stream_admission(&self, _connection: &Arc<Mutex<Self::Admission>>) -> Self::Admission {
+        Self::Admission::default()
+    }
 
     /// The server for this request, none of `tried` (servers that already failed it); `None`
     /// when no server is available, answered 503. `request` is the client's head as received
@@ -319,11 +330,50 @@ pub enum Report<'a, S> {
     Tunnel(&'a Tunnel<S>),
 }
 
+/// The HTTP version a client spoke, for the access log and the figures by protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Protocol {
+    /// HTTP/1.1 (or 1.0), over TCP or TLS.
+    #[default]
+    Http1,
+    /// HTTP/2, over TLS (ALPN `h2`): a stream of a connection.
+    H2,
+}
+
+impl Protocol {
+    /// Every protocol, in the order the figures count them.
+    pub const ALL: [Protocol; 2] = [Protocol::Http1, Protocol::H2];
+
+    /// The protocol of a stream that says `protocol` ([`Stream::protocol`]): HTTP/2 when it
+    /// is `h2`, else HTTP/1.1.
+    pub fn of(protocol: Option<&[u8]>) -> Protocol {
+        match protocol {
+            Some(b"h2") => Protocol::H2,
+            _ => Protocol::Http1,
+        }
+    }
+
+    /// Its name as ALPN writes it (`http/1.1`, `h2`): the access log's and METRICS' label.
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Http1 => "http/1.1",
+            Protocol::H2 => "h2",
+        }
+    }
+
+    /// Its place in [`Protocol::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
 /// One request, as the access log and the counters see it once it is finished.
 #[derive(Debug, Clone)]
 pub struct Exchange<S> {
     /// Who asked.
     pub client: ClientAddr,
+    /// The HTTP version it came in.
+    pub protocol: Protocol,
     /// The request's method.
     pub method: Method,
     /// The request's target as received (path and query), as text.
@@ -417,6 +467,11 @@ pub struct Settings {
     /// `HTTP_HEAD_MEMORY`: the broker's one budget for request heads still arriving, shared
     /// by every HTTP balancer.
     pub head_memory: Arc<Budget>,
+    /// `HTTP2_MAX_STREAMS`: the streams one HTTP/2 connection may have in hand at once.
+    pub http2_max_streams: u32,
+    /// `HTTP2_WEBSOCKET`: WebSocket over HTTP/2 is offered (when `websocket` is among the
+    /// upgrade protocols too).
+    pub http2_websocket: bool,
     /// Whether an HTTP/1.1 request must name its `Host`: it must where requests go on to
     /// servers; a TCP port's query connection takes one that names none, as it always has.
     pub host: h1::HostRule,
@@ -446,6 +501,8 @@ impl Settings {
             trusted_proxies: keys.trusted_proxies.clone(),
             head_memory,
             host: h1::HostRule::Required,
+            http2_max_streams: keys.http2_max_streams,
+            http2_websocket: keys.http2_websocket,
         }
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use hyper::StatusCode;
 
-use super::ExchangeOutcome;
+use super::{ExchangeOutcome, Protocol};
 
 /// The histogram's upper bounds, Prometheus' default buckets: from a cached page (5 ms) to a
 /// slow report (10 s); longer requests are counted in `+Inf` only.
@@ -42,6 +42,17 @@ pub struct Stats {
     pub(crate) retried_next: AtomicU64,
     pub(crate) upgrades: AtomicU64,
     pub(crate) spliced: AtomicU64,
+    /// Client connections by protocol ([`Protocol::ALL`]): opened since start, open now.
+    connections: [AtomicU64; 2],
+    connections_open: [AtomicU64; 2],
+    /// Requests finished, by protocol.
+    by_protocol: [AtomicU64; 2],
+    /// HTTP/2 streams accepted since start, in hand now, reset by their clients before
+    /// their answer was whole; connections ended for resetting too many.
+    h2_streams: AtomicU64,
+    h2_streams_open: AtomicU64,
+    h2_resets: AtomicU64,
+    h2_calmed: AtomicU64,
 }
 
 /// A copy of [`Stats`] at one moment.
@@ -75,16 +86,32 @@ pub struct Figures {
     /// Body bytes moved by splice(2) between plain sockets, without passing through user
     /// space.
     pub spliced: u64,
+    /// Client connections opened since start, by protocol ([`Protocol::ALL`]).
+    pub connections: [u64; 2],
+    /// Client connections open now, by protocol.
+    pub connections_open: [u64; 2],
+    /// Requests finished, by protocol.
+    pub by_protocol: [u64; 2],
+    /// HTTP/2 streams since start.
+    pub h2_streams: u64,
+    /// HTTP/2 streams in hand now.
+    pub h2_streams_open: u64,
+    /// HTTP/2 streams their clients reset before their answer was whole.
+    pub h2_resets: u64,
+    /// HTTP/2 connections ended (`GOAWAY ENHANCE_YOUR_CALM`) for resetting too many streams.
+    pub h2_calmed: u64,
 }
 
 impl Stats {
-    /// Counts a finished request.
+    /// Counts a finished request, that came in `protocol`.
     pub(crate) fn finished(
         &self,
+        protocol: Protocol,
         status: Option<StatusCode>,
         took: Duration,
         outcome: &ExchangeOutcome,
     ) {
+        self.by_protocol[protocol.index()].fetch_add(1, Relaxed);
         if let Some(class) = status.and_then(|s| (s.as_u16() / 100).checked_sub(1))
             && let Some(counter) = self.classes.get(usize::from(class))
         {
@@ -140,7 +167,66 @@ impl Stats {
             retried_next: self.retried_next.load(Relaxed),
             upgrades: self.upgrades.load(Relaxed),
             spliced: self.spliced.load(Relaxed),
+            connections: self.connections.each_ref().map(|c| c.load(Relaxed)),
+            connections_open: self.connections_open.each_ref().map(|c| c.load(Relaxed)),
+            by_protocol: self.by_protocol.each_ref().map(|c| c.load(Relaxed)),
+            h2_streams: self.h2_streams.load(Relaxed),
+            h2_streams_open: self.h2_streams_open.load(Relaxed),
+            h2_resets: self.h2_resets.load(Relaxed),
+            h2_calmed: self.h2_calmed.load(Relaxed),
         }
+    }
+
+    /// A client connection of `protocol` opened: counted until [`Stats::closed`].
+    pub(crate) fn opened(&self, protocol: Protocol) {
+        self.connections[protocol.index()].fetch_add(1, Relaxed);
+        self.connections_open[protocol.index()].fetch_add(1, Relaxed);
+    }
+
+    /// A client connection of `protocol` closed.
+    pub(crate) fn closed(&self, protocol: Protocol) {
+        self.connections_open[protocol.index()].fetch_sub(1, Relaxed);
+    }
+
+    /// An HTTP/2 stream accepted: in hand until [`Stats::h2_streams_ended`].
+    pub(crate) fn h2_stream(&self) {
+        self.h2_streams.fetch_add(1, Relaxed);
+        self.h2_streams_open.fetch_add(1, Relaxed);
+    }
+
+    /// `count` HTTP/2 streams are no longer in hand.
+    pub(crate) fn h2_streams_ended(&self, count: u64) {
+        self.h2_streams_open.fetch_sub(count, Relaxed);
+    }
+
+    /// `count` HTTP/2 streams reset by their clients.
+    pub(crate) fn h2_reset(&self, count: u32) {
+        self.h2_resets.fetch_add(u64::from(count), Relaxed);
+    }
+
+    /// An HTTP/2 connection ended for resetting too many streams.
+    pub(crate) fn h2_calmed(&self) {
+        self.h2_calmed.fetch_add(1, Relaxed);
+    }
+}
+
+/// A client connection counted open in the figures while this lives.
+pub(crate) struct Open<'s> {
+    stats: &'s Stats,
+    protocol: Protocol,
+}
+
+impl<'s> Open<'s> {
+    /// `protocol`'s connection, counted open.
+    pub(crate) fn new(stats: &'s Stats, protocol: Protocol) -> Open<'s> {
+        stats.opened(protocol);
+        Open { stats, protocol }
+    }
+}
+
+impl Drop for Open<'_> {
+    fn drop(&mut self) {
+        self.stats.closed(self.protocol);
     }
 }
 
@@ -152,14 +238,26 @@ mod tests {
     fn classes_and_cumulative_buckets() {
         let stats = Stats::default();
         let ok = Some(StatusCode::OK);
-        stats.finished(ok, Duration::from_millis(3), &ExchangeOutcome::Served);
-        stats.finished(ok, Duration::from_millis(5), &ExchangeOutcome::Served);
+        let h1 = Protocol::Http1;
+        stats.finished(h1, ok, Duration::from_millis(3), &ExchangeOutcome::Served);
         stats.finished(
+            Protocol::H2,
+            ok,
+            Duration::from_millis(5),
+            &ExchangeOutcome::Served,
+        );
+        stats.finished(
+            h1,
             Some(StatusCode::SERVICE_UNAVAILABLE),
             Duration::from_millis(7),
             &ExchangeOutcome::NoServer,
         );
-        stats.finished(None, Duration::from_secs(60), &ExchangeOutcome::Incomplete);
+        stats.finished(
+            h1,
+            None,
+            Duration::from_secs(60),
+            &ExchangeOutcome::Incomplete,
+        );
         let f = stats.figures();
         assert_eq!(f.classes, [0, 2, 0, 0, 1]);
         assert_eq!(f.buckets.len(), DURATION_BUCKETS.len() + 1);
@@ -170,5 +268,6 @@ mod tests {
         assert_eq!(f.requests, 4);
         assert_eq!(f.no_server, 1);
         assert_eq!(f.duration_sum, Duration::from_millis(60_015));
+        assert_eq!(f.by_protocol, [3, 1]);
     }
 }

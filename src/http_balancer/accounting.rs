@@ -163,7 +163,7 @@ impl HttpBalancer {
 }
 
 /// The access log's line for one request (`LOG_REQUESTS`): who, what, the answer, the bytes
-/// each way, how long, which server.
+/// each way, how long, which server, in which HTTP version (`http/1.1`, `h2`).
 fn access_line(exchange: &Exchange<ServerTarget>) {
     let status = exchange
         .status
@@ -197,6 +197,7 @@ fn access_line(exchange: &Exchange<ServerTarget>) {
         bytes_to_client = exchange.to_client,
         duration = %format_args!("{:.3}s", exchange.duration.as_secs_f64()),
         server = %server,
+        protocol = exchange.protocol.name(),
         error = error.as_deref(),
         "request"
     );

@@ -41,13 +41,14 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use tokio::time::Instant;
+use tokio_util::either::Either;
 use tokio_util::task::TaskTracker;
 use tracing::Span;
 
 use crate::balancer::shared::{EndSignals, Shared};
 use crate::balancer::{Balancer, Lease, Server};
 use crate::config::ServerId;
-use crate::http::{ClientAddr, Downstream, Engine};
+use crate::http::{self, ClientAddr, Downstream, Engine, Protocol};
 use crate::http_balancer::sessions::{SessionSecrets, Sessions, Ticket};
 use crate::net::stream::Stream;
 use crate::support::throttle::{Episode, Throttle};
@@ -162,7 +163,14 @@ pub fn start<S: Stream>(
         let key = client_key(client.peer);
         let Some(hold) = span.in_scope(|| balancer.hold_for_client(&generation, key)) else {
             if let Some(refusal) = balancer.answer_refusal(key) {
-                let refusing = Arc::clone(proxy).serve_unavailable(stream, client, cut);
+                let refusing = match Protocol::of(stream.protocol()) {
+                    Protocol::H2 => {
+                        Either::Left(http::h2::refuse(Arc::clone(proxy), stream, client, cut))
+                    }
+                    Protocol::Http1 => {
+                        Either::Right(Arc::clone(proxy).serve_unavailable(stream, client, cut))
+                    }
+                };
                 tasks.spawn(async move {
                     let _refusal = refusal;
                     refusing.await;
@@ -174,6 +182,17 @@ pub fn start<S: Stream>(
         // the hold, so it stays in tokio's 512-byte task cell.
         hold.counts().then(|| Box::new(hold))
     };
+    if Protocol::of(stream.protocol()) == Protocol::H2 {
+        tasks.spawn(http::h2::serve(
+            Arc::clone(proxy),
+            stream,
+            client,
+            closing,
+            cut,
+            hold,
+        ));
+        return;
+    }
     // The engine's future is the task's whole future: a future around it would carry its
     // arguments twice for the connection's life.
     let serving = Arc::clone(proxy).serve(stream, client, closing, cut, hold);

@@ -3,7 +3,7 @@
 //! them.
 
 use std::net::IpAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use tokio::time::Duration;
 use tracing::Instrument;
@@ -68,8 +68,17 @@ impl Upstreams for HttpBalancer {
     }
 
     /// Counted in the balancer's `MAX_CONNECTIONS`, with the accepted count and the last
-    /// connection's time, from the connection's first request to a server on.
+    /// connection's time, from the connection's first request to a server on. A stream's
+    /// request (HTTP/2) is counted on its connection's admission: the connection once.
     fn admit(&self, _client: &Downstream, admission: &mut Admission) -> bool {
+        let mut shared;
+        let admission = match admission {
+            Admission::Stream(connection) => {
+                shared = connection.lock().unwrap_or_else(|p| p.into_inner());
+                &mut *shared
+            }
+            admission => admission,
+        };
         // A kept-alive client's next request: counted already, at no cost.
         if matches!(admission, Admission::Client(_)) {
             return true;
@@ -159,5 +168,11 @@ impl Upstreams for HttpBalancer {
 
     fn waiting(&self, admission: &Admission) -> Option<Duration> {
         query::limits::waiting(admission)
+    }
+
+    /// A stream's requests are counted on its connection's admission: the connection is one
+    /// client (or one query connection) however many streams it carries.
+    fn stream_admission(&self, connection: &Arc<Mutex<Admission>>) -> Admission {
+        Admission::Stream(Arc::clone(connection))
     }
 }

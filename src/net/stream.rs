@@ -37,6 +37,13 @@ pub trait Stream: AsyncRead + AsyncWrite + Unpin + Send + Sync + 'static {
         Err(io::ErrorKind::WouldBlock.into())
     }
 
+    /// The application protocol the stream speaks, when one was agreed on: a TLS stream's
+    /// ALPN (`h2`, `http/1.1`), or `h2` for a stream of an HTTP/2 connection. `None`: none
+    /// was agreed (plain TCP, or a TLS client that offered none).
+    fn protocol(&self) -> Option<&[u8]> {
+        None
+    }
+
     /// Makes the stream's close an abort: the peer gets a reset, not a clean end of stream
     /// that could pass for a complete answer.
     fn reset_on_close(&self) {
@@ -114,6 +121,13 @@ impl<A: Stream, B: Stream> Stream for Either<A, B> {
             Either::Right(b) => b.read_now(into),
         }
     }
+
+    fn protocol(&self) -> Option<&[u8]> {
+        match self {
+            Either::Left(a) => a.protocol(),
+            Either::Right(b) => b.protocol(),
+        }
+    }
 }
 
 /// A stream kept on the heap (a TLS connection, large, held where it would be moved often).
@@ -130,6 +144,10 @@ impl<S: Stream> Stream for Box<S> {
         (**self).read_now(into)
     }
 
+    fn protocol(&self) -> Option<&[u8]> {
+        (**self).protocol()
+    }
+
     fn reset_on_close(&self) {
         (**self).reset_on_close();
     }
@@ -140,6 +158,10 @@ impl<S: Stream> Stream for Box<S> {
 impl Stream for tokio_rustls::server::TlsStream<TcpStream> {
     fn socket(&self) -> Option<&TcpStream> {
         Some(self.get_ref().0)
+    }
+
+    fn protocol(&self) -> Option<&[u8]> {
+        self.get_ref().1.alpn_protocol()
     }
 }
 

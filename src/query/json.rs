@@ -10,6 +10,7 @@ use super::snapshot::{HttpFigures, ServerSessions, ServerState, Snapshot, Standi
 use crate::balancer::rules::health::OperatorAsk;
 use crate::balancer::rules::overrides::Mode;
 use crate::config::SortMethod;
+use crate::http::Protocol;
 use crate::support::clock::{local_date as date, time_of_day as clock};
 
 /// The whole answer: the TOTVS fields, then appbroker's own.
@@ -78,6 +79,13 @@ struct Http {
     retried_stale_connection: u64,
     retried_next_server: u64,
     upgrades: u64,
+    /// Client connections open now over HTTP/1.1 and over HTTP/2.
+    http1_connections: u64,
+    http2_connections: u64,
+    /// Requests finished since start over HTTP/2 (the others came over HTTP/1.1).
+    http2_requests: u64,
+    /// HTTP/2 streams in hand now.
+    http2_streams: u64,
     request_duration_sum_ms: f64,
     /// Live sessions now.
     sessions: u64,
@@ -260,6 +268,10 @@ fn http(h: &HttpFigures) -> Http {
         retried_stale_connection: r.retried_stale,
         retried_next_server: r.retried_next,
         upgrades: r.upgrades,
+        http1_connections: r.connections_open[Protocol::Http1.index()],
+        http2_connections: r.connections_open[Protocol::H2.index()],
+        http2_requests: r.by_protocol[Protocol::H2.index()],
+        http2_streams: r.h2_streams_open,
         request_duration_sum_ms: r.duration_sum.as_secs_f64() * 1000.0,
         sessions: h.sessions.live,
         sessions_peak: h.sessions.peak,

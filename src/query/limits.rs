@@ -44,7 +44,11 @@ pub fn waiting(admission: &Admission) -> Option<Duration> {
         Admission::Query(place) | Admission::Counted(Some(place)) => {
             Some(HEAD_TIMEOUT.min(MAX_QUERY_CONNECTION.saturating_sub(place.age())))
         }
-        Admission::Unknown | Admission::Client(_) | Admission::Counted(None) => None,
+        // A stream's (HTTP/2) wait is its connection's, bounded by HTTP_REQUEST_TIMEOUT.
+        Admission::Unknown
+        | Admission::Client(_)
+        | Admission::Counted(None)
+        | Admission::Stream(_) => None,
     }
 }
 

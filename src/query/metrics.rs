@@ -4,8 +4,8 @@ use std::fmt::Write;
 
 use super::snapshot::{HttpFigures, ServerState, Snapshot, Standing};
 use crate::balancer::rules::health::CheckResult;
-use crate::http::PoolFigures;
 use crate::http::stats::{DURATION_BUCKETS, Figures};
+use crate::http::{PoolFigures, Protocol};
 
 /// One metric family: name, type, help, and a value per sample.
 fn family(
@@ -364,6 +364,7 @@ fn http_families(out: &mut String, balancer: &str, http: &HttpFigures) {
     );
     duration_histogram(out, balancer, r);
     failure_families(out, balancer, r);
+    protocol_families(out, balancer, r);
     for (name, kind, help, value) in PER_POOL {
         let samples = http.pools.iter().map(|(server, pool)| {
             (
@@ -450,4 +451,73 @@ fn failure_families(out: &mut String, balancer: &str, r: &Figures) {
         "Body bytes moved by splice(2) between plain sockets, not through the broker's buffers.",
         [(balancer.to_string(), r.spliced as f64)],
     );
+}
+
+/// Connections and requests by the HTTP version clients spoke (`http/1.1`, `h2`): families of
+/// their own, so no existing family gains a label its rules and dashboards do not expect; and
+/// HTTP/2's streams, its clients' resets and the connections ended for them.
+fn protocol_families(out: &mut String, balancer: &str, r: &Figures) {
+    let by_protocol = |values: [u64; 2]| {
+        Protocol::ALL.into_iter().map(move |protocol| {
+            let label = format!("{balancer},protocol=\"{}\"", protocol.name());
+            (label, values[protocol.index()] as f64)
+        })
+    };
+    family(
+        out,
+        "http_protocol_connections_total",
+        "counter",
+        "Client connections since start, by HTTP version (http/1.1, h2: ALPN's names).",
+        by_protocol(r.connections),
+    );
+    family(
+        out,
+        "http_protocol_connections_open",
+        "gauge",
+        "Client connections open now, by HTTP version.",
+        by_protocol(r.connections_open),
+    );
+    family(
+        out,
+        "http_protocol_requests_total",
+        "counter",
+        "Requests finished, by the HTTP version the client spoke.",
+        by_protocol(r.by_protocol),
+    );
+    let h2 = [
+        (
+            "http2_streams_total",
+            "counter",
+            "HTTP/2 streams (requests) since start.",
+            r.h2_streams,
+        ),
+        (
+            "http2_streams_open",
+            "gauge",
+            "HTTP/2 streams in hand now.",
+            r.h2_streams_open,
+        ),
+        (
+            "http2_client_resets_total",
+            "counter",
+            "HTTP/2 streams their client reset (RST_STREAM) before their answer was whole.",
+            r.h2_resets,
+        ),
+        (
+            "http2_calmed_connections_total",
+            "counter",
+            "HTTP/2 connections ended with GOAWAY ENHANCE_YOUR_CALM for resetting more than \
+             1000 streams within 10 s (the rapid reset attack).",
+            r.h2_calmed,
+        ),
+    ];
+    for (name, kind, help, value) in h2 {
+        family(
+            out,
+            name,
+            kind,
+            help,
+            [(balancer.to_string(), value as f64)],
+        );
+    }
 }

@@ -166,3 +166,6 @@ impl FromStr for SslMethod {
 
 /// The ALPN protocol of an HTTP balancer, towards clients and servers alike.
 pub const ALPN_HTTP1: &[u8] = b"http/1.1";
+
+/// The ALPN protocol of HTTP/2 over TLS, offered to clients by an HTTP balancer with `HTTP2`.
+pub const ALPN_H2: &[u8] = b"h2";

@@ -19,7 +19,7 @@ use tokio_rustls::server::TlsStream;
 use super::doctor::{self, CertificateSummary, Finding, Findings, Identity};
 use super::failure::{HandshakeFailure, Peer};
 use super::files::{self, Passphrase};
-use super::{ALPN_HTTP1, SslMethod, provider};
+use super::{ALPN_H2, ALPN_HTTP1, SslMethod, provider};
 
 /// Sessions remembered for TLS 1.2 clients that resume by session id rather than by ticket:
 /// HAProxy's default (`tune.ssl.cachesize`). An entry is a few hundred bytes.
@@ -39,6 +39,9 @@ pub struct ServerSettings {
     /// Offer ALPN `http/1.1` (an HTTP balancer). A TCP balancer offers no protocol, so a
     /// client asking for one (a browser on the query interface) falls back to none.
     pub alpn_http1: bool,
+    /// Offer ALPN `h2` first, before `http/1.1` (an HTTP balancer with `HTTP2`): a client
+    /// that speaks both is served HTTP/2.
+    pub alpn_h2: bool,
 }
 
 /// Session resumption state for one balancer: the key that encrypts its session tickets and
@@ -128,6 +131,9 @@ impl ServerTls {
         config.ignore_client_order = true;
         if settings.alpn_http1 {
             config.alpn_protocols = vec![ALPN_HTTP1.to_vec()];
+            if settings.alpn_h2 {
+                config.alpn_protocols.insert(0, ALPN_H2.to_vec());
+            }
         }
         Ok(ServerTls {
             config: Arc::new(config),

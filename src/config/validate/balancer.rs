@@ -409,7 +409,10 @@ impl Validator {
 
 /// True for the keys only an HTTP balancer reads.
 fn is_http_key(name: &str) -> bool {
-    name.starts_with("HTTP_") || name == "LOG_REQUESTS" || name == "SESSION_TIMEOUT"
+    name.starts_with("HTTP_")
+        || name.starts_with("HTTP2")
+        || name == "LOG_REQUESTS"
+        || name == "SESSION_TIMEOUT"
 }
 
 /// The error for a key a balancer section has no use for: a key of `[General]`'s own, or

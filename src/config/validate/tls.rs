@@ -113,7 +113,7 @@ impl Validator {
     /// found: errors, warnings and notices. The system's roots are read once per validation,
     /// on first need.
     fn doctor(&mut self, b: &BalancerConfig) -> Vec<Finding> {
-        let server = b.tls.server(b.kind.is_http());
+        let server = b.tls.server(b.kind.is_http(), b.http.http2);
         let upstream = b.tls.upstream(b.kind.is_http());
         if server.is_none() && upstream.is_none() {
             return Vec::new();

@@ -24,8 +24,9 @@ use super::buffers::Buffer;
 use super::own::{self, AnswerEnding};
 use super::pool::ServerConn;
 use crate::http::h1::{HeadError, HeadScan, Method, OutHead, RequestHead, Version};
+use crate::http::stats::Open;
 use crate::http::{
-    Choice, Downstream, Exchange, ExchangeOutcome, Report, Settings, Tunnel, Upstreams,
+    Choice, Downstream, Exchange, ExchangeOutcome, Protocol, Report, Settings, Tunnel, Upstreams,
 };
 use crate::net::relay::{Counters, End, relay};
 use crate::net::stream::Stream;
@@ -93,6 +94,7 @@ impl<U: Upstreams> Engine<U> {
         async move {
             // Held, not used: the place is given back when the connection ends.
             let _place = &place;
+            let _open = Open::new(&self.stats, Protocol::of(io.protocol()));
             let first_wait = self.settings.load().request_timeout;
             let mut deadline = pin!(tokio::time::sleep(first_wait));
             let mut cut = pin!(cut.cancelled_owned());
@@ -134,6 +136,45 @@ impl<U: Upstreams> Engine<U> {
                     let relay = Box::pin(self.relay_tunnel(&mut io, *upgraded));
                     return until_cut(cut.as_mut(), relay).await.unwrap_or(());
                 }
+            }
+        }
+    }
+}
+
+impl<U: Upstreams> Engine<U> {
+    /// Serves one stream of a connection that carries several (an HTTP/2 stream, whose reads
+    /// give its request as HTTP/1.1 bytes ending the connection after it): one exchange, as
+    /// any request of a connection, then its upgraded connection relayed when it switched.
+    /// `admission` is the stream's share of what its connection holds, counted once for all
+    /// its streams ([`Upstreams::stream_admission`]). The connection's cut drops this future.
+    #[allow(clippy::manual_async_fn)] // an `async fn` would hold its arguments twice
+    pub fn serve_stream<C: Stream>(
+        self: Arc<Self>,
+        mut io: C,
+        client: Downstream,
+        closing: CancellationToken,
+        mut admission: U::Admission,
+    ) -> impl Future<Output = ()> {
+        async move {
+            let settings = self.settings.load_full();
+            let mut deadline = pin!(tokio::time::sleep(settings.request_timeout));
+            let mut buf = Buffer::small();
+            let first = poll_fn(|cx| {
+                let read = buf.poll_read_from(cx, &mut io);
+                if read.is_pending() && deadline.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(false);
+                }
+                read.map(|read| matches!(read, Ok(n) if n > 0))
+            });
+            if !first.await {
+                return;
+            }
+            // Boxed when it starts: the stream's future, moved into its connection's set of
+            // streams as it is made, stays a few words until then.
+            let client = ClientSide::new(&mut io, client, &closing, deadline.as_mut());
+            let next = Box::pin(self.exchange(client, buf, settings, &mut admission)).await;
+            if let Next::Tunnel(upgraded) = next {
+                Box::pin(self.relay_tunnel(&mut io, *upgraded)).await;
             }
         }
     }

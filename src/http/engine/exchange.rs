@@ -15,7 +15,9 @@ use super::client::{ClientSide, Headless, Next};
 use super::own::{self, AnswerEnding, CLOSING};
 use crate::http::h1::{Body, FieldName, HeadError, Method, RequestHead};
 use crate::http::refusal::Refusal;
-use crate::http::{ClientAddr, ClientHead, Exchange, ExchangeOutcome, Report, Settings, Upstreams};
+use crate::http::{
+    ClientAddr, ClientHead, Exchange, ExchangeOutcome, Protocol, Report, Settings, Upstreams,
+};
 use crate::net::stream::Stream;
 
 /// A request in hand: the client's side, its buffer (the head, then the body as it passes,
@@ -58,7 +60,8 @@ impl<U: Upstreams> Engine<U> {
             client
                 .peer
                 .behind(&settings.trusted_proxies, &head, buf.filled());
-        let record = ExchangeRecord::new(self, client.peer.peer, &head, buf.filled());
+        let protocol = Protocol::of(client.io.protocol());
+        let record = ExchangeRecord::new(self, client.peer.peer, protocol, &head, buf.filled());
         let request = InHand {
             engine: self,
             client,
@@ -121,7 +124,10 @@ impl<U: Upstreams> Engine<U> {
         status: StatusCode,
         page: &[u8],
     ) -> Next<U> {
-        if let Some(mut record) = ExchangeRecord::of_line(self, client.peer.peer, buf.filled()) {
+        let protocol = Protocol::of(client.io.protocol());
+        if let Some(mut record) =
+            ExchangeRecord::of_line(self, client.peer.peer, protocol, buf.filled())
+        {
             record.exchange.outcome = ExchangeOutcome::Refused;
             record.answered(status);
             record.report();
@@ -299,21 +305,37 @@ pub(super) struct ExchangeRecord<'e, U: Upstreams> {
 }
 
 impl<'e, U: Upstreams> ExchangeRecord<'e, U> {
-    /// The record of `head` (read from `buf`) from `client`, from now on.
-    fn new(engine: &'e Engine<U>, client: ClientAddr, head: &RequestHead, buf: &[u8]) -> Self {
-        ExchangeRecord::of(engine, client, head.method_bytes(buf), head.target(buf))
+    /// The record of `head` (read from `buf`) from `client`, in `protocol`, from now on.
+    fn new(
+        engine: &'e Engine<U>,
+        client: ClientAddr,
+        protocol: Protocol,
+        head: &RequestHead,
+        buf: &[u8],
+    ) -> Self {
+        let mut record =
+            ExchangeRecord::of(engine, client, head.method_bytes(buf), head.target(buf));
+        record.exchange.protocol = protocol;
+        record
     }
 
     /// The record of a head refused before it was parsed, when its request line says a
     /// method and a target.
-    fn of_line(engine: &'e Engine<U>, client: ClientAddr, buf: &[u8]) -> Option<Self> {
+    fn of_line(
+        engine: &'e Engine<U>,
+        client: ClientAddr,
+        protocol: Protocol,
+        buf: &[u8],
+    ) -> Option<Self> {
         let line = buf
             .split(|&b| b == b'\n')
             .find(|line| !line.is_empty() && *line != b"\r")?;
         let mut words = line.split(|&b| b == b' ');
         let (method, target) = (words.next()?, words.next()?);
         hyper::Method::from_bytes(method).ok()?;
-        Some(ExchangeRecord::of(engine, client, method, target))
+        let mut record = ExchangeRecord::of(engine, client, method, target);
+        record.exchange.protocol = protocol;
+        Some(record)
     }
 
     fn of(engine: &'e Engine<U>, client: ClientAddr, method: &[u8], target: &[u8]) -> Self {
@@ -351,9 +373,12 @@ impl<U: Upstreams> ExchangeRecord<'_, U> {
         let exchange = &mut self.exchange;
         exchange.duration = self.started.elapsed();
         exchange.outcome = ExchangeOutcome::Served;
-        self.engine
-            .stats
-            .finished(exchange.status, exchange.duration, &exchange.outcome);
+        self.engine.stats.finished(
+            exchange.protocol,
+            exchange.status,
+            exchange.duration,
+            &exchange.outcome,
+        );
         let client = exchange.client;
         std::mem::replace(exchange, blank(client))
     }
@@ -363,6 +388,7 @@ impl<U: Upstreams> ExchangeRecord<'_, U> {
 fn blank<S>(client: ClientAddr) -> Exchange<S> {
     Exchange {
         client,
+        protocol: Protocol::Http1,
         method: hyper::Method::default(),
         uri: String::new(),
         status: None,
@@ -387,9 +413,12 @@ impl<U: Upstreams> ExchangeRecord<'_, U> {
         if exchange.status.is_none() {
             exchange.outcome = ExchangeOutcome::Incomplete;
         }
-        self.engine
-            .stats
-            .finished(exchange.status, exchange.duration, &exchange.outcome);
+        self.engine.stats.finished(
+            exchange.protocol,
+            exchange.status,
+            exchange.duration,
+            &exchange.outcome,
+        );
         self.engine.upstreams.report(Report::Exchange(exchange));
     }
 }

@@ -8,6 +8,7 @@ use super::table::server_table;
 use super::words::{esc, moment, page_link, plural};
 use crate::balancer::rules::overrides::Mode;
 use crate::config::{Monitoring, show_duration};
+use crate::http::Protocol;
 use crate::query::labels::{Labels, of};
 use crate::query::snapshot::{Snapshot, Standing};
 
@@ -129,6 +130,13 @@ fn facts(out: &mut String, l: &Labels, snap: &Snapshot) {
         fact(out, l.requests, &r.requests.to_string(), "");
         fact(out, l.answers_5xx, &r.classes[4].to_string(), "");
         fact(out, l.upgrades, &r.upgrades.to_string(), "");
+        let http2 = format!(
+            "{} <small>({} {})</small>",
+            r.connections_open[Protocol::H2.index()],
+            r.h2_streams_open,
+            l.streams
+        );
+        fact(out, l.http2_now, &http2, "");
     }
     fact(out, l.refused, &snap.state.rejected.to_string(), "");
     fact(out, l.unserved, &snap.state.unserved.to_string(), "");

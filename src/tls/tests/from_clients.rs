@@ -128,24 +128,35 @@ async fn sessions_resume_and_survive_a_certificate_reload() {
     }
 }
 
+/// An HTTP balancer offers `h2` first and `http/1.1`, or `http/1.1` alone with `HTTP2=0`; a
+/// TCP balancer offers nothing (a browser on its query interface falls back to none).
 #[tokio::test]
-async fn alpn_http1_only_where_asked() {
+async fn alpn_h2_and_http1_only_where_asked() {
     let ca = Ca::new("Test Root CA");
     let leaf = ca.issue(&["broker.test"], &rcgen::PKCS_ECDSA_P256_SHA256, |_| {});
     let files = Files::new();
     let browser = client_with(ca.roots(), |c| {
         c.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     });
-    for (http, expected) in [(true, Some(&b"http/1.1"[..])), (false, None)] {
+    let old = client_with(ca.roots(), |c| {
+        c.alpn_protocols = vec![b"http/1.1".to_vec()];
+    });
+    let cases = [
+        (true, true, &browser, Some(&b"h2"[..])),
+        (true, true, &old, Some(&b"http/1.1"[..])),
+        (true, false, &browser, Some(&b"http/1.1"[..])),
+        (false, true, &browser, None),
+    ];
+    for (http, h2, client, expected) in cases {
         let mut settings = files.settings(&leaf.pem, &leaf.key.serialize_pem());
-        settings.alpn_http1 = http;
+        (settings.alpn_http1, settings.alpn_h2) = (http, h2);
         let tls = load(&settings, &ca).unwrap();
-        let (server, client) = handshake(&tls, browser.clone(), "broker.test").await;
+        let (server, client) = handshake(&tls, client.clone(), "broker.test").await;
         let (server, _client) = (server.unwrap(), client.unwrap());
         assert_eq!(
             server.get_ref().1.alpn_protocol(),
             expected,
-            "alpn_http1={http}"
+            "alpn_http1={http} alpn_h2={h2}"
         );
     }
 }

@@ -97,6 +97,7 @@ fn a_passphrase_is_never_printed() {
         passphrase: Some(Passphrase::new("hunter2")),
         method: SslMethod::Any,
         alpn_http1: false,
+        alpn_h2: false,
     };
     let printed = format!("{settings:?} {}", Passphrase::new("hunter2"));
     assert!(!printed.contains("hunter2"), "{printed}");

@@ -139,6 +139,7 @@ impl Files {
             passphrase: None,
             method: SslMethod::Any,
             alpn_http1: false,
+            alpn_h2: false,
         }
     }
 }

@@ -80,9 +80,15 @@ pub struct DevTools {
 impl DevTools {
     /// Starts headless Chromium on `url` with the profile `profile`, and attaches to its page.
     pub async fn open(binary: &Path, profile: &Path, url: &str) -> DevTools {
+        DevTools::open_with(binary, profile, url, &[]).await
+    }
+
+    /// [`DevTools::open`] with more of Chromium's switches (`args`: a certificate to trust).
+    pub async fn open_with(binary: &Path, profile: &Path, url: &str, args: &[&str]) -> DevTools {
         let mut command = tokio::process::Command::new(binary);
         command
             .args(HEADLESS)
+            .args(args)
             .arg("--remote-debugging-port=0")
             .arg(format!("--user-data-dir={}", profile.display()))
             .arg(url)
