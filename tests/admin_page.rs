@@ -334,19 +334,9 @@ async fn forged_and_unsigned_actions_are_refused_and_change_nothing() {
     assert!(broker.state().servers[0].overrides.hold.is_some());
 }
 
-/// A local address of this host that is not loopback, if it has one: the source of a peer
-/// that is off loopback while the test stays on this machine.
-fn non_loopback_address() -> Option<IpAddr> {
-    let socket = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
-    // No packet is sent: connecting a UDP socket only picks the route and its source.
-    socket.connect("192.0.2.1:9").ok()?;
-    let ip = socket.local_addr().ok()?.ip();
-    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plain_http_is_refused_to_a_peer_off_loopback() {
-    let Some(ip) = non_loopback_address() else {
+    let Some(ip) = off_loopback_address() else {
         assert!(
             std::env::var_os("CI").is_none(),
             "no address off loopback under CI"

@@ -1582,18 +1582,9 @@ async fn a_server_named_with_a_final_dot_is_verified_and_checked_by_its_name() {
     }
 }
 
-/// A local address of this host that is not loopback, if it has one (the route's source
-/// towards a documentation address; no packet is sent).
-fn non_loopback_address() -> Option<std::net::IpAddr> {
-    let socket = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
-    socket.connect("192.0.2.1:9").ok()?;
-    let ip = socket.local_addr().ok()?.ip();
-    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_of_actions_is_offered_over_tls_to_a_peer_off_loopback() {
-    let Some(ip) = non_loopback_address() else {
+    let Some(ip) = off_loopback_address() else {
         assert!(
             std::env::var_os("CI").is_none(),
             "no address off loopback under CI"

@@ -27,12 +27,14 @@
 //! - `engine.rs`: the HTTP engine alone on a loopback port, over a recording balancer.
 //! - `scripted.rs`: a raw HTTP/1.1 server, byte for byte.
 //! - `chromium.rs`: headless Chromium, once or driven over DevTools.
+//! - `addresses.rs`: an address of this host off loopback, for a peer that is not local.
 //! - `webhook.rs`: a webhook receiver for the broker's alerts, plain or TLS, that records
 //!   each POST and answers as told (or hangs).
 
 // Functions short enough to read at once, as in the broker (70 lines: clippy.toml).
 #![warn(clippy::too_many_lines)]
 
+mod addresses;
 mod chromium;
 mod engine;
 mod faults;
@@ -50,6 +52,7 @@ mod webhook;
 
 use std::time::{Duration, Instant};
 
+pub use addresses::*;
 pub use chromium::*;
 pub use engine::*;
 pub use faults::*;
