@@ -736,6 +736,54 @@ async fn streams_beyond_the_limit_wait_and_a_client_past_its_connections_is_answ
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_query_connection_gives_its_place_up_and_waits_its_10s_as_over_http11() {
+    let tls = tls();
+    let origin = Origin::start().await;
+    let extra = "QUERY_MAX_CONNECTIONS=1\nHTTP_REQUEST_TIMEOUT=60s\n";
+    let broker = InProcess::start(&ini(&tls, extra, &[origin.addr])).await;
+    let ping = || get("/TOTVS_BROKER_QUERY/PING", &[]);
+    let (mut first, first_driver) = h2_client(broker.addr(), &tls).await;
+    assert_eq!(fetch(&mut first, ping(), None).await.status, 200);
+    // The first connection idles: its place goes to another client's query (a 503 went
+    // back to every such query while the first connection lived, before).
+    let mut second = None;
+    eventually_async("a second connection's query answered", async || {
+        let (mut send, driver) = h2_client(broker.addr(), &tls).await;
+        let answer = fetch(&mut send, ping(), None).await;
+        second = Some((send, driver));
+        answer.status == StatusCode::OK
+    })
+    .await;
+    // The first's next request is refused unprocessed (its client sends it again on a new
+    // connection), and the connection ends with a GOAWAY.
+    let mut first = first.ready().await.unwrap();
+    let (response, _) = first.send_request(ping(), true).unwrap();
+    let refused = within("the refusal", response).await.unwrap_err();
+    assert_eq!(
+        refused.reason(),
+        Some(h2::Reason::REFUSED_STREAM),
+        "{refused:?}"
+    );
+    within("the first connection's end", first_driver)
+        .await
+        .unwrap()
+        .ok();
+    // The second, idle, is closed after a query connection's 10 s wait for its next
+    // request, not HTTP_REQUEST_TIMEOUT's minute.
+    let (_send, driver) = second.unwrap();
+    let started = std::time::Instant::now();
+    within("the idle query connection's end", driver)
+        .await
+        .unwrap()
+        .ok();
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http2_0_offers_http11_only_and_a_reload_turns_it_on_for_new_connections() {
     let tls = tls();
     let origin = Origin::start().await;

@@ -70,14 +70,31 @@ impl Admission {
         }
     }
 
+    /// A connection with no request in hand is sent one at once (an HTTP/2 stream; an
+    /// HTTP/1.1 connection's bytes mark it in [`Balancer::admit_query`]): its query place
+    /// is held again, not to be given up. False when it went to another query meanwhile.
+    pub fn resumed(&self) -> bool {
+        self.query_place().is_none_or(Place::busy)
+    }
+
     /// The connection's place given back while it waits on what must hold none (a throttled
     /// sign-in's delay); a client stays counted as accepted, once.
     pub fn give_back(&mut self) {
         *self = match std::mem::take(self) {
             Admission::Client(_) | Admission::Counted(_) => Admission::Counted(None),
             Admission::Unknown | Admission::Query(_) => Admission::Unknown,
-            // A stream's is its connection's, which its other streams hold too.
-            stream @ Admission::Stream(_) => stream,
+            // A stream's is its connection's: given back when no other stream of it is in
+            // hand (the connection's hold and this stream's are all), as another may be
+            // using it. Streams are served in their connection's task: none starts meanwhile.
+            Admission::Stream(connection) => {
+                if Arc::strong_count(&connection) == 2 {
+                    connection
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .give_back();
+                }
+                Admission::Stream(connection)
+            }
         };
     }
 
@@ -138,5 +155,29 @@ impl Balancer {
             _ => Admission::Client(slot),
         };
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::balancer::rules::places::QueryPlaces;
+
+    #[test]
+    fn a_stream_gives_its_connections_place_back_only_when_no_other_stream_is_in_hand() {
+        let places = Arc::new(QueryPlaces::default());
+        let place = places.take(1).unwrap_or_else(|| unreachable!());
+        let connection = Arc::new(Mutex::new(Admission::Query(place)));
+        let mut one = Admission::Stream(Arc::clone(&connection));
+        let other = Admission::Stream(Arc::clone(&connection));
+        one.give_back();
+        assert_eq!(places.taken(), 1, "the other stream may be using it");
+        drop(other);
+        one.give_back();
+        assert_eq!(places.taken(), 0);
+        assert!(matches!(
+            *connection.lock().unwrap_or_else(|p| p.into_inner()),
+            Admission::Unknown
+        ));
     }
 }

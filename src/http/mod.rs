@@ -188,6 +188,28 @@ pub trait Upstreams: Send + Sync + 'static {
     fn waiting(&self, _admission: &Self::Admission) -> Option<Duration> {
         None
     }
+
+    /// A connection that carries several requests at once (HTTP/2), which has no next
+    /// request to wait for, is sent a new one: what it holds is held again (a query
+    /// connection's place, no longer to be given to another), or the connection ends as an
+    /// HTTP/1.1 one would at that request ([`NewStream`]). The default: served.
+    fn resumed(&self, _admission: &Self::Admission) -> NewStream {
+        NewStream::Serve
+    }
+}
+
+/// What a connection carrying several requests at once (HTTP/2) does with a new one, as its
+/// balancer says ([`Upstreams::resumed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NewStream {
+    /// Served as usual.
+    Serve,
+    /// Served, and the connection ends after it (`GOAWAY`): a query connection past its life.
+    ServeLast,
+    /// Refused unprocessed (`REFUSED_STREAM`, which the client sends again on a new
+    /// connection) and the connection ended: a query connection whose place went to another
+    /// query while it idled, as an idle HTTP/1.1 one is closed unanswered.
+    Refuse,
 }
 
 /// A failed connect as the engine weighs it: whether the next server is worth trying.

@@ -11,7 +11,8 @@ use tracing::Instrument;
 use crate::balancer::{Admission, ClientHold};
 use crate::http::h1::Editor;
 use crate::http::{
-    Choice, ClientHead, ConnectFailure, Downstream, LocalAnswer, LocalRequest, Report, Upstreams,
+    Choice, ClientHead, ConnectFailure, Downstream, LocalAnswer, LocalRequest, NewStream, Report,
+    Upstreams,
 };
 use crate::http_balancer::{HttpBalancer, RequestHold, ServerTarget, client_key};
 use crate::net::dial::{ConnectError, ServerStream};
@@ -168,6 +169,10 @@ impl Upstreams for HttpBalancer {
 
     fn waiting(&self, admission: &Admission) -> Option<Duration> {
         query::limits::waiting(admission)
+    }
+
+    fn resumed(&self, admission: &Admission) -> NewStream {
+        query::limits::resumed(admission)
     }
 
     /// A stream's requests are counted on its connection's admission: the connection is one

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::reply::closing;
 use crate::balancer::Admission;
-use crate::http::{LocalAnswer, LocalRequest};
+use crate::http::{LocalAnswer, LocalRequest, NewStream};
 
 /// Longest request line of a query (beyond it: 414). TOTVS monitors send short ones.
 pub(super) const MAX_REQUEST_LINE: usize = 8 * 1024;
@@ -44,11 +44,26 @@ pub fn waiting(admission: &Admission) -> Option<Duration> {
         Admission::Query(place) | Admission::Counted(Some(place)) => {
             Some(HEAD_TIMEOUT.min(MAX_QUERY_CONNECTION.saturating_sub(place.age())))
         }
-        // A stream's (HTTP/2) wait is its connection's, bounded by HTTP_REQUEST_TIMEOUT.
+        // A stream's (HTTP/2) wait is its connection's, asked of the connection's own.
         Admission::Unknown
         | Admission::Client(_)
         | Admission::Counted(None)
         | Admission::Stream(_) => None,
+    }
+}
+
+/// A new request (an HTTP/2 stream) on the connection of `admission`, which carries several
+/// at once and so has no next head to wait for: held to what an HTTP/1.1 query connection is
+/// at its next request. Closed unanswered when its place went to another query while it
+/// idled (the client asks again on a new connection); past its life, the request answered and
+/// the connection closed.
+pub fn resumed(admission: &Admission) -> NewStream {
+    if !admission.resumed() {
+        NewStream::Refuse
+    } else if past_life(admission) {
+        NewStream::ServeLast
+    } else {
+        NewStream::Serve
     }
 }
 
@@ -90,5 +105,20 @@ mod tests {
         assert_eq!(waiting(&admission), Some(Duration::ZERO));
         assert!(past_life(&admission));
         assert_eq!(waiting(&Admission::Unknown), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_new_stream_is_refused_once_the_place_went_and_is_the_last_past_the_life() {
+        let places = std::sync::Arc::new(crate::balancer::rules::places::QueryPlaces::default());
+        let admission = Admission::Query(places.take(1).unwrap_or_else(|| unreachable!()));
+        let _ = waiting(&admission);
+        assert_eq!(resumed(&admission), NewStream::Serve);
+        assert!(places.take(1).is_none(), "held again by the new stream");
+        tokio::time::advance(MAX_QUERY_CONNECTION).await;
+        assert_eq!(resumed(&admission), NewStream::ServeLast);
+        let _ = waiting(&admission);
+        let _newcomer = places.take(1).unwrap_or_else(|| unreachable!());
+        assert_eq!(resumed(&admission), NewStream::Refuse);
+        assert_eq!(resumed(&Admission::Unknown), NewStream::Serve);
     }
 }

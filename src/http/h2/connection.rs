@@ -15,7 +15,11 @@
 //! - **Rapid reset**: streams the client reset are counted ([`Resets`]); past 1,000 within
 //!   10 s the connection ends with `GOAWAY ENHANCE_YOUR_CALM`.
 //! - **Idle**: a connection with no stream for `HTTP_REQUEST_TIMEOUT` (and one that has not
-//!   sent its preface within it) is closed with `GOAWAY`, as an idle HTTP/1.1 connection is.
+//!   sent its preface within it) is closed with `GOAWAY`, as an idle HTTP/1.1 connection is;
+//!   with no stream in hand it is held to its balancer's wait for a next request
+//!   ([`Upstreams::waiting`]: a query connection's place may go to a new query, its wait is
+//!   shorter), and each new stream to what that request would meet ([`Upstreams::resumed`]:
+//!   refused once the place went, the connection's last past a query connection's life).
 //! - **Drain** (`closing`): `GOAWAY` with the last stream id taken (the crate's graceful
 //!   shutdown: a first `GOAWAY` and a `PING`, then the last id once the client answered, so
 //!   no stream in flight is lost); the streams in hand finish, a stream past the last id is
@@ -45,7 +49,7 @@ use super::resets::{MOST_RESETS, ResetTally, Resets, WINDOW_SECONDS};
 use super::response::websocket_key;
 use super::stream::H2Stream;
 use crate::http::stats::Open;
-use crate::http::{Downstream, Engine, Protocol, Settings, Upstreams};
+use crate::http::{Downstream, Engine, NewStream, Protocol, Settings, Upstreams};
 use crate::net::stream::Stream;
 use crate::support::throttle::Throttle;
 
@@ -212,12 +216,16 @@ impl<U: Upstreams> Serving<'_, U> {
                     match connection.poll_accept(cx) {
                         Poll::Ready(Some(Ok((request, respond)))) => {
                             accepted = true;
-                            if streams.len() >= self.most {
+                            if streams.len() >= self.most
+                                || !self.resumed(&admission, &mut connection, &mut shutting)
+                            {
                                 refuse_stream(respond);
                                 continue;
                             }
                             let serve = self.stream(request, respond, &shared, &admission);
                             streams.push(serve);
+                            // Set here too: a stream may end in the poll that took it.
+                            busy = true;
                             if self.refusing.is_some() && !shutting {
                                 // A refused connection answers what the client sent until
                                 // its GOAWAY, as an HTTP/1.1 one answers its first request.
@@ -250,12 +258,11 @@ impl<U: Upstreams> Serving<'_, U> {
                 return Poll::Ready(());
             }
             if !streams.is_empty() {
-                busy = true;
                 return Poll::Pending;
             }
             if std::mem::take(&mut busy) {
                 // The last stream ended: the idle time starts now.
-                idle.as_mut().reset(Instant::now() + self.idle);
+                idle.as_mut().reset(Instant::now() + self.waiting(&admission));
             }
             self.idled(cx, idle.as_mut(), &mut connection, &mut shutting)
         })
@@ -273,6 +280,33 @@ impl<U: Upstreams> Serving<'_, U> {
         }
         self.engine.stats().h2_reset(reset);
         resets.add(Instant::now(), reset)
+    }
+
+    /// A new stream, held to its balancer's rules as an HTTP/1.1 connection's next request
+    /// is ([`Upstreams::resumed`]): false when it is to be refused. The connection ends
+    /// (`GOAWAY`) when the balancer says so.
+    fn resumed<S: Stream>(
+        &self,
+        admission: &Mutex<U::Admission>,
+        connection: &mut h2::server::Connection<S, Bytes>,
+        shutting: &mut bool,
+    ) -> bool {
+        let held = admission.lock().unwrap_or_else(|p| p.into_inner());
+        let new = self.engine.upstreams().resumed(&held);
+        if new != NewStream::Serve && !*shutting {
+            connection.graceful_shutdown();
+            *shutting = true;
+        }
+        new != NewStream::Refuse
+    }
+
+    /// The connection has no stream in hand: what it holds may go to another meanwhile (a
+    /// query connection's place), and how long it may idle, bounded as an HTTP/1.1
+    /// connection's wait for its next request is ([`Upstreams::waiting`]).
+    fn waiting(&self, admission: &Mutex<U::Admission>) -> Duration {
+        let held = admission.lock().unwrap_or_else(|p| p.into_inner());
+        let bound = self.engine.upstreams().waiting(&held);
+        bound.map_or(self.idle, |bound| bound.min(self.idle))
     }
 
     /// The exchange of one stream, its request written for the engine.
