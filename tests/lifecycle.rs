@@ -616,8 +616,15 @@ struct Demo {
 }
 
 /// Starts `appbroker demo --config <the example on free ports> <args>` and waits until it is
-/// ready.
+/// ready. A port found free may be taken by another process before the demo binds it (a
+/// client's ephemeral port, on a busy machine): the demo then says so and exits, and is
+/// started again on other ports, twice at most.
 async fn start_demo(args: &[&str]) -> Demo {
+    for _ in 0..2 {
+        if let Ok(demo) = launch_demo(&[], args, Process::spawn).await {
+            return demo;
+        }
+    }
     start_demo_as(&[], args, Process::spawn).await
 }
 
@@ -628,6 +635,18 @@ async fn start_demo_as(
     args: &[&str],
     spawn: impl FnOnce(Command) -> Process,
 ) -> Demo {
+    match launch_demo(prefix, args, spawn).await {
+        Ok(demo) => demo,
+        Err(log) => panic!("a port of the demo was taken as it started; log:\n{log}"),
+    }
+}
+
+/// [`start_demo_as`], or the demo's log when one of its ports was taken before it bound it.
+async fn launch_demo(
+    prefix: &[&str],
+    args: &[&str],
+    spawn: impl FnOnce(Command) -> Process,
+) -> Result<Demo, String> {
     let (dir, path, ports) = demo_config();
     let mut command = match prefix.split_first() {
         Some((program, rest)) => {
@@ -655,13 +674,26 @@ async fn start_demo_as(
     std::fs::create_dir(&tmp).unwrap();
     command.env("TMPDIR", &tmp);
     let process = spawn(command);
-    process.wait_for_log("broker ready").await;
-    Demo {
+    let ready = until("the demo ready, or a port of it taken", async || {
+        let lines = process.lines.lock().unwrap();
+        if lines.iter().any(|l| l.contains("broker ready")) {
+            Ok(true)
+        } else if lines.iter().any(|l| l.contains("address already in use")) {
+            Ok(false)
+        } else {
+            Err(format!("log:\n{}", lines.join("\n")))
+        }
+    })
+    .await;
+    if !ready {
+        return Err(process.log_text());
+    }
+    Ok(Demo {
         process,
         ports,
         path,
         _dir: dir,
-    }
+    })
 }
 
 /// Sends `line` through the demo's first balancer; returns the prefix of the reply: the name
