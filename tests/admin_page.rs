@@ -396,26 +396,41 @@ async fn forged_and_unsigned_actions_are_refused_and_change_nothing() {
     assert!(broker.state().servers[0].overrides.hold.is_some());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn plain_http_is_refused_to_a_peer_off_loopback() {
-    let Some(ip) = off_loopback_address() else {
+/// An address of this host off loopback; `None` when it has none (the test is skipped,
+/// which fails under CI).
+fn off_loopback_or_skip() -> Option<IpAddr> {
+    let ip = off_loopback_address();
+    if ip.is_none() {
         assert!(
             std::env::var_os("CI").is_none(),
             "no address off loopback under CI"
         );
         eprintln!("skipped: this host has no address off loopback");
-        return;
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let users = users_file(dir.path());
-    let a = TestServer::start("a").await;
-    let ini = ini_for(&[&a], "")
+    }
+    ip
+}
+
+/// A broker of `a` listening on every address, with `extra` and its page of actions on (its
+/// users file in `dir`).
+async fn on_every_address(dir: &Path, a: &TestServer, extra: &str) -> InProcess {
+    let users = users_file(dir);
+    let ini = ini_for(&[a], extra)
         .replace("[General]\n", &format!("[General]\n{}", general(&users)))
         .replace(
             "LOCAL_SERVER_ADDRESS=127.0.0.1",
             "LOCAL_SERVER_ADDRESS=0.0.0.0",
         );
-    let broker = InProcess::start(&ini).await;
+    InProcess::start(&ini).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_http_is_refused_to_a_peer_off_loopback() {
+    let Some(ip) = off_loopback_or_skip() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let a = TestServer::start("a").await;
+    let broker = on_every_address(dir.path(), &a, "").await;
     let ana = basic("ana", "right horse");
     let loopback = SocketAddr::new("127.0.0.1".parse().unwrap(), broker.addr().port());
     let token = token(loopback, &ana, "01").await;
@@ -440,24 +455,12 @@ async fn plain_http_is_refused_to_a_peer_off_loopback() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_front_off_this_host_naming_a_loopback_client_is_no_loopback_peer() {
-    let Some(ip) = off_loopback_address() else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "no address off loopback under CI"
-        );
-        eprintln!("skipped: this host has no address off loopback");
+    let Some(ip) = off_loopback_or_skip() else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let users = users_file(dir.path());
     let a = TestServer::start("a").await;
-    let ini = ini_for(&[&a], "PROXY_PROTOCOL=1")
-        .replace("[General]\n", &format!("[General]\n{}", general(&users)))
-        .replace(
-            "LOCAL_SERVER_ADDRESS=127.0.0.1",
-            "LOCAL_SERVER_ADDRESS=0.0.0.0",
-        );
-    let broker = InProcess::start(&ini).await;
+    let broker = on_every_address(dir.path(), &a, "PROXY_PROTOCOL=1").await;
     let port = broker.addr().port();
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
