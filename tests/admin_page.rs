@@ -2,8 +2,11 @@
 //! without `ADMIN_USERS`; a user of a real htpasswd file (`htpasswd -B`) disables and enables
 //! a server through the page's confirmation and its form, and `ctl show`, the JSON and the log
 //! agree; every forged or unsigned action refused with its status and nothing changed; plain
-//! HTTP refused from an address off this host; a thousand wrong passwords slowed, logged once,
-//! while the user signs in from another address; a restart and its cooldown; an HTTP
+//! HTTP refused from an address off this host, directly or through a front's PROXY protocol
+//! header; ADMIN's answers unframeable and unstored, the public pages unchanged; a thousand
+//! wrong passwords slowed, logged once, while the user signs in from another address; wrong
+//! passwords from thousands of addresses while a signed-in user goes on at once and every
+//! sign-in is answered within its bounds; a restart and its cooldown; an HTTP
 //! balancer's page; release of an operator's and of the monitor's quarantine; cut, of that
 //! server's clients only; a client whose sign-in waited counted once; a reload reading the
 //! users again; `--check` refusing an MD5 file; Chromium signing in and clicking disable, and
@@ -27,13 +30,18 @@ const SECRET: &str = "a session secret of thirty-two characters or more";
 /// An htpasswd file of bcrypt entries made by the real `htpasswd -B` (apache2-utils):
 /// `ana` / `right horse`, `bob` / `bobs password`.
 fn users_file(dir: &Path) -> PathBuf {
+    users_file_of_cost(dir, 5)
+}
+
+/// The same, its hashes of bcrypt's `cost` (`htpasswd -B -C`; 5 is its default).
+fn users_file_of_cost(dir: &Path, cost: u32) -> PathBuf {
     let path = dir.join("users");
     for (i, (user, password)) in [("ana", "right horse"), ("bob", "bobs password")]
         .iter()
         .enumerate()
     {
         let mut command = Command::new("htpasswd");
-        command.arg("-B").arg("-b");
+        command.arg("-B").arg("-b").arg("-C").arg(cost.to_string());
         if i == 0 {
             command.arg("-c");
         }
@@ -189,6 +197,53 @@ async fn a_user_disables_and_enables_a_server_and_ctl_and_the_json_agree() {
     assert!(!state.contains("right horse"));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_answers_are_never_framed_nor_stored_and_the_public_pages_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let users = users_file(dir.path());
+    let a = TestServer::start("a").await;
+    let ini = ini_for(&[&a], "").replace("[General]\n", &format!("[General]\n{}", general(&users)));
+    let broker = InProcess::start(&ini).await;
+    let ana = basic("ana", "right horse");
+    let signed = [("Authorization", ana.as_str())];
+    for (what, target, lines) in [
+        ("the page", "", &signed[..]),
+        ("a confirmation", "?action=disable&server=01", &signed[..]),
+        ("the challenge", "", &[][..]),
+    ] {
+        let answer = raw_request(broker.addr(), &request("GET", target, lines, "")).await;
+        assert_eq!(
+            answer.header("x-frame-options").as_deref(),
+            Some("DENY"),
+            "{what}"
+        );
+        assert_eq!(
+            answer.header("content-security-policy").as_deref(),
+            Some("frame-ancestors 'none'"),
+            "{what}"
+        );
+        assert_eq!(
+            answer.header("cache-control").as_deref(),
+            Some("no-store"),
+            "{what}"
+        );
+    }
+    for public in ["/TOTVS_BROKER_QUERY/STATUS", "/TOTVS_BROKER_QUERY/JSON"] {
+        let answer = raw_request(broker.addr(), &get_of(public)).await;
+        assert_eq!(answer.status, 200, "{answer:?}");
+        assert!(answer.header("x-frame-options").is_none(), "{public}");
+        assert!(
+            answer.header("content-security-policy").is_none(),
+            "{public}"
+        );
+        assert_eq!(
+            answer.header("cache-control").as_deref(),
+            Some("no-cache"),
+            "{public}"
+        );
+    }
+}
+
 /// `ctl show --json`'s first balancer.
 fn ctl_show(broker: &Broker) -> Value {
     let mut command = Command::new(binary());
@@ -260,6 +315,13 @@ async fn forged_and_unsigned_actions_are_refused_and_change_nothing() {
             "no token",
             vec![auth],
             "action=disable&server=01".into(),
+            403,
+        ),
+        // The token is checked before the fields: nothing of them is said to a forger.
+        (
+            "an unknown action without a token",
+            vec![auth],
+            "action=nuke&server=09&weight=x".into(),
             403,
         ),
         ("another user's token", vec![auth], with(&bob_token), 403),
@@ -334,26 +396,41 @@ async fn forged_and_unsigned_actions_are_refused_and_change_nothing() {
     assert!(broker.state().servers[0].overrides.hold.is_some());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn plain_http_is_refused_to_a_peer_off_loopback() {
-    let Some(ip) = off_loopback_address() else {
+/// An address of this host off loopback; `None` when it has none (the test is skipped,
+/// which fails under CI).
+fn off_loopback_or_skip() -> Option<IpAddr> {
+    let ip = off_loopback_address();
+    if ip.is_none() {
         assert!(
             std::env::var_os("CI").is_none(),
             "no address off loopback under CI"
         );
         eprintln!("skipped: this host has no address off loopback");
-        return;
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let users = users_file(dir.path());
-    let a = TestServer::start("a").await;
-    let ini = ini_for(&[&a], "")
+    }
+    ip
+}
+
+/// A broker of `a` listening on every address, with `extra` and its page of actions on (its
+/// users file in `dir`).
+async fn on_every_address(dir: &Path, a: &TestServer, extra: &str) -> InProcess {
+    let users = users_file(dir);
+    let ini = ini_for(&[a], extra)
         .replace("[General]\n", &format!("[General]\n{}", general(&users)))
         .replace(
             "LOCAL_SERVER_ADDRESS=127.0.0.1",
             "LOCAL_SERVER_ADDRESS=0.0.0.0",
         );
-    let broker = InProcess::start(&ini).await;
+    InProcess::start(&ini).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_http_is_refused_to_a_peer_off_loopback() {
+    let Some(ip) = off_loopback_or_skip() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let a = TestServer::start("a").await;
+    let broker = on_every_address(dir.path(), &a, "").await;
     let ana = basic("ana", "right horse");
     let loopback = SocketAddr::new("127.0.0.1".parse().unwrap(), broker.addr().port());
     let token = token(loopback, &ana, "01").await;
@@ -376,21 +453,67 @@ async fn plain_http_is_refused_to_a_peer_off_loopback() {
     );
 }
 
-/// POSTs a wrong password from `from` to `addr`: its status and how long it took.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_front_off_this_host_naming_a_loopback_client_is_no_loopback_peer() {
+    let Some(ip) = off_loopback_or_skip() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let a = TestServer::start("a").await;
+    let broker = on_every_address(dir.path(), &a, "PROXY_PROTOCOL=1").await;
+    let port = broker.addr().port();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let form = format!(
+        "action=disable&server=01&token={}",
+        expired_token("ana", now + 3600)
+    );
+    let ana = basic("ana", "right horse");
+    // A front's header naming one of its own loopback clients, from `front`.
+    let relayed = |front: IpAddr| {
+        let form = form.clone();
+        let ana = ana.clone();
+        async move {
+            let mut bytes = format!("PROXY TCP4 127.0.0.1 127.0.0.1 40000 {port}\r\n").into_bytes();
+            bytes.extend(request("POST", "", &[("Authorization", &ana)], &form));
+            let stream = tokio::net::TcpStream::connect(SocketAddr::new(front, port));
+            let mut client = RawClient::on(stream.await.unwrap());
+            assert!(client.send(&bytes).await);
+            client.answer().await.expect("an answer")
+        }
+    };
+    let answer = relayed(ip).await;
+    assert_eq!(answer.status, 403, "{answer:?}");
+    assert!(answer.text().contains("TLS"), "{answer:?}");
+    assert!(broker.state().servers[0].overrides.hold.is_none());
+    // The same from a front on this host acts.
+    let answer = relayed("127.0.0.1".parse().unwrap()).await;
+    assert_eq!(answer.status, 303, "{answer:?}");
+}
+
+/// GETs the page with a wrong password from `from` to `addr`: its status and how long it took.
 async fn wrong_from(from: IpAddr, addr: SocketAddr) -> (u16, Duration) {
+    let wrong = basic("ana", "wrong horse");
+    let (answer, took) = page_from(from, addr, &wrong).await;
+    (answer.status, took)
+}
+
+/// GETs the page with `authorization` from `from` to `addr`: the answer and how long it took.
+async fn page_from(from: IpAddr, addr: SocketAddr, authorization: &str) -> (Answer, Duration) {
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    // Thousands of these end in TIME_WAIT here: they must not keep another test's broker
+    // from binding a port on every address.
+    socket.set_reuseaddr(true).unwrap();
     socket.bind(SocketAddr::new(from, 0)).unwrap();
     let stream = socket.connect(addr).await.unwrap();
     let mut client = RawClient::on(stream);
     let started = Instant::now();
-    let wrong = basic("ana", "wrong horse");
-    assert!(
-        client
-            .send(&request("GET", "", &[("Authorization", &wrong)], ""))
-            .await
-    );
+    let lines = [("Authorization", authorization)];
+    assert!(client.send(&request("GET", "", &lines, "")).await);
     let answer = client.answer().await.expect("an answer");
-    (answer.status, started.elapsed())
+    (answer, started.elapsed())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -457,6 +580,94 @@ async fn a_thousand_wrong_passwords_are_slowed_and_logged_once_and_the_user_sign
     );
     assert_eq!(broker.count_logs("failed sign-ins from 127.0.0.7"), 1);
     assert!(!broker.log_text().contains("wrong horse"));
+}
+
+/// Wrong passwords from `addresses` loopback addresses (`127.1.x.y`), `in_flight` at a time,
+/// until `stop`: their statuses.
+async fn attack(
+    addr: SocketAddr,
+    addresses: u32,
+    in_flight: usize,
+    stop: tokio_util::sync::CancellationToken,
+) -> Vec<u16> {
+    let turns = std::sync::Arc::new(tokio::sync::Semaphore::new(in_flight));
+    let mut guesses = tokio::task::JoinSet::new();
+    for n in (0..addresses).cycle() {
+        let turn = tokio::select! {
+            turn = std::sync::Arc::clone(&turns).acquire_owned() => turn.unwrap(),
+            () = stop.cancelled() => break,
+        };
+        let from = IpAddr::V4(std::net::Ipv4Addr::from(0x7f01_0001 + n));
+        guesses.spawn(async move {
+            let (status, _) = wrong_from(from, addr).await;
+            drop(turn);
+            status
+        });
+    }
+    guesses.join_all().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_passwords_from_thousands_of_addresses_leave_sign_ins_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    // A costlier hash, as a careful operator's: the verifications are the bottleneck.
+    let users = users_file_of_cost(dir.path(), 8);
+    let a = TestServer::start("a").await;
+    let ini = ini_for(&[&a], "QUERY_MAX_CONNECTIONS=1024")
+        .replace("[General]\n", &format!("[General]\n{}", general(&users)));
+    let broker = Broker::start(&ini).await;
+    let (bob, ana) = (basic("bob", "bobs password"), basic("ana", "right horse"));
+    let (bobs, anas): (IpAddr, IpAddr) =
+        ("127.0.0.9".parse().unwrap(), "127.0.0.8".parse().unwrap());
+    // Bob signed in before the attack, at the desk ana uses: his browser's credential is
+    // remembered, and that desk is one users sign in from.
+    assert_eq!(page_from(anas, broker.addr(), &bob).await.0.status, 200);
+    // 3,000 addresses, 256 guesses in flight: far more than are checked at once.
+    let stop = tokio_util::sync::CancellationToken::new();
+    let attacker = tokio::spawn(attack(broker.addr(), 3000, 256, stop.clone()));
+    let attacked = Instant::now();
+    let (mut signed, mut busy) = (false, 0);
+    while attacked.elapsed() < Duration::from_secs(12) {
+        // Bob, signed in before, goes on working at once.
+        let (page, took) = page_from(bobs, broker.addr(), &bob).await;
+        assert_eq!(page.status, 200, "{page:?}");
+        assert!(took < Duration::from_secs(1), "bob's page took {took:?}");
+        // Ana signs in, each attempt answered within its bounds: checked, or busy at once.
+        let (page, took) = page_from(anas, broker.addr(), &ana).await;
+        assert!(took < Duration::from_secs(8), "ana's sign-in took {took:?}");
+        match page.status {
+            200 => signed = true,
+            503 => {
+                assert!(page.header("retry-after").is_some(), "{page:?}");
+                busy += 1;
+            }
+            _ => panic!("{page:?}"),
+        }
+    }
+    stop.cancel();
+    let statuses = attacker.await.unwrap();
+    let refused = statuses.iter().filter(|&&s| s == 503).count();
+    eprintln!(
+        "{} wrong passwords from 3,000 addresses in {:?}: {refused} answered busy; ana signed \
+         in during it: {signed} ({busy} busy answers)",
+        statuses.len(),
+        attacked.elapsed()
+    );
+    assert!(statuses.iter().all(|&s| s == 401 || s == 503));
+    assert!(
+        refused > 0,
+        "past the sign-ins waiting at once, attempts are answered busy"
+    );
+    // Ana's desk is one users signed in from: a place is kept for it.
+    assert!(
+        signed,
+        "ana signed in during the attack ({busy} busy answers)"
+    );
+    // The attack over, ana signs in at once.
+    let (page, took) = page_from(anas, broker.addr(), &ana).await;
+    assert_eq!(page.status, 200, "{page:?}");
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    assert!(!broker.log_text().contains("right horse"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

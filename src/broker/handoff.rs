@@ -103,6 +103,7 @@ impl Serve for Handoff {
 fn downstream(origin: &ClientOrigin, tls: bool) -> Downstream {
     Downstream {
         peer: origin.client.into(),
+        front_off_host: origin.front_off_host(),
         tls,
         local: origin.destination,
         check: origin.check,

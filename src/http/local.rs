@@ -34,6 +34,9 @@ pub struct LocalRequest {
     /// the one its `X-Forwarded-For` named: then the connection's peer is the proxy, and the
     /// connection carries other clients' requests too (refusing this one does not end it).
     pub via: Option<IpAddr>,
+    /// A PROXY protocol header named the connection's client, sent by a front off this host
+    /// ([`Downstream::front_off_host`](crate::http::Downstream::front_off_host)).
+    pub front_off_host: bool,
     /// The request line's length as received (method, target and version; an HTTP/2
     /// stream's method and path), which the query interface's limits weigh.
     pub line_len: usize,
@@ -67,6 +70,7 @@ impl LocalRequest {
             client,
             tls,
             via: None,
+            front_off_host: false,
             line_len: method.len() + target.len(),
             head_len: method.len() + target.len(),
             body: LocalBody::Whole(Vec::new()),

@@ -251,6 +251,10 @@ pub struct Downstream {
     /// for one request, the client a trusted proxy's `X-Forwarded-For` names
     /// (`HTTP_TRUSTED_PROXIES`), which may be unknown.
     pub peer: ClientAddr,
+    /// A PROXY protocol header named the client, sent by a front off this host (the
+    /// connection's own peer not on loopback: `ClientOrigin::front_off_host`). A flag, not the
+    /// address: it is all that is asked of it, and every idle connection carries it.
+    pub front_off_host: bool,
     /// Whether the client came over TLS (`X-Forwarded-Proto: https`, the cookie's `Secure`).
     pub tls: bool,
     /// Where the client connected, when known (a PROXY protocol header's destination, or the

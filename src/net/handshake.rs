@@ -15,7 +15,7 @@
 //! The header comes before TLS, as HAProxy and every front balancer send it. Nothing here
 //! knows of balancers or of what serves a connection.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use tokio::io::AsyncReadExt;
@@ -57,6 +57,10 @@ pub struct Accepted {
 pub struct ClientOrigin {
     /// The client: the socket's peer, or the client a PROXY protocol header named.
     pub client: SocketAddr,
+    /// The front balancer whose PROXY protocol header named `client`: the socket's peer, which
+    /// what trusts only this host's own connections (ADMIN over plain HTTP) asks too. `None`
+    /// when `client` is the socket's peer.
+    pub front: Option<IpAddr>,
     /// Where the client connected, when a header said (the front balancer's address, as the
     /// client saw it); `None`: the accepted socket's own address.
     pub destination: Option<SocketAddr>,
@@ -68,6 +72,20 @@ pub struct ClientOrigin {
     /// send): the later waits for a first byte (TLS's, the query sniff's) take only what is
     /// left of `QUERY_SNIFF_TIMEOUT`, so a server-first client waits for it once, not twice.
     pub silent_for: Duration,
+}
+
+impl ClientOrigin {
+    /// Whether a PROXY protocol header named the client and the front that sent it is off
+    /// this host (not on loopback, an IPv4-mapped loopback counted as loopback): what trusts
+    /// only this host's own connections (ADMIN over plain HTTP) asks of the socket's peer too.
+    pub fn front_off_host(&self) -> bool {
+        self.front.is_some_and(|ip| match ip {
+            IpAddr::V4(v4) => !v4.is_loopback(),
+            IpAddr::V6(v6) => {
+                !(v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()))
+            }
+        })
+    }
 }
 
 /// What the PROXY protocol step needs, from the generation the connection arrived in.
@@ -180,6 +198,7 @@ impl Accepted {
             peer,
             origin: ClientOrigin {
                 client: peer,
+                front: None,
                 destination: None,
                 check: false,
                 silent_for: Duration::ZERO,
@@ -216,6 +235,7 @@ impl Accepted {
                 destination,
             } => ClientOrigin {
                 client: source,
+                front: Some(self.peer.ip()),
                 destination: Some(destination),
                 check: false,
                 silent_for: Duration::ZERO,
@@ -364,11 +384,19 @@ mod tests {
             accepted.origin,
             ClientOrigin {
                 client: "192.0.2.7:56324".parse().unwrap(),
+                front: Some(accepted.peer.ip()),
                 destination: Some("198.51.100.1:443".parse().unwrap()),
                 check: false,
                 silent_for: Duration::ZERO,
             }
         );
+        // The front is this host's; one elsewhere is told apart.
+        assert!(!accepted.origin.front_off_host());
+        let afar = ClientOrigin {
+            front: Some("192.0.2.1".parse().unwrap()),
+            ..accepted.origin
+        };
+        assert!(afar.front_off_host());
         let mut rest = [0u8; 9];
         accepted.stream.read_exact(&mut rest).await.unwrap();
         assert_eq!(&rest, b"\x16\x03\x01 hello");

@@ -30,3 +30,14 @@ pub(super) fn body(status: u16, content_type: &'static str, content: String) -> 
         .with("Cache-Control", "no-cache")
         .with("X-Content-Type-Options", "nosniff")
 }
+
+/// `answer` as ADMIN sends it: never framed by another page (clickjacking a confirmation's
+/// button), never stored by a cache (its pages carry the anti-forgery token). The public
+/// pages are left as they are.
+pub(super) fn guarded(mut answer: LocalAnswer) -> LocalAnswer {
+    answer.fields.retain(|(name, _)| *name != "Cache-Control");
+    answer
+        .with("Cache-Control", "no-store")
+        .with("X-Frame-Options", "DENY")
+        .with("Content-Security-Policy", "frame-ancestors 'none'")
+}

@@ -153,7 +153,7 @@ fn not_allowed(methods: &[&str]) -> LocalAnswer {
 
 /// `%XX` escapes of a path decoded; a malformed escape is kept as it is (and then names
 /// nothing), and bytes that are not UTF-8 are replaced.
-fn percent_decode(path: &str) -> String {
+pub(super) fn percent_decode(path: &str) -> String {
     let bytes = path.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

@@ -196,6 +196,7 @@ impl<S: Stream> TcpClient<S> {
         };
         let client = Downstream {
             peer: self.origin.client.into(),
+            front_off_host: self.origin.front_off_host(),
             tls: self.stream.plain().is_none(),
             local: self.origin.destination,
             check: self.origin.check,
@@ -344,6 +345,7 @@ mod tests {
             stream,
             ClientOrigin {
                 client: peer,
+                front: None,
                 destination: None,
                 check: false,
                 silent_for: std::time::Duration::ZERO,

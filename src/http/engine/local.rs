@@ -101,6 +101,7 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
             request.push_field(field.name, field.value);
         }
         request.via = self.client.via;
+        request.front_off_host = peer.front_off_host;
         let line = self.buf.filled().iter().position(|&b| b == b'\n');
         request.line_len = line.map_or(self.head.len(), |end| end + 1);
         request.head_len = self.head.len();
@@ -247,6 +248,7 @@ pub(super) mod tests {
         let engine = Engine::new(Arc::new(Echo), Settings::default());
         let downstream = Downstream {
             peer: peer.into(),
+            front_off_host: false,
             tls: false,
             local: None,
             check: false,

@@ -4,6 +4,7 @@
 //! the request was sent to, or `Sec-Fetch-Site: cross-site`.
 
 use crate::http::{LocalBody, LocalRequest};
+use crate::query::route::percent_decode;
 
 /// An action on a server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,8 +56,20 @@ pub(super) struct Form {
     pub(super) server: String,
     /// `weight`'s: `None` gives the file's back (an empty field).
     pub(super) weight: Option<u32>,
-    /// The anti-forgery token (empty when missing: refused as such).
-    pub(super) token: String,
+}
+
+/// The anti-forgery token of a form's `body`: empty when missing (or the body unreadable),
+/// refused as such. Read apart from the other fields, as it is checked before them (a 403
+/// before any 400).
+pub(super) fn token(body: &LocalBody) -> String {
+    let LocalBody::Whole(bytes) = body else {
+        return String::new();
+    };
+    let text = std::str::from_utf8(bytes).unwrap_or_default();
+    pairs(text)
+        .find(|(key, _)| key == "token")
+        .map(|(_, value)| value)
+        .unwrap_or_default()
 }
 
 impl Form {
@@ -66,13 +79,12 @@ impl Form {
             return Err("the form is too large".into());
         };
         let text = std::str::from_utf8(bytes).map_err(|_| "the form is not UTF-8".to_string())?;
-        let (mut action, mut server, mut weight, mut token) = (None, None, None, String::new());
+        let (mut action, mut server, mut weight) = (None, None, None);
         for (key, value) in pairs(text) {
             match key.as_str() {
                 "action" => action = Some(value),
                 "server" => server = Some(value),
                 "weight" => weight = Some(value),
-                "token" => token = value,
                 _ => {}
             }
         }
@@ -96,7 +108,6 @@ impl Form {
             action,
             server,
             weight,
-            token,
         })
     }
 }
@@ -139,27 +150,9 @@ fn pairs(text: &str) -> impl Iterator<Item = (String, String)> + '_ {
     })
 }
 
-/// A form's value decoded; a malformed escape is kept as it is.
+/// A form's value decoded: `+` a space, then its `%XX` escapes as a path's are.
 fn decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |at: usize| {
-            let pair = text.get(at..at + 2)?;
-            u8::from_str_radix(pair, 16).ok()
-        };
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' if hex(i + 1).is_some() => {
-                out.push(hex(i + 1).unwrap_or_default());
-                i += 2;
-            }
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    percent_decode(&text.replace('+', " "))
 }
 
 /// `text` for a query string: unreserved characters as they are, the rest `%XX`.
@@ -235,9 +228,16 @@ mod tests {
         .expect("reads");
         assert_eq!(form.action, Action::Weight);
         assert_eq!(form.server, "10.0.0.1:1234");
-        assert_eq!((form.weight, form.token.as_str()), (Some(5), "t"));
+        assert_eq!(form.weight, Some(5));
+        assert_eq!(token(&body("action=weight&token=t%2Bu&server=01")), "t+u");
         let again = Form::read(&body("action=weight&server=01&weight=")).expect("reads");
-        assert_eq!((again.weight, again.token.as_str()), (None, ""));
+        assert_eq!(
+            (again.weight, token(&body("action=weight"))),
+            (None, String::new())
+        );
+        assert_eq!(token(&LocalBody::TooLarge), "");
+        // An escape is two hex digits, as in a path: `%+f` is no escape.
+        assert_eq!(token(&body("token=%2B%+f%4")), "+% f%4");
         for (text, says) in [
             ("server=01", "no action"),
             ("action=explode&server=01", "no action `explode`"),

@@ -3,9 +3,11 @@
 //! refusal changing nothing: the transport (TLS, or plain HTTP from a loopback peer unless
 //! `ADMIN_PLAIN_HTTP`: 403), the credentials (HTTP Basic; none is the browser's challenge,
 //! a wrong one its 401 again, both with `WWW-Authenticate`; failures throttled per
-//! address), then for an action the anti-forgery token and the request's origin (403), its
+//! address; a sign-in past those waiting at once, or whose verification's turn does not come,
+//! answered 503 with `Retry-After`), then for an action the anti-forgery token and the request's origin (403), its
 //! fields (400), and what the state allows (409). `QUERY_ALLOW` and the query place were
-//! checked before any of it (`super::route`).
+//! checked before any of it (`super::route`). Every answer is unframeable and unstored
+//! ([`guarded`]): the public pages are not touched.
 //!
 //! A `GET` is the page of actions (the status of each server with a row of actions), or,
 //! naming an action and a server, its confirmation: what will happen and a button. The
@@ -34,7 +36,7 @@ use tracing::info;
 
 use super::asking::Query;
 use super::page;
-use super::reply::{closing, html, text};
+use super::reply::{closing, guarded, html, text};
 use crate::balancer::operation::{self, Operation};
 use crate::balancer::{Admission, Server};
 use crate::config::Language;
@@ -44,9 +46,10 @@ use form::{Action, Form};
 use operators::Door;
 pub use operators::{Operators, Restarter, check};
 use throttle::Turn;
+use users::Checked;
 pub use users::{Users, UsersError};
 
-/// The path of the page, as its links and redirects write it.
+/// The path of the page, as its links, forms and redirects write it.
 pub(super) const PATH: &str = "/TOTVS_BROKER_QUERY/ADMIN";
 
 /// The protection space the browser is asked to sign in to.
@@ -62,8 +65,10 @@ fn challenge() -> LocalAnswer {
 }
 
 /// Why the transport is refused, or `None`: TLS always does; plain HTTP only from a loopback
-/// peer (the socket's: a trusted proxy that forwarded the request must be on loopback too, and
-/// so must the client it names) unless `plain`.
+/// peer (the socket's: a trusted proxy that forwarded the request, or a front whose PROXY
+/// protocol header named the client, must be on loopback too, and so must the client they
+/// name: a front on another host relaying its own loopback client carried the password over
+/// the network in the clear) unless `plain`.
 fn transport_refusal(q: &Query<'_>, plain: bool) -> Option<&'static str> {
     let loopback = |ip: IpAddr| match ip {
         IpAddr::V4(v4) => v4.is_loopback(),
@@ -71,15 +76,23 @@ fn transport_refusal(q: &Query<'_>, plain: bool) -> Option<&'static str> {
             v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
         }
     };
-    let local = loopback(q.peer.ip()) && q.request.via.is_none_or(loopback);
+    let request = q.request;
+    let local =
+        loopback(q.peer.ip()) && request.via.is_none_or(loopback) && !request.front_off_host;
     (!q.request.tls && !local && !plain).then_some(
         "403 Forbidden: /TOTVS_BROKER_QUERY/ADMIN is offered over TLS only (or over plain HTTP \
          from this host); sign in through the balancer's TLS port\n",
     )
 }
 
-/// The ADMIN command's answer.
+/// The ADMIN command's answer, every one of them unframed and unstored
+/// ([`guarded`]).
 pub(super) async fn answer(q: &Query<'_>, acting: Acting<'_>) -> LocalAnswer {
+    guarded(unguarded(q, acting).await)
+}
+
+/// The ADMIN command's answer, before its guarding lines.
+async fn unguarded(q: &Query<'_>, acting: Acting<'_>) -> LocalAnswer {
     let Acting {
         operators,
         admission,
@@ -107,11 +120,12 @@ pub(super) async fn answer(q: &Query<'_>, acting: Acting<'_>) -> LocalAnswer {
     let Some(header) = q.request.value("authorization") else {
         return challenge();
     };
+    // A credential verified already never waits among the sign-ins.
     let user = match operators.verified.user(header) {
         Some(user) => user,
         None => match sign_in(operators, &users, header, q.peer, admission).await {
-            Some(user) => user,
-            None => return challenge(),
+            Ok(user) => user,
+            Err(refusal) => return refusal,
         },
     };
     let signed = SignedIn {
@@ -126,29 +140,55 @@ pub(super) async fn answer(q: &Query<'_>, acting: Acting<'_>) -> LocalAnswer {
     }
 }
 
-/// Checks `header` with the throttle of `peer`'s address: its turn waited (the connection's
-/// place given back first, so a throttled attempt holds no query or client place; a client
-/// stays counted as accepted once), then bcrypt. The user when it is good.
+/// Checks `header`, one of the [`users::SIGNING_IN_AT_ONCE`] sign-ins waiting at once (or, from
+/// an address users signed in from lately, of the [`users::KEPT_SIGNING_IN_AT_ONCE`] kept for
+/// them, verified on a turn of their own; past them answered busy at once), with the throttle of `peer`'s address: its turn waited (the
+/// connection's place given back first, so a throttled attempt holds no query or client
+/// place; a client stays counted as accepted once), then bcrypt. The user when it is good,
+/// else the answer: the challenge again, or busy.
 async fn sign_in(
     operators: &Operators,
     users: &Arc<Users>,
     header: &[u8],
     peer: SocketAddr,
     admission: &mut Admission,
-) -> Option<String> {
+) -> Result<String, LocalAnswer> {
+    // An address users signed in from lately waits and is verified apart from the others,
+    // so a flood from elsewhere never queues ahead of it.
+    let (places, turns) = if operators.throttle.signed_in_from(peer.ip()) {
+        (&operators.kept_signing_in, &operators.kept_turns)
+    } else {
+        (&operators.signing_in, &operators.turns)
+    };
+    let Ok(_waiting) = places.try_acquire() else {
+        return Err(busy());
+    };
     match operators.throttle.turn(peer.ip()) {
-        Turn::Refused => return None,
+        Turn::Refused => return Err(challenge()),
         Turn::After(wait) if !wait.is_zero() => {
             admission.give_back();
             tokio::time::sleep(wait).await;
         }
         Turn::After(_) => {}
     }
-    let user = users::check(users, &operators.verified, &operators.turns, header).await;
-    if user.is_some() {
-        operators.throttle.succeeded(peer.ip());
+    match users::check(users, &operators.verified, turns, header).await {
+        Checked::Good(user) => {
+            operators.throttle.succeeded(peer.ip());
+            Ok(user)
+        }
+        Checked::Wrong => Err(challenge()),
+        Checked::Busy => Err(busy()),
     }
-    user
+}
+
+/// The 503 of a sign-in not checked: too many wait already.
+fn busy() -> LocalAnswer {
+    text(
+        503,
+        "503 Service Unavailable: too many sign-ins are being checked; try again in a few \
+         seconds\n",
+    )
+    .with("Retry-After", "5")
 }
 
 /// A signed-in user: their name, and who they are in logs and alerts; and the process's
@@ -205,18 +245,20 @@ async fn act(q: &Query<'_>, signed: &SignedIn<'_>) -> LocalAnswer {
     if let Some(refusal) = form::cross_site(q.request) {
         return text(403, refusal);
     }
-    let form = match Form::read(&q.request.body) {
-        Ok(form) => form,
-        Err(why) => return text(400, format!("400 Bad Request: {why}\n")),
-    };
+    // The token before the fields: a forged form learns nothing of what they may be.
     let secret = signed.operators.secret.load();
-    if !token::holds(&secret, &signed.user, &form.token, wall_ms() / 1000) {
+    let sent = form::token(&q.request.body);
+    if !token::holds(&secret, &signed.user, &sent, wall_ms() / 1000) {
         return text(
             403,
             "403 Forbidden: the form's token is missing, another user's or expired; open the \
              page again and repeat the action\n",
         );
     }
+    let form = match Form::read(&q.request.body) {
+        Ok(form) => form,
+        Err(why) => return text(400, format!("400 Bad Request: {why}\n")),
+    };
     let Some(server) = q.balancer.find_server(&form.server) else {
         return text(
             400,

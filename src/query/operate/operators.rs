@@ -51,6 +51,11 @@ pub struct Operators {
     pub(super) verified: users::KnownCredentials,
     /// Verifications running at once on the blocking pool.
     pub(super) turns: Semaphore,
+    /// Sign-ins waiting at once, for a throttled turn or a verification's.
+    pub(super) signing_in: Semaphore,
+    /// Those kept for addresses users signed in from lately, and their verifications' turn.
+    pub(super) kept_signing_in: Semaphore,
+    pub(super) kept_turns: Semaphore,
     pub(super) throttle: SignInThrottle,
     /// The session secret in force (`SESSION_SECRET`, or the broker's own).
     pub(super) secret: ArcSwap<Passphrase>,
@@ -112,6 +117,9 @@ impl Operators {
             door: ArcSwap::from_pointee(door(general)),
             verified: users::KnownCredentials::new(),
             turns: Semaphore::new(users::VERIFYING_AT_ONCE),
+            signing_in: Semaphore::new(users::SIGNING_IN_AT_ONCE),
+            kept_signing_in: Semaphore::new(users::KEPT_SIGNING_IN_AT_ONCE),
+            kept_turns: Semaphore::new(1),
             throttle: SignInThrottle::default(),
             secret: ArcSwap::from_pointee(secret),
             plain: AtomicBool::new(general.admin_plain_http),

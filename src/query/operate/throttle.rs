@@ -5,10 +5,13 @@
 //! checked; past [`MOST_WAIT`] of turns queued it is refused at once, unchecked. The answer
 //! stays what it would be (401): only its time changes. Addresses are counted apart (an IPv6
 //! address by its /64, which one host holds whole), so an attacker slows only themself and the
-//! user signs in from anywhere else; the table is bounded ([`MOST_ADDRESSES`]). Each episode
-//! is logged once, when it starts.
+//! user signs in from anywhere else; the table is bounded ([`MOST_ADDRESSES`]): past it, every
+//! address it has no room for is counted under one shared entry, throttled from its first
+//! attempt, so an attacker with more addresses than that (an IPv6 /48 holds 65,536 /64s)
+//! reserves turns and is refused past [`MOST_WAIT`] as one address would be. Each episode is
+//! logged once, when it starts.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -32,7 +35,8 @@ const LONGEST_STEP: Duration = Duration::from_secs(8);
 const MOST_WAIT: Duration = Duration::from_secs(10);
 
 /// Addresses remembered at once; past it those whose window is over are forgotten, then the
-/// table refuses to grow (a new address is then throttled from its first failure).
+/// table refuses to grow (a new address is then counted under [`Counted::Overflow`], throttled
+/// from its first failure).
 const MOST_ADDRESSES: usize = 4096;
 
 /// One address's failures.
@@ -44,6 +48,14 @@ struct Failures {
     count: u32,
     /// When its next attempt may be checked.
     next: Instant,
+}
+
+impl Failures {
+    /// Whether its episode is over at `now`: a [`WINDOW`] without attempts, its last turn
+    /// past.
+    fn over(&self, now: Instant) -> bool {
+        now.duration_since(self.since) >= WINDOW && self.next <= now
+    }
 }
 
 /// What an attempt from an address may do.
@@ -58,7 +70,23 @@ pub(super) enum Turn {
 /// The throttle of failed sign-ins.
 #[derive(Debug, Default)]
 pub(super) struct SignInThrottle {
-    table: Mutex<HashMap<IpAddr, Failures>>,
+    table: Mutex<HashMap<Counted, Failures>>,
+    /// The addresses users signed in from lately, the latest last.
+    good: Mutex<VecDeque<IpAddr>>,
+}
+
+/// Addresses users signed in from remembered: a team's workstations, with room to spare;
+/// past it the oldest is forgotten.
+const SIGNED_IN_FROM: usize = 64;
+
+/// What an attempt's failures are counted under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Counted {
+    /// Its address (an IPv6 one by its /64).
+    Address(IpAddr),
+    /// Every address the full table has no room for, together: one more entry past
+    /// [`MOST_ADDRESSES`].
+    Overflow,
 }
 
 /// The step between attempts after `count` failures: a second at the first past [`FREE`],
@@ -90,18 +118,19 @@ impl SignInThrottle {
     /// from its first attempt.
     pub(super) fn turn(&self, ip: IpAddr) -> Turn {
         let now = Instant::now();
-        let key = counted_as(ip);
+        let mut key = Counted::Address(counted_as(ip));
         let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
-        let over = |f: &Failures| now.duration_since(f.since) >= WINDOW && f.next <= now;
+        let over = |f: &Failures| f.over(now);
         if table.len() >= MOST_ADDRESSES && !table.contains_key(&key) {
             table.retain(|_, f| !over(f));
             if table.len() >= MOST_ADDRESSES {
-                return Turn::After(LONGEST_STEP);
+                key = Counted::Overflow;
             }
         }
+        // The overflow's attempts come from addresses it knows nothing of: none goes free.
         let fresh = Failures {
             since: now,
-            count: 0,
+            count: if key == Counted::Overflow { FREE } else { 0 },
             next: now,
         };
         let failures = table.entry(key).or_insert(fresh);
@@ -113,12 +142,7 @@ impl SignInThrottle {
             return Turn::After(Duration::ZERO);
         }
         if failures.count == FREE + 1 {
-            warn!(
-                client = %key,
-                "ADMIN: more than {FREE} failed sign-ins from {key} within a minute; its further \
-                 attempts are slowed (one every few seconds) until it stops for a minute; sign-ins \
-                 from other addresses are not"
-            );
+            log_episode(key);
         }
         // Its turn comes a step after the last one reserved (or after now).
         let at = failures.next.max(now) + step(failures.count);
@@ -132,10 +156,42 @@ impl SignInThrottle {
         Turn::After(wait)
     }
 
+    /// Whether a user signed in from `ip` (by its /64) lately: its sign-in may take a place
+    /// kept for such addresses, which no flood's address can have without a password.
+    pub(super) fn signed_in_from(&self, ip: IpAddr) -> bool {
+        let good = self.good.lock().unwrap_or_else(|p| p.into_inner());
+        good.contains(&counted_as(ip))
+    }
+
     /// A sign-in from `ip` succeeded: its failures are forgotten.
     pub(super) fn succeeded(&self, ip: IpAddr) {
         let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
-        table.remove(&counted_as(ip));
+        table.remove(&Counted::Address(counted_as(ip)));
+        drop(table);
+        let mut good = self.good.lock().unwrap_or_else(|p| p.into_inner());
+        let ip = counted_as(ip);
+        good.retain(|&known| known != ip);
+        good.push_back(ip);
+        if good.len() > SIGNED_IN_FROM {
+            good.pop_front();
+        }
+    }
+}
+
+/// The start of an episode of `key`'s, logged (once: its attempts are slowed from now on).
+fn log_episode(key: Counted) {
+    match key {
+        Counted::Address(ip) => warn!(
+            client = %ip,
+            "ADMIN: more than {FREE} failed sign-ins from {ip} within a minute; its further \
+             attempts are slowed (one every few seconds) until it stops for a minute; sign-ins \
+             from other addresses are not"
+        ),
+        Counted::Overflow => warn!(
+            "ADMIN: failed sign-ins from more than {MOST_ADDRESSES} addresses within a minute; \
+             those from addresses past them are slowed together (one every few seconds) until \
+             they stop for a minute; a signed-in browser is not"
+        ),
     }
 }
 
@@ -170,8 +226,38 @@ mod tests {
         for _ in 0..10 {
             throttle.turn(B);
         }
+        assert!(!throttle.signed_in_from(B));
         throttle.succeeded(B);
         assert_eq!(throttle.turn(B), Turn::After(Duration::ZERO));
+        // Remembered as an address users sign in from, a bounded few.
+        assert!(throttle.signed_in_from(B) && !throttle.signed_in_from(A));
+        for n in 0..SIGNED_IN_FROM {
+            throttle.succeeded(IpAddr::V4(std::net::Ipv4Addr::from(0x0b00_0000 + n as u32)));
+        }
+        assert!(!throttle.signed_in_from(B));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn past_a_full_table_new_addresses_share_one_entry_and_are_refused_past_its_wait() {
+        let throttle = SignInThrottle::default();
+        let address = |n: usize| IpAddr::V4(std::net::Ipv4Addr::from(0x0a00_0000 + n as u32));
+        for n in 0..MOST_ADDRESSES {
+            assert_eq!(throttle.turn(address(n)), Turn::After(Duration::ZERO));
+        }
+        // New addresses, one attempt each: they reserve turns together, none free, and the
+        // queue is bounded as one address's is.
+        let turns: Vec<Turn> = (0..5)
+            .map(|n| throttle.turn(address(MOST_ADDRESSES + n)))
+            .collect();
+        assert_eq!(turns[0], Turn::After(Duration::from_secs(1)));
+        assert_eq!(turns[1], Turn::After(Duration::from_secs(3)));
+        assert_eq!(turns[4], Turn::Refused, "{turns:?}");
+        // An address the table holds is still counted on its own.
+        assert_eq!(throttle.turn(address(0)), Turn::After(Duration::ZERO));
+        // Once their windows are over, a new address has an entry of its own again.
+        tokio::time::advance(MOST_WAIT + WINDOW + Duration::from_secs(1)).await;
+        let late = address(MOST_ADDRESSES + 9);
+        assert_eq!(throttle.turn(late), Turn::After(Duration::ZERO));
     }
 
     #[test]

@@ -2,9 +2,9 @@
 //! only: `htpasswd -B -c FILE user`), read at start and at every reload, and a request's
 //! `Authorization: Basic` (RFC 7617) checked against it. bcrypt is slow on purpose (tens of
 //! milliseconds and more), so it runs on tokio's blocking pool, a few at once, never on a
-//! worker thread; a user the file does not name is checked against the file's first hash, its
-//! answer thrown away, so a wrong user costs what a wrong password does (one verification of a
-//! real hash's cost) and the answer's time tells no name.
+//! worker thread; a user the file does not name is checked against the file's costliest hash,
+//! its answer thrown away, so a wrong user costs at least what a wrong password does (one
+//! verification of a real hash's cost, the highest) and the answer's time tells no name.
 //! A credential verified is remembered ([`KnownCredentials`]): browsers send it with every request and
 //! the page refreshes itself.
 
@@ -12,6 +12,7 @@ use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use aws_lc_rs::hmac;
 use tokio::sync::Semaphore;
@@ -22,6 +23,22 @@ const MAX_FILE: u64 = 1024 * 1024;
 /// Verifications running at once on the blocking pool: each holds a thread for a bcrypt's
 /// time, and sign-ins are a person's, a few a minute; more wait for their turn.
 pub(super) const VERIFYING_AT_ONCE: usize = 4;
+
+/// The longest a sign-in waits for one of the [`VERIFYING_AT_ONCE`] turns: past it, it is
+/// answered busy, unchecked, rather than wait behind a queue without end.
+pub(super) const MOST_TURN_WAIT: Duration = Duration::from_secs(5);
+
+/// Sign-ins waiting at once, for their throttled turn or for a verification's turn, all
+/// addresses together: past it an attempt is answered busy at once, so what waits (tasks,
+/// memory) stays bounded whatever many addresses send. A credential already verified never
+/// waits here.
+pub(super) const SIGNING_IN_AT_ONCE: usize = 64;
+
+/// Sign-ins waiting at once from addresses users signed in from lately
+/// (`SignInThrottle::signed_in_from`), apart from [`SIGNING_IN_AT_ONCE`] and verified one at a
+/// time on a turn of their own: a flood, which has no password, cannot take them, so a user
+/// at their usual desk still signs in during one.
+pub(super) const KEPT_SIGNING_IN_AT_ONCE: usize = 16;
 
 /// Credentials remembered once verified: a team's browsers, with room to spare; past it the
 /// oldest is forgotten (and verified again at its next request).
@@ -37,8 +54,10 @@ pub struct Users {
     pub path: PathBuf,
     /// Each user's bcrypt hash.
     hashes: HashMap<String, String>,
-    /// The hash a user the file does not name is checked against: the first entry's, whose
-    /// answer is thrown away, so a wrong user costs a verification of a real hash's cost.
+    /// The hash a user the file does not name is checked against: the costliest entry's
+    /// (the first of them), whose answer is thrown away, so a wrong user costs a verification
+    /// of a real hash's cost, and never less than a named user's: when the entries' costs
+    /// differ, a quicker answer would tell the name was not there.
     dummy: String,
     /// bcrypt verifications run (a hash they could use, a wrong user's included): what the
     /// tests count, as time would be too noisy to tell one from two.
@@ -78,7 +97,7 @@ impl Users {
         let text = std::fs::read_to_string(path)
             .map_err(|e| error(crate::support::os_error::words(&e)))?;
         let mut hashes = HashMap::new();
-        let mut first = None;
+        let mut costliest: Option<(u32, String)> = None;
         for (n, line) in text.lines().enumerate() {
             let line = line.trim();
             if line.is_empty() || line.starts_with('#') {
@@ -87,16 +106,18 @@ impl Users {
             let (user, hash) = line
                 .split_once(':')
                 .ok_or_else(|| error(format!("line {} is not `user:hash`; {MAKE_ONE}", n + 1)))?;
-            if bcrypt_cost(hash).is_none() {
+            let Some(cost) = bcrypt_cost(hash) else {
                 return Err(error(format!(
                     "line {} (user {user}) is not a bcrypt entry; only bcrypt is accepted: {MAKE_ONE}",
                     n + 1
                 )));
+            };
+            if costliest.as_ref().is_none_or(|(most, _)| cost > *most) {
+                costliest = Some((cost, hash.to_string()));
             }
-            first.get_or_insert_with(|| hash.to_string());
             hashes.insert(user.to_string(), hash.to_string());
         }
-        let Some(dummy) = first else {
+        let Some((_, dummy)) = costliest else {
             return Err(error(format!("names no user; {MAKE_ONE}")));
         };
         Ok(Users {
@@ -239,26 +260,41 @@ impl KnownCredentials {
     }
 }
 
+/// What checking a credential found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Checked {
+    /// Good: its user.
+    Good(String),
+    /// Wrong, or no Basic credential.
+    Wrong,
+    /// Not checked: no verification's turn came within [`MOST_TURN_WAIT`].
+    Busy,
+}
+
 /// Checks `header` against `users` on the blocking pool, one of [`VERIFYING_AT_ONCE`]
-/// (`turns`); remembers it in `verified` when good. The user when it is good.
+/// (`turns`, waited for at most [`MOST_TURN_WAIT`]); remembers it in `verified` when good.
 pub(super) async fn check(
     users: &Arc<Users>,
     verified: &KnownCredentials,
     turns: &Semaphore,
     header: &[u8],
-) -> Option<String> {
-    let (user, password) = basic(header)?;
-    let _turn = turns.acquire().await.ok()?;
+) -> Checked {
+    let Some((user, password)) = basic(header) else {
+        return Checked::Wrong;
+    };
+    let Ok(Ok(_turn)) = tokio::time::timeout(MOST_TURN_WAIT, turns.acquire()).await else {
+        return Checked::Busy;
+    };
     let file = Arc::clone(users);
     let name = user.clone();
     let good = tokio::task::spawn_blocking(move || file.verify(&name, &password))
         .await
         .unwrap_or(false);
     if !good {
-        return None;
+        return Checked::Wrong;
     }
     verified.remember(header, &user);
-    Some(user)
+    Checked::Good(user)
 }
 
 #[cfg(test)]
@@ -314,7 +350,8 @@ mod tests {
     }
 
     #[test]
-    fn an_unknown_user_costs_one_verification_at_a_real_hashs_cost_as_a_wrong_password_does() {
+    fn an_unknown_user_costs_one_verification_at_the_costliest_hashs_cost_as_a_wrong_password_does()
+    {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("users");
         let (ana, bob) = (bcrypt::hash("right", 5), bcrypt::hash("other", 4));
@@ -331,8 +368,34 @@ mod tests {
         // The first entry's own password, under another name: still no one's.
         assert_eq!(runs("nobody", "right"), (false, 1));
         assert_eq!(runs("ana", "right"), (true, 1));
-        // Checked against a hash bcrypt can use, of the first entry's cost.
+        // Checked against a hash bcrypt can use, of the highest cost among the entries.
         assert_eq!(bcrypt_cost(&users.dummy), Some(5));
+        // Whatever the order of the lines.
+        std::fs::write(&path, format!("bob:{bob}\nana:{ana}\n")).expect("write");
+        let users = Users::read(&path).expect("reads");
+        assert_eq!(bcrypt_cost(&users.dummy), Some(5));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_sign_in_waits_for_a_verifications_turn_at_most_its_bound() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("users");
+        let hash = bcrypt::hash("right", 4).expect("hash");
+        std::fs::write(&path, format!("ana:{hash}\n")).expect("write");
+        let users = Arc::new(Users::read(&path).expect("reads"));
+        let verified = KnownCredentials::new();
+        // Every turn taken, as by a queue of attempts ahead.
+        let turns = Semaphore::new(VERIFYING_AT_ONCE);
+        let _held = turns.acquire_many(VERIFYING_AT_ONCE as u32).await;
+        let header = b"Basic YW5hOnJpZ2h0"; // ana:right
+        let started = tokio::time::Instant::now();
+        let checked = check(&users, &verified, &turns, header).await;
+        assert_eq!(checked, Checked::Busy);
+        assert_eq!(started.elapsed(), MOST_TURN_WAIT);
+        assert_eq!(users.verifications.load(Relaxed), 0, "answered unchecked");
+        drop(_held);
+        let checked = check(&users, &verified, &turns, header).await;
+        assert_eq!(checked, Checked::Good("ana".into()));
     }
 
     #[test]

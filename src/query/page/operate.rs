@@ -13,10 +13,8 @@ use crate::balancer::rules::overrides::Mode;
 use crate::balancer::{RestartRefusal, ServerState};
 use crate::config::{Language, show_duration};
 use crate::query::labels::{OperateLabels, of};
+use crate::query::operate::PATH;
 use crate::query::snapshot::{Snapshot, Standing};
-
-/// Where the page is, for its links and forms.
-const PATH: &str = "/TOTVS_BROKER_QUERY/ADMIN";
 
 /// What the page of actions shows besides the snapshot.
 #[derive(Debug)]

@@ -235,6 +235,7 @@ impl LoopbackEngine {
                     };
                     let client = Downstream {
                         peer: peer.into(),
+                        front_off_host: false,
                         tls: false,
                         local: None,
                         check: false,
