@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use tracing::debug;
 
 use super::access::{BUSY, refusal, unknown_refusal};
-use super::asking::Query;
+use super::asking::{Query, percent_decode};
 use super::commands::{self, COMMANDS, READ};
 use super::limits;
 use super::operate::{Acting, Operators};
@@ -149,32 +149,6 @@ async fn route(
 fn not_allowed(methods: &[&str]) -> LocalAnswer {
     let message = format!("only {} are answered here\n", methods.join(" and "));
     text(405, message).with("Allow", methods.join(", "))
-}
-
-/// `%XX` escapes of a path decoded; a malformed escape is kept as it is (and then names
-/// nothing), and bytes that are not UTF-8 are replaced.
-pub(super) fn percent_decode(path: &str) -> String {
-    let bytes = path.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        match (
-            bytes[i],
-            bytes.get(i + 1).copied(),
-            bytes.get(i + 2).copied(),
-        ) {
-            (b'%', Some(hi), Some(lo)) if hex(hi).is_some() && hex(lo).is_some() => {
-                out.push((hex(hi).unwrap_or(0) * 16 + hex(lo).unwrap_or(0)) as u8);
-                i += 3;
-            }
-            (b, _, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn strip_prefix_ignore_case<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {

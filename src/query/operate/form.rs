@@ -4,7 +4,7 @@
 //! the request was sent to, or `Sec-Fetch-Site: cross-site`.
 
 use crate::http::{LocalBody, LocalRequest};
-use crate::query::route::percent_decode;
+use crate::query::asking::percent_decode;
 
 /// An action on a server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -49,8 +49,8 @@ use throttle::Turn;
 use users::Checked;
 pub use users::{Users, UsersError};
 
-/// The path of the page, as its links, forms and redirects write it.
-pub(super) const PATH: &str = "/TOTVS_BROKER_QUERY/ADMIN";
+/// The path of the page, as its links, forms and redirects write it (the page's).
+pub(super) use super::page::ADMIN_PATH as PATH;
 
 /// The protection space the browser is asked to sign in to.
 const REALM: &str = "Basic realm=\"appbroker ADMIN\", charset=\"UTF-8\"";

@@ -35,7 +35,7 @@ const LONGEST_STEP: Duration = Duration::from_secs(8);
 const MOST_WAIT: Duration = Duration::from_secs(10);
 
 /// Addresses remembered at once; past it those whose window is over are forgotten, then the
-/// table refuses to grow (a new address is then counted under [`Counted::Overflow`], throttled
+/// table refuses to grow (a new address is then counted under [`FailureKey::Overflow`], throttled
 /// from its first failure).
 const MOST_ADDRESSES: usize = 4096;
 
@@ -70,7 +70,7 @@ pub(super) enum Turn {
 /// The throttle of failed sign-ins.
 #[derive(Debug, Default)]
 pub(super) struct SignInThrottle {
-    table: Mutex<HashMap<Counted, Failures>>,
+    table: Mutex<HashMap<FailureKey, Failures>>,
     /// The addresses users signed in from lately, the latest last.
     good: Mutex<VecDeque<IpAddr>>,
 }
@@ -81,7 +81,7 @@ const SIGNED_IN_FROM: usize = 64;
 
 /// What an attempt's failures are counted under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum Counted {
+enum FailureKey {
     /// Its address (an IPv6 one by its /64).
     Address(IpAddr),
     /// Every address the full table has no room for, together: one more entry past
@@ -118,19 +118,19 @@ impl SignInThrottle {
     /// from its first attempt.
     pub(super) fn turn(&self, ip: IpAddr) -> Turn {
         let now = Instant::now();
-        let mut key = Counted::Address(counted_as(ip));
+        let mut key = FailureKey::Address(counted_as(ip));
         let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
         let over = |f: &Failures| f.over(now);
         if table.len() >= MOST_ADDRESSES && !table.contains_key(&key) {
             table.retain(|_, f| !over(f));
             if table.len() >= MOST_ADDRESSES {
-                key = Counted::Overflow;
+                key = FailureKey::Overflow;
             }
         }
         // The overflow's attempts come from addresses it knows nothing of: none goes free.
         let fresh = Failures {
             since: now,
-            count: if key == Counted::Overflow { FREE } else { 0 },
+            count: if key == FailureKey::Overflow { FREE } else { 0 },
             next: now,
         };
         let failures = table.entry(key).or_insert(fresh);
@@ -166,7 +166,7 @@ impl SignInThrottle {
     /// A sign-in from `ip` succeeded: its failures are forgotten.
     pub(super) fn succeeded(&self, ip: IpAddr) {
         let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
-        table.remove(&Counted::Address(counted_as(ip)));
+        table.remove(&FailureKey::Address(counted_as(ip)));
         drop(table);
         let mut good = self.good.lock().unwrap_or_else(|p| p.into_inner());
         let ip = counted_as(ip);
@@ -179,15 +179,15 @@ impl SignInThrottle {
 }
 
 /// The start of an episode of `key`'s, logged (once: its attempts are slowed from now on).
-fn log_episode(key: Counted) {
+fn log_episode(key: FailureKey) {
     match key {
-        Counted::Address(ip) => warn!(
+        FailureKey::Address(ip) => warn!(
             client = %ip,
             "ADMIN: more than {FREE} failed sign-ins from {ip} within a minute; its further \
              attempts are slowed (one every few seconds) until it stops for a minute; sign-ins \
              from other addresses are not"
         ),
-        Counted::Overflow => warn!(
+        FailureKey::Overflow => warn!(
             "ADMIN: failed sign-ins from more than {MOST_ADDRESSES} addresses within a minute; \
              those from addresses past them are slowed together (one every few seconds) until \
              they stop for a minute; a signed-in browser is not"

@@ -40,6 +40,6 @@ mod table;
 mod words;
 
 pub use cfg::config;
-pub use operate::{Operating, confirm, operate, restart_refused};
+pub use operate::{Operating, PATH as ADMIN_PATH, confirm, operate, restart_refused};
 pub use server::server;
 pub use status::status;

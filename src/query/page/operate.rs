@@ -13,8 +13,10 @@ use crate::balancer::rules::overrides::Mode;
 use crate::balancer::{RestartRefusal, ServerState};
 use crate::config::{Language, show_duration};
 use crate::query::labels::{OperateLabels, of};
-use crate::query::operate::PATH;
 use crate::query::snapshot::{Snapshot, Standing};
+
+/// The path of the page of actions, as its links, forms and redirects write it.
+pub const PATH: &str = "/TOTVS_BROKER_QUERY/ADMIN";
 
 /// What the page of actions shows besides the snapshot.
 #[derive(Debug)]
