@@ -301,21 +301,69 @@ async fn by_default_a_peer_that_keeps_its_window_shut_past_tcp_user_timeout_is_d
     let mut client = socket.connect(broker.addr()).await.unwrap();
     let local = client.local_addr().unwrap();
     client.write_all(b"go\n").await.unwrap();
-    // The client never reads: its window shuts, and the broker's sends go unacknowledged.
-    // Waited for longer than the harness's usual deadline: should the kernel, under memory
-    // pressure from the other tests, still open the window a little once, TCP_USER_TIMEOUT's
-    // clock starts again (one CI run of a full suite saw no end within 20 s).
-    let end = format!("the end of {local}'s connection");
-    let ended = poll(&end, POLL_EVERY, Duration::from_secs(90), async || {
+    // The client never reads: its window shuts, and the broker's sends go unacknowledged. The
+    // claim is about a window that stays shut, so the test watches that it does: every byte
+    // the client's kernel takes stays in its receive queue, and a queue that grows means the
+    // window opened again (the kernel, under memory pressure from other tests, may compact
+    // its queue and reopen it a little; that restarts TCP_USER_TIMEOUT's clock, rightly, and
+    // one CI run of the full suite saw no end within 90 s). The broker must end the
+    // connection once the queue has stood still for TCP_USER_TIMEOUT, with room for a loaded
+    // machine.
+    const STILL_AT_MOST: Duration = Duration::from_secs(20);
+    let started = Instant::now();
+    let mut queued = receive_queue(local);
+    let mut still_since = Instant::now();
+    let mut grew_at = Vec::new();
+    let ended = loop {
         let ends = broker.events.matching(|e| ended_of(e, local).is_some());
-        let ended = ends.first().map(|event| ended_of(event, local).unwrap());
-        ended.ok_or_else(|| format!("events:\n{}", broker.events.text()))
-    })
-    .await;
+        if let Some(event) = ends.first() {
+            break ended_of(event, local).unwrap();
+        }
+        let now = receive_queue(local);
+        if now != queued {
+            grew_at.push((started.elapsed(), now));
+            queued = now;
+            still_since = Instant::now();
+        }
+        assert!(
+            still_since.elapsed() < STILL_AT_MOST,
+            "the client's window stood shut for {STILL_AT_MOST:?} ({queued:?} bytes queued) \
+             and its connection was not ended; the queue grew at {grew_at:?}\nevents:\n{}",
+            broker.events.text()
+        );
+        assert!(
+            started.elapsed() < 6 * STILL_AT_MOST,
+            "the client's kernel kept reopening its window, so it never stood shut long \
+             enough to test (its queue grew at {grew_at:?})"
+        );
+        tokio::time::sleep(POLL_EVERY).await;
+    };
     assert_eq!(
         ended.ended_by,
         End::Error(Side::Client, "connection timed out".into())
     );
+}
+
+/// The bytes waiting in the receive queue of this host's TCP socket at `local` (read from
+/// `/proc/net/tcp`): what a client that never reads has taken so far.
+fn receive_queue(local: SocketAddr) -> Option<u64> {
+    let SocketAddr::V4(local) = local else {
+        panic!("an IPv4 client was expected, got {local}")
+    };
+    let address = format!(
+        "{:08X}:{:04X}",
+        u32::from_le_bytes(local.ip().octets()),
+        local.port()
+    );
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp (Linux)");
+    table.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        // sl local_address rem_address st tx_queue:rx_queue ...
+        let queues = fields.get(4)?;
+        (fields.get(1) == Some(&address.as_str()))
+            .then(|| u64::from_str_radix(queues.split_once(':')?.1, 16).ok())
+            .flatten()
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
