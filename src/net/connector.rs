@@ -8,10 +8,14 @@
 
 use std::sync::Arc;
 
+use tracing::debug;
+
 use crate::config::{BalancerConfig, Host};
 use crate::net::dial::{self, ConnectError, ServerStream};
 use crate::net::resolve::Resolver;
 use crate::net::stream::Stream;
+use crate::net::sys;
+use crate::support::os_error::words;
 use crate::tls::UpstreamTls;
 
 /// What a [`Connector`] tells of each connect it makes, to whoever counts them.
@@ -22,6 +26,12 @@ pub trait ConnectReport {
     /// The connect failed with `error` (a lookup not tried for `DNS_MAX_LOOKUPS` included:
     /// whoever counts decides whom a failure blames).
     fn failed(&self, error: &ConnectError);
+
+    /// Writes a line of the connector's own (`write`) where the reporter's lines go: one whose
+    /// lines carry a span enters it here.
+    fn line(&self, write: impl FnOnce()) {
+        write();
+    }
 }
 
 /// Connects to the servers of one generation of a balancer's configuration.
@@ -51,8 +61,14 @@ impl Connector<'_> {
         let dialed = dial::dial(self.resolver, host, port, self.config, self.tls, preface).await;
         match &dialed {
             Ok(stream) => {
-                if let Some(socket) = stream.socket() {
-                    dial::keep_alive(socket, &self.config.keepalive, address);
+                // A failure only costs the early notice of a vanished server: the
+                // connection goes on.
+                if let Some(socket) = stream.socket()
+                    && let Err(e) = sys::set_keepalive(socket, &self.config.keepalive)
+                {
+                    report.line(|| {
+                        debug!(server = %address, "cannot set keepalive: {}", words(&e));
+                    });
                 }
                 report.connected();
             }

@@ -15,9 +15,8 @@ use std::time::Duration;
 use tokio::io::{Interest, Ready};
 use tokio::net::TcpStream;
 use tokio_util::either::Either;
-use tracing::debug;
 
-use crate::config::{BalancerConfig, Host, Keepalive, show_duration};
+use crate::config::{BalancerConfig, Host, show_duration};
 use crate::net::resolve::{ResolveError, Resolver};
 use crate::net::sys;
 use crate::support::os_error::{Explained, PointsAt, explain_connect, words};
@@ -340,15 +339,6 @@ fn timed_out(after: Duration) -> io::Error {
         io::ErrorKind::TimedOut,
         format!("timed out after {}", show_duration(after)),
     )
-}
-
-/// Sets TCP keepalive on a server connection that will carry a client's bytes; a failure only
-/// costs the early notice of a vanished server, so it is logged at debug and the connection
-/// goes on.
-pub fn keep_alive(stream: &TcpStream, keepalive: &Keepalive, server: &str) {
-    if let Err(e) = sys::set_keepalive(stream, keepalive) {
-        debug!(server = %server, "cannot set keepalive: {}", words(&e));
-    }
 }
 
 #[cfg(test)]

@@ -18,8 +18,10 @@ use tracing::{Instrument, Span, debug};
 use crate::balancer::events::Unserved;
 use crate::balancer::shared::{EndSignals, Shared};
 use crate::balancer::{Admission, Balancer, Closed, Generation, Lease};
+use crate::config::Host;
 use crate::http::Downstream;
-use crate::net::dial::ServerStream;
+use crate::net::connector::ConnectReport;
+use crate::net::dial::{ConnectError, ServerStream};
 use crate::net::handshake::ClientOrigin;
 use crate::net::proxy_protocol::{self, Header};
 use crate::net::relay::{Counters, End, RelayOutcome, relay};
@@ -104,7 +106,7 @@ impl<S: Stream> TcpClient<S> {
             if at_limit && !shared.balancer.query_room() {
                 return self.refuse();
             }
-            match self.sniff().instrument(span.clone()).await {
+            match self.sniff().await {
                 Some((Verdict::Query, first)) => return self.query(first).await,
                 Some((_, first)) => first,
                 None => return,
@@ -128,8 +130,7 @@ impl<S: Stream> TcpClient<S> {
         let Some(_hold) = held else {
             return;
         };
-        let connected = self.choose_and_connect().instrument(span.clone());
-        let Some((lease, mut upstream)) = connected.await else {
+        let Some((lease, mut upstream)) = self.choose_and_connect().await else {
             return;
         };
         admission.forwarded();
@@ -178,10 +179,15 @@ impl<S: Stream> TcpClient<S> {
             .sniff_timeout
             .saturating_sub(self.origin.silent_for);
         let peer = self.origin.client;
+        let span = &self.shared.span;
         match sniff(&mut self.stream, &mut first, limit).await {
-            Ok(Verdict::Closed) => debug!(client = %peer, "client closed before sending anything"),
+            Ok(Verdict::Closed) => span.in_scope(|| {
+                debug!(client = %peer, "client closed before sending anything");
+            }),
             Ok(verdict) => return Some((verdict, first)),
-            Err(e) => debug!(client = %peer, "client gone before sending anything: {}", words(&e)),
+            Err(e) => span.in_scope(|| {
+                debug!(client = %peer, "client gone before sending anything: {}", words(&e));
+            }),
         }
         None
     }
@@ -216,7 +222,7 @@ impl<S: Stream> TcpClient<S> {
     async fn choose_and_connect(&self) -> Option<(Lease, ServerStream)> {
         let (balancer, generation, peer) =
             (&self.shared.balancer, &self.generation, self.origin.client);
-        let config = &generation.config;
+        let (config, span) = (&generation.config, &self.shared.span);
         let preface = self.proxy_header();
         let connector = balancer.connector(generation);
         let mut tried = Vec::with_capacity(config.max_attempts as usize);
@@ -226,7 +232,10 @@ impl<S: Stream> TcpClient<S> {
             };
             tried.push(lease.index);
             let server = &lease.server;
-            let attempt = balancer.attempt(server, lease.stale, peer);
+            let attempt = InSpan {
+                span,
+                report: balancer.attempt(server, lease.stale, peer),
+            };
             let connecting = connector.connect(
                 &server.host,
                 server.port,
@@ -234,16 +243,22 @@ impl<S: Stream> TcpClient<S> {
                 &preface,
                 &attempt,
             );
-            match connecting.await {
+            // A name is looked up first, and the resolver's lines are written in the span
+            // of the balancer whose client asked.
+            let connected = match server.host {
+                Host::Ip(_) => connecting.await,
+                Host::Name(_) => connecting.instrument(span.clone()).await,
+            };
+            match connected {
                 Ok(stream) => return Some((lease, stream)),
                 Err(e) if !e.try_next() => {
-                    balancer.unserved(peer, Unserved::BrokerFault);
+                    span.in_scope(|| balancer.unserved(peer, Unserved::BrokerFault));
                     return None;
                 }
                 Err(_) => {}
             }
         }
-        balancer.unserved(peer, Unserved::NoServer);
+        span.in_scope(|| balancer.unserved(peer, Unserved::NoServer));
         None
     }
 
@@ -293,6 +308,27 @@ impl<S: Stream> TcpClient<S> {
         let shared = &self.shared;
         let balancer = &shared.balancer;
         balancer.ended(&lease.server, &self.generation, &closed, &shared.span);
+    }
+}
+
+/// A connect's report with its lines written in the balancer's span. The connect itself runs
+/// outside it: entering a span at each of its polls cost more than its lines gain.
+struct InSpan<'a, R> {
+    span: &'a Span,
+    report: R,
+}
+
+impl<R: ConnectReport> ConnectReport for InSpan<'_, R> {
+    fn connected(&self) {
+        self.span.in_scope(|| self.report.connected());
+    }
+
+    fn failed(&self, error: &ConnectError) {
+        self.span.in_scope(|| self.report.failed(error));
+    }
+
+    fn line(&self, write: impl FnOnce()) {
+        self.span.in_scope(write);
     }
 }
 
