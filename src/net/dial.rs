@@ -241,7 +241,9 @@ pub async fn dial(
         Host::Ip(ip) => ip.to_string(),
         Host::Name(name) => name.clone(),
     };
-    tls.connect(&name, stream, config.connect_timeout)
+    // Boxed: a handshake's state (a rustls connection) is over a kilobyte, which every dial's
+    // future, and every task that awaits one, would otherwise carry and copy as it moves.
+    Box::pin(tls.connect(&name, stream, config.connect_timeout))
         .await
         .map(|tls| Either::Right(Box::new(tls)))
         .map_err(ConnectError::Handshake)
