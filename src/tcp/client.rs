@@ -293,8 +293,11 @@ impl<S: Stream> TcpClient<S> {
         let idle = self.generation.config.idle_timeout;
         // Cut with every connection of the balancer, or with those of its server alone.
         let (everyone, this_server) = (&self.shared.ending.cut, &lease.cut);
+        // Biased: either ends the relay alike, and a fair select draws a random number at
+        // every one of the relay's wake-ups to choose which to poll first.
         let cut = async move {
             tokio::select! {
+                biased;
                 _ = everyone.cancelled() => {}
                 _ = this_server.cancelled() => {}
             }
