@@ -9,8 +9,6 @@
 //! `TOTVS_BROKER_SH_001 =...` is the broker's cookie too (browsers send what a script set).
 //! Names are compared exactly, as browsers keep them.
 
-use std::borrow::Cow;
-
 use super::ticket::{COOKIE, CookieKeys, Signed, Ticket};
 
 /// Blanks around a name, a value or a pair: space and horizontal tab.
@@ -37,47 +35,68 @@ fn broker_value(item: &[u8]) -> Option<&[u8]> {
     })
 }
 
-/// The items of one header value: every `;`-separated pair split again on `,`.
+/// The items of one header value: every `;`-separated pair split again on `,` (so split on
+/// either).
 fn items(header: &[u8]) -> impl Iterator<Item = &[u8]> {
-    header
-        .split(|&b| b == b';')
-        .flat_map(|pair| pair.split(|&b| b == b','))
+    header.split(|&b| b == b';' || b == b',')
 }
 
 /// True when `header` may hold the broker's cookie (its name appears anywhere): the cheap
 /// test before [`without_broker_cookie`] rebuilds anything.
 pub fn mentions_broker_cookie(header: &[u8]) -> bool {
+    let name = COOKIE.as_bytes();
+    // The name's first byte found first: a comparison per candidate, not per byte.
     header
-        .windows(COOKIE.len())
-        .any(|window| window == COOKIE.as_bytes())
+        .iter()
+        .enumerate()
+        .any(|(at, &b)| b == name[0] && header[at..].starts_with(name))
 }
 
 /// `header` without the broker's cookie, every other byte of the other cookies kept as the
 /// client wrote them (their order, their separators); `None` when no cookie is left (the
 /// header goes). A removed item takes the separator before it along (the one after, for a
-/// first item).
+/// first item). Written in one pass into one buffer, which a header holding the broker's
+/// cookie alone never allocates.
 pub fn without_broker_cookie(header: &[u8]) -> Option<Vec<u8>> {
-    let mut pairs: Vec<Cow<'_, [u8]>> = Vec::new();
+    let mut kept: Vec<u8> = Vec::new();
+    // Whether a pair was kept yet: the pairs after it are joined to it with `;`.
+    let mut any_pair = false;
     for pair in header.split(|&b| b == b';') {
-        if !pair
-            .split(|&b| b == b',')
-            .any(|item| broker_value(item).is_some())
-        {
-            pairs.push(Cow::Borrowed(pair));
+        let items = || pair.split(|&b| b == b',');
+        if !items().any(|item| broker_value(item).is_some()) {
+            if any_pair {
+                kept.push(b';');
+            }
+            kept.extend_from_slice(pair);
+            any_pair = true;
             continue;
         }
-        let others: Vec<&[u8]> = pair
-            .split(|&b| b == b',')
-            .filter(|item| broker_value(item).is_none())
-            .collect();
-        if !others.is_empty() {
-            pairs.push(Cow::Owned(others.join(&b","[..])));
+        let mut any_item = false;
+        for item in items().filter(|item| broker_value(item).is_none()) {
+            if any_item {
+                kept.push(b',');
+            } else if any_pair {
+                kept.push(b';');
+            }
+            kept.extend_from_slice(item);
+            any_item = true;
         }
+        any_pair |= any_item;
     }
-    let joined = pairs.join(&b";"[..]);
-    let left = trim(&joined);
-    let separators_only = left.iter().all(|b| matches!(b, b' ' | b'\t' | b';' | b','));
-    (!separators_only).then(|| left.to_vec())
+    let start = kept.iter().position(|b| !matches!(b, b' ' | b'\t'));
+    let end = kept.iter().rposition(|b| !matches!(b, b' ' | b'\t'));
+    let (Some(start), Some(end)) = (start, end) else {
+        return None;
+    };
+    if kept[start..=end]
+        .iter()
+        .all(|b| matches!(b, b' ' | b'\t' | b';' | b','))
+    {
+        return None;
+    }
+    kept.truncate(end + 1);
+    kept.drain(..start);
+    Some(kept)
 }
 
 /// Values of the broker's cookie checked per request at most: a browser holds a few (from other
