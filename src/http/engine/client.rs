@@ -108,13 +108,15 @@ impl<U: Upstreams> Engine<U> {
                 let upgraded = loop {
                     // The client's parts are made in the statement that moves them into the
                     // boxed exchange, so this future holds none of them across its wait.
-                    let exchange = Box::pin(self.exchange(
-                        ClientSide::new(&mut io, client, &closing, deadline.as_mut()),
-                        buf,
-                        // The settings in force when the request came (a reload meanwhile applies).
-                        self.settings.load_full(),
-                        &mut admission,
-                    ));
+                    let exchange = boxed(|| {
+                        self.exchange(
+                            ClientSide::new(&mut io, client, &closing, deadline.as_mut()),
+                            buf,
+                            // The settings in force when the request came (a reload meanwhile applies).
+                            self.settings.load_full(),
+                            &mut admission,
+                        )
+                    });
                     let next = until_cut(cut.as_mut(), exchange).await;
                     let mut wait = self.settings.load().request_timeout;
                     buf = match next {
@@ -172,7 +174,7 @@ impl<U: Upstreams> Engine<U> {
             // Boxed when it starts: the stream's future, moved into its connection's set of
             // streams as it is made, stays a few words until then.
             let client = ClientSide::new(&mut io, client, &closing, deadline.as_mut());
-            let next = Box::pin(self.exchange(client, buf, settings, &mut admission)).await;
+            let next = boxed(|| self.exchange(client, buf, settings, &mut admission)).await;
             if let Next::Tunnel(upgraded) = next {
                 Box::pin(self.relay_tunnel(&mut io, *upgraded)).await;
             }
@@ -227,6 +229,16 @@ impl<U: Upstreams> Engine<U> {
         };
         until_cut(cut, pin!(answered)).await;
     }
+}
+
+/// The future `make` makes, in a box of its own, allocated first and the future written into
+/// it: `Box::pin(future)` builds the future on the stack, then copies all of it into the box
+/// (an exchange's some 9 KB, most of it state not used yet: a copy a request), where a future
+/// made for a place that exists already is written there in place.
+#[inline(always)]
+fn boxed<F: Future>(make: impl FnOnce() -> F) -> Pin<Box<F>> {
+    let place = Box::new_uninit();
+    Box::into_pin(Box::write(place, make()))
 }
 
 /// `work` until it is done (`Some` of its output), or until the connection is cut first
