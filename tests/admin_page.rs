@@ -81,6 +81,12 @@ fn general(users: &Path) -> String {
     format!("ADMIN_USERS={}\nSESSION_SECRET={SECRET}\n", users.display())
 }
 
+/// A TCP balancer over `servers` with `extra` keys ([`ini_for`]'s), its page of actions on
+/// for the users in `users`.
+fn admin_ini(servers: &[&TestServer], extra: &str, users: &Path) -> String {
+    ini_for(servers, extra).replace("[General]\n", &format!("[General]\n{}", general(users)))
+}
+
 /// A request to the page: `method`, the path after ADMIN, its lines, its body.
 fn request(method: &str, target: &str, lines: &[(&str, &str)], body: &str) -> Vec<u8> {
     let mut text = format!("{method} {ADMIN}{target} HTTP/1.1\r\nHost: broker.test\r\n");
@@ -145,8 +151,7 @@ async fn a_user_disables_and_enables_a_server_and_ctl_and_the_json_agree() {
     let a = TestServer::start("a").await;
     let b = TestServer::start("b").await;
     let alerts = format!("ALERT_WEBHOOK=http://127.0.0.1:{}/", receiver.addr.port());
-    let ini = ini_for(&[&a, &b], &alerts)
-        .replace("[General]\n", &format!("[General]\n{}", general(&users)));
+    let ini = admin_ini(&[&a, &b], &alerts, &users);
     let broker = Broker::start(&ini).await;
     let ana = basic("ana", "right horse");
     let token = token(broker.addr(), &ana, "02").await;
@@ -202,7 +207,7 @@ async fn admin_answers_are_never_framed_nor_stored_and_the_public_pages_unchange
     let dir = tempfile::tempdir().unwrap();
     let users = users_file(dir.path());
     let a = TestServer::start("a").await;
-    let ini = ini_for(&[&a], "").replace("[General]\n", &format!("[General]\n{}", general(&users)));
+    let ini = admin_ini(&[&a], "", &users);
     let broker = InProcess::start(&ini).await;
     let ana = basic("ana", "right horse");
     let signed = [("Authorization", ana.as_str())];
@@ -282,7 +287,7 @@ async fn forged_and_unsigned_actions_are_refused_and_change_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let users = users_file(dir.path());
     let a = TestServer::start("a").await;
-    let ini = ini_for(&[&a], "").replace("[General]\n", &format!("[General]\n{}", general(&users)));
+    let ini = admin_ini(&[&a], "", &users);
     let broker = InProcess::start(&ini).await;
     let addr = broker.addr();
     let (ana, bob) = (basic("ana", "right horse"), basic("bob", "bobs password"));
@@ -414,12 +419,10 @@ fn off_loopback_or_skip() -> Option<IpAddr> {
 /// users file in `dir`).
 async fn on_every_address(dir: &Path, a: &TestServer, extra: &str) -> InProcess {
     let users = users_file(dir);
-    let ini = ini_for(&[a], extra)
-        .replace("[General]\n", &format!("[General]\n{}", general(&users)))
-        .replace(
-            "LOCAL_SERVER_ADDRESS=127.0.0.1",
-            "LOCAL_SERVER_ADDRESS=0.0.0.0",
-        );
+    let ini = admin_ini(&[a], extra, &users).replace(
+        "LOCAL_SERVER_ADDRESS=127.0.0.1",
+        "LOCAL_SERVER_ADDRESS=0.0.0.0",
+    );
     InProcess::start(&ini).await
 }
 
@@ -521,8 +524,7 @@ async fn a_thousand_wrong_passwords_are_slowed_and_logged_once_and_the_user_sign
     let dir = tempfile::tempdir().unwrap();
     let users = users_file(dir.path());
     let a = TestServer::start("a").await;
-    let ini = ini_for(&[&a], "QUERY_MAX_CONNECTIONS=64")
-        .replace("[General]\n", &format!("[General]\n{}", general(&users)));
+    let ini = admin_ini(&[&a], "QUERY_MAX_CONNECTIONS=64", &users);
     let broker = Broker::start(&ini).await;
     let attacker: IpAddr = "127.0.0.7".parse().unwrap();
     let started = Instant::now();
@@ -613,8 +615,7 @@ async fn wrong_passwords_from_thousands_of_addresses_leave_sign_ins_bounded() {
     // A costlier hash, as a careful operator's: the verifications are the bottleneck.
     let users = users_file_of_cost(dir.path(), 8);
     let a = TestServer::start("a").await;
-    let ini = ini_for(&[&a], "QUERY_MAX_CONNECTIONS=1024")
-        .replace("[General]\n", &format!("[General]\n{}", general(&users)));
+    let ini = admin_ini(&[&a], "QUERY_MAX_CONNECTIONS=1024", &users);
     let broker = Broker::start(&ini).await;
     let (bob, ana) = (basic("bob", "bobs password"), basic("ana", "right horse"));
     let (bobs, anas): (IpAddr, IpAddr) =
@@ -684,8 +685,7 @@ async fn chromium_signs_in_and_disables_a_server_then_enables_it() {
     let users = users_file(dir.path());
     let a = TestServer::start("a").await;
     let b = TestServer::start("b").await;
-    let ini =
-        ini_for(&[&a, &b], "").replace("[General]\n", &format!("[General]\n{}", general(&users)));
+    let ini = admin_ini(&[&a, &b], "", &users);
     let broker = Broker::start(&ini).await;
     let url = format!("http://127.0.0.1:{}{ADMIN}", broker.addr().port());
     let profile = tempfile::tempdir().unwrap();
@@ -774,8 +774,7 @@ async fn a_restart_runs_then_its_cooldown_answers_409_saying_until_when() {
         "RESTART_COMMAND=true\nRESTART_COOLDOWN=600s\nALERT_WEBHOOK=http://127.0.0.1:{}/",
         receiver.addr.port()
     );
-    let ini =
-        ini_for(&[&a], &extra).replace("[General]\n", &format!("[General]\n{}", general(&users)));
+    let ini = admin_ini(&[&a], &extra, &users);
     let broker = InProcess::start(&ini).await;
     let ana = basic("ana", "right horse");
     let token = token(broker.addr(), &ana, "01").await;
@@ -827,8 +826,7 @@ async fn signed_in(
     dir: &Path,
 ) -> (InProcess, String, String) {
     let users = users_file(dir);
-    let ini =
-        ini_for(servers, extra).replace("[General]\n", &format!("[General]\n{}", general(&users)));
+    let ini = admin_ini(servers, extra, &users);
     let broker = InProcess::start(&ini).await;
     let ana = basic("ana", "right horse");
     let token = token(broker.addr(), &ana, "01").await;
@@ -975,7 +973,7 @@ async fn a_reload_reads_the_users_again_and_forgets_every_sign_in() {
     let dir = tempfile::tempdir().unwrap();
     let users = users_file(dir.path());
     let a = TestServer::start("a").await;
-    let ini = ini_for(&[&a], "").replace("[General]\n", &format!("[General]\n{}", general(&users)));
+    let ini = admin_ini(&[&a], "", &users);
     let broker = InProcess::start(&ini).await;
     let ana = basic("ana", "right horse");
     let get = |authorization: &str| request("GET", "", &[("Authorization", authorization)], "");

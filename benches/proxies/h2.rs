@@ -118,14 +118,7 @@ impl Bench {
             .arg(format!("https://127.0.0.1:{port}/"))
             .pinned(pinned)
             .spawn()?;
-        let status = p.wait_for(Duration::from_secs(self.opts.secs + 30))?;
-        let out = p.stdout_text();
-        if !status.success() {
-            bail!(
-                "h2load exited with {status}: {}",
-                procs::last_lines(&format!("{out}\n{}", p.stderr_text()), 3)
-            );
-        }
+        let (out, _) = p.finish(Duration::from_secs(self.opts.secs + 30))?;
         let figures = parse_h2load(&out)?;
         if figures.protocol != "h2" {
             bail!(
@@ -134,21 +127,9 @@ impl Bench {
                 figures.protocol
             );
         }
-        if figures.failed * 1000.0 > figures.succeeded {
-            bail!(
-                "{} of {} requests failed",
-                figures.failed,
-                figures.succeeded
-            );
-        }
-        if figures.failed > 0.0 {
-            let name = format!("{} through {}", load.name(), target.name());
-            self.note(format!(
-                "{name}: {} of {} requests failed",
-                figures.failed,
-                figures.succeeded + figures.failed
-            ));
-        }
+        let name = format!("{} through {}", load.name(), target.name());
+        let total = figures.succeeded + figures.failed;
+        self.failures(&name, figures.failed, total, "requests failed")?;
         let key = load.name();
         let values = vec![(key.to_string(), figures.rate)];
         let cpu = CpuWork::new(format!("cpu_{key}"), figures.succeeded, 1e6);

@@ -379,31 +379,13 @@ impl Bench {
             .arg(format!("http://127.0.0.1:{port}/"))
             .pinned(pinned)
             .spawn()?;
-        let status = p.wait_for(Duration::from_secs(self.opts.secs + 30))?;
-        let out = p.stdout_text();
-        if !status.success() {
-            bail!(
-                "wrk exited with {status}: {}",
-                procs::last_lines(&format!("{out}\n{}", p.stderr_text()), 3)
-            );
-        }
+        let (out, _) = p.finish(Duration::from_secs(self.opts.secs + 30))?;
         let w = parse_wrk(&out)?;
         let after = origin_counts(origin)?;
         let delta = |s: usize, k: usize| after[s][k] - before[s][k];
         let name = format!("{} through {}", load.name(), target.name());
-        if w.bad_answers > 0.0 {
-            self.note(format!(
-                "{name}: {} of {} answers were not 2xx or 3xx",
-                w.bad_answers, w.requests
-            ));
-            if w.bad_answers * 1000.0 > w.requests {
-                bail!(
-                    "{} answers of {} were not 2xx or 3xx",
-                    w.bad_answers,
-                    w.requests
-                );
-            }
-        }
+        let bad = "answers were not 2xx or 3xx";
+        self.failures(&name, w.bad_answers, w.requests, bad)?;
         if !w.errors.is_empty() {
             self.note(format!("{name}: wrk's socket errors: {}", w.errors));
         }

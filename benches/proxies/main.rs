@@ -644,6 +644,18 @@ impl Bench {
             .unwrap_or_else(|| self.root.join("target"))
     }
 
+    /// A row's failed requests (`failed` of `total`, `what` saying what failed): noted when
+    /// there are any, and the row refused past one in a thousand.
+    fn failures(&mut self, name: &str, failed: f64, total: f64, what: &str) -> Result<()> {
+        if failed > 0.0 {
+            self.note(format!("{name}: {failed} of {total} {what}"));
+        }
+        if failed * 1000.0 > total {
+            bail!("{failed} of {total} {what}");
+        }
+        Ok(())
+    }
+
     fn note(&mut self, note: String) {
         if !self.notes.contains(&note) {
             self.notes.push(note);
@@ -1214,16 +1226,9 @@ impl Bench {
                 .env("CONNECT_SHIM_FROM", format!("127.0.0.1:{data}"))
                 .env("CONNECT_SHIM_TO", format!("127.0.0.1:{port}"));
         }
-        let mut p = spec.spawn()?;
-        let status = p.wait_for(Duration::from_secs(self.opts.secs + 30))?;
-        let out = p.stdout_text();
-        let err = p.stderr_text();
-        if !status.success() {
-            bail!(
-                "netperf exited with {status}: {}",
-                procs::last_lines(&format!("{out}\n{err}"), 3)
-            );
-        }
+        let (out, err) = spec
+            .spawn()?
+            .finish(Duration::from_secs(self.opts.secs + 30))?;
         if proxy.is_some() && !err.contains("connect_shim: redirecting") {
             bail!("the connect shim redirected nothing: netperf did not go through the proxy");
         }

@@ -250,6 +250,22 @@ impl Proc {
         }
     }
 
+    /// Waits for a load generator to finish by itself (at most `limit`): its standard output
+    /// and error when it exited with success, else an error naming it, its status and the
+    /// last lines it printed.
+    pub fn finish(&mut self, limit: Duration) -> Result<(String, String)> {
+        let status = self.wait_for(limit)?;
+        let (out, err) = (self.stdout_text(), self.stderr_text());
+        if !status.success() {
+            bail!(
+                "{} exited with {status}: {}",
+                self.name,
+                last_lines(&format!("{out}\n{err}"), 3)
+            );
+        }
+        Ok((out, err))
+    }
+
     /// Closes the child's standard input (our own modes exit on that).
     pub fn close_stdin(&mut self) {
         if let Some(c) = self.child.as_mut() {

@@ -22,8 +22,7 @@ impl HttpBalancer {
     pub(super) fn exchanged(&self, exchange: &Exchange<ServerTarget>) {
         if let Some(server) = &exchange.server {
             server.0.add_traffic(exchange.to_server, exchange.to_client);
-            self.span
-                .in_scope(|| self.count_timeouts(&server.0, &exchange.outcome));
+            self.count_timeouts(&server.0, &exchange.outcome);
         }
         let (balancer, span) = (&self.balancer, &self.span);
         let unserved = match exchange.outcome {
@@ -65,9 +64,11 @@ impl HttpBalancer {
     /// run (logged when one was running). A failure of the client's, or a client gone before
     /// the answer, says nothing of the server.
     fn count_timeouts(&self, server: &Server, outcome: &ExchangeOutcome) {
-        let keys = &self.balancer.generation().config.http;
         match outcome {
-            ExchangeOutcome::ServerTimeout => {
+            // In the balancer's span only when a line may be written: entering it costs a
+            // request some 300 instructions (docs/benchmarks.md).
+            ExchangeOutcome::ServerTimeout => self.span.in_scope(|| {
+                let keys = &self.balancer.generation().config.http;
                 let in_a_row = server.timed_out();
                 let timeout = show_duration(keys.response_timeout);
                 if in_a_row == 1 {
@@ -82,14 +83,16 @@ impl HttpBalancer {
                     let words = format!("did not answer {limit} requests within {timeout}");
                     self.balancer.quarantine(server, Reason::Timeout, &words);
                 }
-            }
+            }),
             ExchangeOutcome::Served | ExchangeOutcome::ServerFailed(_) => {
                 let run = server.answered();
                 if run > 0 {
-                    info!(
-                        "server {} answering again after {run} requests timed out in a row",
-                        server.address
-                    );
+                    self.span.in_scope(|| {
+                        info!(
+                            "server {} answering again after {run} requests timed out in a row",
+                            server.address
+                        );
+                    });
                 }
             }
             _ => {}

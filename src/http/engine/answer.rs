@@ -53,69 +53,76 @@ struct Settled<'h> {
 
 impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
     /// The server's answer, on its way to the client; what follows on the connection.
-    pub(super) async fn answer(mut self, answered: Answered<U>, choice: Choice<U>) -> Next<U> {
-        let Answered {
-            mut conn,
-            mut awaiting,
-            head,
-            mut upload,
-            request_sent,
-            to_server,
-        } = answered;
-        // Interim answers that came with the final one go first.
-        let client = &mut *self.client.io;
-        if poll_fn(|cx| awaiting.poll_interim(cx, client))
-            .await
-            .is_err()
-        {
-            self.record.exchange.outcome = ExchangeOutcome::Incomplete;
-            return Next::Close;
-        }
-        let mut resp = awaiting.resp;
-        self.record.exchange.to_server = to_server;
-        self.record.answered_code(head.status());
-        if head.framing() == Framing::Tunnel {
-            return self.tunnel(conn, &head, resp, choice).await;
-        }
-        let keep_alive = client_keep_alive(&self.head, &head, request_sent)
-            && !self.client.closing.is_cancelled();
-        let version = self.head.version();
-        let how = ToClient {
-            version,
-            keep_alive,
-        };
-        let mut editor = head.to_client(resp.filled(), &how);
-        if let Some(cookie) = &choice.set_cookie {
-            let _ = editor.add(b"Set-Cookie", &[cookie.as_bytes()]);
-        }
-        let mut out = head.write(resp.filled(), editor);
-        let reader = BodyReader::of_response(head.framing());
-        let mut down = Pump::new(reader, !head.dechunks_for(version), head.len());
-        let run_end = down.first_run(resp.filled());
-        out.append_input(Span::between(head.len(), run_end));
-        if down.body_read() && request_sent {
-            // The whole answer came with its head (most do): counted before it is written.
-            self.record.exchange.outcome = ExchangeOutcome::Served;
+    #[allow(clippy::manual_async_fn)] // an `async fn` would hold its arguments twice
+    pub(super) fn answer(
+        mut self,
+        answered: Answered<U>,
+        choice: Choice<U>,
+    ) -> impl Future<Output = Next<U>> {
+        async move {
+            let Answered {
+                mut conn,
+                mut awaiting,
+                head,
+                mut upload,
+                request_sent,
+                to_server,
+            } = answered;
+            // Interim answers that came with the final one go first.
+            let client = &mut *self.client.io;
+            if poll_fn(|cx| awaiting.poll_interim(cx, client))
+                .await
+                .is_err()
+            {
+                self.record.ended(ExchangeOutcome::Incomplete);
+                return Next::Close;
+            }
+            let mut resp = awaiting.resp;
+            self.record.exchange.to_server = to_server;
+            self.record.answered_code(head.status());
+            if head.framing() == Framing::Tunnel {
+                return self.tunnel(conn, &head, resp, choice).await;
+            }
+            let keep_alive = client_keep_alive(&self.head, &head, request_sent)
+                && !self.client.closing.is_cancelled();
+            let version = self.head.version();
+            let how = ToClient {
+                version,
+                keep_alive,
+            };
+            let mut editor = head.to_client(resp.filled(), &how);
+            if let Some(cookie) = &choice.set_cookie {
+                let _ = editor.add(b"Set-Cookie", &[cookie.as_bytes()]);
+            }
+            let mut out = head.write(resp.filled(), editor);
+            let reader = BodyReader::of_response(head.framing());
+            let mut down = Pump::new(reader, !head.dechunks_for(version), head.len());
+            let run_end = down.first_run(resp.filled());
+            out.append_input(Span::between(head.len(), run_end));
+            if down.body_read() && request_sent {
+                // The whole answer came with its head (most do): counted before it is written.
+                self.record.exchange.outcome = ExchangeOutcome::Served;
+                self.record.exchange.to_client = down.moved;
+                self.record.report();
+            }
+            if write_out(&mut *self.client.io, &mut out, resp.filled())
+                .await
+                .is_err()
+            {
+                self.record.ended(ExchangeOutcome::Incomplete);
+                return Next::Close;
+            }
+            let streamed = self
+                .stream_body(&mut conn, &mut resp, &mut down, &mut upload, request_sent)
+                .await;
             self.record.exchange.to_client = down.moved;
-            self.record.report();
+            let answered = Settled {
+                head: &head,
+                keep_alive,
+                request_sent,
+            };
+            self.settle(streamed, answered, conn, &resp, &choice).await
         }
-        if write_out(&mut *self.client.io, &mut out, resp.filled())
-            .await
-            .is_err()
-        {
-            self.record.exchange.outcome = ExchangeOutcome::Incomplete;
-            return Next::Close;
-        }
-        let streamed = self
-            .stream_body(&mut conn, &mut resp, &mut down, &mut upload, request_sent)
-            .await;
-        self.record.exchange.to_client = down.moved;
-        let answered = Settled {
-            head: &head,
-            keep_alive,
-            request_sent,
-        };
-        self.settle(streamed, answered, conn, &resp, &choice).await
     }
 
     /// The answer's body (`down`) to its end, the request's (`upload`) on meanwhile when it
@@ -181,57 +188,60 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
 
     /// The exchange's end: its outcome, the server connection pooled or closed, the client's
     /// connection kept for another request or closed.
-    async fn settle(
+    #[allow(clippy::manual_async_fn)] // an `async fn` would hold its arguments twice
+    fn settle(
         mut self,
         streamed: Streamed,
         answered: Settled<'_>,
         conn: ServerConn<U>,
         resp: &Buffer,
         choice: &Choice<U>,
-    ) -> Next<U> {
-        let Settled {
-            head,
-            keep_alive,
-            request_sent,
-        } = answered;
-        let (end, body_sent) = match streamed {
-            Streamed::Whole { end, body_sent } => (end, body_sent),
-            cut => {
-                self.record.exchange.outcome = match cut {
-                    Streamed::ServerSilent => ExchangeOutcome::ServerTimeout,
-                    Streamed::ClientTimeout => ExchangeOutcome::ClientTimeout,
-                    _ => ExchangeOutcome::Incomplete,
-                };
-                if head.framing() == Framing::Body(Body::UntilClose) {
-                    // Its end is the connection's: a reset, so the cut is not taken for it.
-                    self.client.io.reset_on_close();
+    ) -> impl Future<Output = Next<U>> {
+        async move {
+            let Settled {
+                head,
+                keep_alive,
+                request_sent,
+            } = answered;
+            let (end, body_sent) = match streamed {
+                Streamed::Whole { end, body_sent } => (end, body_sent),
+                cut => {
+                    self.record.exchange.outcome = match cut {
+                        Streamed::ServerSilent => ExchangeOutcome::ServerTimeout,
+                        Streamed::ClientTimeout => ExchangeOutcome::ClientTimeout,
+                        _ => ExchangeOutcome::Incomplete,
+                    };
+                    if head.framing() == Framing::Body(Body::UntilClose) {
+                        // Its end is the connection's: a reset, so the cut is not taken for it.
+                        self.client.io.reset_on_close();
+                    }
+                    return Next::Close;
                 }
-                return Next::Close;
+            };
+            self.record.exchange.outcome = ExchangeOutcome::Served;
+            // An answer whose head came before the request was sent whole closes its server
+            // connection, however the rest of the body went after: the server may read that rest
+            // as a request of its own, and its answer would meet the next user.
+            let finish = Finish {
+                request_sent,
+                response_read: true,
+                server_sent_more: resp.len() > end,
+                told_keep_alive: keep_alive,
+                response_sent: true,
+                failed: false,
+            };
+            let reuse = h1::reuse(head, &finish);
+            let server = &choice.server;
+            if reuse.server && self.engine.upstreams.keeps(server) {
+                let max_idle = self.settings.max_idle;
+                self.engine.pool.put(server, conn, max_idle);
+            } else if !self.engine.upstreams.keeps(server) {
+                self.engine.pool.forget(server);
             }
-        };
-        self.record.exchange.outcome = ExchangeOutcome::Served;
-        // An answer whose head came before the request was sent whole closes its server
-        // connection, however the rest of the body went after: the server may read that rest
-        // as a request of its own, and its answer would meet the next user.
-        let finish = Finish {
-            request_sent,
-            response_read: true,
-            server_sent_more: resp.len() > end,
-            told_keep_alive: keep_alive,
-            response_sent: true,
-            failed: false,
-        };
-        let reuse = h1::reuse(head, &finish);
-        let server = &choice.server;
-        if reuse.server && self.engine.upstreams.keeps(server) {
-            let max_idle = self.settings.max_idle;
-            self.engine.pool.put(server, conn, max_idle);
-        } else if !self.engine.upstreams.keeps(server) {
-            self.engine.pool.forget(server);
-        }
-        match self.body_end {
-            Some(end) if reuse.client => self.next(end),
-            _ => self.closed(true, body_sent).await,
+            match self.body_end {
+                Some(end) if reuse.client => self.next(end),
+                _ => self.closed(true, body_sent).await,
+            }
         }
     }
 
@@ -239,55 +249,58 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
     /// after, and the connection becomes a tunnel ([`SwitchedConnection`]), relayed by the
     /// client's loop once this exchange's future is gone, so an idle tunnel holds only what it
     /// relays.
-    async fn tunnel(
+    #[allow(clippy::manual_async_fn)] // an `async fn` would hold its arguments twice
+    fn tunnel(
         self,
         conn: ServerConn<U>,
         head: &ResponseHead,
         resp: Buffer,
         choice: Choice<U>,
-    ) -> Next<U> {
-        let InHand {
-            engine,
-            client,
-            buf,
-            settings,
-            record,
-            body_end,
-            ..
-        } = self;
-        let how = ToClient {
-            version: h1::Version::Http11,
-            keep_alive: false,
-        };
-        let mut editor = head.to_client(resp.filled(), &how);
-        if let Some(cookie) = &choice.set_cookie {
-            let _ = editor.add(b"Set-Cookie", &[cookie.as_bytes()]);
+    ) -> impl Future<Output = Next<U>> {
+        async move {
+            let InHand {
+                engine,
+                client,
+                buf,
+                settings,
+                record,
+                body_end,
+                ..
+            } = self;
+            let how = ToClient {
+                version: h1::Version::Http11,
+                keep_alive: false,
+            };
+            let mut editor = head.to_client(resp.filled(), &how);
+            if let Some(cookie) = &choice.set_cookie {
+                let _ = editor.add(b"Set-Cookie", &[cookie.as_bytes()]);
+            }
+            let mut out = head.write(resp.filled(), editor);
+            let ahead = Span::between(head.len(), resp.len());
+            out.append_input(ahead);
+            // Counted now; reported to the balancer when the tunnel ends, with its bytes.
+            let mut exchange = record.upgraded();
+            let started = Instant::now();
+            if write_out(&mut *client.io, &mut out, resp.filled())
+                .await
+                .is_err()
+            {
+                exchange.outcome = ExchangeOutcome::Incomplete;
+                engine.upstreams.report(Report::Exchange(&exchange));
+                return Next::Close;
+            }
+            let first = buf.filled()[body_end.unwrap_or(buf.len()).min(buf.len())..].to_vec();
+            engine.stats.upgrades.fetch_add(1, Relaxed);
+            Next::Tunnel(Box::new(SwitchedConnection {
+                conn,
+                choice,
+                client_hold: None,
+                first,
+                to_client: u64::from(ahead.len),
+                exchange,
+                idle: settings.tunnel_idle_timeout,
+                started,
+            }))
         }
-        let mut out = head.write(resp.filled(), editor);
-        let ahead = Span::between(head.len(), resp.len());
-        out.append_input(ahead);
-        // Counted now; reported to the balancer when the tunnel ends, with its bytes.
-        let mut exchange = record.upgraded();
-        let started = Instant::now();
-        if write_out(&mut *client.io, &mut out, resp.filled())
-            .await
-            .is_err()
-        {
-            exchange.outcome = ExchangeOutcome::Incomplete;
-            engine.upstreams.report(Report::Exchange(&exchange));
-            return Next::Close;
-        }
-        let first = buf.filled()[body_end.unwrap_or(buf.len()).min(buf.len())..].to_vec();
-        engine.stats.upgrades.fetch_add(1, Relaxed);
-        Next::Tunnel(Box::new(SwitchedConnection {
-            conn,
-            choice,
-            client_hold: None,
-            first,
-            to_client: u64::from(ahead.len),
-            exchange,
-            idle: settings.tunnel_idle_timeout,
-            started,
-        }))
     }
 }

@@ -108,13 +108,15 @@ impl<U: Upstreams> Engine<U> {
                 let upgraded = loop {
                     // The client's parts are made in the statement that moves them into the
                     // boxed exchange, so this future holds none of them across its wait.
-                    let exchange = Box::pin(self.exchange(
-                        ClientSide::new(&mut io, client, &closing, deadline.as_mut()),
-                        buf,
-                        // The settings in force when the request came (a reload meanwhile applies).
-                        self.settings.load_full(),
-                        &mut admission,
-                    ));
+                    let exchange = boxed(|| {
+                        self.exchange(
+                            ClientSide::new(&mut io, client, &closing, deadline.as_mut()),
+                            buf,
+                            // The settings in force when the request came (a reload meanwhile applies).
+                            self.settings.load_full(),
+                            &mut admission,
+                        )
+                    });
                     let next = until_cut(cut.as_mut(), exchange).await;
                     let mut wait = self.settings.load().request_timeout;
                     buf = match next {
@@ -172,7 +174,7 @@ impl<U: Upstreams> Engine<U> {
             // Boxed when it starts: the stream's future, moved into its connection's set of
             // streams as it is made, stays a few words until then.
             let client = ClientSide::new(&mut io, client, &closing, deadline.as_mut());
-            let next = Box::pin(self.exchange(client, buf, settings, &mut admission)).await;
+            let next = boxed(|| self.exchange(client, buf, settings, &mut admission)).await;
             if let Next::Tunnel(upgraded) = next {
                 Box::pin(self.relay_tunnel(&mut io, *upgraded)).await;
             }
@@ -227,6 +229,16 @@ impl<U: Upstreams> Engine<U> {
         };
         until_cut(cut, pin!(answered)).await;
     }
+}
+
+/// The future `make` makes, in a box of its own, allocated first and the future written into
+/// it: `Box::pin(future)` builds the future on the stack, then copies all of it into the box
+/// (an exchange's some 9 KB, most of it state not used yet: a copy a request), where a future
+/// made for a place that exists already is written there in place.
+#[inline(always)]
+fn boxed<F: Future>(make: impl FnOnce() -> F) -> Pin<Box<F>> {
+    let place = Box::new_uninit();
+    Box::into_pin(Box::write(place, make()))
 }
 
 /// `work` until it is done (`Some` of its output), or until the connection is cut first
@@ -616,11 +628,43 @@ impl IpText {
             IpAddr::V4(_) => ip,
         };
         let mut text = IpText::none();
-        let mut room = &mut text.bytes[..];
-        if write!(room, "{ip}").is_ok() {
-            text.len = (IP_TEXT_MAX - room.len()) as u8;
+        match ip {
+            // Written by hand: it is written for every request, and `core::fmt` costs some
+            // ten times as much (docs/benchmarks.md).
+            IpAddr::V4(v4) => {
+                for (i, octet) in v4.octets().into_iter().enumerate() {
+                    if i > 0 {
+                        text.push(b'.');
+                    }
+                    text.push_decimal(octet);
+                }
+            }
+            // RFC 5952's shortest form, as `Display` writes it.
+            IpAddr::V6(_) => {
+                let mut room = &mut text.bytes[..];
+                if write!(room, "{ip}").is_ok() {
+                    text.len = (IP_TEXT_MAX - room.len()) as u8;
+                }
+            }
         }
         text
+    }
+
+    /// Appends `byte` (room for the longest address is always left).
+    fn push(&mut self, byte: u8) {
+        self.bytes[usize::from(self.len)] = byte;
+        self.len += 1;
+    }
+
+    /// Appends `n` in decimal, without leading zeros.
+    fn push_decimal(&mut self, n: u8) {
+        if n >= 100 {
+            self.push(b'0' + n / 100);
+        }
+        if n >= 10 {
+            self.push(b'0' + n / 10 % 10);
+        }
+        self.push(b'0' + n % 10);
     }
 
     /// No address (a connection's peer always has one; an unknown client has none).
@@ -639,6 +683,30 @@ impl IpText {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_address_is_written_as_display_writes_it() {
+        let ips = [
+            "0.0.0.0",
+            "127.0.0.1",
+            "10.20.100.255",
+            "192.168.0.9",
+            "::ffff:203.0.113.7",
+            "2001:db8::1",
+            "::1",
+            "::",
+            "ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255",
+        ];
+        for ip in ips {
+            let ip: IpAddr = ip.parse().unwrap();
+            let shown = match ip {
+                IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+                IpAddr::V4(_) => ip,
+            };
+            let text = IpText::of(ip);
+            assert_eq!(text.as_bytes(), shown.to_string().as_bytes(), "{ip}");
+        }
+    }
     use crate::http::engine::local::tests::echo_connection;
     use tokio::net::TcpStream;
 

@@ -40,51 +40,54 @@ pub(super) struct InHand<'e, C, U: Upstreams> {
 impl<U: Upstreams> Engine<U> {
     /// One request on `client`'s connection, from its first bytes in `buf` to its answer's
     /// end; what follows it.
-    pub(super) async fn exchange<C: Stream>(
+    #[allow(clippy::manual_async_fn)] // an `async fn` would hold its arguments twice
+    pub(super) fn exchange<C: Stream>(
         &self,
         mut client: ClientSide<'_, C>,
         mut buf: Buffer,
         settings: Arc<Settings>,
         admission: &mut U::Admission,
-    ) -> Next<U> {
-        let head = match client.read_head(&mut buf, &settings).await {
-            Ok(head) => head,
-            Err(Headless::Gone) => return Next::Close,
-            Err(Headless::Refused(error)) => {
-                return self.refuse_head(client, buf, error, &settings).await;
+    ) -> impl Future<Output = Next<U>> {
+        async move {
+            let head = match client.read_head(&mut buf, &settings).await {
+                Ok(head) => head,
+                Err(Headless::Gone) => return Next::Close,
+                Err(Headless::Refused(error)) => {
+                    return self.refuse_head(client, buf, error, &settings).await;
+                }
+                Err(Headless::Evicted) => return self.evicted(client, buf, &settings).await,
+            };
+            let proxied = client.peer.is_trusted_proxy(&settings.trusted_proxies);
+            (client.peer, client.via) =
+                client
+                    .peer
+                    .behind(&settings.trusted_proxies, &head, buf.filled());
+            let protocol = Protocol::of(client.io.protocol());
+            let record = ExchangeRecord::new(self, client.peer.peer, protocol, &head, buf.filled());
+            let request = InHand {
+                engine: self,
+                client,
+                buf,
+                head,
+                settings,
+                record,
+                body_end: None,
+                admission,
+            };
+            // Held until the answer's end: the future returns once it is written.
+            let hold = match proxied.then(|| self.upstreams.hold_client(&request.client.peer)) {
+                // Boxed: the rare way's state would otherwise widen every request's future.
+                Some(None) => return Box::pin(request.client_limited()).await,
+                hold => hold.flatten(),
+            };
+            match request.route().await {
+                // A tunnel stays its client's for its whole life: the hold goes with it.
+                Next::Tunnel(mut upgraded) => {
+                    upgraded.client_hold = hold;
+                    Next::Tunnel(upgraded)
+                }
+                next => next,
             }
-            Err(Headless::Evicted) => return self.evicted(client, buf, &settings).await,
-        };
-        let proxied = client.peer.is_trusted_proxy(&settings.trusted_proxies);
-        (client.peer, client.via) =
-            client
-                .peer
-                .behind(&settings.trusted_proxies, &head, buf.filled());
-        let protocol = Protocol::of(client.io.protocol());
-        let record = ExchangeRecord::new(self, client.peer.peer, protocol, &head, buf.filled());
-        let request = InHand {
-            engine: self,
-            client,
-            buf,
-            head,
-            settings,
-            record,
-            body_end: None,
-            admission,
-        };
-        // Held until the answer's end: the future returns once it is written.
-        let hold = match proxied.then(|| self.upstreams.hold_client(&request.client.peer)) {
-            // Boxed: the rare way's state would otherwise widen every request's future.
-            Some(None) => return Box::pin(request.client_limited()).await,
-            hold => hold.flatten(),
-        };
-        match request.route().await {
-            // A tunnel stays its client's for its whole life: the hold goes with it.
-            Next::Tunnel(mut upgraded) => {
-                upgraded.client_hold = hold;
-                Next::Tunnel(upgraded)
-            }
-            next => next,
         }
     }
 
@@ -143,28 +146,31 @@ impl<U: Upstreams> Engine<U> {
 impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
     /// The request's way: the balancer's own answer, a refusal (any other request on a front
     /// balancer's check), the broker's answer as its last recipient, or on to a server.
-    async fn route(self) -> Next<U> {
-        let view = ClientHead::new(&self.head, self.buf.filled());
-        if self.engine.upstreams.intercepts(view.path_and_query()) {
-            // Boxed: the balancer's answer may await, and its state would otherwise widen
-            // every request's future.
-            return Box::pin(self.intercepted()).await;
-        }
-        if self.client.peer.check {
-            return self.refuse(Refusal::FrontCheck).await;
-        }
-        match self.head.method() {
-            Method::Connect => return self.refuse(Refusal::Connect).await,
-            Method::Trace => return self.refuse(Refusal::Trace).await,
-            Method::Options if max_forwards(&view) == Some(0) => {
-                let ending = self.own_ending();
-                return self
-                    .local(own::options(ending), StatusCode::OK, ending)
-                    .await;
+    #[allow(clippy::manual_async_fn)] // an `async fn` would hold its arguments twice
+    fn route(self) -> impl Future<Output = Next<U>> {
+        async move {
+            let view = ClientHead::new(&self.head, self.buf.filled());
+            if self.engine.upstreams.intercepts(view.path_and_query()) {
+                // Boxed: the balancer's answer may await, and its state would otherwise widen
+                // every request's future.
+                return Box::pin(self.intercepted()).await;
             }
-            _ => {}
+            if self.client.peer.check {
+                return self.refuse(Refusal::FrontCheck).await;
+            }
+            match self.head.method() {
+                Method::Connect => return self.refuse(Refusal::Connect).await,
+                Method::Trace => return self.refuse(Refusal::Trace).await,
+                Method::Options if max_forwards(&view) == Some(0) => {
+                    let ending = self.own_ending();
+                    return self
+                        .local(own::options(ending), StatusCode::OK, ending)
+                        .await;
+                }
+                _ => {}
+            }
+            self.forward().await
         }
-        self.forward().await
     }
 
     /// How an answer of the broker's own to this request ends: kept alive when the client
@@ -182,71 +188,84 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
 
     /// An answer of the balancer's or the broker's own (`bytes`, of `status`), ending as
     /// `ending` says.
-    pub(super) async fn local(
+    #[allow(clippy::manual_async_fn)] // an `async fn` would hold its arguments twice
+    pub(super) fn local(
         mut self,
         bytes: Vec<u8>,
         status: StatusCode,
         ending: AnswerEnding,
-    ) -> Next<U> {
-        self.record.exchange.outcome = ExchangeOutcome::Local;
-        self.record.answered(status);
-        self.record.report();
-        let written = self.client.write(&bytes).await;
-        if written && !ending.close {
-            let end = self.head.len();
-            return self.next(end);
+    ) -> impl Future<Output = Next<U>> {
+        async move {
+            self.record.exchange.outcome = ExchangeOutcome::Local;
+            self.record.answered(status);
+            self.record.report();
+            let written = self.client.write(&bytes).await;
+            if written && !ending.close {
+                let end = self.head.len();
+                return self.next(end);
+            }
+            self.closed(written, false).await
         }
-        self.closed(written, false).await
     }
 
     /// The 503 (with `Retry-After`) of a request whose client, behind a trusted proxy, has
     /// its fill of `MAX_CONNECTIONS_PER_CLIENT`: the proxy's connection goes on when the
     /// request had no body and the proxy wants it kept, as after any page of the broker's.
-    async fn client_limited(mut self) -> Next<U> {
-        self.record.exchange.outcome = ExchangeOutcome::Refused;
-        let next = (self.head.body() == Body::Empty).then(|| self.head.len());
-        self.page(StatusCode::SERVICE_UNAVAILABLE, next, false)
-            .await
+    #[allow(clippy::manual_async_fn)] // an `async fn` would hold its arguments twice
+    fn client_limited(mut self) -> impl Future<Output = Next<U>> {
+        async move {
+            self.record.exchange.outcome = ExchangeOutcome::Refused;
+            let next = (self.head.body() == Body::Empty).then(|| self.head.len());
+            self.page(StatusCode::SERVICE_UNAVAILABLE, next, false)
+                .await
+        }
     }
 
     /// The page of a request the broker refused; the connection closes after it (the
     /// request's framing may be in doubt).
-    pub(super) async fn refuse(mut self, refusal: Refusal) -> Next<U> {
-        self.record.exchange.outcome = ExchangeOutcome::Refused;
-        self.record.answered(refusal.status());
-        let ending = AnswerEnding {
-            close: true,
-            ..self.own_ending()
-        };
-        let page = own::refused(refusal, self.settings.language, ending);
-        self.record.report();
-        let written = self.client.write(&page).await;
-        self.closed(written, false).await
+    #[allow(clippy::manual_async_fn)] // an `async fn` would hold its arguments twice
+    pub(super) fn refuse(mut self, refusal: Refusal) -> impl Future<Output = Next<U>> {
+        async move {
+            self.record.exchange.outcome = ExchangeOutcome::Refused;
+            self.record.answered(refusal.status());
+            let ending = AnswerEnding {
+                close: true,
+                ..self.own_ending()
+            };
+            let page = own::refused(refusal, self.settings.language, ending);
+            self.record.report();
+            let written = self.client.write(&page).await;
+            self.closed(written, false).await
+        }
     }
 
     /// The broker's page for `status` (503, 502, 504, 408): the connection goes on with the
     /// next request from byte `next` of the buffer on, when one is given (the client wants
     /// it, its request was read whole, no drain is on), else it closes (`body_read`: the
     /// request's body was read whole, so nothing needs to be waited out).
-    pub(super) async fn page(
+    #[allow(clippy::manual_async_fn)] // an `async fn` would hold its arguments twice
+    pub(super) fn page(
         mut self,
         status: StatusCode,
         next: Option<usize>,
         body_read: bool,
-    ) -> Next<U> {
-        self.record.answered(status);
-        let next = next.filter(|_| self.head.keep_alive() && !self.client.closing.is_cancelled());
-        let ending = AnswerEnding {
-            close: next.is_none(),
-            ..self.own_ending()
-        };
-        let retry_after = self.settings.retry_after.as_secs();
-        let page = own::page(status, self.settings.language, retry_after, ending);
-        self.record.report();
-        let written = self.client.write(&page).await;
-        match next {
-            Some(end) if written => self.next(end),
-            _ => self.closed(written, body_read).await,
+    ) -> impl Future<Output = Next<U>> {
+        async move {
+            self.record.answered(status);
+            let next =
+                next.filter(|_| self.head.keep_alive() && !self.client.closing.is_cancelled());
+            let ending = AnswerEnding {
+                close: next.is_none(),
+                ..self.own_ending()
+            };
+            let retry_after = self.settings.retry_after.as_secs();
+            let page = own::page(status, self.settings.language, retry_after, ending);
+            self.record.report();
+            let written = self.client.write(&page).await;
+            match next {
+                Some(end) if written => self.next(end),
+                _ => self.closed(written, body_read).await,
+            }
         }
     }
 
@@ -264,21 +283,24 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
     /// The connection closes after an answer (`written`: it went whole); when the request's
     /// body may not have been read whole, lingering so the close does not reset the answer
     /// away.
-    pub(super) async fn closed(self, written: bool, body_read: bool) -> Next<U> {
-        let InHand {
-            mut client,
-            buf,
-            head,
-            record,
-            ..
-        } = self;
-        drop((buf, record));
-        if written && !(body_read || head.body() == Body::Empty) {
-            client.linger().await;
-        } else if written {
-            client.close().await;
+    #[allow(clippy::manual_async_fn)] // an `async fn` would hold its arguments twice
+    pub(super) fn closed(self, written: bool, body_read: bool) -> impl Future<Output = Next<U>> {
+        async move {
+            let InHand {
+                mut client,
+                buf,
+                head,
+                record,
+                ..
+            } = self;
+            drop((buf, record));
+            if written && !(body_read || head.body() == Body::Empty) {
+                client.linger().await;
+            } else if written {
+                client.close().await;
+            }
+            Next::Close
         }
-        Next::Close
     }
 }
 
@@ -354,6 +376,13 @@ impl<'e, U: Upstreams> ExchangeRecord<'e, U> {
     /// The client is sent an answer of `status`.
     pub(super) fn answered(&mut self, status: StatusCode) {
         self.exchange.status = Some(status);
+    }
+
+    /// The exchange ends as `outcome` says, reported when the record is dropped: a call, not
+    /// an assignment to a field of a record dropped right after, which the compiler takes
+    /// for a value never read.
+    pub(super) fn ended(&mut self, outcome: ExchangeOutcome) {
+        self.exchange.outcome = outcome;
     }
 
     /// The client is sent an answer whose status code is `code`.

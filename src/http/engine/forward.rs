@@ -88,61 +88,64 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
     /// connect any; else the page that says why. The connection is counted as the balancer's
     /// client first ([`Upstreams::admit`]), or refused with a 503 when the balancer takes no
     /// more.
-    pub(super) async fn forward(mut self) -> Next<U> {
-        let probe = Pump::new(BodyReader::new(self.head.body()), true, self.head.len());
-        self.body_end = match probe.check_ahead(self.buf.filled()) {
-            Ok(end) => end,
-            Err(_) => {
-                self.record.exchange.outcome = ExchangeOutcome::ClientFailed;
-                return self.refuse(Refusal::Body).await;
-            }
-        };
-        if !self
-            .engine
-            .upstreams
-            .admit(&self.client.peer, self.admission)
-        {
-            // No client place is left: the connection closes after the page.
-            self.record.exchange.outcome = ExchangeOutcome::Refused;
-            return self
-                .page(StatusCode::SERVICE_UNAVAILABLE, None, false)
-                .await;
-        }
-        let replayable =
-            self.head.body() == crate::http::h1::Body::Empty && self.head.method().is_idempotent();
-        // The servers tried and failed, for the next choice: none on the common way (the
-        // first server answers), so no allocation there.
-        let mut tried: Vec<U::Server> = Vec::new();
-        let mut failed = Unanswered::NoServer;
-        while let Some(choice) = self.choose(&tried) {
-            self.record.exchange.server = Some(choice.server.clone());
-            let outcome = self.try_server(&choice, replayable).await;
-            if matches!(outcome, Tried::NotSent | Tried::Failed(_)) {
-                tried.push(choice.server.clone());
-            }
-            match outcome {
-                Tried::Answered(answered) => return self.answer(answered, choice).await,
-                Tried::NotSent => {}
-                Tried::BrokerFault => {
-                    failed = Unanswered::BrokerFault;
-                    break;
+    #[allow(clippy::manual_async_fn)] // an `async fn` would hold its arguments twice
+    pub(super) fn forward(mut self) -> impl Future<Output = Next<U>> {
+        async move {
+            let probe = Pump::new(BodyReader::new(self.head.body()), true, self.head.len());
+            self.body_end = match probe.check_ahead(self.buf.filled()) {
+                Ok(end) => end,
+                Err(_) => {
+                    self.record.exchange.outcome = ExchangeOutcome::ClientFailed;
+                    return self.refuse(Refusal::Body).await;
                 }
-                Tried::Client(fault) => return self.client_failed(fault).await,
-                Tried::Failed(failure) => {
-                    debug!(client = %self.client.peer.peer, server = %choice.server, error = %failure.error, "request failed after it was sent");
-                    let retry = self.settings.retry_idempotent
-                        && replayable
-                        && !failure.answered
-                        && !failure.timeout;
-                    failed = Unanswered::Failed(failure);
-                    if !retry {
+            };
+            if !self
+                .engine
+                .upstreams
+                .admit(&self.client.peer, self.admission)
+            {
+                // No client place is left: the connection closes after the page.
+                self.record.exchange.outcome = ExchangeOutcome::Refused;
+                return self
+                    .page(StatusCode::SERVICE_UNAVAILABLE, None, false)
+                    .await;
+            }
+            let replayable = self.head.body() == crate::http::h1::Body::Empty
+                && self.head.method().is_idempotent();
+            // The servers tried and failed, for the next choice: none on the common way (the
+            // first server answers), so no allocation there.
+            let mut tried: Vec<U::Server> = Vec::new();
+            let mut failed = Unanswered::NoServer;
+            while let Some(choice) = self.choose(&tried) {
+                self.record.exchange.server = Some(choice.server.clone());
+                let outcome = self.try_server(&choice, replayable).await;
+                if matches!(outcome, Tried::NotSent | Tried::Failed(_)) {
+                    tried.push(choice.server.clone());
+                }
+                match outcome {
+                    Tried::Answered(answered) => return self.answer(answered, choice).await,
+                    Tried::NotSent => {}
+                    Tried::BrokerFault => {
+                        failed = Unanswered::BrokerFault;
                         break;
                     }
-                    self.engine.stats.retried_next.fetch_add(1, Relaxed);
+                    Tried::Client(fault) => return self.client_failed(fault).await,
+                    Tried::Failed(failure) => {
+                        debug!(client = %self.client.peer.peer, server = %choice.server, error = %failure.error, "request failed after it was sent");
+                        let retry = self.settings.retry_idempotent
+                            && replayable
+                            && !failure.answered
+                            && !failure.timeout;
+                        failed = Unanswered::Failed(failure);
+                        if !retry {
+                            break;
+                        }
+                        self.engine.stats.retried_next.fetch_add(1, Relaxed);
+                    }
                 }
             }
+            self.unanswered(failed).await
         }
-        self.unanswered(failed).await
     }
 
     /// The balancer's choice for this request, none of `tried`.
@@ -155,43 +158,51 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
 
     /// The page for a request no server answered; the connection goes on when the request's
     /// body was read whole.
-    async fn unanswered(mut self, failed: Unanswered) -> Next<U> {
-        let closes = matches!(&failed, Unanswered::Failed(failure) if failure.close_client);
-        let (status, outcome) = match failed {
-            Unanswered::NoServer => (StatusCode::SERVICE_UNAVAILABLE, ExchangeOutcome::NoServer),
-            Unanswered::BrokerFault => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                ExchangeOutcome::BrokerFault,
-            ),
-            Unanswered::Failed(failure) if failure.timeout => {
-                (StatusCode::GATEWAY_TIMEOUT, ExchangeOutcome::ServerTimeout)
-            }
-            Unanswered::Failed(failure) => (
-                StatusCode::BAD_GATEWAY,
-                ExchangeOutcome::ServerFailed(failure.error),
-            ),
-        };
-        self.record.exchange.outcome = outcome;
-        let body_end = self.body_end;
-        let next = body_end.filter(|_| !closes);
-        self.page(status, next, body_end.is_some()).await
+    #[allow(clippy::manual_async_fn)] // an `async fn` would hold its arguments twice
+    fn unanswered(mut self, failed: Unanswered) -> impl Future<Output = Next<U>> {
+        async move {
+            let closes = matches!(&failed, Unanswered::Failed(failure) if failure.close_client);
+            let (status, outcome) = match failed {
+                Unanswered::NoServer => {
+                    (StatusCode::SERVICE_UNAVAILABLE, ExchangeOutcome::NoServer)
+                }
+                Unanswered::BrokerFault => (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    ExchangeOutcome::BrokerFault,
+                ),
+                Unanswered::Failed(failure) if failure.timeout => {
+                    (StatusCode::GATEWAY_TIMEOUT, ExchangeOutcome::ServerTimeout)
+                }
+                Unanswered::Failed(failure) => (
+                    StatusCode::BAD_GATEWAY,
+                    ExchangeOutcome::ServerFailed(failure.error),
+                ),
+            };
+            self.record.exchange.outcome = outcome;
+            let body_end = self.body_end;
+            let next = body_end.filter(|_| !closes);
+            self.page(status, next, body_end.is_some()).await
+        }
     }
 
     /// The answer to a request whose client failed while its body was passed on: a 408 for
     /// a body too slow, a 400 for a malformed one; nothing to a client gone.
-    pub(super) async fn client_failed(mut self, fault: ClientFault) -> Next<U> {
-        match fault {
-            ClientFault::Gone => {
-                self.record.exchange.outcome = ExchangeOutcome::Incomplete;
-                Next::Close
-            }
-            ClientFault::Timeout => {
-                self.record.exchange.outcome = ExchangeOutcome::ClientTimeout;
-                self.page(StatusCode::REQUEST_TIMEOUT, None, false).await
-            }
-            ClientFault::Body => {
-                self.record.exchange.outcome = ExchangeOutcome::ClientFailed;
-                self.refuse(Refusal::Body).await
+    #[allow(clippy::manual_async_fn)] // an `async fn` would hold its arguments twice
+    pub(super) fn client_failed(mut self, fault: ClientFault) -> impl Future<Output = Next<U>> {
+        async move {
+            match fault {
+                ClientFault::Gone => {
+                    self.record.ended(ExchangeOutcome::Incomplete);
+                    Next::Close
+                }
+                ClientFault::Timeout => {
+                    self.record.exchange.outcome = ExchangeOutcome::ClientTimeout;
+                    self.page(StatusCode::REQUEST_TIMEOUT, None, false).await
+                }
+                ClientFault::Body => {
+                    self.record.exchange.outcome = ExchangeOutcome::ClientFailed;
+                    self.refuse(Refusal::Body).await
+                }
             }
         }
     }

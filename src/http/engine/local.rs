@@ -38,56 +38,61 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
     /// The balancer's own answer to this request; the connection goes on after it when the
     /// client wants it, its body was read whole, no drain is on and the balancer did not end
     /// it (a query place given up, a query connection past its life).
-    pub(super) async fn intercepted(mut self) -> Next<U> {
-        let mut request = self.local_request();
-        let expects = self.head.expects_continue(self.buf.filled());
-        // The request is the balancer's now: the buffer keeps what follows its head.
-        self.buf.consume(self.head.len());
-        // A client that waits before sending its body is told to send it: the balancer's
-        // answer may need it.
-        let waits = expects && self.buf.len() == 0 && self.head.version() == Version::Http11;
-        if waits && self.head.body() != Body::Empty && !self.client.write(CONTINUE).await {
-            return Next::Close;
+    #[allow(clippy::manual_async_fn)] // an `async fn` would hold its arguments twice
+    pub(super) fn intercepted(mut self) -> impl Future<Output = Next<U>> {
+        async move {
+            let mut request = self.local_request();
+            let expects = self.head.expects_continue(self.buf.filled());
+            // The request is the balancer's now: the buffer keeps what follows its head.
+            self.buf.consume(self.head.len());
+            // A client that waits before sending its body is told to send it: the balancer's
+            // answer may need it.
+            let waits = expects && self.buf.len() == 0 && self.head.version() == Version::Http11;
+            if waits && self.head.body() != Body::Empty && !self.client.write(CONTINUE).await {
+                return Next::Close;
+            }
+            let whole = match self.head.body() {
+                Body::Empty | Body::Length(0) => true,
+                body => match self.local_body(body).await {
+                    Ok(body) => {
+                        let whole = body != LocalBody::TooLarge;
+                        request.body = body;
+                        whole
+                    }
+                    Err(BodyFault::Gone) => return Next::Close,
+                    Err(BodyFault::Malformed) => return self.refuse(Refusal::Body).await,
+                    Err(BodyFault::Silent) => {
+                        self.record.exchange.outcome = ExchangeOutcome::ClientTimeout;
+                        return self.page(StatusCode::REQUEST_TIMEOUT, None, false).await;
+                    }
+                },
+            };
+            let upstreams = &self.engine.upstreams;
+            let answer: LocalAnswer = upstreams.intercept(request, self.admission).await;
+            if answer.unanswered {
+                // Reported with no status: the client was sent nothing.
+                return Next::Close;
+            }
+            let mut ending = self.own_ending();
+            ending.close = !self.head.keep_alive()
+                || !whole
+                || answer.close
+                || self.client.closing.is_cancelled();
+            self.record.exchange.outcome = ExchangeOutcome::Local;
+            self.record.answered_code(answer.status);
+            if !ending.head_only {
+                self.record.exchange.to_client = answer.body.len() as u64;
+            }
+            self.record.report();
+            let bytes = own::local(&answer, ending);
+            drop(answer);
+            let written = tokio::time::timeout(WRITE_TIMEOUT, self.client.write(&bytes)).await;
+            let written = written.unwrap_or(false);
+            if written && !ending.close {
+                return self.next(0);
+            }
+            self.closed(written, whole).await
         }
-        let whole = match self.head.body() {
-            Body::Empty | Body::Length(0) => true,
-            body => match self.local_body(body).await {
-                Ok(body) => {
-                    let whole = body != LocalBody::TooLarge;
-                    request.body = body;
-                    whole
-                }
-                Err(BodyFault::Gone) => return Next::Close,
-                Err(BodyFault::Malformed) => return self.refuse(Refusal::Body).await,
-                Err(BodyFault::Silent) => {
-                    self.record.exchange.outcome = ExchangeOutcome::ClientTimeout;
-                    return self.page(StatusCode::REQUEST_TIMEOUT, None, false).await;
-                }
-            },
-        };
-        let upstreams = &self.engine.upstreams;
-        let answer: LocalAnswer = upstreams.intercept(request, self.admission).await;
-        if answer.unanswered {
-            // Reported with no status: the client was sent nothing.
-            return Next::Close;
-        }
-        let mut ending = self.own_ending();
-        ending.close =
-            !self.head.keep_alive() || !whole || answer.close || self.client.closing.is_cancelled();
-        self.record.exchange.outcome = ExchangeOutcome::Local;
-        self.record.answered_code(answer.status);
-        if !ending.head_only {
-            self.record.exchange.to_client = answer.body.len() as u64;
-        }
-        self.record.report();
-        let bytes = own::local(&answer, ending);
-        drop(answer);
-        let written = tokio::time::timeout(WRITE_TIMEOUT, self.client.write(&bytes)).await;
-        let written = written.unwrap_or(false);
-        if written && !ending.close {
-            return self.next(0);
-        }
-        self.closed(written, whole).await
     }
 
     /// The request as the balancer's own type: its method, target and lines copied, and

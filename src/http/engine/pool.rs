@@ -17,7 +17,6 @@
 //!
 //! [`h1::reuse`]: crate::http::h1::reuse
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::net::IpAddr;
 use std::pin::{Pin, pin};
@@ -26,6 +25,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use foldhash::HashMap;
 use tokio::io::ReadBuf;
 use tokio::time::Instant;
 
@@ -115,7 +115,7 @@ struct Slot<U: Upstreams> {
 impl<U: Upstreams> Default for Slot<U> {
     fn default() -> Self {
         Slot {
-            idle: HashMap::new(),
+            idle: HashMap::default(),
             figures: Arc::default(),
         }
     }
@@ -130,7 +130,7 @@ pub(crate) struct ServerPool<U: Upstreams> {
 impl<U: Upstreams> ServerPool<U> {
     pub(crate) fn new() -> ServerPool<U> {
         ServerPool {
-            slots: Mutex::new(HashMap::new()),
+            slots: Mutex::new(HashMap::default()),
         }
     }
 

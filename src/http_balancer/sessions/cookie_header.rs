@@ -9,8 +9,6 @@
 //! `TOTVS_BROKER_SH_001 =...` is the broker's cookie too (browsers send what a script set).
 //! Names are compared exactly, as browsers keep them.
 
-use std::borrow::Cow;
-
 use super::ticket::{COOKIE, CookieKeys, Signed, Ticket};
 
 /// Blanks around a name, a value or a pair: space and horizontal tab.
@@ -26,7 +24,7 @@ fn trim(bytes: &[u8]) -> &[u8] {
 /// The value of `item` (`name=value`) when its name is the broker's cookie: trimmed of blanks
 /// and of the double quotes RFC 6265 allows around it.
 fn broker_value(item: &[u8]) -> Option<&[u8]> {
-    let equals = item.iter().position(|&b| b == b'=')?;
+    let equals = memchr::memchr(b'=', item)?;
     if trim(&item[..equals]) != COOKIE.as_bytes() {
         return None;
     }
@@ -37,47 +35,100 @@ fn broker_value(item: &[u8]) -> Option<&[u8]> {
     })
 }
 
-/// The items of one header value: every `;`-separated pair split again on `,`.
-fn items(header: &[u8]) -> impl Iterator<Item = &[u8]> {
-    header
-        .split(|&b| b == b';')
-        .flat_map(|pair| pair.split(|&b| b == b','))
+/// A separator between items, or a blank around one.
+fn separator_or_blank(byte: &u8) -> bool {
+    matches!(byte, b' ' | b'\t' | b';' | b',')
+}
+
+/// The items of `header` that are the broker's cookie (items: every `;`-separated pair split
+/// again on `,`), each as where it starts and ends (its separators excluded) and its value as
+/// [`broker_value`] gives it. Found by a vectorised search for the name's first byte and for
+/// the separators, not by splitting every item and looking for its `=` a byte at a time.
+fn broker_items(header: &[u8]) -> impl Iterator<Item = (usize, usize, &[u8])> {
+    let name = COOKIE.as_bytes();
+    let mut from = 0;
+    std::iter::from_fn(move || {
+        while let Some(found) = memchr::memchr(name[0], &header[from..]) {
+            let at = from + found;
+            from = at + 1;
+            if !header[at..].starts_with(name) {
+                continue;
+            }
+            // The name starts its item when only blanks come between the separator and it.
+            let start = memchr::memrchr2(b';', b',', &header[..at]).map_or(0, |s| s + 1);
+            if !header[start..at].iter().all(|b| matches!(b, b' ' | b'\t')) {
+                continue;
+            }
+            let end = memchr::memchr2(b';', b',', &header[at..]).map_or(header.len(), |e| at + e);
+            from = end;
+            if let Some(value) = broker_value(&header[start..end]) {
+                return Some((start, end, value));
+            }
+        }
+        None
+    })
 }
 
 /// True when `header` may hold the broker's cookie (its name appears anywhere): the cheap
 /// test before [`without_broker_cookie`] rebuilds anything.
 pub fn mentions_broker_cookie(header: &[u8]) -> bool {
-    header
-        .windows(COOKIE.len())
-        .any(|window| window == COOKIE.as_bytes())
+    let name = COOKIE.as_bytes();
+    memchr::memchr_iter(name[0], header).any(|at| header[at..].starts_with(name))
 }
 
 /// `header` without the broker's cookie, every other byte of the other cookies kept as the
 /// client wrote them (their order, their separators); `None` when no cookie is left (the
 /// header goes). A removed item takes the separator before it along (the one after, for a
-/// first item).
+/// first item). Written in one pass into one buffer, which a header holding the broker's
+/// cookie alone never allocates.
 pub fn without_broker_cookie(header: &[u8]) -> Option<Vec<u8>> {
-    let mut pairs: Vec<Cow<'_, [u8]>> = Vec::new();
+    // The usual line holds the broker's cookie alone: nothing is left, with no pass over its
+    // pairs and items.
+    let mut after = 0;
+    let mut others = false;
+    for (start, end, _) in broker_items(header) {
+        others |= !header[after..start].iter().all(separator_or_blank);
+        after = end;
+    }
+    if !others && header[after..].iter().all(separator_or_blank) {
+        return None;
+    }
+    let mut kept: Vec<u8> = Vec::new();
+    // Whether a pair was kept yet: the pairs after it are joined to it with `;`.
+    let mut any_pair = false;
     for pair in header.split(|&b| b == b';') {
-        if !pair
-            .split(|&b| b == b',')
-            .any(|item| broker_value(item).is_some())
-        {
-            pairs.push(Cow::Borrowed(pair));
+        let items = || pair.split(|&b| b == b',');
+        if !items().any(|item| broker_value(item).is_some()) {
+            if any_pair {
+                kept.push(b';');
+            }
+            kept.extend_from_slice(pair);
+            any_pair = true;
             continue;
         }
-        let others: Vec<&[u8]> = pair
-            .split(|&b| b == b',')
-            .filter(|item| broker_value(item).is_none())
-            .collect();
-        if !others.is_empty() {
-            pairs.push(Cow::Owned(others.join(&b","[..])));
+        let mut any_item = false;
+        for item in items().filter(|item| broker_value(item).is_none()) {
+            if any_item {
+                kept.push(b',');
+            } else if any_pair {
+                kept.push(b';');
+            }
+            kept.extend_from_slice(item);
+            any_item = true;
         }
+        any_pair |= any_item;
     }
-    let joined = pairs.join(&b";"[..]);
-    let left = trim(&joined);
-    let separators_only = left.iter().all(|b| matches!(b, b' ' | b'\t' | b';' | b','));
-    (!separators_only).then(|| left.to_vec())
+    let start = kept.iter().position(|b| !matches!(b, b' ' | b'\t'));
+    let end = kept.iter().rposition(|b| !matches!(b, b' ' | b'\t'));
+    let (Some(start), Some(end)) = (start, end) else {
+        return None;
+    };
+    if kept[start..=end].iter().all(separator_or_blank) {
+        return None;
+    }
+    kept.truncate(end + 1);
+    kept.drain(..start);
+    Some(kept)
 }
 
 /// Values of the broker's cookie checked per request at most: a browser holds a few (from other
@@ -116,10 +167,8 @@ impl Affinity {
         let (mut previous, mut unbound, mut unsigned) = (None, None, None);
         let tickets = headers
             .into_iter()
-            .filter(|header| mentions_broker_cookie(header))
-            .flat_map(items)
-            .filter_map(broker_value)
-            .filter_map(Ticket::parse)
+            .flat_map(broker_items)
+            .filter_map(|(_, _, value)| Ticket::parse(value))
             .take(MAX_CHECKED);
         for ticket in tickets {
             match keys.check(balancer, &ticket) {
@@ -255,6 +304,69 @@ mod tests {
             ),
             Affinity::None
         );
+    }
+
+    /// The broker's values and the stripped line as the first implementation found them
+    /// (every pair split, every item looked at for its `=`, the pairs joined again): what the
+    /// one-pass walk must agree with.
+    fn by_splitting(header: &[u8]) -> (Vec<&[u8]>, Option<Vec<u8>>) {
+        let values = header
+            .split(|&b| b == b';')
+            .flat_map(|pair| pair.split(|&b| b == b','))
+            .filter_map(broker_value)
+            .collect();
+        let mut pairs: Vec<Vec<u8>> = Vec::new();
+        for pair in header.split(|&b| b == b';') {
+            let items = || pair.split(|&b| b == b',');
+            if !items().any(|item| broker_value(item).is_some()) {
+                pairs.push(pair.to_vec());
+                continue;
+            }
+            let others: Vec<&[u8]> = items().filter(|i| broker_value(i).is_none()).collect();
+            if !others.is_empty() {
+                pairs.push(others.join(&b","[..]));
+            }
+        }
+        let joined = pairs.join(&b";"[..]);
+        let left = trim(&joined);
+        let stripped = (!left.iter().all(separator_or_blank)).then(|| left.to_vec());
+        (values, stripped)
+    }
+
+    #[test]
+    fn the_one_pass_walk_agrees_with_splitting_every_item() {
+        let items: [&[u8]; 9] = [
+            b"a=1",
+            b"TOTVS_BROKER_SH_001=01.x",
+            b" TOTVS_BROKER_SH_001 = \"y\" ",
+            b"",
+            b" ",
+            b"x=TOTVS_BROKER_SH_001=z",
+            b"TOTVS_BROKER_SH_0011=k",
+            b"TOTVS_BROKER_SH_001",
+            b"\tTOTVS_BROKER_SH_001=",
+        ];
+        let separators: [&[u8]; 4] = [b";", b",", b"; ", b" ,"];
+        let mut checked = 0;
+        for a in items {
+            for b in items {
+                for c in items {
+                    for s in separators {
+                        for t in separators {
+                            let header = [a, s, b, t, c].concat();
+                            let (values, stripped) = by_splitting(&header);
+                            let found: Vec<&[u8]> =
+                                broker_items(&header).map(|(_, _, v)| v).collect();
+                            let shown = String::from_utf8_lossy(&header);
+                            assert_eq!(found, values, "{shown}");
+                            assert_eq!(without_broker_cookie(&header), stripped, "{shown}");
+                            checked += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(checked, 9 * 9 * 9 * 16);
     }
 
     #[test]

@@ -10,10 +10,11 @@
 //! `SESSION_TIMEOUT`. Past the cap its new sessions still hold their server but count for
 //! nothing.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::time::Duration;
 
+use foldhash::HashMap;
 use tokio::time::Instant;
 
 use super::ticket::Ticket;
@@ -85,10 +86,10 @@ impl Sessions {
     /// An empty table.
     pub fn new() -> Sessions {
         Sessions {
-            entries: HashMap::new(),
+            entries: HashMap::default(),
             idle: BTreeSet::new(),
-            per_server: HashMap::new(),
-            per_client: HashMap::new(),
+            per_server: HashMap::default(),
+            per_client: HashMap::default(),
             total: 0,
             peak: 0,
             moved: 0,
