@@ -38,7 +38,7 @@ import time
 HOST = "127.0.0.1"
 # The benchmark's secret and server 01's cookie signed with it (benches/appbroker-http.ini).
 SECRET = "the benchmark's session secret, 32+ characters"
-COOKIE = "TOTVS_BROKER_SH_001=01.QmVuY2hGaXhjW_XsZEqCkg"
+COOKIE = "TOTVS_BROKER_SH_001=01.QmVuY2hGaXjtvSAg5VUO5w"
 BODY = b"x" * 65
 ANSWER = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 65\r\n\r\n" + BODY
 SWITCHING = (

@@ -29,12 +29,15 @@ use crate::{Bench, CpuWork};
 /// The HTTP broker's affinity cookie.
 pub const COOKIE_NAME: &str = "TOTVS_BROKER_SH_001";
 /// Valid cookies for servers 01 and 02, `<REMOTE_SERVER id>.<22 base64url characters>`
-/// (the broker's format), signed with benches/appbroker-http.ini's `SESSION_SECRET` (the
-/// nonce `BenchFix`; `printf 'appbroker TOTVS_BROKER_SH_001 v1\0%s' 01BenchFix | openssl
-/// dgst -sha256 -hmac "$SECRET" -binary | head -c 8` is the tag, base64url after the nonce).
-/// HAProxy's servers carry these same values as their `cookie`, so one `Cookie` header routes
-/// alike through all three proxies.
-pub const COOKIES: [&str; 2] = ["01.QmVuY2hGaXhjW_XsZEqCkg", "02.QmVuY2hGaXh01CD1j9djDw"];
+/// (the broker's format), signed with benches/appbroker-http.ini's `SESSION_SECRET` for its
+/// balancer `[BALANCE_HTTP]` (the nonce `BenchFix`; the tag is the first 8 bytes of `printf
+/// 'appbroker TOTVS_BROKER_SH_001 v2\0BALANCE_HTTP\0%s' 01BenchFix | openssl dgst -sha256
+/// -hmac "$SECRET" -binary`, base64url after the nonce: `http_balancer::sessions::ticket`).
+/// A value signed otherwise is no cookie to the broker, which would answer every request with
+/// a new one: the HTTP rows' affinity check refuses to measure then. HAProxy's servers carry
+/// these same values as their `cookie`, so one `Cookie` header routes alike through all three
+/// proxies.
+pub const COOKIES: [&str; 2] = ["01.QmVuY2hGaXjtvSAg5VUO5w", "02.QmVuY2hGaXg5x9TenX-kLQ"];
 /// The origin's own page of counts, read straight from the origin (never through a proxy).
 const COUNTS_PATH: &str = "/_origin/counts";
 /// The origin's answer: 65 bytes of text.
