@@ -47,6 +47,10 @@ fn separator_or_blank(byte: &u8) -> bool {
 fn broker_items(header: &[u8]) -> impl Iterator<Item = (usize, usize, &[u8])> {
     let name = COOKIE.as_bytes();
     let mut from = 0;
+    // Where the item around the last name found starts, and how far separators were looked
+    // for: each byte is looked at once, however many names a hostile line repeats in one item
+    // (looking back from each to its item's start would be quadratic in the line).
+    let (mut item_start, mut scanned) = (0, 0);
     std::iter::from_fn(move || {
         while let Some(found) = memchr::memchr(name[0], &header[from..]) {
             let at = from + found;
@@ -54,9 +58,18 @@ fn broker_items(header: &[u8]) -> impl Iterator<Item = (usize, usize, &[u8])> {
             if !header[at..].starts_with(name) {
                 continue;
             }
-            // The name starts its item when only blanks come between the separator and it.
-            let start = memchr::memrchr2(b';', b',', &header[..at]).map_or(0, |s| s + 1);
-            if !header[start..at].iter().all(|b| matches!(b, b' ' | b'\t')) {
+            if let Some(s) = memchr::memrchr2(b';', b',', &header[scanned..at]) {
+                item_start = scanned + s + 1;
+            }
+            scanned = at;
+            // The name starts its item when only blanks come between the separator and it;
+            // looked at from the name back, so only the blanks just before it are read.
+            let start = item_start;
+            if !header[start..at]
+                .iter()
+                .rev()
+                .all(|b| matches!(b, b' ' | b'\t'))
+            {
                 continue;
             }
             let end = memchr::memchr2(b';', b',', &header[at..]).map_or(header.len(), |e| at + e);
@@ -367,6 +380,25 @@ mod tests {
             }
         }
         assert_eq!(checked, 9 * 9 * 9 * 16);
+    }
+
+    #[test]
+    fn a_line_repeating_the_name_in_one_item_is_walked_as_splitting_walks_it() {
+        // What a hostile client would send to make a walk that looks back from every name
+        // to its item's start quadratic: the answers stay the splitting walk's.
+        let name = COOKIE;
+        for header in [
+            format!("x{}", name.repeat(500)),
+            format!("{}x{}=v", " ".repeat(5000), name.repeat(50)),
+            format!("a=1;{}{}=01.x", " \t".repeat(300), name),
+            format!("{}=01.x;{}", name, format!(" {name}").repeat(200)),
+        ] {
+            let header = header.as_bytes();
+            let (values, stripped) = by_splitting(header);
+            let found: Vec<&[u8]> = broker_items(header).map(|(_, _, v)| v).collect();
+            assert_eq!(found, values);
+            assert_eq!(without_broker_cookie(header), stripped);
+        }
     }
 
     #[test]
