@@ -7,6 +7,8 @@
 //! - [`buffers`]: the per-worker pool of buffers, in two tiers.
 //! - `pool`: the idle server connections, per server and worker.
 //! - `client`: a client connection's loop, its idle wait and its head.
+//! - `ip_text`: the client's address as `X-Forwarded-For` says it, written once per
+//!   connection.
 //! - `exchange`: one request's state, its routing and its accounting.
 //! - `local`: a request the balancer answers itself (a query): its body read within bounds,
 //!   the balancer's answer awaited and written.
@@ -26,6 +28,7 @@ pub mod buffers;
 mod client;
 mod exchange;
 mod forward;
+mod ip_text;
 mod local;
 mod own;
 mod pool;

@@ -13,8 +13,9 @@ use std::time::Duration;
 use tracing::debug;
 
 use super::awaiting::{Awaiting, MOST_INTERIM_BYTES, MOST_INTERIM_HEADS, ServerHeard};
-use super::client::{IpText, write_out};
+use super::client::write_out;
 use super::exchange::{InHand, max_forwards};
+use super::ip_text::IpText;
 use super::pump::{IdleWatch, Pump, PumpError};
 use crate::http::h1::{
     Asked, BodyReader, Editor, FieldName, Forwarded, HeadError, Method, OutHead, Span, ToServer,
