@@ -41,6 +41,13 @@ const METHODS: [&[u8]; 9] = [
 /// Any of [`METHODS`] counts (`POST /TOTVS_BROKER_QUERY` is answered 405 rather than forwarded
 /// to a server that knows nothing of it). The path is compared without regard to case.
 pub fn classify(bytes: &[u8]) -> Option<Verdict> {
+    // Most clients are no query: their first byte begins no method, and one look says so
+    // (the walk below compares each method in turn, a byte at a time).
+    if let Some(first) = bytes.first()
+        && !METHODS.iter().any(|method| method[0] == *first)
+    {
+        return Some(Verdict::Forward);
+    }
     let mut undecided = false;
     for method in METHODS {
         match classify_with(bytes, method) {
