@@ -54,11 +54,16 @@ impl<'a> ClientHead<'a> {
 
     /// The values of the lines named `kind`, in order.
     pub fn values(&self, kind: FieldName) -> impl Iterator<Item = &'a [u8]> + 'a {
+        self.lines(kind).map(|(_, value)| value)
+    }
+
+    /// The lines named `kind`, in order, each as its id and value: the others are not
+    /// looked at.
+    pub fn lines(&self, kind: FieldName) -> impl Iterator<Item = (FieldId, &'a [u8])> + 'a {
         let (fields, buf) = (self.head.fields(), self.buf);
         fields
             .named(kind)
-            .filter_map(move |id| fields.get(buf, id))
-            .map(|field| field.value)
+            .filter_map(move |id| fields.get(buf, id).map(|field| (id, field.value)))
     }
 
     /// The value of the first line named `name`, in any case.

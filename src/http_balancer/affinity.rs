@@ -91,12 +91,12 @@ impl HttpBalancer {
     /// The broker's cookie is the broker's: the server sees the client's other cookies only,
     /// byte for byte (whatever their encoding).
     pub(super) fn without_broker_cookie(&self, request: &ClientHead<'_>, head: &mut Editor) {
-        for (id, field) in request.fields() {
-            if field.kind != FieldName::Cookie || !mentions_broker_cookie(field.value) {
+        for (id, value) in request.lines(FieldName::Cookie) {
+            if !mentions_broker_cookie(value) {
                 continue;
             }
             // The bytes left are bytes of a valid value: the editor takes them.
-            match without_broker_cookie(field.value) {
+            match without_broker_cookie(value) {
                 Some(kept) if head.set(id, &[&kept]).is_ok() => {}
                 _ => head.remove(id),
             }

@@ -6,10 +6,10 @@
 //! the server stays silent on an `Expect`).
 
 use std::future::poll_fn;
-use std::pin::pin;
 use std::task::Poll;
 use std::time::Duration;
 
+use tokio::time::Instant;
 use tracing::debug;
 
 use super::awaiting::{Awaiting, MOST_INTERIM_BYTES, MOST_INTERIM_HEADS, ServerHeard};
@@ -271,7 +271,11 @@ impl<C: Stream, U: Upstreams> InHand<'_, C, U> {
         awaiting: &mut Awaiting,
     ) -> Result<crate::http::h1::ResponseHead, Sent> {
         let timeout = self.settings.response_timeout;
-        let mut deadline = pin!(tokio::time::sleep(timeout));
+        // The connection's timer, its head's wait over, is reset for this one (the next
+        // head's wait resets it again): a timer made for each request would be added to the
+        // runtime's wheel at its first poll and taken out as it is dropped, every request.
+        let deadline = &mut self.client.deadline;
+        deadline.as_mut().reset(Instant::now() + timeout);
         let (client, buf) = (&mut *self.client.io, &mut self.buf);
         poll_fn(|cx| {
             match awaiting.poll_head(cx, server, client) {

@@ -91,7 +91,7 @@ impl FieldName {
             (17, b'x') => (b"x-forwarded-proto", FieldName::XForwardedProto),
             _ => return FieldName::Other,
         };
-        if known.eq_ignore_ascii_case(name) {
+        if is_named(name, known) {
             kind
         } else {
             FieldName::Other
@@ -102,6 +102,18 @@ impl FieldName {
     fn bit(self) -> u32 {
         1 << (self as u32)
     }
+}
+
+/// Whether `name` is `known` (lower-case letters, digits and `-`) in any case: a byte where
+/// `known` has a letter matches it with its case bit (0x20) set, any other byte exactly. The
+/// bytes' differences are folded together with no branch a byte: several times cheaper than
+/// `eq_ignore_ascii_case`, which lowers both sides and stops at the first difference.
+fn is_named(name: &[u8], known: &[u8]) -> bool {
+    let differ = name.iter().zip(known).fold(0, |differ, (&b, &k)| {
+        let case = if k.is_ascii_lowercase() { 0x20 } else { 0 };
+        differ | ((b | case) ^ k)
+    });
+    name.len() == known.len() && differ == 0
 }
 
 /// One header line: where its name and value are, where the line ends, and whether the line
@@ -382,6 +394,21 @@ mod tests {
                 "{}",
                 other.escape_ascii()
             );
+        }
+    }
+
+    #[test]
+    fn a_known_name_with_any_one_byte_changed_is_itself_only_in_another_case() {
+        for (name, kind) in KNOWN {
+            for at in 0..name.len() {
+                for byte in 0..=u8::MAX {
+                    let mut other = name.to_vec();
+                    other[at] = byte;
+                    let same = byte.to_ascii_lowercase() == name[at];
+                    let expected = if same { kind } else { FieldName::Other };
+                    assert_eq!(FieldName::of(&other), expected, "{}", other.escape_ascii());
+                }
+            }
         }
     }
 

@@ -63,6 +63,10 @@ fn line_length(value: &[u8], lists: bool) -> Result<(u64, bool), HeadError> {
             .map(|n| (n, false))
             .ok_or(HeadError::BadLength);
     }
+    // The usual value, a bare number, is no list: no walk of its elements.
+    if let Some(n) = digits(value) {
+        return Ok((n, false));
+    }
     let mut found: Option<u64> = None;
     for element in value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
         let n = digits(element).ok_or(HeadError::BadLength)?;
