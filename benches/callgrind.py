@@ -42,6 +42,13 @@ thread, `-db`; `http-reuse always`), each under callgrind beside appbroker, so t
 command. Neither has a line to wait for before counting: the counts are zeroed once both ports
 listen. They set no affinity cookie: their clients send the same Cookie header appbroker's
 clients send (a valid TOTVS_BROKER_SH_001 value from the second request on), passed through.
+
+--anchors tokio-floor counts benches/tokio-floor (build it first: `cargo build --release
+--manifest-path benches/tokio-floor/Cargo.toml`): the least a proxy on tokio does, as
+appbroker's workers run it (one current-thread runtime, a task per client, a connect, a read
+then a write each way into a buffer that is not zeroed), both ports relayed as plain TCP (the HTTP requests pass through as
+bytes): the runtime's share of appbroker's counts, which no change of the broker's own code
+can go below.
 """
 
 import argparse
@@ -83,7 +90,11 @@ CONFIG = """\
 ; writes per connection or request (no connection or request log, no state file, no control
 ; socket); the monitor's next round (one runs at start) and the HTTP pool's idle timeout 10
 ; minutes away, beyond any run (QUARANTINE_TIME with them, which must not be shorter), so that
-; only the clients' work differs between runs.
+; only the clients' work differs between runs. The query sniff waits its longest (5 s): valgrind
+; runs the broker some 50 times slower than the clock its timers keep, and a client held up
+; past the default 200 ms between its connect and its first bytes (a busy machine) would be
+; forwarded by the sniff's timeout instead, a path with more wake-ups, so that the count moved
+; with the machine's load.
 [General]
 WORKERS={workers}
 ConsoleLog=0
@@ -96,6 +107,7 @@ SESSION_SECRET=benches/callgrind.py's session secret, 32+ characters
 LOCAL_SERVER_ADDRESS=127.0.0.1
 LOCAL_SERVER_PORT={tcp_port}
 LOG_CONNECTIONS=0
+QUERY_SNIFF_TIMEOUT=5s
 MONITOR_INTERVAL=600s
 QUARANTINE_TIME=600s
 REMOTE_SERVER_01=127.0.0.1 {echo_port}
@@ -304,7 +316,11 @@ def http_client(port, requests, broker, sets_cookie=True):
 
 
 # The anchors --anchors may name, counted beside appbroker.
-ANCHORS = ("nginx", "haproxy")
+ANCHORS = ("nginx", "haproxy", "tokio-floor")
+# benches/tokio-floor's binary, built by its own `cargo build --release --manifest-path`.
+TOKIO_FLOOR = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "tokio-floor", "target", "release", "tokio-floor"
+)
 
 
 def command_for(target, run_dir, ports, servers, args):
@@ -317,6 +333,10 @@ def command_for(target, run_dir, ports, servers, args):
         echo_port=servers["echo"],
         origin_port=servers["origin"],
     )
+    if target == "tokio-floor":
+        return [TOKIO_FLOOR] + [
+            str(port) for port in (ports[0], servers["echo"], ports[1], servers["origin"])
+        ]
     if target in ANCHORS:
         text = HAPROXY_CONFIG if target == "haproxy" else NGINX_CONFIG
         conf = os.path.join(run_dir, f"{target}.conf")
@@ -423,7 +443,7 @@ def main():
     )
     add = parser.add_argument
     add("binaries", nargs="+", metavar="APPBROKER", help="appbroker binaries to compare")
-    add("--anchors", default="", help="also count these beside them: nginx, haproxy (comma list)")
+    add("--anchors", default="", help="also count these beside them: nginx, haproxy, tokio-floor (comma list)")
     add("--connections", type=int, default=500, help="N, TCP connections (default 500)")
     add("--requests", type=int, default=400, help="M, HTTP requests (default 400)")
     add("--bytes", type=int, default=4096, help="B, bytes each way per connection (default 4096)")
@@ -441,7 +461,10 @@ def main():
             sys.exit(f"--anchors: {anchor} is not one of {', '.join(ANCHORS)}")
         if anchor == "nginx" and not os.path.exists(NGINX_STREAM_MODULE):
             sys.exit(f"nginx's stream module is missing ({NGINX_STREAM_MODULE}): apt-get install libnginx-mod-stream")
-        if shutil.which(anchor) is None and not os.path.exists(f"/usr/sbin/{anchor}"):
+        if anchor == "tokio-floor":
+            if not os.access(TOKIO_FLOOR, os.X_OK):
+                sys.exit(f"{TOKIO_FLOOR} is not built: cargo build --release --manifest-path benches/tokio-floor/Cargo.toml")
+        elif shutil.which(anchor) is None and not os.path.exists(f"/usr/sbin/{anchor}"):
             sys.exit(f"{anchor} is not installed (apt-get install {anchor})")
         args.binaries.append(anchor)
     out = args.keep or tempfile.mkdtemp(prefix="appbroker-callgrind-")
