@@ -46,9 +46,9 @@ clients send (a valid TOTVS_BROKER_SH_001 value from the second request on), pas
 --anchors tokio-floor counts benches/tokio-floor (build it first: `cargo build --release
 --manifest-path benches/tokio-floor/Cargo.toml`): the least a proxy on tokio does, as
 appbroker's workers run it (one current-thread runtime, a task per client, a connect, a read
-then a write each way into a buffer that is not zeroed), both ports relayed as plain TCP (the HTTP requests pass through as
-bytes): the runtime's share of appbroker's counts, which no change of the broker's own code
-can go below.
+then a write each way into a buffer that is not zeroed), both ports relayed as plain TCP (the
+HTTP requests pass through as bytes): the runtime's share of appbroker's counts, which no
+change of the broker's own code can go below.
 """
 
 import argparse

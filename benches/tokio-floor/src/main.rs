@@ -1,8 +1,9 @@
 //! The least a TCP proxy on tokio does per connection, as appbroker's workers run it: one
 //! current-thread runtime with its I/O and timer drivers, a task per client, a connect to the
-//! server, bytes both ways with half-close (a read, then a write, each way), then close. No sniff, no
-//! timeouts, no accounting, no HTTP: each port relays to its server as plain TCP (a kept-alive
-//! HTTP connection's requests pass through as bytes).
+//! server, bytes both ways with half-close (a read, then a write, each way), then close. No
+//! sniff, no timeouts, no accounting, no HTTP: each port relays to its server as plain TCP (a
+//! kept-alive HTTP connection's requests pass through as bytes). benches/callgrind.py counts it
+//! beside appbroker (`--anchors tokio-floor`): the runtime's share of a connection.
 //!
 //!     tokio-floor LISTEN_PORT SERVER_PORT [LISTEN_PORT SERVER_PORT ...]
 
@@ -59,7 +60,8 @@ async fn accept(listener: TcpListener, server: SocketAddr) {
 }
 
 /// Bytes from `from` to `to` until `from` ends, then `to` shut for writing (half-close). The
-/// buffer is not zeroed (`read_buf` reads into its spare room), as appbroker's relay's is not.
+/// buffer is not zeroed (`read_buf` reads into its spare room): appbroker's relay reuses its
+/// buffers rather than zeroing one a connection.
 async fn one_way(from: &mut OwnedReadHalf, to: &mut OwnedWriteHalf) {
     let mut buffer = Vec::with_capacity(BUFFER);
     loop {
