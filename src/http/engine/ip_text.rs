@@ -17,10 +17,7 @@ const IP_TEXT_MAX: usize = 45;
 
 impl IpText {
     pub(super) fn of(ip: IpAddr) -> IpText {
-        let ip = match ip {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-            IpAddr::V4(_) => ip,
-        };
+        let ip = ip.to_canonical();
         let mut text = IpText::none();
         match ip {
             // Written by hand: it is written for every request, and `core::fmt` costs some
@@ -93,12 +90,8 @@ mod tests {
         ];
         for ip in ips {
             let ip: IpAddr = ip.parse().unwrap();
-            let shown = match ip {
-                IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-                IpAddr::V4(_) => ip,
-            };
-            let text = IpText::of(ip);
-            assert_eq!(text.as_bytes(), shown.to_string().as_bytes(), "{ip}");
+            let shown = ip.to_canonical().to_string();
+            assert_eq!(IpText::of(ip).as_bytes(), shown.as_bytes(), "{ip}");
         }
     }
 }

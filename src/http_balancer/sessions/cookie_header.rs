@@ -11,14 +11,22 @@
 
 use super::ticket::{COOKIE, CookieKeys, Signed, Ticket};
 
-/// Blanks around a name, a value or a pair: space and horizontal tab.
+/// A blank around a name, a value or a pair: space or horizontal tab.
+fn blank(byte: &u8) -> bool {
+    matches!(byte, b' ' | b'\t')
+}
+
+/// Where `bytes` start and end (inclusive) without the blanks around them; `None` when they
+/// are all blanks.
+fn unblanked(bytes: &[u8]) -> Option<(usize, usize)> {
+    let start = bytes.iter().position(|b| !blank(b))?;
+    let end = bytes.iter().rposition(|b| !blank(b))?;
+    Some((start, end))
+}
+
+/// `bytes` without the blanks around them.
 fn trim(bytes: &[u8]) -> &[u8] {
-    let start = bytes.iter().position(|b| !matches!(b, b' ' | b'\t'));
-    let end = bytes.iter().rposition(|b| !matches!(b, b' ' | b'\t'));
-    match (start, end) {
-        (Some(start), Some(end)) => &bytes[start..=end],
-        _ => &[],
-    }
+    unblanked(bytes).map_or(&[], |(start, end)| &bytes[start..=end])
 }
 
 /// The value of `item` (`name=value`) when its name is the broker's cookie: trimmed of blanks
@@ -37,7 +45,7 @@ fn broker_value(item: &[u8]) -> Option<&[u8]> {
 
 /// A separator between items, or a blank around one.
 fn separator_or_blank(byte: &u8) -> bool {
-    matches!(byte, b' ' | b'\t' | b';' | b',')
+    blank(byte) || matches!(byte, b';' | b',')
 }
 
 /// The items of `header` that are the broker's cookie (items: every `;`-separated pair split
@@ -65,11 +73,7 @@ fn broker_items(header: &[u8]) -> impl Iterator<Item = (usize, usize, &[u8])> {
             // The name starts its item when only blanks come between the separator and it;
             // looked at from the name back, so only the blanks just before it are read.
             let start = item_start;
-            if !header[start..at]
-                .iter()
-                .rev()
-                .all(|b| matches!(b, b' ' | b'\t'))
-            {
+            if !header[start..at].iter().rev().all(blank) {
                 continue;
             }
             let end = memchr::memchr2(b';', b',', &header[at..]).map_or(header.len(), |e| at + e);
@@ -138,11 +142,7 @@ pub fn without_broker_cookie(header: &[u8]) -> Option<Vec<u8>> {
         }
         any_pair |= any_item;
     }
-    let start = kept.iter().position(|b| !matches!(b, b' ' | b'\t'));
-    let end = kept.iter().rposition(|b| !matches!(b, b' ' | b'\t'));
-    let (Some(start), Some(end)) = (start, end) else {
-        return None;
-    };
+    let (start, end) = unblanked(&kept)?;
     if kept[start..=end].iter().all(separator_or_blank) {
         return None;
     }
